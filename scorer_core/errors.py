@@ -1,0 +1,67 @@
+"""The one exception tree of the project.
+
+Lower-level errors (litellm, HTTP, JSON) are translated into these once, at the boundary where
+they happen, so callers only ever catch `CtxPrecError` subclasses.
+
+    CtxPrecError
+    ├── ConfigError          bad arguments or configuration; raised before any judge call
+    ├── InputError           one item (or one file) cannot be scored as given
+    └── JudgeError           the judge could not produce verdicts
+        ├── TransportError   retryable: the request did not get a usable HTTP answer
+        │   ├── RateLimited      HTTP 429; carries the server's Retry-After when it sent one
+        │   ├── ServerError      HTTP 5xx
+        │   ├── JudgeTimeout     no answer within the timeout
+        │   └── ConnectionFailed the server could not be reached
+        ├── MalformedReply   an answer came but cannot be used; the judge re-asks
+        └── FatalJudgeError  not worth retrying: authentication, unknown model, bad request
+"""
+
+from __future__ import annotations
+
+
+class CtxPrecError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class ConfigError(CtxPrecError, ValueError):
+    """A configuration value or argument is wrong. The message names the key."""
+
+
+class InputError(CtxPrecError, ValueError):
+    """An item or input file cannot be scored as given. The message names the field or row."""
+
+
+class JudgeError(CtxPrecError):
+    """The judge could not produce verdicts."""
+
+
+class TransportError(JudgeError):
+    """A request got no usable HTTP answer; retrying may help."""
+
+
+class RateLimited(TransportError):
+    """The provider answered 429."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ServerError(TransportError):
+    """The provider answered with a 5xx status."""
+
+
+class JudgeTimeout(TransportError):
+    """The provider did not answer within the timeout."""
+
+
+class ConnectionFailed(TransportError):
+    """The provider could not be reached."""
+
+
+class MalformedReply(JudgeError):
+    """The provider answered, but the reply does not follow the wire contract."""
+
+
+class FatalJudgeError(JudgeError):
+    """Retrying cannot help: bad credentials, unknown model, a request the provider rejects."""

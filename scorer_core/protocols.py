@@ -1,0 +1,91 @@
+"""The pluggable parts of the scorer, one `Protocol` each.
+
+- `Judge` turns an item and some of its context positions into verdicts (LLM or offline).
+- `ChatClient` sends one chat request to a model and returns the raw reply text (one HTTP call,
+  no retries); the LLM judge builds prompts, retries and parses on top of it.
+- `Limiter` is asked before every request, so that many judges (threads, processes, machines)
+  can share one provider rate limit. The default does not limit.
+- `Sleeper` is injected wherever the code waits, so tests do not wait for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Decides which contexts of an item are relevant."""
+
+    @property
+    def model(self) -> str:
+        """The model name recorded next to every score."""
+        ...
+
+    async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
+        """Verdicts for `item.contexts[p]` for every p in `positions` (one judge request).
+
+        Never raises for a reply it cannot use: it returns a batch with `unscored_reason`.
+        May raise `JudgeError` subclasses when the provider fails for good.
+        """
+        ...
+
+    async def explain(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> tuple[str, Usage]:
+        """A human-readable reason for `score`, which is already decided and must not change."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """The text of a model's reply with the token counts the provider reported."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatClient(Protocol):
+    """One chat-completion request, no retries. Raises `TransportError`s and `FatalJudgeError`."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        schema_name: str,
+        schema: dict[str, Any],
+    ) -> ChatReply: ...
+
+
+class Limiter(Protocol):
+    """A rate limit shared by everything that calls the same provider."""
+
+    async def acquire(self, tokens: int) -> None:
+        """Wait until one request of about `tokens` tokens may be sent."""
+        ...
+
+    async def rate_limited(self, retry_after: float | None) -> None:
+        """Tell the limiter the provider refused a request, so that every caller slows down."""
+        ...
+
+
+class Sleeper(Protocol):
+    async def __call__(self, seconds: float) -> None: ...
+
+
+class NoLimit:
+    """A `Limiter` that never waits."""
+
+    async def acquire(self, tokens: int) -> None:
+        return None
+
+    async def rate_limited(self, retry_after: float | None) -> None:
+        return None
