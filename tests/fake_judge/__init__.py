@@ -1,0 +1,37 @@
+"""A fake OpenAI-compatible LLM judge for tests, benchmarks and the soak test.
+
+    from tests.fake_judge import FakeJudgeServer, FaultPlan
+
+    with FakeJudgeServer(rpm=100, window_s=10, fault_plan=FaultPlan(server_error=0.1)) as s:
+        ...  # point the judge at s.url; inspect s.stats() afterwards
+
+Run it as its own process with `python -m tests.fake_judge --help`.
+"""
+
+from tests.fake_judge.server import (
+    CONTENT_FAULTS,
+    FAULT_KINDS,
+    REASON_SCHEMA_NAME,
+    STATUS_FAULTS,
+    VALID_CONTENT_FAULTS,
+    VERDICTS_SCHEMA_NAME,
+    WRAPPED_CONTENT_FAULTS,
+    FakeJudgeServer,
+    FaultPlan,
+    build_verdict_prompt_for_tests,
+    default_verdict_fn,
+)
+
+__all__ = [
+    "CONTENT_FAULTS",
+    "FAULT_KINDS",
+    "REASON_SCHEMA_NAME",
+    "STATUS_FAULTS",
+    "VALID_CONTENT_FAULTS",
+    "VERDICTS_SCHEMA_NAME",
+    "WRAPPED_CONTENT_FAULTS",
+    "FakeJudgeServer",
+    "FaultPlan",
+    "build_verdict_prompt_for_tests",
+    "default_verdict_fn",
+]

@@ -1,0 +1,107 @@
+"""Run the fake judge as its own process.
+
+    python -m tests.fake_judge --port 8011 --rpm 600 --fault-rate 0.2 --max-seconds 600
+
+Prints the base URL (http://127.0.0.1:PORT/v1) as the first line of stdout, then serves until
+SIGTERM/SIGINT or `--max-seconds` (so a forgotten server stops by itself). Final stats go to
+stderr as JSON. At run time: GET /stats, GET /requests?last=N, POST /admin/reset,
+POST /admin/fault_plan (FaultPlan fields as JSON), POST /admin/rpm {"rpm": N, "window_s": S},
+POST /admin/refuse {"seconds": S}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from types import FrameType
+
+from tests.fake_judge.server import FAULT_KINDS, FakeJudgeServer, FaultPlan
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fake_judge",
+        description="Fake OpenAI-compatible context-precision judge on 127.0.0.1.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="0 = pick a free port")
+    parser.add_argument("--rpm", type=int, default=0, help="requests per window (0 = no limit)")
+    parser.add_argument("--window-s", type=float, default=60.0, help="rate-limit window")
+    parser.add_argument("--no-retry-after", action="store_true", help="429s without Retry-After")
+    parser.add_argument(
+        "--fault-rate", type=float, default=0.0, help="total fault probability, spread evenly"
+    )
+    parser.add_argument(
+        "--fault-kinds",
+        default=",".join(FAULT_KINDS),
+        help="comma-separated kinds that --fault-rate is spread over (default: all)",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=RATE",
+        help="set one fault rate explicitly (repeatable; overrides --fault-rate for KIND)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slow-s", type=float, default=30.0)
+    parser.add_argument("--latency-s", type=float, default=0.0)
+    parser.add_argument("--latency-jitter-s", type=float, default=0.0)
+    parser.add_argument("--require-api-key", default=None)
+    parser.add_argument("--max-logged-requests", type=int, default=1000)
+    parser.add_argument(
+        "--max-seconds", type=float, default=1800.0, help="exit after this long (default 30 min)"
+    )
+    return parser.parse_args(argv)
+
+
+def _plan_from_args(args: argparse.Namespace) -> FaultPlan:
+    kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
+    rates = FaultPlan.mixed(args.fault_rate, kinds=kinds).rates() if args.fault_rate else {}
+    for item in args.fault:
+        kind, sep, rate = item.partition("=")
+        if not sep or kind not in FAULT_KINDS:
+            raise SystemExit(f"--fault expects KIND=RATE with KIND in {FAULT_KINDS}, got {item!r}")
+        rates[kind] = float(rate)
+    return FaultPlan(
+        **rates,
+        seed=args.seed,
+        slow_s=args.slow_s,
+        latency_s=args.latency_s,
+        latency_jitter_s=args.latency_jitter_s,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    plan = _plan_from_args(args)
+    server = FakeJudgeServer(
+        args.port,
+        rpm=args.rpm,
+        window_s=args.window_s,
+        retry_after_header=not args.no_retry_after,
+        fault_plan=plan,
+        require_api_key=args.require_api_key,
+        max_logged_requests=args.max_logged_requests,
+    ).start()
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(server.url, flush=True)
+    try:
+        done.wait(args.max_seconds)
+    finally:
+        stats = server.stats()
+        server.stop()
+        print(json.dumps(stats), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

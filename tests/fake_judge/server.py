@@ -1,0 +1,887 @@
+"""A fake OpenAI-compatible judge: a real aiohttp server on 127.0.0.1 for tests and benchmarks.
+
+It answers `POST /v1/chat/completions` the way a well-behaved (or, on purpose, a badly
+behaved) LLM judge would, following the wire contract of `scorer_core.prompt`:
+
+- `response_format.json_schema.name == "context_precision_verdicts"`: the last user message
+  holds `<query>`, `<output>`, optional `<reference_answer>` and `<contexts>` sections, each value
+  a one-line JSON string; context lines look like `[7] "text"`. The reply content is
+  `{"verdicts": [{"context_index": 7, "verdict": "yes", "reason": "..."}, ...]}`, one entry per
+  context line. By default a context is relevant iff it contains the word `RELEVANT`
+  (uppercase, whole word, so `IRRELEVANT` does not count); pass `verdict_fn` to change that.
+- `... name == "context_precision_reason"`: the reply content is `{"reason": "..."}`.
+- anything else: HTTP 400 with an OpenAI-style error body.
+
+On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
+faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
+listening for a while (`refuse_connections`) and report what it saw (`stats()`, `GET /stats`).
+
+The server runs in a background thread with its own event loop, so synchronous tests and
+benchmarks in other processes can both talk to it over real HTTP. Per-request work is kept
+small (one JSON parse, one regex pass, one JSON dump) and every log is bounded, because a
+zero-latency benchmark pushes thousands of requests per second at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+HOST = "127.0.0.1"  # never bind anything else: this server is for local tests only
+VERDICTS_SCHEMA_NAME = "context_precision_verdicts"
+REASON_SCHEMA_NAME = "context_precision_reason"
+
+# Faults that change the HTTP answer; they apply to verdict and reason requests alike.
+STATUS_FAULTS: tuple[str, ...] = (
+    "rate_limit_429",
+    "rate_limit_429_no_header",
+    "server_error",
+    "slow",
+)
+# Faults that change the content of a 200 reply; only verdict requests get them.
+CONTENT_FAULTS: tuple[str, ...] = (
+    "malformed_json",
+    "truncated_json",
+    "code_fence",
+    "text_around",
+    "wrong_count",
+    "unknown_verdict_word",
+    "duplicate_index",
+    "out_of_range_index",
+    "shuffled",
+    "case_and_space",
+)
+FAULT_KINDS: tuple[str, ...] = STATUS_FAULTS + CONTENT_FAULTS
+# Replies that are valid under the contract: the client maps verdicts by index and normalises
+# the verdict word, so these must be scored exactly like a clean reply.
+VALID_CONTENT_FAULTS: frozenset[str] = frozenset({"shuffled", "case_and_space"})
+# Correct verdicts wrapped in extra text: a lenient parser may recover them, a strict one re-asks.
+WRAPPED_CONTENT_FAULTS: frozenset[str] = frozenset({"code_fence", "text_around"})
+
+_RELEVANT_RE = re.compile(r"\bRELEVANT\b")  # case-sensitive on purpose
+_QUERY_RE = re.compile(r'^<query>\n(".*")\n</query>$', re.MULTILINE)
+_CONTEXTS_RE = re.compile(r"^<contexts>$(.*?)^</contexts>$", re.MULTILINE | re.DOTALL)
+_CONTEXT_LINE_RE = re.compile(r'^\[(\d+)\] (".*")$', re.MULTILINE)
+_SCORE_RE = re.compile(r"^<score>\n(.*)\n</score>$", re.MULTILINE)
+_MALFORMED_CONTENT = '{"verdicts": [ {"context_index": 0, "verd'
+
+
+def default_verdict_fn(context_text: str, query: str) -> bool:
+    """Relevant iff the context contains the whole, uppercase word RELEVANT."""
+    return _RELEVANT_RE.search(context_text) is not None
+
+
+def _encode_data(text: str) -> str:
+    # Same encoding as scorer_core.prompt.encode_data, duplicated so the fake does not depend on
+    # the code it is meant to test.
+    return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def build_verdict_prompt_for_tests(
+    query: str,
+    output: str,
+    contexts: Iterable[str],
+    reference: str | None = None,
+    start: int = 0,
+) -> str:
+    """The user message of a verdict request, in the wire layout, for contexts numbered from
+    `start`. Lets tests talk to the server without the real scorer."""
+    lines = [
+        "<query>",
+        _encode_data(query),
+        "</query>",
+        "<output>",
+        _encode_data(output),
+        "</output>",
+    ]
+    if reference is not None:
+        lines += ["<reference_answer>", _encode_data(reference), "</reference_answer>"]
+    lines.append("<contexts>")
+    lines += [f"[{start + i}] {_encode_data(text)}" for i, text in enumerate(contexts)]
+    lines.append("</contexts>")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """How often each fault is injected (probabilities, 0..1, summing to at most 1).
+
+    Every chat request makes one draw from `random.Random(seed)`; the draw picks at most one
+    fault, so a retried request draws again and may succeed. Content faults drawn for a reason
+    request are not applied (the reply is clean and nothing is counted).
+    """
+
+    rate_limit_429: float = 0.0  # 429 with a Retry-After header (`retry_after_s`)
+    rate_limit_429_no_header: float = 0.0  # 429 without Retry-After
+    server_error: float = 0.0  # 500, 502 or 503 with an error body
+    slow: float = 0.0  # sleep `slow_s`, then answer correctly (the client should time out)
+    malformed_json: float = 0.0  # content is broken JSON
+    truncated_json: float = 0.0  # a correct reply cut at a random point
+    code_fence: float = 0.0  # correct JSON inside ```json ... ```
+    text_around: float = 0.0  # correct JSON with prose before and after
+    wrong_count: float = 0.0  # one verdict dropped, or one extra added
+    unknown_verdict_word: float = 0.0  # one verdict is "maybe"
+    duplicate_index: float = 0.0  # two entries share a context_index
+    out_of_range_index: float = 0.0  # one entry names a context that was not asked for
+    shuffled: float = 0.0  # VALID: correct verdicts in another list order
+    case_and_space: float = 0.0  # VALID: verdict words like " Yes " / "NO"
+    slow_s: float = 30.0
+    retry_after_s: int = 1  # Retry-After sent with an injected 429
+    latency_s: float = 0.0  # added to every admitted request
+    latency_jitter_s: float = 0.0  # plus uniform(0, jitter)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for kind in FAULT_KINDS:
+            rate = getattr(self, kind)
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"FaultPlan.{kind} must be within 0..1, got {rate}")
+        total = sum(self.rates().values())
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"FaultPlan rates sum to {total:.3f}; they must sum to at most 1")
+        if min(self.slow_s, self.latency_s, self.latency_jitter_s) < 0 or self.retry_after_s < 0:
+            raise ValueError("FaultPlan durations must not be negative")
+
+    def rates(self) -> dict[str, float]:
+        """The non-zero fault rates by kind."""
+        return {k: float(getattr(self, k)) for k in FAULT_KINDS if getattr(self, k) > 0}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FaultPlan:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown FaultPlan fields: {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def mixed(
+        cls,
+        total: float,
+        *,
+        kinds: Iterable[str] = FAULT_KINDS,
+        seed: int = 0,
+        **overrides: Any,
+    ) -> FaultPlan:
+        """A plan with `total` fault probability spread evenly over `kinds`."""
+        chosen = list(kinds)
+        bad = set(chosen) - set(FAULT_KINDS)
+        if bad:
+            raise ValueError(f"unknown fault kinds: {sorted(bad)}")
+        share = total / len(chosen) if chosen else 0.0
+        return cls(**{k: share for k in chosen}, seed=seed, **overrides)
+
+
+class _Reply(Exception):
+    """Raised inside the handler to answer at once with an error response."""
+
+    def __init__(self, response: web.Response, outcome: str) -> None:
+        super().__init__(outcome)
+        self.response = response
+        self.outcome = outcome
+
+
+def _error(
+    status: int,
+    message: str,
+    err_type: str,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+    return web.Response(
+        status=status,
+        body=json.dumps(body).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _bad_request(message: str, code: str | None = None) -> _Reply:
+    return _Reply(_error(400, message, "invalid_request_error", code), "bad_request")
+
+
+def _max_in_window(timestamps: list[float], window_s: float) -> int:
+    """Largest number of timestamps in any half-open window (t - window_s, t]; sorted input."""
+    best = 0
+    lo = 0
+    for hi, t in enumerate(timestamps):
+        while timestamps[lo] <= t - window_s:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+class FakeJudgeServer:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1, run in a background thread.
+
+    `rpm` is the number of requests admitted per `window_s` seconds (0 = unlimited); it is
+    called rpm because the window defaults to 60 s, and tests shrink both proportionally.
+
+        with FakeJudgeServer(rpm=600, fault_plan=FaultPlan(server_error=0.1)) as server:
+            client = OpenAI(base_url=server.url, api_key="x")
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        rpm: int = 0,
+        window_s: float = 60.0,
+        retry_after_header: bool = True,
+        fault_plan: FaultPlan | None = None,
+        verdict_fn: Callable[[str, str], bool] | None = None,
+        require_api_key: str | None = None,
+        max_logged_requests: int = 1000,
+        max_timestamps: int = 200_000,
+        shutdown_timeout_s: float = 1.0,
+    ) -> None:
+        self._requested_port = port
+        self.port: int = port
+        self._retry_after_header = retry_after_header
+        self._verdict_fn = verdict_fn or default_verdict_fn
+        self._require_auth = f"Bearer {require_api_key}" if require_api_key is not None else None
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._max_logged_requests = max_logged_requests
+        self._max_timestamps = max_timestamps
+
+        # One lock guards all mutable state: the handler runs on the server thread while
+        # stats()/set_*() are called from test threads. It is never held across an await.
+        self._lock = threading.Lock()
+        self._limit = 0
+        self._window_s = 60.0
+        self._window: deque[float] = deque()  # admitted requests still inside the window
+        self.set_rpm(rpm, window_s)
+        self._plan = FaultPlan()
+        self._rng = random.Random(0)
+        self._cumulative: list[float] = []
+        self._cumulative_kinds: list[str] = []
+        self.set_fault_plan(fault_plan or FaultPlan())
+        self._init_stats()
+
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._reopen_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._reply_counter = 0
+
+    # ----------------------------------------------------------------------------------------
+    # lifecycle
+
+    @property
+    def url(self) -> str:
+        """Base URL for OpenAI clients, e.g. http://127.0.0.1:PORT/v1."""
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def base_url(self) -> str:
+        """Server root (for /stats and /admin/*), e.g. http://127.0.0.1:PORT."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def is_listening(self) -> bool:
+        return self._site is not None
+
+    def start(self, timeout_s: float = 10.0) -> FakeJudgeServer:
+        """Bind 127.0.0.1:port (0 = a free port), serve in a daemon thread, return self."""
+        if self._thread is not None:
+            raise RuntimeError("FakeJudgeServer already started")
+        self._thread = threading.Thread(target=self._run, name="fake-judge", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise RuntimeError("FakeJudgeServer did not start in time")
+        if self._start_error is not None:
+            self._thread.join()
+            self._thread = None
+            raise RuntimeError(f"FakeJudgeServer failed to start: {self._start_error!r}")
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Close the listener and connections (pending slow replies are cancelled)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if thread.is_alive():
+            fut = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+            try:
+                fut.result(timeout_s)
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout_s)
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self) -> FakeJudgeServer:
+        return self if self._thread is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._startup())
+        except BaseException as exc:  # reported to start() in the caller's thread
+            self._start_error = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _startup(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handle_chat)
+        app.router.add_post("/chat/completions", self._handle_chat)  # base_url without /v1
+        app.router.add_get("/stats", self._handle_stats)
+        app.router.add_get("/requests", self._handle_requests)
+        app.router.add_post("/admin/reset", self._handle_admin_reset)
+        app.router.add_post("/admin/fault_plan", self._handle_admin_fault_plan)
+        app.router.add_post("/admin/rpm", self._handle_admin_rpm)
+        app.router.add_post("/admin/refuse", self._handle_admin_refuse)
+        # No access log and no signal handling: this runs in a thread, at thousands of req/s.
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=self._shutdown_timeout_s
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, HOST, self._requested_port, reuse_address=True)
+        await site.start()
+        self._site = site
+        self.port = site.port
+
+    async def _shutdown(self) -> None:
+        if self._reopen_task is not None:
+            self._reopen_task.cancel()
+        for task in list(self._background):
+            task.cancel()
+        self._site = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ----------------------------------------------------------------------------------------
+    # runtime control
+
+    def set_fault_plan(self, plan: FaultPlan) -> None:
+        """Use `plan` from the next request on; re-seeds the random generator."""
+        cumulative: list[float] = []
+        kinds: list[str] = []
+        acc = 0.0
+        for kind, rate in plan.rates().items():
+            acc += rate
+            cumulative.append(acc)
+            kinds.append(kind)
+        with self._lock:
+            self._plan = plan
+            self._rng = random.Random(plan.seed)
+            self._cumulative = cumulative
+            self._cumulative_kinds = kinds
+
+    @property
+    def fault_plan(self) -> FaultPlan:
+        return self._plan
+
+    def set_rpm(self, limit: int, window_s: float | None = None) -> None:
+        """Admit at most `limit` requests per `window_s` seconds (0 = unlimited)."""
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        if window_s is not None and window_s <= 0:
+            raise ValueError("window_s must be > 0")
+        with self._lock:
+            self._limit = int(limit)
+            if window_s is not None:
+                self._window_s = float(window_s)
+
+    def refuse_connections(self, seconds: float) -> None:
+        """Stop listening (and drop open connections) for `seconds`, then listen again on the
+        same port. Returns once the listener is closed, so the next connect is refused."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("server is not running")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("call refuse_connections from another thread")
+        asyncio.run_coroutine_threadsafe(self._refuse(seconds), loop).result(10.0)
+
+    async def _refuse(self, seconds: float) -> None:
+        if self._reopen_task is not None:  # a second outage replaces the first one's timer
+            self._reopen_task.cancel()
+            self._reopen_task = None
+        with self._lock:
+            self._refusals += 1
+        site = self._site
+        self._site = None
+        if site is not None:
+            await site.stop()
+        # Closing the listener leaves accepted keep-alive connections open; drop them too,
+        # otherwise pooled clients would not notice the outage.
+        server = self._runner.server if self._runner is not None else None
+        if server is not None:
+            for conn in server.connections:
+                conn.force_close()
+        self._reopen_task = asyncio.get_running_loop().create_task(self._reopen_after(seconds))
+
+    async def _reopen_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        assert self._runner is not None
+        # The port was ours a moment ago; retry briefly in case the kernel is slow to free it.
+        for _ in range(50):
+            try:
+                site = web.TCPSite(self._runner, HOST, self.port, reuse_address=True)
+                await site.start()
+            except OSError:
+                await asyncio.sleep(0.1)
+                continue
+            self._site = site
+            self._reopen_task = None
+            return
+        raise RuntimeError(f"fake judge could not listen on port {self.port} again")
+
+    # ----------------------------------------------------------------------------------------
+    # introspection
+
+    def _init_stats(self) -> None:
+        self._total = 0
+        self._by_status: Counter[str] = Counter()
+        self._by_schema: Counter[str] = Counter()
+        self._by_outcome: Counter[str] = Counter()
+        self._faults: Counter[str] = Counter()
+        self._count_429 = 0
+        self._window_429 = 0
+        self._accepted = 0
+        self._accepted_ts: deque[float] = deque(maxlen=self._max_timestamps)
+        self._auth_seen: set[str] = set()
+        self._no_auth = 0
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._contexts_judged = 0
+        self._refusals = 0
+        self._log: deque[dict[str, Any]] = deque(maxlen=self._max_logged_requests)
+
+    def reset_stats(self) -> None:
+        """Forget counters, logs and timestamps. The rate limiter keeps its current window."""
+        with self._lock:
+            in_flight = self._in_flight
+            refusals = self._refusals
+            self._init_stats()
+            self._in_flight = in_flight
+            self._refusals = refusals
+
+    def accepted_timestamps(self) -> list[float]:
+        """time.monotonic() of each admitted request (the last `max_timestamps`), oldest first."""
+        with self._lock:
+            return list(self._accepted_ts)
+
+    def max_in_any_window(self, window_s: float | None = None) -> int:
+        """The most admitted requests in any window of `window_s` (default: the limiter's)."""
+        with self._lock:
+            stamps = list(self._accepted_ts)
+            window = self._window_s if window_s is None else window_s
+        return _max_in_window(stamps, window)
+
+    def authorization_headers(self) -> set[str]:
+        """Every distinct Authorization header value seen."""
+        with self._lock:
+            return set(self._auth_seen)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The last `max_logged_requests` parsed request bodies, newest last."""
+        with self._lock:
+            return list(self._log)
+
+    def stats(self) -> dict[str, Any]:
+        """A JSON-compatible snapshot. Status codes are string keys, as they are in GET /stats."""
+        with self._lock:
+            snapshot: dict[str, Any] = {
+                "url": self.url,
+                "total_requests": self._total,
+                "by_status": dict(self._by_status),
+                "by_schema": dict(self._by_schema),
+                "by_outcome": dict(self._by_outcome),
+                "faults": dict(self._faults),
+                "rate_limited_429": self._count_429,  # every 429 sent, injected or not
+                "rate_limited_by_window": self._window_429,  # 429s from the sliding window
+                "accepted": self._accepted,  # admitted by the sliding window
+                "rpm": self._limit,
+                "window_s": self._window_s,
+                "authorization_headers": sorted(self._auth_seen),
+                "requests_without_authorization": self._no_auth,
+                "in_flight": self._in_flight,
+                "max_in_flight": self._max_in_flight,
+                "contexts_judged": self._contexts_judged,
+                "refusals": self._refusals,
+                "listening": self._site is not None,
+                "fault_plan": self._plan.to_dict(),
+            }
+            stamps = list(self._accepted_ts)
+        snapshot["max_in_any_window"] = _max_in_window(stamps, snapshot["window_s"])
+        return snapshot
+
+    # ----------------------------------------------------------------------------------------
+    # request handling
+
+    async def _handle_chat(self, request: web.Request) -> web.Response:
+        with self._lock:
+            self._total += 1
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+        outcome = "ok"
+        try:
+            try:
+                response = await self._answer(request)
+            except _Reply as reply:
+                response, outcome = reply.response, reply.outcome
+        except Exception as exc:  # a bug in the fake must show up as a 500, not a hang
+            response = _error(500, f"fake judge internal error: {exc!r}", "server_error")
+            outcome = "internal_error"
+        with self._lock:
+            self._in_flight -= 1
+            self._by_status[str(response.status)] += 1
+            self._by_outcome[outcome] += 1
+            if response.status == 429:
+                self._count_429 += 1
+        return response
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization")
+        raw = await request.read()
+        with self._lock:
+            if auth is None:
+                self._no_auth += 1
+            elif auth not in self._auth_seen and len(self._auth_seen) < 1000:
+                self._auth_seen.add(auth)
+        if self._require_auth is not None and auth != self._require_auth:
+            raise _Reply(
+                _error(401, "Incorrect API key.", "invalid_request_error", "invalid_api_key"),
+                "unauthorized",
+            )
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise _bad_request(f"request body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise _bad_request("request body must be a JSON object")
+        schema = _schema_name(body)
+        with self._lock:
+            self._log.append(body)
+            self._by_schema[schema or "missing"] += 1
+        if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
+            raise _bad_request(
+                "response_format must be a json_schema named "
+                f"{VERDICTS_SCHEMA_NAME!r} or {REASON_SCHEMA_NAME!r}, got {schema!r}",
+                "invalid_response_format",
+            )
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad_request("messages must be a non-empty list")
+
+        fault, plan = self._draw_fault(schema)
+        if fault in ("rate_limit_429", "rate_limit_429_no_header"):
+            headers = {"Retry-After": str(plan.retry_after_s)} if fault == "rate_limit_429" else {}
+            raise _Reply(_rate_limit_error(headers), f"fault:{fault}")
+        self._admit()
+        if fault == "server_error":
+            with self._lock:
+                status = self._rng.choice((500, 502, 503))
+            raise _Reply(
+                _error(status, f"fake judge injected HTTP {status}", "server_error"),
+                f"fault:{fault}",
+            )
+        delay = plan.latency_s
+        if plan.latency_jitter_s > 0:
+            with self._lock:
+                delay += self._rng.uniform(0.0, plan.latency_jitter_s)
+        if fault == "slow":
+            delay += plan.slow_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+        if schema == VERDICTS_SCHEMA_NAME:
+            content = self._verdict_content(messages, fault)
+        else:
+            content = json.dumps({"reason": _reason_text(messages)})
+        return self._completion(body, messages, content)
+
+    def _draw_fault(self, schema: str) -> tuple[str | None, FaultPlan]:
+        """One draw per request; counts the fault if it will actually be applied."""
+        with self._lock:
+            plan = self._plan
+            if not self._cumulative:
+                return None, plan
+            u = self._rng.random()
+            i = bisect.bisect_right(self._cumulative, u)
+            if i >= len(self._cumulative_kinds):
+                return None, plan
+            kind = self._cumulative_kinds[i]
+            if kind in CONTENT_FAULTS and schema != VERDICTS_SCHEMA_NAME:
+                return None, plan
+            self._faults[kind] += 1
+            return kind, plan
+
+    def _admit(self) -> None:
+        """Sliding-window limit: admit and record now, or raise a 429 reply."""
+        with self._lock:
+            now = time.monotonic()
+            limit = self._limit
+            if limit > 0:
+                window = self._window
+                horizon = now - self._window_s
+                while window and window[0] <= horizon:
+                    window.popleft()
+                if len(window) >= limit:
+                    self._window_429 += 1
+                    wait = window[0] + self._window_s - now
+                    reset = max(1, math.ceil(wait))
+                    headers = {
+                        "x-ratelimit-limit-requests": str(limit),
+                        "x-ratelimit-remaining-requests": "0",
+                        "x-ratelimit-reset-requests": f"{wait:.3f}s",
+                    }
+                    if self._retry_after_header:
+                        headers["Retry-After"] = str(reset)
+                    raise _Reply(_rate_limit_error(headers), "rate_limited")
+                window.append(now)
+            self._accepted += 1
+            self._accepted_ts.append(now)
+
+    def _verdict_content(self, messages: list[Any], fault: str | None) -> str:
+        text = _last_user_text(messages)
+        query_match = _QUERY_RE.search(text)
+        block = _CONTEXTS_RE.search(text)
+        if query_match is None or block is None:
+            raise _bad_request("fake judge: no <query> or <contexts> in the last user message")
+        try:
+            query = json.loads(query_match.group(1))
+            contexts = [
+                (int(m.group(1)), json.loads(m.group(2)))
+                for m in _CONTEXT_LINE_RE.finditer(block.group(1))
+            ]
+        except ValueError as exc:
+            raise _bad_request(f"fake judge: a data line is not a JSON string: {exc}") from None
+        verdicts: list[dict[str, Any]] = []
+        for index, context in contexts:
+            relevant = self._verdict_fn(context, query)
+            verdicts.append(
+                {
+                    "context_index": index,
+                    "verdict": "yes" if relevant else "no",
+                    "reason": f"Context {index} is {'' if relevant else 'not '}useful here.",
+                }
+            )
+        with self._lock:
+            self._contexts_judged += len(verdicts)
+            if fault is None:
+                return json.dumps({"verdicts": verdicts})
+            return _apply_content_fault(fault, verdicts, self._rng)
+
+    def _completion(self, body: dict[str, Any], messages: list[Any], content: str) -> web.Response:
+        prompt_chars = sum(len(_text_of(m)) for m in messages)
+        prompt_tokens = prompt_chars // 4 + 1
+        completion_tokens = len(content) // 4 + 1
+        with self._lock:
+            self._reply_counter += 1
+            reply_id = f"chatcmpl-fake{self._reply_counter}"
+        reply = {
+            "id": reply_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake-judge"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        return web.Response(body=json.dumps(reply).encode(), content_type="application/json")
+
+    # ----------------------------------------------------------------------------------------
+    # HTTP control endpoints (for a server running as its own process)
+
+    async def _handle_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    async def _handle_requests(self, request: web.Request) -> web.Response:
+        last = int(request.query.get("last", "100"))
+        return web.json_response(self.requests()[-last:] if last > 0 else [])
+
+    async def _handle_admin_reset(self, request: web.Request) -> web.Response:
+        self.reset_stats()
+        return web.json_response({"ok": True})
+
+    async def _handle_admin_fault_plan(self, request: web.Request) -> web.Response:
+        try:
+            plan = FaultPlan.from_dict(await request.json())
+        except (ValueError, TypeError) as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        self.set_fault_plan(plan)
+        return web.json_response({"ok": True, "fault_plan": plan.to_dict()})
+
+    async def _handle_admin_rpm(self, request: web.Request) -> web.Response:
+        try:
+            data = await request.json()
+            self.set_rpm(int(data["rpm"]), data.get("window_s"))
+        except (ValueError, TypeError, KeyError) as exc:
+            return _error(400, repr(exc), "invalid_request_error")
+        return web.json_response({"ok": True})
+
+    async def _handle_admin_refuse(self, request: web.Request) -> web.Response:
+        try:
+            seconds = float((await request.json())["seconds"])
+        except (ValueError, TypeError, KeyError) as exc:
+            return _error(400, repr(exc), "invalid_request_error")
+
+        async def later() -> None:
+            await asyncio.sleep(0.05)  # let this response go out before the connection drops
+            await self._refuse(seconds)
+
+        task = asyncio.get_running_loop().create_task(later())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return web.json_response({"ok": True, "seconds": seconds})
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _rate_limit_error(headers: dict[str, str]) -> web.Response:
+    return _error(
+        429,
+        "Rate limit reached for requests (fake judge).",
+        "rate_limit_exceeded",
+        "rate_limit_exceeded",
+        headers,
+    )
+
+
+def _schema_name(body: dict[str, Any]) -> str | None:
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        return None
+    name = spec.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _text_of(message: Any) -> str:
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multi-part content: count the text parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _last_user_text(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message)
+    raise _bad_request("fake judge: no user message")
+
+
+def _reason_text(messages: list[Any]) -> str:
+    match = _SCORE_RE.search(_last_user_text(messages))
+    score = f" of {match.group(1)}" if match else ""
+    return (
+        f"The score{score} follows from where the relevant contexts rank: relevant passages "
+        "near the top raise it, relevant passages further down lower it."
+    )
+
+
+_CASE_VARIANTS = {"yes": (" Yes ", "YES", "Yes", " yes"), "no": (" No ", "NO", "No", "no ")}
+
+
+def _apply_content_fault(fault: str, verdicts: list[dict[str, Any]], rng: random.Random) -> str:
+    """Serialise `verdicts` damaged (or harmlessly altered) as `fault` says. Caller holds the
+    lock because this uses the shared generator."""
+    indices = [v["context_index"] for v in verdicts]
+    if fault == "malformed_json":
+        return _MALFORMED_CONTENT
+    if fault == "truncated_json":
+        full = json.dumps({"verdicts": verdicts})
+        return full[: rng.randint(1, len(full) - 1)]
+    if fault == "code_fence":
+        return "```json\n" + json.dumps({"verdicts": verdicts}) + "\n```"
+    if fault == "text_around":
+        return (
+            "Sure! Here are the verdicts you asked for:\n"
+            + json.dumps({"verdicts": verdicts})
+            + "\nLet me know if you need anything else."
+        )
+    if fault == "wrong_count":
+        if verdicts and rng.random() < 0.5:
+            del verdicts[rng.randrange(len(verdicts))]
+        else:
+            extra = max(indices, default=-1) + 1
+            verdicts.append({"context_index": extra, "verdict": "no", "reason": "Extra."})
+    elif fault == "unknown_verdict_word":
+        if verdicts:
+            verdicts[rng.randrange(len(verdicts))]["verdict"] = "maybe"
+        else:
+            verdicts.append({"context_index": 0, "verdict": "maybe", "reason": "Unsure."})
+    elif fault == "duplicate_index":
+        if len(verdicts) >= 2:
+            i, j = rng.sample(range(len(verdicts)), 2)
+            verdicts[j]["context_index"] = verdicts[i]["context_index"]
+        elif verdicts:
+            verdicts.append(dict(verdicts[0]))
+        else:
+            verdicts += [{"context_index": 0, "verdict": "no", "reason": "Dup."}] * 2
+    elif fault == "out_of_range_index":
+        bad = rng.choice((-1, max(indices, default=0) + 1000))
+        if verdicts:
+            verdicts[rng.randrange(len(verdicts))]["context_index"] = bad
+        else:
+            verdicts.append({"context_index": bad, "verdict": "no", "reason": "Out of range."})
+    elif fault == "shuffled":
+        if len(verdicts) >= 2:
+            original = list(verdicts)
+            rng.shuffle(verdicts)
+            if verdicts == original:  # make sure the order really changed
+                verdicts.append(verdicts.pop(0))
+    elif fault == "case_and_space":
+        for v in verdicts:
+            v["verdict"] = rng.choice(_CASE_VARIANTS[v["verdict"]])
+    else:
+        raise ValueError(f"unknown content fault {fault!r}")
+    return json.dumps({"verdicts": verdicts})
