@@ -1,0 +1,82 @@
+"""scorer_core: context precision for RAG retrieval, judged by an LLM or offline.
+
+The pure library: prompts, verdict parsing, the precision maths and the judge interface.
+It imports no Ray, fsspec or Polars, and litellm only when an LLM judge is used.
+
+    >>> from scorer_core import context_precision
+    >>> context_precision([True, False, True, False])
+    0.83
+"""
+
+from scorer_core.errors import (
+    ConfigError,
+    ConnectionFailed,
+    CtxPrecError,
+    FatalJudgeError,
+    InputError,
+    JudgeError,
+    JudgeTimeout,
+    MalformedReply,
+    RateLimited,
+    RequestRejected,
+    ServerError,
+    TransportError,
+)
+from scorer_core.parsing import parse_reason, parse_verdicts
+from scorer_core.precision import average_precision, context_precision, round_half_up
+from scorer_core.prompt import PROMPT_VERSION, REASON_SCHEMA_NAME, VERDICTS_SCHEMA_NAME
+from scorer_core.protocols import ChatClient, ChatReply, Judge, Limiter, NoLimit
+from scorer_core.reasons import template_reason
+from scorer_core.retry import RetryPolicy
+from scorer_core.scorer import (
+    ContextPrecisionScorer,
+    create_context_precision_scorer,
+    make_judge,
+    validate_item,
+)
+from scorer_core.types import (
+    ContextVerdict,
+    ScoreResult,
+    ScoringItem,
+    Usage,
+    VerdictBatch,
+)
+
+__all__ = [
+    "PROMPT_VERSION",
+    "REASON_SCHEMA_NAME",
+    "VERDICTS_SCHEMA_NAME",
+    "ChatClient",
+    "ChatReply",
+    "ConfigError",
+    "ConnectionFailed",
+    "ContextPrecisionScorer",
+    "ContextVerdict",
+    "CtxPrecError",
+    "FatalJudgeError",
+    "InputError",
+    "Judge",
+    "JudgeError",
+    "JudgeTimeout",
+    "Limiter",
+    "MalformedReply",
+    "NoLimit",
+    "RateLimited",
+    "RequestRejected",
+    "RetryPolicy",
+    "ScoreResult",
+    "ScoringItem",
+    "ServerError",
+    "TransportError",
+    "Usage",
+    "VerdictBatch",
+    "average_precision",
+    "context_precision",
+    "create_context_precision_scorer",
+    "make_judge",
+    "parse_reason",
+    "parse_verdicts",
+    "round_half_up",
+    "template_reason",
+    "validate_item",
+]

@@ -13,7 +13,8 @@ they happen, so callers only ever catch `CtxPrecError` subclasses.
         │   ├── JudgeTimeout     no answer within the timeout
         │   └── ConnectionFailed the server could not be reached
         ├── MalformedReply   an answer came but cannot be used; the judge re-asks
-        └── FatalJudgeError  not worth retrying: authentication, unknown model, bad request
+        ├── RequestRejected  the provider refused this one request (4xx, e.g. too long)
+        └── FatalJudgeError  no request can succeed: authentication, unknown model
 """
 
 from __future__ import annotations
@@ -63,5 +64,13 @@ class MalformedReply(JudgeError):
     """The provider answered, but the reply does not follow the wire contract."""
 
 
+class RequestRejected(JudgeError):
+    """The provider refused this request (a 4xx such as an over-long prompt): the item fails."""
+
+
 class FatalJudgeError(JudgeError):
-    """Retrying cannot help: bad credentials, unknown model, a request the provider rejects."""
+    """No request can succeed (bad credentials, unknown model): the whole run should stop."""
+
+
+class StorageError(CtxPrecError):
+    """Reading or writing the store failed. The message names the path."""

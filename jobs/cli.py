@@ -1,0 +1,34 @@
+"""`ctxprec`: the home of every user command.
+
+    ctxprec score [item.json]           score one item (see scorer_core.cli)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scorer_core.cli import add_score_arguments, run_score
+from scorer_core.errors import CtxPrecError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ctxprec", description="Context precision for RAG retrieval, at scale."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    score = commands.add_parser("score", help="score one item given as JSON")
+    add_score_arguments(score)
+    score.set_defaults(handler=run_score)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return code

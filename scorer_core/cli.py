@@ -1,0 +1,137 @@
+"""`ctxprec score` / `python -m scorer_core`: score one item given as JSON.
+
+The item is a JSON object read from a file or stdin:
+    {"input": "...", "output": "...", "expected_output": "... (optional)",
+     "context": ["first retrieved passage", "second", ...]}
+("query", "contexts" and "expected_answer" are accepted as aliases.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from scorer_core.errors import CtxPrecError, InputError
+from scorer_core.scorer import create_context_precision_scorer
+from scorer_core.types import ScoreResult
+
+_ALIASES = {"query": "input", "contexts": "context", "expected_answer": "expected_output"}
+_FIELDS = ("input", "output", "expected_output", "context")
+
+
+def add_score_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("item", nargs="?", help="JSON file with the item (default: stdin)")
+    parser.add_argument("--model", default="lexical", help="'lexical' or a litellm model string")
+    parser.add_argument("--api-base", default=None, help="OpenAI-compatible server URL")
+    parser.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="name of the environment variable holding the API key (never the key itself)",
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--reason", choices=["llm", "template", "none"], default="template")
+    parser.add_argument("--contexts-per-call", type=int, default=16)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def read_item(source: TextIO, name: str) -> dict[str, Any]:
+    """The item's fields from a JSON object, aliases resolved; InputError names the problem."""
+    text = source.read()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{name}: expected a JSON object, got {type(raw).__name__}")
+    item = {_ALIASES.get(key, key): value for key, value in raw.items()}
+    unknown = sorted(set(item) - set(_FIELDS))
+    if unknown:
+        raise InputError(f"{name}: unknown field(s) {', '.join(unknown)}; use {', '.join(_FIELDS)}")
+    for required in ("input", "output", "context"):
+        if required not in item:
+            raise InputError(f"{name}: missing field {required!r}")
+    context = item["context"]
+    if not isinstance(context, list) or not all(isinstance(c, str) for c in context):
+        raise InputError(f"{name}: field 'context' must be a list of strings")
+    if not context:
+        raise InputError(f"{name}: field 'context' is empty")
+    return item
+
+
+def result_to_dict(result: ScoreResult) -> dict[str, Any]:
+    return {
+        "score": result.score,
+        "status": result.status,
+        "error": result.error,
+        "reason": result.reason,
+        "verdicts": [
+            {"index": v.index, "relevant": v.relevant, "reason": v.reason}
+            for v in result.verdicts
+        ],
+        "judge_calls": result.usage.calls,
+    }
+
+
+def render(result: ScoreResult) -> str:
+    lines = [f"score:  {result.score if result.score is not None else '-'} ({result.status})"]
+    if result.error:
+        lines.append(f"error:  {result.error}")
+    if result.reason:
+        lines.append(f"reason: {result.reason}")
+    if result.verdicts:
+        lines.append("verdicts:")
+        for v in result.verdicts:
+            lines.append(f"  [{v.index}] {'yes' if v.relevant else 'no ':3}  {v.reason}")
+    return "\n".join(lines)
+
+
+def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
+    if args.item and args.item != "-":
+        try:
+            with open(args.item, encoding="utf-8") as handle:
+                item = read_item(handle, args.item)
+        except OSError as exc:
+            raise InputError(f"{args.item}: cannot read ({exc.strerror})") from None
+    else:
+        item = read_item(sys.stdin, "stdin")
+    options: dict[str, Any] = {}
+    if args.model != "lexical":
+        options = {"timeout": args.timeout}
+        if args.api_base:
+            options["api_base"] = args.api_base
+        key = os.environ.get(args.api_key_env)
+        if key:
+            options["api_key"] = key
+    scorer = create_context_precision_scorer(
+        args.model,
+        context=item["context"],
+        scale=args.scale,
+        reason=args.reason,
+        contexts_per_call=args.contexts_per_call,
+        **options,
+    )
+    result = scorer.run(item["input"], item["output"], item.get("expected_output"))
+    print(json.dumps(result_to_dict(result), ensure_ascii=False) if args.json else render(result),
+          file=stdout)
+    return 0 if result.status == "ok" else 3
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["score"]:
+        args_list = args_list[1:]
+    parser = argparse.ArgumentParser(
+        prog="python -m scorer_core", description="Score one item's context precision."
+    )
+    add_score_arguments(parser)
+    args = parser.parse_args(args_list)
+    try:
+        return run_score(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,157 @@
+"""The `ChatClient` that reaches any model through litellm, and the error translation.
+
+This is the one place that knows litellm: its exceptions become the project's error tree here
+and nowhere else. Retries are disabled inside litellm and the OpenAI SDK (which would otherwise
+sleep for `Retry-After` up to two minutes per retry, ignoring our timeout and our shared limit):
+`scorer_core.judge` owns retrying.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scorer_core.errors import (
+    ConnectionFailed,
+    FatalJudgeError,
+    JudgeTimeout,
+    MalformedReply,
+    RateLimited,
+    RequestRejected,
+    ServerError,
+    TransportError,
+)
+from scorer_core.protocols import ChatReply
+
+# Without this litellm fetches a price map from the internet at import and stalls offline.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# Local OpenAI-compatible servers (vLLM, Ollama, test servers) need no key, but the OpenAI SDK
+# refuses to send a request without one.
+_PLACEHOLDER_KEY = "no-key-needed"
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers: Mapping[str, str] | None = getattr(exc, "headers", None) or None
+    if not headers:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if not headers:
+        headers = getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    for name in ("retry-after", "Retry-After"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exception:
+    """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
+    import litellm
+
+    message = f"{type(exc).__name__}: {exc}"
+    if api_key:
+        message = message.replace(api_key, "***")
+    message = f"judge {model}: {message[:500]}"
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.RateLimitError) or status == 429:
+        return RateLimited(message, retry_after=_retry_after(exc))
+    if isinstance(exc, litellm.Timeout):
+        return JudgeTimeout(message)
+    if isinstance(exc, litellm.APIConnectionError) and status in (None, 500):
+        # litellm reports refused connections as APIConnectionError (status 500).
+        lowered = str(exc).lower()
+        if "timeout" in lowered or "timed out" in lowered:
+            return JudgeTimeout(message)
+        return ConnectionFailed(message)
+    if isinstance(status, int) and status >= 500:
+        return ServerError(message)
+    if isinstance(
+        exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError
+    ) or status in (401, 403, 404):
+        return FatalJudgeError(message)
+    if isinstance(exc, litellm.BadRequestError) or (isinstance(status, int) and 400 <= status < 500):
+        return RequestRejected(message)
+    return TransportError(message)
+
+
+class LiteLLMClient:
+    """One chat completion per call through `litellm.acompletion`, retries left to the caller."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = None,
+        **extra: Any,
+    ) -> None:
+        self._model = model
+        self._api_base = api_base
+        self._api_key = api_key or (_PLACEHOLDER_KEY if api_base else None)
+        self._timeout = timeout
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._extra = extra
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def __repr__(self) -> str:  # never show the key
+        return f"LiteLLMClient(model={self._model!r}, api_base={self._api_base!r})"
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        schema_name: str,
+        schema: dict[str, Any],
+    ) -> ChatReply:
+        import litellm
+
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "messages": list(messages),
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+            },
+            "timeout": self._timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+            **self._extra,
+        }
+        if self._api_base:
+            kwargs["api_base"] = self._api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        if self._temperature is not None:
+            kwargs["temperature"] = self._temperature
+        if self._max_tokens is not None:
+            kwargs["max_tokens"] = self._max_tokens
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise translate_error(exc, self._model, self._api_key) from None
+        try:
+            text = response.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise MalformedReply(f"judge {self._model}: reply has no message content") from exc
+        usage = getattr(response, "usage", None)
+        return ChatReply(
+            text=text,
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        )

@@ -1,0 +1,113 @@
+"""Parsing judge replies into verdicts, strictly, by the wire contract.
+
+A reply is accepted when it holds a JSON object (bare, inside a code fence, or with prose
+around it) whose "verdicts" list has exactly one entry for every requested context index.
+Verdict words are "yes"/"no" in any case with any surrounding space. Verdicts are mapped by
+`context_index`, never by list order. Anything else raises `MalformedReply` with a message that
+says precisely what was wrong, which the judge sends back when it re-asks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from scorer_core.errors import MalformedReply
+from scorer_core.types import ContextVerdict
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+_VERDICT_WORDS = {"yes": True, "no": False}
+_MAX_QUOTED = 120
+
+
+def _quote(text: str) -> str:
+    text = text.strip()
+    return repr(text if len(text) <= _MAX_QUOTED else text[:_MAX_QUOTED] + "...")
+
+
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in `text`: bare, fenced, or surrounded by prose."""
+    candidates = [text.strip()]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    # Prose around the JSON: try decoding from each opening brace.
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    if not text.strip():
+        raise MalformedReply("the reply was empty")
+    raise MalformedReply(f"the reply is not a JSON object: {_quote(text)}")
+
+
+def parse_verdict_word(word: object, index: int) -> bool:
+    if not isinstance(word, str) or word.strip().lower() not in _VERDICT_WORDS:
+        raise MalformedReply(
+            f'verdict for context {index} must be "yes" or "no", got {json.dumps(word)}'
+        )
+    return _VERDICT_WORDS[word.strip().lower()]
+
+
+def _parse_index(raw: object) -> int:
+    # JSON numbers like 3.0 or "3" are a common slip of small models; accept exact integers.
+    if isinstance(raw, bool):
+        raise MalformedReply(f"context_index must be an integer, got {json.dumps(raw)}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if isinstance(raw, str) and raw.strip().isdigit():
+        return int(raw.strip())
+    raise MalformedReply(f"context_index must be an integer, got {json.dumps(raw)}")
+
+
+def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict, ...]:
+    """Verdicts for exactly `positions`, in position order, from a reply's text."""
+    payload = extract_json_object(text)
+    entries = payload.get("verdicts")
+    if not isinstance(entries, list):
+        raise MalformedReply('the reply has no "verdicts" list')
+    expected = set(positions)
+    if len(entries) != len(expected):
+        raise MalformedReply(f"expected {len(expected)} verdicts, got {len(entries)}")
+    by_index: dict[int, ContextVerdict] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise MalformedReply(f"each verdict must be an object, got {_quote(str(entry))}")
+        if "context_index" not in entry:
+            raise MalformedReply("a verdict has no context_index")
+        index = _parse_index(entry["context_index"])
+        if index not in expected:
+            raise MalformedReply(
+                f"context_index {index} is not one of the passages asked about "
+                f"({min(expected)}..{max(expected)})"
+            )
+        if index in by_index:
+            raise MalformedReply(f"context_index {index} appears twice")
+        relevant = parse_verdict_word(entry.get("verdict"), index)
+        reason = entry.get("reason", "")
+        by_index[index] = ContextVerdict(
+            index=index, relevant=relevant, reason=reason if isinstance(reason, str) else ""
+        )
+    return tuple(by_index[p] for p in sorted(expected))
+
+
+def parse_reason(text: str) -> str:
+    """The explanation from a reason reply."""
+    payload = extract_json_object(text)
+    reason = payload.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise MalformedReply('the reply has no non-empty "reason" string')
+    return reason.strip()
