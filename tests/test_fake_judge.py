@@ -223,7 +223,8 @@ def test_max_in_any_window_never_exceeds_limit_under_concurrency() -> None:
 
 
 def _faulty(client: httpx.Client, fault: str, **plan: Any) -> tuple[httpx.Response, dict[str, Any]]:
-    with FakeJudgeServer(fault_plan=FaultPlan(**{fault: 1.0}, **plan)) as s:
+    kwargs: dict[str, Any] = {fault: 1.0, **plan}
+    with FakeJudgeServer(fault_plan=FaultPlan(**kwargs)) as s:
         response = _post(client, s, _body())
         # Content faults only ever touch verdict replies.
         reason = _post(client, s, _body(REASON_SCHEMA_NAME))

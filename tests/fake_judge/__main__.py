@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 from tests.fake_judge.server import FAULT_KINDS, FakeJudgeServer, FaultPlan
 
@@ -59,7 +60,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _plan_from_args(args: argparse.Namespace) -> FaultPlan:
     kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
-    rates = FaultPlan.mixed(args.fault_rate, kinds=kinds).rates() if args.fault_rate else {}
+    rates: dict[str, Any] = {}
+    if args.fault_rate:
+        rates.update(FaultPlan.mixed(args.fault_rate, kinds=kinds).rates())
     for item in args.fault:
         kind, sep, rate = item.partition("=")
         if not sep or kind not in FAULT_KINDS:

@@ -185,7 +185,8 @@ class FaultPlan:
         if bad:
             raise ValueError(f"unknown fault kinds: {sorted(bad)}")
         share = total / len(chosen) if chosen else 0.0
-        return cls(**{k: share for k in chosen}, seed=seed, **overrides)
+        rates: dict[str, Any] = {k: share for k in chosen}
+        return cls(**rates, seed=seed, **overrides)
 
 
 class _Reply(Exception):
