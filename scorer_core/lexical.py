@@ -1,0 +1,416 @@
+"""An offline, deterministic "lexical" judge: word overlap instead of a language model.
+
+`LexicalJudge` implements the `Judge` protocol without network access, model weights or
+third-party packages, so the tool can score context precision fully offline (tests, CI, air-gapped
+runs, a cheap first pass over a large corpus). It is a baseline, not a substitute for an LLM
+judge: it sees shared words, not meaning, and it cannot tell a passage that *answers* the query
+from one that merely *mentions* its words.
+
+How a context is judged
+-----------------------
+1. **Tokens.** Text is lower-cased and split into Unicode word tokens (letters and digits of any
+   script; underscores and punctuation separate tokens). English stopwords and single Latin
+   letters are dropped, and a light suffix stripper folds plural ``s``/``es``/``ies``, ``ing``
+   and ``ed``, so that "songs" matches "song" and "directed" matches "direct". Scripts written
+   without spaces (Chinese, Japanese) become one token per run of characters, so matching
+   there is coarse.
+2. **Target.** The words a relevant context should contain are those of the query
+   (`item.input`) plus those of the reference answer (`item.expected_output`) when one is given,
+   otherwise of the system's answer (`item.output`). Answer-only words get `answer_weight` times
+   the weight of query words. Answers made of stopwords only ("yes", "no") add nothing, and the
+   query alone decides.
+3. **Term coverage.** Each target word is weighted by an inverse document frequency computed over
+   the item's *own* contexts (no corpus needed): a word found in every retrieved context says
+   little about which of them is relevant. ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` with N
+   the number of contexts and df the number that contain the word. Term coverage is the weighted
+   share of the target words the context contains, in [0, 1].
+4. **Phrase coverage.** The share of the target's adjacent content-word pairs ("fight song",
+   "regional airport") that also occur adjacently (ignoring stopwords) in the context, in [0, 1].
+5. **Score and verdict.** ``score = (1 - phrase_weight) * term + phrase_weight * phrase`` (term
+   coverage alone when the target has fewer than two content words). A context is relevant when
+   ``score >= threshold`` *and* ``score >= relative * best``, where ``best`` is the highest score
+   among all of the item's contexts: a context must be close to the best match of its own list.
+   The verdict for a context depends on the whole item (IDF and ``best``), never on which
+   positions are asked for in one call, so batching does not change verdicts.
+
+Bounded work
+------------
+Only the first `max_chars` characters of each context (and of the query and answer) are read, and
+of those only the first `max_tokens` word tokens count. A multi-megabyte context therefore costs
+about as much as a `max_chars` one, and judging is linear in the number of contexts. The per-item
+statistics are computed once per item and kept in a small LRU cache, so judging an item in
+several batches of positions does not redo them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from scorer_core.errors import ConfigError
+from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+
+__all__ = [
+    "DEFAULT_ANSWER_WEIGHT",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_PHRASE_WEIGHT",
+    "DEFAULT_RELATIVE",
+    "DEFAULT_THRESHOLD",
+    "STOPWORDS",
+    "LexicalJudge",
+    "content_terms",
+    "is_relevant",
+    "stem",
+]
+
+# Chosen on the tuning split only (first half of the HotpotQA file by row order plus the
+# TREC DL 2019 BM25 rows); see `python -m bench.lexical_agreement --tune` and docs/benchmarks.md.
+DEFAULT_THRESHOLD = 0.2
+DEFAULT_RELATIVE = 0.8
+DEFAULT_ANSWER_WEIGHT = 0.5
+DEFAULT_PHRASE_WEIGHT = 0.5
+DEFAULT_MAX_TOKENS = 5_000
+DEFAULT_MAX_CHARS = 50_000
+
+_TIE = 1e-9
+
+# Unicode word characters without the underscore: letters and digits of any script.
+_TOKEN_RE = re.compile(r"[^\W_]+")
+
+_STOPWORD_TEXT = """
+    a about above after again against all also am an and any are aren as at be because been
+    before being below between both but by can cannot could couldn did didn do does doesn doing
+    don down during each either else etc ever every few for from further had hadn has hasn have
+    haven having he her here hers herself him himself his how however i if in into is isn it its
+    itself just let ll me might more most much must mustn my myself neither no nor not now of off
+    on once only or other others ought our ours ourselves out over own per rather re same shall
+    shan she should shouldn since so some such than that the their theirs them themselves then
+    there these they this those though through thus to too under until up upon us ve very via
+    was wasn we were weren what whatever when where whether which while who whom whose why will
+    with within without won would wouldn yes yet you your yours yourself yourselves
+"""
+STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
+# Dropped tokens: stopwords and single Latin letters (initials, "s" of "it's"). Single digits and
+# single characters of other scripts (a CJK character can be a word) are kept.
+_DROPPED: frozenset[str] = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz")
+
+
+@lru_cache(maxsize=1 << 17)
+def stem(word: str) -> str:
+    """Fold a lower-case word to a crude stem: plural s/es/ies, -ing and -ed are stripped.
+
+    Deliberately light (no dictionary): both sides of a comparison go through the same function,
+    so consistency matters more than linguistic accuracy. Numbers and short words are unchanged.
+    """
+    n = len(word)
+    if n <= 3 or word.isdigit():
+        return word
+    if word.endswith("ies") and n > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes", "zes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    if word.endswith("ing") and n > 5:
+        return word[:-3]
+    if word.endswith("ed") and n > 4:
+        return word[:-2]
+    return word
+
+
+def is_relevant(score: float, best: float, *, threshold: float, relative: float) -> bool:
+    """The verdict rule: a positive score at least `threshold` and `relative` x the item's best.
+
+    Public so that calibration can sweep `threshold` and `relative` over precomputed `scores`.
+    A score within 1e-9 of a bound counts as reaching it, so float rounding cannot flip ties.
+    """
+    return score > 0.0 and score >= threshold - _TIE and score >= relative * best - _TIE
+
+
+def _is_content(token: str) -> bool:
+    return token not in _DROPPED
+
+
+def _tokens(text: str, max_chars: int, max_tokens: int) -> list[str]:
+    """Lower-cased word tokens of the first `max_chars` characters, at most `max_tokens`."""
+    tokens = _TOKEN_RE.findall(text[:max_chars].lower())
+    return tokens[:max_tokens] if len(tokens) > max_tokens else tokens
+
+
+def content_terms(
+    text: str, *, max_chars: int = DEFAULT_MAX_CHARS, max_tokens: int = DEFAULT_MAX_TOKENS
+) -> list[str]:
+    """The stemmed content words of `text`, in order, with repeats (bounded as documented)."""
+    return [stem(t) for t in _tokens(text, max_chars, max_tokens) if _is_content(t)]
+
+
+def _pairs(terms: Sequence[str]) -> set[tuple[str, str]]:
+    return {(a, b) for a, b in itertools.pairwise(terms) if a != b}
+
+
+@dataclass(frozen=True, slots=True)
+class _ItemStats:
+    """Everything the verdicts on one item need, computed once for all of its contexts."""
+
+    target: tuple[str, ...]  # distinct target terms, answer terms first
+    answer_terms: frozenset[str]
+    n_pairs: int  # adjacent target word pairs
+    hits: tuple[tuple[str, ...], ...]  # per context: target terms it contains, in target order
+    pair_hits: tuple[int, ...]  # per context: target pairs it contains
+    scores: tuple[float, ...]  # per context, in [0, 1]
+    best: float
+    answer_source: str  # "reference answer", "answer" or "" (query only)
+    display: dict[str, str]  # stem -> the word as first written in the answer or query
+
+
+class LexicalJudge:
+    """A `Judge` that calls a context relevant when it covers enough of the query and answer.
+
+    See the module docstring for the method. Keyword options (defaults chosen on a tuning split
+    of human-labelled data, see docs/benchmarks.md):
+
+    - `threshold`: minimum score in [0, 1] for a "yes" (default 0.2).
+    - `relative`: a "yes" also needs at least `relative` times the best score among the item's
+      contexts (default 0.8; 0 disables this rule).
+    - `answer_weight`: weight of answer-only words relative to query words (default 0.5;
+      0 ignores the answer, so only the query counts).
+    - `phrase_weight`: share of the score that comes from matching adjacent word pairs
+      (default 0.5; 0 makes the judge a pure bag of words).
+    - `max_chars`, `max_tokens`: only the first `max_chars` characters of each text are read and
+      only the first `max_tokens` word tokens of those count (defaults 50,000 and 5,000).
+    - `cache_items`: how many items' statistics to keep for repeated calls (default 16, 0 = off).
+
+    Deterministic, no I/O; `Usage` is always zero because nothing is called.
+    """
+
+    def __init__(
+        self,
+        *,
+        threshold: float = DEFAULT_THRESHOLD,
+        relative: float = DEFAULT_RELATIVE,
+        answer_weight: float = DEFAULT_ANSWER_WEIGHT,
+        phrase_weight: float = DEFAULT_PHRASE_WEIGHT,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        cache_items: int = 16,
+    ) -> None:
+        for name, value in (
+            ("threshold", threshold),
+            ("relative", relative),
+            ("phrase_weight", phrase_weight),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
+        if (
+            isinstance(answer_weight, bool)
+            or not isinstance(answer_weight, int | float)
+            or not 0 <= answer_weight < math.inf
+        ):
+            raise ConfigError(f"answer_weight must be a finite number >= 0, got {answer_weight!r}")
+        for name, ivalue, low in (
+            ("max_chars", max_chars, 1),
+            ("max_tokens", max_tokens, 1),
+            ("cache_items", cache_items, 0),
+        ):
+            if isinstance(ivalue, bool) or not isinstance(ivalue, int) or ivalue < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {ivalue!r}")
+        self.threshold = float(threshold)
+        self.relative = float(relative)
+        self.answer_weight = float(answer_weight)
+        self.phrase_weight = float(phrase_weight)
+        self.max_chars = max_chars
+        self.max_tokens = max_tokens
+        self._cache_items = cache_items
+        self._cache: OrderedDict[ScoringItem, _ItemStats] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        return "lexical"
+
+    def __repr__(self) -> str:
+        return (
+            f"LexicalJudge(threshold={self.threshold}, relative={self.relative}, "
+            f"answer_weight={self.answer_weight}, phrase_weight={self.phrase_weight}, "
+            f"max_chars={self.max_chars}, max_tokens={self.max_tokens})"
+        )
+
+    # -- scoring -------------------------------------------------------------------------------
+
+    def scores(self, item: ScoringItem) -> list[float]:
+        """The score in [0, 1] of every context of `item`, in context order (before thresholds).
+
+        All 0.0 when the query and answer have no content words at all.
+        """
+        return list(self._stats(item).scores)
+
+    def verdict_flags(self, item: ScoringItem) -> list[bool]:
+        """The relevance verdict of every context of `item`, in context order."""
+        st = self._stats(item)
+        return [self._relevant(s, st.best) for s in st.scores]
+
+    def _relevant(self, score: float, best: float) -> bool:
+        return is_relevant(score, best, threshold=self.threshold, relative=self.relative)
+
+    def _stats(self, item: ScoringItem) -> _ItemStats:
+        if self._cache_items:
+            with self._lock:
+                cached = self._cache.get(item)
+                if cached is not None:
+                    self._cache.move_to_end(item)
+                    return cached
+        stats = self._compute(item)
+        if self._cache_items:
+            with self._lock:
+                self._cache[item] = stats
+                while len(self._cache) > self._cache_items:
+                    self._cache.popitem(last=False)
+        return stats
+
+    def _compute(self, item: ScoringItem) -> _ItemStats:
+        mc, mt = self.max_chars, self.max_tokens
+        if item.expected_output:
+            answer_text, answer_source = item.expected_output, "reference answer"
+        else:
+            answer_text, answer_source = item.output, "answer"
+        query_raw = [t for t in _tokens(item.input, mc, mt) if _is_content(t)]
+        answer_raw: list[str] = []
+        if self.answer_weight > 0.0:
+            answer_raw = [t for t in _tokens(answer_text, mc, mt) if _is_content(t)]
+        query_seq = [stem(t) for t in query_raw]
+        answer_seq = [stem(t) for t in answer_raw]
+        # The first surface form of each stem, so that reasons quote words, not stems.
+        display: dict[str, str] = {}
+        for surface, term in zip(answer_raw + query_raw, answer_seq + query_seq, strict=True):
+            display.setdefault(term, surface)
+        if not answer_seq:
+            answer_source = ""
+        target = tuple(dict.fromkeys(answer_seq + query_seq))
+        target_set = frozenset(target)
+        target_pairs = _pairs(query_seq) | _pairs(answer_seq)
+
+        hit_sets: list[frozenset[str]] = []
+        pair_hits: list[int] = []
+        for context in item.contexts:
+            tokens = _tokens(context, mc, mt)
+            # Stem each distinct surface form once; the sequence is only needed for pairs.
+            stems = {t: stem(t) for t in set(tokens).difference(_DROPPED)}
+            hit = frozenset(stems.values()) & target_set
+            hit_sets.append(hit)
+            n_pair_hits = 0
+            if len(hit) >= 2 and any(a in hit and b in hit for a, b in target_pairs):
+                seq: list[str] = list(filter(None, map(stems.get, tokens)))
+                n_pair_hits = len(_pairs(seq) & target_pairs)
+            pair_hits.append(n_pair_hits)
+
+        n = len(item.contexts)
+        df = dict.fromkeys(target, 0)
+        for hit in hit_sets:
+            for t in hit:
+                df[t] += 1
+        query_set = frozenset(query_seq)
+        answer_set = frozenset(answer_seq)
+        weights: dict[str, float] = {}
+        for t in target:
+            role = 1.0 if t in query_set else self.answer_weight
+            weights[t] = math.log1p((n - df[t] + 0.5) / (df[t] + 0.5)) * role
+        # math.fsum is exact, so scores do not depend on set iteration order (string hashing
+        # is salted per process): the same item gets bit-identical scores in every process.
+        total = math.fsum(weights.values())
+        hits = tuple(tuple(t for t in target if t in hit) for hit in hit_sets)
+        pw = self.phrase_weight if target_pairs else 0.0
+        scores: list[float] = []
+        for hit_terms, n_pair_hits in zip(hits, pair_hits, strict=True):
+            coverage = math.fsum(weights[t] for t in hit_terms) / total if total > 0.0 else 0.0
+            phrase = n_pair_hits / len(target_pairs) if target_pairs else 0.0
+            scores.append(min(1.0, max(0.0, (1.0 - pw) * coverage + pw * phrase)))
+        return _ItemStats(
+            target=target,
+            answer_terms=answer_set,
+            n_pairs=len(target_pairs),
+            hits=hits,
+            pair_hits=tuple(pair_hits),
+            scores=tuple(scores),
+            best=max(scores, default=0.0),
+            answer_source=answer_source,
+            display=display,
+        )
+
+    def _reason(self, st: _ItemStats, p: int, relevant: bool) -> str:
+        if not st.target:
+            return "the query and answer have no content words to match; score 0.00"
+        score, hit = st.scores[p], st.hits[p]
+        if not hit:
+            what = f"query or the {st.answer_source}" if st.answer_source else "query"
+            return f"shares no content words with the {what}; score 0.00"
+        ans = [t for t in hit if t in st.answer_terms]
+        qry = [t for t in hit if t not in st.answer_terms]
+        parts = []
+        if ans:
+            parts.append(f"{len(ans)} of {len(st.answer_terms)} words of the {st.answer_source}")
+        if qry:
+            other = " other" if st.answer_terms else ""
+            n_query = len(st.target) - len(st.answer_terms)
+            parts.append(f"{len(qry)} of {n_query}{other} query words")
+        shown = ", ".join(st.display.get(t, t) for t in (ans + qry)[:5])
+        shown += ", ..." if len(hit) > 5 else ""
+        text = f"shares {' and '.join(parts)} ({shown})"
+        if st.n_pairs and self.phrase_weight > 0.0:
+            text += f", {st.pair_hits[p]} of {st.n_pairs} word pairs"
+        if relevant:
+            return f"{text}; score {score:.2f} >= threshold {self.threshold:.2f}"
+        if score < self.threshold:
+            return f"{text}; score {score:.2f} < threshold {self.threshold:.2f}"
+        return f"{text}; score {score:.2f} < {self.relative:.2f} x best context's {st.best:.2f}"
+
+    # -- Judge protocol ------------------------------------------------------------------------
+
+    async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
+        """One verdict per position, in the order given, with the position as its index.
+
+        Positions outside ``range(len(item.contexts))``, or none at all, make the batch unscored
+        (with `unscored_reason`), as the protocol asks, instead of raising.
+        """
+        n = len(item.contexts)
+        bad = [
+            p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n
+        ]
+        if bad:
+            return VerdictBatch(
+                verdicts=(), unscored_reason=f"positions {bad[:5]} invalid for {n} contexts"
+            )
+        if not positions:
+            return VerdictBatch(verdicts=(), unscored_reason="no positions to judge")
+        st = self._stats(item)
+        verdicts = []
+        for p in positions:
+            relevant = self._relevant(st.scores[p], st.best)
+            verdicts.append(ContextVerdict(p, relevant, self._reason(st, p, relevant)))
+        return VerdictBatch(verdicts=tuple(verdicts), usage=Usage())
+
+    async def explain(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> tuple[str, Usage]:
+        """A short deterministic summary of the verdicts; costs nothing."""
+        if not verdicts:
+            return "", Usage()
+        ranks = sorted(v.index + 1 for v in verdicts if v.relevant)
+        if not ranks:
+            text = (
+                f"By word overlap none of the {len(verdicts)} judged contexts matches the query "
+                f"and answer; score {score:.2f}."
+            )
+        else:
+            shown = ", ".join(map(str, ranks[:10])) + (", ..." if len(ranks) > 10 else "")
+            text = (
+                f"By word overlap {len(ranks)} of {len(verdicts)} judged contexts match the query "
+                f"and answer (ranks {shown}); score {score:.2f}."
+            )
+        return text, Usage()
