@@ -48,7 +48,7 @@ def read_item(source: TextIO, name: str) -> dict[str, Any]:
         raise InputError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{name}: expected a JSON object, got {type(raw).__name__}")
-    item = {_ALIASES.get(key, key): value for key, value in raw.items()}
+    item: dict[str, Any] = {_ALIASES.get(str(k), str(k)): v for k, v in raw.items()}
     unknown = sorted(set(item) - set(_FIELDS))
     if unknown:
         raise InputError(f"{name}: unknown field(s) {', '.join(unknown)}; use {', '.join(_FIELDS)}")
@@ -70,8 +70,7 @@ def result_to_dict(result: ScoreResult) -> dict[str, Any]:
         "error": result.error,
         "reason": result.reason,
         "verdicts": [
-            {"index": v.index, "relevant": v.relevant, "reason": v.reason}
-            for v in result.verdicts
+            {"index": v.index, "relevant": v.relevant, "reason": v.reason} for v in result.verdicts
         ],
         "judge_calls": result.usage.calls,
     }
@@ -116,8 +115,10 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         **options,
     )
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
-    print(json.dumps(result_to_dict(result), ensure_ascii=False) if args.json else render(result),
-          file=stdout)
+    print(
+        json.dumps(result_to_dict(result), ensure_ascii=False) if args.json else render(result),
+        file=stdout,
+    )
     return 0 if result.status == "ok" else 3
 
 

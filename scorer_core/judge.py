@@ -68,7 +68,10 @@ class LLMJudge:
         return self._client.model
 
     async def _send(
-        self, messages: Sequence[dict[str, str]], schema_name: str, schema: dict[str, object],
+        self,
+        messages: Sequence[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, object],
         verdicts: int,
     ) -> tuple[ChatReply, Usage]:
         """One logical request: retried on transport failures, each attempt rate-limited."""
@@ -90,9 +93,7 @@ class LLMJudge:
                     rate_limited += 1
                     await self._limiter.rate_limited(retry_after)
                 if retries >= self._retry.max_retries:
-                    raise type(exc)(
-                        f"gave up after {calls} attempts; last error: {exc}"
-                    ) from None
+                    raise type(exc)(f"gave up after {calls} attempts; last error: {exc}") from None
                 await self._sleep(self._retry.delay_for(retries, retry_after))
                 retries += 1
                 continue

@@ -77,7 +77,9 @@ def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exce
         exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError
     ) or status in (401, 403, 404):
         return FatalJudgeError(message)
-    if isinstance(exc, litellm.BadRequestError) or (isinstance(status, int) and 400 <= status < 500):
+    if isinstance(exc, litellm.BadRequestError) or (
+        isinstance(status, int) and 400 <= status < 500
+    ):
         return RequestRejected(message)
     return TransportError(message)
 

@@ -139,7 +139,9 @@ class ContextPrecisionScorer:
         failure: BaseException | None = None
         for part, outcome in zip(slices, outcomes, strict=True):
             if isinstance(outcome, BaseException):
-                if not isinstance(outcome, TransportError | JudgeError) or isinstance(outcome, FatalJudgeError):
+                if not isinstance(outcome, TransportError | JudgeError) or isinstance(
+                    outcome, FatalJudgeError
+                ):
                     raise outcome
                 failure = failure or outcome
                 continue

@@ -1,0 +1,150 @@
+"""The content-addressed verdict cache, so tomorrow's run re-judges only what changed.
+
+A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output, reference,
+context text): change any of them and the pair is judged again; a cache hit can never return a
+verdict for different text. Entries live in one Parquet file per input region
+(`<cache>/<fingerprint>/<file-index>/<slot>.parquet`), written by the worker that judged that
+region. A worker loads its own slot and its two neighbours, so memory stays one shard's worth
+however large the cache grows, and small shifts of the input (rows added or removed) still hit.
+Items that move far in the input are re-judged: a miss costs a call, never a wrong verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.storage import Store
+from scorer_core.errors import StorageError
+from scorer_core.prompt import PROMPT_VERSION
+from scorer_core.protocols import Judge
+from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+
+CACHE_SCHEMA = pa.schema(
+    [("pair_key", pa.string()), ("relevant", pa.bool_()), ("judge_reason", pa.string())]
+)
+
+
+def judge_fingerprint(model: str, options: dict[str, object] | None = None) -> str:
+    """Identifies a judge configuration whose verdicts are interchangeable."""
+    material = repr((model, PROMPT_VERSION, sorted((options or {}).items())))
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
+    digest = hashlib.sha256()
+    for part in (
+        fingerprint,
+        item.input,
+        item.output,
+        item.expected_output or "",
+        item.contexts[position],
+    ):
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.hexdigest()[:32]
+
+
+@dataclass
+class VerdictCache:
+    """Cached verdicts for one shard's region, plus what this shard judged anew."""
+
+    known: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    fresh: dict[str, tuple[bool, str]] = field(default_factory=dict)
+
+    def get(self, key: str) -> tuple[bool, str] | None:
+        return self.fresh.get(key) or self.known.get(key)
+
+    def put(self, key: str, relevant: bool, reason: str) -> None:
+        self.fresh[key] = (relevant, reason)
+
+    def entries_for(self, keys: Sequence[str]) -> pa.Table:
+        """The entries this shard uses now: written back as its slot's new cache file."""
+        seen: dict[str, tuple[bool, str]] = {}
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                seen[key] = value
+        return pa.table(
+            {
+                "pair_key": list(seen),
+                "relevant": [v[0] for v in seen.values()],
+                "judge_reason": [v[1] for v in seen.values()],
+            },
+            schema=CACHE_SCHEMA,
+        )
+
+
+def slot_path(store: Store, folder: str, fingerprint: str, file_index: int, slot: int) -> str:
+    """The cache file of one input region; `folder` is relative to the store's root."""
+    return store.join(folder, fingerprint, f"{file_index:05d}", f"{slot:08d}.parquet")
+
+
+def load_cache(
+    store: Store, folder: str, fingerprint: str, file_index: int, slot: int
+) -> VerdictCache:
+    """Entries of `slot` and its neighbours; an unreadable cache file is ignored, not fatal."""
+    cache = VerdictCache()
+    for neighbour in (slot - 1, slot, slot + 1):
+        if neighbour < 0:
+            continue
+        path = slot_path(store, folder, fingerprint, file_index, neighbour)
+        try:
+            if not store.exists(path):
+                continue
+            table = pq.read_table(io.BytesIO(store.read_bytes(path)))
+        except (StorageError, pa.ArrowInvalid, OSError):
+            continue
+        for key, relevant, reason in zip(
+            table.column("pair_key").to_pylist(),
+            table.column("relevant").to_pylist(),
+            table.column("judge_reason").to_pylist(),
+            strict=True,
+        ):
+            cache.known[key] = (bool(relevant), reason or "")
+    return cache
+
+
+class CachingJudge:
+    """A `Judge` decorator: answers from the cache, asks the inner judge only for misses."""
+
+    def __init__(self, inner: Judge, cache: VerdictCache, fingerprint: str) -> None:
+        self._inner = inner
+        self._cache = cache
+        self._fingerprint = fingerprint
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
+        keys = {p: pair_key(self._fingerprint, item, p) for p in positions}
+        hits: list[ContextVerdict] = []
+        misses: list[int] = []
+        for position in positions:
+            cached = self._cache.get(keys[position])
+            if cached is None:
+                misses.append(position)
+            else:
+                hits.append(ContextVerdict(position, cached[0], cached[1]))
+        usage = Usage(cache_hits=len(hits))
+        if not misses:
+            return VerdictBatch(tuple(hits), usage)
+        batch = await self._inner.judge(item, misses)
+        if batch.unscored_reason is not None:
+            return VerdictBatch((), usage + batch.usage, batch.unscored_reason)
+        for verdict in batch.verdicts:
+            self._cache.put(keys[verdict.index], verdict.relevant, verdict.reason)
+        merged = tuple(sorted((*hits, *batch.verdicts), key=lambda v: v.index))
+        return VerdictBatch(merged, usage + batch.usage)
+
+    async def explain(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> tuple[str, Usage]:
+        return await self._inner.explain(item, verdicts, score)

@@ -1,0 +1,296 @@
+"""The nightly job: `python -m jobs.context_precision --config configs/local.yaml`.
+
+read -> plan shards -> fan out Ray tasks (bounded in flight, one shared rate limit) ->
+aggregate verdicts with Polars -> publish Parquet atomically -> print the summary.
+
+Everything that can be checked before the first judge call is checked first (config, API key
+variable, input files and columns), so a whole-run problem fails in seconds with a message that
+names its cause. Rerunning with the same `run.id` resumes: finished shards are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from jobs.config import JobConfig, load_config
+from jobs.inputs import check_schema, list_input_files, plan_shards
+from jobs.progress import ProgressLine, progress_actor_class
+from jobs.publish import Published, RunLocation, publish_run, read_manifest
+from jobs.storage import Store, open_store
+from jobs.worker import ShardContext, ShardReport, input_spec, run_shard
+from scorer_core.errors import ConfigError, CtxPrecError, FatalJudgeError, StorageError
+from scorer_core.prompt import PROMPT_VERSION
+
+# Keep a local Ray on loopback and litellm offline-safe, in this process and in the workers.
+_RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+class RunFailed(CtxPrecError):
+    """The run could not finish; staged shards are kept so the same run id resumes."""
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    run_date: dt.date
+    published: Published
+    shards_total: int
+    shards_skipped: int
+    seconds: float
+
+
+def resolve_location(config: JobConfig) -> RunLocation:
+    run_date = config.run.date or dt.datetime.now(dt.UTC).date()
+    run_id = config.run.id or f"{run_date:%Y%m%d}-{uuid.uuid4().hex[:8]}"
+    return RunLocation(run_id=run_id, run_date=run_date)
+
+
+def check_api_key(config: JobConfig) -> None:
+    judge = config.judge
+    if judge.model == "lexical" or judge.api_base or not judge.api_key_env:
+        return
+    if not os.environ.get(judge.api_key_env):
+        raise ConfigError(
+            f"judge.api_key_env: environment variable {judge.api_key_env} is not set "
+            f"(model {judge.model} needs an API key; set judge.api_key_env to the variable that "
+            "holds it, or judge.api_base for a local server)"
+        )
+
+
+def start_ray(config: JobConfig) -> None:
+    import ray
+
+    for key, value in _RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    if ray.is_initialized():
+        return
+    runtime_env = {"env_vars": {k: os.environ[k] for k in _RAY_ENV}}
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+    else:
+        ray.init(
+            num_cpus=max(2, os.cpu_count() or 2),
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env=runtime_env,
+            log_to_driver=True,
+        )
+
+
+def _manifest_base(
+    config: JobConfig, location: RunLocation, shards: int, started: float
+) -> dict[str, Any]:
+    return {
+        "run_id": location.run_id,
+        "run_date": location.run_date.isoformat(),
+        "judge_model": config.judge.model,
+        "prompt_version": PROMPT_VERSION,
+        "config": config.redacted(),
+        "shards": shards,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
+    """Run (or resume) one scoring run end to end and return where its results are."""
+    started = time.monotonic()
+    check_api_key(config)
+    location = resolve_location(config)
+    store = open_store(config.output.path, config.output.storage_options)
+    spec = input_spec(config)
+    files = list_input_files(spec)
+    check_schema(spec, files)
+    shards = plan_shards(spec, files, config.ray.shard_size)
+    if read_manifest(store, location) is not None:
+        raise RunFailed(
+            f"run {location.run_id} is already published at "
+            f"{store.url(store.join(location.manifest))}; choose another run.id"
+        )
+    done = {
+        path.rsplit("/", 1)[-1].removesuffix(".parquet")
+        for path in store.list(store.join(location.staging, "items"))
+    }
+    todo = [(n, s) for n, s in enumerate(shards) if s.shard_id not in done]
+    out.write(
+        f"run {location.run_id}: {len(files)} file(s), {len(shards)} shard(s)"
+        + (
+            f", {len(shards) - len(todo)} already done (resuming)"
+            if len(todo) < len(shards)
+            else ""
+        )
+        + f"; judge {config.judge.model}\n"
+    )
+    reports = fan_out(config, location, shards, todo, out)
+    fatal = next((r.fatal for r in reports if r.fatal), None)
+    if fatal:
+        raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+    published = publish_run(
+        store,
+        location,
+        model=config.judge.model,
+        scale=config.scorer.scale,
+        manifest=_manifest_base(config, location, len(shards), started),
+    )
+    if published.mismatches:
+        raise RunFailed(
+            f"{published.mismatches} item(s) scored differently by the worker and by Polars: "
+            "this is a bug, please report it"
+        )
+    return RunOutcome(
+        run_id=location.run_id,
+        run_date=location.run_date,
+        published=published,
+        shards_total=len(shards),
+        shards_skipped=len(shards) - len(todo),
+        seconds=time.monotonic() - started,
+    )
+
+
+def fan_out(
+    config: JobConfig,
+    location: RunLocation,
+    shards: Sequence[Any],
+    todo: Sequence[tuple[int, Any]],
+    out: TextIO,
+) -> list[ShardReport]:
+    """Run the shards as Ray tasks, at most `ray.workers` at a time, with progress."""
+    if not todo:
+        return []
+    import ray
+
+    from jobs.limiter import limiter_actor_class
+
+    start_ray(config)
+    limits = config.rate_limit
+    limiter = None
+    if limits.requests_per_minute or limits.tokens_per_minute:
+        limiter = limiter_actor_class().remote(
+            requests_per_minute=limits.requests_per_minute,
+            tokens_per_minute=limits.tokens_per_minute,
+            headroom=limits.headroom,
+        )
+    progress = progress_actor_class().remote()
+    context = ray.put(
+        ShardContext(config=config, staging=location.staging, limiter=limiter, progress=progress)
+    )
+    slots: dict[str, int] = {}
+    per_file: dict[int, int] = {}
+    for shard in shards:
+        slots[shard.shard_id] = per_file.get(shard.file_index, 0)
+        per_file[shard.file_index] = slots[shard.shard_id] + 1
+    task = ray.remote(run_shard).options(
+        num_cpus=config.ray.num_cpus_per_task,
+        max_retries=config.ray.max_task_retries,
+        retry_exceptions=[StorageError],
+    )
+    line = ProgressLine(None, out=out)
+    queue = list(todo)
+    pending: dict[Any, str] = {}
+    reports: list[ShardReport] = []
+    counts: dict[str, int] = {}
+    last_draw = 0.0
+    try:
+        while queue or pending:
+            while queue and len(pending) < config.ray.workers:
+                number, shard = queue.pop(0)
+                pending[task.remote(shard, number, slots[shard.shard_id], context)] = shard.shard_id
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            for ref in ready:
+                shard_id = pending.pop(ref)
+                try:
+                    report: ShardReport = ray.get(ref)
+                except Exception as exc:  # a task that failed after its retries
+                    raise RunFailed(
+                        f"shard {shard_id} failed after {config.ray.max_task_retries} retries: "
+                        f"{_root_cause(exc)}. Finished shards are kept: rerun with "
+                        f"--set run.id={location.run_id} to resume."
+                    ) from None
+                reports.append(report)
+                if report.fatal:
+                    for other in pending:
+                        ray.cancel(other)
+                    return reports
+            if time.monotonic() - last_draw >= 0.5:
+                counts = ray.get(progress.snapshot.remote())
+                line.update(counts, len(reports), len(todo))
+                last_draw = time.monotonic()
+        counts = ray.get(progress.snapshot.remote())
+    finally:
+        line.close(counts, len(reports), len(todo))
+        for actor in (limiter, progress):
+            if actor is not None:
+                ray.kill(actor)
+    return reports
+
+
+def _root_cause(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc
+    text = str(cause).strip().splitlines()
+    return text[-1] if text else type(cause).__name__
+
+
+def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout) -> None:
+    from jobs.aggregate import format_summary_table
+
+    where = outcome.published.scores_url
+    out.write(format_summary_table(outcome.published.summary, where) + "\n")
+    out.write(
+        f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
+        f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
+        f"duplicates {outcome.published.duplicates}\n"
+        f'query it: duckdb -c "select count(*), avg(score) from read_parquet('
+        f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"\n"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.context_precision", description="Score context precision at scale."
+    )
+    add_run_arguments(parser)
+    return parser
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML job config (see configs/)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set rate_limit.requests_per_minute=600",
+    )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set)
+    outcome = run_job(config)
+    store: Store = open_store(config.output.path, config.output.storage_options)
+    print_outcome(outcome, store.url(store.root))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run_command(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

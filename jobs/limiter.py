@@ -1,0 +1,154 @@
+"""One rate limit for the whole run, shared by every worker through a single Ray actor.
+
+`PacingState` is the pure logic (clock injected, tested without Ray): a GCRA-style pacer that
+hands out *reservations*. A caller asks once, is told how long to wait for its slot, and sleeps
+locally; the actor never blocks, so one actor serves thousands of callers. Requests and tokens
+are paced separately and a request waits for whichever is later.
+
+When the provider answers 429, every caller is paused until `Retry-After` (or a short backoff
+when the header is missing), and the pace drops by `cut` so the run settles just under the
+provider's real limit instead of bouncing off it; it creeps back while no 429 arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from scorer_core.protocols import Sleeper
+from scorer_core.retry import real_sleep
+
+
+@dataclass
+class PacingState:
+    """Reservations against requests-per-minute and tokens-per-minute budgets (0 = no limit)."""
+
+    requests_per_minute: float
+    tokens_per_minute: float = 0.0
+    headroom: float = 0.98
+    # How many seconds of budget may be spent at once after an idle spell.
+    burst_s: float = 1.0
+    # Rate multiplier after a 429, and the recovery per quiet `recover_every_s`.
+    cut: float = 0.9
+    recover_every_s: float = 10.0
+    recover_step: float = 0.02
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        now = self.clock()
+        self._request_tat = now  # theoretical arrival time of the next request
+        self._token_tat = now
+        self._paused_until = now
+        self._factor = 1.0
+        self._last_429 = float("-inf")
+        self._granted = 0
+        self._refusals = 0
+
+    def _rate(self, per_minute: float) -> float:
+        """Allowed events per second right now."""
+        return per_minute / 60.0 * self.headroom * self._factor
+
+    def _recover(self, now: float) -> None:
+        if self._factor < 1.0 and now - self._last_429 >= self.recover_every_s:
+            steps = int((now - self._last_429) // self.recover_every_s)
+            self._factor = min(1.0, self._factor + self.recover_step * steps)
+            self._last_429 = now
+
+    def reserve(self, tokens: int = 0) -> float:
+        """Reserve a slot for one request of `tokens` tokens; returns seconds to wait first."""
+        now = self.clock()
+        self._recover(now)
+        start = max(now, self._paused_until)
+        if self.requests_per_minute > 0:
+            interval = 1.0 / self._rate(self.requests_per_minute)
+            tolerance = max(0.0, self.burst_s - interval)
+            slot = max(start, self._request_tat - tolerance)
+            self._request_tat = max(self._request_tat, slot) + interval
+            start = slot
+        if self.tokens_per_minute > 0 and tokens > 0:
+            token_rate = self._rate(self.tokens_per_minute)
+            cost = tokens / token_rate
+            tolerance = max(0.0, self.burst_s - cost)
+            slot = max(start, self._token_tat - tolerance)
+            self._token_tat = max(self._token_tat, slot) + cost
+            start = slot
+        self._granted += 1
+        return max(0.0, start - now)
+
+    def refused(self, retry_after: float | None) -> float:
+        """Record a 429: pause everyone and slow down. Returns the pause end (clock time)."""
+        now = self.clock()
+        self._refusals += 1
+        # Several workers report the same burst of 429s: cut the pace once per burst.
+        if now - self._last_429 > 1.0:
+            self._factor = max(0.25, self._factor * self.cut)
+        self._last_429 = now
+        pause = retry_after if retry_after is not None else 1.0
+        self._paused_until = max(self._paused_until, now + min(pause, 120.0))
+        return self._paused_until
+
+    def snapshot(self) -> dict[str, float]:
+        return {
+            "granted": self._granted,
+            "refusals": self._refusals,
+            "factor": self._factor,
+            "requests_per_second": (
+                self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
+            ),
+        }
+
+
+def limiter_actor_class() -> Any:
+    """The Ray actor class, built lazily so importing this module does not import Ray."""
+    import ray
+
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+    class RateLimiterActor:
+        def __init__(self, **settings: Any) -> None:
+            self._state = PacingState(**settings)
+
+        def reserve(self, tokens: int) -> float:
+            return self._state.reserve(tokens)
+
+        def refused(self, retry_after: float | None) -> float:
+            self._state.refused(retry_after)
+            return 0.0
+
+        def snapshot(self) -> dict[str, float]:
+            return self._state.snapshot()
+
+    return RateLimiterActor
+
+
+class SharedLimiter:
+    """The `Limiter` that workers use: asks the run's actor, sleeps locally."""
+
+    def __init__(self, actor: Any, sleep: Sleeper = real_sleep) -> None:
+        self._actor = actor
+        self._sleep = sleep
+
+    async def acquire(self, tokens: int) -> None:
+        delay = await self._actor.reserve.remote(tokens)
+        if delay > 0:
+            await self._sleep(delay)
+
+    async def rate_limited(self, retry_after: float | None) -> None:
+        await self._actor.refused.remote(retry_after)
+
+
+class LocalLimiter:
+    """The same pacing inside one process (tests, single-process use)."""
+
+    def __init__(self, state: PacingState, sleep: Sleeper = real_sleep) -> None:
+        self._state = state
+        self._sleep = sleep
+
+    async def acquire(self, tokens: int) -> None:
+        delay = self._state.reserve(tokens)
+        if delay > 0:
+            await self._sleep(delay)
+
+    async def rate_limited(self, retry_after: float | None) -> None:
+        self._state.refused(retry_after)
