@@ -1,0 +1,613 @@
+"""Polars aggregation of the judge's verdicts into per-item scores and a run summary.
+
+The Ray workers write two Parquet tables per shard:
+
+* verdicts, one row per judged context: ``query_id``, ``position`` (0-based rank as retrieved),
+  ``relevant`` (null when the item was unscored or failed), ``judge_reason``, ``pair_key``,
+  ``cached``;
+* items, one row per input item: ``query_id``, ``status``, ``error``, ``score`` (the worker's own
+  score), usage counters, ``source`` and ``row``.
+
+Scores are recomputed here from the verdicts with exactly the arithmetic of
+``scorer_core.precision.context_precision``: for each relevant context at stored position i,
+precision_i = (relevant contexts at positions <= i) / (i + 1); the average precision is the mean
+of those, times ``scale``, rounded half up to 2 decimals; no relevant context scores 0.  Ranks
+always come from the stored ``position`` column, never from a row counter, so a missing row
+cannot shift the ranks of the rows after it.
+
+Two formulations are implemented (``bench/aggregate_bench.py`` measures them and others):
+
+* ``"window"``: a running count of relevant rows per query ordered by position
+  (``cum_sum().over("query_id", order_by="position")``), then a group-by.  General and short.
+* ``"bitmask"`` (default): a single hash group-by that ORs ``2**position`` into a 64-bit mask per
+  query, then average precision from popcounts of mask prefixes.  No sort and no window, about
+  3x faster and 2x leaner than ``"window"`` on 10M rows.  Queries it cannot represent exactly
+  (a position outside 0..63, or the same position twice) are routed to ``"window"``, so both
+  methods return the same scores on every input.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import polars as pl
+
+from scorer_core.errors import ConfigError
+
+TableSource = pl.LazyFrame | pl.DataFrame | str | Path | Sequence[str | Path]
+"""A table given as a LazyFrame, a DataFrame, or Parquet path(s) / glob(s) to scan."""
+
+ScoreMethod = Literal["bitmask", "window"]
+
+VERDICT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String(),
+    "position": pl.Int32(),
+    "relevant": pl.Boolean(),
+    "judge_reason": pl.String(),
+    "pair_key": pl.String(),
+    "cached": pl.Boolean(),
+}
+"""Columns of the verdicts table written by the workers."""
+
+ITEM_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String(),
+    "status": pl.String(),
+    "error": pl.String(),
+    "score": pl.Float64(),
+    "reason": pl.String(),
+    "context_count": pl.Int32(),
+    "relevant_count": pl.Int32(),
+    "judge_model": pl.String(),
+    "calls": pl.Int64(),
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "retries": pl.Int64(),
+    "rate_limited": pl.Int64(),
+    "reasks": pl.Int64(),
+    "cache_hits": pl.Int64(),
+    "source": pl.String(),
+    "row": pl.Int64(),
+}
+"""Columns of the items table written by the workers."""
+
+FINAL_COLUMNS: tuple[str, ...] = (
+    "query_id",
+    "score",
+    "reason",
+    "status",
+    "error",
+    "relevant_count",
+    "context_count",
+    "judge_model",
+    "calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cache_hits",
+    "source",
+    "row",
+)
+"""Columns of `final_scores`, in order."""
+
+BANDS: tuple[tuple[str, float, float], ...] = (
+    ("0", 0.0, 0.0),
+    ("0.1-0.3", 0.0, 0.35),
+    ("0.4-0.6", 0.35, 0.65),
+    ("0.7-0.8", 0.65, 0.85),
+    ("0.9-1.0", 0.85, math.inf),
+)
+"""Score bands over score / scale: (label, lower, upper).  "0" is exactly 0; the others are
+lower <= s < upper, except that "0.1-0.3" excludes 0 itself."""
+
+# Float sums of fractions land a hair below an exact tie; same nudge as scorer_core.precision.
+_TIE_EPSILON = 1e-9
+# Band edges: a score / scale that should sit exactly on an edge may come out 1 ulp below it.
+_BAND_EPSILON = 1e-9
+# Positions the bitmask path can hold in one UInt64.
+_MASK_BITS = 64
+# Two different 2-decimal scores differ by 0.01; anything below this is float noise.
+_SCORE_TOLERANCE = 1e-9
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+
+
+def as_lazy(source: TableSource) -> pl.LazyFrame:
+    """A LazyFrame over `source`: LazyFrames pass through, Parquet paths and globs are scanned."""
+    if isinstance(source, pl.LazyFrame):
+        return source
+    if isinstance(source, pl.DataFrame):
+        return source.lazy()
+    if isinstance(source, str | Path):
+        return pl.scan_parquet(source)
+    return pl.scan_parquet([str(path) for path in source])
+
+
+def check_scale(scale: float) -> float:
+    """Validate a score scale (a finite number >= 0) and return it as a float."""
+    if isinstance(scale, bool) or not isinstance(scale, int | float):
+        raise ConfigError(f"scale must be a number, got {type(scale).__name__}")
+    if not math.isfinite(scale) or scale < 0:
+        raise ConfigError(f"scale must be a finite number >= 0, got {scale!r}")
+    return float(scale)
+
+
+def round_half_up_expr(expr: pl.Expr, digits: int = 2) -> pl.Expr:
+    """`expr` rounded half up to `digits` decimals, as scorer_core.precision.round_half_up."""
+    factor = 10.0**digits
+    return ((expr * factor + 0.5 + _TIE_EPSILON).floor() / factor).round(digits)
+
+
+def _judged(verdicts: pl.LazyFrame) -> pl.LazyFrame:
+    """The verdict rows that carry a verdict (relevant not null), only the columns scoring needs."""
+    return verdicts.select("query_id", "position", "relevant").filter(
+        pl.col("relevant").is_not_null()
+    )
+
+
+def _finish_score(precision_sum: pl.Expr, relevant_count: pl.Expr, scale: float) -> pl.Expr:
+    """Average precision times `scale`, rounded half up; 0 when nothing is relevant."""
+    average = precision_sum / relevant_count
+    return round_half_up_expr(
+        pl.when(relevant_count > 0).then(average * scale).otherwise(pl.lit(0.0))
+    ).alias("score")
+
+
+# --------------------------------------------------------------------------------------------
+# scores
+
+
+def _scores_by_window(judged: pl.LazyFrame, scale: float) -> pl.LazyFrame:
+    """Scores from a running relevant count per query in position order (any positions)."""
+    running = pl.col("relevant").cast(pl.Int32).cum_sum().over("query_id", order_by="position")
+    precision = running / (pl.col("position").cast(pl.Float64) + 1.0)
+    return (
+        judged.with_columns(precision=pl.when("relevant").then(precision).otherwise(0.0))
+        .group_by("query_id")
+        .agg(
+            precision_sum=pl.col("precision").sum(),
+            relevant_count=pl.col("relevant").sum().cast(pl.Int32),
+            judged_count=pl.len().cast(pl.Int32),
+        )
+        .select(
+            "query_id",
+            _finish_score(pl.col("precision_sum"), pl.col("relevant_count"), scale),
+            "relevant_count",
+            "judged_count",
+        )
+    )
+
+
+def _bit(position: pl.Expr) -> pl.Expr:
+    """2**position as UInt64 (position clipped into 0..63 so the cast can never fail)."""
+    exponent = position.clip(0, _MASK_BITS - 1).cast(pl.UInt32)
+    return pl.lit(2, dtype=pl.UInt64).pow(exponent)
+
+
+def _precision_sum_from_mask(mask: pl.Expr) -> pl.Expr:
+    """Sum of precision_i over the set bits i of `mask`, added in position order."""
+    terms = []
+    for i in range(_MASK_BITS):
+        bit = pl.lit(1 << i, dtype=pl.UInt64)
+        prefix = pl.lit((2 << i) - 1, dtype=pl.UInt64)
+        relevant_so_far = (mask & prefix).bitwise_count_ones().cast(pl.Float64)
+        terms.append(pl.when((mask & bit) != 0).then(relevant_so_far / (i + 1)).otherwise(0.0))
+    return pl.sum_horizontal(terms)
+
+
+def _scores_by_bitmask(judged: pl.LazyFrame, scale: float) -> pl.LazyFrame:
+    """Scores from one hash group-by into 64-bit masks; other queries go through the window."""
+    in_range = pl.col("position").is_between(0, _MASK_BITS - 1)
+    zero = pl.lit(0, dtype=pl.UInt64)
+    bit = _bit(pl.col("position"))
+    # Bits are computed row-wise before the group-by so the aggregations stay plain column
+    # reductions, which both engines run without per-group expression evaluation.
+    masks = (
+        judged.select(
+            "query_id",
+            relevant_bit=pl.when(in_range & pl.col("relevant")).then(bit).otherwise(zero),
+            judged_bit=pl.when(in_range).then(bit).otherwise(zero),
+        )
+        .group_by("query_id")
+        .agg(
+            relevant_mask=pl.col("relevant_bit").bitwise_or(),
+            judged_mask=pl.col("judged_bit").bitwise_or(),
+            judged_count=pl.len().cast(pl.Int32),
+        )
+    )
+    # Every row set its own bit exactly when all positions are in range and distinct.
+    exact = pl.col("judged_mask").bitwise_count_ones().cast(pl.Int32) == pl.col("judged_count")
+    relevant_count = pl.col("relevant_mask").bitwise_count_ones().cast(pl.Int32)
+    fast = masks.filter(exact).select(
+        "query_id",
+        _finish_score(_precision_sum_from_mask(pl.col("relevant_mask")), relevant_count, scale),
+        relevant_count.alias("relevant_count"),
+        "judged_count",
+    )
+    odd_ids = masks.filter(~exact).select("query_id")
+    slow = _scores_by_window(judged.join(odd_ids, on="query_id", how="semi"), scale)
+    return pl.concat([fast, slow], how="vertical")
+
+
+def scores_from_verdicts(
+    verdicts: TableSource, scale: float, *, method: ScoreMethod = "bitmask"
+) -> pl.LazyFrame:
+    """Context precision per query from the verdict rows.
+
+    Returns columns query_id (str), score (f64), relevant_count (i32), judged_count (i32), one
+    row per query_id that has at least one non-null verdict, in no particular order.  Rows with
+    a null `relevant` (unscored items) are ignored.  Positions must be >= 0; a query that has
+    the same position twice is scored from all its rows (a data error: see
+    `duplicate_verdicts`).  `method` picks the formulation; both give identical scores.
+    """
+    scale = check_scale(scale)
+    judged = _judged(as_lazy(verdicts))
+    if method == "bitmask":
+        return _scores_by_bitmask(judged, scale)
+    if method == "window":
+        return _scores_by_window(judged, scale)
+    raise ConfigError(f"method must be 'bitmask' or 'window', got {method!r}")
+
+
+def duplicate_verdicts(verdicts: TableSource) -> pl.LazyFrame:
+    """(query_id, position, rows) for every position judged more than once: a data error."""
+    return (
+        as_lazy(verdicts)
+        .group_by("query_id", "position")
+        .agg(rows=pl.len())
+        .filter(pl.col("rows") > 1)
+        .sort("query_id", "position")
+    )
+
+
+def _items_with_scores(
+    items: TableSource, verdicts: TableSource, scale: float, method: ScoreMethod
+) -> pl.LazyFrame:
+    """Items left-joined with the Polars scores (columns score_polars, relevant_polars)."""
+    scores = scores_from_verdicts(verdicts, scale, method=method).select(
+        "query_id",
+        pl.col("score").alias("score_polars"),
+        pl.col("relevant_count").alias("relevant_polars"),
+    )
+    return as_lazy(items).join(scores, on="query_id", how="left")
+
+
+def final_scores(
+    items: TableSource, verdicts: TableSource, scale: float, *, method: ScoreMethod = "bitmask"
+) -> pl.LazyFrame:
+    """One row per item with the final output columns (`FINAL_COLUMNS`).
+
+    score and relevant_count come from the verdicts for status "ok" (0 when an ok item has no
+    verdict rows); score is null for "unscored" and "error" items, whose relevant_count is the
+    worker's.
+    """
+    ok = pl.col("status") == "ok"
+    return _items_with_scores(items, verdicts, scale, method).select(
+        "query_id",
+        pl.when(ok).then(pl.col("score_polars").fill_null(0.0)).alias("score"),
+        "reason",
+        "status",
+        "error",
+        pl.when(ok)
+        .then(pl.col("relevant_polars").fill_null(0))
+        .otherwise(pl.col("relevant_count"))
+        .cast(pl.Int32)
+        .alias("relevant_count"),
+        "context_count",
+        "judge_model",
+        "calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "cache_hits",
+        "source",
+        "row",
+    )
+
+
+def score_mismatches(
+    items: TableSource, verdicts: TableSource, scale: float, *, method: ScoreMethod = "bitmask"
+) -> pl.LazyFrame:
+    """Status "ok" items whose worker score or relevant count disagrees with the verdicts.
+
+    Any row here is a bug (in the worker, the writer or this module); the job should log them
+    and fail.  Columns: query_id, source, row, worker_score, polars_score,
+    worker_relevant_count, polars_relevant_count.
+    """
+    polars_score = pl.col("score_polars").fill_null(0.0)
+    polars_relevant = pl.col("relevant_polars").fill_null(0)
+    score_differs = (pl.col("score") - polars_score).abs() > _SCORE_TOLERANCE
+    disagree = (
+        pl.col("score").is_null() | score_differs | (pl.col("relevant_count") != polars_relevant)
+    )
+    return (
+        _items_with_scores(items, verdicts, scale, method)
+        .filter(pl.col("status") == "ok")
+        .filter(disagree)
+        .select(
+            "query_id",
+            "source",
+            "row",
+            pl.col("score").alias("worker_score"),
+            polars_score.alias("polars_score"),
+            pl.col("relevant_count").cast(pl.Int32).alias("worker_relevant_count"),
+            polars_relevant.cast(pl.Int32).alias("polars_relevant_count"),
+        )
+        .sort("source", "row")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# summary
+
+
+@dataclass(frozen=True, slots=True)
+class PositionRate:
+    """How often the judge found the context at one position relevant."""
+
+    position: int
+    judged: int
+    relevant: int
+    rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """Everything the run reports about itself.  Score statistics cover status "ok" items."""
+
+    model: str
+    scale: float
+    items: int
+    scored: int
+    unscored: int
+    errors: int
+    mean: float | None
+    median: float | None
+    p10: float | None
+    p90: float | None
+    bands: tuple[tuple[str, int], ...]
+    position_rates: tuple[PositionRate, ...]
+    judge_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cache_hits: int
+    cost_usd: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (bands as an ordered {label: count}, positions as a list of dicts)."""
+        out = asdict(self)
+        out["bands"] = dict(self.bands)
+        out["position_rates"] = [asdict(rate) for rate in self.position_rates]
+        return out
+
+    def to_frame(self) -> pl.DataFrame:
+        """A tidy frame, one row per metric value, to write as Parquet.
+
+        Columns: model (str), metric (str), band (str, band_count rows only), position (i32,
+        position_* rows only), value (f64, null when undefined).
+        """
+        rows: list[tuple[str, str | None, int | None, float | None]] = []
+        scalars: dict[str, float | None] = {
+            "scale": self.scale,
+            "items": self.items,
+            "scored": self.scored,
+            "unscored": self.unscored,
+            "errors": self.errors,
+            "mean": self.mean,
+            "median": self.median,
+            "p10": self.p10,
+            "p90": self.p90,
+            "judge_calls": self.judge_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cache_hits": self.cache_hits,
+            "cost_usd": self.cost_usd,
+        }
+        rows.extend((name, None, None, value) for name, value in scalars.items())
+        rows.extend(("band_count", label, None, count) for label, count in self.bands)
+        for rate in self.position_rates:
+            rows.append(("position_judged", None, rate.position, rate.judged))
+            rows.append(("position_relevant", None, rate.position, rate.relevant))
+            rows.append(("position_rate", None, rate.position, rate.rate))
+        schema = {
+            "metric": pl.String,
+            "band": pl.String,
+            "position": pl.Int32,
+            "value": pl.Float64,
+        }
+        frame = pl.DataFrame(rows, schema=schema, orient="row")
+        return frame.select(pl.lit(self.model, dtype=pl.String).alias("model"), pl.all())
+
+
+def _band_expr(normalized: pl.Expr, lower: float, upper: float) -> pl.Expr:
+    """True where `normalized` falls in the band [lower, upper) (the "0" band: == 0)."""
+    if upper == lower:
+        return normalized == lower
+    above = normalized > lower if lower == 0 else normalized >= lower - _BAND_EPSILON
+    return above & (normalized < upper - _BAND_EPSILON)
+
+
+def _score_stats(scores: pl.LazyFrame, scale: float) -> pl.LazyFrame:
+    """One row: status counts, score statistics over ok items, band counts, usage sums."""
+    ok_score = pl.col("score").filter(pl.col("status") == "ok").drop_nulls()
+    # With scale 0 every score is 0: it belongs to the "0" band.
+    normalized = ok_score / scale if scale > 0 else ok_score * 0.0
+    bands = [
+        _band_expr(normalized, lower, upper).sum().alias(f"band:{label}")
+        for label, lower, upper in BANDS
+    ]
+    return scores.select(
+        pl.len().alias("items"),
+        (pl.col("status") == "ok").sum().alias("scored"),
+        (pl.col("status") == "unscored").sum().alias("unscored"),
+        (pl.col("status") == "error").sum().alias("errors"),
+        ok_score.mean().alias("mean"),
+        ok_score.median().alias("median"),
+        ok_score.quantile(0.1, interpolation="linear").alias("p10"),
+        ok_score.quantile(0.9, interpolation="linear").alias("p90"),
+        *bands,
+        pl.col("calls").sum().alias("judge_calls"),
+        pl.col("prompt_tokens").sum(),
+        pl.col("completion_tokens").sum(),
+        pl.col("cache_hits").sum(),
+    )
+
+
+def relevance_by_position(verdicts: TableSource) -> pl.LazyFrame:
+    """Per position: judged (non-null verdicts), relevant, rate = relevant / judged."""
+    return (
+        _judged(as_lazy(verdicts))
+        .group_by("position")
+        .agg(
+            judged=pl.len().cast(pl.Int64),
+            relevant=pl.col("relevant").sum().cast(pl.Int64),
+        )
+        .with_columns(rate=pl.col("relevant") / pl.col("judged"))
+        .sort("position")
+    )
+
+
+def estimate_cost_usd(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """Cost in USD from litellm's bundled price map; None for "lexical" or an unknown model."""
+    if not model or model == "lexical":
+        return None
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+
+        litellm.suppress_debug_info = True
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+        cost = float(prompt_cost) + float(completion_cost)
+    except Exception:  # litellm raises several types for an unknown model; none are fatal here
+        return None
+    return cost if math.isfinite(cost) else None
+
+
+def _optional_float(value: object) -> float | None:
+    """A Polars scalar as float, or None for null/NaN."""
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number
+
+
+def summarize(
+    scores: pl.DataFrame | pl.LazyFrame,
+    verdicts: TableSource,
+    *,
+    model: str,
+    scale: float,
+) -> RunSummary:
+    """The run summary from `final_scores` output and the verdict rows.
+
+    Percentiles use linear interpolation between closest ranks; bands are over score / scale.
+    """
+    scale = check_scale(scale)
+    stats_frame, positions = pl.collect_all(
+        [_score_stats(as_lazy(scores), scale), relevance_by_position(verdicts)]
+    )
+    stats = stats_frame.row(0, named=True)
+    prompt_tokens = int(stats["prompt_tokens"] or 0)
+    completion_tokens = int(stats["completion_tokens"] or 0)
+    return RunSummary(
+        model=model,
+        scale=scale,
+        items=int(stats["items"]),
+        scored=int(stats["scored"] or 0),
+        unscored=int(stats["unscored"] or 0),
+        errors=int(stats["errors"] or 0),
+        mean=_optional_float(stats["mean"]),
+        median=_optional_float(stats["median"]),
+        p10=_optional_float(stats["p10"]),
+        p90=_optional_float(stats["p90"]),
+        bands=tuple((label, int(stats[f"band:{label}"] or 0)) for label, _, _ in BANDS),
+        position_rates=tuple(
+            PositionRate(
+                position=int(row["position"]),
+                judged=int(row["judged"]),
+                relevant=int(row["relevant"]),
+                rate=float(row["rate"]),
+            )
+            for row in positions.iter_rows(named=True)
+        ),
+        judge_calls=int(stats["judge_calls"] or 0),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cache_hits=int(stats["cache_hits"] or 0),
+        cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens),
+    )
+
+
+def write_summary(summary: RunSummary, path: str | Path) -> Path:
+    """Write `summary.to_frame()` as Parquet at `path` and return the path."""
+    path = Path(path)
+    summary.to_frame().write_parquet(path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# terminal table
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    """A number for the table, or "-" when undefined."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+_MAX_POSITION_ROWS = 20
+
+
+def format_summary_table(summary: RunSummary, where: str) -> str:
+    """A compact fixed-width text table of `summary`, ending with where the results are."""
+    width = 46
+    rule = "-" * width
+
+    def line(label: str, value: str) -> str:
+        return f"{label:<22}{value:>{width - 22}}"
+
+    cost = "unknown" if summary.cost_usd is None else f"${summary.cost_usd:,.4f}"
+    lines = [
+        f"Context precision  (scale {summary.scale:g})",
+        rule,
+        line("judge model", summary.model),
+        line("items", f"{summary.items:,}"),
+        line("  scored (ok)", f"{summary.scored:,}"),
+        line("  unscored", f"{summary.unscored:,}"),
+        line("  errors", f"{summary.errors:,}"),
+        line("mean / median", f"{_fmt(summary.mean)} / {_fmt(summary.median)}"),
+        line("p10 / p90", f"{_fmt(summary.p10)} / {_fmt(summary.p90)}"),
+        rule,
+        line("band (score / scale)", "items"),
+    ]
+    lines += [line(f"  {label}", f"{count:,}") for label, count in summary.bands]
+    lines += [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
+    shown = summary.position_rates[:_MAX_POSITION_ROWS]
+    lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
+    hidden = len(summary.position_rates) - len(shown)
+    if hidden > 0:
+        lines.append(f"  ... {hidden} more positions")
+    lines += [
+        rule,
+        line("judge calls", f"{summary.judge_calls:,}"),
+        line("prompt tokens", f"{summary.prompt_tokens:,}"),
+        line("completion tokens", f"{summary.completion_tokens:,}"),
+        line("cache hits", f"{summary.cache_hits:,}"),
+        line("estimated cost", cost),
+        rule,
+        f"results: {where}",
+    ]
+    return "\n".join(lines)
+
+
+def print_summary_table(summary: RunSummary, where: str, *, file: TextIO | None = None) -> str:
+    """Print `format_summary_table(summary, where)` (to stdout by default) and return it."""
+    text = format_summary_table(summary, where)
+    print(text, file=file if file is not None else sys.stdout)
+    return text
