@@ -61,7 +61,7 @@ def start_moto_server() -> tuple[Any, str]:
 @pytest.fixture(scope="session")
 def moto_s3() -> Iterator[MotoS3]:
     """A moto S3 server for the whole session, with bucket `MOTO_BUCKET` created."""
-    import boto3
+    import boto3  # type: ignore[import-untyped]
 
     with pytest.MonkeyPatch.context() as patch:
         for name, value in MOTO_CREDENTIALS.items():

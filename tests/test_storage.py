@@ -8,16 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
+import boto3  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import s3fs
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import (  # type: ignore[import-untyped]
+    ClientError,
+    EndpointConnectionError,
+)
 from fsspec.registry import _registry as fsspec_registry
 from s3fs.errors import translate_boto_error
 
-from jobs import storage
 from jobs.storage import (
     Store,
     backoff_delay,
@@ -52,7 +54,9 @@ def _leftovers(folder: Path) -> list[str]:
 # -- opening ---------------------------------------------------------------------------------
 
 
-def test_open_local_relative_creates_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_local_relative_creates_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     store = open_store("out/run1", {})
     assert store.root == str(tmp_path / "out" / "run1")
@@ -143,7 +147,7 @@ def test_local_write_failure_leaves_old_file_and_no_temp(
     def boom(*args: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(storage.os, failing, boom)
+    monkeypatch.setattr(os, failing, boom)
     with pytest.raises(StorageError, match=rf"write {path} failed: OSError.*No space") as info:
         store.write_bytes_atomic(path, b"new content that must never be seen")
     monkeypatch.undo()
@@ -161,7 +165,7 @@ def test_local_write_failure_new_file_never_appears(
     def boom(*args: Any) -> None:
         raise OSError(errno.EIO, "disk error")
 
-    monkeypatch.setattr(storage.os, "fsync", boom)
+    monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(StorageError):
         store.write_bytes_atomic(path, b"x" * 100_000)
     monkeypatch.undo()
@@ -177,7 +181,7 @@ def test_local_upload_file_atomic(tmp_path: Path) -> None:
     store.upload_file_atomic(str(source), target)
     assert store.read_bytes(target) == b"payload" * 1000
     assert _leftovers(tmp_path / "store" / "sub") == []
-    with pytest.raises(StorageError, match="missing.bin"):
+    with pytest.raises(StorageError, match=r"missing\.bin"):
         store.upload_file_atomic(str(tmp_path / "missing.bin"), store.join("other.bin"))
     assert not store.exists(store.join("other.bin"))
     assert _leftovers(tmp_path / "store") == []
@@ -208,7 +212,10 @@ def test_local_list_exists_rm(tmp_path: Path) -> None:
         f"{root}/a/_SUCCESS",
         f"{root}/a/x/3.parquet",
     ]
-    assert store.list(store.join("*", "*.parquet")) == [f"{root}/a/1.parquet", f"{root}/b/2.parquet"]
+    assert store.list(store.join("*", "*.parquet")) == [
+        f"{root}/a/1.parquet",
+        f"{root}/b/2.parquet",
+    ]
     assert store.list(store.join("a/1.parquet")) == [f"{root}/a/1.parquet"]
     assert store.list(store.join("nothing-here")) == []
     assert store.exists(store.join("a/1.parquet"))
