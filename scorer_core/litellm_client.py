@@ -32,6 +32,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _PLACEHOLDER_KEY = "no-key-needed"
 
 
+def _litellm() -> Any:
+    """Import litellm once, quietly (it otherwise prints a help banner with every error)."""
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
 def _retry_after(exc: BaseException) -> float | None:
     headers: Mapping[str, str] | None = getattr(exc, "headers", None) or None
     if not headers:
@@ -54,8 +62,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exception:
     """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
-    import litellm
-
+    litellm = _litellm()
     message = f"{type(exc).__name__}: {exc}"
     if api_key:
         message = message.replace(api_key, "***")
@@ -70,6 +77,9 @@ def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exce
         lowered = str(exc).lower()
         if "timeout" in lowered or "timed out" in lowered:
             return JudgeTimeout(message)
+        return ConnectionFailed(message)
+    if "connection error" in str(exc).lower() or "connection refused" in str(exc).lower():
+        # The OpenAI SDK reports an unreachable server as a 500 "Connection error."
         return ConnectionFailed(message)
     if isinstance(status, int) and status >= 500:
         return ServerError(message)
@@ -120,8 +130,7 @@ class LiteLLMClient:
         schema_name: str,
         schema: dict[str, Any],
     ) -> ChatReply:
-        import litellm
-
+        litellm = _litellm()
         kwargs: dict[str, Any] = {
             "model": self._model,
             "messages": list(messages),
