@@ -415,16 +415,19 @@ def _mean_ap(pairs: Sequence[tuple[Row, Sequence[bool]]], *, human: bool) -> flo
 
 INTERPRETATION = (
     "The lexical judge is a baseline that lets the tool run offline (tests, CI, air-gapped "
-    "runs, a free first pass), not a substitute for an LLM judge. On HotpotQA, where a "
-    "reference answer names the entities a gold paragraph must mention, word overlap finds "
-    "many gold paragraphs (moderate kappa, similar on the tuning and held-out halves), but it "
-    "cannot tell a gold paragraph from a hard distractor that shares the same names. On TREC DL "
-    "it only sees the query, and every retrieved passage already shares the query's words: "
-    "agreement is weak on BM25 lists and close to chance on the lists of neural retrievers, "
-    "where relevance depends on whether a passage answers the question, which overlap cannot "
-    "see. In particular it does not reproduce the human system ranking (it favours lexical "
-    "retrievers). Use it to exercise the pipeline and as a floor; use an LLM judge for scores "
-    "that mean something, and check any judge against human labels with `ctxprec calibrate`."
+    "runs, a free first pass), not a substitute for an LLM judge. On HotpotQA, where the "
+    "reference answer and the question name the entities a gold paragraph is about, word "
+    "overlap recovers a fair share of the gold paragraphs (kappa around 0.6, about the same on "
+    "the tuning and held-out halves), but it misses gold paragraphs that share few words with "
+    "question and answer (a bridge paragraph, the second entity of a comparison) and accepts "
+    "distractors that repeat the same names. On TREC DL it sees only the query, and nearly "
+    "every retrieved passage already contains the query's words: agreement is weak on BM25 "
+    "lists and about chance on the lists of neural retrievers, where relevance depends on "
+    "whether a passage answers the question, which overlap cannot see. It also gets the "
+    "system ranking wrong (it favours the lexical retrievers, negative tau), so it must not be "
+    "used to compare retrievers. Use it to exercise the pipeline and as a floor; use an LLM "
+    "judge for scores that mean something, and check any judge against human labels the way "
+    "this benchmark does (`scorer_core.metrics`)."
 )
 
 
