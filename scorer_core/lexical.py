@@ -260,6 +260,10 @@ class LexicalJudge:
         return is_relevant(score, best, threshold=self.threshold, relative=self.relative)
 
     def _stats(self, item: ScoringItem) -> _ItemStats:
+        try:
+            hash(item)
+        except TypeError:  # e.g. contexts given as a list: correct, just not cacheable
+            return self._compute(item)
         if self._cache_items:
             with self._lock:
                 cached = self._cache.get(item)

@@ -164,6 +164,12 @@ def test_positions_keep_global_indices_and_batching_does_not_change_verdicts() -
     assert all(by_index[v.index] == v for v in mixed.verdicts)
 
 
+def test_unhashable_item_is_judged_without_the_cache() -> None:
+    item = ScoringItem(QUESTION, "", [RESTATES, UNRELATED], ANSWER)  # type: ignore[arg-type]
+    batch = judge_sync(LexicalJudge(), item, [0, 1])
+    assert [v.relevant for v in batch.verdicts] == [True, False]
+
+
 def test_bad_or_empty_positions_give_an_unscored_batch() -> None:
     item = kansas_item(RESTATES, UNRELATED)
     judge = LexicalJudge()
