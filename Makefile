@@ -12,7 +12,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: install run test check format bench soak clean
+.PHONY: install run score-example test check format bench soak clean
 
 install: $(VENV)/.installed
 
@@ -24,7 +24,15 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --locked --all-extras --python $(PYTHON)
 	touch $@
 
-run: install
+SAMPLE := data/sample.jsonl
+
+$(SAMPLE): $(VENV)/.installed jobs/sample_data.py
+	$(BIN)/python -m jobs.sample_data --out $(SAMPLE) --items 2000
+
+run: install $(SAMPLE)
+	$(BIN)/python -m jobs.context_precision --config configs/local.yaml
+
+score-example: install
 	$(BIN)/ctxprec score examples/item.json
 
 test: install

@@ -1,6 +1,6 @@
 """`ctxprec`: the home of every user command.
 
-    ctxprec score [item.json]           score one item (see scorer_core.cli)
+ctxprec score [item.json]           score one item (see scorer_core.cli)
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from jobs.config import add_run_arguments
 from scorer_core.cli import add_score_arguments, run_score
 from scorer_core.errors import CtxPrecError
 
@@ -21,7 +22,17 @@ def build_parser() -> argparse.ArgumentParser:
     score = commands.add_parser("score", help="score one item given as JSON")
     add_score_arguments(score)
     score.set_defaults(handler=run_score)
+
+    run = commands.add_parser("run", help="run the scoring job on a dataset (Ray)")
+    add_run_arguments(run)
+    run.set_defaults(handler=_run_job)
     return parser
+
+
+def _run_job(args: argparse.Namespace) -> int:
+    from jobs.context_precision import run_command
+
+    return run_command(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from jobs.config import JobConfig, load_config
+from jobs.config import JobConfig, add_run_arguments, load_config
 from jobs.inputs import check_schema, list_input_files, plan_shards
 from jobs.progress import ProgressLine, progress_actor_class
 from jobs.publish import Published, RunLocation, publish_run, read_manifest
@@ -262,17 +262,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_arguments(parser)
     return parser
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML job config (see configs/)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set rate_limit.requests_per_minute=600",
-    )
 
 
 def run_command(args: argparse.Namespace) -> int:
