@@ -11,17 +11,19 @@ names its cause. Rerunning with the same `run.id` resumes: finished shards are s
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from jobs.config import JobConfig, add_run_arguments, load_config
 from jobs.inputs import check_schema, list_input_files, plan_shards
+from jobs.lease import RunLease
 from jobs.progress import ProgressLine, progress_actor_class
 from jobs.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.storage import Store, open_store
@@ -123,6 +125,8 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         path.rsplit("/", 1)[-1].removesuffix(".parquet")
         for path in store.list(store.join(location.staging, "items"))
     }
+    lease = RunLease(store, store.join(location.staging, "LEASE.json"))
+    lease.acquire()
     todo = [(n, s) for n, s in enumerate(shards) if s.shard_id not in done]
     out.write(
         f"run {location.run_id}: {len(files)} file(s), {len(shards)} shard(s)"
@@ -133,10 +137,26 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         )
         + f"; judge {config.judge.model}\n"
     )
-    reports = fan_out(config, location, shards, todo, out)
+    try:
+        reports = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+    except BaseException:
+        lease.release()
+        raise
     fatal = next((r.fatal for r in reports if r.fatal), None)
     if fatal:
+        lease.release()
         raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+    finished = {
+        path.rsplit("/", 1)[-1].removesuffix(".parquet")
+        for path in store.list(store.join(location.staging, "items"))
+    }
+    missing = [s.shard_id for s in shards if s.shard_id not in finished]
+    if missing:
+        lease.release()
+        raise RunFailed(
+            f"{len(missing)} shard(s) have no results (first: {missing[0]}); nothing was "
+            f"published. Rerun with --set run.id={location.run_id} to finish them."
+        )
     published = publish_run(
         store,
         location,
@@ -165,6 +185,7 @@ def fan_out(
     shards: Sequence[Any],
     todo: Sequence[tuple[int, Any]],
     out: TextIO,
+    heartbeat: Callable[[], None] = lambda: None,
 ) -> list[ShardReport]:
     """Run the shards as Ray tasks, at most `ray.workers` at a time, with progress."""
     if not todo:
@@ -197,7 +218,7 @@ def fan_out(
         retry_exceptions=[StorageError],
     )
     line = ProgressLine(None, out=out)
-    queue = list(todo)
+    queue = collections.deque(todo)
     pending: dict[Any, str] = {}
     reports: list[ShardReport] = []
     counts: dict[str, int] = {}
@@ -205,7 +226,7 @@ def fan_out(
     try:
         while queue or pending:
             while queue and len(pending) < config.ray.workers:
-                number, shard = queue.pop(0)
+                number, shard = queue.popleft()
                 pending[task.remote(shard, number, slots[shard.shard_id], context)] = shard.shard_id
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
@@ -224,6 +245,7 @@ def fan_out(
                         ray.cancel(other)
                     return reports
             if time.monotonic() - last_draw >= 0.5:
+                heartbeat()
                 counts = ray.get(progress.snapshot.remote())
                 line.update(counts, len(reports), len(todo))
                 last_draw = time.monotonic()

@@ -1,0 +1,102 @@
+"""A run lease: one driver at a time per run id.
+
+The driver that starts (or resumes) run X writes `_staging/run_id=X/LEASE.json` with its
+owner token, host, pid and a heartbeat it refreshes while the run goes on. A second driver for
+the same run id is refused while the lease is fresh, with a message naming the holder. A lease
+whose heartbeat is older than `ttl_s`, or whose holder is a dead process on this host, is
+taken over: that is the rerun after a crash (`kill -9` of the driver) and it must not wait.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.storage import Store
+from scorer_core.errors import CtxPrecError, StorageError
+
+
+class RunLocked(CtxPrecError):
+    """Another driver is running this run id right now."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class RunLease:
+    store: Store
+    path: str
+    ttl_s: float = 60.0
+    clock: Callable[[], float] = time.time
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _last_beat: float = 0.0
+
+    def _record(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "heartbeat": self.clock(),
+        }
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            if not self.store.exists(self.path):
+                return None
+            data: dict[str, Any] = json.loads(self.store.read_bytes(self.path))
+            return data
+        except (StorageError, ValueError):
+            return None
+
+    def _holder_is_gone(self, holder: dict[str, Any]) -> bool:
+        age = self.clock() - float(holder.get("heartbeat", 0))
+        if age > self.ttl_s:
+            return True
+        same_host = holder.get("host") == socket.gethostname()
+        return same_host and not _pid_alive(int(holder.get("pid", -1)))
+
+    def acquire(self) -> None:
+        """Take the lease or raise `RunLocked` naming the driver that holds it."""
+        holder = self._read()
+        if holder and holder.get("token") != self.token and not self._holder_is_gone(holder):
+            age = self.clock() - float(holder.get("heartbeat", 0))
+            raise RunLocked(
+                f"this run id is being run by pid {holder.get('pid')} on {holder.get('host')} "
+                f"(heartbeat {age:.0f}s ago, lease {self.store.url(self.path)}); wait for it, "
+                f"or use another run.id"
+            )
+        self.heartbeat(force=True)
+        # Two drivers starting in the same instant both write; the later write wins and the
+        # earlier driver sees someone else's token here.
+        time.sleep(0.2)
+        current = self._read()
+        if current is not None and current.get("token") != self.token:
+            raise RunLocked(
+                f"another driver (pid {current.get('pid')} on {current.get('host')}) took this "
+                "run id at the same moment; use another run.id"
+            )
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = self.clock()
+        if force or now - self._last_beat >= self.ttl_s / 4:
+            self.store.write_bytes_atomic(self.path, json.dumps(self._record()).encode())
+            self._last_beat = now
+
+    def release(self) -> None:
+        current = self._read()
+        if current is not None and current.get("token") == self.token:
+            self.store.rm(self.path)
