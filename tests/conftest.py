@@ -88,3 +88,42 @@ def s3_prefix(moto_s3: MotoS3) -> str:
 
 
 # ==================================== end of moto S3 fixtures =============================
+
+
+# ==========================================================================================
+# Ray fixture (owner: job integration tests). One local Ray instance for the whole session,
+# on loopback only, started lazily by the first test that asks for it. `jobs.context_precision.
+# start_ray` sees `ray.is_initialized()` and reuses it. The environment is set before
+# `ray.init` so the raylet and every worker inherit it (loopback, offline litellm).
+# ==========================================================================================
+
+RAY_TEST_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[Any]:
+    """`ray` initialised with 2 CPUs on 127.0.0.1, shut down at the end of the session."""
+    import ray
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in RAY_TEST_ENV.items():
+            patch.setenv(name, value)
+        if ray.is_initialized():  # pragma: no cover - someone else started it
+            yield ray
+            return
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+        )
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+
+
+# ==================================== end of Ray fixture ==================================

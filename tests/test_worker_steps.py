@@ -1,0 +1,327 @@
+"""The shard worker without Ray: its pure steps, then `run_shard` called directly on a JSONL
+file with the offline lexical judge (good lines, broken lines, resume of a finished shard)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.config import JobConfig, parse_config
+from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
+from jobs.storage import open_store
+from jobs.worker import (
+    ITEMS_SCHEMA,
+    VERDICTS_SCHEMA,
+    ShardContext,
+    error_row,
+    input_spec,
+    item_row,
+    preprocess,
+    run_shard,
+    shard_paths,
+    verdict_rows,
+)
+from scorer_core.lexical import LexicalJudge
+from scorer_core.precision import context_precision
+from scorer_core.reasons import template_reason
+from scorer_core.types import ContextVerdict, ScoreResult, Usage
+
+COLUMNS = {
+    "query_id": "id",
+    "input": "question",
+    "output": "answer",
+    "expected_output": "ground_truth",
+    "context": "contexts",
+}
+
+
+def record(**overrides: Any) -> ItemRecord:
+    values: dict[str, Any] = {
+        "query_id": "q1",
+        "input": "Which river flows through Kalo?",
+        "output": "The Amber.",
+        "expected_output": "Amber",
+        "contexts": ("The Amber river flows through Kalo.", "Kalo has mild weather.", "Other."),
+        "source": "/data/in.jsonl",
+        "row": 120,
+    }
+    values.update(overrides)
+    return ItemRecord(**values)
+
+
+# -- pure steps ----------------------------------------------------------------------------
+
+
+def test_preprocess_passes_valid_records_and_row_errors_through() -> None:
+    good = record()
+    assert preprocess(good) is good
+    error = RowError("/data/in.jsonl", 7, "/data/in.jsonl line at byte 7: invalid JSON")
+    assert preprocess(error) is error
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"contexts": ()}, "context is empty"),
+        ({"input": "   "}, "input (the query) is empty"),
+        ({"output": "", "expected_output": None}, "output is empty"),
+    ],
+)
+def test_preprocess_rejects_unscorable_records_naming_the_position(
+    overrides: dict[str, Any], words: str
+) -> None:
+    rejected = preprocess(record(**overrides))
+    assert isinstance(rejected, RowError)
+    assert rejected.source == "/data/in.jsonl"
+    assert rejected.row == 120
+    assert rejected.query_id == "q1"
+    assert rejected.message.startswith("/data/in.jsonl row 120: ")
+    assert words in rejected.message
+
+
+def test_item_row_has_every_column_of_the_items_schema() -> None:
+    verdicts = (ContextVerdict(0, True, "yes"), ContextVerdict(1, False), ContextVerdict(2, True))
+    usage = Usage(calls=2, prompt_tokens=100, completion_tokens=20, retries=1, rate_limited=1)
+    result = ScoreResult(0.83, "why", verdicts, "ok", None, usage)
+    row = item_row(record(truncated=True), 5 << 32 | 3, result, "openai/x")
+    assert list(row) == ITEMS_SCHEMA.names
+    assert row == {
+        "query_id": "q1",
+        "item_seq": 5 << 32 | 3,
+        "status": "ok",
+        "error": None,
+        "score": 0.83,
+        "reason": "why",
+        "context_count": 3,
+        "relevant_count": 2,
+        "truncated": True,
+        "judge_model": "openai/x",
+        "calls": 2,
+        "prompt_tokens": 100,
+        "completion_tokens": 20,
+        "retries": 1,
+        "rate_limited": 1,
+        "reasks": 0,
+        "cache_hits": 0,
+        "source": "/data/in.jsonl",
+        "row": 120,
+    }
+
+
+def test_verdict_rows_one_per_position_with_keys_and_cache_flags() -> None:
+    verdicts = (ContextVerdict(2, True, "r2"), ContextVerdict(0, False, "r0"))
+    result = ScoreResult(None, "", verdicts, "ok", None, Usage())
+    rows = verdict_rows(record(), 9, result, ["k0", "k1", "k2"], cached={2})
+    assert [r["position"] for r in rows] == [0, 1, 2]
+    assert all(list(r) == VERDICTS_SCHEMA.names for r in rows)
+    assert [r["relevant"] for r in rows] == [False, None, True]  # position 1 got no verdict
+    assert [r["judge_reason"] for r in rows] == ["r0", "", "r2"]
+    assert [r["pair_key"] for r in rows] == ["k0", "k1", "k2"]
+    assert [r["cached"] for r in rows] == [False, False, True]
+    assert {r["query_id"] for r in rows} == {"q1"}
+    assert {r["item_seq"] for r in rows} == {9}
+
+
+@pytest.mark.parametrize("status", ["unscored", "error"])
+def test_verdict_rows_of_a_failed_item_are_null_not_guessed(status: str) -> None:
+    verdicts = (ContextVerdict(0, True), ContextVerdict(1, True), ContextVerdict(2, False))
+    result = ScoreResult(None, "", verdicts, status, "judge failed", Usage())  # type: ignore[arg-type]
+    rows = verdict_rows(record(), 1, result, [], cached=set())
+    assert len(rows) == 3
+    assert [r["relevant"] for r in rows] == [None, None, None]
+    assert [r["pair_key"] for r in rows] == ["", "", ""]
+
+
+def test_error_row_names_the_error_and_falls_back_to_source_and_row_as_id() -> None:
+    anonymous = RowError("/d/in.jsonl", 345, "/d/in.jsonl line at byte 345: invalid JSON")
+    row = error_row(anonymous, 17, "lexical")
+    assert list(row) == ITEMS_SCHEMA.names
+    assert row["query_id"] == "/d/in.jsonl#345"
+    assert row["status"] == "error"
+    assert row["error"] == "/d/in.jsonl line at byte 345: invalid JSON"
+    assert row["score"] is None
+    assert (row["source"], row["row"], row["item_seq"]) == ("/d/in.jsonl", 345, 17)
+    assert row["context_count"] == row["calls"] == 0
+    named = error_row(RowError("/d/in.jsonl", 9, "bad", query_id="q9"), 18, "lexical")
+    assert named["query_id"] == "q9"
+
+
+# -- run_shard on a real file, no Ray ------------------------------------------------------
+
+
+def good_item(n: int) -> dict[str, Any]:
+    entity = ["Kalo", "Venmar", "Drison", "Tusel"][n % 4]
+    return {
+        "id": f"q{n:03d}",
+        "question": f"Which river flows through {entity} number {n}?",
+        "answer": f"The Amber river flows through {entity}.",
+        "ground_truth": "Amber",
+        "contexts": [
+            f"{entity} has mild weather in spring.",
+            f"The Amber river flows through {entity}, dividing its old town.",
+            "A page about something else entirely.",
+        ][: 1 + n % 3],
+    }
+
+
+BROKEN_LINES = {
+    5: '{"id": "q-bad-json", "question": ',  # invalid JSON
+    11: '["an", "array"]',  # valid JSON, not an object
+    17: json.dumps({"id": "q-no-ctx", "question": "Q?", "answer": "A.", "ground_truth": "A"}),
+    23: json.dumps(
+        {"id": "q-str-ctx", "question": "Q?", "answer": "A.", "ground_truth": "A", "contexts": "x"}
+    ),
+    29: json.dumps(
+        {"id": "q-empty", "question": "Q?", "answer": "A.", "ground_truth": "A", "contexts": []}
+    ),
+}
+
+
+def write_input(path: Path, lines_total: int) -> tuple[list[str], list[int]]:
+    """Write `lines_total` lines (some broken); return the lines and their byte offsets."""
+    lines: list[str] = []
+    for n in range(lines_total):
+        lines.append(BROKEN_LINES.get(n) or json.dumps(good_item(n)))
+    offsets, offset = [], 0
+    for line in lines:
+        offsets.append(offset)
+        offset += len(line.encode()) + 1
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return lines, offsets
+
+
+def lexical_config(input_path: Path, out: Path, shard_size: int) -> JobConfig:
+    return parse_config(
+        {
+            "input": {"path": str(input_path), "format": "jsonl", "columns": COLUMNS},
+            "output": {"path": str(out)},
+            "judge": {"model": "lexical"},
+            "scorer": {"reason": "template"},
+            "ray": {"shard_size": shard_size, "workers": 2},
+        }
+    )
+
+
+@pytest.mark.parametrize("shard_size", [1000, 7])
+def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
+    tmp_path: Path, shard_size: int
+) -> None:
+    source = tmp_path / "in.jsonl"
+    lines, offsets = write_input(source, 40)
+    config = lexical_config(source, tmp_path / "out", shard_size)
+    spec = input_spec(config)
+    files = list_input_files(spec)
+    shards = plan_shards(spec, files, shard_size)
+    assert (len(shards) == 1) == (shard_size == 1000)
+    store = open_store(config.output.path)
+    context = ShardContext(config=config, staging="_staging/run_id=t1")
+
+    reports = [run_shard(shard, number, number, context) for number, shard in enumerate(shards)]
+    assert not any(r.skipped or r.fatal for r in reports)
+    assert sum(r.items for r in reports) == len(lines)
+
+    items_tables, verdict_tables = [], []
+    for shard, report in zip(shards, reports, strict=True):
+        verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
+        items = pq.read_table(items_path)
+        verdicts = pq.read_table(verdicts_path)
+        assert items.schema == ITEMS_SCHEMA
+        assert verdicts.schema == VERDICTS_SCHEMA
+        assert items.num_rows == report.items
+        assert sum(report.statuses.values()) == report.items
+        items_tables.append(items.to_pylist())
+        verdict_tables.append(verdicts.to_pylist())
+    items_rows = [row for table in items_tables for row in table]
+    verdicts_all = [row for table in verdict_tables for row in table]
+
+    # Exactly one row per input line, at its byte offset, in input order across shards.
+    assert [r["row"] for r in items_rows] == offsets
+    assert {r["source"] for r in items_rows} == {str(source)}
+    seqs = [r["item_seq"] for r in items_rows]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+    judge = LexicalJudge()
+    for n, row in enumerate(items_rows):
+        if n in BROKEN_LINES:
+            assert row["status"] == "error"
+            assert row["score"] is None
+            assert f"{source} line at byte {offsets[n]}" in row["error"]
+            continue
+        data = json.loads(lines[n])
+        assert row["status"] == "ok", row["error"]
+        assert row["query_id"] == data["id"]
+        assert row["error"] is None
+        assert row["context_count"] == len(data["contexts"])
+        assert row["judge_model"] == "lexical"
+        assert row["calls"] == 0  # the lexical judge makes no requests
+        flags = judge.verdict_flags(
+            ItemRecord(
+                data["id"],
+                data["question"],
+                data["answer"],
+                data["ground_truth"],
+                tuple(data["contexts"]),
+                str(source),
+                offsets[n],
+            ).to_scoring_item()
+        )
+        assert row["score"] == context_precision(flags)
+        assert row["relevant_count"] == sum(flags)
+        assert row["reason"] == template_reason(
+            [ContextVerdict(i, f) for i, f in enumerate(flags)], row["score"]
+        )
+        mine = [v for v in verdicts_all if v["item_seq"] == row["item_seq"]]
+        assert [v["position"] for v in mine] == list(range(len(flags)))
+        assert [v["relevant"] for v in mine] == flags
+        assert {v["query_id"] for v in mine} == {data["id"]}
+        assert all(v["pair_key"] == "" and not v["cached"] for v in mine)  # no cache: lexical
+    # Broken lines' messages say what was wrong; ids are kept where they could be read.
+    errors = {n: items_rows[n] for n in BROKEN_LINES}
+    assert "invalid JSON" in errors[5]["error"]
+    assert errors[5]["query_id"] == f"{source}#{offsets[5]}"
+    assert "a JSON array, expected an object" in errors[11]["error"]
+    assert "context (column 'contexts') is missing" in errors[17]["error"]
+    assert errors[17]["query_id"] == "q-no-ctx"
+    assert "is a string, expected a list of strings" in errors[23]["error"]
+    assert "is an empty list" in errors[29]["error"]
+    # No verdict rows for lines that never became items.
+    assert len(verdicts_all) == sum(
+        len(json.loads(lines[n])["contexts"]) for n in range(len(lines)) if n not in BROKEN_LINES
+    )
+    statuses: dict[str, int] = {}
+    for report in reports:
+        for key, value in report.statuses.items():
+            statuses[key] = statuses.get(key, 0) + value
+    assert statuses == {"ok": len(lines) - len(BROKEN_LINES), "error": len(BROKEN_LINES)}
+
+    # Rerunning a finished shard skips it and rewrites nothing.
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.parquet")}
+    again = [run_shard(shard, number, number, context) for number, shard in enumerate(shards)]
+    assert all(r.skipped for r in again)
+    assert all(r.items == 0 and r.statuses == {} for r in again)
+    after = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.parquet")}
+    assert after == before
+
+
+def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) -> None:
+    """The items file is the commit marker: verdicts alone do not count as done."""
+    source = tmp_path / "in.jsonl"
+    write_input(source, 12)
+    config = lexical_config(source, tmp_path / "out", 1000)
+    spec = input_spec(config)
+    (shard,) = plan_shards(spec, list_input_files(spec), 1000)
+    store = open_store(config.output.path)
+    context = ShardContext(config=config, staging="_staging/run_id=t2")
+    first = run_shard(shard, 0, 0, context)
+    verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
+    expected = pq.read_table(items_path)
+    Path(items_path).unlink()
+    second = run_shard(shard, 0, 0, context)
+    assert not second.skipped
+    assert second.items == first.items == 12
+    assert pq.read_table(items_path).equals(expected)
+    assert Path(verdicts_path).exists()
