@@ -93,7 +93,11 @@ def start_ray(config: JobConfig) -> None:
 
 
 def _manifest_base(
-    config: JobConfig, location: RunLocation, shards: int, started: float
+    config: JobConfig,
+    location: RunLocation,
+    shards: int,
+    started: float,
+    timings: dict[str, float],
 ) -> dict[str, Any]:
     return {
         "run_id": location.run_id,
@@ -103,6 +107,7 @@ def _manifest_base(
         "config": config.redacted(),
         "shards": shards,
         "seconds": round(time.monotonic() - started, 3),
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
 
 
@@ -138,7 +143,9 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         + f"; judge {config.judge.model}\n"
     )
     try:
+        planned = time.monotonic()
         reports = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+        timings = {"plan": planned - started, "fan_out": time.monotonic() - planned}
     except BaseException:
         lease.release()
         raise
@@ -157,13 +164,16 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             f"{len(missing)} shard(s) have no results (first: {missing[0]}); nothing was "
             f"published. Rerun with --set run.id={location.run_id} to finish them."
         )
-    published = publish_run(
-        store,
-        location,
-        model=config.judge.model,
-        scale=config.scorer.scale,
-        manifest=_manifest_base(config, location, len(shards), started),
-    )
+    manifest = _manifest_base(config, location, len(shards), started, timings)
+    manifest["shards_reused"] = len(shards) - len(todo)
+    try:
+        published = publish_run(
+            store, location, model=config.judge.model, scale=config.scorer.scale, manifest=manifest
+        )
+    except BaseException:
+        # Staged shards stay; a rerun with the same run id publishes them without re-judging.
+        lease.release()
+        raise
     if published.mismatches:
         raise RunFailed(
             f"{published.mismatches} item(s) scored differently by the worker and by Polars: "
