@@ -341,7 +341,7 @@ def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
 
 
 def _read_parquet_schema(fs: fsspec.AbstractFileSystem, fs_path: str, url: str) -> pa.Schema:
-    with fs.open(fs_path, "rb") as handle:
+    with _open(fs, fs_path) as handle:
         try:
             return pq.read_schema(handle)
         except pa.ArrowInvalid as exc:
@@ -354,7 +354,7 @@ def _sample_jsonl_keys(
     keys: dict[str, None] = {}
     objects = 0
     lines = 0
-    with _open_jsonl(fs, fs_path, info.compression) as handle:
+    with _open(fs, fs_path, info.compression) as handle:
         for offset, line in _lines_in_range(handle, 0, None):
             raw = _parse_line(info.path, offset, line)
             if raw is None:
@@ -455,7 +455,7 @@ def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:
     fs, fs_path, _ = filesystem(info.path, spec.storage_options)
 
     def read() -> list[int]:
-        with fs.open(fs_path, "rb") as handle:
+        with _open(fs, fs_path) as handle:
             try:
                 meta = pq.read_metadata(handle)
             except pa.ArrowInvalid as exc:
@@ -492,12 +492,12 @@ def _read_jsonl_shard(
 ) -> Iterator[RawRow]:
     end = None if shard.compression else shard.end
     start = 0 if shard.compression else shard.start
-    handle = retry_call(
-        lambda: _open_jsonl(fs, fs_path, shard.compression), what="open", url=shard.path
-    )
+    # a small shard asks for little more than its range (a long line grows the reads)
+    chunk = READ_CHUNK if end is None else min(READ_CHUNK, max(end - start, 0) + 64 * 1024)
+    handle = retry_call(lambda: _open(fs, fs_path, shard.compression), what="open", url=shard.path)
     try:
         with handle:
-            for offset, line in _lines_in_range(handle, start, end):
+            for offset, line in _lines_in_range(handle, start, end, chunk):
                 raw = _parse_line(shard.path, offset, line)
                 if raw is not None:
                     yield raw
@@ -513,13 +513,16 @@ def _read_jsonl_shard(
         ) from exc
 
 
-def _open_jsonl(fs: fsspec.AbstractFileSystem, fs_path: str, compression: str | None) -> IO[bytes]:
+def _open(fs: fsspec.AbstractFileSystem, fs_path: str, compression: str | None = None) -> IO[bytes]:
+    """Open for reading. On object stores reads are exact ranged GETs (`cache_type="none"`):
+    the default read-ahead fetches up to a 50 MiB block per miss, several times the bytes a
+    JSONL shard or a Parquet row-group slice needs (measured on moto: 58 MB vs 12 MB for two
+    row groups of four columns)."""
     if compression:
         handle: IO[bytes] = fs.open(fs_path, "rb", compression=compression)
     elif _is_local(fs):
         handle = fs.open(fs_path, "rb")
     else:
-        # Exact ranged reads: the default read-ahead would fetch up to 50 MiB past the shard.
         handle = fs.open(fs_path, "rb", cache_type="none")
     return handle
 
@@ -636,7 +639,7 @@ def _json_kind(value: object) -> str:
 def _read_parquet_shard(
     spec: InputSpec, fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard
 ) -> Iterator[RawRow]:
-    handle = retry_call(lambda: fs.open(fs_path, "rb"), what="open", url=shard.path)
+    handle = retry_call(lambda: _open(fs, fs_path), what="open", url=shard.path)
     try:
         with handle:
             try:

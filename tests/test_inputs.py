@@ -674,3 +674,67 @@ def test_s3_jsonl_and_parquet_end_to_end(moto_s3: MotoS3, s3_prefix: str, tmp_pa
     missing = InputSpec(f"{s3_prefix}/nothing/", storage_options=moto_s3.storage_options)
     with pytest.raises(InputError, match=rf"no input files at {s3_prefix}/nothing/"):
         list_input_files(missing)
+
+
+# -- streaming -----------------------------------------------------------------------------------
+
+
+class CountingHandle(io.RawIOBase):
+    """A read handle that counts the bytes it hands out and can fail after some reads."""
+
+    def __init__(self, inner: Any, fail_after: int | None = None) -> None:
+        self.inner = inner
+        self.bytes_read = 0
+        self.reads = 0
+        self.fail_after = fail_after
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        if self.fail_after is not None and self.reads > self.fail_after:
+            raise ConnectionResetError("connection reset by peer")
+        data: bytes = self.inner.read(size)
+        self.bytes_read += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self.inner.seek(offset, whence))
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
+def test_jsonl_shard_reads_about_its_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_jsonl(tmp_path / "f.jsonl", [item(i, pad="p" * 100) for i in range(20_000)])
+    spec = spec_for(path)
+    shards = plan_shards(spec, list_input_files(spec), 500)
+    handles: list[CountingHandle] = []
+    real = inputs._open
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        handles.append(CountingHandle(real(*args, **kwargs)))
+        return handles[-1]
+
+    monkeypatch.setattr(inputs, "_open", counting)
+    middle = shards[len(shards) // 2]
+    rows = list(read_shard(spec, middle))
+    assert 450 <= len(rows) <= 550
+    span = middle.end - middle.start
+    assert handles[0].bytes_read <= span + 64 * 1024 + 1024
+    assert handles[0].bytes_read < path.stat().st_size / 10
+
+
+def test_failure_mid_shard_is_storage_error_naming_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_jsonl(tmp_path / "f.jsonl", [item(i, pad="p" * 1000) for i in range(3000)])
+    spec = spec_for(path)
+    (shard,) = plan_shards(spec, list_input_files(spec), 100_000)
+    real = inputs._open
+    monkeypatch.setattr(
+        inputs, "_open", lambda *a, **k: CountingHandle(real(*a, **k), fail_after=1)
+    )
+    got: list[RawRow] = []
+    with pytest.raises(StorageError, match=rf"reading {path} \(shard {shard.shard_id}\) failed"):
+        got.extend(read_shard(spec, shard))
+    assert 0 < len(got) < 3000  # rows before the failure were streamed out
