@@ -17,9 +17,10 @@ Formats, chosen by `InputSpec.format` or else by each file's suffix:
 - Gzipped JSON Lines (`.jsonl.gz`, `.ndjson.gz`): gzip cannot be entered mid-stream, so the
   whole file is one shard; `RawRow.row` is the byte offset in the *decompressed* stream.
 
-In a folder, files whose names start with `_` or `.` (`_SUCCESS`, `.crc`) and files of an
-unknown suffix are skipped; a glob or a file named explicitly must have a known suffix unless
-`format` is set.
+In a folder, files whose names start with `_` or `.` (`_SUCCESS`, `.crc`), files in
+sub-folders named so (`_temporary/`) and files of an unknown suffix are skipped; a glob or a
+file named explicitly must have a known suffix unless `format` is set. A gzipped JSONL file
+is never split: for parallelism prefer many plain (or many small gzipped) files.
 
 Shard ids are `{file index:05d}-{start:012d}-{end:012d}-{8 hex of sha1(path, size)}`: the same
 input files planned with the same `shard_size` give the same shards and ids, and a file whose
@@ -232,9 +233,13 @@ def _format_of(name: str, forced: InputFormat | None) -> tuple[InputFormat, str 
     return None
 
 
-def _is_hidden(name: str) -> bool:
-    base = name.rstrip("/").rsplit("/", 1)[-1]
-    return base.startswith(("_", "."))
+def _is_hidden(name: str, root: str | None) -> bool:
+    """A name starting with `_` or `.`; under a listed folder, also any folder below it."""
+    if root is not None and name.startswith(root.rstrip("/") + "/"):
+        parts = name[len(root.rstrip("/")) + 1 :].split("/")
+    else:
+        parts = [name.rstrip("/").rsplit("/", 1)[-1]]
+    return any(part.startswith(("_", ".")) for part in parts)
 
 
 def list_input_files(spec: InputSpec) -> list[FileInfo]:
@@ -256,7 +261,7 @@ def list_input_files(spec: InputSpec) -> list[FileInfo]:
     files: list[FileInfo] = []
     for name in sorted(entries):
         info = entries[name]
-        if info.get("type") == "directory" or _is_hidden(name):
+        if info.get("type") == "directory" or _is_hidden(name, None if explicit else path):
             continue
         found = _format_of(name, spec.format)
         if found is None:

@@ -343,6 +343,8 @@ def test_list_folder_skips_hidden_and_unknown(tmp_path: Path) -> None:
     (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(b"{}\n"))
     for name in ("_SUCCESS", ".c.parquet.crc", "README.md", "_tmp.jsonl"):
         (tmp_path / name).write_text("x")
+    (tmp_path / "_temporary" / "0").mkdir(parents=True)
+    write_jsonl(tmp_path / "_temporary" / "0" / "part.jsonl", [item(9)])
     files = list_input_files(spec_for(tmp_path))
     assert [(Path(f.path).name, f.format, f.compression) for f in files] == [
         ("b.jsonl", "jsonl", None),
