@@ -144,8 +144,15 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
     )
     try:
         planned = time.monotonic()
+        if todo:
+            start_ray(config)
+        ray_ready = time.monotonic()
         reports = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
-        timings = {"plan": planned - started, "fan_out": time.monotonic() - planned}
+        timings = {
+            "plan": planned - started,
+            "ray_start": ray_ready - planned,
+            "fan_out": time.monotonic() - ray_ready,
+        }
     except BaseException:
         lease.release()
         raise
@@ -204,7 +211,6 @@ def fan_out(
 
     from jobs.limiter import limiter_actor_class
 
-    start_ray(config)
     limits = config.rate_limit
     limiter = None
     if limits.requests_per_minute or limits.tokens_per_minute:

@@ -198,6 +198,7 @@ class ItemRecord:
     truncated: bool = False
     contexts_cut: int = 0
     contexts_dropped: int = 0
+    where: str = ""  # position for messages, as RawRow.where
 
     def to_scoring_item(self) -> ScoringItem:
         return ScoringItem(
@@ -779,6 +780,7 @@ def to_item(
         truncated=bool(cut or dropped),
         contexts_cut=cut,
         contexts_dropped=dropped,
+        where=raw.where,
     )
 
 
