@@ -1,0 +1,346 @@
+"""Finding and loading published runs under an output root (local folder or any fsspec URL).
+
+A run is published (see `jobs.publish`) as
+
+    scores/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
+    verdicts/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
+    summary/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
+    manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json
+
+`scores/` is written last, so a run whose scores file exists is complete; it is what this
+module looks for. The manifest (config, timings) is read when present.
+
+    store = open_store("results/")
+    run = load_run(store, "20261130-1a2b3c4d")
+    run.scores().filter(pl.col("status") == "ok").collect()     # lazy frames
+    run.summary.mean, run.manifest["seconds"]
+
+The helpers at the bottom are shared by the `ctxprec compare` and `ctxprec report` commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import posixpath
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import yaml
+
+from jobs.aggregate import BANDS, PositionRate, RunSummary
+from jobs.publish import RunLocation, scan
+from jobs.storage import Store, open_store
+from scorer_core.errors import ConfigError, CtxPrecError
+
+DEFAULT_OUTPUT = "results/"
+TABLES = ("scores", "verdicts", "summary")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
+_MAX_LISTED_IDS = 30
+
+
+class RunNotFound(CtxPrecError):
+    """No published run with the asked id under the output root."""
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published run: where it is, its manifest, and lazy scans of its tables."""
+
+    store: Store
+    location: RunLocation
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.location.run_id
+
+    @property
+    def run_date(self) -> dt.date:
+        return self.location.run_date
+
+    @property
+    def judge_model(self) -> str:
+        model = self.manifest.get("judge_model") or self.summary.model
+        return str(model)
+
+    def path(self, table: str) -> str:
+        """The filesystem path of `table` ("scores", "verdicts" or "summary") of this run."""
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}; expected one of {TABLES}")
+        return self.store.join(self.location.table_file(table))
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """A lazy scan of one of the run's tables (without the hive partition columns)."""
+        return scan(self.store, [self.path(table)])
+
+    def read(self, table: str) -> pl.DataFrame:
+        """One of the run's tables, eagerly."""
+        return self.scan(table).collect()
+
+    def scores(self) -> pl.LazyFrame:
+        return self.scan("scores")
+
+    def verdicts(self) -> pl.LazyFrame:
+        return self.scan("verdicts")
+
+    def summary_table(self) -> pl.LazyFrame:
+        return self.scan("summary")
+
+    @property
+    def summary(self) -> RunSummary:
+        """The run summary, rebuilt from the published summary table (read once)."""
+        cached: RunSummary | None = self.__dict__.get("_summary")
+        if cached is None:
+            cached = summary_from_frame(self.read("summary"))
+            object.__setattr__(self, "_summary", cached)
+        return cached
+
+    @property
+    def seconds(self) -> float | None:
+        """Wall-clock seconds of the run, from the manifest (None when unknown)."""
+        value = self.manifest.get("seconds")
+        return float(value) if isinstance(value, int | float) else None
+
+
+# --------------------------------------------------------------------------------------------
+# locating runs
+
+
+def _parse_partition(path: str) -> tuple[dt.date, str] | None:
+    match = _PARTITION.search(path)
+    if match is None:
+        return None
+    try:
+        return dt.date.fromisoformat(match.group(1)), match.group(2)
+    except ValueError:
+        return None
+
+
+def list_runs(store: Store) -> list[RunLocation]:
+    """Every published run under the store's root (one with a scores file), latest date first."""
+    found = {
+        parsed
+        for path in store.list(store.join("scores"))
+        if (parsed := _parse_partition(path)) is not None
+    }
+    ordered = sorted(found, key=lambda item: (item[0], item[1]), reverse=True)
+    return [RunLocation(run_id=run_id, run_date=day) for day, run_id in ordered]
+
+
+def _available_ids(store: Store) -> str:
+    ids = list(dict.fromkeys(location.run_id for location in list_runs(store)))
+    if not ids:
+        return "no published runs there"
+    shown = ", ".join(ids[:_MAX_LISTED_IDS])
+    more = len(ids) - _MAX_LISTED_IDS
+    suffix = f" and {more} more" if more > 0 else ""
+    return f"available run ids (latest run date first): {shown}{suffix}"
+
+
+def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunLocation:
+    """Where run `run_id` is published; the newest date when the id was used on several days.
+
+    Raises `RunNotFound` naming the id and the root, listing the ids that do exist.
+    """
+    root = store.url(store.root)
+    if not _RUN_ID.fullmatch(run_id):
+        raise RunNotFound(
+            f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
+        )
+    day = run_date.isoformat() if run_date else "*"
+    pattern = store.join("scores", f"run_date={day}", f"run_id={run_id}", "*.parquet")
+    dates = sorted(
+        {
+            parsed[0]
+            for path in store.list(pattern)
+            if (parsed := _parse_partition(path)) is not None and parsed[1] == run_id
+        }
+    )
+    if not dates:
+        when = f" on {run_date.isoformat()}" if run_date else ""
+        raise RunNotFound(
+            f"run {run_id!r}{when} not found under {root} (no scores/run_date=*/run_id={run_id}/)"
+            f"; {_available_ids(store)}"
+        )
+    return RunLocation(run_id=run_id, run_date=dates[-1])
+
+
+def read_manifest_dict(store: Store, location: RunLocation) -> dict[str, Any]:
+    """The run's manifest, or {} when it has none (a run published by an older version)."""
+    path = store.join(location.manifest)
+    if not store.exists(path):
+        return {}
+    data = json.loads(store.read_bytes(path))
+    return data if isinstance(data, dict) else {}
+
+
+def load_run(store: Store, run_id: str, run_date: dt.date | None = None) -> PublishedRun:
+    """Locate run `run_id` in `store` and read its manifest; tables are scanned lazily."""
+    location = find_run(store, run_id, run_date)
+    return PublishedRun(
+        store=store, location=location, manifest=read_manifest_dict(store, location)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the summary table back into a RunSummary
+
+
+def _number(value: object) -> float | None:
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number
+
+
+def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
+    """Rebuild the `RunSummary` from its published tidy table (`RunSummary.to_frame`)."""
+    if frame.is_empty():
+        raise CtxPrecError("the run's summary table is empty")
+    model = str(frame["model"][0])
+    scalars = {
+        str(row["metric"]): _number(row["value"])
+        for row in frame.filter(pl.col("band").is_null() & pl.col("position").is_null()).iter_rows(
+            named=True
+        )
+    }
+    band_counts = {
+        str(row["band"]): int(_number(row["value"]) or 0)
+        for row in frame.filter(pl.col("metric") == "band_count").iter_rows(named=True)
+    }
+    known = [label for label, _, _ in BANDS]
+    labels = [b for b in known if b in band_counts] + [b for b in band_counts if b not in known]
+    positions = (
+        frame.filter(pl.col("position").is_not_null())
+        .pivot(on="metric", index="position", values="value", aggregate_function="first")
+        .sort("position")
+    )
+
+    def count(name: str) -> int:
+        return int(scalars.get(name) or 0)
+
+    return RunSummary(
+        model=model,
+        scale=scalars.get("scale") or 0.0,
+        items=count("items"),
+        scored=count("scored"),
+        unscored=count("unscored"),
+        errors=count("errors"),
+        mean=scalars.get("mean"),
+        median=scalars.get("median"),
+        p10=scalars.get("p10"),
+        p90=scalars.get("p90"),
+        bands=tuple((label, band_counts.get(label, 0)) for label in labels),
+        position_rates=tuple(
+            PositionRate(
+                position=int(row["position"]),
+                judged=int(_number(row.get("position_judged")) or 0),
+                relevant=int(_number(row.get("position_relevant")) or 0),
+                rate=_number(row.get("position_rate")) or 0.0,
+            )
+            for row in positions.iter_rows(named=True)
+        ),
+        judge_calls=count("judge_calls"),
+        prompt_tokens=count("prompt_tokens"),
+        completion_tokens=count("completion_tokens"),
+        cache_hits=count("cache_hits"),
+        cost_usd=scalars.get("cost_usd"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# shared command-line helpers
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--output and --storage-option, as every command that reads published runs takes them."""
+    parser.add_argument(
+        "--output",
+        default=DEFAULT_OUTPUT,
+        metavar="PATH",
+        help=f"output root the runs were published to (default {DEFAULT_OUTPUT}; s3://... works)",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec storage option, value parsed as YAML (repeatable; dotted keys nest, "
+        "e.g. client_kwargs.region_name=us-east-1)",
+    )
+
+
+def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:
+    """KEY=VALUE strings into fsspec storage options; dotted keys nest, values parsed as YAML."""
+    options: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        keys = key.strip().split(".")
+        if not sep or not all(keys):
+            raise ConfigError(f"--storage-option {assignment!r}: expected KEY=VALUE")
+        node = options
+        for part in keys[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--storage-option {key}: {part} is already a value")
+            node = child
+        try:
+            node[keys[-1]] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--storage-option {key}: cannot parse {text!r}: {exc}") from None
+    return options
+
+
+def open_output(args: argparse.Namespace) -> Store:
+    """The store of `args.output` with `args.storage_option`."""
+    return open_store(args.output, parse_storage_options(args.storage_option))
+
+
+def resolve_target(
+    store: Store, path: str | None, default: str, storage_options: dict[str, Any]
+) -> tuple[Store, str]:
+    """Where to write a command's file: `path` (any local path or URL, opened with
+    `storage_options`) or, when `path` is None, `default` under the store's root.
+    Returns (store, filesystem path in it)."""
+    if path is None:
+        return store, store.join(default)
+    parent, name = posixpath.split(path)
+    if not name:
+        raise ConfigError(f"{path}: expected a file path, not a folder")
+    target_store = open_store(parent or ".", storage_options)
+    return target_store, target_store.join(name)
+
+
+def write_file(
+    store: Store, path: str | None, default: str, data: bytes, storage_options: dict[str, Any]
+) -> str:
+    """Write `data` all-or-nothing to `resolve_target(...)`; returns the written URL."""
+    target_store, target = resolve_target(store, path, default, storage_options)
+    target_store.write_bytes_atomic(target, data)
+    return target_store.url(target)
+
+
+def write_parquet_file(
+    store: Store,
+    path: str | None,
+    default: str,
+    frame: pl.DataFrame,
+    storage_options: dict[str, Any],
+) -> str:
+    """Write `frame` as zstd Parquet, all-or-nothing, to `resolve_target(...)` (through a local
+    temp file and `Store.upload_file_atomic`); returns the written URL."""
+    target_store, target = resolve_target(store, path, default, storage_options)
+    with tempfile.TemporaryDirectory(prefix="ctxprec-runs-") as tmp:
+        local = os.path.join(tmp, "table.parquet")
+        frame.write_parquet(local, compression="zstd")
+        target_store.upload_file_atomic(local, target)
+    return target_store.url(target)
