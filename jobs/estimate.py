@@ -1,0 +1,554 @@
+"""`ctxprec estimate`: what a run would cost before it runs (no judge calls, no Ray).
+
+Streams the input through the job's own reading path (`list_input_files` -> `check_schema` ->
+`plan_shards` -> `read_shard` -> `to_item` -> `preprocess`), one row at a time, and counts:
+
+- items (valid / invalid) and context pairs, exactly as the job would see them (duplicate
+  `query_id`s are counted: the job judges them too and marks them at publish time);
+- judge calls: per item ceil(contexts / `judge.contexts_per_call`), plus one per item when
+  `scorer.reason` is `llm`. Retries and re-asks are not included (they depend on the provider);
+- prompt tokens: the real prompts (`scorer_core.prompt.verdict_messages`, and `reason_messages`
+  for `reason: llm`) are built for every item and their characters summed; tokens are counted
+  exactly with `litellm.token_counter` on a deterministic sample of at most `--sample` items
+  (the items with the smallest content hash, independent of input order) and extrapolated to
+  all items by characters (tokens per character of the sample);
+- output tokens: an allowance of `OUTPUT_TOKENS_PER_VERDICT` per context pair (one short reason
+  per verdict, the same allowance the LLM judge reserves from the rate limiter) plus
+  `OUTPUT_TOKENS_PER_REASON` per LLM-reason call;
+- cost at the model's price (`litellm.cost_per_token`; "unknown" for a model without a price,
+  0 for the offline lexical judge);
+- wall time at the configured rate limit: the larger of calls / requests_per_minute and
+  limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them
+  (limiter tokens are what the job reserves per request: prompt characters / 4 + 1 + 40 per
+  verdict). With no rate limit the run is "unbounded by rate limit" and the time shown is
+  calls x an ASSUMED latency / the run's concurrency (`--assumed-latency`); the same
+  concurrency floor applies when it is larger than the rate-limit time;
+- the share of context pairs the verdict cache would answer: pair keys (`jobs.cache.pair_key`)
+  looked up in the cache files that exist under this config's cache path, using the same slot
+  and neighbour rule as the workers. The lexical judge does not use the cache.
+
+The API key is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import heapq
+import io
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.cache import judge_fingerprint, pair_key, slot_path
+from jobs.config import JobConfig, add_run_arguments, load_config
+from jobs.inputs import (
+    RowError,
+    check_schema,
+    list_input_files,
+    plan_shards,
+    read_shard,
+    to_item,
+)
+from jobs.storage import Store, filesystem
+from jobs.worker import input_spec, preprocess, use_cache
+from scorer_core.errors import CtxPrecError, StorageError
+from scorer_core.judge import estimate_tokens
+from scorer_core.prompt import reason_messages, verdict_messages
+from scorer_core.types import ContextVerdict, ScoringItem
+
+DEFAULT_SAMPLE = 2000
+"""Items whose prompts are tokenized exactly; the rest is extrapolated by characters."""
+OUTPUT_TOKENS_PER_VERDICT = 40
+"""Expected reply tokens per context verdict (index, yes/no and one short reason sentence)."""
+OUTPUT_TOKENS_PER_REASON = 100
+"""Expected reply tokens per LLM-reason call ("two or three sentences")."""
+DEFAULT_ASSUMED_LATENCY_S = 2.0
+"""Seconds per judge request assumed when no rate limit bounds the run."""
+_PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
+"""Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
+_MAX_INVALID_EXAMPLES = 5
+
+
+@dataclass
+class _Counts:
+    valid: int = 0
+    invalid: int = 0
+    truncated: int = 0
+    pairs: int = 0
+    verdict_calls: int = 0
+    reason_calls: int = 0
+    prompt_chars: int = 0
+    limiter_tokens: int = 0
+    cached_pairs: int = 0
+    calls_after_cache: int = 0
+    invalid_examples: list[str] = field(default_factory=list)
+
+
+def _messages_chars(messages: Sequence[dict[str, str]]) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def _slices(count: int, per_call: int) -> list[list[int]]:
+    return [list(range(s, min(s + per_call, count))) for s in range(0, count, per_call)]
+
+
+def _reason_prompt(item: ScoringItem, scale: float) -> list[dict[str, str]]:
+    verdicts = [
+        ContextVerdict(p, False, _PLACEHOLDER_VERDICT_REASON) for p in range(len(item.contexts))
+    ]
+    return reason_messages(item, verdicts, 0.0, scale)
+
+
+def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[list[dict[str, str]], int]]:
+    """(messages, verdicts asked) for every request the job would send for `item`."""
+    prompts = [
+        (verdict_messages(item, part), len(part))
+        for part in _slices(len(item.contexts), config.judge.contexts_per_call)
+    ]
+    if config.scorer.reason == "llm":
+        prompts.append((_reason_prompt(item, config.scorer.scale), 1))
+    return prompts
+
+
+def _sample_key(query_id: str, item: ScoringItem) -> bytes:
+    digest = hashlib.blake2b(digest_size=12)
+    for part in (query_id, item.input, *item.contexts[:1]):
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.digest()
+
+
+class _CacheProbe:
+    """Which pair keys the workers would find in the existing cache files.
+
+    Mirrors `jobs.cache.load_cache` (a shard sees its own slot and both neighbours) but keeps
+    only keys, and keeps at most three slots of one file in memory at a time.
+    """
+
+    def __init__(self, store: Store, folder: str, fingerprint: str) -> None:
+        self._store = store
+        self._folder = folder
+        self._fingerprint = fingerprint
+        self._loaded: dict[tuple[int, int], frozenset[str]] = {}
+        root = store.join(folder, fingerprint)
+        self._existing = set(store.list(root))
+        self.files = len(self._existing)
+
+    def _keys(self, file_index: int, slot: int) -> frozenset[str]:
+        where = (file_index, slot)
+        if where not in self._loaded:
+            path = slot_path(self._store, self._folder, self._fingerprint, file_index, slot)
+            keys: frozenset[str] = frozenset()
+            if path in self._existing:
+                try:
+                    table = pq.read_table(
+                        io.BytesIO(self._store.read_bytes(path)), columns=["pair_key"]
+                    )
+                    keys = frozenset(k for k in table.column("pair_key").to_pylist() if k)
+                except (StorageError, pa.ArrowInvalid, OSError, KeyError):
+                    keys = frozenset()  # an unreadable cache file is ignored, as in the job
+            self._loaded[where] = keys
+        return self._loaded[where]
+
+    def keys_for(self, file_index: int, slot: int) -> set[str]:
+        for where in list(self._loaded):
+            if where[0] != file_index or where[1] < slot - 1:
+                del self._loaded[where]
+        found: set[str] = set()
+        for neighbour in (slot - 1, slot, slot + 1):
+            if neighbour >= 0:
+                found |= self._keys(file_index, neighbour)
+        return found
+
+
+def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
+    """A probe of this config's cache, or None with the reason there is nothing to look up."""
+    if config.judge.model == "lexical":
+        return None, "not used: the lexical judge is offline and never uses the verdict cache"
+    if not use_cache(config):
+        return None, "not used: cache.enabled is false"
+    url = config.cache.path or config.output.path
+    folder = "" if config.cache.path else "_cache"
+    # Not `open_store`: estimating must not create the output folder.
+    fs, root, protocol = filesystem(url, config.output.storage_options)
+    store = Store(fs=fs, root=root, protocol=protocol)
+    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    if not store.exists(store.join(folder, fingerprint)):
+        return None, f"no cache files yet at {store.url(store.join(folder, fingerprint))}"
+    probe = _CacheProbe(store, folder, fingerprint)
+    return probe, f"{probe.files} cache file(s) at {store.url(store.join(folder, fingerprint))}"
+
+
+def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return sum(int(litellm.token_counter(model=model, messages=m)) for m in prompts)
+
+
+def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """USD for these tokens at litellm's price for `model`; None when it has no price."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    try:
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+    except Exception:  # litellm raises several types for an unmapped model
+        return None
+    return float(prompt_cost) + float(completion_cost)
+
+
+def estimate(
+    config: JobConfig,
+    *,
+    sample: int = DEFAULT_SAMPLE,
+    assumed_latency_s: float = DEFAULT_ASSUMED_LATENCY_S,
+) -> dict[str, Any]:
+    """The estimate as plain data (see the module docstring); makes no judge calls."""
+    if sample < 1:
+        raise CtxPrecError(f"--sample must be at least 1, not {sample}")
+    spec = input_spec(config)
+    files = list_input_files(spec)
+    check_schema(spec, files)
+    shards = plan_shards(spec, files, config.ray.shard_size)
+    probe, cache_note = _cache_probe(config)
+    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    lexical = config.judge.model == "lexical"
+    per_call = config.judge.contexts_per_call
+    llm_reason = config.scorer.reason == "llm"
+
+    counts = _Counts()
+    # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
+    heap: list[tuple[bytes, int, ScoringItem]] = []
+    slots: dict[int, int] = {}
+    for shard in shards:
+        slot = slots.get(shard.file_index, 0)
+        slots[shard.file_index] = slot + 1
+        known = probe.keys_for(shard.file_index, slot) if probe is not None else set()
+        for raw in read_shard(spec, shard):
+            record = preprocess(
+                to_item(
+                    spec,
+                    raw,
+                    max_context_chars=config.input.max_context_chars,
+                    max_contexts=config.input.max_contexts,
+                )
+            )
+            if isinstance(record, RowError):
+                counts.invalid += 1
+                if len(counts.invalid_examples) < _MAX_INVALID_EXAMPLES:
+                    counts.invalid_examples.append(record.message)
+                continue
+            item = record.to_scoring_item()
+            counts.valid += 1
+            counts.truncated += int(record.truncated)
+            contexts = len(item.contexts)
+            counts.pairs += contexts
+            for messages, verdicts in _item_prompts(item, config):
+                counts.prompt_chars += _messages_chars(messages)
+                counts.limiter_tokens += estimate_tokens(messages, verdicts)
+            parts = _slices(contexts, per_call)
+            counts.verdict_calls += len(parts)
+            counts.reason_calls += int(llm_reason)
+            if known:
+                hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
+                counts.cached_pairs += len(hits)
+                counts.calls_after_cache += sum(1 for part in parts if not hits.issuperset(part))
+            else:
+                counts.calls_after_cache += len(parts)
+            counts.calls_after_cache += int(llm_reason)  # reasons are never cached
+            key = _sample_key(record.query_id, item)
+            entry = (bytes(255 - b for b in key), counts.valid, item)
+            if len(heap) < sample:
+                heapq.heappush(heap, entry)
+            elif entry[0] > heap[0][0]:
+                heapq.heapreplace(heap, entry)
+
+    calls = counts.verdict_calls + counts.reason_calls
+    tokenizer_model = "" if lexical else config.judge.model
+    sampled = [entry[2] for entry in heap]
+    sample_prompts = [m for item in sampled for m, _ in _item_prompts(item, config)]
+    sample_chars = sum(_messages_chars(m) for m in sample_prompts)
+    sample_tokens = _count_tokens(tokenizer_model, sample_prompts) if sample_prompts else 0
+    exact = len(sampled) == counts.valid
+    if exact:
+        prompt_tokens = sample_tokens
+    else:
+        prompt_tokens = round(counts.prompt_chars * sample_tokens / max(sample_chars, 1))
+    output_tokens = (
+        counts.pairs * OUTPUT_TOKENS_PER_VERDICT + counts.reason_calls * OUTPUT_TOKENS_PER_REASON
+    )
+
+    cost: float | None
+    if lexical:
+        cost, cost_note = 0.0, "lexical judge: offline, no API cost"
+    else:
+        cost = _price(config.judge.model, prompt_tokens, output_tokens)
+        cost_note = (
+            f"at litellm's price for {config.judge.model}"
+            if cost is not None
+            else f"unknown: litellm has no price for {config.judge.model}"
+        )
+
+    share = counts.cached_pairs / counts.pairs if counts.pairs and probe is not None else 0.0
+    return {
+        "model": config.judge.model,
+        "input": {"path": config.input.path, "files": len(files), "shards": len(shards)},
+        "items": {
+            "valid": counts.valid,
+            "invalid": counts.invalid,
+            "total": counts.valid + counts.invalid,
+            "truncated": counts.truncated,
+            "invalid_examples": counts.invalid_examples,
+        },
+        "context_pairs": counts.pairs,
+        "judge_calls": {
+            "total": calls,
+            "verdict_calls": counts.verdict_calls,
+            "reason_calls": counts.reason_calls,
+            "contexts_per_call": per_call,
+            "reason": config.scorer.reason,
+            "sends_requests": not lexical,
+            "note": "retries and re-asks not included",
+        },
+        "prompt_tokens": {
+            "estimate": prompt_tokens,
+            "method": "exact" if exact else "sample extrapolated by characters",
+            "sampled_items": len(sampled),
+            "sample_tokens": sample_tokens,
+            "sample_chars": sample_chars,
+            "total_chars": counts.prompt_chars,
+            "chars_per_token": round(sample_chars / sample_tokens, 3) if sample_tokens else None,
+            "tokenizer": f"litellm.token_counter(model={tokenizer_model!r})",
+            "note": (
+                "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
+                if lexical
+                else "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
+            ),
+        },
+        "output_tokens": {
+            "estimate": output_tokens,
+            "per_verdict": OUTPUT_TOKENS_PER_VERDICT,
+            "per_reason_call": OUTPUT_TOKENS_PER_REASON,
+        },
+        "cost_usd": cost,
+        "cost_note": cost_note,
+        "wall_time": _wall_time(config, calls, counts.limiter_tokens, assumed_latency_s),
+        "cache": {
+            "used": probe is not None,
+            "note": cache_note,
+            "cached_pairs": counts.cached_pairs,
+            "share": share,
+            "calls_after_cache": counts.calls_after_cache if probe is not None else calls,
+        },
+    }
+
+
+def _wall_time(
+    config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
+) -> dict[str, Any]:
+    limits = config.rate_limit
+    workers = config.ray.workers
+    concurrency = workers * max(1, limits.max_concurrency // workers)
+    base: dict[str, Any] = {
+        "requests_per_minute": limits.requests_per_minute,
+        "tokens_per_minute": limits.tokens_per_minute,
+        "headroom": limits.headroom,
+        "limiter_tokens": limiter_tokens,
+        "concurrency": concurrency,
+        "assumed_latency_s": latency_s,
+    }
+    if config.judge.model == "lexical":
+        return {
+            **base,
+            "seconds": None,
+            "basis": "offline lexical judge: no API calls, no rate limit (CPU-bound)",
+        }
+    by_requests = (
+        calls / (limits.requests_per_minute * limits.headroom) * 60.0
+        if limits.requests_per_minute
+        else None
+    )
+    by_tokens = (
+        limiter_tokens / (limits.tokens_per_minute * limits.headroom) * 60.0
+        if limits.tokens_per_minute
+        else None
+    )
+    by_concurrency = math.ceil(calls / concurrency) * latency_s if calls else 0.0
+    base.update(by_requests_s=by_requests, by_tokens_s=by_tokens, by_concurrency_s=by_concurrency)
+    if by_requests is None and by_tokens is None:
+        return {
+            **base,
+            "seconds": by_concurrency,
+            "basis": (
+                f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
+                f"{concurrency} requests in flight"
+            ),
+        }
+    bound = max(v for v in (by_requests, by_tokens) if v is not None)
+    which = "requests_per_minute" if bound == by_requests else "tokens_per_minute"
+    if by_concurrency > bound:
+        return {
+            **base,
+            "seconds": by_concurrency,
+            "basis": (
+                f"concurrency-bound: {concurrency} in flight at an ASSUMED {latency_s:g} s per "
+                f"request is slower than the rate limit ({which})"
+            ),
+        }
+    return {
+        **base,
+        "seconds": bound,
+        "basis": f"rate limit: {which} at headroom {limits.headroom:g}",
+    }
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def format_estimate(result: dict[str, Any]) -> str:
+    items = result["items"]
+    calls = result["judge_calls"]
+    tokens = result["prompt_tokens"]
+    wall = result["wall_time"]
+    cache = result["cache"]
+    call_detail = f"{calls['verdict_calls']:,} verdict"
+    if calls["reason_calls"]:
+        call_detail += f" + {calls['reason_calls']:,} LLM-reason"
+    call_detail += f"; contexts_per_call {calls['contexts_per_call']}, reason {calls['reason']}"
+    if not calls["sends_requests"]:
+        call_detail += "; offline judge, no requests sent"
+    else:
+        call_detail += f"; {calls['note']}"
+    if tokens["method"] == "exact":
+        token_detail = f"exact count of all {tokens['sampled_items']:,} items"
+    else:
+        token_detail = (
+            f"exact count on a sample of {tokens['sampled_items']:,} items, extrapolated by "
+            f"characters ({_n(tokens['total_chars'])} chars)"
+        )
+    if tokens["chars_per_token"]:
+        token_detail += f", {tokens['chars_per_token']:.2f} chars/token"
+    cost = result["cost_usd"]
+    cost_text = "unknown" if cost is None else f"${cost:,.4f}"
+    wall_text = "n/a" if wall["seconds"] is None else _duration(wall["seconds"])
+    if cache["used"]:
+        cache_text = (
+            f"{cache['share']:.1%} of pairs ({cache['cached_pairs']:,}) cached; "
+            f"{cache['calls_after_cache']:,} calls left ({cache['note']})"
+        )
+    else:
+        cache_text = f"0% ({cache['note']})"
+    rows = [
+        ("judge", result["model"]),
+        (
+            "input",
+            f"{result['input']['path']}: {result['input']['files']} file(s), "
+            f"{result['input']['shards']} shard(s)",
+        ),
+        (
+            "items",
+            f"{items['valid']:,} valid / {items['invalid']:,} invalid"
+            + (f" ({items['truncated']:,} truncated)" if items["truncated"] else ""),
+        ),
+        ("context pairs", f"{result['context_pairs']:,}"),
+        ("judge calls", f"{calls['total']:,} ({call_detail})"),
+        ("prompt tokens", f"{tokens['estimate']:,} ({token_detail}; {tokens['note']})"),
+        (
+            "output tokens",
+            f"{result['output_tokens']['estimate']:,} (allowance: "
+            f"{result['output_tokens']['per_verdict']} per verdict, "
+            f"{result['output_tokens']['per_reason_call']} per LLM reason)",
+        ),
+        ("estimated cost", f"{cost_text} ({result['cost_note']})"),
+        ("wall time", f"{wall_text} ({wall['basis']})"),
+        ("verdict cache", cache_text),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = ["ctxprec estimate (no judge calls made)"]
+    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    for example in items["invalid_examples"]:
+        lines.append(f"  invalid row: {example}")
+    return "\n".join(lines)
+
+
+# -- command --------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=DEFAULT_SAMPLE,
+        help=f"items whose prompts are tokenized exactly (default {DEFAULT_SAMPLE})",
+    )
+    parser.add_argument(
+        "--assumed-latency",
+        type=float,
+        default=DEFAULT_ASSUMED_LATENCY_S,
+        metavar="SECONDS",
+        help="per-request latency assumed when no rate limit bounds the run "
+        f"(default {DEFAULT_ASSUMED_LATENCY_S:g})",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+
+
+def run_estimate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    config = load_config(args.config, args.set)
+    result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
+    if args.json:
+        out.write(json.dumps(result, indent=2) + "\n")
+    else:
+        out.write(format_estimate(result) + "\n")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `ctxprec estimate` to the `ctxprec` subcommands."""
+    parser = subparsers.add_parser(
+        "estimate",
+        help="count items, judge calls, tokens, cost and time of a run, without running it",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=run_estimate)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxprec estimate")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_estimate(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
