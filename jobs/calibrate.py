@@ -1,0 +1,481 @@
+"""`ctxprec calibrate`: how well does the configured judge agree with human relevance labels?
+
+Runs the judge of a job config (built as the job builds it, `jobs.worker.build_judge`; with a
+non-lexical model this makes REAL judge calls, with the config's timeout, retries and re-asks,
+paced by `rate_limit` in this process) on a labelled JSONL file and compares.
+
+Labelled rows (one JSON object per line, the layout of ../shared/data/*.jsonl):
+
+- `query` (string), `contexts` (list of strings, in retrieved order), `relevance` (one number
+  per context: binary 0/1 or a grade such as 0-3), optional `relevance_binary` (0/1 per
+  context), optional `expected_answer`, optional `retriever`, and `row_id` or `query_id`.
+- Gold label of a context: with `--min-grade G`, relevance >= G; otherwise `relevance_binary`
+  when the row has it, else relevance > 0.
+- The judge is given the query as input, the reference answer `expected_answer` when present,
+  and as the *output* the `expected_answer` when present, else the query itself (labelled data
+  has no system answer; with the query as output the judge effectively sees only the query).
+- Contexts longer than `input.max_context_chars` are cut as in the job; contexts beyond
+  `input.max_contexts` are dropped together with their labels.
+
+Reported: per-context precision, recall, F1 and Cohen's kappa of the judge's verdicts against
+the gold labels; Pearson and Spearman correlation of item scores (`context_precision` of the
+judge's verdicts vs of the gold labels, scale 1); with a `retriever` field, each retriever's
+mean score by judge and by labels and Kendall's tau-b between the two system rankings. Items
+the judge left unscored or failed on are counted and excluded from every metric. Reasons are
+not requested (`reason: none`) and the verdict cache is not used: every verdict is fresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import fsspec
+
+from jobs.config import JobConfig, add_run_arguments, load_config
+from jobs.worker import build_judge
+from scorer_core.errors import CtxPrecError, InputError
+from scorer_core.metrics import (
+    cohen_kappa,
+    confusion,
+    kendall_tau_b,
+    pearson,
+    precision_recall_f1,
+    spearman,
+)
+from scorer_core.precision import context_precision
+from scorer_core.protocols import Limiter
+from scorer_core.scorer import ContextPrecisionScorer, validate_item
+from scorer_core.types import ScoreResult, ScoringItem, Usage, as_verdict_flags
+
+_MAX_INVALID_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class LabelledItem:
+    """One labelled row, ready for the judge."""
+
+    item_id: str
+    item: ScoringItem
+    gold: tuple[bool, ...]
+    retriever: str | None
+    rule: str  # how `gold` was derived
+
+
+@dataclass
+class LabelFile:
+    items: list[LabelledItem]
+    rows_read: int
+    invalid: int
+    invalid_examples: list[str]
+    truncated: int
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+
+
+def _gold(row: dict[str, Any], count: int, min_grade: float | None) -> tuple[list[bool], str]:
+    relevance = row.get("relevance")
+    if not isinstance(relevance, list) or not all(_is_number(v) for v in relevance):
+        raise InputError("relevance must be a list of numbers, one per context")
+    if len(relevance) != count:
+        raise InputError(f"relevance has {len(relevance)} labels for {count} contexts")
+    if min_grade is not None:
+        return [v >= min_grade for v in relevance], f"relevance >= {min_grade:g} (--min-grade)"
+    if "relevance_binary" in row and row["relevance_binary"] is not None:
+        binary = row["relevance_binary"]
+        if not isinstance(binary, list) or not all(_is_number(v) for v in binary):
+            raise InputError("relevance_binary must be a list of 0/1, one per context")
+        if len(binary) != count:
+            raise InputError(f"relevance_binary has {len(binary)} labels for {count} contexts")
+        return [bool(v) for v in binary], "relevance_binary"
+    return [v > 0 for v in relevance], "relevance > 0"
+
+
+def _labelled_item(
+    row: dict[str, Any],
+    line: int,
+    config: JobConfig,
+    min_grade: float | None,
+) -> tuple[LabelledItem, bool]:
+    query = row.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise InputError("query must be a non-empty string")
+    contexts = row.get("contexts")
+    if (
+        not isinstance(contexts, list)
+        or not contexts
+        or not all(isinstance(c, str) for c in contexts)
+    ):
+        raise InputError("contexts must be a non-empty list of strings")
+    gold, rule = _gold(row, len(contexts), min_grade)
+    answer = row.get("expected_answer")
+    if answer is not None and not isinstance(answer, str):
+        raise InputError("expected_answer must be a string or null")
+    reference = answer if answer and answer.strip() else None
+    limit_chars = config.input.max_context_chars
+    limit_count = config.input.max_contexts
+    truncated = len(contexts) > limit_count or any(len(c) > limit_chars for c in contexts)
+    contexts = [c[:limit_chars] for c in contexts[:limit_count]]
+    gold = gold[:limit_count]
+    item = ScoringItem(
+        input=query,
+        output=reference if reference is not None else query,
+        contexts=tuple(contexts),
+        expected_output=reference,
+    )
+    validate_item(item)
+    identifier = row.get("row_id", row.get("query_id"))
+    retriever = row.get("retriever")
+    return (
+        LabelledItem(
+            item_id=str(identifier) if identifier is not None else f"line {line}",
+            item=item,
+            gold=tuple(gold),
+            retriever=str(retriever) if retriever is not None else None,
+            rule=rule,
+        ),
+        truncated,
+    )
+
+
+def load_labels(
+    path: str,
+    config: JobConfig,
+    *,
+    min_grade: float | None = None,
+    limit: int | None = None,
+) -> LabelFile:
+    """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
+    result = LabelFile([], 0, 0, [], 0)
+    try:
+        handle = fsspec.open(
+            path, "rb", compression="infer", **dict(config.input.storage_options)
+        ).open()
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot open labels {path}: {exc}") from None
+    with handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if limit is not None and len(result.items) >= limit:
+                break
+            if not raw.strip():
+                continue
+            result.rows_read += 1
+            try:
+                try:
+                    row = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise InputError(f"not valid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise InputError("expected a JSON object")
+                item, truncated = _labelled_item(row, line_number, config, min_grade)
+            except InputError as exc:
+                result.invalid += 1
+                if len(result.invalid_examples) < _MAX_INVALID_EXAMPLES:
+                    result.invalid_examples.append(f"{path} line {line_number}: {exc}")
+                continue
+            result.items.append(item)
+            result.truncated += int(truncated)
+    return result
+
+
+# -- judging ----------------------------------------------------------------------------------
+
+
+def _limiter(config: JobConfig) -> Limiter | None:
+    limits = config.rate_limit
+    if not (limits.requests_per_minute or limits.tokens_per_minute):
+        return None
+    from jobs.limiter import LocalLimiter, PacingState
+
+    return LocalLimiter(
+        PacingState(
+            requests_per_minute=limits.requests_per_minute,
+            tokens_per_minute=limits.tokens_per_minute,
+            headroom=limits.headroom,
+        )
+    )
+
+
+def _check_api_key(config: JobConfig) -> None:
+    """Fail before any call when the key variable is missing (same rule as the job)."""
+    from jobs.context_precision import check_api_key
+
+    check_api_key(config)
+
+
+async def judge_items(
+    config: JobConfig, items: Sequence[LabelledItem]
+) -> tuple[list[ScoreResult], str]:
+    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight)."""
+    # One process plays every worker: the whole concurrency budget is this judge's.
+    single = config.model_copy(update={"ray": config.ray.model_copy(update={"workers": 1})})
+    judge = build_judge(single, _limiter(config))
+    scorer = ContextPrecisionScorer(
+        judge,
+        context=["unused"],  # contexts come with each item
+        scale=1,
+        reason="none",
+        contexts_per_call=config.judge.contexts_per_call,
+    )
+    gate = asyncio.Semaphore(config.rate_limit.max_concurrency)
+
+    async def one(labelled: LabelledItem) -> ScoreResult:
+        async with gate:
+            return await scorer.score_item(labelled.item)
+
+    results = await asyncio.gather(*(one(i) for i in items))
+    return list(results), judge.model
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> dict[str, Any]:
+    """Metrics over the items the judge scored (`status == "ok"`); the rest are counted."""
+    statuses = {"ok": 0, "unscored": 0, "error": 0}
+    problems: list[str] = []
+    pred: list[bool] = []
+    gold: list[bool] = []
+    judge_scores: list[float] = []
+    label_scores: list[float] = []
+    by_retriever: dict[str, tuple[list[float], list[float]]] = {}
+    usage = Usage()
+    for labelled, result in zip(items, results, strict=True):
+        statuses[result.status] = statuses.get(result.status, 0) + 1
+        usage = usage + result.usage
+        if result.status != "ok":
+            if len(problems) < _MAX_INVALID_EXAMPLES:
+                problems.append(f"{labelled.item_id}: {result.status}: {result.error}")
+            continue
+        flags = as_verdict_flags(result.verdicts)
+        pred.extend(flags)
+        gold.extend(labelled.gold)
+        judge_score = context_precision(flags)
+        label_score = context_precision(labelled.gold)
+        judge_scores.append(judge_score)
+        label_scores.append(label_score)
+        if labelled.retriever is not None:
+            pair = by_retriever.setdefault(labelled.retriever, ([], []))
+            pair[0].append(judge_score)
+            pair[1].append(label_score)
+    prf = precision_recall_f1(pred, gold)
+    counts = confusion(pred, gold)
+    retrievers = [
+        {
+            "retriever": name,
+            "items": len(scores[0]),
+            "mean_judge": (_mean(scores[0])),
+            "mean_labels": (_mean(scores[1])),
+        }
+        for name, scores in sorted(by_retriever.items())
+    ]
+    tau = None
+    if len(retrievers) >= 2:
+        tau = kendall_tau_b(
+            [_mean(s[0]) or 0.0 for s in by_retriever.values()],
+            [_mean(s[1]) or 0.0 for s in by_retriever.values()],
+        )
+    return {
+        "items": {"judged": len(results), **statuses, "excluded": len(results) - statuses["ok"]},
+        "excluded_examples": problems,
+        "per_context": {
+            "contexts": len(pred),
+            "human_yes_rate": (sum(gold) / len(gold)) if gold else None,
+            "judge_yes_rate": (sum(pred) / len(pred)) if pred else None,
+            "tp": counts.tp,
+            "fp": counts.fp,
+            "fn": counts.fn,
+            "tn": counts.tn,
+            "precision": (prf.precision),
+            "recall": (prf.recall),
+            "f1": (prf.f1),
+            "cohen_kappa": (cohen_kappa(pred, gold)),
+        },
+        "per_item": {
+            "items": len(judge_scores),
+            "pearson": (pearson(judge_scores, label_scores)),
+            "spearman": (spearman(judge_scores, label_scores)),
+            "mean_judge": (_mean(judge_scores)),
+            "mean_labels": (_mean(label_scores)),
+        },
+        "retrievers": retrievers,
+        "retriever_kendall_tau_b": (tau),
+        "usage": {
+            "calls": usage.calls,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "retries": usage.retries,
+            "reasks": usage.reasks,
+        },
+    }
+
+
+def calibrate(
+    config: JobConfig,
+    labels: str,
+    *,
+    limit: int | None = None,
+    min_grade: float | None = None,
+) -> dict[str, Any]:
+    """Judge the labelled rows of `labels` with `config`'s judge and measure agreement."""
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be at least 1, not {limit}")
+    _check_api_key(config)
+    loaded = load_labels(labels, config, min_grade=min_grade, limit=limit)
+    if not loaded.items:
+        detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""
+        raise InputError(f"no usable labelled rows in {labels}{detail}")
+    started = time.monotonic()
+    results, model = asyncio.run(judge_items(config, loaded.items))
+    seconds = time.monotonic() - started
+    report = agreement(loaded.items, results)
+    with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
+    return {
+        "labels": labels,
+        "model": model,
+        "gold_rule": sorted({i.rule for i in loaded.items}),
+        "judge_output": (
+            f"expected_answer for {with_reference} item(s); the query itself for "
+            f"{len(loaded.items) - with_reference} item(s) without one"
+        ),
+        "rows": {
+            "read": loaded.rows_read,
+            "invalid": loaded.invalid,
+            "truncated": loaded.truncated,
+            "invalid_examples": loaded.invalid_examples,
+            "limit": limit,
+        },
+        **report,
+        "seconds": round(seconds, 3),
+    }
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def format_report(result: dict[str, Any]) -> str:
+    rows = result["rows"]
+    items = result["items"]
+    ctx = result["per_context"]
+    per_item = result["per_item"]
+    usage = result["usage"]
+    lines = [
+        f"ctxprec calibrate: judge {result['model']} vs human labels in {result['labels']}",
+        f"  gold label: {', '.join(result['gold_rule'])}; output given to the judge: "
+        f"{result['judge_output']}",
+        f"  rows read {rows['read']:,} (invalid {rows['invalid']:,}"
+        + (f", truncated {rows['truncated']:,}" if rows["truncated"] else "")
+        + (f", --limit {rows['limit']}" if rows["limit"] else "")
+        + f"); items judged {items['judged']:,}: ok {items['ok']:,}, unscored "
+        f"{items['unscored']:,}, error {items['error']:,} (unscored and error excluded)",
+        "",
+        "| per context | contexts | human yes | judge yes | precision | recall | F1 | "
+        "Cohen's kappa | tp / fp / fn / tn |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| judge vs labels | {ctx['contexts']:,} | {_f(ctx['human_yes_rate'], 2)} | "
+        f"{_f(ctx['judge_yes_rate'], 2)} | {_f(ctx['precision'])} | {_f(ctx['recall'])} | "
+        f"{_f(ctx['f1'])} | {_f(ctx['cohen_kappa'])} | "
+        f"{ctx['tp']} / {ctx['fp']} / {ctx['fn']} / {ctx['tn']} |",
+        "",
+        "| per item (context precision) | items | Pearson | Spearman | mean judge | mean labels |",
+        "|---|---|---|---|---|---|",
+        f"| judge vs labels | {per_item['items']:,} | {_f(per_item['pearson'])} | "
+        f"{_f(per_item['spearman'])} | {_f(per_item['mean_judge'])} | "
+        f"{_f(per_item['mean_labels'])} |",
+    ]
+    if result["retrievers"]:
+        lines += [
+            "",
+            "| retriever | items | mean judge | mean labels |",
+            "|---|---|---|---|",
+        ]
+        for entry in sorted(result["retrievers"], key=lambda e: -(e["mean_labels"] or 0.0)):
+            lines.append(
+                f"| {entry['retriever']} | {entry['items']:,} | {_f(entry['mean_judge'])} | "
+                f"{_f(entry['mean_labels'])} |"
+            )
+        lines.append(
+            f"\nKendall's tau-b between the system rankings (judge vs labels): "
+            f"{_f(result['retriever_kendall_tau_b'])}"
+        )
+    for example in rows["invalid_examples"]:
+        lines.append(f"  invalid row: {example}")
+    for example in result["excluded_examples"]:
+        lines.append(f"  excluded item: {example}")
+    lines.append(
+        f"\njudge usage: {usage['calls']:,} calls, {usage['prompt_tokens']:,} prompt / "
+        f"{usage['completion_tokens']:,} completion tokens, {usage['retries']} retries, "
+        f"{usage['reasks']} re-asks; {result['seconds']:.1f} s"
+    )
+    return "\n".join(lines)
+
+
+# -- command ----------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--labels", required=True, help="labelled JSONL (query, contexts, ...)")
+    parser.add_argument("--limit", type=int, default=None, help="judge the first N valid rows")
+    parser.add_argument(
+        "--min-grade",
+        type=float,
+        default=None,
+        metavar="G",
+        help="gold = relevance >= G (default: relevance_binary when present, else relevance > 0)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+
+
+def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    config = load_config(args.config, args.set)
+    result = calibrate(config, args.labels, limit=args.limit, min_grade=args.min_grade)
+    if args.json:
+        out.write(json.dumps(result, indent=2) + "\n")
+    else:
+        out.write(format_report(result) + "\n")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `ctxprec calibrate` to the `ctxprec` subcommands."""
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="measure the configured judge against human relevance labels",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=run_calibrate)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxprec calibrate")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_calibrate(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
