@@ -1,0 +1,440 @@
+"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B.
+
+    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --max-mean-drop 0.02
+
+Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
+query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
+unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b. Prints the
+summary shift, the queries that regressed most and the relevance rate by position of both runs.
+
+Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
+(or when no query is scored in both), else 0: a nightly pipeline can alert on it. Errors
+(unknown run, unreadable store) exit 2 with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import polars as pl
+
+from jobs.aggregate import relevance_by_position
+from jobs.runs import (
+    PublishedRun,
+    add_output_arguments,
+    load_run,
+    open_output,
+    parse_storage_options,
+    write_parquet_file,
+)
+from scorer_core.errors import ConfigError, CtxPrecError
+
+DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_TOP = 10
+# Means are averages of 2-decimal scores; a difference below this is float noise.
+_EPSILON = 1e-9
+_STATUSES = ("ok", "unscored", "error")
+_KEYS = ("score", "status", "relevant_count")
+
+TABLE_COLUMNS = (
+    "query_id",
+    "presence",
+    "score_a",
+    "score_b",
+    "delta",
+    "status_a",
+    "status_b",
+    "relevant_count_a",
+    "relevant_count_b",
+)
+
+
+@dataclass(frozen=True)
+class ScoreStats:
+    """count, mean, median, p10 and p90 of a score column (None when there is nothing)."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    p10: float | None
+    p90: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {
+            "count": float(self.count),
+            "mean": self.mean,
+            "median": self.median,
+            "p10": self.p10,
+            "p90": self.p90,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything `ctxprec compare` (and the report's baseline section) shows."""
+
+    run_a: str
+    run_b: str
+    table: pl.DataFrame  # TABLE_COLUMNS, one row per query_id, sorted by query_id
+    positions: pl.DataFrame  # position, judged_a, rate_a, judged_b, rate_b, delta
+    status_a: dict[str, int]
+    status_b: dict[str, int]
+    presence: dict[str, int]
+    stats_a: ScoreStats  # over the queries scored ok in both runs
+    stats_b: ScoreStats
+    stats_delta: ScoreStats  # of the per-query deltas
+    improved: int
+    unchanged: int
+    regressed: int
+    lost: int  # ok in A, present in B but not ok there
+
+    @property
+    def paired(self) -> int:
+        return self.stats_delta.count
+
+    @property
+    def mean_shift(self) -> float | None:
+        if self.stats_a.mean is None or self.stats_b.mean is None:
+            return None
+        return self.stats_b.mean - self.stats_a.mean
+
+    def regressions(self, top: int) -> pl.DataFrame:
+        """The `top` queries whose score fell the most (most negative delta first)."""
+        return self.table.filter(pl.col("delta") < -_EPSILON).sort(["delta", "query_id"]).head(top)
+
+
+@dataclass(frozen=True)
+class Gate:
+    passed: bool
+    message: str
+
+
+# --------------------------------------------------------------------------------------------
+# computation
+
+
+def _one_row_per_query(scores: pl.LazyFrame) -> pl.LazyFrame:
+    """The scored row of each query_id: later duplicates (status error, "duplicate query_id")
+    are dropped so a join cannot multiply rows."""
+    is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
+    return (
+        scores.filter(~is_duplicate)
+        .select("query_id", *_KEYS)
+        .unique(subset="query_id", keep="first", maintain_order=True)
+    )
+
+
+def comparison_table(scores_a: pl.LazyFrame, scores_b: pl.LazyFrame) -> pl.LazyFrame:
+    """Per query_id: both runs' scores, statuses and relevant counts, delta and presence."""
+    a = _one_row_per_query(scores_a).select(
+        "query_id", *(pl.col(k).alias(f"{k}_a") for k in _KEYS), pl.lit(True).alias("_in_a")
+    )
+    b = _one_row_per_query(scores_b).select(
+        "query_id", *(pl.col(k).alias(f"{k}_b") for k in _KEYS), pl.lit(True).alias("_in_b")
+    )
+    in_a = pl.col("_in_a").fill_null(False)
+    in_b = pl.col("_in_b").fill_null(False)
+    presence = (
+        pl.when(in_a & in_b)
+        .then(pl.lit("both"))
+        .when(in_a)
+        .then(pl.lit("only_a"))
+        .otherwise(pl.lit("only_b"))
+    )
+    return (
+        a.join(b, on="query_id", how="full", coalesce=True)
+        .with_columns(
+            presence.alias("presence"),
+            (pl.col("score_b") - pl.col("score_a")).round(6).alias("delta"),
+        )
+        .select(*TABLE_COLUMNS)
+        .sort("query_id")
+    )
+
+
+def score_stats(scores: pl.Series) -> ScoreStats:
+    """Statistics of the non-null values of `scores` (percentiles interpolate linearly)."""
+    values = scores.drop_nulls().cast(pl.Float64)
+    if values.is_empty():
+        return ScoreStats(0, None, None, None, None)
+
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return ScoreStats(
+        count=values.len(),
+        mean=number(values.mean()),
+        median=number(values.median()),
+        p10=number(values.quantile(0.1, interpolation="linear")),
+        p90=number(values.quantile(0.9, interpolation="linear")),
+    )
+
+
+def status_counts(table: pl.DataFrame, column: str) -> dict[str, int]:
+    """Rows per status value in `column` (ok, unscored, error first; nulls not counted)."""
+    counts = {status: 0 for status in _STATUSES}
+    for status, count in table.get_column(column).drop_nulls().value_counts().iter_rows():
+        counts[str(status)] = int(count)
+    return counts
+
+
+def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.LazyFrame:
+    """Relevance rate by position in both runs: position, judged_a, rate_a, judged_b, rate_b,
+    delta (rate_b - rate_a; null where a run has no judged context at that position)."""
+
+    def side(verdicts: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
+        return relevance_by_position(verdicts).select(
+            "position",
+            pl.col("judged").alias(f"judged_{suffix}"),
+            pl.col("rate").alias(f"rate_{suffix}"),
+        )
+
+    return (
+        side(verdicts_a, "a")
+        .join(side(verdicts_b, "b"), on="position", how="full", coalesce=True)
+        .with_columns((pl.col("rate_b") - pl.col("rate_a")).alias("delta"))
+        .sort("position")
+    )
+
+
+def compare_runs(run_a: PublishedRun, run_b: PublishedRun) -> Comparison:
+    """Compare two published runs (A is the baseline, B the candidate)."""
+    table, positions = pl.collect_all(
+        [
+            comparison_table(run_a.scores(), run_b.scores()),
+            position_change(run_a.verdicts(), run_b.verdicts()),
+        ]
+    )
+    both_ok = (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok")
+    paired = table.filter(both_ok & pl.col("delta").is_not_null())
+    deltas = paired.get_column("delta")
+    lost = table.filter(
+        (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
+    ).height
+    presence = {
+        name: table.filter(pl.col("presence") == name).height
+        for name in ("both", "only_a", "only_b")
+    }
+    return Comparison(
+        run_a=run_a.run_id,
+        run_b=run_b.run_id,
+        table=table,
+        positions=positions,
+        status_a=status_counts(table, "status_a"),
+        status_b=status_counts(table, "status_b"),
+        presence=presence,
+        stats_a=score_stats(paired.get_column("score_a")),
+        stats_b=score_stats(paired.get_column("score_b")),
+        stats_delta=score_stats(deltas),
+        improved=int((deltas > _EPSILON).sum()),
+        unchanged=int((deltas.abs() <= _EPSILON).sum()),
+        regressed=int((deltas < -_EPSILON).sum()),
+        lost=lost,
+    )
+
+
+def gate(comparison: Comparison, max_mean_drop: float) -> Gate:
+    """Pass unless mean(B) < mean(A) - max_mean_drop over the queries ok in both runs."""
+    a, b = comparison.stats_a.mean, comparison.stats_b.mean
+    if a is None or b is None:
+        return Gate(False, "FAIL: no query is scored ok in both runs; nothing to compare")
+    shift = b - a
+    if b < a - max_mean_drop - _EPSILON:
+        return Gate(
+            False,
+            f"FAIL: mean fell by {-shift:.4f} (from {a:.4f} to {b:.4f}), more than the allowed "
+            f"{max_mean_drop:.4f}",
+        )
+    return Gate(
+        True,
+        f"OK: mean shift {shift:+.4f} (from {a:.4f} to {b:.4f}), allowed drop {max_mean_drop:.4f}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# text output
+
+
+def _fmt(value: float | None, digits: int = 3, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def format_shift(comparison: Comparison) -> str:
+    """Status counts and score statistics of A and B, with B - A."""
+    c = comparison
+    width = 12
+    head = f"{'':<24}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}"
+    lines = [f"A = {c.run_a}   B = {c.run_b}", head]
+    items_a, items_b = sum(c.status_a.values()), sum(c.status_b.values())
+    lines.append(
+        f"{'items':<24}{items_a:>{width},}{items_b:>{width},}{items_b - items_a:>+{width},}"
+    )
+    for status in _STATUSES:
+        a, b = c.status_a.get(status, 0), c.status_b.get(status, 0)
+        label = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}[status]
+        lines.append(f"{label:<24}{a:>{width},}{b:>{width},}{b - a:>+{width},}")
+    lines.append(f"scores over the {c.paired:,} queries scored ok in both runs:")
+    for name in ("count", "mean", "median", "p10", "p90"):
+        a_value = c.stats_a.as_dict()[name]
+        b_value = c.stats_b.as_dict()[name]
+        digits = 0 if name == "count" else 3
+        lines.append(
+            f"  {name:<22}{_fmt(a_value, digits):>{width}}{_fmt(b_value, digits):>{width}}"
+            f"{_fmt(_diff(a_value, b_value), digits, signed=True):>{width}}"
+        )
+    d = c.stats_delta
+    lines += [
+        f"per-query delta: median {_fmt(d.median, signed=True)}, p10 {_fmt(d.p10, signed=True)}, "
+        f"p90 {_fmt(d.p90, signed=True)}; improved {c.improved:,}, unchanged {c.unchanged:,}, "
+        f"regressed {c.regressed:,}",
+        f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
+        f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
+    ]
+    return "\n".join(lines)
+
+
+def format_regressions(comparison: Comparison, top: int) -> str:
+    rows = comparison.regressions(top)
+    if rows.is_empty():
+        return "regressions: none"
+    longest = max((len(str(q)) for q in rows.get_column("query_id").to_list()), default=8)
+    width = max(8, min(40, longest))
+    lines = [
+        f"top {rows.height} regressions (most negative delta first):",
+        f"  {'query_id':<{width}}{'score A':>9}{'score B':>9}{'delta':>9}{'rel A':>7}{'rel B':>7}",
+    ]
+    for row in rows.iter_rows(named=True):
+        query = str(row["query_id"])
+        query = query if len(query) <= width else query[: width - 1] + "…"
+        lines.append(
+            f"  {query:<{width}}{_fmt(row['score_a'], 2):>9}{_fmt(row['score_b'], 2):>9}"
+            f"{_fmt(row['delta'], 2, signed=True):>9}"
+            f"{_count(row['relevant_count_a']):>7}{_count(row['relevant_count_b']):>7}"
+        )
+    return "\n".join(lines)
+
+
+def _count(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def format_positions(comparison: Comparison, limit: int = 20) -> str:
+    rows = comparison.positions
+    lines = [
+        "relevance rate by position:",
+        f"  {'position':<10}{'rate A':>9}{'rate B':>9}{'delta':>9}{'judged A':>10}{'judged B':>10}",
+    ]
+    for row in rows.head(limit).iter_rows(named=True):
+        lines.append(
+            f"  {row['position']:<10}{_fmt(row['rate_a']):>9}{_fmt(row['rate_b']):>9}"
+            f"{_fmt(row['delta'], signed=True):>9}"
+            f"{_count(row['judged_a']):>10}{_count(row['judged_b']):>10}"
+        )
+    if rows.height > limit:
+        lines.append(f"  ... {rows.height - limit} more positions (all are in the table)")
+    return "\n".join(lines)
+
+
+def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
+    return "\n\n".join(
+        [
+            format_shift(comparison),
+            format_regressions(comparison, top),
+            format_positions(comparison),
+            verdict.message,
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# command
+
+
+def table_name(run_a: str, run_b: str) -> str:
+    return f"comparisons/{run_a}__vs__{run_b}.parquet"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
+    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
+    add_output_arguments(parser)
+    parser.add_argument(
+        "--out-table",
+        metavar="PATH",
+        default=None,
+        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
+    )
+    parser.add_argument(
+        "--max-mean-drop",
+        type=float,
+        default=DEFAULT_MAX_MEAN_DROP,
+        metavar="X",
+        help=f"exit 1 when mean(B) < mean(A) - X (default {DEFAULT_MAX_MEAN_DROP})",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"regressions to list (default {DEFAULT_TOP})",
+    )
+
+
+def run_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec compare`: 1 when the mean dropped too far, else 0."""
+    out = out if out is not None else sys.stdout
+    if args.max_mean_drop < 0:
+        raise ConfigError(f"--max-mean-drop must be >= 0, got {args.max_mean_drop}")
+    if args.top < 0:
+        raise ConfigError(f"--top must be >= 0, got {args.top}")
+    store = open_output(args)
+    run_a = load_run(store, args.run_a)
+    run_b = load_run(store, args.run_b)
+    comparison = compare_runs(run_a, run_b)
+    written = write_parquet_file(
+        store,
+        args.out_table,
+        table_name(run_a.run_id, run_b.run_id),
+        comparison.table,
+        parse_storage_options(args.storage_option),
+    )
+    verdict = gate(comparison, args.max_mean_drop)
+    out.write(format_comparison(comparison, top=args.top, verdict=verdict) + "\n")
+    out.write(f"per-query table: {written}\n")
+    return 0 if verdict.passed else 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `compare` to the `ctxprec` subcommands."""
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare two published runs; exit 1 when the mean score dropped too far",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=run_compare)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxprec compare")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_compare(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
