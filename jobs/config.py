@@ -58,6 +58,8 @@ class OutputConfig(_Strict):
 class JudgeConfig(_Strict):
     model: str = "lexical"
     api_base: str | None = None
+    # "http": lean aiohttp client for OpenAI-compatible servers (scorer_core.openai_http).
+    transport: Literal["litellm", "http"] = "litellm"
     api_key_env: str | None = "OPENAI_API_KEY"
     contexts_per_call: int = Field(16, ge=1, le=256)
     timeout_s: float = Field(60.0, gt=0)

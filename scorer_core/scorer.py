@@ -190,7 +190,17 @@ def make_judge(model: str, **options: Any) -> Judge:
     limiter = options.pop("limiter", None)
     sleep = options.pop("sleep", real_sleep)
     max_in_flight = options.pop("max_in_flight", None)
-    client = options.pop("client", None) or LiteLLMClient(model, **options)
+    transport = options.pop("transport", "litellm")
+    client = options.pop("client", None)
+    if client is None and transport == "http":  # lean aiohttp client, OpenAI-compatible servers
+        from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient
+
+        options["api_base"] = options.get("api_base") or OPENAI_API_BASE
+        client = OpenAIHTTPClient(model, **options)
+    elif client is None and transport == "litellm":
+        client = LiteLLMClient(model, **options)
+    elif client is None:
+        raise ConfigError(f"transport must be 'litellm' or 'http', got {transport!r}")
     return LLMJudge(
         client, retry=retry, limiter=limiter, sleep=sleep, scale=scale, max_in_flight=max_in_flight
     )
@@ -210,7 +220,8 @@ def create_context_precision_scorer(
 
     `model` is "lexical" (offline, deterministic) or any litellm model string such as
     "openai/gpt-4o-mini"; `judge_options` go to the judge (`api_base`, `api_key`, `timeout`,
-    `temperature`, `max_retries`, `max_reasks`, a shared `limiter`, ...).
+    `temperature`, `max_retries`, `max_reasks`, a shared `limiter`, `transport`="litellm" or
+    "http" for the lean OpenAI-compatible client, ...).
     """
     judge = make_judge(model, scale=scale, **judge_options)
     return ContextPrecisionScorer(

@@ -1,0 +1,360 @@
+"""A lean `ChatClient` for OpenAI-compatible servers: one aiohttp POST per request, no litellm.
+
+What it is for: judging at high request rates against a server that speaks the OpenAI
+chat-completions API (OpenAI itself, vLLM, Ollama, LiteLLM proxy and other gateways). It sends
+exactly the body `LiteLLMClient` sends for such a server (model, messages, temperature,
+max_tokens, a strict `json_schema` response format) to `{api_base}/chat/completions`, and
+translates every failure into the project's error tree here, once.
+
+When to choose it over `LiteLLMClient` (`make_judge(..., transport="http")`):
+
+- the judge is reachable through an OpenAI-compatible endpoint, and
+- the client side matters: litellm costs seconds of import and ~200 MiB per process, and tops
+  out at a few hundred requests/s per process, where this client does thousands (see
+  docs/benchmarks.md, "Judge transport overhead").
+
+Stay with litellm for providers with their own wire format (Anthropic, Bedrock, Vertex, Azure
+deployments, ...), or when you rely on litellm features (provider routing, parameter mapping,
+cost tracking). A leading "openai/" in the model name is dropped on the wire, as litellm does;
+any other prefix is sent as is.
+
+Connections are pooled in one `aiohttp.ClientSession` per event loop, created on first use.
+A session cannot outlive its loop, so a session is closed when its loop shuts down its
+asynchronous generators (`asyncio.run` does that), by `await client.aclose()`, or, for a loop
+closed without either, discarded the next time the client opens a session. Calling
+`asyncio.run` many times in one process therefore works, with a fresh pool per run.
+
+There are no retries here: `scorer_core.judge` owns retrying, re-asking and rate limiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import email.utils
+import json
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from scorer_core.errors import (
+    ConnectionFailed,
+    FatalJudgeError,
+    JudgeError,
+    JudgeTimeout,
+    MalformedReply,
+    RateLimited,
+    RequestRejected,
+    ServerError,
+    TransportError,
+)
+from scorer_core.protocols import ChatReply
+
+OPENAI_API_BASE = "https://api.openai.com/v1"
+_PROVIDER_PREFIX = "openai/"
+_EXCERPT_CHARS = 300  # of the server's error message, in our error messages
+_REDACTED = "***"
+
+
+@dataclass(slots=True)
+class _Pool:
+    """The session of one event loop and the async generator that closes it with the loop."""
+
+    session: aiohttp.ClientSession
+    guard: AsyncGenerator[None, None] | None = None
+
+
+def wire_model_name(model: str) -> str:
+    """The model name sent to the server: without litellm's "openai/" provider prefix."""
+    return model[len(_PROVIDER_PREFIX) :] if model.startswith(_PROVIDER_PREFIX) else model
+
+
+def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date; None if absent
+    or unreadable. Never negative."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if seconds == seconds else None  # NaN is unreadable
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are always GMT
+        when = when.replace(tzinfo=dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _error_excerpt(body: bytes) -> str:
+    """The server's own error message, short: OpenAI's {"error": {"message"}} or raw text."""
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            text = error if isinstance(error, str) else json.dumps(error)
+    text = " ".join(text.split())
+    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+
+
+class OpenAIHTTPClient:
+    """One chat completion per call: POST `{api_base}/chat/completions` with aiohttp.
+
+    `api_key` is sent as `Authorization: Bearer <key>` when given (local servers need none) and
+    never appears in an error message or repr. `timeout` bounds each request as a whole
+    (connect, send, wait, read). `max_connections` caps the pooled connections per event loop;
+    callers bound their own concurrency (`LLMJudge(max_in_flight=...)`), so this is a ceiling.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = None,
+        max_connections: int = 512,
+        trust_env: bool = True,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        self._model = model
+        self._wire_model = wire_model_name(model)
+        self._api_base = (api_base or OPENAI_API_BASE).rstrip("/")
+        self._url = f"{self._api_base}/chat/completions"
+        self._api_key = api_key or None
+        self._timeout = timeout
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._max_connections = max_connections
+        self._trust_env = trust_env  # proxies from HTTP(S)_PROXY/NO_PROXY, as httpx does
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._headers: Mapping[str, str] = headers
+        self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIHTTPClient(model={self._model!r}, api_base={self._api_base!r})"
+
+    # ------------------------------------------------------------------------------------
+    # the request
+
+    def request_body(
+        self, messages: Sequence[dict[str, str]], *, schema_name: str, schema: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The JSON body of one request (the same fields litellm sends to such a server)."""
+        body: dict[str, Any] = {"model": self._wire_model, "messages": list(messages)}
+        if self._temperature is not None:
+            body["temperature"] = self._temperature
+        if self._max_tokens is not None:
+            body["max_tokens"] = self._max_tokens
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+        }
+        return body
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        schema_name: str,
+        schema: dict[str, Any],
+    ) -> ChatReply:
+        data = json.dumps(
+            self.request_body(messages, schema_name=schema_name, schema=schema),
+            ensure_ascii=False,
+        ).encode()
+        session = await self._session()
+        try:
+            async with session.post(
+                self._url, data=data, headers=self._headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                raw = await response.read()
+                retry_after = response.headers.get("Retry-After") if status == 429 else None
+                location = response.headers.get("Location", "") if 300 <= status < 400 else ""
+        except Exception as exc:
+            raise self._translate_exception(exc) from None
+        if 200 <= status < 300:
+            return self._parse_completion(raw)
+        raise self._status_error(status, raw, retry_after, location)
+
+    # ------------------------------------------------------------------------------------
+    # error translation (the only place that knows aiohttp's exceptions)
+
+    def _message(self, text: str) -> str:
+        if self._api_key:
+            text = text.replace(self._api_key, _REDACTED)
+        return f"judge {self._model}: {text}"
+
+    def _translate_exception(self, exc: BaseException) -> JudgeError:
+        detail = self._message(f"{type(exc).__name__}: {exc}"[:500])
+        if isinstance(exc, TimeoutError):  # also aiohttp's Server/Connection/SocketTimeoutError
+            return JudgeTimeout(f"{detail} (request timed out after {self._timeout:g} s)")
+        if isinstance(exc, aiohttp.InvalidURL):
+            return FatalJudgeError(f"{detail} (check api_base)")
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return FatalJudgeError(f"{detail} (the server's TLS certificate is not trusted)")
+        if isinstance(
+            exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | ConnectionError
+        ):
+            # refused, reset, DNS failure, server closed the connection mid-reply
+            return ConnectionFailed(detail)
+        return TransportError(detail)
+
+    def _status_error(
+        self, status: int, raw: bytes, retry_after: str | None, location: str
+    ) -> JudgeError:
+        excerpt = _error_excerpt(raw)
+        detail = self._message(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
+        if status == 429:
+            return RateLimited(detail, retry_after=parse_retry_after(retry_after))
+        if status >= 500:
+            return ServerError(detail)
+        if status in (401, 403, 404):
+            return FatalJudgeError(detail)
+        if 400 <= status < 500:
+            return RequestRejected(detail)
+        if 300 <= status < 400:
+            return FatalJudgeError(
+                self._message(
+                    f"HTTP {status} redirect to {location!r}: set api_base to the final URL"
+                )
+            )
+        return MalformedReply(detail)  # 1xx: not a chat completion
+
+    def _parse_completion(self, raw: bytes) -> ChatReply:
+        try:
+            data = json.loads(raw)
+            message = data["choices"][0]["message"]
+            content = message.get("content")
+            if content is not None and not isinstance(content, str):
+                raise TypeError("message.content is not a string")
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            excerpt = " ".join(raw[:200].decode("utf-8", errors="replace").split())
+            raise MalformedReply(
+                self._message(f"HTTP 200 but not a chat completion ({exc!r}): {excerpt}")
+            ) from None
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            usage = {}
+        return ChatReply(
+            text=content or "",
+            prompt_tokens=_as_int(usage.get("prompt_tokens")),
+            completion_tokens=_as_int(usage.get("completion_tokens")),
+        )
+
+    # ------------------------------------------------------------------------------------
+    # one session per event loop
+
+    async def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is not None and not pool.session.closed:
+            return pool.session
+        await self._drop_closed_loops()
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections, limit_per_host=0, ttl_dns_cache=300
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=self._timeout),
+            trust_env=self._trust_env,
+            raise_for_status=False,
+        )
+        pool = _Pool(session)
+        self._pools[loop] = pool
+        # An async generator first iterated in this loop is closed by
+        # `loop.shutdown_asyncgens()` (asyncio.run calls it before closing the loop), which
+        # closes the session while its loop can still run the close.
+        guard = self._close_with_loop(loop, pool)
+        pool.guard = guard
+        await anext(guard)
+        return session
+
+    async def _close_with_loop(
+        self, loop: asyncio.AbstractEventLoop, pool: _Pool
+    ) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if self._pools.get(loop) is pool:
+                del self._pools[loop]
+            if not loop.is_closed() and not pool.session.closed:
+                await pool.session.close()
+
+    async def _drop_closed_loops(self) -> None:
+        """Forget sessions whose loop was closed without shutting down async generators."""
+        for loop, pool in list(self._pools.items()):
+            if not loop.is_closed():
+                continue
+            del self._pools[loop]
+            if pool.guard is not None:
+                # The guard does not await when its loop is closed, so this finishes at once;
+                # a guard left unfinished would be finalised later through the dead loop.
+                closing = pool.guard.aclose()
+                with contextlib.suppress(StopIteration, RuntimeError):
+                    closing.send(None)
+                closing.close()
+            connector = pool.session.connector
+            pool.session.detach()
+            if connector is not None:
+                with contextlib.suppress(Exception):
+                    await connector.close()
+
+    async def aclose(self) -> None:
+        """Close this event loop's session (and forget those of closed loops)."""
+        await self._drop_closed_loops()
+        pool = self._pools.pop(asyncio.get_running_loop(), None)
+        if pool is None:
+            return
+        if pool.guard is not None:
+            await pool.guard.aclose()
+        if not pool.session.closed:
+            await pool.session.close()
+
+    async def __aenter__(self) -> OpenAIHTTPClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, float) and value == value:
+        return max(0, int(value))
+    return 0
