@@ -224,6 +224,7 @@ def build_judge(config: JobConfig, limiter: Limiter | None) -> Judge:
         "max_in_flight": max(1, config.rate_limit.max_concurrency // config.ray.workers),
         "scale": config.scorer.scale,
         "limiter": limiter,
+        "transport": judge_config.transport,
     }
     if judge_config.api_base:
         options["api_base"] = judge_config.api_base
