@@ -1,0 +1,314 @@
+"""`ctxprec compare` and `jobs.runs` on real runs published by the Ray job.
+
+Two runs are produced once per session by `jobs.context_precision.run_job` with the offline
+lexical judge (no network): "base" over a small sample, "cand" over the same sample minus one
+query plus a new one, with a stricter judge threshold so scores fall. `build_runs` is shared
+with tests/test_report.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+import pytest
+
+from jobs import compare
+from jobs.aggregate import relevance_by_position
+from jobs.runs import RunNotFound, load_run, parse_storage_options
+from jobs.storage import filesystem, open_store
+from scorer_core.errors import ConfigError
+
+ITEMS = 150
+RUN_DATE = dt.date(2026, 1, 2)
+SCRIPT_ID = '0<script>alert("id")</script>'
+REMOVED_ID = "q0000005"  # in base only
+ADDED_ID = "new-query"  # in cand only
+BAD_ID = "bad-row"  # context null: status error in both
+
+
+class Runs(NamedTuple):
+    output: Path
+    base: str
+    cand: str
+
+
+def _rows(*, for_candidate: bool) -> list[dict[str, Any]]:
+    from jobs.sample_data import generate
+
+    rows = list(generate(ITEMS, seed=11))
+    rows[0] = {
+        **rows[0],
+        "id": SCRIPT_ID,
+        "question": "Where was <script>alert(1)</script> born?",
+        "contexts": ["Visitors often mention the mild weather.", "Fish swim in the <b>sea</b>."],
+    }
+    rows.append({**rows[1], "id": BAD_ID, "contexts": None})
+    if for_candidate:
+        rows = [r for r in rows if r["id"] != REMOVED_ID]
+        rows.append({**rows[2], "id": ADDED_ID})
+    return rows
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _config(input_path: Path, output: Path, run_id: str, threshold: float | None) -> Any:
+    from jobs.config import parse_config
+
+    judge: dict[str, Any] = {"model": "lexical"}
+    if threshold is not None:
+        judge["lexical"] = {"threshold": threshold}
+    return parse_config(
+        {
+            "input": {
+                "path": str(input_path),
+                "format": "jsonl",
+                "columns": {
+                    "query_id": "id",
+                    "input": "question",
+                    "output": "answer",
+                    "expected_output": "ground_truth",
+                    "context": "contexts",
+                },
+            },
+            "output": {"path": str(output)},
+            "judge": judge,
+            "run": {"id": run_id, "date": RUN_DATE.isoformat()},
+            "ray": {"shard_size": 100, "workers": 2},
+        }
+    )
+
+
+def build_runs(base_dir: Path) -> Runs:
+    """Publish the "base" and "cand" runs under base_dir/out (once: reused when present).
+    Needs Ray initialised (the `ray_local` fixture)."""
+    from jobs.context_precision import run_job
+
+    output = base_dir / "out"
+    base_dir.mkdir(parents=True, exist_ok=True)
+    runs = Runs(output, "base", "cand")
+    for run_id, candidate, threshold in ((runs.base, False, None), (runs.cand, True, 0.35)):
+        scores = output / "scores" / f"run_date={RUN_DATE}" / f"run_id={run_id}"
+        if scores.exists():
+            continue
+        input_path = base_dir / f"{run_id}.jsonl"
+        _write_jsonl(input_path, _rows(for_candidate=candidate))
+        run_job(_config(input_path, output, run_id, threshold), out=io.StringIO())
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return build_runs(tmp_path_factory.getbasetemp() / "ctxprec-published-runs")
+
+
+def _scores(runs: Runs, run_id: str) -> pl.DataFrame:
+    store = open_store(str(runs.output))
+    return load_run(store, run_id).read("scores")
+
+
+def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    args = parser.parse_args([*extra[:2], "--output", str(runs.output), *extra[2:]])
+    out = io.StringIO()
+    code = compare.run_compare(args, out=out)
+    return code, out.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# jobs.runs
+
+
+def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
+    run = load_run(open_store(str(runs.output)), runs.base)
+    assert run.run_date == RUN_DATE
+    assert run.judge_model == "lexical"
+    assert run.manifest["run_id"] == runs.base
+    assert run.seconds is not None and run.seconds > 0
+    scores = run.scores().collect()
+    assert scores.height == ITEMS + 1
+    assert run.summary.items == ITEMS + 1
+    assert run.summary.errors >= 1
+    assert run.summary.to_dict() == run.manifest["summary"]
+    assert run.verdicts().collect().height > ITEMS
+
+
+def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
+    store = open_store(str(runs.output))
+    with pytest.raises(RunNotFound) as caught:
+        load_run(store, "nightly-42")
+    message = str(caught.value)
+    assert "nightly-42" in message
+    assert str(runs.output) in message
+    assert "base" in message and "cand" in message
+
+
+def test_unknown_run_id_from_the_command_exits_2(
+    runs: Runs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = compare.main([runs.base, "nope", "--output", str(runs.output)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'nope' not found" in err
+    assert "available run ids" in err and runs.cand in err
+
+
+def test_parse_storage_options_nests_and_parses_values() -> None:
+    options = parse_storage_options(
+        ["anon=false", "client_kwargs.region_name=eu-west-1", "endpoint_url=http://h:9000"]
+    )
+    assert options == {
+        "anon": False,
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "endpoint_url": "http://h:9000",
+    }
+    with pytest.raises(ConfigError):
+        parse_storage_options(["no-equals-sign"])
+
+
+# --------------------------------------------------------------------------------------------
+# the comparison table
+
+
+def test_table_has_delta_b_minus_a_and_presence(runs: Runs) -> None:
+    _, text = _compare(runs, runs.base, runs.cand)
+    path = runs.output / "comparisons" / "base__vs__cand.parquet"
+    assert f"per-query table: {path}" in text
+    table = pl.read_parquet(path)
+    assert tuple(table.columns) == compare.TABLE_COLUMNS
+
+    a = _scores(runs, runs.base).select("query_id", pl.col("score").alias("a"))
+    b = _scores(runs, runs.cand).select("query_id", pl.col("score").alias("b"))
+    both = table.filter(pl.col("presence") == "both").join(a, on="query_id").join(b, on="query_id")
+    assert both.height == ITEMS  # all but the removed query (the bad row is in both)
+    ok = both.filter(pl.col("a").is_not_null() & pl.col("b").is_not_null())
+    assert ok.height == ITEMS - 1
+    assert (ok["score_a"] == ok["a"]).all() and (ok["score_b"] == ok["b"]).all()
+    assert ((ok["delta"] - (ok["b"] - ok["a"])).abs() < 1e-9).all()
+
+    removed = table.filter(pl.col("query_id") == REMOVED_ID).row(0, named=True)
+    assert removed["presence"] == "only_a"
+    assert removed["score_a"] is not None
+    assert removed["score_b"] is None and removed["status_b"] is None
+    assert removed["delta"] is None
+    added = table.filter(pl.col("query_id") == ADDED_ID).row(0, named=True)
+    assert added["presence"] == "only_b" and added["score_a"] is None
+    bad = table.filter(pl.col("query_id") == BAD_ID).row(0, named=True)
+    assert (bad["status_a"], bad["status_b"], bad["delta"]) == ("error", "error", None)
+    assert table.height == ITEMS + 2
+    assert table["query_id"].is_unique().all()
+
+
+def test_exit_code_1_when_the_mean_drops(runs: Runs) -> None:
+    comparison = compare.compare_runs(
+        load_run(open_store(str(runs.output)), runs.base),
+        load_run(open_store(str(runs.output)), runs.cand),
+    )
+    assert comparison.mean_shift is not None and comparison.mean_shift < -0.02  # precondition
+    code, text = _compare(runs, runs.base, runs.cand, "--max-mean-drop", "0.02")
+    assert code == 1
+    assert "FAIL: mean fell by" in text
+    code, text = _compare(runs, runs.base, runs.cand, "--max-mean-drop", "0.5")
+    assert code == 0
+    assert "OK: mean shift" in text
+
+
+def test_exit_code_0_when_equal(runs: Runs) -> None:
+    code, text = _compare(runs, runs.base, runs.base, "--max-mean-drop", "0")
+    assert code == 0
+    table = pl.read_parquet(runs.output / "comparisons" / "base__vs__base.parquet")
+    assert set(table["presence"]) == {"both"}
+    assert table["delta"].drop_nulls().abs().max() == 0
+    assert "regressions: none" in text
+
+
+def test_improvement_passes(runs: Runs) -> None:
+    code, _ = _compare(runs, runs.cand, runs.base, "--max-mean-drop", "0")
+    assert code == 0
+
+
+def test_summary_shift_and_counts_are_printed(runs: Runs) -> None:
+    _, text = _compare(runs, runs.base, runs.cand)
+    for word in ("items", "scored (ok)", "unscored", "errors", "mean", "median", "p10", "p90"):
+        assert word in text
+    assert "queries scored ok in both runs" in text
+    assert "only in A 1, only in B 1" in text
+
+
+def test_regressions_are_sorted_most_negative_first(runs: Runs) -> None:
+    store = open_store(str(runs.output))
+    comparison = compare.compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
+    top = comparison.regressions(10)
+    assert 0 < top.height <= 10
+    deltas = top["delta"].to_list()
+    assert all(d < 0 for d in deltas)
+    assert deltas == sorted(deltas)
+    worst_possible = comparison.table.filter(pl.col("delta") < 0)["delta"].min()
+    assert deltas[0] == worst_possible
+
+    _, text = _compare(runs, runs.base, runs.cand, "--top", "5")
+    block = text.split("regressions (most negative delta first):", 1)[1].split("\n\n", 1)[0]
+    printed = [line.split()[0] for line in block.strip().splitlines()[1:]]
+    assert printed == top["query_id"].head(5).to_list()
+
+
+def test_position_rates_of_both_runs(runs: Runs) -> None:
+    store = open_store(str(runs.output))
+    base, cand = load_run(store, runs.base), load_run(store, runs.cand)
+    positions = compare.compare_runs(base, cand).positions
+    expected_a = relevance_by_position(base.verdicts()).collect()
+    assert positions["position"].to_list() == expected_a["position"].to_list()
+    assert positions["rate_a"].to_list() == expected_a["rate"].to_list()
+    check = positions.drop_nulls(["rate_a", "rate_b"])
+    assert ((check["delta"] - (check["rate_b"] - check["rate_a"])).abs() < 1e-12).all()
+    _, text = _compare(runs, runs.base, runs.cand)
+    assert "relevance rate by position:" in text and "rate A" in text
+
+
+def test_out_table_path(runs: Runs, tmp_path: Path) -> None:
+    target = tmp_path / "nested" / "cmp.parquet"
+    code, text = _compare(runs, runs.base, runs.cand, "--out-table", str(target))
+    assert code == 1
+    assert pl.read_parquet(target).height == ITEMS + 2
+    assert str(target) in text
+
+
+def test_register_adds_the_subcommand() -> None:
+    parser = argparse.ArgumentParser(prog="ctxprec")
+    compare.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["compare", "a", "b", "--top", "3"])
+    assert args.handler is compare.run_compare
+    assert (args.run_a, args.run_b, args.top, args.max_mean_drop) == ("a", "b", 3, 0.02)
+
+
+def test_compare_runs_on_s3(runs: Runs, moto_s3: Any, s3_prefix: str) -> None:
+    fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)
+    for table in ("scores", "verdicts", "summary", "manifests"):
+        fs.put(str(runs.output / table), f"{s3_prefix}/{table}", recursive=True)
+    options = [
+        "--storage-option",
+        "key=testing",
+        "--storage-option",
+        "secret=testing",
+        "--storage-option",
+        f"endpoint_url={moto_s3.endpoint_url}",
+        "--storage-option",
+        "client_kwargs.region_name=us-east-1",
+    ]
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    args = parser.parse_args([runs.base, runs.cand, "--output", s3_prefix, *options])
+    out = io.StringIO()
+    assert compare.run_compare(args, out=out) == 1
+    written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
+    assert written in out.getvalue()
+    with fs.open(written, "rb") as handle:
+        assert pl.read_parquet(handle).height == ITEMS + 2
