@@ -34,6 +34,8 @@ import contextlib
 import datetime as dt
 import email.utils
 import json
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +72,14 @@ class _Pool:
 def wire_model_name(model: str) -> str:
     """The model name sent to the server: without litellm's "openai/" provider prefix."""
     return model[len(_PROVIDER_PREFIX) :] if model.startswith(_PROVIDER_PREFIX) else model
+
+
+def env_proxy_for(url: str) -> str | None:
+    """The proxy that HTTP(S)_PROXY / NO_PROXY in the environment give for `url`, or None."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme) or None
 
 
 def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
@@ -120,6 +130,8 @@ class OpenAIHTTPClient:
     never appears in an error message or repr. `timeout` bounds each request as a whole
     (connect, send, wait, read). `max_connections` caps the pooled connections per event loop;
     callers bound their own concurrency (`LLMJudge(max_in_flight=...)`), so this is a ceiling.
+    `proxy_from_env` routes requests through the HTTP(S)_PROXY that the environment gives for
+    `api_base` (honouring NO_PROXY), looked up once here, as httpx would.
     """
 
     def __init__(
@@ -132,7 +144,7 @@ class OpenAIHTTPClient:
         temperature: float | None = 0.0,
         max_tokens: int | None = None,
         max_connections: int = 512,
-        trust_env: bool = True,
+        proxy_from_env: bool = True,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout}")
@@ -147,7 +159,9 @@ class OpenAIHTTPClient:
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._max_connections = max_connections
-        self._trust_env = trust_env  # proxies from HTTP(S)_PROXY/NO_PROXY, as httpx does
+        # Looked up once: aiohttp's trust_env would do it (and read ~/.netrc) in a thread per
+        # request, which halves the request rate.
+        self._proxy = env_proxy_for(self._url) if proxy_from_env else None
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
@@ -197,7 +211,11 @@ class OpenAIHTTPClient:
         session = await self._session()
         try:
             async with session.post(
-                self._url, data=data, headers=self._headers, allow_redirects=False
+                self._url,
+                data=data,
+                headers=self._headers,
+                allow_redirects=False,
+                proxy=self._proxy,
             ) as response:
                 status = response.status
                 raw = await response.read()
@@ -289,7 +307,7 @@ class OpenAIHTTPClient:
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=self._timeout),
-            trust_env=self._trust_env,
+            trust_env=False,
             raise_for_status=False,
         )
         pool = _Pool(session)

@@ -32,7 +32,12 @@ from scorer_core.errors import (
     RequestRejected,
     ServerError,
 )
-from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient, parse_retry_after
+from scorer_core.openai_http import (
+    OPENAI_API_BASE,
+    OpenAIHTTPClient,
+    env_proxy_for,
+    parse_retry_after,
+)
 from scorer_core.prompt import (
     REASON_SCHEMA_NAME,
     VERDICTS_SCHEMA,
@@ -374,6 +379,19 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("Thu, 01 Jan 2026 11:00:00 GMT", now) == 0.0  # in the past
     for unusable in (None, "", "soon", "nan"):
         assert parse_retry_after(unusable) is None
+
+
+def test_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy_for("https://api.openai.com/v1/chat/completions") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,vllm.internal")
+    assert env_proxy_for("https://api.openai.com/v1") == "http://proxy.internal:3128"
+    assert env_proxy_for("http://api.openai.com/v1") is None  # no HTTP_PROXY
+    assert env_proxy_for("https://vllm.internal:8000/v1") is None
+    assert OpenAIHTTPClient(MODEL)._proxy == "http://proxy.internal:3128"
+    assert OpenAIHTTPClient(MODEL, proxy_from_env=False)._proxy is None
 
 
 @pytest.mark.parametrize(
