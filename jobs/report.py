@@ -194,7 +194,8 @@ def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: 
     labels = list(spec.edge_labels) if spec.edge_labels else list(categories)
     offset = 0.0 if spec.edge_labels else 0.5
     longest = max((len(label) for label in labels), default=1)
-    step = max(1, math.ceil(len(labels) * (longest * _CHAR_PX + 6) / (group * len(categories))))
+    plot_w = group * max(1, len(categories))
+    step = max(1, math.ceil(len(labels) * (longest * _CHAR_PX + 6) / plot_w))
     parts = []
     for i, label in enumerate(labels):
         if i % step == 0:

@@ -1,0 +1,179 @@
+"""`ctxprec report` on real runs published by the Ray job (see tests/test_compare.py)."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import io
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from jobs import report
+from jobs.runs import load_run
+from jobs.storage import open_store
+from tests.test_compare import BAD_ID, SCRIPT_ID, Runs, build_runs
+
+CHARTS = 3  # score histogram, score bands, relevance rate by position
+BASELINE_CHARTS = 2  # rate by position of both runs, change by position
+
+
+@pytest.fixture(scope="module")
+def runs(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return build_runs(tmp_path_factory.getbasetemp() / "ctxprec-published-runs")
+
+
+def _report(runs: Runs, *argv: str) -> tuple[str, str]:
+    """Run the report handler; returns (page, printed)."""
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    args = parser.parse_args([*argv, "--output", str(runs.output)])
+    out = io.StringIO()
+    assert report.run_report(args, out=out) == 0
+    printed = out.getvalue()
+    path = Path(printed.removeprefix("report: ").strip())
+    return path.read_text(encoding="utf-8"), printed
+
+
+@pytest.fixture(scope="module")
+def page(runs: Runs) -> str:
+    text, _ = _report(runs, runs.cand)
+    return text
+
+
+@pytest.fixture(scope="module")
+def compared_page(runs: Runs) -> str:
+    text, _ = _report(runs, runs.cand, "--baseline", runs.base)
+    return text
+
+
+def test_default_path_is_one_file_under_reports(runs: Runs, page: str) -> None:
+    reports = runs.output / "reports"
+    assert sorted(p.name for p in reports.iterdir()) == [f"{runs.cand}.html"]
+    assert page.startswith("<!doctype html>")
+    assert page.rstrip().endswith("</html>")
+    assert "<link" not in page and "<iframe" not in page and "<img" not in page
+
+
+def test_header_shows_run_and_counts(runs: Runs, page: str) -> None:
+    summary = load_run(open_store(str(runs.output)), runs.cand).summary
+    assert f"run {runs.cand}</h1>" in page
+    assert "2026-01-02" in page and "lexical" in page
+    for label in ("items", "scored", "unscored", "errors", "mean", "median"):
+        assert f'<div class="k">{label}</div>' in page
+    assert f'<div class="v">{summary.items:,}</div>' in page
+    assert f'<div class="v">{summary.mean:.2f}</div>' in page
+
+
+def test_one_svg_per_chart_with_axis_labels(page: str) -> None:
+    assert page.count("<svg") == CHARTS
+    assert page.count("</svg>") == CHARTS
+    assert "share judged relevant" in page  # y axis of the position chart
+    assert "position in the retrieved order" in page
+    assert "<rect" in page and "<polyline" in page
+
+
+def test_worst_queries_are_listed_with_verdict_chips(runs: Runs, page: str) -> None:
+    worst = (
+        load_run(open_store(str(runs.output)), runs.cand)
+        .read("scores")
+        .filter(pl.col("status") == "ok")
+        .sort(["score", "query_id"])
+        .head(report.WORST_QUERIES)
+    )
+    section = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
+    for query_id in worst["query_id"]:
+        assert html.escape(query_id) in section
+    assert 'class="chip no"' in section
+    assert "judge reasons" in section
+
+
+def test_user_strings_are_escaped(page: str, compared_page: str) -> None:
+    for text in (page, compared_page):
+        assert "<script" not in text.lower()
+        assert "<b>sea</b>" not in text
+        assert html.escape(SCRIPT_ID) in text
+
+
+def test_no_external_resources(page: str, compared_page: str) -> None:
+    for text in (page, compared_page):
+        assert not re.search(r"""(src|href|xlink:href)\s*=\s*["']?\s*(https?:)?//""", text)
+        assert 'src="http' not in text and 'href="http' not in text
+        assert "url(" not in text and "@import" not in text
+        assert "http://" not in text and "https://" not in text
+
+
+def test_failed_items_and_cost_sections(runs: Runs, page: str) -> None:
+    failed = page.split('<section id="failed">', 1)[1].split("</section>", 1)[0]
+    assert BAD_ID in failed and "error" in failed
+    cost = page.split('<section id="cost">', 1)[1].split("</section>", 1)[0]
+    for label in ("judge calls", "prompt tokens", "estimated cost", "seconds", "items / s"):
+        assert label in cost
+    run = load_run(open_store(str(runs.output)), runs.cand)
+    assert run.seconds is not None
+    assert f"{run.summary.items / run.seconds:,.1f}" in cost
+
+
+def test_baseline_section_only_with_baseline(runs: Runs, page: str, compared_page: str) -> None:
+    assert 'id="baseline"' not in page
+    assert 'id="baseline"' in compared_page
+    assert compared_page.count("<svg") == CHARTS + BASELINE_CHARTS
+    section = compared_page.split('<section id="baseline">', 1)[1].split("</section>", 1)[0]
+    assert f"Compared with baseline {runs.base}" in section
+    assert "mean shift" in section and "Largest regressions" in section
+    store = open_store(str(runs.output))
+    from jobs.compare import compare_runs
+
+    comparison = compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
+    assert f"{comparison.mean_shift:+.3f}" in section
+    for query_id in comparison.regressions(5)["query_id"]:
+        assert html.escape(query_id) in section
+
+
+def test_html_path_and_unknown_baseline(
+    runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "out" / "page.html"
+    code = report.main([runs.base, "--output", str(runs.output), "--html", str(target)])
+    assert code == 0
+    assert target.read_text(encoding="utf-8").count("<svg") == CHARTS
+    code = report.main([runs.base, "--baseline", "yesterday", "--output", str(runs.output)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'yesterday' not found" in err and runs.base in err and runs.cand in err
+
+
+def test_register_adds_the_subcommand() -> None:
+    parser = argparse.ArgumentParser(prog="ctxprec")
+    report.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["report", "r1", "--baseline", "r0"])
+    assert args.handler is report.run_report
+    assert (args.run, args.baseline, args.html) == ("r1", "r0", None)
+
+
+# --------------------------------------------------------------------------------------------
+# the SVG helpers, without runs
+
+
+def test_chart_escapes_labels_and_handles_empty_and_negative() -> None:
+    svg = report.chart(
+        ["<a>", "b"],
+        [report.Series("s&t", [-0.5, 0.25], "#000")],
+        report.ChartSpec(title="t<", x_label="x", y_label="y", y_min=-1, y_max=1, diverging=True),
+    )
+    assert "&lt;a&gt;" in svg and "<a>" not in svg and "s&amp;t" in svg
+    assert report.COLOR_DOWN in svg and report.COLOR_UP in svg
+    empty = report.chart([], [], report.ChartSpec(title="e", x_label="x", y_label="y"))
+    assert "no data" in empty and empty.startswith("<svg")
+
+
+def test_nice_ticks_cover_the_range() -> None:
+    ticks = report.nice_ticks(0.0, 0.23)
+    assert ticks[0] == 0.0 and ticks[-1] >= 0.23
+    assert all(b > a for a, b in itertools.pairwise(ticks))
+    symmetric = report.nice_ticks(-0.3, 0.3)
+    assert [f"{t:+.1f}" for t in symmetric if t == 0] == ["+0.0"]  # no "-0.0" label
