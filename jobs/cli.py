@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from jobs import calibrate, estimate
 from jobs.config import add_run_arguments
 from scorer_core.cli import add_score_arguments, run_score
 from scorer_core.errors import CtxPrecError
@@ -26,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the scoring job on a dataset (Ray)")
     add_run_arguments(run)
     run.set_defaults(handler=_run_job)
+
+    estimate.register(commands)
+    calibrate.register(commands)
     return parser
 
 
