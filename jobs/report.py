@@ -4,10 +4,11 @@
 
 The page has no external resources (inline CSS, SVG charts drawn here, no script): it can be
 mailed, attached to a ticket or opened offline. Sections: header (run, date, judge, counts,
-mean/median), score distribution (10 bins and the summary bands), relevance rate by position,
-the worst queries with their per-position verdicts and reasons, unscored/failed items, cost and
-throughput, and with --baseline the comparison against another run. Every string that comes
-from data (query ids, reasons, errors, config values) is HTML-escaped.
+mean/median); with --baseline, the comparison against that run (mean shift, regressions,
+relevance rate by position of both); score distribution (10 bins and the summary bands);
+relevance rate by position; cost and throughput; the worst queries with their per-position
+verdicts and reasons; unscored/failed items. Every string that comes from data (query ids,
+reasons, errors) is HTML-escaped.
 
 Written to `<output>/reports/<run>.html` unless --html says otherwise.
 """
@@ -101,6 +102,7 @@ class ChartSpec:
     tooltips: Sequence[str] | None = None  # one per category, appended to each mark's title
     diverging: bool = False  # bars colored by sign (up green, down red)
     edge_labels: Sequence[str] | None = None  # len(categories) + 1 labels at the bin edges
+    sublabels: Sequence[str] | None = None  # a second, smaller line under each category label
 
 
 _MARGIN_LEFT = 60
@@ -142,7 +144,7 @@ def chart(categories: Sequence[str], series: Sequence[Series], spec: ChartSpec) 
     """An inline SVG bar or line chart with axes, ticks, labels and per-mark tooltips."""
     width, height = spec.width, spec.height
     plot_w = width - _MARGIN_LEFT - _MARGIN_RIGHT
-    plot_h = height - _MARGIN_TOP - _MARGIN_BOTTOM
+    plot_h = height - _MARGIN_TOP - _MARGIN_BOTTOM - (12 if spec.sublabels else 0)
     low, high, ticks = _axis_range(spec, series)
 
     def y(value: float) -> float:
@@ -197,6 +199,10 @@ def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: 
     plot_w = group * max(1, len(categories))
     step = max(1, math.ceil(len(labels) * (longest * _CHAR_PX + 6) / plot_w))
     parts = []
+    subs = list(spec.sublabels or [])
+    if subs:
+        widest = max(longest, max(len(sub) for sub in subs) * 0.85)
+        step = max(1, math.ceil(len(labels) * (widest * _CHAR_PX + 6) / plot_w))
     for i, label in enumerate(labels):
         if i % step == 0:
             x = _MARGIN_LEFT + group * (i + offset)
@@ -204,6 +210,11 @@ def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: 
                 f'<text class="tick" x="{x:.1f}" y="{base_y + 16:.1f}" text-anchor="middle">'
                 f"{esc(label)}</text>"
             )
+            if i < len(subs):
+                parts.append(
+                    f'<text class="sub" x="{x:.1f}" y="{base_y + 29:.1f}" '
+                    f'text-anchor="middle">{esc(subs[i])}</text>'
+                )
     return parts
 
 
@@ -496,14 +507,15 @@ def positions_section(run: PublishedRun) -> str:
         [Series("relevance rate", [r.rate for r in shown], COLOR_RUN)],
         ChartSpec(
             title="Relevance rate by position",
-            x_label="position in the retrieved order (0 = first)",
+            x_label="position in the retrieved order (0 = first); n = contexts judged there",
             y_label="share judged relevant",
             kind="line",
             width=1090,
-            height=300,
+            height=310,
             y_max=min(1.0, max(0.05, top * 1.15)),
             value_format=lambda v: f"{v:.0%}",
             tooltips=[f"{r.relevant:,} of {r.judged:,} judged relevant" for r in shown],
+            sublabels=[f"n={r.judged:,}" for r in shown],
         ),
     )
     more = ""
@@ -554,8 +566,22 @@ def worst_section(run: PublishedRun, n: int = WORST_QUERIES) -> str:
         if rows
         else "<p>No scored items.</p>"
     )
+    ties = ""
+    if rows:
+        lowest = float(worst.get_column("score")[0])  # sorted by score
+        tied = (
+            run.scores()
+            .filter((pl.col("status") == "ok") & (pl.col("score") == lowest))
+            .select(pl.len())
+        )
+        tied_count = int(tied.collect().item())
+        if tied_count > len(rows):
+            ties = (
+                f"<p>{fmt_int(tied_count)} scored items share the lowest score, "
+                f"{fmt_score(lowest)}; these are the first {len(rows)} by query id.</p>"
+            )
     return (
-        f'<section id="worst"><h2>Worst {len(rows)} queries</h2>{legend}'
+        f'<section id="worst"><h2>Worst {len(rows)} queries</h2>{ties}{legend}'
         f'<div class="scroll">{body}</div></section>'
     )
 
@@ -764,6 +790,7 @@ svg.chart .axis { stroke:#9ca3af; }
 svg.chart .tick { fill:#4b5563; }
 svg.chart .label { fill:#374151; font-size:12px; }
 svg.chart .value { fill:#111827; font-size:10px; }
+svg.chart .sub { fill:#9ca3af; font-size:9.5px; }
 table { border-collapse:collapse; width:100%; }
 th, td { text-align:left; vertical-align:top; padding:6px 8px;
   border-bottom:1px solid var(--line); }
@@ -799,9 +826,9 @@ def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> st
         baseline_section(comparison) if comparison is not None else "",
         distribution_section(run),
         positions_section(run),
+        cost_section(run),
         worst_section(run),
         failed_section(run),
-        cost_section(run),
     ]
     generated = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     footer = (
