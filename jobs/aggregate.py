@@ -20,10 +20,13 @@ Two formulations are implemented (``bench/aggregate_bench.py`` measures them and
 * ``"window"``: a running count of relevant rows per query ordered by position
   (``cum_sum().over("query_id", order_by="position")``), then a group-by.  General and short.
 * ``"bitmask"`` (default): a single hash group-by that ORs ``2**position`` into a 64-bit mask per
-  query, then average precision from popcounts of mask prefixes.  No sort and no window, about
-  3x faster and 2x leaner than ``"window"`` on 10M rows.  Queries it cannot represent exactly
-  (a position outside 0..63, or the same position twice) are routed to ``"window"``, so both
-  methods return the same scores on every input.
+  query, then average precision from popcounts of mask prefixes.  No sort and no window: 2-3x
+  faster than ``"window"`` at half its memory on 10M rows (docs/benchmarks.md).  Queries it
+  cannot represent exactly (a position outside 0..63, or the same position twice) are routed to
+  ``"window"`` inside the same plan, so both methods return the same scores on every input.
+
+Collect the returned LazyFrames with Polars' default engine (streaming since Polars 2): the
+bitmask plan is several times slower and uses about 3x the memory on the in-memory engine.
 """
 
 from __future__ import annotations
@@ -572,7 +575,12 @@ def format_summary_table(summary: RunSummary, where: str) -> str:
     def line(label: str, value: str) -> str:
         return f"{label:<22}{value:>{width - 22}}"
 
-    cost = "unknown" if summary.cost_usd is None else f"${summary.cost_usd:,.4f}"
+    if summary.cost_usd is None:
+        cost = "unknown"
+    elif summary.cost_usd >= 1:
+        cost = f"${summary.cost_usd:,.2f}"
+    else:
+        cost = f"${summary.cost_usd:.6f}"
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
