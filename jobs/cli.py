@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from jobs import calibrate, estimate
+from jobs import calibrate, compare, estimate, report
 from jobs.config import add_run_arguments
 from scorer_core.cli import add_score_arguments, run_score
 from scorer_core.errors import CtxPrecError
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     estimate.register(commands)
     calibrate.register(commands)
+    compare.register(commands)
+    report.register(commands)
     return parser
 
 
