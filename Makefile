@@ -47,12 +47,20 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Each writes its own section of docs/benchmarks.md. Slow (tens of minutes): run on a quiet machine.
 bench: install
 	$(BIN)/python -m bench.lexical_agreement
-	$(BIN)/python -m bench.aggregate_bench
+	$(BIN)/python -m bench.calibration
+	$(BIN)/python -m bench.aggregate_bench --rows 10000000
+	$(BIN)/python -m bench.transport_bench
+	$(BIN)/python -m bench.job_bench overhead --items 20000
+	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
+	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
 
+# Fault-injection soak: 20,000 items, every fault on, 4 workers, a rate limit; exits 1 on any
+# lost, duplicated or wrong row. Not part of `make test`.
 soak: install
-	$(BIN)/pytest -m soak -p no:cacheprovider
+	$(BIN)/python -m bench.soak --items 20000 --workers 4 --rpm 6000 --fault-rate 0.2
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache
