@@ -43,6 +43,7 @@ from typing import Any
 import aiohttp
 
 from scorer_core.errors import (
+    ConfigError,
     ConnectionFailed,
     FatalJudgeError,
     JudgeError,
@@ -147,14 +148,17 @@ class OpenAIHTTPClient:
         proxy_from_env: bool = True,
     ) -> None:
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout}")
+            raise ConfigError(f"timeout must be > 0, got {timeout}")
         if max_connections < 1:
-            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+            raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
         self._model = model
         self._wire_model = wire_model_name(model)
         self._api_base = (api_base or OPENAI_API_BASE).rstrip("/")
         self._url = f"{self._api_base}/chat/completions"
-        self._api_key = api_key or None
+        self._api_key = (api_key or "").strip() or None  # a key file's trailing newline
+        if self._api_key and not all(" " < ch < "\x7f" for ch in self._api_key):
+            # aiohttp would reject the header with the key in its message; say so without it.
+            raise ConfigError("api_key contains whitespace, control or non-ASCII characters")
         self._timeout = timeout
         self._temperature = temperature
         self._max_tokens = max_tokens
@@ -209,6 +213,7 @@ class OpenAIHTTPClient:
             ensure_ascii=False,
         ).encode()
         session = await self._session()
+        failure: JudgeError | None = None
         try:
             async with session.post(
                 self._url,
@@ -222,7 +227,11 @@ class OpenAIHTTPClient:
                 retry_after = response.headers.get("Retry-After") if status == 429 else None
                 location = response.headers.get("Location", "") if 300 <= status < 400 else ""
         except Exception as exc:
-            raise self._translate_exception(exc) from None
+            failure = self._translate_exception(exc)
+        if failure is not None:
+            # Raised outside the handler, so the aiohttp exception (which may hold request
+            # headers) is not even kept as __context__.
+            raise failure
         if 200 <= status < 300:
             return self._parse_completion(raw)
         raise self._status_error(status, raw, retry_after, location)
@@ -232,11 +241,13 @@ class OpenAIHTTPClient:
 
     def _message(self, text: str) -> str:
         if self._api_key:
-            text = text.replace(self._api_key, _REDACTED)
+            text = text.replace(self._api_key, _REDACTED)  # before cutting, never after
+        if len(text) > 500:
+            text = text[:497] + "..."
         return f"judge {self._model}: {text}"
 
     def _translate_exception(self, exc: BaseException) -> JudgeError:
-        detail = self._message(f"{type(exc).__name__}: {exc}"[:500])
+        detail = self._message(f"{type(exc).__name__}: {exc}")
         if isinstance(exc, TimeoutError):  # also aiohttp's Server/Connection/SocketTimeoutError
             return JudgeTimeout(f"{detail} (request timed out after {self._timeout:g} s)")
         if isinstance(exc, aiohttp.InvalidURL):

@@ -44,6 +44,7 @@ from scorer_core.prompt import (
     VERDICTS_SCHEMA_NAME,
     verdict_messages,
 )
+from scorer_core.protocols import ChatClient
 from scorer_core.scorer import make_judge
 from scorer_core.types import ScoringItem
 from tests.fake_judge import FakeJudgeServer, FaultPlan
@@ -169,6 +170,18 @@ def test_other_model_names_and_no_temperature(server: FakeJudgeServer) -> None:
     first, second = server.requests()
     assert "temperature" not in first and "max_tokens" not in first
     assert second["model"] == "meta-llama/Llama-3.1-8B"
+
+
+def test_key_is_stripped_and_checked(server: FakeJudgeServer) -> None:
+    typed: ChatClient = client(server.url, api_key=f"  {SENTINEL}\n")  # read from a key file
+    complete(typed)  # type: ignore[arg-type]
+    assert server.authorization_headers() == {f"Bearer {SENTINEL}"}
+    for bad in (f"{SENTINEL} x", f"{SENTINEL}\nX-Evil: 1", f"{SENTINEL}é"):
+        with pytest.raises(ConfigError) as caught:
+            client(server.url, api_key=bad)
+        assert_no_secret(caught.value)
+    with pytest.raises(ConfigError, match="timeout"):
+        client(server.url, timeout=0)
 
 
 def test_make_judge_transport_option() -> None:
