@@ -83,6 +83,12 @@ def test_preprocess_rejects_unscorable_records_naming_the_position(
     assert words in rejected.message
 
 
+def test_preprocess_uses_the_records_own_position_text() -> None:
+    rejected = preprocess(record(contexts=(), where="/data/in.jsonl line at byte 120"))
+    assert isinstance(rejected, RowError)
+    assert rejected.message.startswith("/data/in.jsonl line at byte 120: context is empty")
+
+
 def test_item_row_has_every_column_of_the_items_schema() -> None:
     verdicts = (ContextVerdict(0, True, "yes"), ContextVerdict(1, False), ContextVerdict(2, True))
     usage = Usage(calls=2, prompt_tokens=100, completion_tokens=20, retries=1, rate_limited=1)

@@ -1,0 +1,590 @@
+"""The nightly job end to end: real Ray (one local instance for the session), real HTTP to the
+fake judge on 127.0.0.1, real Parquet read back with DuckDB and Polars.
+
+Inputs come from `jobs.sample_data.generate(markers=True)`: every context carries the word
+RELEVANT or IRRELEVANT, which is what the fake judge keys on, so the exact score of every item
+is known in advance: `context_precision(relevance)`.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+
+from jobs.config import JobConfig, load_config, parse_config
+from jobs.context_precision import RunOutcome, main, run_job
+from jobs.inputs import list_input_files, plan_shards
+from jobs.publish import RunLocation
+from jobs.sample_data import generate, write_jsonl
+from jobs.storage import open_store
+from jobs.worker import ShardContext, input_spec, run_shard, shard_paths
+from scorer_core import context_precision
+from scorer_core.errors import ConfigError, InputError
+from scorer_core.lexical import LexicalJudge
+from scorer_core.types import ScoringItem
+from tests.fake_judge import VERDICTS_SCHEMA_NAME, FakeJudgeServer, FaultPlan
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
+
+COLUMNS = {
+    "query_id": "id",
+    "input": "question",
+    "output": "answer",
+    "expected_output": "ground_truth",
+    "context": "contexts",
+}
+KEY_ENV = "CTXPREC_TEST_JUDGE_KEY"
+KEY_VALUE = "sk-test-not-a-real-key"
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def write_items(path: Path, count: int, seed: int = 7) -> list[dict[str, Any]]:
+    rows = list(generate(count, seed=seed, markers=True))
+    write_jsonl(path, iter(rows))
+    return rows
+
+
+def truth(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {row["id"]: context_precision(row["relevance"]) for row in rows}
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def raw_config(source: Path | str, out: Path | str, **sections: Any) -> dict[str, Any]:
+    base = {
+        "input": {"path": str(source), "format": "jsonl", "columns": COLUMNS},
+        "output": {"path": str(out)},
+        "judge": {"model": "lexical"},
+        "scorer": {"scale": 1, "reason": "template"},
+        "ray": {"shard_size": 20, "workers": 2},
+    }
+    return merge(base, sections)
+
+
+def config_for(source: Path | str, out: Path | str, **sections: Any) -> JobConfig:
+    return parse_config(raw_config(source, out, **sections))
+
+
+def llm_judge(server: FakeJudgeServer, **options: Any) -> dict[str, Any]:
+    return {
+        "model": "openai/fake-judge",
+        "api_base": server.url,
+        "api_key_env": KEY_ENV,
+        "timeout_s": 10,
+        "max_retries": 4,
+        **options,
+    }
+
+
+def scores_frame(out: Path) -> pl.DataFrame:
+    return pl.read_parquet(f"{out}/scores/**/*.parquet", hive_partitioning=True)
+
+
+def verdicts_frame(out: Path) -> pl.DataFrame:
+    return pl.read_parquet(f"{out}/verdicts/**/*.parquet", hive_partitioning=True)
+
+
+def manifest(out: Path, outcome: RunOutcome) -> dict[str, Any]:
+    location = RunLocation(outcome.run_id, outcome.run_date)
+    data: dict[str, Any] = json.loads((out / location.manifest).read_text())
+    return data
+
+
+def verdict_requests(server: FakeJudgeServer) -> int:
+    return int(server.stats()["by_schema"].get(VERDICTS_SCHEMA_NAME, 0))
+
+
+def assert_complete(out: Path, rows: list[dict[str, Any]], outcome: RunOutcome) -> pl.DataFrame:
+    """One published row per input item (and per run), read back through Polars."""
+    scores = scores_frame(out).filter(pl.col("run_id") == outcome.run_id)
+    assert scores.height == len(rows)
+    assert scores["query_id"].n_unique() == len(rows)
+    assert set(scores["query_id"]) == {row["id"] for row in rows}
+    location = RunLocation(outcome.run_id, outcome.run_date)
+    assert not (out / location.staging).exists()
+    return scores
+
+
+@pytest.fixture
+def judge_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(KEY_ENV, KEY_VALUE)
+    return KEY_VALUE
+
+
+@pytest.fixture
+def server() -> Iterator[FakeJudgeServer]:
+    with FakeJudgeServer() as fake:
+        yield fake
+
+
+# -- lexical judge, end to end ---------------------------------------------------------------
+
+
+def test_lexical_run_end_to_end_every_item_exactly_once(tmp_path: Path) -> None:
+    source = tmp_path / "in" / "items.jsonl"
+    rows = write_items(source, 300)
+    out = tmp_path / "out"
+    config = config_for(source, out, ray={"shard_size": 60, "workers": 2})
+    log = io.StringIO()
+    outcome = run_job(config, out=log)
+
+    spec = input_spec(config)
+    assert outcome.shards_total == len(plan_shards(spec, list_input_files(spec), 60))
+    assert outcome.shards_total >= 4
+    assert outcome.shards_skipped == 0
+    assert outcome.published.mismatches == 0
+    assert outcome.published.duplicates == 0
+    summary = outcome.published.summary
+    assert (summary.items, summary.scored, summary.unscored, summary.errors) == (300, 300, 0, 0)
+    assert summary.judge_calls == 0
+
+    # DuckDB reads the hive-partitioned table through the documented glob.
+    con = duckdb.connect()
+    glob = f"{out}/scores/**/*.parquet"
+    count, distinct, run_ids, run_date = con.execute(
+        f"select count(*), count(distinct query_id), list(distinct run_id), any_value(run_date) "
+        f"from read_parquet('{glob}', hive_partitioning=true)"
+    ).fetchone()
+    assert (count, distinct, run_ids) == (300, 300, [outcome.run_id])
+    assert str(run_date) == outcome.run_date.isoformat()
+    statuses = dict(
+        con.execute(
+            f"select status, count(*) from read_parquet('{glob}', hive_partitioning=true) "
+            "group by status"
+        ).fetchall()
+    )
+    assert statuses == {"ok": 300}
+
+    # Polars: every score is the lexical judge's own verdicts through the precision formula.
+    scores = assert_complete(out, rows, outcome)
+    judge = LexicalJudge()
+    by_id = {row["id"]: row for row in rows}
+    for record in scores.iter_rows(named=True):
+        row = by_id[record["query_id"]]
+        item = ScoringItem(
+            row["question"], row["answer"], tuple(row["contexts"]), row["ground_truth"]
+        )
+        flags = judge.verdict_flags(item)
+        assert record["score"] == context_precision(flags), record["query_id"]
+        assert record["relevant_count"] == sum(flags)
+        assert record["context_count"] == len(row["contexts"])
+        assert record["status"] == "ok" and record["error"] is None
+    verdicts = verdicts_frame(out)
+    assert verdicts.height == sum(len(row["contexts"]) for row in rows)
+    assert verdicts.select("query_id", "position").n_unique() == verdicts.height
+
+    # The manifest says the run is complete and carries the summary, without secrets.
+    data = manifest(out, outcome)
+    assert data["status"] == "complete"
+    assert data["run_id"] == outcome.run_id
+    assert data["summary"]["items"] == 300
+    assert data["shards"] == outcome.shards_total
+    assert data["score_mismatches"] == 0
+    assert set(data["tables"]) == {"scores", "verdicts", "summary"}
+    summary_table = pl.read_parquet(f"{out}/summary/**/*.parquet", hive_partitioning=True)
+    assert summary_table.filter(pl.col("metric") == "items")["value"].to_list() == [300.0]
+    # Nothing but the published tables, the manifest and an empty staging root remain.
+    tables = {"scores", "verdicts", "summary", "manifests"}
+    assert tables <= {p.name for p in out.iterdir()} <= tables | {"_staging", "_cache"}
+    if (out / "_staging").exists():
+        assert list((out / "_staging").iterdir()) == []
+    assert f"run {outcome.run_id}" in log.getvalue()
+
+
+# -- LLM judge through litellm against the fake server ---------------------------------------
+
+
+def test_llm_judge_scores_equal_the_truth(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 60, seed=11)
+    out = tmp_path / "out"
+    config = config_for(source, out, judge=llm_judge(server))
+    outcome = run_job(config, out=io.StringIO())
+
+    scores = assert_complete(out, rows, outcome)
+    expected = truth(rows)
+    for record in scores.iter_rows(named=True):
+        assert record["status"] == "ok", record["error"]
+        assert record["score"] == expected[record["query_id"]], record["query_id"]
+        assert record["judge_model"] == "openai/fake-judge"
+        assert record["calls"] == 1  # at most 9 contexts: one verdict request per item
+    summary = outcome.published.summary
+    assert (summary.items, summary.scored, summary.unscored, summary.errors) == (60, 60, 0, 0)
+    stats = server.stats()
+    assert stats["by_schema"] == {VERDICTS_SCHEMA_NAME: 60}  # template reasons: no reason calls
+    assert stats["by_status"] == {"200": 60}
+    assert summary.judge_calls == 60 == int(scores["calls"].sum())
+    assert stats["contexts_judged"] == sum(len(row["contexts"]) for row in rows)
+    assert summary.prompt_tokens > 0 and summary.completion_tokens > 0
+    # The key came from the named environment variable, not a placeholder.
+    assert stats["authorization_headers"] == [f"Bearer {judge_key}"]
+    # Verdicts table agrees with the ground truth position by position.
+    verdicts = verdicts_frame(out).sort("query_id", "position")
+    by_id = {row["id"]: row for row in rows}
+    for query_id, group in verdicts.group_by("query_id", maintain_order=True):
+        assert group["relevant"].to_list() == [bool(r) for r in by_id[query_id[0]]["relevance"]]
+
+
+def test_llm_reasons_come_from_the_judge_when_asked(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 12, seed=5)
+    out = tmp_path / "out"
+    config = config_for(source, out, judge=llm_judge(server), scorer={"reason": "llm"})
+    outcome = run_job(config, out=io.StringIO())
+    scores = assert_complete(out, rows, outcome)
+    assert server.stats()["by_schema"] == {
+        VERDICTS_SCHEMA_NAME: 12,
+        "context_precision_reason": 12,
+    }
+    assert scores["calls"].to_list() == [2] * 12
+    assert all(reason for reason in scores["reason"])
+
+
+# -- shared rate limit -----------------------------------------------------------------------
+
+LIMIT, WINDOW_S = 20, 2.0
+
+
+def test_rate_limit_holds_across_workers(tmp_path: Path, judge_key: str) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 48, seed=3)
+    out = tmp_path / "out"
+    with FakeJudgeServer(rpm=LIMIT, window_s=WINDOW_S) as server:
+        config = config_for(
+            source,
+            out,
+            judge=llm_judge(server),
+            # The provider's 20 per 2 s, as a per-minute rate; headroom 0.9 absorbs the
+            # scheduling jitter of a busy 2-core machine, which is large against a 2 s window.
+            rate_limit={"requests_per_minute": LIMIT * 60 / WINDOW_S, "headroom": 0.9},
+            ray={"shard_size": 8, "workers": 3},
+        )
+        outcome = run_job(config, out=io.StringIO())
+        stats = server.stats()
+        assert server.max_in_any_window() <= LIMIT
+    assert stats["accepted"] == 48
+    assert stats["rate_limited_429"] <= 3  # was 13-15 before the judge's first-request gate
+    scores = assert_complete(out, rows, outcome)
+    expected = truth(rows)
+    assert scores["status"].to_list() == ["ok"] * 48
+    assert all(r["score"] == expected[r["query_id"]] for r in scores.iter_rows(named=True))
+    # The limit was used, not merely respected.
+    assert stats["max_in_any_window"] >= LIMIT // 2
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+def test_faulty_judge_every_item_one_row_ok_scores_true_failures_explained(
+    tmp_path: Path, judge_key: str
+) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 80, seed=13)
+    out = tmp_path / "out"
+    plan = FaultPlan(
+        server_error=0.06,
+        rate_limit_429=0.04,
+        rate_limit_429_no_header=0.02,
+        slow=0.02,
+        malformed_json=0.05,
+        truncated_json=0.03,
+        code_fence=0.04,
+        wrong_count=0.05,
+        shuffled=0.04,
+        slow_s=4.0,
+        retry_after_s=1,
+        seed=1234,
+    )
+    with FakeJudgeServer(fault_plan=plan) as server:
+        config = config_for(
+            source,
+            out,
+            judge=llm_judge(server, timeout_s=1.0, max_retries=1, max_reasks=1),
+            ray={"shard_size": 20, "workers": 2},
+        )
+        outcome = run_job(config, out=io.StringIO())
+        stats = server.stats()
+
+    scores = assert_complete(out, rows, outcome)
+    expected = truth(rows)
+    statuses = scores["status"].value_counts().to_dicts()
+    counts = {row["status"]: row["count"] for row in statuses}
+    assert set(counts) <= {"ok", "unscored", "error"}
+    assert sum(counts.values()) == 80
+    summary = outcome.published.summary
+    assert (summary.scored, summary.unscored, summary.errors) == (
+        counts.get("ok", 0),
+        counts.get("unscored", 0),
+        counts.get("error", 0),
+    )
+    assert counts.get("ok", 0) >= 60  # one retry and one re-ask rescue most items
+    for record in scores.iter_rows(named=True):
+        if record["status"] == "ok":
+            assert record["score"] == expected[record["query_id"]], record
+            assert record["error"] is None
+        else:
+            assert record["score"] is None
+            assert isinstance(record["error"], str) and record["error"].strip()
+            if record["status"] == "unscored":
+                assert "judge reply unusable" in record["error"]
+            else:
+                assert "gave up after 2 attempts" in record["error"]
+    # The faults really happened and were really handled.
+    assert sum(stats["faults"].values()) >= 10
+    assert stats["rate_limited_429"] >= 1
+    items = pl.read_parquet(f"{out}/scores/**/*.parquet")
+    assert int(items["calls"].sum()) > 80  # retries and re-asks cost calls
+    # Unscored and failed items have no verdict counted for them.
+    verdicts = verdicts_frame(out)
+    failed = set(scores.filter(pl.col("status") != "ok")["query_id"])
+    assert verdicts.filter(pl.col("query_id").is_in(failed))["relevant"].null_count() == (
+        verdicts.filter(pl.col("query_id").is_in(failed)).height
+    )
+
+
+# -- resume ----------------------------------------------------------------------------------
+
+
+def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 60, seed=17)
+    out = tmp_path / "out"
+    config = config_for(
+        source,
+        out,
+        judge=llm_judge(server),
+        run={"id": "resume-1", "date": "2026-11-30"},
+        cache={"enabled": False},  # resume alone, no help from the verdict cache
+        ray={"shard_size": 15, "workers": 2},
+    )
+    spec = input_spec(config)
+    shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
+    assert len(shards) == 4
+    location = RunLocation("resume-1", config.run.date)  # type: ignore[arg-type]
+    store = open_store(config.output.path)
+    context = ShardContext(config=config, staging=location.staging)
+    items_per_shard = []
+    for shard in shards:
+        items_per_shard.append(sum(1 for _ in _shard_lines(source, shard.start, shard.end)))
+    assert sum(items_per_shard) == 60
+
+    # "The killed run": shards 0, 1 and 2 finished; then shard 1's commit marker (its items
+    # file) is lost, as if the driver died between writing its verdicts and its items.
+    for number in (0, 1, 2):
+        report = run_shard(shards[number], number, number, context)
+        assert not report.skipped and report.items == items_per_shard[number]
+    _, lost_items = shard_paths(store, location.staging, shards[1].shard_id)
+    Path(lost_items).unlink()
+    before = verdict_requests(server)
+    assert before == sum(items_per_shard[:3])
+
+    log = io.StringIO()
+    outcome = run_job(config, out=log)
+    after = verdict_requests(server)
+    assert after - before == items_per_shard[1] + items_per_shard[3]
+    assert outcome.shards_skipped == 2
+    assert outcome.shards_total == 4
+    assert "2 already done (resuming)" in log.getvalue()
+
+    scores = assert_complete(out, rows, outcome)
+    expected = truth(rows)
+    assert all(r["score"] == expected[r["query_id"]] for r in scores.iter_rows(named=True))
+    assert scores["status"].to_list() == ["ok"] * 60
+    # Shard 1's verdicts were rewritten, not duplicated.
+    verdicts = verdicts_frame(out)
+    assert verdicts.height == sum(len(row["contexts"]) for row in rows)
+    assert manifest(out, outcome)["status"] == "complete"
+    # A published run id cannot be run again.
+    with pytest.raises(Exception, match="already published"):
+        run_job(config, out=io.StringIO())
+    assert verdict_requests(server) == after
+
+
+def _shard_lines(source: Path, start: int, end: int) -> Iterator[int]:
+    """Offsets of the lines that start in [start, end): the lines of one JSONL shard."""
+    offset = 0
+    for line in source.read_bytes().split(b"\n"):
+        if line.strip() and start <= offset < end:
+            yield offset
+        offset += len(line) + 1
+
+
+# -- verdict cache ---------------------------------------------------------------------------
+
+
+def test_cache_second_run_makes_no_requests_and_a_changed_context_is_rejudged(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 40, seed=19)
+    out = tmp_path / "out"
+    contexts_total = sum(len(row["contexts"]) for row in rows)
+
+    def run(run_id: str) -> RunOutcome:
+        config = config_for(
+            source, out, judge=llm_judge(server), run={"id": run_id}, ray={"shard_size": 10}
+        )
+        return run_job(config, out=io.StringIO())
+
+    first = run("cache-1")
+    assert verdict_requests(server) == 40
+    assert first.published.summary.cache_hits == 0
+    assert server.stats()["contexts_judged"] == contexts_total
+
+    second = run("cache-2")
+    assert verdict_requests(server) == 40  # not one request more
+    assert second.published.summary.cache_hits == contexts_total
+    assert second.published.summary.judge_calls == 0
+    scores = assert_complete(out, rows, second)
+    expected = truth(rows)
+    assert all(r["score"] == expected[r["query_id"]] for r in scores.iter_rows(named=True))
+    assert scores["cache_hits"].sum() == contexts_total
+    cached = verdicts_frame(out).filter(pl.col("run_id") == "cache-2")
+    assert cached["cached"].all() and cached.height == contexts_total
+
+    # Change one context of one item: it flips from irrelevant to relevant.
+    target = next(n for n, row in enumerate(rows) if n > 20 and row["relevance"][0] == 0)
+    changed = copy.deepcopy(rows)
+    changed[target]["contexts"][0] = "A rewritten passage that is RELEVANT now."
+    changed[target]["relevance"][0] = 1
+    write_jsonl(source, iter(changed))
+    judged_before = server.stats()["contexts_judged"]
+
+    third = run("cache-3")
+    assert verdict_requests(server) == 41  # exactly one more request...
+    assert server.stats()["contexts_judged"] - judged_before == 1  # ...for the one new pair
+    assert third.published.summary.cache_hits == contexts_total - 1
+    scores3 = assert_complete(out, changed, third)
+    expected3 = truth(changed)
+    assert expected3[changed[target]["id"]] != expected[changed[target]["id"]]
+    assert all(r["score"] == expected3[r["query_id"]] for r in scores3.iter_rows(named=True))
+    rejudged = verdicts_frame(out).filter((pl.col("run_id") == "cache-3") & ~pl.col("cached"))
+    assert rejudged.select("query_id", "position").rows() == [(changed[target]["id"], 0)]
+
+
+# -- fail fast on configuration errors ---------------------------------------------------------
+
+
+def test_unknown_config_key_fails_naming_the_key(
+    tmp_path: Path, server: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "items.jsonl"
+    write_items(source, 5)
+    raw = raw_config(source, tmp_path / "out", judge=llm_judge(server))
+    raw["rate_limit"] = {"request_per_minute": 600}  # typo: requests_per_minute
+    with pytest.raises(ConfigError, match=r"rate_limit\.request_per_minute: unknown key"):
+        parse_config(raw)
+    path = tmp_path / "job.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"rate_limit\.request_per_minute: unknown key"):
+        load_config(path)
+    assert main(["--config", str(path)]) == 1
+    assert "rate_limit.request_per_minute: unknown key" in capsys.readouterr().err
+    assert server.stats()["total_requests"] == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_column_fails_naming_column_and_file(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    source = tmp_path / "items.jsonl"
+    write_items(source, 5)
+    config = config_for(
+        source, tmp_path / "out", judge=llm_judge(server), input={"columns": {"context": "ctxs"}}
+    )
+    with pytest.raises(InputError) as caught:
+        run_job(config, out=io.StringIO())
+    message = str(caught.value)
+    assert "'ctxs' (context)" in message
+    assert str(source) in message
+    assert server.stats()["total_requests"] == 0
+
+
+def test_missing_api_key_variable_fails_naming_it(
+    tmp_path: Path, server: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "items.jsonl"
+    write_items(source, 5)
+    monkeypatch.delenv("CTXPREC_TEST_NO_SUCH_KEY", raising=False)
+    # A hosted model: the variable is needed.
+    hosted = config_for(
+        source,
+        tmp_path / "out",
+        judge={"model": "openai/gpt-4o-mini", "api_key_env": "CTXPREC_TEST_NO_SUCH_KEY"},
+    )
+    with pytest.raises(ConfigError, match="CTXPREC_TEST_NO_SUCH_KEY is not set"):
+        run_job(hosted, out=io.StringIO())
+    # A server with api_base, and a variable explicitly named for it: needed too.
+    named = config_for(
+        source,
+        tmp_path / "out",
+        judge=llm_judge(server, api_key_env="CTXPREC_TEST_NO_SUCH_KEY"),
+    )
+    with pytest.raises(ConfigError, match="CTXPREC_TEST_NO_SUCH_KEY is not set"):
+        run_job(named, out=io.StringIO())
+    assert server.stats()["total_requests"] == 0
+
+
+# -- duplicate query ids ---------------------------------------------------------------------
+
+
+def test_duplicate_query_ids_first_scored_later_ones_name_it(tmp_path: Path) -> None:
+    source = tmp_path / "items.jsonl"
+    rows = list(generate(30, seed=23, markers=True))
+    rows[14]["id"] = rows[3]["id"]  # other shards (shard_size 10) than the first occurrence
+    rows[25]["id"] = rows[3]["id"]
+    write_jsonl(source, iter(rows))
+    offsets = list(_shard_lines(source, 0, source.stat().st_size))
+    out = tmp_path / "out"
+    outcome = run_job(config_for(source, out, ray={"shard_size": 10}), out=io.StringIO())
+
+    scores = scores_frame(out)
+    assert scores.height == 30
+    dup_id = rows[3]["id"]
+    group = scores.filter(pl.col("query_id") == dup_id).sort("row")
+    assert group["row"].to_list() == [offsets[3], offsets[14], offsets[25]]
+    first, *later = group.iter_rows(named=True)
+    assert first["status"] == "ok" and first["score"] is not None and first["error"] is None
+    for row in later:
+        assert row["status"] == "error"
+        assert row["score"] is None
+        assert f"duplicate query_id {dup_id}" in row["error"]
+        assert f"{source} row {offsets[3]}" in row["error"]  # names the first occurrence
+    # The first occurrence's score is its own, not mixed with the duplicates' verdicts.
+    judge = LexicalJudge()
+    item = ScoringItem(
+        rows[3]["question"], rows[3]["answer"], tuple(rows[3]["contexts"]), rows[3]["ground_truth"]
+    )
+    assert first["score"] == context_precision(judge.verdict_flags(item))
+    verdicts = verdicts_frame(out).filter(pl.col("query_id") == dup_id)
+    assert sorted(verdicts["position"].to_list()) == list(range(len(rows[3]["contexts"])))
+    assert outcome.published.duplicates == 2
+    summary = outcome.published.summary
+    assert (summary.items, summary.scored, summary.errors) == (30, 28, 2)
+    assert manifest(out, outcome)["duplicates"] == 2
