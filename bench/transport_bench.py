@@ -376,6 +376,14 @@ def reading(rows: list[Row], imports: dict[str, tuple[float, float]]) -> str:
             f"{c.rps / a.rps:.0%}: one process sends {b.rps / c.rps:.0f}x as many requests "
             "with the native transport."
         )
+    ratios = [max(r.all_rps) / min(r.all_rps) for r in rows if r.all_rps and min(r.all_rps) > 0]
+    spread = max(ratios) if ratios else 1.0
+    if spread > 1.3:
+        text += (
+            f" Runs of the same row differed by up to {spread:.1f}x in rate on this shared "
+            "machine, far more than in CPU per request, so read rates as rough and the CPU "
+            "column as the comparison."
+        )
     if "d" in by and "b" in by:
         text += (
             f" The whole judge path (prompt, send, parse; row d) costs {by['d'].cpu_us:,.0f} µs "
