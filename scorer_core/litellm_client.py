@@ -70,7 +70,7 @@ def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exce
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.RateLimitError) or status == 429:
         return RateLimited(message, retry_after=_retry_after(exc))
-    if isinstance(exc, litellm.Timeout):
+    if isinstance(exc, litellm.Timeout) or status == 408:
         return JudgeTimeout(message)
     if isinstance(exc, litellm.APIConnectionError) and status in (None, 500):
         # litellm reports refused connections as APIConnectionError (status 500).

@@ -270,6 +270,8 @@ class OpenAIHTTPClient:
             return RateLimited(detail, retry_after=parse_retry_after(retry_after))
         if status >= 500:
             return ServerError(detail)
+        if status == 408:  # the server gave up waiting: as retryable as our own timeout
+            return JudgeTimeout(detail)
         if status in (401, 403, 404):
             return FatalJudgeError(detail)
         if 400 <= status < 500:
