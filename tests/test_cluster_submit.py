@@ -47,12 +47,18 @@ MARKER_VAR = "CTXPREC_CLUSTER_TEST"
 ITEMS = 300
 RUN_ID = "cluster-test"
 
-# Environment of the job's processes (the same as docs/cluster.md passes with --runtime-env-json).
-JOB_ENV_VARS = {
+# Loopback, offline litellm price map, no usage stats: the head's environment, which every Ray
+# process of the cluster (job supervisor, entrypoint, workers) inherits.
+CLUSTER_ENV_VARS = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+# Job-level variables passed with --runtime-env-json (the way docs/cluster.md passes
+# credentials). Not the three above: the driver's `start_ray` passes those to its own
+# `ray.init(runtime_env=...)`, and Ray refuses to merge a job whose runtime_env names the same
+# variable (see test_job_level_env_vars_the_driver_also_sets).
+JOB_ENV_VARS = {"POLARS_MAX_THREADS": "1"}  # 2 shared cores: keep Polars from oversubscribing
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,7 +104,7 @@ def _cluster_env(temp_dir: Path, token_path: Path, marker: str) -> dict[str, str
     # Nothing Ray-related leaks in from the pytest process (ray_local's ray.init sets
     # RAY_AUTH_MODE there; a RAY_ADDRESS would point clients elsewhere).
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(JOB_ENV_VARS)
+    env.update(CLUSTER_ENV_VARS)
     env.update(
         {
             # Token auth stays ON. The token is this cluster's own, in a file under its temp
@@ -222,7 +228,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
 
 
 def _submit(
-    cluster: RayCluster, submission_id: str, *job_args: str
+    cluster: RayCluster,
+    submission_id: str,
+    *job_args: str,
+    env_vars: dict[str, str] = JOB_ENV_VARS,
 ) -> subprocess.CompletedProcess[str]:
     """`ray job submit` of the job, exactly as docs/cluster.md shows (waits for the end)."""
     return cluster.ray(
@@ -235,7 +244,7 @@ def _submit(
         "--working-dir",
         str(REPO),
         "--runtime-env-json",
-        json.dumps({"env_vars": JOB_ENV_VARS}),
+        json.dumps({"env_vars": env_vars}),
         "--",
         # The venv's interpreter: the cluster runs from it, so it has every dependency.
         sys.executable,
@@ -247,13 +256,24 @@ def _submit(
 
 
 def _status(cluster: RayCluster, submission_id: str) -> str:
-    result = cluster.ray("job", "status", submission_id, "--address", cluster.address)
-    assert result.returncode == 0, result.stderr
-    found = re.search(
-        r"\b(PENDING|RUNNING|STOPPED|SUCCEEDED|FAILED)\b", result.stdout + result.stderr
+    """The job's status from the Jobs SDK (`JobSubmissionClient`), run in a subprocess."""
+    script = (
+        "import sys\n"
+        "from ray.job_submission import JobSubmissionClient\n"
+        "client = JobSubmissionClient(sys.argv[1])\n"
+        "print(client.get_job_status(sys.argv[2]).value)\n"
     )
-    assert found, f"no status in: {result.stdout}{result.stderr}"
-    return found.group(1)
+    result = subprocess.run(
+        [sys.executable, "-c", script, cluster.address, submission_id],
+        env=cluster.env,
+        cwd=cluster.work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
 
 
 def _logs(cluster: RayCluster, submission_id: str) -> str:
@@ -346,6 +366,38 @@ def test_submitted_job_with_a_mistyped_key_fails_with_the_config_error(
     assert "rate_limit.request_per_minute" in logs, logs
     assert "unknown key" in logs, logs
     assert not (ray_cluster.work / "out-bad" / "scores").exists()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="jobs.context_precision.start_ray passes RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, "
+    "LITELLM_LOCAL_MODEL_COST_MAP and RAY_USAGE_STATS_ENABLED to ray.init(runtime_env=...); "
+    "inside a job whose runtime_env sets any of them Ray raises 'Failed to merge the Job's "
+    "runtime env ... because of a conflict'. Remove this marker once start_ray leaves out the "
+    "variables the job's runtime_env already sets.",
+)
+def test_job_level_env_vars_the_driver_also_sets(ray_cluster: RayCluster) -> None:
+    source = _sample(ray_cluster)
+    submission_id = f"ctxprec-env-{uuid.uuid4().hex[:8]}"
+    submitted = _submit(
+        ray_cluster,
+        submission_id,
+        "--config",
+        "configs/local.yaml",
+        "--set",
+        f"input.path={source}",
+        "--set",
+        f"output.path={ray_cluster.work / 'out-env'}",
+        env_vars={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    output = submitted.stdout + submitted.stderr
+    if submitted.returncode != 0 and "Failed to merge the Job's runtime env" not in output:
+        pytest.fail(f"failed, but not for the known reason:\n{output}")  # not an xfail
+    assert submitted.returncode == 0, "the known runtime_env conflict"
+    assert _status(ray_cluster, submission_id) == "SUCCEEDED"
 
 
 @pytest.mark.cluster
