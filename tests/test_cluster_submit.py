@@ -10,9 +10,10 @@ in-process Ray (`ray_local` in conftest) and with other people's Ray on the same
 
 Teardown deliberately does NOT run `ray stop --force`: that command kills every process on the
 machine whose name looks like Ray's (gcs_server, raylet, ...), i.e. the in-process `ray_local`
-of this very pytest run and anyone else's Ray. Instead it stops exactly the processes of this
-cluster, found by a marker in their environment (every Ray process inherits the head's
-environment) or this cluster's temp dir on their command line, plus their children, by pid.
+of this very pytest run and anyone else's Ray. Instead the head runs as `ray start --block`,
+the one process the fixture started, and SIGTERM to it stops the node's processes. Anything
+that outlives it is found by a marker in its environment (every Ray process inherits the
+head's environment) or this cluster's temp dir on its command line, and stopped by pid.
 
 The cheap unit tests at the bottom (not marked `cluster`) check configs/kuberay-rayjob.yaml.
 """
@@ -183,40 +184,61 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         temp_dir=temp_dir,
         work=tmp_path_factory.mktemp("cluster"),
     )
+    head_log = temp_dir / "ray-start.log"
+    head: subprocess.Popen[bytes] | None = None
     try:
-        started = cluster.ray(
-            "start",
-            "--head",
-            "--node-ip-address=127.0.0.1",
-            "--dashboard-host=127.0.0.1",
-            f"--port={gcs}",
-            f"--dashboard-port={dashboard}",
-            f"--ray-client-server-port={client}",
-            f"--dashboard-agent-listen-port={agent}",
-            f"--dashboard-agent-grpc-port={agent_grpc}",
-            f"--runtime-env-agent-port={env_agent}",
-            f"--metrics-export-port={metrics}",
-            f"--node-manager-port={node_mgr}",
-            f"--object-manager-port={obj_mgr}",
-            "--num-cpus=2",
-            "--disable-usage-stats",
-            f"--temp-dir={temp_dir}",
-            timeout=180,
-        )
-        if started.returncode != 0:
-            pytest.fail(f"ray start --head failed:\n{started.stdout}\n{started.stderr}")
-        # The job server may answer a moment after `ray start` returns.
-        listed = None
-        for _ in range(60):
+        # --block keeps `ray start` in the foreground: the fixture owns that one process, and
+        # SIGTERM to it makes Ray stop the node's processes (gcs_server, raylet, dashboard, ...).
+        with head_log.open("wb") as log:
+            head = subprocess.Popen(
+                [
+                    RAY,
+                    "start",
+                    "--head",
+                    "--block",
+                    "--node-ip-address=127.0.0.1",
+                    "--dashboard-host=127.0.0.1",
+                    f"--port={gcs}",
+                    f"--dashboard-port={dashboard}",
+                    f"--ray-client-server-port={client}",
+                    f"--dashboard-agent-listen-port={agent}",
+                    f"--dashboard-agent-grpc-port={agent_grpc}",
+                    f"--runtime-env-agent-port={env_agent}",
+                    f"--metrics-export-port={metrics}",
+                    f"--node-manager-port={node_mgr}",
+                    f"--object-manager-port={obj_mgr}",
+                    "--num-cpus=2",
+                    "--disable-usage-stats",
+                    f"--temp-dir={temp_dir}",
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        # Ready when the job server answers an authenticated request (a few seconds; more on a
+        # busy machine).
+        deadline = time.monotonic() + 180
+        while True:
+            if head.poll() is not None:
+                pytest.fail(f"ray start --head exited {head.returncode}:\n{head_log.read_text()}")
             listed = cluster.ray("job", "list", "--address", cluster.address, timeout=60)
             if listed.returncode == 0:
                 break
+            if time.monotonic() > deadline:
+                pytest.fail(f"the job server never answered:\n{listed.stderr}")
             time.sleep(1)
-        assert listed is not None and listed.returncode == 0, (
-            f"job server never answered:\n{listed and listed.stderr}"
-        )
         yield cluster
     finally:
+        if head is not None and head.poll() is None:
+            head.terminate()
+            try:
+                head.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                head.kill()
+                head.wait(timeout=10)
+        # Whatever outlived the head (a worker mid-fork, a job's entrypoint): by pid.
         survivors = _stop_cluster(marker, str(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not survivors, f"cluster processes still alive after teardown: {survivors}"
