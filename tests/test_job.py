@@ -276,13 +276,16 @@ def test_rate_limit_holds_across_workers(tmp_path: Path, judge_key: str) -> None
             source,
             out,
             judge=llm_judge(server),
-            # The provider's 20 per 2 s, as a per-minute rate; headroom 0.9 absorbs the
-            # scheduling jitter of a busy 2-core machine, which is large against a 2 s window.
-            rate_limit={"requests_per_minute": LIMIT * 60 / WINDOW_S, "headroom": 0.9},
+            # The provider's 20 per 2 s, as a per-minute rate. Headroom 0.8: on a busy 2-core
+            # box the scheduling jitter (even of the fake server's own thread) is a large part
+            # of a 2 s window; see tests/test_limiter.py.
+            rate_limit={"requests_per_minute": LIMIT * 60 / WINDOW_S, "headroom": 0.8},
             ray={"shard_size": 8, "workers": 3},
         )
         outcome = run_job(config, out=io.StringIO())
         stats = server.stats()
+        # The server enforces this itself (it answers 429 beyond the limit), so the 429 count
+        # below is the real test of the shared limiter.
         assert server.max_in_any_window() <= LIMIT
     assert stats["accepted"] == 48
     assert stats["rate_limited_429"] <= 3  # was 13-15 before the judge's first-request gate
@@ -508,6 +511,15 @@ def test_unknown_config_key_fails_naming_the_key(
     assert "rate_limit.request_per_minute: unknown key" in capsys.readouterr().err
     assert server.stats()["total_requests"] == 0
     assert not (tmp_path / "out").exists()
+
+
+def test_duplicate_policies_the_job_does_not_implement_are_rejected(tmp_path: Path) -> None:
+    raw = raw_config(tmp_path / "items.jsonl", tmp_path / "out")
+    raw["input"]["duplicate_query_ids"] = "fail"
+    with pytest.raises(ConfigError, match=r"input\.duplicate_query_ids"):
+        parse_config(raw)
+    raw["input"]["duplicate_query_ids"] = "keep_first"
+    assert parse_config(raw).input.duplicate_query_ids == "keep_first"
 
 
 def test_missing_column_fails_naming_column_and_file(

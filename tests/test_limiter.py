@@ -285,13 +285,14 @@ def test_local_limiter_sleeps_for_the_reservation() -> None:
 
 LIMIT = 20
 WINDOW_S = 2.0
-# The job's limiter for a provider limit of 20 per 2 s. Headroom 0.9 rather than the default
-# 0.98: on a 2 s window, 2% is 40 ms, less than the scheduling jitter of a busy 2-core box
-# between a worker's slot and the server's clock; on a real 60 s window 2% is 1.2 s.
+# The job's limiter for a provider limit of 20 per 2 s. Headroom 0.8 rather than the default
+# 0.98: on a 2 s window 2% is 40 ms, and on a busy shared 2-core box the fake server's own
+# thread was seen starved for 0.3-0.5 s, admitting requests that were sent evenly as a bunch;
+# 0.8 keeps 4 of every 20 slots as slack. (On a real 60 s window 2% is 1.2 s.)
 LIMITER_SETTINGS = {
     "requests_per_minute": LIMIT * 60 / WINDOW_S,
     "tokens_per_minute": 0,
-    "headroom": 0.9,
+    "headroom": 0.8,
 }
 
 
@@ -384,12 +385,13 @@ def test_shared_actor_keeps_ray_tasks_under_the_servers_limit(
     assert server.max_in_any_window() <= LIMIT
     assert snapshot["granted"] == tasks * per_task
     assert snapshot["refusals"] == 0
-    # The limit is used, not just respected: the achieved rate between the first and the last
-    # request is a good fraction of the allowed 10 requests/s (the limiter aims at 9).
+    # The limit is used, not just respected: the busiest window holds most of the 16 requests
+    # the limiter aims at (20 x 0.8), and the overall rate from the first request to the last
+    # (which includes the Ray tasks' staggered starts) is a fair share of the allowed 10/s.
+    assert server.max_in_any_window() >= 12
     stamps = server.accepted_timestamps()
     achieved = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    assert achieved >= 0.7 * LIMIT / WINDOW_S
-    assert achieved <= LIMIT / WINDOW_S
+    assert 0.5 * LIMIT / WINDOW_S <= achieved <= LIMIT / WINDOW_S
 
 
 def test_limiter_actor_does_not_block_while_callers_wait(ray_local: Any) -> None:
