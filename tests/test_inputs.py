@@ -521,6 +521,7 @@ def test_to_item_ok() -> None:
         contexts=("one", "", "three"),
         source="/data/f.parquet",
         row=7,
+        where="/data/f.parquet row 7",
     )
     assert isinstance(record, ItemRecord)
     scoring = record.to_scoring_item()
