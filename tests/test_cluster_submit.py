@@ -473,8 +473,10 @@ def test_rayjob_is_a_well_formed_kuberay_rayjob() -> None:
     assert spec["shutdownAfterJobFinishes"] is True
     assert isinstance(spec["ttlSecondsAfterFinished"], int)
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
-    assert runtime_env["env_vars"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
     assert runtime_env["working_dir"].endswith(".zip")
+    # The driver's start_ray sets these itself; the same key in the job's runtime_env makes
+    # Ray refuse to start the driver (see test_job_level_env_vars_the_driver_also_sets).
+    assert not set(runtime_env.get("env_vars", {})) & set(CLUSTER_ENV_VARS)
     assert all(re.search(r"==\d", dep) for dep in runtime_env["pip"]), runtime_env["pip"]
     cluster = spec["rayClusterSpec"]
     assert cluster["headGroupSpec"]["template"]["spec"]["containers"]
@@ -482,6 +484,8 @@ def test_rayjob_is_a_well_formed_kuberay_rayjob() -> None:
     for container in _containers(rayjob):
         requests = container["resources"]["requests"]
         assert requests["cpu"] and requests["memory"], container["name"]
+        env = {item["name"]: item.get("value") for item in container.get("env", [])}
+        assert env.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True", container["name"]
 
 
 def test_rayjob_takes_credentials_from_a_secret_and_holds_no_literal_secret() -> None:
