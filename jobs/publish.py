@@ -112,6 +112,16 @@ def _upload_frame(store: Store, frame: pl.LazyFrame | pl.DataFrame, path: str, t
     os.unlink(local)
 
 
+def _shard_files(store: Store, folder: str) -> list[str]:
+    """The staged shard files in `folder`, without the `.<name>.tmp-*` file a local atomic
+    write leaves behind when its writer is killed before the rename."""
+    return [
+        path
+        for path in store.list(folder)
+        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
+    ]
+
+
 def publish_run(
     store: Store,
     location: RunLocation,
@@ -121,8 +131,8 @@ def publish_run(
     manifest: dict[str, Any],
 ) -> Published:
     """Aggregate the staged shards with Polars and publish the run's tables and manifest."""
-    items_files = store.list(store.join(location.staging, "items"))
-    verdict_files = store.list(store.join(location.staging, "verdicts"))
+    items_files = _shard_files(store, store.join(location.staging, "items"))
+    verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
     items = scan(store, items_files)
     verdicts = scan(store, verdict_files)
     items, verdicts = dedupe(items, verdicts)
