@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
+
+# Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
+# test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
+for _name, _value in {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}.items():
+    os.environ.setdefault(_name, _value)
 
 # ==========================================================================================
 # moto S3 fixtures (owner: storage/inputs). A real S3-compatible HTTP endpoint on loopback:
