@@ -159,10 +159,12 @@ def test_lexical_run_end_to_end_every_item_exactly_once(tmp_path: Path) -> None:
     # DuckDB reads the hive-partitioned table through the documented glob.
     con = duckdb.connect()
     glob = f"{out}/scores/**/*.parquet"
-    count, distinct, run_ids, run_date = con.execute(
+    found = con.execute(
         f"select count(*), count(distinct query_id), list(distinct run_id), any_value(run_date) "
         f"from read_parquet('{glob}', hive_partitioning=true)"
     ).fetchone()
+    assert found is not None
+    count, distinct, run_ids, run_date = found
     assert (count, distinct, run_ids) == (300, 300, [outcome.run_id])
     assert str(run_date) == outcome.run_date.isoformat()
     statuses = dict(
