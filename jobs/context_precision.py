@@ -61,8 +61,10 @@ def resolve_location(config: JobConfig) -> RunLocation:
 
 def check_api_key(config: JobConfig) -> None:
     judge = config.judge
-    if judge.model == "lexical" or judge.api_base or not judge.api_key_env:
+    if judge.model == "lexical" or not judge.api_key_env:
         return
+    if judge.api_base and "api_key_env" not in judge.model_fields_set:
+        return  # a local server needs no key, unless a variable was named for it explicitly
     if not os.environ.get(judge.api_key_env):
         raise ConfigError(
             f"judge.api_key_env: environment variable {judge.api_key_env} is not set "
@@ -72,22 +74,27 @@ def check_api_key(config: JobConfig) -> None:
 
 
 def start_ray(config: JobConfig) -> None:
+    """Join the configured cluster (or the one a Ray Job runs in), else start Ray locally."""
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        # Ray reads these when it is imported: set them first.
+        for key, value in _RAY_ENV.items():
+            os.environ.setdefault(key, value)
     import ray
 
-    for key, value in _RAY_ENV.items():
-        os.environ.setdefault(key, value)
     if ray.is_initialized():
         return
-    runtime_env = {"env_vars": {k: os.environ[k] for k in _RAY_ENV}}
-    address = config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        # No runtime_env of our own: a Ray Job's runtime_env may set the same variables and Ray
+        # refuses to merge conflicting ones. The workers need nothing from here (scorer_core
+        # sets litellm's offline price map itself before importing it).
+        ray.init(address=address, log_to_driver=True)
     else:
         ray.init(
             num_cpus=max(2, os.cpu_count() or 2),
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
-            runtime_env=runtime_env,
+            runtime_env={"env_vars": {k: os.environ[k] for k in _RAY_ENV}},
             log_to_driver=True,
         )
 
@@ -221,7 +228,13 @@ def fan_out(
         )
     progress = progress_actor_class().remote()
     context = ray.put(
-        ShardContext(config=config, staging=location.staging, limiter=limiter, progress=progress)
+        ShardContext(
+            config=config,
+            staging=location.staging,
+            limiter=limiter,
+            progress=progress,
+            api_key=config.judge.api_key(),
+        )
     )
     slots: dict[str, int] = {}
     per_file: dict[int, int] = {}

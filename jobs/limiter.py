@@ -28,8 +28,11 @@ class PacingState:
     requests_per_minute: float
     tokens_per_minute: float = 0.0
     headroom: float = 0.98
-    # How many seconds of budget may be spent at once after an idle spell.
-    burst_s: float = 1.0
+    # How many seconds of budget may be spent at once after an idle spell. 0 = strict pacing:
+    # a burst is sent on top of the steady rate, so any burst overflows a window shorter than
+    # about burst / (1 - headroom) of budget (providers may enforce a per-minute limit per
+    # second; 1.0 here sent 29 requests in a 2 s window limited to 20).
+    burst_s: float = 0.0
     # Rate multiplier after a 429, and the recovery per quiet `recover_every_s`.
     cut: float = 0.9
     recover_every_s: float = 10.0

@@ -83,6 +83,8 @@ class ShardContext:
     staging: str  # the run's staging folder, relative to the output store's root
     limiter: Any = None  # Ray actor handle of the shared rate limiter, or None
     progress: Any = None  # Ray actor handle of the progress counters, or None
+    # The judge's API key as the driver read it (workers may not have the driver's environment).
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -131,9 +133,8 @@ def preprocess(record: ItemRecord | RowError) -> ItemRecord | RowError:
     try:
         validate_item(record.to_scoring_item())
     except InputError as exc:
-        return RowError(
-            record.source, record.row, f"{record.source} row {record.row}: {exc}", record.query_id
-        )
+        where = record.where or f"{record.source} row {record.row}"
+        return RowError(record.source, record.row, f"{where}: {exc}", record.query_id)
     return record
 
 
@@ -212,7 +213,7 @@ def verdict_rows(
 # -- judging --------------------------------------------------------------------------------
 
 
-def build_judge(config: JobConfig, limiter: Limiter | None) -> Judge:
+def build_judge(config: JobConfig, limiter: Limiter | None, api_key: str | None = None) -> Judge:
     judge_config = config.judge
     if judge_config.model == "lexical":
         return make_judge("lexical", **judge_config.lexical)
@@ -230,7 +231,7 @@ def build_judge(config: JobConfig, limiter: Limiter | None) -> Judge:
         options["api_base"] = judge_config.api_base
     if judge_config.max_tokens:
         options["max_tokens"] = judge_config.max_tokens
-    api_key = judge_config.api_key()
+    api_key = api_key or judge_config.api_key()
     if api_key:
         options["api_key"] = api_key
     return make_judge(judge_config.model, **options)
@@ -303,7 +304,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         from jobs.limiter import SharedLimiter
 
         limiter = SharedLimiter(ctx.limiter)
-    judge = build_judge(config, limiter)
+    judge = build_judge(config, limiter, ctx.api_key)
     fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
     cache: VerdictCache | None = None
     cache_store: Store | None = None

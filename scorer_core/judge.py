@@ -62,6 +62,11 @@ class LLMJudge:
         self._limiter = limiter or NoLimit()
         self._sleep = sleep
         self._scale = scale
+        # The first request goes alone: a client's first call can take a second or more (lazy
+        # imports, connection set-up) while the calls behind it wait inside the client, so rate
+        # slots taken meanwhile would all be spent at the same instant when it returns.
+        self._first_taken = False
+        self._first_done = asyncio.Event()
 
     @property
     def model(self) -> str:
@@ -79,14 +84,22 @@ class LLMJudge:
         calls = retries = rate_limited = 0
         while True:
             calls += 1
+            first = not self._first_taken
+            self._first_taken = True
+            if not first and not self._first_done.is_set():
+                await self._first_done.wait()
             try:
                 async with self._in_flight:
                     # Rate slot taken only once a connection slot is ours, so slots are not
                     # hoarded by waiters and then spent in a burst.
-                    await self._limiter.acquire(tokens)
-                    reply = await self._client.complete(
-                        messages, schema_name=schema_name, schema=schema
-                    )
+                    try:
+                        await self._limiter.acquire(tokens)
+                        reply = await self._client.complete(
+                            messages, schema_name=schema_name, schema=schema
+                        )
+                    finally:
+                        if first:
+                            self._first_done.set()
             except TransportError as exc:
                 retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
                 if isinstance(exc, RateLimited):
