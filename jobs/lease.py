@@ -26,6 +26,13 @@ class RunLocked(CtxPrecError):
     """Another driver is running this run id right now."""
 
 
+# Tokens of the leases this process holds right now. A lease naming this process with a token
+# not in here was left by an earlier attempt in this process that has ended but could not
+# remove it (say the store was down when the failed run released it): like a dead pid's lease,
+# it is taken over, so a retry in the same process need not wait out the TTL.
+_HELD: set[str] = set()
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -67,7 +74,10 @@ class RunLease:
         if age > self.ttl_s:
             return True
         same_host = holder.get("host") == socket.gethostname()
-        return same_host and not _pid_alive(int(holder.get("pid", -1)))
+        pid = int(holder.get("pid", -1))
+        if same_host and pid == os.getpid():
+            return holder.get("token") not in _HELD
+        return same_host and not _pid_alive(pid)
 
     def acquire(self) -> None:
         """Take the lease or raise `RunLocked` naming the driver that holds it."""
@@ -79,16 +89,21 @@ class RunLease:
                 f"(heartbeat {age:.0f}s ago, lease {self.store.url(self.path)}); wait for it, "
                 f"or use another run.id"
             )
-        self.heartbeat(force=True)
-        # Two drivers starting in the same instant both write; the later write wins and the
-        # earlier driver sees someone else's token here.
-        time.sleep(0.2)
-        current = self._read()
-        if current is not None and current.get("token") != self.token:
-            raise RunLocked(
-                f"another driver (pid {current.get('pid')} on {current.get('host')}) took this "
-                "run id at the same moment; use another run.id"
-            )
+        _HELD.add(self.token)
+        try:
+            self.heartbeat(force=True)
+            # Two drivers starting in the same instant both write; the later write wins and
+            # the earlier driver sees someone else's token here.
+            time.sleep(0.2)
+            current = self._read()
+            if current is not None and current.get("token") != self.token:
+                raise RunLocked(
+                    f"another driver (pid {current.get('pid')} on {current.get('host')}) took "
+                    "this run id at the same moment; use another run.id"
+                )
+        except BaseException:
+            _HELD.discard(self.token)
+            raise
 
     def heartbeat(self, force: bool = False) -> None:
         now = self.clock()
@@ -97,6 +112,7 @@ class RunLease:
             self._last_beat = now
 
     def release(self) -> None:
+        _HELD.discard(self.token)
         current = self._read()
         if current is not None and current.get("token") == self.token:
             self.store.rm(self.path)
