@@ -79,9 +79,13 @@ def dedupe(items: pl.LazyFrame, verdicts: pl.LazyFrame) -> tuple[pl.LazyFrame, p
         pl.when(is_duplicate)
         .then(
             pl.format(
-                "duplicate query_id {}: only its first occurrence ({} row {}) is scored",
+                "duplicate query_id {}: only its first occurrence ({} {} {}) is scored",
                 pl.col("query_id"),
                 pl.col("first_source"),
+                # JSONL rows are identified by the byte offset of their line (jobs.inputs).
+                pl.when(pl.col("first_source").str.ends_with(".parquet"))
+                .then(pl.lit("row"))
+                .otherwise(pl.lit("line at byte")),
                 pl.col("first_row"),
             )
         )

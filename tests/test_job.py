@@ -589,7 +589,7 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(tmp_path: Path) -> 
         assert row["status"] == "error"
         assert row["score"] is None
         assert f"duplicate query_id {dup_id}" in row["error"]
-        assert f"{source} row {offsets[3]}" in row["error"]  # names the first occurrence
+        assert f"{source} line at byte {offsets[3]}" in row["error"]  # the first occurrence
     # The first occurrence's score is its own, not mixed with the duplicates' verdicts.
     judge = LexicalJudge()
     item = ScoringItem(
