@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.common import machine, write_section
 from jobs.calibrate import calibrate
 from jobs.config import JobConfig, parse_config
 
@@ -33,28 +31,6 @@ FILES = (
     ("TREC DL", "trecdl_passage_ctxprec.jsonl", None),
     ("TREC DL, gold grade >= 1", "trecdl_passage_ctxprec.jsonl", 1.0),
 )
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    ram = "unknown RAM"
-    try:
-        match = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
-        if match:
-            ram = f"{int(match.group(1)) / 1024**2:.1f} GiB RAM"
-    except OSError:
-        pass
-    return (
-        f"{os.cpu_count()} CPUs (nproc), {ram}, {cpu}; Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}"
-    )
 
 
 def lexical_config() -> JobConfig:
@@ -152,19 +128,6 @@ INTERPRETATION = (
 )
 
 
-def write_section(section: str, path: Path = DOCS) -> None:
-    """Put `section` under HEADING in `path`, replacing only that section (up to the next `## `)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = text.find(HEADING + "\n")
-    if start < 0:
-        new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    else:
-        nxt = text.find("\n## ", start + len(HEADING))
-        rest = "" if nxt < 0 else text[nxt + 1 :]
-        new = text[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
-    path.write_text(new, encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.calibration")
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
@@ -178,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = report(run(args.data_dir))
     print(section)
     if not args.no_write:
-        write_section(section, args.docs)
+        write_section(HEADING, section, args.docs)
         print(f"(written to {args.docs})", file=sys.stderr)
     return 0
 

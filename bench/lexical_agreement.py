@@ -29,8 +29,6 @@ import asyncio
 import datetime as _dt
 import json
 import os
-import platform
-import re
 import sys
 import time
 from collections import defaultdict
@@ -38,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.common import machine, write_section
 from scorer_core.lexical import (
     DEFAULT_ANSWER_WEIGHT,
     DEFAULT_PHRASE_WEIGHT,
@@ -211,28 +210,6 @@ def check_reference_ap(rows: Iterable[Row]) -> tuple[int, float]:
 
 def fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    ram = "unknown RAM"
-    try:
-        match = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
-        if match:
-            ram = f"{int(match.group(1)) / 1024**2:.1f} GiB RAM"
-    except OSError:
-        pass
-    return (
-        f"{os.cpu_count()} CPUs (nproc), {ram}, {cpu}; Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}"
-    )
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -486,22 +463,6 @@ def tune(data_dir: Path = DATA_DIR, top: int = 15) -> str:
     return "\n".join(lines)
 
 
-def write_section(section: str, path: Path = DOCS) -> None:
-    """Put `section` under HEADING in `path`, replacing only that section (up to the next `## `)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = text.find(HEADING + "\n")
-    if start < 0 and text.endswith(HEADING):
-        start = len(text) - len(HEADING)
-    if start < 0:
-        new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    else:
-        nxt = text.find("\n## ", start + len(HEADING))
-        rest = "" if nxt < 0 else text[nxt + 1 :]
-        new = text[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new, encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
@@ -518,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = report(LexicalJudge(), args.data_dir)
     print(section)
     if not args.no_write:
-        write_section(section, args.docs)
+        write_section(HEADING, section, args.docs)
         print(f"\n(written to {args.docs})", file=sys.stderr)
     return 0
 
