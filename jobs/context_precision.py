@@ -246,7 +246,13 @@ def fan_out(
         max_retries=config.ray.max_task_retries,
         retry_exceptions=[StorageError],
     )
-    line = ProgressLine(None, out=out)
+    # Parquet shards are row ranges (exact item counts); JSONL shards are byte ranges, so the
+    # total is extrapolated from the items per byte of the shards finished so far.
+    exact = all(shard.kind == "rows" for _, shard in todo)
+    units_total = sum(shard.end - shard.start for _, shard in todo)
+    units_by_id = {shard.shard_id: shard.end - shard.start for _, shard in todo}
+    units_done = items_done = 0
+    line = ProgressLine(units_total if exact else None, out=out)
     queue = collections.deque(todo)
     pending: dict[Any, str] = {}
     reports: list[ShardReport] = []
@@ -269,6 +275,10 @@ def fan_out(
                         f"--set run.id={location.run_id} to resume."
                     ) from None
                 reports.append(report)
+                units_done += units_by_id.get(shard_id, 0)
+                items_done += report.items
+                if not exact and units_done:
+                    line.set_total(round(items_done / units_done * units_total))
                 if report.fatal:
                     for other in pending:
                         ray.cancel(other)

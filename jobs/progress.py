@@ -83,6 +83,10 @@ class ProgressLine:
         self._plain_every = plain_every_s
         self._last_plain = float("-inf")
 
+    def set_total(self, total_items: int | None) -> None:
+        """Update the expected number of items (an estimate while input sizes are in bytes)."""
+        self._total = total_items
+
     def render(self, counts: dict[str, int], shards_done: int, shards_total: int) -> str:
         elapsed = max(1e-6, self._clock() - self._start)
         items = counts.get("items", 0)
