@@ -339,8 +339,8 @@ def render(results: list[Measured], args: argparse.Namespace, started: str, load
         f"- Command: `.venv/bin/python -m bench.aggregate_bench {_argv()}`",
         f"- Date: {started}",
         f"- Machine: {machine()}",
-        f"- Load average when started: {load} (other jobs share the machine: compare rows "
-        "of one run, not runs of different days)",
+        f"- Load average (1/5/15 min) at start: {load}; at end: {_load()} (other jobs share "
+        "the machine, so absolute times vary from run to run: compare rows of one run)",
         "- Peak RSS is the process's VmHWM: interpreter + libraries + query. "
         "Import baseline: the RSS just before the query ran.",
         "",
@@ -365,6 +365,10 @@ def render(results: list[Measured], args: argparse.Namespace, started: str, load
         "",
     ]
     return "\n".join(lines)
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _argv() -> str:
@@ -420,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown methods {unknown}")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    load = _load()
     with tempfile.TemporaryDirectory(prefix="aggregate-bench-") as tmp:
         t0 = time.perf_counter()
         # In a child, so that this driver stays small while the measured children run.
