@@ -17,7 +17,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import shlex
 import statistics
@@ -29,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from bench import common
+
 SECTION = "## Aggregation (Polars)"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ class Measured:
 
 def _child_env() -> dict[str, str]:
     """The environment for child processes: this checkout first on the import path."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
 
@@ -302,26 +302,11 @@ def measure(name: str, glob: str, scale: float, repeats: int) -> Measured:
 
 
 def machine() -> str:
-    """nproc, RAM and CPU model of this machine, plus library versions."""
+    """The shared machine description plus the versions of the libraries measured."""
     import duckdb
     import polars as pl
 
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem_kib = 0
-    with open("/proc/meminfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    nproc = len(os.sched_getaffinity(0))
-    return (
-        f"{nproc} CPUs ({cpu}), {mem_kib / 1024**2:.1f} GiB RAM, Linux {platform.release()}, "
-        f"Python {platform.python_version()}, Polars {pl.__version__}, DuckDB {duckdb.__version__}"
-    )
+    return f"{common.machine()}; Polars {pl.__version__}, DuckDB {duckdb.__version__}"
 
 
 def render(results: list[Measured], args: argparse.Namespace, started: str, load: str) -> str:
@@ -339,8 +324,9 @@ def render(results: list[Measured], args: argparse.Namespace, started: str, load
         f"- Command: `.venv/bin/python -m bench.aggregate_bench {_argv()}`",
         f"- Date: {started}",
         f"- Machine: {machine()}",
-        f"- Load average (1/5/15 min) at start: {load}; at end: {_load()} (other jobs share "
-        "the machine, so absolute times vary from run to run: compare rows of one run)",
+        f"- Load average (1/5/15 min) at start: {load}; at end: {common.load_average()} "
+        "(other jobs share the machine, so absolute times vary from run to run: compare rows "
+        "of one run)",
         "- Peak RSS is the process's VmHWM: interpreter + libraries + query. "
         "Import baseline: the RSS just before the query ran.",
         "",
@@ -367,29 +353,8 @@ def render(results: list[Measured], args: argparse.Namespace, started: str, load
     return "\n".join(lines)
 
 
-def _load() -> str:
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def _argv() -> str:
     return shlex.join(sys.argv[1:]) if len(sys.argv) > 1 else ""
-
-
-def write_section(text: str, path: Path) -> None:
-    """Replace (or append) the SECTION in `path`, leaving every other section untouched."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        tail = "".join(lines[end:])
-        new = "".join(lines[:start]) + text + ("\n" + tail if tail else "")
-    path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(DEFAULT_METHODS),
         help="comma-separated subset of " + ",".join(METHODS),
     )
-    parser.add_argument("--docs", type=Path, default=DOCS, help="markdown file to update")
+    parser.add_argument("--docs", type=Path, default=common.DOCS, help="markdown file to update")
     parser.add_argument("--no-docs", action="store_true", help="print only")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -424,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown methods {unknown}")
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = _load()
+    load = common.load_average()
     with tempfile.TemporaryDirectory(prefix="aggregate-bench-") as tmp:
         t0 = time.perf_counter()
         # In a child, so that this driver stays small while the measured children run.
@@ -451,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(results, args, started, load)
     print(text)
     if not args.no_docs:
-        write_section(text, args.docs)
+        common.write_section(SECTION, text, args.docs)
         print(f"wrote {args.docs}", file=sys.stderr)
     return 0
 
