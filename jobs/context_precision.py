@@ -298,9 +298,14 @@ def fan_out(
 
 
 def _root_cause(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None) or exc
-    text = str(cause).strip().splitlines()
-    return text[-1] if text else type(cause).__name__
+    cause = getattr(exc, "cause", None)
+    if cause is not None:
+        # The task's own exception: keep all of its message (its first line names the file or
+        # URL; pyarrow's messages continue on further lines).
+        text = " ".join(part.strip() for part in str(cause).strip().splitlines())
+        return text or type(cause).__name__
+    lines = str(exc).strip().splitlines()  # a Ray error with a traceback: its last line
+    return lines[-1] if lines else type(exc).__name__
 
 
 def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout) -> None:
