@@ -101,9 +101,11 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
     command = [
         sys.executable,
         "-c",
-        "import resource, sys; from jobs.context_precision import main; "
+        # VmHWM is this process's own peak; ru_maxrss would include the parent's at fork.
+        "import re, sys; from jobs.context_precision import main; "
         "code = main(sys.argv[1:]); "
-        "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
+        "print('MAXRSS', hwm, file=sys.stderr); "
         "sys.exit(code)",
         "--config",
         config_path,

@@ -42,6 +42,7 @@ from typing import Any, Literal, TextIO
 import polars as pl
 
 from scorer_core.errors import ConfigError
+from scorer_core.precision import check_scale
 
 TableSource = pl.LazyFrame | pl.DataFrame | str | Path | Sequence[str | Path]
 """A table given as a LazyFrame, a DataFrame, or Parquet path(s) / glob(s) to scan."""
@@ -130,15 +131,6 @@ def as_lazy(source: TableSource) -> pl.LazyFrame:
     if isinstance(source, str | Path):
         return pl.scan_parquet(source)
     return pl.scan_parquet([str(path) for path in source])
-
-
-def check_scale(scale: float) -> float:
-    """Validate a score scale (a finite number >= 0) and return it as a float."""
-    if isinstance(scale, bool) or not isinstance(scale, int | float):
-        raise ConfigError(f"scale must be a number, got {type(scale).__name__}")
-    if not math.isfinite(scale) or scale < 0:
-        raise ConfigError(f"scale must be a finite number >= 0, got {scale!r}")
-    return float(scale)
 
 
 def round_half_up_expr(expr: pl.Expr, digits: int = 2) -> pl.Expr:
