@@ -545,6 +545,9 @@ class FakeJudgeServer:
             }
             stamps = list(self._accepted_ts)
         snapshot["max_in_any_window"] = _max_in_window(stamps, snapshot["window_s"])
+        # The span over which requests were admitted (seconds, monotonic clock): the rate a
+        # client held while it was sending, start-up excluded.
+        snapshot["accepted_span_s"] = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
         return snapshot
 
     # ----------------------------------------------------------------------------------------
