@@ -278,7 +278,7 @@ def test_bad_parquet_rows_are_errors_naming_row_number_and_field(
 ) -> None:
     source = tmp_path / "items.parquet"
     rows = items(12, seed=109)
-    problems = {
+    problems: dict[int, tuple[dict[str, Any], str]] = {
         2: ({"contexts": None}, f"{CONTEXT} is null, expected a list of strings"),
         5: ({"contexts": []}, f"{CONTEXT} is an empty list"),
         6: ({"question": None}, f"{INPUT} is null"),
@@ -435,7 +435,7 @@ def test_unicode_quotes_braces_backslashes_round_trip_exactly(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
     source = tmp_path / "ïn {x}" / "items.jsonl"
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in range(6):
         relevance = [int(k == n % 3) for k in range(3)]
         rows.append(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import psutil
+import psutil  # type: ignore[import-untyped]
 import pytest
 import yaml
 

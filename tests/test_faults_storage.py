@@ -251,12 +251,14 @@ def test_short_outage_mid_run_is_ridden_out_by_retries(
         location = RunLocation(run_id, config.run.date)  # type: ignore[arg-type]
         items_dir = f"{endpoint.bucket}/out/{location.staging}/items"
         outage: list[float] = []
+        committed: list[int] = []
 
         def blip() -> None:
             wait_for_a_committed_shard(endpoint, items_dir)
+            committed.append(len(endpoint.fs().find(items_dir)))
             endpoint.stop()
             outage.append(time.monotonic())
-            time.sleep(1.5)
+            time.sleep(3.0)  # a shard commits about every second: some writes meet the outage
             endpoint.start()
             outage.append(time.monotonic())
 
@@ -264,8 +266,13 @@ def test_short_outage_mid_run_is_ridden_out_by_retries(
         watcher.start()
         outcome = run_job(config, out=io.StringIO())
         watcher.join(10)
+        stamps = server.accepted_timestamps()
+        judged_during = [t for t in stamps if len(outage) == 2 and outage[0] <= t <= outage[1]]
 
     assert len(outage) == 2, "the outage never happened"
+    # It came mid-run: shards were left to commit and the workers were judging meanwhile.
+    assert committed[0] < outcome.shards_total
+    assert judged_during
     assert outcome.shards_skipped == 0
     assert_published_complete(endpoint, location, rows)
 
