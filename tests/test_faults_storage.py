@@ -266,13 +266,11 @@ def test_short_outage_mid_run_is_ridden_out_by_retries(
         watcher.start()
         outcome = run_job(config, out=io.StringIO())
         watcher.join(10)
-        stamps = server.accepted_timestamps()
-        judged_during = [t for t in stamps if len(outage) == 2 and outage[0] <= t <= outage[1]]
 
     assert len(outage) == 2, "the outage never happened"
-    # It came mid-run: shards were left to commit and the workers were judging meanwhile.
+    # It came mid-run: shards were left to commit. A shard takes under a second to judge, so
+    # the 3 s outage met store calls (a task's first `exists` or its writes) and they waited.
     assert committed[0] < outcome.shards_total
-    assert judged_during
     assert outcome.shards_skipped == 0
     assert_published_complete(endpoint, location, rows)
 
