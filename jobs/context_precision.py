@@ -317,7 +317,7 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
         f"duplicates {outcome.published.duplicates}\n"
-        f'query it: duckdb -c "select count(*), avg(score) from read_parquet('
+        f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
         f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"\n"
     )
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +176,20 @@ def test_lexical_run_end_to_end_every_item_exactly_once(tmp_path: Path) -> None:
         ).fetchall()
     )
     assert statuses == {"ok": 300}
+    # ... and so does the `duckdb` command of the README, as a user would type it.
+    cli = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "duckdb"),
+            "-csv",
+            "-c",
+            f"select count(*), avg(score) from read_parquet('{glob}', hive_partitioning=true)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.splitlines()[1].split(",")[0] == "300"
 
     # Polars: every score is the lexical judge's own verdicts through the precision formula.
     scores = assert_complete(out, rows, outcome)
