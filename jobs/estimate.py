@@ -54,11 +54,9 @@ from jobs.inputs import (
     check_schema,
     list_input_files,
     plan_shards,
-    read_shard,
-    to_item,
 )
 from jobs.storage import Store, filesystem
-from jobs.worker import input_spec, preprocess, use_cache
+from jobs.worker import input_spec, read_items, use_cache
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import estimate_tokens
 from scorer_core.prompt import reason_messages, verdict_messages
@@ -236,15 +234,7 @@ def estimate(
         slot = slots.get(shard.file_index, 0)
         slots[shard.file_index] = slot + 1
         known = probe.keys_for(shard.file_index, slot) if probe is not None else set()
-        for raw in read_shard(spec, shard):
-            record = preprocess(
-                to_item(
-                    spec,
-                    raw,
-                    max_context_chars=config.input.max_context_chars,
-                    max_contexts=config.input.max_contexts,
-                )
-            )
+        for record in read_items(config, spec, shard):
             if isinstance(record, RowError):
                 counts.invalid += 1
                 if len(counts.invalid_examples) < _MAX_INVALID_EXAMPLES:

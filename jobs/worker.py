@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,19 @@ def preprocess(record: ItemRecord | RowError) -> ItemRecord | RowError:
         where = record.where or f"{record.source} row {record.row}"
         return RowError(record.source, record.row, f"{where}: {exc}", record.query_id)
     return record
+
+
+def read_items(config: JobConfig, spec: InputSpec, shard: Shard) -> Iterator[ItemRecord | RowError]:
+    """The shard's rows, validated and normalised, in input order (streaming)."""
+    for raw in read_shard(spec, shard):
+        yield preprocess(
+            to_item(
+                spec,
+                raw,
+                max_context_chars=config.input.max_context_chars,
+                max_contexts=config.input.max_contexts,
+            )
+        )
 
 
 def error_row(error: RowError, seq: int, model: str) -> dict[str, Any]:
@@ -285,15 +298,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     first_seq = number << _SEQ_SHIFT
     records: list[tuple[int, ItemRecord]] = []
     errors: list[tuple[int, RowError]] = []
-    for index, raw in enumerate(read_shard(spec, shard)):
-        record = preprocess(
-            to_item(
-                spec,
-                raw,
-                max_context_chars=config.input.max_context_chars,
-                max_contexts=config.input.max_contexts,
-            )
-        )
+    for index, record in enumerate(read_items(config, spec, shard)):
         if isinstance(record, RowError):
             errors.append((first_seq + index, record))
         else:
