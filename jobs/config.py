@@ -166,24 +166,29 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def apply_override(raw: dict[str, Any], assignment: str) -> None:
-    """Apply one `dotted.key=value` override to the raw config, value parsed as YAML."""
-    if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected dotted.key=value")
-    dotted, _, text = assignment.partition("=")
+def assign_dotted(node: dict[str, Any], assignment: str, option: str, empty: Any = None) -> None:
+    """Apply `dotted.key=value` to nested dicts, the value parsed as YAML (`empty` when blank).
+
+    `option` names the command-line option in error messages (e.g. "--set").
+    """
+    dotted, sep, text = assignment.partition("=")
     keys = dotted.strip().split(".")
-    if not all(keys):
-        raise ConfigError(f"--set {assignment!r}: empty key segment")
-    node = raw
+    if not sep or not all(keys):
+        raise ConfigError(f"{option} {assignment!r}: expected dotted.key=value")
     for key in keys[:-1]:
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {dotted}: {key} is not a section")
+            raise ConfigError(f"{option} {dotted}: {key} is not a section")
         node = child
     try:
-        node[keys[-1]] = yaml.safe_load(text) if text.strip() else None
+        node[keys[-1]] = yaml.safe_load(text) if text.strip() else empty
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {dotted}: cannot parse value {text!r}: {exc}") from None
+        raise ConfigError(f"{option} {dotted}: cannot parse value {text!r}: {exc}") from None
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set dotted.key=value` override to the raw config."""
+    assign_dotted(raw, assignment, "--set")
 
 
 def _format_validation_error(source: str, exc: ValidationError) -> str:

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
-import yaml
 
 from jobs.aggregate import BANDS, PositionRate, RunSummary
+from jobs.config import assign_dotted
 from jobs.publish import RunLocation, scan
 from jobs.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
@@ -283,20 +283,7 @@ def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:
     """KEY=VALUE strings into fsspec storage options; dotted keys nest, values parsed as YAML."""
     options: dict[str, Any] = {}
     for assignment in assignments:
-        key, sep, text = assignment.partition("=")
-        keys = key.strip().split(".")
-        if not sep or not all(keys):
-            raise ConfigError(f"--storage-option {assignment!r}: expected KEY=VALUE")
-        node = options
-        for part in keys[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--storage-option {key}: {part} is already a value")
-            node = child
-        try:
-            node[keys[-1]] = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--storage-option {key}: cannot parse {text!r}: {exc}") from None
+        assign_dotted(options, assignment, "--storage-option", empty="")
     return options
 
 
