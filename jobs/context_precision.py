@@ -269,6 +269,8 @@ def fan_out(
                 try:
                     report: ShardReport = ray.get(ref)
                 except Exception as exc:  # a task that failed after its retries
+                    for other in pending:  # do not leave the rest running (and paying)
+                        ray.cancel(other)
                     raise RunFailed(
                         f"shard {shard_id} failed after {config.ray.max_task_retries} retries: "
                         f"{_root_cause(exc)}. Finished shards are kept: rerun with "

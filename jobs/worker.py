@@ -298,10 +298,23 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     first_seq = number << _SEQ_SHIFT
     records: list[tuple[int, ItemRecord]] = []
     errors: list[tuple[int, RowError]] = []
+    first_seen: dict[str, ItemRecord] = {}
     for index, record in enumerate(read_items(config, spec, shard)):
+        if isinstance(record, ItemRecord) and record.query_id in first_seen:
+            # Not worth a judge call: publishing keeps only the first occurrence (duplicates
+            # across shards are found there).
+            first = first_seen[record.query_id]
+            record = RowError(
+                record.source,
+                record.row,
+                f"duplicate query_id {record.query_id}: only its first occurrence "
+                f"({first.where}) is scored",
+                record.query_id,
+            )
         if isinstance(record, RowError):
             errors.append((first_seq + index, record))
         else:
+            first_seen[record.query_id] = record
             records.append((first_seq + index, record))
 
     limiter = None

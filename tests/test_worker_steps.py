@@ -331,3 +331,40 @@ def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) ->
     assert second.items == first.items == 12
     assert pq.read_table(items_path).equals(expected)
     assert Path(verdicts_path).exists()
+
+
+def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_judge import FakeJudgeServer
+
+    rows = [good_item(1), good_item(2), good_item(1)]  # the third repeats the first's id
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setenv("WORKER_TEST_KEY", "k")
+    with FakeJudgeServer() as server:
+        config = parse_config(
+            {
+                "input": {"path": str(source), "columns": COLUMNS},
+                "output": {"path": str(tmp_path / "out")},
+                "judge": {
+                    "model": "openai/fake-judge",
+                    "api_base": server.url,
+                    "api_key_env": "WORKER_TEST_KEY",
+                    "transport": "http",
+                },
+                "cache": {"enabled": False},
+            }
+        )
+        spec = input_spec(config)
+        (shard,) = plan_shards(spec, list_input_files(spec), 100)
+        report = run_shard(shard, 0, 0, ShardContext(config, "_staging/run_id=dup"))
+        assert server.stats()["total_requests"] == 2
+    assert report.items == 3 and report.statuses == {"ok": 2, "error": 1}
+    store = open_store(str(tmp_path / "out"), {})
+    _, items_path = shard_paths(store, "_staging/run_id=dup", shard.shard_id)
+    items = pq.read_table(items_path).to_pylist()
+    duplicate = items[2]
+    assert duplicate["status"] == "error" and duplicate["calls"] == 0
+    assert duplicate["error"].startswith(f"duplicate query_id {rows[0]['id']}")
+    assert "line at byte 0" in duplicate["error"]
