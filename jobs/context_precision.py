@@ -272,7 +272,7 @@ def fan_out(
                     for other in pending:  # do not leave the rest running (and paying)
                         ray.cancel(other)
                     raise RunFailed(
-                        f"shard {shard_id} failed after {config.ray.max_task_retries} retries: "
+                        f"shard {shard_id} failed: "
                         f"{_root_cause(exc)}. Finished shards are kept: rerun with "
                         f"--set run.id={location.run_id} to resume."
                     ) from None

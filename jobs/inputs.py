@@ -48,7 +48,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.storage import filesystem, full_url, has_glob, retry_call
+from jobs.storage import filesystem, full_url, has_glob, is_transient, retry_call
 from scorer_core.errors import ConfigError, CtxPrecError, InputError, StorageError
 from scorer_core.types import ScoringItem
 
@@ -687,6 +687,12 @@ def _read_parquet_shard(
     except pa.ArrowInvalid as exc:
         raise InputError(f"reading {shard.path} (shard {shard.shard_id}) failed: {exc}") from exc
     except OSError as exc:
+        if type(exc) is OSError and not is_transient(exc):
+            # pyarrow reports undecodable data (a damaged page) as a plain OSError: retrying
+            # the read cannot help, so this is the input's problem, not the store's.
+            raise InputError(
+                f"{shard.path} (shard {shard.shard_id}) is corrupt and cannot be decoded: {exc}"
+            ) from exc
         raise StorageError(
             f"reading {shard.path} (shard {shard.shard_id}) failed: {type(exc).__name__}: {exc}"
         ) from exc

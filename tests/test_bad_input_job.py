@@ -192,7 +192,7 @@ def test_a_parquet_file_with_a_corrupt_page_fails_the_run_naming_it(
     with pytest.raises(RunFailed) as caught:
         run_job(config, out=io.StringIO())
     message = str(caught.value)
-    assert f"reading {damaged} (shard 00001-" in message
+    assert f"{damaged} (shard 00001-" in message and "is corrupt" in message
     assert "--set run.id=bad-page" in message
     assert not (tmp_path / "out" / "scores").exists()
     # The damaged shard judged nothing: its rows are read before any judging.
