@@ -13,6 +13,7 @@ provider's real limit instead of bouncing off it; it creeps back while no 429 ar
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +34,13 @@ class PacingState:
     # about burst / (1 - headroom) of budget (providers may enforce a per-minute limit per
     # second; 1.0 here sent 29 requests in a 2 s window limited to 20).
     burst_s: float = 0.0
-    # Rate multiplier after a 429, and the recovery per quiet `recover_every_s`.
+    # Rate multiplier after 429s, and the recovery per quiet `recover_every_s`. The pace is cut
+    # only when 429s are at least `cut_share` of the requests of the last `share_window_s`:
+    # a provider's sporadic 429s (overload on its side) pause everyone for Retry-After but do
+    # not drag the pace down; a limit set above the provider's real one does.
     cut: float = 0.9
+    cut_share: float = 0.05
+    share_window_s: float = 10.0
     recover_every_s: float = 10.0
     recover_step: float = 0.02
     clock: Callable[[], float] = time.monotonic
@@ -45,19 +51,26 @@ class PacingState:
         self._token_tat = now
         self._paused_until = now
         self._factor = 1.0
-        self._last_429 = float("-inf")
+        self._last_cut = float("-inf")
         self._granted = 0
         self._refusals = 0
+        self._recent_grants: deque[float] = deque()
+        self._recent_refusals: deque[float] = deque()
 
     def _rate(self, per_minute: float) -> float:
         """Allowed events per second right now."""
         return per_minute / 60.0 * self.headroom * self._factor
 
     def _recover(self, now: float) -> None:
-        if self._factor < 1.0 and now - self._last_429 >= self.recover_every_s:
-            steps = int((now - self._last_429) // self.recover_every_s)
+        if self._factor < 1.0 and now - self._last_cut >= self.recover_every_s:
+            steps = int((now - self._last_cut) // self.recover_every_s)
             self._factor = min(1.0, self._factor + self.recover_step * steps)
-            self._last_429 = now
+            self._last_cut = now
+
+    def _forget_before(self, horizon: float) -> None:
+        for recent in (self._recent_grants, self._recent_refusals):
+            while recent and recent[0] < horizon:
+                recent.popleft()
 
     def reserve(self, tokens: int = 0) -> float:
         """Reserve a slot for one request of `tokens` tokens; returns seconds to wait first."""
@@ -78,16 +91,22 @@ class PacingState:
             self._token_tat = max(self._token_tat, slot) + cost
             start = slot
         self._granted += 1
+        self._recent_grants.append(now)
+        if len(self._recent_grants) > 4096:
+            self._forget_before(now - self.share_window_s)
         return max(0.0, start - now)
 
     def refused(self, retry_after: float | None) -> float:
         """Record a 429: pause everyone and slow down. Returns the pause end (clock time)."""
         now = self.clock()
         self._refusals += 1
+        self._recent_refusals.append(now)
+        self._forget_before(now - self.share_window_s)
+        share = len(self._recent_refusals) / max(1, len(self._recent_grants))
         # Several workers report the same burst of 429s: cut the pace once per burst.
-        if now - self._last_429 > 1.0:
+        if share >= self.cut_share and now - self._last_cut > 1.0:
             self._factor = max(0.25, self._factor * self.cut)
-        self._last_429 = now
+            self._last_cut = now
         pause = retry_after if retry_after is not None else 1.0
         self._paused_until = max(self._paused_until, now + min(pause, 120.0))
         return self._paused_until

@@ -169,7 +169,12 @@ def test_pace_drops_after_a_429_and_recovers_later() -> None:
     before = simulate(state, clock, callers=8, until=clock.now + 60.0)
     rate_before = len(before) / 60.0
 
+    # One 429 among ~100 requests of the last 10 s is the provider's hiccup: pause, no cut.
     state.refused(retry_after=1.0)
+    assert state.snapshot()["factor"] == 1.0
+    # A burst of them (over 5% of recent requests) means the limit is too high: cut.
+    for _ in range(5):
+        state.refused(retry_after=1.0)
     cut = state.snapshot()
     assert cut["factor"] == pytest.approx(0.9)
     assert cut["requests_per_second"] == pytest.approx(full * 0.9)
@@ -405,3 +410,16 @@ def test_limiter_actor_does_not_block_while_callers_wait(ray_local: Any) -> None
         ray.kill(limiter)
     assert sorted(delays)[-1] == pytest.approx(199.0, abs=1.0)
     assert sorted(delays) == pytest.approx([float(i) for i in range(200)], abs=1.0)
+
+
+def test_sporadic_429s_pause_but_do_not_cut_the_pace() -> None:
+    clock = FakeClock()
+    state = PacingState(requests_per_minute=6000, clock=clock)
+    paused_until = 0.0
+    for n in range(3000):  # about 1% of requests refused, spread out
+        clock.advance(state.reserve() + 0.001)
+        if n % 100 == 99:
+            paused_until = state.refused(retry_after=1.0)
+            assert paused_until == pytest.approx(clock.now + 1.0)
+            assert state.reserve() >= 1.0 - 1e-9  # everyone waits out the Retry-After
+    assert state.snapshot()["factor"] == 1.0
