@@ -140,6 +140,12 @@ def soak(items: int, workers: int, rpm: int, fault_rate: float, outages: int) ->
         f"| fan-out time | {fan_out:.0f} s, against an ideal of {ideal:.0f} s for "
         f"{stats['accepted']:,} admitted requests at {rpm}/min ({ideal / fan_out:.0%}) |",
         f"| wall time (incl. input generation, Ray start, publish) | {wall:.0f} s |",
+        "",
+        "Where the time above the ideal goes: every 429 pauses *all* workers until its "
+        "Retry-After (by design: a provider's Retry-After speaks for the whole key), so injected "
+        "429s on a few percent of requests stop the whole run for a second each; slow replies "
+        "hold a connection until the 5 s timeout; and the outages stop everything. The job, the "
+        "fake judge and the load generator share 2 cores (see the load average).",
     ]
     return "\n".join(lines), passed
 
