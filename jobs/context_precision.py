@@ -90,13 +90,22 @@ def start_ray(config: JobConfig) -> None:
         # sets litellm's offline price map itself before importing it).
         ray.init(address=address, log_to_driver=True)
     else:
-        ray.init(
-            num_cpus=max(2, os.cpu_count() or 2),
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            runtime_env={"env_vars": {k: os.environ[k] for k in _RAY_ENV}},
-            log_to_driver=True,
-        )
+        for attempt in (1, 2):
+            try:
+                ray.init(
+                    num_cpus=max(2, os.cpu_count() or 2),
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    runtime_env={"env_vars": {k: os.environ[k] for k in _RAY_ENV}},
+                    log_to_driver=True,
+                )
+                return
+            except Exception as exc:
+                # On an overloaded machine a local node can miss Ray's start-up deadline; a
+                # second try usually makes it. Anything else is not ours to retry.
+                if attempt == 2 or "timed out during startup" not in str(exc):
+                    raise
+                ray.shutdown()
 
 
 def _manifest_base(

@@ -255,7 +255,26 @@ def _submit(
     *job_args: str,
     env_vars: dict[str, str] = JOB_ENV_VARS,
 ) -> subprocess.CompletedProcess[str]:
-    """`ray job submit` of the job, exactly as docs/cluster.md shows (waits for the end)."""
+    """`ray job submit` of the job, exactly as docs/cluster.md shows (waits for the end).
+
+    The job server answers before its agent has registered (more so on a busy machine), and
+    says so: that refusal is retried for up to two minutes, as the message asks.
+    """
+    deadline = time.monotonic() + 120
+    while True:
+        submitted = _submit_once(cluster, submission_id, *job_args, env_vars=env_vars)
+        refused = "No available agent to submit job" in submitted.stdout + submitted.stderr
+        if not refused or time.monotonic() > deadline:
+            return submitted
+        time.sleep(2)
+
+
+def _submit_once(
+    cluster: RayCluster,
+    submission_id: str,
+    *job_args: str,
+    env_vars: dict[str, str],
+) -> subprocess.CompletedProcess[str]:
     return cluster.ray(
         "job",
         "submit",
