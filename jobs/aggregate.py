@@ -274,13 +274,18 @@ def _items_with_scores(
 
 
 def final_scores(
-    items: TableSource, verdicts: TableSource, scale: float, *, method: ScoreMethod = "bitmask"
+    items: TableSource,
+    verdicts: TableSource,
+    scale: float,
+    *,
+    method: ScoreMethod = "bitmask",
+    keep: Sequence[str] = (),
 ) -> pl.LazyFrame:
-    """One row per item with the final output columns (`FINAL_COLUMNS`).
+    """One row per item with the final output columns (`FINAL_COLUMNS`, then `keep`).
 
     score and relevant_count come from the verdicts for status "ok" (0 when an ok item has no
     verdict rows); score is null for "unscored" and "error" items, whose relevant_count is the
-    worker's.
+    worker's. `keep` names further item columns to carry through unchanged.
     """
     ok = pl.col("status") == "ok"
     return _items_with_scores(items, verdicts, scale, method).select(
@@ -302,6 +307,7 @@ def final_scores(
         "cache_hits",
         "source",
         "row",
+        *keep,
     )
 
 

@@ -63,39 +63,56 @@ def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
     return pl.scan_pyarrow_dataset(dataset)
 
 
+def duplicate_messages(items: pl.LazyFrame) -> dict[int, str]:
+    """`item_seq` -> error message for every occurrence of a query_id after its first one
+    (in input order). Duplicates are rare: this table is small even when `items` is not."""
+    repeated = (
+        items.group_by("query_id")
+        .agg(pl.len().alias("occurrences"))
+        .filter(pl.col("occurrences") > 1)
+        .select("query_id")
+    )
+    occurrences = (
+        items.select("query_id", "item_seq", "source", "row")
+        .join(repeated, on="query_id", how="semi")
+        .sort("item_seq")
+        .collect()
+    )
+    messages: dict[int, str] = {}
+    first: dict[str, str] = {}
+    for query_id, seq, source, row in occurrences.iter_rows():
+        # JSONL rows are identified by the byte offset of their line (jobs.inputs).
+        where = f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
+        if query_id in first:
+            messages[seq] = (
+                f"duplicate query_id {query_id}: only its first occurrence "
+                f"({first[query_id]}) is scored"
+            )
+        else:
+            first[query_id] = where
+    return messages
+
+
 def dedupe(items: pl.LazyFrame, verdicts: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """Apply the duplicate policy: the first occurrence of a query_id (in input order) is
     scored; later ones become status "error" rows that name the first, and their verdicts are
-    dropped so they cannot mix into the first one's score."""
-    first = items.group_by("query_id").agg(
-        pl.col("item_seq").min().alias("first_seq"),
-        pl.col("source").sort_by("item_seq").first().alias("first_source"),
-        pl.col("row").sort_by("item_seq").first().alias("first_row"),
-    )
-    marked = items.join(first, on="query_id", how="left")
-    is_duplicate = pl.col("item_seq") != pl.col("first_seq")
-    items_out = marked.with_columns(
+    dropped so they cannot mix into the first one's score.
+
+    Only element-wise expressions touch the (large) items and verdicts, so both stream: a
+    join there made Polars hold every verdict in memory.
+    """
+    messages = duplicate_messages(items)
+    if not messages:
+        return items, verdicts
+    later = pl.Series(list(messages), dtype=pl.Int64)
+    message = pl.col("item_seq").replace_strict(messages, default=None, return_dtype=pl.String)
+    is_duplicate = pl.col("item_seq").is_in(later)
+    items_out = items.with_columns(
         pl.when(is_duplicate).then(pl.lit("error")).otherwise(pl.col("status")).alias("status"),
-        pl.when(is_duplicate)
-        .then(
-            pl.format(
-                "duplicate query_id {}: only its first occurrence ({} {} {}) is scored",
-                pl.col("query_id"),
-                pl.col("first_source"),
-                # JSONL rows are identified by the byte offset of their line (jobs.inputs).
-                pl.when(pl.col("first_source").str.ends_with(".parquet"))
-                .then(pl.lit("row"))
-                .otherwise(pl.lit("line at byte")),
-                pl.col("first_row"),
-            )
-        )
-        .otherwise(pl.col("error"))
-        .alias("error"),
+        pl.when(is_duplicate).then(message).otherwise(pl.col("error")).alias("error"),
         pl.when(is_duplicate).then(None).otherwise(pl.col("score")).alias("score"),
-    ).drop("first_seq", "first_source", "first_row")
-    kept = items.join(first, on="query_id").filter(pl.col("item_seq") == pl.col("first_seq"))
-    verdicts_out = verdicts.join(kept.select("item_seq"), on="item_seq", how="semi")
-    return items_out, verdicts_out
+    )
+    return items_out, verdicts.filter(~pl.col("item_seq").is_in(later))
 
 
 @dataclass(frozen=True)
@@ -149,9 +166,7 @@ def publish_run(
         items_lf = pl.scan_parquet(items_local)
         verdicts_lf = pl.scan_parquet(verdicts_local)
         mismatches = aggregate.score_mismatches(items_lf, verdicts_lf, scale).collect()
-        final = aggregate.final_scores(items_lf, verdicts_lf, scale).join(
-            items_lf.select("source", "row", "truncated"), on=["source", "row"], how="left"
-        )
+        final = aggregate.final_scores(items_lf, verdicts_lf, scale, keep=["truncated"])
         scores_local = os.path.join(tmp, "scores.parquet")
         final.sink_parquet(scores_local, compression="zstd")
         scores = pl.scan_parquet(scores_local)
