@@ -10,6 +10,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
+# The fake judge's `server` fixture and other small fakes, for every test module.
+pytest_plugins = ["tests.fakes"]
+
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
 # test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
 for _name, _value in {

@@ -13,7 +13,7 @@ import os
 import socket
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -48,6 +48,7 @@ from scorer_core.protocols import ChatClient
 from scorer_core.scorer import make_judge
 from scorer_core.types import ScoringItem
 from tests.fake_judge import FakeJudgeServer, FaultPlan
+from tests.fakes import RecordingSleep
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -56,26 +57,6 @@ SENTINEL = "sk-SENTINEL-do-not-leak-7f3a9c"
 CONTEXTS = ["alpha RELEVANT", "beta", "gamma RELEVANT", "delta"]  # [yes, no, yes, no]
 ITEM = ScoringItem(input="which letters?", output="alpha and gamma", contexts=tuple(CONTEXTS))
 MESSAGES = verdict_messages(ITEM, [0, 1, 2, 3])
-
-
-class NoSleep:
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def clean(server: FakeJudgeServer) -> None:
-    server.set_fault_plan(FaultPlan())
-    server.reset_stats()
 
 
 def client(api_base: str, **options: Any) -> OpenAIHTTPClient:
@@ -280,7 +261,7 @@ def test_transient_errors_are_retried_by_the_judge_not_the_client(
     server: FakeJudgeServer,
 ) -> None:
     server.set_fault_plan(FaultPlan(server_error=0.4, rate_limit_429=0.2, seed=3))
-    sleep = NoSleep()
+    sleep = RecordingSleep()
     scorer = create_context_precision_scorer(
         MODEL,
         context=CONTEXTS,

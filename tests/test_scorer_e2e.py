@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,33 +17,12 @@ from scorer_core import (
     create_context_precision_scorer,
 )
 from tests.fake_judge import FakeJudgeServer, FaultPlan
+from tests.fakes import RecordingSleep
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 MODEL = "openai/fake-judge"
 CONTEXTS = ["alpha RELEVANT", "beta", "gamma RELEVANT", "delta"]  # [yes, no, yes, no] -> 0.83
-
-
-class RecordingSleep:
-    """Injected instead of asyncio.sleep: records the waits, waits for nothing."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def clean(server: FakeJudgeServer) -> None:
-    server.set_fault_plan(FaultPlan())
-    server.reset_stats()
 
 
 def scorer(server: FakeJudgeServer, **options: object):  # type: ignore[no-untyped-def]
