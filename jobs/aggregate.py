@@ -32,7 +32,6 @@ bitmask plan is several times slower and uses about 3x the memory on the in-memo
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -477,12 +476,10 @@ def estimate_cost_usd(model: str, prompt_tokens: int, completion_tokens: int) ->
     """Cost in USD from litellm's bundled price map; None for "lexical" or an unknown model."""
     if not model or model == "lexical":
         return None
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    try:
-        import litellm
+    from scorer_core.litellm_client import import_litellm
 
-        litellm.suppress_debug_info = True
-        prompt_cost, completion_cost = litellm.cost_per_token(
+    try:
+        prompt_cost, completion_cost = import_litellm().cost_per_token(
             model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )
         cost = float(prompt_cost) + float(completion_cost)

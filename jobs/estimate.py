@@ -38,7 +38,6 @@ import heapq
 import io
 import json
 import math
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.aggregate import estimate_cost_usd
 from jobs.cache import judge_fingerprint, pair_key, slot_path
 from jobs.config import JobConfig, add_run_arguments, load_config
 from jobs.inputs import (
@@ -59,6 +59,7 @@ from jobs.storage import Store, filesystem
 from jobs.worker import input_spec, read_items, use_cache
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import estimate_tokens
+from scorer_core.litellm_client import import_litellm
 from scorer_core.prompt import reason_messages, verdict_messages
 from scorer_core.types import ContextVerdict, ScoringItem
 
@@ -187,24 +188,8 @@ def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
 
 
 def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
+    litellm = import_litellm()
     return sum(int(litellm.token_counter(model=model, messages=m)) for m in prompts)
-
-
-def _price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """USD for these tokens at litellm's price for `model`; None when it has no price."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    try:
-        prompt_cost, completion_cost = litellm.cost_per_token(
-            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
-    except Exception:  # litellm raises several types for an unmapped model
-        return None
-    return float(prompt_cost) + float(completion_cost)
 
 
 def estimate(
@@ -284,7 +269,7 @@ def estimate(
     if lexical:
         cost, cost_note = 0.0, "lexical judge: offline, no API cost"
     else:
-        cost = _price(config.judge.model, prompt_tokens, output_tokens)
+        cost = estimate_cost_usd(config.judge.model, prompt_tokens, output_tokens)
         cost_note = (
             f"at litellm's price for {config.judge.model}"
             if cost is not None

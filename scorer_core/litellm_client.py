@@ -32,7 +32,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _PLACEHOLDER_KEY = "no-key-needed"
 
 
-def _litellm() -> Any:
+def import_litellm() -> Any:
     """Import litellm once, quietly (it otherwise prints a help banner with every error)."""
     import litellm
 
@@ -62,7 +62,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exception:
     """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
-    litellm = _litellm()
+    litellm = import_litellm()
     message = f"{type(exc).__name__}: {exc}"
     if api_key:
         message = message.replace(api_key, "***")
@@ -130,7 +130,7 @@ class LiteLLMClient:
         schema_name: str,
         schema: dict[str, Any],
     ) -> ChatReply:
-        litellm = _litellm()
+        litellm = import_litellm()
         kwargs: dict[str, Any] = {
             "model": self._model,
             "messages": list(messages),
