@@ -26,7 +26,6 @@ import datetime as dt
 import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -37,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench import common
 
 SECTION = "## Judge transport overhead (zero-latency server)"
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,24 +282,11 @@ def import_cost(module: str) -> tuple[float, float]:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    ram = 0.0
-    with open("/proc/meminfo", encoding="utf-8") as info:
-        for line in info:
-            if line.startswith("MemTotal:"):
-                ram = int(line.split()[1]) / 1024 / 1024
+    """The shared machine description plus the versions of the clients measured."""
     versions = ", ".join(
         f"{name} {importlib.metadata.version(name)}" for name in ("aiohttp", "litellm", "httpx")
     )
-    return (
-        f"{len(os.sched_getaffinity(0))} CPUs (nproc), {ram:.1f} GiB RAM, {cpu}; "
-        f"Python {platform.python_version()}, Linux {platform.release()}; {versions}"
-    )
+    return f"{common.machine()}; {versions}"
 
 
 def load_average() -> str:
@@ -409,27 +397,6 @@ def _argv() -> str:
     return shlex.join(sys.argv[1:])
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace (or append) SECTION in `path`, leaving every other section untouched."""
-    existing = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    lines = existing.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = existing.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        kept_after = lines[end:]
-        new_lines = lines[:start] + text.rstrip("\n").splitlines()
-        if kept_after:
-            new_lines += ["", *kept_after]
-        new = "\n".join(new_lines).rstrip("\n") + "\n"
-    tmp = path.with_suffix(".md.tmp-transport")
-    tmp.write_text(new, encoding="utf-8")
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.transport_bench")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured time per row")
@@ -489,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text)
     if not args.no_write:
-        write_section(text, DOCS)
+        common.write_section(SECTION, text, DOCS)
         print(f"wrote section {SECTION!r} of {DOCS.relative_to(ROOT)}")
     return 0
 
