@@ -26,8 +26,8 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 
 SAMPLE := data/sample.jsonl
 
-$(SAMPLE): $(VENV)/.installed jobs/sample_data.py
-	$(BIN)/python -m jobs.sample_data --out $(SAMPLE) --items 2000
+$(SAMPLE): $(VENV)/.installed jobs/tools/sample_data.py
+	$(BIN)/python -m jobs.tools.sample_data --out $(SAMPLE) --items 2000
 
 run: install $(SAMPLE)
 	$(BIN)/python -m jobs.context_precision --config configs/local.yaml

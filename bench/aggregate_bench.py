@@ -1,4 +1,4 @@
-"""Benchmark of the verdict aggregation: jobs.aggregate.scores_from_verdicts against alternatives.
+"""Benchmark of the verdict aggregation (jobs.engine.aggregate.scores_from_verdicts) vs others.
 
     .venv/bin/python -m bench.aggregate_bench --rows 10000000
 
@@ -125,7 +125,7 @@ def _polars_plan(name: str, glob: str, scale: float) -> object:
     """The LazyFrame for a Polars formulation (query_id, score, relevant_count, judged_count)."""
     import polars as pl
 
-    from jobs.aggregate import round_half_up_expr, scores_from_verdicts
+    from jobs.engine.aggregate import round_half_up_expr, scores_from_verdicts
 
     if name.startswith("bitmask"):
         return scores_from_verdicts(glob, scale, method="bitmask")

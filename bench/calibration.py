@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.calibration             # report, and update docs/benchmarks.md
     .venv/bin/python -m bench.calibration --no-write  # report only
 
-Runs `jobs.calibrate.calibrate` (the code behind `ctxprec calibrate`) once per file with the
+Runs `jobs.tools.calibrate.calibrate` (the code behind `ctxprec calibrate`) once per file with the
 default lexical judge, plus TREC DL with gold grade >= 1 as a second gold rule, and writes the
 numbers under "## Judge calibration against human labels" in docs/benchmarks.md (only that
 section is replaced). Nothing of the data is copied into the repository.
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, write_section
-from jobs.calibrate import calibrate
 from jobs.config import JobConfig, parse_config
+from jobs.tools.calibrate import calibrate
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data"

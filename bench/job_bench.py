@@ -4,7 +4,7 @@
     python -m bench.job_bench memory    --sizes 10000 100000 1000000   # peak RSS, lexical judge
     python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 
-The fake judge runs as its own process on 127.0.0.1 (tests.fake_judge), the job in a fresh
+The fake judge runs as its own process on 127.0.0.1 (scorer_core.testing), the job in a fresh
 Python process per measurement, so that Ray, memory peaks and imports start cold every time.
 Results go to docs/benchmarks.md (one section per mode).
 """
@@ -41,7 +41,16 @@ ENV = {
 def fake_judge(*args: str) -> Iterator[str]:
     """A fake judge server process; yields its base URL (…/v1)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_judge", "--port", "0", "--max-seconds", "3600", *args],
+        [
+            sys.executable,
+            "-m",
+            "scorer_core.testing",
+            "--port",
+            "0",
+            "--max-seconds",
+            "3600",
+            *args,
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -68,7 +77,7 @@ def server_stats(url: str) -> dict[str, Any]:
 
 def write_input(path: Path, items: int, markers: bool) -> None:
     subprocess.run(
-        [sys.executable, "-m", "jobs.sample_data", "--out", str(path), "--items", str(items)]
+        [sys.executable, "-m", "jobs.tools.sample_data", "--out", str(path), "--items", str(items)]
         + (["--markers"] if markers else []),
         cwd=ROOT,
         check=True,
@@ -102,7 +111,7 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
         sys.executable,
         "-c",
         # VmHWM is this process's own peak; ru_maxrss would include the parent's at fork.
-        "import re, sys; from jobs.context_precision import main; "
+        "import re, sys; from jobs.engine.driver import main; "
         "code = main(sys.argv[1:]); "
         "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
         "print('MAXRSS', hwm, file=sys.stderr); "
@@ -251,7 +260,7 @@ def overhead(items: int, workers: int, transports: Sequence[str]) -> str:
         "",
         header(f"python -m bench.job_bench overhead --items {items} --workers {workers}"),
         "",
-        "The fake OpenAI-compatible judge (tests.fake_judge, its own process) answers at once; "
+        "The fake OpenAI-compatible judge (scorer_core.testing, its own process) answers at once; "
         "the job's throughput against it is the framework's own cost per item (prompting, "
         "HTTP, parsing, Ray, Parquet). The ceiling is a bare aiohttp loop (64 in flight) posting "
         "one verdict request to the same server. Server, job and client share the 2 cores.",
@@ -285,7 +294,8 @@ def memory(sizes: Sequence[int], workers: int) -> str:
         "",
         header(f"python -m bench.job_bench memory --sizes {' '.join(map(str, sizes))}"),
         "",
-        "Offline lexical judge (no server), JSONL input from jobs.sample_data, shard_size 2000, "
+        "Offline lexical judge (no server), JSONL input from jobs.tools.sample_data, "
+        "shard_size 2000, "
         f"{workers} workers. Driver peak is the driver process's max RSS (planning, fan-out and "
         "the Polars aggregation + publish); worker peak is the largest RSS any Ray worker "
         "process reached, sampled every 0.5 s.",

@@ -9,8 +9,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from jobs import calibrate, compare, estimate, report
 from jobs.config import add_run_arguments
+from jobs.tools import calibrate, compare, estimate, report
 from scorer_core.cli import add_score_arguments, run_score
 from scorer_core.errors import CtxPrecError
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_job(args: argparse.Namespace) -> int:
-    from jobs.context_precision import run_command
+    from jobs.engine.driver import run_command
 
     return run_command(args)
 

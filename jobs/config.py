@@ -40,7 +40,7 @@ class InputConfig(_Strict):
     storage_options: dict[str, Any] = Field(default_factory=dict)
     max_context_chars: int = Field(200_000, ge=100)
     max_contexts: int = Field(1000, ge=1)
-    # Only keep_first is implemented (jobs.publish.dedupe); "score_all" and "fail" used to be
+    # Only keep_first is implemented (jobs.engine.publish.dedupe); "score_all" and "fail" used to be
     # accepted here and silently ignored.
     duplicate_query_ids: Literal["keep_first"] = "keep_first"
 

@@ -105,7 +105,7 @@ def s3_prefix(moto_s3: MotoS3) -> str:
 
 # ==========================================================================================
 # Ray fixture (owner: job integration tests). One local Ray instance for the whole session,
-# on loopback only, started lazily by the first test that asks for it. `jobs.context_precision.
+# on loopback only, started lazily by the first test that asks for it. `jobs.engine.driver.
 # start_ray` sees `ray.is_initialized()` and reuses it. The environment is set before
 # `ray.init` so the raylet and every worker inherit it (loopback, offline litellm).
 # ==========================================================================================

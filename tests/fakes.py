@@ -1,4 +1,4 @@
-"""Small fakes shared by the tests (the fake judge server lives in tests/fake_judge)."""
+"""Small fakes shared by the tests (the fake judge server lives in scorer_core/testing)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fake_judge import FakeJudgeServer, FaultPlan
+from scorer_core.testing import FakeJudgeServer, FaultPlan
 
 
 class RecordingSleep:

@@ -1,4 +1,4 @@
-"""Tests for jobs.aggregate: the Polars scores, the final table and the run summary.
+"""Tests for jobs.engine.aggregate: the Polars scores, the final table and the run summary.
 
 Every table goes through real Parquet files in a temporary directory and is scanned back, the
 way the job reads the workers' shards.
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.aggregate import (
+from jobs.engine.aggregate import (
     BANDS,
     FINAL_COLUMNS,
     ITEM_SCHEMA,
@@ -630,5 +630,5 @@ def test_summary_table(tmp_path: Path) -> None:
     assert all(len(line) <= 46 for line in lines[:-1])
     assert any(line.startswith("items") and line.endswith("7") for line in lines)
     assert any("0.9-1.0" in line for line in lines)
-    assert any(line.startswith("estimated cost") and line.endswith("unknown") for line in lines)
+    assert any(line.startswith("estimated cost") and line.endswith("n/a") for line in lines)
     assert "mean / median" in text

@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs.context_precision import RunFailed, main, run_job
-from jobs.sample_data import generate
+from jobs.engine.driver import RunFailed, main, run_job
+from jobs.tools.sample_data import generate
 from scorer_core import context_precision
 from scorer_core.errors import InputError
-from tests.fake_judge import FakeJudgeServer
+from scorer_core.testing import FakeJudgeServer
 from tests.test_job import (
     KEY_ENV,
     KEY_VALUE,

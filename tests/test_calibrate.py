@@ -13,7 +13,8 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.calibrate import (
+from jobs.config import load_config
+from jobs.tools.calibrate import (
     LabelledItem,
     agreement,
     calibrate,
@@ -22,11 +23,10 @@ from jobs.calibrate import (
     register,
     run_calibrate,
 )
-from jobs.config import load_config
 from scorer_core.lexical import LexicalJudge
 from scorer_core.metrics import kendall_tau_b, pearson, spearman
+from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
-from tests.fake_judge import FakeJudgeServer
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 KEY_VAR = "CTXPREC_TEST_CALIBRATE_KEY"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.fake_judge import FakeJudgeServer
+from scorer_core.testing import FakeJudgeServer
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

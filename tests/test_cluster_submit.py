@@ -327,7 +327,15 @@ def _sample(cluster: RayCluster) -> Path:
     path = cluster.work / "in.jsonl"
     if not path.exists():
         subprocess.run(
-            [sys.executable, "-m", "jobs.sample_data", "--out", str(path), "--items", str(ITEMS)],
+            [
+                sys.executable,
+                "-m",
+                "jobs.tools.sample_data",
+                "--out",
+                str(path),
+                "--items",
+                str(ITEMS),
+            ],
             cwd=REPO,
             env=cluster.env,
             check=True,

@@ -1,6 +1,6 @@
-"""`ctxprec compare` and `jobs.runs` on real runs published by the Ray job.
+"""`ctxprec compare` and `jobs.tools.runs` on real runs published by the Ray job.
 
-Two runs are produced once per session by `jobs.context_precision.run_job` with the offline
+Two runs are produced once per session by `jobs.engine.driver.run_job` with the offline
 lexical judge (no network): "base" over a small sample, "cand" over the same sample minus one
 query plus a new one, with a stricter judge threshold so scores fall. `build_runs` is shared
 with tests/test_report.py.
@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 import polars as pl
 import pytest
 
-from jobs import compare
-from jobs.aggregate import relevance_by_position
-from jobs.runs import RunNotFound, load_run, parse_storage_options
-from jobs.storage import filesystem, open_store
+from jobs.engine.aggregate import relevance_by_position
+from jobs.engine.storage import filesystem, open_store
+from jobs.tools import compare
+from jobs.tools.runs import RunNotFound, load_run, parse_storage_options
 from scorer_core.errors import ConfigError
 
 ITEMS = 150
@@ -39,7 +39,7 @@ class Runs(NamedTuple):
 
 
 def _rows(*, for_candidate: bool) -> list[dict[str, Any]]:
-    from jobs.sample_data import generate
+    from jobs.tools.sample_data import generate
 
     rows = list(generate(ITEMS, seed=11))
     rows[0] = {
@@ -89,7 +89,7 @@ def _config(input_path: Path, output: Path, run_id: str, threshold: float | None
 def build_runs(base_dir: Path) -> Runs:
     """Publish the "base" and "cand" runs under base_dir/out (once: reused when present).
     Needs Ray initialised (the `ray_local` fixture)."""
-    from jobs.context_precision import run_job
+    from jobs.engine.driver import run_job
 
     output = base_dir / "out"
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# jobs.runs
+# jobs.tools.runs
 
 
 def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:

@@ -14,9 +14,12 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
 from jobs.config import load_config
-from jobs.estimate import (
+from jobs.engine.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
+from jobs.engine.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
+from jobs.engine.storage import open_store
+from jobs.engine.worker import input_spec, preprocess
+from jobs.tools.estimate import (
     OUTPUT_TOKENS_PER_REASON,
     OUTPUT_TOKENS_PER_VERDICT,
     estimate,
@@ -24,10 +27,7 @@ from jobs.estimate import (
     register,
     run_estimate,
 )
-from jobs.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
-from jobs.sample_data import generate, write_jsonl
-from jobs.storage import open_store
-from jobs.worker import input_spec, preprocess
+from jobs.tools.sample_data import generate, write_jsonl
 
 ITEMS = 60
 PER_CALL = 3
@@ -136,7 +136,7 @@ def test_cost_lexical_zero_priced_model_positive_unknown_model(
 
     assert main(["--config", str(config), "--set", "judge.model=openai/no-such-model-xyz"]) == 0
     text = capsys.readouterr().out
-    assert "estimated cost  unknown" in text
+    assert "estimated cost  n/a" in text
 
 
 def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fake_judge import (
+from scorer_core.testing import (
     CONTENT_FAULTS,
     REASON_SCHEMA_NAME,
     VERDICTS_SCHEMA_NAME,
@@ -370,7 +370,7 @@ def test_request_log_is_bounded(client: httpx.Client) -> None:
 def test_runs_as_its_own_process(client: httpx.Client) -> None:
     args = ["--port", "0", "--max-seconds", "20", "--rpm", "600", "--fault", "shuffled=1.0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_judge", *args],
+        [sys.executable, "-m", "scorer_core.testing", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -31,14 +31,14 @@ import pytest
 import yaml
 
 from jobs.config import load_config
-from jobs.context_precision import RunOutcome, run_job
-from jobs.inputs import Shard, list_input_files, plan_shards
-from jobs.lease import RunLocked
-from jobs.publish import RunLocation
-from jobs.storage import open_store
-from jobs.worker import ShardContext, input_spec, run_shard, shard_paths
+from jobs.engine.driver import RunOutcome, run_job
+from jobs.engine.inputs import Shard, list_input_files, plan_shards
+from jobs.engine.lease import RunLocked
+from jobs.engine.publish import RunLocation
+from jobs.engine.storage import open_store
+from jobs.engine.worker import ShardContext, input_spec, run_shard, shard_paths
+from scorer_core.testing import FakeJudgeServer, FaultPlan
 from tests.conftest import RAY_TEST_ENV
-from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.test_job import (
     KEY_ENV,
     KEY_VALUE,

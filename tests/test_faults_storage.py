@@ -30,14 +30,14 @@ import polars as pl
 import pytest
 import s3fs
 
-from jobs import publish
 from jobs.config import JobConfig
-from jobs.context_precision import RunFailed, run_job
-from jobs.publish import RunLocation
-from jobs.storage import s3_options
+from jobs.engine import publish
+from jobs.engine.driver import RunFailed, run_job
+from jobs.engine.publish import RunLocation
+from jobs.engine.storage import s3_options
 from scorer_core.errors import StorageError
+from scorer_core.testing import FakeJudgeServer, FaultPlan
 from tests.conftest import moto_storage_options
-from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.test_job import (
     KEY_ENV,
     KEY_VALUE,

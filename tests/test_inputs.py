@@ -1,4 +1,4 @@
-"""jobs.inputs: listing, schema checks, shard planning, streaming reads, row validation."""
+"""jobs.engine.inputs: listing, schema checks, shard planning, streaming reads, row validation."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import s3fs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs import inputs
-from jobs.inputs import (
+from jobs.engine import inputs
+from jobs.engine.inputs import (
     ColumnMap,
     FileInfo,
     InputSpec,

@@ -1,7 +1,7 @@
 """The nightly job end to end: real Ray (one local instance for the session), real HTTP to the
 fake judge on 127.0.0.1, real Parquet read back with DuckDB and Polars.
 
-Inputs come from `jobs.sample_data.generate(markers=True)`: every context carries the word
+Inputs come from `jobs.tools.sample_data.generate(markers=True)`: every context carries the word
 RELEVANT or IRRELEVANT, which is what the fake judge keys on, so the exact score of every item
 is known in advance: `context_precision(relevance)`.
 """
@@ -22,17 +22,17 @@ import polars as pl
 import pytest
 
 from jobs.config import JobConfig, load_config, parse_config
-from jobs.context_precision import RunOutcome, main, run_job
-from jobs.inputs import list_input_files, plan_shards
-from jobs.publish import RunLocation
-from jobs.sample_data import generate, write_jsonl
-from jobs.storage import open_store
-from jobs.worker import ShardContext, input_spec, run_shard, shard_paths
+from jobs.engine.driver import RunOutcome, main, run_job
+from jobs.engine.inputs import list_input_files, plan_shards
+from jobs.engine.publish import RunLocation
+from jobs.engine.storage import open_store
+from jobs.engine.worker import ShardContext, input_spec, run_shard, shard_paths
+from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError, InputError
 from scorer_core.lexical import LexicalJudge
+from scorer_core.testing import VERDICTS_SCHEMA_NAME, FakeJudgeServer, FaultPlan
 from scorer_core.types import ScoringItem
-from tests.fake_judge import VERDICTS_SCHEMA_NAME, FakeJudgeServer, FaultPlan
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
 

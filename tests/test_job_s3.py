@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 import s3fs
 
-from jobs import publish
 from jobs.config import JobConfig, parse_config
-from jobs.context_precision import RunFailed, run_job
-from jobs.publish import RunLocation
-from jobs.sample_data import generate, write_jsonl
-from jobs.storage import s3_options
+from jobs.engine import publish
+from jobs.engine.driver import RunFailed, run_job
+from jobs.engine.publish import RunLocation
+from jobs.engine.storage import s3_options
+from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import StorageError
 from scorer_core.lexical import LexicalJudge
 from scorer_core.precision import context_precision

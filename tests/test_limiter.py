@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from jobs.limiter import LocalLimiter, PacingState, limiter_actor_class
-from tests.fake_judge import FakeJudgeServer
-from tests.fake_judge.server import build_verdict_prompt_for_tests
+from jobs.engine.limiter import LocalLimiter, PacingState, limiter_actor_class
+from scorer_core.testing import FakeJudgeServer
+from scorer_core.testing.server import build_verdict_prompt_for_tests
 
 # ------------------------------------------------------------------------------------------
 # helpers
@@ -334,7 +334,7 @@ def _hammer(
 
     import httpx
 
-    from jobs.limiter import SharedLimiter
+    from jobs.engine.limiter import SharedLimiter
 
     shared = SharedLimiter(limiter)
     statuses: dict[str, int] = {}

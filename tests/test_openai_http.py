@@ -46,8 +46,8 @@ from scorer_core.prompt import (
 )
 from scorer_core.protocols import ChatClient
 from scorer_core.scorer import make_judge
+from scorer_core.testing import FakeJudgeServer, FaultPlan
 from scorer_core.types import ScoringItem
-from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.fakes import RecordingSleep
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.context_precision import run_job
-from tests.fake_judge import FAULT_KINDS, FakeJudgeServer, FaultPlan
+from jobs.engine.driver import run_job
+from scorer_core.testing import FAULT_KINDS, FakeJudgeServer, FaultPlan
 from tests.test_job import assert_complete, config_for, judge_key, llm_judge, truth, write_items
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]

@@ -13,9 +13,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from jobs import report
-from jobs.runs import load_run
-from jobs.storage import open_store
+from jobs.engine.storage import open_store
+from jobs.tools import report
+from jobs.tools.runs import load_run
 from tests.test_compare import BAD_ID, SCRIPT_ID, Runs, build_runs
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
@@ -126,7 +126,7 @@ def test_baseline_section_only_with_baseline(runs: Runs, page: str, compared_pag
     assert f"Compared with baseline {runs.base}" in section
     assert "mean shift" in section and "Largest regressions" in section
     store = open_store(str(runs.output))
-    from jobs.compare import compare_runs
+    from jobs.tools.compare import compare_runs
 
     comparison = compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
     assert f"{comparison.mean_shift:+.3f}" in section

@@ -16,7 +16,7 @@ from scorer_core import (
     context_precision,
     create_context_precision_scorer,
 )
-from tests.fake_judge import FakeJudgeServer, FaultPlan
+from scorer_core.testing import FakeJudgeServer, FaultPlan
 from tests.fakes import RecordingSleep
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

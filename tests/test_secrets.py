@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from jobs.config import parse_config
-from jobs.context_precision import main, run_job
-from jobs.sample_data import generate, write_jsonl
+from jobs.engine.driver import main, run_job
+from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import CtxPrecError
-from tests.fake_judge import FakeJudgeServer
+from scorer_core.testing import FakeJudgeServer
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
 

@@ -16,9 +16,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from jobs import compare, estimate, report
 from jobs.config import parse_config
-from jobs.context_precision import run_job
+from jobs.engine.driver import run_job
+from jobs.tools import compare, estimate, report
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FILES = {

@@ -1,4 +1,4 @@
-"""jobs.storage: local and S3 (moto server) stores, atomic writes, fresh listings, retries."""
+"""jobs.engine.storage: local and S3 (moto) stores, atomic writes, fresh listings, retries."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 from fsspec.registry import _registry as fsspec_registry
 from s3fs.errors import translate_boto_error
 
-from jobs.storage import (
+from jobs.engine.storage import (
     Store,
     backoff_delay,
     is_transient,

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.config import JobConfig, parse_config
-from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
-from jobs.storage import open_store
-from jobs.worker import (
+from jobs.engine.inputs import ItemRecord, RowError, list_input_files, plan_shards
+from jobs.engine.storage import open_store
+from jobs.engine.worker import (
     ITEMS_SCHEMA,
     VERDICTS_SCHEMA,
     ShardContext,
@@ -336,7 +336,7 @@ def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) ->
 def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.fake_judge import FakeJudgeServer
+    from scorer_core.testing import FakeJudgeServer
 
     rows = [good_item(1), good_item(2), good_item(1)]  # the third repeats the first's id
     source = tmp_path / "in.jsonl"

@@ -25,8 +25,8 @@ from typing import Any
 
 import polars as pl
 
-from jobs import aggregate
-from jobs.storage import Store
+from jobs.engine import aggregate
+from jobs.engine.storage import Store
 
 TABLES = ("verdicts", "summary", "scores")  # publication order: scores last
 
@@ -81,7 +81,7 @@ def duplicate_messages(items: pl.LazyFrame) -> dict[int, str]:
     messages: dict[int, str] = {}
     first: dict[str, str] = {}
     for query_id, seq, source, row in occurrences.iter_rows():
-        # JSONL rows are identified by the byte offset of their line (jobs.inputs).
+        # JSONL rows are identified by the byte offset of their line (jobs.engine.inputs).
         where = f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
         if query_id in first:
             messages[seq] = (

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.storage import Store
+from jobs.engine.storage import Store
 from scorer_core.errors import StorageError
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge

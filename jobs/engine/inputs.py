@@ -48,7 +48,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.storage import filesystem, full_url, has_glob, is_transient, retry_call
+from jobs.engine.storage import filesystem, full_url, has_glob, is_transient, retry_call
 from scorer_core.errors import ConfigError, CtxPrecError, InputError, StorageError
 from scorer_core.types import ScoringItem
 

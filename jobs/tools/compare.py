@@ -22,8 +22,9 @@ from typing import Any, TextIO
 
 import polars as pl
 
-from jobs.aggregate import relevance_by_position
-from jobs.runs import (
+from jobs import formatting as fmt
+from jobs.engine.aggregate import relevance_by_position
+from jobs.tools.runs import (
     PublishedRun,
     add_output_arguments,
     load_run,
@@ -259,12 +260,6 @@ def gate(comparison: Comparison, max_mean_drop: float) -> Gate:
 # text output
 
 
-def _fmt(value: float | None, digits: int = 3, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-
-
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
@@ -289,13 +284,15 @@ def format_shift(comparison: Comparison) -> str:
         b_value = c.stats_b.as_dict()[name]
         digits = 0 if name == "count" else 3
         lines.append(
-            f"  {name:<22}{_fmt(a_value, digits):>{width}}{_fmt(b_value, digits):>{width}}"
-            f"{_fmt(_diff(a_value, b_value), digits, signed=True):>{width}}"
+            f"  {name:<22}{fmt.number(a_value, digits):>{width}}"
+            f"{fmt.number(b_value, digits):>{width}}"
+            f"{fmt.number(_diff(a_value, b_value), digits, signed=True):>{width}}"
         )
     d = c.stats_delta
     lines += [
-        f"per-query delta: median {_fmt(d.median, signed=True)}, p10 {_fmt(d.p10, signed=True)}, "
-        f"p90 {_fmt(d.p90, signed=True)}; improved {c.improved:,}, unchanged {c.unchanged:,}, "
+        f"per-query delta: median {fmt.number(d.median, 3, signed=True)}, "
+        f"p10 {fmt.number(d.p10, 3, signed=True)}, p90 {fmt.number(d.p90, 3, signed=True)}; "
+        f"improved {c.improved:,}, unchanged {c.unchanged:,}, "
         f"regressed {c.regressed:,}",
         f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
         f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
@@ -317,8 +314,9 @@ def format_regressions(comparison: Comparison, top: int) -> str:
         query = str(row["query_id"])
         query = query if len(query) <= width else query[: width - 1] + "…"
         lines.append(
-            f"  {query:<{width}}{_fmt(row['score_a'], 2):>9}{_fmt(row['score_b'], 2):>9}"
-            f"{_fmt(row['delta'], 2, signed=True):>9}"
+            f"  {query:<{width}}{fmt.number(row['score_a'], 2):>9}"
+            f"{fmt.number(row['score_b'], 2):>9}"
+            f"{fmt.number(row['delta'], 2, signed=True):>9}"
             f"{_count(row['relevant_count_a']):>7}{_count(row['relevant_count_b']):>7}"
         )
     return "\n".join(lines)
@@ -336,8 +334,9 @@ def format_positions(comparison: Comparison, limit: int = 20) -> str:
     ]
     for row in rows.head(limit).iter_rows(named=True):
         lines.append(
-            f"  {row['position']:<10}{_fmt(row['rate_a']):>9}{_fmt(row['rate_b']):>9}"
-            f"{_fmt(row['delta'], signed=True):>9}"
+            f"  {row['position']:<10}{fmt.number(row['rate_a'], 3):>9}"
+            f"{fmt.number(row['rate_b'], 3):>9}"
+            f"{fmt.number(row['delta'], 3, signed=True):>9}"
             f"{_count(row['judged_a']):>10}{_count(row['judged_b']):>10}"
         )
     if rows.height > limit:

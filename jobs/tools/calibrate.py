@@ -1,6 +1,6 @@
 """`ctxprec calibrate`: how well does the configured judge agree with human relevance labels?
 
-Runs the judge of a job config (built as the job builds it, `jobs.worker.build_judge`; with a
+Runs the judge of a job config (built as the job builds it, `jobs.engine.worker.build_judge`; with a
 non-lexical model this makes REAL judge calls, with the config's timeout, retries and re-asks,
 paced by `rate_limit` in this process) on a labelled JSONL file and compares.
 
@@ -39,8 +39,9 @@ from typing import Any, TextIO
 
 import fsspec
 
+from jobs import formatting as fmt
 from jobs.config import JobConfig, add_run_arguments, load_config
-from jobs.worker import build_judge
+from jobs.engine.worker import build_judge
 from scorer_core.errors import CtxPrecError, InputError
 from scorer_core.metrics import (
     cohen_kappa,
@@ -194,7 +195,7 @@ def _limiter(config: JobConfig) -> Limiter | None:
     limits = config.rate_limit
     if not (limits.requests_per_minute or limits.tokens_per_minute):
         return None
-    from jobs.limiter import LocalLimiter, PacingState
+    from jobs.engine.limiter import LocalLimiter, PacingState
 
     return LocalLimiter(
         PacingState(
@@ -207,7 +208,7 @@ def _limiter(config: JobConfig) -> Limiter | None:
 
 def _check_api_key(config: JobConfig) -> None:
     """Fail before any call when the key variable is missing (same rule as the job)."""
-    from jobs.context_precision import check_api_key
+    from jobs.engine.driver import check_api_key
 
     check_api_key(config)
 
@@ -366,10 +367,6 @@ def calibrate(
 # -- output -----------------------------------------------------------------------------------
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
 def format_report(result: dict[str, Any]) -> str:
     rows = result["rows"]
     items = result["items"]
@@ -389,16 +386,17 @@ def format_report(result: dict[str, Any]) -> str:
         "| per context | contexts | human yes | judge yes | precision | recall | F1 | "
         "Cohen's kappa | tp / fp / fn / tn |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| judge vs labels | {ctx['contexts']:,} | {_f(ctx['human_yes_rate'], 2)} | "
-        f"{_f(ctx['judge_yes_rate'], 2)} | {_f(ctx['precision'])} | {_f(ctx['recall'])} | "
-        f"{_f(ctx['f1'])} | {_f(ctx['cohen_kappa'])} | "
+        f"| judge vs labels | {ctx['contexts']:,} | {fmt.number(ctx['human_yes_rate'], 2)} | "
+        f"{fmt.number(ctx['judge_yes_rate'], 2)} | {fmt.number(ctx['precision'], 3)} | "
+        f"{fmt.number(ctx['recall'], 3)} | "
+        f"{fmt.number(ctx['f1'], 3)} | {fmt.number(ctx['cohen_kappa'], 3)} | "
         f"{ctx['tp']} / {ctx['fp']} / {ctx['fn']} / {ctx['tn']} |",
         "",
         "| per item (context precision) | items | Pearson | Spearman | mean judge | mean labels |",
         "|---|---|---|---|---|---|",
-        f"| judge vs labels | {per_item['items']:,} | {_f(per_item['pearson'])} | "
-        f"{_f(per_item['spearman'])} | {_f(per_item['mean_judge'])} | "
-        f"{_f(per_item['mean_labels'])} |",
+        f"| judge vs labels | {per_item['items']:,} | {fmt.number(per_item['pearson'], 3)} | "
+        f"{fmt.number(per_item['spearman'], 3)} | {fmt.number(per_item['mean_judge'], 3)} | "
+        f"{fmt.number(per_item['mean_labels'], 3)} |",
     ]
     if result["retrievers"]:
         lines += [
@@ -408,12 +406,13 @@ def format_report(result: dict[str, Any]) -> str:
         ]
         for entry in sorted(result["retrievers"], key=lambda e: -(e["mean_labels"] or 0.0)):
             lines.append(
-                f"| {entry['retriever']} | {entry['items']:,} | {_f(entry['mean_judge'])} | "
-                f"{_f(entry['mean_labels'])} |"
+                f"| {entry['retriever']} | {entry['items']:,} | "
+                f"{fmt.number(entry['mean_judge'], 3)} | "
+                f"{fmt.number(entry['mean_labels'], 3)} |"
             )
         lines.append(
             f"\nKendall's tau-b between the system rankings (judge vs labels): "
-            f"{_f(result['retriever_kendall_tau_b'])}"
+            f"{fmt.number(result['retriever_kendall_tau_b'], 3)}"
         )
     for example in rows["invalid_examples"]:
         lines.append(f"  invalid row: {example}")

@@ -1,14 +1,14 @@
 """A fake OpenAI-compatible LLM judge for tests, benchmarks and the soak test.
 
-    from tests.fake_judge import FakeJudgeServer, FaultPlan
+    from scorer_core.testing import FakeJudgeServer, FaultPlan
 
     with FakeJudgeServer(rpm=100, window_s=10, fault_plan=FaultPlan(server_error=0.1)) as s:
         ...  # point the judge at s.url; inspect s.stats() afterwards
 
-Run it as its own process with `python -m tests.fake_judge --help`.
+Run it as its own process with `python -m scorer_core.testing --help`.
 """
 
-from tests.fake_judge.server import (
+from scorer_core.testing.server import (
     CONTENT_FAULTS,
     FAULT_KINDS,
     REASON_SCHEMA_NAME,

@@ -26,8 +26,9 @@ from typing import Literal, TextIO
 
 import polars as pl
 
-from jobs.compare import Comparison, compare_runs
-from jobs.runs import (
+from jobs import formatting as fmt
+from jobs.tools.compare import Comparison, compare_runs
+from jobs.tools.runs import (
     PublishedRun,
     add_output_arguments,
     load_run,
@@ -58,22 +59,6 @@ def esc(value: object) -> str:
 
 # --------------------------------------------------------------------------------------------
 # number formatting
-
-
-def fmt_score(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def fmt_signed(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:+.{digits}f}"
-
-
-def fmt_int(value: int | None) -> str:
-    return "–" if value is None else f"{value:,}"
-
-
-def fmt_rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,12 +430,12 @@ def header_section(run: PublishedRun) -> str:
     ]
     meta_html = "".join(f"<span><b>{esc(k)}</b> {esc(v)}</span>" for k, v in meta)
     cards = [
-        _card("items", fmt_int(s.items)),
-        _card("scored", fmt_int(s.scored), fmt_rate(s.scored / s.items) if s.items else ""),
-        _card("unscored", fmt_int(s.unscored), tone="warn" if s.unscored else ""),
-        _card("errors", fmt_int(s.errors), tone="bad" if s.errors else ""),
-        _card("mean", fmt_score(s.mean), "over scored items"),
-        _card("median", fmt_score(s.median), f"p10 {fmt_score(s.p10)} · p90 {fmt_score(s.p90)}"),
+        _card("items", fmt.integer(s.items)),
+        _card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
+        _card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
+        _card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
+        _card("mean", fmt.number(s.mean), "over scored items"),
+        _card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
     ]
     return (
         f'<header><div class="eyebrow">Context precision report</div>'
@@ -492,8 +477,8 @@ def distribution_section(run: PublishedRun) -> str:
     )
     return (
         '<section id="distribution"><h2>Score distribution</h2>'
-        f"<p>{fmt_int(s.scored)} scored items; mean {fmt_score(s.mean)}, median "
-        f"{fmt_score(s.median)}, p10 {fmt_score(s.p10)}, p90 {fmt_score(s.p90)}.</p>"
+        f"<p>{fmt.integer(s.scored)} scored items; mean {fmt.number(s.mean)}, median "
+        f"{fmt.number(s.median)}, p10 {fmt.number(s.p10)}, p90 {fmt.number(s.p90)}.</p>"
         f'<div class="row"><figure>{hist}</figure><figure>{bands}</figure></div></section>'
     )
 
@@ -523,7 +508,7 @@ def positions_section(run: PublishedRun) -> str:
         hidden = sum(r.judged for r in rates[len(shown) :])
         more = (
             f"<p class='muted'>Positions {len(shown)} and later are not drawn "
-            f"({fmt_int(hidden)} judged contexts).</p>"
+            f"({fmt.integer(hidden)} judged contexts).</p>"
         )
     first = f"{shown[0].rate:.0%}" if shown else "–"
     return (
@@ -541,12 +526,12 @@ def worst_section(run: PublishedRun, n: int = WORST_QUERIES) -> str:
     for rank, row in enumerate(worst.iter_rows(named=True), start=1):
         query_id = str(row["query_id"])
         mine = verdicts.get(query_id, [])
-        relevant = f"{fmt_int(row['relevant_count'])} / {fmt_int(row['context_count'])}"
+        relevant = f"{fmt.integer(row['relevant_count'])} / {fmt.integer(row['context_count'])}"
         rows.append(
             [
                 str(rank),
                 f'<span class="qid">{esc(query_id)}</span>',
-                fmt_score(row["score"]),
+                fmt.number(row["score"]),
                 esc(relevant),
                 _chips(mine),
                 f'<div class="reason">{esc(row["reason"] or "")}</div>{_judge_reasons(mine)}',
@@ -577,8 +562,8 @@ def worst_section(run: PublishedRun, n: int = WORST_QUERIES) -> str:
         tied_count = int(tied.collect().item())
         if tied_count > len(rows):
             ties = (
-                f"<p>{fmt_int(tied_count)} scored items share the lowest score, "
-                f"{fmt_score(lowest)}; these are the first {len(rows)} by query id.</p>"
+                f"<p>{fmt.integer(tied_count)} scored items share the lowest score, "
+                f"{fmt.number(lowest)}; these are the first {len(rows)} by query id.</p>"
             )
     return (
         f'<section id="worst"><h2>Worst {len(rows)} queries</h2>{ties}{legend}'
@@ -598,18 +583,18 @@ def failed_section(run: PublishedRun) -> str:
     total = s.unscored + s.errors
     return (
         '<section id="failed"><h2>Unscored and failed items</h2>'
-        f"<p>{fmt_int(s.unscored)} unscored, {fmt_int(s.errors)} errors; "
-        f"the first {len(rows)} of {fmt_int(total)}:</p>"
+        f"<p>{fmt.integer(s.unscored)} unscored, {fmt.integer(s.errors)} errors; "
+        f"the first {len(rows)} of {fmt.integer(total)}:</p>"
         f'<div class="scroll">{_table(["query id", "status", "why"], rows, set())}</div></section>'
     )
 
 
 def _cost_text(cost: float | None, model: str) -> tuple[str, str]:
     if cost is not None:
-        return f"${cost:,.4f}", "from litellm's price map"
+        return fmt.usd(cost), "from litellm's price map"
     if model == "lexical":
-        return "$0", "offline lexical judge"
-    return "unknown", "model not in litellm's price map"
+        return fmt.usd(0.0), "offline lexical judge"
+    return fmt.MISSING, "model not in litellm's price map"
 
 
 def cost_section(run: PublishedRun) -> str:
@@ -620,12 +605,12 @@ def cost_section(run: PublishedRun) -> str:
     per_1k = (
         f"${s.cost_usd / s.items * 1000:,.4f} per 1,000 items" if s.cost_usd and s.items else ""
     )
-    hit_rate = fmt_rate(s.cache_hits / s.judge_calls) if s.judge_calls else ""
+    hit_rate = fmt.percent(s.cache_hits / s.judge_calls) if s.judge_calls else ""
     cards = [
-        _card("judge calls", fmt_int(s.judge_calls)),
-        _card("cache hits", fmt_int(s.cache_hits), f"{hit_rate} of calls" if hit_rate else ""),
-        _card("prompt tokens", fmt_int(s.prompt_tokens)),
-        _card("completion tokens", fmt_int(s.completion_tokens)),
+        _card("judge calls", fmt.integer(s.judge_calls)),
+        _card("cache hits", fmt.integer(s.cache_hits), f"{hit_rate} of calls" if hit_rate else ""),
+        _card("prompt tokens", fmt.integer(s.prompt_tokens)),
+        _card("completion tokens", fmt.integer(s.completion_tokens)),
         _card("estimated cost", cost, per_1k or cost_note),
         _card("seconds", "–" if seconds is None else f"{seconds:,.1f}", "wall clock"),
         _card("items / s", "–" if rate is None else f"{rate:,.1f}"),
@@ -648,17 +633,23 @@ def baseline_section(comparison: Comparison) -> str:
     shift = c.mean_shift
     tone = "" if shift is None else ("good" if shift > 0 else "bad" if shift < 0 else "")
     cards = [
-        _card("baseline mean", fmt_score(c.stats_a.mean, 3), f"run {c.run_a}"),
-        _card("this run mean", fmt_score(c.stats_b.mean, 3), f"run {c.run_b}"),
-        _card("mean shift", fmt_signed(shift), f"over {c.paired:,} queries ok in both", tone),
-        _card("improved", fmt_int(c.improved), tone="good" if c.improved else ""),
-        _card("regressed", fmt_int(c.regressed), tone="bad" if c.regressed else ""),
-        _card("unchanged", fmt_int(c.unchanged)),
+        _card("baseline mean", fmt.number(c.stats_a.mean, 3), f"run {c.run_a}"),
+        _card("this run mean", fmt.number(c.stats_b.mean, 3), f"run {c.run_b}"),
+        _card(
+            "mean shift",
+            fmt.number(shift, 3, signed=True),
+            f"over {c.paired:,} queries ok in both",
+            tone,
+        ),
+        _card("improved", fmt.integer(c.improved), tone="good" if c.improved else ""),
+        _card("regressed", fmt.integer(c.regressed), tone="bad" if c.regressed else ""),
+        _card("unchanged", fmt.integer(c.unchanged)),
     ]
     presence = (
-        f"<p>Queries in both runs {fmt_int(c.presence['both'])}, only in the baseline "
-        f"{fmt_int(c.presence['only_a'])}, only in this run {fmt_int(c.presence['only_b'])}; "
-        f"scored in the baseline but not in this run {fmt_int(c.lost)}.</p>"
+        f"<p>Queries in both runs {fmt.integer(c.presence['both'])}, only in the baseline "
+        f"{fmt.integer(c.presence['only_a'])}, only in this run "
+        f"{fmt.integer(c.presence['only_b'])}; "
+        f"scored in the baseline but not in this run {fmt.integer(c.lost)}.</p>"
     )
     reading = (
         "<p class='muted'>Means and percentiles are over the queries scored ok in both runs, so "
@@ -669,11 +660,12 @@ def baseline_section(comparison: Comparison) -> str:
     stats_rows = [
         [
             esc(name),
-            fmt_score(c.stats_a.as_dict()[name], 0 if name == "count" else 3),
-            fmt_score(c.stats_b.as_dict()[name], 0 if name == "count" else 3),
-            fmt_signed(
+            fmt.number(c.stats_a.as_dict()[name], 0 if name == "count" else 3),
+            fmt.number(c.stats_b.as_dict()[name], 0 if name == "count" else 3),
+            fmt.number(
                 _diff(c.stats_a.as_dict()[name], c.stats_b.as_dict()[name]),
                 0 if name == "count" else 3,
+                signed=True,
             ),
         ]
         for name in ("count", "mean", "median", "p10", "p90")
@@ -683,10 +675,10 @@ def baseline_section(comparison: Comparison) -> str:
     reg_rows = [
         [
             f'<span class="qid">{esc(r["query_id"])}</span>',
-            fmt_score(r["score_a"]),
-            fmt_score(r["score_b"]),
-            f'<span class="down">{fmt_signed(r["delta"], 2)}</span>',
-            esc(f"{fmt_int(r['relevant_count_a'])} → {fmt_int(r['relevant_count_b'])}"),
+            fmt.number(r["score_a"]),
+            fmt.number(r["score_b"]),
+            f'<span class="down">{fmt.number(r["delta"], 2, signed=True)}</span>',
+            esc(f"{fmt.integer(r['relevant_count_a'])} → {fmt.integer(r['relevant_count_b'])}"),
         ]
         for r in regressions.iter_rows(named=True)
     ]

@@ -1,6 +1,6 @@
 """Run the fake judge as its own process.
 
-    python -m tests.fake_judge --port 8011 --rpm 600 --fault-rate 0.2 --max-seconds 600
+    python -m scorer_core.testing --port 8011 --rpm 600 --fault-rate 0.2 --max-seconds 600
 
 Prints the base URL (http://127.0.0.1:PORT/v1) as the first line of stdout, then serves until
 SIGTERM/SIGINT or `--max-seconds` (so a forgotten server stops by itself). Final stats go to
@@ -19,12 +19,12 @@ import threading
 from types import FrameType
 from typing import Any
 
-from tests.fake_judge.server import FAULT_KINDS, FakeJudgeServer, FaultPlan
+from scorer_core.testing.server import FAULT_KINDS, FakeJudgeServer, FaultPlan
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fake_judge",
+        prog="python -m scorer_core.testing",
         description="Fake OpenAI-compatible context-precision judge on 127.0.0.1.",
     )
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free port")

@@ -1,6 +1,6 @@
 """Finding and loading published runs under an output root (local folder or any fsspec URL).
 
-A run is published (see `jobs.publish`) as
+A run is published (see `jobs.engine.publish`) as
 
     scores/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
     verdicts/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
@@ -34,10 +34,10 @@ from typing import Any
 
 import polars as pl
 
-from jobs.aggregate import BANDS, PositionRate, RunSummary
 from jobs.config import assign_dotted
-from jobs.publish import RunLocation, scan
-from jobs.storage import Store, open_store
+from jobs.engine.aggregate import BANDS, PositionRate, RunSummary
+from jobs.engine.publish import RunLocation, scan
+from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
 
 DEFAULT_OUTPUT = "results/"

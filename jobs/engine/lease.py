@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.storage import Store
+from jobs.engine.storage import Store
 from scorer_core.errors import CtxPrecError, StorageError
 
 

@@ -15,7 +15,7 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
 - output tokens: an allowance of `OUTPUT_TOKENS_PER_VERDICT` per context pair (one short reason
   per verdict, the same allowance the LLM judge reserves from the rate limiter) plus
   `OUTPUT_TOKENS_PER_REASON` per LLM-reason call;
-- cost at the model's price (`litellm.cost_per_token`; "unknown" for a model without a price,
+- cost at the model's price (`litellm.cost_per_token`; "n/a" for a model without a price,
   0 for the offline lexical judge);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them
@@ -23,7 +23,8 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   verdict). With no rate limit the run is "unbounded by rate limit" and the time shown is
   calls x an ASSUMED latency / the run's concurrency (`--assumed-latency`); the same
   concurrency floor applies when it is larger than the rate-limit time;
-- the share of context pairs the verdict cache would answer: pair keys (`jobs.cache.pair_key`)
+- the share of context pairs the verdict cache would answer: pair keys
+  (`jobs.engine.cache.pair_key`)
   looked up in the cache files that exist under this config's cache path, using the same slot
   and neighbour rule as the workers. The lexical judge does not use the cache.
 
@@ -46,17 +47,18 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.aggregate import estimate_cost_usd
-from jobs.cache import judge_fingerprint, pair_key, slot_path
+from jobs import formatting as fmt
 from jobs.config import JobConfig, add_run_arguments, load_config
-from jobs.inputs import (
+from jobs.engine.aggregate import estimate_cost_usd
+from jobs.engine.cache import judge_fingerprint, pair_key, slot_path
+from jobs.engine.inputs import (
     RowError,
     check_schema,
     list_input_files,
     plan_shards,
 )
-from jobs.storage import Store, filesystem
-from jobs.worker import input_spec, read_items, use_cache
+from jobs.engine.storage import Store, filesystem
+from jobs.engine.worker import input_spec, read_items, use_cache
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import estimate_tokens
 from scorer_core.litellm_client import import_litellm
@@ -129,7 +131,7 @@ def _sample_key(query_id: str, item: ScoringItem) -> bytes:
 class _CacheProbe:
     """Which pair keys the workers would find in the existing cache files.
 
-    Mirrors `jobs.cache.load_cache` (a shard sees its own slot and both neighbours) but keeps
+    Mirrors `jobs.engine.cache.load_cache` (a shard sees its own slot and both neighbours) but keeps
     only keys, and keeps at most three slots of one file in memory at a time.
     """
 
@@ -392,18 +394,6 @@ def _wall_time(
 # -- output ---------------------------------------------------------------------------------
 
 
-def _n(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
-
-
 def format_estimate(result: dict[str, Any]) -> str:
     items = result["items"]
     calls = result["judge_calls"]
@@ -423,13 +413,13 @@ def format_estimate(result: dict[str, Any]) -> str:
     else:
         token_detail = (
             f"exact count on a sample of {tokens['sampled_items']:,} items, extrapolated by "
-            f"characters ({_n(tokens['total_chars'])} chars)"
+            f"characters ({fmt.integer(tokens['total_chars'])} chars)"
         )
     if tokens["chars_per_token"]:
         token_detail += f", {tokens['chars_per_token']:.2f} chars/token"
     cost = result["cost_usd"]
-    cost_text = "unknown" if cost is None else f"${cost:,.4f}"
-    wall_text = "n/a" if wall["seconds"] is None else _duration(wall["seconds"])
+    cost_text = fmt.usd(cost)
+    wall_text = fmt.duration(wall["seconds"])
     if cache["used"]:
         cache_text = (
             f"{cache['share']:.1%} of pairs ({cache['cached_pairs']:,}) cached; "

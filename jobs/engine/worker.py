@@ -17,7 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs.cache import (
+from jobs.config import JobConfig
+from jobs.engine.cache import (
     CachingJudge,
     VerdictCache,
     judge_fingerprint,
@@ -25,10 +26,17 @@ from jobs.cache import (
     pair_key,
     slot_path,
 )
-from jobs.config import JobConfig
-from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_shard, to_item
-from jobs.progress import BatchedCounter
-from jobs.storage import Store, open_store
+from jobs.engine.inputs import (
+    ColumnMap,
+    InputSpec,
+    ItemRecord,
+    RowError,
+    Shard,
+    read_shard,
+    to_item,
+)
+from jobs.engine.progress import BatchedCounter
+from jobs.engine.storage import Store, open_store
 from scorer_core.errors import FatalJudgeError, InputError
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.scorer import ContextPrecisionScorer, make_judge, validate_item
@@ -319,7 +327,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
 
     limiter = None
     if ctx.limiter is not None:
-        from jobs.limiter import SharedLimiter
+        from jobs.engine.limiter import SharedLimiter
 
         limiter = SharedLimiter(ctx.limiter)
     judge = build_judge(config, limiter, ctx.api_key)

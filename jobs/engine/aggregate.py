@@ -40,6 +40,7 @@ from typing import Any, Literal, TextIO
 
 import polars as pl
 
+from jobs import formatting as fmt
 from scorer_core.errors import ConfigError
 from scorer_core.precision import check_scale
 
@@ -554,11 +555,6 @@ def write_summary(summary: RunSummary, path: str | Path) -> Path:
 # terminal table
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    """A number for the table, or "-" when undefined."""
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 _MAX_POSITION_ROWS = 20
 
 
@@ -570,12 +566,7 @@ def format_summary_table(summary: RunSummary, where: str) -> str:
     def line(label: str, value: str) -> str:
         return f"{label:<22}{value:>{width - 22}}"
 
-    if summary.cost_usd is None:
-        cost = "unknown"
-    elif summary.cost_usd >= 1:
-        cost = f"${summary.cost_usd:,.2f}"
-    else:
-        cost = f"${summary.cost_usd:.6f}"
+    cost = fmt.usd(summary.cost_usd)
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
@@ -584,8 +575,8 @@ def format_summary_table(summary: RunSummary, where: str) -> str:
         line("  scored (ok)", f"{summary.scored:,}"),
         line("  unscored", f"{summary.unscored:,}"),
         line("  errors", f"{summary.errors:,}"),
-        line("mean / median", f"{_fmt(summary.mean)} / {_fmt(summary.median)}"),
-        line("p10 / p90", f"{_fmt(summary.p10)} / {_fmt(summary.p90)}"),
+        line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
+        line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
         rule,
         line("band (score / scale)", "items"),
     ]

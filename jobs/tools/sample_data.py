@@ -7,7 +7,7 @@ in a seeded random order. `relevance` holds the generator's own ground truth per
 server used by the tests keys on. Streaming and seeded: 1M items take seconds, same seed same
 bytes.
 
-    python -m jobs.sample_data --out data/sample.jsonl --items 500
+    python -m jobs.tools.sample_data --out data/sample.jsonl --items 500
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def write_parquet(path: Path, rows: Iterator[dict[str, Any]], batch: int = 50_00
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.sample_data", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m jobs.tools.sample_data", description=__doc__)
     parser.add_argument("--out", default="data/sample.jsonl", help=".jsonl or .parquet")
     parser.add_argument("--items", type=int, default=500)
     parser.add_argument("--seed", type=int, default=7)
