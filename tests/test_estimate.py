@@ -17,8 +17,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from jobs.config import load_config
 from jobs.engine.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
 from jobs.engine.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
+from jobs.engine.inputs import validate_record as preprocess
 from jobs.engine.storage import open_store
-from jobs.engine.worker import input_spec, preprocess
+from jobs.factory import input_spec
 from jobs.tools.estimate import (
     OUTPUT_TOKENS_PER_REASON,
     OUTPUT_TOKENS_PER_VERDICT,

@@ -36,7 +36,8 @@ from jobs.engine.inputs import Shard, list_input_files, plan_shards
 from jobs.engine.lease import RunLocked
 from jobs.engine.publish import RunLocation
 from jobs.engine.storage import open_store
-from jobs.engine.worker import ShardContext, input_spec, run_shard, shard_paths
+from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.factory import input_spec
 from scorer_core.testing import FakeJudgeServer, FaultPlan
 from tests.conftest import RAY_TEST_ENV
 from tests.test_job import (

@@ -26,7 +26,8 @@ from jobs.engine.driver import RunOutcome, main, run_job
 from jobs.engine.inputs import list_input_files, plan_shards
 from jobs.engine.publish import RunLocation
 from jobs.engine.storage import open_store
-from jobs.engine.worker import ShardContext, input_spec, run_shard, shard_paths
+from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.factory import input_spec
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError, InputError

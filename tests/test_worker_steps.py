@@ -12,19 +12,19 @@ import pytest
 
 from jobs.config import JobConfig, parse_config
 from jobs.engine.inputs import ItemRecord, RowError, list_input_files, plan_shards
+from jobs.engine.inputs import validate_record as preprocess
 from jobs.engine.storage import open_store
 from jobs.engine.worker import (
     ITEMS_SCHEMA,
     VERDICTS_SCHEMA,
     ShardContext,
     error_row,
-    input_spec,
     item_row,
-    preprocess,
     run_shard,
     shard_paths,
     verdict_rows,
 )
+from jobs.factory import input_spec
 from scorer_core.lexical import LexicalJudge
 from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason

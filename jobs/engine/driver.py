@@ -21,14 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from jobs import factory
 from jobs.config import JobConfig, add_run_arguments, load_config
 from jobs.engine.inputs import check_schema, list_input_files, plan_shards
 from jobs.engine.lease import RunLease
 from jobs.engine.progress import ProgressLine, progress_actor_class
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.engine.storage import Store, open_store
-from jobs.engine.worker import ShardContext, ShardReport, input_spec, run_shard
-from scorer_core.errors import ConfigError, CtxPrecError, FatalJudgeError, StorageError
+from jobs.engine.worker import ShardContext, ShardReport, run_shard
+from scorer_core.errors import CtxPrecError, FatalJudgeError, StorageError
 from scorer_core.prompt import PROMPT_VERSION
 
 # Keep a local Ray on loopback and litellm offline-safe, in this process and in the workers.
@@ -57,20 +58,6 @@ def resolve_location(config: JobConfig) -> RunLocation:
     run_date = config.run.date or dt.datetime.now(dt.UTC).date()
     run_id = config.run.id or f"{run_date:%Y%m%d}-{uuid.uuid4().hex[:8]}"
     return RunLocation(run_id=run_id, run_date=run_date)
-
-
-def check_api_key(config: JobConfig) -> None:
-    judge = config.judge
-    if judge.model == "lexical" or not judge.api_key_env:
-        return
-    if judge.api_base and "api_key_env" not in judge.model_fields_set:
-        return  # a local server needs no key, unless a variable was named for it explicitly
-    if not os.environ.get(judge.api_key_env):
-        raise ConfigError(
-            f"judge.api_key_env: environment variable {judge.api_key_env} is not set "
-            f"(model {judge.model} needs an API key; set judge.api_key_env to the variable that "
-            "holds it, or judge.api_base for a local server)"
-        )
 
 
 def start_ray(config: JobConfig) -> None:
@@ -130,10 +117,10 @@ def _manifest_base(
 def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
     """Run (or resume) one scoring run end to end and return where its results are."""
     started = time.monotonic()
-    check_api_key(config)
+    factory.check_api_key(config)
     location = resolve_location(config)
     store = open_store(config.output.path, config.output.storage_options)
-    spec = input_spec(config)
+    spec = factory.input_spec(config)
     files = list_input_files(spec)
     check_schema(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)

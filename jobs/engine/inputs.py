@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from jobs.engine.storage import filesystem, full_url, has_glob, is_transient, retry_call
 from scorer_core.errors import ConfigError, CtxPrecError, InputError, StorageError
+from scorer_core.scorer import validate_item
 from scorer_core.types import ScoringItem
 
 InputFormat = Literal["jsonl", "parquet"]
@@ -866,3 +867,29 @@ def _contexts(spec: InputSpec, data: dict[str, Any]) -> list[str]:
                 f"{label} element {position} is a {type(element).__name__}, expected a string"
             )
     return list(value)
+
+
+def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:
+    """Reject items the scorer cannot take, with the row's position in the message."""
+    if isinstance(record, RowError):
+        return record
+    try:
+        validate_item(record.to_scoring_item())
+    except InputError as exc:
+        where = record.where or f"{record.source} row {record.row}"
+        return RowError(record.source, record.row, f"{where}: {exc}", record.query_id)
+    return record
+
+
+def read_items(
+    spec: InputSpec,
+    shard: Shard,
+    *,
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+    max_contexts: int = DEFAULT_MAX_CONTEXTS,
+) -> Iterator[ItemRecord | RowError]:
+    """A shard's rows, normalised and validated, in input order (streaming)."""
+    for raw in read_shard(spec, shard):
+        yield validate_record(
+            to_item(spec, raw, max_context_chars=max_context_chars, max_contexts=max_contexts)
+        )

@@ -11,35 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from jobs import factory
 from jobs.config import JobConfig
 from jobs.engine.cache import (
     CachingJudge,
     VerdictCache,
-    judge_fingerprint,
     load_cache,
     pair_key,
     slot_path,
 )
 from jobs.engine.inputs import (
-    ColumnMap,
-    InputSpec,
     ItemRecord,
     RowError,
     Shard,
-    read_shard,
-    to_item,
 )
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
-from scorer_core.errors import FatalJudgeError, InputError
-from scorer_core.protocols import Judge, Limiter
-from scorer_core.scorer import ContextPrecisionScorer, make_judge, validate_item
+from scorer_core.errors import FatalJudgeError
+from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.types import ScoreResult, Usage
 
 ITEMS_SCHEMA = pa.schema(
@@ -106,23 +101,6 @@ class ShardReport:
     fatal: str | None = None
 
 
-def input_spec(config: JobConfig) -> InputSpec:
-    columns = config.input.columns
-    return InputSpec(
-        path=config.input.path,
-        format=config.input.format,
-        columns=ColumnMap(
-            query_id=columns.query_id,
-            input=columns.input,
-            output=columns.output,
-            expected_output=columns.expected_output,
-            context=columns.context,
-        ),
-        storage_options=config.input.storage_options,
-        context_extractor=config.input.context_extractor,
-    )
-
-
 def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
     """(verdicts file, items file) of a shard in the run's staging area."""
     return (
@@ -132,31 +110,6 @@ def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
 
 
 # -- pure steps -----------------------------------------------------------------------------
-
-
-def preprocess(record: ItemRecord | RowError) -> ItemRecord | RowError:
-    """Reject items the scorer cannot take, with the row's position in the message."""
-    if isinstance(record, RowError):
-        return record
-    try:
-        validate_item(record.to_scoring_item())
-    except InputError as exc:
-        where = record.where or f"{record.source} row {record.row}"
-        return RowError(record.source, record.row, f"{where}: {exc}", record.query_id)
-    return record
-
-
-def read_items(config: JobConfig, spec: InputSpec, shard: Shard) -> Iterator[ItemRecord | RowError]:
-    """The shard's rows, validated and normalised, in input order (streaming)."""
-    for raw in read_shard(spec, shard):
-        yield preprocess(
-            to_item(
-                spec,
-                raw,
-                max_context_chars=config.input.max_context_chars,
-                max_contexts=config.input.max_contexts,
-            )
-        )
 
 
 def error_row(error: RowError, seq: int, model: str) -> dict[str, Any]:
@@ -234,30 +187,6 @@ def verdict_rows(
 # -- judging --------------------------------------------------------------------------------
 
 
-def build_judge(config: JobConfig, limiter: Limiter | None, api_key: str | None = None) -> Judge:
-    judge_config = config.judge
-    if judge_config.model == "lexical":
-        return make_judge("lexical", **judge_config.lexical)
-    options: dict[str, Any] = {
-        "timeout": judge_config.timeout_s,
-        "temperature": judge_config.temperature,
-        "max_retries": judge_config.max_retries,
-        "max_reasks": judge_config.max_reasks,
-        "max_in_flight": max(1, config.rate_limit.max_concurrency // config.ray.workers),
-        "scale": config.scorer.scale,
-        "limiter": limiter,
-        "transport": judge_config.transport,
-    }
-    if judge_config.api_base:
-        options["api_base"] = judge_config.api_base
-    if judge_config.max_tokens:
-        options["max_tokens"] = judge_config.max_tokens
-    api_key = api_key or judge_config.api_key()
-    if api_key:
-        options["api_key"] = api_key
-    return make_judge(judge_config.model, **options)
-
-
 async def judge_shard(
     records: Sequence[ItemRecord],
     scorer: ContextPrecisionScorer,
@@ -276,17 +205,6 @@ async def judge_shard(
     return list(await asyncio.gather(*(one(r) for r in records)))
 
 
-def use_cache(config: JobConfig) -> bool:
-    return config.cache.enabled and config.judge.model != "lexical"
-
-
-def cache_root(config: JobConfig, store: Store) -> tuple[Store, str]:
-    """The store holding the verdict cache and the cache folder relative to its root."""
-    if config.cache.path:
-        return open_store(config.cache.path, config.output.storage_options), ""
-    return store, "_cache"
-
-
 def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardReport:
     """The Ray task body for one shard (also callable directly, without Ray).
 
@@ -302,12 +220,11 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         report.skipped = True
         return report
 
-    spec = input_spec(config)
     first_seq = number << _SEQ_SHIFT
     records: list[tuple[int, ItemRecord]] = []
     errors: list[tuple[int, RowError]] = []
     first_seen: dict[str, ItemRecord] = {}
-    for index, record in enumerate(read_items(config, spec, shard)):
+    for index, record in enumerate(factory.shard_items(config, shard)):
         if isinstance(record, ItemRecord) and record.query_id in first_seen:
             # Not worth a judge call: publishing keeps only the first occurrence (duplicates
             # across shards are found there).
@@ -330,13 +247,13 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         from jobs.engine.limiter import SharedLimiter
 
         limiter = SharedLimiter(ctx.limiter)
-    judge = build_judge(config, limiter, ctx.api_key)
-    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    judge = factory.build_judge(config, limiter, ctx.api_key)
+    fingerprint = factory.cache_fingerprint(config)
     cache: VerdictCache | None = None
     cache_store: Store | None = None
     cache_dir = ""
-    if use_cache(config):
-        cache_store, cache_dir = cache_root(config, store)
+    if factory.use_cache(config):
+        cache_store, cache_dir = factory.cache_root(config, store)
         cache = load_cache(cache_store, cache_dir, fingerprint, shard.file_index, slot)
         judge = CachingJudge(judge, cache, fingerprint)
     scorer = ContextPrecisionScorer(

@@ -1,8 +1,8 @@
 """`ctxprec calibrate`: how well does the configured judge agree with human relevance labels?
 
-Runs the judge of a job config (built as the job builds it, `jobs.engine.worker.build_judge`; with a
-non-lexical model this makes REAL judge calls, with the config's timeout, retries and re-asks,
-paced by `rate_limit` in this process) on a labelled JSONL file and compares.
+Runs the judge of a job config (built as the job builds it, `jobs.factory.build_judge`;
+with a non-lexical model this makes REAL judge calls, with the config's timeout, retries and
+re-asks, paced by `rate_limit` in this process) on a labelled JSONL file and compares.
 
 Labelled rows (one JSON object per line, the layout of ../shared/data/*.jsonl):
 
@@ -39,9 +39,9 @@ from typing import Any, TextIO
 
 import fsspec
 
+from jobs import factory
 from jobs import formatting as fmt
 from jobs.config import JobConfig, add_run_arguments, load_config
-from jobs.engine.worker import build_judge
 from scorer_core.errors import CtxPrecError, InputError
 from scorer_core.metrics import (
     cohen_kappa,
@@ -52,7 +52,6 @@ from scorer_core.metrics import (
     spearman,
 )
 from scorer_core.precision import context_precision
-from scorer_core.protocols import Limiter
 from scorer_core.scorer import ContextPrecisionScorer, validate_item
 from scorer_core.types import ScoreResult, ScoringItem, Usage, as_verdict_flags
 
@@ -191,35 +190,16 @@ def load_labels(
 # -- judging ----------------------------------------------------------------------------------
 
 
-def _limiter(config: JobConfig) -> Limiter | None:
-    limits = config.rate_limit
-    if not (limits.requests_per_minute or limits.tokens_per_minute):
-        return None
-    from jobs.engine.limiter import LocalLimiter, PacingState
-
-    return LocalLimiter(
-        PacingState(
-            requests_per_minute=limits.requests_per_minute,
-            tokens_per_minute=limits.tokens_per_minute,
-            headroom=limits.headroom,
-        )
-    )
-
-
-def _check_api_key(config: JobConfig) -> None:
-    """Fail before any call when the key variable is missing (same rule as the job)."""
-    from jobs.engine.driver import check_api_key
-
-    check_api_key(config)
-
-
 async def judge_items(
     config: JobConfig, items: Sequence[LabelledItem]
 ) -> tuple[list[ScoreResult], str]:
     """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight)."""
     # One process plays every worker: the whole concurrency budget is this judge's.
-    single = config.model_copy(update={"ray": config.ray.model_copy(update={"workers": 1})})
-    judge = build_judge(single, _limiter(config))
+    judge = factory.build_judge(
+        config,
+        factory.local_limiter(config),
+        max_in_flight=config.rate_limit.max_concurrency,
+    )
     scorer = ContextPrecisionScorer(
         judge,
         context=["unused"],  # contexts come with each item
@@ -334,7 +314,7 @@ def calibrate(
     """Judge the labelled rows of `labels` with `config`'s judge and measure agreement."""
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1, not {limit}")
-    _check_api_key(config)
+    factory.check_api_key(config)
     loaded = load_labels(labels, config, min_grade=min_grade, limit=limit)
     if not loaded.items:
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""

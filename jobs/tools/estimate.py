@@ -47,10 +47,11 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs import factory
 from jobs import formatting as fmt
 from jobs.config import JobConfig, add_run_arguments, load_config
 from jobs.engine.aggregate import estimate_cost_usd
-from jobs.engine.cache import judge_fingerprint, pair_key, slot_path
+from jobs.engine.cache import pair_key, slot_path
 from jobs.engine.inputs import (
     RowError,
     check_schema,
@@ -58,7 +59,6 @@ from jobs.engine.inputs import (
     plan_shards,
 )
 from jobs.engine.storage import Store, filesystem
-from jobs.engine.worker import input_spec, read_items, use_cache
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import estimate_tokens
 from scorer_core.litellm_client import import_litellm
@@ -175,14 +175,13 @@ def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
     """A probe of this config's cache, or None with the reason there is nothing to look up."""
     if config.judge.model == "lexical":
         return None, "not used: the lexical judge is offline and never uses the verdict cache"
-    if not use_cache(config):
+    if not factory.use_cache(config):
         return None, "not used: cache.enabled is false"
-    url = config.cache.path or config.output.path
-    folder = "" if config.cache.path else "_cache"
+    url, folder = factory.cache_url(config)
     # Not `open_store`: estimating must not create the output folder.
     fs, root, protocol = filesystem(url, config.output.storage_options)
     store = Store(fs=fs, root=root, protocol=protocol)
-    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    fingerprint = factory.cache_fingerprint(config)
     if not store.exists(store.join(folder, fingerprint)):
         return None, f"no cache files yet at {store.url(store.join(folder, fingerprint))}"
     probe = _CacheProbe(store, folder, fingerprint)
@@ -203,12 +202,12 @@ def estimate(
     """The estimate as plain data (see the module docstring); makes no judge calls."""
     if sample < 1:
         raise CtxPrecError(f"--sample must be at least 1, not {sample}")
-    spec = input_spec(config)
+    spec = factory.input_spec(config)
     files = list_input_files(spec)
     check_schema(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)
     probe, cache_note = _cache_probe(config)
-    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    fingerprint = factory.cache_fingerprint(config)
     lexical = config.judge.model == "lexical"
     per_call = config.judge.contexts_per_call
     llm_reason = config.scorer.reason == "llm"
@@ -221,7 +220,7 @@ def estimate(
         slot = slots.get(shard.file_index, 0)
         slots[shard.file_index] = slot + 1
         known = probe.keys_for(shard.file_index, slot) if probe is not None else set()
-        for record in read_items(config, spec, shard):
+        for record in factory.shard_items(config, shard):
             if isinstance(record, RowError):
                 counts.invalid += 1
                 if len(counts.invalid_examples) < _MAX_INVALID_EXAMPLES:

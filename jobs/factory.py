@@ -1,0 +1,139 @@
+"""A job config turned into the objects that do the work: input spec, items, judge, limiter,
+cache location, and the API-key check.
+
+The Ray worker, `ctxprec estimate` and `ctxprec calibrate` get these from here and nowhere else,
+so one config means one judge, one reading path and one cache everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from jobs.config import JobConfig
+from jobs.engine.cache import judge_fingerprint
+from jobs.engine.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
+from jobs.engine.storage import Store, open_store
+from scorer_core.errors import ConfigError
+from scorer_core.protocols import Judge, Limiter
+from scorer_core.scorer import make_judge
+
+
+def check_api_key(config: JobConfig) -> None:
+    """Fail before any judge call when the judge needs a key and its variable is not set."""
+    judge = config.judge
+    if judge.model == "lexical" or not judge.api_key_env:
+        return
+    if judge.api_base and "api_key_env" not in judge.model_fields_set:
+        return  # a local server needs no key, unless a variable was named for it explicitly
+    if not os.environ.get(judge.api_key_env):
+        raise ConfigError(
+            f"judge.api_key_env: environment variable {judge.api_key_env} is not set "
+            f"(model {judge.model} needs an API key; set judge.api_key_env to the variable that "
+            "holds it, or judge.api_base for a local server)"
+        )
+
+
+def input_spec(config: JobConfig) -> InputSpec:
+    """Where the items are and which columns hold which field."""
+    columns = config.input.columns
+    return InputSpec(
+        path=config.input.path,
+        format=config.input.format,
+        columns=ColumnMap(
+            query_id=columns.query_id,
+            input=columns.input,
+            output=columns.output,
+            expected_output=columns.expected_output,
+            context=columns.context,
+        ),
+        storage_options=config.input.storage_options,
+        context_extractor=config.input.context_extractor,
+    )
+
+
+def shard_items(config: JobConfig, shard: Shard) -> Iterator[ItemRecord | RowError]:
+    """A shard's rows as the job judges them: read, normalised, truncated, validated."""
+    return read_items(
+        input_spec(config),
+        shard,
+        max_context_chars=config.input.max_context_chars,
+        max_contexts=config.input.max_contexts,
+    )
+
+
+def build_judge(
+    config: JobConfig,
+    limiter: Limiter | None,
+    api_key: str | None = None,
+    *,
+    max_in_flight: int | None = None,
+) -> Judge:
+    """The configured judge. `max_in_flight` bounds its requests in flight; by default the
+    run's `rate_limit.max_concurrency` shared evenly by the `ray.workers` tasks."""
+    judge_config = config.judge
+    if judge_config.model == "lexical":
+        return make_judge("lexical", **judge_config.lexical)
+    if max_in_flight is None:
+        max_in_flight = max(1, config.rate_limit.max_concurrency // config.ray.workers)
+    options: dict[str, Any] = {
+        "timeout": judge_config.timeout_s,
+        "temperature": judge_config.temperature,
+        "max_retries": judge_config.max_retries,
+        "max_reasks": judge_config.max_reasks,
+        "max_in_flight": max_in_flight,
+        "scale": config.scorer.scale,
+        "limiter": limiter,
+        "transport": judge_config.transport,
+    }
+    if judge_config.api_base:
+        options["api_base"] = judge_config.api_base
+    if judge_config.max_tokens:
+        options["max_tokens"] = judge_config.max_tokens
+    api_key = api_key or judge_config.api_key()
+    if api_key:
+        options["api_key"] = api_key
+    return make_judge(judge_config.model, **options)
+
+
+def local_limiter(config: JobConfig) -> Limiter | None:
+    """The run's rate limit inside this one process (None when no limit is set)."""
+    limits = config.rate_limit
+    if not (limits.requests_per_minute or limits.tokens_per_minute):
+        return None
+    from jobs.engine.limiter import LocalLimiter, PacingState
+
+    return LocalLimiter(
+        PacingState(
+            requests_per_minute=limits.requests_per_minute,
+            tokens_per_minute=limits.tokens_per_minute,
+            headroom=limits.headroom,
+        )
+    )
+
+
+def use_cache(config: JobConfig) -> bool:
+    """Whether the run reads and writes the verdict cache (never for the offline judge)."""
+    return config.cache.enabled and config.judge.model != "lexical"
+
+
+def cache_fingerprint(config: JobConfig) -> str:
+    """The cache namespace of this config's judge: verdicts are shared only within it."""
+    return judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+
+
+def cache_url(config: JobConfig) -> tuple[str, str]:
+    """(store URL, folder under it) of the verdict cache: `cache.path`, else
+    `<output.path>/_cache`."""
+    if config.cache.path:
+        return config.cache.path, ""
+    return config.output.path, "_cache"
+
+
+def cache_root(config: JobConfig, output_store: Store) -> tuple[Store, str]:
+    """The store holding the verdict cache and the cache folder relative to its root."""
+    url, folder = cache_url(config)
+    if config.cache.path:
+        return open_store(url, config.output.storage_options), folder
+    return output_store, folder
