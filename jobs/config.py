@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.errors import ConfigError
 
 
@@ -38,8 +39,8 @@ class InputConfig(_Strict):
     columns: ColumnsConfig = ColumnsConfig()
     context_extractor: str | None = None
     storage_options: dict[str, Any] = Field(default_factory=dict)
-    max_context_chars: int = Field(200_000, ge=100)
-    max_contexts: int = Field(1000, ge=1)
+    max_context_chars: int = Field(DEFAULT_MAX_CONTEXT_CHARS, ge=100)
+    max_contexts: int = Field(DEFAULT_MAX_CONTEXTS, ge=1)
     # Only keep_first is implemented (jobs.engine.publish.dedupe); "score_all" and "fail" used to be
     # accepted here and silently ignored.
     duplicate_query_ids: Literal["keep_first"] = "keep_first"

@@ -1,0 +1,53 @@
+"""Input files: find them, check their columns, plan shards without loading them, read a shard.
+
+Flow, one module per step:
+
+1. `listing.list_input_files` -> the files of a path, folder or glob, each with its format
+   (by `InputSpec.format` or else by suffix; `_`/`.` names are skipped in folders).
+2. `columns.check_schema` -> fail fast, before any judging, when a configured column is missing.
+3. `planning.plan_shards` -> shards of about `shard_size` rows, from Parquet footers and a
+   64 KiB sample of each JSONL file only; shard ids are stable for the same files.
+4. On workers, `records.read_items` -> `read_shard` (streaming, by `jsonl` or `parquet`) ->
+   `to_item` (normalise, truncate) -> `validate_record`.
+
+`spec` holds what to read (`InputSpec`, `ColumnMap`), `rows` the row at each stage (`RawRow`,
+`ItemRecord`, `RowError`), `opening` how every step opens a file.
+
+Formats, and what a shard and `RawRow.row` are in each:
+
+- Parquet (`.parquet`): a row range `[start, end)` of one file, cut at row-group boundaries
+  where possible; `row` is the 0-based row number within the file.
+- JSON Lines (`.jsonl`, `.ndjson`): a byte range `[start, end)` of one file. A line belongs to
+  the range it *starts* in (the Hadoop rule: a reader skips the partial first line and reads
+  the last one past `end`), so every line is read by exactly one shard; `row` is the byte
+  offset of the line's first byte, exact without scanning earlier bytes.
+- Gzipped JSON Lines (`.jsonl.gz`, `.ndjson.gz`): never split (gzip cannot be entered
+  mid-stream), the whole file is one shard; `row` is the offset in the decompressed stream.
+
+Row policies (see `records.to_item`): duplicate query ids are *not* handled here (the job
+decides); contexts must be a list of strings; over-long contexts are truncated and flagged.
+"""
+
+from jobs.engine.inputs.columns import check_schema
+from jobs.engine.inputs.listing import FileInfo, list_input_files
+from jobs.engine.inputs.planning import Shard, plan_shards
+from jobs.engine.inputs.records import read_items, read_shard, to_item, validate_record
+from jobs.engine.inputs.rows import ItemRecord, RawRow, RowError
+from jobs.engine.inputs.spec import ColumnMap, InputSpec
+
+__all__ = [
+    "ColumnMap",
+    "FileInfo",
+    "InputSpec",
+    "ItemRecord",
+    "RawRow",
+    "RowError",
+    "Shard",
+    "check_schema",
+    "list_input_files",
+    "plan_shards",
+    "read_items",
+    "read_shard",
+    "to_item",
+    "validate_record",
+]

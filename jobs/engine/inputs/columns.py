@@ -1,0 +1,104 @@
+"""Fail fast, before any judging, when the input lacks a configured column.
+
+The driver and `ctxprec estimate` call `check_schema` right after listing: a misspelled
+column should stop the job in a second, not after an hour of judged rows that all failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.engine.inputs.jsonl import lines_in_range, parse_line
+from jobs.engine.inputs.listing import FileInfo
+from jobs.engine.inputs.opening import open_input
+from jobs.engine.inputs.spec import InputSpec, load_extractor, required_columns
+from jobs.engine.storage import filesystem, retry_call
+from scorer_core.errors import InputError
+
+SCHEMA_SAMPLE_ROWS = 20
+"""Valid JSON objects read from the first JSONL file to learn its columns."""
+SCHEMA_SAMPLE_LINES = 200
+"""Lines at most read from the first JSONL file to find `SCHEMA_SAMPLE_ROWS` objects."""
+
+
+def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
+    """Fail fast, before any judging, when a configured column is missing.
+
+    Opens the first non-empty file: Parquet reads only the schema (footer); JSONL reads up to
+    `SCHEMA_SAMPLE_ROWS` valid objects and takes the union of their keys (so a JSONL file must
+    spell out a configured optional column, even as null, in its first rows). Also imports the
+    `context_extractor` and, for Parquet, checks that the context column is a list.
+    Returns the columns found. Raises `InputError` naming the missing column(s), the file and the
+    available columns.
+    """
+    if spec.context_extractor:
+        load_extractor(spec.context_extractor)
+    candidates = [f for f in files if f.size > 0] or list(files)
+    if not candidates:
+        raise InputError(f"no input files at {spec.path}")
+    first = candidates[0]
+    fs, fs_path, _ = filesystem(first.path, spec.storage_options)
+    context_type: pa.DataType | None = None
+    if first.format == "parquet":
+        schema = retry_call(
+            lambda: _read_parquet_schema(fs, fs_path, first.path), what="read", url=first.path
+        )
+        available = tuple(schema.names)
+        if not spec.context_extractor and spec.columns.context in available:
+            context_type = schema.field(spec.columns.context).type
+    else:
+        available = retry_call(
+            lambda: _sample_jsonl_keys(fs, fs_path, first), what="read", url=first.path
+        )
+    missing = [f"{col!r} ({fld})" for fld, col in required_columns(spec) if col not in available]
+    if missing:
+        raise InputError(
+            f"input column(s) {', '.join(missing)} missing in {first.path}; "
+            f"available columns: {sorted(available)}"
+        )
+    if context_type is not None and not (
+        pa.types.is_list(context_type)
+        or pa.types.is_large_list(context_type)
+        or pa.types.is_fixed_size_list(context_type)
+    ):
+        raise InputError(
+            f"column {spec.columns.context!r} (context) in {first.path} is {context_type}, "
+            "expected a list of strings; set a context_extractor to convert it"
+        )
+    return available
+
+
+def _read_parquet_schema(fs: fsspec.AbstractFileSystem, fs_path: str, url: str) -> pa.Schema:
+    with open_input(fs, fs_path) as handle:
+        try:
+            return pq.read_schema(handle)
+        except pa.ArrowInvalid as exc:
+            raise InputError(f"{url} is not a readable Parquet file: {exc}") from exc
+
+
+def _sample_jsonl_keys(
+    fs: fsspec.AbstractFileSystem, fs_path: str, info: FileInfo
+) -> tuple[str, ...]:
+    keys: dict[str, None] = {}
+    objects = 0
+    lines = 0
+    with open_input(fs, fs_path, info.compression) as handle:
+        for offset, line in lines_in_range(handle, 0, None):
+            raw = parse_line(info.path, offset, line)
+            if raw is None:
+                continue
+            lines += 1
+            if raw.data is not None:
+                keys.update(dict.fromkeys(raw.data))
+                objects += 1
+            if objects >= SCHEMA_SAMPLE_ROWS or lines >= SCHEMA_SAMPLE_LINES:
+                break
+    if objects == 0:
+        raise InputError(
+            f"no valid JSON object in the first {lines} line(s) of {info.path}; is it JSON Lines?"
+        )
+    return tuple(keys)

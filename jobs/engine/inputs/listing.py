@@ -1,0 +1,99 @@
+"""Which files are the input: list a file, a folder or a glob, and tell each file's format.
+
+Formats come from `InputSpec.format` or else from each file's suffix: `.parquet`; `.jsonl`,
+`.ndjson` (JSON Lines); `.jsonl.gz`, `.ndjson.gz` (gzipped JSON Lines).
+
+In a folder, files whose names start with `_` or `.` (`_SUCCESS`, `.crc`), files in
+sub-folders named so (`_temporary/`) and files of an unknown suffix are skipped; a glob or a
+file named explicitly must have a known suffix unless `format` is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.engine.inputs.spec import InputFormat, InputSpec
+from jobs.engine.storage import filesystem, full_url, has_glob, retry_call
+from scorer_core.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One input file: its URL (absolute path when local), size in bytes, format."""
+
+    path: str
+    size: int
+    format: InputFormat
+    compression: str | None = None
+
+
+_SUFFIXES: tuple[tuple[str, InputFormat, str | None], ...] = (
+    (".jsonl.gz", "jsonl", "gzip"),
+    (".ndjson.gz", "jsonl", "gzip"),
+    (".jsonl", "jsonl", None),
+    (".ndjson", "jsonl", None),
+    (".parquet", "parquet", None),
+)
+
+
+def list_input_files(spec: InputSpec) -> list[FileInfo]:
+    """The input files, sorted by path. `InputError` naming the path when nothing matches or a
+    file's format is unknown; `StorageError` when the store cannot be read."""
+    fs, path, protocol = filesystem(spec.path, spec.storage_options)
+
+    def listing() -> tuple[bool, dict[str, dict[str, Any]]]:
+        if has_glob(path):
+            return True, dict(fs.glob(path, detail=True))
+        if fs.isdir(path):
+            return False, dict(fs.find(path, detail=True))
+        try:
+            return True, {path: dict(fs.info(path))}
+        except FileNotFoundError:
+            return True, {}
+
+    explicit, entries = retry_call(listing, what="list", url=spec.path)
+    files: list[FileInfo] = []
+    for name in sorted(entries):
+        info = entries[name]
+        if info.get("type") == "directory" or _is_hidden(name, None if explicit else path):
+            continue
+        found = _format_of(name, spec.format)
+        if found is None:
+            if explicit:
+                raise InputError(
+                    f"cannot tell the format of {full_url(protocol, name)} from its suffix "
+                    "(.jsonl, .jsonl.gz, .ndjson, .parquet); set the input format"
+                )
+            continue
+        fmt, compression = found
+        files.append(
+            FileInfo(full_url(protocol, name), int(info.get("size") or 0), fmt, compression)
+        )
+    if not files:
+        raise InputError(
+            f"no input files at {spec.path} (looked for .jsonl, .jsonl.gz, .ndjson, .parquet"
+            f"{'' if spec.format is None else f' or any {spec.format} file'})"
+        )
+    return files
+
+
+def _format_of(name: str, forced: InputFormat | None) -> tuple[InputFormat, str | None] | None:
+    lower = name.lower()
+    for suffix, fmt, compression in _SUFFIXES:
+        if lower.endswith(suffix):
+            if forced is not None and forced != fmt:
+                return forced, None
+            return fmt, compression
+    if forced is not None:
+        return forced, "gzip" if forced == "jsonl" and lower.endswith(".gz") else None
+    return None
+
+
+def _is_hidden(name: str, root: str | None) -> bool:
+    """A name starting with `_` or `.`; under a listed folder, also any folder below it."""
+    if root is not None and name.startswith(root.rstrip("/") + "/"):
+        parts = name[len(root.rstrip("/")) + 1 :].split("/")
+    else:
+        parts = [name.rstrip("/").rsplit("/", 1)[-1]]
+    return any(part.startswith(("_", ".")) for part in parts)

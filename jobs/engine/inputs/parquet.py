@@ -1,0 +1,81 @@
+"""Read one Parquet shard: a row range `[start, end)` of one file, in batches.
+
+Only the row groups overlapping the range are decoded, and only the configured columns
+(every column when a `context_extractor` needs the whole row). `RawRow.row` is the 0-based
+row number within the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.engine.inputs.opening import open_input
+from jobs.engine.inputs.planning import Shard
+from jobs.engine.inputs.rows import RawRow
+from jobs.engine.inputs.spec import InputSpec, required_columns
+from jobs.engine.storage import is_transient, retry_call
+from scorer_core.errors import CtxPrecError, InputError, StorageError
+
+PARQUET_BATCH_ROWS = 1024
+
+
+def read_parquet_shard(
+    spec: InputSpec, fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard
+) -> Iterator[RawRow]:
+    """The shard's rows in file order. Opening is retried; a file that is not Parquet or
+    cannot be decoded raises `InputError`, a store failure mid-stream `StorageError`."""
+    handle = retry_call(lambda: open_input(fs, fs_path), what="open", url=shard.path)
+    try:
+        with handle:
+            try:
+                parquet = pq.ParquetFile(handle)
+            except pa.ArrowInvalid as exc:
+                raise InputError(f"{shard.path} is not a readable Parquet file: {exc}") from exc
+            meta = parquet.metadata
+            groups: list[int] = []
+            first_row: int | None = None
+            offset = 0
+            for index in range(meta.num_row_groups):
+                rows = meta.row_group(index).num_rows
+                if offset < shard.end and offset + rows > shard.start:
+                    groups.append(index)
+                    if first_row is None:
+                        first_row = offset
+                offset += rows
+            if first_row is None:
+                return
+            columns = None
+            if not spec.context_extractor:
+                names = set(parquet.schema_arrow.names)
+                columns = [c for _, c in required_columns(spec) if c in names]
+            row = first_row
+            batches = parquet.iter_batches(
+                batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
+            )
+            for batch in batches:
+                low = max(shard.start - row, 0)
+                high = min(shard.end - row, batch.num_rows)
+                if high > low:
+                    for k, record in enumerate(batch.slice(low, high - low).to_pylist()):
+                        yield RawRow(shard.path, row + low + k, data=record)
+                row += batch.num_rows
+                if row >= shard.end:
+                    break
+    except CtxPrecError:
+        raise
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"reading {shard.path} (shard {shard.shard_id}) failed: {exc}") from exc
+    except OSError as exc:
+        if type(exc) is OSError and not is_transient(exc):
+            # pyarrow reports undecodable data (a damaged page) as a plain OSError: retrying
+            # the read cannot help, so this is the input's problem, not the store's.
+            raise InputError(
+                f"{shard.path} (shard {shard.shard_id}) is corrupt and cannot be decoded: {exc}"
+            ) from exc
+        raise StorageError(
+            f"reading {shard.path} (shard {shard.shard_id}) failed: {type(exc).__name__}: {exc}"
+        ) from exc

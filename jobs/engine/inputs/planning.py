@@ -1,0 +1,155 @@
+"""Cut the input files into shards of about `shard_size` rows without reading them.
+
+Planning reads only Parquet footers and the first `SAMPLE_BYTES` of each plain JSONL file:
+
+- Parquet: a shard is a row range `[start, end)` of one file, cut at row-group boundaries
+  where possible (a row group bigger than `shard_size` is split by row range).
+- JSON Lines: a shard is a byte range `[start, end)` of one file, sized from the bytes per
+  line in the sample; the reader (`jobs.engine.inputs.jsonl`) gives every line to exactly one
+  range.
+- Gzipped JSON Lines: gzip cannot be entered mid-stream, so the whole file is one shard. For
+  parallelism prefer many plain (or many small gzipped) files.
+
+Shard ids are `{file index:05d}-{start:012d}-{end:012d}-{8 hex of sha1(path, size)}`: the same
+input files planned with the same `shard_size` give the same shards and ids, and a file whose
+size changed gets new ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.engine.inputs.listing import FileInfo
+from jobs.engine.inputs.opening import open_input
+from jobs.engine.inputs.spec import InputFormat, InputSpec
+from jobs.engine.storage import filesystem, retry_call
+from scorer_core.errors import ConfigError, InputError
+
+ShardKind = Literal["rows", "bytes"]
+
+SAMPLE_BYTES = 64 * 1024
+"""Bytes read from the start of a JSONL file to estimate bytes per row."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """A piece of one input file: rows `[start, end)` (Parquet) or bytes `[start, end)` (JSONL).
+
+    For gzipped JSONL the shard is the whole file (`start == 0`, `end == compressed size`).
+    """
+
+    shard_id: str
+    file_index: int
+    path: str
+    format: InputFormat
+    kind: ShardKind
+    start: int
+    end: int
+    compression: str | None = None
+
+
+def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> list[Shard]:
+    """Shards of about `shard_size` rows each, in file order, reading only Parquet footers and
+    the first `SAMPLE_BYTES` of each JSONL file. Deterministic for the same files."""
+    if shard_size < 1:
+        raise ConfigError(f"shard_size must be at least 1, not {shard_size}")
+    shards: list[Shard] = []
+    for index, info in enumerate(files):
+        if info.format == "parquet":
+            sizes = _row_group_sizes(spec, info)
+            ranges = parquet_row_ranges(sizes, shard_size)
+        elif info.compression is not None:
+            ranges = [(0, info.size)] if info.size > 0 else []
+        else:
+            ranges = jsonl_byte_ranges(info.size, _jsonl_sample(spec, info), shard_size)
+        shards.extend(_make_shard(index, info, start, end) for start, end in ranges)
+    return shards
+
+
+def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[tuple[int, int]]:
+    """Row ranges covering every row once: consecutive small row groups are packed together
+    up to `shard_size` rows; a row group larger than `shard_size` is split evenly."""
+    ranges: list[tuple[int, int]] = []
+    pack_start = 0
+    pack_rows = 0
+    offset = 0
+    for rows in row_group_sizes:
+        if rows == 0:
+            continue
+        if rows >= shard_size:
+            if pack_rows:
+                ranges.append((pack_start, pack_start + pack_rows))
+            pieces = math.ceil(rows / shard_size)
+            bounds = [offset + (rows * k) // pieces for k in range(pieces + 1)]
+            ranges.extend(itertools.pairwise(bounds))
+            offset += rows
+            pack_start, pack_rows = offset, 0
+            continue
+        if pack_rows and pack_rows + rows > shard_size:
+            ranges.append((pack_start, pack_start + pack_rows))
+            pack_start, pack_rows = offset, 0
+        pack_rows += rows
+        offset += rows
+    if pack_rows:
+        ranges.append((pack_start, pack_start + pack_rows))
+    return ranges
+
+
+def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[int, int]]:
+    """Byte ranges of about `shard_size` lines each, from the bytes per line in `sample` (the
+    start of the file). Without a newline in the sample, lines are at least that long."""
+    if size <= 0:
+        return []
+    newlines = sample.count(b"\n")
+    bytes_per_row = len(sample) / newlines if newlines else max(len(sample), 1)
+    step = max(1, math.ceil(bytes_per_row * shard_size))
+    return [(start, min(start + step, size)) for start in range(0, size, step)]
+
+
+def _shard_id(file_index: int, info: FileInfo, start: int, end: int) -> str:
+    digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
+    return f"{file_index:05d}-{start:012d}-{end:012d}-{digest}"
+
+
+def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
+    return Shard(
+        shard_id=_shard_id(index, info, start, end),
+        file_index=index,
+        path=info.path,
+        format=info.format,
+        kind="rows" if info.format == "parquet" else "bytes",
+        start=start,
+        end=end,
+        compression=info.compression,
+    )
+
+
+def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:
+    fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+
+    def read() -> list[int]:
+        with open_input(fs, fs_path) as handle:
+            try:
+                meta = pq.read_metadata(handle)
+            except pa.ArrowInvalid as exc:
+                raise InputError(f"{info.path} is not a readable Parquet file: {exc}") from exc
+        return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+    return retry_call(read, what="read Parquet footer of", url=info.path)
+
+
+def _jsonl_sample(spec: InputSpec, info: FileInfo) -> bytes:
+    if info.size <= 0:
+        return b""
+    fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+    end = min(info.size, SAMPLE_BYTES)
+    data = retry_call(lambda: fs.cat_file(fs_path, start=0, end=end), what="read", url=info.path)
+    return bytes(data)

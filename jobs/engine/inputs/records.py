@@ -1,0 +1,200 @@
+"""A shard's rows as items: read them by format, then normalise, truncate and validate each.
+
+`read_items` is what the job uses (through `jobs.factory.shard_items`); `read_shard`,
+`to_item` and `validate_record` are its three steps. Bad data never raises here: a row that
+cannot be scored becomes a `RowError` naming its position and the field. The row policies are
+written out on `to_item`; the truncation defaults live in `jobs.input_limits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from jobs.engine.inputs.jsonl import read_jsonl_shard
+from jobs.engine.inputs.parquet import read_parquet_shard
+from jobs.engine.inputs.planning import Shard
+from jobs.engine.inputs.rows import ItemRecord, RawRow, RowError
+from jobs.engine.inputs.spec import InputSpec, load_extractor
+from jobs.engine.storage import filesystem
+from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from scorer_core.errors import InputError
+from scorer_core.scorer import validate_item
+
+
+def read_items(
+    spec: InputSpec,
+    shard: Shard,
+    *,
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+    max_contexts: int = DEFAULT_MAX_CONTEXTS,
+) -> Iterator[ItemRecord | RowError]:
+    """A shard's rows, normalised and validated, in input order (streaming)."""
+    for raw in read_shard(spec, shard):
+        yield validate_record(
+            to_item(spec, raw, max_context_chars=max_context_chars, max_contexts=max_contexts)
+        )
+
+
+def read_shard(spec: InputSpec, shard: Shard) -> Iterator[RawRow]:
+    """Stream the rows of `shard`. A broken row becomes a `RawRow` with `error` (naming the
+    file and position) and reading goes on. Opening is retried; a store failure mid-stream
+    raises `StorageError` naming the file (the caller retries the whole shard)."""
+    fs, fs_path, _ = filesystem(shard.path, spec.storage_options)
+    if shard.format == "parquet":
+        return read_parquet_shard(spec, fs, fs_path, shard)
+    return read_jsonl_shard(fs, fs_path, shard)
+
+
+class _Invalid(Exception):
+    """One field of a row is unusable (internal; becomes a RowError)."""
+
+
+def to_item(
+    spec: InputSpec,
+    raw: RawRow,
+    *,
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+    max_contexts: int = DEFAULT_MAX_CONTEXTS,
+) -> ItemRecord | RowError:
+    """Validate and normalize one row. Never raises for bad data: returns a `RowError` naming
+    the position and the field.
+
+    Policies:
+    - query_id: a string (used as is) or an integer (stringified); null, empty, or any other
+      type is an error. With `columns.query_id=None` the id is `f"{source}#{row}"`.
+      Duplicate ids are not detected here (the job decides).
+    - input: a non-empty string. output: a string, never null; empty only when there is a
+      reference answer. expected_output: a string or null; empty/blank counts as no reference.
+    - contexts: a list of strings, in retrieved order (positions matter). A string instead of a
+      list, null, an empty list, or any non-string element (numbers are *not* stringified:
+      that usually means the wrong column) is an error. Empty strings are kept (position).
+      With `context_extractor` set, contexts come from calling it with the raw row dict; it
+      raising, or returning anything but a list of strings, is an error for that row.
+    - A context longer than `max_context_chars` is cut to that length; more than
+      `max_contexts` contexts keep the first `max_contexts`; both set `truncated=True`.
+    """
+    if raw.error is not None or raw.data is None:
+        return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
+    data = raw.data
+    cols = spec.columns
+    query_id: str | None = None
+    try:
+        query_id = _query_id(raw, cols.query_id)
+        text_input = _text(data, "input", cols.input, required=True)
+        reference = _optional_text(data, cols.expected_output)
+        output = _text(data, "output", cols.output, required=reference is None)
+        contexts = _contexts(spec, data)
+    except _Invalid as exc:
+        return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id)
+    cut = 0
+    dropped = 0
+    if len(contexts) > max_contexts:
+        dropped = len(contexts) - max_contexts
+        contexts = contexts[:max_contexts]
+    if any(len(c) > max_context_chars for c in contexts):
+        cut = sum(1 for c in contexts if len(c) > max_context_chars)
+        contexts = [c[:max_context_chars] for c in contexts]
+    return ItemRecord(
+        query_id=query_id,
+        input=text_input,
+        output=output,
+        expected_output=reference,
+        contexts=tuple(contexts),
+        source=raw.source,
+        row=raw.row,
+        truncated=bool(cut or dropped),
+        contexts_cut=cut,
+        contexts_dropped=dropped,
+        where=raw.where,
+    )
+
+
+def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:
+    """Reject items the scorer cannot take, with the row's position in the message."""
+    if isinstance(record, RowError):
+        return record
+    try:
+        validate_item(record.to_scoring_item())
+    except InputError as exc:
+        where = record.where or f"{record.source} row {record.row}"
+        return RowError(record.source, record.row, f"{where}: {exc}", record.query_id)
+    return record
+
+
+def _query_id(raw: RawRow, column: str | None) -> str:
+    if column is None:
+        return f"{raw.source}#{raw.row}"
+    assert raw.data is not None
+    value = raw.data.get(column)
+    label = f"query_id (column {column!r})"
+    if value is None:
+        raise _Invalid(f"{label} is {'missing' if column not in raw.data else 'null'}")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _Invalid(f"{label} is a {type(value).__name__}, expected a string or an integer")
+    text = str(value)
+    if not text.strip():
+        raise _Invalid(f"{label} is empty")
+    return text
+
+
+def _text(data: Mapping[str, Any], name: str, column: str, *, required: bool) -> str:
+    label = f"{name} (column {column!r})"
+    value = data.get(column)
+    if value is None:
+        raise _Invalid(f"{label} is {'missing' if column not in data else 'null'}")
+    if not isinstance(value, str):
+        raise _Invalid(f"{label} is a {type(value).__name__}, expected a string")
+    if required and not value.strip():
+        hint = "" if name == "input" else " and there is no reference answer"
+        raise _Invalid(f"{label} is empty{hint}")
+    return value
+
+
+def _optional_text(data: Mapping[str, Any], column: str | None) -> str | None:
+    if column is None:
+        return None
+    value = data.get(column)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _Invalid(
+            f"expected_output (column {column!r}) is a {type(value).__name__}, "
+            "expected a string or null"
+        )
+    return value if value.strip() else None
+
+
+def _contexts(spec: InputSpec, data: dict[str, Any]) -> list[str]:
+    if spec.context_extractor:
+        label = f"context (from context_extractor {spec.context_extractor!r})"
+        extractor = load_extractor(spec.context_extractor)
+        try:
+            value = extractor(data)
+        except Exception as exc:
+            raise _Invalid(f"{label} raised {type(exc).__name__}: {exc}") from exc
+    else:
+        column = spec.columns.context
+        label = f"context (column {column!r})"
+        if column not in data:
+            raise _Invalid(f"{label} is missing")
+        value = data[column]
+    if value is None:
+        raise _Invalid(f"{label} is null, expected a list of strings")
+    if isinstance(value, str):
+        hint = (
+            "; it looks like a JSON-encoded list: decode it with a context_extractor"
+            if value.lstrip().startswith("[")
+            else ""
+        )
+        raise _Invalid(f"{label} is a string, expected a list of strings{hint}")
+    if not isinstance(value, list | tuple):
+        raise _Invalid(f"{label} is a {type(value).__name__}, expected a list of strings")
+    if not value:
+        raise _Invalid(f"{label} is an empty list")
+    for position, element in enumerate(value):
+        if not isinstance(element, str):
+            raise _Invalid(
+                f"{label} element {position} is a {type(element).__name__}, expected a string"
+            )
+    return list(value)

@@ -1,0 +1,71 @@
+"""A row at each stage: `RawRow` as a reader yields it, then `ItemRecord` (ready to judge) or
+`RowError` (cannot be scored) after `jobs.engine.inputs.records` has checked it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from scorer_core.types import ScoringItem
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    """One input row as read, before validation: `data` or else `error` is set.
+
+    `row` is the 0-based row number within the file (Parquet, `unit == "row"`) or the byte
+    offset of the line within the (decompressed) file (JSONL, `unit == "offset"`).
+    """
+
+    source: str
+    row: int
+    data: dict[str, Any] | None = None
+    error: str | None = None
+    unit: Literal["row", "offset"] = "row"
+
+    @property
+    def where(self) -> str:
+        """Position for messages: "s3://b/f.parquet row 12" or "f.jsonl line at byte 345"."""
+        if self.unit == "offset":
+            return f"{self.source} line at byte {self.row}"
+        return f"{self.source} row {self.row}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """A validated item, normalized, with where it came from.
+
+    truncated: some context was cut to `max_context_chars` or contexts beyond `max_contexts`
+    were dropped; `contexts_cut` and `contexts_dropped` say how many of each.
+    """
+
+    query_id: str
+    input: str
+    output: str
+    expected_output: str | None
+    contexts: tuple[str, ...]
+    source: str
+    row: int
+    truncated: bool = False
+    contexts_cut: int = 0
+    contexts_dropped: int = 0
+    where: str = ""  # position for messages, as RawRow.where
+
+    def to_scoring_item(self) -> ScoringItem:
+        return ScoringItem(
+            input=self.input,
+            output=self.output,
+            contexts=self.contexts,
+            expected_output=self.expected_output,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    """A row that cannot be scored; `message` names the position and the field."""
+
+    source: str
+    row: int
+    message: str
+    query_id: str | None = None

@@ -1,0 +1,98 @@
+"""What to read and how to read it: `InputSpec`, `ColumnMap`, and what they imply.
+
+The spec is built from the validated config (`jobs.factory.input_spec`). Besides the two
+dataclasses this module answers the questions every later step asks of a spec: which columns
+must exist (`required_columns`) and which function turns a raw row into contexts
+(`load_extractor`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from scorer_core.errors import ConfigError
+
+InputFormat = Literal["jsonl", "parquet"]
+FORMATS: frozenset[str] = frozenset({"jsonl", "parquet"})
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnMap:
+    """Which input column holds each field.
+
+    `query_id=None`: the file has no id column; the id is `f"{source}#{row}"` (stable while
+    the file does not change). `expected_output=None`: there is no reference answer column.
+    `context` is ignored when a `context_extractor` is set.
+    """
+
+    query_id: str | None = "query_id"
+    input: str = "input"
+    output: str = "output"
+    expected_output: str | None = None
+    context: str = "context"
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Where the items are and how to read them (validated config lives elsewhere).
+
+    path: a file, a folder (every file under it, recursively) or a glob; local or a URL.
+    format: "jsonl" | "parquet" | None (from each file's suffix).
+    context_extractor: "package.module:function", called with the raw row dict, returning the
+    list of context strings; imported once per process.
+    """
+
+    path: str
+    format: InputFormat | None = None
+    columns: ColumnMap = field(default_factory=ColumnMap)
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    context_extractor: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format is not None and self.format not in FORMATS:
+            raise ConfigError(f"input format must be 'jsonl' or 'parquet', not {self.format!r}")
+        if not self.path:
+            raise ConfigError("input path is empty")
+
+
+def required_columns(spec: InputSpec) -> list[tuple[str, str]]:
+    """(field, column) for every column the spec reads; the context column is not read when a
+    `context_extractor` builds the contexts."""
+    cols = spec.columns
+    wanted: list[tuple[str, str | None]] = [
+        ("query_id", cols.query_id),
+        ("input", cols.input),
+        ("output", cols.output),
+        ("expected_output", cols.expected_output),
+        ("context", None if spec.context_extractor else cols.context),
+    ]
+    return [(fld, col) for fld, col in wanted if col is not None]
+
+
+@functools.cache
+def load_extractor(ref: str) -> Callable[[dict[str, Any]], Any]:
+    """Import "package.module:function" once per process; `ConfigError` naming `ref` if not."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"context_extractor {ref!r} must look like 'package.module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigError(
+            f"context_extractor {ref!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise ConfigError(
+                f"context_extractor {ref!r}: {module_name!r} has no attribute {attr!r}"
+            ) from exc
+    if not callable(target):
+        raise ConfigError(f"context_extractor {ref!r} is not callable")
+    extractor: Callable[[dict[str, Any]], Any] = target
+    return extractor
