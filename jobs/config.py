@@ -26,24 +26,65 @@ class _Strict(BaseModel):
 
 
 class ColumnsConfig(_Strict):
-    query_id: str = "query_id"
-    input: str = "input"
-    output: str = "output"
-    expected_output: str | None = None
-    context: str = "context"
+    """Which input column holds each field of an item."""
+
+    query_id: str = Field("query_id", description="Column with the item's unique id.")
+    input: str = Field("input", description="Column with the query (a non-empty string).")
+    output: str = Field(
+        "output",
+        description="Column with the system's answer (may be empty when there is a reference).",
+    )
+    expected_output: str | None = Field(
+        None,
+        description="Column with the reference answer; relevance is judged against it when "
+        "given. null: there is none.",
+    )
+    context: str = Field(
+        "context",
+        description="Column with the retrieved contexts: a list of strings in retrieved order.",
+    )
 
 
 class InputConfig(_Strict):
-    path: str
-    format: Literal["jsonl", "parquet"] | None = None
-    columns: ColumnsConfig = ColumnsConfig()
-    context_extractor: str | None = None
-    storage_options: dict[str, Any] = Field(default_factory=dict)
-    max_context_chars: int = Field(DEFAULT_MAX_CONTEXT_CHARS, ge=100)
-    max_contexts: int = Field(DEFAULT_MAX_CONTEXTS, ge=1)
+    """Where the items are and how to read them."""
+
+    path: str = Field(
+        description="A file, a folder (every file under it) or a glob; a local path or an "
+        "s3://, gs:// or az:// URL. Required."
+    )
+    format: Literal["jsonl", "parquet"] | None = Field(
+        None, description="jsonl or parquet; null: from each file's suffix."
+    )
+    columns: ColumnsConfig = Field(
+        ColumnsConfig(), description="Which input column holds each field."
+    )
+    context_extractor: str | None = Field(
+        None,
+        description='"package.module:function" called with the whole row, returning the list '
+        "of context strings (instead of columns.context).",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to fsspec (endpoint_url, region, ...); put credentials in the "
+        "environment, not here.",
+    )
+    max_context_chars: int = Field(
+        DEFAULT_MAX_CONTEXT_CHARS,
+        ge=100,
+        description="A longer context is cut to this; the row is flagged truncated.",
+    )
+    max_contexts: int = Field(
+        DEFAULT_MAX_CONTEXTS,
+        ge=1,
+        description="Contexts beyond this many are dropped; the row is flagged truncated.",
+    )
     # Only keep_first is implemented (jobs.engine.publish.dedupe); "score_all" and "fail" used to be
     # accepted here and silently ignored.
-    duplicate_query_ids: Literal["keep_first"] = "keep_first"
+    duplicate_query_ids: Literal["keep_first"] = Field(
+        "keep_first",
+        description="keep_first: the first occurrence of a query_id is scored, later ones are "
+        "errors naming it.",
+    )
 
     @field_validator("context_extractor")
     @classmethod
@@ -54,24 +95,55 @@ class InputConfig(_Strict):
 
 
 class OutputConfig(_Strict):
-    path: str = "results/"
-    storage_options: dict[str, Any] = Field(default_factory=dict)
+    """Where the published tables go."""
+
+    path: str = Field("results/", description="A local folder or any fsspec URL (s3://...).")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="Passed to fsspec; credentials via the environment."
+    )
 
 
 class JudgeConfig(_Strict):
-    model: str = "lexical"
-    api_base: str | None = None
-    # "http": lean aiohttp client for OpenAI-compatible servers (scorer_core.openai_http).
-    transport: Literal["litellm", "http"] = "litellm"
-    api_key_env: str | None = "OPENAI_API_KEY"
-    contexts_per_call: int = Field(16, ge=1, le=256)
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(6, ge=0, le=50)
-    max_reasks: int = Field(2, ge=0, le=10)
-    temperature: float | None = Field(0.0, ge=0, le=2)
-    max_tokens: int | None = Field(None, ge=1)
-    # Options for the offline judge only (e.g. {threshold: 0.2}).
-    lexical: dict[str, Any] = Field(default_factory=dict)
+    """The model that gives the per-context verdicts, and how it is called."""
+
+    model: str = Field(
+        "lexical",
+        description='Any litellm model string ("openai/gpt-4o-mini", "anthropic/...") or '
+        '"lexical", the offline judge.',
+    )
+    api_base: str | None = Field(
+        None, description="URL of an OpenAI-compatible server (vLLM, Ollama, llama.cpp, gateway)."
+    )
+    transport: Literal["litellm", "http"] = Field(
+        "litellm",
+        description="litellm: any provider; http: the lean client for OpenAI-compatible servers "
+        "(scorer_core.openai_http).",
+    )
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY",
+        description="NAME of the environment variable holding the API key, never the key.",
+    )
+    contexts_per_call: int = Field(
+        16, ge=1, le=256, description="Long context lists are split into calls of this many."
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Seconds per request.")
+    max_retries: int = Field(
+        6,
+        ge=0,
+        le=50,
+        description="Retries per request for 429, 5xx, timeouts and refused connections.",
+    )
+    max_reasks: int = Field(
+        2, ge=0, le=10, description="Re-asks per request for replies that break the contract."
+    )
+    temperature: float | None = Field(0.0, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int | None = Field(
+        None, ge=1, description="Completion token cap per request; null: the provider's default."
+    )
+    lexical: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the offline judge only, e.g. {threshold: 0.2}.",
+    )
 
     @field_validator("api_key_env")
     @classmethod
@@ -89,22 +161,38 @@ class JudgeConfig(_Strict):
 
 
 class RateLimitConfig(_Strict):
-    requests_per_minute: float = Field(0, ge=0)
-    tokens_per_minute: float = Field(0, ge=0)
-    max_concurrency: int = Field(64, ge=1)
+    """The provider's limits, shared by every worker of the run through one limiter."""
+
+    requests_per_minute: float = Field(
+        0, ge=0, description="0: unlimited. Shared by ALL workers of the run."
+    )
+    tokens_per_minute: float = Field(0, ge=0, description="0: unlimited. Shared likewise.")
+    max_concurrency: int = Field(64, ge=1, description="Judge requests in flight across the run.")
     # Pace a little under the provider's limit so clock skew and latency jitter do not tip
     # a window over it.
-    headroom: float = Field(0.98, gt=0.5, le=1.0)
+    headroom: float = Field(0.98, gt=0.5, le=1.0, description="Pace at this share of the limits.")
 
 
 class ScorerConfig(_Strict):
-    scale: float = Field(1.0, ge=0)
-    reason: Literal["template", "llm", "none"] = "template"
+    """How a score is reported."""
+
+    scale: float = Field(1.0, ge=0, description="Scores run from 0 to this.")
+    reason: Literal["template", "llm", "none"] = Field(
+        "template",
+        description="template: built from the verdicts, no extra call; llm: one more judge call "
+        "per item; none.",
+    )
 
 
 class RunConfig(_Strict):
-    id: str | None = None
-    date: dt.date | None = None
+    """Which run this is: rerunning an unfinished run id resumes it."""
+
+    id: str | None = Field(
+        None,
+        description="Letters, digits, '.', '_', '-' (max 100). null: a fresh id. Rerun an "
+        "unfinished id to resume it.",
+    )
+    date: dt.date | None = Field(None, description="The run_date partition. null: today (UTC).")
 
     @field_validator("id")
     @classmethod
@@ -115,21 +203,31 @@ class RunConfig(_Strict):
 
 
 class CacheConfig(_Strict):
-    enabled: bool = True
-    # Default: <output.path>/_cache
-    path: str | None = None
+    """The verdict cache: unchanged (query, output, reference, context) pairs are not re-judged."""
+
+    enabled: bool = Field(True, description="Never used by the offline lexical judge.")
+    path: str | None = Field(None, description="null: `<output.path>/_cache`.")
 
 
 class RayConfig(_Strict):
-    address: str | None = None
-    shard_size: int = Field(2000, ge=1)
+    """Where the job runs and how it is cut into tasks."""
+
+    address: str | None = Field(
+        None,
+        description="null: RAY_ADDRESS when set (inside a Ray Job), else a local Ray on 127.0.0.1.",
+    )
+    shard_size: int = Field(2000, ge=1, description="Items per task.")
     # Ray tasks in flight at once: each judges one shard with asyncio.
-    workers: int = Field(4, ge=1)
-    num_cpus_per_task: float = Field(0.5, gt=0)
-    max_task_retries: int = Field(3, ge=0)
+    workers: int = Field(4, ge=1, description="Tasks in flight at once.")
+    num_cpus_per_task: float = Field(0.5, gt=0, description="Ray CPUs reserved per task.")
+    max_task_retries: int = Field(
+        3, ge=0, description="A task whose worker died is retried this many times."
+    )
 
 
 class JobConfig(_Strict):
+    """A whole job: one YAML file, every section optional except `input`."""
+
     input: InputConfig
     output: OutputConfig = OutputConfig()
     judge: JudgeConfig = JudgeConfig()
