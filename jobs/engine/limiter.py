@@ -56,6 +56,11 @@ class PacingState:
         self._refusals = 0
         self._recent_grants: deque[float] = deque()
         self._recent_refusals: deque[float] = deque()
+        # Token reservations are estimates until the reply's usage arrives: `_token_ratio`
+        # learns how far off they run (used / reserved) and scales new ones, and
+        # `_mean_tokens` turns a token limit into a request rate for the in-flight budget.
+        self._token_ratio = 1.0
+        self._mean_tokens = 0.0
 
     def _rate(self, per_minute: float) -> float:
         """Allowed events per second right now."""
@@ -96,6 +101,36 @@ class PacingState:
             self._forget_before(now - self.share_window_s)
         return max(0.0, start - now)
 
+    def charge(self, estimated_tokens: int) -> int:
+        """The tokens to reserve for a request estimated at `estimated_tokens`, corrected by
+        what earlier requests actually used."""
+        if estimated_tokens <= 0:
+            return 0
+        charged = max(1, round(estimated_tokens * self._token_ratio))
+        self._mean_tokens = (
+            float(charged) if not self._mean_tokens else 0.95 * self._mean_tokens + 0.05 * charged
+        )
+        return charged
+
+    def settle(self, reserved_tokens: int, used_tokens: int) -> None:
+        """A request that reserved `reserved_tokens` used `used_tokens` (the provider's count):
+        move the token pace by the difference and learn the ratio for later estimates."""
+        if self.tokens_per_minute <= 0 or reserved_tokens <= 0 or used_tokens <= 0:
+            return
+        self._token_tat += (used_tokens - reserved_tokens) / self._rate(self.tokens_per_minute)
+        ratio = used_tokens / reserved_tokens * self._token_ratio
+        self._token_ratio = min(4.0, max(0.25, 0.8 * self._token_ratio + 0.2 * ratio))
+
+    def request_rate(self) -> float | None:
+        """Requests per second the limits allow at steady state now (None: no limit). A token
+        limit counts at the mean size of recent requests."""
+        rates = []
+        if self.requests_per_minute > 0:
+            rates.append(self._rate(self.requests_per_minute))
+        if self.tokens_per_minute > 0 and self._mean_tokens > 0:
+            rates.append(self._rate(self.tokens_per_minute) / self._mean_tokens)
+        return min(rates) if rates else None
+
     def refused(self, retry_after: float | None) -> float:
         """Record a 429: pause everyone and slow down. Returns the pause end (clock time)."""
         now = self.clock()
@@ -116,6 +151,7 @@ class PacingState:
             "granted": self._granted,
             "refusals": self._refusals,
             "factor": self._factor,
+            "token_ratio": self._token_ratio,
             "requests_per_second": (
                 self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
             ),
