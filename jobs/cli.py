@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -212,3 +213,7 @@ def load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return call_handler(load_handler(args.handler), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
