@@ -153,6 +153,20 @@ def test_importing_the_cli_and_scoring_one_item_load_nothing_heavy() -> None:
     assert heavy_modules_after(score) == []
 
 
+def test_the_ray_environment_and_the_engine_api_load_nothing_heavy_until_used() -> None:
+    """conftest and the benchmarks read RAY_ENV before Ray may be imported."""
+    assert heavy_modules_after("from jobs.engine.ray_runtime import RAY_ENV") == []
+    assert heavy_modules_after("import jobs.engine") == []
+    from jobs import engine
+    from jobs.engine import driver
+
+    assert (engine.run_job, engine.RunOutcome, engine.RunFailed) == (
+        driver.run_job,
+        driver.RunOutcome,
+        driver.RunFailed,
+    )
+
+
 def test_every_help_loads_nothing_heavy() -> None:
     helps = "\n".join(
         f"try:\n    jobs.cli.main({argv!r})\nexcept SystemExit as e:\n    assert e.code == 0"
