@@ -26,15 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import header, write_section
+from jobs.engine.ray_runtime import RAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {
-    **os.environ,
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "BENCH_JUDGE_KEY": "bench-not-a-secret",
-}
+ENV = {**os.environ, **RAY_ENV, "BENCH_JUDGE_KEY": "bench-not-a-secret"}
 
 
 @contextlib.contextmanager
@@ -111,7 +106,7 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
         sys.executable,
         "-c",
         # VmHWM is this process's own peak; ru_maxrss would include the parent's at fork.
-        "import re, sys; from jobs.engine.driver import main; "
+        "import re, sys; from jobs.context_precision import main; "
         "code = main(sys.argv[1:]); "
         "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
         "print('MAXRSS', hwm, file=sys.stderr); "

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from jobs.engine.ray_runtime import RAY_ENV, set_env_defaults
 
 SECTION = "## Judge transport overhead (zero-latency server)"
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,8 +65,7 @@ class Row:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(ROOT))
-    return env
+    return {**os.environ, **RAY_ENV, "PYTHONPATH": str(ROOT)}
 
 
 def start_server(max_seconds: float) -> tuple[subprocess.Popen[str], str]:
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="rounds of all rows; median")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     args = parser.parse_args(argv)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    set_env_defaults()
 
     started = dt.date.today().isoformat()
     loads = [f"{load_average()} at start"]

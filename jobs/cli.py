@@ -1,51 +1,219 @@
-"""`ctxprec`: the home of every user command.
+"""`ctxprec`: every user command, behind one thin parser.
 
-ctxprec score [item.json]           score one item (see scorer_core.cli)
+    ctxprec score [ITEM.json]                     score one item (scorer_core.cli)
+    ctxprec run --config FILE [--set K=V]         the scoring job on Ray (jobs.engine.driver)
+    ctxprec estimate --config FILE                items, calls, tokens, cost, time of a run
+    ctxprec calibrate --config FILE --labels F    the configured judge against human labels
+    ctxprec compare RUN_A RUN_B                   how scores moved between two published runs
+    ctxprec report RUN [--baseline RUN]           one self-contained HTML page about a run
+
+Every command's options are defined in this module, and this module imports nothing heavy:
+`ctxprec --help`, `ctxprec <command> --help` and `ctxprec score` never load Polars, pyarrow,
+fsspec, litellm or Ray. A command's own module (its `handler` below) is imported only when
+that command runs. Errors and exit codes follow one policy for every command:
+scorer_core.cli.call_handler (0 success, 1 failed, 2 bad usage/config/input, 3 no score).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from jobs.config import add_run_arguments
-from jobs.tools import calibrate, compare, estimate, report
-from scorer_core.cli import add_score_arguments, run_score
-from scorer_core.errors import CtxPrecError
+from scorer_core.cli import add_score_arguments, call_handler
+
+# Defaults of options whose tool uses the same value as a default of its own; tests/test_cli.py
+# checks that the two agree.
+DEFAULT_SAMPLE = 2000
+DEFAULT_ASSUMED_LATENCY_S = 2.0
+DEFAULT_OUTPUT = "results/"
+DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_TOP = 10
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--config and --set, taken by every command that reads a job config."""
+    parser.add_argument("--config", required=True, help="YAML job config (see configs/)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set rate_limit.requests_per_minute=600",
+    )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--output and --storage-option, taken by every command that reads published runs."""
+    parser.add_argument(
+        "--output",
+        default=DEFAULT_OUTPUT,
+        metavar="PATH",
+        help=f"output root the runs were published to (default {DEFAULT_OUTPUT}; s3://... works)",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec storage option, value parsed as YAML (repeatable; dotted keys nest, "
+        "e.g. client_kwargs.region_name=us-east-1)",
+    )
+
+
+def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=DEFAULT_SAMPLE,
+        help=f"items whose prompts are tokenized exactly (default {DEFAULT_SAMPLE})",
+    )
+    parser.add_argument(
+        "--assumed-latency",
+        type=float,
+        default=DEFAULT_ASSUMED_LATENCY_S,
+        metavar="SECONDS",
+        help="per-request latency assumed when no rate limit bounds the run "
+        f"(default {DEFAULT_ASSUMED_LATENCY_S:g})",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+
+
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--labels", required=True, help="labelled JSONL (query, contexts, ...)")
+    parser.add_argument("--limit", type=int, default=None, help="judge the first N valid rows")
+    parser.add_argument(
+        "--min-grade",
+        type=float,
+        default=None,
+        metavar="G",
+        help="gold = relevance >= G (default: relevance_binary when present, else relevance > 0)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
+    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
+    add_output_arguments(parser)
+    parser.add_argument(
+        "--out-table",
+        metavar="PATH",
+        default=None,
+        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
+    )
+    parser.add_argument(
+        "--max-mean-drop",
+        type=float,
+        default=DEFAULT_MAX_MEAN_DROP,
+        metavar="X",
+        help=f"exit 1 when mean(B) < mean(A) - X (default {DEFAULT_MAX_MEAN_DROP})",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"regressions to list (default {DEFAULT_TOP})",
+    )
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="run id to report on")
+    parser.add_argument(
+        "--baseline", metavar="RUN", default=None, help="also compare with this run id"
+    )
+    add_output_arguments(parser)
+    parser.add_argument(
+        "--html",
+        metavar="PATH",
+        default=None,
+        help="where to write the page (default <output>/reports/<run>.html)",
+    )
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    # "module:function", imported only when the command runs; the function takes the parsed
+    # arguments and returns the exit code.
+    handler: str
+
+
+COMMANDS = (
+    Command(
+        "score",
+        "score one item given as JSON (a file, or stdin)",
+        add_score_arguments,
+        "scorer_core.cli:run_score",
+    ),
+    Command(
+        "run",
+        "run the scoring job on a dataset (Ray); the same as python -m jobs.context_precision",
+        add_config_arguments,
+        "jobs.engine.driver:run_command",
+    ),
+    Command(
+        "estimate",
+        "count items, judge calls, tokens, cost and time of a run, without running it",
+        add_estimate_arguments,
+        "jobs.tools.estimate:run",
+    ),
+    Command(
+        "calibrate",
+        "measure the configured judge against human relevance labels",
+        add_calibrate_arguments,
+        "jobs.tools.calibrate:run",
+    ),
+    Command(
+        "compare",
+        "compare two published runs; exit 1 when the mean score dropped too far",
+        add_compare_arguments,
+        "jobs.tools.compare:run_compare",
+    ),
+    Command(
+        "report",
+        "write a self-contained HTML report of a published run",
+        add_report_arguments,
+        "jobs.tools.report:run_report",
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ctxprec", description="Context precision for RAG retrieval, at scale."
+        prog="ctxprec",
+        description="Context precision for RAG retrieval, at scale.",
+        epilog="exit codes: 0 success, 1 the command failed, 2 bad usage, configuration or "
+        "input, 3 `score` produced no score",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    score = commands.add_parser("score", help="score one item given as JSON")
-    add_score_arguments(score)
-    score.set_defaults(handler=run_score)
-
-    run = commands.add_parser("run", help="run the scoring job on a dataset (Ray)")
-    add_run_arguments(run)
-    run.set_defaults(handler=_run_job)
-
-    estimate.register(commands)
-    calibrate.register(commands)
-    compare.register(commands)
-    report.register(commands)
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = subcommands.add_parser(
+            command.name, help=command.summary, description=command.summary
+        )
+        command.add_arguments(sub)
+        sub.set_defaults(handler=command.handler)
     return parser
 
 
-def _run_job(args: argparse.Namespace) -> int:
-    from jobs.engine.driver import run_command
-
-    return run_command(args)
+def load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
+    """The function named by a `Command.handler` ("module:function"), importing its module."""
+    module, _, name = spec.partition(":")
+    handler: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        code: int = args.handler(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return code
+    return call_handler(load_handler(args.handler), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

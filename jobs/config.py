@@ -7,7 +7,6 @@ overrides are applied to the raw YAML before validation, values parsed as YAML s
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import re
@@ -326,15 +325,3 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> JobConf
     for assignment in overrides or []:
         apply_override(raw, assignment)
     return parse_config(raw, str(path))
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options shared by every command that takes a job config."""
-    parser.add_argument("--config", required=True, help="YAML job config (see configs/)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set rate_limit.requests_per_minute=600",
-    )

@@ -1,13 +1,20 @@
 """The job's documented entrypoint: `python -m jobs.context_precision --config FILE`.
 
-The same as `ctxprec run --config FILE`: this module only hands its arguments to the CLI.
+The same as `ctxprec run --config FILE [--set KEY=VALUE ...]`, exit codes included: this module
+only hands its arguments to the CLI's `run` command.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from jobs.engine.driver import main
+from jobs import cli
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.main(["run", *(sys.argv[1:] if argv is None else argv)])
+
 
 if __name__ == "__main__":
     sys.exit(main())

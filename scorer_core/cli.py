@@ -4,6 +4,15 @@ The item is a JSON object read from a file or stdin:
     {"input": "...", "output": "...", "expected_output": "... (optional)",
      "context": ["first retrieved passage", "second", ...]}
 ("query", "contexts" and "expected_answer" are accepted as aliases.)
+
+The exit codes of every command (`ctxprec ...` too) are defined here, with the one handler
+that turns the project's errors into them (`call_handler`):
+
+    0  success
+    1  the command ran but failed: the judge cannot work, the run failed, storage failure,
+       the run id is being run by another driver
+    2  bad usage, configuration or input (argparse's own code for usage errors)
+    3  `score` produced no score (the item is unscored or failed)
 """
 
 from __future__ import annotations
@@ -12,12 +21,17 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from scorer_core.errors import CtxPrecError, InputError
+from scorer_core.errors import ConfigError, CtxPrecError, InputError
 from scorer_core.scorer import create_context_precision_scorer
 from scorer_core.types import ScoreResult
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NO_SCORE = 3
 
 _ALIASES = {"query": "input", "contexts": "context", "expected_answer": "expected_output"}
 _FIELDS = ("input", "output", "expected_output", "context")
@@ -119,7 +133,22 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         json.dumps(result_to_dict(result), ensure_ascii=False) if args.json else render(result),
         file=stdout,
     )
-    return 0 if result.status == "ok" else 3
+    return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE
+
+
+def exit_code(error: CtxPrecError) -> int:
+    """2 for a mistake of the caller's (usage, configuration, input), else 1."""
+    return EXIT_USAGE if isinstance(error, ConfigError | InputError) else EXIT_FAILED
+
+
+def call_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command's handler; a project error is printed as one line and becomes its exit
+    code. Anything else is a bug and keeps its traceback."""
+    try:
+        return handler(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,8 +160,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_score_arguments(parser)
     args = parser.parse_args(args_list)
-    try:
-        return run_score(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return call_handler(run_score, args)

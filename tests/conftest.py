@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
 
+from jobs.engine.ray_runtime import RAY_ENV, set_env_defaults
+
 # The fake judge's `server` fixture and other small fakes, for every test module.
 pytest_plugins = ["tests.fakes"]
 
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
 # test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
-for _name, _value in {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}.items():
-    os.environ.setdefault(_name, _value)
+set_env_defaults()
 
 # ==========================================================================================
 # moto S3 fixtures (owner: storage/inputs). A real S3-compatible HTTP endpoint on loopback:
@@ -105,16 +101,13 @@ def s3_prefix(moto_s3: MotoS3) -> str:
 
 # ==========================================================================================
 # Ray fixture (owner: job integration tests). One local Ray instance for the whole session,
-# on loopback only, started lazily by the first test that asks for it. `jobs.engine.driver.
+# on loopback only, started lazily by the first test that asks for it. `jobs.engine.ray_runtime.
 # start_ray` sees `ray.is_initialized()` and reuses it. The environment is set before
 # `ray.init` so the raylet and every worker inherit it (loopback, offline litellm).
 # ==========================================================================================
 
-RAY_TEST_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
+# The job's own Ray environment (jobs.engine.ray_runtime), under the name tests import.
+RAY_TEST_ENV = RAY_ENV
 
 
 @pytest.fixture(scope="session")
@@ -123,7 +116,7 @@ def ray_local() -> Iterator[Any]:
     import ray
 
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in RAY_TEST_ENV.items():
+        for name, value in RAY_ENV.items():
             patch.setenv(name, value)
         if ray.is_initialized():  # pragma: no cover - someone else started it
             yield ray

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs.engine.driver import RunFailed, main, run_job
+from jobs.context_precision import main
+from jobs.engine.driver import RunFailed, run_job
 from jobs.tools.sample_data import generate
 from scorer_core import context_precision
 from scorer_core.errors import InputError
@@ -515,7 +516,7 @@ def test_config_mistakes_fail_at_start_up_naming_the_key(
     write_lines(source, [line(row) for row in items(3, seed=131)])
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(raw_config(source, tmp_path / "out", judge=judge(server))))
-    assert main(["--config", str(path), "--set", override]) == 1
+    assert main(["--config", str(path), "--set", override]) == 2  # bad configuration
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}: invalid configuration")
     assert expected in err

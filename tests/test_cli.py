@@ -1,17 +1,31 @@
-"""The single-item CLI, as a user runs it: `python -m scorer_core` and `ctxprec score`."""
+"""`ctxprec` as a user runs it: `score` (and `python -m scorer_core`), every command's
+`--help`, the exit-code policy, and the promise that the CLI itself stays light to import."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from scorer_core.testing import FakeJudgeServer
+import pytest
+import yaml
+
+from jobs import cli, context_precision
+from jobs.engine.ray_runtime import RAY_ENV
+from jobs.tools import calibrate, compare, estimate, report, runs
+from jobs.tools.sample_data import generate, write_jsonl
+from scorer_core.cli import EXIT_FAILED, EXIT_NO_SCORE, EXIT_USAGE
+from scorer_core.testing import FakeJudgeServer, FaultPlan
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+ENV = {**os.environ, **RAY_ENV}
+HEAVY = ("polars", "pyarrow", "fsspec", "ray", "litellm")
+COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report")
 
 
 def run(
@@ -82,3 +96,218 @@ def test_ctxprec_score_against_an_openai_compatible_server() -> None:
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["score"] == 0.83
         assert server.stats()["total_requests"] == 1
+
+
+def test_an_item_that_gets_no_score_exits_3() -> None:
+    item = {"input": "q", "output": "o", "context": ["a RELEVANT", "b"]}
+    # Every reply is broken JSON: the judge re-asks, then gives the item up as unscored.
+    with FakeJudgeServer(fault_plan=FaultPlan(malformed_json=1.0)) as server:
+        done = run(
+            "-m",
+            "jobs.cli",
+            "score",
+            "--model",
+            "openai/fake-judge",
+            "--api-base",
+            server.url,
+            "--json",
+            stdin=json.dumps(item),
+        )
+    assert done.returncode == EXIT_NO_SCORE, done.stderr
+    assert json.loads(done.stdout)["status"] == "unscored"
+
+
+def test_a_judge_that_cannot_work_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CTXPREC_TEST_KEY", "sk-wrong")
+    item = ROOT / "examples" / "item.json"
+    with FakeJudgeServer(require_api_key="sk-right") as server:
+        args = ["--model", "openai/fake-judge", "--api-base", server.url, str(item)]
+        code = cli.main(["score", "--api-key-env", "CTXPREC_TEST_KEY", *args])
+    assert code == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "sk-wrong" not in err
+
+
+# -- light imports -----------------------------------------------------------------------------
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """Run `code` in a fresh interpreter; the heavy top-level modules it ended up importing."""
+    script = (
+        "import sys\n"
+        f"{code}\n"
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
+        "print(json.dumps(heavy))\n"
+    )
+    done = run("-c", "import json\n" + script)
+    assert done.returncode == 0, done.stderr
+    heavy: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return heavy
+
+
+def test_importing_the_cli_and_scoring_one_item_load_nothing_heavy() -> None:
+    assert heavy_modules_after("import scorer_core, jobs.cli") == []
+    score = "import jobs.cli\nassert jobs.cli.main(['score', 'examples/item.json']) == 0"
+    assert heavy_modules_after(score) == []
+
+
+def test_the_ray_environment_and_the_engine_api_load_nothing_heavy_until_used() -> None:
+    """conftest and the benchmarks read RAY_ENV before Ray may be imported."""
+    assert heavy_modules_after("from jobs.engine.ray_runtime import RAY_ENV") == []
+    assert heavy_modules_after("import jobs.engine") == []
+    from jobs import engine
+    from jobs.engine import driver
+
+    assert (engine.run_job, engine.RunOutcome, engine.RunFailed) == (
+        driver.run_job,
+        driver.RunOutcome,
+        driver.RunFailed,
+    )
+
+
+def test_every_help_loads_nothing_heavy() -> None:
+    helps = "\n".join(
+        f"try:\n    jobs.cli.main({argv!r})\nexcept SystemExit as e:\n    assert e.code == 0"
+        for argv in [["--help"], *([name, "--help"] for name in COMMANDS)]
+    )
+    assert heavy_modules_after("import jobs.cli\n" + helps) == []
+
+
+def test_the_check_sees_a_heavy_import() -> None:
+    assert heavy_modules_after("import jobs.cli, fsspec") == ["fsspec"]
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def test_ctxprec_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert all(f"    {name} " in text or f"    {name}\n" in text for name in COMMANDS), text
+    assert "exit codes: 0 success, 1 the command failed, 2 bad usage" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([name, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: ctxprec {name} ")
+
+
+def test_every_handler_is_importable_and_callable() -> None:
+    assert tuple(command.name for command in cli.COMMANDS) == COMMANDS
+    for command in cli.COMMANDS:
+        assert callable(cli.load_handler(command.handler)), command.handler
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, tuple[object, ...]]:
+    return {
+        action.dest: (
+            tuple(action.option_strings),
+            action.default,
+            action.required,
+            action.nargs,
+            action.type,
+            action.choices,
+            action.metavar,
+        )
+        for action in parser._actions
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "tool_arguments"),
+    [
+        ("estimate", estimate.add_arguments),
+        ("calibrate", calibrate.add_arguments),
+        ("compare", compare.add_arguments),
+        ("report", report.add_arguments),
+    ],
+)
+def test_the_cli_and_the_tools_own_entrypoints_take_the_same_options(
+    name: str, tool_arguments: object
+) -> None:
+    """`python -m jobs.tools.<tool>` builds its parser with the tool's add_arguments, ctxprec
+    with jobs.cli's definitions: they must not drift apart."""
+    assert callable(tool_arguments)
+    own = argparse.ArgumentParser()
+    tool_arguments(own)
+    (command,) = [c for c in cli.COMMANDS if c.name == name]
+    ours = argparse.ArgumentParser()
+    command.add_arguments(ours)
+    assert _options(ours) == _options(own)
+
+
+def test_cli_defaults_are_the_tools_defaults() -> None:
+    assert cli.DEFAULT_SAMPLE == estimate.DEFAULT_SAMPLE
+    assert cli.DEFAULT_ASSUMED_LATENCY_S == estimate.DEFAULT_ASSUMED_LATENCY_S
+    assert cli.DEFAULT_OUTPUT == runs.DEFAULT_OUTPUT
+    assert cli.DEFAULT_MAX_MEAN_DROP == compare.DEFAULT_MAX_MEAN_DROP
+    assert cli.DEFAULT_TOP == compare.DEFAULT_TOP
+
+
+# -- exit codes of the job and the run tools ---------------------------------------------------
+
+
+def test_bad_usage_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["run"])
+    assert done.value.code == EXIT_USAGE
+    assert "--config" in capsys.readouterr().err
+
+
+def test_ctxprec_run_and_the_entrypoint_exit_alike_on_a_bad_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "missing.yaml")
+    assert cli.main(["run", "--config", missing]) == EXIT_USAGE
+    first = capsys.readouterr().err
+    assert context_precision.main(["--config", missing]) == EXIT_USAGE
+    assert capsys.readouterr().err == first
+    assert first == f"error: {missing}: cannot read config (No such file or directory)\n"
+
+
+def _job_config(tmp_path: Path) -> Path:
+    data = tmp_path / "items.jsonl"
+    write_jsonl(data, generate(20))
+    path = tmp_path / "job.yaml"
+    columns = {
+        "query_id": "id",
+        "input": "question",
+        "output": "answer",
+        "expected_output": "ground_truth",
+        "context": "contexts",
+    }
+    config = {
+        "input": {"path": str(data), "columns": columns},
+        "output": {"path": str(tmp_path / "out")},
+        "judge": {"model": "lexical"},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_run_held_by_another_driver_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert socket.gethostname() != "elsewhere"
+    config = _job_config(tmp_path)
+    lease = tmp_path / "out" / "_staging" / "run_id=held" / "LEASE.json"
+    lease.parent.mkdir(parents=True)
+    holder = {"token": "theirs", "host": "elsewhere", "pid": 4242, "heartbeat": time.time()}
+    lease.write_text(json.dumps(holder))
+    code = cli.main(["run", "--config", str(config), "--set", "run.id=held"])
+    assert code == EXIT_FAILED
+    assert "being run by pid 4242 on elsewhere" in capsys.readouterr().err
+    assert json.loads(lease.read_text()) == holder  # not taken, not removed
+
+
+def test_an_unknown_run_id_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["compare", "nightly-1", "nightly-2", "--output", str(tmp_path)])
+    assert code == EXIT_USAGE
+    assert "'nightly-1' not found" in capsys.readouterr().err

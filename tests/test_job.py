@@ -22,7 +22,8 @@ import polars as pl
 import pytest
 
 from jobs.config import JobConfig, load_config, parse_config
-from jobs.engine.driver import RunOutcome, main, run_job
+from jobs.context_precision import main
+from jobs.engine.driver import RunOutcome, run_job
 from jobs.engine.inputs import list_input_files, plan_shards
 from jobs.engine.publish import RunLocation
 from jobs.engine.storage import open_store
@@ -526,7 +527,7 @@ def test_unknown_config_key_fails_naming_the_key(
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=r"rate_limit\.request_per_minute: unknown key"):
         load_config(path)
-    assert main(["--config", str(path)]) == 1
+    assert main(["--config", str(path)]) == 2  # bad configuration (jobs.cli exit codes)
     assert "rate_limit.request_per_minute: unknown key" in capsys.readouterr().err
     assert server.stats()["total_requests"] == 0
     assert not (tmp_path / "out").exists()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from jobs.config import parse_config
-from jobs.engine.driver import main, run_job
+from jobs.context_precision import main
+from jobs.engine.driver import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import CtxPrecError
 from scorer_core.testing import FakeJudgeServer

@@ -5,10 +5,16 @@ owner token, host, pid and a heartbeat it refreshes while the run goes on. A sec
 the same run id is refused while the lease is fresh, with a message naming the holder. A lease
 whose heartbeat is older than `ttl_s`, or whose holder is a dead process on this host, is
 taken over: that is the rerun after a crash (`kill -9` of the driver) and it must not wait.
+
+Use it as a context manager, so that every way out of the run gives the lease back:
+
+    with RunLease(store, store.join(location.staging, "LEASE.json")) as lease:
+        ...  # judge, calling lease.heartbeat() while it goes on, then publish
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,7 +22,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from jobs.engine.storage import Store
 from scorer_core.errors import CtxPrecError, StorageError
@@ -112,7 +119,27 @@ class RunLease:
             self._last_beat = now
 
     def release(self) -> None:
+        """Remove the lease if it is still ours (publishing removes it with the staging area)."""
         _HELD.discard(self.token)
         current = self._read()
         if current is not None and current.get("token") == self.token:
             self.store.rm(self.path)
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.release()
+            return
+        # The run's own error is the one to report, not a store too broken to delete the lease.
+        # The lease left behind is no longer in _HELD, so a rerun takes it over (in this
+        # process at once, elsewhere once its heartbeat is older than the TTL).
+        with contextlib.suppress(StorageError):
+            self.release()

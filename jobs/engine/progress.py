@@ -1,14 +1,15 @@
 """Run progress: counters that workers add to and the driver draws as a progress line.
 
 Workers batch their increments (at most a few actor calls per second each), so progress
-reporting costs nothing measurable even at thousands of items per second.
+reporting costs nothing measurable even at thousands of items per second. The driver's side
+(jobs.engine.fanout) draws `ProgressLine` with the total from `ExpectedItems`.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -55,6 +56,34 @@ class BatchedCounter:
             self.flush(self._pending)
             self._pending = {}
         self._last = self.clock()
+
+
+class ExpectedItems:
+    """How many items the shards to run hold: the progress line's total, for its bar and ETA.
+
+    `sizes` are the shards' lengths by shard id, in rows when `exact` (Parquet row ranges) or
+    in bytes (JSONL byte ranges). Bytes say nothing exact about items, so then the total is
+    extrapolated from the items per byte of the shards finished so far (unknown until one is).
+    """
+
+    def __init__(self, sizes: Mapping[str, int], *, exact: bool) -> None:
+        self._sizes = dict(sizes)
+        self._units_total = sum(self._sizes.values())
+        self._exact = exact
+        self._units_done = 0
+        self._items_done = 0
+
+    @property
+    def total(self) -> int | None:
+        if self._exact:
+            return self._units_total
+        if not self._units_done:
+            return None
+        return round(self._items_done / self._units_done * self._units_total)
+
+    def shard_done(self, shard_id: str, items: int) -> None:
+        self._units_done += self._sizes.get(shard_id, 0)
+        self._items_done += items
 
 
 def _eta(seconds: float) -> str:

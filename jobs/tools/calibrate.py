@@ -41,7 +41,8 @@ import fsspec
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.config import JobConfig, add_run_arguments, load_config
+from jobs.cli import add_calibrate_arguments
+from jobs.config import JobConfig, load_config
 from scorer_core.errors import CtxPrecError, InputError
 from scorer_core.metrics import (
     cohen_kappa,
@@ -410,17 +411,14 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--labels", required=True, help="labelled JSONL (query, contexts, ...)")
-    parser.add_argument("--limit", type=int, default=None, help="judge the first N valid rows")
-    parser.add_argument(
-        "--min-grade",
-        type=float,
-        default=None,
-        metavar="G",
-        help="gold = relevance >= G (default: relevance_binary when present, else relevance > 0)",
-    )
-    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    """`ctxprec calibrate`'s options. They are defined in jobs.cli, which must not import this
+    module to show them (`--help` stays fast)."""
+    add_calibrate_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The handler of `ctxprec calibrate` (jobs.cli)."""
+    return run_calibrate(args)
 
 
 def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:

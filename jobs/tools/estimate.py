@@ -49,7 +49,8 @@ import pyarrow.parquet as pq
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.config import JobConfig, add_run_arguments, load_config
+from jobs.cli import add_estimate_arguments
+from jobs.config import JobConfig, load_config
 from jobs.engine.aggregate import estimate_cost_usd
 from jobs.engine.cache import pair_key, slot_path
 from jobs.engine.inputs import (
@@ -463,22 +464,14 @@ def format_estimate(result: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument(
-        "--sample",
-        type=int,
-        default=DEFAULT_SAMPLE,
-        help=f"items whose prompts are tokenized exactly (default {DEFAULT_SAMPLE})",
-    )
-    parser.add_argument(
-        "--assumed-latency",
-        type=float,
-        default=DEFAULT_ASSUMED_LATENCY_S,
-        metavar="SECONDS",
-        help="per-request latency assumed when no rate limit bounds the run "
-        f"(default {DEFAULT_ASSUMED_LATENCY_S:g})",
-    )
-    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    """`ctxprec estimate`'s options. They are defined in jobs.cli, which must not import this
+    module to show them (`--help` stays fast)."""
+    add_estimate_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The handler of `ctxprec estimate` (jobs.cli)."""
+    return run_estimate(args)
 
 
 def run_estimate(args: argparse.Namespace, out: TextIO | None = None) -> int:

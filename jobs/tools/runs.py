@@ -47,8 +47,8 @@ _PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.par
 _MAX_LISTED_IDS = 30
 
 
-class RunNotFound(CtxPrecError):
-    """No published run with the asked id under the output root."""
+class RunNotFound(ConfigError):
+    """No published run with the asked id under the output root (a wrong argument: exit 2)."""
 
 
 @dataclass(frozen=True)

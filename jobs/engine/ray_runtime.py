@@ -1,0 +1,66 @@
+"""Ray for the job: the environment it needs and how the driver starts or joins it.
+
+`RAY_ENV` is the one place those variables are written in Python: the driver, the tests'
+conftest and the benchmarks take them from here (the Makefile and .ci/run export the same
+values in shell, before any Python starts). This module imports Ray only inside `start_ray`,
+so reading `RAY_ENV` costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobs.config import JobConfig
+
+# Ray reads these when it is imported, and its workers inherit them:
+# - a local Ray stays on loopback instead of the machine's outside address;
+# - litellm uses its bundled price map instead of fetching one at import (offline-safe);
+# - Ray sends no usage statistics.
+RAY_ENV: dict[str, str] = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def set_env_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Put `RAY_ENV` into `environ` where a variable is not set already (a user's value wins)."""
+    for key, value in RAY_ENV.items():
+        environ.setdefault(key, value)
+
+
+def start_ray(config: JobConfig) -> None:
+    """Join the configured cluster (or the one a Ray Job runs in), else start Ray locally."""
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        # Ray reads these when it is imported: set them first.
+        set_env_defaults()
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        # No runtime_env of our own: a Ray Job's runtime_env may set the same variables and Ray
+        # refuses to merge conflicting ones. The workers need nothing from here (scorer_core
+        # sets litellm's offline price map itself before importing it).
+        ray.init(address=address, log_to_driver=True)
+        return
+    for attempt in (1, 2):
+        try:
+            ray.init(
+                num_cpus=max(2, os.cpu_count() or 2),
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                runtime_env={"env_vars": {key: os.environ[key] for key in RAY_ENV}},
+                log_to_driver=True,
+            )
+            return
+        except Exception as exc:
+            # On an overloaded machine a local node can miss Ray's start-up deadline; a second
+            # try usually makes it. Anything else is not ours to retry.
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()
