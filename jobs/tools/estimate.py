@@ -50,7 +50,6 @@ import pyarrow.parquet as pq
 from jobs import factory
 from jobs import formatting as fmt
 from jobs.config import JobConfig, add_run_arguments, load_config
-from jobs.engine.aggregate import estimate_cost_usd
 from jobs.engine.cache import pair_key, slot_path
 from jobs.engine.inputs import (
     RowError,
@@ -59,6 +58,7 @@ from jobs.engine.inputs import (
     plan_shards,
 )
 from jobs.engine.storage import Store, filesystem
+from jobs.pricing import estimate_cost_usd
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import estimate_tokens
 from scorer_core.litellm_client import import_litellm
