@@ -211,7 +211,12 @@ PUBLISHED_SUMMARY = Table(
             "`cost_usd`, `band_count`, `position_judged`, `position_relevant`, "
             "`position_rate`",
         ),
-        Column("band", "string", "the score band of a `band_count` row; null otherwise"),
+        Column(
+            "band",
+            "string",
+            "the band of score / scale of a `band_count` row (`0`, `0.1-0.3`, `0.4-0.6`, "
+            "`0.7-0.8`, `0.9-1.0`); null otherwise",
+        ),
         Column("position", "int32", "the position of a `position_*` row; null otherwise"),
         Column("value", "float64", "the metric's value; null when undefined"),
     ),

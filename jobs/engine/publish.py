@@ -116,8 +116,7 @@ def dedupe(items: pl.LazyFrame, verdicts: pl.LazyFrame) -> tuple[pl.LazyFrame, p
         return items, verdicts
     firsts = {seq: where for seq, (_, where) in later.items()}
     messages = {seq: duplicate_error(query_id, where) for seq, (query_id, where) in later.items()}
-    seqs = pl.Series(list(later), dtype=pl.Int64)
-    is_duplicate = pl.col("item_seq").is_in(seqs)
+    is_duplicate = pl.col("item_seq").is_in(list(later))
     first = pl.col("item_seq").replace_strict(firsts, default=None, return_dtype=pl.String)
     message = pl.col("item_seq").replace_strict(messages, default=None, return_dtype=pl.String)
     items_out = items.with_columns(
