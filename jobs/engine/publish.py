@@ -141,9 +141,12 @@ class Published:
     duplicates: int
 
 
-def _upload_frame(store: Store, frame: pl.DataFrame, path: str, tmp: str) -> None:
+def _upload_frame(store: Store, frame: pl.LazyFrame | pl.DataFrame, path: str, tmp: str) -> None:
     local = os.path.join(tmp, path.replace("/", "_"))
-    frame.write_parquet(local, compression="zstd")
+    if isinstance(frame, pl.LazyFrame):
+        frame.sink_parquet(local, compression="zstd")
+    else:
+        frame.write_parquet(local, compression="zstd")
     store.upload_file_atomic(local, store.join(path))
     os.unlink(local)
 
@@ -205,14 +208,14 @@ def publish_run(
         scores_local = os.path.join(tmp, "scores.parquet")
         verdicts_local = os.path.join(tmp, "verdicts.parquet")
         published_scores(items).sink_parquet(scores_local, compression="zstd")
-        verdicts.select(PUBLISHED_VERDICTS.names).sink_parquet(verdicts_local, compression="zstd")
+        verdicts.select(PUBLISHED_VERDICTS.names).sink_parquet(verdicts_local)
         scores = pl.scan_parquet(scores_local)
         verdicts = pl.scan_parquet(verdicts_local)
         if verify_scores:
             _check_scores(scores, verdicts, scale)
         summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
         duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
-        store.upload_file_atomic(verdicts_local, store.join(location.table_file("verdicts")))
+        _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(scores_local, store.join(location.table_file("scores")))
     manifest = {
