@@ -87,6 +87,8 @@ class Table:
 
     def build_row(self, **values: Any) -> dict[str, Any]:
         """A row as a dict in column order; a missing or unknown column raises ValueError."""
+        if tuple(values) == self.names:
+            return values  # the builders pass columns in order: no copy per verdict row
         if values.keys() != self._by_name.keys():
             missing = sorted(set(self.names) - values.keys())
             unknown = sorted(values.keys() - set(self.names))
