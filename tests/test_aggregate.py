@@ -1,12 +1,12 @@
-"""Tests for jobs.engine.aggregate: the Polars scores, the final table and the run summary.
+"""Tests for jobs.engine.aggregate (the Polars scores, their agreement with the worker's
+scorer_core scores, the run summary), jobs.pricing and jobs.summary_table.
 
 Every table goes through real Parquet files in a temporary directory and is scanned back, the
-way the job reads the workers' shards.
+way publishing reads the tables; rows have the published tables' columns (jobs.schema).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -24,23 +24,18 @@ from hypothesis import strategies as st
 
 from jobs.engine.aggregate import (
     BANDS,
-    FINAL_COLUMNS,
-    ITEM_SCHEMA,
-    VERDICT_SCHEMA,
     RunSummary,
     ScoreMethod,
-    duplicate_verdicts,
-    estimate_cost_usd,
-    final_scores,
-    format_summary_table,
-    print_summary_table,
     relevance_by_position,
     score_mismatches,
     scores_from_verdicts,
     summarize,
-    write_summary,
 )
+from jobs.pricing import estimate_cost_usd
+from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS
+from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
+from scorer_core.precision import context_precision
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -72,20 +67,19 @@ def verdict_rows(query_id: str, flags: Sequence[bool | None]) -> list[dict[str, 
 
 
 def verdict_row(query_id: str, position: int, relevant: bool | None) -> dict[str, object]:
-    return {
-        "query_id": query_id,
-        "position": position,
-        "relevant": relevant,
-        "judge_reason": "" if relevant is None else f"reason {position}",
-        "pair_key": f"{query_id}:{position}",
-        "cached": False,
-    }
+    return PUBLISHED_VERDICTS.build_row(
+        query_id=query_id,
+        position=position,
+        relevant=relevant,
+        judge_reason="" if relevant is None else f"reason {position}",
+        cached=False,
+    )
 
 
 def write_verdicts(directory: Path, rows: Iterable[dict[str, object]], shards: int = 1) -> str:
     """Write verdict rows as `shards` Parquet files (round robin) and return their glob."""
     directory.mkdir(parents=True, exist_ok=True)
-    frame = pl.DataFrame(list(rows), schema=VERDICT_SCHEMA)
+    frame = pl.DataFrame(list(rows), schema=PUBLISHED_VERDICTS.polars)
     for shard in range(shards):
         part = frame.gather_every(shards, offset=shard) if frame.height else frame
         part.write_parquet(directory / f"verdicts-{shard:03d}.parquet")
@@ -93,33 +87,33 @@ def write_verdicts(directory: Path, rows: Iterable[dict[str, object]], shards: i
 
 
 def item_row(query_id: str, status: str = "ok", **overrides: object) -> dict[str, object]:
+    """A row of the published scores table (the worker's score is `score`)."""
     row: dict[str, object] = {
         "query_id": query_id,
-        "status": status,
-        "error": None if status == "ok" else f"{status}: judge gave up",
         "score": None,
         "reason": f"reason for {query_id}",
-        "context_count": 0,
+        "status": status,
+        "error": None if status == "ok" else f"{status}: judge gave up",
         "relevant_count": 0,
+        "context_count": 0,
         "judge_model": "openai/gpt-4o-mini",
         "calls": 1,
         "prompt_tokens": 100,
         "completion_tokens": 20,
-        "retries": 0,
-        "rate_limited": 0,
-        "reasks": 0,
         "cache_hits": 0,
         "source": "input.jsonl",
         "row": 0,
+        "truncated": False,
+        "duplicate_of": None,
     }
     row.update(overrides)
-    return row
+    return PUBLISHED_SCORES.build_row(**row)
 
 
 def write_items(directory: Path, rows: Iterable[dict[str, object]]) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "items-000.parquet"
-    pl.DataFrame(list(rows), schema=ITEM_SCHEMA).write_parquet(path)
+    pl.DataFrame(list(rows), schema=PUBLISHED_SCORES.polars).write_parquet(path)
     return str(path)
 
 
@@ -131,10 +125,10 @@ def scores_by_id(frame: pl.DataFrame) -> dict[str, tuple[float, int, int]]:
 
 
 def final_row(score: float | None, status: str = "ok", **overrides: object) -> dict[str, object]:
-    """A row shaped like `final_scores` output, for summary tests."""
+    """A published scores row, for summary tests."""
     row = item_row(f"q{overrides.pop('n', 0)}", status, **overrides)
     row["score"] = score
-    return {name: row[name] for name in FINAL_COLUMNS}
+    return row
 
 
 def sql(query: str) -> list[tuple[Any, ...]]:
@@ -145,8 +139,11 @@ def sql(query: str) -> list[tuple[Any, ...]]:
 
 
 def final_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
-    schema = {name: ITEM_SCHEMA[name] for name in FINAL_COLUMNS}
-    return pl.DataFrame(rows, schema=schema)
+    return pl.DataFrame(rows, schema=PUBLISHED_SCORES.polars)
+
+
+def no_verdicts() -> pl.LazyFrame:
+    return pl.LazyFrame(schema=PUBLISHED_VERDICTS.polars)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,11 +247,10 @@ def test_bad_scale_and_method(tmp_path: Path) -> None:
         scores_from_verdicts(source, 1, method="magic")  # type: ignore[arg-type]
 
 
-def test_duplicate_positions_are_reported_and_methods_agree(tmp_path: Path) -> None:
+def test_methods_agree_on_duplicate_positions(tmp_path: Path) -> None:
     rows = [*verdict_rows("q", [True, False, True]), verdict_row("q", 2, True)]
     rows += verdict_rows("fine", [True])
     source = write_verdicts(tmp_path, rows)
-    assert duplicate_verdicts(source).collect().rows() == [("q", 2, 2)]
     by_method = [scores_by_id(scores_from_verdicts(source, 1, method=m).collect()) for m in METHODS]
     assert by_method[0] == by_method[1]
     assert by_method[0]["fine"] == (1.0, 1, 1)
@@ -334,10 +330,6 @@ def test_methods_agree_on_any_rows(
 def test_agrees_with_scorer_core(
     tmp_path_factory: pytest.TempPathFactory, flags: list[bool], scale: float
 ) -> None:
-    try:
-        from scorer_core.precision import context_precision
-    except ImportError:
-        pytest.skip("scorer_core.precision.context_precision is not available yet")
     source = write_verdicts(tmp_path_factory.mktemp("v"), verdict_rows("q", flags))
     expected = context_precision(flags, scale)
     assert expected == reference_score(dict(enumerate(flags)), scale)
@@ -346,8 +338,31 @@ def test_agrees_with_scorer_core(
         assert out["score"].to_list() == ([expected] if flags else [])
 
 
+any_scales = st.one_of(
+    scales, st.floats(min_value=0, max_value=1000, allow_nan=False, allow_infinity=False)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    items=st.lists(st.lists(st.booleans(), min_size=1, max_size=80), min_size=1, max_size=6),
+    scale=any_scales,
+)
+def test_worker_score_equals_polars_score(items: list[list[bool]], scale: float) -> None:
+    """The published score (the worker's, scorer_core) is the one the verdict rows imply.
+
+    Lists longer than 64 take the bitmask method's window fallback; any scale, not just the
+    round ones."""
+    rows = [row for n, flags in enumerate(items) for row in verdict_rows(f"q{n}", flags)]
+    verdicts = pl.DataFrame(rows, schema=PUBLISHED_VERDICTS.polars)
+    worker = {f"q{n}": context_precision(flags, scale) for n, flags in enumerate(items)}
+    for method in METHODS:
+        polars = scores_from_verdicts(verdicts, scale, method=method).collect()
+        assert dict(zip(polars["query_id"], polars["score"], strict=True)) == worker
+
+
 # ---------------------------------------------------------------------------------------------
-# final_scores and score_mismatches
+# score_mismatches: the worker's scores against their verdicts
 
 
 def worker_fixture(directory: Path) -> tuple[str, str, dict[str, list[bool]]]:
@@ -377,39 +392,24 @@ def worker_fixture(directory: Path) -> tuple[str, str, dict[str, list[bool]]]:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_final_scores(tmp_path: Path, method: ScoreMethod) -> None:
-    items, verdicts, _ = worker_fixture(tmp_path)
-    out = final_scores(items, verdicts, 10, method=method).collect()
-    assert tuple(out.columns) == FINAL_COLUMNS
-    assert out.height == 7
-    by_id = {row["query_id"]: row for row in out.iter_rows(named=True)}
-    assert {qid: row["score"] for qid, row in by_id.items()} == {
+def test_polars_scores_of_the_worker_fixture(tmp_path: Path, method: ScoreMethod) -> None:
+    _, verdicts, scored = worker_fixture(tmp_path)
+    out = scores_by_id(scores_from_verdicts(verdicts, 10, method=method).collect())
+    assert {qid: score for qid, (score, _, _) in out.items()} == {
         "a": 8.33,
         "b": 5.83,
         "c": 0.0,
         "d": 1.25,
-        "u": None,
-        "e": None,
-        "empty": 0.0,
     }
-    assert {qid: row["relevant_count"] for qid, row in by_id.items()} == {
+    assert {qid: relevant for qid, (_, relevant, _) in out.items()} == {
         "a": 2,
         "b": 2,
         "c": 0,
         "d": 1,
-        "u": 0,
-        "e": 0,
-        "empty": 0,
     }
-    assert by_id["u"]["status"] == "unscored"
-    assert by_id["u"]["error"] == "unscored: judge gave up"
-    assert by_id["e"]["status"] == "error"
-    assert by_id["a"]["reason"] == "reason for a"
-    assert by_id["u"]["calls"] == 3
-    assert by_id["u"]["cache_hits"] == 1
-    assert by_id["d"]["row"] == 3
-    assert out.schema["score"] == pl.Float64
-    assert out.schema["relevant_count"] == pl.Int32
+    assert {qid: judged for qid, (_, _, judged) in out.items()} == {
+        qid: len(flags) for qid, flags in scored.items()
+    }
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -419,10 +419,6 @@ def test_no_mismatches_on_worker_data(tmp_path: Path, method: ScoreMethod) -> No
 
 
 def test_no_mismatches_with_scorer_core_scores(tmp_path: Path) -> None:
-    try:
-        from scorer_core.precision import context_precision
-    except ImportError:
-        pytest.skip("scorer_core.precision.context_precision is not available yet")
     flags_by_id = {f"q{n}": [(n >> bit) & 1 == 1 for bit in range(n % 9)] for n in range(300)}
     items = [
         item_row(qid, score=context_precision(flags, 10), relevant_count=sum(flags), row=n)
@@ -459,22 +455,12 @@ def test_mismatches_are_reported(tmp_path: Path) -> None:
     ]
 
 
-def test_final_scores_parquet_is_readable_by_duckdb(tmp_path: Path) -> None:
-    items, verdicts, _ = worker_fixture(tmp_path)
-    path = tmp_path / "scores.parquet"
-    final_scores(items, verdicts, 10).sink_parquet(path)
-    assert sql(f"select count(*) from read_parquet('{path}')") == [(7,)]
-    got = sql(f"select query_id, score from read_parquet('{path}') where status = 'ok' order by 1")
-    assert got == [("a", 8.33), ("b", 5.83), ("c", 0.0), ("d", 1.25), ("empty", 0.0)]
-
-
 # ---------------------------------------------------------------------------------------------
 # summary
 
 
 def test_summarize_end_to_end(tmp_path: Path) -> None:
-    items, verdicts, _ = worker_fixture(tmp_path)
-    scores = final_scores(items, verdicts, 10)
+    scores, verdicts, _ = worker_fixture(tmp_path)
     summary = summarize(scores, verdicts, model="lexical", scale=10)
     assert (summary.items, summary.scored, summary.unscored, summary.errors) == (7, 5, 1, 1)
     ok_scores = [8.33, 5.83, 0.0, 1.25, 0.0]
@@ -499,9 +485,7 @@ def test_band_counts(scale: float) -> None:
     normalized = [0.0, 0.01, 0.2, 0.34, 0.35, 0.5, 0.64, 0.65, 0.84, 0.85, 1.0, 0.0]
     rows = [final_row(round(s * scale, 2), n=n) for n, s in enumerate(normalized)]
     rows.append(final_row(None, "unscored", n=99))
-    summary = summarize(
-        final_frame(rows), pl.LazyFrame(schema=VERDICT_SCHEMA), model="x", scale=scale
-    )
+    summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=scale)
     assert summary.bands == (
         ("0", 2),
         ("0.1-0.3", 3),
@@ -515,7 +499,7 @@ def test_band_counts(scale: float) -> None:
 
 def test_band_counts_with_scale_zero() -> None:
     rows = [final_row(0.0, n=n) for n in range(3)]
-    summary = summarize(final_frame(rows), pl.LazyFrame(schema=VERDICT_SCHEMA), model="x", scale=0)
+    summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=0)
     assert dict(summary.bands)["0"] == 3
 
 
@@ -523,7 +507,7 @@ def test_percentiles() -> None:
     values = [0.1 * n for n in range(11)]  # 0.0 .. 1.0
     rows = [final_row(round(v, 2), n=n) for n, v in enumerate(values)]
     rows.append(final_row(None, "error", n=50))
-    summary = summarize(final_frame(rows), pl.LazyFrame(schema=VERDICT_SCHEMA), model="x", scale=1)
+    summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=1)
     assert summary.median == pytest.approx(0.5)
     assert summary.p10 == pytest.approx(0.1)
     assert summary.p90 == pytest.approx(0.9)
@@ -574,7 +558,7 @@ def test_cost() -> None:
 def test_summary_cost_for_a_priced_model() -> None:
     rows = [final_row(1.0, n=0, prompt_tokens=5000, completion_tokens=500)]
     frame = final_frame(rows)
-    empty = pl.LazyFrame(schema=VERDICT_SCHEMA)
+    empty = no_verdicts()
     priced = summarize(frame, empty, model="openai/gpt-4o-mini", scale=1)
     assert priced.cost_usd is not None
     assert priced.cost_usd > 0
@@ -582,8 +566,8 @@ def test_summary_cost_for_a_priced_model() -> None:
 
 
 def sample_summary(tmp_path: Path) -> RunSummary:
-    items, verdicts, _ = worker_fixture(tmp_path)
-    return summarize(final_scores(items, verdicts, 10), verdicts, model="lexical", scale=10)
+    scores, verdicts, _ = worker_fixture(tmp_path)
+    return summarize(scores, verdicts, model="lexical", scale=10)
 
 
 def test_to_dict_is_json_safe(tmp_path: Path) -> None:
@@ -599,7 +583,9 @@ def test_summary_parquet_is_readable_by_duckdb(tmp_path: Path) -> None:
     summary = sample_summary(tmp_path)
     frame = summary.to_frame()
     assert frame.columns == ["model", "metric", "band", "position", "value"]
-    path = write_summary(summary, tmp_path / "summary.parquet")
+    assert frame.schema == PUBLISHED_SUMMARY.polars
+    path = tmp_path / "summary.parquet"
+    frame.write_parquet(path)
     count = sql(f"select count(*) from read_parquet('{path}')")
     assert count == [(frame.height,)]
     got = dict(
@@ -622,11 +608,10 @@ def test_summary_parquet_is_readable_by_duckdb(tmp_path: Path) -> None:
 
 def test_summary_table(tmp_path: Path) -> None:
     summary = sample_summary(tmp_path)
-    buffer = io.StringIO()
-    text = print_summary_table(summary, "/results/run-1", file=buffer)
-    assert buffer.getvalue() == text + "\n"
+    text = format_summary_table(summary, "/results/run-1")
     lines = text.splitlines()
     assert lines[-1] == "results: /results/run-1"
+    assert WIDTH == 46
     assert all(len(line) <= 46 for line in lines[:-1])
     assert any(line.startswith("items") and line.endswith("7") for line in lines)
     assert any("0.9-1.0" in line for line in lines)

@@ -15,8 +15,6 @@ from jobs.engine.inputs import ItemRecord, RowError, list_input_files, plan_shar
 from jobs.engine.inputs import validate_record as preprocess
 from jobs.engine.storage import open_store
 from jobs.engine.worker import (
-    ITEMS_SCHEMA,
-    VERDICTS_SCHEMA,
     ShardContext,
     error_row,
     item_row,
@@ -25,6 +23,7 @@ from jobs.engine.worker import (
     verdict_rows,
 )
 from jobs.factory import input_spec
+from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS
 from scorer_core.lexical import LexicalJudge
 from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason
@@ -94,7 +93,7 @@ def test_item_row_has_every_column_of_the_items_schema() -> None:
     usage = Usage(calls=2, prompt_tokens=100, completion_tokens=20, retries=1, rate_limited=1)
     result = ScoreResult(0.83, "why", verdicts, "ok", None, usage)
     row = item_row(record(truncated=True), 5 << 32 | 3, result, "openai/x")
-    assert list(row) == ITEMS_SCHEMA.names
+    assert list(row) == list(STAGED_ITEMS.names)
     assert row == {
         "query_id": "q1",
         "item_seq": 5 << 32 | 3,
@@ -115,6 +114,7 @@ def test_item_row_has_every_column_of_the_items_schema() -> None:
         "cache_hits": 0,
         "source": "/data/in.jsonl",
         "row": 120,
+        "duplicate_of": None,
     }
 
 
@@ -123,7 +123,7 @@ def test_verdict_rows_one_per_position_with_keys_and_cache_flags() -> None:
     result = ScoreResult(None, "", verdicts, "ok", None, Usage())
     rows = verdict_rows(record(), 9, result, ["k0", "k1", "k2"], cached={2})
     assert [r["position"] for r in rows] == [0, 1, 2]
-    assert all(list(r) == VERDICTS_SCHEMA.names for r in rows)
+    assert all(list(r) == list(STAGED_VERDICTS.names) for r in rows)
     assert [r["relevant"] for r in rows] == [False, None, True]  # position 1 got no verdict
     assert [r["judge_reason"] for r in rows] == ["r0", "", "r2"]
     assert [r["pair_key"] for r in rows] == ["k0", "k1", "k2"]
@@ -145,7 +145,7 @@ def test_verdict_rows_of_a_failed_item_are_null_not_guessed(status: str) -> None
 def test_error_row_names_the_error_and_falls_back_to_source_and_row_as_id() -> None:
     anonymous = RowError("/d/in.jsonl", 345, "/d/in.jsonl line at byte 345: invalid JSON")
     row = error_row(anonymous, 17, "lexical")
-    assert list(row) == ITEMS_SCHEMA.names
+    assert list(row) == list(STAGED_ITEMS.names)
     assert row["query_id"] == "/d/in.jsonl#345"
     assert row["status"] == "error"
     assert row["error"] == "/d/in.jsonl line at byte 345: invalid JSON"
@@ -154,6 +154,10 @@ def test_error_row_names_the_error_and_falls_back_to_source_and_row_as_id() -> N
     assert row["context_count"] == row["calls"] == 0
     named = error_row(RowError("/d/in.jsonl", 9, "bad", query_id="q9"), 18, "lexical")
     assert named["query_id"] == "q9"
+    assert row["duplicate_of"] is None and named["duplicate_of"] is None
+    repeat = error_row(RowError("/d/in.jsonl", 9, "dup", "q9"), 19, "lexical", "/d/in.jsonl row 2")
+    assert list(repeat) == list(STAGED_ITEMS.names)
+    assert repeat["duplicate_of"] == "/d/in.jsonl row 2"
 
 
 # -- run_shard on a real file, no Ray ------------------------------------------------------
@@ -235,8 +239,8 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
         verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
         items = pq.read_table(items_path)
         verdicts = pq.read_table(verdicts_path)
-        assert items.schema == ITEMS_SCHEMA
-        assert verdicts.schema == VERDICTS_SCHEMA
+        assert items.schema == STAGED_ITEMS.arrow
+        assert verdicts.schema == STAGED_VERDICTS.arrow
         assert items.num_rows == report.items
         assert sum(report.statuses.values()) == report.items
         items_tables.append(items.to_pylist())
@@ -366,5 +370,9 @@ def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     items = pq.read_table(items_path).to_pylist()
     duplicate = items[2]
     assert duplicate["status"] == "error" and duplicate["calls"] == 0
-    assert duplicate["error"].startswith(f"duplicate query_id {rows[0]['id']}")
-    assert "line at byte 0" in duplicate["error"]
+    assert duplicate["error"] == (
+        f"duplicate query_id {rows[0]['id']}: only its first occurrence "
+        f"({source} line at byte 0) is scored"
+    )
+    assert duplicate["duplicate_of"] == f"{source} line at byte 0"
+    assert [row["duplicate_of"] for row in items[:2]] == [None, None]

@@ -1,19 +1,13 @@
-"""Polars aggregation of the judge's verdicts into per-item scores and a run summary.
+"""Polars over the run's tables: context precision from verdict rows, and the run summary.
 
-The Ray workers write two Parquet tables per shard:
-
-* verdicts, one row per judged context: ``query_id``, ``position`` (0-based rank as retrieved),
-  ``relevant`` (null when the item was unscored or failed), ``judge_reason``, ``pair_key``,
-  ``cached``;
-* items, one row per input item: ``query_id``, ``status``, ``error``, ``score`` (the worker's own
-  score), usage counters, ``source`` and ``row``.
-
-Scores are recomputed here from the verdicts with exactly the arithmetic of
-``scorer_core.precision.context_precision``: for each relevant context at stored position i,
-precision_i = (relevant contexts at positions <= i) / (i + 1); the average precision is the mean
-of those, times ``scale``, rounded half up to 2 decimals; no relevant context scores 0.  Ranks
-always come from the stored ``position`` column, never from a row counter, so a missing row
-cannot shift the ranks of the rows after it.
+The published score of an item is the one its worker computed (`scorer_core.precision`); this
+module scores the verdict rows a second, independent way, for `publish_run(verify_scores=True)`
+(`score_mismatches`) and for the aggregation benchmark.  `scores_from_verdicts` uses exactly the
+arithmetic of ``scorer_core.precision.context_precision``: for each relevant context at stored
+position i, precision_i = (relevant contexts at positions <= i) / (i + 1); the average precision
+is the mean of those, times ``scale``, rounded half up to 2 decimals; no relevant context scores
+0.  Ranks always come from the stored ``position`` column, never from a row counter, so a
+missing row cannot shift the ranks of the rows after it.
 
 Two formulations are implemented (``bench/aggregate_bench.py`` measures them and others):
 
@@ -25,6 +19,9 @@ Two formulations are implemented (``bench/aggregate_bench.py`` measures them and
   cannot represent exactly (a position outside 0..63, or the same position twice) are routed to
   ``"window"`` inside the same plan, so both methods return the same scores on every input.
 
+The summary (`summarize` -> `RunSummary`) reads the published scores and verdicts tables
+(`jobs.schema`); `RunSummary.to_frame` is the published summary table.
+
 Collect the returned LazyFrames with Polars' default engine (streaming since Polars 2): the
 bitmask plan is several times slower and uses about 3x the memory on the in-memory engine.
 """
@@ -32,15 +29,15 @@ bitmask plan is several times slower and uses about 3x the memory on the in-memo
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 import polars as pl
 
-from jobs import formatting as fmt
+from jobs.pricing import estimate_cost_usd
+from jobs.schema import PUBLISHED_SUMMARY
 from scorer_core.errors import ConfigError
 from scorer_core.precision import check_scale
 
@@ -48,55 +45,6 @@ TableSource = pl.LazyFrame | pl.DataFrame | str | Path | Sequence[str | Path]
 """A table given as a LazyFrame, a DataFrame, or Parquet path(s) / glob(s) to scan."""
 
 ScoreMethod = Literal["bitmask", "window"]
-
-VERDICT_SCHEMA: dict[str, pl.DataType] = {
-    "query_id": pl.String(),
-    "position": pl.Int32(),
-    "relevant": pl.Boolean(),
-    "judge_reason": pl.String(),
-    "pair_key": pl.String(),
-    "cached": pl.Boolean(),
-}
-"""Columns of the verdicts table written by the workers."""
-
-ITEM_SCHEMA: dict[str, pl.DataType] = {
-    "query_id": pl.String(),
-    "status": pl.String(),
-    "error": pl.String(),
-    "score": pl.Float64(),
-    "reason": pl.String(),
-    "context_count": pl.Int32(),
-    "relevant_count": pl.Int32(),
-    "judge_model": pl.String(),
-    "calls": pl.Int64(),
-    "prompt_tokens": pl.Int64(),
-    "completion_tokens": pl.Int64(),
-    "retries": pl.Int64(),
-    "rate_limited": pl.Int64(),
-    "reasks": pl.Int64(),
-    "cache_hits": pl.Int64(),
-    "source": pl.String(),
-    "row": pl.Int64(),
-}
-"""Columns of the items table written by the workers."""
-
-FINAL_COLUMNS: tuple[str, ...] = (
-    "query_id",
-    "score",
-    "reason",
-    "status",
-    "error",
-    "relevant_count",
-    "context_count",
-    "judge_model",
-    "calls",
-    "prompt_tokens",
-    "completion_tokens",
-    "cache_hits",
-    "source",
-    "row",
-)
-"""Columns of `final_scores`, in order."""
 
 BANDS: tuple[tuple[str, float, float], ...] = (
     ("0", 0.0, 0.0),
@@ -238,8 +186,8 @@ def scores_from_verdicts(
     Returns columns query_id (str), score (f64), relevant_count (i32), judged_count (i32), one
     row per query_id that has at least one non-null verdict, in no particular order.  Rows with
     a null `relevant` (unscored items) are ignored.  Positions must be >= 0; a query that has
-    the same position twice is scored from all its rows (a data error: see
-    `duplicate_verdicts`).  `method` picks the formulation; both give identical scores.
+    the same position twice (a data error the job never writes) is scored from all its rows.
+    `method` picks the formulation; both give identical scores.
     """
     scale = check_scale(scale)
     judged = _judged(as_lazy(verdicts))
@@ -250,76 +198,22 @@ def scores_from_verdicts(
     raise ConfigError(f"method must be 'bitmask' or 'window', got {method!r}")
 
 
-def duplicate_verdicts(verdicts: TableSource) -> pl.LazyFrame:
-    """(query_id, position, rows) for every position judged more than once: a data error."""
-    return (
-        as_lazy(verdicts)
-        .group_by("query_id", "position")
-        .agg(rows=pl.len())
-        .filter(pl.col("rows") > 1)
-        .sort("query_id", "position")
-    )
-
-
-def _items_with_scores(
-    items: TableSource, verdicts: TableSource, scale: float, method: ScoreMethod
+def score_mismatches(
+    scores: TableSource, verdicts: TableSource, scale: float, *, method: ScoreMethod = "bitmask"
 ) -> pl.LazyFrame:
-    """Items left-joined with the Polars scores (columns score_polars, relevant_polars)."""
-    scores = scores_from_verdicts(verdicts, scale, method=method).select(
+    """Status "ok" items whose worker score or relevant count disagrees with their verdicts.
+
+    `scores` is a table with the columns query_id, status, score, relevant_count, source and row
+    (staged items or published scores).  Any row here is a bug in the worker, the writer or
+    this module.  Columns: query_id, source, row, worker_score, polars_score,
+    worker_relevant_count, polars_relevant_count; sorted by source and row.
+    """
+    recomputed = scores_from_verdicts(verdicts, scale, method=method).select(
         "query_id",
         pl.col("score").alias("score_polars"),
         pl.col("relevant_count").alias("relevant_polars"),
     )
-    return as_lazy(items).join(scores, on="query_id", how="left")
-
-
-def final_scores(
-    items: TableSource,
-    verdicts: TableSource,
-    scale: float,
-    *,
-    method: ScoreMethod = "bitmask",
-    keep: Sequence[str] = (),
-) -> pl.LazyFrame:
-    """One row per item with the final output columns (`FINAL_COLUMNS`, then `keep`).
-
-    score and relevant_count come from the verdicts for status "ok" (0 when an ok item has no
-    verdict rows); score is null for "unscored" and "error" items, whose relevant_count is the
-    worker's. `keep` names further item columns to carry through unchanged.
-    """
-    ok = pl.col("status") == "ok"
-    return _items_with_scores(items, verdicts, scale, method).select(
-        "query_id",
-        pl.when(ok).then(pl.col("score_polars").fill_null(0.0)).alias("score"),
-        "reason",
-        "status",
-        "error",
-        pl.when(ok)
-        .then(pl.col("relevant_polars").fill_null(0))
-        .otherwise(pl.col("relevant_count"))
-        .cast(pl.Int32)
-        .alias("relevant_count"),
-        "context_count",
-        "judge_model",
-        "calls",
-        "prompt_tokens",
-        "completion_tokens",
-        "cache_hits",
-        "source",
-        "row",
-        *keep,
-    )
-
-
-def score_mismatches(
-    items: TableSource, verdicts: TableSource, scale: float, *, method: ScoreMethod = "bitmask"
-) -> pl.LazyFrame:
-    """Status "ok" items whose worker score or relevant count disagrees with the verdicts.
-
-    Any row here is a bug (in the worker, the writer or this module); the job should log them
-    and fail.  Columns: query_id, source, row, worker_score, polars_score,
-    worker_relevant_count, polars_relevant_count.
-    """
+    # An ok item without verdict rows scores 0, as context_precision([]) does.
     polars_score = pl.col("score_polars").fill_null(0.0)
     polars_relevant = pl.col("relevant_polars").fill_null(0)
     score_differs = (pl.col("score") - polars_score).abs() > _SCORE_TOLERANCE
@@ -327,8 +221,9 @@ def score_mismatches(
         pl.col("score").is_null() | score_differs | (pl.col("relevant_count") != polars_relevant)
     )
     return (
-        _items_with_scores(items, verdicts, scale, method)
+        as_lazy(scores)
         .filter(pl.col("status") == "ok")
+        .join(recomputed, on="query_id", how="left")
         .filter(disagree)
         .select(
             "query_id",
@@ -387,12 +282,12 @@ class RunSummary:
         return out
 
     def to_frame(self) -> pl.DataFrame:
-        """A tidy frame, one row per metric value, to write as Parquet.
+        """The published summary table (`jobs.schema.PUBLISHED_SUMMARY`), one row per value.
 
-        Columns: model (str), metric (str), band (str, band_count rows only), position (i32,
-        position_* rows only), value (f64, null when undefined).
+        band is set on band_count rows only, position on position_* rows only; value is null
+        when undefined.
         """
-        rows: list[tuple[str, str | None, int | None, float | None]] = []
+        rows: list[tuple[str, str, str | None, int | None, float | None]] = []
         scalars: dict[str, float | None] = {
             "scale": self.scale,
             "items": self.items,
@@ -409,20 +304,14 @@ class RunSummary:
             "cache_hits": self.cache_hits,
             "cost_usd": self.cost_usd,
         }
-        rows.extend((name, None, None, value) for name, value in scalars.items())
-        rows.extend(("band_count", label, None, count) for label, count in self.bands)
+        model = self.model
+        rows.extend((model, name, None, None, value) for name, value in scalars.items())
+        rows.extend((model, "band_count", label, None, count) for label, count in self.bands)
         for rate in self.position_rates:
-            rows.append(("position_judged", None, rate.position, rate.judged))
-            rows.append(("position_relevant", None, rate.position, rate.relevant))
-            rows.append(("position_rate", None, rate.position, rate.rate))
-        schema = {
-            "metric": pl.String,
-            "band": pl.String,
-            "position": pl.Int32,
-            "value": pl.Float64,
-        }
-        frame = pl.DataFrame(rows, schema=schema, orient="row")
-        return frame.select(pl.lit(self.model, dtype=pl.String).alias("model"), pl.all())
+            rows.append((model, "position_judged", None, rate.position, rate.judged))
+            rows.append((model, "position_relevant", None, rate.position, rate.relevant))
+            rows.append((model, "position_rate", None, rate.position, rate.rate))
+        return pl.DataFrame(rows, schema=PUBLISHED_SUMMARY.polars, orient="row")
 
 
 def _band_expr(normalized: pl.Expr, lower: float, upper: float) -> pl.Expr:
@@ -473,22 +362,6 @@ def relevance_by_position(verdicts: TableSource) -> pl.LazyFrame:
     )
 
 
-def estimate_cost_usd(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """Cost in USD from litellm's bundled price map; None for "lexical" or an unknown model."""
-    if not model or model == "lexical":
-        return None
-    from scorer_core.litellm_client import import_litellm
-
-    try:
-        prompt_cost, completion_cost = import_litellm().cost_per_token(
-            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
-        cost = float(prompt_cost) + float(completion_cost)
-    except Exception:  # litellm raises several types for an unknown model; none are fatal here
-        return None
-    return cost if math.isfinite(cost) else None
-
-
 def _optional_float(value: object) -> float | None:
     """A Polars scalar as float, or None for null/NaN."""
     if value is None:
@@ -504,7 +377,7 @@ def summarize(
     model: str,
     scale: float,
 ) -> RunSummary:
-    """The run summary from `final_scores` output and the verdict rows.
+    """The run summary from the published scores and verdicts tables (`jobs.schema`).
 
     Percentiles use linear interpolation between closest ranks; bands are over score / scale.
     """
@@ -542,66 +415,3 @@ def summarize(
         cache_hits=int(stats["cache_hits"] or 0),
         cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens),
     )
-
-
-def write_summary(summary: RunSummary, path: str | Path) -> Path:
-    """Write `summary.to_frame()` as Parquet at `path` and return the path."""
-    path = Path(path)
-    summary.to_frame().write_parquet(path)
-    return path
-
-
-# --------------------------------------------------------------------------------------------
-# terminal table
-
-
-_MAX_POSITION_ROWS = 20
-
-
-def format_summary_table(summary: RunSummary, where: str) -> str:
-    """A compact fixed-width text table of `summary`, ending with where the results are."""
-    width = 46
-    rule = "-" * width
-
-    def line(label: str, value: str) -> str:
-        return f"{label:<22}{value:>{width - 22}}"
-
-    cost = fmt.usd(summary.cost_usd)
-    lines = [
-        f"Context precision  (scale {summary.scale:g})",
-        rule,
-        line("judge model", summary.model),
-        line("items", f"{summary.items:,}"),
-        line("  scored (ok)", f"{summary.scored:,}"),
-        line("  unscored", f"{summary.unscored:,}"),
-        line("  errors", f"{summary.errors:,}"),
-        line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
-        line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
-        rule,
-        line("band (score / scale)", "items"),
-    ]
-    lines += [line(f"  {label}", f"{count:,}") for label, count in summary.bands]
-    lines += [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
-    shown = summary.position_rates[:_MAX_POSITION_ROWS]
-    lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
-    hidden = len(summary.position_rates) - len(shown)
-    if hidden > 0:
-        lines.append(f"  ... {hidden} more positions")
-    lines += [
-        rule,
-        line("judge calls", f"{summary.judge_calls:,}"),
-        line("prompt tokens", f"{summary.prompt_tokens:,}"),
-        line("completion tokens", f"{summary.completion_tokens:,}"),
-        line("cache hits", f"{summary.cache_hits:,}"),
-        line("estimated cost", cost),
-        rule,
-        f"results: {where}",
-    ]
-    return "\n".join(lines)
-
-
-def print_summary_table(summary: RunSummary, where: str, *, file: TextIO | None = None) -> str:
-    """Print `format_summary_table(summary, where)` (to stdout by default) and return it."""
-    text = format_summary_table(summary, where)
-    print(text, file=file if file is not None else sys.stdout)
-    return text

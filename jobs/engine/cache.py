@@ -20,14 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.engine.storage import Store
+from jobs.schema import VERDICT_CACHE
 from scorer_core.errors import StorageError
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
-CACHE_SCHEMA = pa.schema(
-    [("pair_key", pa.string()), ("relevant", pa.bool_()), ("judge_reason", pa.string())]
-)
+CACHE_SCHEMA = VERDICT_CACHE.arrow
 
 
 def judge_fingerprint(model: str, options: dict[str, object] | None = None) -> str:

@@ -12,6 +12,8 @@ Each table of a run is one object, uploaded whole (a local rename, or one object
 multipart upload that becomes visible only when complete), and `scores/` is written last: a
 reader of `scores/` sees all of a run or none of it. The staging area is removed only after
 everything is published, so a failure at any point leaves a rerun able to finish the job.
+The tables' columns are `jobs.schema.PUBLISHED_SCORES`, `PUBLISHED_VERDICTS` and
+`PUBLISHED_SUMMARY`; the scores are the ones the workers computed.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ import polars as pl
 
 from jobs.engine import aggregate
 from jobs.engine.storage import Store
+from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, duplicate_error
+from scorer_core.errors import CtxPrecError
 
 TABLES = ("verdicts", "summary", "scores")  # publication order: scores last
+# Mismatching items a `ScoresDisagree` message names (the count covers all of them).
+_SHOWN_MISMATCHES = 5
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,16 @@ def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
     return pl.scan_pyarrow_dataset(dataset)
 
 
-def duplicate_messages(items: pl.LazyFrame) -> dict[int, str]:
-    """`item_seq` -> error message for every occurrence of a query_id after its first one
-    (in input order). Duplicates are rare: this table is small even when `items` is not."""
+def _where(source: str, row: int) -> str:
+    """A staged row's position in the words of the input reader's messages (JSONL rows are
+    identified by the byte offset of their line, see jobs.engine.inputs)."""
+    return f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
+
+
+def repeats(items: pl.LazyFrame) -> dict[int, tuple[str, str]]:
+    """`item_seq` -> (query_id, where its first occurrence is) for every occurrence of a
+    query_id after its first one (in input order) across the whole run. Duplicates are rare:
+    this table is small even when `items` is not."""
     repeated = (
         items.group_by("query_id")
         .agg(pl.len().alias("occurrences"))
@@ -78,47 +91,52 @@ def duplicate_messages(items: pl.LazyFrame) -> dict[int, str]:
         .sort("item_seq")
         .collect()
     )
-    messages: dict[int, str] = {}
+    later: dict[int, tuple[str, str]] = {}
     first: dict[str, str] = {}
     for query_id, seq, source, row in occurrences.iter_rows():
-        # JSONL rows are identified by the byte offset of their line (jobs.engine.inputs).
-        where = f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
         if query_id in first:
-            messages[seq] = (
-                f"duplicate query_id {query_id}: only its first occurrence "
-                f"({first[query_id]}) is scored"
-            )
+            later[seq] = (query_id, first[query_id])
         else:
-            first[query_id] = where
-    return messages
+            first[query_id] = _where(source, row)
+    return later
 
 
 def dedupe(items: pl.LazyFrame, verdicts: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """Apply the duplicate policy: the first occurrence of a query_id (in input order) is
-    scored; later ones become status "error" rows that name the first, and their verdicts are
-    dropped so they cannot mix into the first one's score.
+    scored; later ones become status "error" rows whose `duplicate_of` and `error` name the
+    first, and their verdicts are dropped so they cannot mix into the first one's score.
 
+    A worker marks the repeats within its shard; only here, seeing every shard, is the first
+    occurrence in the run known, so every later occurrence is (re)marked.
     Only element-wise expressions touch the (large) items and verdicts, so both stream: a
     join there made Polars hold every verdict in memory.
     """
-    messages = duplicate_messages(items)
-    if not messages:
+    later = repeats(items)
+    if not later:
         return items, verdicts
-    later = pl.Series(list(messages), dtype=pl.Int64)
+    firsts = {seq: where for seq, (_, where) in later.items()}
+    messages = {seq: duplicate_error(query_id, where) for seq, (query_id, where) in later.items()}
+    is_duplicate = pl.col("item_seq").is_in(list(later))
+    first = pl.col("item_seq").replace_strict(firsts, default=None, return_dtype=pl.String)
     message = pl.col("item_seq").replace_strict(messages, default=None, return_dtype=pl.String)
-    is_duplicate = pl.col("item_seq").is_in(later)
     items_out = items.with_columns(
         pl.when(is_duplicate).then(pl.lit("error")).otherwise(pl.col("status")).alias("status"),
         pl.when(is_duplicate).then(message).otherwise(pl.col("error")).alias("error"),
         pl.when(is_duplicate).then(None).otherwise(pl.col("score")).alias("score"),
+        pl.when(is_duplicate).then(first).otherwise(pl.col("duplicate_of")).alias("duplicate_of"),
     )
-    return items_out, verdicts.filter(~pl.col("item_seq").is_in(later))
+    return items_out, verdicts.filter(~is_duplicate)
+
+
+class ScoresDisagree(CtxPrecError):
+    """`publish_run(verify_scores=True)` found items whose verdicts imply another score."""
 
 
 @dataclass(frozen=True)
 class Published:
+    """What a published run reports back to the driver."""
+
     summary: aggregate.RunSummary
-    mismatches: int
     scores_url: str
     duplicates: int
 
@@ -143,6 +161,30 @@ def _shard_files(store: Store, folder: str) -> list[str]:
     ]
 
 
+def published_scores(items: pl.LazyFrame) -> pl.LazyFrame:
+    """The published scores table from the deduplicated staged items: the workers' scores as
+    they computed them."""
+    return items.select(PUBLISHED_SCORES.names)
+
+
+def _check_scores(scores: pl.LazyFrame, verdicts: pl.LazyFrame, scale: float) -> None:
+    """Raise `ScoresDisagree` naming the items whose verdicts imply another score."""
+    mismatches = aggregate.score_mismatches(scores, verdicts, scale).collect()
+    if mismatches.is_empty():
+        return
+    shown = "; ".join(
+        f"{row['query_id']} ({_where(row['source'], row['row'])}): worker "
+        f"{row['worker_score']} / {row['worker_relevant_count']} relevant, verdicts "
+        f"{row['polars_score']} / {row['polars_relevant_count']} relevant"
+        for row in mismatches.head(_SHOWN_MISMATCHES).iter_rows(named=True)
+    )
+    more = mismatches.height - _SHOWN_MISMATCHES
+    raise ScoresDisagree(
+        f"{mismatches.height} item(s) scored differently by the worker and by Polars: {shown}"
+        + (f"; and {more} more" if more > 0 else "")
+    )
+
+
 def publish_run(
     store: Store,
     location: RunLocation,
@@ -150,39 +192,30 @@ def publish_run(
     model: str,
     scale: float,
     manifest: dict[str, Any],
+    verify_scores: bool = False,
 ) -> Published:
-    """Aggregate the staged shards with Polars and publish the run's tables and manifest."""
+    """Publish the run's tables and manifest from its staged shards.
+
+    The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
+    its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
+    differs (a bug in the worker or in the aggregation); it costs a group-by over the verdicts.
+    """
     items_files = _shard_files(store, store.join(location.staging, "items"))
     verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
-    items = scan(store, items_files)
-    verdicts = scan(store, verdict_files)
-    items, verdicts = dedupe(items, verdicts)
+    items, verdicts = dedupe(scan(store, items_files), scan(store, verdict_files))
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
-        # Materialise the deduplicated inputs once, locally: every later step scans them.
-        items_local = os.path.join(tmp, "items.parquet")
-        verdicts_local = os.path.join(tmp, "verdicts.parquet")
-        items.sink_parquet(items_local)
-        verdicts.sink_parquet(verdicts_local)
-        items_lf = pl.scan_parquet(items_local)
-        verdicts_lf = pl.scan_parquet(verdicts_local)
-        mismatches = aggregate.score_mismatches(items_lf, verdicts_lf, scale).collect()
-        final = aggregate.final_scores(items_lf, verdicts_lf, scale, keep=["truncated"])
+        # Materialise both tables once, locally: every later step scans them.
         scores_local = os.path.join(tmp, "scores.parquet")
-        final.sink_parquet(scores_local, compression="zstd")
+        verdicts_local = os.path.join(tmp, "verdicts.parquet")
+        published_scores(items).sink_parquet(scores_local, compression="zstd")
+        verdicts.select(PUBLISHED_VERDICTS.names).sink_parquet(verdicts_local)
         scores = pl.scan_parquet(scores_local)
-        summary = aggregate.summarize(scores, verdicts_lf, model=model, scale=scale)
-        duplicates = int(
-            items_lf.filter(pl.col("error").str.starts_with("duplicate query_id"))
-            .select(pl.len())
-            .collect()
-            .item()
-        )
-        _upload_frame(
-            store,
-            verdicts_lf.select("query_id", "position", "relevant", "judge_reason", "cached"),
-            location.table_file("verdicts"),
-            tmp,
-        )
+        verdicts = pl.scan_parquet(verdicts_local)
+        if verify_scores:
+            _check_scores(scores, verdicts, scale)
+        summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
+        duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
+        _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(scores_local, store.join(location.table_file("scores")))
     manifest = {
@@ -190,7 +223,6 @@ def publish_run(
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": duplicates,
-        "score_mismatches": len(mismatches),
         "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }
@@ -201,7 +233,6 @@ def publish_run(
     store.rm(store.join(location.staging), recursive=True)
     return Published(
         summary=summary,
-        mismatches=len(mismatches),
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=duplicates,
     )

@@ -5,6 +5,7 @@ without Ray. `judge_shard` runs every item of the shard concurrently on one even
 judge bounds requests in flight and draws on the run's shared rate limit). `run_shard` ties
 them to storage: it writes the shard's verdicts, then its items file, each atomically; the
 items file is the shard's commit marker, so a shard is either done or redone, never half done.
+The two files' columns are `jobs.schema.STAGED_VERDICTS` and `jobs.schema.STAGED_ITEMS`.
 """
 
 from __future__ import annotations
@@ -33,45 +34,10 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
+from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, duplicate_error
 from scorer_core.errors import FatalJudgeError
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.types import ScoreResult, Usage
-
-ITEMS_SCHEMA = pa.schema(
-    [
-        ("query_id", pa.string()),
-        ("item_seq", pa.int64()),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("score", pa.float64()),
-        ("reason", pa.string()),
-        ("context_count", pa.int32()),
-        ("relevant_count", pa.int32()),
-        ("truncated", pa.bool_()),
-        ("judge_model", pa.string()),
-        ("calls", pa.int64()),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("retries", pa.int64()),
-        ("rate_limited", pa.int64()),
-        ("reasks", pa.int64()),
-        ("cache_hits", pa.int64()),
-        ("source", pa.string()),
-        ("row", pa.int64()),
-    ]
-)
-
-VERDICTS_SCHEMA = pa.schema(
-    [
-        ("query_id", pa.string()),
-        ("item_seq", pa.int64()),
-        ("position", pa.int32()),
-        ("relevant", pa.bool_()),
-        ("judge_reason", pa.string()),
-        ("pair_key", pa.string()),
-        ("cached", pa.bool_()),
-    ]
-)
 
 # item_seq = shard number << 32 | index within the shard: unique and ordered across the run,
 # so duplicates of a query_id can be told apart and the first occurrence found.
@@ -112,53 +78,59 @@ def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
 # -- pure steps -----------------------------------------------------------------------------
 
 
-def error_row(error: RowError, seq: int, model: str) -> dict[str, Any]:
-    return {
-        "query_id": error.query_id if error.query_id is not None else f"{error.source}#{error.row}",
-        "item_seq": seq,
-        "status": "error",
-        "error": error.message,
-        "score": None,
-        "reason": "",
-        "context_count": 0,
-        "relevant_count": 0,
-        "truncated": False,
-        "judge_model": model,
-        "calls": 0,
-        "prompt_tokens": 0,
-        "completion_tokens": 0,
-        "retries": 0,
-        "rate_limited": 0,
-        "reasks": 0,
-        "cache_hits": 0,
-        "source": error.source,
-        "row": error.row,
-    }
+def error_row(
+    error: RowError, seq: int, model: str, duplicate_of: str | None = None
+) -> dict[str, Any]:
+    """The staged items row of a row that cannot be scored (`duplicate_of`: see the schema)."""
+    return STAGED_ITEMS.build_row(
+        query_id=error.query_id if error.query_id is not None else f"{error.source}#{error.row}",
+        item_seq=seq,
+        status="error",
+        error=error.message,
+        score=None,
+        reason="",
+        context_count=0,
+        relevant_count=0,
+        truncated=False,
+        judge_model=model,
+        calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        retries=0,
+        rate_limited=0,
+        reasks=0,
+        cache_hits=0,
+        source=error.source,
+        row=error.row,
+        duplicate_of=duplicate_of,
+    )
 
 
 def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> dict[str, Any]:
+    """The staged items row of a judged item: the worker's score is the published score."""
     usage = result.usage
-    return {
-        "query_id": record.query_id,
-        "item_seq": seq,
-        "status": result.status,
-        "error": result.error,
-        "score": result.score,
-        "reason": result.reason,
-        "context_count": len(record.contexts),
-        "relevant_count": result.relevant_count,
-        "truncated": record.truncated,
-        "judge_model": model,
-        "calls": usage.calls,
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "retries": usage.retries,
-        "rate_limited": usage.rate_limited,
-        "reasks": usage.reasks,
-        "cache_hits": usage.cache_hits,
-        "source": record.source,
-        "row": record.row,
-    }
+    return STAGED_ITEMS.build_row(
+        query_id=record.query_id,
+        item_seq=seq,
+        status=result.status,
+        error=result.error,
+        score=result.score,
+        reason=result.reason,
+        context_count=len(record.contexts),
+        relevant_count=result.relevant_count,
+        truncated=record.truncated,
+        judge_model=model,
+        calls=usage.calls,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        retries=usage.retries,
+        rate_limited=usage.rate_limited,
+        reasks=usage.reasks,
+        cache_hits=usage.cache_hits,
+        source=record.source,
+        row=record.row,
+        duplicate_of=None,
+    )
 
 
 def verdict_rows(
@@ -171,15 +143,15 @@ def verdict_rows(
     for position in range(len(record.contexts)):
         verdict = by_index.get(position)
         rows.append(
-            {
-                "query_id": record.query_id,
-                "item_seq": seq,
-                "position": position,
-                "relevant": verdict.relevant if (verdict and usable) else None,
-                "judge_reason": verdict.reason if verdict else "",
-                "pair_key": keys[position] if keys else "",
-                "cached": position in cached,
-            }
+            STAGED_VERDICTS.build_row(
+                query_id=record.query_id,
+                item_seq=seq,
+                position=position,
+                relevant=verdict.relevant if (verdict and usable) else None,
+                judge_reason=verdict.reason if verdict else "",
+                pair_key=keys[position] if keys else "",
+                cached=position in cached,
+            )
         )
     return rows
 
@@ -222,25 +194,24 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
 
     first_seq = number << _SEQ_SHIFT
     records: list[tuple[int, ItemRecord]] = []
-    errors: list[tuple[int, RowError]] = []
+    # (item_seq, the error, where the first occurrence is when the row repeats a query_id)
+    errors: list[tuple[int, RowError, str | None]] = []
     first_seen: dict[str, ItemRecord] = {}
     for index, record in enumerate(factory.shard_items(config, shard)):
+        seq = first_seq + index
         if isinstance(record, ItemRecord) and record.query_id in first_seen:
             # Not worth a judge call: publishing keeps only the first occurrence (duplicates
             # across shards are found there).
-            first = first_seen[record.query_id]
-            record = RowError(
-                record.source,
-                record.row,
-                f"duplicate query_id {record.query_id}: only its first occurrence "
-                f"({first.where}) is scored",
-                record.query_id,
+            first = first_seen[record.query_id].where
+            duplicate = RowError(
+                record.source, record.row, duplicate_error(record.query_id, first), record.query_id
             )
-        if isinstance(record, RowError):
-            errors.append((first_seq + index, record))
+            errors.append((seq, duplicate, first))
+        elif isinstance(record, RowError):
+            errors.append((seq, record, None))
         else:
             first_seen[record.query_id] = record
-            records.append((first_seq + index, record))
+            records.append((seq, record))
 
     limiter = None
     if ctx.limiter is not None:
@@ -294,7 +265,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         return report
     counter.drain()
 
-    item_rows = [error_row(e, seq, judge.model) for seq, e in errors]
+    item_rows = [error_row(e, seq, judge.model, first) for seq, e, first in errors]
     all_verdicts: list[dict[str, Any]] = []
     all_keys: list[str] = []
     for (seq, record), result in zip(records, results, strict=True):
@@ -320,7 +291,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     report.items = len(item_rows)
 
     store.write_parquet_atomic(
-        verdicts_path, pa.Table.from_pylist(all_verdicts, schema=VERDICTS_SCHEMA)
+        verdicts_path, pa.Table.from_pylist(all_verdicts, schema=STAGED_VERDICTS.arrow)
     )
     if cache is not None and cache_store is not None:
         cache_store.write_parquet_atomic(
@@ -328,6 +299,8 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
             cache.entries_for(all_keys),
         )
     # Written last: its presence marks the shard done for resume.
-    store.write_parquet_atomic(items_path, pa.Table.from_pylist(item_rows, schema=ITEMS_SCHEMA))
+    store.write_parquet_atomic(
+        items_path, pa.Table.from_pylist(item_rows, schema=STAGED_ITEMS.arrow)
+    )
     report.seconds = time.monotonic() - started
     return report

@@ -51,7 +51,6 @@ from jobs import factory
 from jobs import formatting as fmt
 from jobs.cli import add_estimate_arguments
 from jobs.config import JobConfig, load_config
-from jobs.engine.aggregate import estimate_cost_usd
 from jobs.engine.cache import pair_key, slot_path
 from jobs.engine.inputs import (
     RowError,
@@ -60,6 +59,7 @@ from jobs.engine.inputs import (
     plan_shards,
 )
 from jobs.engine.storage import Store, filesystem
+from jobs.pricing import estimate_cost_usd
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import estimate_tokens
 from scorer_core.litellm_client import import_litellm

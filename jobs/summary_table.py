@@ -1,0 +1,53 @@
+"""The fixed-width summary a finished run prints to the terminal."""
+
+from __future__ import annotations
+
+from jobs import formatting as fmt
+from jobs.engine.aggregate import RunSummary
+
+WIDTH = 46
+"""Characters per line, the last line (where the results are) aside."""
+
+# Long lists of positions are cut: the published summary table has them all.
+_MAX_POSITION_ROWS = 20
+
+
+def format_summary_table(summary: RunSummary, where: str) -> str:
+    """A compact fixed-width text table of `summary`, ending with where the results are."""
+    rule = "-" * WIDTH
+
+    def line(label: str, value: str) -> str:
+        return f"{label:<22}{value:>{WIDTH - 22}}"
+
+    cost = fmt.usd(summary.cost_usd)
+    lines = [
+        f"Context precision  (scale {summary.scale:g})",
+        rule,
+        line("judge model", summary.model),
+        line("items", f"{summary.items:,}"),
+        line("  scored (ok)", f"{summary.scored:,}"),
+        line("  unscored", f"{summary.unscored:,}"),
+        line("  errors", f"{summary.errors:,}"),
+        line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
+        line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
+        rule,
+        line("band (score / scale)", "items"),
+    ]
+    lines += [line(f"  {label}", f"{count:,}") for label, count in summary.bands]
+    lines += [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
+    shown = summary.position_rates[:_MAX_POSITION_ROWS]
+    lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
+    hidden = len(summary.position_rates) - len(shown)
+    if hidden > 0:
+        lines.append(f"  ... {hidden} more positions")
+    lines += [
+        rule,
+        line("judge calls", f"{summary.judge_calls:,}"),
+        line("prompt tokens", f"{summary.prompt_tokens:,}"),
+        line("completion tokens", f"{summary.completion_tokens:,}"),
+        line("cache hits", f"{summary.cache_hits:,}"),
+        line("estimated cost", cost),
+        rule,
+        f"results: {where}",
+    ]
+    return "\n".join(lines)
