@@ -119,7 +119,7 @@ def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
     compare.add_arguments(parser)
     args = parser.parse_args([*extra[:2], "--output", str(runs.output), *extra[2:]])
     out = io.StringIO()
-    code = compare.run_compare(args, out=out)
+    code = compare.run(args, out=out)
     return code, out.getvalue()
 
 
@@ -285,7 +285,7 @@ def test_register_adds_the_subcommand() -> None:
     parser = argparse.ArgumentParser(prog="ctxprec")
     compare.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["compare", "a", "b", "--top", "3"])
-    assert args.handler is compare.run_compare
+    assert args.handler is compare.run
     assert (args.run_a, args.run_b, args.top, args.max_mean_drop) == ("a", "b", 3, 0.02)
 
 
@@ -307,7 +307,7 @@ def test_compare_runs_on_s3(runs: Runs, moto_s3: Any, s3_prefix: str) -> None:
     compare.add_arguments(parser)
     args = parser.parse_args([runs.base, runs.cand, "--output", s3_prefix, *options])
     out = io.StringIO()
-    assert compare.run_compare(args, out=out) == 1
+    assert compare.run(args, out=out) == 1
     written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
     assert written in out.getvalue()
     with fs.open(written, "rb") as handle:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import html
 import io
 import itertools
 import re
@@ -12,9 +11,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+from markupsafe import escape
 
 from jobs.engine.storage import open_store
 from jobs.tools import report
+from jobs.tools.report import charts
+from jobs.tools.report.queries import WORST_QUERIES
 from jobs.tools.runs import load_run
 from tests.test_compare import BAD_ID, SCRIPT_ID, Runs, build_runs
 
@@ -33,7 +35,7 @@ def _report(runs: Runs, *argv: str) -> tuple[str, str]:
     report.add_arguments(parser)
     args = parser.parse_args([*argv, "--output", str(runs.output)])
     out = io.StringIO()
-    assert report.run_report(args, out=out) == 0
+    assert report.run(args, out=out) == 0
     printed = out.getvalue()
     path = Path(printed.removeprefix("report: ").strip())
     return path.read_text(encoding="utf-8"), printed
@@ -83,11 +85,11 @@ def test_worst_queries_are_listed_with_verdict_chips(runs: Runs, page: str) -> N
         .read("scores")
         .filter(pl.col("status") == "ok")
         .sort(["score", "query_id"])
-        .head(report.WORST_QUERIES)
+        .head(WORST_QUERIES)
     )
     section = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
     for query_id in worst["query_id"]:
-        assert html.escape(query_id) in section
+        assert escape(query_id) in section
     assert 'class="chip no"' in section
     assert "judge reasons" in section
 
@@ -96,7 +98,7 @@ def test_user_strings_are_escaped(page: str, compared_page: str) -> None:
     for text in (page, compared_page):
         assert "<script" not in text.lower()
         assert "<b>sea</b>" not in text
-        assert html.escape(SCRIPT_ID) in text
+        assert escape(SCRIPT_ID) in text
 
 
 def test_no_external_resources(page: str, compared_page: str) -> None:
@@ -131,7 +133,7 @@ def test_baseline_section_only_with_baseline(runs: Runs, page: str, compared_pag
     comparison = compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
     assert f"{comparison.mean_shift:+.3f}" in section
     for query_id in comparison.regressions(5)["query_id"]:
-        assert html.escape(query_id) in section
+        assert escape(query_id) in section
 
 
 def test_html_path_and_unknown_baseline(
@@ -151,7 +153,7 @@ def test_register_adds_the_subcommand() -> None:
     parser = argparse.ArgumentParser(prog="ctxprec")
     report.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["report", "r1", "--baseline", "r0"])
-    assert args.handler is report.run_report
+    assert args.handler is report.run
     assert (args.run, args.baseline, args.html) == ("r1", "r0", None)
 
 
@@ -160,20 +162,20 @@ def test_register_adds_the_subcommand() -> None:
 
 
 def test_chart_escapes_labels_and_handles_empty_and_negative() -> None:
-    svg = report.chart(
+    svg = charts.chart(
         ["<a>", "b"],
-        [report.Series("s&t", [-0.5, 0.25], "#000")],
-        report.ChartSpec(title="t<", x_label="x", y_label="y", y_min=-1, y_max=1, diverging=True),
+        [charts.Series("s&t", [-0.5, 0.25], "#000")],
+        charts.ChartSpec(title="t<", x_label="x", y_label="y", y_min=-1, y_max=1, diverging=True),
     )
     assert "&lt;a&gt;" in svg and "<a>" not in svg and "s&amp;t" in svg
-    assert report.COLOR_DOWN in svg and report.COLOR_UP in svg
-    empty = report.chart([], [], report.ChartSpec(title="e", x_label="x", y_label="y"))
+    assert charts.COLOR_DOWN in svg and charts.COLOR_UP in svg
+    empty = charts.chart([], [], charts.ChartSpec(title="e", x_label="x", y_label="y"))
     assert "no data" in empty and empty.startswith("<svg")
 
 
 def test_nice_ticks_cover_the_range() -> None:
-    ticks = report.nice_ticks(0.0, 0.23)
+    ticks = charts.nice_ticks(0.0, 0.23)
     assert ticks[0] == 0.0 and ticks[-1] >= 0.23
     assert all(b > a for a, b in itertools.pairwise(ticks))
-    symmetric = report.nice_ticks(-0.3, 0.3)
+    symmetric = charts.nice_ticks(-0.3, 0.3)
     assert [f"{t:+.1f}" for t in symmetric if t == 0] == ["+0.0"]  # no "-0.0" label
