@@ -1,13 +1,18 @@
-"""`ctxprec report` on real runs published by the Ray job (see tests/test_compare.py)."""
+"""`ctxprec report` on published runs written by tests/support/published.py (no Ray).
+
+The run of the real job, reported on, is in tests/test_compare.py.
+"""
 
 from __future__ import annotations
 
 import argparse
 import io
 import itertools
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
@@ -18,15 +23,23 @@ from jobs.tools import report
 from jobs.tools.report import charts
 from jobs.tools.report.queries import WORST_QUERIES
 from jobs.tools.runs import load_run
-from tests.test_compare import BAD_ID, SCRIPT_ID, Runs, build_runs
+from tests.support.published import (
+    BAD_ID,
+    SCRIPT_ID,
+    UNSCORED_ID,
+    Query,
+    Runs,
+    local_base_and_candidate,
+    publish,
+)
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
 BASELINE_CHARTS = 2  # rate by position of both runs, change by position
 
 
 @pytest.fixture(scope="module")
-def runs(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    return build_runs(tmp_path_factory.getbasetemp() / "ctxprec-published-runs")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return local_base_and_candidate(tmp_path_factory.mktemp("published"))
 
 
 def _report(runs: Runs, *argv: str) -> tuple[str, str]:
@@ -112,6 +125,8 @@ def test_no_external_resources(page: str, compared_page: str) -> None:
 def test_failed_items_and_cost_sections(runs: Runs, page: str) -> None:
     failed = page.split('<section id="failed">', 1)[1].split("</section>", 1)[0]
     assert BAD_ID in failed and "error" in failed
+    assert UNSCORED_ID in failed and "judge reply unusable" in failed
+    assert "1 unscored, 1 errors; the first 2 of 2:" in failed
     cost = page.split('<section id="cost">', 1)[1].split("</section>", 1)[0]
     for label in ("judge calls", "prompt tokens", "estimated cost", "seconds", "items / s"):
         assert label in cost
@@ -155,6 +170,40 @@ def test_register_adds_the_subcommand() -> None:
     args = parser.parse_args(["report", "r1", "--baseline", "r0"])
     assert args.handler is report.run
     assert (args.run, args.baseline, args.html) == ("r1", "r0", None)
+
+
+def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
+    """More than 40 contexts: 40 chips and "+5 more", positions from 40 on not drawn; more
+    queries at the lowest score than the table lists: a note says how many."""
+    wide = Query("a-wide", [False] * 45)
+    zeros = [Query(f"zero-{i:02d}", [False, False]) for i in range(24)]
+    publish(open_store(str(tmp_path)), "wide", [wide, *zeros, Query("top", [True])])
+    target = tmp_path / "wide.html"
+    assert report.main(["wide", "--output", str(tmp_path), "--html", str(target)]) == 0
+    page = target.read_text(encoding="utf-8")
+    worst = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
+    first_row = worst.split("<tr>")[2].split("</tr>")[0]
+    assert "a-wide" in first_row
+    assert first_row.count('class="chip no" title=') == 40
+    assert '<span class="more">+5 more</span>' in first_row
+    assert "25 scored items share the lowest score, 0.00; these are the first 20" in worst
+    positions = page.split('<section id="positions">', 1)[1].split("</section>", 1)[0]
+    assert "Positions 40 and later are not drawn (5 judged contexts)" in positions
+    assert 'id="failed"' not in page  # nothing unscored or failed
+
+
+def test_the_tools_do_not_import_the_engine_worker_driver_or_ray() -> None:
+    code = (
+        "import json, sys\n"
+        "import jobs.tools.compare, jobs.tools.report, jobs.tools.runs\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    modules = set(json.loads(result.stdout))
+    assert "jobs.tools.report.page" in modules  # precondition: the imports happened
+    assert not modules & {"jobs.engine.worker", "jobs.engine.driver", "ray"}
 
 
 # --------------------------------------------------------------------------------------------
