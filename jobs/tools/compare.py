@@ -356,7 +356,8 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
 
 
 # --------------------------------------------------------------------------------------------
-# command
+# command: `add_arguments` and `run` are what `ctxprec compare` calls; `register` adds the
+# subcommand to a parser; `main` is `python -m jobs.tools.compare`
 
 
 def table_name(run_a: str, run_b: str) -> str:

@@ -148,7 +148,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
     return hist, bands
 
 
-def positions(run: PublishedRun) -> Positions:
+def positions_view(run: PublishedRun) -> Positions:
     """The relevance rate by position (the first MAX_CHART_POSITIONS positions drawn)."""
     rates = run.summary.position_rates
     shown = rates[:MAX_CHART_POSITIONS]
@@ -186,7 +186,7 @@ def _cost_text(cost: float | None, model: str) -> tuple[str, str]:
     return fmt.MISSING, "model not in litellm's price map"
 
 
-def cost(run: PublishedRun) -> Cost:
+def cost_view(run: PublishedRun) -> Cost:
     s = run.summary
     seconds = run.seconds
     rate = s.items / seconds if seconds else None
@@ -215,7 +215,7 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def baseline(c: Comparison) -> Baseline:
+def baseline_view(c: Comparison) -> Baseline:
     """The comparison with the baseline run: cards, statistics, position charts, regressions."""
     shift = c.mean_shift
     tone = "" if shift is None else ("good" if shift > 0 else "bad" if shift < 0 else "")
@@ -309,7 +309,7 @@ def stylesheet() -> Markup:
     return Markup(resources.files(PACKAGE).joinpath(STYLESHEET).read_text(encoding="utf-8"))
 
 
-def render_report(run: PublishedRun, baseline_run: PublishedRun | None = None) -> str:
+def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> str:
     """The whole report page as one HTML string (with a baseline section when given one)."""
     summary = run.summary
     context: dict[str, Any] = {
@@ -318,10 +318,10 @@ def render_report(run: PublishedRun, baseline_run: PublishedRun | None = None) -
         "meta": header_meta(run),
         "header_cards": header_cards(summary),
         "summary": summary,
-        "baseline": baseline(compare_runs(baseline_run, run)) if baseline_run else None,
+        "baseline": baseline_view(compare_runs(baseline, run)) if baseline else None,
         "distribution_charts": distribution_charts(run),
-        "positions": positions(run),
-        "cost": cost(run),
+        "positions": positions_view(run),
+        "cost": cost_view(run),
         "worst": queries.worst_queries(run),
         "failed": queries.failed_items(run) if summary.unscored or summary.errors else [],
         "max_chips": MAX_CHIPS,
