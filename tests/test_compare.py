@@ -1,112 +1,48 @@
-"""`ctxprec compare` and `jobs.tools.runs` on real runs published by the Ray job.
+"""`ctxprec compare` and `jobs.tools.runs` on published runs.
 
-Two runs are produced once per session by `jobs.engine.driver.run_job` with the offline
-lexical judge (no network): "base" over a small sample, "cand" over the same sample minus one
-query plus a new one, with a stricter judge threshold so scores fall. `build_runs` is shared
-with tests/test_report.py.
+The runs are written directly by tests/support/published.py: "base", and "cand" (the same
+queries judged more strictly, so scores fall and a few rise; one query removed, one added,
+one unscored; an unreadable row in both). The last test runs the real Ray job twice and then
+compare and report on what it published, and checks that its tables have the columns the
+support module writes.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import io
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import polars as pl
 import pytest
+from markupsafe import escape
 
+from jobs.engine import aggregate
 from jobs.engine.aggregate import relevance_by_position
+from jobs.engine.publish import TABLES
 from jobs.engine.storage import filesystem, open_store
-from jobs.tools import compare
+from jobs.tools import compare, report
 from jobs.tools.runs import RunNotFound, load_run, parse_storage_options
 from scorer_core.errors import ConfigError
-
-ITEMS = 150
-RUN_DATE = dt.date(2026, 1, 2)
-SCRIPT_ID = '0<script>alert("id")</script>'
-REMOVED_ID = "q0000005"  # in base only
-ADDED_ID = "new-query"  # in cand only
-BAD_ID = "bad-row"  # context null: status error in both
-
-
-class Runs(NamedTuple):
-    output: Path
-    base: str
-    cand: str
-
-
-def _rows(*, for_candidate: bool) -> list[dict[str, Any]]:
-    from jobs.tools.sample_data import generate
-
-    rows = list(generate(ITEMS, seed=11))
-    rows[0] = {
-        **rows[0],
-        "id": SCRIPT_ID,
-        "question": "Where was <script>alert(1)</script> born?",
-        "contexts": ["Visitors often mention the mild weather.", "Fish swim in the <b>sea</b>."],
-    }
-    rows.append({**rows[1], "id": BAD_ID, "contexts": None})
-    if for_candidate:
-        rows = [r for r in rows if r["id"] != REMOVED_ID]
-        rows.append({**rows[2], "id": ADDED_ID})
-    return rows
-
-
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-
-
-def _config(input_path: Path, output: Path, run_id: str, threshold: float | None) -> Any:
-    from jobs.config import parse_config
-
-    judge: dict[str, Any] = {"model": "lexical"}
-    if threshold is not None:
-        judge["lexical"] = {"threshold": threshold}
-    return parse_config(
-        {
-            "input": {
-                "path": str(input_path),
-                "format": "jsonl",
-                "columns": {
-                    "query_id": "id",
-                    "input": "question",
-                    "output": "answer",
-                    "expected_output": "ground_truth",
-                    "context": "contexts",
-                },
-            },
-            "output": {"path": str(output)},
-            "judge": judge,
-            "run": {"id": run_id, "date": RUN_DATE.isoformat()},
-            "ray": {"shard_size": 100, "workers": 2},
-        }
-    )
-
-
-def build_runs(base_dir: Path) -> Runs:
-    """Publish the "base" and "cand" runs under base_dir/out (once: reused when present).
-    Needs Ray initialised (the `ray_local` fixture)."""
-    from jobs.engine.driver import run_job
-
-    output = base_dir / "out"
-    base_dir.mkdir(parents=True, exist_ok=True)
-    runs = Runs(output, "base", "cand")
-    for run_id, candidate, threshold in ((runs.base, False, None), (runs.cand, True, 0.35)):
-        scores = output / "scores" / f"run_date={RUN_DATE}" / f"run_id={run_id}"
-        if scores.exists():
-            continue
-        input_path = base_dir / f"{run_id}.jsonl"
-        _write_jsonl(input_path, _rows(for_candidate=candidate))
-        run_job(_config(input_path, output, run_id, threshold), out=io.StringIO())
-    return runs
+from tests.support.published import (
+    ADDED_ID,
+    BAD_ID,
+    ITEMS,
+    REMOVED_ID,
+    RUN_DATE,
+    SCRIPT_ID,
+    UNSCORED_ID,
+    Runs,
+    base_and_candidate,
+    local_base_and_candidate,
+)
 
 
 @pytest.fixture(scope="module")
-def runs(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    return build_runs(tmp_path_factory.getbasetemp() / "ctxprec-published-runs")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return local_base_and_candidate(tmp_path_factory.mktemp("published"))
 
 
 def _scores(runs: Runs, run_id: str) -> pl.DataFrame:
@@ -119,7 +55,7 @@ def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
     compare.add_arguments(parser)
     args = parser.parse_args([*extra[:2], "--output", str(runs.output), *extra[2:]])
     out = io.StringIO()
-    code = compare.run_compare(args, out=out)
+    code = compare.run(args, out=out)
     return code, out.getvalue()
 
 
@@ -190,7 +126,7 @@ def test_table_has_delta_b_minus_a_and_presence(runs: Runs) -> None:
     both = table.filter(pl.col("presence") == "both").join(a, on="query_id").join(b, on="query_id")
     assert both.height == ITEMS  # all but the removed query (the bad row is in both)
     ok = both.filter(pl.col("a").is_not_null() & pl.col("b").is_not_null())
-    assert ok.height == ITEMS - 1
+    assert ok.height == ITEMS - 2  # neither the bad row nor the query unscored in cand
     assert (ok["score_a"] == ok["a"]).all() and (ok["score_b"] == ok["b"]).all()
     assert ((ok["delta"] - (ok["b"] - ok["a"])).abs() < 1e-9).all()
 
@@ -203,6 +139,9 @@ def test_table_has_delta_b_minus_a_and_presence(runs: Runs) -> None:
     assert added["presence"] == "only_b" and added["score_a"] is None
     bad = table.filter(pl.col("query_id") == BAD_ID).row(0, named=True)
     assert (bad["status_a"], bad["status_b"], bad["delta"]) == ("error", "error", None)
+    unscored = table.filter(pl.col("query_id") == UNSCORED_ID).row(0, named=True)
+    assert (unscored["status_a"], unscored["status_b"]) == ("ok", "unscored")
+    assert unscored["score_a"] is not None and unscored["delta"] is None
     assert table.height == ITEMS + 2
     assert table["query_id"].is_unique().all()
 
@@ -231,6 +170,11 @@ def test_exit_code_0_when_equal(runs: Runs) -> None:
 
 
 def test_improvement_passes(runs: Runs) -> None:
+    comparison = compare.compare_runs(
+        load_run(open_store(str(runs.output)), runs.base),
+        load_run(open_store(str(runs.output)), runs.cand),
+    )
+    assert comparison.improved > 0 and comparison.regressed > 0  # both kinds of change exist
     code, _ = _compare(runs, runs.cand, runs.base, "--max-mean-drop", "0")
     assert code == 0
 
@@ -241,6 +185,7 @@ def test_summary_shift_and_counts_are_printed(runs: Runs) -> None:
         assert word in text
     assert "queries scored ok in both runs" in text
     assert "only in A 1, only in B 1" in text
+    assert "ok in A but not in B 1" in text  # the query unscored in cand
 
 
 def test_regressions_are_sorted_most_negative_first(runs: Runs) -> None:
@@ -285,14 +230,12 @@ def test_register_adds_the_subcommand() -> None:
     parser = argparse.ArgumentParser(prog="ctxprec")
     compare.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["compare", "a", "b", "--top", "3"])
-    assert args.handler is compare.run_compare
+    assert args.handler is compare.run
     assert (args.run_a, args.run_b, args.top, args.max_mean_drop) == ("a", "b", 3, 0.02)
 
 
-def test_compare_runs_on_s3(runs: Runs, moto_s3: Any, s3_prefix: str) -> None:
-    fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)
-    for table in ("scores", "verdicts", "summary", "manifests"):
-        fs.put(str(runs.output / table), f"{s3_prefix}/{table}", recursive=True)
+def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
+    base, cand = base_and_candidate(open_store(s3_prefix, moto_s3.storage_options))
     options = [
         "--storage-option",
         "key=testing",
@@ -305,10 +248,113 @@ def test_compare_runs_on_s3(runs: Runs, moto_s3: Any, s3_prefix: str) -> None:
     ]
     parser = argparse.ArgumentParser()
     compare.add_arguments(parser)
-    args = parser.parse_args([runs.base, runs.cand, "--output", s3_prefix, *options])
+    args = parser.parse_args([base, cand, "--output", s3_prefix, *options])
     out = io.StringIO()
-    assert compare.run_compare(args, out=out) == 1
+    assert compare.run(args, out=out) == 1
     written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
     assert written in out.getvalue()
+    fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)
     with fs.open(written, "rb") as handle:
         assert pl.read_parquet(handle).height == ITEMS + 2
+
+
+# --------------------------------------------------------------------------------------------
+# the support module's runs against the job's
+
+
+def test_support_scores_agree_with_the_job_aggregation(runs: Runs) -> None:
+    """The scores written from context_precision are what the job's Polars aggregation gets
+    from the same verdicts (the job fails a run where they differ)."""
+    store = open_store(str(runs.output))
+    for run_id in (runs.base, runs.cand):
+        run = load_run(store, run_id)
+        assert aggregate.score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
+        ok = run.scores().filter(pl.col("status") == "ok").select(pl.len()).collect().item()
+        assert ok > 0
+
+
+E2E_ITEMS = 40
+
+
+def _e2e_rows(*, for_candidate: bool) -> list[dict[str, Any]]:
+    from jobs.tools.sample_data import generate
+
+    rows = list(generate(E2E_ITEMS, seed=11))
+    rows[0] = {
+        **rows[0],
+        "id": SCRIPT_ID,
+        "question": "Where was <script>alert(1)</script> born?",
+        "contexts": ["Visitors often mention the mild weather.", "Fish swim in the <b>sea</b>."],
+    }
+    rows.append({**rows[1], "id": BAD_ID, "contexts": None})
+    if for_candidate:
+        rows = [r for r in rows if r["id"] != REMOVED_ID]
+        rows.append({**rows[2], "id": ADDED_ID})
+    return rows
+
+
+def _e2e_config(input_path: Path, output: Path, run_id: str, threshold: float | None) -> Any:
+    from jobs.config import parse_config
+
+    judge: dict[str, Any] = {"model": "lexical"}
+    if threshold is not None:
+        judge["lexical"] = {"threshold": threshold}
+    return parse_config(
+        {
+            "input": {
+                "path": str(input_path),
+                "format": "jsonl",
+                "columns": {
+                    "query_id": "id",
+                    "input": "question",
+                    "output": "answer",
+                    "expected_output": "ground_truth",
+                    "context": "contexts",
+                },
+            },
+            "output": {"path": str(output)},
+            "judge": judge,
+            "run": {"id": run_id, "date": RUN_DATE.isoformat()},
+            "ray": {"shard_size": 25, "workers": 2},
+        }
+    )
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_real_job_publishes_what_the_support_module_writes(runs: Runs, tmp_path: Path) -> None:
+    """Two runs of the real job (the offline lexical judge, stricter in "cand"), then compare
+    and report on them; their tables have the support module's columns and types."""
+    from jobs.engine.driver import run_job  # the only test here that needs the engine (Ray)
+
+    output = tmp_path / "out"
+    for run_id, candidate, threshold in (("base", False, None), ("cand", True, 0.35)):
+        input_path = tmp_path / f"{run_id}.jsonl"
+        rows = _e2e_rows(for_candidate=candidate)
+        input_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        run_job(_e2e_config(input_path, output, run_id, threshold), out=io.StringIO())
+
+    store = open_store(str(output))
+    real = load_run(store, "cand")
+    written = load_run(open_store(str(runs.output)), runs.cand)
+    for name in TABLES:
+        assert real.read(name).schema == written.read(name).schema, name
+    assert set(real.manifest) == set(written.manifest)
+    assert real.summary.to_dict() == real.manifest["summary"]
+
+    code, text = _compare(Runs(output, "base", "cand"), "base", "cand")
+    assert code == 1 and "FAIL: mean fell by" in text
+    assert "only in A 1, only in B 1" in text
+    table = pl.read_parquet(output / "comparisons" / "base__vs__cand.parquet")
+    assert tuple(table.columns) == compare.TABLE_COLUMNS
+    assert table.height == E2E_ITEMS + 2
+    bad = table.filter(pl.col("query_id") == BAD_ID).row(0, named=True)
+    assert (bad["status_a"], bad["status_b"]) == ("error", "error")
+
+    page_path = tmp_path / "report.html"
+    argv = ["cand", "--baseline", "base", "--output", str(output), "--html", str(page_path)]
+    assert report.main(argv) == 0
+    page = page_path.read_text(encoding="utf-8")
+    assert page.count("<svg") == 5  # 3 charts of the run, 2 of the comparison
+    assert escape(SCRIPT_ID) in page and "<script" not in page.lower()
+    assert "<b>sea</b>" not in page
+    assert 'id="failed"' in page and BAD_ID in page

@@ -1,30 +1,45 @@
-"""`ctxprec report` on real runs published by the Ray job (see tests/test_compare.py)."""
+"""`ctxprec report` on published runs written by tests/support/published.py (no Ray).
+
+The run of the real job, reported on, is in tests/test_compare.py.
+"""
 
 from __future__ import annotations
 
 import argparse
-import html
 import io
 import itertools
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
+from markupsafe import escape
 
 from jobs.engine.storage import open_store
 from jobs.tools import report
+from jobs.tools.report import charts
+from jobs.tools.report.queries import WORST_QUERIES
 from jobs.tools.runs import load_run
-from tests.test_compare import BAD_ID, SCRIPT_ID, Runs, build_runs
+from tests.support.published import (
+    BAD_ID,
+    SCRIPT_ID,
+    UNSCORED_ID,
+    Query,
+    Runs,
+    local_base_and_candidate,
+    publish,
+)
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
 BASELINE_CHARTS = 2  # rate by position of both runs, change by position
 
 
 @pytest.fixture(scope="module")
-def runs(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    return build_runs(tmp_path_factory.getbasetemp() / "ctxprec-published-runs")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return local_base_and_candidate(tmp_path_factory.mktemp("published"))
 
 
 def _report(runs: Runs, *argv: str) -> tuple[str, str]:
@@ -33,7 +48,7 @@ def _report(runs: Runs, *argv: str) -> tuple[str, str]:
     report.add_arguments(parser)
     args = parser.parse_args([*argv, "--output", str(runs.output)])
     out = io.StringIO()
-    assert report.run_report(args, out=out) == 0
+    assert report.run(args, out=out) == 0
     printed = out.getvalue()
     path = Path(printed.removeprefix("report: ").strip())
     return path.read_text(encoding="utf-8"), printed
@@ -83,11 +98,11 @@ def test_worst_queries_are_listed_with_verdict_chips(runs: Runs, page: str) -> N
         .read("scores")
         .filter(pl.col("status") == "ok")
         .sort(["score", "query_id"])
-        .head(report.WORST_QUERIES)
+        .head(WORST_QUERIES)
     )
     section = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
     for query_id in worst["query_id"]:
-        assert html.escape(query_id) in section
+        assert escape(query_id) in section
     assert 'class="chip no"' in section
     assert "judge reasons" in section
 
@@ -96,7 +111,7 @@ def test_user_strings_are_escaped(page: str, compared_page: str) -> None:
     for text in (page, compared_page):
         assert "<script" not in text.lower()
         assert "<b>sea</b>" not in text
-        assert html.escape(SCRIPT_ID) in text
+        assert escape(SCRIPT_ID) in text
 
 
 def test_no_external_resources(page: str, compared_page: str) -> None:
@@ -110,6 +125,8 @@ def test_no_external_resources(page: str, compared_page: str) -> None:
 def test_failed_items_and_cost_sections(runs: Runs, page: str) -> None:
     failed = page.split('<section id="failed">', 1)[1].split("</section>", 1)[0]
     assert BAD_ID in failed and "error" in failed
+    assert UNSCORED_ID in failed and "judge reply unusable" in failed
+    assert "1 unscored, 1 errors; the first 2 of 2:" in failed
     cost = page.split('<section id="cost">', 1)[1].split("</section>", 1)[0]
     for label in ("judge calls", "prompt tokens", "estimated cost", "seconds", "items / s"):
         assert label in cost
@@ -131,7 +148,7 @@ def test_baseline_section_only_with_baseline(runs: Runs, page: str, compared_pag
     comparison = compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
     assert f"{comparison.mean_shift:+.3f}" in section
     for query_id in comparison.regressions(5)["query_id"]:
-        assert html.escape(query_id) in section
+        assert escape(query_id) in section
 
 
 def test_html_path_and_unknown_baseline(
@@ -151,8 +168,42 @@ def test_register_adds_the_subcommand() -> None:
     parser = argparse.ArgumentParser(prog="ctxprec")
     report.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["report", "r1", "--baseline", "r0"])
-    assert args.handler is report.run_report
+    assert args.handler is report.run
     assert (args.run, args.baseline, args.html) == ("r1", "r0", None)
+
+
+def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
+    """More than 40 contexts: 40 chips and "+5 more", positions from 40 on not drawn; more
+    queries at the lowest score than the table lists: a note says how many."""
+    wide = Query("a-wide", [False] * 45)
+    zeros = [Query(f"zero-{i:02d}", [False, False]) for i in range(24)]
+    publish(open_store(str(tmp_path)), "wide", [wide, *zeros, Query("top", [True])])
+    target = tmp_path / "wide.html"
+    assert report.main(["wide", "--output", str(tmp_path), "--html", str(target)]) == 0
+    page = target.read_text(encoding="utf-8")
+    worst = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
+    first_row = worst.split("<tr>")[2].split("</tr>")[0]
+    assert "a-wide" in first_row
+    assert first_row.count('class="chip no" title=') == 40
+    assert '<span class="more">+5 more</span>' in first_row
+    assert "25 scored items share the lowest score, 0.00; these are the first 20" in worst
+    positions = page.split('<section id="positions">', 1)[1].split("</section>", 1)[0]
+    assert "Positions 40 and later are not drawn (5 judged contexts)" in positions
+    assert 'id="failed"' not in page  # nothing unscored or failed
+
+
+def test_the_tools_do_not_import_the_engine_worker_driver_or_ray() -> None:
+    code = (
+        "import json, sys\n"
+        "import jobs.tools.compare, jobs.tools.report, jobs.tools.runs\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    modules = set(json.loads(result.stdout))
+    assert "jobs.tools.report.page" in modules  # precondition: the imports happened
+    assert not modules & {"jobs.engine.worker", "jobs.engine.driver", "ray"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,20 +211,20 @@ def test_register_adds_the_subcommand() -> None:
 
 
 def test_chart_escapes_labels_and_handles_empty_and_negative() -> None:
-    svg = report.chart(
+    svg = charts.chart(
         ["<a>", "b"],
-        [report.Series("s&t", [-0.5, 0.25], "#000")],
-        report.ChartSpec(title="t<", x_label="x", y_label="y", y_min=-1, y_max=1, diverging=True),
+        [charts.Series("s&t", [-0.5, 0.25], "#000")],
+        charts.ChartSpec(title="t<", x_label="x", y_label="y", y_min=-1, y_max=1, diverging=True),
     )
     assert "&lt;a&gt;" in svg and "<a>" not in svg and "s&amp;t" in svg
-    assert report.COLOR_DOWN in svg and report.COLOR_UP in svg
-    empty = report.chart([], [], report.ChartSpec(title="e", x_label="x", y_label="y"))
+    assert charts.COLOR_DOWN in svg and charts.COLOR_UP in svg
+    empty = charts.chart([], [], charts.ChartSpec(title="e", x_label="x", y_label="y"))
     assert "no data" in empty and empty.startswith("<svg")
 
 
 def test_nice_ticks_cover_the_range() -> None:
-    ticks = report.nice_ticks(0.0, 0.23)
+    ticks = charts.nice_ticks(0.0, 0.23)
     assert ticks[0] == 0.0 and ticks[-1] >= 0.23
     assert all(b > a for a, b in itertools.pairwise(ticks))
-    symmetric = report.nice_ticks(-0.3, 0.3)
+    symmetric = charts.nice_ticks(-0.3, 0.3)
     assert [f"{t:+.1f}" for t in symmetric if t == 0] == ["+0.0"]  # no "-0.0" label

@@ -356,7 +356,8 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
 
 
 # --------------------------------------------------------------------------------------------
-# command
+# command: `add_arguments` and `run` are what `ctxprec compare` calls; `register` adds the
+# subcommand to a parser; `main` is `python -m jobs.tools.compare`
 
 
 def table_name(run_a: str, run_b: str) -> str:
@@ -389,7 +390,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """The handler of `ctxprec compare`: 1 when the mean dropped too far, else 0."""
     out = out if out is not None else sys.stdout
     if args.max_mean_drop < 0:
@@ -421,7 +422,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
     )
     add_arguments(parser)
-    parser.set_defaults(handler=run_compare)
+    parser.set_defaults(handler=run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -429,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return run_compare(args)
+        return run(args)
     except CtxPrecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,101 @@
+"""`ctxprec report <run> [--baseline <run>]`: one self-contained HTML page about a run.
+
+    ctxprec report 20261130-1a2b3c4d --baseline 20261129-9f8e7d6c --output s3://evals/cp/
+
+The page has no external resources (inline CSS, SVG charts drawn here, no script): it can be
+mailed, attached to a ticket or opened offline. Sections: header (run, date, judge, counts,
+mean/median); with --baseline, the comparison against that run (mean shift, regressions,
+relevance rate by position of both); score distribution (10 bins and the summary bands);
+relevance rate by position; cost and throughput; the worst queries with their per-position
+verdicts and reasons; unscored/failed items.
+
+Written to `<output>/reports/<run>.html` unless --html says otherwise.
+
+The package, from data to page:
+
+    queries.py       Polars over a published run / a comparison -> plain typed data
+    charts.py        the SVG chart kit (its text escaped with markupsafe)
+    page.py          each section's data and charts -> the template, rendered with autoescape
+    report.html.j2   the page's layout (jinja2)
+    report.css       the stylesheet, inlined into the page
+
+This module is the command: `add_arguments` and `run` (what `ctxprec report` calls),
+`register` (adds the subcommand to a parser) and `main` (`python -m jobs.tools.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from jobs.tools.report.page import render_report
+from jobs.tools.runs import (
+    add_output_arguments,
+    load_run,
+    open_output,
+    parse_storage_options,
+    write_file,
+)
+from scorer_core.errors import ConfigError, CtxPrecError
+
+__all__ = ["add_arguments", "main", "register", "render_report", "run"]
+
+SUMMARY = "write a self-contained HTML report of a published run"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="run id to report on")
+    parser.add_argument(
+        "--baseline", metavar="RUN", default=None, help="also compare with this run id"
+    )
+    add_output_arguments(parser)
+    parser.add_argument(
+        "--html",
+        metavar="PATH",
+        default=None,
+        help="where to write the page (default <output>/reports/<run>.html)",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec report`: write the page, print where it is, return 0."""
+    out = out if out is not None else sys.stdout
+    store = open_output(args)
+    published = load_run(store, args.run)
+    baseline = load_run(store, args.baseline) if args.baseline else None
+    if baseline is not None and baseline.location == published.location:
+        raise ConfigError(f"--baseline {args.baseline} is the run itself")
+    page = render_report(published, baseline)
+    written = write_file(
+        store,
+        args.html,
+        f"reports/{published.run_id}.html",
+        page.encode("utf-8"),
+        parse_storage_options(args.storage_option),
+    )
+    out.write(f"report: {written}\n")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `report` to the `ctxprec` subcommands."""
+    parser = subparsers.add_parser(
+        "report",
+        help=SUMMARY,
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxprec report")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except CtxPrecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,253 @@
+"""The report's SVG chart kit: bar and line charts drawn as inline SVG (no script, no file).
+
+    svg = chart(["0", "1"], [Series("rate", [0.4, 0.2], COLOR_RUN)], ChartSpec("t", "x", "y"))
+
+Every piece of text that lands in the SVG (title, axis labels, tick and value labels,
+tooltips, legend) goes through `markupsafe.escape`; a chart comes back as `markupsafe.Markup`,
+so the autoescaping page template inserts it as it is and escapes everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from markupsafe import Markup, escape
+
+COLOR_RUN = "#2563eb"
+COLOR_BASELINE = "#9ca3af"
+COLOR_BAND = "#0d9488"
+COLOR_UP = "#16a34a"
+COLOR_DOWN = "#dc2626"
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    values: Sequence[float | None]
+    color: str
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    title: str
+    x_label: str
+    y_label: str
+    kind: Literal["bar", "line"] = "bar"
+    width: int = 560
+    height: int = 280
+    y_min: float = 0.0
+    y_max: float | None = None
+    value_format: Callable[[float], str] = str
+    tooltips: Sequence[str] | None = None  # one per category, appended to each mark's title
+    diverging: bool = False  # bars colored by sign (up green, down red)
+    edge_labels: Sequence[str] | None = None  # len(categories) + 1 labels at the bin edges
+    sublabels: Sequence[str] | None = None  # a second, smaller line under each category label
+
+
+_MARGIN_LEFT = 60
+_MARGIN_RIGHT = 16
+_MARGIN_TOP = 30
+_MARGIN_BOTTOM = 50
+_CHAR_PX = 6.2  # average glyph width at font-size 11
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering [low, high] (about `count` of them)."""
+    if high <= low:
+        high = low + 1.0
+    raw = (high - low) / max(1, count)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    start = math.floor(low / step + 1e-9) * step
+    ticks = []
+    value = start
+    while value <= high + step * 1e-6:
+        ticks.append(round(value, 10) + 0.0)  # + 0.0: no "-0" label
+        value += step
+    if ticks[-1] < high - 1e-12:
+        ticks.append(round(value, 10))
+    return ticks
+
+
+def _axis_range(spec: ChartSpec, series: Sequence[Series]) -> tuple[float, float, list[float]]:
+    values = [v for s in series for v in s.values if v is not None]
+    low = min([spec.y_min, *values]) if values else spec.y_min
+    high = spec.y_max if spec.y_max is not None else max([0.0, *values]) * 1.12
+    if high <= low:
+        high = low + 1.0
+    ticks = nice_ticks(low, high)
+    return ticks[0], ticks[-1], ticks
+
+
+def chart(categories: Sequence[str], series: Sequence[Series], spec: ChartSpec) -> Markup:
+    """An inline SVG bar or line chart with axes, ticks, labels and per-mark tooltips."""
+    width, height = spec.width, spec.height
+    plot_w = width - _MARGIN_LEFT - _MARGIN_RIGHT
+    plot_h = height - _MARGIN_TOP - _MARGIN_BOTTOM - (12 if spec.sublabels else 0)
+    low, high, ticks = _axis_range(spec, series)
+
+    def y(value: float) -> float:
+        return _MARGIN_TOP + (high - value) / (high - low) * plot_h
+
+    n = max(1, len(categories))
+    group = plot_w / n
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="{escape(spec.title)}">',
+        f"<title>{escape(spec.title)}</title>",
+    ]
+    for tick in ticks:
+        ty = y(tick)
+        parts.append(
+            f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" '
+            f'y1="{ty:.1f}" y2="{ty:.1f}"/>'
+            f'<text class="tick" x="{_MARGIN_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">'
+            f"{escape(spec.value_format(tick))}</text>"
+        )
+    zero = y(0.0) if low <= 0 <= high else y(low)
+    parts.append(
+        f'<line class="axis" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" '
+        f'y1="{zero:.1f}" y2="{zero:.1f}"/>'
+    )
+    parts.extend(_x_labels(categories, spec, group, _MARGIN_TOP + plot_h))
+    marks = _bars if spec.kind == "bar" else _lines
+    parts.extend(marks(categories, series, spec, y, group, zero))
+    parts.append(
+        f'<text class="label" x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{height - 8}" '
+        f'text-anchor="middle">{escape(spec.x_label)}</text>'
+        f'<text class="label" x="14" y="{_MARGIN_TOP + plot_h / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2:.1f})">{escape(spec.y_label)}</text>'
+    )
+    if len(series) > 1:
+        parts.append(_legend(series, width))
+    if not categories:
+        parts.append(
+            f'<text class="label" x="{width / 2}" y="{_MARGIN_TOP + plot_h / 2}" '
+            f'text-anchor="middle">no data</text>'
+        )
+    parts.append("</svg>")
+    # Every part above is markup written here, with each text from outside escaped.
+    return Markup("".join(parts))
+
+
+def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: float) -> list[str]:
+    """Category labels under the bars (every k-th when they would overlap), or bin-edge labels
+    at the bar boundaries when `spec.edge_labels` is given."""
+    labels = list(spec.edge_labels) if spec.edge_labels else list(categories)
+    offset = 0.0 if spec.edge_labels else 0.5
+    longest = max((len(label) for label in labels), default=1)
+    plot_w = group * max(1, len(categories))
+    step = max(1, math.ceil(len(labels) * (longest * _CHAR_PX + 6) / plot_w))
+    parts = []
+    subs = list(spec.sublabels or [])
+    if subs:
+        widest = max(longest, max(len(sub) for sub in subs) * 0.85)
+        step = max(1, math.ceil(len(labels) * (widest * _CHAR_PX + 6) / plot_w))
+    for i, label in enumerate(labels):
+        if i % step == 0:
+            x = _MARGIN_LEFT + group * (i + offset)
+            parts.append(
+                f'<text class="tick" x="{x:.1f}" y="{base_y + 16:.1f}" text-anchor="middle">'
+                f"{escape(label)}</text>"
+            )
+            if i < len(subs):
+                parts.append(
+                    f'<text class="sub" x="{x:.1f}" y="{base_y + 29:.1f}" '
+                    f'text-anchor="middle">{escape(subs[i])}</text>'
+                )
+    return parts
+
+
+def _mark_title(spec: ChartSpec, category: str, name: str, value: float, index: int) -> str:
+    extra = f" — {spec.tooltips[index]}" if spec.tooltips and index < len(spec.tooltips) else ""
+    return f"<title>{escape(f'{name} {category}: {spec.value_format(value)}{extra}')}</title>"
+
+
+def _bars(
+    categories: Sequence[str],
+    series: Sequence[Series],
+    spec: ChartSpec,
+    y: Callable[[float], float],
+    group: float,
+    zero: float,
+) -> list[str]:
+    parts: list[str] = []
+    count = max(1, len(series))
+    bar = group * 0.78 / count
+    for s_index, s in enumerate(series):
+        for i, value in enumerate(s.values):
+            if value is None or i >= len(categories):
+                continue
+            x = _MARGIN_LEFT + group * i + group * 0.11 + bar * s_index
+            top, bottom = sorted((y(value), zero))
+            color = s.color
+            if spec.diverging:
+                color = COLOR_UP if value > 0 else COLOR_DOWN
+            parts.append(
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{bar:.1f}" '
+                f'height="{max(bottom - top, 0.5):.1f}" fill="{escape(color)}">'
+                f"{_mark_title(spec, categories[i], s.name, value, i)}</rect>"
+            )
+            text = spec.value_format(value)
+            if len(text) * _CHAR_PX * 0.9 <= bar + 4:
+                ty = top - 4 if value >= 0 else bottom + 12
+                parts.append(
+                    f'<text class="value" x="{x + bar / 2:.1f}" y="{ty:.1f}" '
+                    f'text-anchor="middle">{escape(text)}</text>'
+                )
+    return parts
+
+
+def _lines(
+    categories: Sequence[str],
+    series: Sequence[Series],
+    spec: ChartSpec,
+    y: Callable[[float], float],
+    group: float,
+    zero: float,
+) -> list[str]:
+    parts: list[str] = []
+    label_room = group >= 34 and len(series) == 1
+    for s in series:
+        points = [
+            (i, _MARGIN_LEFT + group * (i + 0.5), y(value), value)
+            for i, value in enumerate(s.values)
+            if value is not None and i < len(categories)
+        ]
+        if not points:
+            continue
+        path = " ".join(f"{px:.1f},{py:.1f}" for _, px, py, _ in points)
+        dash = ' stroke-dasharray="5 4"' if s.dashed else ""
+        color = escape(s.color)
+        parts.append(
+            f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2.2"{dash}/>'
+        )
+        for i, px, py, value in points:
+            parts.append(
+                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.6" fill="{color}">'
+                f"{_mark_title(spec, categories[i], s.name, value, i)}</circle>"
+            )
+            if label_room:
+                parts.append(
+                    f'<text class="value" x="{px:.1f}" y="{py - 8:.1f}" text-anchor="middle">'
+                    f"{escape(spec.value_format(value))}</text>"
+                )
+    return parts
+
+
+def _legend(series: Sequence[Series], width: int) -> str:
+    parts = []
+    x = float(width - _MARGIN_RIGHT)
+    for s in reversed(series):
+        text_w = len(s.name) * _CHAR_PX
+        x -= text_w + 22
+        parts.append(
+            f'<rect x="{x:.1f}" y="8" width="12" height="12" fill="{escape(s.color)}"/>'
+            f'<text class="tick" x="{x + 16:.1f}" y="18">{escape(s.name)}</text>'
+        )
+        x -= 10
+    return "".join(parts)

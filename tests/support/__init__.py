@@ -1,0 +1,1 @@
+"""Helpers the tests share that are more than fixtures (see tests/support/published.py)."""

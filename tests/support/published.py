@@ -1,0 +1,271 @@
+"""Published runs written directly, for the tests of the tools that read them (compare, report).
+
+A run is described compactly, one `Query` per query_id (its verdicts in position order, its
+status, reason, error); `publish` writes what `jobs.engine.publish.publish_run` would have
+published for it, without Ray or a judge:
+
+    scores, verdicts, summary   Parquet at RunLocation.table_file(...), the same columns and
+                                types as the job's tables
+    manifest                    JSON at RunLocation.manifest, the job's keys
+
+The score of an ok query is `scorer_core.precision.context_precision` of its verdicts (a
+verdict of None counts as not relevant, as in the job's aggregation), its reason is the
+scorer's `template_reason`, and the summary is `jobs.engine.aggregate.summarize` of the tables.
+`test_real_job_publishes_what_the_support_module_writes` in tests/test_compare.py checks the
+columns against a run published by the real job.
+
+`base_and_candidate` writes the two runs tests/test_compare.py and tests/test_report.py share.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from jobs.engine import aggregate
+from jobs.engine.publish import TABLES, RunLocation
+from jobs.engine.storage import Store, open_store
+from scorer_core.precision import context_precision
+from scorer_core.prompt import PROMPT_VERSION
+from scorer_core.reasons import template_reason
+from scorer_core.types import ContextVerdict, Status
+
+RUN_DATE = dt.date(2026, 1, 2)
+
+SCORES_SCHEMA: dict[str, pl.DataType] = {
+    **{name: aggregate.ITEM_SCHEMA[name] for name in aggregate.FINAL_COLUMNS},
+    "truncated": pl.Boolean(),  # publish_run keeps it after the final columns
+}
+VERDICTS_SCHEMA: dict[str, pl.DataType] = {
+    name: aggregate.VERDICT_SCHEMA[name]
+    for name in ("query_id", "position", "relevant", "judge_reason", "cached")
+}
+# Usage the tables report per judged context (any fixed numbers do; these look like a model's).
+PROMPT_TOKENS_PER_CONTEXT = 180
+COMPLETION_TOKENS_PER_CONTEXT = 12
+
+
+@dataclass(frozen=True)
+class Query:
+    """One input item of a run, as the job would have scored it.
+
+    `verdicts` has one entry per retrieved context: True / False, or None where the judge
+    gave no verdict. An "unscored" item has contexts but no verdicts (all None); an "error"
+    item (a row the job could not read) has no contexts at all.
+    """
+
+    query_id: str
+    verdicts: Sequence[bool | None] = ()
+    status: Status = "ok"
+    reason: str | None = None  # None: the scorer's template reason (ok) or "" (otherwise)
+    error: str | None = None
+    judge_reasons: Sequence[str] | None = None  # per position; None: "relevant" / "not relevant"
+
+    def __post_init__(self) -> None:
+        if self.status == "ok" and self.error is not None:
+            raise ValueError(f"{self.query_id}: an ok item has no error")
+        if self.status != "ok" and self.error is None:
+            raise ValueError(f"{self.query_id}: a {self.status} item needs its error")
+        if self.status != "ok" and any(v is not None for v in self.verdicts):
+            raise ValueError(f"{self.query_id}: a {self.status} item has no verdicts")
+        if self.status == "error" and self.verdicts:
+            raise ValueError(f"{self.query_id}: an error item has no contexts")
+        if self.judge_reasons is not None and len(self.judge_reasons) != len(self.verdicts):
+            raise ValueError(f"{self.query_id}: one judge reason per context")
+
+    @property
+    def flags(self) -> list[bool]:
+        return [bool(v) for v in self.verdicts]
+
+    def score(self, scale: float) -> float | None:
+        return context_precision(self.flags, scale) if self.status == "ok" else None
+
+
+def _score_row(query: Query, row: int, model: str, scale: float) -> dict[str, Any]:
+    contexts = len(query.verdicts)
+    score = query.score(scale)
+    judged = [
+        ContextVerdict(index=i, relevant=v) for i, v in enumerate(query.verdicts) if v is not None
+    ]
+    reason = query.reason
+    if reason is None:
+        reason = template_reason(judged, score, scale) if score is not None else ""
+    return {
+        "query_id": query.query_id,
+        "score": score,
+        "reason": reason,
+        "status": query.status,
+        "error": query.error,
+        "relevant_count": sum(query.flags),
+        "context_count": contexts,
+        "judge_model": model,
+        "calls": 1 if contexts else 0,
+        "prompt_tokens": PROMPT_TOKENS_PER_CONTEXT * contexts,
+        "completion_tokens": COMPLETION_TOKENS_PER_CONTEXT * contexts,
+        "cache_hits": 0,
+        "source": "input.jsonl",
+        "row": row,
+        "truncated": False,
+    }
+
+
+def _verdict_rows(query: Query) -> list[dict[str, Any]]:
+    reasons = query.judge_reasons or [
+        "" if v is None else "relevant" if v else "not relevant" for v in query.verdicts
+    ]
+    return [
+        {
+            "query_id": query.query_id,
+            "position": position,
+            "relevant": verdict,
+            "judge_reason": reasons[position],
+            "cached": False,
+        }
+        for position, verdict in enumerate(query.verdicts)
+    ]
+
+
+def _parquet(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def publish(
+    store: Store,
+    run_id: str,
+    queries: Sequence[Query],
+    *,
+    run_date: dt.date = RUN_DATE,
+    model: str = "lexical",
+    scale: float = 1.0,
+    seconds: float = 12.5,
+) -> RunLocation:
+    """Write run `run_id` of `queries` under `store` as the job publishes one; its location."""
+    location = RunLocation(run_id=run_id, run_date=run_date)
+    scores = pl.DataFrame(
+        [_score_row(q, row, model, scale) for row, q in enumerate(queries)],
+        schema=SCORES_SCHEMA,
+        orient="row",
+    )
+    verdicts = pl.DataFrame(
+        [row for q in queries for row in _verdict_rows(q)], schema=VERDICTS_SCHEMA, orient="row"
+    )
+    summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
+    # The job's order: verdicts, summary, then scores (whose presence marks a complete run).
+    tables = {"verdicts": verdicts, "summary": summary.to_frame(), "scores": scores}
+    for table in TABLES:
+        store.write_bytes_atomic(store.join(location.table_file(table)), _parquet(tables[table]))
+    manifest = {
+        "run_id": run_id,
+        "run_date": run_date.isoformat(),
+        "judge_model": model,
+        "prompt_version": PROMPT_VERSION,
+        "config": {"judge": {"model": model}, "scorer": {"scale": scale}},
+        "shards": 1,
+        "shards_reused": 0,
+        "seconds": seconds,
+        "timings_s": {"plan": 0.2, "ray_start": 2.0, "fan_out": round(seconds - 2.2, 3)},
+        "status": "complete",
+        "summary": summary.to_dict(),
+        "duplicates": 0,
+        "score_mismatches": 0,
+        "published_at": f"{run_date.isoformat()}T06:00:00+00:00",
+        "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
+    }
+    store.write_bytes_atomic(
+        store.join(location.manifest),
+        json.dumps(manifest, indent=2, sort_keys=True).encode(),
+    )
+    return location
+
+
+# --------------------------------------------------------------------------------------------
+# the two runs tests/test_compare.py and tests/test_report.py share
+
+ITEMS = 60  # queries in the base run, including SCRIPT_ID and UNSCORED_ID; BAD_ID comes on top
+BASE = "base"
+CANDIDATE = "cand"
+SCRIPT_ID = '0<script>alert("id")</script>'  # in both, scored 0 so it is among the worst
+REMOVED_ID = "q0000005"  # in base only
+ADDED_ID = "new-query"  # in cand only
+UNSCORED_ID = "q0000007"  # ok in base, unscored in cand
+BAD_ID = "bad-row"  # context null: status error in both
+BAD_ROW_ERROR = "input.jsonl line at byte 4096: context (column 'contexts') is null"
+
+
+def _sample(seed: int) -> list[Query]:
+    """ITEMS queries q0000001.. with 3 to 8 contexts, about 40% of them relevant."""
+    rng = random.Random(seed)
+    return [
+        Query(f"q{i:07d}", [rng.random() < 0.4 for _ in range(3 + i % 6)]) for i in range(1, ITEMS)
+    ]
+
+
+def _stricter(query: Query, rng: random.Random, index: int) -> Query:
+    """The candidate's verdicts: about a third of the relevant ones lost (a stricter judge),
+    and on every ninth query one context newly found relevant, so some queries improve."""
+    flags = [bool(v) and rng.random() >= 0.35 for v in query.verdicts]
+    if index % 9 == 0 and not all(flags):
+        flags[flags.index(False)] = True
+    return Query(query.query_id, flags)
+
+
+def base_and_candidate(store: Store) -> tuple[str, str]:
+    """Publish the "base" and "cand" runs under `store`; their run ids.
+
+    base: SCRIPT_ID (hostile id, reason and judge reasons; nothing relevant), ITEMS - 1
+    sample queries, BAD_ID (an unreadable row). cand: the same judged more strictly (scores
+    fall, a few rise), without REMOVED_ID, with ADDED_ID, UNSCORED_ID unscored, BAD_ID again.
+    """
+    hostile = Query(
+        SCRIPT_ID,
+        [False, False],
+        reason="Where was <script>alert(1)</script> born? None of the contexts answers it.",
+        judge_reasons=[
+            "Visitors often mention the mild weather.",
+            "Fish swim in the <b>sea</b>.",
+        ],
+    )
+    bad = Query(BAD_ID, status="error", error=BAD_ROW_ERROR)
+    sample = _sample(seed=11)
+    publish(store, BASE, [hostile, *sample, bad])
+
+    rng = random.Random(12)
+    candidate: list[Query] = [hostile]
+    for index, query in enumerate(sample):
+        if query.query_id == REMOVED_ID:
+            continue
+        if query.query_id == UNSCORED_ID:
+            unscored = Query(
+                UNSCORED_ID,
+                [None] * len(query.verdicts),
+                status="unscored",
+                error="contexts [0..4]: judge reply unusable after 3 attempts",
+            )
+            candidate.append(unscored)
+            continue
+        candidate.append(_stricter(query, rng, index))
+    candidate += [Query(ADDED_ID, [True, False, True]), bad]
+    publish(store, CANDIDATE, candidate, seconds=9.75)
+    return BASE, CANDIDATE
+
+
+class Runs(NamedTuple):
+    output: Path  # the output root both runs are published under
+    base: str
+    cand: str
+
+
+def local_base_and_candidate(output: Path) -> Runs:
+    """`base_and_candidate` under the local folder `output`."""
+    base, cand = base_and_candidate(open_store(str(output)))
+    return Runs(output, base, cand)
