@@ -175,13 +175,13 @@ COMMANDS = (
         "compare",
         "compare two published runs; exit 1 when the mean score dropped too far",
         add_compare_arguments,
-        "jobs.tools.compare:run_compare",
+        "jobs.tools.compare:run",
     ),
     Command(
         "report",
         "write a self-contained HTML report of a published run",
         add_report_arguments,
-        "jobs.tools.report:run_report",
+        "jobs.tools.report:run",
     ),
 )
 

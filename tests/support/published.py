@@ -33,6 +33,7 @@ import polars as pl
 from jobs.engine import aggregate
 from jobs.engine.publish import TABLES, RunLocation
 from jobs.engine.storage import Store, open_store
+from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason
@@ -40,14 +41,6 @@ from scorer_core.types import ContextVerdict, Status
 
 RUN_DATE = dt.date(2026, 1, 2)
 
-SCORES_SCHEMA: dict[str, pl.DataType] = {
-    **{name: aggregate.ITEM_SCHEMA[name] for name in aggregate.FINAL_COLUMNS},
-    "truncated": pl.Boolean(),  # publish_run keeps it after the final columns
-}
-VERDICTS_SCHEMA: dict[str, pl.DataType] = {
-    name: aggregate.VERDICT_SCHEMA[name]
-    for name in ("query_id", "position", "relevant", "judge_reason", "cached")
-}
 # Usage the tables report per judged context (any fixed numbers do; these look like a model's).
 PROMPT_TOKENS_PER_CONTEXT = 180
 COMPLETION_TOKENS_PER_CONTEXT = 12
@@ -98,23 +91,24 @@ def _score_row(query: Query, row: int, model: str, scale: float) -> dict[str, An
     reason = query.reason
     if reason is None:
         reason = template_reason(judged, score, scale) if score is not None else ""
-    return {
-        "query_id": query.query_id,
-        "score": score,
-        "reason": reason,
-        "status": query.status,
-        "error": query.error,
-        "relevant_count": sum(query.flags),
-        "context_count": contexts,
-        "judge_model": model,
-        "calls": 1 if contexts else 0,
-        "prompt_tokens": PROMPT_TOKENS_PER_CONTEXT * contexts,
-        "completion_tokens": COMPLETION_TOKENS_PER_CONTEXT * contexts,
-        "cache_hits": 0,
-        "source": "input.jsonl",
-        "row": row,
-        "truncated": False,
-    }
+    return PUBLISHED_SCORES.build_row(
+        query_id=query.query_id,
+        score=score,
+        reason=reason,
+        status=query.status,
+        error=query.error,
+        relevant_count=sum(query.flags),
+        context_count=contexts,
+        judge_model=model,
+        calls=1 if contexts else 0,
+        prompt_tokens=PROMPT_TOKENS_PER_CONTEXT * contexts,
+        completion_tokens=COMPLETION_TOKENS_PER_CONTEXT * contexts,
+        cache_hits=0,
+        source="input.jsonl",
+        row=row,
+        truncated=False,
+        duplicate_of=None,
+    )
 
 
 def _verdict_rows(query: Query) -> list[dict[str, Any]]:
@@ -122,13 +116,13 @@ def _verdict_rows(query: Query) -> list[dict[str, Any]]:
         "" if v is None else "relevant" if v else "not relevant" for v in query.verdicts
     ]
     return [
-        {
-            "query_id": query.query_id,
-            "position": position,
-            "relevant": verdict,
-            "judge_reason": reasons[position],
-            "cached": False,
-        }
+        PUBLISHED_VERDICTS.build_row(
+            query_id=query.query_id,
+            position=position,
+            relevant=verdict,
+            judge_reason=reasons[position],
+            cached=False,
+        )
         for position, verdict in enumerate(query.verdicts)
     ]
 
@@ -153,11 +147,13 @@ def publish(
     location = RunLocation(run_id=run_id, run_date=run_date)
     scores = pl.DataFrame(
         [_score_row(q, row, model, scale) for row, q in enumerate(queries)],
-        schema=SCORES_SCHEMA,
+        schema=PUBLISHED_SCORES.polars,
         orient="row",
     )
     verdicts = pl.DataFrame(
-        [row for q in queries for row in _verdict_rows(q)], schema=VERDICTS_SCHEMA, orient="row"
+        [row for q in queries for row in _verdict_rows(q)],
+        schema=PUBLISHED_VERDICTS.polars,
+        orient="row",
     )
     summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
     # The job's order: verdicts, summary, then scores (whose presence marks a complete run).
@@ -177,7 +173,6 @@ def publish(
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": 0,
-        "score_mismatches": 0,
         "published_at": f"{run_date.isoformat()}T06:00:00+00:00",
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }
