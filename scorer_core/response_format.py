@@ -40,6 +40,8 @@ RESPONSE_FORMAT_SETTINGS: tuple[ResponseFormatSetting, ...] = get_args(ResponseF
 # "validation errors for ...": a request that failed validation fails the same way every time.
 _VALIDATION_ERROR = re.compile(r"\bvalidation errors?\b", re.IGNORECASE)
 _RESPONSE_FORMAT = re.compile(r"response_format|response format|responseformat", re.IGNORECASE)
+# Kept of a rejection's message in summaries and errors.
+_REASON_CHARS = 400
 # Transient 4xx: request timeout, conflict, rate limit.
 TRANSIENT_4XX = frozenset({408, 409, 429})
 
@@ -195,6 +197,9 @@ class ResponseFormatNegotiation:
     def rejected(self, form: ResponseFormat, probe: bool, reason: str) -> ResponseFormat:
         """The endpoint refused `form`. Returns the form to send next; raises FatalJudgeError
         when there is none (an explicit setting, or "prompt" refused)."""
+        reason = " ".join(reason.split())  # server tracebacks span lines; summaries do not
+        if len(reason) > _REASON_CHARS:
+            reason = reason[: _REASON_CHARS - 3] + "..."
         with self._lock:
             if probe:
                 self._probing = False
