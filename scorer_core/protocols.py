@@ -38,7 +38,9 @@ class Judge(Protocol):
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
-        """A human-readable reason for `score`, which is already decided and must not change."""
+        """A human-readable reason for `score`, which is already decided and must not change.
+
+        The reason begins "The score is <score> because" (`scorer_core.prompt.reason_start`)."""
         ...
 
 

@@ -26,7 +26,8 @@ class ScoringItem:
 
     @property
     def reference_or_output(self) -> str:
-        """What relevance is judged against: the reference answer when given, else the output."""
+        """What relevance is judged against: the reference answer when given, else the output
+        ("" for a retrieval-only item, which is judged against the query alone)."""
         return self.expected_output if self.expected_output else self.output
 
 
