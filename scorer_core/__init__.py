@@ -19,14 +19,27 @@ from scorer_core.errors import (
     MalformedReply,
     RateLimited,
     RequestRejected,
+    ResponseFormatRejected,
     ServerError,
     TransportError,
 )
 from scorer_core.parsing import parse_reason, parse_verdicts
-from scorer_core.precision import average_precision, context_precision, round_half_up
+from scorer_core.precision import (
+    BANDS,
+    average_precision,
+    context_precision,
+    round_half_up,
+    round_score,
+    score_band,
+)
 from scorer_core.prompt import PROMPT_VERSION, REASON_SCHEMA_NAME, VERDICTS_SCHEMA_NAME
 from scorer_core.protocols import ChatClient, ChatReply, Judge, Limiter, NoLimit
 from scorer_core.reasons import template_reason
+from scorer_core.response_format import (
+    RESPONSE_FORMATS,
+    ResponseFormatNegotiation,
+    shared_negotiation,
+)
 from scorer_core.retry import RetryPolicy
 from scorer_core.scorer import (
     ContextPrecisionScorer,
@@ -35,6 +48,7 @@ from scorer_core.scorer import (
     validate_item,
 )
 from scorer_core.types import (
+    Band,
     ContextVerdict,
     ScoreResult,
     ScoringItem,
@@ -43,9 +57,12 @@ from scorer_core.types import (
 )
 
 __all__ = [
+    "BANDS",
     "PROMPT_VERSION",
     "REASON_SCHEMA_NAME",
+    "RESPONSE_FORMATS",
     "VERDICTS_SCHEMA_NAME",
+    "Band",
     "ChatClient",
     "ChatReply",
     "ConfigError",
@@ -63,6 +80,8 @@ __all__ = [
     "NoLimit",
     "RateLimited",
     "RequestRejected",
+    "ResponseFormatNegotiation",
+    "ResponseFormatRejected",
     "RetryPolicy",
     "ScoreResult",
     "ScoringItem",
@@ -77,6 +96,9 @@ __all__ = [
     "parse_reason",
     "parse_verdicts",
     "round_half_up",
+    "round_score",
+    "score_band",
+    "shared_negotiation",
     "template_reason",
     "validate_item",
 ]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
+from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS
 from scorer_core.scorer import create_context_precision_scorer
 from scorer_core.types import ScoreResult
 
@@ -47,6 +48,18 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
         help="name of the environment variable holding the API key (never the key itself)",
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
+    parser.add_argument(
+        "--transport",
+        choices=["litellm", "http"],
+        default="litellm",
+        help="'http': the lean client for OpenAI-compatible servers",
+    )
+    parser.add_argument(
+        "--response-format",
+        choices=list(RESPONSE_FORMAT_SETTINGS),
+        default="auto",
+        help="structured-output form; 'auto' steps down to what the server takes",
+    )
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--reason", choices=["llm", "template", "none"], default="template")
     parser.add_argument("--contexts-per-call", type=int, default=16)
@@ -77,9 +90,10 @@ def read_item(source: TextIO, name: str) -> dict[str, Any]:
     return item
 
 
-def result_to_dict(result: ScoreResult) -> dict[str, Any]:
+def result_to_dict(result: ScoreResult, response_format: str | None = None) -> dict[str, Any]:
     return {
         "score": result.score,
+        "band": result.band,
         "status": result.status,
         "error": result.error,
         "reason": result.reason,
@@ -87,15 +101,20 @@ def result_to_dict(result: ScoreResult) -> dict[str, Any]:
             {"index": v.index, "relevant": v.relevant, "reason": v.reason} for v in result.verdicts
         ],
         "judge_calls": result.usage.calls,
+        "response_format": response_format,
     }
 
 
-def render(result: ScoreResult) -> str:
-    lines = [f"score:  {result.score if result.score is not None else '-'} ({result.status})"]
+def render(result: ScoreResult, response_format: str | None = None) -> str:
+    score = result.score if result.score is not None else "-"
+    band = f", {result.band}" if result.band else ""
+    lines = [f"score:  {score} ({result.status}{band})"]
     if result.error:
         lines.append(f"error:  {result.error}")
     if result.reason:
         lines.append(f"reason: {result.reason}")
+    if response_format:
+        lines.append(f"response_format: {response_format}")
     if result.verdicts:
         lines.append("verdicts:")
         for v in result.verdicts:
@@ -114,7 +133,11 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         item = read_item(sys.stdin, "stdin")
     options: dict[str, Any] = {}
     if args.model != "lexical":
-        options = {"timeout": args.timeout}
+        options = {
+            "timeout": args.timeout,
+            "transport": args.transport,
+            "response_format": args.response_format,
+        }
         if args.api_base:
             options["api_base"] = args.api_base
         key = os.environ.get(args.api_key_env)
@@ -129,8 +152,12 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         **options,
     )
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
+    negotiation = getattr(scorer.judge, "response_format", None)
+    form = _describe_form(negotiation.summary()) if negotiation is not None else None
     print(
-        json.dumps(result_to_dict(result), ensure_ascii=False) if args.json else render(result),
+        json.dumps(result_to_dict(result, form), ensure_ascii=False)
+        if args.json
+        else render(result, form),
         file=stdout,
     )
     return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE
@@ -149,6 +176,12 @@ def call_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Na
     except CtxPrecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exit_code(exc)
+
+
+def _describe_form(summary: dict[str, Any]) -> str:
+    """ "json_object (json_schema rejected: ...)": the form used and what was given up."""
+    dropped = "; ".join(f"{d['form']} rejected: {d['reason']}" for d in summary["dropped"])
+    return f"{summary['in_use']} ({dropped})" if dropped else str(summary["in_use"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

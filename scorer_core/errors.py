@@ -13,8 +13,12 @@ they happen, so callers only ever catch `CtxPrecError` subclasses.
         │   ├── JudgeTimeout     no answer within the timeout
         │   └── ConnectionFailed the server could not be reached
         ├── MalformedReply   an answer came but cannot be used; the judge re-asks
-        ├── RequestRejected  the provider refused this one request (4xx, e.g. too long)
-        └── FatalJudgeError  no request can succeed: authentication, unknown model
+        ├── RequestRejected  a deterministic refusal: a 4xx (not 408/409/429) or a validation
+        │   │                error; never retried, the judge turns it into a FatalJudgeError
+        │   └── ResponseFormatRejected  the endpoint does not support the structured-output
+        │                    form sent; under response_format "auto" the judge steps down
+        └── FatalJudgeError  no request can succeed: authentication, unknown model, a
+                             deterministic rejection
 """
 
 from __future__ import annotations
@@ -65,7 +69,18 @@ class MalformedReply(JudgeError):
 
 
 class RequestRejected(JudgeError):
-    """The provider refused this request (a 4xx such as an over-long prompt): the item fails."""
+    """The provider refused the request deterministically (a 4xx other than 408/409/429, or a
+    validation error whatever the status): sending it again gets the same answer."""
+
+
+class ResponseFormatRejected(RequestRejected):
+    """The endpoint refused the request's structured-output form (`response_format`) itself.
+
+    `form` is the form that was sent ("json_schema", "json_object" or "prompt")."""
+
+    def __init__(self, message: str, form: str) -> None:
+        super().__init__(message)
+        self.form = form
 
 
 class FatalJudgeError(JudgeError):

@@ -4,6 +4,12 @@ Transport failures are retried within `RetryPolicy.max_retries`; if they persist
 `TransportError` propagates (the caller records the item as an error). A reply that breaks the
 wire contract is re-asked up to `RetryPolicy.max_reasks` times; if it still cannot be used the
 batch comes back unscored with the reason: a verdict is never guessed.
+
+A deterministic rejection (a 4xx other than 408/409/429, a validation error) is never retried:
+the same request would be refused the same way for every item, so it becomes a
+`FatalJudgeError` naming the endpoint and the cause, and the run stops. A rejection of the
+structured-output form itself goes to the judge's `ResponseFormatNegotiation` first, which under
+"auto" steps down to a weaker form once for the endpoint (see `scorer_core.response_format`).
 """
 
 from __future__ import annotations
@@ -12,18 +18,30 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
-from scorer_core.errors import MalformedReply, RateLimited, TransportError
+from scorer_core.errors import (
+    FatalJudgeError,
+    MalformedReply,
+    RateLimited,
+    RequestRejected,
+    ResponseFormatRejected,
+    TransportError,
+)
 from scorer_core.parsing import parse_reason, parse_verdicts
 from scorer_core.prompt import (
     REASON_SCHEMA,
     REASON_SCHEMA_NAME,
-    VERDICTS_SCHEMA,
     VERDICTS_SCHEMA_NAME,
     reason_messages,
     verdict_messages,
+    verdicts_schema,
     with_reask,
 )
 from scorer_core.protocols import ChatClient, ChatReply, Limiter, NoLimit, Sleeper
+from scorer_core.response_format import (
+    RESPONSE_FORMATS,
+    ResponseFormat,
+    ResponseFormatNegotiation,
+)
 from scorer_core.retry import RetryPolicy, real_sleep
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
@@ -51,8 +69,14 @@ class LLMJudge:
         sleep: Sleeper = real_sleep,
         scale: float = 1.0,
         max_in_flight: int | None = None,
+        response_format: str = "auto",
+        negotiation: ResponseFormatNegotiation | None = None,
     ) -> None:
+        """`response_format` is "auto" or one form (see `scorer_core.response_format`);
+        `negotiation`, when given, is shared state for the endpoint (e.g. from
+        `shared_negotiation`) and its setting wins over `response_format`."""
         self._client = client
+        self._formats = negotiation or ResponseFormatNegotiation(response_format, client.endpoint)
         # Bounds requests in flight (not items), so an item with thousands of contexts cannot
         # open thousands of connections at once.
         self._in_flight: asyncio.Semaphore | contextlib.AbstractAsyncContextManager[None] = (
@@ -72,6 +96,25 @@ class LLMJudge:
     def model(self) -> str:
         return self._client.model
 
+    @property
+    def endpoint(self) -> str:
+        return self._client.endpoint
+
+    @property
+    def response_format(self) -> ResponseFormatNegotiation:
+        """The structured-output negotiation with this judge's endpoint."""
+        return self._formats
+
+    @property
+    def response_format_in_use(self) -> ResponseFormat:
+        return self._formats.current
+
+    def reason_prompt(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> str:
+        """The user message `explain` sends first for these arguments."""
+        return reason_messages(item, verdicts, score, self._scale)[-1]["content"]
+
     async def _send(
         self,
         messages: Sequence[dict[str, str]],
@@ -82,12 +125,16 @@ class LLMJudge:
         """One logical request: retried on transport failures, each attempt rate-limited."""
         tokens = estimate_tokens(messages, verdicts)
         calls = retries = rate_limited = 0
+        form_rejections = 0
         while True:
             calls += 1
             first = not self._first_taken
             self._first_taken = True
             if not first and not self._first_done.is_set():
                 await self._first_done.wait()
+            form, probe = await self._formats.acquire()
+            settled = False
+            reply: ChatReply | None = None
             try:
                 async with self._in_flight:
                     # Rate slot taken only once a connection slot is ours, so slots are not
@@ -95,12 +142,30 @@ class LLMJudge:
                     try:
                         await self._limiter.acquire(tokens)
                         reply = await self._client.complete(
-                            messages, schema_name=schema_name, schema=schema
+                            messages,
+                            schema_name=schema_name,
+                            schema=schema,
+                            response_format=form,
                         )
                     finally:
                         if first:
                             self._first_done.set()
+            except ResponseFormatRejected as exc:
+                settled = True
+                form_rejections += 1
+                if form_rejections > len(RESPONSE_FORMATS):
+                    raise self._fatal_rejection(exc, form) from None
+                # Raises FatalJudgeError when no weaker form is allowed; otherwise the next
+                # attempt goes out with the weaker form: never the same rejected request.
+                self._formats.rejected(form, probe, str(exc))
+                continue
+            except RequestRejected as exc:
+                settled = True
+                self._formats.released(form, probe)
+                raise self._fatal_rejection(exc, form) from None
             except TransportError as exc:
+                settled = True
+                self._formats.released(form, probe)
                 retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
                 if isinstance(exc, RateLimited):
                     rate_limited += 1
@@ -110,6 +175,13 @@ class LLMJudge:
                 await self._sleep(self._retry.delay_for(retries, retry_after))
                 retries += 1
                 continue
+            finally:
+                if not settled:  # an answer came, or something else ended the request
+                    if reply is not None:
+                        self._formats.accepted(form, probe)
+                    else:
+                        self._formats.released(form, probe)
+            assert reply is not None  # every other path above raised or continued
             usage = Usage(
                 calls=calls,
                 prompt_tokens=reply.prompt_tokens,
@@ -119,14 +191,21 @@ class LLMJudge:
             )
             return reply, usage
 
+    def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
+        return FatalJudgeError(
+            f"judge endpoint {self.endpoint} rejected the request (sent with response_format "
+            f"{form!r}); a deterministic rejection is not "
+            f"retried (every item would be refused the same way): {exc}"
+        )
+
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         base = verdict_messages(item, positions)
+        prompt = base[-1]["content"]
+        schema = verdicts_schema(positions)
         messages = base
         usage = Usage()
         for attempt in range(self._retry.max_reasks + 1):
-            reply, sent = await self._send(
-                messages, VERDICTS_SCHEMA_NAME, VERDICTS_SCHEMA, len(positions)
-            )
+            reply, sent = await self._send(messages, VERDICTS_SCHEMA_NAME, schema, len(positions))
             usage = usage + sent
             try:
                 verdicts = parse_verdicts(reply.text, positions)
@@ -137,11 +216,12 @@ class LLMJudge:
                         usage,
                         unscored_reason=f"judge reply unusable after {attempt + 1} "
                         f"attempt(s): {exc}",
+                        prompt=prompt,
                     )
                 usage = usage + Usage(reasks=1)
                 messages = with_reask(base, str(exc))
                 continue
-            return VerdictBatch(verdicts, usage)
+            return VerdictBatch(verdicts, usage, prompt=prompt)
         raise AssertionError("unreachable: the loop always returns")
 
     async def explain(
@@ -155,7 +235,7 @@ class LLMJudge:
             reply, sent = await self._send(messages, REASON_SCHEMA_NAME, REASON_SCHEMA, 1)
             usage = usage + sent
             try:
-                return parse_reason(reply.text), usage
+                return parse_reason(reply.text, score), usage
             except MalformedReply as exc:
                 problem = str(exc)
                 if attempt < self._retry.max_reasks:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from scorer_core.errors import ConfigError
+from scorer_core.prompt import reason_start
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 __all__ = [
@@ -402,19 +403,21 @@ class LexicalJudge:
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
-        """A short deterministic summary of the verdicts; costs nothing."""
+        """A short deterministic summary of the verdicts; costs nothing. Starts "The score is
+        {score} because", like every reason."""
         if not verdicts:
             return "", Usage()
+        start = reason_start(score)
         ranks = sorted(v.index + 1 for v in verdicts if v.relevant)
         if not ranks:
             text = (
-                f"By word overlap none of the {len(verdicts)} judged contexts matches the query "
-                f"and answer; score {score:.2f}."
+                f"{start} by word overlap none of the {len(verdicts)} judged contexts matches "
+                "the query and answer."
             )
         else:
             shown = ", ".join(map(str, ranks[:10])) + (", ..." if len(ranks) > 10 else "")
             text = (
-                f"By word overlap {len(ranks)} of {len(verdicts)} judged contexts match the query "
-                f"and answer (ranks {shown}); score {score:.2f}."
+                f"{start} by word overlap {len(ranks)} of {len(verdicts)} judged contexts match "
+                f"the query and answer (ranks {shown})."
             )
         return text, Usage()

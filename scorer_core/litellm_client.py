@@ -19,10 +19,12 @@ from scorer_core.errors import (
     MalformedReply,
     RateLimited,
     RequestRejected,
+    ResponseFormatRejected,
     ServerError,
     TransportError,
 )
 from scorer_core.protocols import ChatReply
+from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 
 # Without this litellm fetches a price map from the internet at import and stalls offline.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -60,18 +62,31 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
-def translate_error(exc: BaseException, model: str, api_key: str | None) -> Exception:
+def translate_error(
+    exc: BaseException,
+    model: str,
+    api_key: str | None,
+    response_format: ResponseFormat = "json_schema",
+) -> Exception:
     """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
     litellm = import_litellm()
-    message = f"{type(exc).__name__}: {exc}"
+    full = f"{type(exc).__name__}: {exc}"
     if api_key:
-        message = message.replace(api_key, "***")
-    message = f"judge {model}: {message[:500]}"
+        full = full.replace(api_key, "***")
+    message = f"judge {model}: {full[:500]}"
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.RateLimitError) or status == 429:
         return RateLimited(message, retry_after=_retry_after(exc))
     if isinstance(exc, litellm.Timeout) or status == 408:
         return JudgeTimeout(message)
+    if status not in (401, 403, 404):
+        kind = classify_rejection(status if isinstance(status, int) else None, full[:8192])
+        if kind == "response_format":
+            return ResponseFormatRejected(message, response_format)
+        if kind is not None and not isinstance(exc, litellm.APIConnectionError):
+            return RequestRejected(message)
+    if status == 409:  # a conflict with another request in flight: may pass next time
+        return TransportError(message)
     if isinstance(exc, litellm.APIConnectionError) and status in (None, 500):
         # litellm reports refused connections as APIConnectionError (status 500).
         lowered = str(exc).lower()
@@ -106,19 +121,28 @@ class LiteLLMClient:
         timeout: float = 60.0,
         temperature: float | None = 0.0,
         max_tokens: int | None = None,
-        **extra: Any,
+        request_options: Mapping[str, Any] | None = None,
     ) -> None:
+        """`request_options` are extra `litellm.acompletion` arguments (e.g. {"top_p": 0.9}),
+        sent as given: the only way to pass one, so a mistyped option is never forwarded."""
         self._model = model
         self._api_base = api_base
         self._api_key = api_key or (_PLACEHOLDER_KEY if api_base else None)
         self._timeout = timeout
         self._temperature = temperature
         self._max_tokens = max_tokens
-        self._extra = extra
+        self._extra = dict(request_options or {})
 
     @property
     def model(self) -> str:
         return self._model
+
+    @property
+    def endpoint(self) -> str:
+        if self._api_base:
+            return self._api_base.rstrip("/")
+        provider = self._model.split("/", 1)[0] if "/" in self._model else self._model
+        return f"{provider} (litellm's default endpoint)"
 
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMClient(model={self._model!r}, api_base={self._api_base!r})"
@@ -129,21 +153,21 @@ class LiteLLMClient:
         *,
         schema_name: str,
         schema: dict[str, Any],
+        response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
         litellm = import_litellm()
         kwargs: dict[str, Any] = {
             "model": self._model,
             "messages": list(messages),
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": schema_name, "schema": schema, "strict": True},
-            },
             "timeout": self._timeout,
             "num_retries": 0,
             "max_retries": 0,
             "drop_params": True,
             **self._extra,
         }
+        field = response_format_field(response_format, schema_name, schema)
+        if field is not None:
+            kwargs["response_format"] = field
         if self._api_base:
             kwargs["api_base"] = self._api_base
         if self._api_key:
@@ -155,7 +179,7 @@ class LiteLLMClient:
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
-            raise translate_error(exc, self._model, self._api_key) from None
+            raise translate_error(exc, self._model, self._api_key, response_format) from None
         try:
             text = response.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError) as exc:

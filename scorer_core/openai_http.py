@@ -1,10 +1,11 @@
 """A lean `ChatClient` for OpenAI-compatible servers: one aiohttp POST per request, no litellm.
 
 What it is for: judging at high request rates against a server that speaks the OpenAI
-chat-completions API (OpenAI itself, vLLM, Ollama, LiteLLM proxy and other gateways). It sends
-exactly the body `LiteLLMClient` sends for such a server (model, messages, temperature,
-max_tokens, a strict `json_schema` response format) to `{api_base}/chat/completions`, and
-translates every failure into the project's error tree here, once.
+chat-completions API (OpenAI itself, vLLM, Ollama, llama.cpp, LiteLLM proxy and other
+gateways). It sends exactly the body `LiteLLMClient` sends for such a server (model, messages,
+temperature, max_tokens, and the `response_format` of the requested structured-output form, see
+`scorer_core.response_format`) to `{api_base}/chat/completions`, and translates every failure
+into the project's error tree here, once.
 
 When to choose it over `LiteLLMClient` (`make_judge(..., transport="http")`):
 
@@ -51,14 +52,17 @@ from scorer_core.errors import (
     MalformedReply,
     RateLimited,
     RequestRejected,
+    ResponseFormatRejected,
     ServerError,
     TransportError,
 )
 from scorer_core.protocols import ChatReply
+from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 
 OPENAI_API_BASE = "https://api.openai.com/v1"
 _PROVIDER_PREFIX = "openai/"
 _EXCERPT_CHARS = 300  # of the server's error message, in our error messages
+_CLASSIFY_CHARS = 8192  # of an error body, searched for what kind of rejection it is
 _REDACTED = "***"
 
 
@@ -180,6 +184,10 @@ class OpenAIHTTPClient:
     def url(self) -> str:
         return self._url
 
+    @property
+    def endpoint(self) -> str:
+        return self._api_base
+
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIHTTPClient(model={self._model!r}, api_base={self._api_base!r})"
 
@@ -187,7 +195,12 @@ class OpenAIHTTPClient:
     # the request
 
     def request_body(
-        self, messages: Sequence[dict[str, str]], *, schema_name: str, schema: dict[str, Any]
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        schema_name: str,
+        schema: dict[str, Any],
+        response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
         body: dict[str, Any] = {"model": self._wire_model, "messages": list(messages)}
@@ -195,10 +208,9 @@ class OpenAIHTTPClient:
             body["temperature"] = self._temperature
         if self._max_tokens is not None:
             body["max_tokens"] = self._max_tokens
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": schema_name, "schema": schema, "strict": True},
-        }
+        field = response_format_field(response_format, schema_name, schema)
+        if field is not None:
+            body["response_format"] = field
         return body
 
     async def complete(
@@ -207,9 +219,12 @@ class OpenAIHTTPClient:
         *,
         schema_name: str,
         schema: dict[str, Any],
+        response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
         data = json.dumps(
-            self.request_body(messages, schema_name=schema_name, schema=schema),
+            self.request_body(
+                messages, schema_name=schema_name, schema=schema, response_format=response_format
+            ),
             ensure_ascii=False,
         ).encode()
         session = await self._session()
@@ -234,7 +249,7 @@ class OpenAIHTTPClient:
             raise failure
         if 200 <= status < 300:
             return self._parse_completion(raw)
-        raise self._status_error(status, raw, retry_after, location)
+        raise self._status_error(status, raw, retry_after, location, response_format)
 
     # ------------------------------------------------------------------------------------
     # error translation (the only place that knows aiohttp's exceptions)
@@ -262,20 +277,32 @@ class OpenAIHTTPClient:
         return TransportError(detail)
 
     def _status_error(
-        self, status: int, raw: bytes, retry_after: str | None, location: str
+        self,
+        status: int,
+        raw: bytes,
+        retry_after: str | None,
+        location: str,
+        response_format: ResponseFormat = "json_schema",
     ) -> JudgeError:
         excerpt = _error_excerpt(raw)
         detail = self._message(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
         if status == 429:
             return RateLimited(detail, retry_after=parse_retry_after(retry_after))
-        if status >= 500:
-            return ServerError(detail)
         if status == 408:  # the server gave up waiting: as retryable as our own timeout
             return JudgeTimeout(detail)
         if status in (401, 403, 404):
             return FatalJudgeError(detail)
-        if 400 <= status < 500:
-            return RequestRejected(detail)
+        if status >= 400:
+            body = raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace")
+            kind = classify_rejection(status, body)
+            if kind == "response_format":
+                return ResponseFormatRejected(detail, response_format)
+            if kind is not None:
+                return RequestRejected(detail)
+        if status >= 500:
+            return ServerError(detail)
+        if status == 409:  # a conflict with another request in flight: may pass next time
+            return TransportError(detail)
         if 300 <= status < 400:
             return FatalJudgeError(
                 self._message(

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from scorer_core.errors import MalformedReply
+from scorer_core.precision import format_score
 from scorer_core.types import ContextVerdict
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
@@ -104,10 +105,25 @@ def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict,
     return tuple(by_index[p] for p in sorted(expected))
 
 
-def parse_reason(text: str) -> str:
-    """The explanation from a reason reply."""
+_REASON_START = re.compile(r"^\s*The score is\s+(-?[0-9]+(?:\.[0-9]+)?)\s+because\b", re.IGNORECASE)
+
+
+def parse_reason(text: str, score: float | None = None) -> str:
+    """The explanation from a reason reply.
+
+    With `score`, the reason must begin "The score is <score> because" (the number in any
+    decimal spelling of the same value, e.g. 1, 1.0, 1.00); the model may not restate a
+    different score."""
     payload = extract_json_object(text)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         raise MalformedReply('the reply has no non-empty "reason" string')
-    return reason.strip()
+    reason = reason.strip()
+    if score is not None:
+        start = _REASON_START.match(reason)
+        expected = f"The score is {format_score(score)} because"
+        if start is None or float(start.group(1)) != score:
+            raise MalformedReply(f"the reason must begin with {expected!r}, got {_quote(reason)}")
+        # One spelling for every reason, whatever case or number format the model used.
+        reason = expected + reason[start.end() :]
+    return reason

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from scorer_core.response_format import ResponseFormat
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 
@@ -37,7 +38,9 @@ class Judge(Protocol):
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
-        """A human-readable reason for `score`, which is already decided and must not change."""
+        """A human-readable reason for `score`, which is already decided and must not change.
+
+        The reason begins "The score is <score> because" (`scorer_core.prompt.reason_start`)."""
         ...
 
 
@@ -51,10 +54,18 @@ class ChatReply:
 
 
 class ChatClient(Protocol):
-    """One chat-completion request, no retries. Raises `TransportError`s and `FatalJudgeError`."""
+    """One chat-completion request, no retries.
+
+    Raises `TransportError`s, `RequestRejected` (with `ResponseFormatRejected` when the endpoint
+    refuses the structured-output form itself) and `FatalJudgeError`."""
 
     @property
     def model(self) -> str: ...
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go (the API base URL, or the provider's name), for messages."""
+        ...
 
     async def complete(
         self,
@@ -62,7 +73,11 @@ class ChatClient(Protocol):
         *,
         schema_name: str,
         schema: dict[str, Any],
-    ) -> ChatReply: ...
+        response_format: ResponseFormat = "json_schema",
+    ) -> ChatReply:
+        """`response_format` is the structured-output form to request (see
+        `scorer_core.response_format`); `schema` is the reply's JSON schema."""
+        ...
 
 
 class Limiter(Protocol):

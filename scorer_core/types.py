@@ -7,10 +7,11 @@ processes without defensive copies.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 Status = Literal["ok", "unscored", "error"]
+Band = Literal["none", "low", "moderate", "good", "excellent"]
 ReasonMode = Literal["llm", "template", "none"]
 
 
@@ -25,7 +26,8 @@ class ScoringItem:
 
     @property
     def reference_or_output(self) -> str:
-        """What relevance is judged against: the reference answer when given, else the output."""
+        """What relevance is judged against: the reference answer when given, else the output
+        ("" for a retrieval-only item, which is judged against the query alone)."""
         return self.expected_output if self.expected_output else self.output
 
 
@@ -72,6 +74,9 @@ class VerdictBatch:
     verdicts: tuple[ContextVerdict, ...]
     usage: Usage = field(default_factory=Usage)
     unscored_reason: str | None = None
+    # The user message of the first request sent for these verdicts ("" when none was sent,
+    # e.g. the offline judge or a cache hit).
+    prompt: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +94,43 @@ class ScoreResult:
     status: Status = "ok"
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
+    # The named band of `score` (see scorer_core.precision.score_band); None unless "ok".
+    band: Band | None = None
+    # The user message of each verdict request, one per slice of `contexts_per_call`
+    # contexts, and of the reason request (None when no reason was asked of a model).
+    analyze_prompts: tuple[str, ...] = ()
+    reason_prompt: str | None = None
 
     @property
     def relevant_count(self) -> int:
         return sum(1 for v in self.verdicts if v.relevant)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result in the shape of Mastra's scorer result (camelCase keys), plus ours.
+
+        `analyzeStepResult.verdicts` holds `{context_index, verdict: "yes"|"no", reason}` in
+        position order; `analyzePrompt` is the verdict prompt (slices separated by a blank
+        line when the contexts were judged in several requests)."""
+        return {
+            "score": self.score,
+            "reason": self.reason,
+            "band": self.band,
+            "status": self.status,
+            "error": self.error,
+            "analyzeStepResult": {
+                "verdicts": [
+                    {
+                        "context_index": v.index,
+                        "verdict": "yes" if v.relevant else "no",
+                        "reason": v.reason,
+                    }
+                    for v in sorted(self.verdicts, key=lambda v: v.index)
+                ]
+            },
+            "analyzePrompt": "\n\n".join(self.analyze_prompts) or None,
+            "generateReasonPrompt": self.reason_prompt,
+            "usage": asdict(self.usage),
+        }
 
 
 def as_verdict_flags(verdicts: Sequence[ContextVerdict]) -> list[bool]:

@@ -27,6 +27,7 @@ from jobs.engine.aggregate import (
     RunSummary,
     ScoreMethod,
     relevance_by_position,
+    round_half_up_expr,
     score_mismatches,
     scores_from_verdicts,
     summarize,
@@ -617,3 +618,24 @@ def test_summary_table(tmp_path: Path) -> None:
     assert any("0.9-1.0" in line for line in lines)
     assert any(line.startswith("estimated cost") and line.endswith("n/a") for line in lines)
     assert "mean / median" in text
+
+
+def test_polars_rounding_is_mastras_at_exact_ties() -> None:
+    """[1,1,0,1,1] at scale 6: Mastra (and scorer_core) 5.32, a plain half-up nudge 5.33."""
+    from scorer_core.precision import round_half_up
+
+    values = [0.835, 0.125, 5.325, 1.005, 2.675, 0.0, 6.0, 0.49999999999999994, 5.324999999999999]
+    frame = pl.DataFrame({"x": values})
+    rounded = frame.select(round_half_up_expr(pl.col("x"))).to_series().to_list()
+    assert rounded == [round_half_up(v) for v in values]
+    verdicts = pl.DataFrame(
+        {
+            "query_id": ["q"] * 5,
+            "position": [0, 1, 2, 3, 4],
+            "relevant": [True, True, False, True, True],
+        },
+        schema={"query_id": pl.String, "position": pl.Int32, "relevant": pl.Boolean},
+    )
+    for method in ("bitmask", "window"):
+        score = scores_from_verdicts(verdicts, 6, method=method).collect()["score"][0]
+        assert score == context_precision([1, 1, 0, 1, 1], 6) == 5.32, method

@@ -140,18 +140,78 @@ def test_reason_schema(server: FakeJudgeServer, client: httpx.Client) -> None:
 
 @pytest.mark.parametrize(
     "response_format",
-    [None, {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "other"}}],
+    [{"type": "bogus"}, {"type": "json_schema", "json_schema": {"name": "other"}}, "json"],
 )
 def test_bad_response_format_is_400(
+    server: FakeJudgeServer, client: httpx.Client, response_format: object
+) -> None:
+    body = _body(None)
+    body["response_format"] = response_format
+    response = _post(client, server, body)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert server.stats()["by_status"] == {"400": 1}
+
+
+def test_a_request_without_sections_or_schema_name_is_400(
+    server: FakeJudgeServer, client: httpx.Client
+) -> None:
+    body = _body(None)
+    body["messages"][-1]["content"] = "Is the sky blue?"
+    response = _post(client, server, body)
+    assert response.status_code == 400
+    assert "got None" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("response_format", [None, {"type": "text"}, {"type": "json_object"}])
+def test_weaker_forms_are_answered_by_the_prompt_sections(
     server: FakeJudgeServer, client: httpx.Client, response_format: dict[str, Any] | None
 ) -> None:
     body = _body(None)
     if response_format is not None:
         body["response_format"] = response_format
-    response = _post(client, server, body)
-    assert response.status_code == 400
-    assert response.json()["error"]["type"] == "invalid_request_error"
-    assert server.stats()["by_status"] == {"400": 1}
+    reply = json.loads(_content(_post(client, server, body)))
+    assert {v["context_index"]: v["verdict"] for v in reply["verdicts"]} == EXPECTED
+    reason = _body(None)
+    reason["messages"][-1]["content"] += "\n<verdicts>\n[3] yes\n</verdicts>"
+    reason["messages"][-1]["content"] += "\n<score>\n0.5 out of 1\n</score>"
+    if response_format is not None:
+        reason["response_format"] = response_format
+    explained = json.loads(_content(_post(client, server, reason)))
+    assert explained["reason"].startswith("The score is 0.5 because")
+    form = "text" if response_format is None else response_format["type"]
+    stats = server.stats()
+    assert stats["by_response_format"] == {form: 2}
+    assert stats["by_schema"] == {VERDICTS_SCHEMA_NAME: 1, REASON_SCHEMA_NAME: 1}
+
+
+def test_unsupported_form_is_answered_like_llama_cpp(client: httpx.Client) -> None:
+    with FakeJudgeServer(accepted_response_formats={"json_object", "text"}) as s:
+        rejected = _post(client, s, _body())
+        assert rejected.status_code == 500
+        message = rejected.json()["error"]["message"]
+        assert "validation error" in message and "'response_format', 'type'" in message
+        assert "Input should be 'json_object' or 'text'" in message
+        json_object = _body(None)
+        json_object["response_format"] = {"type": "json_object", "schema": {"type": "object"}}
+        assert _post(client, s, json_object).status_code == 200
+        stats = s.stats()
+    assert stats["by_response_format"] == {"json_schema": 1, "json_object": 1}
+    assert stats["response_format_rejections"] == {"json_schema": 1}
+    assert stats["by_status"] == {"500": 1, "200": 1}
+
+
+def test_unsupported_form_as_an_openai_style_400(client: httpx.Client) -> None:
+    with FakeJudgeServer(
+        accepted_response_formats={"text"}, response_format_rejection_status=400
+    ) as s:
+        body = _body(None)
+        body["response_format"] = {"type": "json_object"}
+        rejected = _post(client, s, body)
+        assert rejected.status_code == 400
+        assert "'response_format' of type 'json_object'" in rejected.json()["error"]["message"]
+    with pytest.raises(ValueError, match="unknown response formats"):
+        FakeJudgeServer(accepted_response_formats={"xml"})
 
 
 def test_api_key_required(client: httpx.Client) -> None:

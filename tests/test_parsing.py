@@ -104,3 +104,28 @@ def test_reason_reply() -> None:
         parse_reason('{"reason": ""}')
     with pytest.raises(MalformedReply, match="reason"):
         parse_reason('{"why": "x"}')
+
+
+@pytest.mark.parametrize(
+    ("text", "score", "expected"),
+    [
+        ('{"reason": "The score is 0.83 because [0] leads."}', 0.83, "The score is 0.83 because"),
+        ('{"reason": "the score is 1.0 because all fit."}', 1.0, "The score is 1 because all"),
+        ('{"reason": "The score is 10.00 because x."}', 10.0, "The score is 10 because x."),
+    ],
+)
+def test_reason_must_begin_with_the_score(text: str, score: float, expected: str) -> None:
+    assert parse_reason(text, score).startswith(expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"reason": "The score is 0.9 because it is high."}',  # a different score
+        '{"reason": "Two relevant passages lead."}',
+        '{"reason": "Because the score is 0.83 ..."}',
+    ],
+)
+def test_a_reason_that_restates_another_score_or_none_is_malformed(text: str) -> None:
+    with pytest.raises(MalformedReply, match=r"must begin with 'The score is 0\.83 because'"):
+        parse_reason(text, 0.83)

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scorer_core import ConfigError, average_precision, context_precision, round_half_up
+from scorer_core.precision import format_score, round_score
 
 YES, NO = True, False
 
@@ -33,6 +34,10 @@ YES, NO = True, False
         ([YES], 0.835, 0.84),
         ([YES], 0.8333, 0.83),
         ([1, 0, 1, 0], 1, 0.83),
+        # 0.8875 * 6 is 5.324999... as a double; Mastra's epsilon is too small there to lift it.
+        ([1, 1, 0, 1, 1], 6, 5.32),
+        ([NO, YES], None, 0.5),  # scale None means 1
+        ([], 10, 0.0),
     ],
 )
 def test_context_precision_table(verdicts: list[bool], scale: float, expected: float) -> None:
@@ -98,3 +103,24 @@ def test_moving_a_relevant_context_earlier_never_lowers_the_score(
     moved[source], moved[target] = moved[target], moved[source]
     assert exact_ap(moved) >= exact_ap(flags)
     assert context_precision(moved) >= context_precision(flags)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.49999999999999994 / 100, 0.01),
+        (1.005, 1.01),
+        (0.1 + 0.2, 0.3),
+        (5.325, 5.33),
+        (-0.0, 0.0),
+    ],
+)
+def test_round_score_is_mastras_math_round(value: float, expected: float) -> None:
+    assert round_score(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("score", "text"), [(1.0, "1"), (0.0, "0"), (0.83, "0.83"), (10.0, "10"), (8.33, "8.33")]
+)
+def test_format_score_prints_like_javascript(score: float, text: str) -> None:
+    assert format_score(score) == text

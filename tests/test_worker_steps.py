@@ -67,7 +67,6 @@ def test_preprocess_passes_valid_records_and_row_errors_through() -> None:
     [
         ({"contexts": ()}, "context is empty"),
         ({"input": "   "}, "input (the query) is empty"),
-        ({"output": "", "expected_output": None}, "output is empty"),
     ],
 )
 def test_preprocess_rejects_unscorable_records_naming_the_position(
@@ -80,6 +79,12 @@ def test_preprocess_rejects_unscorable_records_naming_the_position(
     assert rejected.query_id == "q1"
     assert rejected.message.startswith("/data/in.jsonl row 120: ")
     assert words in rejected.message
+
+
+def test_preprocess_keeps_retrieval_only_records() -> None:
+    # No output and no reference: judged against the query (issue 10), not rejected.
+    kept = record(output="", expected_output=None)
+    assert preprocess(kept) is kept
 
 
 def test_preprocess_uses_the_records_own_position_text() -> None:

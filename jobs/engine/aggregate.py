@@ -29,6 +29,7 @@ bitmask plan is several times slower and uses about 3x the memory on the in-memo
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,8 +57,9 @@ BANDS: tuple[tuple[str, float, float], ...] = (
 """Score bands over score / scale: (label, lower, upper).  "0" is exactly 0; the others are
 lower <= s < upper, except that "0.1-0.3" excludes 0 itself."""
 
-# Float sums of fractions land a hair below an exact tie; same nudge as scorer_core.precision.
-_TIE_EPSILON = 1e-9
+# JavaScript's Number.EPSILON, which Mastra's rounding adds before it rounds (as
+# scorer_core.precision.round_score does).
+_JS_EPSILON = sys.float_info.epsilon
 # Band edges: a score / scale that should sit exactly on an edge may come out 1 ulp below it.
 _BAND_EPSILON = 1e-9
 # Positions the bitmask path can hold in one UInt64.
@@ -82,9 +84,15 @@ def as_lazy(source: TableSource) -> pl.LazyFrame:
 
 
 def round_half_up_expr(expr: pl.Expr, digits: int = 2) -> pl.Expr:
-    """`expr` rounded half up to `digits` decimals, as scorer_core.precision.round_half_up."""
+    """`expr` rounded as scorer_core.precision.round_half_up (Mastra's rounding), step by step:
+    y = (x + 2**-52) * 10**digits; the nearest integer to y, ties up; divided back."""
     factor = 10.0**digits
-    return ((expr * factor + 0.5 + _TIE_EPSILON).floor() / factor).round(digits)
+    scaled = (expr + _JS_EPSILON) * factor
+    floor = scaled.floor()
+    nearest = pl.when(scaled - floor >= 0.5).then(floor + 1.0).otherwise(floor)
+    # Polars divides by a scalar as a multiplication by its reciprocal (83 * 0.01 is
+    # 0.8300000000000001); rounding that to `digits` gives back the double nearest n / 10**d.
+    return (nearest / factor).round(digits)
 
 
 def _judged(verdicts: pl.LazyFrame) -> pl.LazyFrame:

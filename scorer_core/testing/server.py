@@ -3,14 +3,24 @@
 It answers `POST /v1/chat/completions` the way a well-behaved (or, on purpose, a badly
 behaved) LLM judge would, following the wire contract of `scorer_core.prompt`:
 
-- `response_format.json_schema.name == "context_precision_verdicts"`: the last user message
-  holds `<query>`, `<output>`, optional `<reference_answer>` and `<contexts>` sections, each value
-  a one-line JSON string; context lines look like `[7] "text"`. The reply content is
+- a verdict request (`response_format.json_schema.name == "context_precision_verdicts"`, or,
+  with the `json_object` and prompt-only forms, a last user message with a `<contexts>` section
+  and no `<verdicts>` section): the message holds `<query>`, optional `<output>` and
+  `<reference_answer>`, and `<contexts>` sections, each value a one-line JSON string; context
+  lines look like `[7] "text"`. The reply content is
   `{"verdicts": [{"context_index": 7, "verdict": "yes", "reason": "..."}, ...]}`, one entry per
   context line. By default a context is relevant iff it contains the word `RELEVANT`
   (uppercase, whole word, so `IRRELEVANT` does not count); pass `verdict_fn` to change that.
-- `... name == "context_precision_reason"`: the reply content is `{"reason": "..."}`.
+- a reason request (`... name == "context_precision_reason"`, or a `<verdicts>` section): the
+  reply content is `{"reason": "The score is <score> because ..."}`.
 - anything else: HTTP 400 with an OpenAI-style error body.
+
+`accepted_response_formats` imitates servers that lack a structured-output form: a request
+whose form ("json_schema", "json_object", or "text" for no response_format) is not in the set
+is answered as llama-cpp-python answers a `json_schema` request: HTTP 500 with a validation
+error naming `response_format.type` (or, with `response_format_rejection_status=400`, an
+OpenAI-style 400 naming `response_format`). `stats()["by_response_format"]` counts the form
+of every request and `stats()["response_format_rejections"]` the rejected ones.
 
 On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
 faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
@@ -76,6 +86,9 @@ _QUERY_RE = re.compile(r'^<query>\n(".*")\n</query>$', re.MULTILINE)
 _CONTEXTS_RE = re.compile(r"^<contexts>$(.*?)^</contexts>$", re.MULTILINE | re.DOTALL)
 _CONTEXT_LINE_RE = re.compile(r'^\[(\d+)\] (".*")$', re.MULTILINE)
 _SCORE_RE = re.compile(r"^<score>\n(.*)\n</score>$", re.MULTILINE)
+_VERDICTS_SECTION_RE = re.compile(r"^<verdicts>$", re.MULTILINE)
+_CONTEXTS_SECTION_RE = re.compile(r"^<contexts>$", re.MULTILINE)
+RESPONSE_FORM_NAMES: tuple[str, ...] = ("json_schema", "json_object", "text")
 _MALFORMED_CONTENT = '{"verdicts": [ {"context_index": 0, "verd'
 
 
@@ -249,6 +262,8 @@ class FakeJudgeServer:
         fault_plan: FaultPlan | None = None,
         verdict_fn: Callable[[str, str], bool] | None = None,
         require_api_key: str | None = None,
+        accepted_response_formats: Iterable[str] = RESPONSE_FORM_NAMES,
+        response_format_rejection_status: int = 500,
         max_logged_requests: int = 1000,
         max_timestamps: int = 200_000,
         shutdown_timeout_s: float = 1.0,
@@ -258,6 +273,11 @@ class FakeJudgeServer:
         self._retry_after_header = retry_after_header
         self._verdict_fn = verdict_fn or default_verdict_fn
         self._require_auth = f"Bearer {require_api_key}" if require_api_key is not None else None
+        self._accepted_forms = frozenset(accepted_response_formats)
+        unknown_forms = self._accepted_forms - set(RESPONSE_FORM_NAMES)
+        if unknown_forms:
+            raise ValueError(f"unknown response formats {sorted(unknown_forms)}")
+        self._form_rejection_status = response_format_rejection_status
         self._shutdown_timeout_s = shutdown_timeout_s
         self._max_logged_requests = max_logged_requests
         self._max_timestamps = max_timestamps
@@ -486,6 +506,8 @@ class FakeJudgeServer:
         self._max_in_flight = 0
         self._contexts_judged = 0
         self._refusals = 0
+        self._by_form: Counter[str] = Counter()
+        self._form_rejections: Counter[str] = Counter()
         self._log: deque[dict[str, Any]] = deque(maxlen=self._max_logged_requests)
 
     def reset_stats(self) -> None:
@@ -539,6 +561,8 @@ class FakeJudgeServer:
                 "in_flight": self._in_flight,
                 "max_in_flight": self._max_in_flight,
                 "contexts_judged": self._contexts_judged,
+                "by_response_format": dict(self._by_form),
+                "response_format_rejections": dict(self._form_rejections),
                 "refusals": self._refusals,
                 "listening": self._site is not None,
                 "fault_plan": self._plan.to_dict(),
@@ -594,9 +618,24 @@ class FakeJudgeServer:
             raise _bad_request(f"request body is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise _bad_request("request body must be a JSON object")
-        schema = _schema_name(body)
+        form = _form_name(body)
         with self._lock:
             self._log.append(body)
+            self._by_form[form or "invalid"] += 1
+        if form is None:
+            raise _bad_request(
+                "response_format.type must be json_schema, json_object or text",
+                "invalid_response_format",
+            )
+        if form not in self._accepted_forms:
+            with self._lock:
+                self._form_rejections[form] += 1
+            raise _Reply(self._form_rejection(form), "response_format_rejected")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad_request("messages must be a non-empty list")
+        schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
+        with self._lock:
             self._by_schema[schema or "missing"] += 1
         if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
             raise _bad_request(
@@ -604,9 +643,6 @@ class FakeJudgeServer:
                 f"{VERDICTS_SCHEMA_NAME!r} or {REASON_SCHEMA_NAME!r}, got {schema!r}",
                 "invalid_response_format",
             )
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _bad_request("messages must be a non-empty list")
 
         fault, plan = self._draw_fault(schema)
         if fault in ("rate_limit_429", "rate_limit_429_no_header"):
@@ -634,6 +670,29 @@ class FakeJudgeServer:
         else:
             content = json.dumps({"reason": _reason_text(messages)})
         return self._completion(body, messages, content)
+
+    def _form_rejection(self, form: str) -> web.Response:
+        """What a server without `form` answers (llama-cpp-python's reply by default)."""
+        allowed = " or ".join(f"'{f}'" for f in RESPONSE_FORM_NAMES if f in self._accepted_forms)
+        if self._form_rejection_status >= 500:
+            detail = {
+                "type": "literal_error",
+                "loc": ("body", "response_format", "type"),
+                "msg": f"Input should be {allowed}",
+                "input": form,
+            }
+            return _error(
+                self._form_rejection_status,
+                f"1 validation error:\n  {detail}\n\n  POST /v1/chat/completions",
+                "internal_server_error",
+            )
+        return _error(
+            self._form_rejection_status,
+            f"Invalid parameter: 'response_format' of type '{form}' is not supported by this "
+            "server.",
+            "invalid_request_error",
+            "unsupported_response_format",
+        )
 
     def _draw_fault(self, schema: str) -> tuple[str | None, FaultPlan]:
         """One draw per request; counts the fault if it will actually be applied."""
@@ -794,6 +853,28 @@ def _rate_limit_error(headers: dict[str, str]) -> web.Response:
     )
 
 
+def _form_name(body: dict[str, Any]) -> str | None:
+    """The structured-output form of a request: "text" when it asks for none."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return "text"
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    return kind if kind in RESPONSE_FORM_NAMES else None
+
+
+def _kind_of(messages: list[Any]) -> str | None:
+    """Which request this is when no schema name says so: by the prompt's sections."""
+    try:
+        text = _last_user_text(messages)
+    except _Reply:
+        return None
+    if _VERDICTS_SECTION_RE.search(text):
+        return REASON_SCHEMA_NAME
+    if _CONTEXTS_SECTION_RE.search(text):
+        return VERDICTS_SCHEMA_NAME
+    return None
+
+
 def _schema_name(body: dict[str, Any]) -> str | None:
     fmt = body.get("response_format")
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
@@ -825,10 +906,11 @@ def _last_user_text(messages: list[Any]) -> str:
 
 def _reason_text(messages: list[Any]) -> str:
     match = _SCORE_RE.search(_last_user_text(messages))
-    score = f" of {match.group(1)}" if match else ""
+    # The section reads "<score> out of <scale>"; a reason restates only the score.
+    score = match.group(1).split()[0] if match else "unknown"
     return (
-        f"The score{score} follows from where the relevant contexts rank: relevant passages "
-        "near the top raise it, relevant passages further down lower it."
+        f"The score is {score} because of where the relevant contexts rank: relevant "
+        "passages near the top raise it, relevant passages further down lower it."
     )
 
 

@@ -1,0 +1,258 @@
+"""Structured-output forms and their negotiation with an endpoint.
+
+OpenAI-compatible servers differ in how a request may ask for JSON:
+
+- "json_schema": `response_format={"type": "json_schema", "json_schema": {name, schema,
+  strict}}` (OpenAI, vLLM, Ollama, LiteLLM proxy);
+- "json_object": `response_format={"type": "json_object", "schema": ...}` (llama.cpp uses the
+  schema to constrain decoding; servers that do not know the field ignore it);
+- "prompt": no `response_format`; the prompt itself demands JSON and the parser accepts fences
+  and prose around it, so this works with any chat model.
+
+`response_format="auto"` starts with the strongest form and steps down once per endpoint when
+the endpoint rejects the form itself (see `classify_rejection`); an explicit form is used as is
+and its rejection stops the run. The state lives in a `ResponseFormatNegotiation`, which many
+concurrent requests (and event loops, and threads) of one process can share: until a form has
+been accepted once, one request at a time is sent with it, so an endpoint sees at most one
+rejected request per form however many requests are waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+
+from scorer_core.errors import ConfigError, FatalJudgeError
+
+ResponseFormat = Literal["json_schema", "json_object", "prompt"]
+ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "prompt"]
+
+RESPONSE_FORMATS: tuple[ResponseFormat, ...] = ("json_schema", "json_object", "prompt")
+"""The forms, strongest first: the order "auto" tries them in."""
+
+RESPONSE_FORMAT_SETTINGS: tuple[ResponseFormatSetting, ...] = get_args(ResponseFormatSetting)
+
+# Pydantic (FastAPI, llama-cpp-python) and similar validators say "1 validation error" or
+# "validation errors for ...": a request that failed validation fails the same way every time.
+_VALIDATION_ERROR = re.compile(r"\bvalidation errors?\b", re.IGNORECASE)
+_RESPONSE_FORMAT = re.compile(r"response_format|response format|responseformat", re.IGNORECASE)
+# Kept of a rejection's message in summaries and errors.
+_REASON_CHARS = 400
+# Transient 4xx: request timeout, conflict, rate limit.
+TRANSIENT_4XX = frozenset({408, 409, 429})
+
+
+def check_response_format(value: object) -> ResponseFormatSetting:
+    """Validate a `response_format` setting; ConfigError names the allowed values."""
+    for setting in RESPONSE_FORMAT_SETTINGS:
+        if value == setting:
+            return setting
+    raise ConfigError(
+        f"response_format must be one of {', '.join(RESPONSE_FORMAT_SETTINGS)}, got {value!r}"
+    )
+
+
+def response_format_field(
+    form: ResponseFormat, schema_name: str, schema: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The request's `response_format` value for `form` (None: send no such field)."""
+    if form == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+        }
+    if form == "json_object":
+        return {"type": "json_object", "schema": schema}
+    return None
+
+
+RejectionKind = Literal["response_format", "validation", "status"]
+
+
+def classify_rejection(status: int | None, text: str) -> RejectionKind | None:
+    """Whether an error answer is a deterministic rejection, and of what.
+
+    "response_format": the endpoint refused the structured-output form (a 4xx, or a validation
+    error at any status, whose text names response_format); "validation": another validation
+    error, at any status (llama-cpp-python answers them with HTTP 500); "status": another 4xx
+    other than 408/409/429 (401/403/404 are classified as fatal before this is asked); None:
+    not deterministic, retrying may help.
+    """
+    if status in TRANSIENT_4XX:
+        return None
+    is_4xx = status is not None and 400 <= status < 500
+    validation = _VALIDATION_ERROR.search(text) is not None
+    if (is_4xx or validation) and _RESPONSE_FORMAT.search(text):
+        return "response_format"
+    if validation:
+        return "validation"
+    if is_4xx:
+        return "status"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedForm:
+    """A form the endpoint rejected, and its answer."""
+
+    form: ResponseFormat
+    reason: str
+
+
+class ResponseFormatNegotiation:
+    """Which structured-output form to send to one endpoint, shared by all its requests.
+
+    `setting` is "auto" (strongest first, step down on rejection) or one form. `endpoint` names
+    the endpoint in messages. Use `acquire` before each request and exactly one of `accepted`,
+    `rejected` or `released` after it.
+    """
+
+    def __init__(self, setting: str = "auto", endpoint: str = "") -> None:
+        self.setting: ResponseFormatSetting = check_response_format(setting)
+        self.endpoint = endpoint
+        self._remaining: list[ResponseFormat] = (
+            list(RESPONSE_FORMATS) if self.setting == "auto" else [cast(ResponseFormat, setting)]
+        )
+        self._dropped: list[DroppedForm] = []
+        # "prompt" sends no response_format, so there is nothing for the endpoint to refuse.
+        self._confirmed = self._remaining[0] == "prompt"
+        self._probing = False
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        # A threading lock (never held across an await): the state may be shared by judges
+        # running in different threads and event loops.
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> ResponseFormat:
+        """The form requests are sent with now."""
+        with self._lock:
+            return self._remaining[0]
+
+    @property
+    def confirmed(self) -> bool:
+        """True once the endpoint has answered a request sent with the current form."""
+        with self._lock:
+            return self._confirmed
+
+    @property
+    def dropped(self) -> tuple[DroppedForm, ...]:
+        with self._lock:
+            return tuple(self._dropped)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-compatible record for run summaries."""
+        with self._lock:
+            return {
+                "endpoint": self.endpoint,
+                "setting": self.setting,
+                "in_use": self._remaining[0],
+                "confirmed": self._confirmed,
+                "dropped": [{"form": d.form, "reason": d.reason} for d in self._dropped],
+            }
+
+    def __repr__(self) -> str:
+        return (
+            f"ResponseFormatNegotiation(setting={self.setting!r}, endpoint={self.endpoint!r}, "
+            f"in_use={self.current!r})"
+        )
+
+    async def acquire(self) -> tuple[ResponseFormat, bool]:
+        """The form to send now, and whether this request is the probe for it.
+
+        While the current form has not been accepted, only its probe is sent; other callers
+        wait here until the probe's answer settles the form (accepted, or dropped)."""
+        while True:
+            with self._lock:
+                if self._confirmed:
+                    return self._remaining[0], False
+                if not self._probing:
+                    self._probing = True
+                    return self._remaining[0], True
+                loop = asyncio.get_running_loop()
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._waiters.append((loop, waiter))
+            await waiter
+
+    def accepted(self, form: ResponseFormat, probe: bool) -> None:
+        """The endpoint answered a request sent with `form` (whatever the reply said)."""
+        with self._lock:
+            if form == self._remaining[0]:
+                self._confirmed = True
+            if probe:
+                self._probing = False
+            self._wake()
+
+    def released(self, form: ResponseFormat, probe: bool) -> None:
+        """The request ended without settling the form (timeout, 5xx, cancelled, ...)."""
+        if not probe:
+            return
+        with self._lock:
+            self._probing = False
+            self._wake()
+
+    def rejected(self, form: ResponseFormat, probe: bool, reason: str) -> ResponseFormat:
+        """The endpoint refused `form`. Returns the form to send next; raises FatalJudgeError
+        when there is none (an explicit setting, or "prompt" refused)."""
+        reason = " ".join(reason.split())  # server tracebacks span lines; summaries do not
+        if len(reason) > _REASON_CHARS:
+            reason = reason[: _REASON_CHARS - 3] + "..."
+        with self._lock:
+            if probe:
+                self._probing = False
+            fatal = False
+            if form == self._remaining[0]:
+                if len(self._remaining) > 1:
+                    self._dropped.append(DroppedForm(form, reason))
+                    self._remaining.pop(0)
+                    self._confirmed = self._remaining[0] == "prompt"
+                else:
+                    fatal = True
+            # Otherwise another request already dropped `form`: just use the current one.
+            self._wake()
+            current = self._remaining[0]
+        if fatal:
+            if self.setting == "auto":
+                advice = "even a request without response_format was refused"
+            else:
+                advice = (
+                    f'set response_format to "auto" to let the judge find a form this endpoint '
+                    f"takes, or to one of {', '.join(f for f in RESPONSE_FORMATS if f != form)}"
+                )
+            raise FatalJudgeError(
+                f"judge endpoint {self.endpoint or '(default)'} rejects response_format "
+                f"{form!r}: {reason}; {advice}"
+            )
+        return current
+
+    def _wake(self) -> None:
+        """Wake every waiter (caller holds the lock); they re-check the state themselves."""
+        waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # the waiter's loop is already closed
+                loop.call_soon_threadsafe(_settle, waiter)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+_SHARED: dict[tuple[str, str], ResponseFormatNegotiation] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_negotiation(endpoint: str, setting: str = "auto") -> ResponseFormatNegotiation:
+    """The process-wide negotiation for `endpoint` under `setting`, created on first use.
+
+    Judges built for the same endpoint in one process (e.g. one per shard in a worker) pass
+    this to `make_judge(..., negotiation=...)` so the endpoint is probed once per process."""
+    key = (endpoint, check_response_format(setting))
+    with _SHARED_LOCK:
+        negotiation = _SHARED.get(key)
+        if negotiation is None:
+            negotiation = _SHARED[key] = ResponseFormatNegotiation(setting, endpoint)
+        return negotiation
