@@ -197,7 +197,7 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
 
 # Connections the short outage resets. Each is one failed try of a store call, or half of
 # one when aiohttp retries a dropped idempotent request by itself (see tests.s3_faults): a
-# call that met them all, and a pooled connection the outage cut, still has a try left of
+# call that met them all, and a request in flight that the outage cut, still has a try left of
 # `jobs.engine.storage.DEFAULT_ATTEMPTS`.
 OUTAGE = 3
 

@@ -301,6 +301,15 @@ def test_is_transient_classification() -> None:
     assert is_transient(translate_boto_error(_client_error(503, "SlowDown")))
     assert is_transient(translate_boto_error(_client_error(502, "BadGateway")))
     assert not is_transient(translate_boto_error(_client_error(404, "NoSuchBucket")))
+    # What botocore's and s3fs' own retries treated as transient, now that they are off: a
+    # payload damaged on the way, a request the service timed out, throttling by any name.
+    assert is_transient(translate_boto_error(_client_error(400, "BadDigest")))
+    assert is_transient(translate_boto_error(_client_error(400, "XAmzContentSHA256Mismatch")))
+    assert is_transient(translate_boto_error(_client_error(400, "RequestTimeout")))
+    assert is_transient(translate_boto_error(_client_error(400, "RequestThrottledException")))
+    assert is_transient(translate_boto_error(_client_error(400, "PriorRequestNotComplete")))
+    assert not is_transient(translate_boto_error(_client_error(400, "InvalidDigest")))
+    assert not is_transient(translate_boto_error(_client_error(403, "ExpiredToken")))
     assert not is_transient(translate_boto_error(_client_error(403, "AccessDenied")))
     assert not is_transient(ValueError("bad"))
     wrapped = RuntimeError("outer")
