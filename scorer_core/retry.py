@@ -24,7 +24,7 @@ from scorer_core.errors import ConfigError
 #: shared rate limiter alike: a run must not stall for hours on one header.
 MAX_RETRY_AFTER_S = 120.0
 
-# 2.0**1024 overflows a float; past this the ceiling is the cap anyway.
+# 2.0**1024 overflows a float; 2.0**1000 times any sensible base is far past any cap.
 _MAX_EXPONENT = 1000
 
 

@@ -131,9 +131,12 @@ def test_s3_clients_make_one_attempt_whatever_the_environment_says(
     assert fs.retries == 1
     assert fs.s3.meta.config.retries == {"mode": "standard", "total_max_attempts": 1}
 
-    explicit = {**options, "config_kwargs": {"retries": {"mode": "legacy", "max_attempts": 2}}}
-    fs, _, _ = filesystem(f"s3://{moto_s3.bucket}/p", explicit)
+    retries = {"mode": "legacy", "max_attempts": 2}
+    fs, _, _ = filesystem(
+        f"s3://{moto_s3.bucket}/p", {**options, "config_kwargs": {"retries": retries}}
+    )
     assert fs.s3.meta.config.retries == {"mode": "legacy", "total_max_attempts": 3}
+    assert retries == {"mode": "legacy", "max_attempts": 2}  # botocore rewrote a copy
 
 
 def test_open_s3_store_uses_fresh_listings(moto_s3: MotoS3) -> None:

@@ -255,7 +255,10 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
         client_kwargs.setdefault("endpoint_url", endpoint)
         opts["client_kwargs"] = client_kwargs
     config_kwargs = dict(opts.get("config_kwargs") or {})
-    config_kwargs.setdefault("retries", dict(_BOTOCORE_SINGLE_ATTEMPT))
+    retries = config_kwargs.get("retries")
+    # A copy either way: botocore rewrites the dict it is given (max_attempts ->
+    # total_max_attempts), which must not reach the caller's storage_options.
+    config_kwargs["retries"] = dict(retries if retries is not None else _BOTOCORE_SINGLE_ATTEMPT)
     opts["config_kwargs"] = config_kwargs
     return opts
 
