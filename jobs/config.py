@@ -19,6 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.errors import ConfigError
 
+#: What a run id may look like (checked by `RunConfig` and by `ctxprec runs`): it becomes part
+#: of object paths (`run_id=<id>`), so no '/' or spaces.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -196,7 +200,7 @@ class RunConfig(_Strict):
     @field_validator("id")
     @classmethod
     def _id_safe(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
+        if value is not None and not RUN_ID_PATTERN.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' or '-' (max 100), no '/' or spaces")
         return value
 

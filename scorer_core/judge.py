@@ -45,16 +45,18 @@ from scorer_core.response_format import (
 from scorer_core.retry import RetryPolicy, real_sleep
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
-# Rough tokens per character for rate-limit accounting before the provider reports real usage.
-_CHARS_PER_TOKEN = 4
-# Room reserved for the reply: a short reason per verdict.
-_REPLY_TOKENS_PER_VERDICT = 40
+#: Characters per token assumed for rate-limit accounting before the provider reports real
+#: usage (a rough rule for English text).
+CHARS_PER_TOKEN = 4
+#: Reply tokens expected per context verdict (index, yes/no and one short reason sentence):
+#: reserved from the rate limiter, and the output allowance of `ctxprec estimate`.
+REPLY_TOKENS_PER_VERDICT = 40
 
 
 def estimate_tokens(messages: Sequence[dict[str, str]], verdicts: int = 1) -> int:
     """Prompt plus expected reply tokens, for the rate limiter and the cost estimate."""
     chars = sum(len(m["content"]) for m in messages)
-    return chars // _CHARS_PER_TOKEN + 1 + _REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
+    return chars // CHARS_PER_TOKEN + 1 + REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
 
 
 class LLMJudge:

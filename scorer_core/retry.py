@@ -1,19 +1,44 @@
-"""How the LLM judge waits and retries: bounded, jittered, and polite to `Retry-After`.
+"""How the job waits before trying again: bounded, jittered, and polite to `Retry-After`.
 
-Transport failures (429, 5xx, timeouts, refused connections) are retried up to `max_retries`
-times with full-jitter exponential backoff; a 429 that names a `Retry-After` waits that long
-instead (capped), and tells the shared `Limiter` so every caller slows down, not just this one.
-Replies that break the wire contract are a different budget (`max_reasks`): the request is sent
-again with a note saying what was wrong.
+`backoff_delay` is the one full-jitter exponential backoff of the project: the LLM judge
+(`RetryPolicy`, async) and the job's object store (`jobs.engine.storage.retry_call`, sync)
+both take their waits from it, each with its own base, cap and injected random source.
+
+`RetryPolicy` is the judge's budget. Transport failures (429, 5xx, timeouts, refused
+connections) are retried up to `max_retries` times; a 429 that names a `Retry-After` waits that
+long instead (capped at `MAX_RETRY_AFTER_S`), and tells the shared `Limiter` so every caller
+slows down, not just this one. Replies that break the wire contract are a different budget
+(`max_reasks`): the request is sent again with a note saying what was wrong.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scorer_core.errors import ConfigError
+
+#: The longest a provider's `Retry-After` is obeyed, in seconds, by one request and by the
+#: shared rate limiter alike: a run must not stall for hours on one header.
+MAX_RETRY_AFTER_S = 120.0
+
+# 2.0**1024 overflows a float; 2.0**1000 times any sensible base is far past any cap.
+_MAX_EXPONENT = 1000
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    base: float,
+    cap: float,
+    rng: Callable[[], float] = random.random,
+) -> float:
+    """Full-jitter exponential backoff before retry number `attempt` (0-based): uniform in
+    [0, min(cap, base * 2**attempt)]. `rng` returns a float in [0, 1); tests inject one."""
+    ceiling = min(cap, base * 2.0 ** min(attempt, _MAX_EXPONENT))
+    return ceiling * rng()
 
 
 async def real_sleep(seconds: float) -> None:
@@ -26,8 +51,8 @@ class RetryPolicy:
     max_reasks: int = 2
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
-    # A provider asking for more than this is treated as this: a run must not stall for hours.
-    max_retry_after_s: float = 120.0
+    # A provider asking for more than this is treated as this.
+    max_retry_after_s: float = MAX_RETRY_AFTER_S
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -39,8 +64,9 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff for the `attempt`-th retry (0-based)."""
-        ceiling = min(self.max_delay_s, self.base_delay_s * (2**attempt))
-        return self.rng.uniform(0, ceiling)
+        return backoff_delay(
+            attempt, base=self.base_delay_s, cap=self.max_delay_s, rng=self.rng.random
+        )
 
     def delay_for(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None and retry_after >= 0:

@@ -1,26 +1,23 @@
 """The job survives a broken object store: the S3 endpoint goes away during the run, or during
 publication, and comes back.
 
-Each test runs its own moto server (`ThreadedMotoServer` on 127.0.0.1, a fixed free port) so it
-can stop it and start it again on the same port without touching the session's moto fixture.
-moto keeps its buckets in memory per process, shared by every server in the process, so a
-restarted server serves the same objects. While it is stopped the port refuses connections:
-the endpoint is truly unreachable.
+Each test runs its own S3 endpoint (`tests.s3_faults.FaultyS3`: moto on 127.0.0.1 at a fixed
+free port) so it can break it and bring it back on the same port without touching the
+session's moto fixture. moto keeps its buckets in memory per process, shared by every server in
+the process, so the endpoint serves the same objects after it is back. While it is stopped the
+port refuses connections: the endpoint is truly unreachable. The endpoint breaks at a precise
+point of the run (a server-side hook on the request that commits a shard), not after polling
+or sleeping.
 
-`config_kwargs={"retries": {"max_attempts": 1}}` (a plain s3fs storage option) turns off
-botocore's own retries, so one store call against a dead endpoint gives up in seconds instead
-of about 40 (botocore x s3fs x the job's retries); the job's own retries are unchanged.
+The store's storage_options are plain: botocore and s3fs make one attempt per request by
+default (`jobs.engine.storage.s3_options`), so a store call against a dead endpoint gives up
+after the job's own retries alone.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import logging
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,10 +31,11 @@ from jobs.config import JobConfig
 from jobs.engine import publish
 from jobs.engine.driver import RunFailed, run_job
 from jobs.engine.publish import RunLocation
-from jobs.engine.storage import s3_options
+from jobs.engine.storage import filesystem
 from scorer_core.errors import StorageError
 from scorer_core.testing import FakeJudgeServer, FaultPlan
 from tests.conftest import moto_storage_options
+from tests.s3_faults import FaultyS3, Request
 from tests.test_job import (
     KEY_ENV,
     KEY_VALUE,
@@ -51,46 +49,23 @@ from tests.test_job import (
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
 
 
-class Endpoint:
-    """A moto S3 server this test owns: stop() makes the port refuse, start() serves again."""
+class Endpoint(FaultyS3):
+    """The test's S3 endpoint, with one bucket for the run's output."""
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__()
         self.bucket = f"ctxprec-outage-{uuid.uuid4().hex[:10]}"
-        self._server: Any = None
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        with self._lock:
-            if self._server is None:
-                logging.getLogger("werkzeug").setLevel(logging.ERROR)
-                server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-                server.start()
-                self._server = server
-
-    def stop(self) -> None:
-        with self._lock:
-            if self._server is not None:
-                self._server.stop()
-                self._server = None
-
-    def reachable(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
 
     def storage_options(self) -> dict[str, Any]:
-        return moto_storage_options(self.url, config_kwargs={"retries": {"max_attempts": 1}})
+        return moto_storage_options(self.url)
 
     def fs(self) -> s3fs.S3FileSystem:
-        return s3fs.S3FileSystem(**s3_options(self.storage_options()))
+        return filesystem(f"s3://{self.bucket}", self.storage_options())[0]
+
+    def committed_shards(self, location: RunLocation) -> list[Request]:
+        """The answered writes of staged items files: one per shard the run committed."""
+        items = f"/{self.bucket}/out/{location.staging}/items/"
+        return [r for r in self.requests("PUT", under=items) if r.status == 200]
 
 
 @pytest.fixture
@@ -131,18 +106,6 @@ def s3_job(
         run={"id": run_id, "date": "2026-11-30"},
         **sections,
     )
-
-
-def wait_for_a_committed_shard(endpoint: Endpoint, items_dir: str, timeout_s: float = 120) -> None:
-    """Return once the run has committed a shard (an items file is staged) on the endpoint."""
-    fs = endpoint.fs()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if fs.find(items_dir):
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"no shard was committed under {items_dir} in {timeout_s}s")
 
 
 def published_scores(endpoint: Endpoint, location: RunLocation) -> pl.DataFrame:
@@ -198,19 +161,18 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
         )
         location = RunLocation(run_id, config.run.date)  # type: ignore[arg-type]
         items_dir = f"{endpoint.bucket}/out/{location.staging}/items"
-        stopped = threading.Event()
+        pulled: list[int] = []
 
-        def pull_the_plug() -> None:
-            wait_for_a_committed_shard(endpoint, items_dir)
-            endpoint.stop()
-            stopped.set()
+        def pull_the_plug(request: Request) -> None:
+            shards = len(endpoint.committed_shards(location))
+            if shards and not pulled:  # once, right after the first shard is committed
+                pulled.append(shards)
+                endpoint.stop()
 
-        watcher = threading.Thread(target=pull_the_plug, daemon=True)
-        watcher.start()
+        endpoint.after(pull_the_plug)
         with pytest.raises((RunFailed, StorageError)) as caught:
             run_job(config, out=io.StringIO())
-        watcher.join(10)
-        assert stopped.is_set() and not endpoint.reachable()
+        assert pulled and not endpoint.reachable()
         message = str(caught.value)
         # The message names the store (the full s3:// URL) and what went wrong.
         assert f"s3://{endpoint.bucket}/out/" in message
@@ -233,6 +195,13 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
     assert_published_complete(endpoint, location, rows)
 
 
+# Connections the short outage resets. Each is one failed try of a store call, or half of
+# one when aiohttp retries a dropped idempotent request by itself (see tests.s3_faults): a
+# call that met them all, and a request in flight that the outage cut, still has a try left of
+# `jobs.engine.storage.DEFAULT_ATTEMPTS`.
+OUTAGE = 3
+
+
 def test_short_outage_mid_run_is_ridden_out_by_retries(
     endpoint: Endpoint, tmp_path: Path, judge_key: str
 ) -> None:
@@ -249,28 +218,26 @@ def test_short_outage_mid_run_is_ridden_out_by_retries(
             ray={"shard_size": 4, "workers": 2, "max_task_retries": 2},
         )
         location = RunLocation(run_id, config.run.date)  # type: ignore[arg-type]
-        items_dir = f"{endpoint.bucket}/out/{location.staging}/items"
-        outage: list[float] = []
         committed: list[int] = []
 
-        def blip() -> None:
-            wait_for_a_committed_shard(endpoint, items_dir)
-            committed.append(len(endpoint.fs().find(items_dir)))
-            endpoint.stop()
-            outage.append(time.monotonic())
-            time.sleep(3.0)  # a shard commits about every second: some writes meet the outage
-            endpoint.start()
-            outage.append(time.monotonic())
+        def blip(request: Request) -> None:
+            shards = len(endpoint.committed_shards(location))
+            if shards and not committed:  # once, right after the first shard is committed
+                committed.append(shards)
+                # Every open connection is dropped and the next ones are reset: the store
+                # calls that follow fail until OUTAGE connections have met the outage.
+                endpoint.reset_next(OUTAGE)
 
-        watcher = threading.Thread(target=blip, daemon=True)
-        watcher.start()
+        endpoint.after(blip)
         outcome = run_job(config, out=io.StringIO())
-        watcher.join(10)
+        met_the_outage = endpoint.resets_done
 
-    assert len(outage) == 2, "the outage never happened"
-    # It came mid-run: shards were left to commit. A shard takes under a second to judge, so
-    # the 3 s outage met store calls (a task's first `exists` or its writes) and they waited.
+    assert committed, "the outage never happened"
+    # It came mid-run (shards were left to commit), store calls met it (every reset
+    # connection was one of the run's requests failing) and they were retried: the run
+    # finished with every shard judged once and everything published.
     assert committed[0] < outcome.shards_total
+    assert met_the_outage == OUTAGE
     assert outcome.shards_skipped == 0
     assert_published_complete(endpoint, location, rows)
 

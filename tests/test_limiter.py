@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from jobs.engine.limiter import LocalLimiter, PacingState, limiter_actor_class
+from scorer_core.retry import MAX_RETRY_AFTER_S
 from scorer_core.testing import FakeJudgeServer
 from scorer_core.testing.server import build_verdict_prompt_for_tests
 
@@ -153,10 +154,10 @@ def test_refusal_without_retry_after_pauses_briefly_and_long_pauses_are_capped()
     assert state.refused(None) == pytest.approx(clock.now + 1.0)
     assert state.reserve() == pytest.approx(1.0)
     clock.advance(5.0)
-    assert state.refused(10_000.0) == pytest.approx(clock.now + 120.0)
+    assert state.refused(10_000.0) == pytest.approx(clock.now + MAX_RETRY_AFTER_S)
     # A shorter Retry-After later does not shorten the pause already in force.
     clock.advance(1.0)
-    assert state.refused(2.0) == pytest.approx(clock.now - 1.0 + 120.0)
+    assert state.refused(2.0) == pytest.approx(clock.now - 1.0 + MAX_RETRY_AFTER_S)
 
 
 def test_pace_drops_after_a_429_and_recovers_later() -> None:

@@ -1,4 +1,9 @@
-"""jobs.engine.storage: local and S3 (moto) stores, atomic writes, fresh listings, retries."""
+"""jobs.engine.storage: local and S3 (moto) stores, atomic writes, fresh listings, retries.
+
+Retries on s3:// are counted where they happen: at the server (`FaultyS3` records every
+request it answers) and, when the endpoint is down and nothing reaches a server, at the
+client (a botocore `before-send` hook fires once per HTTP request botocore sends).
+"""
 
 from __future__ import annotations
 
@@ -21,15 +26,19 @@ from fsspec.registry import _registry as fsspec_registry
 from s3fs.errors import translate_boto_error
 
 from jobs.engine.storage import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_BASE_DELAY,
     Store,
-    backoff_delay,
+    filesystem,
     is_transient,
     open_store,
     retry_call,
     s3_options,
 )
 from scorer_core.errors import CtxPrecError, InputError, StorageError
+from scorer_core.retry import backoff_delay
 from tests.conftest import MotoS3, moto_storage_options, start_moto_server
+from tests.s3_faults import FaultyS3
 
 
 def _client_error(status: int, code: str) -> ClientError:
@@ -45,6 +54,17 @@ class Sleeps:
 
     def __call__(self, seconds: float) -> None:
         self.calls.append(seconds)
+
+
+def _count_sends(store: Store) -> list[str]:
+    """Every HTTP request botocore sends for `store` from now on, by operation name."""
+    sent: list[str] = []
+
+    def record(event_name: str, **_: Any) -> None:
+        sent.append(event_name.rsplit(".", 1)[-1])
+
+    store.fs.s3.meta.events.register("before-send.s3", record)
+    return sent
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -77,10 +97,46 @@ def test_s3_options_defaults_and_endpoint_mapping() -> None:
     assert opts == {
         "use_listings_cache": False,
         "client_kwargs": {"region_name": "r", "endpoint_url": "http://h:1"},
+        "config_kwargs": {"retries": {"mode": "standard", "total_max_attempts": 1}},
     }
     assert s3_options({"use_listings_cache": True})["use_listings_cache"] is True
     explicit = s3_options({"endpoint_url": "a", "client_kwargs": {"endpoint_url": "b"}})
     assert explicit["client_kwargs"] == {"endpoint_url": "b"}
+
+
+def test_s3_options_keep_the_callers_botocore_settings() -> None:
+    given = {"config_kwargs": {"connect_timeout": 2, "retries": {"max_attempts": 3}}}
+    assert s3_options(given)["config_kwargs"] == {
+        "connect_timeout": 2,
+        "retries": {"max_attempts": 3},
+    }
+    other = s3_options({"config_kwargs": {"connect_timeout": 2}})["config_kwargs"]
+    assert other == {
+        "connect_timeout": 2,
+        "retries": {"mode": "standard", "total_max_attempts": 1},
+    }
+    assert given == {"config_kwargs": {"connect_timeout": 2, "retries": {"max_attempts": 3}}}
+
+
+def test_s3_clients_make_one_attempt_whatever_the_environment_says(
+    moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What reaches botocore and s3fs: one attempt each, so `retry_call` alone retries. The
+    AWS_* variables would otherwise set botocore's attempts and mode (adaptive mode also
+    sleeps before requests on its own)."""
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "7")
+    monkeypatch.setenv("AWS_RETRY_MODE", "adaptive")
+    options = {**moto_s3.storage_options, "skip_instance_cache": True}
+    fs, _, _ = filesystem(f"s3://{moto_s3.bucket}/p", options)
+    assert fs.retries == 1
+    assert fs.s3.meta.config.retries == {"mode": "standard", "total_max_attempts": 1}
+
+    retries = {"mode": "legacy", "max_attempts": 2}
+    fs, _, _ = filesystem(
+        f"s3://{moto_s3.bucket}/p", {**options, "config_kwargs": {"retries": retries}}
+    )
+    assert fs.s3.meta.config.retries == {"mode": "legacy", "total_max_attempts": 3}
+    assert retries == {"mode": "legacy", "max_attempts": 2}  # botocore rewrote a copy
 
 
 def test_open_s3_store_uses_fresh_listings(moto_s3: MotoS3) -> None:
@@ -248,6 +304,15 @@ def test_is_transient_classification() -> None:
     assert is_transient(translate_boto_error(_client_error(503, "SlowDown")))
     assert is_transient(translate_boto_error(_client_error(502, "BadGateway")))
     assert not is_transient(translate_boto_error(_client_error(404, "NoSuchBucket")))
+    # What botocore's and s3fs' own retries treated as transient, now that they are off: a
+    # payload damaged on the way, a request the service timed out, throttling by any name.
+    assert is_transient(translate_boto_error(_client_error(400, "BadDigest")))
+    assert is_transient(translate_boto_error(_client_error(400, "XAmzContentSHA256Mismatch")))
+    assert is_transient(translate_boto_error(_client_error(400, "RequestTimeout")))
+    assert is_transient(translate_boto_error(_client_error(400, "RequestThrottledException")))
+    assert is_transient(translate_boto_error(_client_error(400, "PriorRequestNotComplete")))
+    assert not is_transient(translate_boto_error(_client_error(400, "InvalidDigest")))
+    assert not is_transient(translate_boto_error(_client_error(403, "ExpiredToken")))
     assert not is_transient(translate_boto_error(_client_error(403, "AccessDenied")))
     assert not is_transient(ValueError("bad"))
     wrapped = RuntimeError("outer")
@@ -384,27 +449,134 @@ def test_s3_bad_bucket_write_fails_and_leaves_nothing(moto_s3: MotoS3) -> None:
     assert not store.exists(store.join("f.bin"))
 
 
+@pytest.fixture
+def faulty_s3() -> Any:
+    endpoint = FaultyS3()
+    endpoint.start()
+    try:
+        yield endpoint
+    finally:
+        endpoint.stop()
+
+
+def _faulty_store(endpoint: FaultyS3, prefix: str, sleeps: Sleeps, **kwargs: Any) -> Store:
+    """A store on `prefix` (s3://bucket/...) served by `endpoint`, its own s3fs instance."""
+    options = moto_storage_options(endpoint.url, skip_instance_cache=True)
+    return open_store(prefix, options, sleep=sleeps, **kwargs)
+
+
+def test_s3_slowdown_outage_is_retried_by_one_layer_and_recovers(
+    moto_s3: MotoS3, s3_prefix: str, faulty_s3: FaultyS3
+) -> None:
+    sleeps = Sleeps()
+    store = _faulty_store(faulty_s3, s3_prefix, sleeps)
+    path = store.join("f.bin")
+    key = "/" + path
+    faulty_s3.fail_next(DEFAULT_ATTEMPTS - 1)  # 503 SlowDown: S3 asking for a slower pace
+    store.write_bytes_atomic(path, b"data")
+    # One request per try: neither botocore nor s3fs retried underneath (before the layering
+    # was deliberate, each try was 5 botocore x 5 s3fs = 25 requests).
+    assert [r.status for r in faulty_s3.requests("PUT", under=key)] == [503] * 4 + [200]
+    assert len(sleeps.calls) == DEFAULT_ATTEMPTS - 1
+    for attempt, slept in enumerate(sleeps.calls):
+        assert 0 <= slept <= DEFAULT_BASE_DELAY * 2**attempt
+    before = len(faulty_s3.seen)
+    faulty_s3.fail_next(1, status=500, code="InternalError")
+    assert store.read_bytes(path) == b"data"
+    # s3fs' cat_file asks for the size, then the bytes; the failed size request is the one
+    # try that failed, and the whole call was tried again.
+    assert [(r.method, r.status) for r in faulty_s3.seen[before:]] == [
+        ("HEAD", 500),
+        ("HEAD", 200),
+        ("GET", 200),
+    ]
+
+
+def test_s3_outage_longer_than_the_budget_fails_after_one_request_per_try(
+    moto_s3: MotoS3, s3_prefix: str, faulty_s3: FaultyS3
+) -> None:
+    sleeps = Sleeps()
+    store = _faulty_store(faulty_s3, s3_prefix, sleeps, attempts=3)
+    path = store.join("f.bin")
+    faulty_s3.fail_next(3)
+    with pytest.raises(StorageError, match=rf"write {s3_prefix}/f.bin failed after 3 attempts"):
+        store.write_bytes_atomic(path, b"data")
+    assert len(faulty_s3.requests("PUT", under="/" + path)) == 3
+    assert len(sleeps.calls) == 2
+
+
+@pytest.mark.parametrize("operation", ["write", "read"])
+def test_s3_permanent_errors_fail_after_one_request(
+    moto_s3: MotoS3, s3_prefix: str, faulty_s3: FaultyS3, operation: str
+) -> None:
+    """A missing bucket or a denied key is not retried by any layer: no request is sent
+    twice, and there is no wait. (Reading a missing key, s3fs also lists the bucket to see
+    whether the key is a folder: a second question, not a retry.)"""
+    sleeps = Sleeps()
+    missing = _faulty_store(faulty_s3, "s3://no-such-bucket-xyz/p", sleeps)
+    denied = _faulty_store(faulty_s3, s3_prefix, sleeps)
+    faulty_s3.deny("/" + denied.join("secret"))
+    for store, reason in ((missing, "FileNotFoundError"), (denied, "PermissionError")):
+        path = store.join("secret", "f.bin")
+        before = len(faulty_s3.seen)
+        with pytest.raises(StorageError, match=rf"{operation} s3://.*/f.bin failed: {reason}"):
+            if operation == "write":
+                store.write_bytes_atomic(path, b"data")
+            else:
+                store.read_bytes(path)
+        sent = [(r.method, r.path, r.status) for r in faulty_s3.seen[before:]]
+        status = 404 if store is missing else 403
+        assert sent[0] == ("PUT" if operation == "write" else "HEAD", "/" + path, status)
+        assert len(set(sent)) == len(sent)
+    assert sleeps.calls == []
+
+
+def test_s3_refused_connections_are_tried_once_per_attempt_and_the_outage_recovers(
+    moto_s3: MotoS3, s3_prefix: str, faulty_s3: FaultyS3
+) -> None:
+    """The endpoint is down (connections refused) and comes back during the backoff: the
+    injected sleep brings it back, so the outage lasts exactly two tries."""
+    slept: list[float] = []
+
+    def sleep_then_restart(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:
+            faulty_s3.start()
+
+    store = open_store(
+        s3_prefix,
+        moto_storage_options(faulty_s3.url, skip_instance_cache=True),
+        sleep=sleep_then_restart,
+    )
+    sent = _count_sends(store)
+    faulty_s3.stop()
+    assert not faulty_s3.reachable()
+    store.write_bytes_atomic(store.join("f.bin"), b"data")
+    assert sent == ["PutObject"] * 3  # two refused, one answered: no hidden retries
+    assert len(slept) == 2
+    assert [r.status for r in faulty_s3.requests("PUT")] == [200]
+    assert store.read_bytes(store.join("f.bin")) == b"data"
+
+
 def test_s3_write_to_stopped_server_fails_and_leaves_nothing(
     moto_s3: MotoS3, s3_prefix: str
 ) -> None:
     """A second moto server (same in-process backend) is stopped; the write fails after the
-    bounded retries, and the session server shows no object."""
+    bounded retries, and the session server shows no object. Only the store's own retries
+    run: 3 attempts are 3 requests, with no storage options to turn the other layers off."""
     server, endpoint = start_moto_server()
     sleeps = Sleeps()
-    options = moto_storage_options(
-        endpoint,
-        skip_instance_cache=True,
-        config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 2},
-    )
+    options = moto_storage_options(endpoint, skip_instance_cache=True)
     prefix = s3_prefix.removeprefix("s3://")
     dying = open_store(s3_prefix, options, attempts=3, sleep=sleeps)
-    dying.fs.retries = 1  # s3fs' own retry loop: once
     dying.write_bytes_atomic(dying.join("before.bin"), b"ok")
+    sent = _count_sends(dying)
     server.stop()
     with pytest.raises(StorageError, match=rf"write {s3_prefix}/after.bin failed after 3") as info:
         dying.write_bytes_atomic(dying.join("after.bin"), b"x" * 1_000_000)
     assert is_transient(info.value.__cause__)  # type: ignore[arg-type]
     assert len(sleeps.calls) == 2
+    assert sent == ["PutObject"] * 3
 
     alive = open_store(s3_prefix, moto_s3.storage_options)
     assert alive.list(alive.root) == [f"{prefix}/before.bin"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scorer_core.protocols import Sleeper
-from scorer_core.retry import real_sleep
+from scorer_core.retry import MAX_RETRY_AFTER_S, real_sleep
 
 
 @dataclass
@@ -143,7 +143,7 @@ class PacingState:
             self._factor = max(0.25, self._factor * self.cut)
             self._last_cut = now
         pause = retry_after if retry_after is not None else 1.0
-        self._paused_until = max(self._paused_until, now + min(pause, 120.0))
+        self._paused_until = max(self._paused_until, now + min(pause, MAX_RETRY_AFTER_S))
         return self._paused_until
 
     def snapshot(self) -> dict[str, float]:

@@ -1,9 +1,20 @@
 """Small, typed helpers over fsspec for the job's store: local folders, s3://, gs://, az://.
 
 Every call that touches the store goes through `retry_call`: transient failures (connection
-errors, timeouts, HTTP 5xx, throttling) are retried a bounded number of times with jittered
-exponential backoff; anything else, or the last transient failure, becomes one `StorageError`
-whose message names the full URL and the operation. Callers only ever catch `StorageError`.
+errors, timeouts, HTTP 5xx, throttling) are retried a bounded number of times with the
+project's full-jitter backoff (`scorer_core.retry.backoff_delay`); anything else, or the last
+transient failure, becomes one `StorageError` whose message names the full URL and the
+operation. Callers only ever catch `StorageError`.
+
+On s3:// this is the only layer that retries. botocore (5 attempts in its default legacy mode,
+its own backoff of up to 2**n s) and s3fs (`S3FileSystem.retries` = 5, a fixed 0.1 * 1.7**n s
+wait, for timeouts, dropped connections and SlowDown) would otherwise each retry underneath
+it: a dead endpoint cost 25 requests per store call and a SlowDown answer 125, behind sleeps
+no test can inject. `s3_options` turns botocore's retries off (unless the caller's
+storage_options set `config_kwargs["retries"]`) and `filesystem` sets the s3fs loop to one
+try. The price: one failed request inside a multi-request call (a part of a multipart upload,
+a page of a listing) repeats the whole call, and a ranged GET that fails while an input shard
+is streamed is not retried alone (the worker's task is, see `jobs.engine.inputs.read_shard`).
 
 Consistency rules (see /work/shared/notes/platform.md):
 
@@ -25,7 +36,6 @@ import errno
 import io
 import os
 import posixpath
-import random
 import shutil
 import tempfile
 import time
@@ -41,6 +51,7 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 from scorer_core.errors import CtxPrecError, StorageError
+from scorer_core.retry import backoff_delay
 
 T = TypeVar("T")
 
@@ -56,9 +67,15 @@ _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
 _GLOB_CHARS = frozenset("*?[")
 
+#: Tries per store call (the first one included), and the backoff between them in seconds.
 DEFAULT_ATTEMPTS = 5
 DEFAULT_BASE_DELAY = 0.2
 DEFAULT_MAX_DELAY = 10.0
+
+# botocore's retry settings for every s3 client the job opens: one attempt, so that
+# `retry_call` is the only retry layer. The mode is named so that AWS_RETRY_MODE=adaptive in
+# the environment cannot add botocore's client-side throttling sleeps underneath.
+_BOTOCORE_SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
 
 # Exception class names (anywhere in the MRO) that mean "the request did not get a usable
 # answer; trying again may work". Matched by name so that botocore/aiohttp/azure need not be
@@ -100,16 +117,33 @@ _PERMANENT_OS_ERRORS = (
     NotADirectoryError,
     FileExistsError,
 )
-_THROTTLE_CODES = frozenset(
+# Error codes of a service answer that a retry may fix: what botocore's own retries (standard
+# and legacy modes) and s3fs' retry loop treat as transient, since those layers are off.
+_TRANSIENT_CODES = frozenset(
     {
+        # throttling
         "SlowDown",
         "Throttling",
         "ThrottlingException",
-        "RequestLimitExceeded",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
         "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "EC2ThrottledException",
+        # the service, or the payload on its way, had a problem
         "ServiceUnavailable",
         "InternalError",
         "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "BadDigest",
+        "XAmzContentSHA256Mismatch",
     }
 )
 
@@ -133,7 +167,7 @@ def _classify_one(exc: BaseException) -> bool | None:
     response = getattr(exc, "response", None)
     if isinstance(response, Mapping):  # botocore ClientError
         error = response.get("Error") or {}
-        if isinstance(error, Mapping) and error.get("Code") in _THROTTLE_CODES:
+        if isinstance(error, Mapping) and error.get("Code") in _TRANSIENT_CODES:
             return True
         meta = response.get("ResponseMetadata") or {}
         if isinstance(meta, Mapping) and _retryable_status(meta.get("HTTPStatusCode")):
@@ -157,17 +191,6 @@ def is_transient(exc: BaseException) -> bool:
             return verdict
         current = current.__cause__ or current.__context__
     return False
-
-
-def backoff_delay(
-    attempt: int,
-    *,
-    base: float = DEFAULT_BASE_DELAY,
-    cap: float = DEFAULT_MAX_DELAY,
-    rng: Callable[[], float] = random.random,
-) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)]."""
-    return min(cap, base * 2.0**attempt) * rng()
 
 
 def retry_call(
@@ -219,6 +242,10 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
     - `use_listings_cache=False` unless given: a stale listing makes resume miss finished work.
     - A top-level `endpoint_url` is moved into `client_kwargs` (where every s3fs version
       accepts it); an `endpoint_url` already in `client_kwargs` wins.
+    - `config_kwargs["retries"]` (botocore's retry config) is one attempt unless given, so
+      that `retry_call` is the only layer that retries. Given explicitly, it is used as is
+      (botocore then retries under `retry_call`: up to attempts x its attempts requests).
+      It also takes precedence over AWS_MAX_ATTEMPTS / AWS_RETRY_MODE in the environment.
     """
     opts = dict(storage_options)
     opts.setdefault("use_listings_cache", False)
@@ -227,6 +254,12 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
         client_kwargs = dict(opts.get("client_kwargs") or {})
         client_kwargs.setdefault("endpoint_url", endpoint)
         opts["client_kwargs"] = client_kwargs
+    config_kwargs = dict(opts.get("config_kwargs") or {})
+    retries = config_kwargs.get("retries")
+    # A copy either way: botocore rewrites the dict it is given (max_attempts ->
+    # total_max_attempts), which must not reach the caller's storage_options.
+    config_kwargs["retries"] = dict(retries if retries is not None else _BOTOCORE_SINGLE_ATTEMPT)
+    opts["config_kwargs"] = config_kwargs
     return opts
 
 
@@ -263,6 +296,10 @@ def filesystem(
             f"cannot open {url}: the {protocol}:// filesystem rejected storage_options "
             f"{sorted(opts)}: {_describe(exc)}"
         ) from exc
+    if protocol in _S3_PROTOCOLS:
+        # s3fs' own retry loop (`_error_wrapper`) runs `retries` times; it is a class
+        # attribute, not a constructor option, hence set here. One try: see the module doc.
+        fs.retries = 1
     return fs, cls._strip_protocol(url).rstrip("/"), protocol
 
 
@@ -279,9 +316,11 @@ class Store:
     fs: fsspec.AbstractFileSystem
     root: str
     protocol: str
+    # How `retry_call` retries this store's calls; tests inject `sleep`.
     attempts: int = DEFAULT_ATTEMPTS
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     base_delay: float = DEFAULT_BASE_DELAY
+    max_delay: float = DEFAULT_MAX_DELAY
 
     @property
     def is_local(self) -> bool:
@@ -303,6 +342,7 @@ class Store:
             attempts=self.attempts,
             sleep=self.sleep,
             base_delay=self.base_delay,
+            max_delay=self.max_delay,
         )
 
     def _forget(self, path: str) -> None:
@@ -402,18 +442,12 @@ def open_store(
     (needs adlfs). `storage_options` go to the fsspec filesystem (see `s3_options`).
     Object-store buckets must already exist."""
     fs, root, protocol = filesystem(url, storage_options)
-    if protocol == "file":
-        retry_call(
-            lambda: os.makedirs(root, exist_ok=True),
-            what="create folder",
-            url=root,
-            attempts=attempts,
-            sleep=sleep,
-            base_delay=base_delay,
-        )
-    return Store(
+    store = Store(
         fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep, base_delay=base_delay
     )
+    if store.is_local:
+        store._call("create folder", root, lambda: os.makedirs(root, exist_ok=True))
+    return store
 
 
 def _temp_sibling(path: str) -> str:

@@ -19,10 +19,11 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   0 for the offline lexical judge);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them
-  (limiter tokens are what the job reserves per request: prompt characters / 4 + 1 + 40 per
-  verdict). With no rate limit the run is "unbounded by rate limit" and the time shown is
-  calls x an ASSUMED latency / the run's concurrency (`--assumed-latency`); the same
-  concurrency floor applies when it is larger than the rate-limit time;
+  (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
+  prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
+  no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
+  latency / the run's concurrency (`--assumed-latency`); the same concurrency floor applies
+  when it is larger than the rate-limit time;
 - the share of context pairs the verdict cache would answer: pair keys
   (`jobs.engine.cache.pair_key`)
   looked up in the cache files that exist under this config's cache path, using the same slot
@@ -61,15 +62,15 @@ from jobs.engine.inputs import (
 from jobs.engine.storage import Store, filesystem
 from jobs.pricing import estimate_cost_usd
 from scorer_core.errors import CtxPrecError, StorageError
-from scorer_core.judge import estimate_tokens
+from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
 from scorer_core.prompt import reason_messages, verdict_messages
 from scorer_core.types import ContextVerdict, ScoringItem
 
 DEFAULT_SAMPLE = 2000
 """Items whose prompts are tokenized exactly; the rest is extrapolated by characters."""
-OUTPUT_TOKENS_PER_VERDICT = 40
-"""Expected reply tokens per context verdict (index, yes/no and one short reason sentence)."""
+OUTPUT_TOKENS_PER_VERDICT = REPLY_TOKENS_PER_VERDICT
+"""Expected reply tokens per context verdict: the allowance the LLM judge itself reserves."""
 OUTPUT_TOKENS_PER_REASON = 100
 """Expected reply tokens per LLM-reason call ("two or three sentences")."""
 DEFAULT_ASSUMED_LATENCY_S = 2.0

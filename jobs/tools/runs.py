@@ -34,7 +34,7 @@ from typing import Any
 
 import polars as pl
 
-from jobs.config import assign_dotted
+from jobs.config import RUN_ID_PATTERN, assign_dotted
 from jobs.engine.aggregate import BANDS, PositionRate, RunSummary
 from jobs.engine.publish import RunLocation, scan
 from jobs.engine.storage import Store, open_store
@@ -42,7 +42,6 @@ from scorer_core.errors import ConfigError, CtxPrecError
 
 DEFAULT_OUTPUT = "results/"
 TABLES = ("scores", "verdicts", "summary")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
 
@@ -152,7 +151,7 @@ def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunL
     Raises `RunNotFound` naming the id and the root, listing the ids that do exist.
     """
     root = store.url(store.root)
-    if not _RUN_ID.fullmatch(run_id):
+    if not RUN_ID_PATTERN.fullmatch(run_id):
         raise RunNotFound(
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
