@@ -117,10 +117,11 @@ class JudgeConfig(_Strict):
     api_base: str | None = Field(
         None, description="URL of an OpenAI-compatible server (vLLM, Ollama, llama.cpp, gateway)."
     )
-    transport: Literal["litellm", "http"] = Field(
-        "litellm",
-        description="litellm: any provider; http: the lean client for OpenAI-compatible servers "
-        "(scorer_core.openai_http).",
+    transport: Literal["auto", "litellm", "http"] = Field(
+        "auto",
+        description="auto: the lean http client for OpenAI-compatible endpoints (openai/... "
+        "models, or hosted_vllm/ and lm_studio/ with an api_base), litellm for every other "
+        "provider; litellm or http to choose.",
     )
     api_key_env: str | None = Field(
         "OPENAI_API_KEY",
@@ -170,7 +171,16 @@ class RateLimitConfig(_Strict):
         0, ge=0, description="0: unlimited. Shared by ALL workers of the run."
     )
     tokens_per_minute: float = Field(0, ge=0, description="0: unlimited. Shared likewise.")
-    max_concurrency: int = Field(64, ge=1, description="Judge requests in flight across the run.")
+    max_concurrency: int | Literal["auto"] = Field(
+        "auto",
+        description="Judge requests in flight across the run. auto: sized from the limits and "
+        "the measured reply latency (Little's law), between concurrency_floor and "
+        "concurrency_ceiling; 64 when no limit is set. A number is used as given.",
+    )
+    concurrency_floor: int = Field(8, ge=1, description="The least that auto sizes to.")
+    concurrency_ceiling: int = Field(
+        4096, ge=1, description="The most that auto sizes to (connections per run)."
+    )
     # Pace a little under the provider's limit so clock skew and latency jitter do not tip
     # a window over it.
     headroom: float = Field(0.98, gt=0.5, le=1.0, description="Pace at this share of the limits.")
@@ -239,6 +249,15 @@ class JobConfig(_Strict):
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _concurrency_bounds(self) -> JobConfig:
+        limits = self.rate_limit
+        if limits.concurrency_floor > limits.concurrency_ceiling:
+            raise ValueError("rate_limit.concurrency_floor must be <= concurrency_ceiling")
+        if isinstance(limits.max_concurrency, int) and limits.max_concurrency < 1:
+            raise ValueError("rate_limit.max_concurrency must be >= 1 or auto")
+        return self
 
     @model_validator(mode="after")
     def _lexical_options_only_for_lexical(self) -> JobConfig:

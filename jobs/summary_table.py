@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from jobs import formatting as fmt
 from jobs.engine.aggregate import RunSummary
 
@@ -12,8 +15,13 @@ WIDTH = 46
 _MAX_POSITION_ROWS = 20
 
 
-def format_summary_table(summary: RunSummary, where: str) -> str:
-    """A compact fixed-width text table of `summary`, ending with where the results are."""
+def format_summary_table(
+    summary: RunSummary, where: str, judge: Mapping[str, Any] | None = None
+) -> str:
+    """A compact fixed-width text table of `summary`, ending with where the results are.
+
+    `judge` is what the run's judge settled on (the manifest's `judge`: transport,
+    structured-output form); the request flow comes from `summary.flow`."""
     rule = "-" * WIDTH
 
     def line(label: str, value: str) -> str:
@@ -47,7 +55,42 @@ def format_summary_table(summary: RunSummary, where: str) -> str:
         line("completion tokens", f"{summary.completion_tokens:,}"),
         line("cache hits", f"{summary.cache_hits:,}"),
         line("estimated cost", cost),
-        rule,
-        f"results: {where}",
     ]
+    lines += _judge_lines(summary, judge or {}, line)
+    lines += [rule, f"results: {where}"]
     return "\n".join(lines)
+
+
+def _judge_lines(summary: RunSummary, judge: Mapping[str, Any], line: Any) -> list[str]:
+    """How the requests went: transport, structured-output form, in-flight budget, latency."""
+    lines: list[str] = []
+    if judge.get("transport"):
+        lines.append(line("transport", str(judge["transport"])))
+    negotiated = judge.get("response_format")
+    if isinstance(negotiated, Mapping) and negotiated.get("in_use"):
+        dropped = ", ".join(str(d.get("form")) for d in negotiated.get("dropped") or [])
+        form = str(negotiated["in_use"]) + (f" (not {dropped})" if dropped else "")
+        lines.append(line("response format", form))
+    flow = dict(summary.flow)
+    if flow:
+        lines.append(
+            line(
+                "in flight: budget/max",
+                (
+                    f"{fmt.integer(flow.get('in_flight_budget'))} / "
+                    f"{fmt.integer(flow.get('max_in_flight'))}"
+                ),
+            )
+        )
+        lines.append(
+            line(
+                "latency p50/p90/p99 s",
+                (
+                    " / ".join(
+                        fmt.number(flow.get(name))
+                        for name in ("latency_p50_s", "latency_p90_s", "latency_p99_s")
+                    )
+                ),
+            )
+        )
+    return lines

@@ -50,9 +50,9 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
     parser.add_argument(
         "--transport",
-        choices=["litellm", "http"],
-        default="litellm",
-        help="'http': the lean client for OpenAI-compatible servers",
+        choices=["auto", "litellm", "http"],
+        default="auto",
+        help="auto: the lean http client for openai/... models, litellm for other providers",
     )
     parser.add_argument(
         "--response-format",

@@ -147,11 +147,14 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
     model = "judge.model=openai/gpt-4o-mini"
     at_rpm = run(config, model, "rate_limit.requests_per_minute=30", "rate_limit.headroom=1.0")
     wall = at_rpm["wall_time"]
-    assert wall["seconds"] == pytest.approx(calls / 30 * 60)
+    # the pace, plus one latency for the run's first request (it goes alone) and one for the
+    # last replies (2 s assumed by default)
+    edges = 2 * 2.0
+    assert wall["seconds"] == pytest.approx(calls / 30 * 60 + edges)
     assert "requests_per_minute" in wall["basis"]
     # the job paces at `headroom` of the limit
     paced = run(config, model, "rate_limit.requests_per_minute=30")["wall_time"]
-    assert paced["seconds"] == pytest.approx(calls / (30 * 0.98) * 60)
+    assert paced["seconds"] == pytest.approx(calls / (30 * 0.98) * 60 + edges)
     # a tight token limit binds instead
     by_tokens = run(
         config,
@@ -160,13 +163,21 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
         "rate_limit.tokens_per_minute=1000",
         "rate_limit.headroom=1.0",
     )["wall_time"]
-    assert by_tokens["seconds"] == pytest.approx(by_tokens["limiter_tokens"] / 1000 * 60)
+    assert by_tokens["seconds"] == pytest.approx(by_tokens["limiter_tokens"] / 1000 * 60 + edges)
     assert "tokens_per_minute" in by_tokens["basis"]
     # no limit: explicit about the assumption
     free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0)["wall_time"]
     assert "unbounded by rate limit" in free["basis"]
     assert "ASSUMING" in free["basis"]
-    assert free["seconds"] == pytest.approx(math.ceil(calls / 8) * 3.0)
+    assert free["seconds"] == pytest.approx(calls / 8 * 3.0 + 2 * 3.0)
+    assert free["concurrency"] == 8 and free["concurrency_mode"] == "explicit"
+    # auto, no limit: the budget's default of 64 in flight
+    assert run(config, model, latency=3.0)["wall_time"]["concurrency"] == 64
+    # auto under a limit: Little's law at the assumed latency (20/s x 3 s x 1.25 = 75)
+    sized = run(
+        config, model, "rate_limit.requests_per_minute=1200", "rate_limit.headroom=1.0", latency=3.0
+    )["wall_time"]
+    assert sized["concurrency"] == 75 and sized["concurrency_mode"] == "auto"
     # offline judge: no time estimate
     assert run(config)["wall_time"]["seconds"] is None
 

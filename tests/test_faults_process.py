@@ -32,6 +32,7 @@ import yaml
 
 from jobs.config import load_config
 from jobs.engine.driver import RunOutcome, run_job
+from jobs.engine.fanout import SHARDS_PER_WORKER
 from jobs.engine.inputs import Shard, list_input_files, plan_shards
 from jobs.engine.lease import RunLocked
 from jobs.engine.publish import RunLocation
@@ -57,7 +58,7 @@ from tests.test_job import (
 pytestmark = [pytest.mark.timeout(240)]
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_SHARD_TITLE = "ray::run_shard"  # Ray 2.60 sets the worker's process title to ray::<task>
+RUN_SHARD_TITLE = "ray::run_worker"  # Ray 2.60 sets the worker's process title to ray::<task>
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def wait_for(
 
 
 def run_shard_workers() -> list[psutil.Process]:
-    """Ray workers of *this* test process's Ray (its descendants) executing `run_shard`.
+    """Ray workers of *this* test process's Ray (its descendants) executing `run_worker`.
 
     Other engineers' Rays on the machine are not our descendants, so they are never touched.
     """
@@ -223,13 +224,13 @@ def test_ray_worker_sigkilled_mid_task_is_retried_and_its_shard_written_once(
             thread.join(10)
         requests = verdict_requests(server)
 
-    assert len(killed) == 1, "no run_shard worker was caught mid-task"
+    assert len(killed) == 1, "no run_worker worker was caught mid-task"
     assert not psutil.pid_exists(killed[0]) or (
         psutil.Process(killed[0]).status() == psutil.STATUS_ZOMBIE
     )
-    # Ray retried the killed task: its shard was judged again (at least the request in flight
-    # at the kill), and nothing else was: at most one shard's items twice.
-    assert len(rows) < requests <= len(rows) + largest
+    # Ray retried the killed worker: the shards it held (one per lane) were judged again (at
+    # least the request in flight at the kill), and nothing else was.
+    assert len(rows) < requests <= len(rows) + SHARDS_PER_WORKER * largest
     assert outcome.shards_total == len(shards) and outcome.shards_skipped == 0
     check_scores(out, rows, outcome)
     assert outcome.published.duplicates == 0

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from jobs.engine.limiter import LocalLimiter, PacingState, limiter_actor_class
+from jobs.engine.budget import BudgetSettings
+from jobs.engine.coordinator import coordinator_actor_class, make_governor
+from jobs.engine.limiter import LocalLimiter, PacingState
 from scorer_core.retry import MAX_RETRY_AFTER_S
 from scorer_core.testing import FakeJudgeServer
 from scorer_core.testing.server import build_verdict_prompt_for_tests
@@ -302,6 +304,12 @@ LIMITER_SETTINGS = {
 }
 
 
+def _coordinator(**pace: float) -> Any:
+    """The run's coordinator actor with a governor pacing at `pace`, and no shards."""
+    governor = make_governor(budget=BudgetSettings(), **pace)
+    return coordinator_actor_class().remote([], governor)
+
+
 @pytest.fixture(scope="module")
 def limited_server() -> Iterator[FakeJudgeServer]:
     with FakeJudgeServer(rpm=LIMIT, window_s=WINDOW_S) as server:
@@ -335,9 +343,9 @@ def _hammer(
 
     import httpx
 
-    from jobs.engine.limiter import SharedLimiter
+    from jobs.engine.flow import WorkerFlow
 
-    shared = SharedLimiter(limiter)
+    shared = WorkerFlow(limiter, "hammer", paced=True)
     statuses: dict[str, int] = {}
 
     async def run() -> None:
@@ -367,7 +375,7 @@ def test_shared_actor_keeps_ray_tasks_under_the_servers_limit(
     ray = ray_local
     server = limited_server
     server.reset_stats()
-    limiter = limiter_actor_class().remote(**LIMITER_SETTINGS)
+    limiter = _coordinator(**LIMITER_SETTINGS)
     tasks, per_task, concurrency = 3, 20, 4
     try:
         hammer = ray.remote(_hammer).options(num_cpus=0.5)
@@ -376,7 +384,7 @@ def test_shared_actor_keeps_ray_tasks_under_the_servers_limit(
             for _ in range(tasks)
         ]
         results = ray.get(refs, timeout=120)
-        snapshot = ray.get(limiter.snapshot.remote())
+        snapshot = {k.removeprefix("pace_"): v for k, v in ray.get(limiter.flow.remote()).items()}
     finally:
         ray.kill(limiter)
 
@@ -404,11 +412,12 @@ def test_limiter_actor_does_not_block_while_callers_wait(ray_local: Any) -> None
     """Reservations are answered at once (the caller sleeps, not the actor): 200 reservations
     at 1 request/s come back with slots 0, 1, ..., 199 s ahead instead of being slept."""
     ray = ray_local
-    limiter = limiter_actor_class().remote(requests_per_minute=60 / 0.98)
+    limiter = _coordinator(requests_per_minute=60 / 0.98, tokens_per_minute=0, headroom=0.98)
     try:
-        delays = ray.get([limiter.reserve.remote(0) for _ in range(200)], timeout=120)
+        answers = ray.get([limiter.reserve.remote(0) for _ in range(200)], timeout=120)
     finally:
         ray.kill(limiter)
+    delays = [delay for delay, _ in answers]
     assert sorted(delays)[-1] == pytest.approx(199.0, abs=1.0)
     assert sorted(delays) == pytest.approx([float(i) for i in range(200)], abs=1.0)
 

@@ -348,7 +348,10 @@ def test_options_dict_and_camel_case_are_honoured(mastra: FakeJudgeServer) -> No
             {"options": {"context": ["a"], "contextExtractor": len, "context_extractor": len}},
             "twice",
         ),
-        ({"context": ["a"], "max_connections": 4}, "does not apply to transport 'litellm'"),
+        (
+            {"context": ["a"], "transport": "litellm", "max_connections": 4},
+            "does not apply to transport 'litellm'",
+        ),
     ],
 )
 def test_unknown_or_repeated_options_are_config_errors(

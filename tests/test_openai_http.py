@@ -170,12 +170,20 @@ def test_make_judge_transport_option() -> None:
     http = judge._client  # type: ignore[attr-defined]
     assert isinstance(http, OpenAIHTTPClient)
     assert http.url == OPENAI_API_BASE + "/chat/completions"
-    assert type(make_judge(MODEL)._client).__name__ == "LiteLLMClient"  # type: ignore[attr-defined]
+    # auto (the default): the lean client for OpenAI-style models, litellm for other providers
+    assert isinstance(make_judge(MODEL)._client, OpenAIHTTPClient)  # type: ignore[attr-defined]
+    other = make_judge("anthropic/claude-3-5-haiku", api_key="k")._client  # type: ignore[attr-defined]
+    assert type(other).__name__ == "LiteLLMClient"
+    forced = make_judge(MODEL, transport="litellm")._client  # type: ignore[attr-defined]
+    assert type(forced).__name__ == "LiteLLMClient"
+    # an option only one client takes picks that client
+    picked = make_judge(MODEL, request_options={"top_p": 1})._client  # type: ignore[attr-defined]
+    assert type(picked).__name__ == "LiteLLMClient"
     with pytest.raises(ConfigError, match="transport"):
         make_judge(MODEL, transport="grpc")
     from jobs.config import JudgeConfig
 
-    assert JudgeConfig().transport == "litellm"
+    assert JudgeConfig().transport == "auto"
     assert JudgeConfig(model=MODEL, transport="http").transport == "http"
     with pytest.raises(ValueError, match="transport"):
         JudgeConfig(model=MODEL, transport="grpc")  # type: ignore[arg-type]

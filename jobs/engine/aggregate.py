@@ -260,6 +260,16 @@ class PositionRate:
     rate: float
 
 
+FLOW_METRICS: tuple[str, ...] = (
+    "in_flight_budget",
+    "max_in_flight",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p99_s",
+)
+"""Summary metrics about the run's request flow, from the governor (`jobs.engine.governor`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """Everything the run reports about itself.  Score statistics cover status "ok" items."""
@@ -281,12 +291,16 @@ class RunSummary:
     completion_tokens: int
     cache_hits: int
     cost_usd: float | None
+    # How the run's requests flowed (`FLOW_METRICS`: the in-flight budget it settled on, the
+    # most in flight, reply latency percentiles); empty for the offline judge.
+    flow: tuple[tuple[str, float | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (bands as an ordered {label: count}, positions as a list of dicts)."""
         out = asdict(self)
         out["bands"] = dict(self.bands)
         out["position_rates"] = [asdict(rate) for rate in self.position_rates]
+        out["flow"] = dict(self.flow)
         return out
 
     def to_frame(self) -> pl.DataFrame:
@@ -311,6 +325,7 @@ class RunSummary:
             "completion_tokens": self.completion_tokens,
             "cache_hits": self.cache_hits,
             "cost_usd": self.cost_usd,
+            **dict(self.flow),
         }
         model = self.model
         rows.extend((model, name, None, None, value) for name, value in scalars.items())

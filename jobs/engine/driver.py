@@ -28,7 +28,7 @@ from jobs.config import JobConfig, load_config
 from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.inputs import check_schema, list_input_files, plan_shards
 from jobs.engine.lease import RunLease
-from jobs.engine.manifest import run_manifest
+from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.engine.ray_runtime import start_ray
 from jobs.engine.storage import Store, open_store
@@ -87,13 +87,13 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         if todo:
             start_ray(config)
         ray_ready = time.monotonic()
-        reports = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+        fanned = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
         timings = {
             "plan": planned - started,
             "ray_start": ray_ready - planned,
             "fan_out": time.monotonic() - ray_ready,
         }
-        _check_all_staged(store, location, [s.shard_id for s in shards], reports)
+        _check_all_staged(store, location, [s.shard_id for s in shards], fanned.reports)
         # publish (it removes the staging area, lease file included, once the run is out)
         manifest = run_manifest(
             config,
@@ -102,9 +102,16 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             shards_reused=resuming,
             seconds=time.monotonic() - started,
             timings=timings,
+            flow=fanned.flow,
+            judge=judge_facts_of_run(fanned.reports),
         )
         published = publish_run(
-            store, location, model=config.judge.model, scale=config.scorer.scale, manifest=manifest
+            store,
+            location,
+            model=config.judge.model,
+            scale=config.scorer.scale,
+            manifest=manifest,
+            flow=flow_metrics(fanned.flow),
         )
     return RunOutcome(
         run_id=location.run_id,
@@ -147,7 +154,8 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
     from jobs.summary_table import format_summary_table
 
     where = outcome.published.scores_url
-    out.write(format_summary_table(outcome.published.summary, where) + "\n")
+    summary = outcome.published.summary
+    out.write(format_summary_table(summary, where, outcome.published.judge) + "\n")
     out.write(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "

@@ -18,11 +18,13 @@ The tables' columns are `jobs.schema.PUBLISHED_SCORES`, `PUBLISHED_VERDICTS` and
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -139,6 +141,8 @@ class Published:
     summary: aggregate.RunSummary
     scores_url: str
     duplicates: int
+    # What the run's judge settled on (the manifest's "judge": transport, response format).
+    judge: dict[str, Any] = field(default_factory=dict)
 
 
 def _upload_frame(store: Store, frame: pl.LazyFrame | pl.DataFrame, path: str, tmp: str) -> None:
@@ -193,6 +197,7 @@ def publish_run(
     scale: float,
     manifest: dict[str, Any],
     verify_scores: bool = False,
+    flow: Sequence[tuple[str, float | None]] = (),
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
@@ -214,6 +219,7 @@ def publish_run(
         if verify_scores:
             _check_scores(scores, verdicts, scale)
         summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
+        summary = dataclasses.replace(summary, flow=tuple(flow))
         duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
         _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
@@ -235,6 +241,7 @@ def publish_run(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=duplicates,
+        judge=dict(manifest.get("judge") or {}),
     )
 
 

@@ -194,13 +194,11 @@ def load_labels(
 async def judge_items(
     config: JobConfig, items: Sequence[LabelledItem]
 ) -> tuple[list[ScoreResult], str]:
-    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight)."""
+    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight; 64 under
+    auto, which has no run-wide governor to size it in a single process)."""
     # One process plays every worker: the whole concurrency budget is this judge's.
-    judge = factory.build_judge(
-        config,
-        factory.local_limiter(config),
-        max_in_flight=config.rate_limit.max_concurrency,
-    )
+    in_flight = factory.single_process_concurrency(config)
+    judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
     scorer = ContextPrecisionScorer(
         judge,
         context=["unused"],  # contexts come with each item
@@ -208,7 +206,7 @@ async def judge_items(
         reason="none",
         contexts_per_call=config.judge.contexts_per_call,
     )
-    gate = asyncio.Semaphore(config.rate_limit.max_concurrency)
+    gate = asyncio.Semaphore(in_flight)
 
     async def one(labelled: LabelledItem) -> ScoreResult:
         async with gate:

@@ -336,15 +336,32 @@ def estimate(
 def _wall_time(
     config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
 ) -> dict[str, Any]:
+    """The fan-out's wall time as the run would pace it: the rate the limits allow, the
+    in-flight budget the run would settle on (Little's law under auto, as the governor sizes
+    it, taking `latency_s` as the reply latency), plus one latency for the run's first request
+    (it goes alone) and one for the last replies."""
     limits = config.rate_limit
-    workers = config.ray.workers
-    concurrency = workers * max(1, limits.max_concurrency // workers)
+    settings = factory.budget_settings(config)
+    rates = []
+    if limits.requests_per_minute:
+        rates.append(limits.requests_per_minute * limits.headroom / 60.0)
+    if limits.tokens_per_minute and calls and limiter_tokens:
+        rates.append(limits.tokens_per_minute * limits.headroom / 60.0 / (limiter_tokens / calls))
+    rate = min(rates) if rates else None
+    if settings.explicit is not None:
+        concurrency = settings.explicit
+    elif rate is None:
+        concurrency = settings.unlimited
+    else:
+        needed = math.ceil(rate * latency_s * settings.margin)
+        concurrency = max(settings.floor, min(settings.ceiling, needed))
     base: dict[str, Any] = {
         "requests_per_minute": limits.requests_per_minute,
         "tokens_per_minute": limits.tokens_per_minute,
         "headroom": limits.headroom,
         "limiter_tokens": limiter_tokens,
         "concurrency": concurrency,
+        "concurrency_mode": "explicit" if settings.explicit is not None else "auto",
         "assumed_latency_s": latency_s,
     }
     if config.judge.model == "lexical":
@@ -363,12 +380,13 @@ def _wall_time(
         if limits.tokens_per_minute
         else None
     )
-    by_concurrency = math.ceil(calls / concurrency) * latency_s if calls else 0.0
+    by_concurrency = calls / concurrency * latency_s if calls else 0.0
+    edges = 2 * latency_s if calls else 0.0  # the first request alone; the last replies
     base.update(by_requests_s=by_requests, by_tokens_s=by_tokens, by_concurrency_s=by_concurrency)
     if by_requests is None and by_tokens is None:
         return {
             **base,
-            "seconds": by_concurrency,
+            "seconds": by_concurrency + edges,
             "basis": (
                 f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
                 f"{concurrency} requests in flight"
@@ -379,7 +397,7 @@ def _wall_time(
     if by_concurrency > bound:
         return {
             **base,
-            "seconds": by_concurrency,
+            "seconds": by_concurrency + edges,
             "basis": (
                 f"concurrency-bound: {concurrency} in flight at an ASSUMED {latency_s:g} s per "
                 f"request is slower than the rate limit ({which})"
@@ -387,8 +405,11 @@ def _wall_time(
         }
     return {
         **base,
-        "seconds": bound,
-        "basis": f"rate limit: {which} at headroom {limits.headroom:g}",
+        "seconds": bound + edges,
+        "basis": (
+            f"rate limit: {which} at headroom {limits.headroom:g}, {concurrency} in flight at "
+            f"an ASSUMED {latency_s:g} s per request"
+        ),
     }
 
 

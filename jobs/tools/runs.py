@@ -35,7 +35,7 @@ from typing import Any
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import BANDS, PositionRate, RunSummary
+from jobs.engine.aggregate import BANDS, FLOW_METRICS, PositionRate, RunSummary
 from jobs.engine.publish import RunLocation, scan
 from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
@@ -253,6 +253,7 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
         completion_tokens=count("completion_tokens"),
         cache_hits=count("cache_hits"),
         cost_usd=scalars.get("cost_usd"),
+        flow=tuple((name, scalars[name]) for name in FLOW_METRICS if name in scalars),
     )
 
 
