@@ -56,7 +56,9 @@ class WorkerFlow:
         sleep: Sleeper = real_sleep,
         report_every_s: float = REPORT_EVERY_S,
     ) -> None:
-        self.gate = AdjustableGate(0)
+        # A request that finds the gate shut asks for a report at once: at a shard's start
+        # the allowance is still the nothing an idle worker had.
+        self.gate = AdjustableGate(0, on_wait=self._gate_wait)
         self._governor = governor
         self._worker_id = worker_id
         self._paced = paced
@@ -90,6 +92,10 @@ class WorkerFlow:
     def demand(self) -> int:
         """Requests waiting for a slot here or in flight."""
         return self.gate.waiting + self.gate.held
+
+    def _gate_wait(self) -> None:
+        if self.gate.capacity == 0:
+            self._news.set()
 
     def wake(self) -> None:
         """Report soon: new work arrived (a worker with no allowance waits for its report)."""

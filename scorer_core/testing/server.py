@@ -128,6 +128,25 @@ def build_verdict_prompt_for_tests(
     return "\n".join(lines)
 
 
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+def lognormal_parameters(mean: float, p99: float) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with this mean and 99th percentile.
+
+    mean = exp(mu + sigma^2 / 2) and p99 = exp(mu + z99 sigma), so sigma solves
+    sigma^2 / 2 - z99 sigma + ln(p99 / mean) = 0 (the smaller root: the tail the p99 names).
+    """
+    if not 0 < mean < p99:
+        raise ValueError(f"a latency tail needs 0 < mean < p99, got mean {mean}, p99 {p99}")
+    gap = math.log(p99 / mean)
+    discriminant = _Z99 * _Z99 - 2 * gap
+    if discriminant < 0:
+        raise ValueError(f"p99 {p99} is too far above the mean {mean} for a lognormal (<= ~15x)")
+    sigma = _Z99 - math.sqrt(discriminant)
+    return math.log(mean) - sigma * sigma / 2, sigma
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """How often each fault is injected (probabilities, 0..1, summing to at most 1).
@@ -153,8 +172,11 @@ class FaultPlan:
     case_and_space: float = 0.0  # VALID: verdict words like " Yes " / "NO"
     slow_s: float = 30.0
     retry_after_s: int = 1  # Retry-After sent with an injected 429
-    latency_s: float = 0.0  # added to every admitted request
+    latency_s: float = 0.0  # added to every admitted request (the mean, with latency_p99_s)
     latency_jitter_s: float = 0.0  # plus uniform(0, jitter)
+    # > latency_s: each reply's latency is drawn from a lognormal with mean `latency_s` and
+    # this 99th percentile (a real judge's heavy tail); at most ~15x the mean.
+    latency_p99_s: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -165,8 +187,22 @@ class FaultPlan:
         total = sum(self.rates().values())
         if total > 1.0 + 1e-9:
             raise ValueError(f"FaultPlan rates sum to {total:.3f}; they must sum to at most 1")
-        if min(self.slow_s, self.latency_s, self.latency_jitter_s) < 0 or self.retry_after_s < 0:
+        if min(self.slow_s, self.latency_s, self.latency_jitter_s, self.latency_p99_s) < 0 or (
+            self.retry_after_s < 0
+        ):
             raise ValueError("FaultPlan durations must not be negative")
+        if self.latency_p99_s:
+            lognormal_parameters(self.latency_s, self.latency_p99_s)  # raises when impossible
+
+    def draw_latency(self, rng: random.Random) -> float:
+        """One reply's latency under this plan (before any `slow` fault)."""
+        delay = self.latency_s
+        if self.latency_p99_s > self.latency_s > 0:
+            mu, sigma = lognormal_parameters(self.latency_s, self.latency_p99_s)
+            delay = rng.lognormvariate(mu, sigma)
+        if self.latency_jitter_s > 0:
+            delay += rng.uniform(0.0, self.latency_jitter_s)
+        return delay
 
     def rates(self) -> dict[str, float]:
         """The non-zero fault rates by kind."""
@@ -245,6 +281,7 @@ def _max_in_window(timestamps: list[float], window_s: float) -> int:
 class FakeJudgeServer:
     """An OpenAI-compatible chat-completions server on 127.0.0.1, run in a background thread.
 
+    `tpm` is the number of tokens admitted per `window_s` (0 = unlimited; see `set_tpm`).
     `rpm` is the number of requests admitted per `window_s` seconds (0 = unlimited); it is
     called rpm because the window defaults to 60 s, and tests shrink both proportionally.
 
@@ -258,6 +295,7 @@ class FakeJudgeServer:
         *,
         rpm: int = 0,
         window_s: float = 60.0,
+        tpm: int = 0,
         retry_after_header: bool = True,
         fault_plan: FaultPlan | None = None,
         verdict_fn: Callable[[str, str], bool] | None = None,
@@ -289,6 +327,10 @@ class FakeJudgeServer:
         self._window_s = 60.0
         self._window: deque[float] = deque()  # admitted requests still inside the window
         self.set_rpm(rpm, window_s)
+        self._token_limit = 0
+        self._token_window: deque[tuple[float, int]] = deque()  # (admitted at, tokens)
+        self._tokens_in_window = 0
+        self.set_tpm(tpm)
         self._plan = FaultPlan()
         self._rng = random.Random(0)
         self._cumulative: list[float] = []
@@ -432,6 +474,15 @@ class FakeJudgeServer:
     def fault_plan(self) -> FaultPlan:
         return self._plan
 
+    def set_tpm(self, limit: int) -> None:
+        """Admit at most `limit` tokens per window (the `rpm` window; 0 = unlimited), counted
+        from each request as a provider does: its prompt tokens plus its completion tokens
+        (the request's `max_tokens` when it sets one)."""
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        with self._lock:
+            self._token_limit = int(limit)
+
     def set_rpm(self, limit: int, window_s: float | None = None) -> None:
         """Admit at most `limit` requests per `window_s` seconds (0 = unlimited)."""
         if limit < 0:
@@ -499,6 +550,7 @@ class FakeJudgeServer:
         self._count_429 = 0
         self._window_429 = 0
         self._accepted = 0
+        self._tokens_admitted = 0
         self._accepted_ts: deque[float] = deque(maxlen=self._max_timestamps)
         self._auth_seen: set[str] = set()
         self._no_auth = 0
@@ -555,6 +607,8 @@ class FakeJudgeServer:
                 "rate_limited_by_window": self._window_429,  # 429s from the sliding window
                 "accepted": self._accepted,  # admitted by the sliding window
                 "rpm": self._limit,
+                "tpm": self._token_limit,
+                "tokens_admitted": self._tokens_admitted,  # counted as the token limit counts
                 "window_s": self._window_s,
                 "authorization_headers": sorted(self._auth_seen),
                 "requests_without_authorization": self._no_auth,
@@ -648,7 +702,19 @@ class FakeJudgeServer:
         if fault in ("rate_limit_429", "rate_limit_429_no_header"):
             headers = {"Retry-After": str(plan.retry_after_s)} if fault == "rate_limit_429" else {}
             raise _Reply(_rate_limit_error(headers), f"fault:{fault}")
-        self._admit()
+        # The reply is decided before admission so that the token limit counts what the reply
+        # will report, as a provider counts prompt plus completion tokens.
+        if schema == VERDICTS_SCHEMA_NAME:
+            content_fault = fault if fault in CONTENT_FAULTS else None
+            content, judged = self._verdict_content(messages, content_fault)
+        else:
+            content, judged = json.dumps({"reason": _reason_text(messages)}), 0
+        prompt_tokens, completion_tokens = _token_counts(messages, content)
+        max_tokens = body.get("max_tokens")
+        budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
+        limit_headers = self._admit(prompt_tokens + (budget or completion_tokens))
+        with self._lock:
+            self._contexts_judged += judged
         if fault == "server_error":
             with self._lock:
                 status = self._rng.choice((500, 502, 503))
@@ -656,20 +722,13 @@ class FakeJudgeServer:
                 _error(status, f"fake judge injected HTTP {status}", "server_error"),
                 f"fault:{fault}",
             )
-        delay = plan.latency_s
-        if plan.latency_jitter_s > 0:
-            with self._lock:
-                delay += self._rng.uniform(0.0, plan.latency_jitter_s)
+        with self._lock:
+            delay = plan.draw_latency(self._rng)
         if fault == "slow":
             delay += plan.slow_s
         if delay > 0:
             await asyncio.sleep(delay)
-
-        if schema == VERDICTS_SCHEMA_NAME:
-            content = self._verdict_content(messages, fault)
-        else:
-            content = json.dumps({"reason": _reason_text(messages)})
-        return self._completion(body, messages, content)
+        return self._completion(body, content, prompt_tokens, completion_tokens, limit_headers)
 
     def _form_rejection(self, form: str) -> web.Response:
         """What a server without `form` answers (llama-cpp-python's reply by default)."""
@@ -710,33 +769,70 @@ class FakeJudgeServer:
             self._faults[kind] += 1
             return kind, plan
 
-    def _admit(self) -> None:
-        """Sliding-window limit: admit and record now, or raise a 429 reply."""
+    def _admit(self, tokens: int) -> dict[str, str]:
+        """Sliding-window limits on requests and on tokens: admit and record now, returning the
+        `x-ratelimit-*` headers a provider sends with the reply, or raise a 429 reply."""
         with self._lock:
             now = time.monotonic()
-            limit = self._limit
-            if limit > 0:
-                window = self._window
-                horizon = now - self._window_s
-                while window and window[0] <= horizon:
-                    window.popleft()
-                if len(window) >= limit:
-                    self._window_429 += 1
-                    wait = window[0] + self._window_s - now
-                    reset = max(1, math.ceil(wait))
-                    headers = {
-                        "x-ratelimit-limit-requests": str(limit),
-                        "x-ratelimit-remaining-requests": "0",
-                        "x-ratelimit-reset-requests": f"{wait:.3f}s",
-                    }
-                    if self._retry_after_header:
-                        headers["Retry-After"] = str(reset)
-                    raise _Reply(_rate_limit_error(headers), "rate_limited")
-                window.append(now)
+            horizon = now - self._window_s
+            window = self._window
+            while window and window[0] <= horizon:
+                window.popleft()
+            tokens_window = self._token_window
+            while tokens_window and tokens_window[0][0] <= horizon:
+                self._tokens_in_window -= tokens_window.popleft()[1]
+            limit, token_limit = self._limit, self._token_limit
+            refusal: dict[str, str] | None = None
+            if limit > 0 and len(window) >= limit:
+                wait = window[0] + self._window_s - now
+                refusal = {
+                    "x-ratelimit-limit-requests": str(limit),
+                    "x-ratelimit-remaining-requests": "0",
+                    "x-ratelimit-reset-requests": f"{wait:.3f}s",
+                }
+            elif token_limit > 0 and self._tokens_in_window + tokens > token_limit:
+                # Wait until enough of the window's tokens have aged out for this request.
+                freed, wait = self._tokens_in_window, self._window_s
+                for admitted, spent in tokens_window:
+                    freed -= spent
+                    if freed + tokens <= token_limit:
+                        wait = admitted + self._window_s - now
+                        break
+                refusal = {
+                    "x-ratelimit-limit-tokens": str(token_limit),
+                    "x-ratelimit-remaining-tokens": str(
+                        max(0, token_limit - self._tokens_in_window)
+                    ),
+                    "x-ratelimit-reset-tokens": f"{wait:.3f}s",
+                }
+            if refusal is not None:
+                self._window_429 += 1
+                if self._retry_after_header:
+                    reset = max(
+                        float(v.removesuffix("s")) for k, v in refusal.items() if "reset" in k
+                    )
+                    refusal["Retry-After"] = str(max(1, math.ceil(reset)))
+                raise _Reply(_rate_limit_error(refusal), "rate_limited")
+            window.append(now)
+            tokens_window.append((now, tokens))
+            self._tokens_in_window += tokens
+            self._tokens_admitted += tokens
             self._accepted += 1
             self._accepted_ts.append(now)
+            headers: dict[str, str] = {}
+            if limit > 0:
+                headers["x-ratelimit-limit-requests"] = str(limit)
+                headers["x-ratelimit-remaining-requests"] = str(limit - len(window))
+            if token_limit > 0:
+                headers["x-ratelimit-limit-tokens"] = str(token_limit)
+                headers["x-ratelimit-remaining-tokens"] = str(
+                    max(0, token_limit - self._tokens_in_window)
+                )
+            return headers
 
-    def _verdict_content(self, messages: list[Any], fault: str | None) -> str:
+    def _verdict_content(self, messages: list[Any], fault: str | None) -> tuple[str, int]:
+        """The verdict reply's content and how many contexts it judges (counted by the caller
+        once the request is admitted)."""
         text = _last_user_text(messages)
         query_match = _QUERY_RE.search(text)
         block = _CONTEXTS_RE.search(text)
@@ -761,15 +857,18 @@ class FakeJudgeServer:
                 }
             )
         with self._lock:
-            self._contexts_judged += len(verdicts)
             if fault is None:
-                return json.dumps({"verdicts": verdicts})
-            return _apply_content_fault(fault, verdicts, self._rng)
+                return json.dumps({"verdicts": verdicts}), len(verdicts)
+            return _apply_content_fault(fault, verdicts, self._rng), len(verdicts)
 
-    def _completion(self, body: dict[str, Any], messages: list[Any], content: str) -> web.Response:
-        prompt_chars = sum(len(_text_of(m)) for m in messages)
-        prompt_tokens = prompt_chars // 4 + 1
-        completion_tokens = len(content) // 4 + 1
+    def _completion(
+        self,
+        body: dict[str, Any],
+        content: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        headers: dict[str, str],
+    ) -> web.Response:
         with self._lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
@@ -791,7 +890,9 @@ class FakeJudgeServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
-        return web.Response(body=json.dumps(reply).encode(), content_type="application/json")
+        return web.Response(
+            body=json.dumps(reply).encode(), content_type="application/json", headers=headers
+        )
 
     # ----------------------------------------------------------------------------------------
     # HTTP control endpoints (for a server running as its own process)
@@ -873,6 +974,12 @@ def _kind_of(messages: list[Any]) -> str | None:
     if _CONTEXTS_SECTION_RE.search(text):
         return VERDICTS_SCHEMA_NAME
     return None
+
+
+def _token_counts(messages: list[Any], content: str) -> tuple[int, int]:
+    """(prompt, completion) tokens as this server counts and reports them: 4 characters each."""
+    prompt_chars = sum(len(_text_of(m)) for m in messages)
+    return prompt_chars // 4 + 1, len(content) // 4 + 1
 
 
 def _schema_name(body: dict[str, Any]) -> str | None:
