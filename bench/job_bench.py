@@ -128,6 +128,7 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
         sampler.start()
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    ended = time.monotonic()
     wall = time.monotonic() - started
     stop.set()
     if sample_workers:
@@ -143,6 +144,8 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
     del psutil
     return {
         "manifest": manifest,
+        "started_at": started,
+        "ended_at": ended,
         "wall_s": wall,
         "driver_peak_mib": driver_kib / 1024,
         "worker_peak_mib": max(peaks.values(), default=0) / 2**20,

@@ -626,6 +626,10 @@ class FakeJudgeServer:
         # The span over which requests were admitted (seconds, monotonic clock): the rate a
         # client held while it was sending, start-up excluded.
         snapshot["accepted_span_s"] = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
+        # time.monotonic() of the first and last admitted request (one clock for every process
+        # on the machine), so a benchmark can place the sending span inside its own timings.
+        snapshot["first_accepted_at"] = stamps[0] if stamps else None
+        snapshot["last_accepted_at"] = stamps[-1] if stamps else None
         return snapshot
 
     # ----------------------------------------------------------------------------------------
