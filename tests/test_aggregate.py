@@ -33,7 +33,7 @@ from jobs.engine.aggregate import (
     summarize,
 )
 from jobs.pricing import estimate_cost_usd
-from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS
+from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
 from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
 from scorer_core.precision import context_precision
@@ -71,6 +71,8 @@ def verdict_row(query_id: str, position: int, relevant: bool | None) -> dict[str
     return PUBLISHED_VERDICTS.build_row(
         query_id=query_id,
         position=position,
+        context_id=f"doc-{position}",
+        context_hash=context_hash(f"context {position} of {query_id}"),
         relevant=relevant,
         judge_reason="" if relevant is None else f"reason {position}",
         cached=False,
@@ -583,8 +585,9 @@ def test_to_dict_is_json_safe(tmp_path: Path) -> None:
 def test_summary_parquet_is_readable_by_duckdb(tmp_path: Path) -> None:
     summary = sample_summary(tmp_path)
     frame = summary.to_frame()
-    assert frame.columns == ["model", "metric", "band", "position", "value"]
+    assert frame.columns == list(PUBLISHED_SUMMARY.names)
     assert frame.schema == PUBLISHED_SUMMARY.polars
+    assert frame["segment_by"].is_null().all() and frame["segment"].is_null().all()
     path = tmp_path / "summary.parquet"
     frame.write_parquet(path)
     count = sql(f"select count(*) from read_parquet('{path}')")

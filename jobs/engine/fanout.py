@@ -19,6 +19,7 @@ from jobs.engine.inputs import Shard
 from jobs.engine.progress import ExpectedItems, ProgressLine, progress_actor_class
 from jobs.engine.publish import RunLocation
 from jobs.engine.worker import ShardContext, ShardReport, run_shard
+from jobs.schema import RunSchema
 from scorer_core.errors import CtxPrecError, StorageError
 
 # How often the driver refreshes the progress line and the lease's heartbeat.
@@ -36,6 +37,7 @@ def fan_out(
     todo: Sequence[tuple[int, Shard]],
     out: TextIO,
     heartbeat: Callable[[], None] = lambda: None,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> list[ShardReport]:
     """Run `todo` ((shard number, shard) pairs out of `shards`) as Ray tasks, with progress.
 
@@ -54,6 +56,7 @@ def fan_out(
             limiter=limiter,
             progress=progress,
             api_key=config.judge.api_key(),
+            tables=tables,
         )
     )
     slots = _slots_in_file(shards)

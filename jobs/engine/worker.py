@@ -34,7 +34,7 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
-from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, duplicate_error
+from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash, duplicate_error
 from scorer_core.errors import FatalJudgeError
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.types import ScoreResult, Usage
@@ -54,6 +54,8 @@ class ShardContext:
     progress: Any = None  # Ray actor handle of the progress counters, or None
     # The judge's API key as the driver read it (workers may not have the driver's environment).
     api_key: str | None = field(default=None, repr=False)
+    # The run's tables with the input columns it carries, their types decided at start-up.
+    tables: RunSchema = field(default_factory=RunSchema)
 
 
 @dataclass
@@ -78,11 +80,24 @@ def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
 # -- pure steps -----------------------------------------------------------------------------
 
 
+def _with_carried(
+    row: dict[str, Any], names: Sequence[str], values: Sequence[Any]
+) -> dict[str, Any]:
+    """`row` with the carried columns' values after our columns (nulls when `values` is ())."""
+    if names:
+        row.update(zip(names, values or (None,) * len(names), strict=True))
+    return row
+
+
 def error_row(
-    error: RowError, seq: int, model: str, duplicate_of: str | None = None
+    error: RowError,
+    seq: int,
+    model: str,
+    duplicate_of: str | None = None,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> dict[str, Any]:
     """The staged items row of a row that cannot be scored (`duplicate_of`: see the schema)."""
-    return STAGED_ITEMS.build_row(
+    row = STAGED_ITEMS.build_row(
         query_id=error.query_id if error.query_id is not None else f"{error.source}#{error.row}",
         item_seq=seq,
         status="error",
@@ -104,12 +119,19 @@ def error_row(
         row=error.row,
         duplicate_of=duplicate_of,
     )
+    return _with_carried(row, tables.names, error.carried)
 
 
-def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> dict[str, Any]:
+def item_row(
+    record: ItemRecord,
+    seq: int,
+    result: ScoreResult,
+    model: str,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+) -> dict[str, Any]:
     """The staged items row of a judged item: the worker's score is the published score."""
     usage = result.usage
-    return STAGED_ITEMS.build_row(
+    row = STAGED_ITEMS.build_row(
         query_id=record.query_id,
         item_seq=seq,
         status=result.status,
@@ -131,28 +153,41 @@ def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> d
         row=record.row,
         duplicate_of=None,
     )
+    return _with_carried(row, tables.names, record.carried)
 
 
 def verdict_rows(
-    record: ItemRecord, seq: int, result: ScoreResult, keys: Sequence[str], cached: set[int]
+    record: ItemRecord,
+    seq: int,
+    result: ScoreResult,
+    keys: Sequence[str],
+    cached: set[int],
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> list[dict[str, Any]]:
     """One row per context position; `relevant` is null where no verdict was obtained."""
     by_index = {v.index: v for v in result.verdicts}
     usable = result.status == "ok"
+    ids = record.context_ids
+    names = tables.verdict_names
+    values: tuple[Any, ...] = ()
+    if names:
+        by_name = dict(zip(tables.names, record.carried, strict=True)) if record.carried else {}
+        values = tuple(by_name.get(name) for name in names)
     rows = []
-    for position in range(len(record.contexts)):
+    for position, text in enumerate(record.contexts):
         verdict = by_index.get(position)
-        rows.append(
-            STAGED_VERDICTS.build_row(
-                query_id=record.query_id,
-                item_seq=seq,
-                position=position,
-                relevant=verdict.relevant if (verdict and usable) else None,
-                judge_reason=verdict.reason if verdict else "",
-                pair_key=keys[position] if keys else "",
-                cached=position in cached,
-            )
+        row = STAGED_VERDICTS.build_row(
+            query_id=record.query_id,
+            item_seq=seq,
+            position=position,
+            context_id=ids[position] if ids is not None else None,
+            context_hash=context_hash(text),
+            relevant=verdict.relevant if (verdict and usable) else None,
+            judge_reason=verdict.reason if verdict else "",
+            pair_key=keys[position] if keys else "",
+            cached=position in cached,
         )
+        rows.append(_with_carried(row, names, values))
     return rows
 
 
@@ -197,14 +232,18 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     # (item_seq, the error, where the first occurrence is when the row repeats a query_id)
     errors: list[tuple[int, RowError, str | None]] = []
     first_seen: dict[str, ItemRecord] = {}
-    for index, record in enumerate(factory.shard_items(config, shard)):
+    for index, record in enumerate(factory.shard_items(config, shard, ctx.tables.carried)):
         seq = first_seq + index
         if isinstance(record, ItemRecord) and record.query_id in first_seen:
             # Not worth a judge call: publishing keeps only the first occurrence (duplicates
             # across shards are found there).
             first = first_seen[record.query_id].where
             duplicate = RowError(
-                record.source, record.row, duplicate_error(record.query_id, first), record.query_id
+                record.source,
+                record.row,
+                duplicate_error(record.query_id, first),
+                record.query_id,
+                record.carried,
             )
             errors.append((seq, duplicate, first))
         elif isinstance(record, RowError):
@@ -265,11 +304,11 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         return report
     counter.drain()
 
-    item_rows = [error_row(e, seq, judge.model, first) for seq, e, first in errors]
+    item_rows = [error_row(e, seq, judge.model, first, ctx.tables) for seq, e, first in errors]
     all_verdicts: list[dict[str, Any]] = []
     all_keys: list[str] = []
     for (seq, record), result in zip(records, results, strict=True):
-        item_rows.append(item_row(record, seq, result, judge.model))
+        item_rows.append(item_row(record, seq, result, judge.model, ctx.tables))
         keys = (
             [
                 pair_key(fingerprint, record.to_scoring_item(), p)
@@ -282,7 +321,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         cached = set()
         if cache is not None:
             cached = {p for p, key in enumerate(keys) if key in cache.known}
-        all_verdicts.extend(verdict_rows(record, seq, result, keys, cached))
+        all_verdicts.extend(verdict_rows(record, seq, result, keys, cached, ctx.tables))
         report.usage = report.usage + result.usage
         report.statuses[result.status] = report.statuses.get(result.status, 0) + 1
     if errors:
@@ -291,7 +330,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     report.items = len(item_rows)
 
     store.write_parquet_atomic(
-        verdicts_path, pa.Table.from_pylist(all_verdicts, schema=STAGED_VERDICTS.arrow)
+        verdicts_path, pa.Table.from_pylist(all_verdicts, schema=ctx.tables.staged_verdicts.arrow)
     )
     if cache is not None and cache_store is not None:
         cache_store.write_parquet_atomic(
@@ -300,7 +339,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         )
     # Written last: its presence marks the shard done for resume.
     store.write_parquet_atomic(
-        items_path, pa.Table.from_pylist(item_rows, schema=STAGED_ITEMS.arrow)
+        items_path, pa.Table.from_pylist(item_rows, schema=ctx.tables.staged_items.arrow)
     )
     report.seconds = time.monotonic() - started
     return report
