@@ -59,14 +59,17 @@ class Column:
 
     @property
     def arrow(self) -> pa.DataType:
-        return _ARROW_TYPES[self.type] if isinstance(self.type, str) else self.type
+        if isinstance(self.type, pa.DataType):
+            return self.type
+        return _ARROW_TYPES[self.type]
 
     @property
     def polars(self) -> pl.DataType:
-        if isinstance(self.type, str):
-            return _POLARS_TYPES[self.type]
-        dtype: pl.DataType = pl.from_arrow(pa.array([], type=self.type)).dtype  # type: ignore[union-attr]
-        return dtype
+        if isinstance(self.type, pa.DataType):
+            series = pl.from_arrow(pa.array([], type=self.type))
+            dtype: pl.DataType = series.dtype  # type: ignore[union-attr]
+            return dtype
+        return _POLARS_TYPES[self.type]
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def test_config_rejects_clashing_and_uncarried_names() -> None:
         config(carry=["r", "position"], carry_to_verdicts=["position"])
     # a name of the verdicts table is free in the scores table
     parse_config({"input": {"path": "x.jsonl", "carry": ["position"]}})
-    with pytest.raises(ConfigError, match="which input.carry does not carry"):
+    with pytest.raises(ConfigError, match=r"which input\.carry does not carry"):
         config(carry=["r"], carry_to_verdicts=["tenant"])
     with pytest.raises(ConfigError, match=r"summary.by names \['r'\]"):
         config(carry=["tenant"])
@@ -159,7 +159,9 @@ def test_segment_columns_must_hold_single_values() -> None:
         (CarriedColumn("tags", pa.list_(pa.string())), ["a", "b"], ["a", "b"]),
     ],
 )
-def test_values_of_the_columns_type_are_kept(column: CarriedColumn, value: Any, stored: Any) -> None:
+def test_values_of_the_columns_type_are_kept(
+    column: CarriedColumn, value: Any, stored: Any
+) -> None:
     assert conform(column, value) == stored
 
 
@@ -191,13 +193,13 @@ def test_a_row_with_a_value_of_another_type_is_an_error_that_keeps_the_others() 
     assert isinstance(missing, ItemRecord) and missing.carried == ("bm25", None)
     bad = to_item(spec, raw(item(1, retriever="bm25", shard="4")), carried=[STRING, INT])
     assert isinstance(bad, RowError)
-    assert bad.message == (
-        "/data/f.parquet row 7: shard (carried column) is a str, expected int64"
-    )
+    assert bad.message == ("/data/f.parquet row 7: shard (carried column) is a str, expected int64")
     assert bad.carried == ("bm25", None)
     assert bad.query_id == "q1"
     # a row failing on a mapped field keeps its carried values too
-    no_query = to_item(spec, raw(item(1, input="", retriever="bm25", shard=4)), carried=[STRING, INT])
+    no_query = to_item(
+        spec, raw(item(1, input="", retriever="bm25", shard=4)), carried=[STRING, INT]
+    )
     assert isinstance(no_query, RowError) and no_query.carried == ("bm25", 4)
 
 

@@ -27,8 +27,6 @@ from jobs.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
     PUBLISHED_VERDICTS,
-    STAGED_ITEMS,
-    STAGED_VERDICTS,
     CarriedColumn,
     RunSchema,
     duplicate_error,

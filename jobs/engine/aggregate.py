@@ -347,6 +347,7 @@ class RunSummary:
         when undefined.
         """
         model = self.model
+        rows: list[tuple[str, str | None, str | None, str, str | None, int | None, float | None]]
         rows = [(model, None, None, *row) for row in self.metric_rows()]
         for segment in self.segments:
             rows.extend(
@@ -412,9 +413,7 @@ def _score_stats(scores: pl.LazyFrame, scale: float) -> pl.LazyFrame:
 def _segment_stats(scores: pl.LazyFrame, column: str, scale: float) -> pl.LazyFrame:
     """One row per value of `column` ("segment", as text): `_stat_exprs` over its items."""
     return (
-        scores.group_by(_segment(column))
-        .agg(_stat_exprs(scale))
-        .sort("segment", nulls_last=True)
+        scores.group_by(_segment(column)).agg(_stat_exprs(scale)).sort("segment", nulls_last=True)
     )
 
 
@@ -432,9 +431,7 @@ def _segment_positions(verdicts: pl.LazyFrame, column: str) -> pl.LazyFrame:
 
 
 def _judged_with(verdicts: pl.LazyFrame, column: str) -> pl.LazyFrame:
-    return verdicts.select("position", "relevant", column).filter(
-        pl.col("relevant").is_not_null()
-    )
+    return verdicts.select("position", "relevant", column).filter(pl.col("relevant").is_not_null())
 
 
 def relevance_by_position(verdicts: TableSource) -> pl.LazyFrame:
