@@ -642,3 +642,40 @@ def test_polars_rounding_is_mastras_at_exact_ties() -> None:
     for method in ("bitmask", "window"):
         score = scores_from_verdicts(verdicts, 6, method=method).collect()["score"][0]
         assert score == context_precision([1, 1, 0, 1, 1], 6) == 5.32, method
+
+
+def test_summary_by_segment_and_its_terminal_table() -> None:
+    """Every value of a `segment_by` column gets the whole summary of its items, as Polars
+    computes it directly; the terminal table lists at most 20 values per column."""
+    rows = [
+        {**item_row(f"q{n:03d}", score=float(n % 7)), "retriever": f"r{n % 23:02d}"}
+        for n in range(120)
+    ]
+    rows.append({**item_row("bad", status="error"), "retriever": None})
+    scores = pl.DataFrame(rows, schema={**PUBLISHED_SCORES.polars, "retriever": pl.String})
+    summary = summarize(scores, no_verdicts(), model="lexical", scale=10, segment_by=["retriever"])
+    segments = summary.segments_by("retriever")
+    assert [s.value for s in segments] == [*(f"r{n:02d}" for n in range(23)), None]
+    direct = {
+        row["retriever"]: row
+        for row in scores.group_by("retriever")
+        .agg(
+            items=pl.len(),
+            mean=pl.col("score").filter(pl.col("status") == "ok").mean(),
+            p90=pl.col("score").filter(pl.col("status") == "ok").quantile(0.9, "linear"),
+        )
+        .to_dicts()
+    }
+    for segment in segments:
+        expected = direct[segment.value]
+        assert segment.summary.items == expected["items"]
+        assert segment.summary.mean == expected["mean"]
+        assert segment.summary.p90 == expected["p90"]
+    assert segments[-1].summary.errors == 1 and segments[-1].summary.mean is None
+    assert sum(s.summary.items for s in segments) == summary.items == 121
+
+    text = format_summary_table(summary, "/results/run-1")
+    assert all(len(line) <= 46 for line in text.splitlines()[:-1])
+    assert "by retriever" in text
+    assert "  r00" in text and "  r19" in text and "  r20" not in text
+    assert "... 4 more values" in text
