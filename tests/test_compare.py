@@ -24,7 +24,7 @@ from jobs.engine.aggregate import relevance_by_position
 from jobs.engine.publish import TABLES
 from jobs.engine.storage import filesystem, open_store
 from jobs.tools import compare, report
-from jobs.tools.runs import RunNotFound, load_run, parse_storage_options
+from jobs.tools.runs import RunNotFound, load_run, parse_storage_options, summary_from_frame
 from scorer_core.errors import ConfigError
 from tests.support.published import (
     ADDED_ID,
@@ -79,6 +79,12 @@ def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
     assert run.summary.errors >= 1
     assert run.summary.to_dict() == run.manifest["summary"]
     assert run.verdicts().collect().height > ITEMS
+
+
+def test_a_summary_table_from_before_segments_still_reads(runs: Runs) -> None:
+    run = load_run(open_store(str(runs.output)), runs.base)
+    older = run.read("summary").drop("segment_by", "segment")
+    assert summary_from_frame(older) == run.summary
 
 
 def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
@@ -322,6 +328,8 @@ def test_segment_columns_can_be_asked_and_must_exist_in_both_runs(segmented: Run
         _compare(segmented, segmented.cand, segmented.cand, "--by", "tenant")
     with pytest.raises(ConfigError, match=r"--by retriever: run base's scores have no column"):
         _compare(segmented, "base", segmented.cand, "--by", "retriever")
+    with pytest.raises(ConfigError, match="--by delta: a column of the comparison table"):
+        _compare(segmented, segmented.cand, segmented.cand, "--by", "delta")
     with pytest.raises(ConfigError, match="--min-segment-size must be >= 1"):
         _compare(segmented, "base", segmented.cand, "--min-segment-size", "0")
 

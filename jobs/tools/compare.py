@@ -265,6 +265,11 @@ def segment_columns(
     columns_b = set(run_b.scores().collect_schema().names())
     if asked:
         for column in asked:
+            if column in TABLE_COLUMNS:
+                raise ConfigError(
+                    f"--by {column}: a column of the comparison table itself; segment by a "
+                    "carried column (input.carry)"
+                )
             for run, columns in ((run_a, columns_a), (run_b, columns_b)):
                 if column not in columns:
                     raise ConfigError(
@@ -273,7 +278,9 @@ def segment_columns(
                     )
         return tuple(dict.fromkeys(asked)), ()
     default = run_b.summary.segment_columns
-    usable = tuple(c for c in default if c in columns_a and c in columns_b)
+    usable = tuple(
+        c for c in default if c in columns_a and c in columns_b and c not in TABLE_COLUMNS
+    )
     return usable, tuple(c for c in default if c not in usable)
 
 
