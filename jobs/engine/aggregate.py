@@ -392,9 +392,9 @@ def _stat_columns(scale: float) -> list[pl.Expr]:
             for label, lower, upper in BANDS
         ),
         pl.col("calls").alias("judge_calls"),
-        "prompt_tokens",
-        "completion_tokens",
-        "cache_hits",
+        pl.col("prompt_tokens"),
+        pl.col("completion_tokens"),
+        pl.col("cache_hits"),
     ]
 
 
