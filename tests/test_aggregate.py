@@ -26,6 +26,7 @@ from jobs.engine.aggregate import (
     BANDS,
     RunSummary,
     ScoreMethod,
+    quantiles,
     relevance_by_position,
     round_half_up_expr,
     score_mismatches,
@@ -679,3 +680,20 @@ def test_summary_by_segment_and_its_terminal_table() -> None:
     assert "by retriever" in text
     assert "  r00" in text and "  r19" in text and "  r20" not in text
     assert "... 4 more values" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.integers(min_value=0, max_value=1000).map(lambda n: n / 100), min_size=0, max_size=60
+    )
+)
+def test_quantiles_from_counts_are_polars_linear_quantiles(values: list[float]) -> None:
+    counts: dict[float, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    got = quantiles(list(counts.items()))
+    series = pl.Series(values, dtype=pl.Float64)
+    for name, q in (("median", 0.5), ("p10", 0.1), ("p90", 0.9)):
+        expected = series.quantile(q, interpolation="linear")
+        assert got[name] == (None if expected is None else pytest.approx(expected, abs=1e-12))

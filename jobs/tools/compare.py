@@ -31,10 +31,13 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs import formatting as fmt
+from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
+from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
+from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
+from jobs.cli import add_compare_arguments
 from jobs.engine.aggregate import relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
-    add_output_arguments,
     load_run,
     open_output,
     parse_storage_options,
@@ -42,9 +45,6 @@ from jobs.tools.runs import (
 )
 from scorer_core.errors import ConfigError, CtxPrecError
 
-DEFAULT_MAX_MEAN_DROP = 0.02
-DEFAULT_MIN_SEGMENT_SIZE = 30
-DEFAULT_TOP = 10
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9
 _STATUSES = ("ok", "unscored", "error")
@@ -565,47 +565,8 @@ def table_name(run_a: str, run_b: str) -> str:
     return f"comparisons/{run_a}__vs__{run_b}.parquet"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
-    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
-    add_output_arguments(parser)
-    parser.add_argument(
-        "--out-table",
-        metavar="PATH",
-        default=None,
-        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
-    )
-    parser.add_argument(
-        "--max-mean-drop",
-        type=float,
-        default=DEFAULT_MAX_MEAN_DROP,
-        metavar="X",
-        help=f"exit 1 when mean(B) < mean(A) - X, overall or in a segment (default "
-        f"{DEFAULT_MAX_MEAN_DROP})",
-    )
-    parser.add_argument(
-        "--by",
-        action="append",
-        default=None,
-        metavar="COLUMN",
-        help="compare per value of this carried column (repeatable; default: the columns run "
-        "B's summary is segmented by, summary.by)",
-    )
-    parser.add_argument(
-        "--min-segment-size",
-        type=int,
-        default=DEFAULT_MIN_SEGMENT_SIZE,
-        metavar="N",
-        help="gate a segment only when at least N of its queries are scored ok in both runs "
-        f"(default {DEFAULT_MIN_SEGMENT_SIZE})",
-    )
-    parser.add_argument(
-        "--top",
-        type=int,
-        default=DEFAULT_TOP,
-        metavar="N",
-        help=f"regressions to list (default {DEFAULT_TOP})",
-    )
+add_arguments = add_compare_arguments
+"""The options of `ctxprec compare` (declared in jobs.cli, which imports no tool)."""
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
