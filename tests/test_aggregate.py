@@ -26,6 +26,7 @@ from jobs.engine.aggregate import (
     BANDS,
     RunSummary,
     ScoreMethod,
+    quantiles,
     relevance_by_position,
     round_half_up_expr,
     score_mismatches,
@@ -33,7 +34,7 @@ from jobs.engine.aggregate import (
     summarize,
 )
 from jobs.pricing import estimate_cost_usd
-from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS
+from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
 from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
 from scorer_core.precision import context_precision
@@ -71,6 +72,8 @@ def verdict_row(query_id: str, position: int, relevant: bool | None) -> dict[str
     return PUBLISHED_VERDICTS.build_row(
         query_id=query_id,
         position=position,
+        context_id=f"doc-{position}",
+        context_hash=context_hash(f"context {position} of {query_id}"),
         relevant=relevant,
         judge_reason="" if relevant is None else f"reason {position}",
         cached=False,
@@ -583,8 +586,9 @@ def test_to_dict_is_json_safe(tmp_path: Path) -> None:
 def test_summary_parquet_is_readable_by_duckdb(tmp_path: Path) -> None:
     summary = sample_summary(tmp_path)
     frame = summary.to_frame()
-    assert frame.columns == ["model", "metric", "band", "position", "value"]
+    assert frame.columns == list(PUBLISHED_SUMMARY.names)
     assert frame.schema == PUBLISHED_SUMMARY.polars
+    assert frame["segment_by"].is_null().all() and frame["segment"].is_null().all()
     path = tmp_path / "summary.parquet"
     frame.write_parquet(path)
     count = sql(f"select count(*) from read_parquet('{path}')")
@@ -639,3 +643,57 @@ def test_polars_rounding_is_mastras_at_exact_ties() -> None:
     for method in ("bitmask", "window"):
         score = scores_from_verdicts(verdicts, 6, method=method).collect()["score"][0]
         assert score == context_precision([1, 1, 0, 1, 1], 6) == 5.32, method
+
+
+def test_summary_by_segment_and_its_terminal_table() -> None:
+    """Every value of a `segment_by` column gets the whole summary of its items, as Polars
+    computes it directly; the terminal table lists at most 20 values per column."""
+    rows = [
+        {**item_row(f"q{n:03d}", score=float(n % 7)), "retriever": f"r{n % 23:02d}"}
+        for n in range(120)
+    ]
+    rows.append({**item_row("bad", status="error"), "retriever": None})
+    scores = pl.DataFrame(rows, schema={**PUBLISHED_SCORES.polars, "retriever": pl.String})
+    summary = summarize(scores, no_verdicts(), model="lexical", scale=10, segment_by=["retriever"])
+    segments = summary.segments_by("retriever")
+    assert [s.value for s in segments] == [*(f"r{n:02d}" for n in range(23)), None]
+    direct = {
+        row["retriever"]: row
+        for row in scores.group_by("retriever")
+        .agg(
+            items=pl.len(),
+            mean=pl.col("score").filter(pl.col("status") == "ok").mean(),
+            p90=pl.col("score").filter(pl.col("status") == "ok").quantile(0.9, "linear"),
+        )
+        .to_dicts()
+    }
+    for segment in segments:
+        expected = direct[segment.value]
+        assert segment.summary.items == expected["items"]
+        assert segment.summary.mean == expected["mean"]
+        assert segment.summary.p90 == expected["p90"]
+    assert segments[-1].summary.errors == 1 and segments[-1].summary.mean is None
+    assert sum(s.summary.items for s in segments) == summary.items == 121
+
+    text = format_summary_table(summary, "/results/run-1")
+    assert all(len(line) <= 46 for line in text.splitlines()[:-1])
+    assert "by retriever" in text
+    assert "  r00" in text and "  r19" in text and "  r20" not in text
+    assert "... 4 more values" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.integers(min_value=0, max_value=1000).map(lambda n: n / 100), min_size=0, max_size=60
+    )
+)
+def test_quantiles_from_counts_are_polars_linear_quantiles(values: list[float]) -> None:
+    counts: dict[float, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    got = quantiles(list(counts.items()))
+    series = pl.Series(values, dtype=pl.Float64)
+    for name, q in (("median", 0.5), ("p10", 0.1), ("p90", 0.9)):
+        expected = series.quantile(q, interpolation="linear")
+        assert got[name] == (None if expected is None else pytest.approx(expected, abs=1e-12))

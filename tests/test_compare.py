@@ -24,19 +24,23 @@ from jobs.engine.aggregate import relevance_by_position
 from jobs.engine.publish import TABLES
 from jobs.engine.storage import filesystem, open_store
 from jobs.tools import compare, report
-from jobs.tools.runs import RunNotFound, load_run, parse_storage_options
+from jobs.tools.runs import RunNotFound, load_run, parse_storage_options, summary_from_frame
 from scorer_core.errors import ConfigError
 from tests.support.published import (
     ADDED_ID,
     BAD_ID,
     ITEMS,
+    PER_RETRIEVER,
     REMOVED_ID,
     RUN_DATE,
     SCRIPT_ID,
+    TINY,
     UNSCORED_ID,
+    WORSE,
     Runs,
     base_and_candidate,
     local_base_and_candidate,
+    segmented_runs,
 )
 
 
@@ -75,6 +79,12 @@ def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
     assert run.summary.errors >= 1
     assert run.summary.to_dict() == run.manifest["summary"]
     assert run.verdicts().collect().height > ITEMS
+
+
+def test_a_summary_table_from_before_segments_still_reads(runs: Runs) -> None:
+    run = load_run(open_store(str(runs.output)), runs.base)
+    older = run.read("summary").drop("segment_by", "segment")
+    assert summary_from_frame(older) == run.summary
 
 
 def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
@@ -256,6 +266,80 @@ def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
     fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)
     with fs.open(written, "rb") as handle:
         assert pl.read_parquet(handle).height == ITEMS + 2
+
+
+# --------------------------------------------------------------------------------------------
+# segments
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    output = tmp_path_factory.mktemp("segmented")
+    store = open_store(str(output))
+    base_and_candidate(store)  # runs without segments, beside them
+    a, b = segmented_runs(store)
+    return Runs(output, a, b)
+
+
+def test_one_worse_segment_fails_the_gate_while_the_mean_barely_moves(segmented: Runs) -> None:
+    store = open_store(str(segmented.output))
+    comparison = compare.compare_runs(
+        load_run(store, segmented.base), load_run(store, segmented.cand)
+    )
+    assert comparison.segment_columns == ("retriever",)
+    shift = comparison.mean_shift
+    assert shift is not None and -0.02 < shift < 0  # within the allowed drop overall
+    shifts = {s.value: s for s in comparison.segments}
+    assert shifts[WORSE].shift is not None and shifts[WORSE].shift < -0.05
+    assert shifts[WORSE].paired == PER_RETRIEVER
+    assert shifts[TINY].paired == 3 and shifts[TINY].shift == pytest.approx(-shifts[TINY].mean_a)
+    assert all(s.shift == 0 for value, s in shifts.items() if value not in (WORSE, TINY))
+
+    code, text = _compare(segmented, segmented.base, segmented.cand)
+    assert code == 1
+    assert "by retriever (a query's value in B" in text
+    fails = [line for line in text.splitlines() if line.startswith("FAIL")]
+    assert fails[0].startswith("FAIL: mean shift -0.01")  # the global line: within the drop
+    assert fails[1].startswith(f"FAIL: segment retriever={WORSE}: mean fell by 0.09")
+    assert len(fails) == 2  # TINY fell further, but 3 queries are too few to gate
+    assert "1 segment(s) with fewer than 30 queries ok in both runs not gated" in text
+    rows = {line.split()[0]: line.split()[-1] for line in text.splitlines() if "retriever-" in line}
+    assert rows[WORSE] == "FAIL" and rows["retriever-0"] == "ok"
+    assert any(line.split()[:1] == [TINY] and line.endswith("small") for line in text.splitlines())
+
+    code, text = _compare(segmented, segmented.base, segmented.cand, "--min-segment-size", "3")
+    assert code == 1 and f"FAIL: segment retriever={TINY}" in text
+    code, text = _compare(segmented, segmented.base, segmented.cand, "--max-mean-drop", "0.1")
+    assert code == 0 and "\nOK: mean shift -0.01" in text and "FAIL" not in text
+
+
+def test_the_per_query_table_has_the_segment_column(segmented: Runs) -> None:
+    _compare(segmented, segmented.base, segmented.cand)
+    table = pl.read_parquet(segmented.output / "comparisons" / "seg-a__vs__seg-b.parquet")
+    assert tuple(table.columns) == (*compare.TABLE_COLUMNS, "retriever")
+    worse = table.filter(pl.col("retriever") == WORSE)
+    assert worse.height == PER_RETRIEVER and (worse["delta"] <= 0).all()
+
+
+def test_segment_columns_can_be_asked_and_must_exist_in_both_runs(segmented: Runs) -> None:
+    code, text = _compare(segmented, segmented.cand, segmented.cand, "--by", "retriever")
+    assert code == 0 and "by retriever" in text
+    with pytest.raises(ConfigError, match=r"--by tenant: run seg-b's scores have no column"):
+        _compare(segmented, segmented.cand, segmented.cand, "--by", "tenant")
+    with pytest.raises(ConfigError, match=r"--by retriever: run base's scores have no column"):
+        _compare(segmented, "base", segmented.cand, "--by", "retriever")
+    with pytest.raises(ConfigError, match="--by delta: a column of the comparison table"):
+        _compare(segmented, segmented.cand, segmented.cand, "--by", "delta")
+    with pytest.raises(ConfigError, match="--min-segment-size must be >= 1"):
+        _compare(segmented, "base", segmented.cand, "--min-segment-size", "0")
+
+
+def test_a_baseline_without_the_segment_column_is_compared_overall(segmented: Runs) -> None:
+    store = open_store(str(segmented.output))
+    comparison = compare.compare_runs(load_run(store, "base"), load_run(store, segmented.cand))
+    assert comparison.segments == () and comparison.unsegmented == ("retriever",)
+    _, text = _compare(segmented, "base", segmented.cand)
+    assert "not compared by retriever: run base's scores do not have the column" in text
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -26,10 +27,11 @@ from jobs.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
     PUBLISHED_VERDICTS,
-    STAGED_ITEMS,
-    STAGED_VERDICTS,
+    CarriedColumn,
+    RunSchema,
     duplicate_error,
 )
+from jobs.tools.runs import summary_from_frame
 from scorer_core.precision import context_precision
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
 
@@ -45,24 +47,39 @@ class Shard:
     number: int
     items: list[dict[str, object]]
     verdicts: list[dict[str, object]]
+    tables: RunSchema = field(default_factory=RunSchema)
 
     def seq(self) -> int:
         return self.number << 32 | len(self.items)
 
     def judged(
-        self, query_id: str, offset: int, flags: list[bool], *, score: float | None = None
+        self,
+        query_id: str,
+        offset: int,
+        flags: list[bool],
+        *,
+        score: float | None = None,
+        carried: tuple[Any, ...] = (),
     ) -> None:
         """An ok item; `score` overrides the worker's score (a buggy worker)."""
         contexts = tuple(f"context {i} of {query_id}" for i in range(len(flags)))
         record = ItemRecord(
-            query_id, "q?", "a.", "a", contexts, SOURCE, offset, where=where(offset)
+            query_id,
+            "q?",
+            "a.",
+            "a",
+            contexts,
+            SOURCE,
+            offset,
+            where=where(offset),
+            carried=carried,
         )
         verdicts = tuple(ContextVerdict(i, flag, f"r{i}") for i, flag in enumerate(flags))
         worker_score = context_precision(flags, SCALE) if score is None else score
         result = ScoreResult(worker_score, f"why {query_id}", verdicts, "ok", None, Usage(calls=1))
         seq = self.seq()
-        self.items.append(item_row(record, seq, result, "lexical"))
-        self.verdicts.extend(verdict_rows(record, seq, result, [], set()))
+        self.items.append(item_row(record, seq, result, "lexical", self.tables))
+        self.verdicts.extend(verdict_rows(record, seq, result, [], set(), self.tables))
 
     def unscored(self, query_id: str, offset: int, contexts: int) -> None:
         texts = tuple(f"context {i}" for i in range(contexts))
@@ -73,15 +90,16 @@ class Shard:
         self.verdicts.extend(verdict_rows(record, seq, result, [], set()))
 
     def error(self, error: RowError, first: str | None = None) -> None:
-        self.items.append(error_row(error, self.seq(), "lexical", first))
+        self.items.append(error_row(error, self.seq(), "lexical", first, self.tables))
 
     def write(self, store: Store) -> None:
         verdicts_path, items_path = shard_paths(store, LOCATION.staging, f"shard-{self.number:05d}")
         store.write_parquet_atomic(
-            verdicts_path, pa.Table.from_pylist(self.verdicts, schema=STAGED_VERDICTS.arrow)
+            verdicts_path,
+            pa.Table.from_pylist(self.verdicts, schema=self.tables.staged_verdicts.arrow),
         )
         store.write_parquet_atomic(
-            items_path, pa.Table.from_pylist(self.items, schema=STAGED_ITEMS.arrow)
+            items_path, pa.Table.from_pylist(self.items, schema=self.tables.staged_items.arrow)
         )
 
 
@@ -202,3 +220,94 @@ def test_without_verification_the_workers_score_is_published_as_is(tmp_path: Pat
     publish(store)
     scores = published(tmp_path, "scores").filter(pl.col("query_id") == "b")
     assert scores.filter(pl.col("status") == "ok")["score"].to_list() == [5.84]
+
+
+CARRIED = RunSchema(
+    [
+        CarriedColumn("retriever", pa.string(), into_verdicts=True),
+        CarriedColumn("day", pa.date32()),
+    ]
+)
+
+
+def test_carried_columns_are_published_with_their_types_and_summarised_by(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    day1, day2 = dt.date(2026, 11, 29), dt.date(2026, 11, 30)
+    first = Shard(0, [], [], CARRIED)
+    first.judged("a", 0, [True, False, True, False], carried=("bm25", day1))
+    first.judged("b", 100, [False, True, True], carried=("dense", day1))
+    first.judged("c", 200, [True, True], carried=("bm25", day2))
+    first.error(RowError(SOURCE, 300, "context is null", "d", ("dense", None)))
+    first.error(RowError(SOURCE, 400, f"{where(400)}: invalid JSON"))  # nothing read
+    second = Shard(1, [], [], CARRIED)
+    second.judged("a", 500, [True, True, True, True], carried=("dense", day2))  # a repeat
+    second.judged("e", 600, [False, False, True], carried=(None, day2))
+    first.write(store)
+    second.write(store)
+    outcome = publish_run(
+        store,
+        LOCATION,
+        model="lexical",
+        scale=SCALE,
+        manifest={},
+        tables=CARRIED,
+        segment_by=["retriever", "day"],
+    )
+
+    scores = published(tmp_path, "scores")
+    assert scores.schema == CARRIED.scores.polars
+    assert scores.schema["day"] == pl.Date
+    rows = {(r["query_id"], r["row"]): (r["retriever"], r["day"]) for r in scores.to_dicts()}
+    assert rows[("a", 500)] == ("dense", day2)  # a repeat keeps its own values
+    assert rows[(f"{SOURCE}#400", 400)] == (None, None)
+    assert rows[("d", 300)] == ("dense", None)
+    verdicts = published(tmp_path, "verdicts")
+    assert verdicts.schema == CARRIED.verdicts.polars
+    assert set(verdicts.filter(pl.col("query_id") == "b")["retriever"]) == {"dense"}
+
+    summary = outcome.summary
+    assert summary.segment_columns == ("retriever", "day")
+    retrievers = {s.value: s.summary for s in summary.segments_by("retriever")}
+    assert list(retrievers) == ["bm25", "dense", None]  # sorted as text, null last
+    expected = (
+        scores.group_by("retriever")
+        .agg(
+            items=pl.len(),
+            errors=(pl.col("status") == "error").sum(),
+            mean=pl.col("score").filter(pl.col("status") == "ok").mean(),
+        )
+        .to_dicts()
+    )
+    for row in expected:
+        segment = retrievers[row["retriever"]]
+        assert (segment.items, segment.errors, segment.mean) == (
+            row["items"],
+            row["errors"],
+            row["mean"],
+        )
+    assert retrievers["bm25"].mean == pytest.approx((8.33 + 10.0) / 2)
+    assert retrievers["dense"].bands == (
+        ("0", 0),
+        ("0.1-0.3", 0),
+        ("0.4-0.6", 1),
+        ("0.7-0.8", 0),
+        ("0.9-1.0", 0),
+    )
+    # relevance by position per retriever (in the verdicts), not per day (not there)
+    bm25_first = retrievers["bm25"].position_rates[0]
+    assert (bm25_first.judged, bm25_first.relevant) == (2, 2)
+    days = {s.value: s.summary for s in summary.segments_by("day")}
+    assert list(days) == ["2026-11-29", "2026-11-30", None]
+    assert days["2026-11-30"].items == 3 and days["2026-11-30"].position_rates == ()
+
+    # the summary table holds every segment's metrics; it reads back to the same summary
+    table = published(tmp_path, "summary")
+    mean_rows = table.filter((pl.col("metric") == "mean") & (pl.col("segment_by") == "retriever"))
+    assert dict(zip(mean_rows["segment"], mean_rows["value"], strict=True)) == {
+        value: s.mean for value, s in retrievers.items()
+    }
+    assert summary_from_frame(table) == summary
+    manifest = json.loads((tmp_path / LOCATION.manifest).read_text())
+    assert manifest["summary"] == summary.to_dict()

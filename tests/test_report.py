@@ -27,10 +27,12 @@ from tests.support.published import (
     BAD_ID,
     SCRIPT_ID,
     UNSCORED_ID,
+    WORSE,
     Query,
     Runs,
     local_base_and_candidate,
     publish,
+    segmented_runs,
 )
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
@@ -204,6 +206,30 @@ def test_the_tools_do_not_import_the_engine_worker_driver_or_ray() -> None:
     modules = set(json.loads(result.stdout))
     assert "jobs.tools.report.page" in modules  # precondition: the imports happened
     assert not modules & {"jobs.engine.worker", "jobs.engine.driver", "ray"}
+
+
+def test_segments_section_shows_each_segments_summary_and_shift(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    before, after = segmented_runs(store)
+    target = tmp_path / "segments.html"
+    argv = [after, "--baseline", before, "--output", str(tmp_path), "--html", str(target)]
+    assert report.main(argv) == 0
+    page = target.read_text(encoding="utf-8")
+    assert page.count("<svg") == CHARTS + 1 + BASELINE_CHARTS + 1  # + mean and shift by segment
+    section = page.split('<section id="segments">', 1)[1].split("</section>", 1)[0]
+    assert "By retriever (11 values)" in section
+    summary = load_run(store, after).summary
+    for segment in summary.segments_by("retriever"):
+        row = section.split(f'<span class="qid">{segment.value}</span>', 1)[1].split("</tr>")[0]
+        assert f'<td class="num">{segment.summary.items:,}</td>' in row
+        assert f'<td class="num">{segment.summary.mean:.2f}</td>' in row
+    assert "Mean score by retriever" in section
+    shifts = page.split('<section id="baseline">', 1)[1].split("</section>", 1)[0]
+    worse_row = shifts.split(f'<span class="qid">{WORSE}</span>', 1)[1].split("</tr>")[0]
+    assert worse_row.endswith("<td>FAIL</td>") and '<span class="down">-0.09' in worse_row
+    tiny_row = shifts.split('<span class="qid">tiny</span>', 1)[1].split("</tr>")[0]
+    assert tiny_row.endswith("<td>small</td>")
+    assert "Shift by retriever" in shifts
 
 
 # --------------------------------------------------------------------------------------------

@@ -61,11 +61,21 @@ def test_the_published_tables_and_their_order() -> None:
     assert PUBLISHED_VERDICTS.names == (
         "query_id",
         "position",
+        "context_id",
+        "context_hash",
         "relevant",
         "judge_reason",
         "cached",
     )
-    assert PUBLISHED_SUMMARY.names == ("model", "metric", "band", "position", "value")
+    assert PUBLISHED_SUMMARY.names == (
+        "model",
+        "segment_by",
+        "segment",
+        "metric",
+        "band",
+        "position",
+        "value",
+    )
 
 
 def test_the_cache_files_keep_their_format() -> None:
@@ -79,18 +89,26 @@ def test_the_cache_files_keep_their_format() -> None:
 
 def test_build_row_orders_by_the_schema_and_rejects_missing_or_unknown_columns() -> None:
     row = PUBLISHED_VERDICTS.build_row(
-        cached=False, relevant=True, position=2, query_id="q", judge_reason="r"
+        cached=False,
+        relevant=True,
+        position=2,
+        context_hash="h",
+        context_id=None,
+        query_id="q",
+        judge_reason="r",
     )
     assert list(row) == list(PUBLISHED_VERDICTS.names)
     assert row == {
         "query_id": "q",
         "position": 2,
+        "context_id": None,
+        "context_hash": "h",
         "relevant": True,
         "judge_reason": "r",
         "cached": False,
     }
     with pytest.raises(ValueError, match=r"missing columns \['cached'\], unknown \[\]"):
-        PUBLISHED_VERDICTS.build_row(query_id="q", position=2, relevant=True, judge_reason="r")
+        PUBLISHED_VERDICTS.build_row(**{k: v for k, v in row.items() if k != "cached"})
     with pytest.raises(ValueError, match=r"missing columns \[\], unknown \['pair_key'\]"):
         PUBLISHED_VERDICTS.build_row(**row, pair_key="k")
 

@@ -142,3 +142,56 @@ def test_compare_and_report_on_labelled_data(name: str, tmp_path: Path) -> None:
     page = html.read_text(encoding="utf-8")
     assert page.count("<svg") >= 5
     assert "http://" not in page and "https://" not in page
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_per_retriever_summary_equals_calibrate_on_trec_dl(tmp_path: Path) -> None:
+    """The job on TREC DL with `carry: [retriever, collection]` and `summary.by: [retriever]`:
+    each retriever's mean in the published summary is the mean `ctxprec calibrate` computes
+    per retriever from the same (deterministic, offline) verdicts, and the report shows it."""
+    from jobs.tools.calibrate import calibrate
+    from jobs.tools.runs import load_run
+
+    name = "trecdl_passage_ctxprec.jsonl"
+    rows = read_rows(name)
+    raw = config_for(name, tmp_path / "out", "segments")
+    raw["input"]["columns"] = {**FILES[name], "context_ids": "passage_ids"}
+    raw["input"]["carry"] = ["retriever", "collection"]
+    raw["summary"] = {"by": ["retriever"]}
+    config = parse_config(raw)
+    run_job(config, out=io.StringIO())
+
+    store = open_store(str(tmp_path / "out"))
+    run = load_run(store, "segments")
+    segments = {s.value: s.summary for s in run.summary.segments_by("retriever")}
+    calibrated = {r["retriever"]: r for r in calibrate(config, str(DATA / name))["retrievers"]}
+    assert set(segments) == set(calibrated) == {row["retriever"] for row in rows}
+    for retriever, labelled in calibrated.items():
+        assert segments[retriever].scored == labelled["items"]
+        assert segments[retriever].mean == pytest.approx(labelled["mean_judge"], abs=1e-12)
+
+    scores = run.read("scores")
+    assert scores.schema["collection"] == pl.String
+    assert set(scores["collection"]) == {row["collection"] for row in rows}
+    verdicts = run.read("verdicts")
+    first = rows[0]
+    assert (
+        (
+            verdicts.filter(pl.col("query_id") == first["row_id"]).sort("position")["context_id"]
+        ).to_list()
+        == first["passage_ids"]
+    )
+
+    html = tmp_path / "report.html"
+    with redirect_stdout(io.StringIO()):
+        argv = ["segments", "--output", str(tmp_path / "out"), "--html", str(html)]
+        assert report.main(argv) == 0
+    section = html.read_text(encoding="utf-8").split('<section id="segments">')[1]
+    section = section.split("</section>")[0]
+    for retriever, summary in segments.items():
+        row = section.split(f'<span class="qid">{retriever}</span>', 1)[1].split("</tr>")[0]
+        assert f'<td class="num">{summary.mean:.2f}</td>' in row
+    print(
+        "per-retriever means (job summary = calibrate):",
+        {r: round(s.mean or 0.0, 4) for r, s in sorted(segments.items())},
+    )

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,7 +24,7 @@ from jobs.engine.worker import (
     verdict_rows,
 )
 from jobs.factory import input_spec
-from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS
+from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from scorer_core.lexical import LexicalJudge
 from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason
@@ -135,6 +136,32 @@ def test_verdict_rows_one_per_position_with_keys_and_cache_flags() -> None:
     assert [r["cached"] for r in rows] == [False, False, True]
     assert {r["query_id"] for r in rows} == {"q1"}
     assert {r["item_seq"] for r in rows} == {9}
+
+
+def test_verdict_rows_carry_context_ids_hashes_and_the_asked_columns() -> None:
+    tables = RunSchema(
+        [
+            CarriedColumn("retriever", pa.string(), into_verdicts=True),
+            CarriedColumn("tenant", pa.int64()),
+        ]
+    )
+    result = ScoreResult(0.5, "", (ContextVerdict(0, True), ContextVerdict(1, False)), "ok")
+    carried = record(context_ids=("d0", None, "d2"), carried=("bm25", 7))
+    rows = verdict_rows(carried, 3, result, [], set(), tables)
+    assert all(list(r) == list(tables.staged_verdicts.names) for r in rows)
+    assert [r["context_id"] for r in rows] == ["d0", None, "d2"]
+    assert [r["context_hash"] for r in rows] == [context_hash(c) for c in carried.contexts]
+    # what DuckDB gives for left(sha256('Kalo has mild weather.'), 32)
+    assert rows[1]["context_hash"] == "35f972421ce6eba04baccceb1acce287"
+    assert [r["retriever"] for r in rows] == ["bm25"] * 3
+    assert "tenant" not in rows[0]
+    item = item_row(carried, 3, result, "lexical", tables)
+    assert list(item) == list(tables.staged_items.names)
+    assert (item["retriever"], item["tenant"]) == ("bm25", 7)
+    unread = error_row(RowError("/d/in.jsonl", 9, "invalid JSON"), 4, "lexical", None, tables)
+    assert (unread["retriever"], unread["tenant"]) == (None, None)
+    plain = verdict_rows(record(), 3, result, [], set())
+    assert [r["context_id"] for r in plain] == [None, None, None]
 
 
 @pytest.mark.parametrize("status", ["unscored", "error"])
@@ -381,3 +408,62 @@ def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     )
     assert duplicate["duplicate_of"] == f"{source} line at byte 0"
     assert [row["duplicate_of"] for row in items[:2]] == [None, None]
+
+
+def test_run_shard_writes_the_carried_columns_with_their_types(tmp_path: Path) -> None:
+    """Each shard file has the start-up types; in-shard duplicates keep their values."""
+    rows = [
+        {**good_item(n), "retriever": ["bm25", "dense"][n % 2], "shard": n, "docs": None}
+        for n in range(6)
+    ]
+    rows[1]["docs"] = ["a"] * len(rows[1]["contexts"])
+    rows[4]["shard"] = "four"  # not an integer: this row is an error, its other value kept
+    rows.append({**rows[0], "retriever": "repeat"})  # a duplicate of q000
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = parse_config(
+        {
+            "input": {
+                "path": str(source),
+                "columns": {**COLUMNS, "context_ids": "docs"},
+                "carry": ["retriever", "shard"],
+                "carry_to_verdicts": ["retriever"],
+            },
+            "output": {"path": str(tmp_path / "out")},
+            "judge": {"model": "lexical"},
+        }
+    )
+    spec = input_spec(config)
+    files = list_input_files(spec)
+    tables = RunSchema(
+        [
+            CarriedColumn("retriever", pa.string(), into_verdicts=True),
+            CarriedColumn("shard", pa.int64()),
+        ]
+    )
+    (shard,) = plan_shards(spec, files, 100)
+    context = ShardContext(config, "_staging/run_id=carry", tables=tables)
+    report = run_shard(shard, 0, 0, context)
+    assert report.statuses == {"ok": 5, "error": 2}
+    store = open_store(str(tmp_path / "out"))
+    verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
+    items = pq.read_table(items_path)
+    assert items.schema == tables.staged_items.arrow
+    assert items.schema.field("shard").type == pa.int64()
+    by_row = items.to_pylist()
+    assert [(r["retriever"], r["shard"]) for r in by_row] == [
+        ("bm25", 0),
+        ("dense", 1),
+        ("bm25", 2),
+        ("dense", 3),
+        ("bm25", None),
+        ("dense", 5),
+        ("repeat", 0),
+    ]
+    assert "shard (carried column) is a str, expected int64" in by_row[4]["error"]
+    assert by_row[6]["duplicate_of"] is not None
+    verdicts = pq.read_table(verdicts_path)
+    assert verdicts.schema == tables.staged_verdicts.arrow
+    second = [v for v in verdicts.to_pylist() if v["query_id"] == "q001"]
+    assert [v["context_id"] for v in second] == ["a", "a"]
+    assert {v["retriever"] for v in second} == {"dense"}

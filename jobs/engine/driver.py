@@ -1,7 +1,8 @@
 """The driver: one scoring run end to end, `run_job(config)`.
 
-    check    config, API key variable, input files and columns: a whole-run problem fails
-             in seconds, before the first judge call, with a message naming its cause
+    check    config, API key variable, input files and columns (and the types of the carried
+             ones): a whole-run problem fails in seconds, before the first judge call, with a
+             message naming its cause
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout)
@@ -26,13 +27,15 @@ from typing import TextIO
 from jobs import factory
 from jobs.config import JobConfig, load_config
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.inputs import check_schema, list_input_files, plan_shards
+from jobs.engine.inputs import inspect_input, list_input_files, plan_shards
+from jobs.engine.inputs.carry import check_segment_columns
 from jobs.engine.lease import RunLease
 from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.engine.ray_runtime import start_ray
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
+from jobs.schema import RunSchema
 from scorer_core.errors import FatalJudgeError
 
 __all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_command", "run_job"]
@@ -64,7 +67,9 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
     store = open_store(config.output.path, config.output.storage_options)
     spec = factory.input_spec(config)
     files = list_input_files(spec)
-    check_schema(spec, files)
+    # the types of the carried columns, decided once so that every shard writes the same ones
+    tables = RunSchema(inspect_input(spec, files).carried)
+    check_segment_columns(config.summary.by, tables.carried)
     # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
     if read_manifest(store, location) is not None:
@@ -87,7 +92,9 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         if todo:
             start_ray(config)
         ray_ready = time.monotonic()
-        fanned = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+        fanned = fan_out(
+            config, location, shards, todo, out, heartbeat=lease.heartbeat, tables=tables
+        )
         timings = {
             "plan": planned - started,
             "ray_start": ray_ready - planned,
@@ -112,6 +119,8 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             scale=config.scorer.scale,
             manifest=manifest,
             flow=flow_metrics(fanned.flow),
+            tables=tables,
+            segment_by=config.summary.by,
         )
     return RunOutcome(
         run_id=location.run_id,

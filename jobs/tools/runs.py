@@ -29,13 +29,13 @@ import posixpath
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import BANDS, FLOW_METRICS, PositionRate, RunSummary
+from jobs.engine.aggregate import BANDS, FLOW_METRICS, PositionRate, RunSummary, Segment
 from jobs.engine.publish import RunLocation, scan
 from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
@@ -202,10 +202,35 @@ def _number(value: object) -> float | None:
 
 
 def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
-    """Rebuild the `RunSummary` from its published tidy table (`RunSummary.to_frame`)."""
+    """Rebuild the `RunSummary` from its published tidy table (`RunSummary.to_frame`), its
+    segments too. A table published before segments existed has no segment columns."""
     if frame.is_empty():
         raise CtxPrecError("the run's summary table is empty")
     model = str(frame["model"][0])
+    if "segment_by" not in frame.columns:
+        return _summary_from_rows(frame, model)
+    overall = _summary_from_rows(frame.filter(pl.col("segment_by").is_null()), model)
+    rows = frame.filter(pl.col("segment_by").is_not_null())
+    keys = rows.select("segment_by", "segment").unique(maintain_order=True)
+    segments = tuple(
+        Segment(
+            by=str(by),
+            value=value,
+            summary=_summary_from_rows(
+                rows.filter(
+                    (pl.col("segment_by") == by)
+                    & (pl.col("segment").is_null() if value is None else pl.col("segment") == value)
+                ),
+                model,
+            ),
+        )
+        for by, value in keys.iter_rows()
+    )
+    return replace(overall, segments=segments)
+
+
+def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
+    """The summary of one set of metric rows (the whole run's, or one segment's)."""
     scalars = {
         str(row["metric"]): _number(row["value"])
         for row in frame.filter(pl.col("band").is_null() & pl.col("position").is_null()).iter_rows(
@@ -218,11 +243,11 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
     }
     known = [label for label, _, _ in BANDS]
     labels = [b for b in known if b in band_counts] + [b for b in band_counts if b not in known]
-    positions = (
-        frame.filter(pl.col("position").is_not_null())
-        .pivot(on="metric", index="position", values="value", aggregate_function="first")
-        .sort("position")
-    )
+    positions = frame.filter(pl.col("position").is_not_null())
+    if not positions.is_empty():
+        positions = positions.pivot(
+            on="metric", index="position", values="value", aggregate_function="first"
+        ).sort("position")
 
     def count(name: str) -> int:
         return int(scalars.get(name) or 0)

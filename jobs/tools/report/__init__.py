@@ -4,8 +4,9 @@
 
 The page has no external resources (inline CSS, SVG charts drawn here, no script): it can be
 mailed, attached to a ticket or opened offline. Sections: header (run, date, judge, counts,
-mean/median); with --baseline, the comparison against that run (mean shift, regressions,
-relevance rate by position of both); score distribution (10 bins and the summary bands);
+mean/median); with --baseline, the comparison against that run (mean shift, shift per
+segment, regressions, relevance rate by position of both); score distribution (10 bins and the
+summary bands); the summary per segment (`summary.by`: a table and a chart per column);
 relevance rate by position; cost and throughput; the worst queries with their per-position
 verdicts and reasons; unscored/failed items.
 
