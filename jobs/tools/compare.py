@@ -8,8 +8,8 @@ unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b.
 summary shift, the queries that regressed most and the relevance rate by position of both runs.
 
 Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
-(or when no query is scored in both), else 0: a nightly pipeline can alert on it. Errors
-(unknown run, unreadable store) exit 2 with a message.
+(or when no query is scored in both), else 0: a nightly pipeline can alert on it. Errors exit
+as with every `ctxprec` command (2 for an unknown run id, 1 for a storage failure).
 """
 
 from __future__ import annotations
@@ -26,16 +26,13 @@ from jobs import formatting as fmt
 from jobs.engine.aggregate import relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
-    add_output_arguments,
     load_run,
     open_output,
     parse_storage_options,
     write_parquet_file,
 )
-from scorer_core.errors import ConfigError, CtxPrecError
+from scorer_core.errors import ConfigError
 
-DEFAULT_MAX_MEAN_DROP = 0.02
-DEFAULT_TOP = 10
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9
 _STATUSES = ("ok", "unscored", "error")
@@ -356,38 +353,12 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
 
 
 # --------------------------------------------------------------------------------------------
-# command: `add_arguments` and `run` are what `ctxprec compare` calls; `register` adds the
-# subcommand to a parser; `main` is `python -m jobs.tools.compare`
+# command: `run` is what `ctxprec compare` calls (its options are defined in jobs.cli);
+# `main` is `python -m jobs.tools.compare`
 
 
 def table_name(run_a: str, run_b: str) -> str:
     return f"comparisons/{run_a}__vs__{run_b}.parquet"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
-    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
-    add_output_arguments(parser)
-    parser.add_argument(
-        "--out-table",
-        metavar="PATH",
-        default=None,
-        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
-    )
-    parser.add_argument(
-        "--max-mean-drop",
-        type=float,
-        default=DEFAULT_MAX_MEAN_DROP,
-        metavar="X",
-        help=f"exit 1 when mean(B) < mean(A) - X (default {DEFAULT_MAX_MEAN_DROP})",
-    )
-    parser.add_argument(
-        "--top",
-        type=int,
-        default=DEFAULT_TOP,
-        metavar="N",
-        help=f"regressions to list (default {DEFAULT_TOP})",
-    )
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -414,26 +385,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if verdict.passed else 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `compare` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare two published runs; exit 1 when the mean score dropped too far",
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec compare")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    """`python -m jobs.tools.compare`: `ctxprec compare` on its own."""
+    from jobs.cli import main as ctxprec
+
+    return ctxprec(["compare", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,8 @@ from jobs.tools.sample_data import generate
 from scorer_core import context_precision
 from scorer_core.errors import InputError
 from scorer_core.testing import FakeJudgeServer
-from tests.test_job import (
-    KEY_ENV,
-    KEY_VALUE,
+from tests.support.job import (
+    by_id,
     config_for,
     llm_judge,
     raw_config,
@@ -44,18 +42,6 @@ pytestmark = [pytest.mark.timeout(240)]
 
 CONTEXT = "context (column 'contexts')"
 INPUT = "input (column 'question')"
-
-
-@pytest.fixture
-def judge_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(KEY_ENV, KEY_VALUE)
-    return KEY_VALUE
-
-
-@pytest.fixture
-def server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer() as fake:
-        yield fake
 
 
 def judge(server: FakeJudgeServer, **options: Any) -> dict[str, Any]:
@@ -96,10 +82,6 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], row_group_size: int = 
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist(rows, schema=schema)
     pq.write_table(table, path, row_group_size=row_group_size)
-
-
-def by_id(scores: pl.DataFrame) -> dict[str, dict[str, Any]]:
-    return {row["query_id"]: row for row in scores.iter_rows(named=True)}
 
 
 def assert_good_rows_scored(scores: pl.DataFrame, good: list[dict[str, Any]]) -> None:

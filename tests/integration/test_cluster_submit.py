@@ -14,8 +14,6 @@ of this very pytest run and anyone else's Ray. Instead the head runs as `ray sta
 the one process the fixture started, and SIGTERM to it stops the node's processes. Anything
 that outlives it is found by a marker in its environment (every Ray process inherits the
 head's environment) or this cluster's temp dir on its command line, and stopped by pid.
-
-The cheap unit tests at the bottom (not marked `cluster`) check configs/kuberay-rayjob.yaml.
 """
 
 from __future__ import annotations
@@ -39,22 +37,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent  # the venv the tests (and so the cluster) run from
-RAY = str(VENV_BIN / "ray")
+from jobs.engine.ray_runtime import RAY_ENV
+from tests.support.paths import REPO, VENV_BIN
+
+RAY = str(VENV_BIN / "ray")  # the venv the tests (and so the cluster) run from
 MARKER_VAR = "CTXPREC_CLUSTER_TEST"
 ITEMS = 300
 RUN_ID = "cluster-test"
 
-# Loopback, offline litellm price map, no usage stats: the head's environment, which every Ray
-# process of the cluster (job supervisor, entrypoint, workers) inherits.
-CLUSTER_ENV_VARS = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
+# Loopback, offline litellm price map, no usage stats (the job's own RAY_ENV): the head's
+# environment, which every Ray process of the cluster (job supervisor, entrypoint, workers)
+# inherits.
+CLUSTER_ENV_VARS = RAY_ENV
 # Job-level variables passed with --runtime-env-json (the way docs/cluster.md passes
 # credentials). Not the three above: the driver's `start_ray` passes those to its own
 # `ray.init(runtime_env=...)`, and Ray refuses to merge a job whose runtime_env names the same
@@ -458,81 +453,3 @@ def test_job_server_refuses_a_client_without_the_token(
     )
     assert refused.returncode != 0
     assert re.search(r"authentication|unauthori[sz]ed|401", refused.stdout + refused.stderr, re.I)
-
-
-# ----------------------------------------------------------------------------------------------
-# configs/kuberay-rayjob.yaml (cheap, not marked cluster)
-# ----------------------------------------------------------------------------------------------
-
-RAYJOB = REPO / "configs" / "kuberay-rayjob.yaml"
-SECRET_NAMES = ("OPENAI_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-
-
-def _rayjob() -> dict[str, Any]:
-    document = yaml.safe_load(RAYJOB.read_text(encoding="utf-8"))
-    assert isinstance(document, dict)
-    return document
-
-
-def _containers(rayjob: dict[str, Any]) -> list[dict[str, Any]]:
-    cluster = rayjob["spec"]["rayClusterSpec"]
-    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
-    return [c for group in groups for c in group["template"]["spec"]["containers"]]
-
-
-def test_rayjob_is_a_well_formed_kuberay_rayjob() -> None:
-    rayjob = _rayjob()
-    assert rayjob["apiVersion"] == "ray.io/v1"
-    assert rayjob["kind"] == "RayJob"
-    spec = rayjob["spec"]
-    assert "python -m jobs.context_precision" in spec["entrypoint"]
-    assert "configs/nightly.yaml" in spec["entrypoint"]
-    assert "--set run.id=" in spec["entrypoint"]
-    assert spec["shutdownAfterJobFinishes"] is True
-    assert isinstance(spec["ttlSecondsAfterFinished"], int)
-    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
-    assert runtime_env["working_dir"].endswith(".zip")
-    # The driver's start_ray sets these itself; the same key in the job's runtime_env makes
-    # Ray refuse to start the driver (see test_job_level_env_vars_the_driver_also_sets).
-    assert not set(runtime_env.get("env_vars", {})) & set(CLUSTER_ENV_VARS)
-    assert all(re.search(r"==\d", dep) for dep in runtime_env["pip"]), runtime_env["pip"]
-    cluster = spec["rayClusterSpec"]
-    assert cluster["headGroupSpec"]["template"]["spec"]["containers"]
-    assert len(cluster["workerGroupSpecs"]) >= 1
-    for container in _containers(rayjob):
-        requests = container["resources"]["requests"]
-        assert requests["cpu"] and requests["memory"], container["name"]
-        env = {item["name"]: item.get("value") for item in container.get("env", [])}
-        assert env.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True", container["name"]
-
-
-def test_rayjob_takes_credentials_from_a_secret_and_holds_no_literal_secret() -> None:
-    rayjob = _rayjob()
-    for container in _containers(rayjob):
-        env = {item["name"]: item for item in container.get("env", [])}
-        for name in SECRET_NAMES:
-            assert name in env, f"{container['name']} lacks {name}"
-            assert "value" not in env[name], f"{name} must not be a literal in the manifest"
-            ref = env[name]["valueFrom"]["secretKeyRef"]
-            assert ref["name"] and ref["key"]
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if (
-                    isinstance(value, str)
-                    and re.search(r"key|secret|token|password", str(key), re.I)
-                    and key not in {"secretKeyRef", "key"}
-                ):
-                    pytest.fail(f"{path}.{key} holds a literal value")
-                walk(value, f"{path}.{key}")
-        elif isinstance(node, list):
-            for n, item in enumerate(node):
-                walk(item, f"{path}[{n}]")
-        if isinstance(node, dict) and node.get("name") in SECRET_NAMES:
-            assert "value" not in node, f"{path}: {node['name']} is a literal"
-
-    walk(rayjob, "")
-    walk(yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"]), "runtimeEnvYAML")
-    text = RAYJOB.read_text(encoding="utf-8")
-    assert not re.search(r"sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}", text)

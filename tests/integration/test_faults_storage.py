@@ -1,8 +1,8 @@
 """The job survives a broken object store: the S3 endpoint goes away during the run, or during
 publication, and comes back.
 
-Each test runs its own S3 endpoint (`tests.s3_faults.FaultyS3`: moto on 127.0.0.1 at a fixed
-free port) so it can break it and bring it back on the same port without touching the
+Each test runs its own S3 endpoint (`tests.support.s3_faults.FaultyS3`: moto on 127.0.0.1 at a
+fixed free port) so it can break it and bring it back on the same port without touching the
 session's moto fixture. moto keeps its buckets in memory per process, shared by every server in
 the process, so the endpoint serves the same objects after it is back. While it is stopped the
 port refuses connections: the endpoint is truly unreachable. The endpoint breaks at a precise
@@ -34,17 +34,15 @@ from jobs.engine.publish import RunLocation
 from jobs.engine.storage import filesystem
 from scorer_core.errors import StorageError
 from scorer_core.testing import FakeJudgeServer, FaultPlan
-from tests.conftest import moto_storage_options
-from tests.s3_faults import FaultyS3, Request
-from tests.test_job import (
-    KEY_ENV,
-    KEY_VALUE,
+from tests.support.job import (
     config_for,
     llm_judge,
     truth,
     verdict_requests,
     write_items,
 )
+from tests.support.moto import create_bucket, moto_storage_options
+from tests.support.s3_faults import FaultyS3, Request
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
 
@@ -70,27 +68,13 @@ class Endpoint(FaultyS3):
 
 @pytest.fixture
 def endpoint() -> Iterator[Endpoint]:
-    import boto3  # type: ignore[import-untyped]
-
     point = Endpoint()
     point.start()
-    boto3.client(
-        "s3",
-        endpoint_url=point.url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket=point.bucket)
+    create_bucket(point.url, point.bucket)
     try:
         yield point
     finally:
         point.stop()
-
-
-@pytest.fixture
-def judge_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(KEY_ENV, KEY_VALUE)
-    return KEY_VALUE
 
 
 def s3_job(
@@ -196,7 +180,7 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
 
 
 # Connections the short outage resets. Each is one failed try of a store call, or half of
-# one when aiohttp retries a dropped idempotent request by itself (see tests.s3_faults): a
+# one when aiohttp retries a dropped idempotent request by itself (see tests.support.s3_faults): a
 # call that met them all, and a request in flight that the outage cut, still has a try left of
 # `jobs.engine.storage.DEFAULT_ATTEMPTS`.
 OUTAGE = 3

@@ -20,20 +20,10 @@ from jobs.engine.publish import RunLocation
 from jobs.engine.storage import s3_options
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import StorageError
-from scorer_core.lexical import LexicalJudge
-from scorer_core.precision import context_precision
-from scorer_core.types import ScoringItem
-from tests.conftest import MotoS3
+from tests.support.job import COLUMNS, lexical_truth
+from tests.support.moto import MotoS3
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
-
-COLUMNS = {
-    "query_id": "id",
-    "input": "question",
-    "output": "answer",
-    "expected_output": "ground_truth",
-    "context": "contexts",
-}
 
 
 def s3(moto: MotoS3) -> s3fs.S3FileSystem:
@@ -77,20 +67,6 @@ def read_scores(moto: MotoS3, out: str) -> tuple[int, int, list[str]]:
     return row[0], row[1], row[2]
 
 
-def expected_lexical(rows: list[dict[str, Any]]) -> dict[str, float]:
-    judge = LexicalJudge()
-    return {
-        row["id"]: context_precision(
-            judge.verdict_flags(
-                ScoringItem(
-                    row["question"], row["answer"], tuple(row["contexts"]), row["ground_truth"]
-                )
-            )
-        )
-        for row in rows
-    }
-
-
 def test_lexical_run_with_input_and_output_on_s3(
     moto_s3: MotoS3, s3_prefix: str, tmp_path: Path
 ) -> None:
@@ -107,7 +83,7 @@ def test_lexical_run_with_input_and_output_on_s3(
     location = RunLocation(outcome.run_id, outcome.run_date)
     with fs.open(f"{out}/{location.table_file('scores')}", "rb") as handle:
         scores = pl.read_parquet(handle)
-    expected = expected_lexical(rows)
+    expected = lexical_truth(rows)
     assert scores.height == 150
     assert scores["status"].to_list() == ["ok"] * 150
     assert {r["query_id"]: r["score"] for r in scores.iter_rows(named=True)} == expected
@@ -161,7 +137,7 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
     with fs.open(f"{out}/{location.table_file('scores')}", "rb") as handle:
         scores = pl.read_parquet(handle)
     assert {r["query_id"]: r["score"] for r in scores.iter_rows(named=True)} == (
-        expected_lexical(rows)
+        lexical_truth(rows)
     )
     # The verdicts table uploaded by the failed attempt was replaced, not added to.
     assert fs.find(f"{out}/verdicts") == [f"{out}/{location.table_file('verdicts')}"[5:]]

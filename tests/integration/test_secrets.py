@@ -19,19 +19,13 @@ from jobs.context_precision import main
 from jobs.engine.driver import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import CtxPrecError
-from scorer_core.testing import FakeJudgeServer
+from tests.support.fakes import JudgeFactory
+from tests.support.job import COLUMNS
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
 
 SENTINEL = "sk-SENTINEL-7f3a9c-do-not-leak"
 KEY_ENV = "CTXPREC_SECRET_TEST_KEY"
-COLUMNS = {
-    "query_id": "id",
-    "input": "question",
-    "output": "answer",
-    "expected_output": "ground_truth",
-    "context": "contexts",
-}
 
 
 def _files_containing(root: Path, needle: bytes) -> list[Path]:
@@ -53,41 +47,17 @@ def _ray_logs_dir() -> Path:
     return Path(node.get_logs_dir_path())
 
 
-def test_the_api_key_appears_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_key_appears_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_judge: JudgeFactory
+) -> None:
     data = tmp_path / "in.jsonl"
     write_jsonl(data, generate(40, seed=3, markers=True))
     monkeypatch.setenv(KEY_ENV, SENTINEL)
     out = tmp_path / "out"
-    with FakeJudgeServer(require_api_key=SENTINEL) as server:
-        config_path = tmp_path / "job.yaml"
-        config_path.write_text(
-            json.dumps(
-                {
-                    "input": {"path": str(data), "columns": COLUMNS},
-                    "output": {"path": str(out)},
-                    "judge": {
-                        "model": "openai/fake-judge",
-                        "api_base": server.url,
-                        "api_key_env": KEY_ENV,
-                    },
-                    "scorer": {"reason": "llm"},
-                    "ray": {"shard_size": 20, "workers": 2},
-                    "run": {"id": "secret-ok"},
-                }
-            )
-        )
-        printed = io.StringIO()
-        with redirect_stdout(printed), redirect_stderr(printed):
-            code = main(["--config", str(config_path)])
-        assert code == 0, printed.getvalue()[-2000:]
-        # The key really was used: the server only answers requests that carry it.
-        assert server.authorization_headers() == {f"Bearer {SENTINEL}"}
-        assert server.stats()["by_status"].get("200", 0) >= 80
-
-        # A wrong key: the judge refuses, the run stops with an error that must not echo it.
-        wrong = "sk-WRONG-SENTINEL-e41b"
-        monkeypatch.setenv(KEY_ENV, wrong)
-        config = parse_config(
+    server = fake_judge(require_api_key=SENTINEL)
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(
+        json.dumps(
             {
                 "input": {"path": str(data), "columns": COLUMNS},
                 "output": {"path": str(out)},
@@ -96,16 +66,42 @@ def test_the_api_key_appears_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyP
                     "api_base": server.url,
                     "api_key_env": KEY_ENV,
                 },
+                "scorer": {"reason": "llm"},
                 "ray": {"shard_size": 20, "workers": 2},
-                "run": {"id": "secret-refused"},
-                # Cached verdicts from the first run would answer without asking the judge.
-                "cache": {"enabled": False},
+                "run": {"id": "secret-ok"},
             }
         )
-        progress = io.StringIO()
-        with pytest.raises(CtxPrecError) as refused:
-            run_job(config, out=progress)
-        assert "401" in str(refused.value) or "authentication" in str(refused.value).lower()
+    )
+    printed = io.StringIO()
+    with redirect_stdout(printed), redirect_stderr(printed):
+        code = main(["--config", str(config_path)])
+    assert code == 0, printed.getvalue()[-2000:]
+    # The key really was used: the server only answers requests that carry it.
+    assert server.authorization_headers() == {f"Bearer {SENTINEL}"}
+    assert server.stats()["by_status"].get("200", 0) >= 80
+
+    # A wrong key: the judge refuses, the run stops with an error that must not echo it.
+    wrong = "sk-WRONG-SENTINEL-e41b"
+    monkeypatch.setenv(KEY_ENV, wrong)
+    config = parse_config(
+        {
+            "input": {"path": str(data), "columns": COLUMNS},
+            "output": {"path": str(out)},
+            "judge": {
+                "model": "openai/fake-judge",
+                "api_base": server.url,
+                "api_key_env": KEY_ENV,
+            },
+            "ray": {"shard_size": 20, "workers": 2},
+            "run": {"id": "secret-refused"},
+            # Cached verdicts from the first run would answer without asking the judge.
+            "cache": {"enabled": False},
+        }
+    )
+    progress = io.StringIO()
+    with pytest.raises(CtxPrecError) as refused:
+        run_job(config, out=progress)
+    assert "401" in str(refused.value) or "authentication" in str(refused.value).lower()
 
     texts = {
         "driver output": printed.getvalue() + progress.getvalue(),

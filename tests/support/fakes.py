@@ -1,12 +1,15 @@
-"""Small fakes shared by the tests (the fake judge server lives in scorer_core/testing)."""
+"""Stand-ins for time (what the tests inject instead of sleeping or reading a real clock), and
+the type of the `fake_judge` fixture."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+from collections.abc import Callable
 
-import pytest
+from scorer_core.testing import FakeJudgeServer
 
-from scorer_core.testing import FakeJudgeServer, FaultPlan
+# `fake_judge(**options)`: starts a FakeJudgeServer with those options (tests/conftest.py).
+JudgeFactory = Callable[..., FakeJudgeServer]
 
 
 class RecordingSleep:
@@ -19,16 +22,31 @@ class RecordingSleep:
         self.waits.append(seconds)
 
 
-@pytest.fixture(scope="module")
-def shared_judge_server() -> Iterator[FakeJudgeServer]:
-    """One fake judge for a test module."""
-    with FakeJudgeServer() as running:
-        yield running
+class SleepLog:
+    """Injected instead of time.sleep: records the waits, waits for nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
 
 
-@pytest.fixture
-def server(shared_judge_server: FakeJudgeServer) -> FakeJudgeServer:
-    """The module's fake judge, with no faults and fresh statistics for this test."""
-    shared_judge_server.set_fault_plan(FaultPlan())
-    shared_judge_server.reset_stats()
-    return shared_judge_server
+class FakeClock:
+    """A clock that moves only when told: `clock()` is the time, `advance(s)` moves it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class NoJitter(random.Random):
+    """A random source that always draws 0: no jitter on top of a Retry-After."""
+
+    def random(self) -> float:
+        return 0.0

@@ -7,18 +7,11 @@ import asyncio
 import pytest
 
 from jobs.engine.budget import AdjustableGate, BudgetSettings, InFlightBudget, LatencyWindow
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import FakeClock
 
 
 def budget(rate: float | None = 100.0, **settings: object) -> InFlightBudget:
-    return InFlightBudget(BudgetSettings(**settings), lambda: rate, clock=Clock())  # type: ignore[arg-type]
+    return InFlightBudget(BudgetSettings(**settings), lambda: rate, clock=FakeClock(0.0))  # type: ignore[arg-type]
 
 
 def test_latency_window_percentiles_use_the_recent_samples() -> None:
@@ -118,7 +111,7 @@ def test_when_demand_fits_each_worker_gets_room_to_grow() -> None:
 
 
 def test_silent_workers_are_forgotten() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     run = InFlightBudget(BudgetSettings(explicit=100), lambda: 10.0, clock=clock, stale_after_s=5)
     run.allocate("dead", demand=100, in_flight=50)
     clock.now = 6.0

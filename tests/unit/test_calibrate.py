@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +11,18 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from jobs.cli import build_parser
+from jobs.cli import main as ctxprec
 from jobs.config import load_config
-from jobs.tools.calibrate import (
-    LabelledItem,
-    agreement,
-    calibrate,
-    load_labels,
-    main,
-    register,
-    run_calibrate,
-)
-from scorer_core.lexical import LexicalJudge
+from jobs.tools.calibrate import LabelledItem, agreement, calibrate, load_labels
 from scorer_core.metrics import kendall_tau_b, pearson, spearman
 from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
+from tests.support.fakes import JudgeFactory
+from tests.support.job import lexical_flags
+from tests.support.paths import SHARED_DATA
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = SHARED_DATA
 KEY_VAR = "CTXPREC_TEST_CALIBRATE_KEY"
 SECRET = "sk-calibrate-secret-0987654321"
 
@@ -130,10 +124,9 @@ def check_exact(result: dict[str, Any]) -> None:
 def test_lexical_judge_metrics_are_exact(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    judge = LexicalJudge()
     for name, (query, answer, contexts) in LEXICAL_ITEMS.items():
         item = ScoringItem(query, answer or query, tuple(contexts), answer)
-        assert judge.verdict_flags(item) == [bool(v) for v in JUDGE[name]], name
+        assert lexical_flags(item) == [bool(v) for v in JUDGE[name]], name
     labels = write_labels(tmp_path / "labels.jsonl", LEXICAL_ITEMS)
     config = write_config(tmp_path, "{model: lexical}")
     result = calibrate(load_config(config), str(labels))
@@ -141,18 +134,18 @@ def test_lexical_judge_metrics_are_exact(
     assert result["gold_rule"] == ["relevance > 0"]
     assert "the query itself for 1 item" in result["judge_output"]
 
-    assert main(["--config", str(config), "--labels", str(labels)]) == 0
+    assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels)]) == 0
     text = capsys.readouterr().out
     assert "| judge vs labels | 12 |" in text
     assert "0.625" in text and "Kendall's tau-b" in text
-    assert main(["--config", str(config), "--labels", str(labels), "--json"]) == 0
+    assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels), "--json"]) == 0
     check_exact(json.loads(capsys.readouterr().out))
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer(require_api_key=SECRET) as running:
-        yield running
+@pytest.fixture
+def server(fake_judge: JudgeFactory) -> FakeJudgeServer:
+    """The fake judge, answering only requests with the key SECRET."""
+    return fake_judge(require_api_key=SECRET)
 
 
 def marked_items(verdicts: dict[str, list[int]]) -> dict[str, tuple[str, str | None, list[str]]]:
@@ -185,8 +178,7 @@ def test_llm_judge_through_the_fake_server(
     config = llm_config(tmp_path, server)
     # a judge that agrees with the labels perfectly
     labels = write_labels(tmp_path / "agree.jsonl", marked_items(GOLD))
-    server.reset_stats()
-    assert main(["--config", str(config), "--labels", str(labels), "--json"]) == 0
+    assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels), "--json"]) == 0
     output = capsys.readouterr().out
     assert SECRET not in output
     perfect = json.loads(output)
@@ -232,7 +224,8 @@ def test_bad_key_stops_without_leaking_it(
     monkeypatch.setenv(KEY_VAR, wrong)
     config = llm_config(tmp_path, server)
     labels = write_labels(tmp_path / "agree.jsonl", marked_items(GOLD))
-    assert main(["--config", str(config), "--labels", str(labels)]) == 2
+    # A refused key: the judge cannot work (exit 1, as for every ctxprec command).
+    assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels)]) == 1
     captured = capsys.readouterr()
     assert "error:" in captured.err
     assert wrong not in captured.err + captured.out
@@ -241,7 +234,7 @@ def test_bad_key_stops_without_leaking_it(
     # a hosted model with no key variable set fails before any call
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     hosted = write_config(tmp_path, "{model: openai/gpt-4o-mini}")
-    assert main(["--config", str(hosted), "--labels", str(labels)]) == 2
+    assert ctxprec(["calibrate", "--config", str(hosted), "--labels", str(labels)]) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().err
 
 
@@ -302,10 +295,8 @@ def test_unscored_and_error_items_are_excluded() -> None:
     assert kendall_tau_b([1.0, 2.0], [1.0, 2.0]) == 1.0
 
 
-def test_register_adds_the_subcommand() -> None:
-    parser = argparse.ArgumentParser(prog="ctxprec")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(
+def test_ctxprec_calibrate_parses_the_options_as_the_tool_reads_them() -> None:
+    args = build_parser().parse_args(
         [
             "calibrate",
             "--config",
@@ -318,7 +309,7 @@ def test_register_adds_the_subcommand() -> None:
             "2",
         ]
     )
-    assert args.handler is run_calibrate
+    assert args.handler == "jobs.tools.calibrate:run"
     assert (args.limit, args.min_grade, args.json) == (5, 2.0, False)
 
 
@@ -328,7 +319,12 @@ def test_shared_human_labels(tmp_path: Path, name: str, capsys: pytest.CaptureFi
     if not path.exists():
         pytest.skip(f"{path} is not available")
     config = write_config(tmp_path, "{model: lexical}")
-    assert main(["--config", str(config), "--labels", str(path), "--limit", "50", "--json"]) == 0
+    assert (
+        ctxprec(
+            ["calibrate", "--config", str(config), "--labels", str(path), "--limit", "50", "--json"]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["items"]["judged"] == result["items"]["ok"] == 50
     assert result["rows"]["invalid"] == 0

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import argparse
+import io
 import json
 import os
 import socket
@@ -17,12 +17,14 @@ import yaml
 
 from jobs import cli, context_precision
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.tools import calibrate, compare, estimate, report, runs
+from jobs.tools import estimate
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.cli import EXIT_FAILED, EXIT_NO_SCORE, EXIT_USAGE
-from scorer_core.testing import FakeJudgeServer, FaultPlan
+from scorer_core.testing import FaultPlan
+from tests.support.fakes import JudgeFactory
+from tests.support.job import COLUMNS
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, **RAY_ENV}
 HEAVY = ("polars", "pyarrow", "fsspec", "ray", "litellm")
 COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report")
@@ -33,7 +35,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
-        cwd=ROOT,
+        cwd=REPO,
         input=stdin,
         capture_output=True,
         text=True,
@@ -75,56 +77,53 @@ def test_bad_input_names_the_problem() -> None:
     assert missing.returncode == 2 and "no/such/file.json" in missing.stderr
 
 
-def test_ctxprec_score_against_an_openai_compatible_server() -> None:
+def score_from_stdin(
+    item: dict[str, object], argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> int:
+    """`ctxprec score ARGV` with `item` as JSON on stdin, in this process."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(item)))
+    return cli.main(["score", *argv])
+
+
+def test_ctxprec_score_against_an_openai_compatible_server(
+    fake_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     item = {"input": "q", "output": "o", "context": ["a RELEVANT", "b", "c RELEVANT", "d"]}
-    with FakeJudgeServer(require_api_key="sk-cli-test") as server:
-        env = {**ENV, "MY_JUDGE_KEY": "sk-cli-test"}
-        done = run(
-            "-c",
-            "import sys; from jobs.cli import main; sys.exit(main())",
-            "score",
-            "--model",
-            "openai/fake-judge",
-            "--api-base",
-            server.url,
-            "--api-key-env",
-            "MY_JUDGE_KEY",
-            "--json",
-            stdin=json.dumps(item),
-            env=env,
-        )
-        assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["score"] == 0.83
-        assert server.stats()["total_requests"] == 1
+    server = fake_judge(require_api_key="sk-cli-test")
+    monkeypatch.setenv("MY_JUDGE_KEY", "sk-cli-test")
+    argv = ["--model", "openai/fake-judge", "--api-base", server.url, "--api-key-env"]
+    code = score_from_stdin(item, [*argv, "MY_JUDGE_KEY", "--json"], monkeypatch)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["score"] == 0.83
+    assert server.stats()["total_requests"] == 1
 
 
-def test_an_item_that_gets_no_score_exits_3() -> None:
+def test_an_item_that_gets_no_score_exits_3(
+    fake_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     item = {"input": "q", "output": "o", "context": ["a RELEVANT", "b"]}
     # Every reply is broken JSON: the judge re-asks, then gives the item up as unscored.
-    with FakeJudgeServer(fault_plan=FaultPlan(malformed_json=1.0)) as server:
-        done = run(
-            "-m",
-            "jobs.cli",
-            "score",
-            "--model",
-            "openai/fake-judge",
-            "--api-base",
-            server.url,
-            "--json",
-            stdin=json.dumps(item),
-        )
-    assert done.returncode == EXIT_NO_SCORE, done.stderr
-    assert json.loads(done.stdout)["status"] == "unscored"
+    server = fake_judge(fault_plan=FaultPlan(malformed_json=1.0))
+    argv = ["--model", "openai/fake-judge", "--api-base", server.url, "--json"]
+    code = score_from_stdin(item, argv, monkeypatch)
+    captured = capsys.readouterr()
+    assert code == EXIT_NO_SCORE, captured.err
+    assert json.loads(captured.out)["status"] == "unscored"
 
 
 def test_a_judge_that_cannot_work_exits_1(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fake_judge: JudgeFactory, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CTXPREC_TEST_KEY", "sk-wrong")
-    item = ROOT / "examples" / "item.json"
-    with FakeJudgeServer(require_api_key="sk-right") as server:
-        args = ["--model", "openai/fake-judge", "--api-base", server.url, str(item)]
-        code = cli.main(["score", "--api-key-env", "CTXPREC_TEST_KEY", *args])
+    item = REPO / "examples" / "item.json"
+    server = fake_judge(require_api_key="sk-right")
+    args = ["--model", "openai/fake-judge", "--api-base", server.url, str(item)]
+    code = cli.main(["score", "--api-key-env", "CTXPREC_TEST_KEY", *args])
     assert code == EXIT_FAILED
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "sk-wrong" not in err
@@ -205,50 +204,10 @@ def test_every_handler_is_importable_and_callable() -> None:
         assert callable(cli.load_handler(command.handler)), command.handler
 
 
-def _options(parser: argparse.ArgumentParser) -> dict[str, tuple[object, ...]]:
-    return {
-        action.dest: (
-            tuple(action.option_strings),
-            action.default,
-            action.required,
-            action.nargs,
-            action.type,
-            action.choices,
-            action.metavar,
-        )
-        for action in parser._actions
-    }
-
-
-@pytest.mark.parametrize(
-    ("name", "tool_arguments"),
-    [
-        ("estimate", estimate.add_arguments),
-        ("calibrate", calibrate.add_arguments),
-        ("compare", compare.add_arguments),
-        ("report", report.add_arguments),
-    ],
-)
-def test_the_cli_and_the_tools_own_entrypoints_take_the_same_options(
-    name: str, tool_arguments: object
-) -> None:
-    """`python -m jobs.tools.<tool>` builds its parser with the tool's add_arguments, ctxprec
-    with jobs.cli's definitions: they must not drift apart."""
-    assert callable(tool_arguments)
-    own = argparse.ArgumentParser()
-    tool_arguments(own)
-    (command,) = [c for c in cli.COMMANDS if c.name == name]
-    ours = argparse.ArgumentParser()
-    command.add_arguments(ours)
-    assert _options(ours) == _options(own)
-
-
 def test_cli_defaults_are_the_tools_defaults() -> None:
+    """`estimate()` called as a library takes the defaults `ctxprec estimate` shows."""
     assert cli.DEFAULT_SAMPLE == estimate.DEFAULT_SAMPLE
     assert cli.DEFAULT_ASSUMED_LATENCY_S == estimate.DEFAULT_ASSUMED_LATENCY_S
-    assert cli.DEFAULT_OUTPUT == runs.DEFAULT_OUTPUT
-    assert cli.DEFAULT_MAX_MEAN_DROP == compare.DEFAULT_MAX_MEAN_DROP
-    assert cli.DEFAULT_TOP == compare.DEFAULT_TOP
 
 
 # -- exit codes of the job and the run tools ---------------------------------------------------
@@ -276,15 +235,8 @@ def _job_config(tmp_path: Path) -> Path:
     data = tmp_path / "items.jsonl"
     write_jsonl(data, generate(20))
     path = tmp_path / "job.yaml"
-    columns = {
-        "query_id": "id",
-        "input": "question",
-        "output": "answer",
-        "expected_output": "ground_truth",
-        "context": "contexts",
-    }
     config = {
-        "input": {"path": str(data), "columns": columns},
+        "input": {"path": str(data), "columns": COLUMNS},
         "output": {"path": str(tmp_path / "out")},
         "judge": {"model": "lexical"},
     }

@@ -2,28 +2,24 @@
 
 The runs are written directly by tests/support/published.py: "base", and "cand" (the same
 queries judged more strictly, so scores fall and a few rise; one query removed, one added,
-one unscored; an unreadable row in both). The last test runs the real Ray job twice and then
-compare and report on what it published, and checks that its tables have the columns the
-support module writes.
+one unscored; an unreadable row in both). That the real job publishes runs like these is
+tests/integration/test_real_runs.py's.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
-from markupsafe import escape
 
+from jobs.cli import build_parser
 from jobs.engine import aggregate
 from jobs.engine.aggregate import relevance_by_position
-from jobs.engine.publish import TABLES
 from jobs.engine.storage import filesystem, open_store
-from jobs.tools import compare, report
+from jobs.tools import compare
 from jobs.tools.runs import RunNotFound, load_run, parse_storage_options
 from scorer_core.errors import ConfigError
 from tests.support.published import (
@@ -32,11 +28,11 @@ from tests.support.published import (
     ITEMS,
     REMOVED_ID,
     RUN_DATE,
-    SCRIPT_ID,
     UNSCORED_ID,
     Runs,
     base_and_candidate,
     local_base_and_candidate,
+    run_compare,
 )
 
 
@@ -51,12 +47,7 @@ def _scores(runs: Runs, run_id: str) -> pl.DataFrame:
 
 
 def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
-    parser = argparse.ArgumentParser()
-    compare.add_arguments(parser)
-    args = parser.parse_args([*extra[:2], "--output", str(runs.output), *extra[2:]])
-    out = io.StringIO()
-    code = compare.run(args, out=out)
-    return code, out.getvalue()
+    return run_compare(runs.output, *extra)
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,11 +217,9 @@ def test_out_table_path(runs: Runs, tmp_path: Path) -> None:
     assert str(target) in text
 
 
-def test_register_adds_the_subcommand() -> None:
-    parser = argparse.ArgumentParser(prog="ctxprec")
-    compare.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["compare", "a", "b", "--top", "3"])
-    assert args.handler is compare.run
+def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
+    args = build_parser().parse_args(["compare", "a", "b", "--top", "3"])
+    assert args.handler == "jobs.tools.compare:run"
     assert (args.run_a, args.run_b, args.top, args.max_mean_drop) == ("a", "b", 3, 0.02)
 
 
@@ -246,9 +235,7 @@ def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
         "--storage-option",
         "client_kwargs.region_name=us-east-1",
     ]
-    parser = argparse.ArgumentParser()
-    compare.add_arguments(parser)
-    args = parser.parse_args([base, cand, "--output", s3_prefix, *options])
+    args = build_parser().parse_args(["compare", base, cand, "--output", s3_prefix, *options])
     out = io.StringIO()
     assert compare.run(args, out=out) == 1
     written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
@@ -271,90 +258,3 @@ def test_support_scores_agree_with_the_job_aggregation(runs: Runs) -> None:
         assert aggregate.score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
         ok = run.scores().filter(pl.col("status") == "ok").select(pl.len()).collect().item()
         assert ok > 0
-
-
-E2E_ITEMS = 40
-
-
-def _e2e_rows(*, for_candidate: bool) -> list[dict[str, Any]]:
-    from jobs.tools.sample_data import generate
-
-    rows = list(generate(E2E_ITEMS, seed=11))
-    rows[0] = {
-        **rows[0],
-        "id": SCRIPT_ID,
-        "question": "Where was <script>alert(1)</script> born?",
-        "contexts": ["Visitors often mention the mild weather.", "Fish swim in the <b>sea</b>."],
-    }
-    rows.append({**rows[1], "id": BAD_ID, "contexts": None})
-    if for_candidate:
-        rows = [r for r in rows if r["id"] != REMOVED_ID]
-        rows.append({**rows[2], "id": ADDED_ID})
-    return rows
-
-
-def _e2e_config(input_path: Path, output: Path, run_id: str, threshold: float | None) -> Any:
-    from jobs.config import parse_config
-
-    judge: dict[str, Any] = {"model": "lexical"}
-    if threshold is not None:
-        judge["lexical"] = {"threshold": threshold}
-    return parse_config(
-        {
-            "input": {
-                "path": str(input_path),
-                "format": "jsonl",
-                "columns": {
-                    "query_id": "id",
-                    "input": "question",
-                    "output": "answer",
-                    "expected_output": "ground_truth",
-                    "context": "contexts",
-                },
-            },
-            "output": {"path": str(output)},
-            "judge": judge,
-            "run": {"id": run_id, "date": RUN_DATE.isoformat()},
-            "ray": {"shard_size": 25, "workers": 2},
-        }
-    )
-
-
-@pytest.mark.usefixtures("ray_local")
-def test_real_job_publishes_what_the_support_module_writes(runs: Runs, tmp_path: Path) -> None:
-    """Two runs of the real job (the offline lexical judge, stricter in "cand"), then compare
-    and report on them; their tables have the support module's columns and types."""
-    from jobs.engine.driver import run_job  # the only test here that needs the engine (Ray)
-
-    output = tmp_path / "out"
-    for run_id, candidate, threshold in (("base", False, None), ("cand", True, 0.35)):
-        input_path = tmp_path / f"{run_id}.jsonl"
-        rows = _e2e_rows(for_candidate=candidate)
-        input_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        run_job(_e2e_config(input_path, output, run_id, threshold), out=io.StringIO())
-
-    store = open_store(str(output))
-    real = load_run(store, "cand")
-    written = load_run(open_store(str(runs.output)), runs.cand)
-    for name in TABLES:
-        assert real.read(name).schema == written.read(name).schema, name
-    assert set(real.manifest) == set(written.manifest)
-    assert real.summary.to_dict() == real.manifest["summary"]
-
-    code, text = _compare(Runs(output, "base", "cand"), "base", "cand")
-    assert code == 1 and "FAIL: mean fell by" in text
-    assert "only in A 1, only in B 1" in text
-    table = pl.read_parquet(output / "comparisons" / "base__vs__cand.parquet")
-    assert tuple(table.columns) == compare.TABLE_COLUMNS
-    assert table.height == E2E_ITEMS + 2
-    bad = table.filter(pl.col("query_id") == BAD_ID).row(0, named=True)
-    assert (bad["status_a"], bad["status_b"]) == ("error", "error")
-
-    page_path = tmp_path / "report.html"
-    argv = ["cand", "--baseline", "base", "--output", str(output), "--html", str(page_path)]
-    assert report.main(argv) == 0
-    page = page_path.read_text(encoding="utf-8")
-    assert page.count("<svg") == 5  # 3 charts of the run, 2 of the comparison
-    assert escape(SCRIPT_ID) in page and "<script" not in page.lower()
-    assert "<b>sea</b>" not in page
-    assert 'id="failed"' in page and BAD_ID in page

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from jobs import config_reference
 from jobs.config import JobConfig
+from tests.support.paths import REPO
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO / "README.md"
 
 
 def _leaf_models() -> list[tuple[str, object]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -14,20 +13,15 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from jobs.cli import build_parser
+from jobs.cli import main as ctxprec
 from jobs.config import load_config
 from jobs.engine.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
 from jobs.engine.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
 from jobs.engine.inputs import validate_record as preprocess
 from jobs.engine.storage import open_store
 from jobs.factory import input_spec
-from jobs.tools.estimate import (
-    OUTPUT_TOKENS_PER_REASON,
-    OUTPUT_TOKENS_PER_VERDICT,
-    estimate,
-    main,
-    register,
-    run_estimate,
-)
+from jobs.tools.estimate import OUTPUT_TOKENS_PER_REASON, OUTPUT_TOKENS_PER_VERDICT, estimate
 from jobs.tools.sample_data import generate, write_jsonl
 
 ITEMS = 60
@@ -135,7 +129,12 @@ def test_cost_lexical_zero_priced_model_positive_unknown_model(
     unknown = run(config, "judge.model=openai/no-such-model-xyz")
     assert unknown["cost_usd"] is None
 
-    assert main(["--config", str(config), "--set", "judge.model=openai/no-such-model-xyz"]) == 0
+    assert (
+        ctxprec(
+            ["estimate", "--config", str(config), "--set", "judge.model=openai/no-such-model-xyz"]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "estimated cost  n/a" in text
 
@@ -233,7 +232,7 @@ def test_cli_table_json_and_no_secret(
     config = write_config(data.parent.parent, data)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     args = ["--config", str(config), "--set", "judge.model=openai/gpt-4o-mini"]
-    assert main([*args, "--set", "rate_limit.requests_per_minute=60"]) == 0
+    assert ctxprec(["estimate", *args, "--set", "rate_limit.requests_per_minute=60"]) == 0
     text = capsys.readouterr().out
     for label in (
         "items",
@@ -249,18 +248,16 @@ def test_cli_table_json_and_no_secret(
     assert f"{ITEMS} valid / 2 invalid" in text
     assert SECRET not in text
 
-    assert main([*args, "--json"]) == 0
+    assert ctxprec(["estimate", *args, "--json"]) == 0
     parsed = json.loads(capsys.readouterr().out)
     assert parsed["context_pairs"] == expected_counts(rows)[0]
     assert SECRET not in json.dumps(parsed)
 
-    assert main(["--config", str(config.parent / "missing.yaml")]) == 2
+    assert ctxprec(["estimate", "--config", str(config.parent / "missing.yaml")]) == 2
     assert "cannot read config" in capsys.readouterr().err
 
 
-def test_register_adds_the_subcommand() -> None:
-    parser = argparse.ArgumentParser(prog="ctxprec")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
-    assert args.handler is run_estimate
+def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
+    args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
+    assert args.handler == "jobs.tools.estimate:run"
     assert args.sample == 5 and args.json and args.set == []

@@ -7,11 +7,7 @@ exactly the faults it claims, so each behaviour is checked here against raw HTTP
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,10 +21,10 @@ from scorer_core.testing import (
     FaultPlan,
     build_verdict_prompt_for_tests,
 )
+from tests.support.fakes import FakeClock, JudgeFactory, RecordingSleep
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO = Path(__file__).resolve().parent.parent
 CONTEXTS = [
     "This passage is RELEVANT to the question.",
     "This one is IRRELEVANT.",
@@ -68,12 +64,6 @@ def _content(response: httpx.Response) -> str:
     content = response.json()["choices"][0]["message"]["content"]
     assert isinstance(content, str)
     return content
-
-
-@pytest.fixture
-def server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer() as s:
-        yield s
 
 
 @pytest.fixture
@@ -230,55 +220,64 @@ def test_api_key_required(client: httpx.Client) -> None:
         assert s.stats()["by_outcome"] == {"unauthorized": 2, "ok": 1}
 
 
-def test_sliding_window_rate_limit(client: httpx.Client) -> None:
-    with FakeJudgeServer(rpm=5, window_s=1.0) as s:
-        codes = [_post(client, s, _body()).status_code for _ in range(8)]
-        assert codes == [200] * 5 + [429] * 3
-        limited = _post(client, s, _body())
-        assert limited.status_code == 429
-        assert limited.headers["Retry-After"] == "1"
-        assert limited.headers["x-ratelimit-limit-requests"] == "5"
-        assert limited.json()["error"]["type"] == "rate_limit_exceeded"
-        assert limited.json()["error"]["code"] == "rate_limit_exceeded"
+def test_sliding_window_rate_limit(client: httpx.Client, fake_judge: JudgeFactory) -> None:
+    clock = FakeClock()
+    s = fake_judge(rpm=5, window_s=1.0, clock=clock)
+    codes = [_post(client, s, _body()).status_code for _ in range(8)]
+    assert codes == [200] * 5 + [429] * 3
+    clock.advance(0.4)
+    limited = _post(client, s, _body())
+    assert limited.status_code == 429
+    assert limited.headers["Retry-After"] == "1"  # 0.6 s until a slot frees, rounded up
+    assert limited.headers["x-ratelimit-reset-requests"] == "0.600s"
+    assert limited.headers["x-ratelimit-limit-requests"] == "5"
+    assert limited.json()["error"]["type"] == "rate_limit_exceeded"
+    assert limited.json()["error"]["code"] == "rate_limit_exceeded"
 
-        time.sleep(1.05)  # the first five leave the window
-        more = [_post(client, s, _body()).status_code for _ in range(6)]
-        assert more == [200] * 5 + [429]
-        stats = s.stats()
-        assert stats["accepted"] == 10
-        assert stats["rate_limited_429"] == stats["rate_limited_by_window"] == 5
-        assert stats["max_in_any_window"] == 5
-        assert s.max_in_any_window(10.0) == 10  # over a longer window all ten count
-        assert len(s.accepted_timestamps()) == 10
+    clock.advance(0.6)  # the first five leave the window (it is half-open: (t - 1 s, t])
+    more = [_post(client, s, _body()).status_code for _ in range(6)]
+    assert more == [200] * 5 + [429]
+    stats = s.stats()
+    assert stats["accepted"] == 10
+    assert stats["rate_limited_429"] == stats["rate_limited_by_window"] == 5
+    assert stats["max_in_any_window"] == 5
+    assert s.max_in_any_window(10.0) == 10  # over a longer window all ten count
+    assert s.accepted_timestamps() == [1000.0] * 5 + [1001.0] * 5
 
-        s.set_rpm(0)  # unlimited from now on
-        assert _post(client, s, _body()).status_code == 200
-
-
-def test_rate_limit_without_retry_after_header(client: httpx.Client) -> None:
-    with FakeJudgeServer(rpm=1, window_s=30.0, retry_after_header=False) as s:
-        assert _post(client, s, _body()).status_code == 200
-        limited = _post(client, s, _body())
-        assert limited.status_code == 429 and "Retry-After" not in limited.headers
+    s.set_rpm(0)  # unlimited from now on
+    assert _post(client, s, _body()).status_code == 200
 
 
-def test_max_in_any_window_never_exceeds_limit_under_concurrency() -> None:
+def test_rate_limit_without_retry_after_header(
+    client: httpx.Client, fake_judge: JudgeFactory
+) -> None:
+    s = fake_judge(rpm=1, window_s=30.0, retry_after_header=False)
+    assert _post(client, s, _body()).status_code == 200
+    limited = _post(client, s, _body())
+    assert limited.status_code == 429 and "Retry-After" not in limited.headers
+
+
+def test_max_in_any_window_never_exceeds_limit_under_concurrency(
+    fake_judge: JudgeFactory,
+) -> None:
     import asyncio
 
     async def hammer(url: str) -> list[int]:
         async with httpx.AsyncClient(timeout=5.0) as c:
-            coros = [c.post(f"{url}/chat/completions", json=_body()) for _ in range(150)]
+            coros = [c.post(f"{url}/chat/completions", json=_body()) for _ in range(50)]
             return [r.status_code for r in await asyncio.gather(*coros)]
 
-    with FakeJudgeServer(rpm=20, window_s=0.5) as s:
-        start = time.monotonic()
-        codes: list[int] = []
-        while time.monotonic() - start < 1.2:
-            codes += asyncio.run(hammer(s.url))
-        stats = s.stats()
+    clock = FakeClock()
+    s = fake_judge(rpm=20, window_s=0.5, clock=clock)
+    codes: list[int] = []
+    for _ in range(5):  # 50 at once, five times, 0.25 s apart
+        codes += asyncio.run(hammer(s.url))
+        clock.advance(0.25)
+    stats = s.stats()
     assert set(codes) == {200, 429}
-    assert stats["max_in_any_window"] <= 20
-    assert stats["accepted"] == codes.count(200)
+    assert stats["max_in_any_window"] == 20
+    # Each burst after the first finds the window full or half full: 20, 0, 20, 0, 20.
+    assert stats["accepted"] == codes.count(200) == 60
     assert stats["rate_limited_429"] == codes.count(429)
 
 
@@ -352,15 +351,17 @@ def test_status_faults(client: httpx.Client, fault: str) -> None:
         assert stats["rate_limited_429"] == 2 and stats["accepted"] == 0
 
 
-def test_slow_fault_times_out_and_latency_applies(client: httpx.Client) -> None:
-    with FakeJudgeServer(fault_plan=FaultPlan(slow=1.0, slow_s=5.0)) as s:
-        with pytest.raises(httpx.ReadTimeout):
-            client.post(f"{s.url}/chat/completions", json=_body(), timeout=0.3)
-        assert s.stats()["faults"] == {"slow": 1}
-    with FakeJudgeServer(fault_plan=FaultPlan(latency_s=0.2)) as s:
-        started = time.monotonic()
+def test_slow_fault_times_out_and_latency_applies(
+    client: httpx.Client, fake_judge: JudgeFactory, sleep: RecordingSleep
+) -> None:
+    s = fake_judge(fault_plan=FaultPlan(slow=1.0, slow_s=5.0))
+    with pytest.raises(httpx.ReadTimeout):
+        client.post(f"{s.url}/chat/completions", json=_body(), timeout=0.3)
+    assert s.stats()["faults"] == {"slow": 1}
+    s = fake_judge(fault_plan=FaultPlan(latency_s=0.2, latency_jitter_s=0.1), sleep=sleep)
+    for _ in range(6):
         _content(_post(client, s, _body()))
-        assert time.monotonic() - started >= 0.2
+    assert len(sleep.waits) == 6 and all(0.2 <= wait <= 0.3 for wait in sleep.waits)
 
 
 def test_faults_are_per_request_and_seeded(client: httpx.Client) -> None:
@@ -382,18 +383,20 @@ def test_refuse_connections_then_recover_on_same_port(
 ) -> None:
     port = server.port
     _content(_post(client, server, _body()))  # leaves a pooled keep-alive connection open
-    server.refuse_connections(0.6)
+    server.refuse_connections(600)
     assert not server.is_listening
     with pytest.raises(httpx.TransportError):
         _post(client, server, _body())
     with pytest.raises(httpx.ConnectError):
         httpx.post(f"{server.url}/chat/completions", json=_body(), timeout=1.0)
-    deadline = time.monotonic() + 5.0
-    while not server.is_listening and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.port == port
+    server.accept_connections()  # the outage ends now, not in 600 s
+    assert server.is_listening and server.port == port
     _content(_post(client, server, _body()))
-    assert server.stats()["refusals"] == 1
+    # An outage that ends by itself: the server listens again after `seconds`.
+    server.refuse_connections(0.05)
+    assert server.wait_listening(30) and server.port == port
+    _content(_post(client, server, _body()))
+    assert server.stats()["refusals"] == 2
 
 
 def test_stats_endpoint_reset_and_runtime_changes(
@@ -425,28 +428,3 @@ def test_request_log_is_bounded(client: httpx.Client) -> None:
             body["model"] = f"m{i}"
             _post(client, s, body)
         assert [r["model"] for r in s.requests()] == ["m2", "m3", "m4"]
-
-
-def test_runs_as_its_own_process(client: httpx.Client) -> None:
-    args = ["--port", "0", "--max-seconds", "20", "--rpm", "600", "--fault", "shuffled=1.0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scorer_core.testing", *args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
-        response = client.post(f"{url}/chat/completions", json=_body())
-        verdicts = _loads_verdicts(_content(response))
-        assert {v["context_index"]: v["verdict"] for v in verdicts} == EXPECTED
-        stats = client.get(url.removesuffix("/v1") + "/stats").json()
-        assert stats["faults"] == {"shuffled": 1} and stats["rpm"] == 600
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=10)
-    assert proc.returncode == 0
-    assert json.loads(err.strip().splitlines()[-1])["total_requests"] == 1

@@ -7,25 +7,18 @@ import pytest
 from jobs.engine.budget import BudgetSettings
 from jobs.engine.governor import RunGovernor
 from jobs.engine.limiter import PacingState
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import FakeClock
 
 
 def test_without_a_rate_limit_reservations_never_wait() -> None:
-    governor = RunGovernor(None, BudgetSettings(), clock=Clock())
+    governor = RunGovernor(None, BudgetSettings(), clock=FakeClock(100.0))
     assert governor.reserve(500) == (0.0, 500)
     governor.report("w", demand=10, in_flight=1, completions=[(0.2, 500, 480)])
     assert governor.budget.size() == 64  # auto without a limit: the unlimited default
 
 
 def test_budget_follows_the_request_rate_and_the_measured_latency() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pacing = PacingState(requests_per_minute=12_000, headroom=1.0, clock=clock)
     governor = RunGovernor(pacing, BudgetSettings(), clock=clock)
     assert governor.report("w1", demand=4000, in_flight=0, completions=[]) == 1  # cold start
@@ -39,7 +32,7 @@ def test_budget_follows_the_request_rate_and_the_measured_latency() -> None:
 
 
 def test_token_usage_settles_the_pace_and_corrects_later_estimates() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pacing = PacingState(requests_per_minute=0, tokens_per_minute=60_000, headroom=1.0, clock=clock)
     governor = RunGovernor(pacing, BudgetSettings(), clock=clock)
     delay, charged = governor.reserve(1000)
@@ -56,7 +49,7 @@ def test_token_usage_settles_the_pace_and_corrects_later_estimates() -> None:
 
 
 def test_a_token_limit_alone_sizes_the_budget_from_tokens_per_request() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pacing = PacingState(
         requests_per_minute=0, tokens_per_minute=600_000, headroom=1.0, clock=clock
     )
@@ -68,7 +61,7 @@ def test_a_token_limit_alone_sizes_the_budget_from_tokens_per_request() -> None:
 
 
 def test_a_429_pauses_every_reservation() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pacing = PacingState(requests_per_minute=600, clock=clock)
     governor = RunGovernor(pacing, BudgetSettings(), clock=clock)
     governor.refused(7.0)
@@ -77,7 +70,7 @@ def test_a_429_pauses_every_reservation() -> None:
 
 
 def test_snapshot_reports_what_the_run_settled_on() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     pacing = PacingState(requests_per_minute=6000, clock=clock)
     governor = RunGovernor(pacing, BudgetSettings(explicit=40), clock=clock)
     governor.reserve(100)

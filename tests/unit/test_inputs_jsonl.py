@@ -27,7 +27,7 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.inputs.jsonl import lines_in_range
 from scorer_core.errors import InputError, StorageError
-from tests.inputs_helpers import (
+from tests.support.inputs import (
     item,
     line_starts,
     random_jsonl,

@@ -12,7 +12,7 @@ from jobs.engine.inputs import (
     list_input_files,
 )
 from scorer_core.errors import ConfigError, InputError, StorageError
-from tests.inputs_helpers import (
+from tests.support.inputs import (
     item,
     spec_for,
     write_jsonl,

@@ -12,7 +12,7 @@ from jobs.engine.inputs import (
     plan_shards,
     to_item,
 )
-from tests.inputs_helpers import (
+from tests.support.inputs import (
     item,
     read_all,
     spec_for,

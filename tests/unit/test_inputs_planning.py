@@ -19,7 +19,7 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.inputs.planning import jsonl_byte_ranges, parquet_row_ranges
 from scorer_core.errors import ConfigError, InputError
-from tests.inputs_helpers import (
+from tests.support.inputs import (
     item,
     spec_for,
     write_jsonl,

@@ -19,11 +19,12 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.inputs.spec import load_extractor
 from scorer_core.errors import ConfigError
-from tests.inputs_helpers import (
+from tests.support.inputs import (
     item,
     raw,
     write_extractor_module,
 )
+from tests.support.paths import REPO
 
 
 def test_extractor_loaded_once_and_errors_named(
@@ -80,7 +81,8 @@ def test_to_item_ok() -> None:
     )
     assert isinstance(record, ItemRecord)
     scoring = record.to_scoring_item()
-    assert scoring.contexts == ("one", "", "three") and scoring.reference_or_output == "because"
+    assert scoring.contexts == ("one", "", "three")
+    assert (scoring.output, scoring.expected_output) == ("because", None)
 
 
 def test_to_item_reference_and_empty_output() -> None:
@@ -185,6 +187,6 @@ def test_config_defaults_are_the_truncation_defaults_without_loading_the_readers
         capture_output=True,
         text=True,
         check=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPO,
     )
     assert result.stdout.splitlines() == ["200000 1000", ""]

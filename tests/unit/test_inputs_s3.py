@@ -20,13 +20,13 @@ from jobs.engine.inputs import (
     to_item,
 )
 from scorer_core.errors import InputError
-from tests.conftest import MotoS3
-from tests.inputs_helpers import (
+from tests.support.inputs import (
     item,
     random_jsonl,
     read_all,
     write_parquet,
 )
+from tests.support.moto import MotoS3
 
 
 def test_s3_jsonl_and_parquet_end_to_end(moto_s3: MotoS3, s3_prefix: str, tmp_path: Path) -> None:

@@ -6,18 +6,19 @@ import asyncio
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scorer_core.errors import ConfigError
-from scorer_core.lexical import LexicalJudge, content_terms, is_relevant, stem
+from scorer_core.lexical import LexicalJudge, content_words, is_relevant, stem
 from scorer_core.protocols import Judge
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+from tests.support.job import lexical_flags
+from tests.support.paths import REPO, SHARED_DATA
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = SHARED_DATA
 
 QUESTION = (
     "What is the name of the fight song of the university whose main campus is in Lawrence, Kansas?"
@@ -96,7 +97,7 @@ def test_yes_no_reference_leaves_the_query_to_decide() -> None:
     # A known limit of the relative-to-best rule: in a comparison question the paragraph on
     # the entity with fewer words in the query can fall below 0.8 x the best. Without the
     # rule both entities' paragraphs are relevant.
-    assert LexicalJudge(relative=0.0).verdict_flags(item) == [True, True, False]
+    assert lexical_flags(item, LexicalJudge(relative=0.0)) == [True, True, False]
 
 
 def test_scores_are_in_unit_interval_and_match_verdicts() -> None:
@@ -104,7 +105,7 @@ def test_scores_are_in_unit_interval_and_match_verdicts() -> None:
     item = kansas_item(UNRELATED, RESTATES, "Lawrence is a city in Kansas.", "")
     scores = judge.scores(item)
     assert len(scores) == 4 and all(0.0 <= s <= 1.0 for s in scores)
-    flags = judge.verdict_flags(item)
+    flags = lexical_flags(item, judge)
     best = max(scores)
     expected = [
         is_relevant(s, best, threshold=judge.threshold, relative=judge.relative) for s in scores
@@ -118,10 +119,10 @@ def test_thresholds_are_knobs() -> None:
     item = kansas_item(RESTATES, "Lawrence is a city in Kansas.")
     strict = LexicalJudge(threshold=1.0, relative=0.0)
     lenient = LexicalJudge(threshold=0.0, relative=0.0)
-    assert strict.verdict_flags(item) == [False, False]
-    assert lenient.verdict_flags(item) == [True, True]
+    assert lexical_flags(item, strict) == [False, False]
+    assert lexical_flags(item, lenient) == [True, True]
     # The relative rule alone keeps only contexts close to the best one.
-    assert LexicalJudge(threshold=0.0, relative=1.0).verdict_flags(item) == [True, False]
+    assert lexical_flags(item, LexicalJudge(threshold=0.0, relative=1.0)) == [True, False]
 
 
 @pytest.mark.parametrize(
@@ -210,13 +211,12 @@ def test_deterministic_across_processes_with_different_hash_seeds() -> None:
         "'The main campus of Kansas State is in Manhattan, Kansas.'), 'Kansas Song')\n"
         "print(repr(LexicalJudge().scores(item)))\n"
     )
-    root = Path(__file__).resolve().parents[1]
     outputs = set()
     for seed in ("0", "1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         done = subprocess.run(
             [sys.executable, "-c", code],
-            cwd=root,
+            cwd=REPO,
             env=env,
             capture_output=True,
             text=True,
@@ -230,7 +230,13 @@ def test_deterministic_across_processes_with_different_hash_seeds() -> None:
 # -- tokens and bounds -------------------------------------------------------------------------
 
 
+def content_terms(text: str, **bounds: int) -> list[str]:
+    """What the judge matches of `text`: its content words, stemmed."""
+    return [stem(word) for word in content_words(text, **bounds)]
+
+
 def test_tokenizer_and_stemmer() -> None:
+    assert content_words("The Songs of the Cities, singing!") == ["songs", "cities", "singing"]
     assert content_terms("The Songs of the Cities, singing!") == ["song", "city", "sing"]
     assert stem("directed") == "direct"
     assert stem("boxes") == "box"
@@ -317,9 +323,8 @@ def test_scorer_core_modules_do_not_import_heavy_dependencies() -> None:
         "import sys, scorer_core.lexical, scorer_core.metrics\n"
         "print(sorted(m for m in ('ray', 'fsspec', 'polars') if m in sys.modules))\n"
     )
-    root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
 

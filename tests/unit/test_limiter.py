@@ -1,4 +1,5 @@
-"""The run's shared rate limit: `PacingState` on a simulated clock, then the real Ray actor.
+"""The run's shared rate limit: `PacingState` on a simulated clock (the Ray actor that shares it
+is tests/integration/test_limiter_actor.py's).
 
 The simulation is a discrete-event loop: each caller asks for a reservation at the current
 (fake) time, "sends" at `now + delay`, and asks again after a short latency. A provider limit
@@ -11,29 +12,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
-from jobs.engine.limiter import LocalLimiter, PacingState, limiter_actor_class
+from jobs.engine.limiter import LocalLimiter, PacingState
 from scorer_core.retry import MAX_RETRY_AFTER_S
-from scorer_core.testing import FakeJudgeServer
-from scorer_core.testing.server import build_verdict_prompt_for_tests
+from tests.support.fakes import FakeClock, RecordingSleep
 
 # ------------------------------------------------------------------------------------------
 # helpers
-
-
-class FakeClock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def max_in_window(times: list[float], window: float) -> int:
@@ -266,15 +254,10 @@ def test_zero_limits_mean_no_waiting() -> None:
     assert all(state.reserve(1000) == 0.0 for _ in range(1000))
 
 
-def test_local_limiter_sleeps_for_the_reservation() -> None:
+def test_local_limiter_sleeps_for_the_reservation(sleep: RecordingSleep) -> None:
     clock = FakeClock()
     state = PacingState(requests_per_minute=60 / 0.98, clock=clock)  # one per second
-    slept: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        slept.append(seconds)
-
-    limiter = LocalLimiter(state, sleep=fake_sleep)
+    limiter = LocalLimiter(state, sleep=sleep)
 
     async def go() -> None:
         for _ in range(3):
@@ -283,134 +266,7 @@ def test_local_limiter_sleeps_for_the_reservation() -> None:
         await limiter.acquire(0)
 
     asyncio.run(go())
-    assert slept == pytest.approx([1.0, 2.0, 4.0])
-
-
-# ------------------------------------------------------------------------------------------
-# The real actor, shared by Ray tasks, against a real HTTP server with a sliding-window limit.
-
-LIMIT = 20
-WINDOW_S = 2.0
-# The job's limiter for a provider limit of 20 per 2 s. Headroom 0.8 rather than the default
-# 0.98: on a 2 s window 2% is 40 ms, and on a busy shared 2-core box the fake server's own
-# thread was seen starved for 0.3-0.5 s, admitting requests that were sent evenly as a bunch;
-# 0.8 keeps 4 of every 20 slots as slack. (On a real 60 s window 2% is 1.2 s.)
-LIMITER_SETTINGS = {
-    "requests_per_minute": LIMIT * 60 / WINDOW_S,
-    "tokens_per_minute": 0,
-    "headroom": 0.8,
-}
-
-
-@pytest.fixture(scope="module")
-def limited_server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer(rpm=LIMIT, window_s=WINDOW_S) as server:
-        yield server
-
-
-def verdict_request_body() -> dict[str, Any]:
-    return {
-        "model": "fake-judge",
-        "messages": [
-            {"role": "system", "content": "judge"},
-            {
-                "role": "user",
-                "content": build_verdict_prompt_for_tests("q?", "a.", ["x RELEVANT", "y"]),
-            },
-        ],
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {"name": "context_precision_verdicts", "schema": {}},
-        },
-    }
-
-
-def _hammer(
-    url: str, limiter: Any, body: dict[str, Any], requests: int, concurrency: int
-) -> dict[str, int]:
-    """A Ray task body: `concurrency` coroutines take turns through the shared actor (reserve,
-    sleep for the slot) and POST a real verdict request, `requests` in all. Returns the count
-    of each HTTP status seen."""
-    import asyncio as aio
-
-    import httpx
-
-    from jobs.engine.limiter import SharedLimiter
-
-    shared = SharedLimiter(limiter)
-    statuses: dict[str, int] = {}
-
-    async def run() -> None:
-        left = [requests]
-        async with httpx.AsyncClient(timeout=30.0) as client:
-
-            async def one_caller() -> None:
-                while left[0] > 0:
-                    left[0] -= 1
-                    await shared.acquire(0)
-                    reply = await client.post(f"{url}/chat/completions", json=body)
-                    key = str(reply.status_code)
-                    statuses[key] = statuses.get(key, 0) + 1
-                    if reply.status_code == 429:
-                        retry_after = reply.headers.get("retry-after")
-                        await shared.rate_limited(float(retry_after) if retry_after else None)
-
-            await aio.gather(*(one_caller() for _ in range(concurrency)))
-
-    aio.run(run())
-    return statuses
-
-
-def test_shared_actor_keeps_ray_tasks_under_the_servers_limit(
-    ray_local: Any, limited_server: FakeJudgeServer
-) -> None:
-    ray = ray_local
-    server = limited_server
-    server.reset_stats()
-    limiter = limiter_actor_class().remote(**LIMITER_SETTINGS)
-    tasks, per_task, concurrency = 3, 20, 4
-    try:
-        hammer = ray.remote(_hammer).options(num_cpus=0.5)
-        refs = [
-            hammer.remote(server.url, limiter, verdict_request_body(), per_task, concurrency)
-            for _ in range(tasks)
-        ]
-        results = ray.get(refs, timeout=120)
-        snapshot = ray.get(limiter.snapshot.remote())
-    finally:
-        ray.kill(limiter)
-
-    stats = server.stats()
-    statuses: dict[str, int] = {}
-    for result in results:
-        for key, count in result.items():
-            statuses[key] = statuses.get(key, 0) + count
-    assert statuses == {"200": tasks * per_task}
-    assert stats["rate_limited_429"] == 0
-    assert stats["accepted"] == tasks * per_task
-    assert server.max_in_any_window() <= LIMIT
-    assert snapshot["granted"] == tasks * per_task
-    assert snapshot["refusals"] == 0
-    # The limit is used, not just respected: the busiest window holds most of the 16 requests
-    # the limiter aims at (20 x 0.8), and the overall rate from the first request to the last
-    # (which includes the Ray tasks' staggered starts) is a fair share of the allowed 10/s.
-    assert server.max_in_any_window() >= 12
-    stamps = server.accepted_timestamps()
-    achieved = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    assert 0.5 * LIMIT / WINDOW_S <= achieved <= LIMIT / WINDOW_S
-
-
-def test_limiter_actor_does_not_block_while_callers_wait(ray_local: Any) -> None:
-    """Reservations are answered at once (the caller sleeps, not the actor): 200 reservations
-    at 1 request/s come back with slots 0, 1, ..., 199 s ahead instead of being slept."""
-    ray = ray_local
-    limiter = limiter_actor_class().remote(requests_per_minute=60 / 0.98)
-    try:
-        delays = ray.get([limiter.reserve.remote(0) for _ in range(200)], timeout=120)
-    finally:
-        ray.kill(limiter)
-    assert sorted(delays)[-1] == pytest.approx(199.0, abs=1.0)
-    assert sorted(delays) == pytest.approx([float(i) for i in range(200)], abs=1.0)
+    assert sleep.waits == pytest.approx([1.0, 2.0, 4.0])
 
 
 def test_sporadic_429s_pause_but_do_not_cut_the_pace() -> None:

@@ -5,7 +5,6 @@ whose verdict function plays the part Mastra's tests give to a mocked analyze st
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from scorer_core import (
 )
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.testing import FakeJudgeServer
-from tests.fakes import RecordingSleep
+from tests.support.fakes import JudgeFactory, RecordingSleep
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,16 +35,10 @@ def relevant_if_marked(context: str, query: str) -> bool:
     return context.endswith("(yes)")
 
 
-@pytest.fixture(scope="module")
-def judge_server() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer(verdict_fn=relevant_if_marked) as running:
-        yield running
-
-
 @pytest.fixture
-def mastra(judge_server: FakeJudgeServer) -> FakeJudgeServer:
-    judge_server.reset_stats()
-    return judge_server
+def mastra(fake_judge: JudgeFactory) -> FakeJudgeServer:
+    """The fake judge, answering as Mastra's tests' mocked analyze step would."""
+    return fake_judge(verdict_fn=relevant_if_marked)
 
 
 def scorer(server: FakeJudgeServer, options: dict[str, Any]) -> ContextPrecisionScorer:

@@ -1,12 +1,10 @@
 """`ctxprec report` on published runs written by tests/support/published.py (no Ray).
 
-The run of the real job, reported on, is in tests/test_compare.py.
+The run of the real job, reported on, is in tests/integration/test_real_runs.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import io
 import itertools
 import json
 import re
@@ -18,6 +16,7 @@ import polars as pl
 import pytest
 from markupsafe import escape
 
+from jobs.cli import build_parser
 from jobs.engine.storage import open_store
 from jobs.tools import report
 from jobs.tools.report import charts
@@ -31,6 +30,7 @@ from tests.support.published import (
     Runs,
     local_base_and_candidate,
     publish,
+    run_report,
 )
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
@@ -44,14 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 def _report(runs: Runs, *argv: str) -> tuple[str, str]:
     """Run the report handler; returns (page, printed)."""
-    parser = argparse.ArgumentParser()
-    report.add_arguments(parser)
-    args = parser.parse_args([*argv, "--output", str(runs.output)])
-    out = io.StringIO()
-    assert report.run(args, out=out) == 0
-    printed = out.getvalue()
-    path = Path(printed.removeprefix("report: ").strip())
-    return path.read_text(encoding="utf-8"), printed
+    return run_report(runs.output, *argv)
 
 
 @pytest.fixture(scope="module")
@@ -164,11 +157,9 @@ def test_html_path_and_unknown_baseline(
     assert "'yesterday' not found" in err and runs.base in err and runs.cand in err
 
 
-def test_register_adds_the_subcommand() -> None:
-    parser = argparse.ArgumentParser(prog="ctxprec")
-    report.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["report", "r1", "--baseline", "r0"])
-    assert args.handler is report.run
+def test_ctxprec_report_parses_the_options_as_the_tool_reads_them() -> None:
+    args = build_parser().parse_args(["report", "r1", "--baseline", "r0"])
+    assert args.handler == "jobs.tools.report:run"
     assert (args.run, args.baseline, args.html) == ("r1", "r0", None)
 
 

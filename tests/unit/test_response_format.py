@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -28,13 +26,13 @@ from scorer_core.judge import LLMJudge
 from scorer_core.response_format import classify_rejection
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.testing import FakeJudgeServer
-from tests.fakes import RecordingSleep
+from tests.support.fakes import JudgeFactory, RecordingSleep
+from tests.support.http import Handler, serving
 
 pytestmark = pytest.mark.timeout(120)
 
 MODEL = "openai/fake-judge"
 CONTEXTS = ["alpha RELEVANT", "beta", "gamma RELEVANT", "delta"]  # 0.83
-TRANSPORTS = ["litellm", "http"]
 
 
 def scorer_for(url: str, transport: str, **options: Any) -> ContextPrecisionScorer:
@@ -58,23 +56,15 @@ async def score_many(scorer: ContextPrecisionScorer, items: int) -> list[Any]:
     return await asyncio.gather(*(scorer.arun(f"q{i}", "out") for i in range(items)))
 
 
-@pytest.fixture(scope="module")
-def llama_like() -> Iterator[FakeJudgeServer]:
-    with FakeJudgeServer(accepted_response_formats={"json_object", "text"}) as running:
-        yield running
-
-
 @pytest.fixture
-def llama(llama_like: FakeJudgeServer) -> FakeJudgeServer:
-    llama_like.reset_stats()
-    return llama_like
+def llama(fake_judge: JudgeFactory) -> FakeJudgeServer:
+    """A server like llama.cpp's: no `json_schema` (HTTP 500 naming response_format.type)."""
+    return fake_judge(accepted_response_formats={"json_object", "text"})
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_auto_steps_down_once_even_with_many_concurrent_requests(
-    llama: FakeJudgeServer, transport: str
+    llama: FakeJudgeServer, transport: str, sleep: RecordingSleep
 ) -> None:
-    sleep = RecordingSleep()
     scorer = scorer_for(llama.url, transport, contexts_per_call=1, sleep=sleep)
     results = asyncio.run(score_many(scorer, 20))  # 80 verdict requests at once
     assert [r.score for r in results] == [0.83] * 20
@@ -99,12 +89,13 @@ def test_auto_steps_down_once_even_with_many_concurrent_requests(
     assert llama.stats()["by_response_format"] == {"json_object": 4}
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_auto_reaches_prompt_only_when_both_forms_are_refused(transport: str) -> None:
-    with FakeJudgeServer(accepted_response_formats={"text"}) as plain:
-        scorer = scorer_for(plain.url, transport, contexts_per_call=2)
-        results = asyncio.run(score_many(scorer, 5))
-        stats = plain.stats()
+def test_auto_reaches_prompt_only_when_both_forms_are_refused(
+    transport: str, fake_judge: JudgeFactory
+) -> None:
+    plain = fake_judge(accepted_response_formats={"text"})
+    scorer = scorer_for(plain.url, transport, contexts_per_call=2)
+    results = asyncio.run(score_many(scorer, 5))
+    stats = plain.stats()
     assert [r.score for r in results] == [0.83] * 5
     assert stats["response_format_rejections"] == {"json_schema": 1, "json_object": 1}
     assert stats["by_response_format"] == {"json_schema": 1, "json_object": 1, "text": 10}
@@ -113,17 +104,17 @@ def test_auto_reaches_prompt_only_when_both_forms_are_refused(transport: str) ->
     assert [d["form"] for d in summary["dropped"]] == ["json_schema", "json_object"]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_an_openai_style_400_naming_response_format_steps_down_too(transport: str) -> None:
-    with FakeJudgeServer(
+def test_an_openai_style_400_naming_response_format_steps_down_too(
+    transport: str, fake_judge: JudgeFactory
+) -> None:
+    strict = fake_judge(
         accepted_response_formats={"json_object", "text"}, response_format_rejection_status=400
-    ) as strict:
-        result = scorer_for(strict.url, transport).run("q", "out")
-        assert strict.stats()["by_status"] == {"400": 1, "200": 1}
+    )
+    result = scorer_for(strict.url, transport).run("q", "out")
+    assert strict.stats()["by_status"] == {"400": 1, "200": 1}
     assert result.score == 0.83 and result.usage.calls == 2
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_an_explicit_form_that_is_rejected_stops_at_once(
     llama: FakeJudgeServer, transport: str
 ) -> None:
@@ -137,13 +128,11 @@ def test_an_explicit_form_that_is_rejected_stops_at_once(
     assert llama.stats()["total_requests"] == 1
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_each_form_is_sent_as_asked(transport: str) -> None:
-    with FakeJudgeServer() as open_server:
-        for form in ("json_schema", "json_object", "prompt"):
-            result = scorer_for(open_server.url, transport, response_format=form).run("q", "o")
-            assert result.score == 0.83
-        schema_body, object_body, prompt_body = open_server.requests()
+def test_each_form_is_sent_as_asked(transport: str, server: FakeJudgeServer) -> None:
+    for form in ("json_schema", "json_object", "prompt"):
+        result = scorer_for(server.url, transport, response_format=form).run("q", "o")
+        assert result.score == 0.83
+    schema_body, object_body, prompt_body = server.requests()
     pinned = schema_body["response_format"]["json_schema"]["schema"]["properties"]["verdicts"]
     assert schema_body["response_format"]["json_schema"]["strict"] is True
     assert pinned["minItems"] == pinned["maxItems"] == 4
@@ -204,22 +193,14 @@ def test_bad_setting_is_a_config_error() -> None:
 # deterministic rejections: hand-written servers, counting what they receive
 
 
-@asynccontextmanager
-async def answering(status: int, body: dict[str, Any], seen: list[int]) -> AsyncIterator[str]:
+def answering(status: int, body: dict[str, Any], seen: list[int]) -> Handler:
+    """A handler that answers `status` with `body`, counting the requests in `seen`."""
+
     async def handler(request: web.Request) -> web.Response:
         seen.append(1)
         return web.json_response(body, status=status)
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"  # type: ignore[union-attr]
-    finally:
-        await runner.cleanup()
+    return handler
 
 
 VALIDATION_500 = {
@@ -231,7 +212,6 @@ VALIDATION_500 = {
 }
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
     ("status", "body", "cause"),
     [
@@ -241,13 +221,12 @@ VALIDATION_500 = {
     ],
 )
 def test_a_deterministic_rejection_is_not_retried_and_stops(
-    transport: str, status: int, body: dict[str, Any], cause: str
+    transport: str, status: int, body: dict[str, Any], cause: str, sleep: RecordingSleep
 ) -> None:
     seen: list[int] = []
-    sleep = RecordingSleep()
 
     async def go() -> str:
-        async with answering(status, body, seen) as url:
+        async with serving(answering(status, body, seen)) as url:
             scorer = scorer_for(url, transport, sleep=sleep, max_retries=5)
             with pytest.raises(FatalJudgeError) as caught:
                 await scorer.arun("q", "out")
@@ -259,13 +238,11 @@ def test_a_deterministic_rejection_is_not_retried_and_stops(
     assert cause in message and "not retried" in message
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_409_is_transient_and_retried(transport: str) -> None:
+def test_409_is_transient_and_retried(transport: str, sleep: RecordingSleep) -> None:
     seen: list[int] = []
-    sleep = RecordingSleep()
 
     async def go() -> Any:
-        async with answering(409, {"error": {"message": "busy"}}, seen) as url:
+        async with serving(answering(409, {"error": {"message": "busy"}}, seen)) as url:
             return await scorer_for(url, transport, sleep=sleep, max_retries=2).arun("q", "o")
 
     result = asyncio.run(go())

@@ -10,13 +10,7 @@ from hypothesis import strategies as st
 
 from scorer_core.errors import ConfigError
 from scorer_core.retry import MAX_RETRY_AFTER_S, RetryPolicy, backoff_delay
-
-
-class _Lowest(random.Random):
-    """A random source that always draws 0: no jitter on top of a Retry-After."""
-
-    def random(self) -> float:
-        return 0.0
+from tests.support.fakes import NoJitter
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
@@ -55,14 +49,14 @@ def test_the_judges_backoff_is_the_shared_one() -> None:
 
 
 def test_retry_after_is_obeyed_up_to_the_cap() -> None:
-    policy = RetryPolicy(rng=_Lowest())
+    policy = RetryPolicy(rng=NoJitter())
     assert policy.delay_for(0, 3.0) == 3.0
     assert policy.delay_for(0, 10_000.0) == MAX_RETRY_AFTER_S
-    assert RetryPolicy(max_retry_after_s=5.0, rng=_Lowest()).delay_for(0, 60.0) == 5.0
+    assert RetryPolicy(max_retry_after_s=5.0, rng=NoJitter()).delay_for(0, 60.0) == 5.0
     jittered = RetryPolicy(rng=random.Random(3)).delay_for(0, 3.0)
     assert 3.0 <= jittered <= 3.25
     # A negative Retry-After is no Retry-After: plain backoff.
-    assert RetryPolicy(rng=_Lowest()).delay_for(2, -1.0) == 0.0
+    assert RetryPolicy(rng=NoJitter()).delay_for(2, -1.0) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ row builder's key check, and the README's "Output" section kept in step with it.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -24,8 +23,9 @@ from jobs.schema import (
     Table,
     duplicate_error,
 )
+from tests.support.paths import REPO
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO / "README.md"
 ALL_TABLES = (
     STAGED_ITEMS,
     STAGED_VERDICTS,

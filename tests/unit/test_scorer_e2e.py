@@ -1,4 +1,7 @@
-"""The scorer end to end through real litellm HTTP to the fake judge server on 127.0.0.1."""
+"""The scorer end to end over real HTTP to the fake judge on 127.0.0.1, through both transports
+(`transport: litellm` and the lean `http` client): each scenario is one test, run once per
+transport. What only the lean client does (its wire shape, its error translation, its
+connection pools) is tests/unit/test_openai_http.py's."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+from typing import Any
 
 import pytest
 
@@ -16,8 +20,9 @@ from scorer_core import (
     context_precision,
     create_context_precision_scorer,
 )
+from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.testing import FakeJudgeServer, FaultPlan
-from tests.fakes import RecordingSleep
+from tests.support.fakes import JudgeFactory, RecordingSleep
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -25,15 +30,15 @@ MODEL = "openai/fake-judge"
 CONTEXTS = ["alpha RELEVANT", "beta", "gamma RELEVANT", "delta"]  # [yes, no, yes, no] -> 0.83
 
 
-def scorer(server: FakeJudgeServer, **options: object):  # type: ignore[no-untyped-def]
-    defaults: dict[str, object] = {
+def scorer(server: FakeJudgeServer, **options: Any) -> ContextPrecisionScorer:
+    defaults: dict[str, Any] = {
         "context": CONTEXTS,
         "api_base": server.url,
         "reason": "template",
         "sleep": RecordingSleep(),
     }
     defaults.update(options)
-    return create_context_precision_scorer(MODEL, **defaults)  # type: ignore[arg-type]
+    return create_context_precision_scorer(MODEL, **defaults)
 
 
 def user_messages(server: FakeJudgeServer) -> list[str]:
@@ -43,8 +48,10 @@ def user_messages(server: FakeJudgeServer) -> list[str]:
     ]
 
 
-def test_score_is_what_the_verdicts_imply_with_one_request(server: FakeJudgeServer) -> None:
-    result = scorer(server).run("which letters?", "alpha and gamma")
+def test_score_is_what_the_verdicts_imply_with_one_request(
+    server: FakeJudgeServer, transport: str
+) -> None:
+    result = scorer(server, transport=transport).run("which letters?", "alpha and gamma")
     assert result.status == "ok"
     assert result.score == 0.83 == context_precision([True, False, True, False])
     assert [(v.index, v.relevant) for v in result.verdicts] == [
@@ -59,14 +66,16 @@ def test_score_is_what_the_verdicts_imply_with_one_request(server: FakeJudgeServ
     assert stats["total_requests"] == 1
     assert stats["by_schema"] == {"context_precision_verdicts": 1}
     assert result.usage.calls == 1 and result.usage.prompt_tokens > 0
+    assert result.usage.completion_tokens > 0
 
 
 def test_llm_reason_is_a_second_request_and_does_not_change_the_score(
-    server: FakeJudgeServer,
+    server: FakeJudgeServer, transport: str
 ) -> None:
-    result = scorer(server, reason="llm").run("q", "out")
+    result = scorer(server, reason="llm", transport=transport).run("q", "out")
     assert result.score == 0.83
     assert result.reason  # the server's explanation
+    assert result.usage.calls == 2
     assert server.stats()["by_schema"] == {
         "context_precision_verdicts": 1,
         "context_precision_reason": 1,
@@ -105,22 +114,24 @@ def test_reference_answer_is_used_when_given(server: FakeJudgeServer) -> None:
     assert "against the output" in without
 
 
-def test_transient_failures_are_retried_until_success(server: FakeJudgeServer) -> None:
+def test_transient_failures_are_retried_by_the_judge_until_success(
+    server: FakeJudgeServer, transport: str, sleep: RecordingSleep
+) -> None:
     server.set_fault_plan(FaultPlan(server_error=0.5, rate_limit_429_no_header=0.2, seed=3))
-    sleep = RecordingSleep()
-    s = scorer(server, sleep=sleep, max_retries=20)
+    s = scorer(server, sleep=sleep, max_retries=20, transport=transport)
     results = [s.run("q", "out") for _ in range(8)]
     assert [r.score for r in results] == [0.83] * 8
     retries = sum(r.usage.retries for r in results)
     assert retries > 0
-    assert len(sleep.waits) == retries
+    assert len(sleep.waits) == retries  # every retry is the judge's, none the client's
     assert server.stats()["total_requests"] == 8 + retries
 
 
-def test_retry_after_is_honoured_and_retries_are_bounded(server: FakeJudgeServer) -> None:
+def test_retry_after_is_honoured_and_retries_are_bounded(
+    server: FakeJudgeServer, transport: str, sleep: RecordingSleep
+) -> None:
     server.set_fault_plan(FaultPlan(rate_limit_429=1.0, retry_after_s=7))
-    sleep = RecordingSleep()
-    result = scorer(server, sleep=sleep, max_retries=2).run("q", "out")
+    result = scorer(server, sleep=sleep, max_retries=2, transport=transport).run("q", "out")
     assert result.status == "error"
     assert result.score is None
     assert "gave up after 3 attempts" in (result.error or "")
@@ -128,9 +139,11 @@ def test_retry_after_is_honoured_and_retries_are_bounded(server: FakeJudgeServer
     assert server.stats()["total_requests"] == 3
 
 
-def test_malformed_replies_are_reasked_then_recorded_unscored(server: FakeJudgeServer) -> None:
+def test_malformed_replies_are_reasked_then_recorded_unscored(
+    server: FakeJudgeServer, transport: str
+) -> None:
     server.set_fault_plan(FaultPlan(malformed_json=1.0))
-    result = scorer(server, max_reasks=2).run("q", "out")
+    result = scorer(server, max_reasks=2, transport=transport).run("q", "out")
     assert result.status == "unscored"
     assert result.score is None
     assert "unusable after 3 attempt(s)" in (result.error or "")
@@ -141,9 +154,11 @@ def test_malformed_replies_are_reasked_then_recorded_unscored(server: FakeJudgeS
 
 
 @pytest.mark.parametrize("fault", ["code_fence", "text_around", "shuffled", "case_and_space"])
-def test_replies_that_are_usable_after_all(server: FakeJudgeServer, fault: str) -> None:
+def test_replies_that_are_usable_after_all(
+    server: FakeJudgeServer, transport: str, fault: str
+) -> None:
     server.set_fault_plan(FaultPlan(**{fault: 1.0}))
-    result = scorer(server).run("q", "out")
+    result = scorer(server, transport=transport).run("q", "out")
     assert result.status == "ok" and result.score == 0.83
     assert server.stats()["total_requests"] == 1
 
@@ -151,19 +166,24 @@ def test_replies_that_are_usable_after_all(server: FakeJudgeServer, fault: str) 
 @pytest.mark.parametrize(
     "fault", ["wrong_count", "unknown_verdict_word", "duplicate_index", "out_of_range_index"]
 )
-def test_contract_violations_are_never_guessed(server: FakeJudgeServer, fault: str) -> None:
+def test_contract_violations_are_never_guessed(
+    server: FakeJudgeServer, transport: str, fault: str
+) -> None:
     server.set_fault_plan(FaultPlan(**{fault: 1.0}))
-    result = scorer(server, max_reasks=1).run("q", "out")
+    result = scorer(server, max_reasks=1, transport=transport).run("q", "out")
     assert result.status == "unscored"
     assert result.score is None
     assert server.stats()["total_requests"] == 2
 
 
-def test_a_reply_slower_than_the_timeout_fails_cleanly(server: FakeJudgeServer) -> None:
+def test_a_reply_slower_than_the_timeout_fails_cleanly(
+    server: FakeJudgeServer, transport: str
+) -> None:
     server.set_fault_plan(FaultPlan(slow=1.0, slow_s=5))
-    result = scorer(server, timeout=0.5, max_retries=1).run("q", "out")
+    result = scorer(server, timeout=0.5, max_retries=1, transport=transport).run("q", "out")
     assert result.status == "error"
     assert "timed out" in (result.error or "").lower()
+    assert server.stats()["total_requests"] == 2
 
 
 def test_injected_instructions_stay_inert_data(server: FakeJudgeServer) -> None:
@@ -183,28 +203,19 @@ def test_injected_instructions_stay_inert_data(server: FakeJudgeServer) -> None:
     assert decoded == contexts
 
 
-def test_api_key_is_sent_and_never_leaks_into_errors() -> None:
-    with FakeJudgeServer(require_api_key="sk-right-key") as guarded:
-        ok = create_context_precision_scorer(
-            MODEL,
-            context=CONTEXTS,
-            api_base=guarded.url,
-            api_key="sk-right-key",
-            reason="template",
-        ).run("q", "out")
-        assert ok.score == 0.83
-        assert guarded.authorization_headers() == {"Bearer sk-right-key"}
-        wrong = create_context_precision_scorer(
-            MODEL,
-            context=CONTEXTS,
-            api_base=guarded.url,
-            api_key="sk-WRONG-sentinel-42",
-            reason="template",
-        )
-        with pytest.raises(FatalJudgeError) as caught:
-            wrong.run("q", "out")
-        assert "sk-WRONG-sentinel-42" not in str(caught.value)
-        assert "sk-WRONG-sentinel-42" not in repr(wrong.judge)
+def test_api_key_is_sent_and_never_leaks_into_errors(
+    fake_judge: JudgeFactory, transport: str
+) -> None:
+    guarded = fake_judge(require_api_key="sk-right-key")
+    ok = scorer(guarded, api_key="sk-right-key", transport=transport).run("q", "out")
+    assert ok.score == 0.83
+    assert guarded.authorization_headers() == {"Bearer sk-right-key"}
+    wrong = scorer(guarded, api_key="sk-WRONG-sentinel-42", transport=transport)
+    with pytest.raises(FatalJudgeError) as caught:
+        wrong.run("q", "out")
+    assert "Incorrect API key" in str(caught.value)
+    assert "sk-WRONG-sentinel-42" not in str(caught.value) + repr(caught.value)
+    assert "sk-WRONG-sentinel-42" not in repr(wrong.judge)
 
 
 def test_context_options_follow_mastra() -> None:

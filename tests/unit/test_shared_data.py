@@ -1,104 +1,24 @@
-"""The user commands on the real, human-labelled files in ../shared/data (skipped without them).
-
-`estimate` and the job (offline lexical judge) run on each file; `compare` and `report` run on
-two runs of its human labels written directly (tests/support/published.py), as a user would
-after a nightly run. `calibrate` on these files is in tests/test_calibrate.py.
+"""`compare` and `report` on the real, human-labelled files in ../shared/data (skipped without
+them): two runs of a file's human labels written directly (tests/support/published.py), as a
+user would compare them after a nightly run. `estimate` and the job on these files are in
+tests/integration/test_real_runs.py, `calibrate` in tests/unit/test_calibrate.py.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from contextlib import redirect_stdout
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
 
-from jobs.config import parse_config
-from jobs.engine.driver import run_job
 from jobs.engine.storage import open_store
-from jobs.tools import compare, estimate, report
-from tests.support.published import Query, publish
+from jobs.tools import compare, report
+from tests.support.labelled import FILES, labelled_queries, needs_the_files, read_rows
+from tests.support.published import publish
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-FILES = {
-    # HotpotQA has a reference answer per query; TREC DL has none (the query stands in for the
-    # output) and one row per retriever, so its row_id is the unique id.
-    "hotpotqa_ctxprec.jsonl": {
-        "query_id": "query_id",
-        "input": "query",
-        "output": "expected_answer",
-        "expected_output": "expected_answer",
-        "context": "contexts",
-    },
-    "trecdl_passage_ctxprec.jsonl": {
-        "query_id": "row_id",
-        "input": "query",
-        "output": "query",
-        "context": "contexts",
-    },
-}
-
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present in this clone"),
-]
-
-
-def read_rows(name: str) -> list[dict[str, Any]]:
-    # Not splitlines(): passages contain U+2028 and other characters it would split on.
-    with (DATA / name).open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
-def config_for(name: str, out: Path, run_id: str, **judge: Any) -> dict[str, Any]:
-    return {
-        "input": {"path": str(DATA / name), "columns": FILES[name]},
-        "output": {"path": str(out)},
-        "judge": {"model": "lexical", "lexical": judge},
-        "run": {"id": run_id},
-        "ray": {"shard_size": 200, "workers": 2},
-    }
-
-
-@pytest.mark.usefixtures("ray_local")
-@pytest.mark.parametrize("name", sorted(FILES))
-def test_estimate_and_run_on_labelled_data(name: str, tmp_path: Path) -> None:
-    rows = read_rows(name)
-    out = tmp_path / "out"
-    config_path = tmp_path / "job.json"
-    config_path.write_text(json.dumps(config_for(name, out, "base")))
-
-    printed = io.StringIO()
-    with redirect_stdout(printed):
-        assert estimate.main(["--config", str(config_path), "--json"]) == 0
-    counted = json.loads(printed.getvalue())
-    assert counted["items"]["valid"] == len(rows) and counted["items"]["invalid"] == 0
-    assert counted["context_pairs"] == sum(len(row["contexts"]) for row in rows)
-    assert counted["prompt_tokens"]["estimate"] > 0
-
-    run_job(parse_config(config_for(name, out, "base")), out=io.StringIO())
-    scores = pl.read_parquet(f"{out}/scores/**/*.parquet", hive_partitioning=True)
-    assert scores.filter(pl.col("run_id") == "base").height == len(rows)
-    assert scores.filter(pl.col("status") != "ok").height == 0
-
-
-def labelled_queries(name: str, rows: list[dict[str, Any]], *, reverse: bool) -> list[Query]:
-    """One query per row, judged as the human labels say, its contexts in the file's order
-    or reversed; the reason is the query text."""
-    queries = []
-    for row in rows:
-        labels = [bool(label) for label in row.get("relevance_binary") or row["relevance"]]
-        queries.append(
-            Query(
-                str(row[FILES[name]["query_id"]]),
-                labels[::-1] if reverse else labels,
-                reason=str(row["query"]),
-            )
-        )
-    return queries
+pytestmark = [pytest.mark.timeout(300), needs_the_files]
 
 
 @pytest.mark.parametrize("name", sorted(FILES))

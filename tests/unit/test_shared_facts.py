@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,7 @@ from jobs.tools.estimate import OUTPUT_TOKENS_PER_VERDICT
 from jobs.tools.runs import RunNotFound, find_run
 from scorer_core.judge import CHARS_PER_TOKEN, estimate_tokens
 from scorer_core.retry import RetryPolicy
-
-
-class _Lowest(random.Random):
-    def random(self) -> float:
-        return 0.0
+from tests.support.fakes import NoJitter
 
 
 @pytest.mark.parametrize("retry_after", [0.5, 90.0, 10_000.0])
@@ -34,7 +29,7 @@ def test_judge_and_limiter_wait_the_same_for_a_retry_after(retry_after: float) -
     now = 1000.0
     state = PacingState(requests_per_minute=60, clock=lambda: now)
     paused_for = state.refused(retry_after) - now
-    assert RetryPolicy(rng=_Lowest()).delay_for(0, retry_after) == pytest.approx(paused_for)
+    assert RetryPolicy(rng=NoJitter()).delay_for(0, retry_after) == pytest.approx(paused_for)
 
 
 def test_estimate_allows_the_reply_tokens_the_limiter_reserves() -> None:

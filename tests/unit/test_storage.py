@@ -37,8 +37,9 @@ from jobs.engine.storage import (
 )
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 from scorer_core.retry import backoff_delay
-from tests.conftest import MotoS3, moto_storage_options, start_moto_server
-from tests.s3_faults import FaultyS3
+from tests.support.fakes import SleepLog
+from tests.support.moto import MotoS3, moto_storage_options, start_moto_server
+from tests.support.s3_faults import FaultyS3
 
 
 def _client_error(status: int, code: str) -> ClientError:
@@ -46,14 +47,6 @@ def _client_error(status: int, code: str) -> ClientError:
         {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
         "PutObject",
     )
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
 
 
 def _count_sends(store: Store) -> list[str]:
@@ -196,7 +189,7 @@ def test_local_write_read_overwrite(tmp_path: Path) -> None:
 def test_local_write_failure_leaves_old_file_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
-    store = open_store(str(tmp_path), {}, sleep=Sleeps())
+    store = open_store(str(tmp_path), {}, sleep=SleepLog())
     path = store.join("f.bin")
     store.write_bytes_atomic(path, b"old")
 
@@ -337,7 +330,7 @@ def test_backoff_is_jittered_and_capped() -> None:
 
 
 def test_retry_transient_then_success() -> None:
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     outcomes: list[Exception | str] = [ConnectionResetError("reset"), TimeoutError(), "ok"]
 
     def call() -> str:
@@ -352,7 +345,7 @@ def test_retry_transient_then_success() -> None:
 
 
 def test_retry_gives_up_after_attempts_naming_url() -> None:
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     calls = 0
 
     def call() -> None:
@@ -368,7 +361,7 @@ def test_retry_gives_up_after_attempts_naming_url() -> None:
 
 
 def test_retry_permanent_fails_at_once() -> None:
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     with pytest.raises(StorageError, match=r"read s3://b/k failed: PermissionError"):
         retry_call(
             lambda: (_ for _ in ()).throw(PermissionError("denied")),
@@ -384,7 +377,7 @@ def test_retry_lets_project_errors_through() -> None:
         raise InputError("bad file")
 
     with pytest.raises(InputError, match="bad file"):
-        retry_call(call, what="read", url="x", sleep=Sleeps())
+        retry_call(call, what="read", url="x", sleep=SleepLog())
     assert issubclass(StorageError, CtxPrecError)
 
 
@@ -441,7 +434,7 @@ def test_s3_sees_other_writer_at_once(
 
 
 def test_s3_bad_bucket_write_fails_and_leaves_nothing(moto_s3: MotoS3) -> None:
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     store = open_store("s3://no-such-bucket-xyz/p", moto_s3.storage_options, sleep=sleeps)
     with pytest.raises(StorageError, match=r"write s3://no-such-bucket-xyz/p/f.bin failed"):
         store.write_bytes_atomic(store.join("f.bin"), b"data")
@@ -449,17 +442,7 @@ def test_s3_bad_bucket_write_fails_and_leaves_nothing(moto_s3: MotoS3) -> None:
     assert not store.exists(store.join("f.bin"))
 
 
-@pytest.fixture
-def faulty_s3() -> Any:
-    endpoint = FaultyS3()
-    endpoint.start()
-    try:
-        yield endpoint
-    finally:
-        endpoint.stop()
-
-
-def _faulty_store(endpoint: FaultyS3, prefix: str, sleeps: Sleeps, **kwargs: Any) -> Store:
+def _faulty_store(endpoint: FaultyS3, prefix: str, sleeps: SleepLog, **kwargs: Any) -> Store:
     """A store on `prefix` (s3://bucket/...) served by `endpoint`, its own s3fs instance."""
     options = moto_storage_options(endpoint.url, skip_instance_cache=True)
     return open_store(prefix, options, sleep=sleeps, **kwargs)
@@ -468,7 +451,7 @@ def _faulty_store(endpoint: FaultyS3, prefix: str, sleeps: Sleeps, **kwargs: Any
 def test_s3_slowdown_outage_is_retried_by_one_layer_and_recovers(
     moto_s3: MotoS3, s3_prefix: str, faulty_s3: FaultyS3
 ) -> None:
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     store = _faulty_store(faulty_s3, s3_prefix, sleeps)
     path = store.join("f.bin")
     key = "/" + path
@@ -495,7 +478,7 @@ def test_s3_slowdown_outage_is_retried_by_one_layer_and_recovers(
 def test_s3_outage_longer_than_the_budget_fails_after_one_request_per_try(
     moto_s3: MotoS3, s3_prefix: str, faulty_s3: FaultyS3
 ) -> None:
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     store = _faulty_store(faulty_s3, s3_prefix, sleeps, attempts=3)
     path = store.join("f.bin")
     faulty_s3.fail_next(3)
@@ -512,7 +495,7 @@ def test_s3_permanent_errors_fail_after_one_request(
     """A missing bucket or a denied key is not retried by any layer: no request is sent
     twice, and there is no wait. (Reading a missing key, s3fs also lists the bucket to see
     whether the key is a folder: a second question, not a retry.)"""
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     missing = _faulty_store(faulty_s3, "s3://no-such-bucket-xyz/p", sleeps)
     denied = _faulty_store(faulty_s3, s3_prefix, sleeps)
     faulty_s3.deny("/" + denied.join("secret"))
@@ -565,7 +548,7 @@ def test_s3_write_to_stopped_server_fails_and_leaves_nothing(
     bounded retries, and the session server shows no object. Only the store's own retries
     run: 3 attempts are 3 requests, with no storage options to turn the other layers off."""
     server, endpoint = start_moto_server()
-    sleeps = Sleeps()
+    sleeps = SleepLog()
     options = moto_storage_options(endpoint, skip_instance_cache=True)
     prefix = s3_prefix.removeprefix("s3://")
     dying = open_store(s3_prefix, options, attempts=3, sleep=sleeps)

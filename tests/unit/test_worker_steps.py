@@ -24,18 +24,11 @@ from jobs.engine.worker import (
 )
 from jobs.factory import input_spec
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS
-from scorer_core.lexical import LexicalJudge
 from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason
+from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
-
-COLUMNS = {
-    "query_id": "id",
-    "input": "question",
-    "output": "answer",
-    "expected_output": "ground_truth",
-    "context": "contexts",
-}
+from tests.support.job import COLUMNS, lexical_flags, llm_judge
 
 
 def record(**overrides: Any) -> ItemRecord:
@@ -259,7 +252,6 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
     seqs = [r["item_seq"] for r in items_rows]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
-    judge = LexicalJudge()
     for n, row in enumerate(items_rows):
         if n in BROKEN_LINES:
             assert row["status"] == "error"
@@ -273,7 +265,7 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
         assert row["context_count"] == len(data["contexts"])
         assert row["judge_model"] == "lexical"
         assert row["calls"] == 0  # the lexical judge makes no requests
-        flags = judge.verdict_flags(
+        flags = lexical_flags(
             ItemRecord(
                 data["id"],
                 data["question"],
@@ -343,32 +335,23 @@ def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) ->
 
 
 def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
-    from scorer_core.testing import FakeJudgeServer
-
     rows = [good_item(1), good_item(2), good_item(1)]  # the third repeats the first's id
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    monkeypatch.setenv("WORKER_TEST_KEY", "k")
-    with FakeJudgeServer() as server:
-        config = parse_config(
-            {
-                "input": {"path": str(source), "columns": COLUMNS},
-                "output": {"path": str(tmp_path / "out")},
-                "judge": {
-                    "model": "openai/fake-judge",
-                    "api_base": server.url,
-                    "api_key_env": "WORKER_TEST_KEY",
-                    "transport": "http",
-                },
-                "cache": {"enabled": False},
-            }
-        )
-        spec = input_spec(config)
-        (shard,) = plan_shards(spec, list_input_files(spec), 100)
-        report = run_shard(shard, 0, 0, ShardContext(config, "_staging/run_id=dup"))
-        assert server.stats()["total_requests"] == 2
+    config = parse_config(
+        {
+            "input": {"path": str(source), "columns": COLUMNS},
+            "output": {"path": str(tmp_path / "out")},
+            "judge": llm_judge(server, transport="http"),
+            "cache": {"enabled": False},
+        }
+    )
+    spec = input_spec(config)
+    (shard,) = plan_shards(spec, list_input_files(spec), 100)
+    report = run_shard(shard, 0, 0, ShardContext(config, "_staging/run_id=dup"))
+    assert server.stats()["total_requests"] == 2
     assert report.items == 3 and report.statuses == {"ok": 2, "error": 1}
     store = open_store(str(tmp_path / "out"), {})
     _, items_path = shard_paths(store, "_staging/run_id=dup", shard.shard_id)
