@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from jobs.config import JobConfig
 from jobs.context_precision import main
 from jobs.engine.driver import RunFailed, run_job
 from jobs.tools.sample_data import generate
@@ -46,6 +47,17 @@ INPUT = "input (column 'question')"
 
 def judge(server: FakeJudgeServer, **options: Any) -> dict[str, Any]:
     return llm_judge(server, transport="http", **options)
+
+
+def parquet_job(source: Path, out: Path, server: FakeJudgeServer) -> JobConfig:
+    """The job on the Parquet file `source`, 4 rows a shard, judged by `server`."""
+    return config_for(
+        source,
+        out,
+        input={"format": "parquet"},
+        judge=judge(server),
+        ray={"shard_size": 4, "workers": 2},
+    )
 
 
 def items(count: int, seed: int) -> list[dict[str, Any]]:
@@ -272,13 +284,7 @@ def test_bad_parquet_rows_are_errors_naming_row_number_and_field(
         rows[number].update(fields)
     write_parquet(source, rows)
     out = tmp_path / "out"
-    config = config_for(
-        source,
-        out,
-        input={"format": "parquet"},
-        judge=judge(server),
-        ray={"shard_size": 4, "workers": 2},
-    )
+    config = parquet_job(source, out, server)
     run_job(config, out=io.StringIO())
 
     scores = scores_frame(out)
@@ -306,13 +312,7 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(
         rows[number]["id"] = first["id"]
     write_parquet(source, rows)
     out = tmp_path / "out"
-    config = config_for(
-        source,
-        out,
-        input={"format": "parquet"},
-        judge=judge(server),
-        ray={"shard_size": 4, "workers": 2},
-    )
+    config = parquet_job(source, out, server)
     outcome = run_job(config, out=io.StringIO())
 
     scores = scores_frame(out)

@@ -247,14 +247,21 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
 def _submit(
     cluster: RayCluster,
     submission_id: str,
-    *job_args: str,
+    source: Path,
+    out: Path,
+    *overrides: str,
     env_vars: dict[str, str] = JOB_ENV_VARS,
 ) -> subprocess.CompletedProcess[str]:
-    """`ray job submit` of the job, exactly as docs/cluster.md shows (waits for the end).
+    """`ray job submit` of the job on configs/local.yaml, reading `source`, publishing to
+    `out`, with `--set` for each of `overrides`, exactly as docs/cluster.md shows (waits for
+    the end).
 
     The job server answers before its agent has registered (more so on a busy machine), and
     says so: that refusal is retried for up to two minutes, as the message asks.
     """
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    job_args = ["--config", "configs/local.yaml", "--set", f"input.path={source}"]
+    job_args += ["--set", f"output.path={out}", *sets]
     deadline = time.monotonic() + 120
     while True:
         submitted = _submit_once(cluster, submission_id, *job_args, env_vars=env_vars)
@@ -353,18 +360,7 @@ def test_submitted_job_succeeds_and_publishes_one_row_per_item(ray_cluster: RayC
     source = _sample(ray_cluster)
     out = ray_cluster.work / "out"
     submission_id = f"ctxprec-ok-{uuid.uuid4().hex[:8]}"
-    submitted = _submit(
-        ray_cluster,
-        submission_id,
-        "--config",
-        "configs/local.yaml",
-        "--set",
-        f"input.path={source}",
-        "--set",
-        f"output.path={out}",
-        "--set",
-        f"run.id={RUN_ID}",
-    )
+    submitted = _submit(ray_cluster, submission_id, source, out, f"run.id={RUN_ID}")
     output = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, output
     assert _status(ray_cluster, submission_id) == "SUCCEEDED"
@@ -395,13 +391,8 @@ def test_submitted_job_with_a_mistyped_key_fails_with_the_config_error(
     submitted = _submit(
         ray_cluster,
         submission_id,
-        "--config",
-        "configs/local.yaml",
-        "--set",
-        f"input.path={source}",
-        "--set",
-        f"output.path={ray_cluster.work / 'out-bad'}",
-        "--set",
+        source,
+        ray_cluster.work / "out-bad",
         "rate_limit.request_per_minute=100",  # the key is requests_per_minute
     )
     assert submitted.returncode == 1, submitted.stdout + submitted.stderr
@@ -420,12 +411,8 @@ def test_job_level_env_vars_the_driver_also_sets(ray_cluster: RayCluster) -> Non
     submitted = _submit(
         ray_cluster,
         submission_id,
-        "--config",
-        "configs/local.yaml",
-        "--set",
-        f"input.path={source}",
-        "--set",
-        f"output.path={ray_cluster.work / 'out-env'}",
+        source,
+        ray_cluster.work / "out-env",
         env_vars={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
     )
     output = submitted.stdout + submitted.stderr

@@ -54,10 +54,10 @@ from tests.support.job import (
     line_offsets,
     llm_judge,
     raw_config,
+    sample_job,
     scores_frame,
     verdict_requests,
     verdicts_frame,
-    write_items,
 )
 from tests.support.paths import REPO
 
@@ -143,9 +143,7 @@ def run_in_thread(target: Callable[[], RunOutcome]) -> Outcome:
 def test_ray_worker_sigkilled_mid_task_is_retried_and_its_shard_written_once(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 24, seed=31)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 24, seed=31)
     gate = HoldRequests()  # from the first request on: the shards have all their work left
     server = fake_judge(on_request=gate)
     config = config_for(
@@ -194,9 +192,7 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
     """A worker killed inside a local atomic write leaves `.<name>.tmp-*` next to the shard
     files (the rename never happened). The resumed run must publish from the real shard files
     only. (Before the fix, publish scanned the partial temp file and failed for good.)"""
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 30, seed=41)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 30, seed=41)
     config = config_for(
         source, out, run={"id": "torn-write", "date": "2026-11-30"}, ray={"shard_size": 10}
     )
@@ -278,9 +274,7 @@ def ray_tmp() -> Iterator[str]:
 def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
     tmp_path: Path, ray_tmp: str, judge_key: str, fake_judge: JudgeFactory
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 32, seed=37)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 32, seed=37)
     run_id = "driver-kill"
     workers = 2
     raw = raw_config(
@@ -390,9 +384,7 @@ def _two_driver_config(
 def test_two_run_ids_at_once_into_one_output_both_publish_complete_partitions(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 16, seed=43)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 16, seed=43)
     gate = HoldRequests()
     server = fake_judge(on_request=gate)
     configs = {
@@ -437,9 +429,7 @@ def test_two_run_ids_at_once_into_one_output_both_publish_complete_partitions(
 def test_same_run_id_started_twice_at_once_exactly_one_runs(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 12, seed=47)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 12, seed=47)
     gate = HoldRequests()  # the run that gets the lease cannot finish before the other ends
     server = fake_judge(on_request=gate)
     config = _two_driver_config(source, out, server, "same-twice", workers=2)
@@ -477,9 +467,7 @@ def test_same_run_id_started_twice_at_once_exactly_one_runs(
 def test_same_run_id_started_while_it_runs_is_refused_naming_the_holder(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 12, seed=53)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 12, seed=53)
     gate = HoldRequests()
     server = fake_judge(on_request=gate)
     config = _two_driver_config(source, out, server, "busy", workers=2)

@@ -38,6 +38,7 @@ from tests.support.job import (
     manifest,
     raw_config,
     sample_item,
+    sample_job,
     scores_frame,
     shard_lines,
     truth,
@@ -141,9 +142,7 @@ def test_lexical_run_end_to_end_every_item_exactly_once(tmp_path: Path) -> None:
 def test_llm_judge_scores_equal_the_truth(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 60, seed=11)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 60, seed=11)
     config = config_for(source, out, judge=llm_judge(server))
     outcome = run_job(config, out=io.StringIO())
 
@@ -174,9 +173,7 @@ def test_llm_judge_scores_equal_the_truth(
 def test_llm_reasons_come_from_the_judge_when_asked(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 12, seed=5)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 12, seed=5)
     config = config_for(source, out, judge=llm_judge(server), scorer={"reason": "llm"})
     outcome = run_job(config, out=io.StringIO())
     scores = assert_complete(out, rows, outcome)
@@ -200,9 +197,7 @@ def test_a_rate_limited_provider_gets_every_item_scored(
     scores every item with its true score. How close to the limit the run gets, and how few
     429s it meets, are real rates: `python -m bench.job_bench ratelimit` measures them. That
     every worker goes through one pace is tests/integration/test_limiter_actor.py's."""
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 48, seed=3)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 48, seed=3)
     server = fake_judge(rpm=LIMIT, window_s=WINDOW_S)
     config = config_for(
         source,
@@ -227,9 +222,7 @@ def test_a_rate_limited_provider_gets_every_item_scored(
 def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 60, seed=17)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 60, seed=17)
     config = config_for(
         source,
         out,
@@ -287,9 +280,7 @@ def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
 def test_cache_second_run_makes_no_requests_and_a_changed_context_is_rejudged(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, 40, seed=19)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, 40, seed=19)
     contexts_total = sum(len(row["contexts"]) for row in rows)
 
     def run(run_id: str) -> RunOutcome:

@@ -25,9 +25,9 @@ from tests.support.job import (
     assert_complete,
     config_for,
     llm_judge,
+    sample_job,
     truth,
     verdicts_frame,
-    write_items,
 )
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]
@@ -39,9 +39,7 @@ ITEMS, RETRIES, REASKS = 120, 6, 2
 def test_every_fault_kind_and_an_outage(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory, transport: str
 ) -> None:
-    source = tmp_path / "items.jsonl"
-    rows = write_items(source, ITEMS, seed=29)
-    out = tmp_path / "out"
+    source, rows, out = sample_job(tmp_path, ITEMS, seed=29)
     plan = FaultPlan.mixed(0.2, seed=7, slow_s=3.0, retry_after_s=1)
     assert set(plan.rates()) == set(FAULT_KINDS)
     outage = OutageAt(40, 2.0)

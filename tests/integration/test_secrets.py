@@ -55,22 +55,15 @@ def test_the_api_key_appears_nowhere(
     monkeypatch.setenv(KEY_ENV, SENTINEL)
     out = tmp_path / "out"
     server = fake_judge(require_api_key=SENTINEL)
+    job = {
+        "input": {"path": str(data), "columns": COLUMNS},
+        "output": {"path": str(out)},
+        "judge": {"model": "openai/fake-judge", "api_base": server.url, "api_key_env": KEY_ENV},
+        "ray": {"shard_size": 20, "workers": 2},
+    }
     config_path = tmp_path / "job.yaml"
     config_path.write_text(
-        json.dumps(
-            {
-                "input": {"path": str(data), "columns": COLUMNS},
-                "output": {"path": str(out)},
-                "judge": {
-                    "model": "openai/fake-judge",
-                    "api_base": server.url,
-                    "api_key_env": KEY_ENV,
-                },
-                "scorer": {"reason": "llm"},
-                "ray": {"shard_size": 20, "workers": 2},
-                "run": {"id": "secret-ok"},
-            }
-        )
+        json.dumps({**job, "scorer": {"reason": "llm"}, "run": {"id": "secret-ok"}})
     )
     printed = io.StringIO()
     with redirect_stdout(printed), redirect_stderr(printed):
@@ -85,14 +78,7 @@ def test_the_api_key_appears_nowhere(
     monkeypatch.setenv(KEY_ENV, wrong)
     config = parse_config(
         {
-            "input": {"path": str(data), "columns": COLUMNS},
-            "output": {"path": str(out)},
-            "judge": {
-                "model": "openai/fake-judge",
-                "api_base": server.url,
-                "api_key_env": KEY_ENV,
-            },
-            "ray": {"shard_size": 20, "workers": 2},
+            **job,
             "run": {"id": "secret-refused"},
             # Cached verdicts from the first run would answer without asking the judge.
             "cache": {"enabled": False},

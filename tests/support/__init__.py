@@ -3,6 +3,7 @@
     paths.py       the repository root and the shared labelled data
     fakes.py       injected instead of real time: RecordingSleep, SleepLog, FakeClock, NoJitter
     hooks.py       the fake judge's on_request hooks: hold requests, meet, an outage at request n
+    exact.py       the score computed exactly (Fractions), the reference for the floats
     job.py         job configs, inputs whose scores are known, published tables read back
     inputs.py      input files and rows for the tests of jobs.engine.inputs
     published.py   published runs written directly, for the tools that read them

@@ -1,4 +1,4 @@
-"""Input files and rows for the tests of jobs.engine.inputs (tests/test_inputs_*.py)."""
+"""Input files and rows for the tests of jobs.engine.inputs (tests/unit/test_inputs_*.py)."""
 
 from __future__ import annotations
 

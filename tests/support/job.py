@@ -47,6 +47,15 @@ def write_items(path: Path, count: int, seed: int = 7) -> list[dict[str, Any]]:
     return rows
 
 
+def sample_job(
+    tmp_path: Path, count: int, seed: int = 7
+) -> tuple[Path, list[dict[str, Any]], Path]:
+    """(input, rows, output) of a job on `count` sample items: the items as JSONL at
+    <tmp_path>/items.jsonl, the output folder <tmp_path>/out (not created)."""
+    source = tmp_path / "items.jsonl"
+    return source, write_items(source, count, seed=seed), tmp_path / "out"
+
+
 def truth(rows: list[dict[str, Any]]) -> dict[str, float]:
     """The true score of every row by id: what the fake judge's verdicts imply."""
     return {row["id"]: context_precision(row["relevance"]) for row in rows}

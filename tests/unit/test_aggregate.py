@@ -37,6 +37,7 @@ from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS
 from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
 from scorer_core.precision import context_precision
+from tests.support.exact import exact_average_precision
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -49,15 +50,7 @@ SCALES = (1, 10, 0, 0.5)
 
 def reference_score(flags: dict[int, bool], scale: float) -> float:
     """Exact context precision with Fractions, ranks from the stored positions."""
-    relevant_so_far = 0
-    precision_sum = Fraction(0)
-    for position in sorted(flags):
-        if flags[position]:
-            relevant_so_far += 1
-            precision_sum += Fraction(relevant_so_far, position + 1)
-    if relevant_so_far == 0:
-        return 0.0
-    value = precision_sum / relevant_so_far * Fraction(scale)
+    value = exact_average_precision(flags) * Fraction(scale)
     hundredths = math.floor(value * 100 + Fraction(1, 2))
     return round(hundredths / 100, 2)
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from scorer_core import ConfigError, average_precision, context_precision, round_half_up
 from scorer_core.precision import format_score, round_score
+from tests.support.exact import exact_average_precision
 
 YES, NO = True, False
 
@@ -59,13 +60,7 @@ def test_bad_scale_is_a_config_error(scale: object) -> None:
 
 
 def exact_ap(flags: list[bool]) -> Fraction:
-    hits = 0
-    total = Fraction(0)
-    for position, flag in enumerate(flags):
-        if flag:
-            hits += 1
-            total += Fraction(hits, position + 1)
-    return total / hits if hits else Fraction(0)
+    return exact_average_precision(flags)
 
 
 verdict_lists = st.lists(st.booleans(), max_size=40)

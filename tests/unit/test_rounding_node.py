@@ -17,6 +17,7 @@ from fractions import Fraction
 import pytest
 
 from scorer_core import average_precision, context_precision
+from tests.support.exact import exact_average_precision
 
 NODE = shutil.which("node")
 pytestmark = [
@@ -67,15 +68,9 @@ def mastra_scores(cases: list[tuple[list[int], float | None]]) -> list[float]:
 
 def is_exact_tie(flags: list[int], scale: float | None) -> bool:
     """True when AP * scale, computed exactly, is a whole number of thousandths ending in 5."""
-    hits = 0
-    total = Fraction(0)
-    for position, flag in enumerate(flags):
-        if flag:
-            hits += 1
-            total += Fraction(hits, position + 1)
-    if not hits:
+    if not any(flags):
         return False
-    value = total / hits * Fraction(1 if scale is None else scale) * 100
+    value = exact_average_precision(flags) * Fraction(1 if scale is None else scale) * 100
     return value.denominator == 2
 
 
