@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from scorer_core.cli import add_score_arguments, call_handler
 
-# Defaults of options whose tool uses the same value as a default of its own; tests/test_cli.py
-# checks that the two agree.
+# The options' defaults. `jobs.tools.estimate.estimate()`, called as a library, has the first
+# two as defaults of its own (this module must not import it); tests/unit/test_cli.py checks
+# that they agree.
 DEFAULT_SAMPLE = 2000
 DEFAULT_ASSUMED_LATENCY_S = 2.0
 DEFAULT_OUTPUT = "results/"

@@ -15,7 +15,7 @@ The workers write with pyarrow and publishing reads with Polars; both take their
 here (`Table.arrow`, `Table.polars`), and the row builders take their keys from here
 (`Table.build_row`). The published tables are projections of the staged ones, so a column has
 one type from the shard file to the reader. The README's "Output" section lists the published
-columns with these types and meanings; tests/test_schema.py keeps the two in step.
+columns with these types and meanings; tests/unit/test_schema.py keeps the two in step.
 """
 
 from __future__ import annotations

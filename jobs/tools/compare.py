@@ -16,8 +16,8 @@ both runs, like the global one.
 Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
 (or when no query is scored in both), or over those of any segment with at least
 `--min-segment-size` of them (smaller segments are shown, not gated: a segment of three queries
-moves by chance), else 0: a nightly pipeline can alert on it. Errors (unknown run, unknown
-segment column, unreadable store) exit 2 with a message.
+moves by chance), else 0: a nightly pipeline can alert on it. Errors exit as with every
+`ctxprec` command (2 for an unknown run id or segment column, 1 for a storage failure).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from jobs import formatting as fmt
 from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
 from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
 from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
-from jobs.cli import add_compare_arguments
 from jobs.engine.aggregate import relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
@@ -43,7 +42,7 @@ from jobs.tools.runs import (
     parse_storage_options,
     write_parquet_file,
 )
-from scorer_core.errors import ConfigError, CtxPrecError
+from scorer_core.errors import ConfigError
 
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9
@@ -557,16 +556,12 @@ def format_comparison(
 
 
 # --------------------------------------------------------------------------------------------
-# command: `add_arguments` and `run` are what `ctxprec compare` calls; `register` adds the
-# subcommand to a parser; `main` is `python -m jobs.tools.compare`
+# command: `run` is what `ctxprec compare` calls (its options are defined in jobs.cli);
+# `main` is `python -m jobs.tools.compare`
 
 
 def table_name(run_a: str, run_b: str) -> str:
     return f"comparisons/{run_a}__vs__{run_b}.parquet"
-
-
-add_arguments = add_compare_arguments
-"""The options of `ctxprec compare` (declared in jobs.cli, which imports no tool)."""
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -600,26 +595,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if verdict.passed else 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `compare` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare two published runs; exit 1 when the mean score dropped too far",
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec compare")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    """`python -m jobs.tools.compare`: `ctxprec compare` on its own."""
+    from jobs.cli import main as ctxprec
+
+    return ctxprec(["compare", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

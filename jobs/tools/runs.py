@@ -40,7 +40,6 @@ from jobs.engine.publish import RunLocation, scan
 from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
 
-DEFAULT_OUTPUT = "results/"
 TABLES = ("scores", "verdicts", "summary")
 _PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
@@ -90,9 +89,6 @@ class PublishedRun:
 
     def verdicts(self) -> pl.LazyFrame:
         return self.scan("verdicts")
-
-    def summary_table(self) -> pl.LazyFrame:
-        return self.scan("summary")
 
     @property
     def summary(self) -> RunSummary:
@@ -284,24 +280,6 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
 
 # --------------------------------------------------------------------------------------------
 # shared command-line helpers
-
-
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """--output and --storage-option, as every command that reads published runs takes them."""
-    parser.add_argument(
-        "--output",
-        default=DEFAULT_OUTPUT,
-        metavar="PATH",
-        help=f"output root the runs were published to (default {DEFAULT_OUTPUT}; s3://... works)",
-    )
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option, value parsed as YAML (repeatable; dotted keys nest, "
-        "e.g. client_kwargs.region_name=us-east-1)",
-    )
 
 
 def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:

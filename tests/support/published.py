@@ -11,12 +11,13 @@ published for it, without Ray or a judge:
 The score of an ok query is `scorer_core.precision.context_precision` of its verdicts (a
 verdict of None counts as not relevant, as in the job's aggregation), its reason is the
 scorer's `template_reason`, and the summary is `jobs.engine.aggregate.summarize` of the tables.
-`test_real_job_publishes_what_the_support_module_writes` in tests/test_compare.py checks the
-columns against a run published by the real job.
+`test_real_job_publishes_what_the_support_module_writes` in tests/integration/test_real_runs.py
+checks the columns against a run published by the real job.
 
-`base_and_candidate` writes the two runs tests/test_compare.py and tests/test_report.py share;
+`base_and_candidate` writes the two runs the tests of compare and report share;
 `segmented_runs` two runs that carry a `retriever` column and are summarised by it, where one
-retriever got worse.
+retriever got worse; `run_compare` and `run_report` run those commands on published runs as
+`ctxprec` parses them.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def publish(
 
 
 # --------------------------------------------------------------------------------------------
-# the two runs tests/test_compare.py and tests/test_report.py share
+# the two runs the tests of compare and report share
 
 ITEMS = 60  # queries in the base run, including SCRIPT_ID and UNSCORED_ID; BAD_ID comes on top
 BASE = "base"
@@ -335,3 +336,30 @@ def segmented_runs(store: Store) -> tuple[str, str]:
     for run_id, queries in ((SEG_A, before), (SEG_B, after)):
         publish(store, run_id, queries, carried=[RETRIEVER], segment_by=["retriever"])
     return SEG_A, SEG_B
+
+
+# the commands on published runs
+
+
+def run_compare(output: Path, *argv: str) -> tuple[int, str]:
+    """`ctxprec compare RUN_A RUN_B [options] --output <output>`: (exit code, printed)."""
+    from jobs.cli import build_parser
+    from jobs.tools import compare
+
+    args = build_parser().parse_args(["compare", *argv[:2], "--output", str(output), *argv[2:]])
+    out = io.StringIO()
+    code = compare.run(args, out=out)
+    return code, out.getvalue()
+
+
+def run_report(output: Path, *argv: str) -> tuple[str, str]:
+    """`ctxprec report RUN [options] --output <output>`: (the page, printed)."""
+    from jobs.cli import build_parser
+    from jobs.tools import report
+
+    args = build_parser().parse_args(["report", *argv, "--output", str(output)])
+    out = io.StringIO()
+    assert report.run(args, out=out) == 0
+    printed = out.getvalue()
+    page = Path(printed.removeprefix("report: ").strip())
+    return page.read_text(encoding="utf-8"), printed
