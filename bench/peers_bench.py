@@ -1,0 +1,504 @@
+"""Side by side with DeepEval and RAGAS: items/s on one zero-latency judge, in one run.
+
+    .venv/bin/python -m bench.peers_bench --items 600 [--venv /tmp/peers-venv] [--no-write]
+
+One judge server (`bench.peers.responder`: the fake judge, plus answers to DeepEval's and RAGAS's
+prompts, every reply at once) on 127.0.0.1 and one seeded set of items
+(`jobs.tools.sample_data`, with RELEVANT/IRRELEVANT markers, so every contender must arrive at
+the same verdicts and the same scores) for every contender, each in its own fresh process, one
+after the other:
+
+  1. our job with its defaults (only judge.model, judge.api_base, input and output set);
+  2. our job with `judge.transport: litellm` (the default before transport: auto);
+  3. a bare aiohttp loop posting our verdict requests for the same items (the ceiling);
+  4. DeepEval's ContextualPrecisionMetric through `deepeval.evaluate()`;
+  5. RAGAS's context precision through `metric.abatch_score()` (the 0.4 API) and through
+     `ragas.evaluate()` (the older one).
+
+DeepEval and RAGAS run in a throwaway venv outside the repo (`--venv`, made on first use with
+`python -m venv` and pip from the registry; never in the project's venv or uv.lock), through the
+drivers in bench/peers/, which say which settings they use. Their telemetry is off
+(DEEPEVAL_TELEMETRY_OPT_OUT, RAGAS_DO_NOT_TRACK) and Hugging Face is kept offline.
+
+Writes the section SECTION of docs/benchmarks.md (bench.common.write_section).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import header, load_average, write_section
+from jobs.engine.ray_runtime import RAY_ENV
+
+SECTION = "## Side by side with DeepEval and RAGAS (zero-latency judge)"
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "bench" / "peers"
+DEFAULT_VENV = Path(tempfile.gettempdir()) / "peers-venv"
+# What the throwaway venv gets. ragas 0.4.3 imports langchain_community.chat_models.vertexai at
+# import time, which langchain-community 0.4 removed (ragas issue #2745): the pin keeps it
+# importable.
+PEER_REQUIREMENTS = ("deepeval==4.3.1", "ragas==0.4.3", "langchain-community<0.4")
+PEER_VERSIONS = ("deepeval", "ragas", "openai", "instructor", "langchain-openai", "httpx")
+DUMMY_KEY = "bench-dummy-key"
+MODEL = "judge"
+PEER_ENV = {
+    "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
+    "DEEPEVAL_UPDATE_WARNING_OPT_IN": "NO",
+    "RAGAS_DO_NOT_TRACK": "true",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+ENV = {**os.environ, **RAY_ENV, **PEER_ENV, "OPENAI_API_KEY": DUMMY_KEY}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One contender's run: items scored, time spent scoring and in its whole process."""
+
+    name: str
+    settings: str
+    items: int
+    scoring_s: float  # our fan-out; the peers' evaluate call; the bare loop's send time
+    process_s: float  # the whole process: Python start, imports, Ray, scoring, publish
+    calls: int  # chat requests the server answered
+    statuses: dict[str, int]
+    agree: int  # scores equal to the markers' average precision
+    scored: int
+
+    @property
+    def rate(self) -> float:
+        return self.items / self.scoring_s
+
+    @property
+    def process_rate(self) -> float:
+        return self.items / self.process_s
+
+
+# ---------------------------------------------------------------------------------------------
+# the items and the expected scores
+
+
+def write_items(path: Path, count: int) -> dict[str, float]:
+    """Write `count` seeded items in our default column names (plus the reference), returning
+    each item's expected score: the average precision of its marked relevance."""
+    from jobs.tools.sample_data import generate
+    from scorer_core.precision import context_precision
+
+    expected: dict[str, float] = {}
+    with path.open("w", encoding="utf-8") as handle:
+        for row in generate(count, seed=7, markers=True):
+            record = {
+                "query_id": row["id"],
+                "input": row["question"],
+                "output": row["answer"],
+                "expected_output": row["ground_truth"],
+                "context": row["contexts"],
+            }
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            expected[row["id"]] = context_precision([bool(r) for r in row["relevance"]])
+    return expected
+
+
+def agreement(expected: dict[str, float], scores: dict[str, float | None]) -> tuple[int, int]:
+    """(scores within 1e-6 of the expected one, scores given at all)."""
+    given = {k: v for k, v in scores.items() if v is not None}
+    agree = sum(1 for k, v in given.items() if abs(v - expected.get(k, float("nan"))) < 1e-6)
+    return agree, len(given)
+
+
+# ---------------------------------------------------------------------------------------------
+# the judge server
+
+
+@contextlib.contextmanager
+def responder(max_seconds: float) -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.peers.responder", "--max-seconds", f"{max_seconds:.0f}"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"the peers responder did not start: {url!r}")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _server(url: str, path: str, post: bool = False) -> dict[str, Any]:
+    root = url.removesuffix("/v1")
+    request = urllib.request.Request(
+        root + path, data=b"{}" if post else None, method="POST" if post else "GET"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        data: dict[str, Any] = json.load(response)
+    return data
+
+
+def server_calls(url: str) -> tuple[int, dict[str, int]]:
+    stats = _server(url, "/stats")
+    return int(stats["total_requests"]), dict(stats["by_status"])
+
+
+def reset(url: str) -> None:
+    _server(url, "/admin/reset", post=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# our job
+
+
+def run_ours(
+    name: str, items_path: Path, work: Path, url: str, expected: dict[str, float], **judge: str
+) -> Result:
+    import polars as pl
+    import yaml
+
+    out = work / f"out-{name.replace(' ', '-')}"
+    config = {
+        "input": {"path": str(items_path), "columns": {"expected_output": "expected_output"}},
+        "output": {"path": str(out)},
+        "judge": {"model": f"openai/{MODEL}", "api_base": url, **judge},
+    }
+    config_path = work / f"{out.name}.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    reset(url)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    process_s = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    calls, statuses = server_calls(url)
+    manifest = json.loads(next(out.glob("manifests/**/manifest.json")).read_text())
+    scores_frame = pl.read_parquet(next(out.glob("scores/**/*.parquet")))
+    scores = dict(zip(scores_frame["query_id"], scores_frame["score"], strict=True))
+    agree, scored = agreement(expected, scores)
+    settings = ", ".join(f"`judge.{k}: {v}`" for k, v in judge.items()) or "defaults"
+    # What the run settled on: the transport auto chose, the in-flight budget auto sized.
+    flow = manifest.get("flow") or {}
+    facts = {
+        "transport": (manifest.get("judge") or {}).get("transport"),
+        "in-flight budget": flow.get("budget_max") or flow.get("budget"),
+        "max in flight": flow.get("max_in_flight"),
+    }
+    settings += "; run: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None)
+    return Result(
+        name,
+        settings,
+        len(expected),
+        float(manifest["timings_s"]["fan_out"]),
+        process_s,
+        calls,
+        statuses,
+        agree,
+        scored,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the bare loop
+
+
+def run_bare(
+    items_path: Path, url: str, expected: dict[str, float], concurrency: int, rounds: int
+) -> Result:
+    """Our verdict requests for the same items, pre-encoded, posted by a bare aiohttp loop with
+    `concurrency` in flight; the median of `rounds` passes over all items."""
+    import aiohttp
+
+    from scorer_core.openai_http import OpenAIHTTPClient
+    from scorer_core.precision import context_precision
+    from scorer_core.prompt import VERDICTS_SCHEMA, VERDICTS_SCHEMA_NAME, verdict_messages
+    from scorer_core.types import ScoringItem
+
+    reference = OpenAIHTTPClient(f"openai/{MODEL}", api_base=url)
+    bodies: list[tuple[str, bytes]] = []
+    for line in items_path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        item = ScoringItem(
+            row["input"], row["output"], tuple(row["context"]), row["expected_output"]
+        )
+        positions = list(range(len(item.contexts)))
+        for start in range(0, len(positions), 16):  # contexts_per_call's default
+            body = reference.request_body(
+                verdict_messages(item, positions[start : start + 16]),
+                schema_name=VERDICTS_SCHEMA_NAME,
+                schema=VERDICTS_SCHEMA,
+            )
+            bodies.append((row["query_id"], json.dumps(body, ensure_ascii=False).encode()))
+
+    async def one_pass() -> tuple[float, dict[str, list[bool]]]:
+        verdicts: dict[str, list[bool]] = {}
+        queue = list(reversed(bodies))
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {DUMMY_KEY}"}
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def loop() -> None:
+                while queue:
+                    query_id, data = queue.pop()
+                    async with session.post(reference.url, data=data, headers=headers) as reply:
+                        raw = await reply.read()
+                    content = json.loads(json.loads(raw)["choices"][0]["message"]["content"])
+                    verdicts.setdefault(query_id, []).extend(
+                        v["verdict"] == "yes" for v in content["verdicts"]
+                    )
+
+            started = time.perf_counter()
+            await asyncio.gather(*(loop() for _ in range(concurrency)))
+            return time.perf_counter() - started, verdicts
+
+    reset(url)
+    passes = [asyncio.run(one_pass()) for _ in range(rounds)]
+    calls, statuses = server_calls(url)
+    seconds = statistics.median(p[0] for p in passes)
+    scores: dict[str, float | None] = {k: context_precision(v) for k, v in passes[-1][1].items()}
+    agree, scored = agreement(expected, scores)
+    return Result(
+        "bare aiohttp loop (ceiling)",
+        f"our verdict requests, pre-encoded, {concurrency} in flight, one process; median of "
+        f"{rounds} passes over the items, no Ray, no Parquet",
+        len(expected),
+        seconds,
+        float("nan"),
+        calls // rounds,
+        {k: v // rounds for k, v in statuses.items()},
+        agree,
+        scored,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepEval and RAGAS in their own venv
+
+
+def ensure_venv(venv: Path) -> Path:
+    """The throwaway venv's python, made (venv + pip from the registry) when it is missing."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"making the peers venv {venv} (deepeval, ragas; a few minutes)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", *PEER_REQUIREMENTS],
+            check=True,
+            env=ENV,
+        )
+    return python
+
+
+def peer_versions(python: Path) -> dict[str, str]:
+    code = (
+        "import json, importlib.metadata as m\n"
+        f"print(json.dumps({{n: m.version(n) for n in {list(PEER_VERSIONS)!r}}}))"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    versions: dict[str, str] = json.loads(out.stdout)
+    return versions
+
+
+def run_peer(
+    name: str,
+    python: Path,
+    driver: str,
+    args: list[str],
+    items_path: Path,
+    work: Path,
+    url: str,
+    expected: dict[str, float],
+) -> Result:
+    out = work / f"{name.split()[0].lower()}-{len(list(work.iterdir()))}.json"
+    reset(url)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [
+            str(python),
+            str(PEERS / driver),
+            *args,
+            "--data",
+            str(items_path),
+            "--base-url",
+            url,
+            "--out",
+            str(out),
+            "--model",
+            MODEL,
+        ],
+        cwd=work,  # DeepEval writes a .deepeval folder where it runs
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    process_s = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    calls, statuses = server_calls(url)
+    data = json.loads(out.read_text(encoding="utf-8"))
+    agree, scored = agreement(expected, data["scores"])
+    return Result(
+        name,
+        data["settings"],
+        int(data["items"]),
+        float(data["seconds"]),
+        process_s,
+        calls,
+        statuses,
+        agree,
+        scored,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def render(results: list[Result], command: str, versions: dict[str, str], loads: str) -> str:
+    by = {r.name: r for r in results}
+    ours = by.get("our job, defaults")
+    peers = [r for r in results if r.name.startswith(("DeepEval", "RAGAS"))]
+    faster = max(peers, key=lambda r: r.rate, default=None)
+    faster_whole = max(peers, key=lambda r: r.process_rate, default=None)
+    versions_text = ", ".join(f"{k} {v}" for k, v in versions.items())
+    lines = [
+        SECTION,
+        "",
+        header(command),
+        "",
+        f"Versions: {versions_text}. Load average (1/5/15 min) at the start: {loads}.",
+        "",
+        "One judge server for everyone: `bench.peers.responder` (the fake judge of the tests, "
+        "one Python process, plus answers to DeepEval's and RAGAS's prompts in their JSON "
+        "shapes), no latency, on 127.0.0.1. The same seeded items for everyone "
+        "(`jobs.tools.sample_data --markers`: a query, an answer, a reference answer, 3 to 9 "
+        "contexts); the server calls a context relevant iff it carries the marker, so every "
+        "contender must reach the same scores, checked item by item against the average "
+        "precision of the markers ('scores right'). Each contender runs in its own fresh "
+        "process, one after the other; server, contender and the other engineers' work share "
+        "the 2 cores. DeepEval and RAGAS run in a throwaway venv outside the repo "
+        f"(`pip install {' '.join(PEER_REQUIREMENTS)}`), their telemetry off.",
+        "",
+        "'Scoring' is our job's fan-out (`timings_s.fan_out` of the manifest: Ray workers "
+        "starting, judging, staging; not Ray's own start, planning or publishing), the peers' "
+        "evaluate call (their imports excluded), the bare loop's time to send all requests. "
+        "'Whole process' is the wall time of the contender's process, from `python` to exit "
+        "(imports, Ray start, publish included).",
+        "",
+        "| contender | settings | items | scoring s | items/s (scoring) | whole process s | "
+        "items/s (whole process) | judge calls | scores right |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        whole = "-" if r.process_s != r.process_s else f"{r.process_s:.1f}"
+        whole_rate = "-" if r.process_s != r.process_s else f"{r.process_rate:,.1f}"
+        statuses = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()))
+        lines.append(
+            f"| {r.name} | {r.settings} | {r.items:,} | {r.scoring_s:.2f} | **{r.rate:,.0f}** | "
+            f"{whole} | {whole_rate} | {r.calls:,} ({statuses}) | {r.agree}/{r.items} |"
+        )
+    if ours and faster and faster_whole:
+        whole_ratio = ours.process_rate / faster_whole.process_rate
+        lines += [
+            "",
+            f"Our default against the faster peer: **{ours.rate / faster.rate:,.1f}x** "
+            f"{faster.name} in items/s while scoring ({ours.rate:,.0f} against "
+            f"{faster.rate:,.1f}); over the whole process {whole_ratio:,.1f}x "
+            f"{faster_whole.name} ({ours.process_rate:,.1f} against "
+            f"{faster_whole.process_rate:,.1f} items/s).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers_bench", description=__doc__)
+    parser.add_argument("--items", type=int, default=600)
+    parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="the peers' venv")
+    parser.add_argument("--concurrency", type=int, default=64, help="the bare loop's in flight")
+    parser.add_argument("--rounds", type=int, default=3, help="the bare loop's passes (median)")
+    parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    command = "python -m bench.peers_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    python = ensure_venv(args.venv)
+    versions = {"litellm": importlib.metadata.version("litellm"), **peer_versions(python)}
+    loads = load_average()
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp, responder(3600) as url:
+        work = Path(tmp)
+        items_path = work / "items.jsonl"
+        expected = write_items(items_path, args.items)
+        steps = [
+            lambda: run_ours("our job, defaults", items_path, work, url, expected),
+            lambda: run_ours(
+                "our job, transport litellm", items_path, work, url, expected, transport="litellm"
+            ),
+            lambda: run_bare(items_path, url, expected, args.concurrency, args.rounds),
+            lambda: run_peer(
+                "DeepEval", python, "deepeval_driver.py", [], items_path, work, url, expected
+            ),
+            lambda: run_peer(
+                "RAGAS, abatch_score",
+                python,
+                "ragas_driver.py",
+                ["--entry", "collections"],
+                items_path,
+                work,
+                url,
+                expected,
+            ),
+            lambda: run_peer(
+                "RAGAS, evaluate()",
+                python,
+                "ragas_driver.py",
+                ["--entry", "evaluate"],
+                items_path,
+                work,
+                url,
+                expected,
+            ),
+        ]
+        for step in steps:
+            result = step()
+            results.append(result)
+            print(
+                f"{result.name}: {result.rate:,.1f} items/s scoring ({result.scoring_s:.2f} s), "
+                f"whole process {result.process_s:.1f} s, {result.calls} calls, "
+                f"{result.agree}/{result.items} scores right",
+                flush=True,
+            )
+    section = render(results, command, versions, loads)
+    print()
+    print(section)
+    if not args.no_write:
+        write_section(SECTION, section)
+        print(f"wrote section {SECTION!r} of docs/benchmarks.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
