@@ -316,16 +316,20 @@ def run_bare(
 
 
 def ensure_venv(venv: Path) -> Path:
-    """The throwaway venv's python, made (venv + pip from the registry) when it is missing."""
+    """The throwaway venv's python: made with `python -m venv` and pip from the registry when
+    it is missing, or when it was made for other requirements (a marker file says which)."""
     python = venv / "bin" / "python"
+    marker = venv / "peers-requirements.txt"
+    wanted = "\n".join(PEER_REQUIREMENTS) + "\n"
+    if python.exists() and marker.exists() and marker.read_text() == wanted:
+        return python
+    print(f"installing {' '.join(PEER_REQUIREMENTS)} into {venv} (a few minutes)", flush=True)
     if not python.exists():
-        print(f"making the peers venv {venv} (deepeval, ragas; a few minutes)", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *PEER_REQUIREMENTS],
-            check=True,
-            env=ENV,
-        )
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", *PEER_REQUIREMENTS], check=True, env=ENV
+    )
+    marker.write_text(wanted)
     return python
 
 
