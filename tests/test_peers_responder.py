@@ -164,5 +164,7 @@ def test_stats_count_each_kind_and_reset_forgets(server: PeersJudgeServer) -> No
         "ragas_verdict": 1,
     }
     assert stats["total_requests"] == 3
+    assert stats["request_span_s"] > 0
     server.reset_stats()
     assert server.stats()["peer_requests"] == {}
+    assert server.stats()["request_span_s"] == 0

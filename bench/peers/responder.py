@@ -137,21 +137,33 @@ class PeersJudgeServer(FakeJudgeServer):
         self._peer_requests: Counter[str] = Counter()
         self._peer_contexts: Counter[str] = Counter()
         self._peer_counter = 0
+        self._first_seen: float | None = None
+        self._last_seen: float | None = None
 
     def reset_stats(self) -> None:
         super().reset_stats()
         with self._lock:
             self._peer_requests = Counter()
             self._peer_contexts = Counter()
+            self._first_seen = self._last_seen = None
 
     def stats(self) -> dict[str, Any]:
         snapshot = super().stats()
         with self._lock:
             snapshot["peer_requests"] = dict(self._peer_requests)
             snapshot["peer_contexts_judged"] = dict(self._peer_contexts)
+            first, last = self._first_seen, self._last_seen
+        # From the first request to the last, ours and the peers' alike: the time a client
+        # spent sending, its start-up and shut-down left out.
+        snapshot["request_span_s"] = last - first if first is not None and last is not None else 0.0
         return snapshot
 
     async def _answer(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        with self._lock:
+            if self._first_seen is None:
+                self._first_seen = now
+            self._last_seen = now
         raw = await request.read()  # aiohttp keeps the body: the fake reads it again
         if any(mark in raw for mark in _OURS):
             return await super()._answer(request)
