@@ -78,6 +78,8 @@ class Result:
     scoring_s: float  # our fan-out; the peers' evaluate call; the bare loop's send time
     process_s: float  # the whole process: Python start, imports, Ray, scoring, publish
     span_s: float  # the server's first to last request: the time spent sending
+    before_s: float  # from the process's start to the first request
+    after_s: float  # from the last request to the process's exit
     calls: int  # chat requests the server answered
     statuses: dict[str, int]
     agree: int  # scores equal to the markers' average precision
@@ -179,10 +181,29 @@ def _server(url: str, path: str, post: bool = False) -> dict[str, Any]:
     return data
 
 
-def server_calls(url: str) -> tuple[int, dict[str, int], float]:
-    """(requests answered, by HTTP status, seconds from the first request to the last)."""
+@dataclass(frozen=True)
+class Served:
+    """What the server saw of one contender."""
+
+    calls: int
+    statuses: dict[str, int]
+    first_at: float  # time.monotonic() of the first request (the same clock in every process)
+    last_at: float
+
+    @property
+    def span_s(self) -> float:
+        return self.last_at - self.first_at
+
+
+def served(url: str) -> Served:
     stats = _server(url, "/stats")
-    return int(stats["total_requests"]), dict(stats["by_status"]), float(stats["request_span_s"])
+    first, last = stats["first_request_at"], stats["last_request_at"]
+    return Served(
+        int(stats["total_requests"]),
+        dict(stats["by_status"]),
+        float("nan") if first is None else float(first),
+        float("nan") if last is None else float(last),
+    )
 
 
 def reset(url: str) -> None:
@@ -208,7 +229,7 @@ def run_ours(
     config_path = work / f"{out.name}.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     reset(url)
-    started = time.perf_counter()
+    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)],
         cwd=ROOT,
@@ -216,10 +237,10 @@ def run_ours(
         capture_output=True,
         text=True,
     )
-    process_s = time.perf_counter() - started
+    ended = time.monotonic()
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    calls, statuses, span = server_calls(url)
+    seen = served(url)
     manifest = json.loads(next(out.glob("manifests/**/manifest.json")).read_text())
     scores_frame = pl.read_parquet(next(out.glob("scores/**/*.parquet")))
     scores = dict(zip(scores_frame["query_id"], scores_frame["score"], strict=True))
@@ -237,10 +258,12 @@ def run_ours(
         settings,
         len(expected),
         float(manifest["timings_s"]["fan_out"]),
-        process_s,
-        span,
-        calls,
-        statuses,
+        ended - started,
+        seen.span_s,
+        seen.first_at - started,
+        ended - seen.last_at,
+        seen.calls,
+        seen.statuses,
         agree,
         scored,
         tuple((k, float(v)) for k, v in manifest["timings_s"].items()),
@@ -301,7 +324,7 @@ def run_bare(
 
     reset(url)
     passes = [asyncio.run(one_pass()) for _ in range(rounds)]
-    calls, statuses, _ = server_calls(url)
+    seen = served(url)
     seconds = statistics.median(p[0] for p in passes)
     scores: dict[str, float | None] = {k: average_precision(v) for k, v in passes[-1][1].items()}
     agree, scored = agreement(expected, scores)
@@ -313,8 +336,10 @@ def run_bare(
         seconds,
         float("nan"),
         seconds,
-        calls // rounds,
-        {k: v // rounds for k, v in statuses.items()},
+        float("nan"),
+        float("nan"),
+        seen.calls // rounds,
+        {k: v // rounds for k, v in seen.statuses.items()},
         agree,
         scored,
     )
@@ -364,7 +389,7 @@ def run_peer(
 ) -> Result:
     out = work / f"{name.split()[0].lower()}-{len(list(work.iterdir()))}.json"
     reset(url)
-    started = time.perf_counter()
+    started = time.monotonic()
     done = subprocess.run(
         [
             str(python),
@@ -384,10 +409,10 @@ def run_peer(
         capture_output=True,
         text=True,
     )
-    process_s = time.perf_counter() - started
+    ended = time.monotonic()
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    calls, statuses, span = server_calls(url)
+    seen = served(url)
     data = json.loads(out.read_text(encoding="utf-8"))
     agree, scored = agreement(expected, data["scores"])
     return Result(
@@ -395,10 +420,12 @@ def run_peer(
         data["settings"],
         int(data["items"]),
         float(data["seconds"]),
-        process_s,
-        span,
-        calls,
-        statuses,
+        ended - started,
+        seen.span_s,
+        seen.first_at - started,
+        ended - seen.last_at,
+        seen.calls,
+        seen.statuses,
         agree,
         scored,
     )
@@ -465,15 +492,29 @@ def render(results: list[Result], command: str, versions: dict[str, str], loads:
         "included).",
         "",
         "| contender | settings | items | judge calls | scores right | items/s while sending "
-        "| scoring s | items/s scoring | whole process s | items/s whole process |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| items/s scoring | items/s whole process |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()))
         lines.append(
             f"| {r.name} | {r.settings} | {r.items:,} | {r.calls:,} ({statuses}) | "
-            f"{r.agree}/{r.items} | {_num(r.span_rate, 0)} | {r.scoring_s:.2f} | "
-            f"**{_num(r.rate)}** | {_num(r.process_s)} | {_num(r.process_rate)} |"
+            f"{r.agree}/{r.items} | {_num(r.span_rate, 0)} | **{_num(r.rate)}** | "
+            f"{_num(r.process_rate)} |"
+        )
+    lines += [
+        "",
+        "Where each process's time went, in seconds (the server's clock and the bench's are the "
+        "same monotonic clock):",
+        "",
+        "| contender | start to first request | sending (first to last request) | last request "
+        "to exit | whole process | scoring |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.name} | {_num(r.before_s)} | {_num(r.span_s, 2)} | {_num(r.after_s)} | "
+            f"{_num(r.process_s)} | {r.scoring_s:.2f} |"
         )
     for r in results:
         if r.phases:
@@ -481,8 +522,8 @@ def render(results: list[Result], command: str, versions: dict[str, str], loads:
             parts = ", ".join(f"{k} {v:.1f} s" for k, v in r.phases)
             lines += [
                 "",
-                f"Where '{r.name}' spent its {r.process_s:.1f} s: {parts} (the manifest's "
-                f"timings_s); the other {r.process_s - known:.1f} s are Python's start, the "
+                f"'{r.name}' by its manifest's timings_s: {parts}; the other "
+                f"{r.process_s - known:.1f} s of its {r.process_s:.1f} s are Python's start, the "
                 "imports, reading the config, publishing and Ray's shutdown.",
             ]
     found = ratios(results)

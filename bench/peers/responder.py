@@ -156,6 +156,10 @@ class PeersJudgeServer(FakeJudgeServer):
         # From the first request to the last, ours and the peers' alike: the time a client
         # spent sending, its start-up and shut-down left out.
         snapshot["request_span_s"] = last - first if first is not None and last is not None else 0.0
+        # time.monotonic() is the system-wide CLOCK_MONOTONIC on Linux: a client process can
+        # set these against its own start and end.
+        snapshot["first_request_at"] = first
+        snapshot["last_request_at"] = last
         return snapshot
 
     async def _answer(self, request: web.Request) -> web.Response:
