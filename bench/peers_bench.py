@@ -47,6 +47,7 @@ from jobs.engine.ray_runtime import RAY_ENV
 
 SECTION = "## Side by side with DeepEval and RAGAS (zero-latency judge)"
 OURS_DEFAULT = "our job, defaults"
+TARGET = 10.0  # issue 9: our default >= 10x the faster of DeepEval and RAGAS
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "bench" / "peers"
 DEFAULT_VENV = Path(tempfile.gettempdir()) / "peers-venv"
@@ -456,9 +457,11 @@ def ratios(results: list[Result]) -> list[str]:
     for label, attribute in MEASURES:
         faster = max(peers, key=lambda r: float(getattr(r, attribute)))
         mine, theirs = float(getattr(ours, attribute)), float(getattr(faster, attribute))
+        ratio = mine / theirs
+        verdict = "meets" if ratio >= TARGET else "misses"
         lines.append(
-            f"- {label}: **{mine / theirs:,.1f}x** the faster peer ({_num(mine)} items/s "
-            f"against {_num(theirs)}, {faster.name})"
+            f"- {label}: **{ratio:,.1f}x** the faster peer ({_num(mine)} items/s against "
+            f"{_num(theirs)}, {faster.name}): {verdict} the {TARGET:g}x target"
         )
     return lines
 
@@ -528,8 +531,29 @@ def render(results: list[Result], command: str, versions: dict[str, str], loads:
             ]
     found = ratios(results)
     if found:
-        lines += ["", "Our default against the faster of DeepEval and RAGAS, by each measure:", ""]
+        lines += [
+            "",
+            f"Our default against the faster of DeepEval and RAGAS, by each measure (the target "
+            f"of issue 9 is {TARGET:g}x):",
+            "",
+        ]
         lines += found
+    ours = next((r for r in results if r.name == OURS_DEFAULT), None)
+    if ours is not None and ours.process_s > 0:
+        whole = ours.process_s
+        lines += [
+            "",
+            f"Reading: our default sent its {ours.calls:,} requests in {ours.span_s:.2f} s, "
+            f"{ours.span_s / whole:.0%} of its {whole:.1f} s; {ours.before_s / whole:.0%} went "
+            f"before the first request (Python and imports, planning, Ray's start, the workers' "
+            f"start inside the fan-out) and {ours.after_s / whole:.0%} after the last one "
+            "(staging, publishing, Ray's shutdown). Those costs are fixed per run, not per item: "
+            f"at {ours.items:,} items they decide the scoring and whole-process rates, and the "
+            "rate while sending is the one that grows with the run. The peers' fixed cost is "
+            "their imports (the start-to-first-request column); the rest of their time is spent "
+            "per request, in their own client code, so their rate while sending is about their "
+            "rate at any size.",
+        ]
     return "\n".join(lines) + "\n"
 
 
