@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -544,7 +544,7 @@ def render(results: list[Result], command: str, versions: dict[str, str], loads:
         lines += [
             "",
             f"Reading: our default sent its {ours.calls:,} requests in {ours.span_s:.2f} s, "
-            f"{ours.span_s / whole:.0%} of its {whole:.1f} s; {ours.before_s / whole:.0%} went "
+            f"{ours.span_s / whole:.1%} of its {whole:.1f} s; {ours.before_s / whole:.0%} went "
             f"before the first request (Python and imports, planning, Ray's start, the workers' "
             f"start inside the fan-out) and {ours.after_s / whole:.0%} after the last one "
             "(staging, publishing, Ray's shutdown). Those costs are fixed per run, not per item: "
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         items_path = work / "items.jsonl"
         expected = write_items(items_path, args.items)
-        steps = [
+        steps: list[Callable[[], Result]] = [
             lambda: run_ours(OURS_DEFAULT, items_path, work, url, expected),
             lambda: run_ours(
                 "our job, transport litellm", items_path, work, url, expected, transport="litellm"

@@ -85,8 +85,12 @@ def ragas_prompt(context: str) -> str:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PeersJudgeServer]:
-    with PeersJudgeServer() as running:
+    running = PeersJudgeServer()
+    running.start()
+    try:
         yield running
+    finally:
+        running.stop()
 
 
 def ask(server: PeersJudgeServer, prompt: str, **extra: Any) -> httpx.Response:
