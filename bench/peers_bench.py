@@ -31,7 +31,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -323,24 +322,28 @@ def run_bare(
             await asyncio.gather(*(loop() for _ in range(concurrency)))
             return time.perf_counter() - started, verdicts
 
-    reset(url)
-    passes = [asyncio.run(one_pass()) for _ in range(rounds)]
-    seen = served(url)
-    seconds = statistics.median(p[0] for p in passes)
-    scores: dict[str, float | None] = {k: average_precision(v) for k, v in passes[-1][1].items()}
+    passes = []
+    for _ in range(rounds):
+        reset(url)
+        seconds, verdicts = asyncio.run(one_pass())
+        passes.append((seconds, verdicts, served(url)))
+    # The median pass by the server's span, as the other contenders are measured; the client's
+    # own time of that pass (opening its connections included) is its 'scoring' time.
+    seconds, verdicts, seen = sorted(passes, key=lambda p: p[2].span_s)[(rounds - 1) // 2]
+    scores: dict[str, float | None] = {k: average_precision(v) for k, v in verdicts.items()}
     agree, scored = agreement(expected, scores)
     return Result(
         "bare aiohttp loop (ceiling)",
-        f"our verdict requests, pre-encoded, {concurrency} in flight, one process; median of "
-        f"{rounds} passes over the items, no Ray, no Parquet",
+        f"our verdict requests, pre-encoded, {concurrency} in flight, one process (the bench's); "
+        f"the median of {rounds} passes over the items; no Ray, no Parquet",
         len(expected),
         seconds,
         float("nan"),
-        seconds,
+        seen.span_s,
         float("nan"),
         float("nan"),
-        seen.calls // rounds,
-        {k: v // rounds for k, v in seen.statuses.items()},
+        seen.calls,
+        seen.statuses,
         agree,
         scored,
     )
