@@ -557,6 +557,14 @@ def render(results: list[Result], command: str, versions: dict[str, str], loads:
             "per request, in their own client code, so their rate while sending is about their "
             "rate at any size.",
         ]
+        bare = next((r for r in results if r.name.startswith("bare aiohttp")), None)
+        if bare is not None and bare.span_rate < ours.span_rate:
+            lines[-1] += (
+                f" The bare loop sent below our job's rate here ({_num(bare.span_rate, 0)} "
+                f"against {_num(ours.span_rate, 0)} items/s): at {ours.items:,} requests both "
+                "are bound by the one-process server and the machine's load of the moment, not "
+                "by the client, so it is no ceiling at this size."
+            )
     return "\n".join(lines) + "\n"
 
 
