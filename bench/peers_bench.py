@@ -436,6 +436,64 @@ def run_peer(
 
 
 # ---------------------------------------------------------------------------------------------
+# Ray's own fixed costs
+
+
+def ray_probe() -> dict[str, float]:
+    """Seconds for what every run of ours pays before and after judging, measured alone: Ray's
+    import, `ray.init` as the job calls it, the first task (a worker process starting), the
+    engine's imports inside a worker, `ray.shutdown`."""
+    started = time.monotonic()
+    import ray
+
+    from jobs.config import InputConfig, JobConfig
+    from jobs.engine.ray_runtime import start_ray
+
+    imported = time.monotonic()
+    start_ray(JobConfig(input=InputConfig(path="unused")))
+    initialised = time.monotonic()
+
+    def pid() -> int:
+        return os.getpid()
+
+    def engine_imports() -> float:
+        begin = time.monotonic()
+        import jobs.engine.worker
+        import jobs.factory  # noqa: F401
+        import scorer_core.openai_http  # noqa: F401
+
+        return time.monotonic() - begin
+
+    ray.get(ray.remote(pid).options(num_cpus=0.5).remote())
+    first_task = time.monotonic()
+    imports = ray.get(ray.remote(engine_imports).options(num_cpus=0.5).remote())
+    ray.shutdown()
+    ended = time.monotonic()
+    return {
+        "imports (ray, the config)": imported - started,
+        "ray.init": initialised - imported,
+        "first task (a worker process starts)": first_task - initialised,
+        "the engine's imports in a worker": imports,
+        "ray.shutdown": ended - first_task - imports,
+    }
+
+
+def run_ray_probe() -> dict[str, float]:
+    """`ray_probe` in a fresh process, as the job would start."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.peers_bench", "--ray-probe"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the Ray probe failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    probe: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return probe
+
+
+# ---------------------------------------------------------------------------------------------
 # the report
 
 
@@ -469,7 +527,13 @@ def ratios(results: list[Result]) -> list[str]:
     return lines
 
 
-def render(results: list[Result], command: str, versions: dict[str, str], loads: str) -> str:
+def render(
+    results: list[Result],
+    command: str,
+    versions: dict[str, str],
+    loads: str,
+    probe: dict[str, float] | None = None,
+) -> str:
     versions_text = ", ".join(f"{k} {v}" for k, v in versions.items())
     lines = [
         SECTION,
@@ -532,6 +596,13 @@ def render(results: list[Result], command: str, versions: dict[str, str], loads:
                 f"{r.process_s - known:.1f} s of its {r.process_s:.1f} s are Python's start, the "
                 "imports, reading the config, publishing and Ray's shutdown.",
             ]
+    if probe:
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in probe.items())
+        lines += [
+            "",
+            f"Ray alone, in a fresh process right after our default's run (`python -m "
+            f"bench.peers_bench --ray-probe`): {parts}.",
+        ]
     found = ratios(results)
     if found:
         lines += [
@@ -576,7 +647,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64, help="the bare loop's in flight")
     parser.add_argument("--rounds", type=int, default=3, help="the bare loop's passes (median)")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument(
+        "--ray-probe", action="store_true", help="only print Ray's fixed costs as JSON"
+    )
     args = parser.parse_args(argv)
+    if args.ray_probe:
+        print(json.dumps(ray_probe()))
+        return 0
     command = "python -m bench.peers_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     python = ensure_venv(args.venv)
     versions = {"litellm": importlib.metadata.version("litellm"), **peer_versions(python)}
@@ -616,9 +693,13 @@ def main(argv: list[str] | None = None) -> int:
                 expected,
             ),
         ]
+        probe: dict[str, float] | None = None
         for step in steps:
             result = step()
             results.append(result)
+            if probe is None and result.name.startswith("our job"):
+                probe = run_ray_probe()
+                print(f"Ray alone: {probe}", flush=True)
             print(
                 f"{result.name}: {result.span_rate:,.1f} items/s while sending, "
                 f"{result.rate:,.1f} items/s scoring ({result.scoring_s:.2f} s), "
@@ -626,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result.agree}/{result.items} scores right",
                 flush=True,
             )
-    section = render(results, command, versions, loads)
+    section = render(results, command, versions, loads, probe)
     print()
     print(section)
     if not args.no_write:
