@@ -59,6 +59,10 @@ DUMMY_KEY = "bench-dummy-key"
 MODEL = "judge"
 PEER_ENV = {
     "DEEPEVAL_TELEMETRY_OPT_OUT": "YES",
+    # evaluate() waits for the whole batch at most one test case's budget plus a buffer
+    # (~210 s): on a loaded machine 600 items take longer and it cancels them all. No effect on
+    # its speed.
+    "DEEPEVAL_DISABLE_TIMEOUTS": "YES",
     "DEEPEVAL_UPDATE_WARNING_OPT_IN": "NO",
     "RAGAS_DO_NOT_TRACK": "true",
     "HF_HUB_OFFLINE": "1",
@@ -551,7 +555,9 @@ def render(
         "precision of the markers, to 2 decimals ('scores right'). Each contender runs in its "
         "own fresh process, one after the other; server, contender and the other engineers' "
         "work share the 2 cores. DeepEval and RAGAS run in a throwaway venv outside the repo "
-        f"(`pip install {' '.join(PEER_REQUIREMENTS)}`), their telemetry off.",
+        f"(`pip install {' '.join(PEER_REQUIREMENTS)}`), their telemetry off, DeepEval's "
+        "timeouts off (`DEEPEVAL_DISABLE_TIMEOUTS`: its evaluate() gives the whole batch one "
+        "test case's budget, ~210 s, and cancels everything after it).",
         "",
         "Three times per contender. 'While sending': from the first request the server saw to "
         "the last (start-up and shut-down left out, for everyone alike). 'Scoring': our job's "
