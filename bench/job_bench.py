@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import header, write_section
+from bench.common import header, load_average, write_section
 from jobs.engine.ray_runtime import RAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,18 +104,9 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
         config_path = handle.name
-    command = [
-        sys.executable,
-        "-c",
-        # VmHWM is this process's own peak; ru_maxrss would include the parent's at fork.
-        "import re, sys; from jobs.context_precision import main; "
-        "code = main(sys.argv[1:]); "
-        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
-        "print('MAXRSS', hwm, file=sys.stderr); "
-        "sys.exit(code)",
-        "--config",
-        config_path,
-    ]
+    # The driver's peak resident memory per phase (bench.driver_phases): VmHWM is the
+    # process's own peak; ru_maxrss would include the parent's at fork.
+    command = [sys.executable, "-m", "bench.driver_phases", "--config", config_path]
     peaks: dict[int, int] = {}
     stop = threading.Event()
 
@@ -137,9 +128,11 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
         sampler.join()
     if done.returncode != 0:
         raise RuntimeError(f"job failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    driver_kib = next(
-        int(line.split()[1]) for line in done.stderr.splitlines() if line.startswith("MAXRSS")
-    )
+    phases_line = next(line for line in done.stderr.splitlines() if line.startswith("PHASES "))
+    phases = {
+        key: int(value) / 1024
+        for key, value in (part.split("=") for part in phases_line.split()[1:])
+    }
     output = Path(config["output"]["path"])
     manifest_path = next(output.glob("manifests/**/manifest.json"))
     manifest = json.loads(manifest_path.read_text())
@@ -149,7 +142,9 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
         "started_at": started,
         "ended_at": ended,
         "wall_s": wall,
-        "driver_peak_mib": driver_kib / 1024,
+        "driver_peak_mib": phases["peak"],
+        "driver_phases_mib": phases,
+        "load_average": load_average(),
         "worker_peak_mib": max(peaks.values(), default=0) / 2**20,
         "workers_seen": len(peaks),
     }
@@ -283,12 +278,17 @@ def memory(sizes: Sequence[int], workers: int) -> str:
                 base_config(data, Path(tmp) / "out", ray__workers=workers), sample_workers=True
             )
             manifest = result["manifest"]
+            phases = result["driver_phases_mib"]
+            timings = manifest["timings_s"]
             rows.append(
                 f"| {size:,} | {data.stat().st_size / 2**20:,.0f} MiB | "
-                f"{result['driver_peak_mib']:,.0f} MiB | {result['worker_peak_mib']:,.0f} MiB | "
-                f"{manifest['shards']} | {manifest['timings_s']['fan_out']:.1f} s | "
-                f"{result['wall_s']:.1f} s |"
+                f"**{result['driver_peak_mib']:,.0f} MiB** | {phases.get('start', 0):,.0f} / "
+                f"{phases['fan_out']:,.0f} / {phases['publish']:,.0f} MiB | "
+                f"{result['worker_peak_mib']:,.0f} MiB | {manifest['shards']} | "
+                f"{timings['fan_out']:.1f} s | {timings.get('publish', float('nan')):.1f} s | "
+                f"{result['wall_s']:.1f} s | {result['load_average']} |"
             )
+            print(rows[-1], flush=True)
     lines = [
         "## Memory as the input grows",
         "",
@@ -296,12 +296,16 @@ def memory(sizes: Sequence[int], workers: int) -> str:
         "",
         "Offline lexical judge (no server), JSONL input from jobs.tools.sample_data, "
         "shard_size 2000, "
-        f"{workers} workers. Driver peak is the driver process's max RSS (planning, fan-out and "
-        "the Polars aggregation + publish); worker peak is the largest RSS any Ray worker "
-        "process reached, sampled every 0.5 s.",
+        f"{workers} workers. Driver peak is the driver process's peak RSS (VmHWM), also per "
+        "phase (bench.driver_phases resets the peak between phases): start (imports, checks, "
+        "planning, joining Ray), fan-out, publish (deduplication, summary, upload). Worker peak "
+        "is the largest RSS any Ray worker process reached, sampled every 0.5 s. Publish is "
+        "the manifest's `timings_s.publish`; the load average (1/5/15 min) is taken as each "
+        "run ends.",
         "",
-        "| items | input size | driver peak RSS | worker peak RSS | shards | fan-out | wall |",
-        "|---|---|---|---|---|---|---|",
+        "| items | input size | driver peak RSS | start / fan-out / publish | worker peak RSS "
+        "| shards | fan-out | publish | wall | load average |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]
     return "\n".join(lines)

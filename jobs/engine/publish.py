@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -213,6 +214,7 @@ def publish_run(
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation); it costs a group-by over the verdicts.
     """
+    started = time.monotonic()
     items_files = _shard_files(store, store.join(location.staging, "items"))
     verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
     items, verdicts = dedupe(scan(store, items_files), scan(store, verdict_files))
@@ -239,8 +241,10 @@ def publish_run(
         _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(scores_local, store.join(location.table_file("scores")))
+    timings = {**manifest.get("timings_s", {}), "publish": round(time.monotonic() - started, 3)}
     manifest = {
         **manifest,
+        "timings_s": timings,
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": duplicates,
