@@ -95,7 +95,7 @@ class InputConfig(_Strict):
         ge=1,
         description="Contexts beyond this many are dropped; the row is flagged truncated.",
     )
-    # Only keep_first is implemented (jobs.engine.publish.dedupe); "score_all" and "fail" used to be
+    # Only keep_first is implemented (jobs.engine.repeats); "score_all" and "fail" used to be
     # accepted here and silently ignored.
     duplicate_query_ids: Literal["keep_first"] = Field(
         "keep_first",
