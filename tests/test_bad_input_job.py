@@ -314,9 +314,12 @@ def test_bad_parquet_rows_are_errors_naming_row_number_and_field(
 
 
 @pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("find_first", [True, False], ids=["found-first", "found-at-publication"])
 def test_duplicate_query_ids_first_scored_later_ones_name_it(
-    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str, find_first: bool
 ) -> None:
+    # `input.find_duplicates_first` (auto: on for an LLM judge) changes which rows are judged,
+    # not what is published.
     source = tmp_path / "items.parquet"
     rows = items(12, seed=113)
     first = rows[1]
@@ -327,7 +330,7 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(
     config = config_for(
         source,
         out,
-        input={"format": "parquet"},
+        input={"format": "parquet", "find_duplicates_first": find_first},
         judge=judge(server),
         ray={"shard_size": 4, "workers": 2},
     )
@@ -351,6 +354,10 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(
     assert outcome.published.duplicates == 2
     others = [row for n, row in enumerate(rows) if n not in (1, 6, 10)]
     assert_good_rows_scored(scores, others)
+    # One verdict request per judged row (each has at most 16 contexts): found first, the two
+    # later occurrences were never sent; otherwise they were, and then dropped.
+    assert all(len(row["contexts"]) <= 16 for row in rows)
+    assert verdict_requests(server) == (10 if find_first else 12)
 
 
 # -- size: huge contexts, thousands of contexts ----------------------------------------------------
