@@ -62,8 +62,10 @@ def fan_out(
     out: TextIO,
     heartbeat: Callable[[], None] = lambda: None,
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+    duplicates: frozenset[str] = frozenset(),
 ) -> FanOutResult:
     """Run `todo` ((shard number, shard) pairs out of `shards`) on the workers, with progress.
+    `duplicates`: the shards with later occurrences staged by `jobs.engine.lookahead`.
 
     Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
     `RunFailed` naming the shard when a shard fails for good.
@@ -84,6 +86,7 @@ def fan_out(
         governed=governed,
         api_key=config.judge.api_key(),
         tables=tables,
+        duplicates=duplicates,
     )
     task = ray.remote(run_worker).options(
         num_cpus=config.ray.num_cpus_per_task,
