@@ -157,6 +157,14 @@ class LLMJudge:
         """The user message `explain` sends first for these arguments."""
         return reason_messages(item, verdicts, score, self._scale)[-1]["content"]
 
+    def _counted_tokens(self, reply: ChatReply) -> int:
+        """The tokens a provider counts against its limit for this reply: OpenAI-style limits
+        count a request's max_tokens when it sets one, whatever the reply used."""
+        completion = reply.completion_tokens
+        if self._completion_budget:
+            completion = max(completion, self._completion_budget)
+        return reply.prompt_tokens + completion
+
     async def _send(
         self,
         messages: Sequence[dict[str, str]],
@@ -204,7 +212,7 @@ class LLMJudge:
                             self._limiter.completed(
                                 self._clock() - sent_at if reply is not None else None,
                                 charged,
-                                reply.prompt_tokens + reply.completion_tokens if reply else 0,
+                                self._counted_tokens(reply) if reply else 0,
                             )
             except ResponseFormatRejected as exc:
                 settled = True

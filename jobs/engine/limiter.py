@@ -56,11 +56,18 @@ class PacingState:
         self._refusals = 0
         self._recent_grants: deque[float] = deque()
         self._recent_refusals: deque[float] = deque()
-        # Token reservations are estimates until the reply's usage arrives: `_token_ratio`
-        # learns how far off they run (used / reserved) and scales new ones, and
-        # `_mean_tokens` turns a token limit into a request rate for the in-flight budget.
-        self._token_ratio = 1.0
+        # Token reservations are estimates until the reply's usage arrives; `settle` then moves
+        # the pace by the difference, so the pace counts what the provider counted. Estimates
+        # are not rescaled by a learned ratio: with hundreds of requests in flight a ratio
+        # learned from replies charged at an older ratio feeds back on itself and swings
+        # between its bounds (measured: 4.0 and 1.7% 429s at 1 s latency). The error left is
+        # only the in-flight requests' (latency / 60 s of the window, times the estimate's
+        # bias), which the headroom covers. `_mean_tokens` (the tokens requests actually
+        # used, recent ones weighted most) turns a token limit into a request rate for the
+        # in-flight budget.
         self._mean_tokens = 0.0
+        self._tokens_reserved = 0
+        self._tokens_used = 0
 
     def _rate(self, per_minute: float) -> float:
         """Allowed events per second right now."""
@@ -102,24 +109,22 @@ class PacingState:
         return max(0.0, start - now)
 
     def charge(self, estimated_tokens: int) -> int:
-        """The tokens to reserve for a request estimated at `estimated_tokens`, corrected by
-        what earlier requests actually used."""
+        """The tokens to reserve for a request estimated at `estimated_tokens`."""
         if estimated_tokens <= 0:
             return 0
-        charged = max(1, round(estimated_tokens * self._token_ratio))
-        self._mean_tokens = (
-            float(charged) if not self._mean_tokens else 0.95 * self._mean_tokens + 0.05 * charged
-        )
-        return charged
+        if not self._mean_tokens:  # no reply yet: the estimate is all there is to go on
+            self._mean_tokens = float(estimated_tokens)
+        return estimated_tokens
 
     def settle(self, reserved_tokens: int, used_tokens: int) -> None:
         """A request that reserved `reserved_tokens` used `used_tokens` (the provider's count):
-        move the token pace by the difference and learn the ratio for later estimates."""
+        move the token pace by the difference."""
         if self.tokens_per_minute <= 0 or reserved_tokens <= 0 or used_tokens <= 0:
             return
         self._token_tat += (used_tokens - reserved_tokens) / self._rate(self.tokens_per_minute)
-        ratio = used_tokens / reserved_tokens * self._token_ratio
-        self._token_ratio = min(4.0, max(0.25, 0.8 * self._token_ratio + 0.2 * ratio))
+        self._tokens_reserved += reserved_tokens
+        self._tokens_used += used_tokens
+        self._mean_tokens = 0.99 * self._mean_tokens + 0.01 * used_tokens
 
     def request_rate(self) -> float | None:
         """Requests per second the limits allow at steady state now (None: no limit). A token
@@ -151,7 +156,10 @@ class PacingState:
             "granted": self._granted,
             "refusals": self._refusals,
             "factor": self._factor,
-            "token_ratio": self._token_ratio,
+            # how far the estimates ran from the provider's counts (used / reserved)
+            "token_ratio": (
+                self._tokens_used / self._tokens_reserved if self._tokens_reserved else 1.0
+            ),
             "requests_per_second": (
                 self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
             ),

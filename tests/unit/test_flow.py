@@ -104,7 +104,7 @@ def test_completions_reach_the_governor_in_the_next_report() -> None:
     assert snap["completed"] == 2 and snap["replies"] == 1
     assert snap["latency_p50_s"] == 0.8
     assert governor.tokens_used == 300
-    assert snap["pace_token_ratio"] > 1.0  # later estimates are corrected upwards
+    assert snap["pace_token_ratio"] == 3.0  # the provider counted 3x the estimate
 
 
 class FakeClient:
@@ -172,3 +172,29 @@ def test_the_judge_holds_its_gate_reports_latency_and_counts_tokens_its_way() ->
     snap = governor.snapshot()
     assert snap["replies"] == 6 and snap["latency_p50_s"] == pytest.approx(0.25)
     assert governor.tokens_used == 6 * 15
+
+
+def test_a_requests_max_tokens_counts_whole_against_the_limit() -> None:
+    # OpenAI-style limits charge a request's max_tokens at admission, however short the
+    # reply: the pace settles on that count, not on the reply's completion tokens.
+    clock = FakeClock()
+    governor = RunGovernor(None, BudgetSettings(explicit=2), clock=clock)
+    flow = WorkerFlow(AsActor(governor), "w", paced=False)
+    judge = LLMJudge(
+        FakeClient(clock, latency=0.25),
+        limiter=flow,
+        max_in_flight=flow.gate,
+        first_alone=False,
+        completion_budget=40,
+        clock=clock,
+    )
+
+    async def scenario() -> None:
+        calls = asyncio.gather(*(judge.judge(ScoringItem("q", "a", ("c",)), [0]) for _ in range(3)))
+        await asyncio.sleep(0)  # the first request reaches the gate: the report sees demand
+        await flow.report_once()
+        await calls
+        await flow.report_once()
+
+    asyncio.run(scenario())
+    assert governor.tokens_used == 3 * (10 + 40)  # prompt 10 + max_tokens 40 (the reply used 5)

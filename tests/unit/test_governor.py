@@ -31,7 +31,7 @@ def test_budget_follows_the_request_rate_and_the_measured_latency() -> None:
     assert a + b == 750
 
 
-def test_token_usage_settles_the_pace_and_corrects_later_estimates() -> None:
+def test_token_usage_settles_the_pace() -> None:
     clock = FakeClock(100.0)
     pacing = PacingState(requests_per_minute=0, tokens_per_minute=60_000, headroom=1.0, clock=clock)
     governor = RunGovernor(pacing, BudgetSettings(), clock=clock)
@@ -41,11 +41,50 @@ def test_token_usage_settles_the_pace_and_corrects_later_estimates() -> None:
     governor.report("w", demand=1, in_flight=0, completions=[(1.0, charged, 2000)])
     delay, charged = governor.reserve(1000)
     assert delay == pytest.approx(2.0)  # 2,000 tokens at 1,000 tokens/s
-    assert charged > 1000  # later estimates are scaled toward what replies really use
-    for _ in range(30):
-        _, charged = governor.reserve(1000)
-        governor.report("w", demand=1, in_flight=0, completions=[(1.0, charged, 2000)])
-    assert governor.reserve(1000)[1] == pytest.approx(2000, rel=0.05)
+    assert charged == 1000  # the estimate is reserved as it is; the reply settles the rest
+    assert governor.snapshot()["pace_token_ratio"] == 2.0
+
+
+def admitted_per_window(estimate: int, used: int, latency_s: float) -> list[int]:
+    """Tokens the provider counts in each 60 s window (one a second) while callers keep
+    a tokens-per-minute pace full, every request estimated at `estimate` tokens but counted
+    at `used`, its usage settled `latency_s` after it was sent in the next 0.2 s report."""
+    clock = FakeClock(0.0)
+    limit = 600_000  # 10,000 tokens a second
+    pacing = PacingState(requests_per_minute=0, tokens_per_minute=limit, clock=clock)
+    governor = RunGovernor(pacing, BudgetSettings(), clock=clock)
+    sent: list[float] = []
+    unreported: list[tuple[float, int]] = []  # (reply at, tokens reserved)
+    next_report = 0.2
+    while clock.now < 300.0:
+        delay, charged = governor.reserve(estimate)
+        send_at = clock.now + delay
+        while next_report <= send_at:  # the reports that go out while this caller waits
+            clock.now = next_report
+            done = [(0.0, c, used) for at, c in unreported if at <= next_report]
+            unreported = [(at, c) for at, c in unreported if at > next_report]
+            governor.report("w", demand=1000, in_flight=len(unreported), completions=done)
+            next_report += 0.2
+        clock.now = send_at
+        sent.append(send_at)
+        unreported.append((send_at + latency_s, charged))
+    return [used * sum(1 for at in sent if start <= at < start + 60.0) for start in range(0, 240)]
+
+
+@pytest.mark.parametrize(
+    ("estimate", "used"), [(1000, 750), (750, 1000)], ids=["estimate-high", "estimate-low"]
+)
+@pytest.mark.parametrize("latency_s", [1.0, 3.0])
+def test_a_token_limit_stays_full_and_under_whatever_the_estimates(
+    estimate: int, used: int, latency_s: float
+) -> None:
+    # Hundreds of requests in flight, each reserved before its true size is known: the pace
+    # still holds the provider's window under the limit and fills it past 95%. (An estimate
+    # far below the truth overshoots the first window by the requests in flight before the
+    # first replies settle: 3x low at 1 s latency, 4%, which the 429 handling then absorbs.)
+    windows = admitted_per_window(estimate, used, latency_s)
+    assert max(windows) <= 600_000
+    assert min(windows[5:]) >= 0.95 * 600_000
 
 
 def test_a_token_limit_alone_sizes_the_budget_from_tokens_per_request() -> None:
