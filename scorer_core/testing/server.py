@@ -50,6 +50,8 @@ from typing import Any
 
 from aiohttp import web
 
+from scorer_core.testing.batches import BatchPlan, FakeBatchAPI
+
 HOST = "127.0.0.1"  # never bind anything else: this server is for local tests only
 VERDICTS_SCHEMA_NAME = "context_precision_verdicts"
 REASON_SCHEMA_NAME = "context_precision_reason"
@@ -305,6 +307,7 @@ class FakeJudgeServer:
         max_logged_requests: int = 1000,
         max_timestamps: int = 200_000,
         shutdown_timeout_s: float = 1.0,
+        batch_plan: BatchPlan | None = None,
     ) -> None:
         self._requested_port = port
         self.port: int = port
@@ -347,6 +350,8 @@ class FakeJudgeServer:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._reply_counter = 0
+        # The Files + Batches API (scorer_core.testing.batches), answering with this judge.
+        self.batches = FakeBatchAPI(self.answer_body, batch_plan)
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -433,6 +438,7 @@ class FakeJudgeServer:
         app.router.add_post("/admin/fault_plan", self._handle_admin_fault_plan)
         app.router.add_post("/admin/rpm", self._handle_admin_rpm)
         app.router.add_post("/admin/refuse", self._handle_admin_refuse)
+        self.batches.add_routes(app)
         # No access log and no signal handling: this runs in a thread, at thousands of req/s.
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=self._shutdown_timeout_s
@@ -873,10 +879,18 @@ class FakeJudgeServer:
         completion_tokens: int,
         headers: dict[str, str],
     ) -> web.Response:
+        reply = self._completion_body(body, content, prompt_tokens, completion_tokens)
+        return web.Response(
+            body=json.dumps(reply).encode(), content_type="application/json", headers=headers
+        )
+
+    def _completion_body(
+        self, body: dict[str, Any], content: str, prompt_tokens: int, completion_tokens: int
+    ) -> dict[str, Any]:
         with self._lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
-        reply = {
+        return {
             "id": reply_id,
             "object": "chat.completion",
             "created": int(time.time()),
@@ -894,9 +908,45 @@ class FakeJudgeServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
-        return web.Response(
-            body=json.dumps(reply).encode(), content_type="application/json", headers=headers
-        )
+
+    def answer_body(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """One chat-completions body answered as this judge answers it over HTTP (the same
+        verdicts, reasons, content faults and 5xx/429 faults of the fault plan), without the
+        rate limits, latency or connection behaviour: (HTTP status, JSON body). Each line of a
+        fake batch is answered with it."""
+        try:
+            if not isinstance(body, dict):
+                raise _bad_request("request body must be a JSON object")
+            form = _form_name(body)
+            with self._lock:
+                self._by_form[form or "invalid"] += 1
+            if form is None or form not in self._accepted_forms:
+                raise _Reply(self._form_rejection(form or "invalid"), "response_format_rejected")
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise _bad_request("messages must be a non-empty list")
+            schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
+            with self._lock:
+                self._by_schema[schema or "missing"] += 1
+            if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
+                raise _bad_request(f"not a context-precision request (schema {schema!r})")
+            fault, _ = self._draw_fault(schema)
+            if fault in ("rate_limit_429", "rate_limit_429_no_header"):
+                raise _Reply(_rate_limit_error({}), f"fault:{fault}")
+            if fault == "server_error":
+                raise _Reply(_error(500, "fake judge injected HTTP 500", "server_error"), fault)
+            if schema == VERDICTS_SCHEMA_NAME:
+                content_fault = fault if fault in CONTENT_FAULTS else None
+                content, judged = self._verdict_content(messages, content_fault)
+            else:
+                content, judged = json.dumps({"reason": _reason_text(messages)}), 0
+            prompt_tokens, completion_tokens = _token_counts(messages, content)
+            with self._lock:
+                self._contexts_judged += judged
+            return 200, self._completion_body(body, content, prompt_tokens, completion_tokens)
+        except _Reply as reply:
+            raw = reply.response.body
+            return reply.response.status, json.loads(raw if isinstance(raw, bytes) else b"{}")
 
     # ----------------------------------------------------------------------------------------
     # HTTP control endpoints (for a server running as its own process)
