@@ -399,8 +399,10 @@ def summarize(
     *,
     model: str,
     scale: float,
+    batch_price: bool = False,
 ) -> RunSummary:
-    """The run summary from the published scores and verdicts tables (`jobs.schema`).
+    """The run summary from the published scores and verdicts tables (`jobs.schema`); the
+    cost at the model's batch price when `batch_price` (judge.mode batch).
 
     Percentiles use linear interpolation between closest ranks; bands are over score / scale.
     """
@@ -436,5 +438,5 @@ def summarize(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         cache_hits=int(stats["cache_hits"] or 0),
-        cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens),
+        cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens, batch=batch_price),
     )

@@ -4,7 +4,8 @@
              in seconds, before the first judge call, with a message naming its cause
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
-    fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout)
+    fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
+             (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
              (jobs.engine.publish), with the manifest (jobs.engine.manifest)
     outcome  where the results are, for `print_outcome`
@@ -20,8 +21,9 @@ import datetime as dt
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 from jobs import factory
 from jobs.config import JobConfig, load_config
@@ -33,7 +35,10 @@ from jobs.engine.publish import Published, RunLocation, publish_run, read_manife
 from jobs.engine.ray_runtime import start_ray
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
+from jobs.pricing import price_basis
 from scorer_core.errors import FatalJudgeError
+from scorer_core.protocols import Sleeper
+from scorer_core.retry import real_sleep
 
 __all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_command", "run_job"]
 
@@ -55,8 +60,17 @@ def resolve_location(config: JobConfig) -> RunLocation:
     return RunLocation(run_id=run_id, run_date=run_date)
 
 
-def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
-    """Run (or resume) one scoring run end to end and return where its results are."""
+def run_job(
+    config: JobConfig,
+    *,
+    out: TextIO = sys.stderr,
+    sleep: Sleeper = real_sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunOutcome:
+    """Run (or resume) one scoring run end to end and return where its results are.
+
+    `sleep` and `clock` pace batch mode's waiting (tests inject them). In batch mode a wait cut
+    short by judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
     started = time.monotonic()
     # check
     factory.check_api_key(config)
@@ -84,16 +98,36 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         )
         # fan out
         planned = time.monotonic()
-        if todo:
-            start_ray(config)
-        ray_ready = time.monotonic()
-        fanned = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
-        timings = {
-            "plan": planned - started,
-            "ray_start": ray_ready - planned,
-            "fan_out": time.monotonic() - ray_ready,
-        }
-        _check_all_staged(store, location, [s.shard_id for s in shards], fanned.reports)
+        batch_mode = config.judge.mode == "batch"
+        judge_facts: dict[str, Any] = {}
+        if batch_mode:
+            from jobs.engine.batch.rounds import run_batches
+
+            batched = run_batches(
+                config,
+                location,
+                shards,
+                store,
+                out,
+                heartbeat=lease.heartbeat,
+                sleep=sleep,
+                clock=clock,
+            )
+            reports, flow = batched.reports, {}
+            timings = {"plan": planned - started, **batched.timings}
+            judge_facts = {**batched.facts, "price": price_basis(config.judge.model, batch=True)}
+        else:
+            if todo:
+                start_ray(config)
+            ray_ready = time.monotonic()
+            fanned = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+            reports, flow = fanned.reports, fanned.flow
+            timings = {
+                "plan": planned - started,
+                "ray_start": ray_ready - planned,
+                "fan_out": time.monotonic() - ray_ready,
+            }
+        _check_all_staged(store, location, [s.shard_id for s in shards], reports)
         # publish (it removes the staging area, lease file included, once the run is out)
         manifest = run_manifest(
             config,
@@ -102,8 +136,8 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             shards_reused=resuming,
             seconds=time.monotonic() - started,
             timings=timings,
-            flow=fanned.flow,
-            judge=judge_facts_of_run(fanned.reports),
+            flow=flow,
+            judge={**judge_facts_of_run(reports), **judge_facts},
         )
         published = publish_run(
             store,
@@ -111,7 +145,8 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             model=config.judge.model,
             scale=config.scorer.scale,
             manifest=manifest,
-            flow=flow_metrics(fanned.flow),
+            flow=flow_metrics(flow),
+            batch_price=batch_mode,
         )
     return RunOutcome(
         run_id=location.run_id,
@@ -167,8 +202,15 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
 
 def run_command(args: argparse.Namespace) -> int:
     """`ctxprec run --config FILE [--set KEY=VALUE ...]`: load the config, run, print."""
+    from jobs.engine.batch.rounds import BatchesStillRunning
+
     config = load_config(args.config, args.set)
-    outcome = run_job(config)
+    try:
+        outcome = run_job(config)
+    except BatchesStillRunning as exc:
+        # Not a failure: the evening half of a nightly batch run (README "Batch mode").
+        print(f"batches submitted, not finished: {exc}", file=sys.stderr)
+        return 0
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
     return 0

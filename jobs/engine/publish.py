@@ -198,12 +198,14 @@ def publish_run(
     manifest: dict[str, Any],
     verify_scores: bool = False,
     flow: Sequence[tuple[str, float | None]] = (),
+    batch_price: bool = False,
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
     The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation); it costs a group-by over the verdicts.
+    `batch_price`: the cost is at the model's batch price (a run in judge.mode batch).
     """
     items_files = _shard_files(store, store.join(location.staging, "items"))
     verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
@@ -218,7 +220,9 @@ def publish_run(
         verdicts = pl.scan_parquet(verdicts_local)
         if verify_scores:
             _check_scores(scores, verdicts, scale)
-        summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
+        summary = aggregate.summarize(
+            scores, verdicts, model=model, scale=scale, batch_price=batch_price
+        )
         summary = dataclasses.replace(summary, flow=tuple(flow))
         duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
         _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)

@@ -12,6 +12,11 @@ loop (its lanes), so its requests never pause between shards: the next shard is 
 thread) and its requests queue behind the current shard's while that one's last replies are
 outstanding. Requests in flight are bounded by the worker's allowance of the run-wide budget
 (`jobs.engine.flow`), not per shard. `run_shard` runs one shard in this process, without Ray.
+
+In batch mode (`ShardContext.batch_round`) the judge stage is a `jobs.engine.batch.stage.
+ShardPass`: the same scorer, cache and row builders, with a judge that answers from the batch
+replies staged so far; a shard with requests still unanswered records them for the next batch
+round instead of being staged (`ShardReport.pending`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import pyarrow as pa
 
 from jobs import factory
 from jobs.config import JobConfig
+from jobs.engine.batch.judge import OnlineAsk
+from jobs.engine.batch.stage import ShardPass
 from jobs.engine.cache import (
     CachingJudge,
     VerdictCache,
@@ -44,6 +51,7 @@ from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, duplicate_error
 from scorer_core.errors import FatalJudgeError, StorageError
+from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.types import ScoreResult, Usage
@@ -65,6 +73,8 @@ class ShardContext:
     governed: bool = False
     # The judge's API key as the driver read it (workers may not have the driver's environment).
     api_key: str | None = field(default=None, repr=False)
+    # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
+    batch_round: int | None = None
 
 
 @dataclass
@@ -78,6 +88,8 @@ class ShardReport:
     fatal: str | None = None
     # What the worker's judge settled on (transport, structured-output form), for the summary.
     judge: dict[str, Any] = field(default_factory=dict)
+    # Batch mode: requests recorded for the next batch round (the shard is not staged yet).
+    pending: int = 0
 
 
 def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
@@ -262,6 +274,15 @@ class ShardRunner:
         self._reports = asyncio.get_running_loop().create_task(self._flow.run_reports())
         return self._judge
 
+    def _online_reask(self) -> OnlineAsk | None:
+        """Batch mode with judge.batch.reask online: how a re-ask goes out (the worker's
+        online judge, paced by the run's governor); None when re-asks go in batches."""
+        if self._config.judge.batch.reask != "online":
+            return None
+        online = self._inner_judge()
+        assert isinstance(online, LLMJudge)
+        return online.ask
+
     async def close(self) -> None:
         """Stop reporting to the governor (the worker is done)."""
         if self._reports is not None:
@@ -281,7 +302,21 @@ class ShardRunner:
             report.skipped = True
             return report
         read = await asyncio.to_thread(read_shard_records, config, shard, number)
-        inner = self._inner_judge()
+        batch: ShardPass | None = None
+        inner: Judge
+        if self._ctx.batch_round is not None:
+            batch = await asyncio.to_thread(
+                ShardPass.load,
+                store,
+                self._ctx.staging,
+                self._ctx.batch_round,
+                shard,
+                number,
+                read.records,
+            )
+            inner = batch.judge(config, self._online_reask())
+        else:
+            inner = self._inner_judge()
         judge: Judge = inner
         fingerprint = factory.cache_fingerprint(config)
         cache: VerdictCache | None = None
@@ -289,9 +324,12 @@ class ShardRunner:
         cache_dir = ""
         if factory.use_cache(config):
             cache_store, cache_dir = factory.cache_root(config, store)
-            cache = await asyncio.to_thread(
-                load_cache, cache_store, cache_dir, fingerprint, shard.file_index, slot
-            )
+            if batch is not None and batch.frozen_cache is not None:
+                cache = batch.frozen_cache
+            else:
+                cache = await asyncio.to_thread(
+                    load_cache, cache_store, cache_dir, fingerprint, shard.file_index, slot
+                )
             judge = CachingJudge(inner, cache, fingerprint)
         scorer = ContextPrecisionScorer(
             judge,
@@ -306,21 +344,12 @@ class ShardRunner:
             if coordinator is not None
             else (lambda inc: None)
         )
-        for _ in read.errors:
-            counter.add(items=1, errors=1)
+        if batch is None:
+            counter.add(items=len(read.errors), errors=len(read.errors))
 
         def on_done(result: ScoreResult) -> None:
-            u = result.usage
-            counter.add(
-                items=1,
-                ok=int(result.status == "ok"),
-                unscored=int(result.status == "unscored"),
-                errors=int(result.status == "error"),
-                calls=u.calls,
-                rate_limited=u.rate_limited,
-                retries=u.retries,
-                cache_hits=u.cache_hits,
-            )
+            if batch is None:  # a batch pass counts once the shard is staged (it may wait)
+                on_done_counts(counter, result)
 
         if self._flow is not None:
             self._flow.wake()
@@ -331,6 +360,23 @@ class ShardRunner:
             report.fatal = str(exc)
             return report
         counter.drain()
+        if batch is not None:
+            if batch.pending:
+                keys = []
+                if cache is not None and batch.frozen_cache is None:
+                    keys = [
+                        pair_key(fingerprint, record.to_scoring_item(), p)
+                        for _, record in read.records
+                        for p in range(len(record.contexts))
+                    ]
+                await asyncio.to_thread(batch.finish, cache, keys)
+                report.pending = batch.pending
+                report.seconds = time.monotonic() - started
+                return report
+            counter.add(items=len(read.errors), errors=len(read.errors))
+            for result in results:
+                on_done_counts(counter, result)
+            counter.drain()
         report.judge = judge_facts(inner)
 
         item_rows = [error_row(e, seq, inner.model, first) for seq, e, first in read.errors]
@@ -375,6 +421,21 @@ class ShardRunner:
         await asyncio.to_thread(write)
         report.seconds = time.monotonic() - started
         return report
+
+
+def on_done_counts(counter: BatchedCounter, result: ScoreResult) -> None:
+    """Add one judged item to the progress counters."""
+    u = result.usage
+    counter.add(
+        items=1,
+        ok=int(result.status == "ok"),
+        unscored=int(result.status == "unscored"),
+        errors=int(result.status == "error"),
+        calls=u.calls,
+        rate_limited=u.rate_limited,
+        retries=u.retries,
+        cache_hits=u.cache_hits,
+    )
 
 
 def judge_facts(judge: Judge) -> dict[str, Any]:

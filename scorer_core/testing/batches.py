@@ -538,14 +538,17 @@ class FakeBatchAPI:
             batch.completed += 1  # the provider thinks it answered; the line never shows up
             return
         if draw < plan.missing_rate + plan.error_rate:
-            status, body = 500, {
-                "error": {
-                    "message": "fake batch: the server had an error processing this request",
-                    "type": "server_error",
-                    "param": None,
-                    "code": None,
-                }
-            }
+            status, body = (
+                500,
+                {
+                    "error": {
+                        "message": "fake batch: the server had an error processing this request",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
         else:
             status, body = self._answer(line["body"])
         record = json.dumps(
