@@ -59,9 +59,7 @@ def test_a_token_limit_counts_prompt_and_completion_and_says_so_in_headers() -> 
         assert int(first.headers["x-ratelimit-remaining-tokens"]) == 1000 - spent
         assert server.stats()["tokens_admitted"] == spent
         # A request's max_tokens is what it reserves, whatever the reply then uses.
-        reserved = client.post(
-            f"{server.url}/chat/completions", json=_body(["a"], max_tokens=300)
-        )
+        reserved = client.post(f"{server.url}/chat/completions", json=_body(["a"], max_tokens=300))
         assert reserved.status_code == 200
         assert server.stats()["tokens_admitted"] == (
             spent + reserved.json()["usage"]["prompt_tokens"] + 300

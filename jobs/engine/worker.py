@@ -330,7 +330,7 @@ class ShardRunner:
                 cache = await asyncio.to_thread(
                     load_cache, cache_store, cache_dir, fingerprint, shard.file_index, slot
                 )
-            judge = CachingJudge(inner, cache, fingerprint)
+            judge = CachingJudge(inner, cache, fingerprint, fresh_hits=batch is None)
         scorer = ContextPrecisionScorer(
             judge,
             context=["unused"],  # contexts come with each item

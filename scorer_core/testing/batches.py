@@ -189,6 +189,7 @@ class FakeBatchAPI:
             ("uploads", "batches_created", "retrievals", "lists", "downloads", "cancels"), 0
         )
         self._uploaded_bytes = 0
+        self._answering_s = 0.0  # spent answering lines: the provider's work, not the client's
 
     # -- test control -------------------------------------------------------------------------
 
@@ -215,6 +216,12 @@ class FakeBatchAPI:
                     self._step(batch)
             self._changed.notify_all()
 
+    def uploaded_lines(self) -> list[dict[str, Any]]:
+        """Every line of every uploaded batch input file, parsed, in upload order."""
+        with self._lock:
+            uploads = [f.data for f in self._files.values() if f.purpose == "batch"]
+        return [json.loads(raw) for data in uploads for raw in data.splitlines() if raw.strip()]
+
     def statuses(self) -> dict[str, str]:
         with self._lock:
             return {name: self._batches[name].status for name in self._order}
@@ -232,6 +239,7 @@ class FakeBatchAPI:
         return {
             **self._counts,
             "uploaded_bytes": self._uploaded_bytes,
+            "answering_s": round(self._answering_s, 3),
             "files": len(self._files),
             "batches": len(self._batches),
             "by_status": by_status,
@@ -503,8 +511,10 @@ class FakeBatchAPI:
         batch.steps_in_progress += 1
         share = -(-stop_at // plan.in_progress_steps)
         target = min(stop_at, batch.answered + share)
+        started = time.perf_counter()
         for line in batch.lines[batch.answered : target]:
             self._answer_line(batch, line)
+        self._answering_s += time.perf_counter() - started
         batch.answered = target
         if batch.answered < stop_at:
             return

@@ -22,6 +22,10 @@ error naming `response_format.type` (or, with `response_format_rejection_status=
 OpenAI-style 400 naming `response_format`). `stats()["by_response_format"]` counts the form
 of every request and `stats()["response_format_rejections"]` the rejected ones.
 
+The same app serves a fake OpenAI Files + Batches API (`server.batches`, see
+`scorer_core.testing.batches`) that answers every line of a batch with `answer_body`: this
+judge's own logic, without rate limits or latency.
+
 On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
 faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
 listening for a while (`refuse_connections`) and report what it saw (`stats()`, `GET /stats`).

@@ -388,7 +388,7 @@ class BatchRounds:
         self._out.write(
             f"batch round {state.round}: {len(state.batches)} batch(es) ({statuses}) | "
             f"requests {counts['completed']:,}/{counts['total']:,} completed, "
-            f"{counts['failed']:,} failed | waited {duration(self._clock() - started)}\n"
+            f"{counts['failed']:,} failed | {duration(self._clock() - started)} since submitting\n"
         )
         self._out.flush()
 
