@@ -370,6 +370,9 @@ class ShardRunner:
                         for p in range(len(record.contexts))
                     ]
                 await asyncio.to_thread(batch.finish, cache, keys)
+                # The pass's progress: items gone through, none of them final yet.
+                counter.add(items=len(read.records) + len(read.errors))
+                counter.drain()
                 report.pending = batch.pending
                 report.seconds = time.monotonic() - started
                 return report
