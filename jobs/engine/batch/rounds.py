@@ -45,7 +45,7 @@ from jobs.engine.ray_runtime import start_ray
 from jobs.engine.storage import Store
 from jobs.engine.worker import ShardReport
 from jobs.formatting import duration
-from scorer_core.errors import CtxPrecError
+from scorer_core.errors import CtxPrecError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
@@ -66,6 +66,9 @@ class BatchRunResult:
     reports: list[ShardReport] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    # What this driver sent (a resumed run's earlier drivers sent the rest).
+    uploads: int = 0
+    created: int = 0
 
     def add_time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
@@ -105,7 +108,6 @@ class BatchRounds:
             config, config.judge.api_key(), sleep=sleep
         )
         self._layout = BatchLayout(store, location.staging)
-        self._numbers = {shard.shard_id: n for n, shard in enumerate(self._shards)}
         self._result = BatchRunResult()
 
     # -- the whole thing ------------------------------------------------------------------------
@@ -183,8 +185,8 @@ class BatchRounds:
             )
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
             fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
-            if fatal:
-                raise RunFailed(f"the judge cannot work, run stopped: {fatal}")
+            if fatal:  # only online re-asks can meet a judge that cannot work
+                raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
         self._result.add_time(
             "build" if round_number == 0 else "passes", time.monotonic() - started
         )
@@ -321,7 +323,7 @@ class BatchRounds:
             record = replace(record, file_id=file_id)
             state = state.replace(record)
             self._save(state)  # recorded before the batch exists
-            self._result.facts["uploads"] = self._result.facts.get("uploads", 0) + 1
+            self._result.uploads += 1
             info = None
         else:
             # Uploaded by an earlier driver that may have created the batch without living
@@ -332,7 +334,7 @@ class BatchRounds:
             info = await self._provider.create(
                 record.file_id, {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
             )
-            self._result.facts["created"] = self._result.facts.get("created", 0) + 1
+            self._result.created += 1
         record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
         state = state.replace(record)
         self._save(state)
@@ -367,10 +369,6 @@ class BatchRounds:
                 record.name,
                 [(request_id, ingested.replies[request_id]) for request_id in ids],
             )
-        failed = sum(1 for reply in ingested.replies.values() if reply.text is None)
-        self._result.facts["failed_requests"] = (
-            self._result.facts.get("failed_requests", 0) + failed
-        )
         if ingested.unknown or ingested.unreadable:
             self._out.write(
                 f"batch {record.batch_id}: {ingested.unknown} line(s) for requests it was not "
@@ -412,8 +410,8 @@ class BatchRounds:
             "requests": sum(b.requests for b in batches),
             "requests_failed": sum(b.failed for b in batches),
             "bytes_uploaded": sum(b.bytes for b in batches),
-            "uploads_by_this_driver": self._result.facts.get("uploads", 0),
-            "batches_created_by_this_driver": self._result.facts.get("created", 0),
+            "uploads_by_this_driver": self._result.uploads,
+            "batches_created_by_this_driver": self._result.created,
         }
 
 
