@@ -87,7 +87,8 @@ def run(items: int, workers: int, shard_size: int, poll_s: float) -> str:
     ours = wall - waiting - provider
     phases = [
         ("plan", "list files, plan shards"),
-        ("build", "Ray start; workers judge from the cache, write request lines"),
+        ("ray_start", "Ray started (or joined) for the first pass"),
+        ("build", "workers judge from the cache, write request lines"),
         ("submit", "batch files built from the shards' lines, uploaded"),
         ("ingest", "output files downloaded, split into replies per shard"),
         ("passes", "workers judge from the replies, stage the shards"),

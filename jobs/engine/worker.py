@@ -362,14 +362,7 @@ class ShardRunner:
         counter.drain()
         if batch is not None:
             if batch.pending:
-                keys = []
-                if cache is not None and batch.frozen_cache is None:
-                    keys = [
-                        pair_key(fingerprint, record.to_scoring_item(), p)
-                        for _, record in read.records
-                        for p in range(len(record.contexts))
-                    ]
-                await asyncio.to_thread(batch.finish, cache, keys)
+                await asyncio.to_thread(batch.finish, cache, fingerprint, read.records)
                 # The pass's progress: items gone through, none of them final yet.
                 counter.add(items=len(read.records) + len(read.errors))
                 counter.drain()

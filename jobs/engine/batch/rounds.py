@@ -173,7 +173,10 @@ class BatchRounds:
                 + ("the cache" if round_number == 0 else "the replies so far")
                 + "; requests without a reply are recorded\n"
             )
+            before = time.monotonic()
             start_ray(self._config)
+            self._result.add_time("ray_start", time.monotonic() - before)
+            started += time.monotonic() - before
             fanned = fan_out(
                 self._config,
                 self._location,

@@ -30,7 +30,7 @@ from jobs.config import JobConfig
 from jobs.engine.batch.judge import BatchJudge, OnlineAsk, ReplayClient, Reply
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
-from jobs.engine.cache import CACHE_SCHEMA, VerdictCache
+from jobs.engine.cache import CACHE_SCHEMA, VerdictCache, pair_key
 from jobs.engine.inputs import ItemRecord, Shard
 from jobs.engine.storage import Store
 from scorer_core.types import ScoringItem
@@ -110,12 +110,23 @@ class ShardPass:
         """Requests this pass recorded for the next batch (0: the shard can be staged)."""
         return len(self.client.recorded) if self.client is not None else 0
 
-    def finish(self, cache: VerdictCache | None, pair_keys: Sequence[str]) -> None:
+    def finish(
+        self,
+        cache: VerdictCache | None,
+        fingerprint: str,
+        records: Sequence[tuple[int, ItemRecord]],
+    ) -> None:
         """Keep what the next pass needs; the request index is written last (blocking)."""
         assert self.client is not None
         layout, shard_id = self.layout, self.shard.shard_id
         if cache is not None and self.frozen_cache is None:
-            used = {key: cache.known[key] for key in pair_keys if key in cache.known}
+            used = {}
+            for _, record in records:
+                item = record.to_scoring_item()
+                for position in range(len(item.contexts)):
+                    key = pair_key(fingerprint, item, position)
+                    if key in cache.known:
+                        used[key] = cache.known[key]
             layout.store.write_parquet_atomic(
                 layout.frozen_cache(shard_id),
                 pa.table(
