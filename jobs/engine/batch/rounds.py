@@ -53,6 +53,8 @@ from scorer_core.retry import real_sleep
 _HEARTBEAT_EVERY_S = 10.0
 # Batches retrieved at once when polling.
 _POLL_CONCURRENCY = 8
+# Batches named on the progress line.
+_SHOWN_BATCHES = 6
 
 
 class BatchesStillRunning(CtxPrecError):
@@ -380,16 +382,21 @@ class BatchRounds:
         return replace(record, ingested=True)
 
     def _progress(self, state: RoundState, started: float) -> None:
-        by_status: dict[str, int] = {}
-        for record in state.batches:
-            status = record.status or "not submitted"
-            by_status[status] = by_status.get(status, 0) + 1
+        """One line per poll: the round's requests completed and failed, then each batch's
+        (the first `_SHOWN_BATCHES` of them; `ctxprec status` lists them all)."""
         counts = state.counts()
-        statuses = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+        shown = [
+            f"{b.name} {b.status or 'not submitted'} {b.completed:,}/{b.requests:,}"
+            + (f" ({b.failed:,} failed)" if b.failed else "")
+            for b in state.batches[:_SHOWN_BATCHES]
+        ]
+        hidden = len(state.batches) - len(shown)
+        if hidden > 0:
+            shown.append(f"{hidden} more")
         self._out.write(
-            f"batch round {state.round}: {len(state.batches)} batch(es) ({statuses}) | "
-            f"requests {counts['completed']:,}/{counts['total']:,} completed, "
-            f"{counts['failed']:,} failed | {duration(self._clock() - started)} since submitting\n"
+            f"batch round {state.round}: requests {counts['completed']:,}/{counts['total']:,} "
+            f"completed, {counts['failed']:,} failed | {'; '.join(shown)} | "
+            f"{duration(self._clock() - started)} since submitting\n"
         )
         self._out.flush()
 
