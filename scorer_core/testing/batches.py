@@ -273,7 +273,7 @@ class FakeBatchAPI:
         return f"{prefix}{self._counter:06d}"
 
     async def _create_file(self, request: web.Request) -> web.Response:
-        # Streamed part by part: a batch file may be far larger than aiohttp's body limit.
+        # Read part by part: a batch file may be far larger than aiohttp's body limit.
         reader = await request.multipart()
         purpose = ""
         filename = "upload.jsonl"
@@ -288,8 +288,7 @@ class FakeBatchAPI:
                 purpose = (await part.text()).strip()
             elif part.name == "file":
                 filename = part.filename or filename
-                while chunk := await part.read_chunk(1 << 20):
-                    chunks.append(chunk)
+                chunks.append(bytes(await part.read()))
         if purpose != "batch":
             return _error(400, f"purpose must be 'batch' here, got {purpose!r}")
         if not chunks:
