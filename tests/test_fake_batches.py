@@ -270,3 +270,16 @@ def test_admin_endpoints_for_a_fake_in_another_process(
     assert moved.json()["statuses"][batch.id] == "completed"
     stats = httpx.get(f"{root}/admin/batches/stats").json()
     assert stats["by_status"]["completed"] >= 1
+
+
+def test_an_upload_larger_than_an_ordinary_request_body_is_taken(
+    fake: FakeJudgeServer, api: LiteLLMBatches, tmp_path: Path
+) -> None:
+    """OpenAI takes batch files up to 200 MB; the fake's app takes them too (its chat
+    requests stay small)."""
+    path = tmp_path / "big.jsonl"
+    line = json.dumps(request_line("r", ["x" * 1000])).encode() + b"\n"
+    path.write_bytes(line * (70_000_000 // len(line) + 1))
+    before = fake.batches.stats()["uploaded_bytes"]
+    asyncio.run(api.upload("big.jsonl", str(path)))
+    assert fake.batches.stats()["uploaded_bytes"] - before == path.stat().st_size > 70_000_000

@@ -54,7 +54,7 @@ from typing import Any
 
 from aiohttp import web
 
-from scorer_core.testing.batches import BatchPlan, FakeBatchAPI
+from scorer_core.testing.batches import MAX_BYTES, BatchPlan, FakeBatchAPI
 
 HOST = "127.0.0.1"  # never bind anything else: this server is for local tests only
 VERDICTS_SCHEMA_NAME = "context_precision_verdicts"
@@ -433,7 +433,8 @@ class FakeJudgeServer:
             loop.close()
 
     async def _startup(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        # Batch input files may be up to MAX_BYTES (OpenAI's 200 MB), plus the multipart frame.
+        app = web.Application(client_max_size=MAX_BYTES + 16 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_post("/chat/completions", self._handle_chat)  # base_url without /v1
         app.router.add_get("/stats", self._handle_stats)
