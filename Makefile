@@ -48,6 +48,8 @@ format: install
 	$(BIN)/ruff check --fix .
 
 # Each writes its own section of docs/benchmarks.md. Slow (tens of minutes): run on a quiet machine.
+# peers_bench makes a throwaway venv with DeepEval and RAGAS outside the repo on first use
+# (/tmp/peers-venv; a few minutes, from the registry).
 bench: install
 	$(BIN)/python -m bench.lexical_agreement
 	$(BIN)/python -m bench.calibration
@@ -56,6 +58,7 @@ bench: install
 	$(BIN)/python -m bench.job_bench overhead --items 20000
 	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
+	$(BIN)/python -m bench.peers_bench --items 600
 	$(BIN)/python -m bench.batch_bench --items 100000
 
 # Fault-injection soak: 20,000 items, every fault on, 4 workers, a rate limit; exits 1 on any

@@ -47,6 +47,11 @@ class ColumnsConfig(_Strict):
         "context",
         description="Column with the retrieved contexts: a list of strings in retrieved order.",
     )
+    context_ids: str | None = Field(
+        None,
+        description="Column with the contexts' ids (document or passage ids): a list parallel "
+        "to the contexts, strings or integers; lands in the verdicts as context_id. null: none.",
+    )
 
 
 class InputConfig(_Strict):
@@ -66,6 +71,15 @@ class InputConfig(_Strict):
         None,
         description='"package.module:function" called with the whole row, returning the list '
         "of context strings (instead of columns.context).",
+    )
+    carry: list[str] = Field(
+        default_factory=list,
+        description="Input columns copied as they are, with their types, into every scores row "
+        "(e.g. [retriever, tenant]); a missing one fails at start-up.",
+    )
+    carry_to_verdicts: list[str] = Field(
+        default_factory=list,
+        description="Of input.carry, the columns also copied into every verdicts row.",
     )
     storage_options: dict[str, Any] = Field(
         default_factory=dict,
@@ -96,6 +110,36 @@ class InputConfig(_Strict):
         if value is not None and not re.fullmatch(r"[\w.]+:[\w]+", value):
             raise ValueError("must look like 'package.module:function'")
         return value
+
+    @field_validator("carry", "carry_to_verdicts")
+    @classmethod
+    def _names_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names a column more than once: {repeated}")
+        if any(not name for name in value):
+            raise ValueError("a column name is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _carry_is_consistent(self) -> InputConfig:
+        not_carried = [name for name in self.carry_to_verdicts if name not in self.carry]
+        if not_carried:
+            raise ValueError(
+                f"carry_to_verdicts names {not_carried}, which input.carry does not carry; "
+                "add them to input.carry"
+            )
+        if self.carry:
+            # jobs.schema imports Polars: only a config that carries columns pays for it.
+            from jobs.schema import carry_clashes
+
+            problems = carry_clashes(self.carry, self.carry_to_verdicts)
+            if problems:
+                raise ValueError(
+                    "carry: a carried column cannot take the name of one of ours: "
+                    + "; ".join(problems)
+                )
+        return self
 
 
 class OutputConfig(_Strict):
@@ -256,6 +300,24 @@ class ScorerConfig(_Strict):
     )
 
 
+class SummaryConfig(_Strict):
+    """What the run's summary is computed over, besides the whole run."""
+
+    by: list[str] = Field(
+        default_factory=list,
+        description="Carried columns (input.carry) to summarise by as well: every metric once "
+        "per value of each, in the summary table's segment_by / segment columns.",
+    )
+
+    @field_validator("by")
+    @classmethod
+    def _names_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names a column more than once: {repeated}")
+        return value
+
+
 class RunConfig(_Strict):
     """Which run this is: rerunning an unfinished run id resumes it."""
 
@@ -305,6 +367,7 @@ class JobConfig(_Strict):
     judge: JudgeConfig = JudgeConfig()
     rate_limit: RateLimitConfig = RateLimitConfig()
     scorer: ScorerConfig = ScorerConfig()
+    summary: SummaryConfig = SummaryConfig()
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
@@ -330,6 +393,16 @@ class JobConfig(_Strict):
     def _lexical_options_only_for_lexical(self) -> JobConfig:
         if self.judge.model != "lexical" and self.judge.lexical:
             raise ValueError("judge.lexical options apply only to judge.model 'lexical'")
+        return self
+
+    @model_validator(mode="after")
+    def _segments_are_carried(self) -> JobConfig:
+        missing = [name for name in self.summary.by if name not in self.input.carry]
+        if missing:
+            raise ValueError(
+                f"summary.by names {missing}, which input.carry does not carry; add them to "
+                "input.carry"
+            )
         return self
 
     def redacted(self) -> dict[str, Any]:

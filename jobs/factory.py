@@ -17,6 +17,7 @@ from jobs.engine.budget import BudgetSettings
 from jobs.engine.cache import judge_fingerprint
 from jobs.engine.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
 from jobs.engine.storage import Store, open_store
+from jobs.schema import CarriedColumn
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.scorer import make_judge
@@ -50,19 +51,26 @@ def input_spec(config: JobConfig) -> InputSpec:
             output=columns.output,
             expected_output=columns.expected_output,
             context=columns.context,
+            context_ids=columns.context_ids,
         ),
         storage_options=config.input.storage_options,
         context_extractor=config.input.context_extractor,
+        carry=tuple(config.input.carry),
+        carry_to_verdicts=tuple(config.input.carry_to_verdicts),
     )
 
 
-def shard_items(config: JobConfig, shard: Shard) -> Iterator[ItemRecord | RowError]:
-    """A shard's rows as the job judges them: read, normalised, truncated, validated."""
+def shard_items(
+    config: JobConfig, shard: Shard, carried: Sequence[CarriedColumn] = ()
+) -> Iterator[ItemRecord | RowError]:
+    """A shard's rows as the job judges them: read, normalised, truncated, validated, with
+    the values of the `carried` columns (their types decided at start-up)."""
     return read_items(
         input_spec(config),
         shard,
         max_context_chars=config.input.max_context_chars,
         max_contexts=config.input.max_contexts,
+        carried=carried,
     )
 
 

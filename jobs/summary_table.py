@@ -11,8 +11,9 @@ from jobs.engine.aggregate import RunSummary
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
 
-# Long lists of positions are cut: the published summary table has them all.
+# Long lists of positions and segments are cut: the published summary table has them all.
 _MAX_POSITION_ROWS = 20
+_MAX_SEGMENT_ROWS = 20
 
 
 def format_summary_table(
@@ -48,6 +49,18 @@ def format_summary_table(
     hidden = len(summary.position_rates) - len(shown)
     if hidden > 0:
         lines.append(f"  ... {hidden} more positions")
+    for column in summary.segment_columns:
+        segments = summary.segments_by(column)
+        lines += [rule, f"{_cut('by ' + column, 22):<22}{'items':>8}{'scored':>8}{'mean':>8}"]
+        for segment in segments[:_MAX_SEGMENT_ROWS]:
+            s = segment.summary
+            name = "(null)" if segment.value is None else segment.value
+            lines.append(
+                f"  {_cut(name, 20):<20}{s.items:>8,}{s.scored:>8,}{fmt.number(s.mean):>8}"
+            )
+        hidden = len(segments) - _MAX_SEGMENT_ROWS
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more values")
     lines += [
         rule,
         line("judge calls", f"{summary.judge_calls:,}"),
@@ -106,3 +119,7 @@ def _judge_lines(summary: RunSummary, judge: Mapping[str, Any], line: Any) -> li
             )
         )
     return lines
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

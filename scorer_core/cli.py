@@ -122,7 +122,7 @@ def render(result: ScoreResult, response_format: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
+def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:
@@ -158,7 +158,7 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         json.dumps(result_to_dict(result, form), ensure_ascii=False)
         if args.json
         else render(result, form),
-        file=stdout,
+        file=stdout or sys.stdout,  # looked up now: redirect_stdout and capture apply
     )
     return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE
 

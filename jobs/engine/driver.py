@@ -1,7 +1,8 @@
 """The driver: one scoring run end to end, `run_job(config)`.
 
-    check    config, API key variable, input files and columns: a whole-run problem fails
-             in seconds, before the first judge call, with a message naming its cause
+    check    config, API key variable, input files and columns (and the types of the carried
+             ones): a whole-run problem fails in seconds, before the first judge call, with a
+             message naming its cause
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
@@ -28,7 +29,8 @@ from typing import Any, TextIO
 from jobs import factory
 from jobs.config import JobConfig, load_config
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.inputs import check_schema, list_input_files, plan_shards
+from jobs.engine.inputs import inspect_input, list_input_files, plan_shards
+from jobs.engine.inputs.carry import check_segment_columns
 from jobs.engine.lease import RunLease
 from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
@@ -36,6 +38,7 @@ from jobs.engine.ray_runtime import start_ray
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
 from jobs.pricing import price_basis
+from jobs.schema import RunSchema
 from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
@@ -78,7 +81,9 @@ def run_job(
     store = open_store(config.output.path, config.output.storage_options)
     spec = factory.input_spec(config)
     files = list_input_files(spec)
-    check_schema(spec, files)
+    # the types of the carried columns, decided once so that every shard writes the same ones
+    tables = RunSchema(inspect_input(spec, files).carried)
+    check_segment_columns(config.summary.by, tables.carried)
     # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
     if read_manifest(store, location) is not None:
@@ -110,6 +115,7 @@ def run_job(
                 store,
                 out,
                 heartbeat=lease.heartbeat,
+                tables=tables,
                 sleep=sleep,
                 clock=clock,
             )
@@ -120,7 +126,9 @@ def run_job(
             if todo:
                 start_ray(config)
             ray_ready = time.monotonic()
-            fanned = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+            fanned = fan_out(
+                config, location, shards, todo, out, heartbeat=lease.heartbeat, tables=tables
+            )
             reports, flow = fanned.reports, fanned.flow
             timings = {
                 "plan": planned - started,
@@ -146,6 +154,8 @@ def run_job(
             scale=config.scorer.scale,
             manifest=manifest,
             flow=flow_metrics(flow),
+            tables=tables,
+            segment_by=config.summary.by,
             batch_price=batch_mode,
         )
     return RunOutcome(

@@ -11,9 +11,10 @@ governor and the progress counters live in one coordinator actor (`jobs.engine.c
 the driver polls it to draw the progress line.
 
 A worker whose process dies is retried by Ray and takes back the shards it held (each shard is
-staged all or nothing). A shard that fails after its retries, or reports a fatal judge error,
-stops the run: no more shards are handed out and the workers are cancelled, so nothing keeps
-judging (and paying) for a run that cannot finish. Shards that finished are kept in staging, so
+staged all or nothing). A shard that fails after its retries stops the run: no more shards
+are handed out, the shards in progress finish (and stay staged), then the run fails naming the
+shard. A fatal judge error stops everything at once, so nothing keeps judging (and paying) for
+a run that cannot finish. Shards that finished are kept in staging, so
 a rerun with the same run id resumes.
 """
 
@@ -32,6 +33,7 @@ from jobs.engine.inputs import Shard
 from jobs.engine.progress import ExpectedItems, ProgressLine
 from jobs.engine.publish import RunLocation
 from jobs.engine.worker import ShardContext, ShardReport, run_worker
+from jobs.schema import RunSchema
 from scorer_core.errors import CtxPrecError
 
 # How often the driver refreshes the progress line and the lease's heartbeat.
@@ -59,6 +61,7 @@ def fan_out(
     todo: Sequence[tuple[int, Shard]],
     out: TextIO,
     heartbeat: Callable[[], None] = lambda: None,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     *,
     batch_round: int | None = None,
 ) -> FanOutResult:
@@ -86,6 +89,7 @@ def fan_out(
         coordinator=coordinator,
         governed=governed,
         api_key=config.judge.api_key(),
+        tables=tables,
         batch_round=batch_round,
     )
     task = ray.remote(run_worker).options(
@@ -105,6 +109,7 @@ def fan_out(
     result = FanOutResult([])
     counts: dict[str, int] = {}
     running = dict(workers)
+    failure: str | None = None
     try:
         while True:
             ended, _ = ray.wait(list(running), num_returns=len(running), timeout=_DRAW_EVERY_S)
@@ -113,8 +118,9 @@ def fan_out(
                 result.reports.append(report)
                 expected.shard_done(report.shard_id, report.items)
                 line.set_total(expected.total)
-            if news.failure is not None:
-                raise RunFailed(_failed(news.failure, location))
+            # A failed shard stops the board handing out shards; the shards in progress finish
+            # and stay staged for the rerun. A fatal judge error stops everything at once.
+            failure = failure or news.failure
             if any(report.fatal for report in news.reports):
                 return result
             for ref in ended:
@@ -131,6 +137,8 @@ def fan_out(
             line.update(counts, len(result.reports), len(todo))
             if not running:
                 break
+        if failure is not None:
+            raise RunFailed(_failed(failure, location))
     finally:
         line.close(counts, len(result.reports), len(todo))
         for ref in running:

@@ -49,7 +49,7 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
-from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, duplicate_error
+from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash, duplicate_error
 from scorer_core.errors import FatalJudgeError, StorageError
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
@@ -73,6 +73,8 @@ class ShardContext:
     governed: bool = False
     # The judge's API key as the driver read it (workers may not have the driver's environment).
     api_key: str | None = field(default=None, repr=False)
+    # The run's tables with the input columns it carries, their types decided at start-up.
+    tables: RunSchema = field(default_factory=RunSchema)
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
     batch_round: int | None = None
 
@@ -103,11 +105,24 @@ def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
 # -- pure steps -----------------------------------------------------------------------------
 
 
+def _with_carried(
+    row: dict[str, Any], names: Sequence[str], values: Sequence[Any]
+) -> dict[str, Any]:
+    """`row` with the carried columns' values after our columns (nulls when `values` is ())."""
+    if names:
+        row.update(zip(names, values or (None,) * len(names), strict=True))
+    return row
+
+
 def error_row(
-    error: RowError, seq: int, model: str, duplicate_of: str | None = None
+    error: RowError,
+    seq: int,
+    model: str,
+    duplicate_of: str | None = None,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> dict[str, Any]:
     """The staged items row of a row that cannot be scored (`duplicate_of`: see the schema)."""
-    return STAGED_ITEMS.build_row(
+    row = STAGED_ITEMS.build_row(
         query_id=error.query_id if error.query_id is not None else f"{error.source}#{error.row}",
         item_seq=seq,
         status="error",
@@ -129,12 +144,19 @@ def error_row(
         row=error.row,
         duplicate_of=duplicate_of,
     )
+    return _with_carried(row, tables.names, error.carried)
 
 
-def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> dict[str, Any]:
+def item_row(
+    record: ItemRecord,
+    seq: int,
+    result: ScoreResult,
+    model: str,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+) -> dict[str, Any]:
     """The staged items row of a judged item: the worker's score is the published score."""
     usage = result.usage
-    return STAGED_ITEMS.build_row(
+    row = STAGED_ITEMS.build_row(
         query_id=record.query_id,
         item_seq=seq,
         status=result.status,
@@ -156,28 +178,41 @@ def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> d
         row=record.row,
         duplicate_of=None,
     )
+    return _with_carried(row, tables.names, record.carried)
 
 
 def verdict_rows(
-    record: ItemRecord, seq: int, result: ScoreResult, keys: Sequence[str], cached: set[int]
+    record: ItemRecord,
+    seq: int,
+    result: ScoreResult,
+    keys: Sequence[str],
+    cached: set[int],
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> list[dict[str, Any]]:
     """One row per context position; `relevant` is null where no verdict was obtained."""
     by_index = {v.index: v for v in result.verdicts}
     usable = result.status == "ok"
+    ids = record.context_ids
+    names = tables.verdict_names
+    values: tuple[Any, ...] = ()
+    if names:
+        by_name = dict(zip(tables.names, record.carried, strict=True)) if record.carried else {}
+        values = tuple(by_name.get(name) for name in names)
     rows = []
-    for position in range(len(record.contexts)):
+    for position, text in enumerate(record.contexts):
         verdict = by_index.get(position)
-        rows.append(
-            STAGED_VERDICTS.build_row(
-                query_id=record.query_id,
-                item_seq=seq,
-                position=position,
-                relevant=verdict.relevant if (verdict and usable) else None,
-                judge_reason=verdict.reason if verdict else "",
-                pair_key=keys[position] if keys else "",
-                cached=position in cached,
-            )
+        row = STAGED_VERDICTS.build_row(
+            query_id=record.query_id,
+            item_seq=seq,
+            position=position,
+            context_id=ids[position] if ids is not None else None,
+            context_hash=context_hash(text),
+            relevant=verdict.relevant if (verdict and usable) else None,
+            judge_reason=verdict.reason if verdict else "",
+            pair_key=keys[position] if keys else "",
+            cached=position in cached,
         )
+        rows.append(_with_carried(row, names, values))
     return rows
 
 
@@ -217,19 +252,28 @@ class _Read:
     errors: list[tuple[int, RowError, str | None]]
 
 
-def read_shard_records(config: JobConfig, shard: Shard, number: int) -> _Read:
+def read_shard_records(
+    config: JobConfig,
+    shard: Shard,
+    number: int,
+    tables: RunSchema = RunSchema(),  # noqa: B008
+) -> _Read:
     """Read and validate a shard's rows; repeats of a query_id within it become errors (not
     worth a judge call: publishing keeps only the first occurrence, and finds repeats across
     shards itself)."""
     first_seq = number << _SEQ_SHIFT
     read = _Read([], [])
     first_seen: dict[str, ItemRecord] = {}
-    for index, record in enumerate(factory.shard_items(config, shard)):
+    for index, record in enumerate(factory.shard_items(config, shard, tables.carried)):
         seq = first_seq + index
         if isinstance(record, ItemRecord) and record.query_id in first_seen:
             first = first_seen[record.query_id].where
             duplicate = RowError(
-                record.source, record.row, duplicate_error(record.query_id, first), record.query_id
+                record.source,
+                record.row,
+                duplicate_error(record.query_id, first),
+                record.query_id,
+                record.carried,
             )
             read.errors.append((seq, duplicate, first))
         elif isinstance(record, RowError):
@@ -301,7 +345,8 @@ class ShardRunner:
         if await asyncio.to_thread(store.exists, items_path):
             report.skipped = True
             return report
-        read = await asyncio.to_thread(read_shard_records, config, shard, number)
+        tables = self._ctx.tables
+        read = await asyncio.to_thread(read_shard_records, config, shard, number, tables)
         batch: ShardPass | None = None
         inner: Judge
         if self._ctx.batch_round is not None:
@@ -375,11 +420,11 @@ class ShardRunner:
             counter.drain()
         report.judge = judge_facts(inner)
 
-        item_rows = [error_row(e, seq, inner.model, first) for seq, e, first in read.errors]
+        item_rows = [error_row(e, seq, inner.model, first, tables) for seq, e, first in read.errors]
         all_verdicts: list[dict[str, Any]] = []
         all_keys: list[str] = []
         for (seq, record), result in zip(read.records, results, strict=True):
-            item_rows.append(item_row(record, seq, result, inner.model))
+            item_rows.append(item_row(record, seq, result, inner.model, tables))
             keys = (
                 [
                     pair_key(fingerprint, record.to_scoring_item(), p)
@@ -392,7 +437,7 @@ class ShardRunner:
             cached = set()
             if cache is not None:
                 cached = {p for p, key in enumerate(keys) if key in cache.known}
-            all_verdicts.extend(verdict_rows(record, seq, result, keys, cached))
+            all_verdicts.extend(verdict_rows(record, seq, result, keys, cached, tables))
             report.usage = report.usage + result.usage
             report.statuses[result.status] = report.statuses.get(result.status, 0) + 1
         if read.errors:
@@ -402,7 +447,8 @@ class ShardRunner:
 
         def write() -> None:
             store.write_parquet_atomic(
-                verdicts_path, pa.Table.from_pylist(all_verdicts, schema=STAGED_VERDICTS.arrow)
+                verdicts_path,
+                pa.Table.from_pylist(all_verdicts, schema=tables.staged_verdicts.arrow),
             )
             if cache is not None and cache_store is not None:
                 cache_store.write_parquet_atomic(
@@ -411,7 +457,7 @@ class ShardRunner:
                 )
             # Written last: its presence marks the shard done for resume.
             store.write_parquet_atomic(
-                items_path, pa.Table.from_pylist(item_rows, schema=STAGED_ITEMS.arrow)
+                items_path, pa.Table.from_pylist(item_rows, schema=tables.staged_items.arrow)
             )
 
         await asyncio.to_thread(write)

@@ -41,9 +41,8 @@ import fsspec
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.cli import add_calibrate_arguments
 from jobs.config import JobConfig, load_config
-from scorer_core.errors import CtxPrecError, InputError
+from scorer_core.errors import InputError
 from scorer_core.metrics import (
     cohen_kappa,
     confusion,
@@ -408,18 +407,8 @@ def format_report(result: dict[str, Any]) -> str:
 # -- command ----------------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`ctxprec calibrate`'s options. They are defined in jobs.cli, which must not import this
-    module to show them (`--help` stays fast)."""
-    add_calibrate_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """The handler of `ctxprec calibrate` (jobs.cli)."""
-    return run_calibrate(args)
-
-
-def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec calibrate` (its options are defined in jobs.cli)."""
     out = out or sys.stdout
     config = load_config(args.config, args.set)
     result = calibrate(config, args.labels, limit=args.limit, min_grade=args.min_grade)
@@ -428,29 +417,3 @@ def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         out.write(format_report(result) + "\n")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `ctxprec calibrate` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "calibrate",
-        help="measure the configured judge against human relevance labels",
-        description=(__doc__ or "").split("\n\n")[0],
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run_calibrate)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec calibrate")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_calibrate(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

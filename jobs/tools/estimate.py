@@ -54,7 +54,6 @@ import pyarrow.parquet as pq
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.cli import add_estimate_arguments
 from jobs.config import JobConfig, load_config
 from jobs.engine.batch.requests import RequestLines, custom_id, item_key
 from jobs.engine.batch.state import BatchPacker
@@ -572,18 +571,8 @@ def format_estimate(result: dict[str, Any]) -> str:
 # -- command --------------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`ctxprec estimate`'s options. They are defined in jobs.cli, which must not import this
-    module to show them (`--help` stays fast)."""
-    add_estimate_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """The handler of `ctxprec estimate` (jobs.cli)."""
-    return run_estimate(args)
-
-
-def run_estimate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
     out = out or sys.stdout
     config = load_config(args.config, args.set)
     result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
@@ -592,29 +581,3 @@ def run_estimate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         out.write(format_estimate(result) + "\n")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `ctxprec estimate` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "estimate",
-        help="count items, judge calls, tokens, cost and time of a run, without running it",
-        description=(__doc__ or "").split("\n\n")[0],
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run_estimate)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec estimate")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_estimate(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,7 +28,13 @@ judge's own logic, without rate limits or latency.
 
 On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
 faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
-listening for a while (`refuse_connections`) and report what it saw (`stats()`, `GET /stats`).
+listening for a while (`refuse_connections`, `accept_connections`) and report what it saw
+(`stats()`, `GET /stats`).
+
+Tests need not wait on real time: `clock` (the sliding window's time) and `sleep` (the latency
+and slow replies) are injectable, and `on_request` is called with each request before it is
+answered, in a thread of its own, so a test can count requests, act at an exact request, or
+hold requests (by blocking) until it is ready.
 
 The server runs in a background thread with its own event loop, so synchronous tests and
 benchmarks in other processes can both talk to it over real HTTP. Per-request work is kept
@@ -47,7 +53,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from types import TracebackType
 from typing import Any
@@ -244,6 +250,15 @@ class FaultPlan:
         return cls(**rates, seed=seed, **overrides)
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """A chat request about to be answered, as `on_request` sees it."""
+
+    number: int  # 1 for the first chat request the server received, 2 for the next, ...
+    schema: str  # VERDICTS_SCHEMA_NAME or REASON_SCHEMA_NAME
+    peer: tuple[str, int] | None  # the client's (address, port)
+
+
 class _Reply(Exception):
     """Raised inside the handler to answer at once with an error response."""
 
@@ -311,6 +326,9 @@ class FakeJudgeServer:
         max_logged_requests: int = 1000,
         max_timestamps: int = 200_000,
         shutdown_timeout_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_request: Callable[[Arrival], None] | None = None,
         batch_plan: BatchPlan | None = None,
     ) -> None:
         self._requested_port = port
@@ -326,6 +344,10 @@ class FakeJudgeServer:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._max_logged_requests = max_logged_requests
         self._max_timestamps = max_timestamps
+        self._clock = clock
+        self._sleep = sleep
+        self._on_request = on_request
+        self._listening = threading.Event()
 
         # One lock guards all mutable state: the handler runs on the server thread while
         # stats()/set_*() are called from test threads. It is never held across an await.
@@ -453,6 +475,7 @@ class FakeJudgeServer:
         await site.start()
         self._site = site
         self.port = site.port
+        self._listening.set()
 
     async def _shutdown(self) -> None:
         if self._reopen_task is not None:
@@ -523,6 +546,7 @@ class FakeJudgeServer:
             self._refusals += 1
         site = self._site
         self._site = None
+        self._listening.clear()
         if site is not None:
             await site.stop()
         # Closing the listener leaves accepted keep-alive connections open; drop them too,
@@ -546,8 +570,27 @@ class FakeJudgeServer:
                 continue
             self._site = site
             self._reopen_task = None
+            self._listening.set()
             return
         raise RuntimeError(f"fake judge could not listen on port {self.port} again")
+
+    def accept_connections(self) -> None:
+        """End an outage now: listen again on the same port; returns once listening."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("server is not running")
+        asyncio.run_coroutine_threadsafe(self._accept(), loop).result(10.0)
+
+    async def _accept(self) -> None:
+        if self._site is not None:
+            return
+        if self._reopen_task is not None:  # the outage's own timer is no longer needed
+            self._reopen_task.cancel()
+        await self._reopen_after(0.0)
+
+    def wait_listening(self, timeout_s: float) -> bool:
+        """Wait until the server listens (again, after an outage); False after `timeout_s`."""
+        return self._listening.wait(timeout_s)
 
     # ----------------------------------------------------------------------------------------
     # introspection
@@ -583,7 +626,7 @@ class FakeJudgeServer:
             self._refusals = refusals
 
     def accepted_timestamps(self) -> list[float]:
-        """time.monotonic() of each admitted request (the last `max_timestamps`), oldest first."""
+        """The clock's time of each admitted request (the last `max_timestamps`), oldest first."""
         with self._lock:
             return list(self._accepted_ts)
 
@@ -649,12 +692,13 @@ class FakeJudgeServer:
     async def _handle_chat(self, request: web.Request) -> web.Response:
         with self._lock:
             self._total += 1
+            number = self._total
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         outcome = "ok"
         try:
             try:
-                response = await self._answer(request)
+                response = await self._answer(request, number)
             except _Reply as reply:
                 response, outcome = reply.response, reply.outcome
         except Exception as exc:  # a bug in the fake must show up as a 500, not a hang
@@ -668,7 +712,7 @@ class FakeJudgeServer:
                 self._count_429 += 1
         return response
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request, number: int) -> web.Response:
         auth = request.headers.get("Authorization")
         raw = await request.read()
         with self._lock:
@@ -737,12 +781,16 @@ class FakeJudgeServer:
                 _error(status, f"fake judge injected HTTP {status}", "server_error"),
                 f"fault:{fault}",
             )
+        if self._on_request is not None:
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            arrival = Arrival(number, schema, (peer[0], peer[1]) if peer else None)
+            await asyncio.to_thread(self._on_request, arrival)
         with self._lock:
             delay = plan.draw_latency(self._rng)
         if fault == "slow":
             delay += plan.slow_s
         if delay > 0:
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
         return self._completion(body, content, prompt_tokens, completion_tokens, limit_headers)
 
     def _form_rejection(self, form: str) -> web.Response:
@@ -788,7 +836,7 @@ class FakeJudgeServer:
         """Sliding-window limits on requests and on tokens: admit and record now, returning the
         `x-ratelimit-*` headers a provider sends with the reply, or raise a 429 reply."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             horizon = now - self._window_s
             window = self._window
             while window and window[0] <= horizon:

@@ -45,6 +45,7 @@ from jobs.engine.ray_runtime import start_ray
 from jobs.engine.storage import Store
 from jobs.engine.worker import ShardReport
 from jobs.formatting import duration
+from jobs.schema import RunSchema
 from scorer_core.errors import CtxPrecError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
@@ -94,6 +95,7 @@ class BatchRounds:
         out: TextIO,
         *,
         heartbeat: Callable[[], None] = lambda: None,
+        tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
         provider: LiteLLMBatches | None = None,
         sleep: Sleeper = real_sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -104,6 +106,8 @@ class BatchRounds:
         self._store = store
         self._out = out
         self._heartbeat = heartbeat
+        # The run's tables with its carried columns: every pass stages shards with them.
+        self._tables = tables
         self._sleep = sleep
         self._clock = clock
         self._provider = provider or LiteLLMBatches.for_config(
@@ -186,6 +190,7 @@ class BatchRounds:
                 todo,
                 self._out,
                 heartbeat=self._heartbeat,
+                tables=self._tables,
                 batch_round=round_number,
             )
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
@@ -460,11 +465,21 @@ def run_batches(
     out: TextIO,
     *,
     heartbeat: Callable[[], None] = lambda: None,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     sleep: Sleeper = real_sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchRunResult:
-    """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
+    """Batch mode's rounds for one run (see the module doc); every shard is staged after.
+    `tables`: the run's tables with its carried columns, as the passes stage them."""
     rounds = BatchRounds(
-        config, location, shards, store, out, heartbeat=heartbeat, sleep=sleep, clock=clock
+        config,
+        location,
+        shards,
+        store,
+        out,
+        heartbeat=heartbeat,
+        tables=tables,
+        sleep=sleep,
+        clock=clock,
     )
     return rounds.run()
