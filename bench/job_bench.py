@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import header, write_section
+from bench.common import header, load_average, write_section
 from jobs.engine.ray_runtime import RAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,74 +83,87 @@ def write_input(path: Path, items: int, markers: bool, segments: int = 0) -> Non
     )
 
 
-def _ray_worker_rss() -> dict[int, int]:
+def _ray_worker_rss(driver_pid: int) -> dict[int, tuple[str, int]]:
+    """pid -> (role, RSS) of the Ray worker processes under the driver process `driver_pid`
+    (its local Ray's raylet starts them; other people's Ray on the machine is not counted).
+    The role is the process title Ray sets: run_worker, RunCoordinator, shard_keys, IDLE."""
     import psutil
 
-    found = {}
-    for process in psutil.process_iter(["cmdline", "memory_info"]):
-        cmdline = " ".join(process.info["cmdline"] or [])
-        if "default_worker.py" in cmdline or cmdline.startswith("ray::"):
-            memory = process.info["memory_info"]
-            if memory is not None:
-                found[process.pid] = memory.rss
+    found: dict[int, tuple[str, int]] = {}
+    try:
+        children = psutil.Process(driver_pid).children(recursive=True)
+    except psutil.Error:
+        return found
+    for process in children:
+        try:
+            cmdline = " ".join(process.cmdline())
+            rss = process.memory_info().rss
+        except psutil.Error:
+            continue
+        if cmdline.startswith("ray::"):
+            found[process.pid] = (cmdline.split()[0].removeprefix("ray::").split(".")[0], rss)
+        elif "default_worker.py" in cmdline:
+            found[process.pid] = ("starting", rss)
     return found
 
 
 def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, Any]:
     """Run the job in a fresh process; returns its manifest, wall time and memory peaks."""
-    import psutil
     import yaml
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
         config_path = handle.name
-    command = [
-        sys.executable,
-        "-c",
-        # VmHWM is this process's own peak; ru_maxrss would include the parent's at fork.
-        "import re, sys; from jobs.context_precision import main; "
-        "code = main(sys.argv[1:]); "
-        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1); "
-        "print('MAXRSS', hwm, file=sys.stderr); "
-        "sys.exit(code)",
-        "--config",
-        config_path,
-    ]
+    # The driver's peak resident memory per phase (bench.driver_phases): VmHWM is the
+    # process's own peak; ru_maxrss would include the parent's at fork.
+    command = [sys.executable, "-m", "bench.driver_phases", "--config", config_path]
     peaks: dict[int, int] = {}
+    by_role: dict[str, int] = {}
     stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            for pid, rss in _ray_worker_rss().items():
-                peaks[pid] = max(peaks.get(pid, 0), rss)
-            stop.wait(0.5)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    if sample_workers:
-        sampler.start()
     started = time.monotonic()
-    done = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True)
-    ended = time.monotonic()
-    wall = time.monotonic() - started
-    stop.set()
-    if sample_workers:
-        sampler.join()
-    if done.returncode != 0:
-        raise RuntimeError(f"job failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    driver_kib = next(
-        int(line.split()[1]) for line in done.stderr.splitlines() if line.startswith("MAXRSS")
-    )
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        )
+
+        def sample() -> None:
+            while not stop.is_set():
+                for pid, (role, rss) in _ray_worker_rss(process.pid).items():
+                    peaks[pid] = max(peaks.get(pid, 0), rss)
+                    by_role[role] = max(by_role.get(role, 0), rss)
+                stop.wait(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        if sample_workers:
+            sampler.start()
+        returncode = process.wait()
+        ended = time.monotonic()
+        stop.set()
+        if sample_workers:
+            sampler.join()
+        stderr.seek(0)
+        err = stderr.read()
+    wall = ended - started
+    if returncode != 0:
+        raise RuntimeError(f"job failed ({returncode}):\n{err[-3000:]}")
+    phases_line = next(line for line in err.splitlines() if line.startswith("PHASES "))
+    phases = {
+        key: int(value) / 1024
+        for key, value in (part.split("=") for part in phases_line.split()[1:])
+    }
     output = Path(config["output"]["path"])
     manifest_path = next(output.glob("manifests/**/manifest.json"))
     manifest = json.loads(manifest_path.read_text())
-    del psutil
     return {
         "manifest": manifest,
         "started_at": started,
         "ended_at": ended,
         "wall_s": wall,
-        "driver_peak_mib": driver_kib / 1024,
-        "worker_peak_mib": max(peaks.values(), default=0) / 2**20,
+        "driver_peak_mib": phases["peak"],
+        "driver_phases_mib": phases,
+        "load_average": load_average(),
+        "worker_peak_mib": by_role.get("run_worker", 0) / 2**20,
+        "process_peaks_mib": {role: rss / 2**20 for role, rss in sorted(by_role.items())},
         "workers_seen": len(peaks),
     }
 
@@ -283,12 +296,19 @@ def memory(sizes: Sequence[int], workers: int) -> str:
                 base_config(data, Path(tmp) / "out", ray__workers=workers), sample_workers=True
             )
             manifest = result["manifest"]
+            phases = result["driver_phases_mib"]
+            timings = manifest["timings_s"]
             rows.append(
                 f"| {size:,} | {data.stat().st_size / 2**20:,.0f} MiB | "
-                f"{result['driver_peak_mib']:,.0f} MiB | {result['worker_peak_mib']:,.0f} MiB | "
-                f"{manifest['shards']} | {manifest['timings_s']['fan_out']:.1f} s | "
-                f"{result['wall_s']:.1f} s |"
+                f"**{result['driver_peak_mib']:,.0f} MiB** | {phases.get('start', 0):,.0f} / "
+                f"{phases['fan_out']:,.0f} / {phases['publish']:,.0f} MiB | "
+                f"{result['worker_peak_mib']:,.0f} / "
+                f"{result['process_peaks_mib'].get('RunCoordinator', 0):,.0f} MiB | "
+                f"{manifest['shards']} | "
+                f"{timings['fan_out']:.1f} s | {timings.get('publish', float('nan')):.1f} s | "
+                f"{result['wall_s']:.1f} s | {result['load_average']} |"
             )
+            print(rows[-1], flush=True)
     lines = [
         "## Memory as the input grows",
         "",
@@ -296,12 +316,19 @@ def memory(sizes: Sequence[int], workers: int) -> str:
         "",
         "Offline lexical judge (no server), JSONL input from jobs.tools.sample_data, "
         "shard_size 2000, "
-        f"{workers} workers. Driver peak is the driver process's max RSS (planning, fan-out and "
-        "the Polars aggregation + publish); worker peak is the largest RSS any Ray worker "
-        "process reached, sampled every 0.5 s.",
+        f"{workers} workers. Driver peak is the driver process's peak RSS (VmHWM), also per "
+        "phase (bench.driver_phases resets the peak between phases): start (imports, checks, "
+        "planning, joining Ray), fan-out, publish (deduplication, summary, upload). Worker peak "
+        "is the largest RSS a worker process (a `run_worker` task) reached, sampled every 0.5 s, "
+        "and the coordinator actor's; only the Ray processes under the job's driver count. "
+        "Publish is "
+        "the manifest's `timings_s.publish`; the load average (1/5/15 min) is taken as each "
+        "run ends.",
         "",
-        "| items | input size | driver peak RSS | worker peak RSS | shards | fan-out | wall |",
-        "|---|---|---|---|---|---|---|",
+        "| items | input size | driver peak RSS | start / fan-out / publish | worker / "
+        "coordinator peak RSS "
+        "| shards | fan-out | publish | wall | load average |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]
     return "\n".join(lines)

@@ -96,12 +96,19 @@ class InputConfig(_Strict):
         ge=1,
         description="Contexts beyond this many are dropped; the row is flagged truncated.",
     )
-    # Only keep_first is implemented (jobs.engine.publish.dedupe); "score_all" and "fail" used to be
+    # Only keep_first is implemented (jobs.engine.repeats); "score_all" and "fail" used to be
     # accepted here and silently ignored.
     duplicate_query_ids: Literal["keep_first"] = Field(
         "keep_first",
         description="keep_first: the first occurrence of a query_id is scored, later ones are "
         "errors naming it.",
+    )
+    find_duplicates_first: bool | Literal["auto"] = Field(
+        "auto",
+        description="true: before judging, read every shard's query ids once to find the "
+        "duplicates across shards, which are then not judged (false: they are judged, then "
+        "marked at publication). auto: true for an LLM judge, false for the offline lexical "
+        "judge, whose judging costs less than the extra read.",
     )
 
     @field_validator("context_extractor")
@@ -356,6 +363,12 @@ class RayConfig(_Strict):
     num_cpus_per_task: float = Field(0.5, gt=0, description="Ray CPUs reserved per task.")
     max_task_retries: int = Field(
         3, ge=0, description="A task whose worker died is retried this many times."
+    )
+    shared_filesystem: bool = Field(
+        False,
+        description="true: local input, output and cache paths are on a filesystem every node "
+        "mounts at the same place (NFS). false: on a cluster of more than one node a local "
+        "path is refused at start-up (use s3://, gs:// or az://).",
     )
 
 

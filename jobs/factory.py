@@ -178,6 +178,13 @@ def local_limiter(config: JobConfig) -> Limiter | None:
     )
 
 
+def find_duplicates_first(config: JobConfig) -> bool:
+    """Whether the run looks for duplicate query ids across shards before judging
+    (`input.find_duplicates_first`)."""
+    wanted = config.input.find_duplicates_first
+    return config.judge.model != "lexical" if wanted == "auto" else bool(wanted)
+
+
 def use_cache(config: JobConfig) -> bool:
     """Whether the run reads and writes the verdict cache (never for the offline judge)."""
     return config.cache.enabled and config.judge.model != "lexical"

@@ -162,7 +162,7 @@ class PeersJudgeServer(FakeJudgeServer):
         snapshot["last_request_at"] = last
         return snapshot
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request, number: int) -> web.Response:
         now = time.monotonic()
         with self._lock:
             if self._first_seen is None:
@@ -170,7 +170,7 @@ class PeersJudgeServer(FakeJudgeServer):
             self._last_seen = now
         raw = await request.read()  # aiohttp keeps the body: the fake reads it again
         if any(mark in raw for mark in _OURS):
-            return await super()._answer(request)
+            return await super()._answer(request, number)
         try:
             body = json.loads(raw)
             if not isinstance(body, dict):

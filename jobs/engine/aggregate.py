@@ -37,6 +37,7 @@ import math
 import sys
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
@@ -414,16 +415,15 @@ def _stat_columns(scale: float) -> list[pl.Expr]:
 
 
 def _stat_aggs() -> list[pl.Expr]:
-    """Status counts, mean over ok items, band counts, usage sums, as plain reductions of
-    `_stat_columns`: one value each, over the whole frame or per group. (A filter inside a
-    group-by's aggregation made Polars hold every group's rows.) Percentiles come from
-    `_score_counts`."""
+    """Status counts, band counts, usage sums, as plain reductions of `_stat_columns`: one
+    value each, over the whole frame or per group. (A filter inside a group-by's aggregation
+    made Polars hold every group's rows.) The mean and percentiles come from `_score_counts`
+    (`score_statistics`)."""
     return [
         pl.len().alias("items"),
         pl.col("scored").sum(),
         pl.col("unscored").sum(),
         pl.col("errors").sum(),
-        pl.col("ok_score").mean().alias("mean"),
         *(pl.col(f"band:{label}").sum() for label, _, _ in BANDS),
         pl.col("judge_calls").sum(),
         pl.col("prompt_tokens").sum(),
@@ -470,6 +470,20 @@ def _score_counts(scores: pl.LazyFrame, column: str | None) -> pl.LazyFrame:
 
 
 QUANTILES = (("median", 0.5), ("p10", 0.1), ("p90", 0.9))
+
+
+def score_statistics(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
+    """mean, median, p10 and p90 of the values given as (value, how many times).
+
+    The mean is exact: the sum of the values as the rationals their doubles are, over their
+    number, rounded once to the nearest double. (A float sum, Polars' or anyone's, depends
+    on the order and the chunks it adds in: the same scores gave means 1 ulp apart when the
+    file they were read from had other row groups.) Percentiles: `quantiles`."""
+    total = sum(count for _, count in counts)
+    mean = None
+    if total:
+        mean = float(sum(Fraction(value) * count for value, count in counts) / total)
+    return {"mean": mean, **quantiles(counts)}
 
 
 def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
@@ -588,8 +602,8 @@ def summarize(
     """The run summary from the published scores and verdicts tables (`jobs.schema`); the
     cost at the model's batch price when `batch_price` (judge.mode batch).
 
-    Percentiles use linear interpolation between closest ranks (`quantiles`); bands are over
-    score / scale.
+    The mean is exact (`score_statistics`); percentiles use linear interpolation between
+    closest ranks (`quantiles`); bands are over score / scale.
     `segment_by`: columns of `scores` to summarise by as well (`RunSummary.segments`, in this
     order, each column's values sorted as text, null last); those also in `verdict_segments`
     are columns of `verdicts` too and get their relevance by position per segment.
@@ -624,7 +638,7 @@ def summarize(
                 by=column,
                 value=row["segment"],
                 summary=_summary_of(
-                    {**row, **quantiles(value_counts.get(row["segment"], []))},
+                    {**row, **score_statistics(value_counts.get(row["segment"], []))},
                     by_value.get(row["segment"], []),
                     model=model,
                     scale=scale,
@@ -634,7 +648,7 @@ def summarize(
             for row in per_value.iter_rows(named=True)
         )
     overall = _summary_of(
-        {**stats.row(0, named=True), **quantiles(list(counts.iter_rows()))},
+        {**stats.row(0, named=True), **score_statistics(list(counts.iter_rows()))},
         list(positions.iter_rows(named=True)),
         model=model,
         scale=scale,

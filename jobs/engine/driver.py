@@ -2,9 +2,12 @@
 
     check    config, API key variable, input files and columns (and the types of the carried
              ones): a whole-run problem fails in seconds, before the first judge call, with a
-             message naming its cause
+             message naming its cause; joining a cluster of several nodes, every path the
+             workers use must be one all nodes reach (jobs.engine.shared_paths)
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
+    look     (an LLM judge) duplicate query ids across shards, so that they are not judged
+             (jobs.engine.lookahead)
     fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
              (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
@@ -32,9 +35,11 @@ from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.inputs import inspect_input, list_input_files, plan_shards
 from jobs.engine.inputs.carry import check_segment_columns
 from jobs.engine.lease import RunLease
-from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest
+from jobs.engine.lookahead import find_duplicates_first
+from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest, shards_by_node
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
-from jobs.engine.ray_runtime import start_ray
+from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
+from jobs.engine.shared_paths import check_shared_paths
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
 from jobs.pricing import price_basis
@@ -84,6 +89,12 @@ def run_job(
     # the types of the carried columns, decided once so that every shard writes the same ones
     tables = RunSchema(inspect_input(spec, files).carried)
     check_segment_columns(config.summary.by, tables.carried)
+    # join the cluster, if there is one: every node must reach the paths the workers use
+    joined = 0.0
+    if cluster_address(config):
+        start_ray(config)
+        check_shared_paths(config, alive_nodes())
+        joined = time.monotonic() - started
     # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
     if read_manifest(store, location) is not None:
@@ -103,6 +114,18 @@ def run_job(
         )
         # fan out
         planned = time.monotonic()
+        if todo:
+            start_ray(config)
+        ray_ready = time.monotonic()
+        duplicates: frozenset[str] = frozenset()
+        if todo and factory.find_duplicates_first(config):
+            duplicates = find_duplicates_first(config, store, location.staging, shards, out)
+        looked = time.monotonic()
+        timings = {
+            "plan": planned - started - joined,
+            "ray_start": ray_ready - planned + joined,
+            "duplicates_first": looked - ray_ready,
+        }
         batch_mode = config.judge.mode == "batch"
         judge_facts: dict[str, Any] = {}
         if batch_mode:
@@ -116,25 +139,28 @@ def run_job(
                 out,
                 heartbeat=lease.heartbeat,
                 tables=tables,
+                duplicates=duplicates,
                 sleep=sleep,
                 clock=clock,
             )
             reports, flow = batched.reports, {}
-            timings = {"plan": planned - started, **batched.timings}
+            # The rounds time their passes, waits and ingests (Ray is up already).
+            for phase, seconds in batched.timings.items():
+                timings[phase] = timings.get(phase, 0.0) + seconds
             judge_facts = {**batched.facts, "price": price_basis(config.judge.model, batch=True)}
         else:
-            if todo:
-                start_ray(config)
-            ray_ready = time.monotonic()
             fanned = fan_out(
-                config, location, shards, todo, out, heartbeat=lease.heartbeat, tables=tables
+                config,
+                location,
+                shards,
+                todo,
+                out,
+                heartbeat=lease.heartbeat,
+                tables=tables,
+                duplicates=duplicates,
             )
             reports, flow = fanned.reports, fanned.flow
-            timings = {
-                "plan": planned - started,
-                "ray_start": ray_ready - planned,
-                "fan_out": time.monotonic() - ray_ready,
-            }
+            timings["fan_out"] = time.monotonic() - looked
         _check_all_staged(store, location, [s.shard_id for s in shards], reports)
         # publish (it removes the staging area, lease file included, once the run is out)
         manifest = run_manifest(
@@ -146,6 +172,7 @@ def run_job(
             timings=timings,
             flow=flow,
             judge={**judge_facts_of_run(reports), **judge_facts},
+            nodes=shards_by_node(reports),
         )
         published = publish_run(
             store,

@@ -62,10 +62,12 @@ def fan_out(
     out: TextIO,
     heartbeat: Callable[[], None] = lambda: None,
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+    duplicates: frozenset[str] = frozenset(),
     *,
     batch_round: int | None = None,
 ) -> FanOutResult:
     """Run `todo` ((shard number, shard) pairs out of `shards`) on the workers, with progress.
+    `duplicates`: the shards with later occurrences staged by `jobs.engine.lookahead`.
 
     Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
     `RunFailed` naming the shard when a shard fails for good. `batch_round`: the shards' pass
@@ -90,6 +92,7 @@ def fan_out(
         governed=governed,
         api_key=config.judge.api_key(),
         tables=tables,
+        duplicates=duplicates,
         batch_round=batch_round,
     )
     task = ray.remote(run_worker).options(

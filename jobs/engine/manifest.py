@@ -28,12 +28,14 @@ def run_manifest(
     timings: dict[str, float],
     flow: Mapping[str, Any] | None = None,
     judge: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The run's identity, judge, prompt version, config (secrets redacted) and timings.
 
     `timings` are seconds per phase (plan, ray_start, fan_out); `seconds` is the whole run so
     far; `flow` is what the run's governor settled on (in-flight budget, latency percentiles,
-    pace); `judge` what the workers' judge settled on (transport, structured-output form).
+    pace); `judge` what the workers' judge settled on (transport, structured-output form);
+    `nodes` how many shards ran on each Ray node (`shards_by_node`).
     """
     return {
         "run_id": location.run_id,
@@ -47,7 +49,18 @@ def run_manifest(
         "shards_reused": shards_reused,
         "flow": dict(flow or {}),
         "judge": dict(judge or {}),
+        "nodes": dict(nodes or {}),
     }
+
+
+def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
+    """How many of the shards this driver ran (not those it found staged) ran on each Ray
+    node, by node id."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        if report.node and not report.skipped:
+            counts[report.node] = counts.get(report.node, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:

@@ -15,29 +15,55 @@ everything is published, so a failure at any point leaves a rerun able to finish
 The tables' columns are `jobs.schema.PUBLISHED_SCORES`, `PUBLISHED_VERDICTS` and
 `PUBLISHED_SUMMARY`, the first two with the run's carried columns after ours (`RunSchema`);
 the scores are the ones the workers computed.
+
+Publishing runs on the driver in memory that does not grow with the run: the run's repeated
+query ids are found partition by partition (`jobs.engine.repeats`), the scores and verdicts
+tables are written to local files a shard at a time, in run order, with those repeats marked
+(and their verdicts dropped), the summary streams over the local files (Polars), and each file
+is then uploaded as the table's one object. Rows keep the input order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jobs.engine import aggregate
+from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder, RepeatMarks, mark_rows, where
 from jobs.engine.storage import Store
-from jobs.schema import RunSchema, duplicate_error
+from jobs.schema import RunSchema
 from scorer_core.errors import CtxPrecError
 
 TABLES = ("verdicts", "summary", "scores")  # publication order: scores last
 # Mismatching items a `ScoresDisagree` message names (the count covers all of them).
 _SHOWN_MISMATCHES = 5
+# Staged shard files read ahead while publishing.
+_READ_AHEAD = 8
+# A published table's row groups: about this many bytes (in memory), at most this many rows.
+_ROW_GROUP_BYTES = 8 * 2**20
+_ROW_GROUP_ROWS = 128 * 1024
+# Polars' level, which the published tables were written with before.
+_ZSTD_LEVEL = 3
+# Columns whose values rarely repeat within a table: written without a dictionary.
+_UNIQUE_COLUMNS = frozenset({"query_id", "row"})
+# Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
+# default, 1 MiB, gave up on the verdicts' reasons: +30% on that column).
+_DICTIONARY_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -72,65 +98,6 @@ def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
     return pl.scan_pyarrow_dataset(dataset)
 
 
-def _where(source: str, row: int) -> str:
-    """A staged row's position in the words of the input reader's messages (JSONL rows are
-    identified by the byte offset of their line, see jobs.engine.inputs)."""
-    return f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
-
-
-def repeats(items: pl.LazyFrame) -> dict[int, tuple[str, str]]:
-    """`item_seq` -> (query_id, where its first occurrence is) for every occurrence of a
-    query_id after its first one (in input order) across the whole run. Duplicates are rare:
-    this table is small even when `items` is not."""
-    repeated = (
-        items.group_by("query_id")
-        .agg(pl.len().alias("occurrences"))
-        .filter(pl.col("occurrences") > 1)
-        .select("query_id")
-    )
-    occurrences = (
-        items.select("query_id", "item_seq", "source", "row")
-        .join(repeated, on="query_id", how="semi")
-        .sort("item_seq")
-        .collect()
-    )
-    later: dict[int, tuple[str, str]] = {}
-    first: dict[str, str] = {}
-    for query_id, seq, source, row in occurrences.iter_rows():
-        if query_id in first:
-            later[seq] = (query_id, first[query_id])
-        else:
-            first[query_id] = _where(source, row)
-    return later
-
-
-def dedupe(items: pl.LazyFrame, verdicts: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """Apply the duplicate policy: the first occurrence of a query_id (in input order) is
-    scored; later ones become status "error" rows whose `duplicate_of` and `error` name the
-    first, and their verdicts are dropped so they cannot mix into the first one's score.
-
-    A worker marks the repeats within its shard; only here, seeing every shard, is the first
-    occurrence in the run known, so every later occurrence is (re)marked.
-    Only element-wise expressions touch the (large) items and verdicts, so both stream: a
-    join there made Polars hold every verdict in memory.
-    """
-    later = repeats(items)
-    if not later:
-        return items, verdicts
-    firsts = {seq: where for seq, (_, where) in later.items()}
-    messages = {seq: duplicate_error(query_id, where) for seq, (query_id, where) in later.items()}
-    is_duplicate = pl.col("item_seq").is_in(list(later))
-    first = pl.col("item_seq").replace_strict(firsts, default=None, return_dtype=pl.String)
-    message = pl.col("item_seq").replace_strict(messages, default=None, return_dtype=pl.String)
-    items_out = items.with_columns(
-        pl.when(is_duplicate).then(pl.lit("error")).otherwise(pl.col("status")).alias("status"),
-        pl.when(is_duplicate).then(message).otherwise(pl.col("error")).alias("error"),
-        pl.when(is_duplicate).then(None).otherwise(pl.col("score")).alias("score"),
-        pl.when(is_duplicate).then(first).otherwise(pl.col("duplicate_of")).alias("duplicate_of"),
-    )
-    return items_out, verdicts.filter(~is_duplicate)
-
-
 class ScoresDisagree(CtxPrecError):
     """`publish_run(verify_scores=True)` found items whose verdicts imply another score."""
 
@@ -146,19 +113,22 @@ class Published:
     judge: dict[str, Any] = field(default_factory=dict)
 
 
-def _upload_frame(store: Store, frame: pl.LazyFrame | pl.DataFrame, path: str, tmp: str) -> None:
+def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str) -> None:
+    """Upload a table to `path` under the store's root, all or nothing: a frame (written to a
+    local Parquet file in `tmp` first) or a local Parquet file already written."""
+    if isinstance(frame, Path):
+        store.upload_file_atomic(str(frame), store.join(path))
+        return
     local = os.path.join(tmp, path.replace("/", "_"))
-    if isinstance(frame, pl.LazyFrame):
-        frame.sink_parquet(local, compression="zstd")
-    else:
-        frame.write_parquet(local, compression="zstd")
+    frame.write_parquet(local, compression="zstd")
     store.upload_file_atomic(local, store.join(path))
     os.unlink(local)
 
 
 def _shard_files(store: Store, folder: str) -> list[str]:
-    """The staged shard files in `folder`, without the `.<name>.tmp-*` file a local atomic
-    write leaves behind when its writer is killed before the rename."""
+    """The staged shard files in `folder` in run order (shard ids sort as the shards run),
+    without the `.<name>.tmp-*` file a local atomic write leaves behind when its writer is
+    killed before the rename."""
     return [
         path
         for path in store.list(folder)
@@ -166,31 +136,156 @@ def _shard_files(store: Store, folder: str) -> list[str]:
     ]
 
 
-def published_scores(
-    items: pl.LazyFrame,
-    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
-) -> pl.LazyFrame:
-    """The published scores table from the deduplicated staged items: the workers' scores as
-    they computed them, and the run's carried columns."""
-    return items.select(tables.scores.names)
+def _read_staged(
+    store: Store, paths: Sequence[str], columns: Sequence[str] | None = None
+) -> Iterator[pl.DataFrame]:
+    """Each staged shard file of `paths` as a frame, in order, `_READ_AHEAD` files read ahead
+    in threads (an object store answers one small GET at a time slowly); memory: those files."""
+
+    def read(path: str) -> pl.DataFrame:
+        wanted = list(columns) if columns is not None else None
+        return pl.read_parquet(io.BytesIO(store.read_bytes(path)), columns=wanted)
+
+    with ThreadPoolExecutor(max_workers=_READ_AHEAD) as pool:
+        pending: deque[Future[pl.DataFrame]] = deque()
+        for path in paths:
+            pending.append(pool.submit(read, path))
+            if len(pending) > _READ_AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
-def _check_scores(scores: pl.LazyFrame, verdicts: pl.LazyFrame, scale: float) -> None:
-    """Raise `ScoresDisagree` naming the items whose verdicts imply another score."""
-    mismatches = aggregate.score_mismatches(scores, verdicts, scale).collect()
-    if mismatches.is_empty():
-        return
-    shown = "; ".join(
-        f"{row['query_id']} ({_where(row['source'], row['row'])}): worker "
-        f"{row['worker_score']} / {row['worker_relevant_count']} relevant, verdicts "
-        f"{row['polars_score']} / {row['polars_relevant_count']} relevant"
-        for row in mismatches.head(_SHOWN_MISMATCHES).iter_rows(named=True)
-    )
-    more = mismatches.height - _SHOWN_MISMATCHES
-    raise ScoresDisagree(
-        f"{mismatches.height} item(s) scored differently by the worker and by Polars: {shown}"
-        + (f"; and {more} more" if more > 0 else "")
-    )
+class _ParquetFile:
+    """A local Parquet file written a row group at a time (zstd, with Polars' Arrow types):
+    frames are buffered up to `_ROW_GROUP_BYTES` (or `_ROW_GROUP_ROWS`), then written as one
+    row group, without copying them into one block first."""
+
+    def __init__(self, path: Path, schema: pl.Schema) -> None:
+        self.path = path
+        self.rows = 0
+        self._schema = pl.DataFrame(schema=schema).to_arrow().schema
+        self._writer = pq.ParquetWriter(
+            str(path),
+            self._schema,
+            compression="zstd",
+            compression_level=_ZSTD_LEVEL,
+            # A dictionary of values that (nearly) never repeat only costs space.
+            use_dictionary=[name for name in schema.names() if name not in _UNIQUE_COLUMNS],
+            dictionary_pagesize_limit=_DICTIONARY_BYTES,
+        )
+        self._buffer: list[pa.Table] = []
+        self._buffered_rows = 0
+        self._buffered_bytes = 0
+
+    def write(self, frame: pl.DataFrame) -> None:
+        if frame.is_empty():
+            return
+        table = frame.to_arrow()
+        self._buffer.append(table)
+        self._buffered_rows += table.num_rows
+        self._buffered_bytes += table.nbytes
+        if self._buffered_rows >= _ROW_GROUP_ROWS or self._buffered_bytes >= _ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer:
+            group = pa.concat_tables(self._buffer).cast(self._schema)
+            self._writer.write_table(group, row_group_size=group.num_rows)
+            self.rows += group.num_rows
+        self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+
+@dataclass
+class _Mismatches:
+    """What `verify_scores` found so far: how many, and the first few in input order."""
+
+    count: int = 0
+    shown: pl.DataFrame | None = None
+
+    def add(self, found: pl.DataFrame) -> None:
+        if found.is_empty():
+            return
+        self.count += found.height
+        if self.shown is None or self.shown.height < _SHOWN_MISMATCHES:
+            both = found if self.shown is None else pl.concat([self.shown, found])
+            self.shown = both.head(_SHOWN_MISMATCHES)
+
+    def raise_any(self) -> None:
+        """Raise `ScoresDisagree` naming the items whose verdicts imply another score."""
+        if not self.count or self.shown is None:
+            return
+        shown = "; ".join(
+            f"{row['query_id']} ({where(row['source'], row['row'])}): worker "
+            f"{row['worker_score']} / {row['worker_relevant_count']} relevant, verdicts "
+            f"{row['polars_score']} / {row['polars_relevant_count']} relevant"
+            for row in self.shown.iter_rows(named=True)
+        )
+        more = self.count - _SHOWN_MISMATCHES
+        raise ScoresDisagree(
+            f"{self.count} item(s) scored differently by the worker and by Polars: {shown}"
+            + (f"; and {more} more" if more > 0 else "")
+        )
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The run's tables as local Parquet files, and what writing them counted."""
+
+    scores: Path
+    verdicts: Path
+    duplicates: int
+
+
+def _write_tables(
+    store: Store,
+    location: RunLocation,
+    items_files: Sequence[str],
+    marks: RepeatMarks,
+    tables: RunSchema,
+    tmp: Path,
+    verify_scale: float | None,
+) -> _Written:
+    """The published scores and verdicts tables as local files, a shard at a time in run order:
+    each shard's items with the run's duplicate marks applied, its verdicts without those of
+    the later occurrences. With `verify_scale`, every ok item's score is also recomputed from
+    its verdicts (`aggregate.score_mismatches`) and `ScoresDisagree` raised if one differs."""
+    verdict_files = [
+        store.join(location.staging, "verdicts", path.rsplit("/", 1)[-1]) for path in items_files
+    ]
+    staged_verdicts = [*tables.verdicts.names, "item_seq"]
+    scores = _ParquetFile(tmp / "scores.parquet", tables.scores.polars)
+    verdicts = _ParquetFile(tmp / "verdicts.parquet", tables.verdicts.polars)
+    mismatches = _Mismatches()
+    duplicates = 0
+    try:
+        shards = zip(
+            _read_staged(store, items_files),
+            _read_staged(store, verdict_files, staged_verdicts),
+            strict=True,
+        )
+        for items, judged in shards:
+            if items.is_empty():
+                continue
+            number = int(items["item_seq"][0]) >> SEQ_SHIFT
+            later = marks.for_shard(number)
+            items = mark_rows(items, later)
+            if not later.is_empty():
+                judged = judged.filter(~pl.col("item_seq").is_in(later["item_seq"].implode()))
+            if verify_scale is not None:
+                mismatches.add(aggregate.score_mismatches(items, judged, verify_scale).collect())
+            scores.write(items.select(tables.scores.names))
+            verdicts.write(judged.select(tables.verdicts.names))
+            duplicates += int(items["duplicate_of"].is_not_null().sum())
+    finally:
+        scores.close()
+        verdicts.close()
+    mismatches.raise_any()
+    return _Written(scores.path, verdicts.path, duplicates)
 
 
 def publish_run(
@@ -212,25 +307,32 @@ def publish_run(
     `segment_by`: the carried columns the summary is also computed by (`summary.by`).
     The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
-    differs (a bug in the worker or in the aggregation); it costs a group-by over the verdicts.
+    differs (a bug in the worker or in the aggregation).
     `batch_price`: the cost is at the model's batch price (a run in judge.mode batch).
+
+    Memory does not grow with the run: duplicates are found partition by partition
+    (`jobs.engine.repeats`), the tables are written a shard at a time to local files, and
+    the summary streams over those files.
     """
+    started = time.monotonic()
     items_files = _shard_files(store, store.join(location.staging, "items"))
-    verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
-    items, verdicts = dedupe(scan(store, items_files), scan(store, verdict_files))
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
-        # Materialise both tables once, locally: every later step scans them.
-        scores_local = os.path.join(tmp, "scores.parquet")
-        verdicts_local = os.path.join(tmp, "verdicts.parquet")
-        published_scores(items, tables).sink_parquet(scores_local, compression="zstd")
-        verdicts.select(tables.verdicts.names).sink_parquet(verdicts_local)
-        scores = pl.scan_parquet(scores_local)
-        verdicts = pl.scan_parquet(verdicts_local)
-        if verify_scores:
-            _check_scores(scores, verdicts, scale)
+        with RepeatFinder(Path(tmp, "repeats")) as finder:
+            for keys in _read_staged(store, items_files, KEYS.names()):
+                finder.add(keys)
+            marks = finder.finish()
+            written = _write_tables(
+                store,
+                location,
+                items_files,
+                marks,
+                tables,
+                Path(tmp),
+                scale if verify_scores else None,
+            )
         summary = aggregate.summarize(
-            scores,
-            verdicts,
+            pl.scan_parquet(written.scores),
+            pl.scan_parquet(written.verdicts),
             model=model,
             scale=scale,
             segment_by=segment_by,
@@ -238,12 +340,14 @@ def publish_run(
             batch_price=batch_price,
         )
         summary = dataclasses.replace(summary, flow=tuple(flow))
-        duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
-        _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
+        _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
-        store.upload_file_atomic(scores_local, store.join(location.table_file("scores")))
+        store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
+    duplicates = written.duplicates
+    timings = {**manifest.get("timings_s", {}), "publish": round(time.monotonic() - started, 3)}
     manifest = {
         **manifest,
+        "timings_s": timings,
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": duplicates,

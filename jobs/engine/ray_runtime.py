@@ -32,9 +32,23 @@ def set_env_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
         environ.setdefault(key, value)
 
 
+def cluster_address(config: JobConfig) -> str | None:
+    """The address of the cluster the run joins (`ray.address`, else `RAY_ADDRESS`, which a
+    Ray Job sets); None: Ray starts locally, on this machine alone."""
+    return config.ray.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def alive_nodes() -> int:
+    """How many nodes of the cluster this process has joined are alive."""
+    import ray
+
+    nodes: list[dict[str, object]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return len([node for node in nodes if node.get("Alive")])
+
+
 def start_ray(config: JobConfig) -> None:
     """Join the configured cluster (or the one a Ray Job runs in), else start Ray locally."""
-    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(config)
     if not address:
         # Ray reads these when it is imported: set them first.
         set_env_defaults()

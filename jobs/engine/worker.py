@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ from jobs.engine.inputs import (
     RowError,
     Shard,
 )
+from jobs.engine.lookahead import read_marks
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash, duplicate_error
@@ -75,6 +76,9 @@ class ShardContext:
     api_key: str | None = field(default=None, repr=False)
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema = field(default_factory=RunSchema)
+    # The shards with later occurrences of a query_id found before judging, in the staging
+    # area (jobs.engine.lookahead): those rows are written as duplicates, not judged.
+    duplicates: frozenset[str] = frozenset()
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
     batch_round: int | None = None
 
@@ -92,6 +96,8 @@ class ShardReport:
     judge: dict[str, Any] = field(default_factory=dict)
     # Batch mode: requests recorded for the next batch round (the shard is not staged yet).
     pending: int = 0
+    # The Ray node the shard ran on (empty outside Ray), for the manifest.
+    node: str = ""
 
 
 def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
@@ -257,16 +263,29 @@ def read_shard_records(
     shard: Shard,
     number: int,
     tables: RunSchema = RunSchema(),  # noqa: B008
+    later: Mapping[int, str] | None = None,
 ) -> _Read:
     """Read and validate a shard's rows; repeats of a query_id within it become errors (not
     worth a judge call: publishing keeps only the first occurrence, and finds repeats across
-    shards itself)."""
+    shards itself), and so do the rows in `later` (item_seq -> where the first occurrence is,
+    in another shard: jobs.engine.lookahead)."""
     first_seq = number << _SEQ_SHIFT
     read = _Read([], [])
     first_seen: dict[str, ItemRecord] = {}
+    later = later or {}
     for index, record in enumerate(factory.shard_items(config, shard, tables.carried)):
         seq = first_seq + index
-        if isinstance(record, ItemRecord) and record.query_id in first_seen:
+        if isinstance(record, ItemRecord) and seq in later:
+            elsewhere = later[seq]
+            duplicate = RowError(
+                record.source,
+                record.row,
+                duplicate_error(record.query_id, elsewhere),
+                record.query_id,
+                record.carried,
+            )
+            read.errors.append((seq, duplicate, elsewhere))
+        elif isinstance(record, ItemRecord) and record.query_id in first_seen:
             first = first_seen[record.query_id].where
             duplicate = RowError(
                 record.source,
@@ -287,10 +306,11 @@ def read_shard_records(
 class ShardRunner:
     """Runs shards for one worker; holds the worker's judge and its share of the run's flow."""
 
-    def __init__(self, ctx: ShardContext, worker_id: str) -> None:
+    def __init__(self, ctx: ShardContext, worker_id: str, node: str = "") -> None:
         self._ctx = ctx
         self._config = ctx.config
         self._worker_id = worker_id
+        self._node = node
         self._store = open_store(self._config.output.path, self._config.output.storage_options)
         self._judge: Judge | None = None
         self._flow: WorkerFlow | None = None
@@ -341,12 +361,15 @@ class ShardRunner:
         started = time.monotonic()
         config, store = self._config, self._store
         verdicts_path, items_path = shard_paths(store, self._ctx.staging, shard.shard_id)
-        report = ShardReport(shard.shard_id)
+        report = ShardReport(shard.shard_id, node=self._node)
         if await asyncio.to_thread(store.exists, items_path):
             report.skipped = True
             return report
         tables = self._ctx.tables
-        read = await asyncio.to_thread(read_shard_records, config, shard, number, tables)
+        later = None
+        if shard.shard_id in self._ctx.duplicates:
+            later = await asyncio.to_thread(read_marks, store, self._ctx.staging, shard.shard_id)
+        read = await asyncio.to_thread(read_shard_records, config, shard, number, tables, later)
         batch: ShardPass | None = None
         inner: Judge
         if self._ctx.batch_round is not None:
@@ -507,10 +530,10 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     return asyncio.run(one())
 
 
-async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int) -> None:
+async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = "") -> None:
     """A worker's life: `lanes` loops that each take the next shard from the board and run it,
     until the board has none left (or the run stopped)."""
-    runner = ShardRunner(ctx, worker_id)
+    runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
     attempts = ctx.config.ray.max_task_retries + 1
     await board.rejoin.remote(worker_id)
@@ -555,4 +578,7 @@ def run_worker(ctx: ShardContext, worker_id: str, lanes: int) -> None:
     """The Ray task body of one worker: run shards from the run's board (held by the
     coordinator, `jobs.engine.dispatch`) until there are none left. Ray retries it when the
     worker process dies; the new attempt takes back the shards the dead one held."""
-    asyncio.run(_run_lanes(ctx, worker_id, lanes))
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    asyncio.run(_run_lanes(ctx, worker_id, lanes, node))

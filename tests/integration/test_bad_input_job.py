@@ -49,12 +49,14 @@ def judge(server: FakeJudgeServer, **options: Any) -> dict[str, Any]:
     return llm_judge(server, transport="http", **options)
 
 
-def parquet_job(source: Path, out: Path, server: FakeJudgeServer) -> JobConfig:
+def parquet_job(
+    source: Path, out: Path, server: FakeJudgeServer, **input_options: Any
+) -> JobConfig:
     """The job on the Parquet file `source`, 4 rows a shard, judged by `server`."""
     return config_for(
         source,
         out,
-        input={"format": "parquet"},
+        input={"format": "parquet", **input_options},
         judge=judge(server),
         ray={"shard_size": 4, "workers": 2},
     )
@@ -302,9 +304,12 @@ def test_bad_parquet_rows_are_errors_naming_row_number_and_field(
 
 
 @pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("find_first", [True, False], ids=["found-first", "found-at-publication"])
 def test_duplicate_query_ids_first_scored_later_ones_name_it(
-    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str, find_first: bool
 ) -> None:
+    # `input.find_duplicates_first` (auto: on for an LLM judge) changes which rows are judged,
+    # not what is published.
     source = tmp_path / "items.parquet"
     rows = items(12, seed=113)
     first = rows[1]
@@ -312,7 +317,7 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(
         rows[number]["id"] = first["id"]
     write_parquet(source, rows)
     out = tmp_path / "out"
-    config = parquet_job(source, out, server)
+    config = parquet_job(source, out, server, find_duplicates_first=find_first)
     outcome = run_job(config, out=io.StringIO())
 
     scores = scores_frame(out)
@@ -333,6 +338,10 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(
     assert outcome.published.duplicates == 2
     others = [row for n, row in enumerate(rows) if n not in (1, 6, 10)]
     assert_good_rows_scored(scores, others)
+    # One verdict request per judged row (each has at most 16 contexts): found first, the two
+    # later occurrences were never sent; otherwise they were, and then dropped.
+    assert all(len(row["contexts"]) <= 16 for row in rows)
+    assert verdict_requests(server) == (10 if find_first else 12)
 
 
 # -- size: huge contexts, thousands of contexts ----------------------------------------------------

@@ -299,6 +299,35 @@ def test_llm_reasons_come_in_a_second_round(
     assert stats["batches_created"] == 2
 
 
+def test_later_occurrences_of_a_query_id_in_other_shards_are_never_in_a_batch(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    # input.find_duplicates_first (auto: on for an LLM judge) marks them before round 0.
+    source = tmp_path / "items.jsonl"
+    rows = list(generate(60, seed=20, markers=True))
+    first = rows[5]
+    for number in (45, 50):  # shards of 20 rows: not the first occurrence's shard
+        rows[number] = {**rows[number], "id": first["id"]}
+    write_jsonl(source, iter(rows))
+    out = tmp_path / "out"
+    server = fake_judge(batch_plan=BatchPlan(steps_per_retrieve=1))
+    outcome = run(batch_config(source, out, server))
+    lines = server.batches.uploaded_lines()
+    scores = scores_frame(out)
+    assert scores.height == 60
+    group = scores.filter(pl.col("query_id") == first["id"]).sort("row")
+    head, *later = group.iter_rows(named=True)
+    assert head["status"] == "ok" and head["score"] == round(truth([first])[first["id"]], 2)
+    assert len(later) == 2
+    for record in later:
+        assert record["status"] == "error" and record["score"] is None
+        assert record["error"].startswith(f"duplicate query_id {first['id']}: only its first")
+    assert outcome.published.duplicates == 2
+    # One request per judged item (at most 16 contexts each): the two were never asked.
+    assert all(len(row["contexts"]) <= 16 for row in rows)
+    assert len({line["custom_id"].rsplit("-", 2)[0] for line in lines}) == len(lines) == 58
+
+
 def test_a_second_night_over_the_same_input_asks_nothing(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
 ) -> None:

@@ -723,3 +723,30 @@ def test_quantiles_from_counts_are_polars_linear_quantiles(values: list[float]) 
     for name, q in (("median", 0.5), ("p10", 0.1), ("p90", 0.9)):
         expected = series.quantile(q, interpolation="linear")
         assert got[name] == (None if expected is None else pytest.approx(expected, abs=1e-12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=st.lists(st.integers(0, 1000).map(lambda n: n / 100), min_size=1, max_size=400),
+    chunk=st.integers(1, 50),
+)
+def test_mean_is_exact_whatever_the_files_row_groups(
+    tmp_path_factory: pytest.TempPathFactory, scores: list[float], chunk: int
+) -> None:
+    # The mean of the doubles as rationals, rounded once; the same however the scores file
+    # is cut into row groups (a float sum's last bits depend on the order it adds in).
+    exact = float(sum(Fraction(score) for score in scores) / len(scores))
+    frame = final_frame([final_row(score, n=n) for n, score in enumerate(scores)])
+    path = tmp_path_factory.mktemp("scores") / "scores.parquet"
+    frame.write_parquet(path, row_group_size=chunk)
+    for source in (frame, pl.scan_parquet(path)):
+        assert summarize(source, no_verdicts(), model="x", scale=10).mean == exact
+
+
+def test_mean_per_segment_is_exact() -> None:
+    scores = [0.1, 0.2, 0.7] * 5  # 0.1 + 0.2 is not 0.3 in floats
+    rows = [final_row(score, n=n) for n, score in enumerate(scores)]
+    frame = final_frame(rows).with_columns(retriever=pl.lit("bm25"))
+    summary = summarize(frame, no_verdicts(), model="x", scale=1, segment_by=["retriever"])
+    exact = float(sum(Fraction(score) for score in scores) / len(scores))
+    assert summary.mean == summary.segments[0].summary.mean == exact

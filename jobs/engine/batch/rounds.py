@@ -96,6 +96,7 @@ class BatchRounds:
         *,
         heartbeat: Callable[[], None] = lambda: None,
         tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+        duplicates: frozenset[str] = frozenset(),
         provider: LiteLLMBatches | None = None,
         sleep: Sleeper = real_sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -108,6 +109,9 @@ class BatchRounds:
         self._heartbeat = heartbeat
         # The run's tables with its carried columns: every pass stages shards with them.
         self._tables = tables
+        # The shards with later occurrences marked by the look-ahead (jobs.engine.lookahead):
+        # every pass writes those rows as duplicates and asks nothing for them.
+        self._duplicates = duplicates
         self._sleep = sleep
         self._clock = clock
         self._provider = provider or LiteLLMBatches.for_config(
@@ -191,6 +195,7 @@ class BatchRounds:
                 self._out,
                 heartbeat=self._heartbeat,
                 tables=self._tables,
+                duplicates=self._duplicates,
                 batch_round=round_number,
             )
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
@@ -466,11 +471,13 @@ def run_batches(
     *,
     heartbeat: Callable[[], None] = lambda: None,
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+    duplicates: frozenset[str] = frozenset(),
     sleep: Sleeper = real_sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchRunResult:
     """Batch mode's rounds for one run (see the module doc); every shard is staged after.
-    `tables`: the run's tables with its carried columns, as the passes stage them."""
+    `tables`: the run's tables with its carried columns, as the passes stage them;
+    `duplicates`: the shards with rows the look-ahead marked as later occurrences."""
     rounds = BatchRounds(
         config,
         location,
@@ -479,6 +486,7 @@ def run_batches(
         out,
         heartbeat=heartbeat,
         tables=tables,
+        duplicates=duplicates,
         sleep=sleep,
         clock=clock,
     )

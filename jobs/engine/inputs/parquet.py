@@ -7,7 +7,7 @@ row number within the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import fsspec
 import pyarrow as pa
@@ -24,10 +24,15 @@ PARQUET_BATCH_ROWS = 1024
 
 
 def read_parquet_shard(
-    spec: InputSpec, fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard
+    spec: InputSpec,
+    fs: fsspec.AbstractFileSystem,
+    fs_path: str,
+    shard: Shard,
+    only: Sequence[str] | None = None,
 ) -> Iterator[RawRow]:
     """The shard's rows in file order. Opening is retried; a file that is not Parquet or
-    cannot be decoded raises `InputError`, a store failure mid-stream `StorageError`."""
+    cannot be decoded raises `InputError`, a store failure mid-stream `StorageError`.
+    `only`: read just these columns (those the file has), whatever the spec needs."""
     handle = retry_call(lambda: open_input(fs, fs_path), what="open", url=shard.path)
     try:
         with handle:
@@ -49,8 +54,10 @@ def read_parquet_shard(
             if first_row is None:
                 return
             columns = None
-            if not spec.context_extractor:
-                names = set(parquet.schema_arrow.names)
+            names = set(parquet.schema_arrow.names)
+            if only is not None:
+                columns = [c for c in only if c in names]
+            elif not spec.context_extractor:
                 columns = [c for _, c in required_columns(spec) if c in names]
             row = first_row
             batches = parquet.iter_batches(

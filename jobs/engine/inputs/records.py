@@ -8,6 +8,7 @@ written out on `to_item`; the truncation defaults live in `jobs.input_limits`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -45,14 +46,31 @@ def read_items(
         )
 
 
-def read_shard(spec: InputSpec, shard: Shard) -> Iterator[RawRow]:
+def read_shard(
+    spec: InputSpec, shard: Shard, only: Sequence[str] | None = None
+) -> Iterator[RawRow]:
     """Stream the rows of `shard`. A broken row becomes a `RawRow` with `error` (naming the
     file and position) and reading goes on. Opening is retried; a store failure mid-stream
-    raises `StorageError` naming the file (the caller retries the whole shard)."""
+    raises `StorageError` naming the file (the caller retries the whole shard).
+    `only`: of a Parquet file, read just these columns (a JSONL line is read whole)."""
     fs, fs_path, _ = filesystem(shard.path, spec.storage_options)
     if shard.format == "parquet":
-        return read_parquet_shard(spec, fs, fs_path, shard)
+        return read_parquet_shard(spec, fs, fs_path, shard, only)
     return read_jsonl_shard(fs, fs_path, shard)
+
+
+def read_query_ids(spec: InputSpec, shard: Shard) -> Iterator[tuple[str, str, int]]:
+    """(query_id, source, row) of every row of `shard`, in order, one per row as `read_items`
+    yields them, with the query_id the job records for the row: its id when that is usable,
+    else `source#row` (the id of its error row), whatever the row's other fields hold. Reads
+    only the id column of a Parquet file."""
+    column = spec.columns.query_id
+    for raw in read_shard(spec, shard, only=[column] if column else None):
+        query_id = f"{raw.source}#{raw.row}"
+        if raw.error is None and raw.data is not None:
+            with contextlib.suppress(_Invalid):
+                query_id = _query_id(raw, column)
+        yield query_id, raw.source, raw.row
 
 
 class _Invalid(Exception):

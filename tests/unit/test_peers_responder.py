@@ -84,7 +84,7 @@ def ragas_prompt(context: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[PeersJudgeServer]:
+def peers_server() -> Iterator[PeersJudgeServer]:
     running = PeersJudgeServer()
     running.start()
     try:
@@ -93,9 +93,9 @@ def server() -> Iterator[PeersJudgeServer]:
         running.stop()
 
 
-def ask(server: PeersJudgeServer, prompt: str, **extra: Any) -> httpx.Response:
+def ask(peers_server: PeersJudgeServer, prompt: str, **extra: Any) -> httpx.Response:
     body = {"model": "judge", "messages": [{"role": "user", "content": prompt}], **extra}
-    return httpx.post(f"{server.url}/chat/completions", json=body, timeout=30)
+    return httpx.post(f"{peers_server.url}/chat/completions", json=body, timeout=30)
 
 
 def content(response: httpx.Response) -> Any:
@@ -103,32 +103,34 @@ def content(response: httpx.Response) -> Any:
     return json.loads(response.json()["choices"][0]["message"]["content"])
 
 
-def test_deepeval_verdicts_one_per_context_in_order(server: PeersJudgeServer) -> None:
-    reply = content(ask(server, DEEPEVAL_VERDICTS))
+def test_deepeval_verdicts_one_per_context_in_order(peers_server: PeersJudgeServer) -> None:
+    reply = content(ask(peers_server, DEEPEVAL_VERDICTS))
     assert [v["verdict"] for v in reply["verdicts"]] == ["yes", "no", "yes"]
     assert all(isinstance(v["reason"], str) and v["reason"] for v in reply["verdicts"])
 
 
-def test_deepeval_reason_restates_the_score(server: PeersJudgeServer) -> None:
-    reply = content(ask(server, DEEPEVAL_REASON))
+def test_deepeval_reason_restates_the_score(peers_server: PeersJudgeServer) -> None:
+    reply = content(ask(peers_server, DEEPEVAL_REASON))
     assert reply["reason"].startswith("The score is 0.50 because")
 
 
 @pytest.mark.parametrize(("context", "verdict"), [("Amber. RELEVANT", 1), ("IRRELEVANT", 0)])
 def test_ragas_verdict_judges_the_last_input(
-    server: PeersJudgeServer, context: str, verdict: int
+    peers_server: PeersJudgeServer, context: str, verdict: int
 ) -> None:
     # The example above the input is relevant: only the final input may decide.
-    reply = content(ask(server, ragas_prompt(context), response_format={"type": "json_object"}))
+    reply = content(
+        ask(peers_server, ragas_prompt(context), response_format={"type": "json_object"})
+    )
     assert reply["verdict"] == verdict
     assert isinstance(reply["reason"], str)
 
 
-def test_our_requests_are_answered_by_the_fake(server: PeersJudgeServer) -> None:
+def test_our_requests_are_answered_by_the_fake(peers_server: PeersJudgeServer) -> None:
     prompt = build_verdict_prompt_for_tests("q", "a", ["x RELEVANT", "y"], start=4)
     schema = {"type": "object"}
     response = ask(
-        server,
+        peers_server,
         prompt,
         response_format={
             "type": "json_schema",
@@ -139,24 +141,24 @@ def test_our_requests_are_answered_by_the_fake(server: PeersJudgeServer) -> None
     assert [(v["context_index"], v["verdict"]) for v in verdicts] == [(4, "yes"), (5, "no")]
 
 
-def test_unknown_prompt_is_a_400_and_counted(server: PeersJudgeServer) -> None:
-    server.reset_stats()
-    response = ask(server, "Tell me a joke.")
+def test_unknown_prompt_is_a_400_and_counted(peers_server: PeersJudgeServer) -> None:
+    peers_server.reset_stats()
+    response = ask(peers_server, "Tell me a joke.")
     assert response.status_code == 400
     assert "not a DeepEval or RAGAS" in response.json()["error"]["message"]
     broken = DEEPEVAL_VERDICTS.replace("(3 documents)", "(4 documents)")
-    assert ask(server, broken).status_code == 400
-    stats = server.stats()
+    assert ask(peers_server, broken).status_code == 400
+    stats = peers_server.stats()
     assert stats["peer_requests"] == {"unrecognised": 2}
     assert stats["by_status"] == {"400": 2}
 
 
-def test_stats_count_each_kind_and_reset_forgets(server: PeersJudgeServer) -> None:
-    server.reset_stats()
-    content(ask(server, DEEPEVAL_VERDICTS))
-    content(ask(server, DEEPEVAL_REASON))
-    content(ask(server, ragas_prompt("RELEVANT")))
-    stats = httpx.get(f"{server.base_url}/stats", timeout=30).json()
+def test_stats_count_each_kind_and_reset_forgets(peers_server: PeersJudgeServer) -> None:
+    peers_server.reset_stats()
+    content(ask(peers_server, DEEPEVAL_VERDICTS))
+    content(ask(peers_server, DEEPEVAL_REASON))
+    content(ask(peers_server, ragas_prompt("RELEVANT")))
+    stats = httpx.get(f"{peers_server.base_url}/stats", timeout=30).json()
     assert stats["peer_requests"] == {
         "deepeval_verdicts": 1,
         "deepeval_reason": 1,
@@ -169,6 +171,6 @@ def test_stats_count_each_kind_and_reset_forgets(server: PeersJudgeServer) -> No
     }
     assert stats["total_requests"] == 3
     assert stats["request_span_s"] > 0
-    server.reset_stats()
-    assert server.stats()["peer_requests"] == {}
-    assert server.stats()["request_span_s"] == 0
+    peers_server.reset_stats()
+    assert peers_server.stats()["peer_requests"] == {}
+    assert peers_server.stats()["request_span_s"] == 0

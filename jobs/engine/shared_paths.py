@@ -1,0 +1,88 @@
+"""Paths every node of a multi-node cluster must reach, checked when the driver joins it.
+
+A worker reads its shard of the input, writes its shard's results to the output's staging
+area and reads and writes the verdict cache; the driver then reads every staged shard. On one
+machine a local path is fine. On a cluster of several nodes a local path names a different disk
+on every node: a shard written on one node is missing on the driver's, and the run fails at
+publication, after the judging was paid for. So when the cluster has more than one node alive,
+a local `input.path`, `output.path` or `cache.path` is refused at start-up, before any work,
+unless `ray.shared_filesystem: true` says the path is a mount every node sees (NFS and the
+like).
+
+The check sees the nodes alive when the driver joins: a cluster that starts with its head
+alone and scales up later is not caught (give it object-store paths anyway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsspec.core import split_protocol
+
+from jobs import factory
+from jobs.config import JobConfig
+from scorer_core.errors import ConfigError
+
+_LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
+
+
+@dataclass(frozen=True, slots=True)
+class RunPath:
+    """A path the run's workers use: its config key, its value, and what goes wrong when it
+    is a different disk on every node."""
+
+    key: str
+    path: str
+    on_each_node: str
+
+
+def run_paths(config: JobConfig) -> list[RunPath]:
+    """The input, output and (when the run uses the cache) cache paths of `config`."""
+    paths = [
+        RunPath(
+            "input.path",
+            config.input.path,
+            "workers on other nodes would look for the input on their own disks",
+        ),
+        RunPath(
+            "output.path",
+            config.output.path,
+            "workers on other nodes would stage their shards on their own disks, where this "
+            "driver cannot read them to publish the run",
+        ),
+    ]
+    if factory.use_cache(config) and config.cache.path:
+        paths.append(
+            RunPath(
+                "cache.path",
+                config.cache.path,
+                "each node would keep a verdict cache of its own, which the others never see",
+            )
+        )
+    return paths
+
+
+def is_local(path: str) -> bool:
+    """Whether `path` is a local file path (no protocol, or file://)."""
+    protocol, _ = split_protocol(path)
+    return protocol in _LOCAL_PROTOCOLS
+
+
+def check_shared_paths(config: JobConfig, nodes: int) -> None:
+    """Raise `ConfigError` when a cluster of `nodes` nodes would see a local path of the run
+    as a different disk on every node (not with `ray.shared_filesystem: true`)."""
+    if nodes <= 1 or config.ray.shared_filesystem:
+        return
+    local = [path for path in run_paths(config) if is_local(path.path)]
+    if not local:
+        return
+    lines = [
+        f"{path.key} {path.path!r} is a local path, but the Ray cluster this run joined has "
+        f"{nodes} nodes: {path.on_each_node}."
+        for path in local
+    ]
+    raise ConfigError(
+        " ".join(lines) + " Use an object store URL (s3://, gs://, az://) that every node can "
+        "reach, or, if the path is on a filesystem every node mounts at the same place (NFS), "
+        "set ray.shared_filesystem: true."
+    )

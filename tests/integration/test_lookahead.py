@@ -1,0 +1,173 @@
+"""jobs.engine.lookahead: the ids read before judging are the ones the workers stage, row for
+row (bad rows, ids of every kind, JSONL and Parquet alike); a shard's worker writes the later
+occurrences it is given as duplicates without judging them; a resumed run reuses what the
+first attempt found instead of reading the input again."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.config import JobConfig, parse_config
+from jobs.engine.inputs import list_input_files, plan_shards
+from jobs.engine.lookahead import find_duplicates_first, marks_path, read_marks, shard_keys
+from jobs.engine.repeats import KEYS, SEQ_SHIFT
+from jobs.engine.storage import open_store
+from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.factory import input_spec
+from jobs.schema import duplicate_error
+
+COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
+STAGING = "_staging/run_id=look"
+
+
+def good(query_id: Any, n: int) -> dict[str, Any]:
+    return {"id": query_id, "q": f"question {n}?", "a": f"answer {n}", "ctx": [f"c{n}", "d"]}
+
+
+# Rows of every kind: ids as strings and integers, ids that are not usable (missing, null,
+# empty, a bool, a float), a row whose id is fine but whose contexts are not, and repeats.
+ROWS: list[dict[str, Any]] = [
+    good("a", 0),
+    good(7, 1),
+    {"q": "no id?", "a": "x", "ctx": ["c"]},
+    good(None, 3),
+    good("  ", 4),
+    good(True, 5),
+    good(1.5, 6),
+    {"id": "bad-ctx", "q": "q?", "a": "x", "ctx": "not a list"},
+    good("a", 8),
+    good("7", 9),
+    good("bad-ctx", 10),
+    good("b", 11),
+]
+
+
+def config(source: Path, out: Path, fmt: str, shard_size: int = 3) -> JobConfig:
+    return parse_config(
+        {
+            "input": {"path": str(source), "format": fmt, "columns": COLUMNS},
+            "output": {"path": str(out)},
+            "judge": {"model": "lexical"},
+            "ray": {"shard_size": shard_size},
+        }
+    )
+
+
+def write_jsonl(path: Path) -> None:
+    lines = [json.dumps(row) for row in ROWS]
+    lines.insert(5, '{"id": "broken", "q": ')  # not JSON at all
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_parquet(path: Path) -> None:
+    # Parquet needs one type per column: ids as text (a null, an empty one), contexts lists.
+    rows = []
+    for row in ROWS:
+        copy = dict(row)
+        value = copy.get("id")
+        copy["id"] = None if value is None or isinstance(value, bool | float) else str(value)
+        copy["ctx"] = copy["ctx"] if isinstance(copy["ctx"], list) else None
+        rows.append(copy)
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("q", pa.string()),
+            ("a", pa.string()),
+            ("ctx", pa.list_(pa.string())),
+        ]
+    )
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=4)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str) -> None:
+    source = tmp_path / f"in.{fmt}"
+    (write_jsonl if fmt == "jsonl" else write_parquet)(source)
+    cfg = config(source, tmp_path / "out", fmt)
+    spec = input_spec(cfg)
+    shards = plan_shards(spec, list_input_files(spec), 3)
+    assert len(shards) >= 3
+    store = open_store(cfg.output.path)
+    context = ShardContext(config=cfg, staging=STAGING)
+    numbered = list(enumerate(shards))
+    for number, shard in numbered:
+        run_shard(shard, number, number, context)
+
+    read_ahead = shard_keys(spec, numbered)
+    staged = pl.concat(
+        pl.read_parquet(shard_paths(store, STAGING, shard.shard_id)[1], columns=KEYS.names())
+        for shard in shards
+    )
+    assert read_ahead.schema == KEYS
+    assert read_ahead.equals(staged)
+    ids = read_ahead["query_id"].to_list()
+    assert {"a", "7", "bad-ctx", "b"} <= set(ids)
+    # rows without a usable id (and a broken JSON line) are known by `source#row`
+    fallbacks = [query_id for query_id in ids if query_id.startswith(f"{source}#")]
+    assert len(fallbacks) == (6 if fmt == "jsonl" else 5)
+
+
+def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(good(f"q{n}", n)) + "\n" for n in range(6)))
+    cfg = config(source, tmp_path / "out", "jsonl", shard_size=100)
+    spec = input_spec(cfg)
+    (shard,) = plan_shards(spec, list_input_files(spec), 100)
+    store = open_store(cfg.output.path)
+    first = "/elsewhere.jsonl line at byte 0"
+    seq = 2 << SEQ_SHIFT
+    store.write_parquet_atomic(
+        marks_path(store, STAGING, shard.shard_id),
+        pa.table({"item_seq": [seq | 1, seq | 4], "duplicate_of": [first, first]}),
+    )
+    assert read_marks(store, STAGING, shard.shard_id) == {seq | 1: first, seq | 4: first}
+    context = ShardContext(config=cfg, staging=STAGING, duplicates=frozenset({shard.shard_id}))
+    report = run_shard(shard, 2, 0, context)
+
+    items = pl.read_parquet(shard_paths(store, STAGING, shard.shard_id)[1])
+    marked = items.filter(pl.col("duplicate_of").is_not_null())
+    assert marked["query_id"].to_list() == ["q1", "q4"]
+    assert set(marked["status"]) == {"error"} and set(marked["calls"]) == {0}
+    assert marked["error"].to_list() == [duplicate_error("q1", first), duplicate_error("q4", first)]
+    assert report.statuses == {"ok": 4, "error": 2}
+    verdicts = pl.read_parquet(shard_paths(store, STAGING, shard.shard_id)[0])
+    assert set(verdicts["query_id"]) == {"q0", "q2", "q3", "q5"}
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    ids = ["a", "b", "c", "a", "d", "b", "e", "a", "f"]  # shards of 3: repeats in shards 1, 2
+    lines = [json.dumps(good(qid, n)) + "\n" for n, qid in enumerate(ids)]
+    source.write_text("".join(lines))
+    at_b = len(lines[0])
+    cfg = config(source, tmp_path / "out", "jsonl")
+    spec = input_spec(cfg)
+    shards = plan_shards(spec, list_input_files(spec), 3)
+    store = open_store(cfg.output.path)
+    out = io.StringIO()
+    found = find_duplicates_first(cfg, store, STAGING, shards, out)
+
+    assert "3 later occurrence(s) of a query_id in 2 shard(s) will not be judged" in out.getvalue()
+    by_id = {shard.shard_id: number for number, shard in enumerate(shards)}
+    marks = {by_id[shard_id]: read_marks(store, STAGING, shard_id) for shard_id in found}
+    assert {number: sorted(m) for number, m in marks.items()} == {
+        1: [1 << SEQ_SHIFT | 0, 1 << SEQ_SHIFT | 2],
+        2: [2 << SEQ_SHIFT | 1],
+    }
+    assert marks[1] == {
+        1 << SEQ_SHIFT | 0: f"{source} line at byte 0",
+        1 << SEQ_SHIFT | 2: f"{source} line at byte {at_b}",
+    }
+    assert marks[2] == {2 << SEQ_SHIFT | 1: f"{source} line at byte 0"}
+
+    source.unlink()  # a resumed run must not read the input again
+    assert find_duplicates_first(cfg, store, STAGING, shards, io.StringIO()) == found
