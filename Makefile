@@ -59,6 +59,7 @@ bench: install
 	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
 	$(BIN)/python -m bench.peers_bench --items 600
+	$(BIN)/python -m bench.batch_bench --items 100000
 
 # Fault-injection soak: 20,000 items, every fault on, 4 workers, a rate limit; exits 1 on any
 # lost, duplicated or wrong row. Not part of `make test`.

@@ -6,6 +6,7 @@
     ctxprec calibrate --config FILE --labels F    the configured judge against human labels
     ctxprec compare RUN_A RUN_B                   how scores moved between two published runs
     ctxprec report RUN [--baseline RUN]           one self-contained HTML page about a run
+    ctxprec status RUN                            where a run stands: shards, batches, counts
 
 Every command's options are defined in this module, and this module imports nothing heavy:
 `ctxprec --help`, `ctxprec <command> --help` and `ctxprec score` never load Polars, pyarrow,
@@ -155,6 +156,11 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="run id (published, running or stopped)")
+    add_output_arguments(parser)
+
+
 @dataclass(frozen=True)
 class Command:
     name: str
@@ -201,6 +207,12 @@ COMMANDS = (
         "write a self-contained HTML report of a published run",
         add_report_arguments,
         "jobs.tools.report:run",
+    ),
+    Command(
+        "status",
+        "where a run stands: shards staged, batches and their counts (asks no judge)",
+        add_status_arguments,
+        "jobs.tools.status:run",
     ),
 )
 

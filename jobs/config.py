@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.errors import ConfigError
+from scorer_core.response_format import ResponseFormatSetting
 
 #: What a run id may look like (checked by `RunConfig` and by `ctxprec runs`): it becomes part
 #: of object paths (`run_id=<id>`), so no '/' or spaces.
@@ -157,6 +158,51 @@ class OutputConfig(_Strict):
     )
 
 
+class BatchConfig(_Strict):
+    """How `judge.mode: batch` uses the provider's Files + Batches API."""
+
+    provider: str | None = Field(
+        None,
+        description="litellm's custom_llm_provider for files and batches (openai, azure, "
+        "vertex_ai, bedrock, hosted_vllm, ...). null: the model's prefix (openai/... -> openai); "
+        "a model without one is openai.",
+    )
+    completion_window: Literal["24h"] = Field(
+        "24h", description="The window the provider has to answer a batch."
+    )
+    max_requests_per_batch: int = Field(
+        50_000, ge=1, description="Requests per batch file (OpenAI: 50,000)."
+    )
+    max_bytes_per_batch: int = Field(
+        200_000_000, ge=10_000, description="Bytes per batch file (OpenAI: 200 MB)."
+    )
+    max_enqueued_tokens: int = Field(
+        0,
+        ge=0,
+        description="The provider's queue limit of batch tokens for the model (OpenAI: per "
+        "model and usage tier). No batch holds more, and batches wait to be submitted while "
+        "the run's unfinished ones hold this many. 0: no limit.",
+    )
+    reask: Literal["batch", "online"] = Field(
+        "batch",
+        description="Replies that break the contract are re-asked in a follow-up batch, or "
+        "online (paced by rate_limit) at once.",
+    )
+    poll_interval_s: float = Field(
+        30.0, gt=0, description="Seconds before the first poll of a batch's status."
+    )
+    max_poll_interval_s: float = Field(
+        600.0, gt=0, description="The poll interval doubles up to this while batches run."
+    )
+    max_wait_s: float | None = Field(
+        None,
+        ge=0,
+        description="The driver waits at most this long for batches, then exits (exit code 0) "
+        "leaving them running; a rerun of the same run.id collects them. null: wait until "
+        "they end.",
+    )
+
+
 class JudgeConfig(_Strict):
     """The model that gives the per-context verdicts, and how it is called."""
 
@@ -195,6 +241,19 @@ class JudgeConfig(_Strict):
     max_tokens: int | None = Field(
         None, ge=1, description="Completion token cap per request; null: the provider's default."
     )
+    response_format: ResponseFormatSetting = Field(
+        "auto",
+        description="How requests ask for JSON. auto: json_schema, stepping down once per "
+        "endpoint to json_object (llama.cpp) and then prompt when the server rejects a form; "
+        "an explicit form that is rejected stops the run.",
+    )
+    mode: Literal["online", "batch"] = Field(
+        "online",
+        description="online: requests as the run goes, paced by rate_limit; batch: the "
+        "provider's Batch API (about half the price, answers within judge.batch."
+        "completion_window, its own queue limit; see README 'Batch mode').",
+    )
+    batch: BatchConfig = Field(BatchConfig(), description="Batch mode's settings.")
     lexical: dict[str, Any] = Field(
         default_factory=dict,
         description="Options of the offline judge only, e.g. {threshold: 0.2}.",
@@ -333,6 +392,14 @@ class JobConfig(_Strict):
             raise ValueError("rate_limit.concurrency_floor must be <= concurrency_ceiling")
         if isinstance(limits.max_concurrency, int) and limits.max_concurrency < 1:
             raise ValueError("rate_limit.max_concurrency must be >= 1 or auto")
+        return self
+
+    @model_validator(mode="after")
+    def _batch_needs_an_llm(self) -> JobConfig:
+        if self.judge.mode == "batch" and self.judge.model == "lexical":
+            raise ValueError("judge.mode batch needs an LLM judge.model, not 'lexical'")
+        if self.judge.batch.max_poll_interval_s < self.judge.batch.poll_interval_s:
+            raise ValueError("judge.batch.max_poll_interval_s must be >= poll_interval_s")
         return self
 
     @model_validator(mode="after")

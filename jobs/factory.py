@@ -111,6 +111,7 @@ def build_judge(
         "limiter": limiter,
         "transport": transport,
         "completion_budget": judge_config.max_tokens,
+        "response_format": judge_config.response_format,
     }
     if limits.tokens_per_minute:
         options["token_counter"] = prompt_token_counter(judge_config.model)

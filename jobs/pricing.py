@@ -1,14 +1,66 @@
-"""What judge tokens cost: litellm's bundled price map, for `estimate` and the run summary."""
+"""What judge tokens cost: litellm's bundled price map, for `estimate` and the run summary.
+
+Online requests are priced at the model's price per token. Batch mode (`judge.mode: batch`)
+is priced at the model's batch price where litellm knows one (`input_cost_per_token_batches`,
+`output_cost_per_token_batches`: about half); for a model with an online price but no batch
+price, half the online price is ASSUMED, and `price_basis` says so.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any
+
+BATCH_DISCOUNT_ASSUMED = 0.5
+"""The share of the online price a batch request is assumed to cost when litellm has no batch
+price for the model (OpenAI, Azure OpenAI, Vertex and Bedrock all charge about half)."""
 
 
-def estimate_cost_usd(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """Cost in USD from litellm's bundled price map; None for "lexical" or an unknown model."""
+def _model_info(model: str) -> dict[str, Any] | None:
+    from scorer_core.litellm_client import import_litellm
+
+    try:
+        info = import_litellm().get_model_info(model=model)
+    except Exception:  # litellm raises several types for an unknown model; none are fatal here
+        return None
+    return dict(info) if info else None
+
+
+def _rate(info: dict[str, Any], key: str) -> float | None:
+    value = info.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _batch_rates(model: str) -> tuple[float, float, bool] | None:
+    """(input, output price per token, whether litellm knows them) in batch mode; None when
+    there is no price at all."""
+    info = _model_info(model)
+    if info is None:
+        return None
+    batch_in = _rate(info, "input_cost_per_token_batches")
+    batch_out = _rate(info, "output_cost_per_token_batches")
+    if batch_in is not None and batch_out is not None:
+        return batch_in, batch_out, True
+    online_in = _rate(info, "input_cost_per_token")
+    online_out = _rate(info, "output_cost_per_token")
+    if online_in is None or online_out is None or not (online_in or online_out):
+        return None
+    return online_in * BATCH_DISCOUNT_ASSUMED, online_out * BATCH_DISCOUNT_ASSUMED, False
+
+
+def estimate_cost_usd(
+    model: str, prompt_tokens: int, completion_tokens: int, *, batch: bool = False
+) -> float | None:
+    """Cost in USD from litellm's bundled price map (at the batch price when `batch`); None
+    for "lexical" or a model without a price."""
     if not model or model == "lexical":
         return None
+    if batch:
+        rates = _batch_rates(model)
+        if rates is None:
+            return None
+        cost = prompt_tokens * rates[0] + completion_tokens * rates[1]
+        return cost if math.isfinite(cost) else None
     from scorer_core.litellm_client import import_litellm
 
     try:
@@ -19,3 +71,21 @@ def estimate_cost_usd(model: str, prompt_tokens: int, completion_tokens: int) ->
     except Exception:  # litellm raises several types for an unknown model; none are fatal here
         return None
     return cost if math.isfinite(cost) else None
+
+
+def price_basis(model: str, *, batch: bool) -> str:
+    """How `estimate_cost_usd` priced `model`, in words for the summary and `estimate`."""
+    if not model or model == "lexical":
+        return "lexical judge: offline, no API cost"
+    if not batch:
+        if estimate_cost_usd(model, 1, 1) is None:
+            return f"unknown: litellm has no price for {model}"
+        return f"at litellm's price for {model}"
+    rates = _batch_rates(model)
+    if rates is None:
+        return f"unknown: litellm has no price for {model}"
+    if rates[2]:
+        return f"at litellm's batch price for {model}"
+    return (
+        f"ASSUMED: half of litellm's online price for {model} (litellm has no batch price for it)"
+    )

@@ -4,7 +4,9 @@
   `STAGED_VERDICTS`;
 * published (what readers see, written by `jobs.engine.publish`): `PUBLISHED_SCORES`,
   `PUBLISHED_VERDICTS`, `PUBLISHED_SUMMARY`;
-* `VERDICT_CACHE`, the verdict cache files that outlive runs (`jobs.engine.cache`).
+* `VERDICT_CACHE`, the verdict cache files that outlive runs (`jobs.engine.cache`);
+* batch mode's staging (`jobs.engine.batch`): `BATCH_REQUESTS`, the index of a shard's request
+  lines for one round, and `BATCH_REPLIES`, what came back for them.
 
 A run may carry input columns of the user's (`input.carry`) into its scores table, and some of
 them (`input.carry_to_verdicts`) into its verdicts table: `RunSchema` is the run's tables, ours
@@ -286,6 +288,35 @@ PUBLISHED: tuple[Table, ...] = (PUBLISHED_SCORES, PUBLISHED_VERDICTS, PUBLISHED_
 VERDICT_CACHE = STAGED_VERDICTS.project("cache", ("pair_key", "relevant", "judge_reason"))
 """One row per cached verdict (`relevant` is never null here)."""
 
+# -- batch mode's staging (jobs.engine.batch) -----------------------------------------------
+
+BATCH_REQUESTS = Table(
+    "batch_requests",
+    (
+        Column(
+            "custom_id",
+            "string",
+            "`<shard number>-<item index>-v<first position>-<attempt>` for verdicts, "
+            "`...-r-<attempt>` for an LLM reason",
+        ),
+        Column("bytes", "int64", "the request line's size in the batch file, newline included"),
+        Column("tokens", "int64", "the request's prompt tokens, estimated (for queue limits)"),
+    ),
+)
+"""One row per request line of a shard's requests file for one round, in the same order."""
+
+BATCH_REPLIES = Table(
+    "batch_replies",
+    (
+        Column("custom_id", "string", "the request the reply answers"),
+        Column("text", "string", "the reply's message content; null when there is none"),
+        Column("error", "string", "why there is no reply (error file, expiry, missing line)"),
+        Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
+        Column("completion_tokens", "int64", "completion tokens the provider reported"),
+    ),
+)
+"""One row per answered (or failed) request of a shard: a batch's output and error lines,
+its missing lines, and online re-asks."""
 
 # -- a run's tables: ours plus the input columns it carries ---------------------------------
 

@@ -77,6 +77,18 @@ def format_summary_table(
 def _judge_lines(summary: RunSummary, judge: Mapping[str, Any], line: Any) -> list[str]:
     """How the requests went: transport, structured-output form, in-flight budget, latency."""
     lines: list[str] = []
+    if judge.get("mode") == "batch":
+        lines.append(
+            line(
+                "mode",
+                f"batch: {fmt.integer(judge.get('batches'))} in "
+                f"{fmt.integer(judge.get('rounds'))} round(s)",
+            )
+        )
+        price = str(judge.get("price") or "")
+        lines.append(
+            line("priced at", "ASSUMED half price" if "ASSUMED" in price else "batch price")
+        )
     if judge.get("transport"):
         lines.append(line("transport", str(judge["transport"])))
     negotiated = judge.get("response_format")

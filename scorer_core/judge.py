@@ -255,6 +255,17 @@ class LLMJudge:
             )
             return reply, usage
 
+    async def ask(
+        self,
+        messages: Sequence[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, object],
+        verdicts: int,
+    ) -> tuple[ChatReply, Usage]:
+        """One request sent as this judge sends every request (paced, retried, its form
+        negotiated), for a caller with its own re-ask loop: batch mode's online re-asks."""
+        return await self._send(messages, schema_name, schema, verdicts)
+
     def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
         return FatalJudgeError(
             f"judge endpoint {self.endpoint} rejected the request (sent with response_format "

@@ -549,10 +549,15 @@ def _optional_float(value: object) -> float | None:
 
 
 def _summary_of(
-    stats: dict[str, Any], positions: Sequence[dict[str, Any]], *, model: str, scale: float
+    stats: dict[str, Any],
+    positions: Sequence[dict[str, Any]],
+    *,
+    model: str,
+    scale: float,
+    batch_price: bool = False,
 ) -> RunSummary:
     """A RunSummary from one row of `_stat_exprs` and its rows of judged / relevant by
-    position."""
+    position; the cost at the model's batch price when `batch_price` (judge.mode batch)."""
     prompt_tokens = int(stats["prompt_tokens"] or 0)
     completion_tokens = int(stats["completion_tokens"] or 0)
     return RunSummary(
@@ -580,7 +585,7 @@ def _summary_of(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         cache_hits=int(stats["cache_hits"] or 0),
-        cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens),
+        cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens, batch=batch_price),
     )
 
 
@@ -592,8 +597,10 @@ def summarize(
     scale: float,
     segment_by: Sequence[str] = (),
     verdict_segments: Collection[str] = (),
+    batch_price: bool = False,
 ) -> RunSummary:
-    """The run summary from the published scores and verdicts tables (`jobs.schema`).
+    """The run summary from the published scores and verdicts tables (`jobs.schema`); the
+    cost at the model's batch price when `batch_price` (judge.mode batch).
 
     The mean is exact (`score_statistics`); percentiles use linear interpolation between
     closest ranks (`quantiles`); bands are over score / scale.
@@ -635,6 +642,7 @@ def summarize(
                     by_value.get(row["segment"], []),
                     model=model,
                     scale=scale,
+                    batch_price=batch_price,
                 ),
             )
             for row in per_value.iter_rows(named=True)
@@ -644,5 +652,6 @@ def summarize(
         list(positions.iter_rows(named=True)),
         model=model,
         scale=scale,
+        batch_price=batch_price,
     )
     return replace(overall, segments=tuple(segments))

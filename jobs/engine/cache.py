@@ -111,12 +111,19 @@ def load_cache(
 
 
 class CachingJudge:
-    """A `Judge` decorator: answers from the cache, asks the inner judge only for misses."""
+    """A `Judge` decorator: answers from the cache, asks the inner judge only for misses.
 
-    def __init__(self, inner: Judge, cache: VerdictCache, fingerprint: str) -> None:
+    `fresh_hits`: whether a verdict judged earlier in this shard answers a later item with the
+    same pair (online: it saves a call). Batch mode turns it off: a shard's requests must be the
+    same in every pass, and which verdicts are fresh depends on the order replies arrive in."""
+
+    def __init__(
+        self, inner: Judge, cache: VerdictCache, fingerprint: str, *, fresh_hits: bool = True
+    ) -> None:
         self._inner = inner
         self._cache = cache
         self._fingerprint = fingerprint
+        self._lookup = cache.get if fresh_hits else cache.known.get
 
     @property
     def model(self) -> str:
@@ -127,7 +134,7 @@ class CachingJudge:
         hits: list[ContextVerdict] = []
         misses: list[int] = []
         for position in positions:
-            cached = self._cache.get(keys[position])
+            cached = self._lookup(keys[position])
             if cached is None:
                 misses.append(position)
             else:

@@ -8,7 +8,8 @@
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     look     (an LLM judge) duplicate query ids across shards, so that they are not judged
              (jobs.engine.lookahead)
-    fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout)
+    fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
+             (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
              (jobs.engine.publish), with the manifest (jobs.engine.manifest)
     outcome  where the results are, for `print_outcome`
@@ -24,8 +25,9 @@ import datetime as dt
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 from jobs import factory
 from jobs.config import JobConfig, load_config
@@ -40,8 +42,11 @@ from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
+from jobs.pricing import price_basis
 from jobs.schema import RunSchema
 from scorer_core.errors import FatalJudgeError
+from scorer_core.protocols import Sleeper
+from scorer_core.retry import real_sleep
 
 __all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_command", "run_job"]
 
@@ -63,8 +68,17 @@ def resolve_location(config: JobConfig) -> RunLocation:
     return RunLocation(run_id=run_id, run_date=run_date)
 
 
-def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
-    """Run (or resume) one scoring run end to end and return where its results are."""
+def run_job(
+    config: JobConfig,
+    *,
+    out: TextIO = sys.stderr,
+    sleep: Sleeper = real_sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunOutcome:
+    """Run (or resume) one scoring run end to end and return where its results are.
+
+    `sleep` and `clock` pace batch mode's waiting (tests inject them). In batch mode a wait cut
+    short by judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
     started = time.monotonic()
     # check
     factory.check_api_key(config)
@@ -107,23 +121,47 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         if todo and factory.find_duplicates_first(config):
             duplicates = find_duplicates_first(config, store, location.staging, shards, out)
         looked = time.monotonic()
-        fanned = fan_out(
-            config,
-            location,
-            shards,
-            todo,
-            out,
-            heartbeat=lease.heartbeat,
-            tables=tables,
-            duplicates=duplicates,
-        )
         timings = {
             "plan": planned - started - joined,
             "ray_start": ray_ready - planned + joined,
             "duplicates_first": looked - ray_ready,
-            "fan_out": time.monotonic() - looked,
         }
-        _check_all_staged(store, location, [s.shard_id for s in shards], fanned.reports)
+        batch_mode = config.judge.mode == "batch"
+        judge_facts: dict[str, Any] = {}
+        if batch_mode:
+            from jobs.engine.batch.rounds import run_batches
+
+            batched = run_batches(
+                config,
+                location,
+                shards,
+                store,
+                out,
+                heartbeat=lease.heartbeat,
+                tables=tables,
+                duplicates=duplicates,
+                sleep=sleep,
+                clock=clock,
+            )
+            reports, flow = batched.reports, {}
+            # The rounds time their passes, waits and ingests (Ray is up already).
+            for phase, seconds in batched.timings.items():
+                timings[phase] = timings.get(phase, 0.0) + seconds
+            judge_facts = {**batched.facts, "price": price_basis(config.judge.model, batch=True)}
+        else:
+            fanned = fan_out(
+                config,
+                location,
+                shards,
+                todo,
+                out,
+                heartbeat=lease.heartbeat,
+                tables=tables,
+                duplicates=duplicates,
+            )
+            reports, flow = fanned.reports, fanned.flow
+            timings["fan_out"] = time.monotonic() - looked
+        _check_all_staged(store, location, [s.shard_id for s in shards], reports)
         # publish (it removes the staging area, lease file included, once the run is out)
         manifest = run_manifest(
             config,
@@ -132,9 +170,9 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             shards_reused=resuming,
             seconds=time.monotonic() - started,
             timings=timings,
-            flow=fanned.flow,
-            judge=judge_facts_of_run(fanned.reports),
-            nodes=shards_by_node(fanned.reports),
+            flow=flow,
+            judge={**judge_facts_of_run(reports), **judge_facts},
+            nodes=shards_by_node(reports),
         )
         published = publish_run(
             store,
@@ -142,9 +180,10 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             model=config.judge.model,
             scale=config.scorer.scale,
             manifest=manifest,
-            flow=flow_metrics(fanned.flow),
+            flow=flow_metrics(flow),
             tables=tables,
             segment_by=config.summary.by,
+            batch_price=batch_mode,
         )
     return RunOutcome(
         run_id=location.run_id,
@@ -200,8 +239,15 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
 
 def run_command(args: argparse.Namespace) -> int:
     """`ctxprec run --config FILE [--set KEY=VALUE ...]`: load the config, run, print."""
+    from jobs.engine.batch.rounds import BatchesStillRunning
+
     config = load_config(args.config, args.set)
-    outcome = run_job(config)
+    try:
+        outcome = run_job(config)
+    except BatchesStillRunning as exc:
+        # Not a failure: the evening half of a nightly batch run (README "Batch mode").
+        print(f"batches submitted, not finished: {exc}", file=sys.stderr)
+        return 0
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
     return 0

@@ -63,19 +63,25 @@ def fan_out(
     heartbeat: Callable[[], None] = lambda: None,
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     duplicates: frozenset[str] = frozenset(),
+    *,
+    batch_round: int | None = None,
 ) -> FanOutResult:
     """Run `todo` ((shard number, shard) pairs out of `shards`) on the workers, with progress.
     `duplicates`: the shards with later occurrences staged by `jobs.engine.lookahead`.
 
     Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
-    `RunFailed` naming the shard when a shard fails for good.
+    `RunFailed` naming the shard when a shard fails for good. `batch_round`: the shards' pass
+    of that round in batch mode (jobs.engine.batch), which sends nothing itself unless
+    re-asks go online.
     """
     if not todo:
         return FanOutResult([])
     import ray
 
     slots = _slots_in_file(shards)
-    governed = config.judge.model != "lexical"
+    governed = config.judge.model != "lexical" and (
+        batch_round is None or config.judge.batch.reask == "online"
+    )
     coordinator = coordinator_actor_class().remote(
         [(n, s, slots[s.shard_id]) for n, s in todo], _governor(config) if governed else None
     )
@@ -87,6 +93,7 @@ def fan_out(
         api_key=config.judge.api_key(),
         tables=tables,
         duplicates=duplicates,
+        batch_round=batch_round,
     )
     task = ray.remote(run_worker).options(
         num_cpus=config.ray.num_cpus_per_task,

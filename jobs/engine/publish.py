@@ -299,6 +299,7 @@ def publish_run(
     flow: Sequence[tuple[str, float | None]] = (),
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     segment_by: Sequence[str] = (),
+    batch_price: bool = False,
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
@@ -307,6 +308,7 @@ def publish_run(
     The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation).
+    `batch_price`: the cost is at the model's batch price (a run in judge.mode batch).
 
     Memory does not grow with the run: duplicates are found partition by partition
     (`jobs.engine.repeats`), the tables are written a shard at a time to local files, and
@@ -335,6 +337,7 @@ def publish_run(
             scale=scale,
             segment_by=segment_by,
             verdict_segments=tables.verdict_names,
+            batch_price=batch_price,
         )
         summary = dataclasses.replace(summary, flow=tuple(flow))
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)

@@ -12,6 +12,11 @@ loop (its lanes), so its requests never pause between shards: the next shard is 
 thread) and its requests queue behind the current shard's while that one's last replies are
 outstanding. Requests in flight are bounded by the worker's allowance of the run-wide budget
 (`jobs.engine.flow`), not per shard. `run_shard` runs one shard in this process, without Ray.
+
+In batch mode (`ShardContext.batch_round`) the judge stage is a `jobs.engine.batch.stage.
+ShardPass`: the same scorer, cache and row builders, with a judge that answers from the batch
+replies staged so far; a shard with requests still unanswered records them for the next batch
+round instead of being staged (`ShardReport.pending`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import pyarrow as pa
 
 from jobs import factory
 from jobs.config import JobConfig
+from jobs.engine.batch.judge import OnlineAsk
+from jobs.engine.batch.stage import ShardPass
 from jobs.engine.cache import (
     CachingJudge,
     VerdictCache,
@@ -45,6 +52,7 @@ from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash, duplicate_error
 from scorer_core.errors import FatalJudgeError, StorageError
+from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.types import ScoreResult, Usage
@@ -71,6 +79,8 @@ class ShardContext:
     # The shards with later occurrences of a query_id found before judging, in the staging
     # area (jobs.engine.lookahead): those rows are written as duplicates, not judged.
     duplicates: frozenset[str] = frozenset()
+    # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
+    batch_round: int | None = None
 
 
 @dataclass
@@ -84,6 +94,8 @@ class ShardReport:
     fatal: str | None = None
     # What the worker's judge settled on (transport, structured-output form), for the summary.
     judge: dict[str, Any] = field(default_factory=dict)
+    # Batch mode: requests recorded for the next batch round (the shard is not staged yet).
+    pending: int = 0
     # The Ray node the shard ran on (empty outside Ray), for the manifest.
     node: str = ""
 
@@ -326,6 +338,15 @@ class ShardRunner:
         self._reports = asyncio.get_running_loop().create_task(self._flow.run_reports())
         return self._judge
 
+    def _online_reask(self) -> OnlineAsk | None:
+        """Batch mode with judge.batch.reask online: how a re-ask goes out (the worker's
+        online judge, paced by the run's governor); None when re-asks go in batches."""
+        if self._config.judge.batch.reask != "online":
+            return None
+        online = self._inner_judge()
+        assert isinstance(online, LLMJudge)
+        return online.ask
+
     async def close(self) -> None:
         """Stop reporting to the governor (the worker is done)."""
         if self._reports is not None:
@@ -349,7 +370,21 @@ class ShardRunner:
         if shard.shard_id in self._ctx.duplicates:
             later = await asyncio.to_thread(read_marks, store, self._ctx.staging, shard.shard_id)
         read = await asyncio.to_thread(read_shard_records, config, shard, number, tables, later)
-        inner = self._inner_judge()
+        batch: ShardPass | None = None
+        inner: Judge
+        if self._ctx.batch_round is not None:
+            batch = await asyncio.to_thread(
+                ShardPass.load,
+                store,
+                self._ctx.staging,
+                self._ctx.batch_round,
+                shard,
+                number,
+                read.records,
+            )
+            inner = batch.judge(config, self._online_reask())
+        else:
+            inner = self._inner_judge()
         judge: Judge = inner
         fingerprint = factory.cache_fingerprint(config)
         cache: VerdictCache | None = None
@@ -357,10 +392,13 @@ class ShardRunner:
         cache_dir = ""
         if factory.use_cache(config):
             cache_store, cache_dir = factory.cache_root(config, store)
-            cache = await asyncio.to_thread(
-                load_cache, cache_store, cache_dir, fingerprint, shard.file_index, slot
-            )
-            judge = CachingJudge(inner, cache, fingerprint)
+            if batch is not None and batch.frozen_cache is not None:
+                cache = batch.frozen_cache
+            else:
+                cache = await asyncio.to_thread(
+                    load_cache, cache_store, cache_dir, fingerprint, shard.file_index, slot
+                )
+            judge = CachingJudge(inner, cache, fingerprint, fresh_hits=batch is None)
         scorer = ContextPrecisionScorer(
             judge,
             context=["unused"],  # contexts come with each item
@@ -374,21 +412,12 @@ class ShardRunner:
             if coordinator is not None
             else (lambda inc: None)
         )
-        for _ in read.errors:
-            counter.add(items=1, errors=1)
+        if batch is None:
+            counter.add(items=len(read.errors), errors=len(read.errors))
 
         def on_done(result: ScoreResult) -> None:
-            u = result.usage
-            counter.add(
-                items=1,
-                ok=int(result.status == "ok"),
-                unscored=int(result.status == "unscored"),
-                errors=int(result.status == "error"),
-                calls=u.calls,
-                rate_limited=u.rate_limited,
-                retries=u.retries,
-                cache_hits=u.cache_hits,
-            )
+            if batch is None:  # a batch pass counts once the shard is staged (it may wait)
+                on_done_counts(counter, result)
 
         if self._flow is not None:
             self._flow.wake()
@@ -399,6 +428,19 @@ class ShardRunner:
             report.fatal = str(exc)
             return report
         counter.drain()
+        if batch is not None:
+            if batch.pending:
+                await asyncio.to_thread(batch.finish, cache, fingerprint, read.records)
+                # The pass's progress: items gone through, none of them final yet.
+                counter.add(items=len(read.records) + len(read.errors))
+                counter.drain()
+                report.pending = batch.pending
+                report.seconds = time.monotonic() - started
+                return report
+            counter.add(items=len(read.errors), errors=len(read.errors))
+            for result in results:
+                on_done_counts(counter, result)
+            counter.drain()
         report.judge = judge_facts(inner)
 
         item_rows = [error_row(e, seq, inner.model, first, tables) for seq, e, first in read.errors]
@@ -444,6 +486,21 @@ class ShardRunner:
         await asyncio.to_thread(write)
         report.seconds = time.monotonic() - started
         return report
+
+
+def on_done_counts(counter: BatchedCounter, result: ScoreResult) -> None:
+    """Add one judged item to the progress counters."""
+    u = result.usage
+    counter.add(
+        items=1,
+        ok=int(result.status == "ok"),
+        unscored=int(result.status == "unscored"),
+        errors=int(result.status == "error"),
+        calls=u.calls,
+        rate_limited=u.rate_limited,
+        retries=u.retries,
+        cache_hits=u.cache_hits,
+    )
 
 
 def judge_facts(judge: Judge) -> dict[str, Any]:

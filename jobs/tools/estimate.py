@@ -16,7 +16,11 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   per verdict, the same allowance the LLM judge reserves from the rate limiter) plus
   `OUTPUT_TOKENS_PER_REASON` per LLM-reason call;
 - cost at the model's price (`litellm.cost_per_token`; "n/a" for a model without a price,
-  0 for the offline lexical judge);
+  0 for the offline lexical judge); in batch mode (`judge.mode: batch`) at the model's batch
+  price, or half the online price, ASSUMED, when litellm knows none (`jobs.pricing`);
+- in batch mode, the batches of the first round: the real request lines
+  (`jobs.engine.batch.requests`) of every verdict request the cache would not answer, cut by
+  the provider's limits as the run cuts them (`jobs.engine.batch.state.BatchPacker`);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them
   (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
@@ -51,6 +55,8 @@ import pyarrow.parquet as pq
 from jobs import factory
 from jobs import formatting as fmt
 from jobs.config import JobConfig, load_config
+from jobs.engine.batch.requests import RequestLines, custom_id, item_key
+from jobs.engine.batch.state import BatchPacker
 from jobs.engine.cache import pair_key, slot_path
 from jobs.engine.inputs import (
     RowError,
@@ -59,11 +65,16 @@ from jobs.engine.inputs import (
     plan_shards,
 )
 from jobs.engine.storage import Store, filesystem
-from jobs.pricing import estimate_cost_usd
+from jobs.pricing import estimate_cost_usd, price_basis
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
-from scorer_core.prompt import reason_messages, verdict_messages
+from scorer_core.prompt import (
+    VERDICTS_SCHEMA_NAME,
+    reason_messages,
+    verdict_messages,
+    verdicts_schema,
+)
 from scorer_core.types import ContextVerdict, ScoringItem
 
 DEFAULT_SAMPLE = 2000
@@ -212,16 +223,26 @@ def estimate(
     lexical = config.judge.model == "lexical"
     per_call = config.judge.contexts_per_call
     llm_reason = config.scorer.reason == "llm"
+    batch_mode = config.judge.mode == "batch"
+    limits = config.judge.batch
+    packer = BatchPacker(
+        0,
+        max_requests=limits.max_requests_per_batch,
+        max_bytes=limits.max_bytes_per_batch,
+        max_tokens=limits.max_enqueued_tokens,
+    )
+    lines = RequestLines.for_config(config) if batch_mode else None
 
     counts = _Counts()
     # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
     heap: list[tuple[bytes, int, ScoringItem]] = []
     slots: dict[int, int] = {}
-    for shard in shards:
+    for shard_number, shard in enumerate(shards):
         slot = slots.get(shard.file_index, 0)
         slots[shard.file_index] = slot + 1
         known = probe.keys_for(shard.file_index, slot) if probe is not None else set()
-        for record in factory.shard_items(config, shard):
+        line_number = 0
+        for row_index, record in enumerate(factory.shard_items(config, shard)):
             if isinstance(record, RowError):
                 counts.invalid += 1
                 if len(counts.invalid_examples) < _MAX_INVALID_EXAMPLES:
@@ -232,18 +253,35 @@ def estimate(
             counts.truncated += int(record.truncated)
             contexts = len(item.contexts)
             counts.pairs += contexts
-            for messages, verdicts in _item_prompts(item, config):
+            prompts = _item_prompts(item, config)
+            for messages, verdicts in prompts:
                 counts.prompt_chars += _messages_chars(messages)
                 counts.limiter_tokens += estimate_tokens(messages, verdicts)
             parts = _slices(contexts, per_call)
             counts.verdict_calls += len(parts)
             counts.reason_calls += int(llm_reason)
+            hits: set[int] = set()
             if known:
                 hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
                 counts.cached_pairs += len(hits)
                 counts.calls_after_cache += sum(1 for part in parts if not hits.issuperset(part))
             else:
                 counts.calls_after_cache += len(parts)
+            if lines is not None:
+                # The first round's lines: every verdict request the cache does not answer
+                # (its whole slice: a partly cached slice asks less, so this is an upper bound).
+                request_item = item_key(shard_number, row_index)
+                for part, (messages, _) in zip(parts, prompts, strict=False):
+                    if hits.issuperset(part):
+                        continue
+                    data, tokens = lines.line(
+                        custom_id(request_item, f"v{part[0]}", 0),
+                        messages,
+                        VERDICTS_SCHEMA_NAME,
+                        verdicts_schema(part),
+                    )
+                    packer.add(shard.shard_id, line_number, len(data), tokens)
+                    line_number += 1
             counts.calls_after_cache += int(llm_reason)  # reasons are never cached
             key = _sample_key(record.query_id, item)
             entry = (bytes(255 - b for b in key), counts.valid, item)
@@ -271,12 +309,9 @@ def estimate(
     if lexical:
         cost, cost_note = 0.0, "lexical judge: offline, no API cost"
     else:
-        cost = estimate_cost_usd(config.judge.model, prompt_tokens, output_tokens)
-        cost_note = (
-            f"at litellm's price for {config.judge.model}"
-            if cost is not None
-            else f"unknown: litellm has no price for {config.judge.model}"
-        )
+        cost = estimate_cost_usd(config.judge.model, prompt_tokens, output_tokens, batch=batch_mode)
+        cost_note = price_basis(config.judge.model, batch=batch_mode)
+    packer.close()
 
     share = counts.cached_pairs / counts.pairs if counts.pairs and probe is not None else 0.0
     return {
@@ -321,7 +356,12 @@ def estimate(
         },
         "cost_usd": cost,
         "cost_note": cost_note,
-        "wall_time": _wall_time(config, calls, counts.limiter_tokens, assumed_latency_s),
+        "wall_time": (
+            _batch_wall_time(config)
+            if batch_mode
+            else _wall_time(config, calls, counts.limiter_tokens, assumed_latency_s)
+        ),
+        "batch": _batches(config, packer) if batch_mode else None,
         "cache": {
             "used": probe is not None,
             "note": cache_note,
@@ -329,6 +369,35 @@ def estimate(
             "share": share,
             "calls_after_cache": counts.calls_after_cache if probe is not None else calls,
         },
+    }
+
+
+def _batch_wall_time(config: JobConfig) -> dict[str, Any]:
+    window = config.judge.batch.completion_window
+    return {
+        "seconds": None,
+        "completion_window": window,
+        "basis": (
+            f"batch mode: the provider answers within its completion window ({window}), "
+            "usually far sooner; rate_limit does not pace it"
+        ),
+    }
+
+
+def _batches(config: JobConfig, packer: BatchPacker) -> dict[str, Any]:
+    """The first round's batches as the run would cut them."""
+    limits = config.judge.batch
+    records = packer.batches
+    return {
+        "mode": "batch",
+        "batches": len(records),
+        "requests": sum(r.requests for r in records),
+        "bytes": sum(r.bytes for r in records),
+        "tokens": sum(r.tokens for r in records),
+        "max_requests_per_batch": limits.max_requests_per_batch,
+        "max_bytes_per_batch": limits.max_bytes_per_batch,
+        "max_enqueued_tokens": limits.max_enqueued_tokens,
+        "note": "round 0 only: re-asks and LLM reasons go in later rounds",
     }
 
 
@@ -415,6 +484,23 @@ def _wall_time(
 # -- output ---------------------------------------------------------------------------------
 
 
+def _batch_rows(batch: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not batch:
+        return []
+    tokens = batch["max_enqueued_tokens"]
+    return [
+        (
+            "batches",
+            f"{batch['batches']:,} ({batch['requests']:,} requests, "
+            f"{batch['bytes'] / 1e6:,.1f} MB, ~{batch['tokens']:,} prompt tokens; at most "
+            f"{batch['max_requests_per_batch']:,} requests and "
+            f"{batch['max_bytes_per_batch'] / 1e6:,.0f} MB per batch"
+            + (f", {tokens:,} tokens enqueued" if tokens else "")
+            + f"; {batch['note']})",
+        )
+    ]
+
+
 def format_estimate(result: dict[str, Any]) -> str:
     items = result["items"]
     calls = result["judge_calls"]
@@ -471,6 +557,7 @@ def format_estimate(result: dict[str, Any]) -> str:
         ),
         ("estimated cost", f"{cost_text} ({result['cost_note']})"),
         ("wall time", f"{wall_text} ({wall['basis']})"),
+        *_batch_rows(result.get("batch")),
         ("verdict cache", cache_text),
     ]
     width = max(len(name) for name, _ in rows)

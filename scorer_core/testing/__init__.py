@@ -5,9 +5,13 @@
     with FakeJudgeServer(rpm=100, window_s=10, fault_plan=FaultPlan(server_error=0.1)) as s:
         ...  # point the judge at s.url; inspect s.stats() afterwards
 
+It also serves a fake OpenAI Files + Batches API (`server.batches`, a `FakeBatchAPI`; see
+`scorer_core.testing.batches`) whose batches move only when the test says so.
+
 Run it as its own process with `python -m scorer_core.testing --help`.
 """
 
+from scorer_core.testing.batches import BatchPlan, FakeBatchAPI
 from scorer_core.testing.server import (
     CONTENT_FAULTS,
     FAULT_KINDS,
@@ -34,6 +38,8 @@ __all__ = [
     "VERDICTS_SCHEMA_NAME",
     "WRAPPED_CONTENT_FAULTS",
     "Arrival",
+    "BatchPlan",
+    "FakeBatchAPI",
     "FakeJudgeServer",
     "FaultPlan",
     "build_verdict_prompt_for_tests",

@@ -6,7 +6,8 @@ Prints the base URL (http://127.0.0.1:PORT/v1) as the first line of stdout, then
 SIGTERM/SIGINT or `--max-seconds` (so a forgotten server stops by itself). Final stats go to
 stderr as JSON. At run time: GET /stats, GET /requests?last=N, POST /admin/reset,
 POST /admin/fault_plan (FaultPlan fields as JSON), POST /admin/rpm {"rpm": N, "window_s": S},
-POST /admin/refuse {"seconds": S}.
+POST /admin/refuse {"seconds": S}; the fake Batches API's POST /admin/batches/plan (BatchPlan
+fields), POST /admin/batches/advance {"steps": N} or {"finish": true}, GET /admin/batches/stats.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from scorer_core.testing.batches import BatchPlan
 from scorer_core.testing.server import FAULT_KINDS, FakeJudgeServer, FaultPlan
 
 
@@ -60,6 +62,19 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--require-api-key", default=None)
     parser.add_argument("--max-logged-requests", type=int, default=1000)
     parser.add_argument(
+        "--batch-steps-per-retrieve",
+        type=int,
+        default=0,
+        help="fake batches move this many states each time a client retrieves them "
+        "(0: only POST /admin/batches/advance moves them)",
+    )
+    parser.add_argument(
+        "--batch-in-progress-steps",
+        type=int,
+        default=1,
+        help="steps a fake batch stays in_progress (answering an even share each)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=1800.0, help="exit after this long (default 30 min)"
     )
     return parser.parse_args(argv)
@@ -97,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         fault_plan=plan,
         require_api_key=args.require_api_key,
         max_logged_requests=args.max_logged_requests,
+        batch_plan=BatchPlan(
+            steps_per_retrieve=args.batch_steps_per_retrieve,
+            in_progress_steps=args.batch_in_progress_steps,
+        ),
     ).start()
     done = threading.Event()
 
@@ -109,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         done.wait(args.max_seconds)
     finally:
-        stats = server.stats()
+        stats = {**server.stats(), "batches": server.batches.stats()}
         server.stop()
         print(json.dumps(stats), file=sys.stderr, flush=True)
     return 0

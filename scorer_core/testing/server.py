@@ -22,6 +22,10 @@ error naming `response_format.type` (or, with `response_format_rejection_status=
 OpenAI-style 400 naming `response_format`). `stats()["by_response_format"]` counts the form
 of every request and `stats()["response_format_rejections"]` the rejected ones.
 
+The same app serves a fake OpenAI Files + Batches API (`server.batches`, see
+`scorer_core.testing.batches`) that answers every line of a batch with `answer_body`: this
+judge's own logic, without rate limits or latency.
+
 On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
 faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
 listening for a while (`refuse_connections`, `accept_connections`) and report what it saw
@@ -55,6 +59,8 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from scorer_core.testing.batches import MAX_BYTES, BatchPlan, FakeBatchAPI
 
 HOST = "127.0.0.1"  # never bind anything else: this server is for local tests only
 VERDICTS_SCHEMA_NAME = "context_precision_verdicts"
@@ -323,6 +329,7 @@ class FakeJudgeServer:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_request: Callable[[Arrival], None] | None = None,
+        batch_plan: BatchPlan | None = None,
     ) -> None:
         self._requested_port = port
         self.port: int = port
@@ -369,6 +376,8 @@ class FakeJudgeServer:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._reply_counter = 0
+        # The Files + Batches API (scorer_core.testing.batches), answering with this judge.
+        self.batches = FakeBatchAPI(self.answer_body, batch_plan)
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
@@ -446,7 +455,8 @@ class FakeJudgeServer:
             loop.close()
 
     async def _startup(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        # Batch input files may be up to MAX_BYTES (OpenAI's 200 MB), plus the multipart frame.
+        app = web.Application(client_max_size=MAX_BYTES + 16 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_post("/chat/completions", self._handle_chat)  # base_url without /v1
         app.router.add_get("/stats", self._handle_stats)
@@ -455,6 +465,7 @@ class FakeJudgeServer:
         app.router.add_post("/admin/fault_plan", self._handle_admin_fault_plan)
         app.router.add_post("/admin/rpm", self._handle_admin_rpm)
         app.router.add_post("/admin/refuse", self._handle_admin_refuse)
+        self.batches.add_routes(app)
         # No access log and no signal handling: this runs in a thread, at thousands of req/s.
         self._runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=self._shutdown_timeout_s
@@ -921,10 +932,18 @@ class FakeJudgeServer:
         completion_tokens: int,
         headers: dict[str, str],
     ) -> web.Response:
+        reply = self._completion_body(body, content, prompt_tokens, completion_tokens)
+        return web.Response(
+            body=json.dumps(reply).encode(), content_type="application/json", headers=headers
+        )
+
+    def _completion_body(
+        self, body: dict[str, Any], content: str, prompt_tokens: int, completion_tokens: int
+    ) -> dict[str, Any]:
         with self._lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
-        reply = {
+        return {
             "id": reply_id,
             "object": "chat.completion",
             "created": int(time.time()),
@@ -942,9 +961,45 @@ class FakeJudgeServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
-        return web.Response(
-            body=json.dumps(reply).encode(), content_type="application/json", headers=headers
-        )
+
+    def answer_body(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """One chat-completions body answered as this judge answers it over HTTP (the same
+        verdicts, reasons, content faults and 5xx/429 faults of the fault plan), without the
+        rate limits, latency or connection behaviour: (HTTP status, JSON body). Each line of a
+        fake batch is answered with it."""
+        try:
+            if not isinstance(body, dict):
+                raise _bad_request("request body must be a JSON object")
+            form = _form_name(body)
+            with self._lock:
+                self._by_form[form or "invalid"] += 1
+            if form is None or form not in self._accepted_forms:
+                raise _Reply(self._form_rejection(form or "invalid"), "response_format_rejected")
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise _bad_request("messages must be a non-empty list")
+            schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
+            with self._lock:
+                self._by_schema[schema or "missing"] += 1
+            if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
+                raise _bad_request(f"not a context-precision request (schema {schema!r})")
+            fault, _ = self._draw_fault(schema)
+            if fault in ("rate_limit_429", "rate_limit_429_no_header"):
+                raise _Reply(_rate_limit_error({}), f"fault:{fault}")
+            if fault == "server_error":
+                raise _Reply(_error(500, "fake judge injected HTTP 500", "server_error"), fault)
+            if schema == VERDICTS_SCHEMA_NAME:
+                content_fault = fault if fault in CONTENT_FAULTS else None
+                content, judged = self._verdict_content(messages, content_fault)
+            else:
+                content, judged = json.dumps({"reason": _reason_text(messages)}), 0
+            prompt_tokens, completion_tokens = _token_counts(messages, content)
+            with self._lock:
+                self._contexts_judged += judged
+            return 200, self._completion_body(body, content, prompt_tokens, completion_tokens)
+        except _Reply as reply:
+            raw = reply.response.body
+            return reply.response.status, json.loads(raw if isinstance(raw, bytes) else b"{}")
 
     # ----------------------------------------------------------------------------------------
     # HTTP control endpoints (for a server running as its own process)

@@ -33,7 +33,7 @@ from jobs.engine.aggregate import (
     scores_from_verdicts,
     summarize,
 )
-from jobs.pricing import estimate_cost_usd
+from jobs.pricing import estimate_cost_usd, price_basis
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
 from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
@@ -560,6 +560,39 @@ def test_summary_cost_for_a_priced_model() -> None:
     assert priced.cost_usd is not None
     assert priced.cost_usd > 0
     assert summarize(frame, empty, model="lexical", scale=1).cost_usd is None
+
+
+def test_a_batch_run_is_priced_at_the_batch_price() -> None:
+    frame = final_frame([final_row(1.0, n=0, prompt_tokens=5000, completion_tokens=500)])
+    empty = no_verdicts()
+    online = summarize(frame, empty, model="openai/gpt-4o-mini", scale=1)
+    batch = summarize(frame, empty, model="openai/gpt-4o-mini", scale=1, batch_price=True)
+    assert online.cost_usd is not None and batch.cost_usd is not None
+    assert batch.cost_usd == pytest.approx(5000 * 7.5e-08 + 500 * 3e-07)  # litellm's batch rates
+    assert batch.cost_usd == pytest.approx(online.cost_usd / 2)
+    # No batch price in litellm's map: half the online price, and the basis says ASSUMED.
+    assumed = estimate_cost_usd("gpt-3.5-turbo", 5000, 500, batch=True)
+    full = estimate_cost_usd("gpt-3.5-turbo", 5000, 500)
+    assert assumed is not None and full is not None and assumed == pytest.approx(full / 2)
+    assert price_basis("gpt-3.5-turbo", batch=True).startswith("ASSUMED: half")
+    assert price_basis("openai/gpt-4o-mini", batch=True) == (
+        "at litellm's batch price for openai/gpt-4o-mini"
+    )
+    assert estimate_cost_usd("openai/no-such-model-xyz", 5000, 500, batch=True) is None
+    assert price_basis("openai/no-such-model-xyz", batch=True).startswith("unknown")
+
+
+def test_summary_table_of_a_batch_run(tmp_path: Path) -> None:
+    summary = sample_summary(tmp_path)
+    facts = {"mode": "batch", "batches": 3, "rounds": 2, "price": "ASSUMED: half of ..."}
+    lines = format_summary_table(summary, "/results/run-1", facts).splitlines()
+    assert all(len(line) <= WIDTH for line in lines[:-1])
+    assert any(
+        line.startswith("mode") and line.endswith("batch: 3 in 2 round(s)") for line in lines
+    )
+    assert any(
+        line.startswith("priced at") and line.endswith("ASSUMED half price") for line in lines
+    )
 
 
 def sample_summary(tmp_path: Path) -> RunSummary:

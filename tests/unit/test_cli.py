@@ -27,7 +27,7 @@ from tests.support.paths import REPO
 
 ENV = {**os.environ, **RAY_ENV}
 HEAVY = ("polars", "pyarrow", "fsspec", "ray", "litellm")
-COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report")
+COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report", "status")
 
 
 def run(
@@ -263,3 +263,17 @@ def test_an_unknown_run_id_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     code = cli.main(["compare", "nightly-1", "nightly-2", "--output", str(tmp_path)])
     assert code == EXIT_USAGE
     assert "'nightly-1' not found" in capsys.readouterr().err
+
+
+def test_status_of_an_unknown_run_exits_2_and_of_a_staged_one_says_where_it_stands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["status", "nightly-9", "--output", str(tmp_path)]) == EXIT_USAGE
+    assert "'nightly-9' not found" in capsys.readouterr().err
+    items = tmp_path / "_staging" / "run_id=nightly-9" / "items"
+    items.mkdir(parents=True)
+    (items / "00000-a.parquet").write_bytes(b"staged")
+    assert cli.main(["status", "nightly-9", "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "run nightly-9: not published; 1 shard(s) staged (an online run)" in out
+    assert "no driver holds the run" in out

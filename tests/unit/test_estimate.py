@@ -272,3 +272,33 @@ def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
     assert args.handler == "jobs.tools.estimate:run"
     assert args.sample == 5 and args.json and args.set == []
+
+
+def test_batch_mode_is_priced_at_the_batch_price_and_counts_its_batches(
+    sample: tuple[Path, list[dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, rows = sample
+    config = write_config(data.parent.parent, data)
+    model = "judge.model=openai/gpt-4o-mini"
+    online = run(config, model)
+    batch = run(config, model, "judge.mode=batch", "judge.batch.max_requests_per_batch=40")
+    _, calls = expected_counts(rows)
+    # litellm knows gpt-4o-mini's batch price: half its online price, tokens for tokens.
+    assert batch["cost_usd"] == pytest.approx(online["cost_usd"] / 2)
+    assert batch["cost_note"] == "at litellm's batch price for openai/gpt-4o-mini"
+    assert batch["wall_time"]["seconds"] is None and "24h" in batch["wall_time"]["basis"]
+    plan = batch["batch"]
+    assert plan["requests"] == calls and plan["batches"] == math.ceil(calls / 40)
+    assert plan["bytes"] > plan["requests"] * 1000  # whole request lines, system prompt included
+    assert online["batch"] is None
+    # A model with an online price but no batch price: half, and the estimate says ASSUMED.
+    assumed = run(config, "judge.model=gpt-3.5-turbo", "judge.mode=batch")
+    full = run(config, "judge.model=gpt-3.5-turbo")
+    assert assumed["cost_usd"] == pytest.approx(full["cost_usd"] / 2)
+    assert assumed["cost_note"].startswith("ASSUMED: half of litellm's online price")
+    assert (
+        ctxprec(["estimate", "--config", str(config), "--set", model, "--set", "judge.mode=batch"])
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert f"batches         1 ({calls:,} requests" in text

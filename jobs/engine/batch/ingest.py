@@ -1,0 +1,127 @@
+"""Reading a finished batch's output and error files into replies, one per request sent.
+
+Every request of a batch ends as exactly one `Reply`, whatever happened to the batch:
+
+- a line with `response.status_code` 200 whose body is a chat completion: the reply's message
+  content and token usage (the content is judged later by the online parser, like any reply);
+- a line with another status, or with `error` set (OpenAI writes `batch_expired` and
+  `batch_cancelled` lines for requests a batch did not run): an error naming the batch and the
+  provider's answer;
+- a request with no line at all (a cancelled or failed batch, or a provider that lost it): an
+  error saying so, in the words of the batch's final status.
+
+Lines are matched by custom_id, never by order. A custom_id that the batch was not sent is
+ignored (counted in `Ingested.unknown`); a custom_id seen twice keeps its first line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.engine.batch.judge import Reply
+from jobs.engine.batch.state import BatchRecord
+
+_EXCERPT = 300
+
+
+@dataclass
+class Ingested:
+    """A batch's replies by custom_id, and what did not fit."""
+
+    replies: dict[str, Reply] = field(default_factory=dict)
+    unknown: int = 0
+    unreadable: int = 0
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
+
+
+def _error_message(value: Any) -> str:
+    if isinstance(value, Mapping):
+        inner = value.get("error", value)
+        if isinstance(inner, Mapping):
+            code = inner.get("code") or inner.get("type")
+            message = str(inner.get("message") or "")
+            return _excerpt(f"{code}: {message}" if code else message or json.dumps(inner))
+        return _excerpt(str(inner))
+    return _excerpt(str(value))
+
+
+def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:
+    """One output or error line as a reply (see the module doc)."""
+    error = line.get("error")
+    response = line.get("response")
+    if error:
+        return Reply(None, f"batch {batch_id}: {_error_message(error)}")
+    if not isinstance(response, Mapping):
+        return Reply(None, f"batch {batch_id}: a line with neither a response nor an error")
+    status = response.get("status_code")
+    body = response.get("body")
+    if status != 200:
+        return Reply(None, f"batch {batch_id}: HTTP {status}: {_error_message(body)}")
+    try:
+        content = body["choices"][0]["message"].get("content")  # type: ignore[index]
+        if content is not None and not isinstance(content, str):
+            raise TypeError("message.content is not a string")
+    except (LookupError, TypeError, AttributeError) as exc:
+        return Reply(None, f"batch {batch_id}: HTTP 200 but not a chat completion ({exc!r})")
+    usage = body.get("usage") if isinstance(body, Mapping) else None
+    usage = usage if isinstance(usage, Mapping) else {}
+    return Reply(
+        content or "",
+        None,
+        _count(usage.get("prompt_tokens")),
+        _count(usage.get("completion_tokens")),
+    )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def read_lines(data: bytes, batch_id: str, sent: set[str], into: Ingested) -> None:
+    """Add the replies of one output or error file's lines to `into`."""
+    for raw in data.splitlines():
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            into.unreadable += 1
+            continue
+        request_id = line.get("custom_id") if isinstance(line, dict) else None
+        if not isinstance(request_id, str) or request_id not in sent:
+            into.unknown += 1
+            continue
+        if request_id not in into.replies:
+            into.replies[request_id] = reply_of_line(line, batch_id)
+
+
+def missing_reason(record: BatchRecord) -> str:
+    """Why a request of this (final) batch has no line, in the batch's own words."""
+    batch = record.batch_id or record.name
+    if record.status == "failed":
+        return f"batch {batch} failed validation: {record.errors or 'no reason given'}"
+    if record.status == "expired":
+        return f"batch {batch} expired before this request was answered"
+    if record.status == "cancelled":
+        return f"batch {batch} was cancelled before this request was answered"
+    return f"batch {batch} ended {record.status} without a line for this request"
+
+
+def ingest_batch(record: BatchRecord, files: Iterable[bytes], sent: Sequence[str]) -> Ingested:
+    """Every request in `sent` with its reply, from the batch's output and error files."""
+    wanted = set(sent)
+    result = Ingested()
+    batch_id = record.batch_id or record.name
+    for data in files:
+        read_lines(data, batch_id, wanted, result)
+    reason = missing_reason(record)
+    for request_id in sent:
+        result.replies.setdefault(request_id, Reply(None, reason))
+    return result

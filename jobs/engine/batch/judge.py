@@ -1,0 +1,251 @@
+"""The batch judge: the online judge's own code, answered from a batch's replies.
+
+`BatchJudge` is a `Judge` built on an `LLMJudge` (the online judge: prompts, the strict
+parser, re-asks with a note naming the problem, unscored reasons, the LLM reason and its
+template fallback) whose `ChatClient` is a `ReplayClient`. The client never sends a request
+itself. It answers each request from the replies ingested so far, found by custom_id:
+
+- a reply: returned as the provider's reply (its text and token counts), and the online code
+  goes on exactly as if it had come over the network: parsed, accepted or re-asked;
+- an error (the batch's error file, an expired or cancelled batch, a missing line): raised as
+  `BatchRequestFailed`, so the item ends as an online item whose requests failed for good
+  (status `error`, the error saying why);
+- nothing yet: the request line is recorded for the next batch and `BatchPending` is raised;
+  the shard is not staged in this pass (`ReplayClient.recorded`).
+
+With `reask` set (judge.batch.reask: online), a re-ask that has no reply yet is sent online
+at once through that function (the worker's paced online judge), and its reply is kept so a
+later pass does not ask again (`ReplayClient.online_replies`).
+
+Which request a call is comes from the judge call around it: `BatchJudge.judge` and `explain`
+set the item and slice (`_Asking`, in a context variable, one per asyncio task), and the
+client counts attempts by the messages it is given: the online judge re-sends the same message
+list when it retries a request and builds a new one when it re-asks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.engine.batch.requests import RequestLines, custom_id
+from scorer_core.errors import JudgeError, TransportError
+from scorer_core.judge import LLMJudge
+from scorer_core.protocols import ChatReply
+from scorer_core.response_format import ResponseFormat, ResponseFormatNegotiation
+from scorer_core.retry import RetryPolicy
+from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+
+TRANSPORT = "batch"
+
+OnlineAsk = Callable[
+    [Sequence[dict[str, str]], str, dict[str, Any], int], Awaitable[tuple[ChatReply, Usage]]
+]
+"""Sends one request online (retried and paced as online): (messages, schema name, schema,
+verdicts asked) -> (reply, its usage)."""
+
+
+class BatchPending(JudgeError):
+    """The request has no reply yet: it goes into the next batch."""
+
+
+class BatchRequestFailed(JudgeError):
+    """The batch answered the request with an error, or not at all; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What came back for one request: its text, or (text None) the error saying why not."""
+
+    text: str | None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """A request line recorded for the next batch."""
+
+    custom_id: str
+    line: bytes
+    tokens: int
+
+
+@dataclass
+class _Asking:
+    """The judge call a request belongs to: the item and slice, the attempts so far."""
+
+    item: str
+    part: str
+    attempt: int = -1
+    last: object = None
+    # Usage of online re-asks beyond the one call the online judge counts for a reply:
+    # their retries and 429s.
+    extra: Usage = field(default_factory=Usage)
+
+
+_ASKING: contextvars.ContextVar[_Asking] = contextvars.ContextVar("batch_asking")
+
+
+class ReplayClient:
+    """A `ChatClient` answering from batch replies and recording what has none (module doc)."""
+
+    def __init__(
+        self,
+        lines: RequestLines,
+        replies: Mapping[str, Reply],
+        *,
+        reask: OnlineAsk | None = None,
+    ) -> None:
+        self._lines = lines
+        self._replies = replies
+        self._reask = reask
+        self.recorded: list[RecordedRequest] = []
+        self.online_replies: dict[str, Reply] = {}
+
+    @property
+    def model(self) -> str:
+        return self._lines.model
+
+    @property
+    def form(self) -> ResponseFormat:
+        """The structured-output form of every line."""
+        return self._lines.form
+
+    @property
+    def endpoint(self) -> str:
+        return "the provider's batch API"
+
+    @property
+    def transport(self) -> str:
+        return TRANSPORT
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        schema_name: str,
+        schema: dict[str, Any],
+        response_format: ResponseFormat = "json_schema",
+    ) -> ChatReply:
+        asking = _ASKING.get()
+        if messages is not asking.last:  # a retry re-sends the same list, a re-ask a new one
+            asking.attempt += 1
+            asking.last = messages
+        request_id = custom_id(asking.item, asking.part, asking.attempt)
+        reply = self._replies.get(request_id) or self.online_replies.get(request_id)
+        if reply is None and asking.attempt > 0 and self._reask is not None:
+            reply = await self._ask_online(request_id, messages, schema_name, schema, asking)
+        if reply is None:
+            line, tokens = self._lines.line(request_id, messages, schema_name, schema)
+            self.recorded.append(RecordedRequest(request_id, line, tokens))
+            raise BatchPending(request_id)
+        if reply.text is None:
+            raise BatchRequestFailed(reply.error or f"request {request_id} has no reply")
+        return ChatReply(reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+    async def _ask_online(
+        self,
+        request_id: str,
+        messages: Sequence[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, Any],
+        asking: _Asking,
+    ) -> Reply:
+        assert self._reask is not None
+        try:
+            chat, usage = await self._reask(messages, schema_name, schema, _verdicts_asked(schema))
+        except TransportError as exc:  # retried online and still failing: the item's error
+            reply = Reply(None, f"online re-ask failed: {exc}")
+            self.online_replies[request_id] = reply
+            return reply
+        reply = Reply(chat.text, None, chat.prompt_tokens, chat.completion_tokens)
+        self.online_replies[request_id] = reply
+        # The replay counts one call with these tokens; the online judge's retries are extra.
+        asking.extra = asking.extra + dataclasses.replace(
+            usage, calls=usage.calls - 1, prompt_tokens=0, completion_tokens=0
+        )
+        return reply
+
+
+def _verdicts_asked(schema: dict[str, Any]) -> int:
+    """How many verdicts a request's schema asks for (1 for a reason request)."""
+    verdicts = schema.get("properties", {}).get("verdicts", {})
+    return int(verdicts.get("minItems", 1)) if isinstance(verdicts, dict) else 1
+
+
+class BatchJudge:
+    """A `Judge` answering from batch replies through the online judge's code (module doc).
+
+    `keys` maps each item of the shard (by content) to its `item_key`: the part of a custom_id
+    that names the item.
+    """
+
+    def __init__(
+        self,
+        client: ReplayClient,
+        keys: Mapping[ScoringItem, str],
+        *,
+        max_reasks: int,
+        scale: float,
+    ) -> None:
+        form = client.form
+        negotiation = ResponseFormatNegotiation(form, client.endpoint)
+        # A batch fixes the form for all its lines: nothing to probe, one request at a time.
+        negotiation.accepted(form, probe=False)
+        self.client = client
+        self._keys = keys
+        self._online = LLMJudge(
+            client,
+            retry=RetryPolicy(max_retries=0, max_reasks=max_reasks),
+            scale=scale,
+            negotiation=negotiation,
+            first_alone=False,
+        )
+
+    @property
+    def model(self) -> str:
+        return self._online.model
+
+    @property
+    def transport(self) -> str:
+        return TRANSPORT
+
+    @property
+    def response_format(self) -> ResponseFormatNegotiation:
+        return self._online.response_format
+
+    def reason_prompt(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> str:
+        return self._online.reason_prompt(item, verdicts, score)
+
+    async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
+        asking = _Asking(self._keys[item], f"v{positions[0]}")
+        token = _ASKING.set(asking)
+        try:
+            batch = await self._online.judge(item, positions)
+        finally:
+            _ASKING.reset(token)
+        return dataclasses.replace(batch, usage=batch.usage + asking.extra)
+
+    async def explain(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> tuple[str, Usage]:
+        asking = _Asking(self._keys[item], "r")
+        token = _ASKING.set(asking)
+        try:
+            text, usage = await self._online.explain(item, verdicts, score)
+        except BatchPending:
+            return "", Usage()  # the item waits for the next round; this result is not kept
+        except BatchRequestFailed as exc:
+            # As online when a reason request fails for good: the scorer falls back to the
+            # template, saying why.
+            raise TransportError(str(exc)) from None
+        finally:
+            _ASKING.reset(token)
+        return text, usage + asking.extra

@@ -1,0 +1,204 @@
+"""The provider's Files + Batches API, through litellm, with the project's errors and retries.
+
+`LiteLLMBatches` uploads a batch input file (`litellm.acreate_file`), creates a batch
+(`acreate_batch`), retrieves one (`aretrieve_batch`), finds the batch created from an uploaded
+file (`alist_batches`: how a driver killed between creating a batch and recording its id finds
+it again instead of paying twice) and downloads output and error files (`afile_content`). The
+same `judge.model`, `judge.api_base` and API key as online reach the same account; the provider
+is `judge.batch.provider` (litellm's `custom_llm_provider`).
+
+Failures are translated once, here, by the online path's own `translate_error`: a transport
+failure (429, 5xx, timeout, refused connection) is retried with the project's full-jitter
+backoff, at most `judge.max_retries` times; anything else (a bad key, an unknown model, a
+refused file) raises at once, and the key never appears in a message. litellm's own retries
+are off, and so is its cost logging on retrieval (it would download each finished batch's
+output a second time to price it).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from jobs.config import JobConfig
+from jobs.engine.batch.requests import ENDPOINT, batch_provider
+from scorer_core.errors import TransportError
+from scorer_core.litellm_client import import_litellm, translate_error
+from scorer_core.protocols import Sleeper
+from scorer_core.retry import backoff_delay, real_sleep
+
+T = TypeVar("T")
+_LIST_PAGE = 100
+# Batches looked at when searching for one created from a given file (the newest first).
+_LIST_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What the provider says about a batch."""
+
+    id: str
+    status: str
+    input_file_id: str
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: str | None = None
+
+    @classmethod
+    def of(cls, batch: Any) -> BatchInfo:
+        """From litellm's `LiteLLMBatch` (OpenAI's `Batch` shape)."""
+        counts = getattr(batch, "request_counts", None)
+        errors = getattr(batch, "errors", None)
+        problems = [
+            f"{getattr(e, 'code', None) or 'error'}: {getattr(e, 'message', '')}"
+            + (f" (line {e.line})" if getattr(e, "line", None) else "")
+            for e in (getattr(errors, "data", None) or [])
+        ]
+        return cls(
+            id=str(batch.id),
+            status=str(batch.status),
+            input_file_id=str(batch.input_file_id),
+            total=int(getattr(counts, "total", 0) or 0),
+            completed=int(getattr(counts, "completed", 0) or 0),
+            failed=int(getattr(counts, "failed", 0) or 0),
+            output_file_id=getattr(batch, "output_file_id", None) or None,
+            error_file_id=getattr(batch, "error_file_id", None) or None,
+            errors="; ".join(problems) or None,
+        )
+
+
+class LiteLLMBatches:
+    """One provider account's files and batches (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        model: str,
+        api_base: str | None,
+        api_key: str | None,
+        timeout_s: float,
+        max_retries: int,
+        completion_window: str = "24h",
+        sleep: Sleeper = real_sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.provider = provider
+        self._model = model
+        self._completion_window = completion_window
+        self._max_retries = max_retries
+        self._sleep = sleep
+        self._rng = rng
+        self._api_key = api_key
+        self._common: dict[str, Any] = {
+            "custom_llm_provider": provider,
+            "timeout": timeout_s,
+            "max_retries": 0,
+        }
+        if api_base:
+            self._common["api_base"] = api_base
+        if api_key:
+            self._common["api_key"] = api_key
+
+    @classmethod
+    def for_config(
+        cls, config: JobConfig, api_key: str | None, sleep: Sleeper = real_sleep
+    ) -> LiteLLMBatches:
+        judge = config.judge
+        return cls(
+            provider=batch_provider(config),
+            model=judge.model,
+            api_base=judge.api_base,
+            api_key=api_key,
+            # Uploads and downloads of whole batch files take longer than one chat request.
+            timeout_s=max(judge.timeout_s, 600.0),
+            max_retries=judge.max_retries,
+            completion_window=judge.batch.completion_window,
+            sleep=sleep,
+        )
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except Exception as exc:
+                error = translate_error(exc, f"{self._model} ({what})", self._api_key)
+                if not isinstance(error, TransportError) or attempt >= self._max_retries:
+                    raise error from None
+            await self._sleep(backoff_delay(attempt, base=1.0, cap=60.0, rng=self._rng))
+            attempt += 1
+
+    async def upload(self, filename: str, path: str) -> str:
+        """Upload the local JSONL file at `path` for a batch; the file id."""
+        litellm = import_litellm()
+
+        async def call() -> Any:
+            with open(path, "rb") as handle:
+                return await litellm.acreate_file(
+                    file=(filename, handle), purpose="batch", **self._common
+                )
+
+        created = await self._call("upload a batch file", call)
+        return str(created.id)
+
+    async def create(self, file_id: str, metadata: dict[str, str]) -> BatchInfo:
+        litellm = import_litellm()
+        batch = await self._call(
+            "create a batch",
+            lambda: litellm.acreate_batch(
+                completion_window=self._completion_window,
+                endpoint=ENDPOINT,
+                input_file_id=file_id,
+                metadata=metadata,
+                **self._common,
+            ),
+        )
+        return BatchInfo.of(batch)
+
+    async def retrieve(self, batch_id: str) -> BatchInfo:
+        litellm = import_litellm()
+        batch = await self._call(
+            "retrieve a batch",
+            lambda: litellm.aretrieve_batch(
+                batch_id=batch_id,
+                litellm_metadata={"batch_ignore_default_logging": True},
+                **self._common,
+            ),
+        )
+        return BatchInfo.of(batch)
+
+    async def find(self, file_id: str) -> BatchInfo | None:
+        """The newest batch created from `file_id`, or None (searching the newest batches)."""
+        after: str | None = None
+        seen = 0
+        while seen < _LIST_LIMIT:
+            page = await self._call("list batches", functools.partial(self._list_page, after))
+            data = list(getattr(page, "data", None) or [])
+            for batch in data:
+                if str(batch.input_file_id) == file_id:
+                    return BatchInfo.of(batch)
+            seen += len(data)
+            if not data or not getattr(page, "has_more", False):
+                return None
+            after = str(data[-1].id)
+        return None
+
+    async def _list_page(self, after: str | None) -> Any:
+        extra = {"after": after} if after else {}
+        return await import_litellm().alist_batches(limit=_LIST_PAGE, **extra, **self._common)
+
+    async def content(self, file_id: str) -> bytes:
+        """The bytes of an output or error file."""
+        litellm = import_litellm()
+        response = await self._call(
+            "download a batch result file",
+            lambda: litellm.afile_content(file_id=file_id, **self._common),
+        )
+        return bytes(response.content)

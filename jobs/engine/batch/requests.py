@@ -1,0 +1,117 @@
+"""What a batch request line is: its custom_id, and the body the online path would send.
+
+A line is OpenAI's batch format, one JSON object per line:
+
+    {"custom_id": "12-1834-v16-0", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"model": ..., "messages": [...], "temperature": ..., "response_format": ...}}
+
+The body is built by the lean online client's own `OpenAIHTTPClient.request_body`, from the
+same prompt builders (`scorer_core.prompt`) and the same structured-output field
+(`scorer_core.response_format`): a line is the very request an online run sends. litellm
+turns the same lines into the other providers' batch formats (Azure, Vertex, Bedrock, ...).
+
+The custom_id says what the reply belongs to, so replies can come back in any order:
+`<shard number>-<item index in the shard>-<slice>-<attempt>`, where the slice is `v<first
+position>` for a verdict request (a slice of `contexts_per_call` contexts) or `r` for an LLM
+reason, and the attempt counts re-asks (0: the first ask). At most 64 characters, as OpenAI
+requires.
+
+There is no per-request negotiation of the structured-output form in a batch:
+`judge.response_format: auto` means `json_schema` (what OpenAI-style providers take, and what
+litellm maps for the others); an explicit form is sent as configured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.config import JobConfig
+from scorer_core.errors import ConfigError
+from scorer_core.judge import count_prompt_tokens
+from scorer_core.openai_http import OpenAIHTTPClient
+from scorer_core.response_format import ResponseFormat
+
+ENDPOINT = "/v1/chat/completions"
+MAX_CUSTOM_ID_CHARS = 64
+# Providers whose files and batches litellm reaches, as its custom_llm_provider names them.
+BATCH_PROVIDERS = frozenset(
+    {"openai", "azure", "vertex_ai", "bedrock", "hosted_vllm", "litellm_proxy", "mistral", "xai"}
+)
+
+
+def item_key(shard_number: int, index: int) -> str:
+    """The item part of a custom_id: the shard's number in the run and the item's index in it."""
+    return f"{shard_number}-{index}"
+
+
+def custom_id(item: str, part: str, attempt: int) -> str:
+    """`item` from `item_key`, `part` "v<first position>" or "r", `attempt` 0 for the first ask."""
+    return f"{item}-{part}-{attempt}"
+
+
+def shard_number_of(custom_id: str) -> int | None:
+    """The shard number a custom_id names, or None when it is not one of ours."""
+    head, _, _ = custom_id.partition("-")
+    return int(head) if head.isdigit() else None
+
+
+def batch_provider(config: JobConfig) -> str:
+    """litellm's custom_llm_provider for files and batches: `judge.batch.provider`, else the
+    model's prefix; a model without one is OpenAI's."""
+    provider = config.judge.batch.provider
+    if provider is None:
+        model = config.judge.model
+        provider = model.split("/", 1)[0] if "/" in model else "openai"
+    if provider not in BATCH_PROVIDERS:
+        raise ConfigError(
+            f"judge.batch.provider: {provider!r} has no batch API in litellm; one of "
+            f"{', '.join(sorted(BATCH_PROVIDERS))} (set it when the model's prefix is not "
+            "the provider)"
+        )
+    return provider
+
+
+@dataclass(frozen=True)
+class RequestLines:
+    """Builds a run's batch request lines (the same for every worker of the run)."""
+
+    form: ResponseFormat
+    _client: OpenAIHTTPClient
+
+    @classmethod
+    def for_config(cls, config: JobConfig) -> RequestLines:
+        judge = config.judge
+        setting = judge.response_format
+        form: ResponseFormat = "json_schema" if setting == "auto" else setting
+        provider = batch_provider(config)
+        model = judge.model
+        if model.startswith(f"{provider}/"):
+            model = model[len(provider) + 1 :]  # the body names the model as the provider does
+        client = OpenAIHTTPClient(model, temperature=judge.temperature, max_tokens=judge.max_tokens)
+        return cls(form, client)
+
+    @property
+    def model(self) -> str:
+        """The model as request bodies name it."""
+        body = self._client.request_body([], schema_name="", schema={}, response_format="prompt")
+        return str(body["model"])
+
+    def line(
+        self,
+        request_id: str,
+        messages: Sequence[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, Any],
+    ) -> tuple[bytes, int]:
+        """(the JSONL line with its newline, its prompt tokens as estimated for queue limits)."""
+        if len(request_id) > MAX_CUSTOM_ID_CHARS:
+            raise ValueError(f"custom_id {request_id!r} is longer than {MAX_CUSTOM_ID_CHARS}")
+        body = self._client.request_body(
+            messages, schema_name=schema_name, schema=schema, response_format=self.form
+        )
+        line = {"custom_id": request_id, "method": "POST", "url": ENDPOINT, "body": body}
+        data = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        return data, count_prompt_tokens(messages)

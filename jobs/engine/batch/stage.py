@@ -1,0 +1,149 @@
+"""One shard's pass in batch mode: the judge stage `jobs.engine.worker.ShardRunner` plugs in.
+
+The worker reads the shard, builds the scorer, judges every item and stages the rows exactly
+as online; only the judge differs. `ShardPass.load` gathers what the shard's pass needs from
+staging (its replies so far, and the cache view of its first pass), `judge` builds the
+`BatchJudge` over them, and after the items are judged:
+
+- no request is waiting for a reply: the worker stages the shard as an online run would
+  (verdicts, cache slot, items file last);
+- otherwise `finish` writes the round's request lines and their index (the marker that the
+  shard's pass is done), the cache view the requests were built against, and any online
+  re-ask replies; nothing else is kept, and the shard is judged again after the next round.
+
+Why freeze the cache view: a shard's requests must be the same in every pass (their
+custom_ids find their replies), but the live cache can grow between passes as neighbouring
+shards are staged; a pair that turned into a cache hit would change which contexts a request
+asks about.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.config import JobConfig
+from jobs.engine.batch.judge import BatchJudge, OnlineAsk, ReplayClient, Reply
+from jobs.engine.batch.layout import BatchLayout
+from jobs.engine.batch.requests import RequestLines, item_key
+from jobs.engine.cache import CACHE_SCHEMA, VerdictCache, pair_key
+from jobs.engine.inputs import ItemRecord, Shard
+from jobs.engine.storage import Store
+from scorer_core.types import ScoringItem
+
+# item_seq's lower bits: the item's index within its shard (jobs.engine.worker).
+_INDEX_MASK = (1 << 32) - 1
+
+
+@dataclass
+class ShardPass:
+    """What one shard's pass in round `round_number` works from and records."""
+
+    layout: BatchLayout
+    round_number: int
+    shard: Shard
+    shard_number: int
+    replies: dict[str, Reply]
+    frozen_cache: VerdictCache | None
+    keys: dict[ScoringItem, str]
+    client: ReplayClient | None = None
+
+    @classmethod
+    def load(
+        cls,
+        store: Store,
+        staging: str,
+        round_number: int,
+        shard: Shard,
+        shard_number: int,
+        records: Sequence[tuple[int, ItemRecord]],
+    ) -> ShardPass:
+        """Read the shard's replies and frozen cache view (blocking: run it in a thread)."""
+        layout = BatchLayout(store, staging)
+        frozen: VerdictCache | None = None
+        path = layout.frozen_cache(shard.shard_id)
+        if store.exists(path):
+            table = pq.read_table(io.BytesIO(store.read_bytes(path)))
+            frozen = VerdictCache(
+                known={
+                    key: (bool(relevant), reason or "")
+                    for key, relevant, reason in zip(
+                        table.column("pair_key").to_pylist(),
+                        table.column("relevant").to_pylist(),
+                        table.column("judge_reason").to_pylist(),
+                        strict=True,
+                    )
+                }
+            )
+        # Items with the same content share their requests (and replies): the last key wins,
+        # the same in every pass.
+        keys = {
+            record.to_scoring_item(): item_key(shard_number, seq & _INDEX_MASK)
+            for seq, record in records
+        }
+        return cls(
+            layout,
+            round_number,
+            shard,
+            shard_number,
+            layout.read_replies(shard.shard_id),
+            frozen,
+            keys,
+        )
+
+    def judge(self, config: JobConfig, reask: OnlineAsk | None) -> BatchJudge:
+        """The shard's judge for this pass; `reask` sends re-asks online (judge.batch.reask)."""
+        self.client = ReplayClient(RequestLines.for_config(config), self.replies, reask=reask)
+        return BatchJudge(
+            self.client,
+            self.keys,
+            max_reasks=config.judge.max_reasks,
+            scale=config.scorer.scale,
+        )
+
+    @property
+    def pending(self) -> int:
+        """Requests this pass recorded for the next batch (0: the shard can be staged)."""
+        return len(self.client.recorded) if self.client is not None else 0
+
+    def finish(
+        self,
+        cache: VerdictCache | None,
+        fingerprint: str,
+        records: Sequence[tuple[int, ItemRecord]],
+    ) -> None:
+        """Keep what the next pass needs; the request index is written last (blocking)."""
+        assert self.client is not None
+        layout, shard_id = self.layout, self.shard.shard_id
+        if cache is not None and self.frozen_cache is None:
+            used = {}
+            for _, record in records:
+                item = record.to_scoring_item()
+                for position in range(len(item.contexts)):
+                    key = pair_key(fingerprint, item, position)
+                    if key in cache.known:
+                        used[key] = cache.known[key]
+            layout.store.write_parquet_atomic(
+                layout.frozen_cache(shard_id),
+                pa.table(
+                    {
+                        "pair_key": list(used),
+                        "relevant": [value[0] for value in used.values()],
+                        "judge_reason": [value[1] for value in used.values()],
+                    },
+                    schema=CACHE_SCHEMA,
+                ),
+            )
+        if self.client.online_replies:
+            layout.write_replies(
+                shard_id,
+                f"online-{self.round_number:03d}",
+                sorted(self.client.online_replies.items()),
+            )
+        # Identical items recorded the same request once per item: one line each is enough.
+        unique = list({r.custom_id: r for r in self.client.recorded}.values())
+        layout.write_requests(self.round_number, shard_id, unique)

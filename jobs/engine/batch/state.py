@@ -1,0 +1,191 @@
+"""A round's batches as the driver records them, before anything waits on them.
+
+One JSON file per round (`BatchLayout.round_file`): the batches the round's requests were split
+into, and for each, as soon as it is known, its uploaded file id, its batch id, its last seen
+status and counts, its output and error file ids, and whether its replies are ingested. The
+driver writes the file after every change, each write atomic, so a driver killed at any point
+finds on rerun what it had submitted: a batch with an id is polled, never created again.
+
+Pure data with a JSON round trip (the file is meant to be readable: `ctxprec status` prints it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Statuses after which a batch changes no more (OpenAI's; litellm passes them through).
+FINAL_STATUSES = frozenset({"completed", "expired", "cancelled", "failed"})
+
+Part = tuple[str, int, int]
+"""Lines [start, end) of one shard's requests file for the round."""
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One batch of a round."""
+
+    name: str
+    parts: tuple[Part, ...]
+    requests: int
+    bytes: int
+    tokens: int
+    file_id: str | None = None
+    batch_id: str | None = None
+    status: str | None = None
+    completed: int = 0
+    failed: int = 0
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: str | None = None
+    ingested: bool = False
+    submitted_at: str | None = None
+    polled_at: str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["parts"] = [list(part) for part in self.parts]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchRecord:
+        values = dict(data)
+        values["parts"] = tuple((str(s), int(a), int(b)) for s, a, b in values["parts"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RoundState:
+    """The batches of one round, in submission order."""
+
+    round: int
+    batches: tuple[BatchRecord, ...]
+    planned_at: str = field(default_factory=lambda: now_iso())
+
+    def replace(self, record: BatchRecord) -> RoundState:
+        """This state with `record` in place of the batch of the same name."""
+        return dataclasses.replace(
+            self, batches=tuple(record if b.name == record.name else b for b in self.batches)
+        )
+
+    @property
+    def done(self) -> bool:
+        """Every batch is final and its replies are ingested."""
+        return all(b.final and b.ingested for b in self.batches)
+
+    def counts(self) -> dict[str, int]:
+        """Requests in the round: total, completed and failed as last polled."""
+        return {
+            "total": sum(b.requests for b in self.batches),
+            "completed": sum(b.completed for b in self.batches),
+            "failed": sum(b.failed for b in self.batches),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "planned_at": self.planned_at,
+            "batches": [b.to_dict() for b in self.batches],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundState:
+        return cls(
+            round=int(data["round"]),
+            batches=tuple(BatchRecord.from_dict(b) for b in data["batches"]),
+            planned_at=str(data.get("planned_at", "")),
+        )
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class BatchPacker:
+    """Cuts request lines into batches within the provider's limits, one line at a time.
+
+    A batch takes lines until one more would pass `max_requests`, `max_bytes` or (when not 0)
+    `max_tokens`; a shard's lines may span two batches. `add` raises ValueError for a line
+    that fits in no batch. Call `close` after the last line.
+    """
+
+    def __init__(
+        self, round_number: int, *, max_requests: int, max_bytes: int, max_tokens: int
+    ) -> None:
+        self._round = round_number
+        self._max_requests = max_requests
+        self._max_bytes = max_bytes
+        self._max_tokens = max_tokens
+        self.batches: list[BatchRecord] = []
+        self._parts: list[Part] = []
+        self._open: tuple[str, int] | None = None  # the part being filled: shard, first line
+        self._last = 0
+        self._count = self._bytes = self._tokens = 0
+
+    def add(self, shard_id: str, index: int, nbytes: int, ntokens: int) -> None:
+        """Line `index` of shard `shard_id` (a shard's lines come in order, one after the
+        other)."""
+        max_tokens = self._max_tokens
+        if nbytes > self._max_bytes or (max_tokens and ntokens > max_tokens):
+            raise ValueError(
+                f"request {index} of shard {shard_id} ({nbytes} bytes, ~{ntokens} tokens) "
+                f"is larger than one batch may be (judge.batch.max_bytes_per_batch "
+                f"{self._max_bytes}, max_enqueued_tokens {max_tokens or 'unlimited'})"
+            )
+        if (
+            self._count + 1 > self._max_requests
+            or self._bytes + nbytes > self._max_bytes
+            or (max_tokens and self._tokens + ntokens > max_tokens)
+        ):
+            self.close()
+        if self._open is not None and self._open[0] != shard_id:
+            self._end_part()
+        if self._open is None:
+            self._open = (shard_id, index)
+        self._last = index
+        self._count += 1
+        self._bytes += nbytes
+        self._tokens += ntokens
+
+    def _end_part(self) -> None:
+        if self._open is not None:
+            self._parts.append((self._open[0], self._open[1], self._last + 1))
+            self._open = None
+
+    def close(self) -> None:
+        """End the batch being filled."""
+        self._end_part()
+        if self._count:
+            name = f"r{self._round:03d}-b{len(self.batches):04d}"
+            self.batches.append(
+                BatchRecord(name, tuple(self._parts), self._count, self._bytes, self._tokens)
+            )
+        self._parts = []
+        self._count = self._bytes = self._tokens = 0
+
+
+def split_batches(
+    round_number: int,
+    shards: Sequence[tuple[str, Sequence[int], Sequence[int]]],
+    *,
+    max_requests: int,
+    max_bytes: int,
+    max_tokens: int,
+) -> list[BatchRecord]:
+    """The round's requests cut into batches (`BatchPacker`), in shard order; `shards` are
+    (shard id, bytes of each line, tokens of each line)."""
+    packer = BatchPacker(
+        round_number, max_requests=max_requests, max_bytes=max_bytes, max_tokens=max_tokens
+    )
+    for shard_id, line_bytes, line_tokens in shards:
+        for index, (nbytes, ntokens) in enumerate(zip(line_bytes, line_tokens, strict=True)):
+            packer.add(shard_id, index, nbytes, ntokens)
+    packer.close()
+    return packer.batches

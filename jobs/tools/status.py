@@ -1,0 +1,136 @@
+"""`ctxprec status RUN`: where a run stands, from what it recorded, without touching the judge.
+
+A published run: when, how many items, the mean, the cost and where the scores are. A run in
+progress (or stopped): its shards staged so far and, in batch mode, every round's batches as the
+driver last saw them (id, status, requests completed and failed, ingested or not), the rounds
+whose requests are being built, and whether a driver holds the run's lease now. Nothing is asked
+of the provider: the counts are those of the driver's last poll, with its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from jobs import formatting as fmt
+from jobs.config import RUN_ID_PATTERN
+from jobs.engine.batch.layout import BatchLayout
+from jobs.engine.batch.state import RoundState
+from jobs.engine.storage import Store
+from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest_dict
+
+
+def _published(store: Store, run_id: str) -> list[str] | None:
+    try:
+        location = find_run(store, run_id)
+    except RunNotFound:
+        return None
+    manifest = read_manifest_dict(store, location)
+    summary = manifest.get("summary") or {}
+    judge = manifest.get("judge") or {}
+    mode = judge.get("mode", "online")
+    lines = [
+        f"run {run_id} ({location.run_date}): published {manifest.get('published_at', '')}, "
+        f"{mode} mode, judge {manifest.get('judge_model', '?')}",
+        f"  items {fmt.integer(summary.get('items'))}: ok {fmt.integer(summary.get('scored'))}, "
+        f"unscored {fmt.integer(summary.get('unscored'))}, errors "
+        f"{fmt.integer(summary.get('errors'))}; mean {fmt.number(summary.get('mean'))}; "
+        f"estimated cost {fmt.usd(summary.get('cost_usd'))}",
+    ]
+    if mode == "batch":
+        lines.append(
+            f"  {judge.get('batches', 0)} batch(es) in {judge.get('rounds', 0)} round(s), "
+            f"{fmt.integer(judge.get('requests'))} requests; price {judge.get('price', '?')}"
+        )
+    lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
+    return lines
+
+
+def _lease(store: Store, staging: str) -> str:
+    path = store.join(staging, "LEASE.json")
+    if not store.exists(path):
+        return "no driver holds the run (rerun the same run.id to go on)"
+    try:
+        holder: dict[str, Any] = json.loads(store.read_bytes(path))
+    except ValueError:
+        return "the run's lease file is unreadable"
+    age = time.time() - float(holder.get("heartbeat", 0))
+    return (
+        f"lease: pid {holder.get('pid')} on {holder.get('host')}, heartbeat "
+        f"{fmt.duration(age)} ago (a lease without a heartbeat for 60 s is taken over)"
+    )
+
+
+def _batch_lines(round_state: RoundState) -> list[str]:
+    counts = round_state.counts()
+    lines = [
+        f"  round {round_state.round}: {len(round_state.batches)} batch(es), "
+        f"{counts['total']:,} requests: {counts['completed']:,} completed, "
+        f"{counts['failed']:,} failed (planned {round_state.planned_at})"
+    ]
+    for record in round_state.batches:
+        state = record.status or "not submitted"
+        if record.ingested:
+            state += ", ingested"
+        lines.append(
+            f"    {record.name}  {record.batch_id or '-'}  {state}: "
+            f"{record.completed:,}/{record.requests:,} completed, {record.failed:,} failed"
+            + (f"  (polled {record.polled_at})" if record.polled_at else "")
+            + (f"  errors: {record.errors}" if record.errors else "")
+        )
+    return lines
+
+
+def status_lines(store: Store, run_id: str) -> list[str]:
+    """What `ctxprec status` prints for `run_id` (RunNotFound when there is no such run)."""
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise RunNotFound(f"{run_id!r} is not a valid run id")
+    published = _published(store, run_id)
+    if published is not None:
+        return published
+    staging = f"_staging/run_id={run_id}"
+    if not store.exists(store.join(staging)):
+        raise RunNotFound(
+            f"run {run_id!r} not found under {store.url(store.root)}: neither published nor "
+            "started there"
+        )
+    staged = [
+        path
+        for path in store.list(store.join(staging, "items"))
+        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
+    ]
+    layout = BatchLayout(store, staging)
+    run_info = layout.read_json(layout.run_file)
+    if run_info is None:
+        return [
+            f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)",
+            f"  {_lease(store, staging)}",
+        ]
+    total = len(run_info.get("shards") or [])
+    lines = [
+        f"run {run_id}: not published; batch mode, judge {run_info.get('model')} "
+        f"({run_info.get('provider')}), started {run_info.get('created_at')}",
+        f"  shards: {total} planned, {len(staged)} staged, {total - len(staged)} waiting",
+    ]
+    planned = layout.rounds_planned()
+    for number in planned:
+        data = layout.read_json(layout.round_file(number))
+        if data is not None:
+            lines += _batch_lines(RoundState.from_dict(data))
+    for number in layout.rounds_built():
+        if number not in planned:
+            built = len(layout.indexed_shards(number))
+            lines.append(
+                f"  round {number}: requests being built ({built} shard(s) done), not submitted"
+            )
+    lines.append(f"  {_lease(store, staging)}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """The handler of `ctxprec status` (jobs.cli)."""
+    store = open_output(args)
+    print("\n".join(status_lines(store, args.run)))
+    return 0
