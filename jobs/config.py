@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.errors import ConfigError
+from scorer_core.response_format import ResponseFormatSetting
 
 #: What a run id may look like (checked by `RunConfig` and by `ctxprec runs`): it becomes part
 #: of object paths (`run_id=<id>`), so no '/' or spaces.
@@ -33,9 +34,11 @@ class ColumnsConfig(_Strict):
 
     query_id: str = Field("query_id", description="Column with the item's unique id.")
     input: str = Field("input", description="Column with the query (a non-empty string).")
-    output: str = Field(
+    output: str | None = Field(
         "output",
-        description="Column with the system's answer (may be empty when there is a reference).",
+        description="Column with the system's answer; may be empty. With no answer and no "
+        "reference the item is retrieval-only: judged against the query. null: there is no "
+        "answer column.",
     )
     expected_output: str | None = Field(
         None,
@@ -142,6 +145,12 @@ class JudgeConfig(_Strict):
     temperature: float | None = Field(0.0, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int | None = Field(
         None, ge=1, description="Completion token cap per request; null: the provider's default."
+    )
+    response_format: ResponseFormatSetting = Field(
+        "auto",
+        description="How requests ask for JSON. auto: json_schema, stepping down once per "
+        "endpoint to json_object (llama.cpp) and then prompt when the server rejects a form; "
+        "an explicit form that is rejected stops the run.",
     )
     lexical: dict[str, Any] = Field(
         default_factory=dict,

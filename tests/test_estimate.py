@@ -29,6 +29,8 @@ from jobs.tools.estimate import (
     run_estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
+from scorer_core.prompt import verdict_messages
+from scorer_core.types import ScoringItem
 
 ITEMS = 60
 PER_CALL = 3
@@ -264,3 +266,39 @@ def test_register_adds_the_subcommand() -> None:
     args = parser.parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
     assert args.handler is run_estimate
     assert args.sample == 5 and args.json and args.set == []
+
+
+def test_retrieval_only_rows_are_estimated_with_the_prompt_the_job_sends(tmp_path: Path) -> None:
+    # Queries and passages only (issue 10): no answer column, no reference. Every row is an
+    # item, and the prompt counted is the retrieval-only one the judge will be sent.
+    rows = [
+        {"id": f"r{i}", "question": f"what is topic {i}?", "contexts": [f"p{i}a", f"p{i}b"]}
+        for i in range(7)
+    ]
+    data = tmp_path / "in" / "retrieval.jsonl"
+    write_jsonl(data, iter(rows))
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"""
+input:
+  path: {data}
+  columns: {{query_id: id, input: question, output: null, context: contexts}}
+output:
+  path: {tmp_path / "out"}
+judge:
+  model: openai/gpt-4o-mini
+  contexts_per_call: 1
+""",
+        encoding="utf-8",
+    )
+    result = run(config)
+    assert result["items"] == {**result["items"], "valid": 7, "invalid": 0}
+    assert result["judge_calls"]["total"] == 14
+    prompts = [
+        verdict_messages(ScoringItem(row["question"], "", tuple(row["contexts"])), [position])
+        for row in rows
+        for position in range(2)
+    ]
+    assert all("retrieval-only" in messages[-1]["content"] for messages in prompts)
+    chars = sum(len(m["content"]) for messages in prompts for m in messages)
+    assert result["prompt_tokens"]["total_chars"] == chars

@@ -237,6 +237,7 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
 
     reports = [run_shard(shard, number, number, context) for number, shard in enumerate(shards)]
     assert not any(r.skipped or r.fatal for r in reports)
+    assert all(r.response_format is None for r in reports)  # the offline judge negotiates nothing
     assert sum(r.items for r in reports) == len(lines)
 
     items_tables, verdict_tables = [], []
@@ -381,3 +382,46 @@ def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     )
     assert duplicate["duplicate_of"] == f"{source} line at byte 0"
     assert [row["duplicate_of"] for row in items[:2]] == [None, None]
+
+
+def test_shards_of_one_process_share_one_negotiation_and_report_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server without json_schema (as llama.cpp's): the first shard's probe is refused and
+    # the judge steps down to json_object; the second shard, in the same process, starts
+    # there. The cache is on, so the judge the worker scores with is a CachingJudge: the
+    # report still comes from the LLM judge inside it.
+    from scorer_core.testing import FakeJudgeServer
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(good_item(n)) + "\n" for n in range(6)))
+    monkeypatch.setenv("WORKER_TEST_KEY", "k")
+    with FakeJudgeServer(accepted_response_formats={"json_object", "text"}) as server:
+        config = parse_config(
+            {
+                "input": {"path": str(source), "columns": COLUMNS},
+                "output": {"path": str(tmp_path / "out")},
+                "judge": {
+                    "model": "openai/fake-judge",
+                    "api_base": server.url,
+                    "api_key_env": "WORKER_TEST_KEY",
+                    "transport": "http",
+                },
+            }
+        )
+        spec = input_spec(config)
+        shards = plan_shards(spec, list_input_files(spec), 3)
+        assert len(shards) == 2
+        context = ShardContext(config, "_staging/run_id=forms")
+        reports = [run_shard(shard, n, n, context) for n, shard in enumerate(shards)]
+        stats = server.stats()
+    assert [r.statuses for r in reports] == [{"ok": 3}, {"ok": 3}]
+    assert stats["response_format_rejections"] == {"json_schema": 1}
+    assert stats["by_response_format"] == {"json_schema": 1, "json_object": 6}
+    for report in reports:
+        assert report.response_format is not None
+        assert report.response_format["endpoint"] == server.url
+        assert report.response_format["in_use"] == "json_object"
+        assert report.response_format["confirmed"] is True
+        (dropped,) = report.response_format["dropped"]
+        assert dropped["form"] == "json_schema" and "validation error" in dropped["reason"]

@@ -31,6 +31,7 @@ from jobs.engine.lease import RunLease
 from jobs.engine.manifest import run_manifest
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.engine.ray_runtime import start_ray
+from jobs.engine.response_formats import combine as combine_response_formats
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
 from scorer_core.errors import FatalJudgeError
@@ -104,7 +105,12 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             timings=timings,
         )
         published = publish_run(
-            store, location, model=config.judge.model, scale=config.scorer.scale, manifest=manifest
+            store,
+            location,
+            model=config.judge.model,
+            scale=config.scorer.scale,
+            manifest=manifest,
+            response_format=combine_response_formats(r.response_format for r in reports),
         )
     return RunOutcome(
         run_id=location.run_id,

@@ -22,12 +22,13 @@ import datetime as dt
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
 
 from jobs.engine import aggregate
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, duplicate_error
 from scorer_core.errors import CtxPrecError
@@ -193,12 +194,14 @@ def publish_run(
     scale: float,
     manifest: dict[str, Any],
     verify_scores: bool = False,
+    response_format: RunResponseFormat | None = None,
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
     The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation); it costs a group-by over the verdicts.
+    `response_format` (from the workers' reports) goes into the summary the manifest records.
     """
     items_files = _shard_files(store, store.join(location.staging, "items"))
     verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
@@ -213,7 +216,10 @@ def publish_run(
         verdicts = pl.scan_parquet(verdicts_local)
         if verify_scores:
             _check_scores(scores, verdicts, scale)
-        summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
+        summary = replace(
+            aggregate.summarize(scores, verdicts, model=model, scale=scale),
+            response_format=response_format,
+        )
         duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
         _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)

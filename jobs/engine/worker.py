@@ -65,6 +65,9 @@ class ShardReport:
     usage: Usage = field(default_factory=Usage)
     seconds: float = 0.0
     fatal: str | None = None
+    # The judge's structured-output negotiation after the shard (`ResponseFormatNegotiation.
+    # summary()`); None when nothing was negotiated (offline judge, shard skipped).
+    response_format: dict[str, Any] | None = None
 
 
 def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
@@ -219,6 +222,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
 
         limiter = SharedLimiter(ctx.limiter)
     judge = factory.build_judge(config, limiter, ctx.api_key)
+    llm_judge = judge  # the CachingJudge below hides the negotiation the report needs
     fingerprint = factory.cache_fingerprint(config)
     cache: VerdictCache | None = None
     cache_store: Store | None = None
@@ -262,6 +266,7 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
     except FatalJudgeError as exc:
         counter.drain()
         report.fatal = str(exc)
+        report.response_format = factory.response_format_summary(llm_judge)
         return report
     counter.drain()
 
@@ -303,4 +308,5 @@ def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardR
         items_path, pa.Table.from_pylist(item_rows, schema=STAGED_ITEMS.arrow)
     )
     report.seconds = time.monotonic() - started
+    report.response_format = factory.response_format_summary(llm_judge)
     return report

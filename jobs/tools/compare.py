@@ -5,7 +5,8 @@
 Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
 query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
 unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b. Prints the
-summary shift, the queries that regressed most and the relevance rate by position of both runs.
+summary shift, the items per score band of both runs, the queries that regressed most and the
+relevance rate by position of both runs.
 
 Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
 (or when no query is scored in both), else 0: a nightly pipeline can alert on it. Errors
@@ -23,7 +24,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import relevance_by_position
+from jobs.engine.aggregate import band_range, relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
     add_output_arguments,
@@ -92,6 +93,10 @@ class Comparison:
     unchanged: int
     regressed: int
     lost: int  # ok in A, present in B but not ok there
+    # Items per score band (name, count) from each run's published summary: all items scored
+    # ok in that run, not only the paired ones.
+    bands_a: tuple[tuple[str, int], ...] = ()
+    bands_b: tuple[tuple[str, int], ...] = ()
 
     @property
     def paired(self) -> int:
@@ -235,6 +240,8 @@ def compare_runs(run_a: PublishedRun, run_b: PublishedRun) -> Comparison:
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
         regressed=int((deltas < -_EPSILON).sum()),
         lost=lost,
+        bands_a=run_a.summary.bands,
+        bands_b=run_b.summary.bands,
     )
 
 
@@ -300,6 +307,25 @@ def format_shift(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
+def format_bands(comparison: Comparison) -> str:
+    """Items per score band in A and B (each run's summary), with B - A."""
+    c = comparison
+    a, b = dict(c.bands_a), dict(c.bands_b)
+    names = list(dict.fromkeys([*a, *b]))
+    width = 12
+    lines = [
+        "score bands (score / scale; all items scored ok in each run):",
+        f"  {'band':<22}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}",
+    ]
+    for name in names:
+        count_a, count_b = a.get(name, 0), b.get(name, 0)
+        label = f"{name} ({band_range(name)})" if band_range(name) else name
+        lines.append(
+            f"  {label:<22}{count_a:>{width},}{count_b:>{width},}{count_b - count_a:>+{width},}"
+        )
+    return "\n".join(lines)
+
+
 def format_regressions(comparison: Comparison, top: int) -> str:
     rows = comparison.regressions(top)
     if rows.is_empty():
@@ -348,6 +374,7 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
     return "\n\n".join(
         [
             format_shift(comparison),
+            format_bands(comparison),
             format_regressions(comparison, top),
             format_positions(comparison),
             verdict.message,

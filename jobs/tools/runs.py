@@ -29,14 +29,15 @@ import posixpath
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import BANDS, PositionRate, RunSummary
+from jobs.engine.aggregate import BANDS, LEGACY_BAND_LABELS, PositionRate, RunSummary
 from jobs.engine.publish import RunLocation, scan
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
 
@@ -96,10 +97,14 @@ class PublishedRun:
 
     @property
     def summary(self) -> RunSummary:
-        """The run summary, rebuilt from the published summary table (read once)."""
+        """The run summary, rebuilt from the published summary table (read once), with the
+        structured-output form from the manifest when it records one."""
         cached: RunSummary | None = self.__dict__.get("_summary")
         if cached is None:
             cached = summary_from_frame(self.read("summary"))
+            recorded = (self.manifest.get("summary") or {}).get("response_format")
+            if isinstance(recorded, dict):
+                cached = replace(cached, response_format=RunResponseFormat.from_dict(recorded))
             object.__setattr__(self, "_summary", cached)
         return cached
 
@@ -212,10 +217,11 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
             named=True
         )
     }
-    band_counts = {
-        str(row["band"]): int(_number(row["value"]) or 0)
-        for row in frame.filter(pl.col("metric") == "band_count").iter_rows(named=True)
-    }
+    band_counts: dict[str, int] = {}
+    for row in frame.filter(pl.col("metric") == "band_count").iter_rows(named=True):
+        # Summaries published before the bands had names label them "0", "0.1-0.3", ...
+        label = LEGACY_BAND_LABELS.get(str(row["band"]), str(row["band"]))
+        band_counts[label] = band_counts.get(label, 0) + int(_number(row["value"]) or 0)
     known = [label for label, _, _ in BANDS]
     labels = [b for b in known if b in band_counts] + [b for b in band_counts if b not in known]
     positions = (

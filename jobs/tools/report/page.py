@@ -18,7 +18,8 @@ import jinja2
 from markupsafe import Markup
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import RunSummary
+from jobs.engine.aggregate import RunSummary, band_range
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.tools.compare import Comparison, compare_runs
 from jobs.tools.report import queries
 from jobs.tools.report.charts import (
@@ -100,7 +101,17 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
         ("prompt version", str(m.get("prompt_version", "–"))),
         ("published", str(m.get("published_at", "–"))),
         ("score scale", f"{run.summary.scale:g}"),
+        ("structured output", _response_format(run.summary.response_format)),
     ]
+
+
+# A rejected form's server answer in the header is cut to this (the manifest has it whole).
+_REASON_CHARS = 120
+
+
+def _response_format(negotiated: RunResponseFormat | None) -> str:
+    """The form the judge's requests used and the forms the endpoint rejected."""
+    return "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
 
 
 def header_cards(s: RunSummary) -> tuple[Card, ...]:
@@ -139,7 +150,10 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
         [Series("queries", [float(c) for _, c in s.bands], COLOR_BAND)],
         ChartSpec(
             title="Score bands",
-            x_label=f"band of {x_label} (“0” is exactly 0)",
+            x_label=f"band of {x_label}: "
+            + "; ".join(
+                f"{label} {band_range(label)}" for label, _ in s.bands if band_range(label)
+            ),
             y_label="queries",
             width=440,
             value_format=lambda v: f"{v:,.0f}",
