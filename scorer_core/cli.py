@@ -50,6 +50,12 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
     parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="completion token cap per judge request (default: the server's)",
+    )
+    parser.add_argument(
         "--transport",
         choices=["litellm", "http"],
         default="litellm",
@@ -162,6 +168,10 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         }
         if args.api_base:
             options["api_base"] = args.api_base
+        if args.max_tokens is not None:
+            if args.max_tokens < 1:
+                raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+            options["max_tokens"] = args.max_tokens
         key = os.environ.get(args.api_key_env)
         if key:
             options["api_key"] = key
