@@ -21,7 +21,7 @@ from markupsafe import escape
 
 from jobs.engine import aggregate
 from jobs.engine.aggregate import relevance_by_position
-from jobs.engine.publish import TABLES
+from jobs.engine.publish import TABLES, RunLocation
 from jobs.engine.storage import filesystem, open_store
 from jobs.tools import compare, report
 from jobs.tools.runs import RunNotFound, load_run, parse_storage_options
@@ -34,9 +34,11 @@ from tests.support.published import (
     RUN_DATE,
     SCRIPT_ID,
     UNSCORED_ID,
+    Query,
     Runs,
     base_and_candidate,
     local_base_and_candidate,
+    publish,
 )
 
 
@@ -358,3 +360,44 @@ def test_real_job_publishes_what_the_support_module_writes(runs: Runs, tmp_path:
     assert escape(SCRIPT_ID) in page and "<script" not in page.lower()
     assert "<b>sea</b>" not in page
     assert 'id="failed"' in page and BAD_ID in page
+
+
+def test_bands_by_name_also_for_a_run_published_before_bands_had_names(tmp_path: Path) -> None:
+    # Verdicts scoring 1.0, 0.75, 0.5, 0.33, 0 and 0: two items in "none", one in each other.
+    flags = [[True], [True, False, False, True], [False, True], [False, False, True], [False]]
+    store = open_store(str(tmp_path))
+    publish(store, "old", [Query(f"q{n}", f) for n, f in enumerate([*flags, [False, False]])])
+    publish(store, "new", [Query(f"q{n}", f) for n, f in enumerate(flags)])
+    # "old" as an earlier version published it: bands labelled by their seed ranges.
+    summary_path = store.join(RunLocation("old", RUN_DATE).table_file("summary"))
+    legacy = {name: label for label, name in aggregate.LEGACY_BAND_LABELS.items()}
+    table = pl.read_parquet(summary_path)
+    assert set(table["band"].drop_nulls()) == {name for name, _, _ in aggregate.BANDS}
+    table.with_columns(pl.col("band").replace(legacy)).write_parquet(summary_path)
+    assert set(pl.read_parquet(summary_path)["band"].drop_nulls()) == set(legacy.values())
+
+    old, new = load_run(store, "old"), load_run(store, "new")
+    assert old.summary.bands == (
+        ("none", 2),
+        ("low", 1),
+        ("moderate", 1),
+        ("good", 1),
+        ("excellent", 1),
+    )
+    comparison = compare.compare_runs(old, new)
+    assert comparison.bands_a == old.summary.bands and comparison.bands_b == new.summary.bands
+    text = compare.format_bands(comparison)
+    rows = {line.split(" (")[0].strip(): line.split()[-3:] for line in text.splitlines()[2:]}
+    assert rows == {
+        "none": ["2", "1", "-1"],
+        "low": ["1", "1", "+0"],
+        "moderate": ["1", "1", "+0"],
+        "good": ["1", "1", "+0"],
+        "excellent": ["1", "1", "+0"],
+    }
+    assert "excellent (>= 0.85)" in text
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    out = io.StringIO()
+    compare.run(parser.parse_args(["old", "new", "--output", str(tmp_path)]), out=out)
+    assert text in out.getvalue()

@@ -24,7 +24,7 @@ import io
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +32,7 @@ import polars as pl
 
 from jobs.engine import aggregate
 from jobs.engine.publish import TABLES, RunLocation
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store, open_store
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS
 from scorer_core.precision import context_precision
@@ -142,8 +143,10 @@ def publish(
     model: str = "lexical",
     scale: float = 1.0,
     seconds: float = 12.5,
+    response_format: RunResponseFormat | None = None,
 ) -> RunLocation:
-    """Write run `run_id` of `queries` under `store` as the job publishes one; its location."""
+    """Write run `run_id` of `queries` under `store` as the job publishes one; its location.
+    `response_format` is what the workers would have reported (the manifest's summary)."""
     location = RunLocation(run_id=run_id, run_date=run_date)
     scores = pl.DataFrame(
         [_score_row(q, row, model, scale) for row, q in enumerate(queries)],
@@ -155,7 +158,10 @@ def publish(
         schema=PUBLISHED_VERDICTS.polars,
         orient="row",
     )
-    summary = aggregate.summarize(scores, verdicts, model=model, scale=scale)
+    summary = replace(
+        aggregate.summarize(scores, verdicts, model=model, scale=scale),
+        response_format=response_format,
+    )
     # The job's order: verdicts, summary, then scores (whose presence marks a complete run).
     tables = {"verdicts": verdicts, "summary": summary.to_frame(), "scores": scores}
     for table in TABLES:

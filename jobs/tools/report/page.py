@@ -150,10 +150,8 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
         [Series("queries", [float(c) for _, c in s.bands], COLOR_BAND)],
         ChartSpec(
             title="Score bands",
-            x_label=f"band of {x_label}: "
-            + "; ".join(
-                f"{label} {band_range(label)}" for label, _ in s.bands if band_range(label)
-            ),
+            x_label=f"band of {x_label}",
+            sublabels=[band_range(label) for label, _ in s.bands],
             y_label="queries",
             width=440,
             value_format=lambda v: f"{v:,.0f}",
