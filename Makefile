@@ -76,10 +76,10 @@ bench: install
 	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
 
-# A real judge (llama.cpp, Gemma 3 270M) on 50+ items of ../shared/data: the job and
-# calibrate; writes its section of docs/benchmarks.md. Tens of minutes on 2 cores.
+# A real judge (llama.cpp, Gemma 3 270M) on 52 items of ../shared/data (the job) and 20 per
+# file (calibrate); writes its section of docs/benchmarks.md. About an hour on 2 cores.
 bench-llm: install-llm
-	$(BIN)/python -m bench.llama_bench --items 60
+	$(BIN)/python -m bench.llama_bench --items 52 --calibrate-items 20
 
 # Fault-injection soak: 20,000 items, every fault on, 4 workers, a rate limit; exits 1 on any
 # lost, duplicated or wrong row. Not part of `make test`.
