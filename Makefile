@@ -67,6 +67,8 @@ format: install
 	$(BIN)/ruff check --fix .
 
 # Each writes its own section of docs/benchmarks.md. Slow (tens of minutes): run on a quiet machine.
+# peers_bench makes a throwaway venv with DeepEval and RAGAS outside the repo on first use
+# (/tmp/peers-venv; a few minutes, from the registry).
 bench: install
 	$(BIN)/python -m bench.lexical_agreement
 	$(BIN)/python -m bench.calibration
@@ -75,6 +77,7 @@ bench: install
 	$(BIN)/python -m bench.job_bench overhead --items 20000
 	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
+	$(BIN)/python -m bench.peers_bench --items 600
 
 # A real judge (llama.cpp, Gemma 3 270M) on 52 items of ../shared/data (the job) and 20 per
 # file (calibrate); writes its section of docs/benchmarks.md. About an hour on 2 cores.

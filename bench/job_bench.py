@@ -2,6 +2,7 @@
 
     python -m bench.job_bench overhead  --items 20000      # zero-latency fake judge, items/s
     python -m bench.job_bench memory    --sizes 10000 100000 1000000   # peak RSS, lexical judge
+    python -m bench.job_bench segments  --items 1000000 --segments 100  # the same, summary.by
     python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 
 The fake judge runs as its own process on 127.0.0.1 (scorer_core.testing), the job in a fresh
@@ -70,10 +71,11 @@ def server_stats(url: str) -> dict[str, Any]:
     return data
 
 
-def write_input(path: Path, items: int, markers: bool) -> None:
+def write_input(path: Path, items: int, markers: bool, segments: int = 0) -> None:
     subprocess.run(
         [sys.executable, "-m", "jobs.tools.sample_data", "--out", str(path), "--items", str(items)]
-        + (["--markers"] if markers else []),
+        + (["--markers"] if markers else [])
+        + (["--segments", str(segments)] if segments else []),
         cwd=ROOT,
         check=True,
         env=ENV,
@@ -128,6 +130,7 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
         sampler.start()
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    ended = time.monotonic()
     wall = time.monotonic() - started
     stop.set()
     if sample_workers:
@@ -143,6 +146,8 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
     del psutil
     return {
         "manifest": manifest,
+        "started_at": started,
+        "ended_at": ended,
         "wall_s": wall,
         "driver_peak_mib": driver_kib / 1024,
         "worker_peak_mib": max(peaks.values(), default=0) / 2**20,
@@ -302,6 +307,43 @@ def memory(sizes: Sequence[int], workers: int) -> str:
     return "\n".join(lines)
 
 
+def segments_memory(items: int, segments: int, workers: int) -> str:
+    """Driver peak of the same input without and with a `retriever` column of `segments`
+    values carried and summarised by (`summary.by`), one after the other."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "in.jsonl"
+        write_input(data, items, markers=False, segments=segments)
+        for count in (0, segments):
+            config = base_config(data, Path(tmp) / f"out-{count}", ray__workers=workers)
+            if count:
+                config["input"]["carry"] = ["retriever"]
+                config["summary"] = {"by": ["retriever"]}
+            result = run_job(config)
+            fan_out = result["manifest"]["timings_s"]["fan_out"]
+            what = f"{count} (summary.by)" if count else "none (global summary)"
+            rows.append(
+                f"| {items:,} | {what} | {result['driver_peak_mib']:,.0f} MiB | {fan_out:.1f} s "
+                f"| {result['wall_s']:.1f} s |"
+            )
+    lines = [
+        "## Memory with segments (summary.by)",
+        "",
+        header(f"python -m bench.job_bench segments --items {items} --segments {segments}"),
+        "",
+        f"The same input (JSONL from jobs.tools.sample_data with a `retriever` column of "
+        f"{segments} values), offline lexical judge, shard_size 2000, {workers} workers; run "
+        "once with the global summary only, then with `input.carry: [retriever]` and "
+        "`summary.by: [retriever]`. Driver peak as in the section above (the publish step "
+        "dominates it).",
+        "",
+        "| items | segments | driver peak RSS | fan-out | wall |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+    return "\n".join(lines)
+
+
 def ratelimit(items: int, rpm: int, workers: int, transports: Sequence[str]) -> str:
     rows = [_ratelimit_row(items, rpm, workers, transport) for transport in transports]
     lines = [
@@ -370,6 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     mem = modes.add_parser("memory")
     mem.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     mem.add_argument("--workers", type=int, default=2)
+    seg = modes.add_parser("segments")
+    seg.add_argument("--items", type=int, default=1_000_000)
+    seg.add_argument("--segments", type=int, default=100)
+    seg.add_argument("--workers", type=int, default=2)
     rate = modes.add_parser("ratelimit")
     rate.add_argument("--items", type=int, default=2000)
     rate.add_argument("--rpm", type=int, default=600)
@@ -381,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         section = overhead(args.items, args.workers, args.transports)
     elif args.mode == "memory":
         section = memory(args.sizes, args.workers)
+    elif args.mode == "segments":
+        section = segments_memory(args.items, args.segments, args.workers)
     else:
         section = ratelimit(args.items, args.rpm, args.workers, args.transports)
     print(section)

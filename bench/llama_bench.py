@@ -149,7 +149,7 @@ def report(
     per_file: int,
 ) -> str:
     summary = outcome.published.summary
-    negotiated = manifest["summary"]["response_format"] or {}
+    negotiated = manifest["judge"].get("response_format") or {}
     dropped = "; ".join(
         f"`{d['form']}` refused: {d['reason'][:200]}" for d in negotiated.get("dropped", [])
     )
@@ -186,7 +186,7 @@ def report(
         f"{fan_out:.0f} | {fan_out / max(1, summary.items):.1f} | {_f(summary.mean)} | "
         f"`{negotiated.get('in_use', 'n/a')}` |",
         "",
-        f"Structured output, from the run's manifest (`summary.response_format`): in use "
+        f"Structured output, from the run's manifest (`judge.response_format`): in use "
         f"`{negotiated.get('in_use')}` (confirmed: {negotiated.get('confirmed')}), "
         f"{dropped or 'nothing refused'}.",
         "",

@@ -24,12 +24,14 @@ from dataclasses import dataclass
 
 from scorer_core.cli import add_score_arguments, call_handler
 
-# Defaults of options whose tool uses the same value as a default of its own; tests/test_cli.py
-# checks that the two agree.
+# The options' defaults. `jobs.tools.estimate.estimate()`, called as a library, has the first
+# two as defaults of its own (this module must not import it); tests/unit/test_cli.py checks
+# that they agree.
 DEFAULT_SAMPLE = 2000
 DEFAULT_ASSUMED_LATENCY_S = 2.0
 DEFAULT_OUTPUT = "results/"
 DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_MIN_SEGMENT_SIZE = 30
 DEFAULT_TOP = 10
 
 
@@ -111,7 +113,24 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_MAX_MEAN_DROP,
         metavar="X",
-        help=f"exit 1 when mean(B) < mean(A) - X (default {DEFAULT_MAX_MEAN_DROP})",
+        help=f"exit 1 when mean(B) < mean(A) - X, overall or in a segment (default "
+        f"{DEFAULT_MAX_MEAN_DROP})",
+    )
+    parser.add_argument(
+        "--by",
+        action="append",
+        default=None,
+        metavar="COLUMN",
+        help="compare per value of this carried column (repeatable; default: the columns run "
+        "B's summary is segmented by, summary.by)",
+    )
+    parser.add_argument(
+        "--min-segment-size",
+        type=int,
+        default=DEFAULT_MIN_SEGMENT_SIZE,
+        metavar="N",
+        help="gate a segment only when at least N of its queries are scored ok in both runs "
+        f"(default {DEFAULT_MIN_SEGMENT_SIZE})",
     )
     parser.add_argument(
         "--top",

@@ -49,6 +49,11 @@ class ColumnsConfig(_Strict):
         "context",
         description="Column with the retrieved contexts: a list of strings in retrieved order.",
     )
+    context_ids: str | None = Field(
+        None,
+        description="Column with the contexts' ids (document or passage ids): a list parallel "
+        "to the contexts, strings or integers; lands in the verdicts as context_id. null: none.",
+    )
 
 
 class InputConfig(_Strict):
@@ -68,6 +73,15 @@ class InputConfig(_Strict):
         None,
         description='"package.module:function" called with the whole row, returning the list '
         "of context strings (instead of columns.context).",
+    )
+    carry: list[str] = Field(
+        default_factory=list,
+        description="Input columns copied as they are, with their types, into every scores row "
+        "(e.g. [retriever, tenant]); a missing one fails at start-up.",
+    )
+    carry_to_verdicts: list[str] = Field(
+        default_factory=list,
+        description="Of input.carry, the columns also copied into every verdicts row.",
     )
     storage_options: dict[str, Any] = Field(
         default_factory=dict,
@@ -99,6 +113,36 @@ class InputConfig(_Strict):
             raise ValueError("must look like 'package.module:function'")
         return value
 
+    @field_validator("carry", "carry_to_verdicts")
+    @classmethod
+    def _names_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names a column more than once: {repeated}")
+        if any(not name for name in value):
+            raise ValueError("a column name is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _carry_is_consistent(self) -> InputConfig:
+        not_carried = [name for name in self.carry_to_verdicts if name not in self.carry]
+        if not_carried:
+            raise ValueError(
+                f"carry_to_verdicts names {not_carried}, which input.carry does not carry; "
+                "add them to input.carry"
+            )
+        if self.carry:
+            # jobs.schema imports Polars: only a config that carries columns pays for it.
+            from jobs.schema import carry_clashes
+
+            problems = carry_clashes(self.carry, self.carry_to_verdicts)
+            if problems:
+                raise ValueError(
+                    "carry: a carried column cannot take the name of one of ours: "
+                    + "; ".join(problems)
+                )
+        return self
+
 
 class OutputConfig(_Strict):
     """Where the published tables go."""
@@ -120,10 +164,11 @@ class JudgeConfig(_Strict):
     api_base: str | None = Field(
         None, description="URL of an OpenAI-compatible server (vLLM, Ollama, llama.cpp, gateway)."
     )
-    transport: Literal["litellm", "http"] = Field(
-        "litellm",
-        description="litellm: any provider; http: the lean client for OpenAI-compatible servers "
-        "(scorer_core.openai_http).",
+    transport: Literal["auto", "litellm", "http"] = Field(
+        "auto",
+        description="auto: the lean http client for OpenAI-compatible endpoints (openai/... "
+        "models, or hosted_vllm/ and lm_studio/ with an api_base), litellm for every other "
+        "provider; litellm or http to choose.",
     )
     api_key_env: str | None = Field(
         "OPENAI_API_KEY",
@@ -179,7 +224,16 @@ class RateLimitConfig(_Strict):
         0, ge=0, description="0: unlimited. Shared by ALL workers of the run."
     )
     tokens_per_minute: float = Field(0, ge=0, description="0: unlimited. Shared likewise.")
-    max_concurrency: int = Field(64, ge=1, description="Judge requests in flight across the run.")
+    max_concurrency: int | Literal["auto"] = Field(
+        "auto",
+        description="Judge requests in flight across the run. auto: sized from the limits and "
+        "the measured reply latency (Little's law), between concurrency_floor and "
+        "concurrency_ceiling; 64 when no limit is set. A number is used as given.",
+    )
+    concurrency_floor: int = Field(8, ge=1, description="The least that auto sizes to.")
+    concurrency_ceiling: int = Field(
+        4096, ge=1, description="The most that auto sizes to (connections per run)."
+    )
     # Pace a little under the provider's limit so clock skew and latency jitter do not tip
     # a window over it.
     headroom: float = Field(0.98, gt=0.5, le=1.0, description="Pace at this share of the limits.")
@@ -194,6 +248,24 @@ class ScorerConfig(_Strict):
         description="template: built from the verdicts, no extra call; llm: one more judge call "
         "per item; none.",
     )
+
+
+class SummaryConfig(_Strict):
+    """What the run's summary is computed over, besides the whole run."""
+
+    by: list[str] = Field(
+        default_factory=list,
+        description="Carried columns (input.carry) to summarise by as well: every metric once "
+        "per value of each, in the summary table's segment_by / segment columns.",
+    )
+
+    @field_validator("by")
+    @classmethod
+    def _names_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names a column more than once: {repeated}")
+        return value
 
 
 class RunConfig(_Strict):
@@ -245,14 +317,34 @@ class JobConfig(_Strict):
     judge: JudgeConfig = JudgeConfig()
     rate_limit: RateLimitConfig = RateLimitConfig()
     scorer: ScorerConfig = ScorerConfig()
+    summary: SummaryConfig = SummaryConfig()
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
 
     @model_validator(mode="after")
+    def _concurrency_bounds(self) -> JobConfig:
+        limits = self.rate_limit
+        if limits.concurrency_floor > limits.concurrency_ceiling:
+            raise ValueError("rate_limit.concurrency_floor must be <= concurrency_ceiling")
+        if isinstance(limits.max_concurrency, int) and limits.max_concurrency < 1:
+            raise ValueError("rate_limit.max_concurrency must be >= 1 or auto")
+        return self
+
+    @model_validator(mode="after")
     def _lexical_options_only_for_lexical(self) -> JobConfig:
         if self.judge.model != "lexical" and self.judge.lexical:
             raise ValueError("judge.lexical options apply only to judge.model 'lexical'")
+        return self
+
+    @model_validator(mode="after")
+    def _segments_are_carried(self) -> JobConfig:
+        missing = [name for name in self.summary.by if name not in self.input.carry]
+        if missing:
+            raise ValueError(
+                f"summary.by names {missing}, which input.carry does not carry; add them to "
+                "input.carry"
+            )
         return self
 
     def redacted(self) -> dict[str, Any]:

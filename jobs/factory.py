@@ -7,18 +7,22 @@ so one config means one judge, one reading path and one cache everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from jobs.config import JobConfig
+from jobs.engine.budget import BudgetSettings
 from jobs.engine.cache import judge_fingerprint
 from jobs.engine.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
 from jobs.engine.storage import Store, open_store
+from jobs.schema import CarriedColumn
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.response_format import ResponseFormatNegotiation, shared_negotiation
 from scorer_core.scorer import make_judge
+from scorer_core.transports import resolve_transport
 
 
 def check_api_key(config: JobConfig) -> None:
@@ -48,19 +52,26 @@ def input_spec(config: JobConfig) -> InputSpec:
             output=columns.output,
             expected_output=columns.expected_output,
             context=columns.context,
+            context_ids=columns.context_ids,
         ),
         storage_options=config.input.storage_options,
         context_extractor=config.input.context_extractor,
+        carry=tuple(config.input.carry),
+        carry_to_verdicts=tuple(config.input.carry_to_verdicts),
     )
 
 
-def shard_items(config: JobConfig, shard: Shard) -> Iterator[ItemRecord | RowError]:
-    """A shard's rows as the job judges them: read, normalised, truncated, validated."""
+def shard_items(
+    config: JobConfig, shard: Shard, carried: Sequence[CarriedColumn] = ()
+) -> Iterator[ItemRecord | RowError]:
+    """A shard's rows as the job judges them: read, normalised, truncated, validated, with
+    the values of the `carried` columns (their types decided at start-up)."""
     return read_items(
         input_spec(config),
         shard,
         max_context_chars=config.input.max_context_chars,
         max_contexts=config.input.max_contexts,
+        carried=carried,
     )
 
 
@@ -69,25 +80,47 @@ def build_judge(
     limiter: Limiter | None,
     api_key: str | None = None,
     *,
+    gate: contextlib.AbstractAsyncContextManager[None] | None = None,
     max_in_flight: int | None = None,
 ) -> Judge:
-    """The configured judge. `max_in_flight` bounds its requests in flight; by default the
-    run's `rate_limit.max_concurrency` shared evenly by the `ray.workers` tasks."""
+    """The configured judge.
+
+    Requests in flight are bounded by `gate` (a worker's allowance of the run-wide budget: the
+    run's governor then owns the cold start too), else by `max_in_flight`, else by the
+    configured `rate_limit.max_concurrency` (64 under auto) in this one process.
+    """
     judge_config = config.judge
     if judge_config.model == "lexical":
         return make_judge("lexical", **judge_config.lexical)
-    if max_in_flight is None:
-        max_in_flight = max(1, config.rate_limit.max_concurrency // config.ray.workers)
+    limits = config.rate_limit
+    bound: int | contextlib.AbstractAsyncContextManager[None]
+    if gate is not None:
+        bound = gate
+    elif max_in_flight is not None:
+        bound = max_in_flight
+    else:
+        bound = single_process_concurrency(config)
+    transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
     options: dict[str, Any] = {
         "timeout": judge_config.timeout_s,
         "temperature": judge_config.temperature,
         "max_retries": judge_config.max_retries,
         "max_reasks": judge_config.max_reasks,
-        "max_in_flight": max_in_flight,
+        "max_in_flight": bound,
+        "first_alone": gate is None,
         "scale": config.scorer.scale,
         "limiter": limiter,
-        "transport": judge_config.transport,
+        "transport": transport,
+        "completion_budget": judge_config.max_tokens,
     }
+    if limits.tokens_per_minute:
+        options["token_counter"] = prompt_token_counter(judge_config.model)
+    if transport == "http":
+        # The run's budget bounds requests in flight; the pool must not bound them lower.
+        options["max_connections"] = max(
+            limits.concurrency_ceiling,
+            limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0,
+        )
     if judge_config.api_base:
         options["api_base"] = judge_config.api_base
     if judge_config.max_tokens:
@@ -109,7 +142,8 @@ def judge_endpoint(config: JobConfig) -> str:
     judge_config = config.judge
     if judge_config.api_base:
         return judge_config.api_base.rstrip("/")
-    if judge_config.transport == "http":
+    transport = resolve_transport(judge_config.transport, judge_config.model, None)
+    if transport == "http":
         from scorer_core.openai_http import OPENAI_API_BASE
 
         return OPENAI_API_BASE
@@ -125,6 +159,37 @@ def response_format_summary(judge: Judge) -> dict[str, Any] | None:
     if isinstance(negotiation, ResponseFormatNegotiation):
         return negotiation.summary()
     return None
+
+
+def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int]:
+    """Counts a request's prompt tokens the provider's way (litellm's tokenizer for `model`),
+    for a tokens-per-minute limit. Imports litellm on first use."""
+    from scorer_core.litellm_client import import_litellm
+
+    litellm = import_litellm()
+
+    def count(messages: Sequence[dict[str, str]]) -> int:
+        return int(litellm.token_counter(model=model, messages=list(messages)))
+
+    return count
+
+
+def single_process_concurrency(config: JobConfig) -> int:
+    """Requests in flight for a judge working alone in one process: the configured number, or
+    under auto (no run-wide governor to measure latency) the budget's default."""
+    settings = budget_settings(config)
+    return settings.explicit or settings.unlimited
+
+
+def budget_settings(config: JobConfig) -> BudgetSettings:
+    """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
+    limits = config.rate_limit
+    explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
+    return BudgetSettings(
+        explicit=explicit,
+        floor=limits.concurrency_floor,
+        ceiling=limits.concurrency_ceiling,
+    )
 
 
 def local_limiter(config: JobConfig) -> Limiter | None:

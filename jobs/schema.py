@@ -6,16 +6,22 @@
   `PUBLISHED_VERDICTS`, `PUBLISHED_SUMMARY`;
 * `VERDICT_CACHE`, the verdict cache files that outlive runs (`jobs.engine.cache`).
 
+A run may carry input columns of the user's (`input.carry`) into its scores table, and some of
+them (`input.carry_to_verdicts`) into its verdicts table: `RunSchema` is the run's tables, ours
+extended with those (`Table.with_extra`), each carried column with the Arrow type decided at
+start-up from the input (`jobs.engine.inputs.carry`), so every shard file has the same type.
+
 The workers write with pyarrow and publishing reads with Polars; both take their schemas from
 here (`Table.arrow`, `Table.polars`), and the row builders take their keys from here
 (`Table.build_row`). The published tables are projections of the staged ones, so a column has
 one type from the shard file to the reader. The README's "Output" section lists the published
-columns with these types and meanings; tests/test_schema.py keeps the two in step.
+columns with these types and meanings; tests/unit/test_schema.py keeps the two in step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,11 +48,28 @@ _POLARS_TYPES: dict[ColumnType, pl.DataType] = {
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: its name, its type and what it holds (the README shows `doc` verbatim)."""
+    """One column: its name, its type and what it holds (the README shows `doc` verbatim).
+
+    `type` is one of ours (`ColumnType`), or any Arrow type for a column carried from the input.
+    """
 
     name: str
-    type: ColumnType
+    type: ColumnType | pa.DataType
     doc: str
+
+    @property
+    def arrow(self) -> pa.DataType:
+        if isinstance(self.type, pa.DataType):
+            return self.type
+        return _ARROW_TYPES[self.type]
+
+    @property
+    def polars(self) -> pl.DataType:
+        if isinstance(self.type, pa.DataType):
+            series = pl.from_arrow(pa.array([], type=self.type))
+            dtype: pl.DataType = series.dtype  # type: ignore[union-attr]
+            return dtype
+        return _POLARS_TYPES[self.type]
 
 
 @dataclass(frozen=True)
@@ -67,12 +90,8 @@ class Table:
         # A frozen dataclass sets its derived fields through object.__setattr__.
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "_by_name", {column.name: column for column in self.columns})
-        object.__setattr__(
-            self, "arrow", pa.schema([(c.name, _ARROW_TYPES[c.type]) for c in self.columns])
-        )
-        object.__setattr__(
-            self, "polars", pl.Schema([(c.name, _POLARS_TYPES[c.type]) for c in self.columns])
-        )
+        object.__setattr__(self, "arrow", pa.schema([(c.name, c.arrow) for c in self.columns]))
+        object.__setattr__(self, "polars", pl.Schema([(c.name, c.polars) for c in self.columns]))
 
     def column(self, name: str) -> Column:
         """The column called `name` (KeyError naming the table when there is none)."""
@@ -84,6 +103,11 @@ class Table:
     def project(self, name: str, names: Sequence[str]) -> Table:
         """A table `name` made of some of these columns, in the order of `names`."""
         return Table(name, tuple(self.column(n) for n in names))
+
+    def with_extra(self, extra: Iterable[Column]) -> Table:
+        """This table with `extra` columns after its own (ValueError when a name clashes)."""
+        extra = tuple(extra)
+        return Table(self.name, self.columns + extra) if extra else self
 
     def build_row(self, **values: Any) -> dict[str, Any]:
         """A row as a dict in column order; a missing or unknown column raises ValueError."""
@@ -99,6 +123,11 @@ class Table:
 def duplicate_error(query_id: str, first: str) -> str:
     """The `error` of a row whose `duplicate_of` is `first` (the users' message since v1)."""
     return f"duplicate query_id {query_id}: only its first occurrence ({first}) is scored"
+
+
+def context_hash(text: str) -> str:
+    """The `context_hash` of a context: the first 32 hex digits of the SHA-256 of its text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 # -- staged, one file per shard -------------------------------------------------------------
@@ -160,6 +189,17 @@ STAGED_VERDICTS = Table(
         Column("item_seq", "int64", "the item's `item_seq` (tells duplicates apart)"),
         Column("position", "int32", "0-based rank of the context as retrieved"),
         Column(
+            "context_id",
+            "string",
+            "the context's id from `input.columns.context_ids` (integers as text); null without",
+        ),
+        Column(
+            "context_hash",
+            "string",
+            "the first 32 hex digits of the SHA-256 of the context's UTF-8 text as judged (after "
+            "truncation): `left(sha256(text), 32)` in DuckDB",
+        ),
+        Column(
             "relevant",
             "bool",
             "the judge's verdict; null where none was obtained (item not `ok`)",
@@ -197,7 +237,8 @@ PUBLISHED_SCORES = STAGED_ITEMS.project(
 """One row per input row of the run."""
 
 PUBLISHED_VERDICTS = STAGED_VERDICTS.project(
-    "verdicts", ("query_id", "position", "relevant", "judge_reason", "cached")
+    "verdicts",
+    ("query_id", "position", "context_id", "context_hash", "relevant", "judge_reason", "cached"),
 )
 """One row per context of a judged item (later duplicates' verdicts are dropped)."""
 
@@ -205,6 +246,17 @@ PUBLISHED_SUMMARY = Table(
     "summary",
     (
         Column("model", "string", "the judge model"),
+        Column(
+            "segment_by",
+            "string",
+            "the `summary.by` column a segment's row is about; null on the rows of the whole run",
+        ),
+        Column(
+            "segment",
+            "string",
+            "that column's value, as text (dates ISO, booleans `true`/`false`); null on the rows "
+            "of the whole run, and for the items whose value is null",
+        ),
         Column(
             "metric",
             "string",
@@ -225,7 +277,8 @@ PUBLISHED_SUMMARY = Table(
         Column("value", "float64", "the metric's value; null when undefined"),
     ),
 )
-"""One row per metric of the run (a tidy table, see `jobs.engine.aggregate.RunSummary`)."""
+"""One row per metric of the run, and per metric of each segment (`summary.by`): a tidy table,
+see `jobs.engine.aggregate.RunSummary`."""
 
 PUBLISHED: tuple[Table, ...] = (PUBLISHED_SCORES, PUBLISHED_VERDICTS, PUBLISHED_SUMMARY)
 """The tables a reader of the output root sees, by their folder names."""
@@ -234,3 +287,81 @@ PUBLISHED: tuple[Table, ...] = (PUBLISHED_SCORES, PUBLISHED_VERDICTS, PUBLISHED_
 
 VERDICT_CACHE = STAGED_VERDICTS.project("cache", ("pair_key", "relevant", "judge_reason"))
 """One row per cached verdict (`relevant` is never null here)."""
+
+
+# -- a run's tables: ours plus the input columns it carries ---------------------------------
+
+HIVE_COLUMNS = ("run_date", "run_id")
+"""The partition columns readers add (`hive_partitioning=true`): no table may have them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedColumn:
+    """An input column a run copies into its scores (and, `into_verdicts`, verdicts) rows."""
+
+    name: str
+    type: pa.DataType
+    into_verdicts: bool = False
+
+    @property
+    def column(self) -> Column:
+        return Column(self.name, self.type, f"the input column {self.name!r}, as read")
+
+
+def carry_clashes(carry: Sequence[str], into_verdicts: Sequence[str]) -> list[str]:
+    """Why each carried name cannot be used: it is one of our columns of a table it would
+    land in, or a hive partition column. Empty when every name is free."""
+    problems = []
+    for name in carry:
+        if name in HIVE_COLUMNS:
+            problems.append(f"{name!r} is a partition column readers add (run_date, run_id)")
+        elif name in STAGED_ITEMS.names:
+            problems.append(f"{name!r} is a column of the scores table")
+        elif name in into_verdicts and name in STAGED_VERDICTS.names:
+            problems.append(f"{name!r} is a column of the verdicts table")
+    return problems
+
+
+@dataclass(frozen=True, init=False)
+class RunSchema:
+    """One run's tables: ours, with the run's carried columns after our own.
+
+    Pickled (to every Ray task) as its carried columns only; the tables are derived again.
+    """
+
+    carried: tuple[CarriedColumn, ...]
+    staged_items: Table
+    staged_verdicts: Table
+    scores: Table
+    verdicts: Table
+
+    def __init__(self, carried: Iterable[CarriedColumn] = ()) -> None:
+        carried = tuple(carried)
+        problems = carry_clashes(
+            [c.name for c in carried], [c.name for c in carried if c.into_verdicts]
+        )
+        if problems:
+            raise ValueError("carried columns clash: " + "; ".join(problems))
+        to_items = [c.column for c in carried]
+        to_verdicts = [c.column for c in carried if c.into_verdicts]
+        values = {
+            "carried": carried,
+            "staged_items": STAGED_ITEMS.with_extra(to_items),
+            "staged_verdicts": STAGED_VERDICTS.with_extra(to_verdicts),
+            "scores": PUBLISHED_SCORES.with_extra(to_items),
+            "verdicts": PUBLISHED_VERDICTS.with_extra(to_verdicts),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RunSchema, (self.carried,))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The carried columns' names, in the order their values travel (`ItemRecord.carried`)."""
+        return tuple(c.name for c in self.carried)
+
+    @property
+    def verdict_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.carried if c.into_verdicts)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from jobs import formatting as fmt
 from jobs.engine.aggregate import RunSummary, band_range
@@ -12,14 +13,20 @@ from jobs.engine.response_formats import RunResponseFormat
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
 
-# Long lists of positions are cut: the published summary table has them all.
+# Long lists of positions and segments are cut: the published summary table has them all.
 _MAX_POSITION_ROWS = 20
+_MAX_SEGMENT_ROWS = 20
 # A rejected form's server answer is cut to this: the manifest has it whole.
 _MAX_REASON_CHARS = 160
 
 
-def format_summary_table(summary: RunSummary, where: str) -> str:
-    """A compact fixed-width text table of `summary`, ending with where the results are."""
+def format_summary_table(
+    summary: RunSummary, where: str, judge: Mapping[str, Any] | None = None
+) -> str:
+    """A compact fixed-width text table of `summary`, ending with where the results are.
+
+    `judge` is what the run's judge settled on (the manifest's `judge`: transport,
+    structured-output form); the request flow comes from `summary.flow`."""
     rule = "-" * WIDTH
 
     def line(label: str, value: str) -> str:
@@ -48,6 +55,18 @@ def format_summary_table(summary: RunSummary, where: str) -> str:
     hidden = len(summary.position_rates) - len(shown)
     if hidden > 0:
         lines.append(f"  ... {hidden} more positions")
+    for column in summary.segment_columns:
+        segments = summary.segments_by(column)
+        lines += [rule, f"{_cut('by ' + column, 22):<22}{'items':>8}{'scored':>8}{'mean':>8}"]
+        for segment in segments[:_MAX_SEGMENT_ROWS]:
+            s = segment.summary
+            name = "(null)" if segment.value is None else segment.value
+            lines.append(
+                f"  {_cut(name, 20):<20}{s.items:>8,}{s.scored:>8,}{fmt.number(s.mean):>8}"
+            )
+        hidden = len(segments) - _MAX_SEGMENT_ROWS
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more values")
     lines += [
         rule,
         line("judge calls", f"{summary.judge_calls:,}"),
@@ -55,12 +74,45 @@ def format_summary_table(summary: RunSummary, where: str) -> str:
         line("completion tokens", f"{summary.completion_tokens:,}"),
         line("cache hits", f"{summary.cache_hits:,}"),
         line("estimated cost", cost),
-        rule,
     ]
-    if summary.response_format is not None:
-        lines += [*_response_format_lines(summary.response_format, line), rule]
-    lines.append(f"results: {where}")
+    lines += _judge_lines(summary, judge or {}, line)
+    lines += [rule, f"results: {where}"]
     return "\n".join(lines)
+
+
+def _judge_lines(
+    summary: RunSummary, judge: Mapping[str, Any], line: Callable[[str, str], str]
+) -> list[str]:
+    """How the requests went: transport, structured-output form, in-flight budget, latency."""
+    lines: list[str] = []
+    if judge.get("transport"):
+        lines.append(line("transport", str(judge["transport"])))
+    negotiated = judge.get("response_format")
+    if isinstance(negotiated, Mapping) and negotiated.get("in_use"):
+        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated), line)
+    flow = dict(summary.flow)
+    if flow:
+        lines.append(
+            line(
+                "in flight: budget/max",
+                (
+                    f"{fmt.integer(flow.get('in_flight_budget'))} / "
+                    f"{fmt.integer(flow.get('max_in_flight'))}"
+                ),
+            )
+        )
+        lines.append(
+            line(
+                "latency p50/p90/p99 s",
+                (
+                    " / ".join(
+                        fmt.number(flow.get(name))
+                        for name in ("latency_p50_s", "latency_p90_s", "latency_p99_s")
+                    )
+                ),
+            )
+        )
+    return lines
 
 
 def _response_format_lines(
@@ -81,3 +133,7 @@ def _response_format_lines(
             subsequent_indent="    ",
         )
     return lines
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -57,9 +57,9 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--transport",
-        choices=["litellm", "http"],
-        default="litellm",
-        help="'http': the lean client for OpenAI-compatible servers",
+        choices=["auto", "litellm", "http"],
+        default="auto",
+        help="auto: the lean http client for openai/... models, litellm for other providers",
     )
     parser.add_argument(
         "--response-format",
@@ -150,7 +150,7 @@ def render(
     return "\n".join(lines)
 
 
-def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
+def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:
@@ -192,7 +192,7 @@ def run_score(args: argparse.Namespace, stdout: TextIO = sys.stdout) -> int:
         json.dumps(result_to_dict(result, form, seconds), ensure_ascii=False)
         if args.json
         else render(result, form, seconds),
-        file=stdout,
+        file=stdout or sys.stdout,  # looked up now: redirect_stdout and capture apply
     )
     return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE
 

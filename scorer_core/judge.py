@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from scorer_core.errors import (
     FatalJudgeError,
@@ -53,10 +54,27 @@ CHARS_PER_TOKEN = 4
 REPLY_TOKENS_PER_VERDICT = 40
 
 
-def estimate_tokens(messages: Sequence[dict[str, str]], verdicts: int = 1) -> int:
-    """Prompt plus expected reply tokens, for the rate limiter and the cost estimate."""
-    chars = sum(len(m["content"]) for m in messages)
-    return chars // CHARS_PER_TOKEN + 1 + REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
+TokenCounter = Callable[[Sequence[dict[str, str]]], int]
+"""Counts a request's prompt tokens (e.g. the provider's tokenizer through litellm)."""
+
+
+def count_prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
+    """A rough prompt token count from characters, when no tokenizer is at hand."""
+    return sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN + 1
+
+
+def estimate_tokens(
+    messages: Sequence[dict[str, str]],
+    verdicts: int = 1,
+    *,
+    counter: TokenCounter = count_prompt_tokens,
+    completion_budget: int | None = None,
+) -> int:
+    """Prompt plus expected reply tokens, for the rate limiter and the cost estimate: the
+    reply's `completion_budget` (the request's max_tokens) when set, else a short reason per
+    verdict."""
+    reply = completion_budget or REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
+    return counter(messages) + reply
 
 
 class LLMJudge:
@@ -70,29 +88,46 @@ class LLMJudge:
         limiter: Limiter | None = None,
         sleep: Sleeper = real_sleep,
         scale: float = 1.0,
-        max_in_flight: int | None = None,
+        max_in_flight: int | contextlib.AbstractAsyncContextManager[None] | None = None,
         response_format: str = "auto",
         negotiation: ResponseFormatNegotiation | None = None,
+        first_alone: bool = True,
+        token_counter: TokenCounter = count_prompt_tokens,
+        completion_budget: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`response_format` is "auto" or one form (see `scorer_core.response_format`);
         `negotiation`, when given, is shared state for the endpoint (e.g. from
-        `shared_negotiation`) and its setting wins over `response_format`."""
+        `shared_negotiation`) and its setting wins over `response_format`.
+
+        `max_in_flight` bounds the requests in flight: a number, or a gate (an async context
+        manager) shared with other judges, such as a worker's allowance of a run-wide budget.
+        `first_alone=False` leaves the cold start to whoever owns that gate. `token_counter` and
+        `completion_budget` size each request for a tokens-per-minute limiter; `clock` times
+        replies for the limiter's latency statistics."""
         self._client = client
         self._formats = negotiation or ResponseFormatNegotiation(response_format, client.endpoint)
         # Bounds requests in flight (not items), so an item with thousands of contexts cannot
         # open thousands of connections at once.
-        self._in_flight: asyncio.Semaphore | contextlib.AbstractAsyncContextManager[None] = (
-            asyncio.Semaphore(max_in_flight) if max_in_flight else contextlib.nullcontext()
-        )
+        self._in_flight: contextlib.AbstractAsyncContextManager[None]
+        if isinstance(max_in_flight, int):
+            self._in_flight = asyncio.Semaphore(max_in_flight)  # type: ignore[assignment]
+        else:
+            self._in_flight = max_in_flight or contextlib.nullcontext()
         self._retry = retry or RetryPolicy()
         self._limiter = limiter or NoLimit()
         self._sleep = sleep
         self._scale = scale
+        self._count_tokens = token_counter
+        self._completion_budget = completion_budget
+        self._clock = clock
         # The first request goes alone: a client's first call can take a second or more (lazy
         # imports, connection set-up) while the calls behind it wait inside the client, so rate
         # slots taken meanwhile would all be spent at the same instant when it returns.
-        self._first_taken = False
+        self._first_taken = not first_alone
         self._first_done = asyncio.Event()
+        if not first_alone:
+            self._first_done.set()
 
     @property
     def model(self) -> str:
@@ -101,6 +136,11 @@ class LLMJudge:
     @property
     def endpoint(self) -> str:
         return self._client.endpoint
+
+    @property
+    def transport(self) -> str:
+        """Which client carries the requests ("http", "litellm", or the client's own name)."""
+        return str(getattr(self._client, "transport", type(self._client).__name__))
 
     @property
     def response_format(self) -> ResponseFormatNegotiation:
@@ -125,7 +165,12 @@ class LLMJudge:
         verdicts: int,
     ) -> tuple[ChatReply, Usage]:
         """One logical request: retried on transport failures, each attempt rate-limited."""
-        tokens = estimate_tokens(messages, verdicts)
+        tokens = estimate_tokens(
+            messages,
+            verdicts,
+            counter=self._count_tokens,
+            completion_budget=self._completion_budget,
+        )
         calls = retries = rate_limited = 0
         form_rejections = 0
         while True:
@@ -141,8 +186,11 @@ class LLMJudge:
                 async with self._in_flight:
                     # Rate slot taken only once a connection slot is ours, so slots are not
                     # hoarded by waiters and then spent in a burst.
+                    charged = 0
+                    sent_at: float | None = None
                     try:
-                        await self._limiter.acquire(tokens)
+                        charged = await self._limiter.acquire(tokens)
+                        sent_at = self._clock()
                         reply = await self._client.complete(
                             messages,
                             schema_name=schema_name,
@@ -152,6 +200,12 @@ class LLMJudge:
                     finally:
                         if first:
                             self._first_done.set()
+                        if sent_at is not None:
+                            self._limiter.completed(
+                                self._clock() - sent_at if reply is not None else None,
+                                charged,
+                                reply.prompt_tokens + reply.completion_tokens if reply else 0,
+                            )
             except ResponseFormatRejected as exc:
                 settled = True
                 form_rejections += 1

@@ -66,7 +66,7 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "STOPWORDS",
     "LexicalJudge",
-    "content_terms",
+    "content_words",
     "is_relevant",
     "stem",
 ]
@@ -145,11 +145,12 @@ def _tokens(text: str, max_chars: int, max_tokens: int) -> list[str]:
     return tokens[:max_tokens] if len(tokens) > max_tokens else tokens
 
 
-def content_terms(
+def content_words(
     text: str, *, max_chars: int = DEFAULT_MAX_CHARS, max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> list[str]:
-    """The stemmed content words of `text`, in order, with repeats (bounded as documented)."""
-    return [stem(t) for t in _tokens(text, max_chars, max_tokens) if _is_content(t)]
+    """The content words of `text` (lower-cased, before stemming), in order, with repeats,
+    bounded as documented: what the judge matches, once each is stemmed."""
+    return [t for t in _tokens(text, max_chars, max_tokens) if _is_content(t)]
 
 
 def _pairs(terms: Sequence[str]) -> set[tuple[str, str]]:
@@ -252,11 +253,6 @@ class LexicalJudge:
         """
         return list(self._stats(item).scores)
 
-    def verdict_flags(self, item: ScoringItem) -> list[bool]:
-        """The relevance verdict of every context of `item`, in context order."""
-        st = self._stats(item)
-        return [self._relevant(s, st.best) for s in st.scores]
-
     def _relevant(self, score: float, best: float) -> bool:
         return is_relevant(score, best, threshold=self.threshold, relative=self.relative)
 
@@ -285,10 +281,10 @@ class LexicalJudge:
             answer_text, answer_source = item.expected_output, "reference answer"
         else:
             answer_text, answer_source = item.output, "answer"
-        query_raw = [t for t in _tokens(item.input, mc, mt) if _is_content(t)]
+        query_raw = content_words(item.input, max_chars=mc, max_tokens=mt)
         answer_raw: list[str] = []
         if self.answer_weight > 0.0:
-            answer_raw = [t for t in _tokens(answer_text, mc, mt) if _is_content(t)]
+            answer_raw = content_words(answer_text, max_chars=mc, max_tokens=mt)
         query_seq = [stem(t) for t in query_raw]
         answer_seq = [stem(t) for t in answer_raw]
         # The first surface form of each stem, so that reasons quote words, not stems.

@@ -138,6 +138,10 @@ class LiteLLMClient:
         return self._model
 
     @property
+    def transport(self) -> str:
+        return "litellm"
+
+    @property
     def endpoint(self) -> str:
         if self._api_base:
             return self._api_base.rstrip("/")

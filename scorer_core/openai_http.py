@@ -60,7 +60,8 @@ from scorer_core.protocols import ChatReply
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 
 OPENAI_API_BASE = "https://api.openai.com/v1"
-_PROVIDER_PREFIX = "openai/"
+# litellm's provider prefixes of OpenAI-compatible endpoints, dropped on the wire.
+_PROVIDER_PREFIXES = ("openai/", "hosted_vllm/", "lm_studio/")
 _EXCERPT_CHARS = 300  # of the server's error message, in our error messages
 _CLASSIFY_CHARS = 8192  # of an error body, searched for what kind of rejection it is
 _REDACTED = "***"
@@ -75,8 +76,12 @@ class _Pool:
 
 
 def wire_model_name(model: str) -> str:
-    """The model name sent to the server: without litellm's "openai/" provider prefix."""
-    return model[len(_PROVIDER_PREFIX) :] if model.startswith(_PROVIDER_PREFIX) else model
+    """The model name sent to the server: without litellm's provider prefix ("openai/",
+    "hosted_vllm/", "lm_studio/")."""
+    for prefix in _PROVIDER_PREFIXES:
+        if model.startswith(prefix):
+            return model[len(prefix) :]
+    return model
 
 
 def env_proxy_for(url: str) -> str | None:
@@ -187,6 +192,10 @@ class OpenAIHTTPClient:
     @property
     def endpoint(self) -> str:
         return self._api_base
+
+    @property
+    def transport(self) -> str:
+        return "http"
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIHTTPClient(model={self._model!r}, api_base={self._api_base!r})"

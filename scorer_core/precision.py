@@ -6,7 +6,7 @@ The score is the mean of those precisions over the relevant contexts, times `sca
 with no relevant context, or no verdict at all, scores 0.
 
 The float operations are the ones Mastra's scorer performs, in the same order, so the two agree
-bit for bit (tests/test_rounding_node.py checks it against node). The Polars aggregation in
+bit for bit (tests/unit/test_rounding_node.py checks it against node). The Polars aggregation in
 `jobs` must apply the same arithmetic: see `round_score` for the exact steps.
 """
 

@@ -81,14 +81,24 @@ class ChatClient(Protocol):
 
 
 class Limiter(Protocol):
-    """A rate limit shared by everything that calls the same provider."""
+    """A rate limit shared by everything that calls the same provider.
 
-    async def acquire(self, tokens: int) -> None:
-        """Wait until one request of about `tokens` tokens may be sent."""
+    The judge calls `acquire` before each attempt, then `completed` when the attempt is over,
+    so a limiter can pace on tokens the provider really counted and learn the reply latency.
+    """
+
+    async def acquire(self, tokens: int) -> int:
+        """Wait until one request of about `tokens` tokens may be sent; returns the tokens
+        charged for it (the limiter may correct the estimate)."""
         ...
 
     async def rate_limited(self, retry_after: float | None) -> None:
         """Tell the limiter the provider refused a request, so that every caller slows down."""
+        ...
+
+    def completed(self, latency_s: float | None, charged_tokens: int, used_tokens: int) -> None:
+        """An attempt is over: its reply latency (None when it failed without a reply), the
+        tokens `acquire` charged and the tokens the provider reported (0 when unknown)."""
         ...
 
 
@@ -99,8 +109,11 @@ class Sleeper(Protocol):
 class NoLimit:
     """A `Limiter` that never waits."""
 
-    async def acquire(self, tokens: int) -> None:
-        return None
+    async def acquire(self, tokens: int) -> int:
+        return tokens
 
     async def rate_limited(self, retry_after: float | None) -> None:
+        return None
+
+    def completed(self, latency_s: float | None, charged_tokens: int, used_tokens: int) -> None:
         return None

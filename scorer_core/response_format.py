@@ -133,12 +133,6 @@ class ResponseFormatNegotiation:
             return self._remaining[0]
 
     @property
-    def confirmed(self) -> bool:
-        """True once the endpoint has answered a request sent with the current form."""
-        with self._lock:
-            return self._confirmed
-
-    @property
     def dropped(self) -> tuple[DroppedForm, ...]:
         with self._lock:
             return tuple(self._dropped)

@@ -81,6 +81,9 @@ LLM_JUDGE_OPTIONS = frozenset(
         "client",
         "response_format",
         "negotiation",
+        "first_alone",
+        "token_counter",
+        "completion_budget",
     }
 )
 _TRANSPORT_OPTIONS = {
@@ -337,7 +340,9 @@ def make_judge(model: str, **options: Any) -> Judge:
 
     Options for an LLM judge: `api_base`, `api_key`, `timeout`, `temperature`, `max_tokens`,
     `max_retries`, `max_reasks` (or a `retry` policy), a shared `limiter`, `sleep`,
-    `max_in_flight`, `transport` ("litellm" or "http"), a ready `client`, `response_format`
+    `max_in_flight` (a number or a shared gate), `first_alone`, `token_counter`,
+    `completion_budget`, `transport` ("auto", "litellm" or "http"; see
+    `scorer_core.transports`), a ready `client`, `response_format`
     ("auto", "json_schema", "json_object" or "prompt") or a shared `negotiation`; with
     transport "litellm" also `request_options` (extra litellm arguments, sent as given), with
     "http" `max_connections` and `proxy_from_env`. The lexical judge takes its own options
@@ -356,10 +361,15 @@ def make_judge(model: str, **options: Any) -> Judge:
     from scorer_core.litellm_client import LiteLLMClient
     from scorer_core.response_format import check_response_format
     from scorer_core.retry import RetryPolicy, real_sleep
+    from scorer_core.transports import resolve_transport
 
-    transport = options.pop("transport", "litellm")
-    if transport not in _TRANSPORT_OPTIONS:
-        raise ConfigError(f"transport must be 'litellm' or 'http', got {transport!r}")
+    setting = options.pop("transport", "auto")
+    if setting == "auto":
+        # Options that only one client takes decide for it.
+        for name, names in _TRANSPORT_OPTIONS.items():
+            if set(options) & names:
+                setting = name
+    transport = resolve_transport(setting, model, options.get("api_base"))
     llm_allowed = LLM_JUDGE_OPTIONS | _TRANSPORT_OPTIONS[transport]
     unknown = set(options) - llm_allowed
     if unknown:
@@ -378,6 +388,11 @@ def make_judge(model: str, **options: Any) -> Judge:
     limiter = options.pop("limiter", None)
     sleep = options.pop("sleep", real_sleep)
     max_in_flight = options.pop("max_in_flight", None)
+    flow_options = {
+        name: options.pop(name)
+        for name in ("first_alone", "token_counter", "completion_budget")
+        if name in options
+    }
     response_format = check_response_format(options.pop("response_format", "auto"))
     negotiation = options.pop("negotiation", None)
     client = options.pop("client", None)
@@ -397,6 +412,7 @@ def make_judge(model: str, **options: Any) -> Judge:
         max_in_flight=max_in_flight,
         response_format=response_format,
         negotiation=negotiation,
+        **flow_options,
     )
 
 

@@ -24,12 +24,6 @@ class ScoringItem:
     contexts: tuple[str, ...]
     expected_output: str | None = None
 
-    @property
-    def reference_or_output(self) -> str:
-        """What relevance is judged against: the reference answer when given, else the output
-        ("" for a retrieval-only item, which is judged against the query alone)."""
-        return self.expected_output if self.expected_output else self.output
-
 
 @dataclass(frozen=True, slots=True)
 class ContextVerdict:

@@ -1,93 +1,141 @@
-"""Shared pytest fixtures."""
+"""Every shared fixture, defined once.
+
+    server        a fresh fake judge (scorer_core.testing) for one test, with no options
+    fake_judge    starts fake judges with any FakeJudgeServer options, stopped after the test
+    transport     "litellm", then "http": a test that takes it runs once per judge transport
+    judge_key     the judge's API key in the environment variable the job configs name
+    sleep         a RecordingSleep to inject instead of asyncio.sleep
+    moto_s3       the session's moto S3 server, with bucket MOTO_BUCKET; s3_prefix: a fresh
+                  prefix in it
+    faulty_s3     an S3 endpoint of the test's own that it may break (tests.support.s3_faults)
+    ray_local     the session's local Ray (2 CPUs, loopback), started by the first test that
+                  asks; only tests under tests/integration may ask, and a unit test that
+                  starts Ray some other way fails
+
+Helpers that are more than fixtures live in tests/support.
+"""
 
 from __future__ import annotations
 
-import logging
+import sys
 import uuid
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jobs.engine.ray_runtime import RAY_ENV, set_env_defaults
-
-# The fake judge's `server` fixture and other small fakes, for every test module.
-pytest_plugins = ["tests.fakes"]
+from scorer_core.testing import FakeJudgeServer
+from tests.support.fakes import JudgeFactory, RecordingSleep
+from tests.support.job import KEY_ENV, KEY_VALUE
+from tests.support.moto import (
+    MOTO_BUCKET,
+    MOTO_CREDENTIALS,
+    MotoS3,
+    create_bucket,
+    moto_storage_options,
+    start_moto_server,
+)
+from tests.support.s3_faults import FaultyS3
 
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
 # test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
 set_env_defaults()
 
-# ==========================================================================================
-# moto S3 fixtures (owner: storage/inputs). A real S3-compatible HTTP endpoint on loopback:
-# moto's ThreadedMotoServer on 127.0.0.1 at a free port, dummy credentials, us-east-1.
-# Other fixtures (Ray, ...) go in their own block below this one.
-# ==========================================================================================
-
-MOTO_BUCKET = "ctxprec-test"
-MOTO_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+UNIT = Path(__file__).resolve().parent / "unit"
+# Fixtures a unit test must not use: they start Ray.
+_RAY_FIXTURES = {"ray_local"}
 
 
-class MotoS3(NamedTuple):
-    """Unpacks as `(endpoint_url, bucket, storage_options)`."""
-
-    endpoint_url: str
-    bucket: str
-    storage_options: dict[str, Any]
-
-
-def moto_storage_options(endpoint_url: str, **extra: Any) -> dict[str, Any]:
-    """fsspec storage_options for s3fs against the moto endpoint (a fresh dict each call)."""
-    return {
-        "key": "testing",
-        "secret": "testing",
-        "endpoint_url": endpoint_url,
-        "client_kwargs": {"region_name": "us-east-1"},
-        **extra,
-    }
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests run without Ray: one that asks for it belongs in tests/integration."""
+    for item in items:
+        if item.path.is_relative_to(UNIT):
+            uses = _RAY_FIXTURES & set(getattr(item, "fixturenames", ()))
+            if uses:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses {sorted(uses)}: tests that need Ray go in "
+                    "tests/integration"
+                )
 
 
-def start_moto_server() -> tuple[Any, str]:
-    """Start a ThreadedMotoServer on 127.0.0.1 at a free port: (server, endpoint_url).
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
-    Every moto server in one process shares the same in-memory backend: a bucket created
-    through one is visible through the others.
-    """
-    from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return server, f"http://{host}:{port}"
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_ray(request: pytest.FixtureRequest) -> Iterator[None]:
+    """...nor start it some other way (a `run_job` with shards left to run, say)."""
+    if not request.node.path.is_relative_to(UNIT) or _ray_running():
+        yield
+        return
+    yield
+    if _ray_running():
+        sys.modules["ray"].shutdown()
+        pytest.fail("this unit test started Ray: it belongs in tests/integration")
+
+
+# -- the fake judge ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_judge() -> Iterator[JudgeFactory]:
+    """`fake_judge(**options)` starts a FakeJudgeServer with those options (rpm, fault_plan,
+    verdict_fn, require_api_key, on_request, ...); all of them stop when the test ends."""
+    started: list[FakeJudgeServer] = []
+
+    def start(**options: Any) -> FakeJudgeServer:
+        server = FakeJudgeServer(**options).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def server(fake_judge: JudgeFactory) -> FakeJudgeServer:
+    """A fake judge of this test's own: no limit, no faults, empty statistics."""
+    return fake_judge()
+
+
+@pytest.fixture(params=["litellm", "http"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """The judge's transport: a test that takes this fixture runs once with each."""
+    return str(request.param)
+
+
+@pytest.fixture
+def judge_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The key in KEY_ENV, the variable `tests.support.job.llm_judge` configs read it from."""
+    monkeypatch.setenv(KEY_ENV, KEY_VALUE)
+    return KEY_VALUE
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    """Injected instead of asyncio.sleep: records the waits, waits for nothing."""
+    return RecordingSleep()
+
+
+# -- S3 ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def moto_s3() -> Iterator[MotoS3]:
     """A moto S3 server for the whole session, with bucket `MOTO_BUCKET` created."""
-    import boto3  # type: ignore[import-untyped]
-
     with pytest.MonkeyPatch.context() as patch:
         for name, value in MOTO_CREDENTIALS.items():
             patch.setenv(name, value)
-        server, endpoint = start_moto_server()
+        moto, endpoint = start_moto_server()
         try:
-            client = boto3.client(
-                "s3",
-                endpoint_url=endpoint,
-                region_name="us-east-1",
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-            )
-            client.create_bucket(Bucket=MOTO_BUCKET)
+            create_bucket(endpoint, MOTO_BUCKET)
             yield MotoS3(endpoint, MOTO_BUCKET, moto_storage_options(endpoint))
         finally:
-            server.stop()
+            moto.stop()
 
 
 @pytest.fixture
@@ -96,23 +144,27 @@ def s3_prefix(moto_s3: MotoS3) -> str:
     return f"s3://{moto_s3.bucket}/t-{uuid.uuid4().hex[:12]}"
 
 
-# ==================================== end of moto S3 fixtures =============================
+@pytest.fixture
+def faulty_s3() -> Iterator[FaultyS3]:
+    """An S3 endpoint of this test's own (moto's buckets, a port of its own) to break."""
+    endpoint = FaultyS3()
+    endpoint.start()
+    try:
+        yield endpoint
+    finally:
+        endpoint.stop()
 
 
-# ==========================================================================================
-# Ray fixture (owner: job integration tests). One local Ray instance for the whole session,
-# on loopback only, started lazily by the first test that asks for it. `jobs.engine.ray_runtime.
-# start_ray` sees `ray.is_initialized()` and reuses it. The environment is set before
-# `ray.init` so the raylet and every worker inherit it (loopback, offline litellm).
-# ==========================================================================================
-
-# The job's own Ray environment (jobs.engine.ray_runtime), under the name tests import.
-RAY_TEST_ENV = RAY_ENV
+# -- Ray ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
-    """`ray` initialised with 2 CPUs on 127.0.0.1, shut down at the end of the session."""
+    """`ray` initialised with 2 CPUs on 127.0.0.1, shut down at the end of the session.
+
+    `jobs.engine.ray_runtime.start_ray` sees `ray.is_initialized()` and reuses it. The job's
+    environment is set before `ray.init` so the raylet and every worker inherit it.
+    """
     import ray
 
     with pytest.MonkeyPatch.context() as patch:
@@ -121,15 +173,8 @@ def ray_local() -> Iterator[Any]:
         if ray.is_initialized():  # pragma: no cover - someone else started it
             yield ray
             return
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-        )
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
         try:
             yield ray
         finally:
             ray.shutdown()
-
-
-# ==================================== end of Ray fixture ==================================

@@ -20,7 +20,10 @@ Two formulations are implemented (``bench/aggregate_bench.py`` measures them and
   ``"window"`` inside the same plan, so both methods return the same scores on every input.
 
 The summary (`summarize` -> `RunSummary`) reads the published scores and verdicts tables
-(`jobs.schema`); `RunSummary.to_frame` is the published summary table.
+(`jobs.schema`); `RunSummary.to_frame` is the published summary table. With `segment_by`
+(`summary.by`) the same statistics are computed per value of each of those carried columns,
+one streaming group-by over the scores per column (and, for a column carried into the verdicts,
+one over the verdicts for its relevance by position): `RunSummary.segments`.
 
 Collect the returned LazyFrames with Polars' default engine (streaming since Polars 2): the
 bitmask plan is several times slower and uses about 3x the memory on the in-memory engine.
@@ -28,16 +31,17 @@ bitmask plan is several times slower and uses about 3x the memory on the in-memo
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 
-from jobs.engine.response_formats import RunResponseFormat
 from jobs.pricing import estimate_cost_usd
 from jobs.schema import PUBLISHED_SUMMARY
 from scorer_core import precision
@@ -294,9 +298,23 @@ class PositionRate:
     rate: float
 
 
+FLOW_METRICS: tuple[str, ...] = (
+    "in_flight_budget",
+    "max_in_flight",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p99_s",
+)
+"""Summary metrics about the run's request flow, from the governor (`jobs.engine.governor`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """Everything the run reports about itself.  Score statistics cover status "ok" items."""
+    """Everything the run reports about itself.  Score statistics cover status "ok" items.
+
+    `segments`: the same summary for the items of each value of each `summary.by` column (their
+    own `segments` are empty; their position rates too unless the column is in the verdicts).
+    """
 
     model: str
     scale: float
@@ -315,26 +333,35 @@ class RunSummary:
     completion_tokens: int
     cache_hits: int
     cost_usd: float | None
-    # The structured-output form the judge's requests settled on (None: nothing negotiated,
-    # e.g. the offline judge); set by publishing from the workers' reports, not by the tables.
-    response_format: RunResponseFormat | None = None
+    # How the run's requests flowed (`FLOW_METRICS`: the in-flight budget it settled on, the
+    # most in flight, reply latency percentiles); empty for the offline judge.
+    flow: tuple[tuple[str, float | None], ...] = ()
+    segments: tuple[Segment, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (bands as an ordered {label: count}, positions as a list of dicts)."""
-        out = asdict(self)
+        """A JSON-safe dict (bands as an ordered {label: count}, positions as a list of dicts,
+        segments as a list of {by, value, summary})."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["bands"] = dict(self.bands)
         out["position_rates"] = [asdict(rate) for rate in self.position_rates]
-        out["response_format"] = self.response_format.to_dict() if self.response_format else None
+        out["flow"] = dict(self.flow)
+        out["segments"] = [
+            {"by": segment.by, "value": segment.value, "summary": segment.summary.to_dict()}
+            for segment in self.segments
+        ]
         return out
 
-    def to_frame(self) -> pl.DataFrame:
-        """The published summary table (`jobs.schema.PUBLISHED_SUMMARY`), one row per value.
+    def segments_by(self, by: str) -> tuple[Segment, ...]:
+        """The segments of column `by`, in the summary's order."""
+        return tuple(segment for segment in self.segments if segment.by == by)
 
-        band is set on band_count rows only, position on position_* rows only; value is null
-        when undefined.  `response_format` is not in it: a form's name and a server's answer
-        are text in a table of numbers; the manifest's summary carries them.
-        """
-        rows: list[tuple[str, str, str | None, int | None, float | None]] = []
+    @property
+    def segment_columns(self) -> tuple[str, ...]:
+        """The columns the run is segmented by, in order."""
+        return tuple(dict.fromkeys(segment.by for segment in self.segments))
+
+    def metric_rows(self) -> list[tuple[str, str | None, int | None, float | None]]:
+        """(metric, band, position, value) for every value of this summary, segments aside."""
         scalars: dict[str, float | None] = {
             "scale": self.scale,
             "items": self.items,
@@ -350,15 +377,42 @@ class RunSummary:
             "completion_tokens": self.completion_tokens,
             "cache_hits": self.cache_hits,
             "cost_usd": self.cost_usd,
+            **dict(self.flow),
         }
-        model = self.model
-        rows.extend((model, name, None, None, value) for name, value in scalars.items())
-        rows.extend((model, "band_count", label, None, count) for label, count in self.bands)
+        rows: list[tuple[str, str | None, int | None, float | None]] = [
+            (name, None, None, value) for name, value in scalars.items()
+        ]
+        rows.extend(("band_count", label, None, count) for label, count in self.bands)
         for rate in self.position_rates:
-            rows.append((model, "position_judged", None, rate.position, rate.judged))
-            rows.append((model, "position_relevant", None, rate.position, rate.relevant))
-            rows.append((model, "position_rate", None, rate.position, rate.rate))
+            rows.append(("position_judged", None, rate.position, rate.judged))
+            rows.append(("position_relevant", None, rate.position, rate.relevant))
+            rows.append(("position_rate", None, rate.position, rate.rate))
+        return rows
+
+    def to_frame(self) -> pl.DataFrame:
+        """The published summary table (`jobs.schema.PUBLISHED_SUMMARY`), one row per value.
+
+        The whole run's rows first (segment_by and segment null), then each segment's rows.
+        band is set on band_count rows only, position on position_* rows only; value is null
+        when undefined.
+        """
+        model = self.model
+        rows: list[tuple[str, str | None, str | None, str, str | None, int | None, float | None]]
+        rows = [(model, None, None, *row) for row in self.metric_rows()]
+        for segment in self.segments:
+            rows.extend(
+                (model, segment.by, segment.value, *row) for row in segment.summary.metric_rows()
+            )
         return pl.DataFrame(rows, schema=PUBLISHED_SUMMARY.polars, orient="row")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """The summary of the items whose column `by` holds `value` (as text; None: null)."""
+
+    by: str
+    value: str | None
+    summary: RunSummary
 
 
 def _band_expr(normalized: pl.Expr, lower: float, upper: float) -> pl.Expr:
@@ -369,30 +423,126 @@ def _band_expr(normalized: pl.Expr, lower: float, upper: float) -> pl.Expr:
     return above & (normalized < upper - precision.BAND_EPSILON)
 
 
-def _score_stats(scores: pl.LazyFrame, scale: float) -> pl.LazyFrame:
-    """One row: status counts, score statistics over ok items, band counts, usage sums."""
-    ok_score = pl.col("score").filter(pl.col("status") == "ok").drop_nulls()
+def _stat_columns(scale: float) -> list[pl.Expr]:
+    """Row-wise columns the statistics reduce: the ok item's score (null otherwise), one 0/1
+    column per status and per band, the usage counts."""
+    is_ok = pl.col("status") == "ok"
+    ok_score = pl.when(is_ok).then(pl.col("score"))
     # With scale 0 every score is 0: it belongs to the "none" band.
     normalized = ok_score / scale if scale > 0 else ok_score * 0.0
-    bands = [
-        _band_expr(normalized, lower, upper).sum().alias(f"band:{label}")
-        for label, lower, upper in BANDS
+    return [
+        ok_score.alias("ok_score"),
+        is_ok.alias("scored"),
+        (pl.col("status") == "unscored").alias("unscored"),
+        (pl.col("status") == "error").alias("errors"),
+        *(
+            _band_expr(normalized, lower, upper).fill_null(False).alias(f"band:{label}")
+            for label, lower, upper in BANDS
+        ),
+        pl.col("calls").alias("judge_calls"),
+        pl.col("prompt_tokens"),
+        pl.col("completion_tokens"),
+        pl.col("cache_hits"),
     ]
-    return scores.select(
+
+
+def _stat_aggs() -> list[pl.Expr]:
+    """Status counts, mean over ok items, band counts, usage sums, as plain reductions of
+    `_stat_columns`: one value each, over the whole frame or per group. (A filter inside a
+    group-by's aggregation made Polars hold every group's rows.) Percentiles come from
+    `_score_counts`."""
+    return [
         pl.len().alias("items"),
-        (pl.col("status") == "ok").sum().alias("scored"),
-        (pl.col("status") == "unscored").sum().alias("unscored"),
-        (pl.col("status") == "error").sum().alias("errors"),
-        ok_score.mean().alias("mean"),
-        ok_score.median().alias("median"),
-        ok_score.quantile(0.1, interpolation="linear").alias("p10"),
-        ok_score.quantile(0.9, interpolation="linear").alias("p90"),
-        *bands,
-        pl.col("calls").sum().alias("judge_calls"),
+        pl.col("scored").sum(),
+        pl.col("unscored").sum(),
+        pl.col("errors").sum(),
+        pl.col("ok_score").mean().alias("mean"),
+        *(pl.col(f"band:{label}").sum() for label, _, _ in BANDS),
+        pl.col("judge_calls").sum(),
         pl.col("prompt_tokens").sum(),
         pl.col("completion_tokens").sum(),
         pl.col("cache_hits").sum(),
+    ]
+
+
+def _segment(column: str) -> pl.Expr:
+    """A segment's value as text (how the summary table stores it)."""
+    return pl.col(column).cast(pl.String).alias("segment")
+
+
+def _score_stats(scores: pl.LazyFrame, scale: float) -> pl.LazyFrame:
+    """One row: `_stat_aggs` over every item."""
+    return scores.select(_stat_columns(scale)).select(_stat_aggs())
+
+
+def _segment_stats(scores: pl.LazyFrame, column: str, scale: float) -> pl.LazyFrame:
+    """One row per value of `column` ("segment", as text): `_stat_aggs` over its items."""
+    return (
+        scores.select(_segment(column), *_stat_columns(scale))
+        .group_by("segment")
+        .agg(_stat_aggs())
+        .sort("segment", nulls_last=True)
     )
+
+
+def _score_counts(scores: pl.LazyFrame, column: str | None) -> pl.LazyFrame:
+    """How many ok items have each score (per value of `column`, "segment", when given).
+
+    Scores have 2 decimals, so this is at most 100 * scale + 1 rows (per segment): the
+    percentiles are computed from it (`quantiles`) instead of by a group-by quantile, which
+    holds every score of every group (+60 MiB per percentile at 1M items, 100 segments).
+    """
+    keys = [_segment(column)] if column is not None else []
+    ok_score = pl.when(pl.col("status") == "ok").then(pl.col("score")).alias("ok_score")
+    return (
+        scores.select(*keys, ok_score)
+        .drop_nulls("ok_score")
+        .group_by(*(["segment"] if column is not None else []), "ok_score")
+        .agg(pl.len().alias("count"))
+    )
+
+
+QUANTILES = (("median", 0.5), ("p10", 0.1), ("p90", 0.9))
+
+
+def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
+    """median, p10 and p90 of the values given as (value, how many times), with linear
+    interpolation between the closest ranks: at q, the values v_lo and v_hi at ranks
+    floor(q * (n - 1)) and ceil(q * (n - 1)) of the n sorted values give
+    v_lo + (q * (n - 1) - floor(q * (n - 1))) * (v_hi - v_lo). None when there is no value."""
+    ordered = sorted(counts)
+    total = sum(count for _, count in ordered)
+    if total == 0:
+        return {name: None for name, _ in QUANTILES}
+    ends = list(itertools.accumulate(count for _, count in ordered))
+
+    def at(rank: int) -> float:
+        return float(ordered[bisect.bisect_right(ends, rank)][0])
+
+    out: dict[str, float | None] = {}
+    for name, q in QUANTILES:
+        position = q * (total - 1)
+        low = math.floor(position)
+        low_value, high_value = at(low), at(math.ceil(position))
+        out[name] = low_value + (position - low) * (high_value - low_value)
+    return out
+
+
+def _segment_positions(verdicts: pl.LazyFrame, column: str) -> pl.LazyFrame:
+    """Per value of `column` and position: judged, relevant (verdicts carrying `column`)."""
+    return (
+        _judged_with(verdicts, column)
+        .group_by(_segment(column), "position")
+        .agg(
+            judged=pl.len().cast(pl.Int64),
+            relevant=pl.col("relevant").sum().cast(pl.Int64),
+        )
+        .sort("segment", "position", nulls_last=True)
+    )
+
+
+def _judged_with(verdicts: pl.LazyFrame, column: str) -> pl.LazyFrame:
+    return verdicts.select("position", "relevant", column).filter(pl.col("relevant").is_not_null())
 
 
 def relevance_by_position(verdicts: TableSource) -> pl.LazyFrame:
@@ -417,22 +567,11 @@ def _optional_float(value: object) -> float | None:
     return None if math.isnan(number) else number
 
 
-def summarize(
-    scores: pl.DataFrame | pl.LazyFrame,
-    verdicts: TableSource,
-    *,
-    model: str,
-    scale: float,
+def _summary_of(
+    stats: dict[str, Any], positions: Sequence[dict[str, Any]], *, model: str, scale: float
 ) -> RunSummary:
-    """The run summary from the published scores and verdicts tables (`jobs.schema`).
-
-    Percentiles use linear interpolation between closest ranks; bands are over score / scale.
-    """
-    scale = check_scale(scale)
-    stats_frame, positions = pl.collect_all(
-        [_score_stats(as_lazy(scores), scale), relevance_by_position(verdicts)]
-    )
-    stats = stats_frame.row(0, named=True)
+    """A RunSummary from one row of `_stat_exprs` and its rows of judged / relevant by
+    position."""
     prompt_tokens = int(stats["prompt_tokens"] or 0)
     completion_tokens = int(stats["completion_tokens"] or 0)
     return RunSummary(
@@ -452,9 +591,9 @@ def summarize(
                 position=int(row["position"]),
                 judged=int(row["judged"]),
                 relevant=int(row["relevant"]),
-                rate=float(row["rate"]),
+                rate=int(row["relevant"]) / int(row["judged"]),
             )
-            for row in positions.iter_rows(named=True)
+            for row in positions
         ),
         judge_calls=int(stats["judge_calls"] or 0),
         prompt_tokens=prompt_tokens,
@@ -462,3 +601,67 @@ def summarize(
         cache_hits=int(stats["cache_hits"] or 0),
         cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens),
     )
+
+
+def summarize(
+    scores: pl.DataFrame | pl.LazyFrame,
+    verdicts: TableSource,
+    *,
+    model: str,
+    scale: float,
+    segment_by: Sequence[str] = (),
+    verdict_segments: Collection[str] = (),
+) -> RunSummary:
+    """The run summary from the published scores and verdicts tables (`jobs.schema`).
+
+    Percentiles use linear interpolation between closest ranks (`quantiles`); bands are over
+    score / scale.
+    `segment_by`: columns of `scores` to summarise by as well (`RunSummary.segments`, in this
+    order, each column's values sorted as text, null last); those also in `verdict_segments`
+    are columns of `verdicts` too and get their relevance by position per segment.
+    """
+    scale = check_scale(scale)
+    scores = as_lazy(scores)
+    verdicts = as_lazy(verdicts)
+    plans = [
+        _score_stats(scores, scale),
+        _score_counts(scores, None),
+        relevance_by_position(verdicts),
+    ]
+    for column in segment_by:
+        plans += [_segment_stats(scores, column, scale), _score_counts(scores, column)]
+        if column in verdict_segments:
+            plans.append(_segment_positions(verdicts, column))
+    # One plan at a time: run together, their buffers add up (+50 MiB at 1M items).
+    frames = (plan.collect() for plan in plans)
+    stats, counts, positions = next(frames), next(frames), next(frames)
+    segments: list[Segment] = []
+    for column in segment_by:
+        per_value, per_value_counts = next(frames), next(frames)
+        by_value: dict[str | None, list[dict[str, Any]]] = {}
+        if column in verdict_segments:
+            for row in next(frames).iter_rows(named=True):
+                by_value.setdefault(row["segment"], []).append(row)
+        value_counts: dict[str | None, list[tuple[float, int]]] = {}
+        for value, score, count in per_value_counts.iter_rows():
+            value_counts.setdefault(value, []).append((score, count))
+        segments.extend(
+            Segment(
+                by=column,
+                value=row["segment"],
+                summary=_summary_of(
+                    {**row, **quantiles(value_counts.get(row["segment"], []))},
+                    by_value.get(row["segment"], []),
+                    model=model,
+                    scale=scale,
+                ),
+            )
+            for row in per_value.iter_rows(named=True)
+        )
+    overall = _summary_of(
+        {**stats.row(0, named=True), **quantiles(list(counts.iter_rows()))},
+        list(positions.iter_rows(named=True)),
+        model=model,
+        scale=scale,
+    )
+    return replace(overall, segments=tuple(segments))

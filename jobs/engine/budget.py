@@ -202,10 +202,13 @@ class AdjustableGate:
     go first and a read-ahead shard fills in behind them.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, on_wait: Callable[[], None] | None = None) -> None:
+        """`on_wait` is called when a request finds the gate full, e.g. to ask for a larger
+        allowance now rather than at the next periodic report."""
         self._capacity = max(0, capacity)
         self._held = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._on_wait = on_wait
 
     @property
     def capacity(self) -> int:
@@ -229,6 +232,8 @@ class AdjustableGate:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        if self._on_wait is not None:
+            self._on_wait()
         try:
             await waiter
         except BaseException:

@@ -1,7 +1,8 @@
 """The driver: one scoring run end to end, `run_job(config)`.
 
-    check    config, API key variable, input files and columns: a whole-run problem fails
-             in seconds, before the first judge call, with a message naming its cause
+    check    config, API key variable, input files and columns (and the types of the carried
+             ones): a whole-run problem fails in seconds, before the first judge call, with a
+             message naming its cause
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout)
@@ -26,14 +27,15 @@ from typing import TextIO
 from jobs import factory
 from jobs.config import JobConfig, load_config
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.inputs import check_schema, list_input_files, plan_shards
+from jobs.engine.inputs import inspect_input, list_input_files, plan_shards
+from jobs.engine.inputs.carry import check_segment_columns
 from jobs.engine.lease import RunLease
-from jobs.engine.manifest import run_manifest
+from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.engine.ray_runtime import start_ray
-from jobs.engine.response_formats import combine as combine_response_formats
 from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
+from jobs.schema import RunSchema
 from scorer_core.errors import FatalJudgeError
 
 __all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_command", "run_job"]
@@ -65,7 +67,9 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
     store = open_store(config.output.path, config.output.storage_options)
     spec = factory.input_spec(config)
     files = list_input_files(spec)
-    check_schema(spec, files)
+    # the types of the carried columns, decided once so that every shard writes the same ones
+    tables = RunSchema(inspect_input(spec, files).carried)
+    check_segment_columns(config.summary.by, tables.carried)
     # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
     if read_manifest(store, location) is not None:
@@ -88,13 +92,15 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
         if todo:
             start_ray(config)
         ray_ready = time.monotonic()
-        reports = fan_out(config, location, shards, todo, out, heartbeat=lease.heartbeat)
+        fanned = fan_out(
+            config, location, shards, todo, out, heartbeat=lease.heartbeat, tables=tables
+        )
         timings = {
             "plan": planned - started,
             "ray_start": ray_ready - planned,
             "fan_out": time.monotonic() - ray_ready,
         }
-        _check_all_staged(store, location, [s.shard_id for s in shards], reports)
+        _check_all_staged(store, location, [s.shard_id for s in shards], fanned.reports)
         # publish (it removes the staging area, lease file included, once the run is out)
         manifest = run_manifest(
             config,
@@ -103,6 +109,8 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             shards_reused=resuming,
             seconds=time.monotonic() - started,
             timings=timings,
+            flow=fanned.flow,
+            judge=judge_facts_of_run(fanned.reports),
         )
         published = publish_run(
             store,
@@ -110,7 +118,9 @@ def run_job(config: JobConfig, *, out: TextIO = sys.stderr) -> RunOutcome:
             model=config.judge.model,
             scale=config.scorer.scale,
             manifest=manifest,
-            response_format=combine_response_formats(r.response_format for r in reports),
+            flow=flow_metrics(fanned.flow),
+            tables=tables,
+            segment_by=config.summary.by,
         )
     return RunOutcome(
         run_id=location.run_id,
@@ -153,7 +163,8 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
     from jobs.summary_table import format_summary_table
 
     where = outcome.published.scores_url
-    out.write(format_summary_table(outcome.published.summary, where) + "\n")
+    summary = outcome.published.summary
+    out.write(format_summary_table(summary, where, outcome.published.judge) + "\n")
     out.write(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "

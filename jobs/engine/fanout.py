@@ -1,32 +1,57 @@
-"""Fan-out: run a run's shards as Ray tasks and wait for them.
+"""Fan-out: run a run's shards on `ray.workers` long-lived workers and wait for them.
 
-At most `ray.workers` tasks are in flight; they share one rate limit (a limiter actor, when
-the config sets one) and add to one progress actor, which the driver draws as a progress line.
-A task that fails after its retries, or a shard that reports a fatal judge error, cancels the
-tasks still running: nothing keeps judging (and paying) for a run that cannot finish. Shards
-that finished are kept in staging, so a rerun with the same run id resumes.
+Each worker is one Ray task (`jobs.engine.worker.run_worker`) with `SHARDS_PER_WORKER` lanes
+that take shards from the run's board (`jobs.engine.dispatch`) until none are left: a worker
+reads its next shard and queues its requests while the current shard's last replies are
+outstanding, and its judge and connections live for the whole run. All workers share one
+governor (`jobs.engine.governor`): the provider's pace (when the config sets limits) and
+the run-wide in-flight budget, sized from the limits and the measured latency under
+`rate_limit.max_concurrency: auto` and shared out by each worker's demand. The board, the
+governor and the progress counters live in one coordinator actor (`jobs.engine.coordinator`);
+the driver polls it to draw the progress line.
+
+A worker whose process dies is retried by Ray and takes back the shards it held (each shard is
+staged all or nothing). A shard that fails after its retries stops the run: no more shards
+are handed out, the shards in progress finish (and stay staged), then the run fails naming the
+shard. A fatal judge error stops everything at once, so nothing keeps judging (and paying) for
+a run that cannot finish. Shards that finished are kept in staging, so
+a rerun with the same run id resumes.
 """
 
 from __future__ import annotations
 
-import collections
-import time
+import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from jobs import factory
 from jobs.config import JobConfig
+from jobs.engine.coordinator import coordinator_actor_class, make_governor
+from jobs.engine.governor import RunGovernor
 from jobs.engine.inputs import Shard
-from jobs.engine.progress import ExpectedItems, ProgressLine, progress_actor_class
+from jobs.engine.progress import ExpectedItems, ProgressLine
 from jobs.engine.publish import RunLocation
-from jobs.engine.worker import ShardContext, ShardReport, run_shard
-from scorer_core.errors import CtxPrecError, StorageError
+from jobs.engine.worker import ShardContext, ShardReport, run_worker
+from jobs.schema import RunSchema
+from scorer_core.errors import CtxPrecError
 
 # How often the driver refreshes the progress line and the lease's heartbeat.
 _DRAW_EVERY_S = 0.5
+# Shards a worker works on at once (its lanes): the current one and the next, read ahead.
+SHARDS_PER_WORKER = 2
 
 
 class RunFailed(CtxPrecError):
     """The run could not finish; staged shards are kept so the same run id resumes."""
+
+
+@dataclass
+class FanOutResult:
+    """The reports of the shards that ran, and what the run's flow control settled on."""
+
+    reports: list[ShardReport]
+    flow: dict[str, Any] = field(default_factory=dict)
 
 
 def fan_out(
@@ -36,92 +61,101 @@ def fan_out(
     todo: Sequence[tuple[int, Shard]],
     out: TextIO,
     heartbeat: Callable[[], None] = lambda: None,
-) -> list[ShardReport]:
-    """Run `todo` ((shard number, shard) pairs out of `shards`) as Ray tasks, with progress.
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+) -> FanOutResult:
+    """Run `todo` ((shard number, shard) pairs out of `shards`) on the workers, with progress.
 
-    Returns the reports of the shards that ran; stops early (cancelling the rest) at the first
-    report with a fatal judge error. Raises `RunFailed` naming the shard when a task fails.
+    Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
+    `RunFailed` naming the shard when a shard fails for good.
     """
     if not todo:
-        return []
+        return FanOutResult([])
     import ray
 
-    limiter, progress = _start_actors(config)
-    context = ray.put(
-        ShardContext(
-            config=config,
-            staging=location.staging,
-            limiter=limiter,
-            progress=progress,
-            api_key=config.judge.api_key(),
-        )
-    )
     slots = _slots_in_file(shards)
-    task = ray.remote(run_shard).options(
+    governed = config.judge.model != "lexical"
+    coordinator = coordinator_actor_class().remote(
+        [(n, s, slots[s.shard_id]) for n, s in todo], _governor(config) if governed else None
+    )
+    context = ShardContext(
+        config=config,
+        staging=location.staging,
+        coordinator=coordinator,
+        governed=governed,
+        api_key=config.judge.api_key(),
+        tables=tables,
+    )
+    task = ray.remote(run_worker).options(
         num_cpus=config.ray.num_cpus_per_task,
         max_retries=config.ray.max_task_retries,
-        retry_exceptions=[StorageError],
+        scheduling_strategy="SPREAD",
     )
+    workers = {
+        task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
+        for n in range(min(config.ray.workers, len(todo)))
+    }
     expected = ExpectedItems(
         {shard.shard_id: shard.end - shard.start for _, shard in todo},
         exact=all(shard.kind == "rows" for _, shard in todo),
     )
     line = ProgressLine(expected.total, out=out)
-    queue = collections.deque(todo)
-    pending: dict[Any, str] = {}
-    reports: list[ShardReport] = []
+    result = FanOutResult([])
     counts: dict[str, int] = {}
-    last_draw = 0.0
+    running = dict(workers)
+    failure: str | None = None
     try:
-        while queue or pending:
-            while queue and len(pending) < config.ray.workers:
-                number, shard = queue.popleft()
-                pending[task.remote(shard, number, slots[shard.shard_id], context)] = shard.shard_id
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=_DRAW_EVERY_S)
-            for ref in ready:
-                shard_id = pending.pop(ref)
-                try:
-                    report: ShardReport = ray.get(ref)
-                except Exception as exc:  # a task that failed after its retries
-                    _cancel(pending)
-                    raise RunFailed(
-                        f"shard {shard_id} failed: "
-                        f"{_root_cause(exc)}. Finished shards are kept: rerun with "
-                        f"--set run.id={location.run_id} to resume."
-                    ) from None
-                reports.append(report)
-                expected.shard_done(shard_id, report.items)
+        while True:
+            ended, _ = ray.wait(list(running), num_returns=len(running), timeout=_DRAW_EVERY_S)
+            news, counts = ray.get(coordinator.poll.remote())
+            for report in news.reports:
+                result.reports.append(report)
+                expected.shard_done(report.shard_id, report.items)
                 line.set_total(expected.total)
-                if report.fatal:
-                    _cancel(pending)
-                    return reports
-            if time.monotonic() - last_draw >= _DRAW_EVERY_S:
-                heartbeat()
-                counts = ray.get(progress.snapshot.remote())
-                line.update(counts, len(reports), len(todo))
-                last_draw = time.monotonic()
-        counts = ray.get(progress.snapshot.remote())
+            # A failed shard stops the board handing out shards; the shards in progress finish
+            # and stay staged for the rerun. A fatal judge error stops everything at once.
+            failure = failure or news.failure
+            if any(report.fatal for report in news.reports):
+                return result
+            for ref in ended:
+                worker = running.pop(ref)
+                try:
+                    ray.get(ref)
+                except Exception as exc:  # the worker died more often than Ray retries
+                    held = ray.get(coordinator.held_by.remote(worker))
+                    what = f"shard {held[0]}" if held else worker
+                    raise RunFailed(
+                        _failed(f"{what} failed: {_root_cause(exc)}", location)
+                    ) from None
+            heartbeat()
+            line.update(counts, len(result.reports), len(todo))
+            if not running:
+                break
+        if failure is not None:
+            raise RunFailed(_failed(failure, location))
     finally:
-        line.close(counts, len(reports), len(todo))
-        for actor in (limiter, progress):
-            if actor is not None:
-                ray.kill(actor)
-    return reports
+        line.close(counts, len(result.reports), len(todo))
+        for ref in running:
+            ray.cancel(ref)
+        with contextlib.suppress(Exception):
+            result.flow = ray.get(coordinator.flow.remote(), timeout=10)
+        ray.kill(coordinator)
+    return result
 
 
-def _start_actors(config: JobConfig) -> tuple[Any, Any]:
-    """(limiter or None when the config sets no rate limit, progress counters)."""
-    from jobs.engine.limiter import limiter_actor_class
+def _failed(message: str, location: RunLocation) -> str:
+    return (
+        f"{message}. Finished shards are kept: rerun with --set run.id={location.run_id} to resume."
+    )
 
+
+def _governor(config: JobConfig) -> RunGovernor:
     limits = config.rate_limit
-    limiter = None
-    if limits.requests_per_minute or limits.tokens_per_minute:
-        limiter = limiter_actor_class().remote(
-            requests_per_minute=limits.requests_per_minute,
-            tokens_per_minute=limits.tokens_per_minute,
-            headroom=limits.headroom,
-        )
-    return limiter, progress_actor_class().remote()
+    return make_governor(
+        requests_per_minute=limits.requests_per_minute,
+        tokens_per_minute=limits.tokens_per_minute,
+        headroom=limits.headroom,
+        budget=factory.budget_settings(config),
+    )
 
 
 def _slots_in_file(shards: Sequence[Shard]) -> dict[str, int]:
@@ -132,13 +166,6 @@ def _slots_in_file(shards: Sequence[Shard]) -> dict[str, int]:
         slots[shard.shard_id] = per_file.get(shard.file_index, 0)
         per_file[shard.file_index] = slots[shard.shard_id] + 1
     return slots
-
-
-def _cancel(pending: dict[Any, str]) -> None:
-    import ray
-
-    for ref in pending:
-        ray.cancel(ref)
 
 
 def _root_cause(exc: BaseException) -> str:

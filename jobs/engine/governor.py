@@ -1,6 +1,6 @@
 """The run's flow control in one place: the shared pace and the in-flight budget.
 
-One Ray actor holds a `RunGovernor` for the whole run and every worker talks to it:
+The run's coordinator actor holds one `RunGovernor` and every worker talks to it:
 
 - `reserve(tokens)` before each request when the run has a rate limit: how long to wait for
   the request's slot in the requests- and tokens-per-minute pace, and how many tokens were
@@ -10,7 +10,8 @@ One Ray actor holds a `RunGovernor` for the whole run and every worker talks to 
   last report; the answer is the worker's allowance of the run-wide in-flight budget;
 - `refused(retry_after)` when the provider answers 429: everyone pauses.
 
-Pure logic with an injected clock (tested without Ray); `governor_actor_class` wraps it.
+Pure logic with an injected clock (tested without Ray), held by the run's coordinator actor
+(`jobs.engine.coordinator`).
 """
 
 from __future__ import annotations
@@ -76,46 +77,3 @@ class RunGovernor:
         if self.pacing is not None:
             snap.update({f"pace_{k}": v for k, v in self.pacing.snapshot().items()})
         return snap
-
-
-def governor_actor_class() -> Any:
-    """The Ray actor class around `RunGovernor`, built lazily so importing this module does
-    not import Ray."""
-    import ray
-
-    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
-    class RunGovernorActor:
-        def __init__(
-            self,
-            *,
-            requests_per_minute: float,
-            tokens_per_minute: float,
-            headroom: float,
-            budget: BudgetSettings,
-        ) -> None:
-            pacing = (
-                PacingState(
-                    requests_per_minute=requests_per_minute,
-                    tokens_per_minute=tokens_per_minute,
-                    headroom=headroom,
-                )
-                if requests_per_minute or tokens_per_minute
-                else None
-            )
-            self._governor = RunGovernor(pacing, budget)
-
-        def reserve(self, estimated_tokens: int) -> tuple[float, int]:
-            return self._governor.reserve(estimated_tokens)
-
-        def refused(self, retry_after: float | None) -> None:
-            self._governor.refused(retry_after)
-
-        def report(
-            self, worker: str, demand: int, in_flight: int, completions: list[Completion]
-        ) -> int:
-            return self._governor.report(worker, demand, in_flight, completions)
-
-        def snapshot(self) -> dict[str, Any]:
-            return self._governor.snapshot()
-
-    return RunGovernorActor

@@ -1,4 +1,5 @@
-"""One rate limit for the whole run, shared by every worker through a single Ray actor.
+"""One rate limit for the whole run: the pacing logic, shared by every worker through the run's
+governor actor (`jobs.engine.governor`).
 
 `PacingState` is the pure logic (clock injected, tested without Ray): a GCRA-style pacer that
 hands out *reservations*. A caller asks once, is told how long to wait for its slot, and sleeps
@@ -16,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import MAX_RETRY_AFTER_S, real_sleep
@@ -158,55 +158,22 @@ class PacingState:
         }
 
 
-def limiter_actor_class() -> Any:
-    """The Ray actor class, built lazily so importing this module does not import Ray."""
-    import ray
-
-    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
-    class RateLimiterActor:
-        def __init__(self, **settings: Any) -> None:
-            self._state = PacingState(**settings)
-
-        def reserve(self, tokens: int) -> float:
-            return self._state.reserve(tokens)
-
-        def refused(self, retry_after: float | None) -> float:
-            self._state.refused(retry_after)
-            return 0.0
-
-        def snapshot(self) -> dict[str, float]:
-            return self._state.snapshot()
-
-    return RateLimiterActor
-
-
-class SharedLimiter:
-    """The `Limiter` that workers use: asks the run's actor, sleeps locally."""
-
-    def __init__(self, actor: Any, sleep: Sleeper = real_sleep) -> None:
-        self._actor = actor
-        self._sleep = sleep
-
-    async def acquire(self, tokens: int) -> None:
-        delay = await self._actor.reserve.remote(tokens)
-        if delay > 0:
-            await self._sleep(delay)
-
-    async def rate_limited(self, retry_after: float | None) -> None:
-        await self._actor.refused.remote(retry_after)
-
-
 class LocalLimiter:
-    """The same pacing inside one process (tests, single-process use)."""
+    """The run's pacing inside one process (calibration, single-process use): a `Limiter`."""
 
     def __init__(self, state: PacingState, sleep: Sleeper = real_sleep) -> None:
         self._state = state
         self._sleep = sleep
 
-    async def acquire(self, tokens: int) -> None:
-        delay = self._state.reserve(tokens)
+    async def acquire(self, tokens: int) -> int:
+        charged = self._state.charge(tokens) if self._state.tokens_per_minute > 0 else tokens
+        delay = self._state.reserve(charged)
         if delay > 0:
             await self._sleep(delay)
+        return charged
 
     async def rate_limited(self, retry_after: float | None) -> None:
         self._state.refused(retry_after)
+
+    def completed(self, latency_s: float | None, charged_tokens: int, used_tokens: int) -> None:
+        self._state.settle(charged_tokens, used_tokens)

@@ -8,10 +8,14 @@ Readers: `ctxprec compare` / `report` (through jobs.tools.runs) and the benchmar
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.config import JobConfig
+from jobs.engine.aggregate import FLOW_METRICS
 from jobs.engine.publish import RunLocation
+from jobs.engine.response_formats import combine as combine_response_formats
+from jobs.engine.worker import ShardReport
 from scorer_core.prompt import PROMPT_VERSION
 
 
@@ -23,11 +27,15 @@ def run_manifest(
     shards_reused: int,
     seconds: float,
     timings: dict[str, float],
+    flow: Mapping[str, Any] | None = None,
+    judge: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run's identity, judge, prompt version, config (secrets redacted) and timings.
 
     `timings` are seconds per phase (plan, ray_start, fan_out); `seconds` is the whole run so
-    far.
+    far; `flow` is what the run's governor settled on (in-flight budget, latency percentiles,
+    pace); `judge` what the workers' judge settled on (transport, structured-output form:
+    `judge_facts_of_run`).
     """
     return {
         "run_id": location.run_id,
@@ -39,4 +47,38 @@ def run_manifest(
         "seconds": round(seconds, 3),
         "timings_s": {phase: round(value, 3) for phase, value in timings.items()},
         "shards_reused": shards_reused,
+        "flow": dict(flow or {}),
+        "judge": dict(judge or {}),
     }
+
+
+def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:
+    """The workers' judge facts (`ShardReport.judge`) for the run: the transport, and the
+    structured-output form their negotiations settled on, combined over every shard's report
+    (`jobs.engine.response_formats.combine`: worker processes negotiate independently, and the
+    run cannot claim a stronger form than some of its requests used)."""
+    facts: dict[str, Any] = {}
+    for report in reports:
+        facts.update(report.judge)
+    negotiated = combine_response_formats(report.judge.get("response_format") for report in reports)
+    if negotiated is not None:
+        facts["response_format"] = negotiated.to_dict()
+    return facts
+
+
+def flow_metrics(flow: Mapping[str, Any]) -> list[tuple[str, float | None]]:
+    """The governor's snapshot as the summary's flow metrics (`aggregate.FLOW_METRICS`)."""
+    if not flow:
+        return []
+    values = {
+        "in_flight_budget": flow.get("budget_max") or flow.get("budget"),
+        "max_in_flight": flow.get("max_in_flight"),
+        "latency_p50_s": flow.get("latency_p50_s"),
+        "latency_p90_s": flow.get("latency_p90_s"),
+        "latency_p99_s": flow.get("latency_p99_s"),
+    }
+    return [(name, _float_or_none(values[name])) for name in FLOW_METRICS]
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,4 +1,5 @@
-"""Run progress: counters that workers add to and the driver draws as a progress line.
+"""Run progress: counters that workers add to (held by the run's coordinator actor) and the
+driver draws as a progress line.
 
 Workers batch their increments (at most a few actor calls per second each), so progress
 reporting costs nothing measurable even at thousands of items per second. The driver's side
@@ -11,27 +12,9 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 COUNTERS = ("items", "ok", "unscored", "errors", "calls", "rate_limited", "retries", "cache_hits")
-
-
-def progress_actor_class() -> Any:
-    import ray
-
-    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
-    class ProgressActor:
-        def __init__(self) -> None:
-            self._counts = dict.fromkeys(COUNTERS, 0)
-
-        def add(self, increments: dict[str, int]) -> None:
-            for key, value in increments.items():
-                self._counts[key] = self._counts.get(key, 0) + value
-
-        def snapshot(self) -> dict[str, int]:
-            return dict(self._counts)
-
-    return ProgressActor
 
 
 @dataclass

@@ -13,24 +13,26 @@ multipart upload that becomes visible only when complete), and `scores/` is writ
 reader of `scores/` sees all of a run or none of it. The staging area is removed only after
 everything is published, so a failure at any point leaves a rerun able to finish the job.
 The tables' columns are `jobs.schema.PUBLISHED_SCORES`, `PUBLISHED_VERDICTS` and
-`PUBLISHED_SUMMARY`; the scores are the ones the workers computed.
+`PUBLISHED_SUMMARY`, the first two with the run's carried columns after ours (`RunSchema`);
+the scores are the ones the workers computed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
 import tempfile
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from jobs.engine import aggregate
-from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store
-from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, duplicate_error
+from jobs.schema import RunSchema, duplicate_error
 from scorer_core.errors import CtxPrecError
 
 TABLES = ("verdicts", "summary", "scores")  # publication order: scores last
@@ -140,6 +142,8 @@ class Published:
     summary: aggregate.RunSummary
     scores_url: str
     duplicates: int
+    # What the run's judge settled on (the manifest's "judge": transport, response format).
+    judge: dict[str, Any] = field(default_factory=dict)
 
 
 def _upload_frame(store: Store, frame: pl.LazyFrame | pl.DataFrame, path: str, tmp: str) -> None:
@@ -162,10 +166,13 @@ def _shard_files(store: Store, folder: str) -> list[str]:
     ]
 
 
-def published_scores(items: pl.LazyFrame) -> pl.LazyFrame:
+def published_scores(
+    items: pl.LazyFrame,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+) -> pl.LazyFrame:
     """The published scores table from the deduplicated staged items: the workers' scores as
-    they computed them."""
-    return items.select(PUBLISHED_SCORES.names)
+    they computed them, and the run's carried columns."""
+    return items.select(tables.scores.names)
 
 
 def _check_scores(scores: pl.LazyFrame, verdicts: pl.LazyFrame, scale: float) -> None:
@@ -194,14 +201,17 @@ def publish_run(
     scale: float,
     manifest: dict[str, Any],
     verify_scores: bool = False,
-    response_format: RunResponseFormat | None = None,
+    flow: Sequence[tuple[str, float | None]] = (),
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+    segment_by: Sequence[str] = (),
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
+    `tables`: the run's tables with its carried columns (as the workers wrote them);
+    `segment_by`: the carried columns the summary is also computed by (`summary.by`).
     The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation); it costs a group-by over the verdicts.
-    `response_format` (from the workers' reports) goes into the summary the manifest records.
     """
     items_files = _shard_files(store, store.join(location.staging, "items"))
     verdict_files = _shard_files(store, store.join(location.staging, "verdicts"))
@@ -210,16 +220,21 @@ def publish_run(
         # Materialise both tables once, locally: every later step scans them.
         scores_local = os.path.join(tmp, "scores.parquet")
         verdicts_local = os.path.join(tmp, "verdicts.parquet")
-        published_scores(items).sink_parquet(scores_local, compression="zstd")
-        verdicts.select(PUBLISHED_VERDICTS.names).sink_parquet(verdicts_local)
+        published_scores(items, tables).sink_parquet(scores_local, compression="zstd")
+        verdicts.select(tables.verdicts.names).sink_parquet(verdicts_local)
         scores = pl.scan_parquet(scores_local)
         verdicts = pl.scan_parquet(verdicts_local)
         if verify_scores:
             _check_scores(scores, verdicts, scale)
-        summary = replace(
-            aggregate.summarize(scores, verdicts, model=model, scale=scale),
-            response_format=response_format,
+        summary = aggregate.summarize(
+            scores,
+            verdicts,
+            model=model,
+            scale=scale,
+            segment_by=segment_by,
+            verdict_segments=tables.verdict_names,
         )
+        summary = dataclasses.replace(summary, flow=tuple(flow))
         duplicates = int(scores.select(pl.col("duplicate_of").is_not_null().sum()).collect().item())
         _upload_frame(store, verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
@@ -241,6 +256,7 @@ def publish_run(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=duplicates,
+        judge=dict(manifest.get("judge") or {}),
     )
 
 

@@ -2,10 +2,12 @@
 
 Every worker process negotiates the form with the judge's endpoint once
 (`scorer_core.response_format.shared_negotiation`, through `jobs.factory.build_judge`) and each
-shard reports the negotiation as it stood when the shard finished (`ShardReport.
-response_format`). `combine` folds those reports into one `RunResponseFormat` for the run's
-summary and manifest: the form in use, whether the endpoint answered a request sent with it,
-and every form the endpoint rejected with its answer.
+shard reports the negotiation as it stood when the shard finished (`ShardReport.judge
+["response_format"]`). `combine` folds those reports into one `RunResponseFormat`, which the
+manifest records as `judge.response_format` (`jobs.engine.manifest.judge_facts_of_run`) and
+the summary table, `ctxprec report` and the benchmarks show: the form in use, whether the
+endpoint answered a request sent with it, and every form the endpoint rejected with its
+answer.
 
 Processes negotiate independently, so in principle they can end on different forms (a server
 that answered one process and refused another). The combined form is then the weakest one any
@@ -40,7 +42,7 @@ class RunResponseFormat:
     shards: int
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-compatible record (the manifest's `summary.response_format`)."""
+        """A JSON-compatible record (the manifest's `judge.response_format`)."""
         return {
             "endpoint": self.endpoint,
             "setting": self.setting,

@@ -1,16 +1,23 @@
-"""What one Ray task does with one shard: read -> preprocess -> judge -> postprocess -> write.
+"""What a worker does with a shard: read -> validate -> judge -> build rows -> write.
 
-The steps `preprocess`, `item_row` and `verdict_rows` are pure `dict -> dict` functions, tested
-without Ray. `judge_shard` runs every item of the shard concurrently on one event loop (the
-judge bounds requests in flight and draws on the run's shared rate limit). `run_shard` ties
-them to storage: it writes the shard's verdicts, then its items file, each atomically; the
-items file is the shard's commit marker, so a shard is either done or redone, never half done.
-The two files' columns are `jobs.schema.STAGED_VERDICTS` and `jobs.schema.STAGED_ITEMS`.
+The steps `item_row`, `error_row` and `verdict_rows` are pure `dict -> dict` functions, tested
+without Ray. `ShardRunner.run_shard` ties them to storage: it writes the shard's verdicts, then
+its items file, each atomically; the items file is the shard's commit marker, so a shard is
+either done or redone, never half done. The two files' columns are `jobs.schema.STAGED_VERDICTS`
+and `jobs.schema.STAGED_ITEMS`.
+
+A `ShardRunner` lives as long as its worker (`run_worker`, one long Ray task): the judge (and
+its connection pool) is built once, and the worker runs a few shards at a time on one event
+loop (its lanes), so its requests never pause between shards: the next shard is read (in a
+thread) and its requests queue behind the current shard's while that one's last replies are
+outstanding. Requests in flight are bounded by the worker's allowance of the run-wide budget
+(`jobs.engine.flow`), not per shard. `run_shard` runs one shard in this process, without Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +34,7 @@ from jobs.engine.cache import (
     pair_key,
     slot_path,
 )
+from jobs.engine.flow import WorkerFlow
 from jobs.engine.inputs import (
     ItemRecord,
     RowError,
@@ -34,8 +42,9 @@ from jobs.engine.inputs import (
 )
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.storage import Store, open_store
-from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, duplicate_error
-from scorer_core.errors import FatalJudgeError
+from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash, duplicate_error
+from scorer_core.errors import FatalJudgeError, StorageError
+from scorer_core.protocols import Judge
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.types import ScoreResult, Usage
 
@@ -46,14 +55,18 @@ _SEQ_SHIFT = 32
 
 @dataclass(frozen=True)
 class ShardContext:
-    """What every task needs besides its shard; small and picklable."""
+    """What every worker needs besides its shards; small and picklable."""
 
     config: JobConfig
     staging: str  # the run's staging folder, relative to the output store's root
-    limiter: Any = None  # Ray actor handle of the shared rate limiter, or None
-    progress: Any = None  # Ray actor handle of the progress counters, or None
+    # Ray actor handle of the run's coordinator (jobs.engine.coordinator: shard board, progress
+    # counters, and the governor's pace and budget unless `governed` is false), or None.
+    coordinator: Any = None
+    governed: bool = False
     # The judge's API key as the driver read it (workers may not have the driver's environment).
     api_key: str | None = field(default=None, repr=False)
+    # The run's tables with the input columns it carries, their types decided at start-up.
+    tables: RunSchema = field(default_factory=RunSchema)
 
 
 @dataclass
@@ -65,9 +78,8 @@ class ShardReport:
     usage: Usage = field(default_factory=Usage)
     seconds: float = 0.0
     fatal: str | None = None
-    # The judge's structured-output negotiation after the shard (`ResponseFormatNegotiation.
-    # summary()`); None when nothing was negotiated (offline judge, shard skipped).
-    response_format: dict[str, Any] | None = None
+    # What the worker's judge settled on (transport, structured-output form), for the summary.
+    judge: dict[str, Any] = field(default_factory=dict)
 
 
 def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
@@ -81,11 +93,24 @@ def shard_paths(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
 # -- pure steps -----------------------------------------------------------------------------
 
 
+def _with_carried(
+    row: dict[str, Any], names: Sequence[str], values: Sequence[Any]
+) -> dict[str, Any]:
+    """`row` with the carried columns' values after our columns (nulls when `values` is ())."""
+    if names:
+        row.update(zip(names, values or (None,) * len(names), strict=True))
+    return row
+
+
 def error_row(
-    error: RowError, seq: int, model: str, duplicate_of: str | None = None
+    error: RowError,
+    seq: int,
+    model: str,
+    duplicate_of: str | None = None,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> dict[str, Any]:
     """The staged items row of a row that cannot be scored (`duplicate_of`: see the schema)."""
-    return STAGED_ITEMS.build_row(
+    row = STAGED_ITEMS.build_row(
         query_id=error.query_id if error.query_id is not None else f"{error.source}#{error.row}",
         item_seq=seq,
         status="error",
@@ -107,12 +132,19 @@ def error_row(
         row=error.row,
         duplicate_of=duplicate_of,
     )
+    return _with_carried(row, tables.names, error.carried)
 
 
-def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> dict[str, Any]:
+def item_row(
+    record: ItemRecord,
+    seq: int,
+    result: ScoreResult,
+    model: str,
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
+) -> dict[str, Any]:
     """The staged items row of a judged item: the worker's score is the published score."""
     usage = result.usage
-    return STAGED_ITEMS.build_row(
+    row = STAGED_ITEMS.build_row(
         query_id=record.query_id,
         item_seq=seq,
         status=result.status,
@@ -134,28 +166,41 @@ def item_row(record: ItemRecord, seq: int, result: ScoreResult, model: str) -> d
         row=record.row,
         duplicate_of=None,
     )
+    return _with_carried(row, tables.names, record.carried)
 
 
 def verdict_rows(
-    record: ItemRecord, seq: int, result: ScoreResult, keys: Sequence[str], cached: set[int]
+    record: ItemRecord,
+    seq: int,
+    result: ScoreResult,
+    keys: Sequence[str],
+    cached: set[int],
+    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> list[dict[str, Any]]:
     """One row per context position; `relevant` is null where no verdict was obtained."""
     by_index = {v.index: v for v in result.verdicts}
     usable = result.status == "ok"
+    ids = record.context_ids
+    names = tables.verdict_names
+    values: tuple[Any, ...] = ()
+    if names:
+        by_name = dict(zip(tables.names, record.carried, strict=True)) if record.carried else {}
+        values = tuple(by_name.get(name) for name in names)
     rows = []
-    for position in range(len(record.contexts)):
+    for position, text in enumerate(record.contexts):
         verdict = by_index.get(position)
-        rows.append(
-            STAGED_VERDICTS.build_row(
-                query_id=record.query_id,
-                item_seq=seq,
-                position=position,
-                relevant=verdict.relevant if (verdict and usable) else None,
-                judge_reason=verdict.reason if verdict else "",
-                pair_key=keys[position] if keys else "",
-                cached=position in cached,
-            )
+        row = STAGED_VERDICTS.build_row(
+            query_id=record.query_id,
+            item_seq=seq,
+            position=position,
+            context_id=ids[position] if ids is not None else None,
+            context_hash=context_hash(text),
+            relevant=verdict.relevant if (verdict and usable) else None,
+            judge_reason=verdict.reason if verdict else "",
+            pair_key=keys[position] if keys else "",
+            cached=position in cached,
         )
+        rows.append(_with_carried(row, names, values))
     return rows
 
 
@@ -166,147 +211,293 @@ async def judge_shard(
     records: Sequence[ItemRecord],
     scorer: ContextPrecisionScorer,
     on_done: Callable[[ScoreResult], None],
-    item_concurrency: int,
 ) -> list[ScoreResult]:
-    """Score every record concurrently (at most `item_concurrency` items at a time)."""
-    gate = asyncio.Semaphore(item_concurrency)
+    """Score every record concurrently: the judge's gate bounds the requests in flight.
+
+    A `FatalJudgeError` (no request can succeed) cancels the shard's other items at once, so
+    nothing keeps judging and paying for a run that is stopping.
+    """
 
     async def one(record: ItemRecord) -> ScoreResult:
-        async with gate:
-            result = await scorer.score_item(record.to_scoring_item())
+        result = await scorer.score_item(record.to_scoring_item())
         on_done(result)
         return result
 
-    return list(await asyncio.gather(*(one(r) for r in records)))
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(r)) for r in records]
+    except* FatalJudgeError as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
+@dataclass
+class _Read:
+    """A shard's rows after reading: the records to judge and the rows that are errors."""
+
+    records: list[tuple[int, ItemRecord]]
+    # (item_seq, the error, where the first occurrence is when the row repeats a query_id)
+    errors: list[tuple[int, RowError, str | None]]
+
+
+def read_shard_records(
+    config: JobConfig,
+    shard: Shard,
+    number: int,
+    tables: RunSchema = RunSchema(),  # noqa: B008
+) -> _Read:
+    """Read and validate a shard's rows; repeats of a query_id within it become errors (not
+    worth a judge call: publishing keeps only the first occurrence, and finds repeats across
+    shards itself)."""
+    first_seq = number << _SEQ_SHIFT
+    read = _Read([], [])
+    first_seen: dict[str, ItemRecord] = {}
+    for index, record in enumerate(factory.shard_items(config, shard, tables.carried)):
+        seq = first_seq + index
+        if isinstance(record, ItemRecord) and record.query_id in first_seen:
+            first = first_seen[record.query_id].where
+            duplicate = RowError(
+                record.source,
+                record.row,
+                duplicate_error(record.query_id, first),
+                record.query_id,
+                record.carried,
+            )
+            read.errors.append((seq, duplicate, first))
+        elif isinstance(record, RowError):
+            read.errors.append((seq, record, None))
+        else:
+            first_seen[record.query_id] = record
+            read.records.append((seq, record))
+    return read
+
+
+class ShardRunner:
+    """Runs shards for one worker; holds the worker's judge and its share of the run's flow."""
+
+    def __init__(self, ctx: ShardContext, worker_id: str) -> None:
+        self._ctx = ctx
+        self._config = ctx.config
+        self._worker_id = worker_id
+        self._store = open_store(self._config.output.path, self._config.output.storage_options)
+        self._judge: Judge | None = None
+        self._flow: WorkerFlow | None = None
+        self._reports: asyncio.Task[None] | None = None
+
+    def _inner_judge(self) -> Judge:
+        """The worker's judge, built on first use inside the worker's event loop."""
+        if self._judge is not None:
+            return self._judge
+        config = self._config
+        if config.judge.model == "lexical" or not self._ctx.governed:
+            self._judge = factory.build_judge(
+                config, factory.local_limiter(config), self._ctx.api_key
+            )
+            return self._judge
+        limits = config.rate_limit
+        self._flow = WorkerFlow(
+            self._ctx.coordinator,
+            self._worker_id,
+            paced=bool(limits.requests_per_minute or limits.tokens_per_minute),
+        )
+        self._judge = factory.build_judge(
+            config, self._flow, self._ctx.api_key, gate=self._flow.gate
+        )
+        self._reports = asyncio.get_running_loop().create_task(self._flow.run_reports())
+        return self._judge
+
+    async def close(self) -> None:
+        """Stop reporting to the governor (the worker is done)."""
+        if self._reports is not None:
+            self._reports.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reports
+            self._reports = None
+
+    async def run_shard(self, shard: Shard, number: int, slot: int) -> ShardReport:
+        """Judge one shard and stage its files. `number` is the shard's place in the run (for
+        `item_seq`), `slot` its place within its file (for the cache)."""
+        started = time.monotonic()
+        config, store = self._config, self._store
+        verdicts_path, items_path = shard_paths(store, self._ctx.staging, shard.shard_id)
+        report = ShardReport(shard.shard_id)
+        if await asyncio.to_thread(store.exists, items_path):
+            report.skipped = True
+            return report
+        tables = self._ctx.tables
+        read = await asyncio.to_thread(read_shard_records, config, shard, number, tables)
+        inner = self._inner_judge()
+        judge: Judge = inner
+        fingerprint = factory.cache_fingerprint(config)
+        cache: VerdictCache | None = None
+        cache_store: Store | None = None
+        cache_dir = ""
+        if factory.use_cache(config):
+            cache_store, cache_dir = factory.cache_root(config, store)
+            cache = await asyncio.to_thread(
+                load_cache, cache_store, cache_dir, fingerprint, shard.file_index, slot
+            )
+            judge = CachingJudge(inner, cache, fingerprint)
+        scorer = ContextPrecisionScorer(
+            judge,
+            context=["unused"],  # contexts come with each item
+            scale=config.scorer.scale,
+            reason=config.scorer.reason,
+            contexts_per_call=config.judge.contexts_per_call,
+        )
+        coordinator = self._ctx.coordinator
+        counter = BatchedCounter(
+            flush=(lambda inc: coordinator.add.remote(inc))
+            if coordinator is not None
+            else (lambda inc: None)
+        )
+        for _ in read.errors:
+            counter.add(items=1, errors=1)
+
+        def on_done(result: ScoreResult) -> None:
+            u = result.usage
+            counter.add(
+                items=1,
+                ok=int(result.status == "ok"),
+                unscored=int(result.status == "unscored"),
+                errors=int(result.status == "error"),
+                calls=u.calls,
+                rate_limited=u.rate_limited,
+                retries=u.retries,
+                cache_hits=u.cache_hits,
+            )
+
+        if self._flow is not None:
+            self._flow.wake()
+        try:
+            results = await judge_shard([r for _, r in read.records], scorer, on_done)
+        except FatalJudgeError as exc:
+            counter.drain()
+            report.fatal = str(exc)
+            report.judge = judge_facts(inner)
+            return report
+        counter.drain()
+        report.judge = judge_facts(inner)
+
+        item_rows = [error_row(e, seq, inner.model, first, tables) for seq, e, first in read.errors]
+        all_verdicts: list[dict[str, Any]] = []
+        all_keys: list[str] = []
+        for (seq, record), result in zip(read.records, results, strict=True):
+            item_rows.append(item_row(record, seq, result, inner.model, tables))
+            keys = (
+                [
+                    pair_key(fingerprint, record.to_scoring_item(), p)
+                    for p in range(len(record.contexts))
+                ]
+                if cache is not None
+                else []
+            )
+            all_keys.extend(keys)
+            cached = set()
+            if cache is not None:
+                cached = {p for p, key in enumerate(keys) if key in cache.known}
+            all_verdicts.extend(verdict_rows(record, seq, result, keys, cached, tables))
+            report.usage = report.usage + result.usage
+            report.statuses[result.status] = report.statuses.get(result.status, 0) + 1
+        if read.errors:
+            report.statuses["error"] = report.statuses.get("error", 0) + len(read.errors)
+        item_rows.sort(key=lambda row: row["item_seq"])
+        report.items = len(item_rows)
+
+        def write() -> None:
+            store.write_parquet_atomic(
+                verdicts_path,
+                pa.Table.from_pylist(all_verdicts, schema=tables.staged_verdicts.arrow),
+            )
+            if cache is not None and cache_store is not None:
+                cache_store.write_parquet_atomic(
+                    slot_path(cache_store, cache_dir, fingerprint, shard.file_index, slot),
+                    cache.entries_for(all_keys),
+                )
+            # Written last: its presence marks the shard done for resume.
+            store.write_parquet_atomic(
+                items_path, pa.Table.from_pylist(item_rows, schema=tables.staged_items.arrow)
+            )
+
+        await asyncio.to_thread(write)
+        report.seconds = time.monotonic() - started
+        return report
+
+
+def judge_facts(judge: Judge) -> dict[str, Any]:
+    """What a judge settled on, for the run's summary: its transport and structured-output
+    negotiation (`ResponseFormatNegotiation.summary()`, which `jobs.engine.response_formats`
+    combines over the run's shards); empty for the offline judge. `judge` is the worker's own
+    judge, not the CachingJudge around it, which hides the negotiation."""
+    facts: dict[str, Any] = {}
+    transport = getattr(judge, "transport", None)
+    if transport:
+        facts["transport"] = transport
+    negotiated = factory.response_format_summary(judge)
+    if negotiated is not None:
+        facts["response_format"] = negotiated
+    return facts
 
 
 def run_shard(shard: Shard, number: int, slot: int, ctx: ShardContext) -> ShardReport:
-    """The Ray task body for one shard (also callable directly, without Ray).
+    """Run one shard in this process, without Ray (tests, tools, one-off use)."""
 
-    `number` is the shard's place in the run (for `item_seq`), `slot` its place within its
-    file (for the cache).
-    """
-    started = time.monotonic()
-    config = ctx.config
-    store = open_store(config.output.path, config.output.storage_options)
-    verdicts_path, items_path = shard_paths(store, ctx.staging, shard.shard_id)
-    report = ShardReport(shard.shard_id)
-    if store.exists(items_path):
-        report.skipped = True
-        return report
+    async def one() -> ShardReport:
+        runner = ShardRunner(ctx, "local")
+        try:
+            return await runner.run_shard(shard, number, slot)
+        finally:
+            await runner.close()
 
-    first_seq = number << _SEQ_SHIFT
-    records: list[tuple[int, ItemRecord]] = []
-    # (item_seq, the error, where the first occurrence is when the row repeats a query_id)
-    errors: list[tuple[int, RowError, str | None]] = []
-    first_seen: dict[str, ItemRecord] = {}
-    for index, record in enumerate(factory.shard_items(config, shard)):
-        seq = first_seq + index
-        if isinstance(record, ItemRecord) and record.query_id in first_seen:
-            # Not worth a judge call: publishing keeps only the first occurrence (duplicates
-            # across shards are found there).
-            first = first_seen[record.query_id].where
-            duplicate = RowError(
-                record.source, record.row, duplicate_error(record.query_id, first), record.query_id
-            )
-            errors.append((seq, duplicate, first))
-        elif isinstance(record, RowError):
-            errors.append((seq, record, None))
-        else:
-            first_seen[record.query_id] = record
-            records.append((seq, record))
+    return asyncio.run(one())
 
-    limiter = None
-    if ctx.limiter is not None:
-        from jobs.engine.limiter import SharedLimiter
 
-        limiter = SharedLimiter(ctx.limiter)
-    judge = factory.build_judge(config, limiter, ctx.api_key)
-    llm_judge = judge  # the CachingJudge below hides the negotiation the report needs
-    fingerprint = factory.cache_fingerprint(config)
-    cache: VerdictCache | None = None
-    cache_store: Store | None = None
-    cache_dir = ""
-    if factory.use_cache(config):
-        cache_store, cache_dir = factory.cache_root(config, store)
-        cache = load_cache(cache_store, cache_dir, fingerprint, shard.file_index, slot)
-        judge = CachingJudge(judge, cache, fingerprint)
-    scorer = ContextPrecisionScorer(
-        judge,
-        context=["unused"],  # contexts come with each item
-        scale=config.scorer.scale,
-        reason=config.scorer.reason,
-        contexts_per_call=config.judge.contexts_per_call,
-    )
+async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int) -> None:
+    """A worker's life: `lanes` loops that each take the next shard from the board and run it,
+    until the board has none left (or the run stopped)."""
+    runner = ShardRunner(ctx, worker_id)
+    board = ctx.coordinator
+    attempts = ctx.config.ray.max_task_retries + 1
+    await board.rejoin.remote(worker_id)
 
-    counter = BatchedCounter(
-        flush=(lambda inc: ctx.progress.add.remote(inc))
-        if ctx.progress is not None
-        else (lambda inc: None)
-    )
-    for _ in errors:
-        counter.add(items=1, errors=1)
+    async def lane() -> None:
+        while True:
+            lease = await board.next_shard.remote(worker_id)
+            if lease is None:
+                return
+            number, shard, slot = lease
+            for attempt in range(1, attempts + 1):
+                try:
+                    report = await runner.run_shard(shard, number, slot)
+                except StorageError as exc:
+                    # The store's own retries are spent; a later attempt may find it back.
+                    if attempt < attempts:
+                        continue
+                    await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
+                    return
+                except Exception as exc:  # a bad file, a bug: the run stops, naming the shard
+                    await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
+                    return
+                await board.done.remote(worker_id, report)
+                if report.fatal:
+                    return
+                break
 
-    def on_done(result: ScoreResult) -> None:
-        u = result.usage
-        counter.add(
-            items=1,
-            ok=int(result.status == "ok"),
-            unscored=int(result.status == "unscored"),
-            errors=int(result.status == "error"),
-            calls=u.calls,
-            rate_limited=u.rate_limited,
-            retries=u.retries,
-            cache_hits=u.cache_hits,
-        )
-
-    concurrency = max(1, config.rate_limit.max_concurrency // config.ray.workers)
     try:
-        results = asyncio.run(judge_shard([r for _, r in records], scorer, on_done, concurrency))
-    except FatalJudgeError as exc:
-        counter.drain()
-        report.fatal = str(exc)
-        report.response_format = factory.response_format_summary(llm_judge)
-        return report
-    counter.drain()
+        await asyncio.gather(*(lane() for _ in range(lanes)))
+    finally:
+        await runner.close()
 
-    item_rows = [error_row(e, seq, judge.model, first) for seq, e, first in errors]
-    all_verdicts: list[dict[str, Any]] = []
-    all_keys: list[str] = []
-    for (seq, record), result in zip(records, results, strict=True):
-        item_rows.append(item_row(record, seq, result, judge.model))
-        keys = (
-            [
-                pair_key(fingerprint, record.to_scoring_item(), p)
-                for p in range(len(record.contexts))
-            ]
-            if cache is not None
-            else []
-        )
-        all_keys.extend(keys)
-        cached = set()
-        if cache is not None:
-            cached = {p for p, key in enumerate(keys) if key in cache.known}
-        all_verdicts.extend(verdict_rows(record, seq, result, keys, cached))
-        report.usage = report.usage + result.usage
-        report.statuses[result.status] = report.statuses.get(result.status, 0) + 1
-    if errors:
-        report.statuses["error"] = report.statuses.get("error", 0) + len(errors)
-    item_rows.sort(key=lambda row: row["item_seq"])
-    report.items = len(item_rows)
 
-    store.write_parquet_atomic(
-        verdicts_path, pa.Table.from_pylist(all_verdicts, schema=STAGED_VERDICTS.arrow)
-    )
-    if cache is not None and cache_store is not None:
-        cache_store.write_parquet_atomic(
-            slot_path(cache_store, cache_dir, fingerprint, shard.file_index, slot),
-            cache.entries_for(all_keys),
-        )
-    # Written last: its presence marks the shard done for resume.
-    store.write_parquet_atomic(
-        items_path, pa.Table.from_pylist(item_rows, schema=STAGED_ITEMS.arrow)
-    )
-    report.seconds = time.monotonic() - started
-    report.response_format = factory.response_format_summary(llm_judge)
-    return report
+def _failure(shard: Shard, exc: BaseException) -> str:
+    """Which shard failed and all of the exception's message on one line (its first line often
+    names the file; a pyarrow message goes on over several)."""
+    text = " ".join(part.strip() for part in str(exc).strip().splitlines())
+    return f"shard {shard.shard_id} failed: {text or type(exc).__name__}"
+
+
+def run_worker(ctx: ShardContext, worker_id: str, lanes: int) -> None:
+    """The Ray task body of one worker: run shards from the run's board (held by the
+    coordinator, `jobs.engine.dispatch`) until there are none left. Ray retries it when the
+    worker process dies; the new attempt takes back the shards the dead one held."""
+    asyncio.run(_run_lanes(ctx, worker_id, lanes))

@@ -43,9 +43,8 @@ import fsspec
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.cli import add_calibrate_arguments
 from jobs.config import JobConfig, load_config
-from scorer_core.errors import CtxPrecError, InputError
+from scorer_core.errors import InputError
 from scorer_core.metrics import (
     cohen_kappa,
     confusion,
@@ -196,16 +195,14 @@ def load_labels(
 async def judge_items(
     config: JobConfig, items: Sequence[LabelledItem]
 ) -> tuple[list[ScoreResult], str, dict[str, Any] | None]:
-    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight).
+    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight; 64 under
+    auto, which has no run-wide governor to size it in a single process).
 
     Returns the results, the judge model and its structured-output negotiation
     (`jobs.factory.response_format_summary`; None for the offline judge)."""
     # One process plays every worker: the whole concurrency budget is this judge's.
-    judge = factory.build_judge(
-        config,
-        factory.local_limiter(config),
-        max_in_flight=config.rate_limit.max_concurrency,
-    )
+    in_flight = factory.single_process_concurrency(config)
+    judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
     scorer = ContextPrecisionScorer(
         judge,
         context=["unused"],  # contexts come with each item
@@ -213,7 +210,7 @@ async def judge_items(
         reason="none",
         contexts_per_call=config.judge.contexts_per_call,
     )
-    gate = asyncio.Semaphore(config.rate_limit.max_concurrency)
+    gate = asyncio.Semaphore(in_flight)
 
     async def one(labelled: LabelledItem) -> ScoreResult:
         async with gate:
@@ -424,18 +421,8 @@ def format_report(result: dict[str, Any]) -> str:
 # -- command ----------------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`ctxprec calibrate`'s options. They are defined in jobs.cli, which must not import this
-    module to show them (`--help` stays fast)."""
-    add_calibrate_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """The handler of `ctxprec calibrate` (jobs.cli)."""
-    return run_calibrate(args)
-
-
-def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec calibrate` (its options are defined in jobs.cli)."""
     out = out or sys.stdout
     config = load_config(args.config, args.set)
     result = calibrate(config, args.labels, limit=args.limit, min_grade=args.min_grade)
@@ -444,29 +431,3 @@ def run_calibrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         out.write(format_report(result) + "\n")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `ctxprec calibrate` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "calibrate",
-        help="measure the configured judge against human relevance labels",
-        description=(__doc__ or "").split("\n\n")[0],
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run_calibrate)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec calibrate")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_calibrate(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

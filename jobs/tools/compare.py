@@ -4,13 +4,21 @@
 
 Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
 query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
-unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b. Prints the
-summary shift, the items per score band of both runs, the queries that regressed most and the
-relevance rate by position of both runs.
+unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b, then one column
+per segment column (its value in B, else in A). Prints the summary shift, the items per score
+band of both runs, the shift per segment, the queries that regressed most and the relevance rate
+by position of both runs.
+
+Segments: by default the columns run B's summary is segmented by (`summary.by`), where run A
+has them too; `--by COLUMN` (repeatable) picks any carried columns of both runs instead. A query
+is in the segment of its value in run B. Each segment's shift is over its queries scored "ok" in
+both runs, like the global one.
 
 Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
-(or when no query is scored in both), else 0: a nightly pipeline can alert on it. Errors
-(unknown run, unreadable store) exit 2 with a message.
+(or when no query is scored in both), or over those of any segment with at least
+`--min-segment-size` of them (smaller segments are shown, not gated: a segment of three queries
+moves by chance), else 0: a nightly pipeline can alert on it. Errors exit as with every
+`ctxprec` command (2 for an unknown run id or segment column, 1 for a storage failure).
 """
 
 from __future__ import annotations
@@ -24,19 +32,19 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs import formatting as fmt
+from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
+from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
+from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
 from jobs.engine.aggregate import band_range, relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
-    add_output_arguments,
     load_run,
     open_output,
     parse_storage_options,
     write_parquet_file,
 )
-from scorer_core.errors import ConfigError, CtxPrecError
+from scorer_core.errors import ConfigError
 
-DEFAULT_MAX_MEAN_DROP = 0.02
-DEFAULT_TOP = 10
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9
 _STATUSES = ("ok", "unscored", "error")
@@ -76,12 +84,32 @@ class ScoreStats:
 
 
 @dataclass(frozen=True)
+class SegmentShift:
+    """How one segment's scores moved: over its queries scored ok in both runs."""
+
+    by: str  # the segment column
+    value: str | None  # its value in run B, as text (None: null)
+    paired: int
+    mean_a: float | None
+    mean_b: float | None
+    regressed: int
+
+    @property
+    def shift(self) -> float | None:
+        return _diff(self.mean_a, self.mean_b)
+
+    @property
+    def label(self) -> str:
+        return f"{self.by}={'(null)' if self.value is None else self.value}"
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Everything `ctxprec compare` (and the report's baseline section) shows."""
 
     run_a: str
     run_b: str
-    table: pl.DataFrame  # TABLE_COLUMNS, one row per query_id, sorted by query_id
+    table: pl.DataFrame  # TABLE_COLUMNS + segment columns, one row per query_id, by query_id
     positions: pl.DataFrame  # position, judged_a, rate_a, judged_b, rate_b, delta
     status_a: dict[str, int]
     status_b: dict[str, int]
@@ -97,6 +125,12 @@ class Comparison:
     # ok in that run, not only the paired ones.
     bands_a: tuple[tuple[str, int], ...] = ()
     bands_b: tuple[tuple[str, int], ...] = ()
+    segments: tuple[SegmentShift, ...] = ()  # per segment column, values sorted, null last
+    segment_columns: tuple[str, ...] = ()
+    unsegmented: tuple[str, ...] = ()  # B's summary columns that run A's scores lack
+
+    def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
+        return tuple(segment for segment in self.segments if segment.by == by)
 
     @property
     def paired(self) -> int:
@@ -117,31 +151,46 @@ class Comparison:
 class Gate:
     passed: bool
     message: str
+    failed_segments: tuple[SegmentShift, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
 # computation
 
 
-def _one_row_per_query(scores: pl.LazyFrame) -> pl.LazyFrame:
+def _one_row_per_query(scores: pl.LazyFrame, extra: Sequence[str] = ()) -> pl.LazyFrame:
     """The scored row of each query_id: later duplicates (status error, "duplicate query_id")
     are dropped so a join cannot multiply rows."""
     is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
     return (
         scores.filter(~is_duplicate)
-        .select("query_id", *_KEYS)
+        .select("query_id", *_KEYS, *extra)
         .unique(subset="query_id", keep="first", maintain_order=True)
     )
 
 
-def comparison_table(scores_a: pl.LazyFrame, scores_b: pl.LazyFrame) -> pl.LazyFrame:
-    """Per query_id: both runs' scores, statuses and relevant counts, delta and presence."""
-    a = _one_row_per_query(scores_a).select(
-        "query_id", *(pl.col(k).alias(f"{k}_a") for k in _KEYS), pl.lit(True).alias("_in_a")
-    )
-    b = _one_row_per_query(scores_b).select(
-        "query_id", *(pl.col(k).alias(f"{k}_b") for k in _KEYS), pl.lit(True).alias("_in_b")
-    )
+def comparison_table(
+    scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
+) -> pl.LazyFrame:
+    """Per query_id: both runs' scores, statuses and relevant counts, delta and presence, and
+    the value of each `segment_by` column (B's, else A's; as text when the runs' types differ)."""
+    schema_a = scores_a.collect_schema()
+    schema_b = scores_b.collect_schema()
+    same_type = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
+
+    def side(scores: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
+        return _one_row_per_query(scores, segment_by).select(
+            "query_id",
+            *(pl.col(k).alias(f"{k}_{suffix}") for k in _KEYS),
+            *(
+                (pl.col(c) if same_type[c] else pl.col(c).cast(pl.String)).alias(f"{c}_{suffix}")
+                for c in segment_by
+            ),
+            pl.lit(True).alias(f"_in_{suffix}"),
+        )
+
+    a = side(scores_a, "a")
+    b = side(scores_b, "b")
     in_a = pl.col("_in_a").fill_null(False)
     in_b = pl.col("_in_b").fill_null(False)
     presence = (
@@ -156,8 +205,9 @@ def comparison_table(scores_a: pl.LazyFrame, scores_b: pl.LazyFrame) -> pl.LazyF
         .with_columns(
             presence.alias("presence"),
             (pl.col("score_b") - pl.col("score_a")).round(6).alias("delta"),
+            *(pl.coalesce(f"{c}_b", f"{c}_a").alias(c) for c in segment_by),
         )
-        .select(*TABLE_COLUMNS)
+        .select(*TABLE_COLUMNS, *segment_by)
         .sort("query_id")
     )
 
@@ -207,11 +257,78 @@ def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.La
     )
 
 
-def compare_runs(run_a: PublishedRun, run_b: PublishedRun) -> Comparison:
-    """Compare two published runs (A is the baseline, B the candidate)."""
+def segment_columns(
+    run_a: PublishedRun, run_b: PublishedRun, asked: Sequence[str] | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(columns to compare segments by, B's summary columns skipped because A lacks them).
+
+    `asked` (--by): those columns, each of which both runs' scores must have (`ConfigError`
+    naming the run that lacks it); None: the columns B's summary is segmented by.
+    """
+    columns_a = set(run_a.scores().collect_schema().names())
+    columns_b = set(run_b.scores().collect_schema().names())
+    if asked:
+        for column in asked:
+            if column in TABLE_COLUMNS:
+                raise ConfigError(
+                    f"--by {column}: a column of the comparison table itself; segment by a "
+                    "carried column (input.carry)"
+                )
+            for run, columns in ((run_a, columns_a), (run_b, columns_b)):
+                if column not in columns:
+                    raise ConfigError(
+                        f"--by {column}: run {run.run_id}'s scores have no column {column!r} "
+                        "(segment by a column both runs carry, input.carry)"
+                    )
+        return tuple(dict.fromkeys(asked)), ()
+    default = run_b.summary.segment_columns
+    usable = tuple(
+        c for c in default if c in columns_a and c in columns_b and c not in TABLE_COLUMNS
+    )
+    return usable, tuple(c for c in default if c not in usable)
+
+
+def segment_shifts(table: pl.DataFrame, segment_by: Sequence[str]) -> tuple[SegmentShift, ...]:
+    """Per value of each column (as text, sorted, null last): the shift over its queries
+    scored ok in both runs. Segments with no such query are left out."""
+    paired = table.filter(
+        (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok") & pl.col("delta").is_not_null()
+    )
+    shifts: list[SegmentShift] = []
+    for column in segment_by:
+        groups = (
+            paired.group_by(pl.col(column).cast(pl.String).alias("segment"))
+            .agg(
+                paired=pl.len(),
+                mean_a=pl.col("score_a").mean(),
+                mean_b=pl.col("score_b").mean(),
+                regressed=(pl.col("delta") < -_EPSILON).sum(),
+            )
+            .sort("segment", nulls_last=True)
+        )
+        shifts.extend(
+            SegmentShift(
+                by=column,
+                value=row["segment"],
+                paired=int(row["paired"]),
+                mean_a=row["mean_a"],
+                mean_b=row["mean_b"],
+                regressed=int(row["regressed"]),
+            )
+            for row in groups.iter_rows(named=True)
+        )
+    return tuple(shifts)
+
+
+def compare_runs(
+    run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] | None = None
+) -> Comparison:
+    """Compare two published runs (A is the baseline, B the candidate), overall and per
+    segment (`segment_columns` says which)."""
+    columns, unsegmented = segment_columns(run_a, run_b, segment_by)
     table, positions = pl.collect_all(
         [
-            comparison_table(run_a.scores(), run_b.scores()),
+            comparison_table(run_a.scores(), run_b.scores(), columns),
             position_change(run_a.verdicts(), run_b.verdicts()),
         ]
     )
@@ -242,25 +359,55 @@ def compare_runs(run_a: PublishedRun, run_b: PublishedRun) -> Comparison:
         lost=lost,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
+        segments=segment_shifts(table, columns),
+        segment_columns=columns,
+        unsegmented=unsegmented,
     )
 
 
-def gate(comparison: Comparison, max_mean_drop: float) -> Gate:
-    """Pass unless mean(B) < mean(A) - max_mean_drop over the queries ok in both runs."""
+def _dropped(a: float | None, b: float | None, max_mean_drop: float) -> bool:
+    return a is not None and b is not None and b < a - max_mean_drop - _EPSILON
+
+
+def gate(
+    comparison: Comparison,
+    max_mean_drop: float,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+) -> Gate:
+    """Pass unless mean(B) < mean(A) - max_mean_drop over the queries ok in both runs, or over
+    those of a segment with at least `min_segment_size` of them."""
     a, b = comparison.stats_a.mean, comparison.stats_b.mean
     if a is None or b is None:
         return Gate(False, "FAIL: no query is scored ok in both runs; nothing to compare")
     shift = b - a
-    if b < a - max_mean_drop - _EPSILON:
-        return Gate(
-            False,
-            f"FAIL: mean fell by {-shift:.4f} (from {a:.4f} to {b:.4f}), more than the allowed "
-            f"{max_mean_drop:.4f}",
-        )
-    return Gate(
-        True,
-        f"OK: mean shift {shift:+.4f} (from {a:.4f} to {b:.4f}), allowed drop {max_mean_drop:.4f}",
+    failed = tuple(
+        s
+        for s in comparison.segments
+        if s.paired >= min_segment_size and _dropped(s.mean_a, s.mean_b, max_mean_drop)
     )
+    if _dropped(a, b, max_mean_drop):
+        lines = [
+            f"FAIL: mean fell by {-shift:.4f} (from {a:.4f} to {b:.4f}), more than the allowed "
+            f"{max_mean_drop:.4f}"
+        ]
+    else:
+        verdict = "FAIL" if failed else "OK"
+        lines = [
+            f"{verdict}: mean shift {shift:+.4f} (from {a:.4f} to {b:.4f}), allowed drop "
+            f"{max_mean_drop:.4f}"
+        ]
+    lines += [
+        f"FAIL: segment {s.label}: mean fell by {-(s.shift or 0.0):.4f} (from {s.mean_a:.4f} to "
+        f"{s.mean_b:.4f}) over {s.paired:,} queries, more than the allowed {max_mean_drop:.4f}"
+        for s in failed
+    ]
+    small = sum(1 for s in comparison.segments if s.paired < min_segment_size)
+    if small:
+        lines.append(
+            f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
+            "not gated (--min-segment-size)"
+        )
+    return Gate(not failed and not _dropped(a, b, max_mean_drop), "\n".join(lines), failed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,11 +517,64 @@ def format_positions(comparison: Comparison, limit: int = 20) -> str:
     return "\n".join(lines)
 
 
-def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
+_MAX_SEGMENT_LINES = 40
+
+
+def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int) -> str:
+    """Per segment column: each value's queries ok in both runs, means, shift, and whether the
+    gate failed it ("FAIL"), checked it ("ok") or left it out for its size ("small")."""
+    failed = {(s.by, s.value) for s in verdict.failed_segments}
+    blocks = []
+    for column in comparison.segment_columns:
+        segments = comparison.segments_by(column)
+        width = max([len(column) + 3, *(len(str(s.value)) + 2 for s in segments)])
+        width = min(max(width, 12), 32)
+        lines = [
+            f"by {column} (a query's value in B; over the queries scored ok in both runs):",
+            f"  {'value':<{width}}{'queries':>9}{'mean A':>9}{'mean B':>9}{'shift':>9}"
+            f"{'regressed':>11}{'gate':>7}",
+        ]
+        for s in segments[:_MAX_SEGMENT_LINES]:
+            name = "(null)" if s.value is None else s.value
+            name = name if len(name) <= width - 2 else name[: width - 3] + "…"
+            status = (
+                "FAIL"
+                if (s.by, s.value) in failed
+                else "small"
+                if s.paired < min_segment_size
+                else "ok"
+            )
+            lines.append(
+                f"  {name:<{width}}{s.paired:>9,}{fmt.number(s.mean_a, 3):>9}"
+                f"{fmt.number(s.mean_b, 3):>9}{fmt.number(s.shift, 3, signed=True):>9}"
+                f"{s.regressed:>11,}{status:>7}"
+            )
+        hidden = len(segments) - _MAX_SEGMENT_LINES
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more values (all are gated; see the per-query table)")
+        blocks.append("\n".join(lines))
+    if comparison.unsegmented:
+        blocks.append(
+            "not compared by "
+            + ", ".join(comparison.unsegmented)
+            + f": run {comparison.run_a}'s scores do not have the column"
+        )
+    return "\n\n".join(blocks)
+
+
+def format_comparison(
+    comparison: Comparison,
+    *,
+    top: int,
+    verdict: Gate,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+) -> str:
+    segments = format_segments(comparison, verdict, min_segment_size)
     return "\n\n".join(
         [
             format_shift(comparison),
             format_bands(comparison),
+            *([segments] if segments else []),
             format_regressions(comparison, top),
             format_positions(comparison),
             verdict.message,
@@ -383,38 +583,12 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
 
 
 # --------------------------------------------------------------------------------------------
-# command: `add_arguments` and `run` are what `ctxprec compare` calls; `register` adds the
-# subcommand to a parser; `main` is `python -m jobs.tools.compare`
+# command: `run` is what `ctxprec compare` calls (its options are defined in jobs.cli);
+# `main` is `python -m jobs.tools.compare`
 
 
 def table_name(run_a: str, run_b: str) -> str:
     return f"comparisons/{run_a}__vs__{run_b}.parquet"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
-    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
-    add_output_arguments(parser)
-    parser.add_argument(
-        "--out-table",
-        metavar="PATH",
-        default=None,
-        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
-    )
-    parser.add_argument(
-        "--max-mean-drop",
-        type=float,
-        default=DEFAULT_MAX_MEAN_DROP,
-        metavar="X",
-        help=f"exit 1 when mean(B) < mean(A) - X (default {DEFAULT_MAX_MEAN_DROP})",
-    )
-    parser.add_argument(
-        "--top",
-        type=int,
-        default=DEFAULT_TOP,
-        metavar="N",
-        help=f"regressions to list (default {DEFAULT_TOP})",
-    )
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -424,10 +598,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise ConfigError(f"--max-mean-drop must be >= 0, got {args.max_mean_drop}")
     if args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
+    if args.min_segment_size < 1:
+        raise ConfigError(f"--min-segment-size must be >= 1, got {args.min_segment_size}")
     store = open_output(args)
     run_a = load_run(store, args.run_a)
     run_b = load_run(store, args.run_b)
-    comparison = compare_runs(run_a, run_b)
+    comparison = compare_runs(run_a, run_b, args.by)
     written = write_parquet_file(
         store,
         args.out_table,
@@ -435,32 +611,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         comparison.table,
         parse_storage_options(args.storage_option),
     )
-    verdict = gate(comparison, args.max_mean_drop)
-    out.write(format_comparison(comparison, top=args.top, verdict=verdict) + "\n")
+    verdict = gate(comparison, args.max_mean_drop, args.min_segment_size)
+    out.write(
+        format_comparison(
+            comparison, top=args.top, verdict=verdict, min_segment_size=args.min_segment_size
+        )
+        + "\n"
+    )
     out.write(f"per-query table: {written}\n")
     return 0 if verdict.passed else 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `compare` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare two published runs; exit 1 when the mean score dropped too far",
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec compare")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    """`python -m jobs.tools.compare`: `ctxprec compare` on its own."""
+    from jobs.cli import main as ctxprec
+
+    return ctxprec(["compare", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ import pyarrow.parquet as pq
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.cli import add_estimate_arguments
 from jobs.config import JobConfig, load_config
 from jobs.engine.cache import pair_key, slot_path
 from jobs.engine.inputs import (
@@ -336,15 +335,32 @@ def estimate(
 def _wall_time(
     config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
 ) -> dict[str, Any]:
+    """The fan-out's wall time as the run would pace it: the rate the limits allow, the
+    in-flight budget the run would settle on (Little's law under auto, as the governor sizes
+    it, taking `latency_s` as the reply latency), plus one latency for the run's first request
+    (it goes alone) and one for the last replies."""
     limits = config.rate_limit
-    workers = config.ray.workers
-    concurrency = workers * max(1, limits.max_concurrency // workers)
+    settings = factory.budget_settings(config)
+    rates = []
+    if limits.requests_per_minute:
+        rates.append(limits.requests_per_minute * limits.headroom / 60.0)
+    if limits.tokens_per_minute and calls and limiter_tokens:
+        rates.append(limits.tokens_per_minute * limits.headroom / 60.0 / (limiter_tokens / calls))
+    rate = min(rates) if rates else None
+    if settings.explicit is not None:
+        concurrency = settings.explicit
+    elif rate is None:
+        concurrency = settings.unlimited
+    else:
+        needed = math.ceil(rate * latency_s * settings.margin)
+        concurrency = max(settings.floor, min(settings.ceiling, needed))
     base: dict[str, Any] = {
         "requests_per_minute": limits.requests_per_minute,
         "tokens_per_minute": limits.tokens_per_minute,
         "headroom": limits.headroom,
         "limiter_tokens": limiter_tokens,
         "concurrency": concurrency,
+        "concurrency_mode": "explicit" if settings.explicit is not None else "auto",
         "assumed_latency_s": latency_s,
     }
     if config.judge.model == "lexical":
@@ -363,12 +379,13 @@ def _wall_time(
         if limits.tokens_per_minute
         else None
     )
-    by_concurrency = math.ceil(calls / concurrency) * latency_s if calls else 0.0
+    by_concurrency = calls / concurrency * latency_s if calls else 0.0
+    edges = 2 * latency_s if calls else 0.0  # the first request alone; the last replies
     base.update(by_requests_s=by_requests, by_tokens_s=by_tokens, by_concurrency_s=by_concurrency)
     if by_requests is None and by_tokens is None:
         return {
             **base,
-            "seconds": by_concurrency,
+            "seconds": by_concurrency + edges,
             "basis": (
                 f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
                 f"{concurrency} requests in flight"
@@ -379,7 +396,7 @@ def _wall_time(
     if by_concurrency > bound:
         return {
             **base,
-            "seconds": by_concurrency,
+            "seconds": by_concurrency + edges,
             "basis": (
                 f"concurrency-bound: {concurrency} in flight at an ASSUMED {latency_s:g} s per "
                 f"request is slower than the rate limit ({which})"
@@ -387,8 +404,11 @@ def _wall_time(
         }
     return {
         **base,
-        "seconds": bound,
-        "basis": f"rate limit: {which} at headroom {limits.headroom:g}",
+        "seconds": bound + edges,
+        "basis": (
+            f"rate limit: {which} at headroom {limits.headroom:g}, {concurrency} in flight at "
+            f"an ASSUMED {latency_s:g} s per request"
+        ),
     }
 
 
@@ -464,18 +484,8 @@ def format_estimate(result: dict[str, Any]) -> str:
 # -- command --------------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`ctxprec estimate`'s options. They are defined in jobs.cli, which must not import this
-    module to show them (`--help` stays fast)."""
-    add_estimate_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """The handler of `ctxprec estimate` (jobs.cli)."""
-    return run_estimate(args)
-
-
-def run_estimate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
     out = out or sys.stdout
     config = load_config(args.config, args.set)
     result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
@@ -484,29 +494,3 @@ def run_estimate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         out.write(format_estimate(result) + "\n")
     return 0
-
-
-def register(subparsers: Any) -> None:
-    """Add `ctxprec estimate` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "estimate",
-        help="count items, judge calls, tokens, cost and time of a run, without running it",
-        description=(__doc__ or "").split("\n\n")[0],
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run_estimate)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec estimate")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_estimate(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -35,13 +35,19 @@ from typing import Any
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import BANDS, LEGACY_BAND_LABELS, PositionRate, RunSummary
+from jobs.engine.aggregate import (
+    BANDS,
+    FLOW_METRICS,
+    LEGACY_BAND_LABELS,
+    PositionRate,
+    RunSummary,
+    Segment,
+)
 from jobs.engine.publish import RunLocation, scan
 from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
 
-DEFAULT_OUTPUT = "results/"
 TABLES = ("scores", "verdicts", "summary")
 _PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
@@ -92,21 +98,21 @@ class PublishedRun:
     def verdicts(self) -> pl.LazyFrame:
         return self.scan("verdicts")
 
-    def summary_table(self) -> pl.LazyFrame:
-        return self.scan("summary")
-
     @property
     def summary(self) -> RunSummary:
-        """The run summary, rebuilt from the published summary table (read once), with the
-        structured-output form from the manifest when it records one."""
+        """The run summary, rebuilt from the published summary table (read once)."""
         cached: RunSummary | None = self.__dict__.get("_summary")
         if cached is None:
             cached = summary_from_frame(self.read("summary"))
-            recorded = (self.manifest.get("summary") or {}).get("response_format")
-            if isinstance(recorded, dict):
-                cached = replace(cached, response_format=RunResponseFormat.from_dict(recorded))
             object.__setattr__(self, "_summary", cached)
         return cached
+
+    @property
+    def response_format(self) -> RunResponseFormat | None:
+        """The structured-output form the run's judge settled on, from the manifest's
+        `judge.response_format` (None for the offline judge, or a run that recorded none)."""
+        recorded = (self.manifest.get("judge") or {}).get("response_format")
+        return RunResponseFormat.from_dict(recorded) if isinstance(recorded, dict) else None
 
     @property
     def seconds(self) -> float | None:
@@ -207,10 +213,35 @@ def _number(value: object) -> float | None:
 
 
 def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
-    """Rebuild the `RunSummary` from its published tidy table (`RunSummary.to_frame`)."""
+    """Rebuild the `RunSummary` from its published tidy table (`RunSummary.to_frame`), its
+    segments too. A table published before segments existed has no segment columns."""
     if frame.is_empty():
         raise CtxPrecError("the run's summary table is empty")
     model = str(frame["model"][0])
+    if "segment_by" not in frame.columns:
+        return _summary_from_rows(frame, model)
+    overall = _summary_from_rows(frame.filter(pl.col("segment_by").is_null()), model)
+    rows = frame.filter(pl.col("segment_by").is_not_null())
+    keys = rows.select("segment_by", "segment").unique(maintain_order=True)
+    segments = tuple(
+        Segment(
+            by=str(by),
+            value=value,
+            summary=_summary_from_rows(
+                rows.filter(
+                    (pl.col("segment_by") == by)
+                    & (pl.col("segment").is_null() if value is None else pl.col("segment") == value)
+                ),
+                model,
+            ),
+        )
+        for by, value in keys.iter_rows()
+    )
+    return replace(overall, segments=segments)
+
+
+def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
+    """The summary of one set of metric rows (the whole run's, or one segment's)."""
     scalars = {
         str(row["metric"]): _number(row["value"])
         for row in frame.filter(pl.col("band").is_null() & pl.col("position").is_null()).iter_rows(
@@ -224,11 +255,11 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
         band_counts[label] = band_counts.get(label, 0) + int(_number(row["value"]) or 0)
     known = [label for label, _, _ in BANDS]
     labels = [b for b in known if b in band_counts] + [b for b in band_counts if b not in known]
-    positions = (
-        frame.filter(pl.col("position").is_not_null())
-        .pivot(on="metric", index="position", values="value", aggregate_function="first")
-        .sort("position")
-    )
+    positions = frame.filter(pl.col("position").is_not_null())
+    if not positions.is_empty():
+        positions = positions.pivot(
+            on="metric", index="position", values="value", aggregate_function="first"
+        ).sort("position")
 
     def count(name: str) -> int:
         return int(scalars.get(name) or 0)
@@ -259,29 +290,12 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
         completion_tokens=count("completion_tokens"),
         cache_hits=count("cache_hits"),
         cost_usd=scalars.get("cost_usd"),
+        flow=tuple((name, scalars[name]) for name in FLOW_METRICS if name in scalars),
     )
 
 
 # --------------------------------------------------------------------------------------------
 # shared command-line helpers
-
-
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """--output and --storage-option, as every command that reads published runs takes them."""
-    parser.add_argument(
-        "--output",
-        default=DEFAULT_OUTPUT,
-        metavar="PATH",
-        help=f"output root the runs were published to (default {DEFAULT_OUTPUT}; s3://... works)",
-    )
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec storage option, value parsed as YAML (repeatable; dotted keys nest, "
-        "e.g. client_kwargs.region_name=us-east-1)",
-    )
 
 
 def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:

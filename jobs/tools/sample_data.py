@@ -67,8 +67,12 @@ def _fact(entity: str, kind: str, attribute: str, value: str) -> str:
     return phrases[attribute]
 
 
-def generate(items: int, seed: int = 7, markers: bool = False) -> Iterator[dict[str, Any]]:
-    """Yield `items` synthetic items with per-context ground-truth `relevance`."""
+def generate(
+    items: int, seed: int = 7, markers: bool = False, segments: int = 0
+) -> Iterator[dict[str, Any]]:
+    """Yield `items` synthetic items with per-context ground-truth `relevance`; with
+    `segments`, a `retriever` column with that many values (item n has retriever n % segments,
+    so the rest of each item is the same as without it)."""
     rng = random.Random(seed)
     for number in range(items):
         kind = rng.choice(list(_KINDS))
@@ -93,7 +97,7 @@ def generate(items: int, seed: int = 7, markers: bool = False) -> Iterator[dict[
         rng.shuffle(contexts)
         if markers:
             contexts = [(f"{t} {'RELEVANT' if r else 'IRRELEVANT'}", r) for t, r in contexts]
-        yield {
+        row = {
             "id": f"q{number:07d}",
             "question": question,
             "answer": f"{answer}." if rng.random() < 0.5 else f"It is {answer}.",
@@ -101,6 +105,9 @@ def generate(items: int, seed: int = 7, markers: bool = False) -> Iterator[dict[
             "contexts": [t for t, _ in contexts],
             "relevance": [int(r) for _, r in contexts],
         }
+        if segments:
+            row["retriever"] = f"retriever-{number % segments:03d}"
+        yield row
 
 
 def write_jsonl(path: Path, rows: Iterator[dict[str, Any]]) -> int:
@@ -147,9 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=500)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--markers", action="store_true", help="add RELEVANT/IRRELEVANT words")
+    parser.add_argument(
+        "--segments", type=int, default=0, help="add a `retriever` column with this many values"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
-    rows = generate(args.items, args.seed, args.markers)
+    rows = generate(args.items, args.seed, args.markers, args.segments)
     count = write_parquet(out, rows) if out.suffix == ".parquet" else write_jsonl(out, rows)
     print(f"wrote {count} items to {out}", file=sys.stderr)
     return 0

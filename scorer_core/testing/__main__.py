@@ -29,6 +29,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free port")
     parser.add_argument("--rpm", type=int, default=0, help="requests per window (0 = no limit)")
+    parser.add_argument("--tpm", type=int, default=0, help="tokens per window (0 = no limit)")
     parser.add_argument("--window-s", type=float, default=60.0, help="rate-limit window")
     parser.add_argument("--no-retry-after", action="store_true", help="429s without Retry-After")
     parser.add_argument(
@@ -48,7 +49,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slow-s", type=float, default=30.0)
-    parser.add_argument("--latency-s", type=float, default=0.0)
+    parser.add_argument("--latency-s", type=float, default=0.0, help="mean reply latency")
+    parser.add_argument(
+        "--latency-p99-s",
+        type=float,
+        default=0.0,
+        help="99th percentile latency: replies take a lognormal time with this tail",
+    )
     parser.add_argument("--latency-jitter-s", type=float, default=0.0)
     parser.add_argument("--require-api-key", default=None)
     parser.add_argument("--max-logged-requests", type=int, default=1000)
@@ -74,6 +81,7 @@ def _plan_from_args(args: argparse.Namespace) -> FaultPlan:
         slow_s=args.slow_s,
         latency_s=args.latency_s,
         latency_jitter_s=args.latency_jitter_s,
+        latency_p99_s=args.latency_p99_s,
     )
 
 
@@ -84,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         args.port,
         rpm=args.rpm,
         window_s=args.window_s,
+        tpm=args.tpm,
         retry_after_header=not args.no_retry_after,
         fault_plan=plan,
         require_api_key=args.require_api_key,

@@ -24,7 +24,13 @@ of every request and `stats()["response_format_rejections"]` the rejected ones.
 
 On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
 faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
-listening for a while (`refuse_connections`) and report what it saw (`stats()`, `GET /stats`).
+listening for a while (`refuse_connections`, `accept_connections`) and report what it saw
+(`stats()`, `GET /stats`).
+
+Tests need not wait on real time: `clock` (the sliding window's time) and `sleep` (the latency
+and slow replies) are injectable, and `on_request` is called with each request before it is
+answered, in a thread of its own, so a test can count requests, act at an exact request, or
+hold requests (by blocking) until it is ready.
 
 The server runs in a background thread with its own event loop, so synchronous tests and
 benchmarks in other processes can both talk to it over real HTTP. Per-request work is kept
@@ -43,7 +49,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from types import TracebackType
 from typing import Any
@@ -128,6 +134,25 @@ def build_verdict_prompt_for_tests(
     return "\n".join(lines)
 
 
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+def lognormal_parameters(mean: float, p99: float) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with this mean and 99th percentile.
+
+    mean = exp(mu + sigma^2 / 2) and p99 = exp(mu + z99 sigma), so sigma solves
+    sigma^2 / 2 - z99 sigma + ln(p99 / mean) = 0 (the smaller root: the tail the p99 names).
+    """
+    if not 0 < mean < p99:
+        raise ValueError(f"a latency tail needs 0 < mean < p99, got mean {mean}, p99 {p99}")
+    gap = math.log(p99 / mean)
+    discriminant = _Z99 * _Z99 - 2 * gap
+    if discriminant < 0:
+        raise ValueError(f"p99 {p99} is too far above the mean {mean} for a lognormal (<= ~15x)")
+    sigma = _Z99 - math.sqrt(discriminant)
+    return math.log(mean) - sigma * sigma / 2, sigma
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """How often each fault is injected (probabilities, 0..1, summing to at most 1).
@@ -153,8 +178,11 @@ class FaultPlan:
     case_and_space: float = 0.0  # VALID: verdict words like " Yes " / "NO"
     slow_s: float = 30.0
     retry_after_s: int = 1  # Retry-After sent with an injected 429
-    latency_s: float = 0.0  # added to every admitted request
+    latency_s: float = 0.0  # added to every admitted request (the mean, with latency_p99_s)
     latency_jitter_s: float = 0.0  # plus uniform(0, jitter)
+    # > latency_s: each reply's latency is drawn from a lognormal with mean `latency_s` and
+    # this 99th percentile (a real judge's heavy tail); at most ~15x the mean.
+    latency_p99_s: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -165,8 +193,22 @@ class FaultPlan:
         total = sum(self.rates().values())
         if total > 1.0 + 1e-9:
             raise ValueError(f"FaultPlan rates sum to {total:.3f}; they must sum to at most 1")
-        if min(self.slow_s, self.latency_s, self.latency_jitter_s) < 0 or self.retry_after_s < 0:
+        if min(self.slow_s, self.latency_s, self.latency_jitter_s, self.latency_p99_s) < 0 or (
+            self.retry_after_s < 0
+        ):
             raise ValueError("FaultPlan durations must not be negative")
+        if self.latency_p99_s:
+            lognormal_parameters(self.latency_s, self.latency_p99_s)  # raises when impossible
+
+    def draw_latency(self, rng: random.Random) -> float:
+        """One reply's latency under this plan (before any `slow` fault)."""
+        delay = self.latency_s
+        if self.latency_p99_s > self.latency_s > 0:
+            mu, sigma = lognormal_parameters(self.latency_s, self.latency_p99_s)
+            delay = rng.lognormvariate(mu, sigma)
+        if self.latency_jitter_s > 0:
+            delay += rng.uniform(0.0, self.latency_jitter_s)
+        return delay
 
     def rates(self) -> dict[str, float]:
         """The non-zero fault rates by kind."""
@@ -200,6 +242,15 @@ class FaultPlan:
         share = total / len(chosen) if chosen else 0.0
         rates: dict[str, Any] = {k: share for k in chosen}
         return cls(**rates, seed=seed, **overrides)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A chat request about to be answered, as `on_request` sees it."""
+
+    number: int  # 1 for the first chat request the server received, 2 for the next, ...
+    schema: str  # VERDICTS_SCHEMA_NAME or REASON_SCHEMA_NAME
+    peer: tuple[str, int] | None  # the client's (address, port)
 
 
 class _Reply(Exception):
@@ -245,6 +296,7 @@ def _max_in_window(timestamps: list[float], window_s: float) -> int:
 class FakeJudgeServer:
     """An OpenAI-compatible chat-completions server on 127.0.0.1, run in a background thread.
 
+    `tpm` is the number of tokens admitted per `window_s` (0 = unlimited; see `set_tpm`).
     `rpm` is the number of requests admitted per `window_s` seconds (0 = unlimited); it is
     called rpm because the window defaults to 60 s, and tests shrink both proportionally.
 
@@ -258,6 +310,7 @@ class FakeJudgeServer:
         *,
         rpm: int = 0,
         window_s: float = 60.0,
+        tpm: int = 0,
         retry_after_header: bool = True,
         fault_plan: FaultPlan | None = None,
         verdict_fn: Callable[[str, str], bool] | None = None,
@@ -267,6 +320,9 @@ class FakeJudgeServer:
         max_logged_requests: int = 1000,
         max_timestamps: int = 200_000,
         shutdown_timeout_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_request: Callable[[Arrival], None] | None = None,
     ) -> None:
         self._requested_port = port
         self.port: int = port
@@ -281,6 +337,10 @@ class FakeJudgeServer:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._max_logged_requests = max_logged_requests
         self._max_timestamps = max_timestamps
+        self._clock = clock
+        self._sleep = sleep
+        self._on_request = on_request
+        self._listening = threading.Event()
 
         # One lock guards all mutable state: the handler runs on the server thread while
         # stats()/set_*() are called from test threads. It is never held across an await.
@@ -289,6 +349,10 @@ class FakeJudgeServer:
         self._window_s = 60.0
         self._window: deque[float] = deque()  # admitted requests still inside the window
         self.set_rpm(rpm, window_s)
+        self._token_limit = 0
+        self._token_window: deque[tuple[float, int]] = deque()  # (admitted at, tokens)
+        self._tokens_in_window = 0
+        self.set_tpm(tpm)
         self._plan = FaultPlan()
         self._rng = random.Random(0)
         self._cumulative: list[float] = []
@@ -400,6 +464,7 @@ class FakeJudgeServer:
         await site.start()
         self._site = site
         self.port = site.port
+        self._listening.set()
 
     async def _shutdown(self) -> None:
         if self._reopen_task is not None:
@@ -432,6 +497,15 @@ class FakeJudgeServer:
     def fault_plan(self) -> FaultPlan:
         return self._plan
 
+    def set_tpm(self, limit: int) -> None:
+        """Admit at most `limit` tokens per window (the `rpm` window; 0 = unlimited), counted
+        from each request as a provider does: its prompt tokens plus its completion tokens
+        (the request's `max_tokens` when it sets one)."""
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        with self._lock:
+            self._token_limit = int(limit)
+
     def set_rpm(self, limit: int, window_s: float | None = None) -> None:
         """Admit at most `limit` requests per `window_s` seconds (0 = unlimited)."""
         if limit < 0:
@@ -461,6 +535,7 @@ class FakeJudgeServer:
             self._refusals += 1
         site = self._site
         self._site = None
+        self._listening.clear()
         if site is not None:
             await site.stop()
         # Closing the listener leaves accepted keep-alive connections open; drop them too,
@@ -484,8 +559,27 @@ class FakeJudgeServer:
                 continue
             self._site = site
             self._reopen_task = None
+            self._listening.set()
             return
         raise RuntimeError(f"fake judge could not listen on port {self.port} again")
+
+    def accept_connections(self) -> None:
+        """End an outage now: listen again on the same port; returns once listening."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("server is not running")
+        asyncio.run_coroutine_threadsafe(self._accept(), loop).result(10.0)
+
+    async def _accept(self) -> None:
+        if self._site is not None:
+            return
+        if self._reopen_task is not None:  # the outage's own timer is no longer needed
+            self._reopen_task.cancel()
+        await self._reopen_after(0.0)
+
+    def wait_listening(self, timeout_s: float) -> bool:
+        """Wait until the server listens (again, after an outage); False after `timeout_s`."""
+        return self._listening.wait(timeout_s)
 
     # ----------------------------------------------------------------------------------------
     # introspection
@@ -499,6 +593,7 @@ class FakeJudgeServer:
         self._count_429 = 0
         self._window_429 = 0
         self._accepted = 0
+        self._tokens_admitted = 0
         self._accepted_ts: deque[float] = deque(maxlen=self._max_timestamps)
         self._auth_seen: set[str] = set()
         self._no_auth = 0
@@ -520,7 +615,7 @@ class FakeJudgeServer:
             self._refusals = refusals
 
     def accepted_timestamps(self) -> list[float]:
-        """time.monotonic() of each admitted request (the last `max_timestamps`), oldest first."""
+        """The clock's time of each admitted request (the last `max_timestamps`), oldest first."""
         with self._lock:
             return list(self._accepted_ts)
 
@@ -555,6 +650,8 @@ class FakeJudgeServer:
                 "rate_limited_by_window": self._window_429,  # 429s from the sliding window
                 "accepted": self._accepted,  # admitted by the sliding window
                 "rpm": self._limit,
+                "tpm": self._token_limit,
+                "tokens_admitted": self._tokens_admitted,  # counted as the token limit counts
                 "window_s": self._window_s,
                 "authorization_headers": sorted(self._auth_seen),
                 "requests_without_authorization": self._no_auth,
@@ -572,6 +669,10 @@ class FakeJudgeServer:
         # The span over which requests were admitted (seconds, monotonic clock): the rate a
         # client held while it was sending, start-up excluded.
         snapshot["accepted_span_s"] = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
+        # time.monotonic() of the first and last admitted request (one clock for every process
+        # on the machine), so a benchmark can place the sending span inside its own timings.
+        snapshot["first_accepted_at"] = stamps[0] if stamps else None
+        snapshot["last_accepted_at"] = stamps[-1] if stamps else None
         return snapshot
 
     # ----------------------------------------------------------------------------------------
@@ -580,12 +681,13 @@ class FakeJudgeServer:
     async def _handle_chat(self, request: web.Request) -> web.Response:
         with self._lock:
             self._total += 1
+            number = self._total
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         outcome = "ok"
         try:
             try:
-                response = await self._answer(request)
+                response = await self._answer(request, number)
             except _Reply as reply:
                 response, outcome = reply.response, reply.outcome
         except Exception as exc:  # a bug in the fake must show up as a 500, not a hang
@@ -599,7 +701,7 @@ class FakeJudgeServer:
                 self._count_429 += 1
         return response
 
-    async def _answer(self, request: web.Request) -> web.Response:
+    async def _answer(self, request: web.Request, number: int) -> web.Response:
         auth = request.headers.get("Authorization")
         raw = await request.read()
         with self._lock:
@@ -648,7 +750,19 @@ class FakeJudgeServer:
         if fault in ("rate_limit_429", "rate_limit_429_no_header"):
             headers = {"Retry-After": str(plan.retry_after_s)} if fault == "rate_limit_429" else {}
             raise _Reply(_rate_limit_error(headers), f"fault:{fault}")
-        self._admit()
+        # The reply is decided before admission so that the token limit counts what the reply
+        # will report, as a provider counts prompt plus completion tokens.
+        if schema == VERDICTS_SCHEMA_NAME:
+            content_fault = fault if fault in CONTENT_FAULTS else None
+            content, judged = self._verdict_content(messages, content_fault)
+        else:
+            content, judged = json.dumps({"reason": _reason_text(messages)}), 0
+        prompt_tokens, completion_tokens = _token_counts(messages, content)
+        max_tokens = body.get("max_tokens")
+        budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
+        limit_headers = self._admit(prompt_tokens + (budget or completion_tokens))
+        with self._lock:
+            self._contexts_judged += judged
         if fault == "server_error":
             with self._lock:
                 status = self._rng.choice((500, 502, 503))
@@ -656,20 +770,17 @@ class FakeJudgeServer:
                 _error(status, f"fake judge injected HTTP {status}", "server_error"),
                 f"fault:{fault}",
             )
-        delay = plan.latency_s
-        if plan.latency_jitter_s > 0:
-            with self._lock:
-                delay += self._rng.uniform(0.0, plan.latency_jitter_s)
+        if self._on_request is not None:
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            arrival = Arrival(number, schema, (peer[0], peer[1]) if peer else None)
+            await asyncio.to_thread(self._on_request, arrival)
+        with self._lock:
+            delay = plan.draw_latency(self._rng)
         if fault == "slow":
             delay += plan.slow_s
         if delay > 0:
-            await asyncio.sleep(delay)
-
-        if schema == VERDICTS_SCHEMA_NAME:
-            content = self._verdict_content(messages, fault)
-        else:
-            content = json.dumps({"reason": _reason_text(messages)})
-        return self._completion(body, messages, content)
+            await self._sleep(delay)
+        return self._completion(body, content, prompt_tokens, completion_tokens, limit_headers)
 
     def _form_rejection(self, form: str) -> web.Response:
         """What a server without `form` answers (llama-cpp-python's reply by default)."""
@@ -710,33 +821,70 @@ class FakeJudgeServer:
             self._faults[kind] += 1
             return kind, plan
 
-    def _admit(self) -> None:
-        """Sliding-window limit: admit and record now, or raise a 429 reply."""
+    def _admit(self, tokens: int) -> dict[str, str]:
+        """Sliding-window limits on requests and on tokens: admit and record now, returning the
+        `x-ratelimit-*` headers a provider sends with the reply, or raise a 429 reply."""
         with self._lock:
-            now = time.monotonic()
-            limit = self._limit
-            if limit > 0:
-                window = self._window
-                horizon = now - self._window_s
-                while window and window[0] <= horizon:
-                    window.popleft()
-                if len(window) >= limit:
-                    self._window_429 += 1
-                    wait = window[0] + self._window_s - now
-                    reset = max(1, math.ceil(wait))
-                    headers = {
-                        "x-ratelimit-limit-requests": str(limit),
-                        "x-ratelimit-remaining-requests": "0",
-                        "x-ratelimit-reset-requests": f"{wait:.3f}s",
-                    }
-                    if self._retry_after_header:
-                        headers["Retry-After"] = str(reset)
-                    raise _Reply(_rate_limit_error(headers), "rate_limited")
-                window.append(now)
+            now = self._clock()
+            horizon = now - self._window_s
+            window = self._window
+            while window and window[0] <= horizon:
+                window.popleft()
+            tokens_window = self._token_window
+            while tokens_window and tokens_window[0][0] <= horizon:
+                self._tokens_in_window -= tokens_window.popleft()[1]
+            limit, token_limit = self._limit, self._token_limit
+            refusal: dict[str, str] | None = None
+            if limit > 0 and len(window) >= limit:
+                wait = window[0] + self._window_s - now
+                refusal = {
+                    "x-ratelimit-limit-requests": str(limit),
+                    "x-ratelimit-remaining-requests": "0",
+                    "x-ratelimit-reset-requests": f"{wait:.3f}s",
+                }
+            elif token_limit > 0 and self._tokens_in_window + tokens > token_limit:
+                # Wait until enough of the window's tokens have aged out for this request.
+                freed, wait = self._tokens_in_window, self._window_s
+                for admitted, spent in tokens_window:
+                    freed -= spent
+                    if freed + tokens <= token_limit:
+                        wait = admitted + self._window_s - now
+                        break
+                refusal = {
+                    "x-ratelimit-limit-tokens": str(token_limit),
+                    "x-ratelimit-remaining-tokens": str(
+                        max(0, token_limit - self._tokens_in_window)
+                    ),
+                    "x-ratelimit-reset-tokens": f"{wait:.3f}s",
+                }
+            if refusal is not None:
+                self._window_429 += 1
+                if self._retry_after_header:
+                    reset = max(
+                        float(v.removesuffix("s")) for k, v in refusal.items() if "reset" in k
+                    )
+                    refusal["Retry-After"] = str(max(1, math.ceil(reset)))
+                raise _Reply(_rate_limit_error(refusal), "rate_limited")
+            window.append(now)
+            tokens_window.append((now, tokens))
+            self._tokens_in_window += tokens
+            self._tokens_admitted += tokens
             self._accepted += 1
             self._accepted_ts.append(now)
+            headers: dict[str, str] = {}
+            if limit > 0:
+                headers["x-ratelimit-limit-requests"] = str(limit)
+                headers["x-ratelimit-remaining-requests"] = str(limit - len(window))
+            if token_limit > 0:
+                headers["x-ratelimit-limit-tokens"] = str(token_limit)
+                headers["x-ratelimit-remaining-tokens"] = str(
+                    max(0, token_limit - self._tokens_in_window)
+                )
+            return headers
 
-    def _verdict_content(self, messages: list[Any], fault: str | None) -> str:
+    def _verdict_content(self, messages: list[Any], fault: str | None) -> tuple[str, int]:
+        """The verdict reply's content and how many contexts it judges (counted by the caller
+        once the request is admitted)."""
         text = _last_user_text(messages)
         query_match = _QUERY_RE.search(text)
         block = _CONTEXTS_RE.search(text)
@@ -761,15 +909,18 @@ class FakeJudgeServer:
                 }
             )
         with self._lock:
-            self._contexts_judged += len(verdicts)
             if fault is None:
-                return json.dumps({"verdicts": verdicts})
-            return _apply_content_fault(fault, verdicts, self._rng)
+                return json.dumps({"verdicts": verdicts}), len(verdicts)
+            return _apply_content_fault(fault, verdicts, self._rng), len(verdicts)
 
-    def _completion(self, body: dict[str, Any], messages: list[Any], content: str) -> web.Response:
-        prompt_chars = sum(len(_text_of(m)) for m in messages)
-        prompt_tokens = prompt_chars // 4 + 1
-        completion_tokens = len(content) // 4 + 1
+    def _completion(
+        self,
+        body: dict[str, Any],
+        content: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        headers: dict[str, str],
+    ) -> web.Response:
         with self._lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
@@ -791,7 +942,9 @@ class FakeJudgeServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
-        return web.Response(body=json.dumps(reply).encode(), content_type="application/json")
+        return web.Response(
+            body=json.dumps(reply).encode(), content_type="application/json", headers=headers
+        )
 
     # ----------------------------------------------------------------------------------------
     # HTTP control endpoints (for a server running as its own process)
@@ -873,6 +1026,12 @@ def _kind_of(messages: list[Any]) -> str | None:
     if _CONTEXTS_SECTION_RE.search(text):
         return VERDICTS_SCHEMA_NAME
     return None
+
+
+def _token_counts(messages: list[Any], content: str) -> tuple[int, int]:
+    """(prompt, completion) tokens as this server counts and reports them: 4 characters each."""
+    prompt_chars = sum(len(_text_of(m)) for m in messages)
+    return prompt_chars // 4 + 1, len(content) // 4 + 1
 
 
 def _schema_name(body: dict[str, Any]) -> str | None:

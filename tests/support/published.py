@@ -11,10 +11,13 @@ published for it, without Ray or a judge:
 The score of an ok query is `scorer_core.precision.context_precision` of its verdicts (a
 verdict of None counts as not relevant, as in the job's aggregation), its reason is the
 scorer's `template_reason`, and the summary is `jobs.engine.aggregate.summarize` of the tables.
-`test_real_job_publishes_what_the_support_module_writes` in tests/test_compare.py checks the
-columns against a run published by the real job.
+`test_real_job_publishes_what_the_support_module_writes` in tests/integration/test_real_runs.py
+checks the columns against a run published by the real job.
 
-`base_and_candidate` writes the two runs tests/test_compare.py and tests/test_report.py share.
+`base_and_candidate` writes the two runs the tests of compare and report share;
+`segmented_runs` two runs that carry a `retriever` column and are summarised by it, where one
+retriever got worse; `run_compare` and `run_report` run those commands on published runs as
+`ctxprec` parses them.
 """
 
 from __future__ import annotations
@@ -23,18 +26,19 @@ import datetime as dt
 import io
 import json
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import polars as pl
+import pyarrow as pa
 
 from jobs.engine import aggregate
 from jobs.engine.publish import TABLES, RunLocation
 from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store, open_store
-from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS
+from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason
@@ -62,6 +66,7 @@ class Query:
     reason: str | None = None  # None: the scorer's template reason (ok) or "" (otherwise)
     error: str | None = None
     judge_reasons: Sequence[str] | None = None  # per position; None: "relevant" / "not relevant"
+    carried: Mapping[str, Any] = field(default_factory=dict)  # carried column -> value
 
     def __post_init__(self) -> None:
         if self.status == "ok" and self.error is not None:
@@ -83,7 +88,9 @@ class Query:
         return context_precision(self.flags, scale) if self.status == "ok" else None
 
 
-def _score_row(query: Query, row: int, model: str, scale: float) -> dict[str, Any]:
+def _score_row(
+    query: Query, row: int, model: str, scale: float, tables: RunSchema
+) -> dict[str, Any]:
     contexts = len(query.verdicts)
     score = query.score(scale)
     judged = [
@@ -92,7 +99,7 @@ def _score_row(query: Query, row: int, model: str, scale: float) -> dict[str, An
     reason = query.reason
     if reason is None:
         reason = template_reason(judged, score, scale) if score is not None else ""
-    return PUBLISHED_SCORES.build_row(
+    base = PUBLISHED_SCORES.build_row(
         query_id=query.query_id,
         score=score,
         reason=reason,
@@ -110,20 +117,27 @@ def _score_row(query: Query, row: int, model: str, scale: float) -> dict[str, An
         truncated=False,
         duplicate_of=None,
     )
+    return {**base, **{name: query.carried.get(name) for name in tables.names}}
 
 
-def _verdict_rows(query: Query) -> list[dict[str, Any]]:
+def _verdict_rows(query: Query, tables: RunSchema) -> list[dict[str, Any]]:
     reasons = query.judge_reasons or [
         "" if v is None else "relevant" if v else "not relevant" for v in query.verdicts
     ]
+    carried = {name: query.carried.get(name) for name in tables.verdict_names}
     return [
-        PUBLISHED_VERDICTS.build_row(
-            query_id=query.query_id,
-            position=position,
-            relevant=verdict,
-            judge_reason=reasons[position],
-            cached=False,
-        )
+        {
+            **PUBLISHED_VERDICTS.build_row(
+                query_id=query.query_id,
+                position=position,
+                context_id=f"doc-{position}",
+                context_hash=context_hash(f"context {position} of {query.query_id}"),
+                relevant=verdict,
+                judge_reason=reasons[position],
+                cached=False,
+            ),
+            **carried,
+        }
         for position, verdict in enumerate(query.verdicts)
     ]
 
@@ -143,24 +157,34 @@ def publish(
     model: str = "lexical",
     scale: float = 1.0,
     seconds: float = 12.5,
+    carried: Sequence[CarriedColumn] = (),
+    segment_by: Sequence[str] = (),
     response_format: RunResponseFormat | None = None,
 ) -> RunLocation:
     """Write run `run_id` of `queries` under `store` as the job publishes one; its location.
-    `response_format` is what the workers would have reported (the manifest's summary)."""
+
+    `carried`: the run's carried columns (values from each `Query.carried`); `segment_by`: the
+    columns its summary is segmented by (`summary.by`); `response_format`: what the workers'
+    judges would have settled on (the manifest's `judge.response_format`)."""
     location = RunLocation(run_id=run_id, run_date=run_date)
+    schema = RunSchema(carried)
     scores = pl.DataFrame(
-        [_score_row(q, row, model, scale) for row, q in enumerate(queries)],
-        schema=PUBLISHED_SCORES.polars,
+        [_score_row(q, row, model, scale, schema) for row, q in enumerate(queries)],
+        schema=schema.scores.polars,
         orient="row",
     )
     verdicts = pl.DataFrame(
-        [row for q in queries for row in _verdict_rows(q)],
-        schema=PUBLISHED_VERDICTS.polars,
+        [row for q in queries for row in _verdict_rows(q, schema)],
+        schema=schema.verdicts.polars,
         orient="row",
     )
-    summary = replace(
-        aggregate.summarize(scores, verdicts, model=model, scale=scale),
-        response_format=response_format,
+    summary = aggregate.summarize(
+        scores,
+        verdicts,
+        model=model,
+        scale=scale,
+        segment_by=segment_by,
+        verdict_segments=schema.verdict_names,
     )
     # The job's order: verdicts, summary, then scores (whose presence marks a complete run).
     tables = {"verdicts": verdicts, "summary": summary.to_frame(), "scores": scores}
@@ -171,9 +195,16 @@ def publish(
         "run_date": run_date.isoformat(),
         "judge_model": model,
         "prompt_version": PROMPT_VERSION,
-        "config": {"judge": {"model": model}, "scorer": {"scale": scale}},
+        "config": {
+            "input": {"carry": schema.names, "carry_to_verdicts": schema.verdict_names},
+            "judge": {"model": model},
+            "scorer": {"scale": scale},
+            "summary": {"by": list(segment_by)},
+        },
         "shards": 1,
         "shards_reused": 0,
+        "flow": {},
+        "judge": {"response_format": response_format.to_dict()} if response_format else {},
         "seconds": seconds,
         "timings_s": {"plan": 0.2, "ray_start": 2.0, "fan_out": round(seconds - 2.2, 3)},
         "status": "complete",
@@ -190,7 +221,7 @@ def publish(
 
 
 # --------------------------------------------------------------------------------------------
-# the two runs tests/test_compare.py and tests/test_report.py share
+# the two runs the tests of compare and report share
 
 ITEMS = 60  # queries in the base run, including SCRIPT_ID and UNSCORED_ID; BAD_ID comes on top
 BASE = "base"
@@ -270,3 +301,68 @@ def local_base_and_candidate(output: Path) -> Runs:
     """`base_and_candidate` under the local folder `output`."""
     base, cand = base_and_candidate(open_store(str(output)))
     return Runs(output, base, cand)
+
+
+# --------------------------------------------------------------------------------------------
+# two runs segmented by retriever, where one retriever got worse
+
+RETRIEVERS = tuple(f"retriever-{n}" for n in range(10))
+WORSE = "retriever-3"  # its first two contexts swapped in SEG_B
+TINY = "tiny"  # 3 queries whose scores collapse: too few to fail the gate
+PER_RETRIEVER = 40
+SEG_A = "seg-a"
+SEG_B = "seg-b"
+RETRIEVER = CarriedColumn("retriever", pa.string(), into_verdicts=True)
+
+
+def segmented_runs(store: Store) -> tuple[str, str]:
+    """Publish SEG_A and SEG_B, each with PER_RETRIEVER queries per retriever of RETRIEVERS
+    and 3 of TINY, carrying `retriever` (into the verdicts too), summarised by it. Every
+    query's first context is relevant in SEG_A; in SEG_B only WORSE's first two contexts are
+    swapped (and TINY's relevant ones vanish); the rest is as in SEG_A."""
+    rng = random.Random(5)
+    before: list[Query] = []
+    after: list[Query] = []
+    for retriever in (*RETRIEVERS, TINY):
+        count = 3 if retriever == TINY else PER_RETRIEVER
+        for n in range(count):
+            flags = [rng.random() < 0.5 for _ in range(6)]
+            flags[0] = True
+            query_id = f"{retriever}/q{n:03d}"
+            values = {"retriever": retriever}
+            before.append(Query(query_id, flags, carried=values))
+            if retriever == WORSE:
+                flags = [flags[1], flags[0], *flags[2:]]  # the first two swapped
+            elif retriever == TINY:
+                flags = [False] * len(flags)
+            after.append(Query(query_id, flags, carried=values))
+    for run_id, queries in ((SEG_A, before), (SEG_B, after)):
+        publish(store, run_id, queries, carried=[RETRIEVER], segment_by=["retriever"])
+    return SEG_A, SEG_B
+
+
+# the commands on published runs
+
+
+def run_compare(output: Path, *argv: str) -> tuple[int, str]:
+    """`ctxprec compare RUN_A RUN_B [options] --output <output>`: (exit code, printed)."""
+    from jobs.cli import build_parser
+    from jobs.tools import compare
+
+    args = build_parser().parse_args(["compare", *argv[:2], "--output", str(output), *argv[2:]])
+    out = io.StringIO()
+    code = compare.run(args, out=out)
+    return code, out.getvalue()
+
+
+def run_report(output: Path, *argv: str) -> tuple[str, str]:
+    """`ctxprec report RUN [options] --output <output>`: (the page, printed)."""
+    from jobs.cli import build_parser
+    from jobs.tools import report
+
+    args = build_parser().parse_args(["report", *argv, "--output", str(output)])
+    out = io.StringIO()
+    assert report.run(args, out=out) == 0
+    printed = out.getvalue()
+    page = Path(printed.removeprefix("report: ").strip())
+    return page.read_text(encoding="utf-8"), printed

@@ -4,7 +4,8 @@ Flow, one module per step:
 
 1. `listing.list_input_files` -> the files of a path, folder or glob, each with its format
    (by `InputSpec.format` or else by suffix; `_`/`.` names are skipped in folders).
-2. `columns.check_schema` -> fail fast, before any judging, when a configured column is missing.
+2. `columns.inspect_input` -> fail fast, before any judging, when a configured column is
+   missing; decide the types of the carried columns (`carry`).
 3. `planning.plan_shards` -> shards of about `shard_size` rows, from Parquet footers and a
    64 KiB sample of each JSONL file only; shard ids are stable for the same files.
 4. On workers, `records.read_items` -> `read_shard` (streaming, by `jsonl` or `parquet`) ->
@@ -25,10 +26,12 @@ Formats, and what a shard and `RawRow.row` are in each:
   mid-stream), the whole file is one shard; `row` is the offset in the decompressed stream.
 
 Row policies (see `records.to_item`): duplicate query ids are *not* handled here (the job
-decides); contexts must be a list of strings; over-long contexts are truncated and flagged.
+decides); contexts must be a list of strings; over-long contexts are truncated and flagged;
+context ids must be as many as the contexts; carried values must have their column's type
+(`carry`).
 """
 
-from jobs.engine.inputs.columns import check_schema
+from jobs.engine.inputs.columns import InputSchema, check_schema, inspect_input
 from jobs.engine.inputs.listing import FileInfo, list_input_files
 from jobs.engine.inputs.planning import Shard, plan_shards
 from jobs.engine.inputs.records import read_items, read_shard, to_item, validate_record
@@ -38,12 +41,14 @@ from jobs.engine.inputs.spec import ColumnMap, InputSpec
 __all__ = [
     "ColumnMap",
     "FileInfo",
+    "InputSchema",
     "InputSpec",
     "ItemRecord",
     "RawRow",
     "RowError",
     "Shard",
     "check_schema",
+    "inspect_input",
     "list_input_files",
     "plan_shards",
     "read_items",

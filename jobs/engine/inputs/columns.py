@@ -1,22 +1,28 @@
-"""Fail fast, before any judging, when the input lacks a configured column.
+"""Fail fast, before any judging, when the input lacks a configured column; decide the types
+of the columns the run carries.
 
-The driver and `ctxprec estimate` call `check_schema` right after listing: a misspelled
-column should stop the job in a second, not after an hour of judged rows that all failed.
+The driver and `ctxprec estimate` call `inspect_input` (or `check_schema`, its column names)
+right after listing: a misspelled column should stop the job in a second, not after an hour of
+judged rows that all failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.engine.inputs.carry import carried_columns, decide_type, infer_json_type
 from jobs.engine.inputs.jsonl import lines_in_range, parse_line
 from jobs.engine.inputs.listing import FileInfo
 from jobs.engine.inputs.opening import open_input
 from jobs.engine.inputs.spec import InputSpec, load_extractor, required_columns
 from jobs.engine.storage import filesystem, retry_call
+from jobs.schema import CarriedColumn
 from scorer_core.errors import InputError
 
 SCHEMA_SAMPLE_ROWS = 20
@@ -25,14 +31,28 @@ SCHEMA_SAMPLE_LINES = 200
 """Lines at most read from the first JSONL file to find `SCHEMA_SAMPLE_ROWS` objects."""
 
 
+@dataclass(frozen=True)
+class InputSchema:
+    """What `inspect_input` learned: the first file's columns and the run's carried columns."""
+
+    columns: tuple[str, ...]
+    carried: tuple[CarriedColumn, ...]
+
+
 def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
-    """Fail fast, before any judging, when a configured column is missing.
+    """`inspect_input(spec, files).columns`: the columns found in the first file."""
+    return inspect_input(spec, files).columns
+
+
+def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
+    """Fail fast, before any judging, when a configured column is missing; decide the type of
+    every carried column (see `jobs.engine.inputs.carry`).
 
     Opens the first non-empty file: Parquet reads only the schema (footer); JSONL reads up to
     `SCHEMA_SAMPLE_ROWS` valid objects and takes the union of their keys (so a JSONL file must
     spell out a configured optional column, even as null, in its first rows). Also imports the
     `context_extractor` and, for Parquet, checks that the context column is a list.
-    Returns the columns found. Raises `InputError` naming the missing column(s), the file and the
+    Raises `InputError` naming the missing column(s) (carried ones too), the file and the
     available columns.
     """
     if spec.context_extractor:
@@ -43,6 +63,7 @@ def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
     first = candidates[0]
     fs, fs_path, _ = filesystem(first.path, spec.storage_options)
     context_type: pa.DataType | None = None
+    types: dict[str, pa.DataType] = {}
     if first.format == "parquet":
         schema = retry_call(
             lambda: _read_parquet_schema(fs, fs_path, first.path), what="read", url=first.path
@@ -50,10 +71,20 @@ def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
         available = tuple(schema.names)
         if not spec.context_extractor and spec.columns.context in available:
             context_type = schema.field(spec.columns.context).type
+        types = {
+            name: decide_type(name, schema.field(name).type, first.path)
+            for name in spec.carry
+            if name in available
+        }
     else:
-        available = retry_call(
-            lambda: _sample_jsonl_keys(fs, fs_path, first), what="read", url=first.path
+        available, values = retry_call(
+            lambda: _sample_jsonl(fs, fs_path, first, spec.carry), what="read", url=first.path
         )
+        types = {
+            name: infer_json_type(name, values[name], first.path)
+            for name in spec.carry
+            if name in available
+        }
     missing = [f"{col!r} ({fld})" for fld, col in required_columns(spec) if col not in available]
     if missing:
         raise InputError(
@@ -69,7 +100,7 @@ def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
             f"column {spec.columns.context!r} (context) in {first.path} is {context_type}, "
             "expected a list of strings; set a context_extractor to convert it"
         )
-    return available
+    return InputSchema(available, carried_columns(spec.carry, spec.carry_to_verdicts, types))
 
 
 def _read_parquet_schema(fs: fsspec.AbstractFileSystem, fs_path: str, url: str) -> pa.Schema:
@@ -80,10 +111,12 @@ def _read_parquet_schema(fs: fsspec.AbstractFileSystem, fs_path: str, url: str) 
             raise InputError(f"{url} is not a readable Parquet file: {exc}") from exc
 
 
-def _sample_jsonl_keys(
-    fs: fsspec.AbstractFileSystem, fs_path: str, info: FileInfo
-) -> tuple[str, ...]:
+def _sample_jsonl(
+    fs: fsspec.AbstractFileSystem, fs_path: str, info: FileInfo, carry: Sequence[str]
+) -> tuple[tuple[str, ...], dict[str, list[Any]]]:
+    """The keys of the sampled objects, and the sampled values of each carried column."""
     keys: dict[str, None] = {}
+    values: dict[str, list[Any]] = {name: [] for name in carry}
     objects = 0
     lines = 0
     with open_input(fs, fs_path, info.compression) as handle:
@@ -94,6 +127,8 @@ def _sample_jsonl_keys(
             lines += 1
             if raw.data is not None:
                 keys.update(dict.fromkeys(raw.data))
+                for name, found in values.items():
+                    found.append(raw.data.get(name))
                 objects += 1
             if objects >= SCHEMA_SAMPLE_ROWS or lines >= SCHEMA_SAMPLE_LINES:
                 break
@@ -101,4 +136,4 @@ def _sample_jsonl_keys(
         raise InputError(
             f"no valid JSON object in the first {lines} line(s) of {info.path}; is it JSON Lines?"
         )
-    return tuple(keys)
+    return tuple(keys), values

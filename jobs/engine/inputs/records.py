@@ -8,9 +8,10 @@ written out on `to_item`; the truncation defaults live in `jobs.input_limits`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from jobs.engine.inputs.carry import conform
 from jobs.engine.inputs.jsonl import read_jsonl_shard
 from jobs.engine.inputs.parquet import read_parquet_shard
 from jobs.engine.inputs.planning import Shard
@@ -18,6 +19,7 @@ from jobs.engine.inputs.rows import ItemRecord, RawRow, RowError
 from jobs.engine.inputs.spec import InputSpec, load_extractor
 from jobs.engine.storage import filesystem
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.schema import CarriedColumn
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
@@ -28,11 +30,18 @@ def read_items(
     *,
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
+    carried: Sequence[CarriedColumn] = (),
 ) -> Iterator[ItemRecord | RowError]:
     """A shard's rows, normalised and validated, in input order (streaming)."""
     for raw in read_shard(spec, shard):
         yield validate_record(
-            to_item(spec, raw, max_context_chars=max_context_chars, max_contexts=max_contexts)
+            to_item(
+                spec,
+                raw,
+                max_context_chars=max_context_chars,
+                max_contexts=max_contexts,
+                carried=carried,
+            )
         )
 
 
@@ -56,6 +65,7 @@ def to_item(
     *,
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
+    carried: Sequence[CarriedColumn] = (),
 ) -> ItemRecord | RowError:
     """Validate and normalize one row. Never raises for bad data: returns a `RowError` naming
     the position and the field.
@@ -75,11 +85,18 @@ def to_item(
       raising, or returning anything but a list of strings, is an error for that row.
     - A context longer than `max_context_chars` is cut to that length; more than
       `max_contexts` contexts keep the first `max_contexts`; both set `truncated=True`.
+    - context ids (`columns.context_ids`): a list as long as the contexts (before truncation;
+      cut with them), of strings or integers (stringified) or nulls; a missing or null value
+      means no ids for the row; another length or element type is an error.
+    - carried columns: each value must fit its column's type (`carry.conform`); a missing key
+      is null. A value that does not fit is an error naming the column; the row's other
+      carried values are kept on its error row.
     """
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
     data = raw.data
     cols = spec.columns
+    values, carry_problem = _carried(data, carried)
     query_id: str | None = None
     try:
         query_id = _query_id(raw, cols.query_id)
@@ -87,13 +104,17 @@ def to_item(
         reference = _optional_text(data, cols.expected_output)
         output = "" if cols.output is None else _text(data, "output", cols.output, required=False)
         contexts = _contexts(spec, data)
+        ids = _context_ids(data, cols.context_ids, len(contexts))
+        if carry_problem is not None:
+            raise _Invalid(carry_problem)
     except _Invalid as exc:
-        return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id)
+        return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
     cut = 0
     dropped = 0
     if len(contexts) > max_contexts:
         dropped = len(contexts) - max_contexts
         contexts = contexts[:max_contexts]
+        ids = ids[:max_contexts] if ids is not None else None
     if any(len(c) > max_context_chars for c in contexts):
         cut = sum(1 for c in contexts if len(c) > max_context_chars)
         contexts = [c[:max_context_chars] for c in contexts]
@@ -109,6 +130,8 @@ def to_item(
         contexts_cut=cut,
         contexts_dropped=dropped,
         where=raw.where,
+        context_ids=ids,
+        carried=values,
     )
 
 
@@ -120,8 +143,55 @@ def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:
         validate_item(record.to_scoring_item())
     except InputError as exc:
         where = record.where or f"{record.source} row {record.row}"
-        return RowError(record.source, record.row, f"{where}: {exc}", record.query_id)
+        return RowError(
+            record.source, record.row, f"{where}: {exc}", record.query_id, record.carried
+        )
     return record
+
+
+def _carried(
+    data: Mapping[str, Any], carried: Sequence[CarriedColumn]
+) -> tuple[tuple[Any, ...], str | None]:
+    """The carried values (None where one does not fit) and the first problem, if any."""
+    values: list[Any] = []
+    problem: str | None = None
+    for column in carried:
+        try:
+            values.append(conform(column, data.get(column.name)))
+        except ValueError as exc:
+            values.append(None)
+            if problem is None:
+                problem = f"{column.name} (carried column) {exc}"
+    return tuple(values), problem
+
+
+def _context_ids(
+    data: Mapping[str, Any], column: str | None, count: int
+) -> tuple[str | None, ...] | None:
+    if column is None:
+        return None
+    value = data.get(column)
+    if value is None:
+        return None
+    label = f"context_ids (column {column!r})"
+    if not isinstance(value, list | tuple):
+        raise _Invalid(
+            f"{label} is a {type(value).__name__}, expected a list with one id per context"
+        )
+    if len(value) != count:
+        raise _Invalid(f"{label} has {len(value)} ids for {count} contexts")
+    ids: list[str | None] = []
+    for position, element in enumerate(value):
+        if element is None:
+            ids.append(None)
+        elif isinstance(element, bool) or not isinstance(element, str | int):
+            raise _Invalid(
+                f"{label} element {position} is a {type(element).__name__}, expected a string "
+                "or an integer"
+            )
+        else:
+            ids.append(str(element))
+    return tuple(ids)
 
 
 def _query_id(raw: RawRow, column: str | None) -> str:

@@ -38,6 +38,8 @@ class ItemRecord:
 
     truncated: some context was cut to `max_context_chars` or contexts beyond `max_contexts`
     were dropped; `contexts_cut` and `contexts_dropped` say how many of each.
+    context_ids: one id (or None) per context, from `columns.context_ids`; None without.
+    carried: the values of the run's carried columns, in their order (`RunSchema.carried`).
     """
 
     query_id: str
@@ -51,6 +53,8 @@ class ItemRecord:
     contexts_cut: int = 0
     contexts_dropped: int = 0
     where: str = ""  # position for messages, as RawRow.where
+    context_ids: tuple[str | None, ...] | None = None
+    carried: tuple[Any, ...] = ()
 
     def to_scoring_item(self) -> ScoringItem:
         return ScoringItem(
@@ -63,9 +67,11 @@ class ItemRecord:
 
 @dataclass(frozen=True, slots=True)
 class RowError:
-    """A row that cannot be scored; `message` names the position and the field."""
+    """A row that cannot be scored; `message` names the position and the field. `carried`:
+    the values of the carried columns that could be read (None where not), or () for none."""
 
     source: str
     row: int
     message: str
     query_id: str | None = None
+    carried: tuple[Any, ...] = ()

@@ -27,7 +27,8 @@ class ColumnMap:
     `query_id=None`: the file has no id column; the id is `f"{source}#{row}"` (stable while
     the file does not change). `output=None`: there is no answer column (every output is "").
     `expected_output=None`: there is no reference answer column.
-    `context` is ignored when a `context_extractor` is set.
+    `context` is ignored when a `context_extractor` is set. `context_ids`: a column with a list
+    of ids parallel to the contexts, or None.
     """
 
     query_id: str | None = "query_id"
@@ -35,6 +36,7 @@ class ColumnMap:
     output: str | None = "output"
     expected_output: str | None = None
     context: str = "context"
+    context_ids: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class InputSpec:
     format: "jsonl" | "parquet" | None (from each file's suffix).
     context_extractor: "package.module:function", called with the raw row dict, returning the
     list of context strings; imported once per process.
+    carry: input columns copied as they are into the run's tables (`jobs.schema.RunSchema`);
+    carry_to_verdicts: those of them also copied into the verdict rows.
     """
 
     path: str
@@ -52,6 +56,8 @@ class InputSpec:
     columns: ColumnMap = field(default_factory=ColumnMap)
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     context_extractor: str | None = None
+    carry: tuple[str, ...] = ()
+    carry_to_verdicts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in FORMATS:
@@ -62,7 +68,7 @@ class InputSpec:
 
 def required_columns(spec: InputSpec) -> list[tuple[str, str]]:
     """(field, column) for every column the spec reads; the context column is not read when a
-    `context_extractor` builds the contexts."""
+    `context_extractor` builds the contexts. Carried columns are named by the field "carry"."""
     cols = spec.columns
     wanted: list[tuple[str, str | None]] = [
         ("query_id", cols.query_id),
@@ -70,6 +76,8 @@ def required_columns(spec: InputSpec) -> list[tuple[str, str]]:
         ("output", cols.output),
         ("expected_output", cols.expected_output),
         ("context", None if spec.context_extractor else cols.context),
+        ("context_ids", cols.context_ids),
+        *(("carry", name) for name in spec.carry),
     ]
     return [(fld, col) for fld, col in wanted if col is not None]
 

@@ -4,8 +4,9 @@
 
 The page has no external resources (inline CSS, SVG charts drawn here, no script): it can be
 mailed, attached to a ticket or opened offline. Sections: header (run, date, judge, counts,
-mean/median); with --baseline, the comparison against that run (mean shift, regressions,
-relevance rate by position of both); score distribution (10 bins and the summary bands);
+mean/median); with --baseline, the comparison against that run (mean shift, shift per
+segment, regressions, relevance rate by position of both); score distribution (10 bins and the
+summary bands); the summary per segment (`summary.by`: a table and a chart per column);
 relevance rate by position; cost and throughput; the worst queries with their per-position
 verdicts and reasons; unscored/failed items.
 
@@ -19,8 +20,8 @@ The package, from data to page:
     report.html.j2   the page's layout (jinja2)
     report.css       the stylesheet, inlined into the page
 
-This module is the command: `add_arguments` and `run` (what `ctxprec report` calls),
-`register` (adds the subcommand to a parser) and `main` (`python -m jobs.tools.report`).
+This module is the command: `run` (what `ctxprec report` calls; its options are defined in
+jobs.cli) and `main` (`python -m jobs.tools.report`).
 """
 
 from __future__ import annotations
@@ -32,31 +33,14 @@ from typing import TextIO
 
 from jobs.tools.report.page import render_report
 from jobs.tools.runs import (
-    add_output_arguments,
     load_run,
     open_output,
     parse_storage_options,
     write_file,
 )
-from scorer_core.errors import ConfigError, CtxPrecError
+from scorer_core.errors import ConfigError
 
-__all__ = ["add_arguments", "main", "register", "render_report", "run"]
-
-SUMMARY = "write a self-contained HTML report of a published run"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN", help="run id to report on")
-    parser.add_argument(
-        "--baseline", metavar="RUN", default=None, help="also compare with this run id"
-    )
-    add_output_arguments(parser)
-    parser.add_argument(
-        "--html",
-        metavar="PATH",
-        default=None,
-        help="where to write the page (default <output>/reports/<run>.html)",
-    )
+__all__ = ["main", "render_report", "run"]
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -79,23 +63,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `report` to the `ctxprec` subcommands."""
-    parser = subparsers.add_parser(
-        "report",
-        help=SUMMARY,
-        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-    )
-    add_arguments(parser)
-    parser.set_defaults(handler=run)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctxprec report")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except CtxPrecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    """`python -m jobs.tools.report`: `ctxprec report` on its own."""
+    from jobs.cli import main as ctxprec
+
+    return ctxprec(["report", *(sys.argv[1:] if argv is None else argv)])

@@ -18,13 +18,21 @@ import jinja2
 from markupsafe import Markup
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import RunSummary, band_range
+from jobs.engine.aggregate import RunSummary, Segment, band_range
 from jobs.engine.response_formats import RunResponseFormat
-from jobs.tools.compare import Comparison, compare_runs
+from jobs.tools.compare import (
+    DEFAULT_MAX_MEAN_DROP,
+    DEFAULT_MIN_SEGMENT_SIZE,
+    Comparison,
+    SegmentShift,
+    compare_runs,
+    gate,
+)
 from jobs.tools.report import queries
 from jobs.tools.report.charts import (
     COLOR_BAND,
     COLOR_BASELINE,
+    COLOR_DOWN,
     COLOR_RUN,
     ChartSpec,
     Series,
@@ -34,6 +42,7 @@ from jobs.tools.runs import PublishedRun
 
 MAX_CHIPS = 40
 MAX_CHART_POSITIONS = 40
+MAX_CHART_SEGMENTS = 30  # a chart draws the lowest-scoring ones; the table lists them all
 PACKAGE = "jobs.tools.report"  # where the template and the stylesheet are
 TEMPLATE = "report.html.j2"
 STYLESHEET = "report.css"
@@ -66,12 +75,33 @@ class StatRow:
 
 
 @dataclass(frozen=True)
+class SegmentShifts:
+    """One segment column's shifts against the baseline: a table and a chart."""
+
+    column: str
+    rows: tuple[tuple[SegmentShift, str], ...]  # each shift and its gate: FAIL, ok or small
+    chart: Markup
+    undrawn: int  # segments not in the chart
+
+
+@dataclass(frozen=True)
 class Baseline:
     comparison: Comparison
     cards: tuple[Card, ...]
     stats: tuple[StatRow, ...]
     position_charts: tuple[Markup, Markup]  # both runs' rates, the change
     regressions: tuple[queries.Regression, ...]
+    segments: tuple[SegmentShifts, ...] = ()
+
+
+@dataclass(frozen=True)
+class Segments:
+    """One `summary.by` column: every value's summary in a table, the mean of each in a chart."""
+
+    column: str
+    rows: tuple[Segment, ...]  # as in the summary: values sorted as text, null last
+    chart: Markup
+    undrawn: int  # segments not in the chart (it draws the MAX_CHART_SEGMENTS lowest means)
 
 
 @dataclass(frozen=True)
@@ -101,7 +131,7 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
         ("prompt version", str(m.get("prompt_version", "–"))),
         ("published", str(m.get("published_at", "–"))),
         ("score scale", f"{run.summary.scale:g}"),
-        ("structured output", _response_format(run.summary.response_format)),
+        ("structured output", _response_format(run.response_format)),
     ]
 
 
@@ -190,6 +220,89 @@ def positions_view(run: PublishedRun) -> Positions:
     )
 
 
+def _segment_name(value: str | None) -> str:
+    return "(null)" if value is None else value
+
+
+def segments_view(summary: RunSummary) -> tuple[Segments, ...]:
+    """Per `summary.by` column: its segments' table, and a bar chart of their mean scores (the
+    MAX_CHART_SEGMENTS lowest means, lowest first; n = scored items under each bar)."""
+    views = []
+    for column in summary.segment_columns:
+        rows = summary.segments_by(column)
+        scored = [r for r in rows if r.summary.mean is not None]
+        drawn = sorted(scored, key=lambda r: (r.summary.mean or 0.0, _segment_name(r.value)))
+        drawn = drawn[:MAX_CHART_SEGMENTS]
+        svg = chart(
+            [_segment_name(r.value) for r in drawn],
+            [Series("mean score", [r.summary.mean for r in drawn], COLOR_RUN)],
+            ChartSpec(
+                title=f"Mean score by {column}"
+                + (f" (the {len(drawn)} lowest)" if len(drawn) < len(scored) else ""),
+                x_label=f"{column} (n = items scored ok)",
+                y_label="mean score",
+                width=1090,
+                height=310,
+                y_max=summary.scale or 1.0,
+                value_format=lambda v: f"{v:.2f}",
+                tooltips=[
+                    f"{r.summary.scored:,} scored of {r.summary.items:,} items; median "
+                    f"{fmt.number(r.summary.median)}"
+                    for r in drawn
+                ],
+                sublabels=[f"n={r.summary.scored:,}" for r in drawn],
+            ),
+        )
+        views.append(Segments(column, rows, svg, len(rows) - len(drawn)))
+    return tuple(views)
+
+
+def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentShifts, ...]:
+    """Per segment column of the comparison: each value's shift (with the gate's word for it,
+    at the default --max-mean-drop) and a chart of the largest drops."""
+    failed = {
+        (s.by, s.value) for s in gate(c, DEFAULT_MAX_MEAN_DROP, min_segment_size).failed_segments
+    }
+    views = []
+    for column in c.segment_columns:
+        shifts = c.segments_by(column)
+        rows = tuple(
+            (
+                s,
+                "FAIL"
+                if (s.by, s.value) in failed
+                else "small"
+                if s.paired < min_segment_size
+                else "ok",
+            )
+            for s in shifts
+        )
+        drawn = sorted(
+            (s for s in shifts if s.shift is not None),
+            key=lambda s: (s.shift or 0.0, _segment_name(s.value)),
+        )[:MAX_CHART_SEGMENTS]
+        extent = max([abs(s.shift or 0.0) for s in drawn], default=0.0)
+        extent = max(extent * 1.25, 0.01)
+        svg = chart(
+            [_segment_name(s.value) for s in drawn],
+            [Series("mean shift", [s.shift for s in drawn], COLOR_DOWN)],
+            ChartSpec(
+                title=f"Mean shift by {column} (this run − baseline), largest drops first",
+                x_label=f"{column} (n = queries ok in both runs)",
+                y_label="change in mean score",
+                width=1090,
+                height=310,
+                y_min=-extent,
+                y_max=extent,
+                diverging=True,
+                value_format=lambda v: f"{v:+.3f}",
+                sublabels=[f"n={s.paired:,}" for s in drawn],
+            ),
+        )
+        views.append(SegmentShifts(column, rows, svg, len(shifts) - len(drawn)))
+    return tuple(views)
+
+
 def _cost_text(cost: float | None, model: str) -> tuple[str, str]:
     if cost is not None:
         return fmt.usd(cost), "from litellm's price map"
@@ -255,6 +368,7 @@ def baseline_view(c: Comparison) -> Baseline:
         stats=stats,
         position_charts=_position_compare_charts(c),
         regressions=tuple(queries.regressions(c)),
+        segments=segment_shifts_view(c, DEFAULT_MIN_SEGMENT_SIZE),
     )
 
 
@@ -332,6 +446,8 @@ def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> st
         "summary": summary,
         "baseline": baseline_view(compare_runs(baseline, run)) if baseline else None,
         "distribution_charts": distribution_charts(run),
+        "segments": segments_view(summary),
+        "min_segment_size": DEFAULT_MIN_SEGMENT_SIZE,
         "positions": positions_view(run),
         "cost": cost_view(run),
         "worst": queries.worst_queries(run),

@@ -1,0 +1,162 @@
+"""The input columns a run carries into its tables (`input.carry`): their types, decided once
+at start-up, and every row's values checked against them.
+
+Publishing concatenates the shards' files, so a carried column must have one Arrow type in all
+of them. `columns.inspect_input` decides it from the first input file:
+
+- Parquet: the column's type in the file's schema (a dictionary-encoded column as the type of
+  its values).
+- JSON Lines: from the column's values in the schema sample (the first objects of the file),
+  as Arrow infers them: strings -> string, integers -> int64, numbers with a fraction (or
+  integers mixed with them) -> float64, booleans -> bool, arrays -> list<...>, objects ->
+  struct<...>. Values of different kinds in the sample (a string and a number) are a start-up
+  error naming the column and the file. JSON has no date type: dates written as text stay text.
+- A column without a single value there (Parquet's null type, or null in every sampled row) is
+  carried as a string.
+
+Each row's value is then checked on the worker (`conform`): null, or a value of the decided type,
+is kept as it is; an integer in a float column becomes a float (JSON writes 3.0 as 3); anything
+else makes the row a per-row error naming the column, its value's type and the expected one.
+Nothing is cast silently: a number where the first rows had text is an input problem to see.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from jobs.schema import CarriedColumn
+from scorer_core.errors import ConfigError, InputError
+
+Conformer = Callable[[Any], Any]
+"""A value -> the value to store; raises `ValueError` (the reason) when it does not fit."""
+
+
+def carried_columns(
+    carry: Sequence[str], into_verdicts: Sequence[str], types: Mapping[str, pa.DataType]
+) -> tuple[CarriedColumn, ...]:
+    """The run's carried columns in `carry` order, with the types decided for them."""
+    return tuple(
+        CarriedColumn(name, types[name], into_verdicts=name in into_verdicts) for name in carry
+    )
+
+
+def decide_type(name: str, found: pa.DataType, where: str) -> pa.DataType:
+    """The type to carry column `name` as, from its type `found` in the input at `where`;
+    `InputError` when the published tables (Polars) cannot hold it."""
+    if pa.types.is_dictionary(found):
+        found = found.value_type
+    if pa.types.is_null(found):
+        return pa.string()
+    try:
+        pl.from_arrow(pa.array([], type=found))
+    except Exception as exc:
+        raise InputError(
+            f"carried column {name!r} in {where} is {found}, which the published tables cannot "
+            f"hold ({type(exc).__name__}); carry another column or convert it"
+        ) from None
+    return found
+
+
+def infer_json_type(name: str, values: Sequence[Any], where: str) -> pa.DataType:
+    """The type of column `name` from its non-null JSON values in a sample (string when
+    there are none); `InputError` when they are of different kinds."""
+    present = [value for value in values if value is not None]
+    if not present:
+        return pa.string()
+    try:
+        found = pa.array(present).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        kinds = sorted({type(value).__name__ for value in present})
+        raise InputError(
+            f"carried column {name!r} has values of different kinds in the first rows of "
+            f"{where} ({', '.join(kinds)}); a carried column needs one type"
+        ) from None
+    return decide_type(name, found, where)
+
+
+def check_segment_columns(by: Sequence[str], carried: Sequence[CarriedColumn]) -> None:
+    """`ConfigError` unless every `summary.by` column is a carried column of a scalar type."""
+    types = {column.name: column.type for column in carried}
+    for name in by:
+        found = types.get(name)
+        if found is None:
+            raise ConfigError(f"summary.by: {name!r} is not a carried column (input.carry)")
+        if pa.types.is_nested(found):
+            raise ConfigError(
+                f"summary.by: column {name!r} is {found}; a segment needs a column of single "
+                "values (text, number, boolean, date)"
+            )
+
+
+def conform(column: CarriedColumn, value: Any) -> Any:
+    """`value` as stored in column `column`; `ValueError` saying why when it does not fit."""
+    if value is None:
+        return None
+    return _conformer(column.type)(value)
+
+
+@functools.cache
+def _conformer(target: pa.DataType) -> Conformer:
+    """A fast check for the common scalar types; Arrow's own conversion for the others."""
+    if pa.types.is_string(target) or pa.types.is_large_string(target):
+        return _isinstance(str, target)
+    if pa.types.is_boolean(target):
+        return _isinstance(bool, target)
+    if pa.types.is_integer(target):
+        bits = target.bit_width
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        if pa.types.is_unsigned_integer(target):
+            low, high = 0, (1 << bits) - 1
+
+        def integer(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(_wrong(value, target))
+            if not low <= value <= high:
+                raise ValueError(f"is {value}, out of the range of {target}")
+            return value
+
+        return integer
+    if pa.types.is_floating(target):
+
+        def floating(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(_wrong(value, target))
+            return float(value)
+
+        return floating
+    if pa.types.is_date(target):
+
+        def date(value: Any) -> Any:
+            if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
+                raise ValueError(_wrong(value, target))
+            return value
+
+        return date
+
+    def by_arrow(value: Any) -> Any:
+        try:
+            pa.array([value], type=target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise ValueError(f"{_wrong(value, target)} ({exc})") from None
+        return value
+
+    return by_arrow
+
+
+def _isinstance(kind: type, target: pa.DataType) -> Conformer:
+    def check(value: Any) -> Any:
+        if not isinstance(value, kind):
+            raise ValueError(_wrong(value, target))
+        return value
+
+    return check
+
+
+def _wrong(value: Any, target: pa.DataType) -> str:
+    return f"is a {type(value).__name__}, expected {target}"

@@ -1,0 +1,38 @@
+"""Which client carries an LLM judge's requests: the lean HTTP client or litellm.
+
+`transport="auto"` (the default) sends requests through `scorer_core.openai_http` wherever the
+endpoint speaks OpenAI chat completions, since there the lean client does the same work at a
+fraction of the CPU (docs/benchmarks.md), and through litellm for every provider whose wire
+format litellm translates (Anthropic, Bedrock, Vertex, Azure deployments, ...). litellm stays
+the tool for model strings, token counting and prices on both paths.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from scorer_core.errors import ConfigError
+
+Transport = Literal["litellm", "http"]
+TRANSPORTS: tuple[str, ...] = ("auto", "litellm", "http")
+
+# litellm providers whose requests are plain OpenAI chat completions at `api_base`.
+_OPENAI_STYLE_WITH_BASE = ("openai/", "hosted_vllm/", "lm_studio/")
+
+
+def resolve_transport(setting: str, model: str, api_base: str | None) -> Transport:
+    """The transport for `setting` ("auto", "litellm" or "http") and this model/endpoint.
+
+    auto: http for "openai/..." models (OpenAI itself, or any OpenAI-compatible server given
+    by `api_base`: vLLM, Ollama's /v1, llama.cpp, gateways) and for "hosted_vllm/..." or
+    "lm_studio/..." with an `api_base`; litellm otherwise.
+    """
+    if setting not in TRANSPORTS:
+        raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {setting!r}")
+    if setting != "auto":
+        return "http" if setting == "http" else "litellm"
+    if model.startswith("openai/"):
+        return "http"
+    if api_base and model.startswith(_OPENAI_STYLE_WITH_BASE):
+        return "http"
+    return "litellm"

@@ -1,0 +1,492 @@
+"""The job survives broken processes: a Ray worker SIGKILLed mid-task, the driver SIGKILLed
+mid-run (then rerun), a writer killed mid-write, and two drivers at once (different run ids
+into one output; the same run id twice).
+
+Real parts only: the session's local Ray (or, for the driver test, the driver's own Ray in a
+subprocess), the fake judge over real HTTP on 127.0.0.1, Parquet read back with Polars.
+Inputs come from `generate(markers=True)`, so every item's true score is known.
+
+Each kill lands at a precise point of the run without sleeping or polling: the fake judge
+holds requests (`tests.support.hooks.HoldRequests`), so the run is certainly mid-way, and the
+process to kill is the one at the other end of a held request's connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from jobs.config import load_config
+from jobs.engine.driver import RunOutcome, run_job
+from jobs.engine.fanout import SHARDS_PER_WORKER
+from jobs.engine.inputs import Shard, list_input_files, plan_shards
+from jobs.engine.lease import RunLocked
+from jobs.engine.publish import RunLocation
+from jobs.engine.ray_runtime import RAY_ENV
+from jobs.engine.storage import open_store
+from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.factory import input_spec
+from scorer_core.testing import Arrival, FakeJudgeServer
+from tests.support.fakes import JudgeFactory
+from tests.support.hooks import HoldRequests
+from tests.support.job import (
+    KEY_ENV,
+    KEY_VALUE,
+    assert_all_true,
+    assert_complete,
+    config_for,
+    line_offsets,
+    llm_judge,
+    raw_config,
+    sample_job,
+    scores_frame,
+    verdict_requests,
+    verdicts_frame,
+)
+from tests.support.paths import REPO
+
+pytestmark = [pytest.mark.timeout(240)]
+
+HOLD_TIMEOUT_S = 120.0
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def lean_judge(server: FakeJudgeServer) -> dict[str, Any]:
+    """The fake judge over the lean HTTP transport (no litellm import in every worker). The
+    timeout is long: a held request waits as long as the test needs (a Ray worker's start on
+    a busy machine, say), and must not be retried meanwhile."""
+    return llm_judge(server, transport="http", timeout_s=HOLD_TIMEOUT_S)
+
+
+def shard_item_counts(source: Path, shards: list[Shard]) -> dict[str, int]:
+    """Items per shard: the non-empty lines that start inside each shard's byte range."""
+    starts = line_offsets(source)
+    return {s.shard_id: sum(1 for o in starts if s.start <= o < s.end) for s in shards}
+
+
+def items_done(out: Path, location: RunLocation) -> set[str]:
+    folder = out / location.staging / "items"
+    if not folder.exists():
+        return set()
+    return {p.name.removesuffix(".parquet") for p in folder.glob("*.parquet")}
+
+
+def process_on_port(port: int) -> psutil.Process:
+    """The process of this test's Ray (one of its descendants) whose connection has local
+    port `port`: the client end of a request the fake judge holds."""
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(c.laddr and c.laddr.port == port for c in proc.net_connections(kind="tcp")):
+                return proc
+    raise AssertionError(f"no process of this test has a connection from port {port}")
+
+
+def client_processes(held: list[Arrival]) -> set[int]:
+    """The pids of the processes that sent `held`."""
+    return {process_on_port(arrival.peer[1]).pid for arrival in held if arrival.peer}
+
+
+class Outcome:
+    """A run in a thread: its outcome or its exception; `finished` is set when it ends."""
+
+    def __init__(self, target: Callable[[], RunOutcome], finished: threading.Event) -> None:
+        self.value: RunOutcome | None = None
+        self.error: BaseException | None = None
+        self.finished = finished
+        self._target = target
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.value = self._target()
+        except BaseException as exc:  # reported to the test
+            self.error = exc
+        finally:
+            self.finished.set()
+
+    def start(self) -> Outcome:
+        self.thread.start()
+        return self
+
+    def join(self, timeout_s: float = 180) -> Outcome:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "the run did not finish in time"
+        return self
+
+
+def run_in_thread(target: Callable[[], RunOutcome]) -> Outcome:
+    return Outcome(target, threading.Event()).start()
+
+
+# -- a Ray worker killed mid-task ---------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_ray_worker_sigkilled_mid_task_is_retried_and_its_shard_written_once(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    source, rows, out = sample_job(tmp_path, 24, seed=31)
+    gate = HoldRequests()  # from the first request on: the shards have all their work left
+    server = fake_judge(on_request=gate)
+    config = config_for(
+        source,
+        out,
+        judge=lean_judge(server),
+        rate_limit={"max_concurrency": 2},
+        cache={"enabled": False},
+        ray={"shard_size": 6, "workers": 2, "max_task_retries": 2},
+        run={"id": "kill-worker", "date": "2026-11-30"},
+    )
+    spec = input_spec(config)
+    shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
+    largest = max(shard_item_counts(source, shards).values())
+    assert len(shards) >= 3
+
+    run = run_in_thread(lambda: run_job(config, out=io.StringIO()))
+    try:
+        (first, *_) = gate.wait_held(1)
+        assert first.peer is not None
+        worker = process_on_port(first.peer[1])
+        worker.kill()
+    finally:
+        gate.release()
+    run.join()
+    assert run.error is None, repr(run.error)
+    outcome = run.value
+    assert outcome is not None
+    requests = verdict_requests(server)
+
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    # Ray retried the killed worker: the shards it held (one per lane) were judged again (at
+    # least the request held at the kill), and nothing else was.
+    assert len(rows) < requests <= len(rows) + SHARDS_PER_WORKER * largest
+    assert outcome.shards_total == len(shards) and outcome.shards_skipped == 0
+    assert_all_true(out, rows, outcome)
+    assert outcome.published.duplicates == 0
+    # Staging (every shard's items and verdicts files) is gone after publication.
+    assert not (out / "_staging" / "run_id=kill-worker").exists()
+
+
+# -- a writer killed mid-write ----------------------------------------------------------------
+
+
+def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path: Path) -> None:
+    """A worker killed inside a local atomic write leaves `.<name>.tmp-*` next to the shard
+    files (the rename never happened). The resumed run must publish from the real shard files
+    only. (Before the fix, publish scanned the partial temp file and failed for good.)"""
+    source, rows, out = sample_job(tmp_path, 30, seed=41)
+    config = config_for(
+        source, out, run={"id": "torn-write", "date": "2026-11-30"}, ray={"shard_size": 10}
+    )
+    spec = input_spec(config)
+    shards = plan_shards(spec, list_input_files(spec), 10)
+    location = RunLocation("torn-write", config.run.date)  # type: ignore[arg-type]
+    store = open_store(config.output.path)
+    context = ShardContext(config=config, staging=location.staging)
+    for number, shard in enumerate(shards):
+        run_shard(shard, number, number, context)
+    # Torn writes of shard 0's verdicts and shard 1's items, as a SIGKILL would leave them.
+    verdicts_path, _ = shard_paths(store, location.staging, shards[0].shard_id)
+    _, items_path = shard_paths(store, location.staging, shards[1].shard_id)
+    for path in (verdicts_path, items_path):
+        whole = Path(path).read_bytes()
+        torn = Path(path).with_name(f".{Path(path).name}.tmp-k1ll3d")
+        torn.write_bytes(whole[: len(whole) // 2])
+
+    outcome = run_job(config, out=io.StringIO())  # no shard left to run: no Ray needed
+    assert outcome.shards_skipped == outcome.shards_total == len(shards)
+    scores = assert_complete(out, rows, outcome)
+    assert scores["status"].to_list() == ["ok"] * 30
+    verdicts = verdicts_frame(out)
+    assert verdicts.height == sum(len(row["contexts"]) for row in rows)
+
+
+# -- the driver killed mid-run ------------------------------------------------------------------
+
+
+def _driver_env(ray_tmp: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_ENV)
+    # A private Ray temp dir: the driver's own local Ray can neither find nor join a cluster
+    # someone else started with `ray start` (/tmp/ray/ray_current_cluster), and every process
+    # of it is recognisable by this path for cleanup.
+    env["RAY_TMPDIR"] = ray_tmp
+    env[KEY_ENV] = KEY_VALUE
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def _kill_group_and_ray(proc: subprocess.Popen[bytes], ray_tmp: str) -> None:
+    """SIGKILL the driver's process group, reap it, then any process of its Ray left over."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    for _attempt in range(3):  # a dying raylet may still start a worker: look again
+        leftovers = _ray_processes(ray_tmp)
+        if not leftovers:
+            return
+        for other in leftovers:
+            with contextlib.suppress(psutil.Error):
+                other.kill()
+        psutil.wait_procs(leftovers, timeout=10)
+
+
+def _ray_processes(ray_tmp: str) -> list[psutil.Process]:
+    """Processes of the driver's Ray: they inherited its private RAY_TMPDIR (their command
+    lines do not say so: Ray workers rename themselves `ray::...`)."""
+    found = []
+    for other in psutil.process_iter():
+        try:
+            if other.environ().get("RAY_TMPDIR") == ray_tmp:
+                found.append(other)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="ctxf-", dir="/tmp")  # short: Ray's socket paths must fit
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
+    tmp_path: Path, ray_tmp: str, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    source, rows, out = sample_job(tmp_path, 32, seed=37)
+    run_id = "driver-kill"
+    workers = 2
+    raw = raw_config(
+        source,
+        out,
+        rate_limit={"max_concurrency": workers},  # one request at a time per task
+        cache={"enabled": False},  # resume alone decides what is judged again
+        ray={"shard_size": 4, "workers": workers},
+        run={"date": "2026-11-30"},
+    )
+    config = config_for(source, out, **{k: v for k, v in raw.items() if k != "input"})
+    spec = input_spec(config)
+    shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
+    per_shard = shard_item_counts(source, shards)
+    assert sum(per_shard.values()) == 32 and len(shards) >= 6
+    location = RunLocation(run_id, config.run.date)  # type: ignore[arg-type]
+    # Requests pass until two shards are committed, then the run is held where it is.
+    gate = HoldRequests(when=lambda arrival: len(items_done(out, location)) >= 2)
+    server = fake_judge(on_request=gate)
+    raw["judge"] = lean_judge(server)
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.context_precision",
+        "--config",
+        str(config_path),
+        "--set",
+        f"run.id={run_id}",
+    ]
+
+    # First run, in its own process with its own local Ray: SIGKILL the driver's process
+    # group while the run is held with two shards committed.
+    log1 = tmp_path / "run1.log"
+    with log1.open("wb") as sink:
+        first = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=_driver_env(ray_tmp),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # A driver that ends on its own (it should not) wakes the wait below at once.
+    threading.Thread(target=lambda: (first.wait(), gate.give_up()), daemon=True).start()
+    try:
+        gate.wait_held(1, timeout_s=150)
+        assert first.poll() is None, f"driver ended early:\n{log1.read_text()[-3000:]}"
+        driver_pid = first.pid
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        _kill_group_and_ray(first, ray_tmp)
+        gate.release()
+    # (SIGKILL of the driver's group does not reach its Ray workers: Ray starts them in
+    # other process groups. `_kill_group_and_ray` finds them by their environment.)
+    assert first.returncode == -signal.SIGKILL
+    requests_first = verdict_requests(server)
+    done = items_done(out, location)  # final: nothing of run 1 is alive any more
+    judged_done = sum(per_shard[s] for s in done)
+    assert 2 <= len(done) < len(shards), "the kill must land mid-run"
+    # Shards in flight at the kill were judged partly: at most `workers` shards.
+    assert 0 <= requests_first - judged_done <= workers * max(per_shard.values())
+
+    # The dead driver's lease is still there, naming it.
+    lease = json.loads((out / location.staging / "LEASE.json").read_text())
+    assert lease["pid"] == driver_pid and lease["host"] == socket.gethostname()
+    assert not psutil.pid_exists(driver_pid)
+    assert not (out / "scores").exists()
+
+    # Second run: the same config file and --set, as `main` reads them (in this process,
+    # on the session's Ray, to spare a second Ray start). It takes the lease over (same
+    # host, dead pid) and judges exactly the items of the shards without an items file.
+    log = io.StringIO()
+    outcome = run_job(load_config(config_path, [f"run.id={run_id}"]), out=log)
+    text = log.getvalue()
+    requests_second = verdict_requests(server) - requests_first
+
+    assert requests_second == 32 - judged_done
+    assert 32 <= requests_first + requests_second <= 32 + workers * max(per_shard.values())
+    assert f"{len(done)} already done (resuming)" in text
+    assert f"run {run_id}" in text
+    assert_all_true(out, rows, outcome)
+    data = json.loads((out / location.manifest).read_text())
+    assert data["shards_reused"] == len(done)
+    assert outcome.shards_skipped == len(done) and outcome.shards_total == len(shards)
+
+
+# -- two drivers at once ----------------------------------------------------------------------
+
+
+def _two_driver_config(
+    source: Path, out: Path, server: FakeJudgeServer, run_id: str, workers: int
+) -> Any:
+    return config_for(
+        source,
+        out,
+        judge=lean_judge(server),
+        rate_limit={"max_concurrency": 2},  # at most 2 requests of a run in flight
+        cache={"enabled": False},
+        ray={"shard_size": 4, "workers": workers},
+        run={"id": run_id, "date": "2026-11-30"},
+    )
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_two_run_ids_at_once_into_one_output_both_publish_complete_partitions(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    source, rows, out = sample_job(tmp_path, 16, seed=43)
+    gate = HoldRequests()
+    server = fake_judge(on_request=gate)
+    configs = {
+        run_id: _two_driver_config(source, out, server, run_id, workers=1)
+        for run_id in ("twin-a", "twin-b")
+    }
+    leases = [out / f"_staging/run_id={run_id}/LEASE.json" for run_id in configs]
+    runs = [
+        run_in_thread(partial(run_job, config, out=io.StringIO())) for config in configs.values()
+    ]
+    try:
+        # Each run judges in one Ray task at a time (one worker): requests held from two
+        # processes are both runs' at once, both holding their leases.
+        gate.wait_until(lambda held: len(client_processes(held)) == 2, "both runs judging")
+        assert all(lease.exists() for lease in leases)
+    finally:
+        gate.release()
+    for run in runs:
+        run.join()
+        assert run.error is None, repr(run.error)
+    requests = verdict_requests(server)
+
+    assert requests == 2 * len(rows)
+    outcomes = [r.value for r in runs]
+    assert [o.run_id for o in outcomes if o] == ["twin-a", "twin-b"]
+    scores = scores_frame(out)
+    assert scores.height == 2 * len(rows)
+    assert sorted(scores["run_id"].unique().to_list()) == ["twin-a", "twin-b"]
+    for outcome in outcomes:
+        assert outcome is not None
+        assert_all_true(out, rows, outcome)
+    # Two separate partitions, one file each.
+    files = sorted(p.relative_to(out).as_posix() for p in (out / "scores").rglob("*.parquet"))
+    assert files == [
+        "scores/run_date=2026-11-30/run_id=twin-a/part-00000.parquet",
+        "scores/run_date=2026-11-30/run_id=twin-b/part-00000.parquet",
+    ]
+    assert list((out / "_staging").iterdir()) == []
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_same_run_id_started_twice_at_once_exactly_one_runs(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    source, rows, out = sample_job(tmp_path, 12, seed=47)
+    gate = HoldRequests()  # the run that gets the lease cannot finish before the other ends
+    server = fake_judge(on_request=gate)
+    config = _two_driver_config(source, out, server, "same-twice", workers=2)
+    barrier = threading.Barrier(2)
+
+    def go() -> RunOutcome:
+        barrier.wait(30)
+        return run_job(config, out=io.StringIO())
+
+    one_ended = threading.Event()
+    runs = [Outcome(go, one_ended).start() for _ in range(2)]
+    try:
+        assert one_ended.wait(120), "neither run ended"
+    finally:
+        gate.release()
+    for run in runs:
+        run.join()
+    requests = verdict_requests(server)
+
+    refused = [r.error for r in runs if r.error is not None]
+    finished = [r.value for r in runs if r.value is not None]
+    assert len(refused) == 1 and len(finished) == 1, [repr(r.error) for r in runs]
+    error = refused[0]
+    assert isinstance(error, RunLocked)
+    # The message names the holder: this process, on this host.
+    assert f"pid {os.getpid()} on {socket.gethostname()}" in str(error)
+    assert requests == len(rows)  # the refused driver judged nothing
+    outcome = finished[0]
+    assert outcome is not None
+    assert_all_true(out, rows, outcome)
+    assert outcome.shards_skipped == 0
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_same_run_id_started_while_it_runs_is_refused_naming_the_holder(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    source, rows, out = sample_job(tmp_path, 12, seed=53)
+    gate = HoldRequests()
+    server = fake_judge(on_request=gate)
+    config = _two_driver_config(source, out, server, "busy", workers=2)
+    location = RunLocation("busy", config.run.date)
+    first = run_in_thread(lambda: run_job(config, out=io.StringIO()))
+    try:
+        gate.wait_held(1)  # the first run is judging
+        with pytest.raises(RunLocked) as caught:
+            run_job(config, out=io.StringIO())
+    finally:
+        gate.release()
+    first.join()
+    requests = verdict_requests(server)
+
+    message = str(caught.value)
+    assert f"pid {os.getpid()} on {socket.gethostname()}" in message
+    assert str(out / location.staging / "LEASE.json") in message
+    assert first.error is None, repr(first.error)
+    assert first.value is not None
+    assert_all_true(out, rows, first.value)
+    assert requests == len(rows)

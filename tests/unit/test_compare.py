@@ -1,0 +1,385 @@
+"""`ctxprec compare` and `jobs.tools.runs` on published runs.
+
+The runs are written directly by tests/support/published.py: "base", and "cand" (the same
+queries judged more strictly, so scores fall and a few rise; one query removed, one added,
+one unscored; an unreadable row in both). That the real job publishes runs like these is
+tests/integration/test_real_runs.py's.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from jobs.cli import build_parser
+from jobs.engine import aggregate
+from jobs.engine.aggregate import relevance_by_position
+from jobs.engine.publish import RunLocation
+from jobs.engine.storage import filesystem, open_store
+from jobs.tools import compare
+from jobs.tools.runs import RunNotFound, load_run, parse_storage_options, summary_from_frame
+from scorer_core.errors import ConfigError
+from tests.support.published import (
+    ADDED_ID,
+    BAD_ID,
+    ITEMS,
+    PER_RETRIEVER,
+    REMOVED_ID,
+    RUN_DATE,
+    TINY,
+    UNSCORED_ID,
+    WORSE,
+    Query,
+    Runs,
+    base_and_candidate,
+    local_base_and_candidate,
+    publish,
+    run_compare,
+    segmented_runs,
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return local_base_and_candidate(tmp_path_factory.mktemp("published"))
+
+
+def _scores(runs: Runs, run_id: str) -> pl.DataFrame:
+    store = open_store(str(runs.output))
+    return load_run(store, run_id).read("scores")
+
+
+def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
+    return run_compare(runs.output, *extra)
+
+
+# --------------------------------------------------------------------------------------------
+# jobs.tools.runs
+
+
+def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
+    run = load_run(open_store(str(runs.output)), runs.base)
+    assert run.run_date == RUN_DATE
+    assert run.judge_model == "lexical"
+    assert run.manifest["run_id"] == runs.base
+    assert run.seconds is not None and run.seconds > 0
+    scores = run.scores().collect()
+    assert scores.height == ITEMS + 1
+    assert run.summary.items == ITEMS + 1
+    assert run.summary.errors >= 1
+    assert run.summary.to_dict() == run.manifest["summary"]
+    assert run.verdicts().collect().height > ITEMS
+
+
+def test_a_summary_table_from_before_segments_still_reads(runs: Runs) -> None:
+    run = load_run(open_store(str(runs.output)), runs.base)
+    older = run.read("summary").drop("segment_by", "segment")
+    assert summary_from_frame(older) == run.summary
+
+
+def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
+    store = open_store(str(runs.output))
+    with pytest.raises(RunNotFound) as caught:
+        load_run(store, "nightly-42")
+    message = str(caught.value)
+    assert "nightly-42" in message
+    assert str(runs.output) in message
+    assert "base" in message and "cand" in message
+
+
+def test_unknown_run_id_from_the_command_exits_2(
+    runs: Runs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = compare.main([runs.base, "nope", "--output", str(runs.output)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'nope' not found" in err
+    assert "available run ids" in err and runs.cand in err
+
+
+def test_parse_storage_options_nests_and_parses_values() -> None:
+    options = parse_storage_options(
+        ["anon=false", "client_kwargs.region_name=eu-west-1", "endpoint_url=http://h:9000"]
+    )
+    assert options == {
+        "anon": False,
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "endpoint_url": "http://h:9000",
+    }
+    with pytest.raises(ConfigError):
+        parse_storage_options(["no-equals-sign"])
+
+
+# --------------------------------------------------------------------------------------------
+# the comparison table
+
+
+def test_table_has_delta_b_minus_a_and_presence(runs: Runs) -> None:
+    _, text = _compare(runs, runs.base, runs.cand)
+    path = runs.output / "comparisons" / "base__vs__cand.parquet"
+    assert f"per-query table: {path}" in text
+    table = pl.read_parquet(path)
+    assert tuple(table.columns) == compare.TABLE_COLUMNS
+
+    a = _scores(runs, runs.base).select("query_id", pl.col("score").alias("a"))
+    b = _scores(runs, runs.cand).select("query_id", pl.col("score").alias("b"))
+    both = table.filter(pl.col("presence") == "both").join(a, on="query_id").join(b, on="query_id")
+    assert both.height == ITEMS  # all but the removed query (the bad row is in both)
+    ok = both.filter(pl.col("a").is_not_null() & pl.col("b").is_not_null())
+    assert ok.height == ITEMS - 2  # neither the bad row nor the query unscored in cand
+    assert (ok["score_a"] == ok["a"]).all() and (ok["score_b"] == ok["b"]).all()
+    assert ((ok["delta"] - (ok["b"] - ok["a"])).abs() < 1e-9).all()
+
+    removed = table.filter(pl.col("query_id") == REMOVED_ID).row(0, named=True)
+    assert removed["presence"] == "only_a"
+    assert removed["score_a"] is not None
+    assert removed["score_b"] is None and removed["status_b"] is None
+    assert removed["delta"] is None
+    added = table.filter(pl.col("query_id") == ADDED_ID).row(0, named=True)
+    assert added["presence"] == "only_b" and added["score_a"] is None
+    bad = table.filter(pl.col("query_id") == BAD_ID).row(0, named=True)
+    assert (bad["status_a"], bad["status_b"], bad["delta"]) == ("error", "error", None)
+    unscored = table.filter(pl.col("query_id") == UNSCORED_ID).row(0, named=True)
+    assert (unscored["status_a"], unscored["status_b"]) == ("ok", "unscored")
+    assert unscored["score_a"] is not None and unscored["delta"] is None
+    assert table.height == ITEMS + 2
+    assert table["query_id"].is_unique().all()
+
+
+def test_exit_code_1_when_the_mean_drops(runs: Runs) -> None:
+    comparison = compare.compare_runs(
+        load_run(open_store(str(runs.output)), runs.base),
+        load_run(open_store(str(runs.output)), runs.cand),
+    )
+    assert comparison.mean_shift is not None and comparison.mean_shift < -0.02  # precondition
+    code, text = _compare(runs, runs.base, runs.cand, "--max-mean-drop", "0.02")
+    assert code == 1
+    assert "FAIL: mean fell by" in text
+    code, text = _compare(runs, runs.base, runs.cand, "--max-mean-drop", "0.5")
+    assert code == 0
+    assert "OK: mean shift" in text
+
+
+def test_exit_code_0_when_equal(runs: Runs) -> None:
+    code, text = _compare(runs, runs.base, runs.base, "--max-mean-drop", "0")
+    assert code == 0
+    table = pl.read_parquet(runs.output / "comparisons" / "base__vs__base.parquet")
+    assert set(table["presence"]) == {"both"}
+    assert table["delta"].drop_nulls().abs().max() == 0
+    assert "regressions: none" in text
+
+
+def test_improvement_passes(runs: Runs) -> None:
+    comparison = compare.compare_runs(
+        load_run(open_store(str(runs.output)), runs.base),
+        load_run(open_store(str(runs.output)), runs.cand),
+    )
+    assert comparison.improved > 0 and comparison.regressed > 0  # both kinds of change exist
+    code, _ = _compare(runs, runs.cand, runs.base, "--max-mean-drop", "0")
+    assert code == 0
+
+
+def test_summary_shift_and_counts_are_printed(runs: Runs) -> None:
+    _, text = _compare(runs, runs.base, runs.cand)
+    for word in ("items", "scored (ok)", "unscored", "errors", "mean", "median", "p10", "p90"):
+        assert word in text
+    assert "queries scored ok in both runs" in text
+    assert "only in A 1, only in B 1" in text
+    assert "ok in A but not in B 1" in text  # the query unscored in cand
+
+
+def test_regressions_are_sorted_most_negative_first(runs: Runs) -> None:
+    store = open_store(str(runs.output))
+    comparison = compare.compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
+    top = comparison.regressions(10)
+    assert 0 < top.height <= 10
+    deltas = top["delta"].to_list()
+    assert all(d < 0 for d in deltas)
+    assert deltas == sorted(deltas)
+    worst_possible = comparison.table.filter(pl.col("delta") < 0)["delta"].min()
+    assert deltas[0] == worst_possible
+
+    _, text = _compare(runs, runs.base, runs.cand, "--top", "5")
+    block = text.split("regressions (most negative delta first):", 1)[1].split("\n\n", 1)[0]
+    printed = [line.split()[0] for line in block.strip().splitlines()[1:]]
+    assert printed == top["query_id"].head(5).to_list()
+
+
+def test_position_rates_of_both_runs(runs: Runs) -> None:
+    store = open_store(str(runs.output))
+    base, cand = load_run(store, runs.base), load_run(store, runs.cand)
+    positions = compare.compare_runs(base, cand).positions
+    expected_a = relevance_by_position(base.verdicts()).collect()
+    assert positions["position"].to_list() == expected_a["position"].to_list()
+    assert positions["rate_a"].to_list() == expected_a["rate"].to_list()
+    check = positions.drop_nulls(["rate_a", "rate_b"])
+    assert ((check["delta"] - (check["rate_b"] - check["rate_a"])).abs() < 1e-12).all()
+    _, text = _compare(runs, runs.base, runs.cand)
+    assert "relevance rate by position:" in text and "rate A" in text
+
+
+def test_out_table_path(runs: Runs, tmp_path: Path) -> None:
+    target = tmp_path / "nested" / "cmp.parquet"
+    code, text = _compare(runs, runs.base, runs.cand, "--out-table", str(target))
+    assert code == 1
+    assert pl.read_parquet(target).height == ITEMS + 2
+    assert str(target) in text
+
+
+def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
+    args = build_parser().parse_args(["compare", "a", "b", "--top", "3"])
+    assert args.handler == "jobs.tools.compare:run"
+    assert (args.run_a, args.run_b, args.top, args.max_mean_drop) == ("a", "b", 3, 0.02)
+
+
+def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
+    base, cand = base_and_candidate(open_store(s3_prefix, moto_s3.storage_options))
+    options = [
+        "--storage-option",
+        "key=testing",
+        "--storage-option",
+        "secret=testing",
+        "--storage-option",
+        f"endpoint_url={moto_s3.endpoint_url}",
+        "--storage-option",
+        "client_kwargs.region_name=us-east-1",
+    ]
+    args = build_parser().parse_args(["compare", base, cand, "--output", s3_prefix, *options])
+    out = io.StringIO()
+    assert compare.run(args, out=out) == 1
+    written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
+    assert written in out.getvalue()
+    fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)
+    with fs.open(written, "rb") as handle:
+        assert pl.read_parquet(handle).height == ITEMS + 2
+
+
+# --------------------------------------------------------------------------------------------
+# segments
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    output = tmp_path_factory.mktemp("segmented")
+    store = open_store(str(output))
+    base_and_candidate(store)  # runs without segments, beside them
+    a, b = segmented_runs(store)
+    return Runs(output, a, b)
+
+
+def test_one_worse_segment_fails_the_gate_while_the_mean_barely_moves(segmented: Runs) -> None:
+    store = open_store(str(segmented.output))
+    comparison = compare.compare_runs(
+        load_run(store, segmented.base), load_run(store, segmented.cand)
+    )
+    assert comparison.segment_columns == ("retriever",)
+    shift = comparison.mean_shift
+    assert shift is not None and -0.02 < shift < 0  # within the allowed drop overall
+    shifts = {s.value: s for s in comparison.segments}
+    assert shifts[WORSE].shift is not None and shifts[WORSE].shift < -0.05
+    assert shifts[WORSE].paired == PER_RETRIEVER
+    assert shifts[TINY].paired == 3 and shifts[TINY].shift == pytest.approx(-shifts[TINY].mean_a)
+    assert all(s.shift == 0 for value, s in shifts.items() if value not in (WORSE, TINY))
+
+    code, text = _compare(segmented, segmented.base, segmented.cand)
+    assert code == 1
+    assert "by retriever (a query's value in B" in text
+    fails = [line for line in text.splitlines() if line.startswith("FAIL")]
+    assert fails[0].startswith("FAIL: mean shift -0.01")  # the global line: within the drop
+    assert fails[1].startswith(f"FAIL: segment retriever={WORSE}: mean fell by 0.09")
+    assert len(fails) == 2  # TINY fell further, but 3 queries are too few to gate
+    assert "1 segment(s) with fewer than 30 queries ok in both runs not gated" in text
+    rows = {line.split()[0]: line.split()[-1] for line in text.splitlines() if "retriever-" in line}
+    assert rows[WORSE] == "FAIL" and rows["retriever-0"] == "ok"
+    assert any(line.split()[:1] == [TINY] and line.endswith("small") for line in text.splitlines())
+
+    code, text = _compare(segmented, segmented.base, segmented.cand, "--min-segment-size", "3")
+    assert code == 1 and f"FAIL: segment retriever={TINY}" in text
+    code, text = _compare(segmented, segmented.base, segmented.cand, "--max-mean-drop", "0.1")
+    assert code == 0 and "\nOK: mean shift -0.01" in text and "FAIL" not in text
+
+
+def test_the_per_query_table_has_the_segment_column(segmented: Runs) -> None:
+    _compare(segmented, segmented.base, segmented.cand)
+    table = pl.read_parquet(segmented.output / "comparisons" / "seg-a__vs__seg-b.parquet")
+    assert tuple(table.columns) == (*compare.TABLE_COLUMNS, "retriever")
+    worse = table.filter(pl.col("retriever") == WORSE)
+    assert worse.height == PER_RETRIEVER and (worse["delta"] <= 0).all()
+
+
+def test_segment_columns_can_be_asked_and_must_exist_in_both_runs(segmented: Runs) -> None:
+    code, text = _compare(segmented, segmented.cand, segmented.cand, "--by", "retriever")
+    assert code == 0 and "by retriever" in text
+    with pytest.raises(ConfigError, match=r"--by tenant: run seg-b's scores have no column"):
+        _compare(segmented, segmented.cand, segmented.cand, "--by", "tenant")
+    with pytest.raises(ConfigError, match=r"--by retriever: run base's scores have no column"):
+        _compare(segmented, "base", segmented.cand, "--by", "retriever")
+    with pytest.raises(ConfigError, match="--by delta: a column of the comparison table"):
+        _compare(segmented, segmented.cand, segmented.cand, "--by", "delta")
+    with pytest.raises(ConfigError, match="--min-segment-size must be >= 1"):
+        _compare(segmented, "base", segmented.cand, "--min-segment-size", "0")
+
+
+def test_a_baseline_without_the_segment_column_is_compared_overall(segmented: Runs) -> None:
+    store = open_store(str(segmented.output))
+    comparison = compare.compare_runs(load_run(store, "base"), load_run(store, segmented.cand))
+    assert comparison.segments == () and comparison.unsegmented == ("retriever",)
+    _, text = _compare(segmented, "base", segmented.cand)
+    assert "not compared by retriever: run base's scores do not have the column" in text
+
+
+# --------------------------------------------------------------------------------------------
+# the support module's runs against the job's
+
+
+def test_support_scores_agree_with_the_job_aggregation(runs: Runs) -> None:
+    """The scores written from context_precision are what the job's Polars aggregation gets
+    from the same verdicts (the job fails a run where they differ)."""
+    store = open_store(str(runs.output))
+    for run_id in (runs.base, runs.cand):
+        run = load_run(store, run_id)
+        assert aggregate.score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
+        ok = run.scores().filter(pl.col("status") == "ok").select(pl.len()).collect().item()
+        assert ok > 0
+
+
+def test_bands_by_name_also_for_a_run_published_before_bands_had_names(tmp_path: Path) -> None:
+    # Verdicts scoring 1.0, 0.75, 0.5, 0.33, 0 and 0: two items in "none", one in each other.
+    flags = [[True], [True, False, False, True], [False, True], [False, False, True], [False]]
+    store = open_store(str(tmp_path))
+    publish(store, "old", [Query(f"q{n}", f) for n, f in enumerate([*flags, [False, False]])])
+    publish(store, "new", [Query(f"q{n}", f) for n, f in enumerate(flags)])
+    # "old" as an earlier version published it: bands labelled by their seed ranges.
+    summary_path = store.join(RunLocation("old", RUN_DATE).table_file("summary"))
+    legacy = {name: label for label, name in aggregate.LEGACY_BAND_LABELS.items()}
+    table = pl.read_parquet(summary_path)
+    assert set(table["band"].drop_nulls()) == {name for name, _, _ in aggregate.BANDS}
+    table.with_columns(pl.col("band").replace(legacy)).write_parquet(summary_path)
+    assert set(pl.read_parquet(summary_path)["band"].drop_nulls()) == set(legacy.values())
+
+    old, new = load_run(store, "old"), load_run(store, "new")
+    assert old.summary.bands == (
+        ("none", 2),
+        ("low", 1),
+        ("moderate", 1),
+        ("good", 1),
+        ("excellent", 1),
+    )
+    comparison = compare.compare_runs(old, new)
+    assert comparison.bands_a == old.summary.bands and comparison.bands_b == new.summary.bands
+    text = compare.format_bands(comparison)
+    rows = {line.split(" (")[0].strip(): line.split()[-3:] for line in text.splitlines()[2:]}
+    assert rows == {
+        "none": ["2", "1", "-1"],
+        "low": ["1", "1", "+0"],
+        "moderate": ["1", "1", "+0"],
+        "good": ["1", "1", "+0"],
+        "excellent": ["1", "1", "+0"],
+    }
+    assert "excellent (>= 0.85)" in text
+    _, printed = run_compare(tmp_path, "old", "new")
+    assert text in printed

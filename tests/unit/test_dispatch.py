@@ -1,0 +1,60 @@
+"""The shard board: leases, rejoin after a worker dies, the stop on failure or a fatal report."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from jobs.engine.dispatch import ShardBoard
+from jobs.engine.inputs import Shard
+from jobs.engine.worker import ShardReport
+
+
+def shard(n: int) -> Shard:
+    return Shard(
+        shard_id=f"s{n}",
+        file_index=0,
+        path="in.jsonl",
+        kind="rows",
+        format="jsonl",
+        start=n,
+        end=n + 1,
+    )
+
+
+def board(count: int) -> ShardBoard:
+    return ShardBoard(deque((n, shard(n), n) for n in range(count)))
+
+
+def test_shards_go_out_in_order_and_come_back_as_reports() -> None:
+    b = board(3)
+    assert b.next_shard("w1")[1].shard_id == "s0"  # type: ignore[index]
+    assert b.next_shard("w2")[1].shard_id == "s1"  # type: ignore[index]
+    assert b.held_by("w1") == ["s0"]
+    b.done("w1", ShardReport("s0", items=5))
+    news = b.poll()
+    assert [r.shard_id for r in news.reports] == ["s0"]
+    assert news.waiting == 1 and news.leased == 1 and news.failure is None
+    assert b.poll().reports == []  # each report is news once
+
+
+def test_a_restarted_worker_takes_back_what_it_held_first() -> None:
+    b = board(4)
+    b.next_shard("w1")
+    b.next_shard("w1")
+    b.next_shard("w2")
+    assert b.rejoin("w1") == 2  # its process died: s0 and s1 go back to the front
+    assert [b.next_shard("w1")[1].shard_id for _ in range(2)] == ["s0", "s1"]  # type: ignore[index]
+    assert b.rejoin("w3") == 0
+
+
+def test_a_failure_or_a_fatal_report_stops_handing_out_shards() -> None:
+    b = board(5)
+    b.next_shard("w1")
+    b.failed("w1", "s0", "shard s0 failed: bad file")
+    b.failed("w2", "s9", "a later failure")
+    assert b.next_shard("w2") is None
+    assert b.poll().failure == "shard s0 failed: bad file"  # the first one is reported
+    fatal = board(5)
+    fatal.next_shard("w1")
+    fatal.done("w1", ShardReport("s0", fatal="judge refused the key"))
+    assert fatal.next_shard("w1") is None

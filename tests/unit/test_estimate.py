@@ -1,0 +1,312 @@
+"""`ctxprec estimate` on a small generated sample: counts exact, tokens sane, cost, time, cache."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from jobs.cli import build_parser
+from jobs.cli import main as ctxprec
+from jobs.config import load_config
+from jobs.engine.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
+from jobs.engine.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
+from jobs.engine.inputs import validate_record as preprocess
+from jobs.engine.storage import open_store
+from jobs.factory import input_spec
+from jobs.tools.estimate import OUTPUT_TOKENS_PER_REASON, OUTPUT_TOKENS_PER_VERDICT, estimate
+from jobs.tools.sample_data import generate, write_jsonl
+from scorer_core.prompt import verdict_messages
+from scorer_core.types import ScoringItem
+
+ITEMS = 60
+PER_CALL = 3
+SHARD_SIZE = 20
+SECRET = "sk-test-do-not-print-1234567890"
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    rows = list(generate(ITEMS, seed=11))
+    path = tmp_path / "in" / "items.jsonl"
+    write_jsonl(path, iter(rows))
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write("{this is not json\n")
+        bad = {"id": "bad", "question": "q?", "answer": "a", "ground_truth": "a", "contexts": []}
+        handle.write(json.dumps(bad) + "\n")
+    return path, rows
+
+
+def write_config(tmp_path: Path, data: Path, **extra: str) -> Path:
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"""
+input:
+  path: {data}
+  columns: {{query_id: id, input: question, output: answer,
+            expected_output: ground_truth, context: contexts}}
+output:
+  path: {tmp_path / "out"}
+judge:
+  model: lexical
+  contexts_per_call: {PER_CALL}
+ray: {{shard_size: {SHARD_SIZE}, workers: 2}}
+""",
+        encoding="utf-8",
+    )
+    return config
+
+
+def run(config: Path, *overrides: str, sample: int = 2000, latency: float = 2.0) -> dict[str, Any]:
+    return estimate(load_config(config, list(overrides)), sample=sample, assumed_latency_s=latency)
+
+
+def expected_counts(rows: list[dict[str, Any]], reason_llm: bool = False) -> tuple[int, int]:
+    pairs = sum(len(r["contexts"]) for r in rows)
+    calls = sum(math.ceil(len(r["contexts"]) / PER_CALL) for r in rows)
+    return pairs, calls + (len(rows) if reason_llm else 0)
+
+
+def test_items_pairs_and_calls_are_exact(sample: tuple[Path, list[dict[str, Any]]]) -> None:
+    data, rows = sample
+    config = write_config(data.parent.parent, data)
+    result = run(config)
+    pairs, calls = expected_counts(rows)
+    assert result["items"]["valid"] == ITEMS
+    assert result["items"]["invalid"] == 2
+    assert len(result["items"]["invalid_examples"]) == 2
+    assert result["context_pairs"] == pairs
+    assert result["judge_calls"]["total"] == calls
+    assert result["judge_calls"]["reason_calls"] == 0
+    assert result["input"]["shards"] > 1  # several shards were streamed
+
+    llm = run(config, "scorer.reason=llm")
+    pairs, calls = expected_counts(rows, reason_llm=True)
+    assert llm["judge_calls"]["total"] == calls
+    assert llm["judge_calls"]["reason_calls"] == ITEMS
+    assert llm["output_tokens"]["estimate"] == (
+        pairs * OUTPUT_TOKENS_PER_VERDICT + ITEMS * OUTPUT_TOKENS_PER_REASON
+    )
+
+
+def test_tokens_are_counted_and_sane(sample: tuple[Path, list[dict[str, Any]]]) -> None:
+    data, _ = sample
+    config = write_config(data.parent.parent, data)
+    exact = run(config, "judge.model=openai/gpt-4o-mini")
+    tokens = exact["prompt_tokens"]
+    assert tokens["method"] == "exact"
+    assert tokens["sampled_items"] == ITEMS
+    assert tokens["estimate"] > 0
+    ratio = tokens["estimate"] / (tokens["total_chars"] / 4)
+    assert 0.5 < ratio < 2.0, ratio
+    # a small sample extrapolated by characters lands close to the exact count
+    sampled = run(config, "judge.model=openai/gpt-4o-mini", sample=10)["prompt_tokens"]
+    assert sampled["method"] == "sample extrapolated by characters"
+    assert sampled["sampled_items"] == 10
+    assert sampled["total_chars"] == tokens["total_chars"]
+    assert sampled["estimate"] == pytest.approx(tokens["estimate"], rel=0.1)
+    # the sample is deterministic
+    again = run(config, "judge.model=openai/gpt-4o-mini", sample=10)["prompt_tokens"]
+    assert again == sampled
+
+
+def test_cost_lexical_zero_priced_model_positive_unknown_model(
+    sample: tuple[Path, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    data, _ = sample
+    config = write_config(data.parent.parent, data)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # estimate needs no key
+    assert run(config)["cost_usd"] == 0.0
+    priced = run(config, "judge.model=openai/gpt-4o-mini")
+    assert priced["cost_usd"] is not None and priced["cost_usd"] > 0
+    unknown = run(config, "judge.model=openai/no-such-model-xyz")
+    assert unknown["cost_usd"] is None
+
+    assert (
+        ctxprec(
+            ["estimate", "--config", str(config), "--set", "judge.model=openai/no-such-model-xyz"]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "estimated cost  n/a" in text
+
+
+def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) -> None:
+    data, rows = sample
+    config = write_config(data.parent.parent, data)
+    _, calls = expected_counts(rows)
+    model = "judge.model=openai/gpt-4o-mini"
+    at_rpm = run(config, model, "rate_limit.requests_per_minute=30", "rate_limit.headroom=1.0")
+    wall = at_rpm["wall_time"]
+    # the pace, plus one latency for the run's first request (it goes alone) and one for the
+    # last replies (2 s assumed by default)
+    edges = 2 * 2.0
+    assert wall["seconds"] == pytest.approx(calls / 30 * 60 + edges)
+    assert "requests_per_minute" in wall["basis"]
+    # the job paces at `headroom` of the limit
+    paced = run(config, model, "rate_limit.requests_per_minute=30")["wall_time"]
+    assert paced["seconds"] == pytest.approx(calls / (30 * 0.98) * 60 + edges)
+    # a tight token limit binds instead
+    by_tokens = run(
+        config,
+        model,
+        "rate_limit.requests_per_minute=100000",
+        "rate_limit.tokens_per_minute=1000",
+        "rate_limit.headroom=1.0",
+    )["wall_time"]
+    assert by_tokens["seconds"] == pytest.approx(by_tokens["limiter_tokens"] / 1000 * 60 + edges)
+    assert "tokens_per_minute" in by_tokens["basis"]
+    # no limit: explicit about the assumption
+    free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0)["wall_time"]
+    assert "unbounded by rate limit" in free["basis"]
+    assert "ASSUMING" in free["basis"]
+    assert free["seconds"] == pytest.approx(calls / 8 * 3.0 + 2 * 3.0)
+    assert free["concurrency"] == 8 and free["concurrency_mode"] == "explicit"
+    # auto, no limit: the budget's default of 64 in flight
+    assert run(config, model, latency=3.0)["wall_time"]["concurrency"] == 64
+    # auto under a limit: Little's law at the assumed latency (20/s x 3 s x 1.25 = 75)
+    sized = run(
+        config, model, "rate_limit.requests_per_minute=1200", "rate_limit.headroom=1.0", latency=3.0
+    )["wall_time"]
+    assert sized["concurrency"] == 75 and sized["concurrency_mode"] == "auto"
+    # offline judge: no time estimate
+    assert run(config)["wall_time"]["seconds"] is None
+
+
+def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
+    """Write the verdict cache the workers would have written for this input."""
+    config = load_config(config_path, ["judge.model=openai/gpt-4o-mini"])
+    spec = input_spec(config)
+    shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
+    store = open_store(config.output.path)
+    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    slots: dict[int, int] = {}
+    for shard in shards[:1] if only_first_shard else shards:
+        slot = slots.get(shard.file_index, 0)
+        slots[shard.file_index] = slot + 1
+        keys: list[str] = []
+        for raw in read_shard(spec, shard):
+            record = preprocess(to_item(spec, raw))
+            if isinstance(record, RowError):
+                continue
+            item = record.to_scoring_item()
+            keys += [pair_key(fingerprint, item, p) for p in range(len(item.contexts))]
+        table = pa.table(
+            {"pair_key": keys, "relevant": [True] * len(keys), "judge_reason": ["r"] * len(keys)},
+            schema=CACHE_SCHEMA,
+        )
+        path = slot_path(store, "_cache", fingerprint, shard.file_index, slot)
+        store.write_parquet_atomic(path, table)
+
+
+def test_cache_share(sample: tuple[Path, list[dict[str, Any]]]) -> None:
+    data, _ = sample
+    config = write_config(data.parent.parent, data)
+    model = "judge.model=openai/gpt-4o-mini"
+    before = run(config, model)["cache"]
+    assert before["share"] == 0.0 and not before["used"]
+    assert not (data.parent.parent / "out").exists()  # estimating creates nothing
+
+    write_cache(config, only_first_shard=True)
+    partial = run(config, model)["cache"]
+    assert partial["used"]
+    assert 0.0 < partial["share"] < 1.0
+
+    write_cache(config)
+    full = run(config, model)
+    assert full["cache"]["share"] == 1.0
+    assert full["cache"]["cached_pairs"] == full["context_pairs"]
+    assert full["cache"]["calls_after_cache"] == 0
+    # reasons are never cached
+    with_reason = run(config, model, "scorer.reason=llm")["cache"]
+    assert with_reason["calls_after_cache"] == ITEMS
+    # the lexical judge does not use the cache; a disabled cache is not consulted
+    lexical = run(config)["cache"]
+    assert not lexical["used"] and "lexical" in lexical["note"]
+    assert run(config, model, "cache.enabled=false")["cache"]["share"] == 0.0
+
+
+def test_cli_table_json_and_no_secret(
+    sample: tuple[Path, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    data, rows = sample
+    config = write_config(data.parent.parent, data)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    args = ["--config", str(config), "--set", "judge.model=openai/gpt-4o-mini"]
+    assert ctxprec(["estimate", *args, "--set", "rate_limit.requests_per_minute=60"]) == 0
+    text = capsys.readouterr().out
+    for label in (
+        "items",
+        "context pairs",
+        "judge calls",
+        "prompt tokens",
+        "output tokens",
+        "estimated cost",
+        "wall time",
+        "verdict cache",
+    ):
+        assert label in text
+    assert f"{ITEMS} valid / 2 invalid" in text
+    assert SECRET not in text
+
+    assert ctxprec(["estimate", *args, "--json"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert parsed["context_pairs"] == expected_counts(rows)[0]
+    assert SECRET not in json.dumps(parsed)
+
+    assert ctxprec(["estimate", "--config", str(config.parent / "missing.yaml")]) == 2
+    assert "cannot read config" in capsys.readouterr().err
+
+
+def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
+    args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
+    assert args.handler == "jobs.tools.estimate:run"
+    assert args.sample == 5 and args.json and args.set == []
+
+
+def test_retrieval_only_rows_are_estimated_with_the_prompt_the_job_sends(tmp_path: Path) -> None:
+    # Queries and passages only (issue 10): no answer column, no reference. Every row is an
+    # item, and the prompt counted is the retrieval-only one the judge will be sent.
+    rows = [
+        {"id": f"r{i}", "question": f"what is topic {i}?", "contexts": [f"p{i}a", f"p{i}b"]}
+        for i in range(7)
+    ]
+    data = tmp_path / "in" / "retrieval.jsonl"
+    write_jsonl(data, iter(rows))
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"""
+input:
+  path: {data}
+  columns: {{query_id: id, input: question, output: null, context: contexts}}
+output:
+  path: {tmp_path / "out"}
+judge:
+  model: openai/gpt-4o-mini
+  contexts_per_call: 1
+""",
+        encoding="utf-8",
+    )
+    result = run(config)
+    assert result["items"] == {**result["items"], "valid": 7, "invalid": 0}
+    assert result["judge_calls"]["total"] == 14
+    prompts = [
+        verdict_messages(ScoringItem(row["question"], "", tuple(row["contexts"])), [position])
+        for row in rows
+        for position in range(2)
+    ]
+    assert all("retrieval-only" in messages[-1]["content"] for messages in prompts)
+    chars = sum(len(m["content"]) for messages in prompts for m in messages)
+    assert result["prompt_tokens"]["total_chars"] == chars

@@ -1,0 +1,313 @@
+"""jobs.engine.publish on real staged shard files: the published tables carry the workers' own
+scores and the `duplicate_of` marks, and `verify_scores=True` catches a worker score its
+verdicts do not imply, before anything is published.
+
+The staged rows are built by the worker's own row builders and written as the worker writes
+them (pyarrow, `jobs.schema.STAGED_*`), into a local output store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from jobs.engine.inputs import ItemRecord, RowError
+from jobs.engine.publish import Published, RunLocation, ScoresDisagree, publish_run
+from jobs.engine.storage import Store, open_store
+from jobs.engine.worker import error_row, item_row, shard_paths, verdict_rows
+from jobs.schema import (
+    PUBLISHED_SCORES,
+    PUBLISHED_SUMMARY,
+    PUBLISHED_VERDICTS,
+    CarriedColumn,
+    RunSchema,
+    duplicate_error,
+)
+from jobs.tools.runs import summary_from_frame
+from scorer_core.precision import context_precision
+from scorer_core.types import ContextVerdict, ScoreResult, Usage
+
+SOURCE = "/data/in.jsonl"
+SCALE = 10
+LOCATION = RunLocation("publish-test", dt.date(2026, 11, 30))
+
+
+@dataclass
+class Shard:
+    """One staged shard being built: its items rows and verdicts rows, in input order."""
+
+    number: int
+    items: list[dict[str, object]]
+    verdicts: list[dict[str, object]]
+    tables: RunSchema = field(default_factory=RunSchema)
+
+    def seq(self) -> int:
+        return self.number << 32 | len(self.items)
+
+    def judged(
+        self,
+        query_id: str,
+        offset: int,
+        flags: list[bool],
+        *,
+        score: float | None = None,
+        carried: tuple[Any, ...] = (),
+    ) -> None:
+        """An ok item; `score` overrides the worker's score (a buggy worker)."""
+        contexts = tuple(f"context {i} of {query_id}" for i in range(len(flags)))
+        record = ItemRecord(
+            query_id,
+            "q?",
+            "a.",
+            "a",
+            contexts,
+            SOURCE,
+            offset,
+            where=where(offset),
+            carried=carried,
+        )
+        verdicts = tuple(ContextVerdict(i, flag, f"r{i}") for i, flag in enumerate(flags))
+        worker_score = context_precision(flags, SCALE) if score is None else score
+        result = ScoreResult(worker_score, f"why {query_id}", verdicts, "ok", None, Usage(calls=1))
+        seq = self.seq()
+        self.items.append(item_row(record, seq, result, "lexical", self.tables))
+        self.verdicts.extend(verdict_rows(record, seq, result, [], set(), self.tables))
+
+    def unscored(self, query_id: str, offset: int, contexts: int) -> None:
+        texts = tuple(f"context {i}" for i in range(contexts))
+        record = ItemRecord(query_id, "q?", "a.", "a", texts, SOURCE, offset, where=where(offset))
+        result = ScoreResult(None, "", (), "unscored", "judge gave up", Usage(calls=2))
+        seq = self.seq()
+        self.items.append(item_row(record, seq, result, "lexical"))
+        self.verdicts.extend(verdict_rows(record, seq, result, [], set()))
+
+    def error(self, error: RowError, first: str | None = None) -> None:
+        self.items.append(error_row(error, self.seq(), "lexical", first, self.tables))
+
+    def write(self, store: Store) -> None:
+        verdicts_path, items_path = shard_paths(store, LOCATION.staging, f"shard-{self.number:05d}")
+        store.write_parquet_atomic(
+            verdicts_path,
+            pa.Table.from_pylist(self.verdicts, schema=self.tables.staged_verdicts.arrow),
+        )
+        store.write_parquet_atomic(
+            items_path, pa.Table.from_pylist(self.items, schema=self.tables.staged_items.arrow)
+        )
+
+
+def where(offset: int) -> str:
+    return f"{SOURCE} line at byte {offset}"
+
+
+def stage_run(store: Store, *, tampered_score: float | None = None) -> None:
+    """Two shards: `a` repeats across them, `b` within shard 0; shard 1's `a` has verdicts of
+    its own that must not mix into the first `a`'s score."""
+    first = Shard(0, [], [])
+    first.judged("a", 0, [True, False, True, False])
+    first.judged("b", 100, [False, True, True], score=tampered_score)
+    first.unscored("u", 200, 3)
+    first.error(RowError(SOURCE, 300, f"{where(300)}: invalid JSON"))
+    first.error(RowError(SOURCE, 400, duplicate_error("b", where(100)), "b"), where(100))
+    second = Shard(1, [], [])
+    second.judged("a", 500, [True, True, True, True])
+    second.judged("c", 600, [False, False, True])
+    first.write(store)
+    second.write(store)
+
+
+def publish(store: Store, *, verify_scores: bool = False) -> Published:
+    return publish_run(
+        store,
+        LOCATION,
+        model="lexical",
+        scale=SCALE,
+        manifest={"run_id": LOCATION.run_id},
+        verify_scores=verify_scores,
+    )
+
+
+def published(out: Path, table: str) -> pl.DataFrame:
+    return pl.read_parquet(out / LOCATION.table_file(table))
+
+
+@pytest.mark.parametrize("verify_scores", [False, True])
+def test_published_tables_carry_the_workers_scores_and_duplicate_marks(
+    tmp_path: Path, verify_scores: bool
+) -> None:
+    store = open_store(str(tmp_path))
+    stage_run(store)
+    outcome = publish(store, verify_scores=verify_scores)
+
+    scores = published(tmp_path, "scores")
+    assert scores.schema == PUBLISHED_SCORES.polars
+    assert published(tmp_path, "verdicts").schema == PUBLISHED_VERDICTS.polars
+    assert published(tmp_path, "summary").schema == PUBLISHED_SUMMARY.polars
+    rows = {(r["query_id"], r["row"]): r for r in scores.iter_rows(named=True)}
+    assert {key: r["score"] for key, r in rows.items()} == {
+        ("a", 0): 8.33,
+        ("b", 100): 5.83,
+        ("u", 200): None,
+        (f"{SOURCE}#300", 300): None,
+        ("b", 400): None,
+        ("a", 500): None,
+        ("c", 600): 3.33,
+    }
+    assert {key: r["status"] for key, r in rows.items()} == {
+        ("a", 0): "ok",
+        ("b", 100): "ok",
+        ("u", 200): "unscored",
+        (f"{SOURCE}#300", 300): "error",
+        ("b", 400): "error",
+        ("a", 500): "error",
+        ("c", 600): "ok",
+    }
+    # Marked by the worker (within its shard) and by publishing (across shards) alike.
+    marked = {key: r["duplicate_of"] for key, r in rows.items() if r["duplicate_of"]}
+    assert marked == {("b", 400): where(100), ("a", 500): where(0)}
+    assert rows[("a", 500)]["error"] == (
+        f"duplicate query_id a: only its first occurrence ({SOURCE} line at byte 0) is scored"
+    )
+    assert rows[("b", 400)]["error"] == duplicate_error("b", where(100))
+    assert rows[("u", 200)]["error"] == "judge gave up"
+    assert rows[("a", 0)]["relevant_count"] == 2 and rows[("a", 0)]["reason"] == "why a"
+    assert outcome.duplicates == 2
+
+    # The later `a`'s verdicts are dropped; staged-only columns are not published.
+    verdicts = published(tmp_path, "verdicts").filter(pl.col("query_id") == "a")
+    assert verdicts.sort("position")["relevant"].to_list() == [True, False, True, False]
+
+    summary = outcome.summary
+    assert (summary.items, summary.scored, summary.unscored, summary.errors) == (7, 3, 1, 3)
+    data = json.loads((tmp_path / LOCATION.manifest).read_text())
+    assert data["duplicates"] == 2 and data["status"] == "complete"
+    assert "score_mismatches" not in data
+    assert not (tmp_path / LOCATION.staging).exists()
+
+    # The published scores read back through DuckDB as a reader would.
+    path = tmp_path / LOCATION.table_file("scores")
+    relation = duckdb.sql(
+        f"select query_id, score from read_parquet('{path}') where status = 'ok' order by 1"
+    )
+    assert relation.fetchall() == [("a", 8.33), ("b", 5.83), ("c", 3.33)]
+
+
+def test_verify_scores_names_a_worker_score_its_verdicts_do_not_imply(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    stage_run(store, tampered_score=5.84)  # b's verdicts [no, yes, yes] imply 5.83
+    with pytest.raises(ScoresDisagree) as raised:
+        publish(store, verify_scores=True)
+    message = str(raised.value)
+    assert message.startswith("1 item(s) scored differently by the worker and by Polars: ")
+    assert f"b ({SOURCE} line at byte 100): worker 5.84 / 2 relevant" in message
+    assert "verdicts 5.83 / 2 relevant" in message
+    # Nothing is published and the staged shards stay for a rerun.
+    assert not (tmp_path / "scores").exists()
+    assert not (tmp_path / LOCATION.manifest).exists()
+    assert (tmp_path / LOCATION.staging).exists()
+
+
+def test_without_verification_the_workers_score_is_published_as_is(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    stage_run(store, tampered_score=5.84)
+    publish(store)
+    scores = published(tmp_path, "scores").filter(pl.col("query_id") == "b")
+    assert scores.filter(pl.col("status") == "ok")["score"].to_list() == [5.84]
+
+
+CARRIED = RunSchema(
+    [
+        CarriedColumn("retriever", pa.string(), into_verdicts=True),
+        CarriedColumn("day", pa.date32()),
+    ]
+)
+
+
+def test_carried_columns_are_published_with_their_types_and_summarised_by(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    day1, day2 = dt.date(2026, 11, 29), dt.date(2026, 11, 30)
+    first = Shard(0, [], [], CARRIED)
+    first.judged("a", 0, [True, False, True, False], carried=("bm25", day1))
+    first.judged("b", 100, [False, True, True], carried=("dense", day1))
+    first.judged("c", 200, [True, True], carried=("bm25", day2))
+    first.error(RowError(SOURCE, 300, "context is null", "d", ("dense", None)))
+    first.error(RowError(SOURCE, 400, f"{where(400)}: invalid JSON"))  # nothing read
+    second = Shard(1, [], [], CARRIED)
+    second.judged("a", 500, [True, True, True, True], carried=("dense", day2))  # a repeat
+    second.judged("e", 600, [False, False, True], carried=(None, day2))
+    first.write(store)
+    second.write(store)
+    outcome = publish_run(
+        store,
+        LOCATION,
+        model="lexical",
+        scale=SCALE,
+        manifest={},
+        tables=CARRIED,
+        segment_by=["retriever", "day"],
+    )
+
+    scores = published(tmp_path, "scores")
+    assert scores.schema == CARRIED.scores.polars
+    assert scores.schema["day"] == pl.Date
+    rows = {(r["query_id"], r["row"]): (r["retriever"], r["day"]) for r in scores.to_dicts()}
+    assert rows[("a", 500)] == ("dense", day2)  # a repeat keeps its own values
+    assert rows[(f"{SOURCE}#400", 400)] == (None, None)
+    assert rows[("d", 300)] == ("dense", None)
+    verdicts = published(tmp_path, "verdicts")
+    assert verdicts.schema == CARRIED.verdicts.polars
+    assert set(verdicts.filter(pl.col("query_id") == "b")["retriever"]) == {"dense"}
+
+    summary = outcome.summary
+    assert summary.segment_columns == ("retriever", "day")
+    retrievers = {s.value: s.summary for s in summary.segments_by("retriever")}
+    assert list(retrievers) == ["bm25", "dense", None]  # sorted as text, null last
+    expected = (
+        scores.group_by("retriever")
+        .agg(
+            items=pl.len(),
+            errors=(pl.col("status") == "error").sum(),
+            mean=pl.col("score").filter(pl.col("status") == "ok").mean(),
+        )
+        .to_dicts()
+    )
+    for row in expected:
+        segment = retrievers[row["retriever"]]
+        assert (segment.items, segment.errors, segment.mean) == (
+            row["items"],
+            row["errors"],
+            row["mean"],
+        )
+    assert retrievers["bm25"].mean == pytest.approx((8.33 + 10.0) / 2)
+    assert retrievers["dense"].bands == (
+        ("none", 0),
+        ("low", 0),
+        ("moderate", 1),
+        ("good", 0),
+        ("excellent", 0),
+    )
+    # relevance by position per retriever (in the verdicts), not per day (not there)
+    bm25_first = retrievers["bm25"].position_rates[0]
+    assert (bm25_first.judged, bm25_first.relevant) == (2, 2)
+    days = {s.value: s.summary for s in summary.segments_by("day")}
+    assert list(days) == ["2026-11-29", "2026-11-30", None]
+    assert days["2026-11-30"].items == 3 and days["2026-11-30"].position_rates == ()
+
+    # the summary table holds every segment's metrics; it reads back to the same summary
+    table = published(tmp_path, "summary")
+    mean_rows = table.filter((pl.col("metric") == "mean") & (pl.col("segment_by") == "retriever"))
+    assert dict(zip(mean_rows["segment"], mean_rows["value"], strict=True)) == {
+        value: s.mean for value, s in retrievers.items()
+    }
+    assert summary_from_frame(table) == summary
+    manifest = json.loads((tmp_path / LOCATION.manifest).read_text())
+    assert manifest["summary"] == summary.to_dict()
