@@ -476,17 +476,17 @@ def test_retrieval_only_items_are_judged_against_the_query(
 
 
 def test_the_run_records_the_form_a_server_without_json_schema_took(
-    tmp_path: Path, judge_key: str
+    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str
 ) -> None:
     # llama.cpp's server rejects json_schema (HTTP 500, a validation error): each worker
     # process steps down to json_object once; no item is lost to the rejection.
     source = tmp_path / "items.jsonl"
     rows = write_items(source, 24, seed=17)
     out = tmp_path / "out"
-    with FakeJudgeServer(accepted_response_formats={"json_object", "text"}) as llama_like:
-        config = config_for(source, out, judge=llm_judge(llama_like), ray={"shard_size": 6})
-        outcome = run_job(config, out=io.StringIO())
-        stats = llama_like.stats()
+    llama_like = fake_judge(accepted_response_formats={"json_object", "text"})
+    config = config_for(source, out, judge=llm_judge(llama_like), ray={"shard_size": 6})
+    outcome = run_job(config, out=io.StringIO())
+    stats = llama_like.stats()
     scores = assert_complete(out, rows, outcome)
     assert scores["status"].to_list() == ["ok"] * 24
     expected = truth(rows)
@@ -497,7 +497,7 @@ def test_the_run_records_the_form_a_server_without_json_schema_took(
     assert 1 <= refused <= outcome.shards_total
     assert stats["by_response_format"]["json_object"] == 24
 
-    recorded = manifest(out, outcome)["summary"]["response_format"]
+    recorded = manifest(out, outcome)["judge"]["response_format"]
     assert recorded["endpoint"] == llama_like.url
     assert (recorded["setting"], recorded["in_use"], recorded["confirmed"]) == (
         "auto",
