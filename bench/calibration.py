@@ -64,7 +64,9 @@ def report(results: Sequence[tuple[str, str, float | None, dict[str, Any]]]) -> 
         "HotpotQA `relevance` (gold supporting paragraph, 0/1; rule relevance > 0); TREC DL "
         "`relevance_binary` (NIST grade >= 2), and in the last row grade >= 1. The judge gets the "
         "query, and `expected_answer` as reference and as output when there is one (HotpotQA); "
-        "TREC DL has none, so the output is the query itself and the judge sees only the query. "
+        "TREC DL has none, so its rows are retrieval-only items (empty output, no reference) and "
+        "the judge sees only the query (the lexical judge's verdicts are the same as with the "
+        "query given as the output, as earlier versions did). "
         "Item scores are `context_precision` (scale 1, 2 decimals) of the judge's verdicts and of "
         "the gold labels over the file's order; items the judge could not score would be "
         "excluded (none here).",
@@ -124,7 +126,8 @@ INTERPRETATION = (
     "Before trusting an "
     "LLM judge, run `ctxprec calibrate` with its config on these files (it makes real, "
     "billed calls: check the price with `ctxprec estimate` first) and look for kappa well "
-    "above these values and a positive tau; no LLM judge was measured here (offline machine)."
+    "above these values and a positive tau. The only LLM judges measured here are tiny local "
+    "models (see 'A real LLM judge' below): they exercise the pipeline, not the judging."
 )
 
 

@@ -34,9 +34,11 @@ class ColumnsConfig(_Strict):
 
     query_id: str = Field("query_id", description="Column with the item's unique id.")
     input: str = Field("input", description="Column with the query (a non-empty string).")
-    output: str = Field(
+    output: str | None = Field(
         "output",
-        description="Column with the system's answer (may be empty when there is a reference).",
+        description="Column with the system's answer; may be empty. With no answer and no "
+        "reference the item is retrieval-only: judged against the query. null: there is no "
+        "answer column.",
     )
     expected_output: str | None = Field(
         None,

@@ -20,6 +20,7 @@ from jobs.engine.storage import Store, open_store
 from jobs.schema import CarriedColumn
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import Judge, Limiter
+from scorer_core.response_format import ResponseFormatNegotiation, shared_negotiation
 from scorer_core.scorer import make_judge
 from scorer_core.transports import resolve_transport
 
@@ -128,7 +129,37 @@ def build_judge(
     api_key = api_key or judge_config.api_key()
     if api_key:
         options["api_key"] = api_key
+    # One negotiation per endpoint per process: the shards a Ray worker process runs one after
+    # another probe the endpoint once, not once each.
+    options["negotiation"] = shared_negotiation(
+        judge_endpoint(config), judge_config.response_format
+    )
     return make_judge(judge_config.model, **options)
+
+
+def judge_endpoint(config: JobConfig) -> str:
+    """The endpoint the configured LLM judge talks to, named as its client names it
+    (`Judge.endpoint`): the key of its shared structured-output negotiation."""
+    judge_config = config.judge
+    if judge_config.api_base:
+        return judge_config.api_base.rstrip("/")
+    transport = resolve_transport(judge_config.transport, judge_config.model, None)
+    if transport == "http":
+        from scorer_core.openai_http import OPENAI_API_BASE
+
+        return OPENAI_API_BASE
+    model = judge_config.model
+    provider = model.split("/", 1)[0] if "/" in model else model
+    return f"{provider} (litellm's default endpoint)"
+
+
+def response_format_summary(judge: Judge) -> dict[str, Any] | None:
+    """The judge's structured-output negotiation as `ResponseFormatNegotiation.summary()`
+    reports it; None for a judge that negotiates nothing (the offline lexical judge)."""
+    negotiation = getattr(judge, "response_format", None)
+    if isinstance(negotiation, ResponseFormatNegotiation):
+        return negotiation.summary()
+    return None
 
 
 def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int]:

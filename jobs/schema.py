@@ -270,8 +270,10 @@ PUBLISHED_SUMMARY = Table(
         Column(
             "band",
             "string",
-            "the band of score / scale of a `band_count` row (`0`, `0.1-0.3`, `0.4-0.6`, "
-            "`0.7-0.8`, `0.9-1.0`); null otherwise",
+            "the band of score / scale of a `band_count` row: `none` (0), `low` (above 0, "
+            "below 0.35), `moderate` (0.35 to 0.65), `good` (0.65 to 0.85), `excellent` (0.85 "
+            "and up), as `scorer_core.score_band` names them (runs published before named "
+            "bands say 0, 0.1-0.3, 0.4-0.6, 0.7-0.8, 0.9-1.0); null otherwise",
         ),
         Column("position", "int32", "the position of a `position_*` row; null otherwise"),
         Column("value", "float64", "the metric's value; null when undefined"),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import RunSummary
+from jobs.engine.aggregate import RunSummary, band_range
+from jobs.engine.response_formats import RunResponseFormat
 
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
@@ -14,6 +16,8 @@ WIDTH = 46
 # Long lists of positions and segments are cut: the published summary table has them all.
 _MAX_POSITION_ROWS = 20
 _MAX_SEGMENT_ROWS = 20
+# A rejected form's server answer is cut to this: the manifest has it whole.
+_MAX_REASON_CHARS = 160
 
 
 def format_summary_table(
@@ -42,7 +46,9 @@ def format_summary_table(
         rule,
         line("band (score / scale)", "items"),
     ]
-    lines += [line(f"  {label}", f"{count:,}") for label, count in summary.bands]
+    lines += [
+        line(f"  {label} ({band_range(label)})", f"{count:,}") for label, count in summary.bands
+    ]
     lines += [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
     shown = summary.position_rates[:_MAX_POSITION_ROWS]
     lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
@@ -74,7 +80,9 @@ def format_summary_table(
     return "\n".join(lines)
 
 
-def _judge_lines(summary: RunSummary, judge: Mapping[str, Any], line: Any) -> list[str]:
+def _judge_lines(
+    summary: RunSummary, judge: Mapping[str, Any], line: Callable[[str, str], str]
+) -> list[str]:
     """How the requests went: transport, structured-output form, in-flight budget, latency."""
     lines: list[str] = []
     if judge.get("mode") == "batch":
@@ -93,9 +101,7 @@ def _judge_lines(summary: RunSummary, judge: Mapping[str, Any], line: Any) -> li
         lines.append(line("transport", str(judge["transport"])))
     negotiated = judge.get("response_format")
     if isinstance(negotiated, Mapping) and negotiated.get("in_use"):
-        dropped = ", ".join(str(d.get("form")) for d in negotiated.get("dropped") or [])
-        form = str(negotiated["in_use"]) + (f" (not {dropped})" if dropped else "")
-        lines.append(line("response format", form))
+        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated), line)
     flow = dict(summary.flow)
     if flow:
         lines.append(
@@ -117,6 +123,26 @@ def _judge_lines(summary: RunSummary, judge: Mapping[str, Any], line: Any) -> li
                     )
                 ),
             )
+        )
+    return lines
+
+
+def _response_format_lines(
+    negotiated: RunResponseFormat, line: Callable[[str, str], str]
+) -> list[str]:
+    """The form the judge's requests used, and each form the endpoint rejected with its
+    answer (cut to a few lines: the manifest has it whole)."""
+    form = negotiated.in_use if negotiated.confirmed else f"{negotiated.in_use} (unconfirmed)"
+    lines = [line("structured output", form)]
+    if negotiated.setting != "auto":
+        lines.append(line("  setting", negotiated.setting))
+    for dropped in negotiated.dropped:
+        reason = textwrap.shorten(dropped.reason, _MAX_REASON_CHARS, placeholder="...")
+        lines += textwrap.wrap(
+            f"{dropped.form} rejected: {reason}",
+            WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
         )
     return lines
 

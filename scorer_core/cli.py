@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -48,6 +49,12 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
         help="name of the environment variable holding the API key (never the key itself)",
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="completion token cap per judge request (default: the server's)",
+    )
     parser.add_argument(
         "--transport",
         choices=["auto", "litellm", "http"],
@@ -90,7 +97,11 @@ def read_item(source: TextIO, name: str) -> dict[str, Any]:
     return item
 
 
-def result_to_dict(result: ScoreResult, response_format: str | None = None) -> dict[str, Any]:
+def result_to_dict(
+    result: ScoreResult, response_format: str | None = None, seconds: float | None = None
+) -> dict[str, Any]:
+    """The `--json` output: the result, what the judge spent on it and how long it took."""
+    usage = result.usage
     return {
         "score": result.score,
         "band": result.band,
@@ -100,12 +111,22 @@ def result_to_dict(result: ScoreResult, response_format: str | None = None) -> d
         "verdicts": [
             {"index": v.index, "relevant": v.relevant, "reason": v.reason} for v in result.verdicts
         ],
-        "judge_calls": result.usage.calls,
+        "judge_calls": usage.calls,
+        "usage": {
+            "calls": usage.calls,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "retries": usage.retries,
+            "reasks": usage.reasks,
+        },
+        "seconds": None if seconds is None else round(seconds, 3),
         "response_format": response_format,
     }
 
 
-def render(result: ScoreResult, response_format: str | None = None) -> str:
+def render(
+    result: ScoreResult, response_format: str | None = None, seconds: float | None = None
+) -> str:
     score = result.score if result.score is not None else "-"
     band = f", {result.band}" if result.band else ""
     lines = [f"score:  {score} ({result.status}{band})"]
@@ -115,6 +136,13 @@ def render(result: ScoreResult, response_format: str | None = None) -> str:
         lines.append(f"reason: {result.reason}")
     if response_format:
         lines.append(f"response_format: {response_format}")
+    usage = result.usage
+    if usage.calls:
+        lines.append(
+            f"judge:  {usage.calls} call(s), {usage.prompt_tokens} prompt / "
+            f"{usage.completion_tokens} completion tokens"
+            + (f", {seconds:.1f} s" if seconds is not None else "")
+        )
     if result.verdicts:
         lines.append("verdicts:")
         for v in result.verdicts:
@@ -140,6 +168,10 @@ def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
         }
         if args.api_base:
             options["api_base"] = args.api_base
+        if args.max_tokens is not None:
+            if args.max_tokens < 1:
+                raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+            options["max_tokens"] = args.max_tokens
         key = os.environ.get(args.api_key_env)
         if key:
             options["api_key"] = key
@@ -151,13 +183,15 @@ def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
         contexts_per_call=args.contexts_per_call,
         **options,
     )
+    started = time.monotonic()
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
+    seconds = time.monotonic() - started
     negotiation = getattr(scorer.judge, "response_format", None)
     form = _describe_form(negotiation.summary()) if negotiation is not None else None
     print(
-        json.dumps(result_to_dict(result, form), ensure_ascii=False)
+        json.dumps(result_to_dict(result, form, seconds), ensure_ascii=False)
         if args.json
-        else render(result, form),
+        else render(result, form, seconds),
         file=stdout or sys.stdout,  # looked up now: redirect_stdout and capture apply
     )
     return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE

@@ -35,8 +35,9 @@ The names and ranges are the seed's (0.9-1.0 excellent, 0.7-0.8 good, 0.4-0.6 mo
 low, 0 none). Its ranges leave gaps between 2-decimal scores (0.85, 0.62, ...); the bounds
 here close them at the midpoints, the same edges as the job's summary table."""
 
-# A score / scale that should sit exactly on a band edge may come out 1 ulp below it.
-_BAND_EPSILON = 1e-9
+BAND_EPSILON = 1e-9
+"""A score / scale that should sit exactly on a band edge may come out 1 ulp below it: band
+edges are compared with this slack (here and in the job's Polars summary)."""
 
 
 def round_score(value: float) -> float:
@@ -115,7 +116,7 @@ def score_band(score: float, scale: float | None = 1) -> Band:
     if normalized <= 0:
         return "none"
     for name, lower in BANDS:
-        if normalized >= lower - _BAND_EPSILON:
+        if normalized >= lower - BAND_EPSILON:
             return name
     return "low"
 

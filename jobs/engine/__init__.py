@@ -9,7 +9,9 @@ Public API (everything else in the package is the engine's own business):
 
 Start reading at jobs.engine.driver.run_job; it calls, in order, jobs.factory (config ->
 input spec), inputs (files, schema, shards), lease, ray_runtime, fanout (-> worker on each
-Ray node, with limiter, progress and cache), manifest and publish (-> aggregate).
+Ray node, with a coordinator actor: shard board, governor, progress; and the verdict cache),
+manifest (with response_formats: the structured-output form the workers' judges settled on)
+and publish (-> aggregate).
 
 The names above are imported from jobs.engine.driver on first use, not here: importing a
 light module of the package (ray_runtime, say) must not import Polars, pyarrow or fsspec.

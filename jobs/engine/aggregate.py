@@ -45,6 +45,7 @@ import polars as pl
 
 from jobs.pricing import estimate_cost_usd
 from jobs.schema import PUBLISHED_SUMMARY
+from scorer_core import precision
 from scorer_core.errors import ConfigError
 from scorer_core.precision import check_scale
 
@@ -53,21 +54,53 @@ TableSource = pl.LazyFrame | pl.DataFrame | str | Path | Sequence[str | Path]
 
 ScoreMethod = Literal["bitmask", "window"]
 
-BANDS: tuple[tuple[str, float, float], ...] = (
-    ("0", 0.0, 0.0),
-    ("0.1-0.3", 0.0, 0.35),
-    ("0.4-0.6", 0.35, 0.65),
-    ("0.7-0.8", 0.65, 0.85),
-    ("0.9-1.0", 0.85, math.inf),
-)
-"""Score bands over score / scale: (label, lower, upper).  "0" is exactly 0; the others are
-lower <= s < upper, except that "0.1-0.3" excludes 0 itself."""
+
+def _summary_bands() -> tuple[tuple[str, float, float], ...]:
+    """The library's bands (`scorer_core.precision.BANDS`, best first, lower bounds only) as
+    (name, lower, upper) rows, worst first, with "none" (exactly 0) in front."""
+    ascending = tuple(reversed(precision.BANDS))
+    uppers = (*(lower for _, lower in ascending[1:]), math.inf)
+    return (
+        ("none", 0.0, 0.0),
+        *((name, lower, upper) for (name, lower), upper in zip(ascending, uppers, strict=True)),
+    )
+
+
+BANDS: tuple[tuple[str, float, float], ...] = _summary_bands()
+"""Score bands over score / scale, worst first: (name, lower, upper), derived from
+`scorer_core.precision.BANDS` so a run's band counts use the names and edges of each item's
+`score_band`: none (exactly 0), low (above 0, below 0.35), moderate, good, excellent (0.85 and
+up).  A band is lower <= s < upper, except that "low" excludes 0 itself."""
+
+
+def band_range(name: str) -> str:
+    """The values of score / scale band `name` holds, for people: "0", "> 0, < 0.35",
+    "0.35-0.65", ">= 0.85"; "" for a name that is not a band."""
+    for label, lower, upper in BANDS:
+        if label != name:
+            continue
+        if lower == upper:
+            return f"{lower:g}"
+        if math.isinf(upper):
+            return f">= {lower:g}"
+        if lower == 0:
+            return f"> 0, < {upper:g}"
+        return f"{lower:g}-{upper:g}"
+    return ""
+
+
+LEGACY_BAND_LABELS: dict[str, str] = {
+    "0": "none",
+    "0.1-0.3": "low",
+    "0.4-0.6": "moderate",
+    "0.7-0.8": "good",
+    "0.9-1.0": "excellent",
+}
+"""The labels of the same bands in summaries published before they had names."""
 
 # JavaScript's Number.EPSILON, which Mastra's rounding adds before it rounds (as
 # scorer_core.precision.round_score does).
 _JS_EPSILON = sys.float_info.epsilon
-# Band edges: a score / scale that should sit exactly on an edge may come out 1 ulp below it.
-_BAND_EPSILON = 1e-9
 # Positions the bitmask path can hold in one UInt64.
 _MASK_BITS = 64
 # Two different 2-decimal scores differ by 0.01; anything below this is float noise.
@@ -384,11 +417,11 @@ class Segment:
 
 
 def _band_expr(normalized: pl.Expr, lower: float, upper: float) -> pl.Expr:
-    """True where `normalized` falls in the band [lower, upper) (the "0" band: == 0)."""
+    """True where `normalized` falls in the band [lower, upper) (the "none" band: == 0)."""
     if upper == lower:
         return normalized == lower
-    above = normalized > lower if lower == 0 else normalized >= lower - _BAND_EPSILON
-    return above & (normalized < upper - _BAND_EPSILON)
+    above = normalized > lower if lower == 0 else normalized >= lower - precision.BAND_EPSILON
+    return above & (normalized < upper - precision.BAND_EPSILON)
 
 
 def _stat_columns(scale: float) -> list[pl.Expr]:
@@ -396,7 +429,7 @@ def _stat_columns(scale: float) -> list[pl.Expr]:
     column per status and per band, the usage counts."""
     is_ok = pl.col("status") == "ok"
     ok_score = pl.when(is_ok).then(pl.col("score"))
-    # With scale 0 every score is 0: it belongs to the "0" band.
+    # With scale 0 every score is 0: it belongs to the "none" band.
     normalized = ok_score / scale if scale > 0 else ok_score * 0.0
     return [
         ok_score.alias("ok_score"),

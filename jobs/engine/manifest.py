@@ -14,6 +14,7 @@ from typing import Any
 from jobs.config import JobConfig
 from jobs.engine.aggregate import FLOW_METRICS
 from jobs.engine.publish import RunLocation
+from jobs.engine.response_formats import combine as combine_response_formats
 from jobs.engine.worker import ShardReport
 from scorer_core.prompt import PROMPT_VERSION
 
@@ -34,8 +35,8 @@ def run_manifest(
 
     `timings` are seconds per phase (plan, ray_start, fan_out); `seconds` is the whole run so
     far; `flow` is what the run's governor settled on (in-flight budget, latency percentiles,
-    pace); `judge` what the workers' judge settled on (transport, structured-output form);
-    `nodes` how many shards ran on each Ray node (`shards_by_node`).
+    pace); `judge` what the workers' judge settled on (transport, structured-output form:
+    `judge_facts_of_run`); `nodes` how many shards ran on each Ray node (`shards_by_node`).
     """
     return {
         "run_id": location.run_id,
@@ -65,11 +66,15 @@ def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
 
 def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:
     """The workers' judge facts (`ShardReport.judge`) for the run: the transport, and the
-    structured-output form of the last report (every worker negotiates with the same
-    endpoint, so they agree; the last one has seen the most)."""
+    structured-output form their negotiations settled on, combined over every shard's report
+    (`jobs.engine.response_formats.combine`: worker processes negotiate independently, and the
+    run cannot claim a stronger form than some of its requests used)."""
     facts: dict[str, Any] = {}
     for report in reports:
         facts.update(report.judge)
+    negotiated = combine_response_formats(report.judge.get("response_format") for report in reports)
+    if negotiated is not None:
+        facts["response_format"] = negotiated.to_dict()
     return facts
 
 

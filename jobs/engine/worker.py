@@ -426,6 +426,7 @@ class ShardRunner:
         except FatalJudgeError as exc:
             counter.drain()
             report.fatal = str(exc)
+            report.judge = judge_facts(inner)
             return report
         counter.drain()
         if batch is not None:
@@ -505,15 +506,16 @@ def on_done_counts(counter: BatchedCounter, result: ScoreResult) -> None:
 
 def judge_facts(judge: Judge) -> dict[str, Any]:
     """What a judge settled on, for the run's summary: its transport and structured-output
-    form (empty for the offline judge)."""
+    negotiation (`ResponseFormatNegotiation.summary()`, which `jobs.engine.response_formats`
+    combines over the run's shards); empty for the offline judge. `judge` is the worker's own
+    judge, not the CachingJudge around it, which hides the negotiation."""
     facts: dict[str, Any] = {}
     transport = getattr(judge, "transport", None)
     if transport:
         facts["transport"] = transport
-    negotiation = getattr(judge, "response_format", None)
-    summary = getattr(negotiation, "summary", None)
-    if callable(summary):
-        facts["response_format"] = summary()
+    negotiated = factory.response_format_summary(judge)
+    if negotiated is not None:
+        facts["response_format"] = negotiated
     return facts
 
 

@@ -12,8 +12,9 @@ Labelled rows (one JSON object per line, the layout of ../shared/data/*.jsonl):
 - Gold label of a context: with `--min-grade G`, relevance >= G; otherwise `relevance_binary`
   when the row has it, else relevance > 0.
 - The judge is given the query as input, the reference answer `expected_answer` when present,
-  and as the *output* the `expected_answer` when present, else the query itself (labelled data
-  has no system answer; with the query as output the judge effectively sees only the query).
+  and as the *output* the `expected_answer` when present (labelled data has no system answer).
+  A row without one is a retrieval-only item (empty output, no reference): each context is
+  judged against the query, as the job judges such rows.
 - Contexts longer than `input.max_context_chars` are cut as in the job; contexts beyond
   `input.max_contexts` are dropped together with their labels.
 
@@ -32,6 +33,7 @@ import asyncio
 import json
 import math
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -128,7 +130,7 @@ def _labelled_item(
     gold = gold[:limit_count]
     item = ScoringItem(
         input=query,
-        output=reference if reference is not None else query,
+        output=reference if reference is not None else "",
         contexts=tuple(contexts),
         expected_output=reference,
     )
@@ -192,9 +194,12 @@ def load_labels(
 
 async def judge_items(
     config: JobConfig, items: Sequence[LabelledItem]
-) -> tuple[list[ScoreResult], str]:
+) -> tuple[list[ScoreResult], str, dict[str, Any] | None]:
     """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight; 64 under
-    auto, which has no run-wide governor to size it in a single process)."""
+    auto, which has no run-wide governor to size it in a single process).
+
+    Returns the results, the judge model and its structured-output negotiation
+    (`jobs.factory.response_format_summary`; None for the offline judge)."""
     # One process plays every worker: the whole concurrency budget is this judge's.
     in_flight = factory.single_process_concurrency(config)
     judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
@@ -212,7 +217,7 @@ async def judge_items(
             return await scorer.score_item(labelled.item)
 
     results = await asyncio.gather(*(one(i) for i in items))
-    return list(results), judge.model
+    return list(results), judge.model, factory.response_format_summary(judge)
 
 
 # -- metrics ----------------------------------------------------------------------------------
@@ -318,7 +323,7 @@ def calibrate(
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""
         raise InputError(f"no usable labelled rows in {labels}{detail}")
     started = time.monotonic()
-    results, model = asyncio.run(judge_items(config, loaded.items))
+    results, model, response_format = asyncio.run(judge_items(config, loaded.items))
     seconds = time.monotonic() - started
     report = agreement(loaded.items, results)
     with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
@@ -327,9 +332,11 @@ def calibrate(
         "model": model,
         "gold_rule": sorted({i.rule for i in loaded.items}),
         "judge_output": (
-            f"expected_answer for {with_reference} item(s); the query itself for "
-            f"{len(loaded.items) - with_reference} item(s) without one"
+            f"expected_answer for {with_reference} item(s); none for "
+            f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
+            "judged against the query)"
         ),
+        "response_format": response_format,
         "rows": {
             "read": loaded.rows_read,
             "invalid": loaded.invalid,
@@ -392,6 +399,13 @@ def format_report(result: dict[str, Any]) -> str:
             f"\nKendall's tau-b between the system rankings (judge vs labels): "
             f"{fmt.number(result['retriever_kendall_tau_b'], 3)}"
         )
+    negotiated = result.get("response_format")
+    if negotiated:
+        dropped = "".join(
+            f"; {d['form']} rejected: {textwrap.shorten(d['reason'], 200, placeholder='...')}"
+            for d in negotiated["dropped"]
+        )
+        lines.append(f"\nstructured output: {negotiated['in_use']}{dropped}")
     for example in rows["invalid_examples"]:
         lines.append(f"  invalid row: {example}")
     for example in result["excluded_examples"]:

@@ -5,8 +5,9 @@
 Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
 query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
 unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b, then one column
-per segment column (its value in B, else in A). Prints the summary shift, the shift per segment,
-the queries that regressed most and the relevance rate by position of both runs.
+per segment column (its value in B, else in A). Prints the summary shift, the items per score
+band of both runs, the shift per segment, the queries that regressed most and the relevance rate
+by position of both runs.
 
 Segments: by default the columns run B's summary is segmented by (`summary.by`), where run A
 has them too; `--by COLUMN` (repeatable) picks any carried columns of both runs instead. A query
@@ -34,7 +35,7 @@ from jobs import formatting as fmt
 from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
 from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
 from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
-from jobs.engine.aggregate import relevance_by_position
+from jobs.engine.aggregate import band_range, relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
     load_run,
@@ -120,6 +121,10 @@ class Comparison:
     unchanged: int
     regressed: int
     lost: int  # ok in A, present in B but not ok there
+    # Items per score band (name, count) from each run's published summary: all items scored
+    # ok in that run, not only the paired ones.
+    bands_a: tuple[tuple[str, int], ...] = ()
+    bands_b: tuple[tuple[str, int], ...] = ()
     segments: tuple[SegmentShift, ...] = ()  # per segment column, values sorted, null last
     segment_columns: tuple[str, ...] = ()
     unsegmented: tuple[str, ...] = ()  # B's summary columns that run A's scores lack
@@ -352,6 +357,8 @@ def compare_runs(
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
         regressed=int((deltas < -_EPSILON).sum()),
         lost=lost,
+        bands_a=run_a.summary.bands,
+        bands_b=run_b.summary.bands,
         segments=segment_shifts(table, columns),
         segment_columns=columns,
         unsegmented=unsegmented,
@@ -444,6 +451,25 @@ def format_shift(comparison: Comparison) -> str:
         f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
         f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
     ]
+    return "\n".join(lines)
+
+
+def format_bands(comparison: Comparison) -> str:
+    """Items per score band in A and B (each run's summary), with B - A."""
+    c = comparison
+    a, b = dict(c.bands_a), dict(c.bands_b)
+    names = list(dict.fromkeys([*a, *b]))
+    width = 12
+    lines = [
+        "score bands (score / scale; all items scored ok in each run):",
+        f"  {'band':<22}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}",
+    ]
+    for name in names:
+        count_a, count_b = a.get(name, 0), b.get(name, 0)
+        label = f"{name} ({band_range(name)})" if band_range(name) else name
+        lines.append(
+            f"  {label:<22}{count_a:>{width},}{count_b:>{width},}{count_b - count_a:>+{width},}"
+        )
     return "\n".join(lines)
 
 
@@ -547,6 +573,7 @@ def format_comparison(
     return "\n\n".join(
         [
             format_shift(comparison),
+            format_bands(comparison),
             *([segments] if segments else []),
             format_regressions(comparison, top),
             format_positions(comparison),

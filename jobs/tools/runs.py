@@ -35,8 +35,16 @@ from typing import Any
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import BANDS, FLOW_METRICS, PositionRate, RunSummary, Segment
+from jobs.engine.aggregate import (
+    BANDS,
+    FLOW_METRICS,
+    LEGACY_BAND_LABELS,
+    PositionRate,
+    RunSummary,
+    Segment,
+)
 from jobs.engine.publish import RunLocation, scan
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
 
@@ -98,6 +106,13 @@ class PublishedRun:
             cached = summary_from_frame(self.read("summary"))
             object.__setattr__(self, "_summary", cached)
         return cached
+
+    @property
+    def response_format(self) -> RunResponseFormat | None:
+        """The structured-output form the run's judge settled on, from the manifest's
+        `judge.response_format` (None for the offline judge, or a run that recorded none)."""
+        recorded = (self.manifest.get("judge") or {}).get("response_format")
+        return RunResponseFormat.from_dict(recorded) if isinstance(recorded, dict) else None
 
     @property
     def seconds(self) -> float | None:
@@ -233,10 +248,11 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
             named=True
         )
     }
-    band_counts = {
-        str(row["band"]): int(_number(row["value"]) or 0)
-        for row in frame.filter(pl.col("metric") == "band_count").iter_rows(named=True)
-    }
+    band_counts: dict[str, int] = {}
+    for row in frame.filter(pl.col("metric") == "band_count").iter_rows(named=True):
+        # Summaries published before the bands had names label them "0", "0.1-0.3", ...
+        label = LEGACY_BAND_LABELS.get(str(row["band"]), str(row["band"]))
+        band_counts[label] = band_counts.get(label, 0) + int(_number(row["value"]) or 0)
     known = [label for label, _, _ in BANDS]
     labels = [b for b in known if b in band_counts] + [b for b in band_counts if b not in known]
     positions = frame.filter(pl.col("position").is_not_null())

@@ -18,7 +18,7 @@ import pytest
 
 from jobs.config import load_config, parse_config
 from jobs.context_precision import main
-from jobs.engine.driver import RunOutcome, run_job
+from jobs.engine.driver import RunOutcome, print_outcome, run_job
 from jobs.engine.inputs import list_input_files, plan_shards
 from jobs.engine.publish import RunLocation
 from jobs.engine.storage import open_store
@@ -435,3 +435,82 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(tmp_path: Path) -> 
     summary = outcome.published.summary
     assert (summary.items, summary.scored, summary.errors) == (30, 28, 2)
     assert manifest(out, outcome)["duplicates"] == 2
+
+
+# -- real servers: retrieval-only items, structured-output negotiation ------------------------
+
+
+def test_retrieval_only_items_are_judged_against_the_query(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    # Queries and passages only (TREC-style): no answer column, no reference column.
+    generated = list(generate(12, seed=31, markers=True))
+    rows = [
+        {"id": row["id"], "question": row["question"], "contexts": row["contexts"]}
+        for row in generated
+    ]
+    source = tmp_path / "retrieval.jsonl"
+    write_jsonl(source, iter(rows))
+    out = tmp_path / "out"
+    config = config_for(
+        source,
+        out,
+        judge=llm_judge(server, transport="http"),
+        input={"columns": {"output": None, "expected_output": None}},
+        ray={"shard_size": 6, "workers": 2},
+    )
+    outcome = run_job(config, out=io.StringIO())
+
+    scores = assert_complete(out, rows, outcome)
+    expected = truth(generated)
+    for record in scores.iter_rows(named=True):
+        assert record["status"] == "ok", record["error"]
+        assert record["score"] == expected[record["query_id"]], record["query_id"]
+    # Every verdict request said there is no answer and carried the query, no output.
+    prompts = [request["messages"][-1]["content"] for request in server.requests()]
+    assert len(prompts) == 12
+    assert all("retrieval-only" in prompt for prompt in prompts)
+    assert not any("<output>" in prompt or "<reference_answer>" in prompt for prompt in prompts)
+    queries = {row["question"] for row in rows}
+    assert all(any(query in prompt for query in queries) for prompt in prompts)
+
+
+def test_the_run_records_the_form_a_server_without_json_schema_took(
+    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str
+) -> None:
+    # llama.cpp's server rejects json_schema (HTTP 500, a validation error): each worker
+    # process steps down to json_object once; no item is lost to the rejection.
+    source = tmp_path / "items.jsonl"
+    rows = write_items(source, 24, seed=17)
+    out = tmp_path / "out"
+    llama_like = fake_judge(accepted_response_formats={"json_object", "text"})
+    config = config_for(source, out, judge=llm_judge(llama_like), ray={"shard_size": 6})
+    outcome = run_job(config, out=io.StringIO())
+    stats = llama_like.stats()
+    scores = assert_complete(out, rows, outcome)
+    assert scores["status"].to_list() == ["ok"] * 24
+    expected = truth(rows)
+    assert all(r["score"] == expected[r["query_id"]] for r in scores.iter_rows(named=True))
+    # At most one refused probe per worker process, each for json_schema only.
+    (refused,) = stats["response_format_rejections"].values()
+    assert list(stats["response_format_rejections"]) == ["json_schema"]
+    assert 1 <= refused <= outcome.shards_total
+    assert stats["by_response_format"]["json_object"] == 24
+
+    recorded = manifest(out, outcome)["judge"]["response_format"]
+    assert recorded["endpoint"] == llama_like.url
+    assert (recorded["setting"], recorded["in_use"], recorded["confirmed"]) == (
+        "auto",
+        "json_object",
+        True,
+    )
+    assert recorded["shards"] == outcome.shards_total
+    (dropped,) = recorded["dropped"]
+    assert dropped["form"] == "json_schema"
+    assert "validation error" in dropped["reason"] and "response_format" in dropped["reason"]
+    # The printed summary says it too.
+    printed = io.StringIO()
+    print_outcome(outcome, str(out), out=printed)
+    text = printed.getvalue()
+    assert "structured output" in text and "json_object" in text
+    assert "json_schema rejected: " in text

@@ -13,8 +13,9 @@ from tests.support.published import Query
 
 # The files and their columns, mapped to the job's fields.
 FILES = {
-    # HotpotQA has a reference answer per query; TREC DL has none (the query stands in for the
-    # output) and one row per retriever, so its row_id is the unique id.
+    # HotpotQA has a reference answer per query; TREC DL has none (no answer column: its rows
+    # are retrieval-only items, judged against the query, as `ctxprec calibrate` judges them)
+    # and one row per retriever, so its row_id is the unique id.
     "hotpotqa_ctxprec.jsonl": {
         "query_id": "query_id",
         "input": "query",
@@ -25,7 +26,7 @@ FILES = {
     "trecdl_passage_ctxprec.jsonl": {
         "query_id": "row_id",
         "input": "query",
-        "output": "query",
+        "output": None,
         "context": "contexts",
     },
 }

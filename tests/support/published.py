@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from jobs.engine import aggregate
 from jobs.engine.publish import TABLES, RunLocation
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import Store, open_store
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from scorer_core.precision import context_precision
@@ -158,11 +159,13 @@ def publish(
     seconds: float = 12.5,
     carried: Sequence[CarriedColumn] = (),
     segment_by: Sequence[str] = (),
+    response_format: RunResponseFormat | None = None,
 ) -> RunLocation:
     """Write run `run_id` of `queries` under `store` as the job publishes one; its location.
 
     `carried`: the run's carried columns (values from each `Query.carried`); `segment_by`: the
-    columns its summary is segmented by (`summary.by`)."""
+    columns its summary is segmented by (`summary.by`); `response_format`: what the workers'
+    judges would have settled on (the manifest's `judge.response_format`)."""
     location = RunLocation(run_id=run_id, run_date=run_date)
     schema = RunSchema(carried)
     scores = pl.DataFrame(
@@ -201,7 +204,7 @@ def publish(
         "shards": 1,
         "shards_reused": 0,
         "flow": {},
-        "judge": {},
+        "judge": {"response_format": response_format.to_dict()} if response_format else {},
         "seconds": seconds,
         "timings_s": {"plan": 0.2, "ray_start": 2.0, "fan_out": round(seconds - 2.2, 3)},
         "status": "complete",

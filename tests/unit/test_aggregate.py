@@ -11,7 +11,9 @@ import json
 import math
 import os
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from jobs.engine.aggregate import (
     BANDS,
     RunSummary,
     ScoreMethod,
+    band_range,
     quantiles,
     relevance_by_position,
     round_half_up_expr,
@@ -33,11 +36,14 @@ from jobs.engine.aggregate import (
     scores_from_verdicts,
     summarize,
 )
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.pricing import estimate_cost_usd, price_basis
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
 from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
-from scorer_core.precision import context_precision
+from scorer_core.precision import BANDS as LIBRARY_BANDS
+from scorer_core.precision import context_precision, score_band
+from scorer_core.response_format import DroppedForm
 from tests.support.exact import exact_average_precision
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -464,11 +470,11 @@ def test_summarize_end_to_end(tmp_path: Path) -> None:
     assert summary.mean == pytest.approx(statistics.fmean(ok_scores))
     assert summary.median == 1.25
     assert dict(summary.bands) == {
-        "0": 2,
-        "0.1-0.3": 1,
-        "0.4-0.6": 1,
-        "0.7-0.8": 1,
-        "0.9-1.0": 0,
+        "none": 2,
+        "low": 1,
+        "moderate": 1,
+        "good": 1,
+        "excellent": 0,
     }
     assert summary.judge_calls == 4 * 1 + 3 + 0 + 1
     assert summary.prompt_tokens == 6 * 100
@@ -484,20 +490,44 @@ def test_band_counts(scale: float) -> None:
     rows.append(final_row(None, "unscored", n=99))
     summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=scale)
     assert summary.bands == (
-        ("0", 2),
-        ("0.1-0.3", 3),
-        ("0.4-0.6", 3),
-        ("0.7-0.8", 2),
-        ("0.9-1.0", 2),
+        ("none", 2),
+        ("low", 3),
+        ("moderate", 3),
+        ("good", 2),
+        ("excellent", 2),
     )
     assert sum(count for _, count in summary.bands) == summary.scored == 12
     assert [label for label, _, _ in BANDS] == [label for label, _ in summary.bands]
+    # The run's band of every item is the library's band of that item's score.
+    named = Counter(score_band(round(s * scale, 2), scale) for s in normalized)
+    assert dict(summary.bands) == {name: named.get(name, 0) for name, _, _ in BANDS}
+
+
+def test_summary_bands_are_the_librarys_names_and_edges() -> None:
+    # One definition (scorer_core.precision.BANDS); the summary derives its rows from it.
+    assert [name for name, _, _ in BANDS] == ["none", *(n for n, _ in reversed(LIBRARY_BANDS))]
+    assert [lower for _, lower, _ in BANDS[1:]] == [b for _, b in reversed(LIBRARY_BANDS)]
+    # Every 2-decimal score at a few scales lands in the band score_band names.
+    for scale in (1, 3, 10):
+        scores = [round(n / 100 * scale, 2) for n in range(101)]
+        rows = [final_row(score, n=n) for n, score in enumerate(scores)]
+        summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=scale)
+        named = Counter(score_band(score, scale) for score in scores)
+        assert dict(summary.bands) == {name: named.get(name, 0) for name, _, _ in BANDS}
+    assert [band_range(name) for name, _, _ in BANDS] == [
+        "0",
+        "> 0, < 0.35",
+        "0.35-0.65",
+        "0.65-0.85",
+        ">= 0.85",
+    ]
+    assert band_range("0.1-0.3") == ""
 
 
 def test_band_counts_with_scale_zero() -> None:
     rows = [final_row(0.0, n=n) for n in range(3)]
     summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=0)
-    assert dict(summary.bands)["0"] == 3
+    assert dict(summary.bands)["none"] == 3
 
 
 def test_percentiles() -> None:
@@ -605,7 +635,7 @@ def test_to_dict_is_json_safe(tmp_path: Path) -> None:
     data = json.loads(json.dumps(summary.to_dict()))
     assert data["items"] == 7
     assert data["cost_usd"] is None
-    assert data["bands"] == {"0": 2, "0.1-0.3": 1, "0.4-0.6": 1, "0.7-0.8": 1, "0.9-1.0": 0}
+    assert data["bands"] == {"none": 2, "low": 1, "moderate": 1, "good": 1, "excellent": 0}
     assert data["position_rates"][0] == {"position": 0, "judged": 4, "relevant": 1, "rate": 0.25}
 
 
@@ -629,7 +659,7 @@ def test_summary_parquet_is_readable_by_duckdb(tmp_path: Path) -> None:
     assert got["scored"] == 5
     assert got["cost_usd"] is None
     bands = sql(f"select band, value from read_parquet('{path}') where metric = 'band_count'")
-    assert dict(bands) == {"0": 2, "0.1-0.3": 1, "0.4-0.6": 1, "0.7-0.8": 1, "0.9-1.0": 0}
+    assert dict(bands) == {"none": 2, "low": 1, "moderate": 1, "good": 1, "excellent": 0}
     rates = sql(
         f"select position, value from read_parquet('{path}') where metric = 'position_rate' "
         "order by position"
@@ -645,9 +675,40 @@ def test_summary_table(tmp_path: Path) -> None:
     assert WIDTH == 46
     assert all(len(line) <= 46 for line in lines[:-1])
     assert any(line.startswith("items") and line.endswith("7") for line in lines)
-    assert any("0.9-1.0" in line for line in lines)
+    assert "  excellent (>= 0.85)" in text and "  none (0)" in text
     assert any(line.startswith("estimated cost") and line.endswith("n/a") for line in lines)
     assert "mean / median" in text
+    assert "structured output" not in text  # the offline judge negotiates nothing
+
+
+def test_summary_table_says_which_form_the_judge_used_and_why_others_were_dropped(
+    tmp_path: Path,
+) -> None:
+    refused = "HTTP 500: 1 validation error for Request ('body', 'response_format', 'type') " * 4
+    negotiated = RunResponseFormat(
+        endpoint="http://127.0.0.1:8080/v1",
+        setting="auto",
+        in_use="json_object",
+        confirmed=True,
+        dropped=(DroppedForm("json_schema", refused.strip()),),
+        shards=3,
+    )
+    summary = sample_summary(tmp_path)
+    # The form reaches the table as the manifest records it (`judge.response_format`).
+    judge = {"transport": "http", "response_format": negotiated.to_dict()}
+    lines = format_summary_table(summary, "/results/run-1", judge).splitlines()
+    assert all(len(line) <= WIDTH for line in lines[:-1])
+    form = lines.index(next(line for line in lines if line.startswith("structured output")))
+    assert lines[form].endswith("json_object")
+    assert any(line.startswith("transport") and line.endswith("http") for line in lines)
+    rejected = " ".join(line.strip() for line in lines[form + 1 : -2])
+    assert rejected.startswith("json_schema rejected: HTTP 500: 1 validation error")
+    assert rejected.endswith("...") and len(rejected) < len(refused)  # the manifest has it all
+    unconfirmed = replace(negotiated, confirmed=False, dropped=(), setting="json_object")
+    text = format_summary_table(summary, "x", {"response_format": unconfirmed.to_dict()})
+    assert "json_object (unconfirmed)" in text and "setting" in text
+    record = json.loads(json.dumps(negotiated.to_dict()))
+    assert RunResponseFormat.from_dict(record) == negotiated
 
 
 def test_polars_rounding_is_mastras_at_exact_ties() -> None:

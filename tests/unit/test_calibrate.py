@@ -62,7 +62,7 @@ LEXICAL_ITEMS = {
     ),
     "C": (
         "What is the weight of the Torvik kettle?",
-        None,  # no reference: the judge gets the query as output
+        None,  # no reference: a retrieval-only item, judged against the query
         [
             "The Torvik kettle weighs 340 grams when empty.",
             "Rain fell all week in the valley.",
@@ -125,14 +125,15 @@ def test_lexical_judge_metrics_are_exact(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name, (query, answer, contexts) in LEXICAL_ITEMS.items():
-        item = ScoringItem(query, answer or query, tuple(contexts), answer)
+        item = ScoringItem(query, answer or "", tuple(contexts), answer)
         assert lexical_flags(item) == [bool(v) for v in JUDGE[name]], name
     labels = write_labels(tmp_path / "labels.jsonl", LEXICAL_ITEMS)
     config = write_config(tmp_path, "{model: lexical}")
     result = calibrate(load_config(config), str(labels))
     check_exact(result)
     assert result["gold_rule"] == ["relevance > 0"]
-    assert "the query itself for 1 item" in result["judge_output"]
+    assert "none for 1 item(s) without one (retrieval-only" in result["judge_output"]
+    assert result["response_format"] is None  # the offline judge negotiates nothing
 
     assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels)]) == 0
     text = capsys.readouterr().out
@@ -193,10 +194,42 @@ def test_llm_judge_through_the_fake_server(
     assert stats["total_requests"] == 6
     assert stats["by_schema"] == {"context_precision_verdicts": 6}
     assert stats["authorization_headers"] == [f"Bearer {SECRET}"]  # the key was sent
+    assert perfect["response_format"] == {
+        "endpoint": server.url,
+        "setting": "auto",
+        "in_use": "json_schema",
+        "confirmed": True,
+        "dropped": [],
+    }
+    # Item C has no reference: it is judged against the query, and the request says so.
+    prompts = [r["messages"][-1]["content"] for r in server.requests()]
+    retrieval_only = [p for p in prompts if "retrieval-only" in p]
+    assert len(retrieval_only) == 2 and all("question C?" in p for p in retrieval_only)
+    assert not any("<output>" in p for p in retrieval_only)
 
     # a judge that disagrees exactly as in the table at the top of this file
     labels = write_labels(tmp_path / "known.jsonl", marked_items(JUDGE))
     check_exact(calibrate(load_config(config), str(labels)))
+
+
+def test_the_form_a_server_without_json_schema_takes_is_reported(
+    tmp_path: Path,
+    fake_judge: JudgeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_VAR, SECRET)
+    labels = write_labels(tmp_path / "agree.jsonl", marked_items(GOLD))
+    llama_like = fake_judge(
+        require_api_key=SECRET, accepted_response_formats={"json_object", "text"}
+    )
+    config = llm_config(tmp_path, llama_like)
+    assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels)]) == 0
+    assert llama_like.stats()["response_format_rejections"] == {"json_schema": 1}
+    text = capsys.readouterr().out
+    assert "structured output: json_object; json_schema rejected: " in text
+    assert "validation error" in text
+    assert "| judge vs labels | 12 |" in text  # every item scored after the step down
 
 
 def test_llm_judge_with_a_rate_limit_and_limit(
@@ -266,8 +299,8 @@ def test_gold_rules_and_invalid_rows(tmp_path: Path) -> None:
     graded = load_labels(str(path), config, min_grade=2)
     assert [i.gold for i in graded.items] == [(False, False, True, True)] * 2
     assert load_labels(str(path), config, limit=1).rows_read == 1
-    # the output given to the judge: expected_answer, else the query itself
-    assert default.items[0].item.output == "q1"
+    # the output given to the judge: expected_answer, else none (retrieval-only)
+    assert default.items[0].item.output == ""
     assert default.items[0].item.expected_output is None
 
 

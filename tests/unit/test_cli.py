@@ -97,8 +97,16 @@ def test_ctxprec_score_against_an_openai_compatible_server(
     code = score_from_stdin(item, [*argv, "MY_JUDGE_KEY", "--json"], monkeypatch)
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert json.loads(captured.out)["score"] == 0.83
+    result = json.loads(captured.out)
+    assert result["score"] == 0.83
     assert server.stats()["total_requests"] == 1
+    # What the judge spent on the item, and how long it took.
+    usage = result["usage"]
+    assert usage["calls"] == result["judge_calls"] == 1
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert (usage["retries"], usage["reasks"]) == (0, 0)
+    assert result["seconds"] > 0
+    assert result["response_format"] == "json_schema"
 
 
 def test_an_item_that_gets_no_score_exits_3(

@@ -18,6 +18,7 @@ import pytest
 from jobs.cli import build_parser
 from jobs.engine import aggregate
 from jobs.engine.aggregate import relevance_by_position
+from jobs.engine.publish import RunLocation
 from jobs.engine.storage import filesystem, open_store
 from jobs.tools import compare
 from jobs.tools.runs import RunNotFound, load_run, parse_storage_options, summary_from_frame
@@ -32,9 +33,11 @@ from tests.support.published import (
     TINY,
     UNSCORED_ID,
     WORSE,
+    Query,
     Runs,
     base_and_candidate,
     local_base_and_candidate,
+    publish,
     run_compare,
     segmented_runs,
 )
@@ -342,3 +345,41 @@ def test_support_scores_agree_with_the_job_aggregation(runs: Runs) -> None:
         assert aggregate.score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
         ok = run.scores().filter(pl.col("status") == "ok").select(pl.len()).collect().item()
         assert ok > 0
+
+
+def test_bands_by_name_also_for_a_run_published_before_bands_had_names(tmp_path: Path) -> None:
+    # Verdicts scoring 1.0, 0.75, 0.5, 0.33, 0 and 0: two items in "none", one in each other.
+    flags = [[True], [True, False, False, True], [False, True], [False, False, True], [False]]
+    store = open_store(str(tmp_path))
+    publish(store, "old", [Query(f"q{n}", f) for n, f in enumerate([*flags, [False, False]])])
+    publish(store, "new", [Query(f"q{n}", f) for n, f in enumerate(flags)])
+    # "old" as an earlier version published it: bands labelled by their seed ranges.
+    summary_path = store.join(RunLocation("old", RUN_DATE).table_file("summary"))
+    legacy = {name: label for label, name in aggregate.LEGACY_BAND_LABELS.items()}
+    table = pl.read_parquet(summary_path)
+    assert set(table["band"].drop_nulls()) == {name for name, _, _ in aggregate.BANDS}
+    table.with_columns(pl.col("band").replace(legacy)).write_parquet(summary_path)
+    assert set(pl.read_parquet(summary_path)["band"].drop_nulls()) == set(legacy.values())
+
+    old, new = load_run(store, "old"), load_run(store, "new")
+    assert old.summary.bands == (
+        ("none", 2),
+        ("low", 1),
+        ("moderate", 1),
+        ("good", 1),
+        ("excellent", 1),
+    )
+    comparison = compare.compare_runs(old, new)
+    assert comparison.bands_a == old.summary.bands and comparison.bands_b == new.summary.bands
+    text = compare.format_bands(comparison)
+    rows = {line.split(" (")[0].strip(): line.split()[-3:] for line in text.splitlines()[2:]}
+    assert rows == {
+        "none": ["2", "1", "-1"],
+        "low": ["1", "1", "+0"],
+        "moderate": ["1", "1", "+0"],
+        "good": ["1", "1", "+0"],
+        "excellent": ["1", "1", "+0"],
+    }
+    assert "excellent (>= 0.85)" in text
+    _, printed = run_compare(tmp_path, "old", "new")
+    assert text in printed

@@ -23,6 +23,8 @@ from jobs.engine.storage import open_store
 from jobs.factory import input_spec
 from jobs.tools.estimate import OUTPUT_TOKENS_PER_REASON, OUTPUT_TOKENS_PER_VERDICT, estimate
 from jobs.tools.sample_data import generate, write_jsonl
+from scorer_core.prompt import verdict_messages
+from scorer_core.types import ScoringItem
 
 ITEMS = 60
 PER_CALL = 3
@@ -302,3 +304,39 @@ def test_batch_mode_is_priced_at_the_batch_price_and_counts_its_batches(
     )
     text = capsys.readouterr().out
     assert f"batches         1 ({calls:,} requests" in text
+
+
+def test_retrieval_only_rows_are_estimated_with_the_prompt_the_job_sends(tmp_path: Path) -> None:
+    # Queries and passages only (issue 10): no answer column, no reference. Every row is an
+    # item, and the prompt counted is the retrieval-only one the judge will be sent.
+    rows = [
+        {"id": f"r{i}", "question": f"what is topic {i}?", "contexts": [f"p{i}a", f"p{i}b"]}
+        for i in range(7)
+    ]
+    data = tmp_path / "in" / "retrieval.jsonl"
+    write_jsonl(data, iter(rows))
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"""
+input:
+  path: {data}
+  columns: {{query_id: id, input: question, output: null, context: contexts}}
+output:
+  path: {tmp_path / "out"}
+judge:
+  model: openai/gpt-4o-mini
+  contexts_per_call: 1
+""",
+        encoding="utf-8",
+    )
+    result = run(config)
+    assert result["items"] == {**result["items"], "valid": 7, "invalid": 0}
+    assert result["judge_calls"]["total"] == 14
+    prompts = [
+        verdict_messages(ScoringItem(row["question"], "", tuple(row["contexts"])), [position])
+        for row in rows
+        for position in range(2)
+    ]
+    assert all("retrieval-only" in messages[-1]["content"] for messages in prompts)
+    chars = sum(len(m["content"]) for messages in prompts for m in messages)
+    assert result["prompt_tokens"]["total_chars"] == chars

@@ -17,8 +17,9 @@ from jobs.engine.inputs import (
     RowError,
     to_item,
 )
-from jobs.engine.inputs.spec import load_extractor
+from jobs.engine.inputs.spec import load_extractor, required_columns
 from scorer_core.errors import ConfigError
+from scorer_core.prompt import is_retrieval_only
 from tests.support.inputs import (
     item,
     raw,
@@ -96,6 +97,24 @@ def test_to_item_reference_and_empty_output() -> None:
     assert isinstance(null, ItemRecord) and null.expected_output is None
 
 
+def test_to_item_retrieval_only_rows_are_items() -> None:
+    # No answer and no reference (issue 10): judged against the query, not rejected; the
+    # scoring item is the library's retrieval-only item.
+    empty = to_item(InputSpec("x"), raw(item(1, output="")))
+    assert isinstance(empty, ItemRecord) and (empty.output, empty.expected_output) == ("", None)
+    no_reference = to_item(
+        InputSpec("x", columns=ColumnMap(expected_output="ref")), raw(item(1, output="", ref=None))
+    )
+    assert isinstance(no_reference, ItemRecord) and no_reference.expected_output is None
+    # No answer column at all (TREC-style data: queries and passages only).
+    data = {k: v for k, v in item(2).items() if k != "output"}
+    spec = InputSpec("x", columns=ColumnMap(output=None))
+    record = to_item(spec, raw(data))
+    assert isinstance(record, ItemRecord) and record.output == ""
+    assert is_retrieval_only(record.to_scoring_item())
+    assert ("output", "output") not in required_columns(spec)
+
+
 def test_to_item_derived_query_id() -> None:
     spec = InputSpec("x", columns=ColumnMap(query_id=None))
     record = to_item(spec, RawRow("s3://b/f.jsonl", 1234, data=item(0), unit="offset"))
@@ -122,7 +141,6 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("input empty", {"input": "  "}, "input (column 'input') is empty"),
     ("input number", {"input": 5}, "input (column 'input') is a int, expected a string"),
     ("output null", {"output": None}, "output (column 'output') is null"),
-    ("output empty", {"output": ""}, "output (column 'output') is empty and there is no reference"),
     ("output list", {"output": ["a"]}, "output (column 'output') is a list"),
 ]
 

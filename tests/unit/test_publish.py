@@ -289,11 +289,11 @@ def test_carried_columns_are_published_with_their_types_and_summarised_by(
         )
     assert retrievers["bm25"].mean == pytest.approx((8.33 + 10.0) / 2)
     assert retrievers["dense"].bands == (
-        ("0", 0),
-        ("0.1-0.3", 0),
-        ("0.4-0.6", 1),
-        ("0.7-0.8", 0),
-        ("0.9-1.0", 0),
+        ("none", 0),
+        ("low", 0),
+        ("moderate", 1),
+        ("good", 0),
+        ("excellent", 0),
     )
     # relevance by position per retriever (in the verdicts), not per day (not there)
     bm25_first = retrievers["bm25"].position_rates[0]

@@ -17,11 +17,14 @@ import pytest
 from markupsafe import escape
 
 from jobs.cli import build_parser
+from jobs.engine.aggregate import BANDS
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.engine.storage import open_store
 from jobs.tools import report
 from jobs.tools.report import charts
 from jobs.tools.report.queries import WORST_QUERIES
 from jobs.tools.runs import load_run
+from scorer_core.response_format import DroppedForm
 from tests.support.published import (
     BAD_ID,
     SCRIPT_ID,
@@ -36,6 +39,8 @@ from tests.support.published import (
 )
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
+# Verdicts scoring 1.0, 0.75, 0.5, 0.33 and 0: one item in each band.
+ONE_PER_BAND = ([True], [True, False, False, True], [False, True], [False, False, True], [False])
 BASELINE_CHARTS = 2  # rate by position of both runs, change by position
 
 
@@ -77,6 +82,34 @@ def test_header_shows_run_and_counts(runs: Runs, page: str) -> None:
         assert f'<div class="k">{label}</div>' in page
     assert f'<div class="v">{summary.items:,}</div>' in page
     assert f'<div class="v">{summary.mean:.2f}</div>' in page
+
+
+def test_bands_by_name_and_the_structured_output_form_in_the_header(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    queries = [Query(f"q{n}", flags) for n, flags in enumerate(ONE_PER_BAND)]
+    negotiated = RunResponseFormat(
+        endpoint="http://127.0.0.1:8080/v1",
+        setting="auto",
+        in_use="json_object",
+        confirmed=True,
+        dropped=(DroppedForm("json_schema", "HTTP 500: 1 validation error " + "x" * 300),),
+        shards=1,
+    )
+    publish(store, "llama", queries, response_format=negotiated)
+    publish(store, "offline", queries)
+    runs = Runs(tmp_path, "offline", "llama")
+    llama, _ = _report(runs, "llama")
+    bands = llama.split("Score bands", 1)[1].split("</svg>", 1)[0]
+    for name, _, _ in BANDS:
+        assert f">{name}<" in bands, name
+    for text in ("&gt; 0, &lt; 0.35", "0.35-0.65", "&gt;= 0.85"):  # each band's range under it
+        assert f">{text}</text>" in bands, text
+    header = llama.split("</header>", 1)[0]
+    assert "structured output" in header
+    assert "json_object (json_schema rejected: HTTP 500: 1 validation error" in header
+    assert "x" * 200 not in header  # cut: the manifest has the server's whole answer
+    offline, _ = _report(runs, "offline")
+    assert "structured output" in offline.split("</header>", 1)[0]
 
 
 def test_one_svg_per_chart_with_axis_labels(page: str) -> None:

@@ -29,6 +29,7 @@ from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason
 from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
+from tests.support.fakes import JudgeFactory
 from tests.support.job import COLUMNS, lexical_flags, llm_judge
 
 
@@ -257,6 +258,8 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
 
     reports = [run_shard(shard, number, number, context) for number, shard in enumerate(shards)]
     assert not any(r.skipped or r.fatal for r in reports)
+    # the offline judge negotiates nothing
+    assert all("response_format" not in r.judge for r in reports)
     assert sum(r.items for r in reports) == len(lines)
 
     items_tables, verdict_tables = [], []
@@ -391,6 +394,43 @@ def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     )
     assert duplicate["duplicate_of"] == f"{source} line at byte 0"
     assert [row["duplicate_of"] for row in items[:2]] == [None, None]
+
+
+def test_shards_of_one_process_share_one_negotiation_and_report_it(
+    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str
+) -> None:
+    # A server without json_schema (as llama.cpp's): the first shard's probe is refused and
+    # the judge steps down to json_object; the second shard, in the same process, starts
+    # there. The cache is on, so the judge the worker scores with is a CachingJudge: the
+    # report still comes from the LLM judge inside it.
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(good_item(n)) + "\n" for n in range(6)))
+    server = fake_judge(accepted_response_formats={"json_object", "text"})
+    config = parse_config(
+        {
+            "input": {"path": str(source), "columns": COLUMNS},
+            "output": {"path": str(tmp_path / "out")},
+            "judge": llm_judge(server, transport="http"),
+            "cache": {"enabled": True},
+        }
+    )
+    spec = input_spec(config)
+    shards = plan_shards(spec, list_input_files(spec), 3)
+    assert len(shards) == 2
+    context = ShardContext(config, "_staging/run_id=forms")
+    reports = [run_shard(shard, n, n, context) for n, shard in enumerate(shards)]
+    stats = server.stats()
+    assert [r.statuses for r in reports] == [{"ok": 3}, {"ok": 3}]
+    assert stats["response_format_rejections"] == {"json_schema": 1}
+    assert stats["by_response_format"] == {"json_schema": 1, "json_object": 6}
+    for report in reports:
+        assert report.judge["transport"] == "http"
+        negotiated = report.judge["response_format"]
+        assert negotiated["endpoint"] == server.url
+        assert negotiated["in_use"] == "json_object"
+        assert negotiated["confirmed"] is True
+        (dropped,) = negotiated["dropped"]
+        assert dropped["form"] == "json_schema" and "validation error" in dropped["reason"]
 
 
 def test_run_shard_writes_the_carried_columns_with_their_types(tmp_path: Path) -> None:

@@ -92,8 +92,10 @@ def to_item(
     - query_id: a string (used as is) or an integer (stringified); null, empty, or any other
       type is an error. With `columns.query_id=None` the id is `f"{source}#{row}"`.
       Duplicate ids are not detected here (the job decides).
-    - input: a non-empty string. output: a string, never null; empty only when there is a
-      reference answer. expected_output: a string or null; empty/blank counts as no reference.
+    - input: a non-empty string. output: a string, never null, possibly empty ("" for every
+      row with `columns.output=None`). expected_output: a string or null; empty/blank counts
+      as no reference. With neither an output nor a reference the item is retrieval-only: the
+      judge weighs each context against the query (scorer_core.prompt).
     - contexts: a list of strings, in retrieved order (positions matter). A string instead of a
       list, null, an empty list, or any non-string element (numbers are *not* stringified:
       that usually means the wrong column) is an error. Empty strings are kept (position).
@@ -118,7 +120,7 @@ def to_item(
         query_id = _query_id(raw, cols.query_id)
         text_input = _text(data, "input", cols.input, required=True)
         reference = _optional_text(data, cols.expected_output)
-        output = _text(data, "output", cols.output, required=reference is None)
+        output = "" if cols.output is None else _text(data, "output", cols.output, required=False)
         contexts = _contexts(spec, data)
         ids = _context_ids(data, cols.context_ids, len(contexts))
         if carry_problem is not None:
@@ -234,8 +236,7 @@ def _text(data: Mapping[str, Any], name: str, column: str, *, required: bool) ->
     if not isinstance(value, str):
         raise _Invalid(f"{label} is a {type(value).__name__}, expected a string")
     if required and not value.strip():
-        hint = "" if name == "input" else " and there is no reference answer"
-        raise _Invalid(f"{label} is empty{hint}")
+        raise _Invalid(f"{label} is empty")
     return value
 
 

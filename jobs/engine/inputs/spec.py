@@ -25,14 +25,15 @@ class ColumnMap:
     """Which input column holds each field.
 
     `query_id=None`: the file has no id column; the id is `f"{source}#{row}"` (stable while
-    the file does not change). `expected_output=None`: there is no reference answer column.
+    the file does not change). `output=None`: there is no answer column (every output is "").
+    `expected_output=None`: there is no reference answer column.
     `context` is ignored when a `context_extractor` is set. `context_ids`: a column with a list
     of ids parallel to the contexts, or None.
     """
 
     query_id: str | None = "query_id"
     input: str = "input"
-    output: str = "output"
+    output: str | None = "output"
     expected_output: str | None = None
     context: str = "context"
     context_ids: str | None = None

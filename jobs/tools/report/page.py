@@ -18,7 +18,8 @@ import jinja2
 from markupsafe import Markup
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import RunSummary, Segment
+from jobs.engine.aggregate import RunSummary, Segment, band_range
+from jobs.engine.response_formats import RunResponseFormat
 from jobs.tools.compare import (
     DEFAULT_MAX_MEAN_DROP,
     DEFAULT_MIN_SEGMENT_SIZE,
@@ -130,7 +131,17 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
         ("prompt version", str(m.get("prompt_version", "–"))),
         ("published", str(m.get("published_at", "–"))),
         ("score scale", f"{run.summary.scale:g}"),
+        ("structured output", _response_format(run.response_format)),
     ]
+
+
+# A rejected form's server answer in the header is cut to this (the manifest has it whole).
+_REASON_CHARS = 120
+
+
+def _response_format(negotiated: RunResponseFormat | None) -> str:
+    """The form the judge's requests used and the forms the endpoint rejected."""
+    return "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
 
 
 def header_cards(s: RunSummary) -> tuple[Card, ...]:
@@ -169,7 +180,8 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
         [Series("queries", [float(c) for _, c in s.bands], COLOR_BAND)],
         ChartSpec(
             title="Score bands",
-            x_label=f"band of {x_label} (“0” is exactly 0)",
+            x_label=f"band of {x_label}",
+            sublabels=[band_range(label) for label, _ in s.bands],
             y_label="queries",
             width=440,
             value_format=lambda v: f"{v:,.0f}",
