@@ -173,7 +173,12 @@ def ray_local() -> Iterator[Any]:
         if ray.is_initialized():  # pragma: no cover - someone else started it
             yield ray
             return
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+        ray.init(
+            address="local",  # never a cluster left running on this machine
+            num_cpus=2,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+        )
         try:
             yield ray
         finally:

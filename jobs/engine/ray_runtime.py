@@ -65,6 +65,9 @@ def start_ray(config: JobConfig) -> None:
     for attempt in (1, 2):
         try:
             ray.init(
+                # "local": a new instance of our own, never a cluster someone left running on
+                # this machine (`ray start` leaves its address where a bare ray.init finds it)
+                address="local",
                 num_cpus=max(2, os.cpu_count() or 2),
                 include_dashboard=False,
                 _node_ip_address="127.0.0.1",
