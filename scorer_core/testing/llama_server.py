@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from types import TracebackType
 
 from scorer_core.errors import CtxPrecError
 
@@ -210,10 +209,5 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -55,7 +55,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, fields
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -428,12 +427,7 @@ class FakeJudgeServer:
     def __enter__(self) -> FakeJudgeServer:
         return self if self._thread is not None else self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _run(self) -> None:
