@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import header, load_average, write_section
+from bench.common import fake_judge_command, header, load_average, serving, write_section
 from jobs.engine.ray_runtime import RAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,32 +36,8 @@ ENV = {**os.environ, **RAY_ENV, "BENCH_JUDGE_KEY": "bench-not-a-secret"}
 @contextlib.contextmanager
 def fake_judge(*args: str) -> Iterator[str]:
     """A fake judge server process; yields its base URL (…/v1)."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scorer_core.testing",
-            "--port",
-            "0",
-            "--max-seconds",
-            "3600",
-            *args,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=ENV,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()
-        if not url.startswith("http://127.0.0.1:"):
-            raise RuntimeError(f"fake judge did not start: {url!r}")
+    with serving(fake_judge_command("3600", *args), "fake judge", ENV) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def server_stats(url: str) -> dict[str, Any]:
