@@ -50,11 +50,13 @@ import json
 import math
 import random
 import re
+import signal
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, fields
+from types import FrameType
 from typing import Any
 
 from aiohttp import web
@@ -265,6 +267,44 @@ class _Reply(Exception):
         super().__init__(outcome)
         self.response = response
         self.outcome = outcome
+
+
+def chat_completion(
+    reply_id: str, model: Any, content: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
+    """A chat-completions reply body with one choice, as OpenAI's API shapes it."""
+    return {
+        "id": reply_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def serve_until_stopped(url: str, max_seconds: float) -> None:
+    """Print `url` (the line a parent process waits for), then return on SIGTERM or SIGINT,
+    or after `max_seconds`: the main thread of a server process run from the command line."""
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(url, flush=True)
+    done.wait(max_seconds)
 
 
 def _error(
@@ -738,12 +778,7 @@ class FakeJudgeServer:
             with self._lock:
                 self._form_rejections[form] += 1
             raise _Reply(self._form_rejection(form), "response_format_rejected")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _bad_request("messages must be a non-empty list")
-        schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
-        with self._lock:
-            self._by_schema[schema or "missing"] += 1
+        messages, schema = self._count_schema(body, form)
         if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
             raise _bad_request(
                 "response_format must be a json_schema named "
@@ -931,30 +966,25 @@ class FakeJudgeServer:
             body=json.dumps(reply).encode(), content_type="application/json", headers=headers
         )
 
+    def _count_schema(self, body: dict[str, Any], form: str | None) -> tuple[list[Any], str | None]:
+        """The request's messages (400 unless a non-empty list) and which of our requests it
+        is (the schema name, or for the other forms the kind its prompt reads as), counted."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad_request("messages must be a non-empty list")
+        schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
+        with self._lock:
+            self._by_schema[schema or "missing"] += 1
+        return messages, schema
+
     def _completion_body(
         self, body: dict[str, Any], content: str, prompt_tokens: int, completion_tokens: int
     ) -> dict[str, Any]:
         with self._lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
-        return {
-            "id": reply_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "fake-judge"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        model = body.get("model", "fake-judge")
+        return chat_completion(reply_id, model, content, prompt_tokens, completion_tokens)
 
     def answer_body(self, body: Any) -> tuple[int, dict[str, Any]]:
         """One chat-completions body answered as this judge answers it over HTTP (the same
@@ -969,12 +999,7 @@ class FakeJudgeServer:
                 self._by_form[form or "invalid"] += 1
             if form is None or form not in self._accepted_forms:
                 raise _Reply(self._form_rejection(form or "invalid"), "response_format_rejected")
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise _bad_request("messages must be a non-empty list")
-            schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
-            with self._lock:
-                self._by_schema[schema or "missing"] += 1
+            messages, schema = self._count_schema(body, form)
             if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
                 raise _bad_request(f"not a context-precision request (schema {schema!r})")
             fault, _ = self._draw_fault(schema)
