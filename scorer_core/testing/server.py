@@ -792,12 +792,8 @@ class FakeJudgeServer:
             raise _Reply(_rate_limit_error(headers), f"fault:{fault}")
         # The reply is decided before admission so that the token limit counts what the reply
         # will report, as a provider counts prompt plus completion tokens.
-        if schema == VERDICTS_SCHEMA_NAME:
-            content_fault = fault if fault in CONTENT_FAULTS else None
-            content, judged = self._verdict_content(messages, content_fault)
-        else:
-            content, judged = json.dumps({"reason": _reason_text(messages)}), 0
-        prompt_tokens, completion_tokens = _token_counts(messages, content)
+        answered = self._reply_content(messages, schema, fault)
+        content, judged, prompt_tokens, completion_tokens = answered
         max_tokens = body.get("max_tokens")
         budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
         limit_headers = self._admit(prompt_tokens + (budget or completion_tokens))
@@ -977,6 +973,18 @@ class FakeJudgeServer:
             self._by_schema[schema or "missing"] += 1
         return messages, schema
 
+    def _reply_content(
+        self, messages: list[Any], schema: str | None, fault: str | None
+    ) -> tuple[str, int, int, int]:
+        """The reply's content to a verdicts or reason request (with the drawn content fault,
+        if any), the contexts it judged, and its prompt and completion tokens."""
+        if schema == VERDICTS_SCHEMA_NAME:
+            content_fault = fault if fault in CONTENT_FAULTS else None
+            content, judged = self._verdict_content(messages, content_fault)
+        else:
+            content, judged = json.dumps({"reason": _reason_text(messages)}), 0
+        return content, judged, *_token_counts(messages, content)
+
     def _completion_body(
         self, body: dict[str, Any], content: str, prompt_tokens: int, completion_tokens: int
     ) -> dict[str, Any]:
@@ -1007,12 +1015,8 @@ class FakeJudgeServer:
                 raise _Reply(_rate_limit_error({}), f"fault:{fault}")
             if fault == "server_error":
                 raise _Reply(_error(500, "fake judge injected HTTP 500", "server_error"), fault)
-            if schema == VERDICTS_SCHEMA_NAME:
-                content_fault = fault if fault in CONTENT_FAULTS else None
-                content, judged = self._verdict_content(messages, content_fault)
-            else:
-                content, judged = json.dumps({"reason": _reason_text(messages)}), 0
-            prompt_tokens, completion_tokens = _token_counts(messages, content)
+            answered = self._reply_content(messages, schema, fault)
+            content, judged, prompt_tokens, completion_tokens = answered
             with self._lock:
                 self._contexts_judged += judged
             return 200, self._completion_body(body, content, prompt_tokens, completion_tokens)
