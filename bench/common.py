@@ -122,3 +122,20 @@ def serving(command: list[str], what: str, env: Mapping[str, str]) -> Iterator[s
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def missing_data(data_dir: Path, names: Sequence[str]) -> bool:
+    """Whether any of the labelled data files `names` is missing from `data_dir` (said on
+    stderr): the benchmarks on labelled data then exit 2."""
+    missing = [name for name in names if not (data_dir / name).exists()]
+    if missing:
+        print(f"no labelled data in {data_dir} ({', '.join(missing)})", file=sys.stderr)
+    return bool(missing)
+
+
+def show_and_write(heading: str, section: str, path: Path, write: bool) -> None:
+    """Print a benchmark's `section` and, when `write`, put it in the results doc at `path`."""
+    print(section)
+    if write:
+        write_section(heading, section, path)
+        print(f"(written to {path})", file=sys.stderr)

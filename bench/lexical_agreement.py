@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import average_precision, machine, write_section
+from bench.common import average_precision, machine, show_and_write
 from scorer_core.lexical import (
     DEFAULT_ANSWER_WEIGHT,
     DEFAULT_PHRASE_WEIGHT,
@@ -460,11 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tune:
         print(tune(args.data_dir))
         return 0
-    section = report(LexicalJudge(), args.data_dir)
-    print(section)
-    if not args.no_write:
-        write_section(HEADING, section, args.docs)
-        print(f"\n(written to {args.docs})", file=sys.stderr)
+    show_and_write(HEADING, report(LexicalJudge(), args.data_dir), args.docs, not args.no_write)
     return 0
 
 
