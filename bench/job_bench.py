@@ -144,6 +144,16 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
     }
 
 
+def fake_judge_section(url: str, **settings: Any) -> dict[str, Any]:
+    """The `judge` section of a job against the fake judge at `url` (its key is in `ENV`)."""
+    return {
+        "model": "openai/fake-judge",
+        "api_base": url,
+        "api_key_env": "BENCH_JUDGE_KEY",
+        **settings,
+    }
+
+
 def base_config(input_path: Path, output: Path, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "input": {
@@ -228,12 +238,7 @@ def overhead(items: int, workers: int, transports: Sequence[str]) -> str:
         ceiling = plain_client_rate(url)
         for transport in transports:
             out = Path(tmp) / f"out-{transport}"
-            judge: dict[str, Any] = {
-                "model": "openai/fake-judge",
-                "api_base": url,
-                "api_key_env": "BENCH_JUDGE_KEY",
-                "transport": transport,
-            }
+            judge = fake_judge_section(url, transport=transport)
             config = base_config(data, out, judge=judge, ray__workers=workers)
             config["rate_limit"] = {"max_concurrency": 128}
             result = run_job(config)
@@ -380,12 +385,7 @@ def _ratelimit_row(items: int, rpm: int, workers: int, transport: str) -> str:
     ):
         data = Path(tmp) / "in.jsonl"
         write_input(data, items, markers=True)
-        judge = {
-            "model": "openai/fake-judge",
-            "api_base": url,
-            "api_key_env": "BENCH_JUDGE_KEY",
-            "transport": transport,
-        }
+        judge = fake_judge_section(url, transport=transport)
         config = base_config(
             data, Path(tmp) / "out", judge=judge, ray__workers=workers, ray__shard_size=100
         )
