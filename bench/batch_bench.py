@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from bench.common import header, write_section
-from bench.job_bench import base_config, fake_judge, run_job, write_input
+from bench.job_bench import base_config, fake_judge, fake_judge_section, run_job, write_input
 from jobs.tools.sample_data import generate
 from scorer_core import context_precision
 
@@ -63,13 +63,9 @@ def run(items: int, workers: int, shard_size: int, poll_s: float) -> str:
     ):
         data = Path(tmp) / "in.jsonl"
         write_input(data, items, markers=True)
-        judge = {
-            "model": "openai/fake-judge",
-            "api_base": url,
-            "api_key_env": "BENCH_JUDGE_KEY",
-            "mode": "batch",
-            "batch": {"poll_interval_s": poll_s, "max_poll_interval_s": poll_s},
-        }
+        judge = fake_judge_section(
+            url, mode="batch", batch={"poll_interval_s": poll_s, "max_poll_interval_s": poll_s}
+        )
         config = base_config(
             data, Path(tmp) / "out", judge=judge, ray__workers=workers, ray__shard_size=shard_size
         )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine, write_section
+from bench.common import machine, missing_data, show_and_write
 from jobs.config import JobConfig, parse_config
 from jobs.tools.calibrate import calibrate
 
@@ -137,15 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=DOCS)
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args(argv)
-    missing = [name for _, name, _ in FILES if not (args.data_dir / name).exists()]
-    if missing:
-        print(f"no labelled data in {args.data_dir} ({', '.join(missing)})", file=sys.stderr)
+    if missing_data(args.data_dir, [name for _, name, _ in FILES]):
         return 2
-    section = report(run(args.data_dir))
-    print(section)
-    if not args.no_write:
-        write_section(HEADING, section, args.docs)
-        print(f"(written to {args.docs})", file=sys.stderr)
+    show_and_write(HEADING, report(run(args.data_dir)), args.docs, not args.no_write)
     return 0
 
 

@@ -1,14 +1,20 @@
-"""Shared by the benchmarks: machine description and writing one section of the results doc."""
+"""Shared by the benchmarks: machine description, writing one section of the results doc,
+and the judge server processes they measure against."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import platform
 import re
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
 
 
 def machine() -> str:
@@ -64,3 +70,72 @@ def write_section(heading: str, section: str, path: Path = DOCS) -> None:
         new = text[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(new, encoding="utf-8")
+
+
+def average_precision(flags: Sequence[bool]) -> float:
+    """Exact, unrounded average precision over the given order: the mean of precision@k over
+    the relevant positions k (0.0 when none is relevant). Written out here rather than taken
+    from `scorer_core.precision`, so the benchmarks' expected scores trust none of the scorers
+    they check."""
+    hits = 0
+    total = 0.0
+    for position, flag in enumerate(flags, start=1):
+        if flag:
+            hits += 1
+            total += hits / position
+    return total / hits if hits else 0.0
+
+
+def fake_judge_command(max_seconds: str, *args: str) -> list[str]:
+    """The command line of a fake judge server process (`scorer_core.testing`) on a free port,
+    which prints its base URL (.../v1) first and stops by itself after `max_seconds`."""
+    return [
+        sys.executable,
+        "-m",
+        "scorer_core.testing",
+        "--port",
+        "0",
+        "--max-seconds",
+        max_seconds,
+        *args,
+    ]
+
+
+@contextlib.contextmanager
+def serving(command: list[str], what: str, env: Mapping[str, str]) -> Iterator[str]:
+    """Run a server process that prints its URL on its first line; yield that URL, and stop
+    the process after (RuntimeError naming `what` when it does not start)."""
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(env),
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"{what} did not start: {url!r}")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def missing_data(data_dir: Path, names: Sequence[str]) -> bool:
+    """Whether any of the labelled data files `names` is missing from `data_dir` (said on
+    stderr): the benchmarks on labelled data then exit 2."""
+    missing = [name for name in names if not (data_dir / name).exists()]
+    if missing:
+        print(f"no labelled data in {data_dir} ({', '.join(missing)})", file=sys.stderr)
+    return bool(missing)
+
+
+def show_and_write(heading: str, section: str, path: Path, write: bool) -> None:
+    """Print a benchmark's `section` and, when `write`, put it in the results doc at `path`."""
+    print(section)
+    if write:
+        write_section(heading, section, path)
+        print(f"(written to {path})", file=sys.stderr)

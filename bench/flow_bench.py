@@ -30,7 +30,14 @@ from typing import Any
 import polars as pl
 
 from bench.common import header, write_section
-from bench.job_bench import base_config, fake_judge, run_job, server_stats, write_input
+from bench.job_bench import (
+    base_config,
+    fake_judge,
+    fake_judge_section,
+    run_job,
+    server_stats,
+    write_input,
+)
 from scorer_core.precision import context_precision
 
 WINDOW_S = 60.0
@@ -79,13 +86,7 @@ def one_run(
         config = base_config(
             data,
             out,
-            judge={
-                "model": "openai/fake-judge",
-                "api_base": url,
-                "api_key_env": "BENCH_JUDGE_KEY",
-                "transport": transport,
-                "timeout_s": max(60.0, 20 * latency),
-            },
+            judge=fake_judge_section(url, transport=transport, timeout_s=max(60.0, 20 * latency)),
             ray__workers=4,
         )
         config["rate_limit"] = limits

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import header, load_average, write_section
+from bench.common import fake_judge_command, header, load_average, serving, write_section
 from jobs.engine.ray_runtime import RAY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,32 +36,8 @@ ENV = {**os.environ, **RAY_ENV, "BENCH_JUDGE_KEY": "bench-not-a-secret"}
 @contextlib.contextmanager
 def fake_judge(*args: str) -> Iterator[str]:
     """A fake judge server process; yields its base URL (…/v1)."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scorer_core.testing",
-            "--port",
-            "0",
-            "--max-seconds",
-            "3600",
-            *args,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=ENV,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()
-        if not url.startswith("http://127.0.0.1:"):
-            raise RuntimeError(f"fake judge did not start: {url!r}")
+    with serving(fake_judge_command("3600", *args), "fake judge", ENV) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def server_stats(url: str) -> dict[str, Any]:
@@ -168,6 +144,16 @@ def run_job(config: dict[str, Any], sample_workers: bool = False) -> dict[str, A
     }
 
 
+def fake_judge_section(url: str, **settings: Any) -> dict[str, Any]:
+    """The `judge` section of a job against the fake judge at `url` (its key is in `ENV`)."""
+    return {
+        "model": "openai/fake-judge",
+        "api_base": url,
+        "api_key_env": "BENCH_JUDGE_KEY",
+        **settings,
+    }
+
+
 def base_config(input_path: Path, output: Path, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "input": {
@@ -252,12 +238,7 @@ def overhead(items: int, workers: int, transports: Sequence[str]) -> str:
         ceiling = plain_client_rate(url)
         for transport in transports:
             out = Path(tmp) / f"out-{transport}"
-            judge: dict[str, Any] = {
-                "model": "openai/fake-judge",
-                "api_base": url,
-                "api_key_env": "BENCH_JUDGE_KEY",
-                "transport": transport,
-            }
+            judge = fake_judge_section(url, transport=transport)
             config = base_config(data, out, judge=judge, ray__workers=workers)
             config["rate_limit"] = {"max_concurrency": 128}
             result = run_job(config)
@@ -404,12 +385,7 @@ def _ratelimit_row(items: int, rpm: int, workers: int, transport: str) -> str:
     ):
         data = Path(tmp) / "in.jsonl"
         write_input(data, items, markers=True)
-        judge = {
-            "model": "openai/fake-judge",
-            "api_base": url,
-            "api_key_env": "BENCH_JUDGE_KEY",
-            "transport": transport,
-        }
+        judge = fake_judge_section(url, transport=transport)
         config = base_config(
             data, Path(tmp) / "out", judge=judge, ray__workers=workers, ray__shard_size=100
         )

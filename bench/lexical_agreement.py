@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import machine, write_section
+from bench.common import average_precision, machine, show_and_write
 from scorer_core.lexical import (
     DEFAULT_ANSWER_WEIGHT,
     DEFAULT_PHRASE_WEIGHT,
@@ -73,22 +73,6 @@ class Row:
     split: str  # "tune" or "held-out"
     collection: str  # HotpotQA setting, or the TREC collection
     retriever: str  # TREC retriever, "" for HotpotQA
-
-
-def average_precision(flags: Sequence[bool]) -> float:
-    """Exact average precision over the given order; 0.0 when nothing is relevant.
-
-    The same formula as the data's `ref_context_precision` and as
-    `scorer_core.precision.average_precision`, kept here unrounded so the benchmark does not
-    depend on the scorer's rounding.
-    """
-    hits = 0
-    total = 0.0
-    for position, flag in enumerate(flags, start=1):
-        if flag:
-            hits += 1
-            total += hits / position
-    return total / hits if hits else 0.0
 
 
 def load_rows(data_dir: Path = DATA_DIR) -> list[Row]:
@@ -476,11 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tune:
         print(tune(args.data_dir))
         return 0
-    section = report(LexicalJudge(), args.data_dir)
-    print(section)
-    if not args.no_write:
-        write_section(HEADING, section, args.docs)
-        print(f"\n(written to {args.docs})", file=sys.stderr)
+    show_and_write(HEADING, report(LexicalJudge(), args.data_dir), args.docs, not args.no_write)
     return 0
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from bench.common import load_average, machine, write_section
+from bench.common import load_average, machine, missing_data, show_and_write
 from jobs.config import JobConfig, parse_config
 from jobs.engine.driver import RunOutcome, run_job
 from jobs.engine.publish import RunLocation
@@ -261,9 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=DOCS)
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args(argv)
-    missing = [name for _, name in FILES if not (args.data_dir / name).exists()]
-    if missing:
-        print(f"no labelled data in {args.data_dir} ({', '.join(missing)})", file=sys.stderr)
+    if missing_data(args.data_dir, [name for _, name in FILES]):
         return 2
     per_file = max(1, args.items // len(FILES))
     data = [
@@ -287,9 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             section = report(
                 args, server, startup_s, outcome, manifest, scores, calibrations, per_file
             )
-    print(section)
-    if not args.no_write:
-        write_section(HEADING, section, args.docs)
+    show_and_write(HEADING, section, args.docs, not args.no_write)
     return 0
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import header, load_average, write_section
+from bench.common import average_precision, header, load_average, serving, write_section
 from jobs.engine.ray_runtime import RAY_ENV
 
 SECTION = "## Side by side with DeepEval and RAGAS (zero-latency judge)"
@@ -107,18 +107,6 @@ class Result:
 # the items and the expected scores
 
 
-def average_precision(relevant: list[bool]) -> float:
-    """The mean of precision@k over the relevant positions k (0 when none is relevant): what
-    every contender computes, written out here so that the check does not trust any of them."""
-    hits = 0
-    total = 0.0
-    for k, flag in enumerate(relevant, start=1):
-        if flag:
-            hits += 1
-            total += hits / k
-    return total / hits if hits else 0.0
-
-
 def write_items(path: Path, count: int) -> dict[str, float]:
     """Write `count` seeded items in our default column names (plus the reference), returning
     each item's expected score: the average precision of its marked relevance."""
@@ -156,23 +144,9 @@ def agreement(expected: dict[str, float], scores: dict[str, float | None]) -> tu
 
 @contextlib.contextmanager
 def responder(max_seconds: float) -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.peers.responder", "--max-seconds", f"{max_seconds:.0f}"],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()
-        if not url.startswith("http://127.0.0.1:"):
-            raise RuntimeError(f"the peers responder did not start: {url!r}")
+    command = [sys.executable, "-m", "bench.peers.responder", "--max-seconds", f"{max_seconds:.0f}"]
+    with serving(command, "the peers responder", ENV) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def _server(url: str, path: str, post: bool = False) -> dict[str, Any]:
@@ -214,6 +188,53 @@ def reset(url: str) -> None:
     _server(url, "/admin/reset", post=True)
 
 
+@dataclass(frozen=True)
+class Timed:
+    """A contender's process, timed from outside, and what the server saw of it."""
+
+    started: float
+    ended: float
+    seen: Served
+
+    def result(
+        self,
+        name: str,
+        settings: str,
+        items: int,
+        scoring_s: float,
+        agreed: tuple[int, int],
+        phases: tuple[tuple[str, float], ...] = (),
+    ) -> Result:
+        """The contender's `Result`: its own numbers, and the process's and server's times."""
+        seen = self.seen
+        return Result(
+            name,
+            settings,
+            items,
+            scoring_s,
+            self.ended - self.started,
+            seen.span_s,
+            seen.first_at - self.started,
+            self.ended - seen.last_at,
+            seen.calls,
+            seen.statuses,
+            *agreed,
+            phases,
+        )
+
+
+def run_timed(name: str, command: list[str], cwd: Path, url: str) -> Timed:
+    """Run one contender's process against the server at `url`, its counters reset first
+    (RuntimeError with the end of its stderr when it fails)."""
+    reset(url)
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True)
+    ended = time.monotonic()
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return Timed(started, ended, served(url))
+
+
 # ---------------------------------------------------------------------------------------------
 # our job
 
@@ -232,23 +253,11 @@ def run_ours(
     }
     config_path = work / f"{out.name}.yaml"
     config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    reset(url)
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-    )
-    ended = time.monotonic()
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    seen = served(url)
+    command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
+    timed = run_timed(name, command, ROOT, url)
     manifest = json.loads(next(out.glob("manifests/**/manifest.json")).read_text())
     scores_frame = pl.read_parquet(next(out.glob("scores/**/*.parquet")))
     scores = dict(zip(scores_frame["query_id"], scores_frame["score"], strict=True))
-    agree, scored = agreement(expected, scores)
     settings = ", ".join(f"`judge.{k}: {v}`" for k, v in judge.items()) or "defaults"
     # What the run settled on: the transport auto chose, the in-flight budget auto sized.
     flow = manifest.get("flow") or {}
@@ -257,19 +266,12 @@ def run_ours(
         "in-flight budget": flow.get("budget_max") or flow.get("budget"),
     }
     settings += "; run: " + ", ".join(f"{k} {v}" for k, v in facts.items() if v is not None)
-    return Result(
+    return timed.result(
         name,
         settings,
         len(expected),
         float(manifest["timings_s"]["fan_out"]),
-        ended - started,
-        seen.span_s,
-        seen.first_at - started,
-        ended - seen.last_at,
-        seen.calls,
-        seen.statuses,
-        agree,
-        scored,
+        agreement(expected, scores),
         tuple((k, float(v)) for k, v in manifest["timings_s"].items()),
     )
 
@@ -396,46 +398,27 @@ def run_peer(
     expected: dict[str, float],
 ) -> Result:
     out = work / f"{name.split()[0].lower()}-{len(list(work.iterdir()))}.json"
-    reset(url)
-    started = time.monotonic()
-    done = subprocess.run(
-        [
-            str(python),
-            str(PEERS / driver),
-            *args,
-            "--data",
-            str(items_path),
-            "--base-url",
-            url,
-            "--out",
-            str(out),
-            "--model",
-            MODEL,
-        ],
-        cwd=work,  # DeepEval writes a .deepeval folder where it runs
-        env=ENV,
-        capture_output=True,
-        text=True,
-    )
-    ended = time.monotonic()
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    seen = served(url)
+    command = [
+        str(python),
+        str(PEERS / driver),
+        *args,
+        "--data",
+        str(items_path),
+        "--base-url",
+        url,
+        "--out",
+        str(out),
+        "--model",
+        MODEL,
+    ]
+    timed = run_timed(name, command, work, url)  # DeepEval writes a .deepeval folder where it runs
     data = json.loads(out.read_text(encoding="utf-8"))
-    agree, scored = agreement(expected, data["scores"])
-    return Result(
+    return timed.result(
         name,
         data["settings"],
         int(data["items"]),
         float(data["seconds"]),
-        ended - started,
-        seen.span_s,
-        seen.first_at - started,
-        ended - seen.last_at,
-        seen.calls,
-        seen.statuses,
-        agree,
-        scored,
+        agreement(expected, data["scores"]),
     )
 
 

@@ -25,7 +25,14 @@ from pathlib import Path
 import polars as pl
 
 from bench.common import header, write_section
-from bench.job_bench import base_config, fake_judge, run_job, server_stats, write_input
+from bench.job_bench import (
+    base_config,
+    fake_judge,
+    fake_judge_section,
+    run_job,
+    server_stats,
+    write_input,
+)
 from scorer_core import context_precision
 
 HEADING = "## Fault-injection soak"
@@ -74,14 +81,7 @@ def soak(items: int, workers: int, rpm: int, fault_rate: float, outages: int) ->
                 row = json.loads(line)
                 truth[row["id"]] = context_precision(row["relevance"])
         out = Path(tmp) / "out"
-        judge = {
-            "model": "openai/fake-judge",
-            "api_base": url,
-            "api_key_env": "BENCH_JUDGE_KEY",
-            "timeout_s": 5,
-            "max_retries": 8,
-            "max_reasks": 2,
-        }
+        judge = fake_judge_section(url, timeout_s=5, max_retries=8, max_reasks=2)
         config = base_config(data, out, judge=judge, ray__workers=workers, ray__shard_size=500)
         config["rate_limit"] = {"requests_per_minute": rpm, "max_concurrency": 128}
 

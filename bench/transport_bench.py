@@ -70,15 +70,7 @@ def _env() -> dict[str, str]:
 
 def start_server(max_seconds: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scorer_core.testing",
-            "--port",
-            "0",
-            "--max-seconds",
-            f"{max_seconds}",
-        ],
+        common.fake_judge_command(f"{max_seconds}"),
         cwd=ROOT,
         env=_env(),
         stdout=subprocess.PIPE,

@@ -26,17 +26,19 @@ import argparse
 import ast
 import json
 import re
-import signal
 import sys
-import threading
 import time
 from collections import Counter
-from types import FrameType
 from typing import Any
 
 from aiohttp import web
 
-from scorer_core.testing.server import FakeJudgeServer, default_verdict_fn
+from scorer_core.testing.server import (
+    FakeJudgeServer,
+    chat_completion,
+    default_verdict_fn,
+    serve_until_stopped,
+)
 
 # Every request of ours names its schema (json_schema form) or carries our tagged prompt.
 _OURS = (b'"context_precision_', b"<contexts>")
@@ -192,24 +194,8 @@ class PeersJudgeServer(FakeJudgeServer):
             reply_id = f"chatcmpl-peer{self._peer_counter}"
         prompt_tokens = len(raw) // 4 + 1
         completion_tokens = len(content) // 4 + 1
-        reply = {
-            "id": reply_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "judge"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        model = body.get("model", "judge")
+        reply = chat_completion(reply_id, model, content, prompt_tokens, completion_tokens)
         return web.Response(body=json.dumps(reply).encode(), content_type="application/json")
 
 
@@ -219,16 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=1800.0, help="exit after this long")
     args = parser.parse_args(argv)
     server = PeersJudgeServer(args.port).start()
-    done = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    print(server.url, flush=True)
     try:
-        done.wait(args.max_seconds)
+        serve_until_stopped(server.url, args.max_seconds)
     finally:
         server.stop()
     return 0

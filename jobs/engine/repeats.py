@@ -24,7 +24,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
 import polars as pl
 import pyarrow as pa
@@ -193,12 +192,7 @@ class RepeatFinder:
     def __enter__(self) -> RepeatFinder:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

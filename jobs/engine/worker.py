@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
@@ -120,6 +120,16 @@ def _with_carried(
     return row
 
 
+_NO_USAGE = Usage()
+# The items table names its judging-cost columns after `Usage`'s fields, in the same order.
+_USAGE_COLUMNS = tuple(f.name for f in fields(Usage))
+
+
+def _usage_columns(usage: Usage) -> dict[str, int]:
+    """The items table's judging-cost columns of a row (all 0 for a row not judged)."""
+    return {name: getattr(usage, name) for name in _USAGE_COLUMNS}
+
+
 def error_row(
     error: RowError,
     seq: int,
@@ -139,13 +149,7 @@ def error_row(
         relevant_count=0,
         truncated=False,
         judge_model=model,
-        calls=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        retries=0,
-        rate_limited=0,
-        reasks=0,
-        cache_hits=0,
+        **_usage_columns(_NO_USAGE),
         source=error.source,
         row=error.row,
         duplicate_of=duplicate_of,
@@ -161,7 +165,6 @@ def item_row(
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> dict[str, Any]:
     """The staged items row of a judged item: the worker's score is the published score."""
-    usage = result.usage
     row = STAGED_ITEMS.build_row(
         query_id=record.query_id,
         item_seq=seq,
@@ -173,13 +176,7 @@ def item_row(
         relevant_count=result.relevant_count,
         truncated=record.truncated,
         judge_model=model,
-        calls=usage.calls,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        retries=usage.retries,
-        rate_limited=usage.rate_limited,
-        reasks=usage.reasks,
-        cache_hits=usage.cache_hits,
+        **_usage_columns(result.usage),
         source=record.source,
         row=record.row,
         duplicate_of=None,

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
-from types import FrameType
 from typing import Any
 
 from scorer_core.testing.batches import BatchPlan
-from scorer_core.testing.server import FAULT_KINDS, FakeJudgeServer, FaultPlan
+from scorer_core.testing.server import FAULT_KINDS, FakeJudgeServer, FaultPlan, serve_until_stopped
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -117,16 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             in_progress_steps=args.batch_in_progress_steps,
         ),
     ).start()
-    done = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    print(server.url, flush=True)
     try:
-        done.wait(args.max_seconds)
+        serve_until_stopped(server.url, args.max_seconds)
     finally:
         stats = {**server.stats(), "batches": server.batches.stats()}
         server.stop()

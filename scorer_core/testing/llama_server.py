@@ -27,8 +27,8 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from scorer_core.errors import CtxPrecError
 
@@ -90,6 +90,8 @@ def free_port() -> int:
         return port
 
 
+# eq=False: a server is one process, equal only to itself (and hashable).
+@dataclass(eq=False)
 class LlamaServer:
     """llama.cpp's OpenAI-compatible server in a child process on 127.0.0.1.
 
@@ -98,28 +100,21 @@ class LlamaServer:
     (prompt and reply together); `startup_timeout_s` how long loading may take.
     """
 
-    def __init__(
-        self,
-        model: str = "smollm2",
-        *,
-        alias: str = "judge",
-        n_threads: int = 2,
-        n_ctx: int = 4096,
-        startup_timeout_s: float = 300.0,
-        python: str = sys.executable,
-    ) -> None:
-        self.model = model
-        self.alias = alias
-        self.n_threads = n_threads
-        self.n_ctx = n_ctx
-        self.startup_timeout_s = startup_timeout_s
-        self.python = python
-        self.port = 0
-        self.model_file: Path | None = None
-        self._process: subprocess.Popen[str] | None = None
-        self._log: collections.deque[str] = collections.deque(maxlen=_LOG_LINES)
-        self._ready = threading.Event()
-        self._reader: threading.Thread | None = None
+    model: str = "smollm2"
+    _: KW_ONLY
+    alias: str = "judge"
+    n_threads: int = 2
+    n_ctx: int = 4096
+    startup_timeout_s: float = 300.0
+    python: str = sys.executable
+    port: int = field(default=0, init=False)
+    model_file: Path | None = field(default=None, init=False)
+    _process: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
+    _log: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=_LOG_LINES), init=False, repr=False
+    )
+    _ready: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _reader: threading.Thread | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -210,10 +205,5 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -50,12 +50,13 @@ import json
 import math
 import random
 import re
+import signal
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, fields
-from types import TracebackType
+from types import FrameType
 from typing import Any
 
 from aiohttp import web
@@ -268,6 +269,44 @@ class _Reply(Exception):
         self.outcome = outcome
 
 
+def chat_completion(
+    reply_id: str, model: Any, content: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
+    """A chat-completions reply body with one choice, as OpenAI's API shapes it."""
+    return {
+        "id": reply_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def serve_until_stopped(url: str, max_seconds: float) -> None:
+    """Print `url` (the line a parent process waits for), then return on SIGTERM or SIGINT,
+    or after `max_seconds`: the main thread of a server process run from the command line."""
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(url, flush=True)
+    done.wait(max_seconds)
+
+
 def _error(
     status: int,
     message: str,
@@ -428,12 +467,7 @@ class FakeJudgeServer:
     def __enter__(self) -> FakeJudgeServer:
         return self if self._thread is not None else self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _run(self) -> None:
@@ -744,12 +778,7 @@ class FakeJudgeServer:
             with self._lock:
                 self._form_rejections[form] += 1
             raise _Reply(self._form_rejection(form), "response_format_rejected")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _bad_request("messages must be a non-empty list")
-        schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
-        with self._lock:
-            self._by_schema[schema or "missing"] += 1
+        messages, schema = self._count_schema(body, form)
         if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
             raise _bad_request(
                 "response_format must be a json_schema named "
@@ -763,12 +792,8 @@ class FakeJudgeServer:
             raise _Reply(_rate_limit_error(headers), f"fault:{fault}")
         # The reply is decided before admission so that the token limit counts what the reply
         # will report, as a provider counts prompt plus completion tokens.
-        if schema == VERDICTS_SCHEMA_NAME:
-            content_fault = fault if fault in CONTENT_FAULTS else None
-            content, judged = self._verdict_content(messages, content_fault)
-        else:
-            content, judged = json.dumps({"reason": _reason_text(messages)}), 0
-        prompt_tokens, completion_tokens = _token_counts(messages, content)
+        answered = self._reply_content(messages, schema, fault)
+        content, judged, prompt_tokens, completion_tokens = answered
         max_tokens = body.get("max_tokens")
         budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
         limit_headers = self._admit(prompt_tokens + (budget or completion_tokens))
@@ -937,30 +962,37 @@ class FakeJudgeServer:
             body=json.dumps(reply).encode(), content_type="application/json", headers=headers
         )
 
+    def _count_schema(self, body: dict[str, Any], form: str | None) -> tuple[list[Any], str | None]:
+        """The request's messages (400 unless a non-empty list) and which of our requests it
+        is (the schema name, or for the other forms the kind its prompt reads as), counted."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad_request("messages must be a non-empty list")
+        schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
+        with self._lock:
+            self._by_schema[schema or "missing"] += 1
+        return messages, schema
+
+    def _reply_content(
+        self, messages: list[Any], schema: str | None, fault: str | None
+    ) -> tuple[str, int, int, int]:
+        """The reply's content to a verdicts or reason request (with the drawn content fault,
+        if any), the contexts it judged, and its prompt and completion tokens."""
+        if schema == VERDICTS_SCHEMA_NAME:
+            content_fault = fault if fault in CONTENT_FAULTS else None
+            content, judged = self._verdict_content(messages, content_fault)
+        else:
+            content, judged = json.dumps({"reason": _reason_text(messages)}), 0
+        return content, judged, *_token_counts(messages, content)
+
     def _completion_body(
         self, body: dict[str, Any], content: str, prompt_tokens: int, completion_tokens: int
     ) -> dict[str, Any]:
         with self._lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
-        return {
-            "id": reply_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "fake-judge"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        model = body.get("model", "fake-judge")
+        return chat_completion(reply_id, model, content, prompt_tokens, completion_tokens)
 
     def answer_body(self, body: Any) -> tuple[int, dict[str, Any]]:
         """One chat-completions body answered as this judge answers it over HTTP (the same
@@ -975,12 +1007,7 @@ class FakeJudgeServer:
                 self._by_form[form or "invalid"] += 1
             if form is None or form not in self._accepted_forms:
                 raise _Reply(self._form_rejection(form or "invalid"), "response_format_rejected")
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise _bad_request("messages must be a non-empty list")
-            schema = _schema_name(body) if form == "json_schema" else _kind_of(messages)
-            with self._lock:
-                self._by_schema[schema or "missing"] += 1
+            messages, schema = self._count_schema(body, form)
             if schema not in (VERDICTS_SCHEMA_NAME, REASON_SCHEMA_NAME):
                 raise _bad_request(f"not a context-precision request (schema {schema!r})")
             fault, _ = self._draw_fault(schema)
@@ -988,12 +1015,8 @@ class FakeJudgeServer:
                 raise _Reply(_rate_limit_error({}), f"fault:{fault}")
             if fault == "server_error":
                 raise _Reply(_error(500, "fake judge injected HTTP 500", "server_error"), fault)
-            if schema == VERDICTS_SCHEMA_NAME:
-                content_fault = fault if fault in CONTENT_FAULTS else None
-                content, judged = self._verdict_content(messages, content_fault)
-            else:
-                content, judged = json.dumps({"reason": _reason_text(messages)}), 0
-            prompt_tokens, completion_tokens = _token_counts(messages, content)
+            answered = self._reply_content(messages, schema, fault)
+            content, judged, prompt_tokens, completion_tokens = answered
             with self._lock:
                 self._contexts_judged += judged
             return 200, self._completion_body(body, content, prompt_tokens, completion_tokens)

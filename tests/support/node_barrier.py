@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from types import TracebackType
 from typing import Any
 
 BARRIER_ENV = "CTXPREC_NODE_BARRIER"
@@ -87,10 +86,5 @@ class NodeBarrier:
     def __enter__(self) -> NodeBarrier:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

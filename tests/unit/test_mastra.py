@@ -18,6 +18,7 @@ from scorer_core import (
 )
 from scorer_core.scorer import ContextPrecisionScorer
 from scorer_core.testing import FakeJudgeServer
+from scorer_core.types import ScoreResult
 from tests.support.fakes import JudgeFactory, RecordingSleep
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,6 +74,24 @@ def agent_run(query: str, answer: str) -> dict[str, Any]:
     }
 
 
+PHOTOSYNTHESIS = (
+    "What is photosynthesis?",
+    "Photosynthesis is the process by which plants convert sunlight into energy.",
+)
+EXERCISE = (
+    "What are the benefits of exercise?",
+    "Regular exercise improves cardiovascular health and mental wellbeing.",
+)
+
+
+def scored_with(
+    server: FakeJudgeServer, contexts: list[str], reason: str, query_answer: tuple[str, str]
+) -> ScoreResult:
+    """Mastra's cases that differ only in their contexts: scale 1, one agent run."""
+    options = {"context": contexts, "scale": 1, "reason": reason}
+    return scorer(server, options).run(agent_run(*query_answer))
+
+
 # ----------------------------------------------------------------------------------------------
 # index.test.ts, case by case
 
@@ -112,23 +131,12 @@ def test_creates_a_scorer_with_a_context_extractor() -> None:
 
 @pytest.mark.parametrize("reason", ["llm", "template"])
 def test_perfect_context_precision(mastra: FakeJudgeServer, reason: str) -> None:
-    result = scorer(
-        mastra,
-        {
-            "context": [
-                "Photosynthesis is a biological process used by plants to create energy from "
-                "sunlight. (yes)",
-                "The process of photosynthesis produces oxygen as a byproduct. (yes)",
-            ],
-            "scale": 1,
-            "reason": reason,
-        },
-    ).run(
-        agent_run(
-            "What is photosynthesis?",
-            "Photosynthesis is the process by which plants convert sunlight into energy.",
-        )
-    )
+    contexts = [
+        "Photosynthesis is a biological process used by plants to create energy from "
+        "sunlight. (yes)",
+        "The process of photosynthesis produces oxygen as a byproduct. (yes)",
+    ]
+    result = scored_with(mastra, contexts, reason, PHOTOSYNTHESIS)
     assert result.score == 1.0
     assert result.reason.startswith("The score is 1 because")
     assert result.band == "excellent"
@@ -139,24 +147,13 @@ def test_perfect_context_precision(mastra: FakeJudgeServer, reason: str) -> None
 
 @pytest.mark.parametrize("reason", ["llm", "template"])
 def test_mixed_context_relevance(mastra: FakeJudgeServer, reason: str) -> None:
-    result = scorer(
-        mastra,
-        {
-            "context": [
-                "Exercise strengthens the heart and improves blood circulation. (yes)",
-                "A balanced diet is important for health.",
-                "Regular physical activity reduces stress and anxiety. (yes)",
-                "Exercise equipment can be expensive.",
-            ],
-            "scale": 1,
-            "reason": reason,
-        },
-    ).run(
-        agent_run(
-            "What are the benefits of exercise?",
-            "Regular exercise improves cardiovascular health and mental wellbeing.",
-        )
-    )
+    contexts = [
+        "Exercise strengthens the heart and improves blood circulation. (yes)",
+        "A balanced diet is important for health.",
+        "Regular physical activity reduces stress and anxiety. (yes)",
+        "Exercise equipment can be expensive.",
+    ]
+    result = scored_with(mastra, contexts, reason, EXERCISE)
     # (1/1 + 2/3) / 2 = 0.8333..., rounded to 0.83
     assert result.score == pytest.approx(0.83, abs=0.005)
     assert result.score == 0.83
@@ -171,23 +168,12 @@ def test_mixed_context_relevance(mastra: FakeJudgeServer, reason: str) -> None:
 
 @pytest.mark.parametrize("reason", ["llm", "template"])
 def test_no_relevant_context(mastra: FakeJudgeServer, reason: str) -> None:
-    result = scorer(
-        mastra,
-        {
-            "context": [
-                "The weather is sunny today.",
-                "Cats are popular pets.",
-                "Coffee is a popular beverage.",
-            ],
-            "scale": 1,
-            "reason": reason,
-        },
-    ).run(
-        agent_run(
-            "What are the benefits of exercise?",
-            "Regular exercise improves cardiovascular health and mental wellbeing.",
-        )
-    )
+    contexts = [
+        "The weather is sunny today.",
+        "Cats are popular pets.",
+        "Coffee is a popular beverage.",
+    ]
+    result = scored_with(mastra, contexts, reason, EXERCISE)
     assert result.score == 0
     assert result.reason.startswith("The score is 0 because")
     assert result.band == "none"

@@ -364,20 +364,25 @@ def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) ->
     assert Path(verdicts_path).exists()
 
 
+def http_judge_config(source: Path, out: Path, server: FakeJudgeServer, cache: bool) -> JobConfig:
+    """A job reading `source` and judging with `server` over the http transport."""
+    return parse_config(
+        {
+            "input": {"path": str(source), "columns": COLUMNS},
+            "output": {"path": str(out)},
+            "judge": llm_judge(server, transport="http"),
+            "cache": {"enabled": cache},
+        }
+    )
+
+
 def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
     rows = [good_item(1), good_item(2), good_item(1)]  # the third repeats the first's id
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    config = parse_config(
-        {
-            "input": {"path": str(source), "columns": COLUMNS},
-            "output": {"path": str(tmp_path / "out")},
-            "judge": llm_judge(server, transport="http"),
-            "cache": {"enabled": False},
-        }
-    )
+    config = http_judge_config(source, tmp_path / "out", server, cache=False)
     spec = input_spec(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 100)
     report = run_shard(shard, 0, 0, ShardContext(config, "_staging/run_id=dup"))
@@ -406,14 +411,7 @@ def test_shards_of_one_process_share_one_negotiation_and_report_it(
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(good_item(n)) + "\n" for n in range(6)))
     server = fake_judge(accepted_response_formats={"json_object", "text"})
-    config = parse_config(
-        {
-            "input": {"path": str(source), "columns": COLUMNS},
-            "output": {"path": str(tmp_path / "out")},
-            "judge": llm_judge(server, transport="http"),
-            "cache": {"enabled": True},
-        }
-    )
+    config = http_judge_config(source, tmp_path / "out", server, cache=True)
     spec = input_spec(config)
     shards = plan_shards(spec, list_input_files(spec), 3)
     assert len(shards) == 2
