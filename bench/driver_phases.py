@@ -52,8 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return call
 
-    driver.start_ray = ending("start", driver.start_ray)  # type: ignore[method-assign]
-    driver.publish_run = ending("fan_out", driver.publish_run)  # type: ignore[method-assign]
+    driver.start_ray = ending("start", driver.start_ray)  # type: ignore[attr-defined]
+    driver.publish_run = ending("fan_out", driver.publish_run)  # type: ignore[attr-defined]
     code = context_precision.main(list(sys.argv[1:] if argv is None else argv))
     peaks["publish"] = _kib("VmHWM")
     peaks["peak"] = max(peaks.get(name, 0) for name in ("start", "fan_out", "publish"))

@@ -26,6 +26,7 @@ import json
 import math
 import time
 import warnings
+from typing import Any
 
 _started = time.perf_counter()
 import ragas  # noqa: E402  (timed: the import is part of what a user pays)
@@ -38,7 +39,7 @@ def _clean(value: object) -> float | None:
     return None if math.isnan(number) else number
 
 
-def run_collections(rows: list[dict], base_url: str, model: str) -> tuple[list, str]:
+def run_collections(rows: list[dict[str, Any]], base_url: str, model: str) -> tuple[list[Any], str]:
     from openai import AsyncOpenAI
     from ragas.llms import llm_factory
     from ragas.metrics.collections import ContextPrecision
@@ -61,7 +62,7 @@ def run_collections(rows: list[dict], base_url: str, model: str) -> tuple[list, 
     return [_clean(result.value) for result in results], settings
 
 
-def run_evaluate(rows: list[dict], base_url: str, model: str) -> tuple[list, str]:
+def run_evaluate(rows: list[dict[str, Any]], base_url: str, model: str) -> tuple[list[Any], str]:
     from langchain_openai import ChatOpenAI
     from ragas import EvaluationDataset, RunConfig, evaluate
     from ragas.llms import LangchainLLMWrapper
