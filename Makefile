@@ -76,8 +76,9 @@ bench: install
 	$(BIN)/python -m bench.transport_bench
 	$(BIN)/python -m bench.job_bench overhead --items 20000
 	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
-	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000
-	$(BIN)/python -m bench.peers_bench --items 600
+	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000 3000000
+	$(BIN)/python -m bench.flow_bench --latencies 0.05 0.5 1 3 --seconds 60
+	$(BIN)/python -m bench.peers_bench --items 6000
 	$(BIN)/python -m bench.batch_bench --items 100000
 
 # A real judge (llama.cpp, Gemma 3 270M) on 52 items of ../shared/data (the job) and 20 per

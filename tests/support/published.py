@@ -203,6 +203,7 @@ def publish(
         },
         "shards": 1,
         "shards_reused": 0,
+        "nodes": {"local": 1},
         "flow": {},
         "judge": {"response_format": response_format.to_dict()} if response_format else {},
         "seconds": seconds,
