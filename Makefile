@@ -36,7 +36,8 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 install-llm: $(VENV)/.installed-llm
 
 $(VENV)/.installed-llm: $(VENV)/.installed
-	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" $(UV) sync --locked $(EXTRAS) --extra llm --python $(PYTHON)
+	CMAKE_ARGS="$(LLM_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(UV) sync --locked $(EXTRAS) --extra llm --python $(PYTHON)
 	touch $@
 
 SAMPLE := data/sample.jsonl
