@@ -38,6 +38,8 @@ from bench.job_bench import (
     server_stats,
     write_input,
 )
+from jobs.config import parse_config
+from jobs.tools.estimate import estimate
 from scorer_core.precision import context_precision
 
 WINDOW_S = 60.0
@@ -45,8 +47,9 @@ WINDOW_S = 60.0
 # transport benchmark), and the 2 cores are shared by the server and the workers.
 RPM = {"http": 12_000, "litellm": 4_800}
 # Tokens a sample item's verdict request costs at the server (prompt + reply, 4 characters a
-# token), measured on the sample; the token limit is set to allow the same request rate.
-TOKENS_PER_REQUEST_GUESS = 420
+# token; 5,997,333 tokens for 8,000 requests), measured on the sample; the token limit is set to
+# allow the same request rate.
+TOKENS_PER_REQUEST_GUESS = 750
 
 
 def _truth(input_path: Path) -> dict[str, float]:
@@ -90,6 +93,8 @@ def one_run(
             ray__workers=4,
         )
         config["rate_limit"] = limits
+        # What `ctxprec estimate` would have said for this run, told the mean latency.
+        estimated = estimate(parse_config(config), assumed_latency_s=latency)["wall_time"]
         result = run_job(config, sample_workers=True)
         stats = server_stats(url)
     manifest = result["manifest"]
@@ -128,6 +133,7 @@ def one_run(
         "after_last_request_s": result["ended_at"] - stats["last_accepted_at"],
         "sending_s": span,
         "worker_peak_mib": result["worker_peak_mib"],
+        "estimate_s": estimated["seconds"],
     }
 
 
@@ -151,7 +157,8 @@ def bench(latencies: Sequence[float], transports: Sequence[str], seconds: float)
                         f"{r['server_max_in_flight']:,} | {r['budget'] or '-'} | "
                         f"{(r['p50'] or 0):.2f} / {(r['p99'] or 0):.2f} s | "
                         f"{r['share_429']:.2%} | {r['lost']} | {r['wrong']} | "
-                        f"{r['worker_peak_mib']:,.0f} MiB |"
+                        f"{r['worker_peak_mib']:,.0f} MiB | {r['estimate_s']:.0f} s | "
+                        f"{r['fan_out_s']:.0f} s | {r['fan_out_s'] / r['estimate_s'] - 1:+.0%} |"
                     )
     lines = [
         "## Keeping a provider's limit full when replies take seconds",
@@ -171,12 +178,15 @@ def bench(latencies: Sequence[float], transports: Sequence[str], seconds: float)
         "'Sending' is the share of the limit used from the first to the last admitted request; "
         "'fan-out' includes Ray start-up of the workers and the run's first request, which "
         "goes alone. Budget and latency percentiles are what the run's governor settled on "
-        "(manifest `flow`). Worker peak is the largest RSS of a Ray worker process.",
+        "(manifest `flow`). Worker peak is the largest RSS of a Ray worker process. Estimate is "
+        "`ctxprec estimate`'s wall time for the same config told the mean latency "
+        "(`--assumed-latency`), against the run's measured fan-out (manifest "
+        "`timings_s.fan_out`: the workers' start, sending, the last replies).",
         "",
         "| mean latency | transport | limit | items | limit used, sending | limit used, fan-out "
         "| max in flight | budget | latency p50 / p99 | 429s | items lost | wrong scores "
-        "| worker peak |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| worker peak | estimate | fan-out | off by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]
     return "\n".join(lines)

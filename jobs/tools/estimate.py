@@ -22,7 +22,8 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   (`jobs.engine.batch.requests`) of every verdict request the cache would not answer, cut by
   the provider's limits as the run cuts them (`jobs.engine.batch.state.BatchPacker`);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
-  limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them
+  limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
+  plus the workers' start (`WORKER_START_S`) and a latency each for the first and last replies
   (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
   prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
   no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
@@ -85,6 +86,10 @@ OUTPUT_TOKENS_PER_REASON = 100
 """Expected reply tokens per LLM-reason call ("two or three sentences")."""
 DEFAULT_ASSUMED_LATENCY_S = 2.0
 """Seconds per judge request assumed when no rate limit bounds the run."""
+WORKER_START_S = 10.0
+"""The fan-out's fixed start before its first request: the worker processes starting and
+importing the judge (litellm alone takes seconds), about 10 s on 2 cores (the flow section of
+docs/benchmarks.md)."""
 _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
 """Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
 _MAX_INVALID_EXAMPLES = 5
@@ -406,8 +411,8 @@ def _wall_time(
 ) -> dict[str, Any]:
     """The fan-out's wall time as the run would pace it: the rate the limits allow, the
     in-flight budget the run would settle on (Little's law under auto, as the governor sizes
-    it, taking `latency_s` as the reply latency), plus one latency for the run's first request
-    (it goes alone) and one for the last replies."""
+    it, taking `latency_s` as the reply latency), plus the workers' start, one latency for the
+    run's first request (it goes alone) and one for the last replies."""
     limits = config.rate_limit
     settings = factory.budget_settings(config)
     rates = []
@@ -449,8 +454,14 @@ def _wall_time(
         else None
     )
     by_concurrency = calls / concurrency * latency_s if calls else 0.0
-    edges = 2 * latency_s if calls else 0.0  # the first request alone; the last replies
-    base.update(by_requests_s=by_requests, by_tokens_s=by_tokens, by_concurrency_s=by_concurrency)
+    # the workers' start, the first request (it goes alone), the last replies
+    edges = WORKER_START_S + 2 * latency_s if calls else 0.0
+    base.update(
+        by_requests_s=by_requests,
+        by_tokens_s=by_tokens,
+        by_concurrency_s=by_concurrency,
+        worker_start_s=WORKER_START_S,
+    )
     if by_requests is None and by_tokens is None:
         return {
             **base,

@@ -21,7 +21,12 @@ from jobs.engine.inputs import RowError, list_input_files, plan_shards, read_sha
 from jobs.engine.inputs import validate_record as preprocess
 from jobs.engine.storage import open_store
 from jobs.factory import input_spec
-from jobs.tools.estimate import OUTPUT_TOKENS_PER_REASON, OUTPUT_TOKENS_PER_VERDICT, estimate
+from jobs.tools.estimate import (
+    OUTPUT_TOKENS_PER_REASON,
+    OUTPUT_TOKENS_PER_VERDICT,
+    WORKER_START_S,
+    estimate,
+)
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.prompt import verdict_messages
 from scorer_core.types import ScoringItem
@@ -148,9 +153,9 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
     model = "judge.model=openai/gpt-4o-mini"
     at_rpm = run(config, model, "rate_limit.requests_per_minute=30", "rate_limit.headroom=1.0")
     wall = at_rpm["wall_time"]
-    # the pace, plus one latency for the run's first request (it goes alone) and one for the
-    # last replies (2 s assumed by default)
-    edges = 2 * 2.0
+    # the pace, plus the workers' start, one latency for the run's first request (it goes
+    # alone) and one for the last replies (2 s assumed by default)
+    edges = WORKER_START_S + 2 * 2.0
     assert wall["seconds"] == pytest.approx(calls / 30 * 60 + edges)
     assert "requests_per_minute" in wall["basis"]
     # the job paces at `headroom` of the limit
@@ -170,7 +175,7 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
     free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0)["wall_time"]
     assert "unbounded by rate limit" in free["basis"]
     assert "ASSUMING" in free["basis"]
-    assert free["seconds"] == pytest.approx(calls / 8 * 3.0 + 2 * 3.0)
+    assert free["seconds"] == pytest.approx(calls / 8 * 3.0 + WORKER_START_S + 2 * 3.0)
     assert free["concurrency"] == 8 and free["concurrency_mode"] == "explicit"
     # auto, no limit: the budget's default of 64 in flight
     assert run(config, model, latency=3.0)["wall_time"]["concurrency"] == 64
