@@ -23,7 +23,8 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   the provider's limits as the run cuts them (`jobs.engine.batch.state.BatchPacker`);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
-  plus the workers' start (`WORKER_START_S`) and a latency each for the first and last replies
+  plus the workers' start (`WORKER_START_S`), a latency for the first request and
+  `TAIL_LATENCIES` for the slowest last replies
   (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
   prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
   no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
@@ -86,6 +87,9 @@ OUTPUT_TOKENS_PER_REASON = 100
 """Expected reply tokens per LLM-reason call ("two or three sentences")."""
 DEFAULT_ASSUMED_LATENCY_S = 2.0
 """Seconds per judge request assumed when no rate limit bounds the run."""
+TAIL_LATENCIES = 3.0
+"""The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
+latency, taken as 3x the assumed mean (a heavy-tailed reply time; see the flow benchmark)."""
 WORKER_START_S = 10.0
 """The fan-out's fixed start before its first request: the worker processes starting and
 importing the judge (litellm alone takes seconds), about 10 s on 2 cores (the flow section of
@@ -412,7 +416,7 @@ def _wall_time(
     """The fan-out's wall time as the run would pace it: the rate the limits allow, the
     in-flight budget the run would settle on (Little's law under auto, as the governor sizes
     it, taking `latency_s` as the reply latency), plus the workers' start, one latency for the
-    run's first request (it goes alone) and one for the last replies."""
+    run's first request (it goes alone) and `TAIL_LATENCIES` for the slowest last replies."""
     limits = config.rate_limit
     settings = factory.budget_settings(config)
     rates = []
@@ -454,8 +458,8 @@ def _wall_time(
         else None
     )
     by_concurrency = calls / concurrency * latency_s if calls else 0.0
-    # the workers' start, the first request (it goes alone), the last replies
-    edges = WORKER_START_S + 2 * latency_s if calls else 0.0
+    # the workers' start, the first request (it goes alone), the slowest of the last replies
+    edges = WORKER_START_S + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
     base.update(
         by_requests_s=by_requests,
         by_tokens_s=by_tokens,

@@ -24,6 +24,7 @@ from jobs.factory import input_spec
 from jobs.tools.estimate import (
     OUTPUT_TOKENS_PER_REASON,
     OUTPUT_TOKENS_PER_VERDICT,
+    TAIL_LATENCIES,
     WORKER_START_S,
     estimate,
 )
@@ -154,8 +155,8 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
     at_rpm = run(config, model, "rate_limit.requests_per_minute=30", "rate_limit.headroom=1.0")
     wall = at_rpm["wall_time"]
     # the pace, plus the workers' start, one latency for the run's first request (it goes
-    # alone) and one for the last replies (2 s assumed by default)
-    edges = WORKER_START_S + 2 * 2.0
+    # alone) and the slowest last replies (2 s assumed by default)
+    edges = WORKER_START_S + (1 + TAIL_LATENCIES) * 2.0
     assert wall["seconds"] == pytest.approx(calls / 30 * 60 + edges)
     assert "requests_per_minute" in wall["basis"]
     # the job paces at `headroom` of the limit
@@ -175,7 +176,9 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
     free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0)["wall_time"]
     assert "unbounded by rate limit" in free["basis"]
     assert "ASSUMING" in free["basis"]
-    assert free["seconds"] == pytest.approx(calls / 8 * 3.0 + WORKER_START_S + 2 * 3.0)
+    assert free["seconds"] == pytest.approx(
+        calls / 8 * 3.0 + WORKER_START_S + (1 + TAIL_LATENCIES) * 3.0
+    )
     assert free["concurrency"] == 8 and free["concurrency_mode"] == "explicit"
     # auto, no limit: the budget's default of 64 in flight
     assert run(config, model, latency=3.0)["wall_time"]["concurrency"] == 64
