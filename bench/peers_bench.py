@@ -89,6 +89,7 @@ class Result:
     agree: int  # scores equal to the markers' average precision
     scored: int
     phases: tuple[tuple[str, float], ...] = ()  # our job: the manifest's timings_s
+    finished: bool = True  # False: stopped at the bench's time limit (`--peer-timeout`)
 
     @property
     def rate(self) -> float:
@@ -195,6 +196,7 @@ class Timed:
     started: float
     ended: float
     seen: Served
+    finished: bool = True  # False: stopped at the time limit
 
     def result(
         self,
@@ -220,15 +222,24 @@ class Timed:
             seen.statuses,
             *agreed,
             phases,
+            self.finished,
         )
 
 
-def run_timed(name: str, command: list[str], cwd: Path, url: str) -> Timed:
+def run_timed(
+    name: str, command: list[str], cwd: Path, url: str, timeout_s: float | None = None
+) -> Timed:
     """Run one contender's process against the server at `url`, its counters reset first
-    (RuntimeError with the end of its stderr when it fails)."""
+    (RuntimeError with the end of its stderr when it fails). A process still running after
+    `timeout_s` is killed and comes back with `finished` False."""
     reset(url)
     started = time.monotonic()
-    done = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True)
+    try:
+        done = subprocess.run(
+            command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:  # subprocess.run has killed it
+        return Timed(started, time.monotonic(), served(url), finished=False)
     ended = time.monotonic()
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -396,6 +407,7 @@ def run_peer(
     work: Path,
     url: str,
     expected: dict[str, float],
+    timeout_s: float | None = None,
 ) -> Result:
     out = work / f"{name.split()[0].lower()}-{len(list(work.iterdir()))}.json"
     command = [
@@ -411,8 +423,14 @@ def run_peer(
         "--model",
         MODEL,
     ]
-    timed = run_timed(name, command, work, url)  # DeepEval writes a .deepeval folder where it runs
-    data = json.loads(out.read_text(encoding="utf-8"))
+    # DeepEval writes a .deepeval folder where it runs
+    timed = run_timed(name, command, work, url, timeout_s)
+    data = json.loads(out.read_text(encoding="utf-8"))  # written before the driver scores
+    if not timed.finished:
+        # what it was running, and how long it ran without finishing
+        return timed.result(
+            name, data["settings"], int(data["items"]), timed.ended - timed.started, (0, 0)
+        )
     return timed.result(
         name,
         data["settings"],
@@ -498,7 +516,8 @@ def _num(value: float, digits: int = 1) -> str:
 def ratios(results: list[Result]) -> list[str]:
     """Our default against the faster of the peers, by each measure."""
     ours = next((r for r in results if r.name == OURS_DEFAULT), None)
-    peers = [r for r in results if r.name.startswith(("DeepEval", "RAGAS"))]
+    everyone = [r for r in results if r.name.startswith(("DeepEval", "RAGAS"))]
+    peers = [r for r in everyone if r.finished]
     if ours is None or not peers:
         return []
     lines = []
@@ -511,6 +530,17 @@ def ratios(results: list[Result]) -> list[str]:
             f"- {label}: **{ratio:,.1f}x** the faster peer ({_num(mine)} items/s against "
             f"{_num(theirs)}, {faster.name}): {verdict} the {TARGET:g}x target"
         )
+    for r in everyone:
+        # A peer stopped at the limit scored fewer than all items in that time: its rate is
+        # below items / time, which is the bound compared here.
+        if not r.finished:
+            bound = r.items / r.process_s
+            slower = bound < min(float(getattr(faster, a)) for _, a in MEASURES[1:])
+            lines.append(
+                f"- {r.name} did not finish in {r.process_s:,.0f} s: under {_num(bound)} "
+                "items/s by any measure, "
+                + ("below the faster peer's." if slower else "so it may be the faster peer.")
+            )
     return lines
 
 
@@ -556,6 +586,13 @@ def render(
     ]
     for r in results:
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()))
+        if not r.finished:
+            stopped = f"did not finish in {r.process_s:,.0f} s"
+            lines.append(
+                f"| {r.name} | {r.settings} | {r.items:,} | {r.calls:,} ({statuses or 'none'}) "
+                f"| - | {stopped} | {stopped} | {stopped} |"
+            )
+            continue
         lines.append(
             f"| {r.name} | {r.settings} | {r.items:,} | {r.calls:,} ({statuses}) | "
             f"{r.agree}/{r.items} | {_num(r.span_rate, 0)} | **{_num(r.rate)}** | "
@@ -571,6 +608,12 @@ def render(
         "|---|---|---|---|---|---|",
     ]
     for r in results:
+        if not r.finished:
+            lines.append(
+                f"| {r.name} | {_num(r.before_s)} | {_num(r.span_s, 2)} (stopped) | - | "
+                f"{_num(r.process_s)} (stopped) | - |"
+            )
+            continue
         lines.append(
             f"| {r.name} | {_num(r.before_s)} | {_num(r.span_s, 2)} | {_num(r.after_s)} | "
             f"{_num(r.process_s)} | {r.scoring_s:.2f} |"
@@ -637,6 +680,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="the bare loop's passes (median)")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     parser.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds a peer may take before it is stopped and reported as not finished",
+    )
+    parser.add_argument(
         "--ray-probe", action="store_true", help="only print Ray's fixed costs as JSON"
     )
     args = parser.parse_args(argv)
@@ -651,8 +700,8 @@ def main(argv: list[str] | None = None) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp,
         responder(
-            # the server stops itself after this long: DeepEval takes about a second per item
-            max(3600.0, 3.0 * args.items)
+            # the server stops itself after this long: every peer may take its limit
+            3 * args.peer_timeout + 3600.0
         ) as url,
     ):
         work = Path(tmp)
@@ -673,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 url,
                 expected,
+                args.peer_timeout,
             ),
             lambda: run_peer(
                 "RAGAS, evaluate()",
@@ -683,11 +733,20 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 url,
                 expected,
+                args.peer_timeout,
             ),
             # The slowest contender last: on a shared machine, other work that starts while it
             # runs can then slow only it, not the faster peer the target is measured against.
             lambda: run_peer(
-                "DeepEval", python, "deepeval_driver.py", [], items_path, work, url, expected
+                "DeepEval",
+                python,
+                "deepeval_driver.py",
+                [],
+                items_path,
+                work,
+                url,
+                expected,
+                args.peer_timeout,
             ),
         ]
         probe: dict[str, float] | None = None
@@ -697,6 +756,13 @@ def main(argv: list[str] | None = None) -> int:
             if probe is None and result.name.startswith("our job"):
                 probe = run_ray_probe()
                 print(f"Ray alone: {probe}", flush=True)
+            if not result.finished:
+                print(
+                    f"{result.name}: did not finish in {result.process_s:,.0f} s "
+                    f"({result.calls} calls)",
+                    flush=True,
+                )
+                continue
             print(
                 f"{result.name}: {result.span_rate:,.1f} items/s while sending, "
                 f"{result.rate:,.1f} items/s scoring ({result.scoring_s:.2f} s), "

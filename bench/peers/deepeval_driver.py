@@ -8,14 +8,21 @@ DeepEval's batch entry point, `deepeval.evaluate(test_cases, [metric])`, with it
 (include_reason=True: a verdict call and a reason call per item). The judge is DeepEval's
 `LocalModel`, its documented model for any OpenAI-compatible endpoint (base_url + a key; a
 dummy key here). Progress bar and result printing are off (DisplayConfig), so the terminal costs
-nothing. Writes {"items", "scores", "seconds", "import_s", "settings", "version"} as JSON.
+nothing. Writes {"items", "settings"} as JSON before scoring, then adds {"scores", "seconds",
+"import_s", "version"} (`bench.peers.result_file`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
+
+# The drivers run as scripts in the peers' venv: the repo's root on the path for bench.peers.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.peers.result_file import announce, finish
 
 _started = time.perf_counter()
 import deepeval  # noqa: E402  (timed: the import is part of what a user pays)
@@ -50,6 +57,13 @@ def main() -> None:
     model = LocalModel(model=args.model, base_url=args.base_url, api_key="bench-dummy-key")
     metric = ContextualPrecisionMetric(model=model)
     config = AsyncConfig()
+    announce(
+        args.out,
+        len(cases),
+        f"deepeval.evaluate(), AsyncConfig(run_async={config.run_async}, "
+        f"max_concurrent={config.max_concurrent}, throttle_value={config.throttle_value})"
+        ", ContextualPrecisionMetric defaults (include_reason=True), LocalModel",
+    )
     started = time.perf_counter()
     result = evaluate(
         cases,
@@ -62,23 +76,15 @@ def main() -> None:
     for test in result.test_results:
         data = test.metrics_data[0] if test.metrics_data else None
         scores[test.name] = data.score if data is not None and data.error is None else None
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(
-            {
-                "items": len(cases),
-                "scores": scores,
-                "seconds": seconds,
-                "import_s": _IMPORT_S,
-                "version": deepeval.__version__,
-                "settings": (
-                    f"deepeval.evaluate(), AsyncConfig(run_async={config.run_async}, "
-                    f"max_concurrent={config.max_concurrent}, "
-                    f"throttle_value={config.throttle_value})"
-                    ", ContextualPrecisionMetric defaults (include_reason=True), LocalModel"
-                ),
-            },
-            handle,
-        )
+    finish(
+        args.out,
+        {
+            "scores": scores,
+            "seconds": seconds,
+            "import_s": _IMPORT_S,
+            "version": deepeval.__version__,
+        },
+    )
 
 
 if __name__ == "__main__":

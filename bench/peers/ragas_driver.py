@@ -14,8 +14,8 @@ Two entry points, both RAGAS's own batch ones, both judging against the referenc
   ChatOpenAI(base_url=..., api_key=...)))` with the default RunConfig (max_workers=16). One
   request per context.
 
-Writes {"items", "scores", "seconds", "import_s", "settings", "version"} as JSON; a score is
-null when RAGAS gave none (NaN).
+Writes {"items", "settings"} as JSON before scoring, then adds {"scores", "seconds", "import_s",
+"version"} (`bench.peers.result_file`); a score is null when RAGAS gave none (NaN).
 """
 
 from __future__ import annotations
@@ -24,9 +24,15 @@ import argparse
 import asyncio
 import json
 import math
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
+
+# The drivers run as scripts in the peers' venv: the repo's root on the path for bench.peers.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.peers.result_file import announce, finish
 
 _started = time.perf_counter()
 import ragas  # noqa: E402  (timed: the import is part of what a user pays)
@@ -39,7 +45,7 @@ def _clean(value: object) -> float | None:
     return None if math.isnan(number) else number
 
 
-def run_collections(rows: list[dict[str, Any]], base_url: str, model: str) -> tuple[list[Any], str]:
+def run_collections(rows: list[dict[str, Any]], base_url: str, model: str, out: str) -> list[Any]:
     from openai import AsyncOpenAI
     from ragas.llms import llm_factory
     from ragas.metrics.collections import ContextPrecision
@@ -54,15 +60,17 @@ def run_collections(rows: list[dict[str, Any]], base_url: str, model: str) -> tu
         }
         for row in rows
     ]
-    results = asyncio.run(metric.abatch_score(inputs))
-    settings = (
+    announce(
+        out,
+        len(rows),
         "ContextPrecision (ragas.metrics.collections) on llm_factory(AsyncOpenAI(base_url, "
-        "key)), metric.abatch_score(all items): unbounded gather"
+        "key)), metric.abatch_score(all items): unbounded gather",
     )
-    return [_clean(result.value) for result in results], settings
+    results = asyncio.run(metric.abatch_score(inputs))
+    return [_clean(result.value) for result in results]
 
 
-def run_evaluate(rows: list[dict[str, Any]], base_url: str, model: str) -> tuple[list[Any], str]:
+def run_evaluate(rows: list[dict[str, Any]], base_url: str, model: str, out: str) -> list[Any]:
     from langchain_openai import ChatOpenAI
     from ragas import EvaluationDataset, RunConfig, evaluate
     from ragas.llms import LangchainLLMWrapper
@@ -81,6 +89,13 @@ def run_evaluate(rows: list[dict[str, Any]], base_url: str, model: str) -> tuple
     )
     llm = LangchainLLMWrapper(ChatOpenAI(model=model, base_url=base_url, api_key="bench-dummy-key"))
     config = RunConfig()
+    announce(
+        out,
+        len(rows),
+        "ragas.evaluate() with LLMContextPrecisionWithReference, LangchainLLMWrapper(ChatOpenAI("
+        f"base_url, key)), RunConfig(max_workers={config.max_workers}, "
+        f"max_retries={config.max_retries}, timeout={config.timeout})",
+    )
     result = evaluate(
         dataset,
         metrics=[LLMContextPrecisionWithReference()],
@@ -89,12 +104,7 @@ def run_evaluate(rows: list[dict[str, Any]], base_url: str, model: str) -> tuple
         show_progress=False,
     )
     values = result.to_pandas()["llm_context_precision_with_reference"].tolist()
-    settings = (
-        "ragas.evaluate() with LLMContextPrecisionWithReference, LangchainLLMWrapper(ChatOpenAI("
-        f"base_url, key)), RunConfig(max_workers={config.max_workers}, "
-        f"max_retries={config.max_retries}, timeout={config.timeout})"
-    )
-    return [_clean(value) for value in values], settings
+    return [_clean(value) for value in values]
 
 
 def main() -> None:
@@ -110,20 +120,17 @@ def main() -> None:
         rows = [json.loads(line) for line in handle if line.strip()]
     run = run_collections if args.entry == "collections" else run_evaluate
     started = time.perf_counter()
-    values, settings = run(rows, args.base_url, args.model)
+    values = run(rows, args.base_url, args.model, args.out)
     seconds = time.perf_counter() - started
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(
-            {
-                "items": len(rows),
-                "scores": {row["query_id"]: value for row, value in zip(rows, values, strict=True)},
-                "seconds": seconds,
-                "import_s": _IMPORT_S,
-                "version": ragas.__version__,
-                "settings": settings,
-            },
-            handle,
-        )
+    finish(
+        args.out,
+        {
+            "scores": {row["query_id"]: value for row, value in zip(rows, values, strict=True)},
+            "seconds": seconds,
+            "import_s": _IMPORT_S,
+            "version": ragas.__version__,
+        },
+    )
 
 
 if __name__ == "__main__":
