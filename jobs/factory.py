@@ -162,6 +162,17 @@ def response_format_summary(judge: Judge) -> dict[str, Any] | None:
     return None
 
 
+def workers_import_litellm(config: JobConfig) -> bool:
+    """Whether each worker imports litellm before its first request (seconds of start-up):
+    it counts prompt tokens for a tokens-per-minute limit, or it is the judge's transport.
+    The offline lexical judge imports neither."""
+    judge_config = config.judge
+    if judge_config.model == "lexical":
+        return False
+    transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
+    return bool(config.rate_limit.tokens_per_minute) or transport == "litellm"
+
+
 def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int]:
     """Counts a request's prompt tokens the provider's way (litellm's tokenizer for `model`),
     for a tokens-per-minute limit. Imports litellm on first use."""

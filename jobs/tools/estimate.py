@@ -23,7 +23,8 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   the provider's limits as the run cuts them (`jobs.engine.batch.state.BatchPacker`);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
-  plus the workers' start (`WORKER_START_S`), a latency for the first request and
+  plus the workers' start (`WORKER_START_S`, and `LITELLM_IMPORT_S` more where workers import
+  litellm), a latency for the first request and
   `TAIL_LATENCIES` for the slowest last replies
   (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
   prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
@@ -91,9 +92,11 @@ TAIL_LATENCIES = 3.0
 """The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
 latency, taken as 3x the assumed mean (a heavy-tailed reply time; see the flow benchmark)."""
 WORKER_START_S = 10.0
-"""The fan-out's fixed start before its first request: the worker processes starting and
-importing the judge (litellm alone takes seconds), about 10 s on 2 cores (the flow section of
-docs/benchmarks.md)."""
+"""The fan-out's fixed start before its first request: the coordinator and the worker
+processes starting and importing the engine (the flow section of docs/benchmarks.md)."""
+LITELLM_IMPORT_S = 4.0
+"""What a worker's start adds when it imports litellm (to count prompt tokens for a
+tokens-per-minute limit, or as the transport): litellm's import alone takes seconds."""
 _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
 """Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
 _MAX_INVALID_EXAMPLES = 5
@@ -459,12 +462,15 @@ def _wall_time(
     )
     by_concurrency = calls / concurrency * latency_s if calls else 0.0
     # the workers' start, the first request (it goes alone), the slowest of the last replies
-    edges = WORKER_START_S + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
+    worker_start = WORKER_START_S + (
+        LITELLM_IMPORT_S if factory.workers_import_litellm(config) else 0.0
+    )
+    edges = worker_start + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
     base.update(
         by_requests_s=by_requests,
         by_tokens_s=by_tokens,
         by_concurrency_s=by_concurrency,
-        worker_start_s=WORKER_START_S,
+        worker_start_s=worker_start,
     )
     if by_requests is None and by_tokens is None:
         return {

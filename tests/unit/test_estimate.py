@@ -22,6 +22,7 @@ from jobs.engine.inputs import validate_record as preprocess
 from jobs.engine.storage import open_store
 from jobs.factory import input_spec
 from jobs.tools.estimate import (
+    LITELLM_IMPORT_S,
     OUTPUT_TOKENS_PER_REASON,
     OUTPUT_TOKENS_PER_VERDICT,
     TAIL_LATENCIES,
@@ -170,8 +171,17 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
         "rate_limit.tokens_per_minute=1000",
         "rate_limit.headroom=1.0",
     )["wall_time"]
-    assert by_tokens["seconds"] == pytest.approx(by_tokens["limiter_tokens"] / 1000 * 60 + edges)
+    # (the workers import litellm to count prompt tokens: their start takes longer)
+    assert by_tokens["seconds"] == pytest.approx(
+        by_tokens["limiter_tokens"] / 1000 * 60 + edges + LITELLM_IMPORT_S
+    )
+    assert by_tokens["worker_start_s"] == WORKER_START_S + LITELLM_IMPORT_S
     assert "tokens_per_minute" in by_tokens["basis"]
+    # so do workers whose transport is litellm
+    via_litellm = run(
+        config, model, "rate_limit.requests_per_minute=30", "judge.transport=litellm"
+    )["wall_time"]
+    assert via_litellm["seconds"] == pytest.approx(paced["seconds"] + LITELLM_IMPORT_S)
     # no limit: explicit about the assumption
     free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0)["wall_time"]
     assert "unbounded by rate limit" in free["basis"]
