@@ -85,7 +85,7 @@ bench: install
 	$(BIN)/python -m bench.flow_bench --latencies 0.05 0.5 1 3 --seconds 60
 	# the longer runs under that section's second table (printed; pasted by hand)
 	$(BIN)/python -m bench.flow_bench --latencies 3 10 --transports http --seconds 120 --no-write
-	$(BIN)/python -m bench.peers_bench --items 6000
+	$(BIN)/python -m bench.peers_bench --items 6000 --peer-timeout 1200
 	$(BIN)/python -m bench.batch_bench --items 100000
 
 # A real judge (llama.cpp, Gemma 3 270M) on 52 items of ../shared/data (the job) and 20 per
