@@ -91,12 +91,13 @@ DEFAULT_ASSUMED_LATENCY_S = 2.0
 TAIL_LATENCIES = 3.0
 """The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
 latency, taken as 3x the assumed mean (a heavy-tailed reply time; see the flow benchmark)."""
-WORKER_START_S = 10.0
+WORKER_START_S = 3.0
 """The fan-out's fixed start before its first request: the coordinator and the worker
-processes starting and importing the engine (the flow section of docs/benchmarks.md)."""
-LITELLM_IMPORT_S = 4.0
+processes starting and importing the engine, about 3 s on 2 quiet cores with the bytecode
+compiled at install (the flow section of docs/benchmarks.md; a loaded machine takes longer)."""
+LITELLM_IMPORT_S = 3.5
 """What a worker's start adds when it imports litellm (to count prompt tokens for a
-tokens-per-minute limit, or as the transport): litellm's import alone takes seconds."""
+tokens-per-minute limit, or as the transport): measured 3.5 s more than a worker without it."""
 _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
 """Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
 _MAX_INVALID_EXAMPLES = 5
