@@ -83,8 +83,8 @@ bench: install
 	$(BIN)/python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 	$(BIN)/python -m bench.job_bench memory --sizes 10000 100000 1000000 3000000
 	$(BIN)/python -m bench.flow_bench --latencies 0.05 0.5 1 3 --seconds 60
-	# the longer runs under that section's second table (printed; pasted by hand)
-	$(BIN)/python -m bench.flow_bench --latencies 3 10 --transports http --seconds 120 --no-write
+	# the longer runs under that section's tables (printed; pasted by hand)
+	$(BIN)/python -m bench.flow_bench --latencies 1 3 10 --transports http --seconds 120 --no-write
 	$(BIN)/python -m bench.peers_bench --items 6000 --peer-timeout 1200
 	$(BIN)/python -m bench.batch_bench --items 100000
 
