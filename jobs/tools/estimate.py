@@ -24,8 +24,7 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
   plus the workers' start (`WORKER_START_S`, and `LITELLM_IMPORT_S` more where workers import
-  litellm), a latency for the first request and
-  `TAIL_LATENCIES` for the slowest last replies
+  litellm), a latency for the first request and `TAIL_LATENCIES` for the slowest last replies
   (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
   prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
   no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
