@@ -2,7 +2,7 @@
 
 How a night's run flows (start reading at jobs.engine.driver.run_job):
 
-    input file(s)  JSONL or Parquet, local or s3:// / gs:// / az:// (jobs.engine.inputs)
+    input file(s)  JSONL or Parquet, local or s3:// / gs:// / az:// (jobs.inputs)
       -> plan      shards of about `ray.shard_size` rows; finished ones are skipped on rerun
       -> shards on Ray workers
                    each task reads its shard, asks the judge (shared rate limit, verdict

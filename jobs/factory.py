@@ -12,12 +12,12 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from jobs.cache import judge_fingerprint
 from jobs.config import JobConfig
 from jobs.engine.budget import BudgetSettings
-from jobs.engine.cache import judge_fingerprint
-from jobs.engine.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
-from jobs.engine.storage import Store, open_store
+from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
 from jobs.schema import CarriedColumn
+from jobs.storage import Store, open_store
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.response_format import ResponseFormatNegotiation, shared_negotiation

@@ -4,14 +4,14 @@
   `STAGED_VERDICTS`;
 * published (what readers see, written by `jobs.engine.publish`): `PUBLISHED_SCORES`,
   `PUBLISHED_VERDICTS`, `PUBLISHED_SUMMARY`;
-* `VERDICT_CACHE`, the verdict cache files that outlive runs (`jobs.engine.cache`);
+* `VERDICT_CACHE`, the verdict cache files that outlive runs (`jobs.cache`);
 * batch mode's staging (`jobs.engine.batch`): `BATCH_REQUESTS`, the index of a shard's request
   lines for one round, and `BATCH_REPLIES`, what came back for them.
 
 A run may carry input columns of the user's (`input.carry`) into its scores table, and some of
 them (`input.carry_to_verdicts`) into its verdicts table: `RunSchema` is the run's tables, ours
 extended with those (`Table.with_extra`), each carried column with the Arrow type decided at
-start-up from the input (`jobs.engine.inputs.carry`), so every shard file has the same type.
+start-up from the input (`jobs.inputs.carry`), so every shard file has the same type.
 
 The workers write with pyarrow and publishing reads with Polars; both take their schemas from
 here (`Table.arrow`, `Table.polars`), and the row builders take their keys from here

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from jobs.engine.inputs import Shard
 from jobs.engine.worker import ShardReport
+from jobs.inputs import Shard
 
 Lease = tuple[int, Shard, int]
 """What a worker gets: (the shard's number in the run, the shard, its slot in its file)."""

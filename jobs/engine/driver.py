@@ -32,18 +32,18 @@ from typing import Any, TextIO
 from jobs import factory
 from jobs.config import JobConfig, load_config
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.inputs import inspect_input, list_input_files, plan_shards
-from jobs.engine.inputs.carry import check_segment_columns
 from jobs.engine.lease import RunLease
 from jobs.engine.lookahead import find_duplicates_first
 from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest, shards_by_node
 from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
 from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
-from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardReport
+from jobs.inputs import inspect_input, list_input_files, plan_shards
+from jobs.inputs.carry import check_segment_columns
 from jobs.pricing import price_basis
 from jobs.schema import RunSchema
+from jobs.storage import Store, open_store
 from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep

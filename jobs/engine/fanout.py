@@ -29,10 +29,10 @@ from jobs import factory
 from jobs.config import JobConfig
 from jobs.engine.coordinator import coordinator_actor_class, make_governor
 from jobs.engine.governor import RunGovernor
-from jobs.engine.inputs import Shard
 from jobs.engine.progress import ExpectedItems, ProgressLine
 from jobs.engine.publish import RunLocation
 from jobs.engine.worker import ShardContext, ShardReport, run_worker
+from jobs.inputs import Shard
 from jobs.schema import RunSchema
 from scorer_core.errors import CtxPrecError
 

@@ -35,10 +35,10 @@ import polars as pl
 
 from jobs import factory
 from jobs.config import JobConfig
-from jobs.engine.inputs import InputSpec, Shard
-from jobs.engine.inputs.records import read_query_ids
 from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder
-from jobs.engine.storage import Store
+from jobs.inputs import InputSpec, Shard
+from jobs.inputs.records import read_query_ids
+from jobs.storage import Store
 
 _TASK_SHARDS = 16
 """Shards whose ids one Ray task reads (tasks of a few ms each would cost more than they do)."""

@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 
 from jobs.engine import aggregate
 from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder, RepeatMarks, mark_rows, where
-from jobs.engine.storage import Store
 from jobs.schema import RunSchema
+from jobs.storage import Store
 from scorer_core.errors import CtxPrecError
 
 TABLES = ("verdicts", "summary", "scores")  # publication order: scores last

@@ -56,7 +56,7 @@ _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 
 def where(source: str, row: int) -> str:
     """A row's position in the words of the input reader's messages (JSONL rows are
-    identified by the byte offset of their line, see jobs.engine.inputs)."""
+    identified by the byte offset of their line, see jobs.inputs)."""
     return f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
 
 

@@ -31,26 +31,26 @@ from typing import Any
 import pyarrow as pa
 
 from jobs import factory
-from jobs.config import JobConfig
-from jobs.engine.batch.judge import OnlineAsk
-from jobs.engine.batch.stage import ShardPass
-from jobs.engine.cache import (
+from jobs.cache import (
     CachingJudge,
     VerdictCache,
     load_cache,
     pair_key,
     slot_path,
 )
+from jobs.config import JobConfig
+from jobs.engine.batch.judge import OnlineAsk
+from jobs.engine.batch.stage import ShardPass
 from jobs.engine.flow import WorkerFlow
-from jobs.engine.inputs import (
+from jobs.engine.lookahead import read_marks
+from jobs.engine.progress import BatchedCounter
+from jobs.inputs import (
     ItemRecord,
     RowError,
     Shard,
 )
-from jobs.engine.lookahead import read_marks
-from jobs.engine.progress import BatchedCounter
-from jobs.engine.storage import Store, open_store
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash, duplicate_error
+from jobs.storage import Store, open_store
 from scorer_core.errors import FatalJudgeError, StorageError
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge

@@ -31,7 +31,7 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   latency / the run's concurrency (`--assumed-latency`); the same concurrency floor applies
   when it is larger than the rate-limit time;
 - the share of context pairs the verdict cache would answer: pair keys
-  (`jobs.engine.cache.pair_key`)
+  (`jobs.cache.pair_key`)
   looked up in the cache files that exist under this config's cache path, using the same slot
   and neighbour rule as the workers. The lexical judge does not use the cache.
 
@@ -56,18 +56,18 @@ import pyarrow.parquet as pq
 
 from jobs import factory
 from jobs import formatting as fmt
+from jobs.cache import pair_key, slot_path
 from jobs.config import JobConfig, load_config
 from jobs.engine.batch.requests import RequestLines, custom_id, item_key
 from jobs.engine.batch.state import BatchPacker
-from jobs.engine.cache import pair_key, slot_path
-from jobs.engine.inputs import (
+from jobs.inputs import (
     RowError,
     check_schema,
     list_input_files,
     plan_shards,
 )
-from jobs.engine.storage import Store, filesystem
 from jobs.pricing import estimate_cost_usd, price_basis
+from jobs.storage import Store, filesystem
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
@@ -157,7 +157,7 @@ def _sample_key(query_id: str, item: ScoringItem) -> bytes:
 class _CacheProbe:
     """Which pair keys the workers would find in the existing cache files.
 
-    Mirrors `jobs.engine.cache.load_cache` (a shard sees its own slot and both neighbours) but keeps
+    Mirrors `jobs.cache.load_cache` (a shard sees its own slot and both neighbours) but keeps
     only keys, and keeps at most three slots of one file in memory at a time.
     """
 

@@ -45,7 +45,7 @@ from jobs.engine.aggregate import (
 )
 from jobs.engine.publish import RunLocation, scan
 from jobs.engine.response_formats import RunResponseFormat
-from jobs.engine.storage import Store, open_store
+from jobs.storage import Store, open_store
 from scorer_core.errors import ConfigError, CtxPrecError
 
 TABLES = ("scores", "verdicts", "summary")

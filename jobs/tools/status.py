@@ -18,7 +18,7 @@ from jobs import formatting as fmt
 from jobs.config import RUN_ID_PATTERN
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.state import RoundState
-from jobs.engine.storage import Store
+from jobs.storage import Store
 from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest_dict
 
 

@@ -29,7 +29,7 @@ from jobs.engine.batch.rounds import BatchesStillRunning
 from jobs.engine.driver import RunOutcome, run_job
 from jobs.engine.publish import RunLocation
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.engine.storage import open_store
+from jobs.storage import open_store
 from jobs.tools.sample_data import generate, write_jsonl
 from jobs.tools.status import status_lines
 from scorer_core.testing import BatchPlan, FakeJudgeServer, FaultPlan

@@ -36,13 +36,13 @@ import yaml
 from jobs.config import load_config
 from jobs.engine.driver import RunOutcome, run_job
 from jobs.engine.fanout import SHARDS_PER_WORKER
-from jobs.engine.inputs import Shard, list_input_files, plan_shards
 from jobs.engine.lease import RunLocked
 from jobs.engine.publish import RunLocation
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.engine.storage import open_store
 from jobs.engine.worker import ShardContext, run_shard, shard_paths
 from jobs.factory import input_spec
+from jobs.inputs import Shard, list_input_files, plan_shards
+from jobs.storage import open_store
 from scorer_core.testing import Arrival, FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests

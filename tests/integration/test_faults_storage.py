@@ -10,7 +10,7 @@ point of the run (a server-side hook on the request that commits a shard), not a
 or sleeping.
 
 The store's storage_options are plain: botocore and s3fs make one attempt per request by
-default (`jobs.engine.storage.s3_options`), so a store call against a dead endpoint gives up
+default (`jobs.storage.s3_options`), so a store call against a dead endpoint gives up
 after the job's own retries alone.
 """
 
@@ -31,7 +31,7 @@ from jobs.config import JobConfig
 from jobs.engine import publish
 from jobs.engine.driver import RunFailed, run_job
 from jobs.engine.publish import RunLocation
-from jobs.engine.storage import filesystem
+from jobs.storage import filesystem
 from scorer_core.errors import StorageError
 from scorer_core.testing import FakeJudgeServer, FaultPlan
 from tests.support.job import (
@@ -182,7 +182,7 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
 # Connections the short outage resets. Each is one failed try of a store call, or half of
 # one when aiohttp retries a dropped idempotent request by itself (see tests.support.s3_faults): a
 # call that met them all, and a request in flight that the outage cut, still has a try left of
-# `jobs.engine.storage.DEFAULT_ATTEMPTS`.
+# `jobs.storage.DEFAULT_ATTEMPTS`.
 OUTAGE = 3
 
 

@@ -19,11 +19,11 @@ import pytest
 from jobs.config import load_config, parse_config
 from jobs.context_precision import main
 from jobs.engine.driver import RunOutcome, print_outcome, run_job
-from jobs.engine.inputs import list_input_files, plan_shards
 from jobs.engine.publish import RunLocation
-from jobs.engine.storage import open_store
 from jobs.engine.worker import ShardContext, run_shard, shard_paths
 from jobs.factory import input_spec
+from jobs.inputs import list_input_files, plan_shards
+from jobs.storage import open_store
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError, InputError

@@ -17,7 +17,7 @@ from jobs.config import JobConfig, parse_config
 from jobs.engine import publish
 from jobs.engine.driver import RunFailed, run_job
 from jobs.engine.publish import RunLocation
-from jobs.engine.storage import s3_options
+from jobs.storage import s3_options
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import StorageError
 from tests.support.job import COLUMNS, lexical_truth

@@ -16,13 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.config import JobConfig, parse_config
-from jobs.engine.inputs import list_input_files, plan_shards
 from jobs.engine.lookahead import find_duplicates_first, marks_path, read_marks, shard_keys
 from jobs.engine.repeats import KEYS, SEQ_SHIFT
-from jobs.engine.storage import open_store
 from jobs.engine.worker import ShardContext, run_shard, shard_paths
 from jobs.factory import input_spec
+from jobs.inputs import list_input_files, plan_shards
 from jobs.schema import duplicate_error
+from jobs.storage import open_store
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
 STAGING = "_staging/run_id=look"

@@ -28,7 +28,7 @@ import s3fs
 import yaml
 
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.engine.storage import s3_options
+from jobs.storage import s3_options
 from tests.support.job import COLUMNS, lexical_truth, write_items
 from tests.support.moto import MotoS3
 from tests.support.node_barrier import BARRIER_ENV, NodeBarrier

@@ -20,7 +20,7 @@ from jobs.cli import main as ctxprec
 from jobs.config import parse_config
 from jobs.engine.driver import run_job
 from jobs.engine.publish import TABLES
-from jobs.engine.storage import open_store
+from jobs.storage import open_store
 from jobs.tools import compare, report
 from jobs.tools.runs import load_run
 from jobs.tools.sample_data import generate

@@ -1,4 +1,4 @@
-"""Input files and rows for the tests of jobs.engine.inputs (tests/unit/test_inputs_*.py)."""
+"""Input files and rows for the tests of jobs.inputs (tests/unit/test_inputs_*.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     InputSpec,
     RawRow,
     Shard,

@@ -37,8 +37,8 @@ import pyarrow as pa
 from jobs.engine import aggregate
 from jobs.engine.publish import TABLES, RunLocation
 from jobs.engine.response_formats import RunResponseFormat
-from jobs.engine.storage import Store, open_store
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, CarriedColumn, RunSchema, context_hash
+from jobs.storage import Store, open_store
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason

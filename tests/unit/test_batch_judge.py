@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jobs.cache import CachingJudge, VerdictCache
 from jobs.config import JobConfig, parse_config
 from jobs.engine.batch.ingest import ingest_batch, missing_reason
 from jobs.engine.batch.judge import BatchJudge, RecordedRequest, ReplayClient, Reply
@@ -27,7 +28,6 @@ from jobs.engine.batch.requests import (
     shard_number_of,
 )
 from jobs.engine.batch.state import BatchRecord, RoundState, split_batches
-from jobs.engine.cache import CachingJudge, VerdictCache
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError
 from scorer_core.openai_http import OpenAIHTTPClient

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import deque
 
 from jobs.engine.dispatch import ShardBoard
-from jobs.engine.inputs import Shard
 from jobs.engine.worker import ShardReport
+from jobs.inputs import Shard
 
 
 def shard(n: int) -> Shard:

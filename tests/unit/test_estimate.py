@@ -13,14 +13,14 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from jobs.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
-from jobs.engine.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
-from jobs.engine.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
-from jobs.engine.inputs import validate_record as preprocess
-from jobs.engine.storage import open_store
 from jobs.factory import input_spec
+from jobs.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
+from jobs.inputs import validate_record as preprocess
+from jobs.storage import open_store
 from jobs.tools.estimate import (
     LITELLM_IMPORT_S,
     OUTPUT_TOKENS_PER_REASON,

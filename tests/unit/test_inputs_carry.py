@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.carry and the carried columns / context ids through the input steps:
+"""jobs.inputs.carry and the carried columns / context ids through the input steps:
 types decided at start-up (Parquet schema, JSONL sample), each row's values checked, missing
 columns named, context ids parallel to the contexts."""
 
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.config import parse_config
-from jobs.engine.inputs import (
+from jobs.inputs import (
     ColumnMap,
     InputSpec,
     ItemRecord,
@@ -24,7 +24,7 @@ from jobs.engine.inputs import (
     read_items,
     to_item,
 )
-from jobs.engine.inputs.carry import check_segment_columns, conform, infer_json_type
+from jobs.inputs.carry import check_segment_columns, conform, infer_json_type
 from jobs.schema import CarriedColumn
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import item, raw, spec_for, write_jsonl

@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.columns: a missing column fails the job before any judging."""
+"""jobs.inputs.columns: a missing column fails the job before any judging."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     ColumnMap,
     check_schema,
     list_input_files,

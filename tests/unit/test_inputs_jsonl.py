@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.jsonl: byte-range shards (the Hadoop line rule), gzip, BOM, CRLF, bad
+"""jobs.inputs.jsonl: byte-range shards (the Hadoop line rule), gzip, BOM, CRLF, bad
 lines, and streaming reads that fetch about their range."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     FileInfo,
     RawRow,
     RowError,
@@ -25,7 +25,7 @@ from jobs.engine.inputs import (
     read_shard,
     to_item,
 )
-from jobs.engine.inputs.jsonl import lines_in_range
+from jobs.inputs.jsonl import lines_in_range
 from scorer_core.errors import InputError, StorageError
 from tests.support.inputs import (
     item,

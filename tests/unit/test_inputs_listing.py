@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.listing: which files are the input, and their formats."""
+"""jobs.inputs.listing: which files are the input, and their formats."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     InputSpec,
     list_input_files,
 )

@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.parquet: row-range shards read every row once, only the needed columns."""
+"""jobs.inputs.parquet: row-range shards read every row once, only the needed columns."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     ItemRecord,
     list_input_files,
     plan_shards,

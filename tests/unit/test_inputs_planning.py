@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.planning: shards from footers and samples, with stable ids."""
+"""jobs.inputs.planning: shards from footers and samples, with stable ids."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     FileInfo,
     InputSpec,
     list_input_files,
@@ -17,7 +17,7 @@ from jobs.engine.inputs import (
     planning,
     read_shard,
 )
-from jobs.engine.inputs.planning import jsonl_byte_ranges, parquet_row_ranges
+from jobs.inputs.planning import jsonl_byte_ranges, parquet_row_ranges
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import (
     item,

@@ -1,4 +1,4 @@
-"""jobs.engine.inputs.records (rows to items: policies, truncation) and spec (the extractor)."""
+"""jobs.inputs.records (rows to items: policies, truncation) and spec (the extractor)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     ColumnMap,
     InputSpec,
     ItemRecord,
@@ -17,7 +17,7 @@ from jobs.engine.inputs import (
     RowError,
     to_item,
 )
-from jobs.engine.inputs.spec import load_extractor, required_columns
+from jobs.inputs.spec import load_extractor, required_columns
 from scorer_core.errors import ConfigError
 from scorer_core.prompt import is_retrieval_only
 from tests.support.inputs import (
@@ -198,7 +198,7 @@ def test_config_defaults_are_the_truncation_defaults_without_loading_the_readers
         "from jobs.config import InputConfig\n"
         "config = InputConfig(path='x')\n"
         "print(config.max_context_chars, config.max_contexts)\n"
-        "print(*sorted(m for m in ('pyarrow', 'fsspec', 'jobs.engine.inputs') if m in sys.modules))"
+        "print(*sorted(m for m in ('pyarrow', 'fsspec', 'jobs.inputs') if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],

@@ -1,4 +1,4 @@
-"""jobs.engine.inputs end to end through s3:// on the moto server: list, check, plan, read."""
+"""jobs.inputs end to end through s3:// on the moto server: list, check, plan, read."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import s3fs
 
-from jobs.engine.inputs import (
+from jobs.inputs import (
     InputSpec,
     ItemRecord,
     check_schema,

@@ -16,11 +16,11 @@ import pytest
 
 from jobs.config import JobConfig, parse_config
 from jobs.engine.driver import resolve_location, run_job
-from jobs.engine.inputs import list_input_files, plan_shards
 from jobs.engine.lease import RunLease, RunLocked
-from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import ShardContext, run_shard, shard_paths
 from jobs.factory import input_spec
+from jobs.inputs import list_input_files, plan_shards
+from jobs.storage import Store, open_store
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import FatalJudgeError, StorageError
 

@@ -19,10 +19,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from jobs.engine.inputs import ItemRecord, RowError
 from jobs.engine.publish import Published, RunLocation, ScoresDisagree, publish_run
-from jobs.engine.storage import Store, open_store
 from jobs.engine.worker import error_row, item_row, shard_paths, verdict_rows
+from jobs.inputs import ItemRecord, RowError
 from jobs.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
@@ -31,6 +30,7 @@ from jobs.schema import (
     RunSchema,
     duplicate_error,
 )
+from jobs.storage import Store, open_store
 from jobs.tools.runs import summary_from_frame
 from scorer_core.precision import context_precision
 from scorer_core.types import ContextVerdict, ScoreResult, Usage

@@ -19,7 +19,7 @@ from markupsafe import escape
 from jobs.cli import build_parser
 from jobs.engine.aggregate import BANDS
 from jobs.engine.response_formats import RunResponseFormat
-from jobs.engine.storage import open_store
+from jobs.storage import open_store
 from jobs.tools import report
 from jobs.tools.report import charts
 from jobs.tools.report.queries import WORST_QUERIES

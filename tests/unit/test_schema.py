@@ -9,8 +9,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from jobs.cache import CACHE_SCHEMA
 from jobs.engine.aggregate import BANDS, PositionRate, RunSummary
-from jobs.engine.cache import CACHE_SCHEMA
 from jobs.schema import (
     PUBLISHED,
     PUBLISHED_SCORES,

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.engine.storage import open_store
+from jobs.storage import open_store
 from jobs.tools import compare, report
 from tests.support.labelled import FILES, labelled_queries, needs_the_files, read_rows
 from tests.support.published import publish

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from jobs.config import RunConfig
 from jobs.engine.limiter import PacingState
-from jobs.engine.storage import open_store
+from jobs.storage import open_store
 from jobs.tools.estimate import OUTPUT_TOKENS_PER_VERDICT
 from jobs.tools.runs import RunNotFound, find_run
 from scorer_core.judge import CHARS_PER_TOKEN, estimate_tokens

@@ -12,9 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.config import JobConfig, parse_config
-from jobs.engine.inputs import ItemRecord, RowError, list_input_files, plan_shards
-from jobs.engine.inputs import validate_record as preprocess
-from jobs.engine.storage import open_store
 from jobs.engine.worker import (
     ShardContext,
     error_row,
@@ -24,7 +21,10 @@ from jobs.engine.worker import (
     verdict_rows,
 )
 from jobs.factory import input_spec
+from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
+from jobs.inputs import validate_record as preprocess
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, CarriedColumn, RunSchema, context_hash
+from jobs.storage import open_store
 from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason
 from scorer_core.testing import FakeJudgeServer

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.engine.batch.judge import RecordedRequest, Reply
-from jobs.engine.storage import Store
 from jobs.schema import BATCH_REPLIES, BATCH_REQUESTS
+from jobs.storage import Store
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.inputs import Shard
 from jobs.engine.publish import RunLocation
 from jobs.engine.ray_runtime import start_ray
-from jobs.engine.storage import Store
 from jobs.engine.worker import ShardReport
 from jobs.formatting import duration
+from jobs.inputs import Shard
 from jobs.schema import RunSchema
+from jobs.storage import Store
 from scorer_core.errors import CtxPrecError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.cache import CACHE_SCHEMA, VerdictCache, pair_key
 from jobs.config import JobConfig
 from jobs.engine.batch.judge import BatchJudge, OnlineAsk, ReplayClient, Reply
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
-from jobs.engine.cache import CACHE_SCHEMA, VerdictCache, pair_key
-from jobs.engine.inputs import ItemRecord, Shard
-from jobs.engine.storage import Store
+from jobs.inputs import ItemRecord, Shard
+from jobs.storage import Store
 from scorer_core.types import ScoringItem
 
 # item_seq's lower bits: the item's index within its shard (jobs.engine.worker).

@@ -31,12 +31,12 @@ context ids must be as many as the contexts; carried values must have their colu
 (`carry`).
 """
 
-from jobs.engine.inputs.columns import InputSchema, check_schema, inspect_input
-from jobs.engine.inputs.listing import FileInfo, list_input_files
-from jobs.engine.inputs.planning import Shard, plan_shards
-from jobs.engine.inputs.records import read_items, read_shard, to_item, validate_record
-from jobs.engine.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.engine.inputs.spec import ColumnMap, InputSpec
+from jobs.inputs.columns import InputSchema, check_schema, inspect_input
+from jobs.inputs.listing import FileInfo, list_input_files
+from jobs.inputs.planning import Shard, plan_shards
+from jobs.inputs.records import read_items, read_shard, to_item, validate_record
+from jobs.inputs.rows import ItemRecord, RawRow, RowError
+from jobs.inputs.spec import ColumnMap, InputSpec
 
 __all__ = [
     "ColumnMap",

@@ -22,10 +22,10 @@ from typing import IO
 
 import fsspec
 
-from jobs.engine.inputs.opening import open_input
-from jobs.engine.inputs.planning import Shard
-from jobs.engine.inputs.rows import RawRow
-from jobs.engine.storage import retry_call
+from jobs.inputs.opening import open_input
+from jobs.inputs.planning import Shard
+from jobs.inputs.rows import RawRow
+from jobs.storage import retry_call
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 READ_CHUNK = 1 << 20

@@ -14,7 +14,7 @@ no test can inject. `s3_options` turns botocore's retries off (unless the caller
 storage_options set `config_kwargs["retries"]`) and `filesystem` sets the s3fs loop to one
 try. The price: one failed request inside a multi-request call (a part of a multipart upload,
 a page of a listing) repeats the whole call, and a ranged GET that fails while an input shard
-is streamed is not retried alone (the worker's task is, see `jobs.engine.inputs.read_shard`).
+is streamed is not retried alone (the worker's task is, see `jobs.inputs.read_shard`).
 
 Consistency rules (see /work/shared/notes/platform.md):
 

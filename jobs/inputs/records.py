@@ -12,15 +12,15 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from jobs.engine.inputs.carry import conform
-from jobs.engine.inputs.jsonl import read_jsonl_shard
-from jobs.engine.inputs.parquet import read_parquet_shard
-from jobs.engine.inputs.planning import Shard
-from jobs.engine.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.engine.inputs.spec import InputSpec, load_extractor
-from jobs.engine.storage import filesystem
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.inputs.carry import conform
+from jobs.inputs.jsonl import read_jsonl_shard
+from jobs.inputs.parquet import read_parquet_shard
+from jobs.inputs.planning import Shard
+from jobs.inputs.rows import ItemRecord, RawRow, RowError
+from jobs.inputs.spec import InputSpec, load_extractor
 from jobs.schema import CarriedColumn
+from jobs.storage import filesystem
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 

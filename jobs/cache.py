@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.engine.storage import Store
 from jobs.schema import VERDICT_CACHE
+from jobs.storage import Store
 from scorer_core.errors import StorageError
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge

@@ -5,7 +5,7 @@ Planning reads only Parquet footers and the first `SAMPLE_BYTES` of each plain J
 - Parquet: a shard is a row range `[start, end)` of one file, cut at row-group boundaries
   where possible (a row group bigger than `shard_size` is split by row range).
 - JSON Lines: a shard is a byte range `[start, end)` of one file, sized from the bytes per
-  line in the sample; the reader (`jobs.engine.inputs.jsonl`) gives every line to exactly one
+  line in the sample; the reader (`jobs.inputs.jsonl`) gives every line to exactly one
   range.
 - Gzipped JSON Lines: gzip cannot be entered mid-stream, so the whole file is one shard. For
   parallelism prefer many plain (or many small gzipped) files.
@@ -27,10 +27,10 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.engine.inputs.listing import FileInfo
-from jobs.engine.inputs.opening import open_input
-from jobs.engine.inputs.spec import InputFormat, InputSpec
-from jobs.engine.storage import filesystem, retry_call
+from jobs.inputs.listing import FileInfo
+from jobs.inputs.opening import open_input
+from jobs.inputs.spec import InputFormat, InputSpec
+from jobs.storage import filesystem, retry_call
 from scorer_core.errors import ConfigError, InputError
 
 ShardKind = Literal["rows", "bytes"]

@@ -16,13 +16,13 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.engine.inputs.carry import carried_columns, decide_type, infer_json_type
-from jobs.engine.inputs.jsonl import lines_in_range, parse_line
-from jobs.engine.inputs.listing import FileInfo
-from jobs.engine.inputs.opening import open_input
-from jobs.engine.inputs.spec import InputSpec, load_extractor, required_columns
-from jobs.engine.storage import filesystem, retry_call
+from jobs.inputs.carry import carried_columns, decide_type, infer_json_type
+from jobs.inputs.jsonl import lines_in_range, parse_line
+from jobs.inputs.listing import FileInfo
+from jobs.inputs.opening import open_input
+from jobs.inputs.spec import InputSpec, load_extractor, required_columns
 from jobs.schema import CarriedColumn
+from jobs.storage import filesystem, retry_call
 from scorer_core.errors import InputError
 
 SCHEMA_SAMPLE_ROWS = 20
@@ -46,7 +46,7 @@ def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
 
 def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
     """Fail fast, before any judging, when a configured column is missing; decide the type of
-    every carried column (see `jobs.engine.inputs.carry`).
+    every carried column (see `jobs.inputs.carry`).
 
     Opens the first non-empty file: Parquet reads only the schema (footer); JSONL reads up to
     `SCHEMA_SAMPLE_ROWS` valid objects and takes the union of their keys (so a JSONL file must
