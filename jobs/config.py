@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.errors import ConfigError
@@ -327,6 +335,50 @@ class SummaryConfig(_Strict):
         return value
 
 
+class SampleConfig(_Strict):
+    """Judge a stratified random sample of the items instead of all of them (jobs.sampling)."""
+
+    fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Judge this share of the items of every stratum (0 < F <= 1). Give "
+        "fraction or per_segment, not both.",
+    )
+    per_segment: int | None = Field(
+        None,
+        ge=2,
+        description="Judge this many items of every stratum (all of a smaller one). Give "
+        "fraction or per_segment, not both.",
+    )
+    by: list[str] = Field(
+        default_factory=list,
+        description="Carried columns (input.carry; text, integer, boolean or date) whose values "
+        "make the strata; empty: the whole input is one stratum.",
+    )
+    seed: int = Field(
+        0,
+        description="Which items are chosen depends only on this and the query id (a hash): "
+        "keep it fixed to judge the same queries night after night.",
+    )
+
+    @model_validator(mode="after")
+    def _one_size(self) -> SampleConfig:
+        if (self.fraction is None) == (self.per_segment is None):
+            raise ValueError("give exactly one of sample.fraction and sample.per_segment")
+        return self
+
+
+class CanaryConfig(_Strict):
+    """Human-labelled items judged fresh in every run, to tell a changed judge apart."""
+
+    labels: str = Field(
+        description="Labelled JSONL in the format `ctxprec calibrate` reads (query, contexts, "
+        "relevance per context); a local path or any fsspec URL (input.storage_options apply). "
+        "Judged by the run's judge in every run, never from the verdict cache.",
+    )
+
+
 class RunConfig(_Strict):
     """Which run this is: rerunning an unfinished run id resumes it."""
 
@@ -383,9 +435,18 @@ class JobConfig(_Strict):
     rate_limit: RateLimitConfig = RateLimitConfig()
     scorer: ScorerConfig = ScorerConfig()
     summary: SummaryConfig = SummaryConfig()
+    sample: SampleConfig | None = Field(
+        None, description="Judge a stratified random sample (null: every item)."
+    )
+    canary: CanaryConfig | None = Field(
+        None, description="A judge canary: human labels judged fresh in every run (null: none)."
+    )
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
+    # A sampled run's plan (jobs.sampling.SamplePlan), set by the driver before judging and
+    # pickled with the config to the workers; never read from or written to YAML.
+    _sample_plan: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _concurrency_bounds(self) -> JobConfig:
@@ -416,6 +477,18 @@ class JobConfig(_Strict):
         if missing:
             raise ValueError(
                 f"summary.by names {missing}, which input.carry does not carry; add them to "
+                "input.carry"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _strata_are_carried(self) -> JobConfig:
+        if self.sample is None:
+            return self
+        missing = [name for name in self.sample.by if name not in self.input.carry]
+        if missing:
+            raise ValueError(
+                f"sample.by names {missing}, which input.carry does not carry; add them to "
                 "input.carry"
             )
         return self

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from jobs import factory
+from jobs import factory, sampling
+from jobs.canary import judge_canary
 from jobs.config import JobConfig, load_config
 from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.lease import RunLease
@@ -97,6 +98,13 @@ def run_job(
         joined = time.monotonic() - started
     # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
+    sample = None
+    if config.sample is not None:  # which items to judge, and the strata's populations
+        sample = sampling.plan_sample(config, shards, tables.carried)
+        config = sampling.attach(config, sample)
+        out.write(f"sample: {sample.describe()}\n")
+    # the judge canary, judged fresh before the items: a broken judge or label file stops here
+    canary = judge_canary(config, out)
     if read_manifest(store, location) is not None:
         raise RunFailed(
             f"run {location.run_id} is already published at "
@@ -184,6 +192,8 @@ def run_job(
             tables=tables,
             segment_by=config.summary.by,
             batch_price=batch_mode,
+            sample=sample,
+            canary=canary,
         )
     return RunOutcome(
         run_id=location.run_id,

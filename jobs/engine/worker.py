@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from jobs import factory
+from jobs import factory, sampling
 from jobs.cache import (
     CachingJudge,
     VerdictCache,
@@ -272,6 +272,8 @@ def read_shard_records(
     later = later or {}
     for index, record in enumerate(factory.shard_items(config, shard, tables.carried)):
         seq = first_seq + index
+        if not sampling.keeps(config, record, tables.names):
+            continue  # a sampled run (jobs.sampling): not chosen, not judged, not published
         if isinstance(record, ItemRecord) and seq in later:
             elsewhere = later[seq]
             duplicate = RowError(

@@ -37,6 +37,7 @@ import polars as pl
 from jobs.config import RUN_ID_PATTERN, assign_dotted
 from jobs.engine.aggregate import (
     BANDS,
+    CANARY_METRICS,
     FLOW_METRICS,
     LEGACY_BAND_LABELS,
     PositionRate,
@@ -275,6 +276,11 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
         median=scalars.get("median"),
         p10=scalars.get("p10"),
         p90=scalars.get("p90"),
+        mean_ci_low=scalars.get("mean_ci_low"),
+        mean_ci_high=scalars.get("mean_ci_high"),
+        # A run published before populations were recorded judged every item.
+        population=count("population") if "population" in scalars else count("items"),
+        canary=tuple((name, scalars[name]) for name in CANARY_METRICS if name in scalars),
         bands=tuple((label, band_counts.get(label, 0)) for label in labels),
         position_rates=tuple(
             PositionRate(
