@@ -31,7 +31,8 @@ from scorer_core.cli import add_score_arguments, call_handler
 DEFAULT_SAMPLE = 2000
 DEFAULT_ASSUMED_LATENCY_S = 2.0
 DEFAULT_OUTPUT = "results/"
-DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_MAX_CANARY_DROP = 0.1
 DEFAULT_MIN_SEGMENT_SIZE = 30
 DEFAULT_TOP = 10
 
@@ -110,12 +111,32 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
     )
     parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        metavar="X",
+        help="exit 1 on a drop of the mean, overall or in a segment, that is significant "
+        f"(95%%, Holm-corrected across segments) and at least X (default {DEFAULT_MIN_EFFECT})",
+    )
+    parser.add_argument(
         "--max-mean-drop",
         type=float,
-        default=DEFAULT_MAX_MEAN_DROP,
+        default=None,
         metavar="X",
-        help=f"exit 1 when mean(B) < mean(A) - X, overall or in a segment (default "
-        f"{DEFAULT_MAX_MEAN_DROP})",
+        help="the same as --min-effect X (its older name)",
+    )
+    parser.add_argument(
+        "--max-canary-drop",
+        type=float,
+        default=DEFAULT_MAX_CANARY_DROP,
+        metavar="K",
+        help="exit 1 when the judge canary's kappa fell by more than K: the judge changed "
+        f"(default {DEFAULT_MAX_CANARY_DROP})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (gate, overall, segments, canary)",
     )
     parser.add_argument(
         "--by",

@@ -21,7 +21,7 @@ from jobs import formatting as fmt
 from jobs.engine.aggregate import RunSummary, Segment, band_range
 from jobs.engine.response_formats import RunResponseFormat
 from jobs.tools.compare import (
-    DEFAULT_MAX_MEAN_DROP,
+    DEFAULT_MIN_EFFECT,
     DEFAULT_MIN_SEGMENT_SIZE,
     Comparison,
     SegmentShift,
@@ -261,7 +261,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
     """Per segment column of the comparison: each value's shift (with the gate's word for it,
     at the default --max-mean-drop) and a chart of the largest drops."""
     failed = {
-        (s.by, s.value) for s in gate(c, DEFAULT_MAX_MEAN_DROP, min_segment_size).failed_segments
+        (s.by, s.value) for s in gate(c, DEFAULT_MIN_EFFECT, min_segment_size).failed_segments
     }
     views = []
     for column in c.segment_columns:
