@@ -634,20 +634,38 @@ def gate(
     is significant after Holm's correction across them and at least `min_effect`; or when the
     canary's kappa fell more than `max_canary_drop` (the judge changed)."""
     canary = canary_change(comparison.canary_a, comparison.canary_b, max_canary_drop)
-    overall = comparison.overall
+    return decide(
+        comparison.overall,
+        comparison.segments,
+        comparison.method,
+        min_effect,
+        min_segment_size,
+        canary,
+    )
+
+
+def decide(
+    overall: SegmentShift | None,
+    segments: Sequence[SegmentShift],
+    method: str,
+    min_effect: float,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+    canary: dict[str, Any] | None = None,
+) -> Gate:
+    """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
     if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
         return Gate(
             False,
             "FAIL: no query is scored ok in both runs; nothing to compare",
-            segments=comparison.segments,
+            segments=tuple(segments),
             canary=canary,
         )
-    overall, segments = adjust(overall, comparison.segments, min_effect, min_segment_size)
-    failed = tuple(s for s in segments if s.failed)
+    overall, tested = adjust(overall, segments, min_effect, min_segment_size)
+    failed = tuple(s for s in tested if s.failed)
     judge_changed = bool(canary and canary["failed"])
     passed = not overall.failed and not failed and not judge_changed
     lines = [_overall_line(overall, not passed, min_effect)]
-    if comparison.method == "unpaired":
+    if method == "unpaired":
         lines.append(
             f"compared UNPAIRED (Welch): the runs share too few queries scored ok in both "
             f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
@@ -658,7 +676,7 @@ def gate(
         f"Holm: {_why(s, min_effect)}"
         for s in failed
     ]
-    small = sum(1 for s in segments if not s.gated)
+    small = sum(1 for s in tested if not s.gated)
     if small:
         lines.append(
             f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
@@ -666,7 +684,7 @@ def gate(
         )
     if canary is not None:
         lines.append(_canary_line(canary))
-    return Gate(passed, "\n".join(lines), failed, overall, segments, canary)
+    return Gate(passed, "\n".join(lines), failed, overall, tested, canary)
 
 
 # --------------------------------------------------------------------------------------------
