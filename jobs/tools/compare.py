@@ -583,6 +583,8 @@ def _ci(shift: SegmentShift) -> str:
 
 
 def _why(shift: SegmentShift, min_effect: float) -> str:
+    if shift.diff == 0 and shift.ci_low == 0 and shift.ci_high == 0:
+        return "no change"
     if shift.failed:
         return f"a significant drop of at least --min-effect {min_effect:.4f}"
     if not shift.significant:
