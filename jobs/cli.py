@@ -83,6 +83,21 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
         help="per-request latency assumed when no rate limit bounds the run "
         f"(default {DEFAULT_ASSUMED_LATENCY_S:g})",
     )
+    parser.add_argument(
+        "--target-ci",
+        type=float,
+        default=None,
+        metavar="W",
+        help="instead: how many items per segment a 95%% interval of half-width W needs, from "
+        "the spread of a previous run's scores (sample.per_segment)",
+    )
+    parser.add_argument(
+        "--run",
+        default=None,
+        metavar="RUN",
+        help="with --target-ci: the run to take the spread from (default: the latest published "
+        "under output.path)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
 
 

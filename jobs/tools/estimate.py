@@ -598,6 +598,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
     out = out or sys.stdout
     config = load_config(args.config, args.set)
+    if args.target_ci is not None:
+        from jobs.tools.target_ci import format_target, previous_run, target_ci
+
+        by = config.summary.by or (config.sample.by if config.sample else [])
+        planned = target_ci(previous_run(config, args.run), args.target_ci, by)
+        out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
+        return 0
     result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
     if args.json:
         out.write(json.dumps(result, indent=2) + "\n")

@@ -13,15 +13,19 @@ The acceptance of issue 20, measured here over many seeds:
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
+import yaml
 
+from jobs.cli import build_parser
 from jobs.config import SampleConfig
 from jobs.engine.aggregate import sampled_estimates, summarize
 from jobs.sampling import plan_from_rows, unit_hash
@@ -37,8 +41,11 @@ from jobs.stats import (
     t_sf2,
     welch_test,
 )
-from jobs.tools import compare
+from jobs.storage import open_store
+from jobs.tools import compare, estimate
+from jobs.tools.runs import load_run
 from scorer_core.precision import context_precision
+from tests.support.published import PER_RETRIEVER, SEG_A, WORSE, segmented_runs
 
 # -- the maths on known values ----------------------------------------------------------------
 
@@ -343,3 +350,44 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
     assert plain_all is not None and unsampled.mean_ci_high == pytest.approx(plain_all.high)
     assert sampled_estimates(unsampled, scores.lazy(), plan).population == 3000
     json.dumps(summary.to_dict())
+
+
+# -- ctxprec estimate --target-ci ---------------------------------------------------------------
+
+
+def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    store = open_store(str(output))
+    segmented_runs(store)
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "input": {"path": str(tmp_path / "in.jsonl"), "carry": ["retriever"]},
+                "output": {"path": str(output)},
+                "summary": {"by": ["retriever"]},
+            }
+        )
+    )
+    args = build_parser().parse_args(
+        ["estimate", "--config", str(config), "--target-ci", "0.02", "--run", SEG_A, "--json"]
+    )
+    printed = io.StringIO()
+    assert estimate.run(args, out=printed) == 0
+    result = json.loads(printed.getvalue())
+    assert result["run"] == SEG_A and result["by"] == ["retriever"]
+    run = load_run(store, SEG_A)
+    scores = run.scores().collect()
+    worse = scores.filter(pl.col("retriever") == WORSE)["score"]
+    row = next(s for s in result["segments"] if s["segment"] == WORSE)
+    assert row["sd"] == pytest.approx(worse.std())
+    assert row["needed"] == items_for_half_width(worse.std(), 0.02, PER_RETRIEVER)
+    assert row["needed"] <= PER_RETRIEVER  # the population bounds it
+    overall = result["overall"]
+    assert overall["needed"] == items_for_half_width(scores["score"].std(), 0.02, scores.height)
+    assert result["per_segment"] == max(s["needed"] for s in result["segments"])
+    args = build_parser().parse_args(["estimate", "--config", str(config), "--target-ci", "0.02"])
+    printed = io.StringIO()
+    assert estimate.run(args, out=printed) == 0  # the latest run
+    assert "items needed for a 95% interval of half-width 0.02" in printed.getvalue()
+    assert "sample: {per_segment:" in printed.getvalue()
