@@ -45,7 +45,16 @@ from jobs.storage import open_store
 from jobs.tools import compare, estimate
 from jobs.tools.runs import load_run
 from scorer_core.precision import context_precision
-from tests.support.published import PER_RETRIEVER, SEG_A, WORSE, segmented_runs
+from tests.support.published import (
+    PER_RETRIEVER,
+    SEG_A,
+    WORSE,
+    Query,
+    publish,
+    run_compare,
+    run_report,
+    segmented_runs,
+)
 
 # -- the maths on known values ----------------------------------------------------------------
 
@@ -391,3 +400,58 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
     assert estimate.run(args, out=printed) == 0  # the latest run
     assert "items needed for a 95% interval of half-width 0.02" in printed.getvalue()
     assert "sample: {per_segment:" in printed.getvalue()
+
+
+# -- the report shows the same ------------------------------------------------------------------
+
+
+def test_the_report_shows_intervals_error_bars_and_the_gates_tests(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    store = open_store(str(output))
+    a, b = segmented_runs(store)
+    page, _ = run_report(output, b, "--baseline", a)
+    assert page.count('class="errorbar"') >= 2 * 11  # segment means and changes, each
+    summary = load_run(store, b).summary
+    assert summary.mean_ci_low is not None and summary.mean_ci_high is not None
+    assert f"95% CI [{summary.mean_ci_low:.3f}, {summary.mean_ci_high:.3f}]" in page
+    verdict = json.loads(run_compare(output, a, b, "--json")[1])
+    worse = next(s for s in verdict["segments"] if s["segment"] == WORSE)
+    # the row of the worse retriever: the same change, interval and p-value as compare's
+    assert f"[{worse['ci_low']:+.3f}, {worse['ci_high']:+.3f}]" in page
+    assert f"{worse['p_adjusted']:.4f}" in page
+    assert "Change in mean by retriever" in page and ">FAIL<" in page
+
+
+def test_runs_sharing_few_queries_are_compared_unpaired_and_say_so(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    rng = random.Random(6)
+
+    def queries(first: int, last: int, rate: float) -> list[Query]:
+        return [
+            Query(f"q{n:04d}", [rng.random() < rate for _ in range(5)]) for n in range(first, last)
+        ]
+
+    publish(store, "old", queries(0, 300, 0.5))
+    publish(store, "new", queries(250, 550, 0.3))  # 50 queries in common: too few to pair
+    code, text = run_compare(tmp_path, "old", "new")
+    assert code == 1, text
+    assert "compared UNPAIRED (Welch)" in text and "unpaired over 300 queries" in text
+    result = json.loads(run_compare(tmp_path, "old", "new", "--json")[1])
+    overall = result["overall"]
+    assert set(overall) == {
+        "by",
+        "segment",
+        "queries",
+        "method",
+        "mean_a",
+        "mean_b",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_adjusted",
+        "significant",
+        "gated",
+    }
+    assert overall["method"] == "unpaired" and overall["significant"] and overall["diff"] < -0.05
+    assert result["gate"] == "fail" and result["segments"] == [] and result["canary"] is None
