@@ -84,7 +84,8 @@ class SamplePlan:
             f"{size:.4g} of" if size is not None else f"{self.config.per_segment} per stratum of"
         )
         strata = len(self.population)
-        return f"{amount} {self.items:,} items in {strata} stratum/strata (seed {self.config.seed})"
+        noun = "stratum" if strata == 1 else "strata"
+        return f"{amount} {self.items:,} items in {strata} {noun} (seed {self.config.seed})"
 
     def keep(self, query_id: str, stratum: Stratum) -> bool:
         """Whether the item `query_id` of `stratum` is judged."""

@@ -1,24 +1,34 @@
-"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B.
+"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B, and
+whether the move is real.
 
-    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --max-mean-drop 0.02
+    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --min-effect 0.01 [--json]
 
 Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
 query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
 unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b, then one column
 per segment column (its value in B, else in A). Prints the summary shift, the items per score
-band of both runs, the shift per segment, the queries that regressed most and the relevance rate
-by position of both runs.
+band of both runs, the change per segment with its 95% interval and p-value, the queries that
+regressed most, the relevance rate by position of both runs, and the gate's verdict.
 
 Segments: by default the columns run B's summary is segmented by (`summary.by`), where run A
 has them too; `--by COLUMN` (repeatable) picks any carried columns of both runs instead. A query
-is in the segment of its value in run B. Each segment's shift is over its queries scored "ok" in
-both runs, like the global one.
+is in the segment of its value in run B.
 
-Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
-(or when no query is scored in both), or over those of any segment with at least
-`--min-segment-size` of them (smaller segments are shown, not gated: a segment of three queries
-moves by chance), else 0: a nightly pipeline can alert on it. Errors exit as with every
-`ctxprec` command (2 for an unknown run id or segment column, 1 for a storage failure).
+Significance (`jobs.stats`): when the runs share enough queries (`PAIRED_SHARE`), paired by
+query: over the queries scored "ok" in both runs, the mean of the per-query differences B - A,
+its 95% t interval and the two-sided p-value of a one-sample t test, overall and per segment.
+Otherwise unpaired (Welch's test over each run's ok queries), and the output says so. The
+p-values of the run and of every segment with at least `--min-segment-size` queries are
+adjusted together with Holm's method (the family-wise error stays at 5%); smaller segments are
+shown, not gated (a segment of three queries moves by chance).
+
+Exit code 1 when the run's or a gated segment's mean dropped significantly (Holm-adjusted p
+below 0.05) AND by at least `--min-effect` (default 0.01; `--max-mean-drop` is its older
+name), when the judge canary's kappa fell by more than `--max-canary-drop` (default 0.1: the
+judge changed, whatever the scores did), or when no query is scored in both; else 0: a nightly
+pipeline can alert on it. `--json` prints one object: gate, overall, segments, canary
+(`Gate.to_json`). Errors exit as with every `ctxprec` command (2 for an unknown run id or
+segment column, 1 for a storage failure).
 """
 
 from __future__ import annotations

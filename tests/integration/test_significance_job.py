@@ -220,7 +220,7 @@ def test_a_sampled_run_judges_the_planned_items_every_night(tmp_path: Path) -> N
     sample = {"per_segment": 30, "by": ["retriever"], "seed": 3}
     sections = {"sample": sample, "ray": {"shard_size": 100, "workers": 2}}
     log = _run(source, out, "sampled-1", **sections)
-    assert "sample: 30 per stratum of 400 items in 4 stratum/strata (seed 3)" in log
+    assert "sample: 30 per stratum of 400 items in 4 strata (seed 3)" in log
     _run(source, out, "sampled-2", **sections)
 
     plan = plan_from_rows(
