@@ -3,6 +3,8 @@
 Streams the input through the job's own reading path (`list_input_files` -> `check_schema` ->
 `plan_shards` -> `read_shard` -> `to_item` -> `preprocess`), one row at a time, and counts:
 
+- in a sampled run (`sample:`), only the rows its plan keeps (`jobs.sampling`: the input is
+  read once more first, for the strata's populations, as the driver does);
 - items (valid / invalid) and context pairs, exactly as the job would see them (duplicate
   `query_id`s are counted: the job judges them too and marks them at publish time);
 - judge calls: per item ceil(contexts / `judge.contexts_per_call`), plus one per item when
@@ -54,7 +56,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs import factory
+from jobs import factory, sampling
 from jobs import formatting as fmt
 from jobs.cache import pair_key, slot_path
 from jobs.config import JobConfig, load_config
@@ -63,10 +65,12 @@ from jobs.engine.batch.state import BatchPacker
 from jobs.inputs import (
     RowError,
     check_schema,
+    inspect_input,
     list_input_files,
     plan_shards,
 )
 from jobs.pricing import estimate_cost_usd, price_basis
+from jobs.schema import CarriedColumn
 from jobs.storage import Store, filesystem
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
@@ -232,6 +236,11 @@ def estimate(
     files = list_input_files(spec)
     check_schema(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)
+    carried: tuple[CarriedColumn, ...] = ()
+    if config.sample is not None:  # a sampled run judges only the rows its plan keeps
+        carried = inspect_input(spec, files).carried
+        config = sampling.attach(config, sampling.plan_sample(config, shards, carried))
+    names = [column.name for column in carried]
     probe, cache_note = _cache_probe(config)
     fingerprint = factory.cache_fingerprint(config)
     lexical = config.judge.model == "lexical"
@@ -256,7 +265,9 @@ def estimate(
         slots[shard.file_index] = slot + 1
         known = probe.keys_for(shard.file_index, slot) if probe is not None else set()
         line_number = 0
-        for row_index, record in enumerate(factory.shard_items(config, shard)):
+        for row_index, record in enumerate(factory.shard_items(config, shard, carried)):
+            if not sampling.keeps(config, record, names):
+                continue
             if isinstance(record, RowError):
                 counts.invalid += 1
                 if len(counts.invalid_examples) < _MAX_INVALID_EXAMPLES:

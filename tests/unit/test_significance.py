@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from jobs.cli import build_parser
-from jobs.config import SampleConfig
+from jobs.config import SampleConfig, parse_config
 from jobs.engine.aggregate import sampled_estimates, summarize
 from jobs.sampling import plan_from_rows, unit_hash
 from jobs.stats import (
@@ -44,6 +44,7 @@ from jobs.stats import (
 from jobs.storage import open_store
 from jobs.tools import compare, estimate
 from jobs.tools.runs import load_run
+from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.precision import context_precision
 from tests.support.published import (
     PER_RETRIEVER,
@@ -455,3 +456,27 @@ def test_runs_sharing_few_queries_are_compared_unpaired_and_say_so(tmp_path: Pat
     }
     assert overall["method"] == "unpaired" and overall["significant"] and overall["diff"] < -0.05
     assert result["gate"] == "fail" and result["segments"] == [] and result["canary"] is None
+
+
+def test_estimate_counts_only_the_items_a_sampled_run_judges(tmp_path: Path) -> None:
+    rows = list(generate(200, seed=2, segments=4))
+    source = tmp_path / "in.jsonl"
+    write_jsonl(source, iter(rows))
+    raw = {
+        "input": {
+            "path": str(source),
+            "columns": {
+                "query_id": "id",
+                "input": "question",
+                "output": "answer",
+                "context": "contexts",
+            },
+            "carry": ["retriever"],
+        },
+        "output": {"path": str(tmp_path / "out")},
+        "sample": {"per_segment": 10, "by": ["retriever"], "seed": 4},
+    }
+    result = estimate.estimate(parse_config(raw), sample=50)
+    assert result["items"]["valid"] == 40  # 10 of each of the 4 retrievers
+    del raw["sample"]
+    assert estimate.estimate(parse_config(raw), sample=50)["items"]["valid"] == 200
