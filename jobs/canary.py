@@ -29,9 +29,9 @@ CanaryMetrics = tuple[tuple[str, float | None], ...]
 def judge_canary(config: JobConfig, out: TextIO | None = None) -> CanaryMetrics:
     """Judge `config.canary.labels` with the run's judge; the summary's canary metrics
     (empty without a canary). `InputError` naming the file when no row is usable."""
-    if config.canary is None:
-        return ()
     labels = config.canary.labels
+    if labels is None:
+        return ()
     loaded = calibrate.load_labels(labels, config)
     if not loaded.items:
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""

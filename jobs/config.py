@@ -336,14 +336,15 @@ class SummaryConfig(_Strict):
 
 
 class SampleConfig(_Strict):
-    """Judge a stratified random sample of the items instead of all of them (jobs.sampling)."""
+    """Judge a stratified random sample of the items instead of all of them (jobs.sampling);
+    off unless `fraction` or `per_segment` is set."""
 
     fraction: float | None = Field(
         None,
         gt=0,
         le=1,
         description="Judge this share of the items of every stratum (0 < F <= 1). Give "
-        "fraction or per_segment, not both.",
+        "fraction or per_segment, not both; neither: every item is judged.",
     )
     per_segment: int | None = Field(
         None,
@@ -364,18 +365,27 @@ class SampleConfig(_Strict):
 
     @model_validator(mode="after")
     def _one_size(self) -> SampleConfig:
-        if (self.fraction is None) == (self.per_segment is None):
-            raise ValueError("give exactly one of sample.fraction and sample.per_segment")
+        if self.fraction is not None and self.per_segment is not None:
+            raise ValueError("give one of sample.fraction and sample.per_segment, not both")
+        if not self.enabled and self.by:
+            raise ValueError("sample.by needs sample.fraction or sample.per_segment")
         return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run judges a sample (else every item)."""
+        return self.fraction is not None or self.per_segment is not None
 
 
 class CanaryConfig(_Strict):
     """Human-labelled items judged fresh in every run, to tell a changed judge apart."""
 
-    labels: str = Field(
-        description="Labelled JSONL in the format `ctxprec calibrate` reads (query, contexts, "
-        "relevance per context); a local path or any fsspec URL (input.storage_options apply). "
-        "Judged by the run's judge in every run, never from the verdict cache.",
+    labels: str | None = Field(
+        None,
+        description="null: no canary. Labelled JSONL in the format `ctxprec calibrate` reads "
+        "(query, contexts, relevance per context); a local path or any fsspec URL "
+        "(input.storage_options apply). Judged by the run's judge in every run, never from the "
+        "verdict cache.",
     )
 
 
@@ -435,12 +445,8 @@ class JobConfig(_Strict):
     rate_limit: RateLimitConfig = RateLimitConfig()
     scorer: ScorerConfig = ScorerConfig()
     summary: SummaryConfig = SummaryConfig()
-    sample: SampleConfig | None = Field(
-        None, description="Judge a stratified random sample (null: every item)."
-    )
-    canary: CanaryConfig | None = Field(
-        None, description="A judge canary: human labels judged fresh in every run (null: none)."
-    )
+    sample: SampleConfig = SampleConfig()
+    canary: CanaryConfig = CanaryConfig()
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
@@ -483,8 +489,6 @@ class JobConfig(_Strict):
 
     @model_validator(mode="after")
     def _strata_are_carried(self) -> JobConfig:
-        if self.sample is None:
-            return self
         missing = [name for name in self.sample.by if name not in self.input.carry]
         if missing:
             raise ValueError(

@@ -163,8 +163,8 @@ def plan_sample(
     """Read every row's query id and carried values (the driver, before judging)."""
     from jobs import factory
 
-    if config.sample is None:
-        raise ValueError("plan_sample needs a config with sample")
+    if not config.sample.enabled:
+        raise ValueError("plan_sample needs a config with sample.fraction or per_segment")
     check_strata_columns(config.sample, carried)
     names = [column.name for column in carried]
 

@@ -99,7 +99,7 @@ def run_job(
     # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
     sample = None
-    if config.sample is not None:  # which items to judge, and the strata's populations
+    if config.sample.enabled:  # which items to judge, and the strata's populations
         sample = sampling.plan_sample(config, shards, tables.carried)
         config = sampling.attach(config, sample)
         out.write(f"sample: {sample.describe()}\n")

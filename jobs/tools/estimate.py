@@ -237,7 +237,7 @@ def estimate(
     check_schema(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)
     carried: tuple[CarriedColumn, ...] = ()
-    if config.sample is not None:  # a sampled run judges only the rows its plan keeps
+    if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
         carried = inspect_input(spec, files).carried
         config = sampling.attach(config, sampling.plan_sample(config, shards, carried))
     names = [column.name for column in carried]
@@ -612,7 +612,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.target_ci is not None:
         from jobs.tools.target_ci import format_target, previous_run, target_ci
 
-        by = config.summary.by or (config.sample.by if config.sample else [])
+        by = config.summary.by or config.sample.by
         planned = target_ci(previous_run(config, args.run), args.target_ci, by)
         out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
         return 0

@@ -316,10 +316,11 @@ def test_which_items_are_sampled_depends_only_on_seed_and_query_id() -> None:
 
 
 def test_sample_config_takes_one_size() -> None:
-    with pytest.raises(ValueError, match=r"exactly one of sample\.fraction and"):
+    with pytest.raises(ValueError, match=r"one of sample\.fraction and sample\.per_segment, not"):
         SampleConfig(fraction=0.1, per_segment=10)
-    with pytest.raises(ValueError, match="exactly one"):
-        SampleConfig()
+    with pytest.raises(ValueError, match=r"sample\.by needs sample\.fraction or"):
+        SampleConfig(by=["retriever"])
+    assert not SampleConfig().enabled and SampleConfig(fraction=0.5).enabled
 
 
 def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
