@@ -25,6 +25,14 @@ The summary (`summarize` -> `RunSummary`) reads the published scores and verdict
 one streaming group-by over the scores per column (and, for a column carried into the verdicts,
 one over the verdicts for its relevance by position): `RunSummary.segments`.
 
+Every mean comes with its 95% interval (`mean_ci_low`, `mean_ci_high`): a t interval from the
+count, sum and sum of squares of the scores, which the per-score counts already give (so the
+summary stays in bounded memory; `jobs.stats`, and docs/is-the-drop-real.md for why t). A
+sampled run (`sample:`, `jobs.sampling`) is summarised with the stratified estimator instead
+(`sampled_estimates`): its `mean` and interval are estimates of the mean over the whole input,
+each stratum weighted by population / judged, with the finite-population correction, from one
+small group-by per segment column over (segment, stratum); `population` counts the input.
+
 Collect the returned LazyFrames with Polars' default engine (streaming since Polars 2): the
 bitmask plan is several times slower and uses about 3x the memory on the in-memory engine.
 """
