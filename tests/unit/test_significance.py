@@ -25,6 +25,7 @@ import polars as pl
 import pytest
 import yaml
 
+from jobs.canary import judge_canary
 from jobs.cli import build_parser
 from jobs.config import SampleConfig, parse_config
 from jobs.engine.aggregate import sampled_estimates, summarize
@@ -42,9 +43,10 @@ from jobs.stats import (
     welch_test,
 )
 from jobs.storage import open_store
-from jobs.tools import compare, estimate
+from jobs.tools import calibrate, compare, estimate
 from jobs.tools.runs import load_run
 from jobs.tools.sample_data import generate, write_jsonl
+from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
 from tests.support.published import (
     PER_RETRIEVER,
@@ -481,3 +483,51 @@ def test_estimate_counts_only_the_items_a_sampled_run_judges(tmp_path: Path) -> 
     assert result["items"]["valid"] == 40  # 10 of each of the 4 retrievers
     del raw["sample"]
     assert estimate.estimate(parse_config(raw), sample=50)["items"]["valid"] == 200
+
+
+# -- the judge canary ---------------------------------------------------------------------------
+
+
+def test_the_canary_is_calibrates_agreement_and_bad_labels_name_the_file(tmp_path: Path) -> None:
+    labels = tmp_path / "canary.jsonl"
+    rows = [
+        {
+            "query_id": r["id"],
+            "query": r["question"],
+            "contexts": r["contexts"],
+            "relevance": r["relevance"],
+        }
+        for r in generate(30, seed=9)
+    ]
+    write_jsonl(labels, iter(rows))
+    raw = {
+        "input": {"path": str(tmp_path / "unused.jsonl")},
+        "canary": {"labels": str(labels)},
+    }
+    config = parse_config(raw)
+    metrics = dict(judge_canary(config))
+    expected = calibrate.calibrate(config, str(labels))
+    assert metrics == {
+        "canary_items": 30.0,
+        "canary_kappa": expected["per_context"]["cohen_kappa"],
+        "canary_precision": expected["per_context"]["precision"],
+        "canary_recall": expected["per_context"]["recall"],
+    }
+    assert judge_canary(parse_config({"input": raw["input"]})) == ()  # no canary
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"query": "q"}\n')
+    raw["canary"] = {"labels": str(broken)}
+    with pytest.raises(InputError, match=r"canary\.labels: no usable labelled rows in .*broken"):
+        judge_canary(parse_config(raw))
+
+
+def test_canary_change_fails_on_a_kappa_drop_beyond_the_allowed() -> None:
+    a = {"canary_items": 80.0, "canary_kappa": 0.8, "canary_precision": 0.9, "canary_recall": 0.9}
+    steady = compare.canary_change(a, {**a, "canary_kappa": 0.75}, 0.1)
+    assert steady is not None and not steady["failed"]
+    assert steady["kappa_change"] == pytest.approx(-0.05)
+    changed = compare.canary_change(a, {**a, "canary_kappa": 0.6}, 0.1)
+    assert changed is not None and changed["failed"] and changed["items_b"] == 80.0
+    assert compare.canary_change({}, {}, 0.1) is None
+    one_sided = compare.canary_change({}, a, 0.1)
+    assert one_sided is not None and not one_sided["failed"] and one_sided["kappa_change"] is None
