@@ -10,8 +10,9 @@ verdicts against the labels, per context), `canary_precision`, `canary_recall`.
 `ctxprec compare` fails when kappa drops more than `--max-canary-drop` between two runs.
 
 The canary is judged before the run's items, so bad labels or a judge that cannot work stop
-the run in seconds. It is judged online, also for a run in batch mode (it is small). Its requests are paced by a limiter of this process only (the run's
-shared limiter is not up yet); a canary is small (tens to hundreds of items).
+the run in seconds. It is judged online, also for a run in batch mode (it is small). Its
+requests are paced by a limiter of this process only (the run's shared limiter is not up
+yet); a canary is small (tens to hundreds of items).
 """
 
 from __future__ import annotations
