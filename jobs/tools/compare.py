@@ -371,17 +371,13 @@ def _moments(
     frame: pl.DataFrame, keys: Sequence[str], column: str
 ) -> dict[tuple[Any, ...], Moments]:
     """Per value of `keys`: the Moments of `column`'s non-null values."""
-    grouped = frame.filter(pl.col(column).is_not_null()).group_by(*keys) if keys else None
+    values = frame.filter(pl.col(column).is_not_null())
     aggs = [
         pl.len().alias("n"),
         pl.col(column).cast(pl.Float64).sum().alias("total"),
         (pl.col(column).cast(pl.Float64) ** 2).sum().alias("total_sq"),
     ]
-    rows = (
-        grouped.agg(aggs)
-        if grouped is not None
-        else frame.filter(pl.col(column).is_not_null()).select(aggs)
-    )
+    rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
     out: dict[tuple[Any, ...], Moments] = {}
     for row in rows.iter_rows(named=True):
         key = tuple(row[k] for k in keys)
@@ -390,8 +386,8 @@ def _moments(
 
 
 def choose_method(table: pl.DataFrame) -> str:
-    """ "paired" when the runs share enough queries scored ok in both (`PAIRED_SHARE`), else
-    "unpaired"."""
+    """How to compare: paired when the runs share enough queries scored ok in both
+    (`PAIRED_SHARE`), else unpaired."""
     ok_a = table.filter(pl.col("status_a") == "ok").height
     ok_b = table.filter(pl.col("status_b") == "ok").height
     both = table.filter(_both_ok()).height
