@@ -137,7 +137,6 @@ class SegmentShift:
             "by": self.by or None,
             "segment": self.value,
             "queries": self.paired,
-            "method": self.method,
             "mean_a": self.mean_a,
             "mean_b": self.mean_b,
             "diff": self.diff,
@@ -205,7 +204,8 @@ class Comparison:
 @dataclass(frozen=True)
 class Gate:
     """The gate's verdict: `overall` and `segments` with their Holm-adjusted tests, the
-    segments that failed, and the canary's change (None when neither run has a canary)."""
+    segments that failed, and the canary's change (None when neither run has a canary).
+    `to_json` is what `ctxprec compare --json` prints."""
 
     passed: bool
     message: str
@@ -222,6 +222,8 @@ class Gate:
         """The object `ctxprec compare --json` prints."""
         return {
             "gate": "pass" if self.passed else "fail",
+            # "paired" by query, or "unpaired" when the runs share too few queries
+            "method": self.overall.method if self.overall else None,
             "overall": self.overall.to_json() if self.overall else None,
             "segments": [segment.to_json() for segment in self.segments],
             "canary": self.canary,

@@ -446,7 +446,6 @@ def test_runs_sharing_few_queries_are_compared_unpaired_and_say_so(tmp_path: Pat
         "by",
         "segment",
         "queries",
-        "method",
         "mean_a",
         "mean_b",
         "diff",
@@ -457,7 +456,8 @@ def test_runs_sharing_few_queries_are_compared_unpaired_and_say_so(tmp_path: Pat
         "significant",
         "gated",
     }
-    assert overall["method"] == "unpaired" and overall["significant"] and overall["diff"] < -0.05
+    assert set(result) == {"gate", "method", "overall", "segments", "canary"}
+    assert result["method"] == "unpaired" and overall["significant"] and overall["diff"] < -0.05
     assert result["gate"] == "fail" and result["segments"] == [] and result["canary"] is None
 
 
