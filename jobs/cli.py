@@ -4,7 +4,7 @@
     ctxprec run --config FILE [--set K=V]         the scoring job on Ray (jobs.engine.driver)
     ctxprec estimate --config FILE                items, calls, tokens, cost, time of a run
     ctxprec calibrate --config FILE --labels F    the configured judge against human labels
-    ctxprec compare RUN_A RUN_B                   how scores moved between two published runs
+    ctxprec compare RUN_A RUN_B                   how scores moved between two runs, and if for real
     ctxprec report RUN [--baseline RUN]           one self-contained HTML page about a run
     ctxprec status RUN                            where a run stands: shards, batches, counts
 
@@ -234,7 +234,7 @@ COMMANDS = (
     ),
     Command(
         "compare",
-        "compare two published runs; exit 1 when the mean score dropped too far",
+        "compare two published runs; exit 1 on a significant drop or a changed judge",
         add_compare_arguments,
         "jobs.tools.compare:run",
     ),

@@ -230,8 +230,7 @@ def stratified_interval(cells: Sequence[StratumCell]) -> Interval | None:
         fpc = 1.0 - cell.sampled / cell.population
         variance += cell.population**2 * fpc * s2 / cell.sampled
     se = math.sqrt(variance) / size
-    strata = len({id(c) for c in used})
-    df = float(max(1, sum(c.sampled for c in used) - strata))
+    df = float(max(1, sum(c.sampled for c in used) - len(used)))
     half = _critical(df) * se
     return Interval(mean, mean - half, mean + half, se, df)
 
