@@ -1,8 +1,9 @@
 """Is the drop real? End to end through the job (real Ray, real HTTP to the fake judge) and
 `ctxprec compare` on what it published (issue 20):
 
-* an unchanged pair of runs judged by a noisy judge (it flips a few verdicts, differently in
-  each run): no false alarm, although a 40-query segment's mean moves;
+* an unchanged pair of runs judged by a noisy judge (it flips 3% of verdicts, differently in
+  each run): no false alarm, although a 40-query segment's mean falls by 0.05 (the old fixed
+  0.02 threshold failed the night);
 * a 0.013 drop across a 3,000-query segment (retrieval made worse): the gate fails, naming
   the segment (the old fixed 0.02 threshold let it pass);
 * a judge canary: a judge that flips 25% of its verdicts on the canary (and none on the items)
@@ -94,8 +95,9 @@ def test_an_unchanged_pair_judged_by_a_noisy_judge_passes(
     table = pl.read_parquet(out / "comparisons" / "night-1__vs__night-2.parquet")
     changed = table.filter(pl.col("delta") != 0)
     assert changed.height > 20  # the judge's noise moved scores ...
-    moved = table.group_by("retriever").agg(pl.col("delta").mean().abs().alias("shift"))
-    assert moved["shift"].max() > 0.005  # ... and some 40-query segment's mean
+    moved = table.group_by("retriever").agg(pl.col("delta").mean().alias("shift"))
+    # ... and some 40-query segment's mean fell by more than the old fixed gate allowed (0.02)
+    assert moved["shift"].min() < -0.02
     assert code == 0, text
     assert "FAIL" not in text
     assert "paired over 800 queries): not significant" in text
