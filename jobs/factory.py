@@ -18,10 +18,12 @@ from jobs.engine.budget import BudgetSettings
 from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
 from jobs.schema import CarriedColumn
 from jobs.storage import Store, open_store
+from scorer_core.capabilities import capabilities_of
 from scorer_core.errors import ConfigError
+from scorer_core.judge_spec import JudgeSpec
+from scorer_core.judge_spec import build_judge as build_core_judge
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.response_format import ResponseFormatNegotiation, shared_negotiation
-from scorer_core.scorer import make_judge
 from scorer_core.transports import resolve_transport
 
 
@@ -90,8 +92,8 @@ def build_judge(
     configured `rate_limit.max_concurrency` (64 under auto) in this one process.
     """
     judge_config = config.judge
-    if judge_config.model == "lexical":
-        return make_judge("lexical", **judge_config.lexical)
+    if capabilities_of(judge_config.model).offline:
+        return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
     bound: int | contextlib.AbstractAsyncContextManager[None]
     if gate is not None:
@@ -101,40 +103,39 @@ def build_judge(
     else:
         bound = single_process_concurrency(config)
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
-    options: dict[str, Any] = {
-        "timeout": judge_config.timeout_s,
-        "temperature": judge_config.temperature,
-        "max_retries": judge_config.max_retries,
-        "max_reasks": judge_config.max_reasks,
-        "max_in_flight": bound,
-        "first_alone": gate is None,
-        "scale": config.scorer.scale,
-        "limiter": limiter,
-        "transport": transport,
-        "completion_budget": judge_config.max_tokens,
-        "response_format": judge_config.response_format,
-    }
-    if limits.tokens_per_minute:
-        options["token_counter"] = prompt_token_counter(judge_config.model)
-    if transport == "http":
+    spec = JudgeSpec(
+        judge_config.model,
+        api_base=judge_config.api_base or None,
+        api_key=api_key or judge_config.api_key() or None,
+        transport=transport,
+        timeout=judge_config.timeout_s,
+        temperature=judge_config.temperature,
+        max_tokens=judge_config.max_tokens or None,
+        completion_budget=judge_config.max_tokens,
+        max_retries=judge_config.max_retries,
+        max_reasks=judge_config.max_reasks,
+        response_format=judge_config.response_format,
+        scale=config.scorer.scale,
         # The run's budget bounds requests in flight; the pool must not bound them lower.
-        options["max_connections"] = max(
+        max_connections=max(
             limits.concurrency_ceiling,
             limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0,
         )
-    if judge_config.api_base:
-        options["api_base"] = judge_config.api_base
-    if judge_config.max_tokens:
-        options["max_tokens"] = judge_config.max_tokens
-    api_key = api_key or judge_config.api_key()
-    if api_key:
-        options["api_key"] = api_key
-    # One negotiation per endpoint per process: the shards a Ray worker process runs one after
-    # another probe the endpoint once, not once each.
-    options["negotiation"] = shared_negotiation(
-        judge_endpoint(config), judge_config.response_format
+        if transport == "http"
+        else None,
     )
-    return make_judge(judge_config.model, **options)
+    return build_core_judge(
+        spec,
+        limiter=limiter,
+        max_in_flight=bound,
+        first_alone=gate is None,
+        token_counter=prompt_token_counter(judge_config.model)
+        if limits.tokens_per_minute
+        else None,
+        # One negotiation per endpoint per process: the shards a Ray worker process runs one
+        # after another probe the endpoint once, not once each.
+        negotiation=shared_negotiation(judge_endpoint(config), judge_config.response_format),
+    )
 
 
 def judge_endpoint(config: JobConfig) -> str:

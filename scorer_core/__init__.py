@@ -8,6 +8,7 @@ It imports no Ray, fsspec or Polars, and litellm only when an LLM judge is used.
     0.83
 """
 
+from scorer_core.capabilities import JudgeCapabilities, capabilities_of, judge_capabilities
 from scorer_core.errors import (
     ConfigError,
     ConnectionFailed,
@@ -23,6 +24,7 @@ from scorer_core.errors import (
     ServerError,
     TransportError,
 )
+from scorer_core.judge_spec import JudgeSpec, build_judge
 from scorer_core.parsing import parse_reason, parse_verdicts
 from scorer_core.precision import (
     BANDS,
@@ -47,6 +49,7 @@ from scorer_core.scorer import (
     make_judge,
     validate_item,
 )
+from scorer_core.scoring import score_item
 from scorer_core.types import (
     Band,
     ContextVerdict,
@@ -73,7 +76,9 @@ __all__ = [
     "FatalJudgeError",
     "InputError",
     "Judge",
+    "JudgeCapabilities",
     "JudgeError",
+    "JudgeSpec",
     "JudgeTimeout",
     "Limiter",
     "MalformedReply",
@@ -90,14 +95,18 @@ __all__ = [
     "Usage",
     "VerdictBatch",
     "average_precision",
+    "build_judge",
+    "capabilities_of",
     "context_precision",
     "create_context_precision_scorer",
+    "judge_capabilities",
     "make_judge",
     "parse_reason",
     "parse_verdicts",
     "round_half_up",
     "round_score",
     "score_band",
+    "score_item",
     "shared_negotiation",
     "template_reason",
     "validate_item",

@@ -19,6 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 
+from scorer_core.capabilities import LLM_CAPABILITIES
 from scorer_core.errors import (
     FatalJudgeError,
     MalformedReply,
@@ -79,6 +80,9 @@ def estimate_tokens(
 
 class LLMJudge:
     """A `Judge` backed by any chat model reachable through a `ChatClient`."""
+
+    #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).
+    capabilities = LLM_CAPABILITIES
 
     def __init__(
         self,

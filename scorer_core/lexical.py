@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE
 from scorer_core.errors import ConfigError
 from scorer_core.prompt import reason_start
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
@@ -233,9 +234,12 @@ class LexicalJudge:
         self._cache: OrderedDict[ScoringItem, _ItemStats] = OrderedDict()
         self._lock = threading.Lock()
 
+    #: Offline: no network, no cost, nothing worth caching (`scorer_core.capabilities`).
+    capabilities = OFFLINE_CAPABILITIES
+
     @property
     def model(self) -> str:
-        return "lexical"
+        return OFFLINE_JUDGE
 
     def __repr__(self) -> str:
         return (
