@@ -35,8 +35,9 @@ import polars as pl
 
 from bench.common import load_average, machine, missing_data, show_and_write
 from jobs.config import JobConfig, parse_config
-from jobs.engine.driver import RunOutcome, run_job
-from jobs.engine.publish import RunLocation
+from jobs.engine.driver import RunOutcome
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.tools.calibrate import calibrate
 from scorer_core.testing.llama_server import LlamaServer
 

@@ -10,15 +10,19 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from jobs.cache import judge_fingerprint
+from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
 from jobs.engine.budget import BudgetSettings
-from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
+from jobs.engine.budget import budget_settings as engine_budget_settings
+from jobs.engine.parts import Gate, RunParts
+from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard
+from jobs.inputs.records import ItemReader
 from jobs.schema import CarriedColumn
 from jobs.storage import Store, open_store
-from scorer_core.capabilities import capabilities_of
+from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.judge_spec import JudgeSpec
 from scorer_core.judge_spec import build_judge as build_core_judge
@@ -63,18 +67,21 @@ def input_spec(config: JobConfig) -> InputSpec:
     )
 
 
+def item_reader(config: JobConfig) -> ItemReader:
+    """How the job reads its items: the input, and the per-item limits (truncation)."""
+    return ItemReader(
+        input_spec(config),
+        max_context_chars=config.input.max_context_chars,
+        max_contexts=config.input.max_contexts,
+    )
+
+
 def shard_items(
     config: JobConfig, shard: Shard, carried: Sequence[CarriedColumn] = ()
 ) -> Iterator[ItemRecord | RowError]:
     """A shard's rows as the job judges them: read, normalised, truncated, validated, with
     the values of the `carried` columns (their types decided at start-up)."""
-    return read_items(
-        input_spec(config),
-        shard,
-        max_context_chars=config.input.max_context_chars,
-        max_contexts=config.input.max_contexts,
-        carried=carried,
-    )
+    return item_reader(config).read(shard, carried)
 
 
 def build_judge(
@@ -196,13 +203,7 @@ def single_process_concurrency(config: JobConfig) -> int:
 
 def budget_settings(config: JobConfig) -> BudgetSettings:
     """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
-    limits = config.rate_limit
-    explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
-    return BudgetSettings(
-        explicit=explicit,
-        floor=limits.concurrency_floor,
-        ceiling=limits.concurrency_ceiling,
-    )
+    return engine_budget_settings(config.rate_limit)
 
 
 def local_limiter(config: JobConfig) -> Limiter | None:
@@ -244,6 +245,50 @@ def cache_url(config: JobConfig) -> tuple[str, str]:
     if config.cache.path:
         return config.cache.path, ""
     return config.output.path, "_cache"
+
+
+def cache_spec(config: JobConfig) -> CacheSpec | None:
+    """Where the run's verdict cache is, or None when the run uses none."""
+    if not use_cache(config):
+        return None
+    url, folder = cache_url(config)
+    return CacheSpec(
+        fingerprint=cache_fingerprint(config),
+        folder=folder,
+        url=url if config.cache.path else None,
+        storage_options=dict(config.output.storage_options),
+    )
+
+
+def capabilities(config: JobConfig) -> JudgeCapabilities:
+    """What the configured judge can do."""
+    return capabilities_of(config.judge.model)
+
+
+@dataclass(frozen=True)
+class ConfiguredJudges:
+    """Builds the configured judge in each worker (`jobs.engine.parts.JudgeMaker`)."""
+
+    config: JobConfig
+
+    def build(self, limiter: Limiter | None, api_key: str | None, gate: Gate | None) -> Judge:
+        return build_judge(self.config, limiter, api_key, gate=gate)
+
+    def local_limiter(self) -> Limiter | None:
+        return local_limiter(self.config)
+
+
+def run_parts(config: JobConfig) -> RunParts:
+    """What the engine runs for `config`: its input, judge and cache. Checks the API key
+    first: a run whose judge needs a key that is not set fails before anything starts."""
+    check_api_key(config)
+    return RunParts(
+        reader=item_reader(config),
+        judges=ConfiguredJudges(config),
+        capabilities=capabilities(config),
+        cache=cache_spec(config),
+        find_duplicates_first=find_duplicates_first(config),
+    )
 
 
 def cache_root(config: JobConfig, output_store: Store) -> tuple[Store, str]:

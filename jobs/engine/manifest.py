@@ -13,9 +13,9 @@ from typing import Any
 
 from jobs.config import JobConfig
 from jobs.engine.aggregate import FLOW_METRICS
-from jobs.engine.publish import RunLocation
+from jobs.engine.messages import ShardReport
 from jobs.engine.response_formats import combine as combine_response_formats
-from jobs.engine.worker import ShardReport
+from jobs.layout import RunLocation
 from scorer_core.prompt import PROMPT_VERSION
 
 
@@ -70,9 +70,10 @@ def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:
     (`jobs.engine.response_formats.combine`: worker processes negotiate independently, and the
     run cannot claim a stronger form than some of its requests used)."""
     facts: dict[str, Any] = {}
-    for report in reports:
-        facts.update(report.judge)
-    negotiated = combine_response_formats(report.judge.get("response_format") for report in reports)
+    transports = [report.judge.transport for report in reports if report.judge.transport]
+    if transports:
+        facts["transport"] = transports[-1]
+    negotiated = combine_response_formats(report.judge.response_format for report in reports)
     if negotiated is not None:
         facts["response_format"] = negotiated.to_dict()
     return facts

@@ -1,12 +1,6 @@
 """Turning a run's staged shard files into the published tables, atomically.
 
-Layout under the output root (hive partitions, zstd Parquet):
-
-    scores/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet     one row per input item
-    verdicts/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet   one row per context
-    summary/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet    one row per metric
-    manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json       config (no secrets), counts
-    _staging/run_id=<id>/...                                      work in progress (hidden)
+The run's files and their paths are `jobs.layout`'s (one module spells them).
 
 Each table of a run is one object, uploaded whole (a local rename, or one object-store PUT /
 multipart upload that becomes visible only when complete), and `scores/` is written last: a
@@ -44,12 +38,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.engine import aggregate
-from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.engine.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.schema import RunSchema
 from jobs.storage import Store
 from scorer_core.errors import CtxPrecError
 
-TABLES = ("verdicts", "summary", "scores")  # publication order: scores last
 # Mismatching items a `ScoresDisagree` message names (the count covers all of them).
 _SHOWN_MISMATCHES = 5
 # Staged shard files read ahead while publishing.
@@ -64,38 +58,6 @@ _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 # Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
 # default, 1 MiB, gave up on the verdicts' reasons: +30% on that column).
 _DICTIONARY_BYTES = 8 * 2**20
-
-
-@dataclass(frozen=True)
-class RunLocation:
-    run_id: str
-    run_date: dt.date
-
-    @property
-    def partition(self) -> str:
-        return f"run_date={self.run_date.isoformat()}/run_id={self.run_id}"
-
-    @property
-    def staging(self) -> str:
-        return f"_staging/run_id={self.run_id}"
-
-    def table_file(self, table: str) -> str:
-        return f"{table}/{self.partition}/part-00000.parquet"
-
-    @property
-    def manifest(self) -> str:
-        return f"manifests/{self.partition}/manifest.json"
-
-
-def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
-    """A lazy scan over Parquet files in `store` (local paths directly, others via fsspec)."""
-    if store.is_local:
-        return pl.scan_parquet(paths)
-    import pyarrow.dataset as ds
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    dataset = ds.dataset(paths, format="parquet", filesystem=PyFileSystem(FSSpecHandler(store.fs)))
-    return pl.scan_pyarrow_dataset(dataset)
 
 
 class ScoresDisagree(CtxPrecError):
@@ -123,17 +85,6 @@ def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str)
     frame.write_parquet(local, compression="zstd")
     store.upload_file_atomic(local, store.join(path))
     os.unlink(local)
-
-
-def _shard_files(store: Store, folder: str) -> list[str]:
-    """The staged shard files in `folder` in run order (shard ids sort as the shards run),
-    without the `.<name>.tmp-*` file a local atomic write leaves behind when its writer is
-    killed before the rename."""
-    return [
-        path
-        for path in store.list(folder)
-        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
-    ]
 
 
 def _read_staged(
@@ -254,9 +205,8 @@ def _write_tables(
     each shard's items with the run's duplicate marks applied, its verdicts without those of
     the later occurrences. With `verify_scale`, every ok item's score is also recomputed from
     its verdicts (`aggregate.score_mismatches`) and `ScoresDisagree` raised if one differs."""
-    verdict_files = [
-        store.join(location.staging, "verdicts", path.rsplit("/", 1)[-1]) for path in items_files
-    ]
+    staging = StagingArea(store, location.staging)
+    verdict_files = [staging.verdicts_file_of(path) for path in items_files]
     staged_verdicts = [*tables.verdicts.names, "item_seq"]
     scores = _ParquetFile(tmp / "scores.parquet", tables.scores.polars)
     verdicts = _ParquetFile(tmp / "verdicts.parquet", tables.verdicts.polars)
@@ -315,7 +265,8 @@ def publish_run(
     the summary streams over those files.
     """
     started = time.monotonic()
-    items_files = _shard_files(store, store.join(location.staging, "items"))
+    staging = StagingArea(store, location.staging)
+    items_files = staging.staged_items_files()
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
         with RepeatFinder(Path(tmp, "repeats")) as finder:
             for keys in _read_staged(store, items_files, KEYS.names()):
@@ -358,7 +309,7 @@ def publish_run(
         store.join(location.manifest),
         json.dumps(manifest, indent=2, sort_keys=True, default=str).encode(),
     )
-    store.rm(store.join(location.staging), recursive=True)
+    store.rm(staging.path(), recursive=True)
     return Published(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),

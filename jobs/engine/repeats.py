@@ -28,6 +28,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from jobs.layout import SEQ_SHIFT
 from jobs.schema import duplicate_error
 
 KEYS = pl.Schema(
@@ -38,8 +39,6 @@ KEYS = pl.Schema(
 MARKS = pl.Schema({"item_seq": pl.Int64(), "query_id": pl.String(), "duplicate_of": pl.String()})
 """A later occurrence: its `item_seq`, its query_id and where the first occurrence is."""
 
-SEQ_SHIFT = 32
-"""item_seq = shard number << SEQ_SHIFT | index within the shard (`jobs.engine.worker`)."""
 
 FAN = 32
 """Partitions per split (open files while partitioning)."""

@@ -31,12 +31,47 @@ context ids must be as many as the contexts; carried values must have their colu
 (`carry`).
 """
 
-from jobs.inputs.columns import InputSchema, check_schema, inspect_input
-from jobs.inputs.listing import FileInfo, list_input_files
-from jobs.inputs.planning import Shard, plan_shards
-from jobs.inputs.records import read_items, read_shard, to_item, validate_record
-from jobs.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.inputs.spec import ColumnMap, InputSpec
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobs.inputs.columns import InputSchema, check_schema, inspect_input
+    from jobs.inputs.listing import FileInfo, list_input_files
+    from jobs.inputs.planning import plan_shards
+    from jobs.inputs.records import read_items, read_shard, to_item, validate_record
+    from jobs.inputs.rows import ItemRecord, RawRow, RowError
+    from jobs.inputs.shard import Shard
+    from jobs.inputs.spec import ColumnMap, InputSpec
+
+# Imported on first use: a process that only passes shards around (the run's coordinator)
+# imports `jobs.inputs.shard` without pulling in pyarrow and fsspec through this package.
+_WHERE = {
+    "InputSchema": "columns",
+    "check_schema": "columns",
+    "inspect_input": "columns",
+    "FileInfo": "listing",
+    "list_input_files": "listing",
+    "plan_shards": "planning",
+    "read_items": "records",
+    "read_shard": "records",
+    "to_item": "records",
+    "validate_record": "records",
+    "ItemRecord": "rows",
+    "RawRow": "rows",
+    "RowError": "rows",
+    "Shard": "shard",
+    "ColumnMap": "spec",
+    "InputSpec": "spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jobs.inputs' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"jobs.inputs.{module}"), name)
+
 
 __all__ = [
     "ColumnMap",

@@ -10,19 +10,41 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from jobs.inputs.carry import conform
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
-from jobs.inputs.planning import Shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
+from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, load_extractor
 from jobs.schema import CarriedColumn
 from jobs.storage import filesystem
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
+
+
+@dataclass(frozen=True)
+class ItemReader:
+    """How a run reads its items: the input and the per-item limits (picklable, for workers)."""
+
+    spec: InputSpec
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
+    max_contexts: int = DEFAULT_MAX_CONTEXTS
+
+    def read(
+        self, shard: Shard, carried: Sequence[CarriedColumn] = ()
+    ) -> Iterator[ItemRecord | RowError]:
+        """`shard`'s rows as the job judges them (`read_items`)."""
+        return read_items(
+            self.spec,
+            shard,
+            max_context_chars=self.max_context_chars,
+            max_contexts=self.max_contexts,
+            carried=carried,
+        )
 
 
 def read_items(

@@ -43,9 +43,9 @@ from jobs.engine.aggregate import (
     RunSummary,
     Segment,
 )
-from jobs.engine.publish import RunLocation, scan
 from jobs.engine.response_formats import RunResponseFormat
-from jobs.storage import Store, open_store
+from jobs.layout import RunLocation
+from jobs.storage import Store, open_store, scan
 from scorer_core.errors import ConfigError, CtxPrecError
 
 TABLES = ("scores", "verdicts", "summary")

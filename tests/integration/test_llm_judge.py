@@ -25,8 +25,9 @@ import pytest
 
 from jobs import cli
 from jobs.config import parse_config
-from jobs.engine.driver import print_outcome, run_job
-from jobs.engine.publish import RunLocation
+from jobs.engine.driver import print_outcome
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.tools.calibrate import calibrate
 from scorer_core.testing.llama_server import LlamaServer, unavailable_reason
 from tests.support.paths import REPO

@@ -18,8 +18,8 @@ from markupsafe import escape
 
 from jobs.cli import main as ctxprec
 from jobs.config import parse_config
-from jobs.engine.driver import run_job
-from jobs.engine.publish import TABLES
+from jobs.job import run_job
+from jobs.layout import TABLES
 from jobs.storage import open_store
 from jobs.tools import compare, report
 from jobs.tools.runs import load_run

@@ -44,7 +44,7 @@ def recipes() -> dict[tuple[str, str], str]:
 
 @pytest.fixture(scope="module")
 def output(tmp_path_factory: pytest.TempPathFactory, ray_local: Any) -> Path:
-    from jobs.engine.driver import run_job
+    from jobs.job import run_job
 
     root = tmp_path_factory.mktemp("recipes")
     rows = []

@@ -18,7 +18,7 @@ import pytest
 from jobs.cli import build_parser
 from jobs.engine import aggregate
 from jobs.engine.aggregate import relevance_by_position
-from jobs.engine.publish import RunLocation
+from jobs.layout import RunLocation
 from jobs.storage import filesystem, open_store
 from jobs.tools import compare
 from jobs.tools.runs import RunNotFound, load_run, parse_storage_options, summary_from_frame

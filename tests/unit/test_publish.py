@@ -19,9 +19,10 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from jobs.engine.publish import Published, RunLocation, ScoresDisagree, publish_run
-from jobs.engine.worker import error_row, item_row, shard_paths, verdict_rows
+from jobs.engine.publish import Published, ScoresDisagree, publish_run
+from jobs.engine.rows import error_row, item_row, verdict_rows
 from jobs.inputs import ItemRecord, RowError
+from jobs.layout import RunLocation
 from jobs.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
@@ -34,6 +35,7 @@ from jobs.storage import Store, open_store
 from jobs.tools.runs import summary_from_frame
 from scorer_core.precision import context_precision
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
+from tests.support.job import shard_files
 
 SOURCE = "/data/in.jsonl"
 SCALE = 10
@@ -93,7 +95,7 @@ class Shard:
         self.items.append(error_row(error, self.seq(), "lexical", first, self.tables))
 
     def write(self, store: Store) -> None:
-        verdicts_path, items_path = shard_paths(store, LOCATION.staging, f"shard-{self.number:05d}")
+        verdicts_path, items_path = shard_files(store, LOCATION.staging, f"shard-{self.number:05d}")
         store.write_parquet_atomic(
             verdicts_path,
             pa.Table.from_pylist(self.verdicts, schema=self.tables.staged_verdicts.arrow),

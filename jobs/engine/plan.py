@@ -1,0 +1,35 @@
+"""A run as planned by the driver: what the fan-out and batch rounds work from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from jobs.config import JobConfig
+from jobs.engine.parts import RunParts
+from jobs.inputs import Shard
+from jobs.layout import RunLocation, StagingArea
+from jobs.schema import RunSchema
+from jobs.storage import Store
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run: its config and parts, where it goes, its shards and its tables."""
+
+    config: JobConfig
+    parts: RunParts
+    location: RunLocation
+    store: Store
+    shards: Sequence[Shard]
+    # The run's tables with the input columns it carries, their types decided at start-up.
+    tables: RunSchema = field(default_factory=RunSchema)
+    # The shards with later occurrences of a query id staged by the look-ahead
+    # (jobs.engine.lookahead): their rows are written as duplicates, not judged.
+    duplicates: frozenset[str] = frozenset()
+    # How many input files the shards come from (for the run's first line).
+    files: int = 0
+
+    @property
+    def staging(self) -> StagingArea:
+        return StagingArea(self.store, self.location.staging)
