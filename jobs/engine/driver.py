@@ -45,6 +45,7 @@ from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
 from jobs.layout import RunLocation
 from jobs.pricing import price_basis
+from jobs.records import RunManifest
 from jobs.schema import RunSchema
 from jobs.storage import open_store
 from scorer_core.errors import FatalJudgeError
@@ -109,7 +110,7 @@ def run_job(
             judge={**judge_facts_of_run(judged.reports), **judged.facts},
             nodes=shards_by_node(judged.reports),
         )
-        published = _publish(plan, manifest, judged.flow)
+        published = _publish(plan, manifest)
     return RunOutcome(
         run_id=plan.location.run_id,
         run_date=plan.location.run_date,
@@ -200,7 +201,7 @@ def _judge(
     return _Judged(batched.reports, {}, {**batched.facts, "price": price})
 
 
-def _publish(plan: RunPlan, manifest: dict[str, Any], flow: dict[str, Any]) -> Published:
+def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
     """Publish the staged shards (it removes the staging area, lease file included, once the
     run is out)."""
     config = plan.config
@@ -210,7 +211,7 @@ def _publish(plan: RunPlan, manifest: dict[str, Any], flow: dict[str, Any]) -> P
         model=config.judge.model,
         scale=config.scorer.scale,
         manifest=manifest,
-        flow=flow_metrics(flow),
+        flow=flow_metrics(manifest.flow),
         tables=plan.tables,
         segment_by=config.summary.by,
         batch_price=config.judge.mode == "batch",

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
-import json
 import os
 import tempfile
 import time
@@ -31,7 +30,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -40,6 +38,7 @@ import pyarrow.parquet as pq
 from jobs.engine import aggregate
 from jobs.engine.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows, where
 from jobs.layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
+from jobs.records import JudgeRecord, RunManifest
 from jobs.schema import RunSchema
 from jobs.storage import Store
 from scorer_core.errors import CtxPrecError
@@ -72,7 +71,7 @@ class Published:
     scores_url: str
     duplicates: int
     # What the run's judge settled on (the manifest's "judge": transport, response format).
-    judge: dict[str, Any] = field(default_factory=dict)
+    judge: JudgeRecord = field(default_factory=JudgeRecord)
 
 
 def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str) -> None:
@@ -244,7 +243,7 @@ def publish_run(
     *,
     model: str,
     scale: float,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     verify_scores: bool = False,
     flow: Sequence[tuple[str, float | None]] = (),
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
@@ -295,32 +294,30 @@ def publish_run(
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
     duplicates = written.duplicates
-    timings = {**manifest.get("timings_s", {}), "publish": round(time.monotonic() - started, 3)}
-    manifest = {
-        **manifest,
-        "timings_s": timings,
-        "status": "complete",
-        "summary": summary.to_dict(),
-        "duplicates": duplicates,
-        "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
-    }
-    store.write_bytes_atomic(
-        store.join(location.manifest),
-        json.dumps(manifest, indent=2, sort_keys=True, default=str).encode(),
+    timings = {**manifest.timings_s, "publish": round(time.monotonic() - started, 3)}
+    manifest = manifest.model_copy(
+        update={
+            "timings_s": timings,
+            "status": "complete",
+            "summary": summary.to_dict(),
+            "duplicates": duplicates,
+            "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
+        }
     )
+    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
     store.rm(staging.path(), recursive=True)
     return Published(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=duplicates,
-        judge=dict(manifest.get("judge") or {}),
+        judge=manifest.judge,
     )
 
 
-def read_manifest(store: Store, location: RunLocation) -> dict[str, Any] | None:
+def read_manifest(store: Store, location: RunLocation) -> RunManifest | None:
+    """The run's manifest, or None when the run is not published."""
     path = store.join(location.manifest)
     if not store.exists(path):
         return None
-    data: dict[str, Any] = json.loads(store.read_bytes(path))
-    return data
+    return RunManifest.read(store.read_bytes(path))

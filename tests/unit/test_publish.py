@@ -23,6 +23,7 @@ from jobs.engine.publish import Published, ScoresDisagree, publish_run
 from jobs.engine.rows import error_row, item_row, verdict_rows
 from jobs.inputs import ItemRecord, RowError
 from jobs.layout import RunLocation
+from jobs.records import RunManifest
 from jobs.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
@@ -131,7 +132,7 @@ def publish(store: Store, *, verify_scores: bool = False) -> Published:
         LOCATION,
         model="lexical",
         scale=SCALE,
-        manifest={"run_id": LOCATION.run_id},
+        manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
         verify_scores=verify_scores,
     )
 
@@ -253,7 +254,7 @@ def test_carried_columns_are_published_with_their_types_and_summarised_by(
         LOCATION,
         model="lexical",
         scale=SCALE,
-        manifest={},
+        manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
         tables=CARRIED,
         segment_by=["retriever", "day"],
     )
