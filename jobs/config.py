@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import ResponseFormatSetting
 
@@ -209,9 +210,9 @@ class JudgeConfig(_Strict):
     """The model that gives the per-context verdicts, and how it is called."""
 
     model: str = Field(
-        "lexical",
+        OFFLINE_JUDGE,
         description='Any litellm model string ("openai/gpt-4o-mini", "anthropic/...") or '
-        '"lexical", the offline judge.',
+        f'"{OFFLINE_JUDGE}", the offline judge.',
     )
     api_base: str | None = Field(
         None, description="URL of an OpenAI-compatible server (vLLM, Ollama, llama.cpp, gateway)."
@@ -398,16 +399,16 @@ class JobConfig(_Strict):
 
     @model_validator(mode="after")
     def _batch_needs_an_llm(self) -> JobConfig:
-        if self.judge.mode == "batch" and self.judge.model == "lexical":
-            raise ValueError("judge.mode batch needs an LLM judge.model, not 'lexical'")
+        if self.judge.mode == "batch" and not capabilities_of(self.judge.model).supports_batch:
+            raise ValueError(f"judge.mode batch needs an LLM judge.model, not {self.judge.model!r}")
         if self.judge.batch.max_poll_interval_s < self.judge.batch.poll_interval_s:
             raise ValueError("judge.batch.max_poll_interval_s must be >= poll_interval_s")
         return self
 
     @model_validator(mode="after")
     def _lexical_options_only_for_lexical(self) -> JobConfig:
-        if self.judge.model != "lexical" and self.judge.lexical:
-            raise ValueError("judge.lexical options apply only to judge.model 'lexical'")
+        if self.judge.model != OFFLINE_JUDGE and self.judge.lexical:
+            raise ValueError(f"judge.lexical options apply only to judge.model {OFFLINE_JUDGE!r}")
         return self
 
     @model_validator(mode="after")

@@ -15,9 +15,8 @@ from typing import Any
 
 from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
-from jobs.engine.budget import BudgetSettings
-from jobs.engine.budget import budget_settings as engine_budget_settings
-from jobs.engine.parts import Gate, RunParts
+from jobs.engine import BudgetSettings, Gate, RunParts
+from jobs.engine import budget_settings as engine_budget_settings
 from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard
 from jobs.inputs.records import ItemReader
 from jobs.schema import CarriedColumn
@@ -34,7 +33,7 @@ from scorer_core.transports import resolve_transport
 def check_api_key(config: JobConfig) -> None:
     """Fail before any judge call when the judge needs a key and its variable is not set."""
     judge = config.judge
-    if judge.model == "lexical" or not judge.api_key_env:
+    if not capabilities_of(judge.model).needs_api_key or not judge.api_key_env:
         return
     if judge.api_base and "api_key_env" not in judge.model_fields_set:
         return  # a local server needs no key, unless a variable was named for it explicitly
@@ -175,7 +174,7 @@ def workers_import_litellm(config: JobConfig) -> bool:
     it counts prompt tokens for a tokens-per-minute limit, or it is the judge's transport.
     The offline lexical judge imports neither."""
     judge_config = config.judge
-    if judge_config.model == "lexical":
+    if capabilities_of(judge_config.model).offline:
         return False
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
     return bool(config.rate_limit.tokens_per_minute) or transport == "litellm"
@@ -211,7 +210,7 @@ def local_limiter(config: JobConfig) -> Limiter | None:
     limits = config.rate_limit
     if not (limits.requests_per_minute or limits.tokens_per_minute):
         return None
-    from jobs.engine.limiter import LocalLimiter, PacingState
+    from jobs.engine import LocalLimiter, PacingState
 
     return LocalLimiter(
         PacingState(
@@ -226,12 +225,12 @@ def find_duplicates_first(config: JobConfig) -> bool:
     """Whether the run looks for duplicate query ids across shards before judging
     (`input.find_duplicates_first`)."""
     wanted = config.input.find_duplicates_first
-    return config.judge.model != "lexical" if wanted == "auto" else bool(wanted)
+    return not capabilities(config).offline if wanted == "auto" else bool(wanted)
 
 
 def use_cache(config: JobConfig) -> bool:
     """Whether the run reads and writes the verdict cache (never for the offline judge)."""
-    return config.cache.enabled and config.judge.model != "lexical"
+    return config.cache.enabled and not capabilities(config).offline
 
 
 def cache_fingerprint(config: JobConfig) -> str:

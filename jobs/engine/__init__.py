@@ -4,7 +4,7 @@ Public API (everything else in the package is the engine's own business; the too
 CLI import only these names, from `jobs.engine`):
 
     run_job(config, parts, out=...) -> RunOutcome   run or resume one scoring run end to end
-    RunParts, JudgeMaker          what a run is made of, handed in by jobs.factory
+    RunParts, JudgeMaker, Gate    what a run is made of, handed in by jobs.factory
     RunOutcome, print_outcome     run id and date, what was published, timings; its printout
     RunFailed                     the run could not finish (a CtxPrecError); shards already
                                   staged are kept, the same run id resumes
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from jobs.engine.budget import BudgetSettings, budget_settings
     from jobs.engine.driver import RunFailed, RunOutcome, print_outcome, run_job
     from jobs.engine.limiter import LocalLimiter, PacingState
-    from jobs.engine.parts import JudgeMaker, RunParts
+    from jobs.engine.parts import Gate, JudgeMaker, RunParts
     from jobs.engine.response_formats import RunResponseFormat
 
 _WHERE = {
@@ -59,6 +59,7 @@ _WHERE = {
     "print_outcome": "driver",
     "RunParts": "parts",
     "JudgeMaker": "parts",
+    "Gate": "parts",
     "BatchesStillRunning": "batch.rounds",
     "BudgetSettings": "budget",
     "budget_settings": "budget",
@@ -85,6 +86,7 @@ __all__ = [
     "BatchPacker",
     "BatchesStillRunning",
     "BudgetSettings",
+    "Gate",
     "JudgeMaker",
     "LocalLimiter",
     "PacingState",
