@@ -37,7 +37,7 @@ import email.utils
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,32 +293,7 @@ class OpenAIHTTPClient:
         location: str,
         response_format: ResponseFormat = "json_schema",
     ) -> JudgeError:
-        excerpt = _error_excerpt(raw)
-        detail = self._message(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
-        if status == 429:
-            return RateLimited(detail, retry_after=parse_retry_after(retry_after))
-        if status == 408:  # the server gave up waiting: as retryable as our own timeout
-            return JudgeTimeout(detail)
-        if status in (401, 403, 404):
-            return FatalJudgeError(detail)
-        if status >= 400:
-            body = raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace")
-            kind = classify_rejection(status, body)
-            if kind == "response_format":
-                return ResponseFormatRejected(detail, response_format)
-            if kind is not None:
-                return RequestRejected(detail)
-        if status >= 500:
-            return ServerError(detail)
-        if status == 409:  # a conflict with another request in flight: may pass next time
-            return TransportError(detail)
-        if 300 <= status < 400:
-            return FatalJudgeError(
-                self._message(
-                    f"HTTP {status} redirect to {location!r}: set api_base to the final URL"
-                )
-            )
-        return MalformedReply(detail)  # 1xx: not a chat completion
+        return status_error(status, raw, retry_after, location, response_format, self._message)
 
     def _parse_completion(self, raw: bytes) -> ChatReply:
         try:
@@ -415,6 +390,43 @@ class OpenAIHTTPClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def status_error(
+    status: int,
+    raw: bytes,
+    retry_after: str | None,
+    location: str,
+    response_format: ResponseFormat,
+    describe: Callable[[str], str],
+) -> JudgeError:
+    """The client error an HTTP `status` reply means (the body `raw`, its `Retry-After` and
+    `Location` headers), its message worded by `describe`: what `OpenAIHTTPClient` raises,
+    and the in-process fake client (`scorer_core.testing.FakeChatClient`) too."""
+    excerpt = _error_excerpt(raw)
+    detail = describe(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
+    if status == 429:
+        return RateLimited(detail, retry_after=parse_retry_after(retry_after))
+    if status == 408:  # the server gave up waiting: as retryable as our own timeout
+        return JudgeTimeout(detail)
+    if status in (401, 403, 404):
+        return FatalJudgeError(detail)
+    if status >= 400:
+        body = raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace")
+        kind = classify_rejection(status, body)
+        if kind == "response_format":
+            return ResponseFormatRejected(detail, response_format)
+        if kind is not None:
+            return RequestRejected(detail)
+    if status >= 500:
+        return ServerError(detail)
+    if status == 409:  # a conflict with another request in flight: may pass next time
+        return TransportError(detail)
+    if 300 <= status < 400:
+        return FatalJudgeError(
+            describe(f"HTTP {status} redirect to {location!r}: set api_base to the final URL")
+        )
+    return MalformedReply(detail)  # 1xx: not a chat completion
 
 
 def _as_int(value: object) -> int:
