@@ -35,7 +35,7 @@ from jobs import formatting as fmt
 from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
 from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
 from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
-from jobs.engine.aggregate import band_range, relevance_by_position
+from jobs.engine import band_range, relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
     load_run,

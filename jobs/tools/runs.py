@@ -35,20 +35,16 @@ from typing import Any
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import (
-    BANDS,
-    FLOW_METRICS,
-    LEGACY_BAND_LABELS,
-    PositionRate,
-    RunSummary,
-    Segment,
-)
-from jobs.engine.response_formats import RunResponseFormat
+from jobs.engine import BANDS, PositionRate, RunResponseFormat, RunSummary, Segment
+
+# Not (yet) among the engine's public names: the summary table's flow metric names and the
+# band labels of summaries published before the bands had names, both needed to read the
+# published summary table back (`summary_from_frame`).
+from jobs.engine.aggregate import FLOW_METRICS, LEGACY_BAND_LABELS
 from jobs.layout import RunLocation
 from jobs.storage import Store, open_store, scan
 from scorer_core.errors import ConfigError, CtxPrecError
 
-TABLES = ("scores", "verdicts", "summary")
 _PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
 
@@ -79,9 +75,7 @@ class PublishedRun:
         return str(model)
 
     def path(self, table: str) -> str:
-        """The filesystem path of `table` ("scores", "verdicts" or "summary") of this run."""
-        if table not in TABLES:
-            raise ValueError(f"unknown table {table!r}; expected one of {TABLES}")
+        """The filesystem path of `table` (one of `jobs.layout.TABLES`) of this run."""
         return self.store.join(self.location.table_file(table))
 
     def scan(self, table: str) -> pl.LazyFrame:

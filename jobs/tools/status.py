@@ -16,8 +16,8 @@ from typing import Any
 
 from jobs import formatting as fmt
 from jobs.config import RUN_ID_PATTERN
-from jobs.engine.batch.layout import BatchLayout
-from jobs.engine.batch.state import RoundState
+from jobs.engine import BatchLayout, RoundState
+from jobs.layout import StagingArea
 from jobs.storage import Store
 from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest_dict
 
@@ -48,8 +48,8 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     return lines
 
 
-def _lease(store: Store, staging: str) -> str:
-    path = store.join(staging, "LEASE.json")
+def _lease(store: Store, staging: StagingArea) -> str:
+    path = staging.lease
     if not store.exists(path):
         return "no driver holds the run (rerun the same run.id to go on)"
     try:
@@ -90,18 +90,14 @@ def status_lines(store: Store, run_id: str) -> list[str]:
     published = _published(store, run_id)
     if published is not None:
         return published
-    staging = f"_staging/run_id={run_id}"
-    if not store.exists(store.join(staging)):
+    staging = StagingArea.of_run(store, run_id)
+    if not store.exists(staging.path()):
         raise RunNotFound(
             f"run {run_id!r} not found under {store.url(store.root)}: neither published nor "
             "started there"
         )
-    staged = [
-        path
-        for path in store.list(store.join(staging, "items"))
-        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
-    ]
-    layout = BatchLayout(store, staging)
+    staged = staging.staged_items_files()
+    layout = BatchLayout(store, staging.folder)
     run_info = layout.read_json(layout.run_file)
     if run_info is None:
         return [

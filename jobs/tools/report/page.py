@@ -18,8 +18,7 @@ import jinja2
 from markupsafe import Markup
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import RunSummary, Segment, band_range
-from jobs.engine.response_formats import RunResponseFormat
+from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
 from jobs.tools.compare import (
     DEFAULT_MAX_MEAN_DROP,
     DEFAULT_MIN_SEGMENT_SIZE,
@@ -39,6 +38,7 @@ from jobs.tools.report.charts import (
     chart,
 )
 from jobs.tools.runs import PublishedRun
+from scorer_core.capabilities import is_offline
 
 MAX_CHIPS = 40
 MAX_CHART_POSITIONS = 40
@@ -306,7 +306,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
 def _cost_text(cost: float | None, model: str) -> tuple[str, str]:
     if cost is not None:
         return fmt.usd(cost), "from litellm's price map"
-    if model == "lexical":
+    if is_offline(model):
         return fmt.usd(0.0), "offline lexical judge"
     return fmt.MISSING, "model not in litellm's price map"
 
