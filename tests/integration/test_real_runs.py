@@ -151,13 +151,11 @@ def test_per_retriever_summary_equals_calibrate_on_trec_dl(tmp_path: Path) -> No
 
     run = load_run(open_store(str(tmp_path / "out")), "segments")
     segments = {s.value: s.summary for s in run.summary.segments_by("retriever")}
-    calibrated = {
-        r["retriever"]: r for r in calibrate(config, str(SHARED_DATA / name))["retrievers"]
-    }
+    calibrated = {r.retriever: r for r in calibrate(config, str(SHARED_DATA / name)).retrievers}
     assert set(segments) == set(calibrated) == {row["retriever"] for row in rows}
     for retriever, labelled in calibrated.items():
-        assert segments[retriever].scored == labelled["items"]
-        assert segments[retriever].mean == pytest.approx(labelled["mean_judge"], abs=1e-12)
+        assert segments[retriever].scored == labelled.items
+        assert segments[retriever].mean == pytest.approx(labelled.mean_judge, abs=1e-12)
 
     scores = run.read("scores")
     assert scores.schema["collection"] == pl.String
