@@ -267,19 +267,9 @@ def publish_run(
     staging = StagingArea(store, location.staging)
     items_files = staging.staged_items_files()
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
-        with RepeatFinder(Path(tmp, "repeats")) as finder:
-            for keys in _read_staged(store, items_files, KEYS.names()):
-                finder.add(keys)
-            marks = finder.finish()
-            written = _write_tables(
-                store,
-                location,
-                items_files,
-                marks,
-                tables,
-                Path(tmp),
-                scale if verify_scores else None,
-            )
+        written = _write_local_tables(
+            store, location, items_files, tables, Path(tmp), scale if verify_scores else None
+        )
         summary = aggregate.summarize(
             pl.scan_parquet(written.scores),
             pl.scan_parquet(written.verdicts),
@@ -290,12 +280,48 @@ def publish_run(
             batch_price=batch_price,
         )
         summary = dataclasses.replace(summary, flow=tuple(flow))
+        # scores last: a reader of scores/ sees a whole run or none of it
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
-    duplicates = written.duplicates
+    manifest = _complete(store, location, manifest, summary, written.duplicates, started)
+    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
+    store.rm(staging.path(), recursive=True)
+    return Published(
+        summary=summary,
+        scores_url=store.url(store.join(location.table_file("scores"))),
+        duplicates=written.duplicates,
+        judge=manifest.judge,
+    )
+
+
+def _write_local_tables(
+    store: Store,
+    location: RunLocation,
+    items_files: list[str],
+    tables: RunSchema,
+    tmp: Path,
+    verify_scale: float | None,
+) -> _Written:
+    """Find the run's repeated query ids, then write its tables to local files."""
+    with RepeatFinder(tmp / "repeats") as finder:
+        for keys in _read_staged(store, items_files, KEYS.names()):
+            finder.add(keys)
+        marks = finder.finish()
+        return _write_tables(store, location, items_files, marks, tables, tmp, verify_scale)
+
+
+def _complete(
+    store: Store,
+    location: RunLocation,
+    manifest: RunManifest,
+    summary: aggregate.RunSummary,
+    duplicates: int,
+    started: float,
+) -> RunManifest:
+    """The driver's manifest with what publishing learnt."""
     timings = {**manifest.timings_s, "publish": round(time.monotonic() - started, 3)}
-    manifest = manifest.model_copy(
+    return manifest.model_copy(
         update={
             "timings_s": timings,
             "status": "complete",
@@ -304,14 +330,6 @@ def publish_run(
             "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
         }
-    )
-    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
-    store.rm(staging.path(), recursive=True)
-    return Published(
-        summary=summary,
-        scores_url=store.url(store.join(location.table_file("scores"))),
-        duplicates=duplicates,
-        judge=manifest.judge,
     )
 
 
