@@ -254,7 +254,7 @@ class JudgeConfig(_Strict):
         "online",
         description="online: requests as the run goes, paced by rate_limit; batch: the "
         "provider's Batch API (about half the price, answers within judge.batch."
-        "completion_window, its own queue limit; see README 'Batch mode').",
+        "completion_window, its own queue limit; see docs/batch.md).",
     )
     batch: BatchConfig = Field(BatchConfig(), description="Batch mode's settings.")
     lexical: dict[str, Any] = Field(
@@ -473,7 +473,7 @@ def _format_validation_error(source: str, exc: ValidationError) -> str:
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         if error["type"] == "extra_forbidden":
-            lines.append(f"  {where}: unknown key (check the spelling; see README 'Configuration')")
+            lines.append(f"  {where}: unknown key (check the spelling; see docs/configuration.md)")
         else:
             lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)

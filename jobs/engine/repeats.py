@@ -1,7 +1,7 @@
 """Repeated query ids across a whole run, found in bounded memory.
 
 The job scores the first occurrence of a query_id (in input order: the smallest `item_seq`)
-and marks every later one as a duplicate of it (README, "Duplicate query_ids"). Seeing every
+and marks every later one as a duplicate of it (docs/failures.md, "Duplicate query_ids"). Seeing every
 occurrence of an id side by side needs every key of the run, which a single hash table would
 hold in memory: one entry per item, on the driver. Instead:
 
