@@ -1,8 +1,8 @@
 """Repeated query ids across a whole run, found in bounded memory.
 
 The job scores the first occurrence of a query_id (in input order: the smallest `item_seq`)
-and marks every later one as a duplicate of it (docs/failures.md, "Duplicate query_ids"). Seeing every
-occurrence of an id side by side needs every key of the run, which a single hash table would
+and marks every later one as a duplicate of it (docs/failures.md). Seeing every occurrence
+of an id side by side needs every key of the run, which a single hash table would
 hold in memory: one entry per item, on the driver. Instead:
 
 1. `RepeatFinder.add` takes the keys (`KEYS`: query_id, item_seq, source, row) a batch at a
