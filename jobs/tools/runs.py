@@ -8,12 +8,13 @@ A run is published (see `jobs.engine.publish`) as
     manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json
 
 `scores/` is written last, so a run whose scores file exists is complete; it is what this
-module looks for. The manifest (config, timings) is read when present.
+module looks for. The manifest (config, timings) is read when present, as the typed
+`jobs.records.RunManifest` (older manifests read too).
 
     store = open_store("results/")
     run = load_run(store, "20261130-1a2b3c4d")
     run.scores().filter(pl.col("status") == "ok").collect()     # lazy frames
-    run.summary.mean, run.manifest["seconds"]
+    run.summary.mean, run.seconds, run.manifest.judge_model     # manifest: jobs.records.RunManifest
 
 The helpers at the bottom are shared by the `ctxprec compare` and `ctxprec report` commands.
 """
@@ -22,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import os
 import posixpath
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -42,6 +42,7 @@ from jobs.engine import BANDS, PositionRate, RunResponseFormat, RunSummary, Segm
 # published summary table back (`summary_from_frame`).
 from jobs.engine.aggregate import FLOW_METRICS, LEGACY_BAND_LABELS
 from jobs.layout import RunLocation
+from jobs.records import RunManifest
 from jobs.storage import Store, open_store, scan
 from scorer_core.errors import ConfigError, CtxPrecError
 
@@ -55,11 +56,12 @@ class RunNotFound(ConfigError):
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """One published run: where it is, its manifest, and lazy scans of its tables."""
+    """One published run: where it is, its manifest (None: a run published before runs had
+    one), and lazy scans of its tables."""
 
     store: Store
     location: RunLocation
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: RunManifest | None = None
 
     @property
     def run_id(self) -> str:
@@ -71,8 +73,8 @@ class PublishedRun:
 
     @property
     def judge_model(self) -> str:
-        model = self.manifest.get("judge_model") or self.summary.model
-        return str(model)
+        recorded = self.manifest.judge_model if self.manifest is not None else ""
+        return recorded or self.summary.model
 
     def path(self, table: str) -> str:
         """The filesystem path of `table` (one of `jobs.layout.TABLES`) of this run."""
@@ -105,14 +107,15 @@ class PublishedRun:
     def response_format(self) -> RunResponseFormat | None:
         """The structured-output form the run's judge settled on, from the manifest's
         `judge.response_format` (None for the offline judge, or a run that recorded none)."""
-        recorded = (self.manifest.get("judge") or {}).get("response_format")
-        return RunResponseFormat.from_dict(recorded) if isinstance(recorded, dict) else None
+        recorded = self.manifest.judge.response_format if self.manifest is not None else None
+        return RunResponseFormat.from_dict(recorded.model_dump()) if recorded else None
 
     @property
     def seconds(self) -> float | None:
         """Wall-clock seconds of the run, from the manifest (None when unknown)."""
-        value = self.manifest.get("seconds")
-        return float(value) if isinstance(value, int | float) else None
+        if self.manifest is None or "seconds" not in self.manifest.model_fields_set:
+            return None
+        return self.manifest.seconds
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,21 +181,22 @@ def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunL
     return RunLocation(run_id=run_id, run_date=dates[-1])
 
 
-def read_manifest_dict(store: Store, location: RunLocation) -> dict[str, Any]:
-    """The run's manifest, or {} when it has none (a run published by an older version)."""
+def read_manifest(store: Store, location: RunLocation) -> RunManifest | None:
+    """The run's manifest, or None when it has none (a run published by an older version).
+    Raises `CtxPrecError` naming the file when it is not a manifest."""
     path = store.join(location.manifest)
     if not store.exists(path):
-        return {}
-    data = json.loads(store.read_bytes(path))
-    return data if isinstance(data, dict) else {}
+        return None
+    try:
+        return RunManifest.read(store.read_bytes(path))
+    except ValueError as exc:  # not JSON, or not a manifest (pydantic's ValidationError)
+        raise CtxPrecError(f"{store.url(path)}: unreadable run manifest: {exc}") from None
 
 
 def load_run(store: Store, run_id: str, run_date: dt.date | None = None) -> PublishedRun:
     """Locate run `run_id` in `store` and read its manifest; tables are scanned lazily."""
     location = find_run(store, run_id, run_date)
-    return PublishedRun(
-        store=store, location=location, manifest=read_manifest_dict(store, location)
-    )
+    return PublishedRun(store=store, location=location, manifest=read_manifest(store, location))
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ from jobs import formatting as fmt
 from jobs.config import RUN_ID_PATTERN
 from jobs.engine import BatchLayout, RoundState
 from jobs.layout import StagingArea
+from jobs.records import RunManifest
 from jobs.storage import Store
-from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest_dict
+from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest
 
 
 def _published(store: Store, run_id: str) -> list[str] | None:
@@ -27,13 +28,15 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         location = find_run(store, run_id)
     except RunNotFound:
         return None
-    manifest = read_manifest_dict(store, location)
-    summary = manifest.get("summary") or {}
-    judge = manifest.get("judge") or {}
-    mode = judge.get("mode", "online")
+    manifest = read_manifest(store, location) or RunManifest(
+        run_id=run_id, run_date=location.run_date.isoformat()
+    )
+    summary = manifest.summary
+    judge = manifest.judge
+    mode = judge.mode or "online"
     lines = [
-        f"run {run_id} ({location.run_date}): published {manifest.get('published_at', '')}, "
-        f"{mode} mode, judge {manifest.get('judge_model', '?')}",
+        f"run {run_id} ({location.run_date}): published {manifest.published_at or ''}, "
+        f"{mode} mode, judge {manifest.judge_model or '?'}",
         f"  items {fmt.integer(summary.get('items'))}: ok {fmt.integer(summary.get('scored'))}, "
         f"unscored {fmt.integer(summary.get('unscored'))}, errors "
         f"{fmt.integer(summary.get('errors'))}; mean {fmt.number(summary.get('mean'))}; "
@@ -41,8 +44,8 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     ]
     if mode == "batch":
         lines.append(
-            f"  {judge.get('batches', 0)} batch(es) in {judge.get('rounds', 0)} round(s), "
-            f"{fmt.integer(judge.get('requests'))} requests; price {judge.get('price', '?')}"
+            f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
+            f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
         )
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines

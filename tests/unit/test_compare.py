@@ -65,13 +65,13 @@ def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
     run = load_run(open_store(str(runs.output)), runs.base)
     assert run.run_date == RUN_DATE
     assert run.judge_model == "lexical"
-    assert run.manifest["run_id"] == runs.base
+    assert run.manifest is not None and run.manifest.run_id == runs.base
     assert run.seconds is not None and run.seconds > 0
     scores = run.scores().collect()
     assert scores.height == ITEMS + 1
     assert run.summary.items == ITEMS + 1
     assert run.summary.errors >= 1
-    assert run.summary.to_dict() == run.manifest["summary"]
+    assert run.summary.to_dict() == run.manifest.summary
     assert run.verdicts().collect().height > ITEMS
 
 

@@ -123,13 +123,20 @@ class Cost:
 # sections
 
 
+def _recorded(run: PublishedRun, name: str) -> str:
+    """A manifest field as text, "–" when the run did not record it."""
+    manifest = run.manifest
+    if manifest is None or name not in manifest.model_fields_set:
+        return "–"
+    return str(getattr(manifest, name))
+
+
 def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
-    m = run.manifest
     return [
         ("date", run.run_date.isoformat()),
         ("judge model", run.judge_model),
-        ("prompt version", str(m.get("prompt_version", "–"))),
-        ("published", str(m.get("published_at", "–"))),
+        ("prompt version", _recorded(run, "prompt_version")),
+        ("published", _recorded(run, "published_at")),
         ("score scale", f"{run.summary.scale:g}"),
         ("structured output", _response_format(run.response_format)),
     ]
@@ -329,11 +336,9 @@ def cost_view(run: PublishedRun) -> Cost:
         Card("seconds", "–" if seconds is None else f"{seconds:,.1f}", "wall clock"),
         Card("items / s", "–" if rate is None else f"{rate:,.1f}"),
     )
-    timings = run.manifest.get("timings_s")
-    if not isinstance(timings, dict):
-        timings = {}
-    stages = tuple((str(name), _text(seconds)) for name, seconds in timings.items())
-    return Cost(cards=cards, stages=stages, shards=_text(run.manifest.get("shards", "–")))
+    timings = run.manifest.timings_s if run.manifest is not None else {}
+    stages = tuple((name, _text(seconds)) for name, seconds in timings.items())
+    return Cost(cards=cards, stages=stages, shards=_recorded(run, "shards"))
 
 
 def _text(value: object) -> str:
