@@ -43,9 +43,16 @@ def check_api_key(config: JobConfig) -> None:
 def input_spec(config: JobConfig) -> InputSpec:
     """Where the items are and which columns hold which field."""
     columns = config.input.columns
+    fmt = config.input.format
+    if fmt == "otlp":
+        # `ctxprec run` assembles traces into items first (jobs.engine.traces) and reads those
+        raise ConfigError(
+            "input.format otlp: traces are assembled into items by `ctxprec run` only; "
+            "this command reads items (docs/traces.md)"
+        )
     return InputSpec(
         path=config.input.path,
-        format=config.input.format,
+        format=fmt,
         columns=ColumnMap(
             query_id=columns.query_id,
             input=columns.input,

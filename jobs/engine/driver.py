@@ -84,6 +84,12 @@ def run_job(
     factory.check_api_key(config)
     location = resolve_location(config)
     store = open_store(config.output.path, config.output.storage_options)
+    source_config, traces = config, None
+    if config.input.format == "otlp":
+        # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
+        from jobs.engine.traces import stage_traces
+
+        config, traces = stage_traces(config, store, location, out)
     spec = factory.input_spec(config)
     files = list_input_files(spec)
     # the types of the carried columns, decided once so that every shard writes the same ones
@@ -164,7 +170,7 @@ def run_job(
         _check_all_staged(store, location, [s.shard_id for s in shards], reports)
         # publish (it removes the staging area, lease file included, once the run is out)
         manifest = run_manifest(
-            config,
+            source_config,
             location,
             shards=len(shards),
             shards_reused=resuming,
@@ -174,6 +180,8 @@ def run_job(
             judge={**judge_facts_of_run(reports), **judge_facts},
             nodes=shards_by_node(reports),
         )
+        if traces is not None:
+            manifest["traces"] = traces
         published = publish_run(
             store,
             location,
