@@ -311,8 +311,9 @@ def render(
             "LLM, EMBEDDING, 2 TOOL), every trace's spans scattered over the files in reverse "
             "order (children before parents), 100 spans to a line. Assembly through the job's "
             "own path (`jobs.engine.traces.stage_traces`) on a local Ray of 2 workers, each "
-            "size in a fresh process: the assembly's wall time (without, then with starting Ray), the driver's peak RSS and the highest peak "
-            "RSS any Ray worker reported, reading the files and assembling the partitions.",
+            "size in a fresh process: the assembly's wall time (without, then with starting "
+            "Ray), the driver's peak RSS and the highest peak RSS any Ray worker reported, "
+            "reading the files and assembling the partitions.",
             "",
             "| spans | files | items | partitions | assembly s | s per 1M spans | with Ray start s "
             "| driver peak MiB | worker peak MiB (read) | worker peak MiB (assemble) |",
