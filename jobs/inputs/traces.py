@@ -177,7 +177,14 @@ class TraceReport:
 def trace_files(path: str, storage_options: dict[str, Any]) -> list[FileInfo]:
     """The OTLP JSON files at `path` (a file, folder or glob): every file, whatever its suffix
     (a collector names them freely), gzipped when it ends in `.gz`; `_`/`.` names skipped."""
-    return list_input_files(InputSpec(path=path, format="jsonl", storage_options=storage_options))
+    try:
+        return list_input_files(
+            InputSpec(path=path, format="jsonl", storage_options=storage_options)
+        )
+    except InputError as exc:
+        if not str(exc).startswith("no input files"):
+            raise
+        raise InputError(f"no OTLP trace files at {path}") from None
 
 
 def partitions_for(files: Sequence[FileInfo]) -> int:

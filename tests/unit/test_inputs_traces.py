@@ -354,3 +354,9 @@ def test_otlp_config_refuses_a_column_map_and_otlp_settings_need_the_format() ->
         parse_config({"input": {**base, "columns": {"input": "q"}}})
     with pytest.raises(ConfigError, match="otlp settings need format: otlp"):
         parse_config({"input": {"path": "x.jsonl", "otlp": {"output": "none"}}})
+
+
+def test_no_trace_files_fails_naming_the_path(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=f"no OTLP trace files at {tmp_path / 'empty'}"):
+        trace_files(str(tmp_path / "empty"), {})
