@@ -56,6 +56,10 @@ class ColumnsConfig(_Strict):
     )
 
 
+_OTLP_ITEM_FIELDS = frozenset({"query_id", "input", "output", "context", "context_ids"})
+"""The item fields of traces assembled into items (jobs.inputs.traces.items_schema)."""
+
+
 class OtlpConfig(_Strict):
     """How `input.format: otlp` turns traces into items (docs/traces.md)."""
 
@@ -156,6 +160,12 @@ class InputConfig(_Strict):
                 raise ValueError(
                     f"format otlp reads spans, not columns: remove {', '.join(own)} "
                     "(docs/traces.md says which span attribute becomes which field)"
+                )
+            taken = [name for name in self.carry if name in _OTLP_ITEM_FIELDS]
+            if taken:
+                raise ValueError(
+                    f"carry: {taken} are fields of the items assembled from traces, not "
+                    "attributes that can be carried (docs/traces.md)"
                 )
         elif "otlp" in self.model_fields_set:
             raise ValueError("otlp settings need format: otlp")

@@ -213,6 +213,7 @@ def assemble_traces(
         for name, found in stats.kinds.items():
             kinds[name].update(found)
         _peak(report, "read", stats.peak_rss_mb)
+    _check_found(kinds, report)
     types = {name: carried_type(found) for name, found in kinds.items()}
     report.carried_types = types
     for part in mapper(assemble_part, [(job, n, types) for n in range(job.parts)]):
@@ -238,6 +239,17 @@ def assemble_traces(
             + " (docs/traces.md says which spans become items)"
         )
     return report
+
+
+def _check_found(kinds: dict[str, set[str]], report: TraceReport) -> None:
+    """`InputError` for a carried attribute that no retrieval or root span has (a typo, most
+    likely: a carried column missing from the input fails at start-up too)."""
+    missing = [name for name, found in kinds.items() if not found]
+    if missing and report.spans:
+        raise InputError(
+            f"carried attribute(s) {missing} found on no retrieval or root span (nor on their "
+            f"resources) in {report.spans:,} span(s); check input.carry (docs/traces.md)"
+        )
 
 
 def carried_type(kinds: Iterable[str]) -> str:

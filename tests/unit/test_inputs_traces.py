@@ -360,3 +360,15 @@ def test_no_trace_files_fails_naming_the_path(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match=f"no OTLP trace files at {tmp_path / 'empty'}"):
         trace_files(str(tmp_path / "empty"), {})
+
+
+def test_a_carried_attribute_no_span_has_fails_naming_it(tmp_path: Path) -> None:
+    traces, rng = _traces(seed=12)
+    files = trace_files(str(_write_split(tmp_path, traces, rng)), {})
+    with pytest.raises(InputError, match=r"carried attribute\(s\) \['sesion.id'\] found on no"):
+        assemble_traces(_job(tmp_path, ("service.name", "sesion.id")), files)
+
+
+def test_carrying_an_item_field_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"carry: \['input'\] are fields of the items"):
+        parse_config({"input": {"path": "t/", "format": "otlp", "carry": ["input"]}})
