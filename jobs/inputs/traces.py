@@ -102,7 +102,6 @@ class SpanStats:
     """What a span-staging task read."""
 
     files: int = 0
-    lines: int = 0
     spans: int = 0
     problems: int = 0
     examples: list[str] = field(default_factory=list)
@@ -130,7 +129,6 @@ class TraceReport:
     """The whole assembly, as the run's output and manifest report it."""
 
     files: int = 0
-    lines: int = 0
     spans: int = 0
     malformed: int = 0
     malformed_examples: list[str] = field(default_factory=list)
@@ -205,7 +203,6 @@ def assemble_traces(
     kinds: dict[str, set[str]] = {name: set() for name in _attributes(job.carry)}
     groups = list(_task_groups(files))
     for stats in mapper(stage_spans, [(job, n, group) for n, group in enumerate(groups)]):
-        report.lines += stats.lines
         report.spans += stats.spans
         report.malformed += stats.problems
         room = EXAMPLES - len(report.malformed_examples)
@@ -378,21 +375,17 @@ def stage_spans(job: TraceJob, task: int, files: Sequence[FileInfo]) -> SpanStat
         for info in files:
             stats.files += 1
             fs, fs_path, _ = filesystem(info.path, job.input_options)
-            last_line = 0
             for found in read_otlp_file(fs, fs_path, info.path, info.compression, attributes):
                 if isinstance(found, Problem):
                     stats.problems += 1
                     if len(stats.examples) < EXAMPLES:
                         stats.examples.append(found.message)
-                    last_line = max(last_line, found.line)
                     continue
                 stats.spans += 1
-                last_line = max(last_line, found.line)
                 for name, value in zip(attributes, found.carried, strict=False):
                     if value is not None:
                         kinds[name].add(_json_kind(value))
                 writers.add(found)
-            stats.lines += last_line
         for part, local in sorted(writers.close().items()):
             target = store.join(job.folder, "spans", f"part-{part:05d}", f"t-{task:05d}.parquet")
             store.upload_file_atomic(str(local), target)

@@ -372,3 +372,39 @@ def test_a_carried_attribute_no_span_has_fails_naming_it(tmp_path: Path) -> None
 def test_carrying_an_item_field_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"carry: \['input'\] are fields of the items"):
         parse_config({"input": {"path": "t/", "format": "otlp", "carry": ["input"]}})
+
+
+def test_a_damaged_gzip_file_fails_naming_it(tmp_path: Path) -> None:
+    traces, rng = _traces(seed=13)
+    lines = [line for file in scatter(traces, 1, rng) for line in file]
+    path = write_lines(tmp_path / "t.json.gz", lines, gzipped=True)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # cut in the middle
+    with pytest.raises(InputError, match=f"{path} is not a readable gzip file"):
+        _read(path)
+
+
+def test_other_commands_than_run_refuse_traces_naming_why() -> None:
+    from jobs import factory
+
+    config = parse_config({"input": {"path": "t/", "format": "otlp"}})
+    with pytest.raises(ConfigError, match="assembled into items by `ctxprec run` only"):
+        factory.input_spec(config)
+
+
+def test_the_run_reads_the_assembled_items_with_their_columns() -> None:
+    from jobs.engine.traces import items_config
+
+    raw: dict[str, Any] = {
+        "input": {"path": "s3://b/traces/", "format": "otlp", "carry": ["service.name"]},
+        "output": {"path": "s3://b/out/", "storage_options": {"region": "x"}},
+    }
+    report = TraceReport(items_path="s3://b/out/_staging/run_id=r/traces/items")
+    derived = items_config(parse_config(raw), report)
+    assert (derived.input.path, derived.input.format) == (report.items_path, "parquet")
+    assert derived.input.storage_options == {"region": "x"}
+    assert derived.input.carry == ["service.name"]
+    columns = derived.input.columns
+    assert (columns.query_id, columns.input, columns.output) == ("query_id", "input", "output")
+    assert (columns.context, columns.context_ids) == ("context", "context_ids")
+    raw["input"]["otlp"] = {"output": "none"}
+    assert items_config(parse_config(raw), report).input.columns.output is None
