@@ -57,6 +57,21 @@ class ColumnsConfig(_Strict):
     )
 
 
+_OTLP_ITEM_FIELDS = frozenset({"query_id", "input", "output", "context", "context_ids"})
+"""The item fields of traces assembled into items (jobs.inputs.traces.items_schema)."""
+
+
+class OtlpConfig(_Strict):
+    """How `input.format: otlp` turns traces into items (docs/traces.md)."""
+
+    output: Literal["root", "next_llm", "none"] = Field(
+        "root",
+        description="The answer judged with each retrieval: root: output.value of the trace's "
+        "root span; next_llm: the output of the first LLM span that starts after the "
+        "retrieval ends; none: no answer (retrieval-only: contexts judged against the query).",
+    )
+
+
 class InputConfig(_Strict):
     """Where the items are and how to read them."""
 
@@ -64,8 +79,11 @@ class InputConfig(_Strict):
         description="A file, a folder (every file under it) or a glob; a local path or an "
         "s3://, gs:// or az:// URL. Required."
     )
-    format: Literal["jsonl", "parquet"] | None = Field(
-        None, description="jsonl or parquet; null: from each file's suffix."
+    format: Literal["jsonl", "parquet", "otlp"] | None = Field(
+        None,
+        description="jsonl or parquet; null: from each file's suffix. otlp: OpenTelemetry "
+        "trace files (OTLP JSON, as a collector's file exporter writes them), assembled into "
+        "items first (docs/traces.md).",
     )
     columns: ColumnsConfig = Field(
         ColumnsConfig(), description="Which input column holds each field."
@@ -106,6 +124,9 @@ class InputConfig(_Strict):
         description="keep_first: the first occurrence of a query_id is scored, later ones are "
         "errors naming it.",
     )
+    otlp: OtlpConfig = Field(
+        OtlpConfig(), description="How traces become items (input.format otlp only)."
+    )
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "
@@ -130,6 +151,26 @@ class InputConfig(_Strict):
         if any(not name for name in value):
             raise ValueError("a column name is empty")
         return value
+
+    @model_validator(mode="after")
+    def _otlp_has_no_columns(self) -> InputConfig:
+        # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
+        if self.format == "otlp":
+            own = sorted({"columns", "context_extractor"} & self.model_fields_set)
+            if own:
+                raise ValueError(
+                    f"format otlp reads spans, not columns: remove {', '.join(own)} "
+                    "(docs/traces.md says which span attribute becomes which field)"
+                )
+            taken = [name for name in self.carry if name in _OTLP_ITEM_FIELDS]
+            if taken:
+                raise ValueError(
+                    f"carry: {taken} are fields of the items assembled from traces, not "
+                    "attributes that can be carried (docs/traces.md)"
+                )
+        elif "otlp" in self.model_fields_set:
+            raise ValueError("otlp settings need format: otlp")
+        return self
 
     @model_validator(mode="after")
     def _carry_is_consistent(self) -> InputConfig:

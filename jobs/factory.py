@@ -17,8 +17,9 @@ from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
 from jobs.engine import BudgetSettings, Gate, RunParts
 from jobs.engine import budget_settings as engine_budget_settings
-from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard
+from jobs.inputs import InputSpec, ItemRecord, RowError, Shard
 from jobs.inputs.records import ItemReader
+from jobs.inputs.spec import input_spec_of
 from jobs.schema import CarriedColumn
 from jobs.storage import Store, open_store
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
@@ -47,32 +48,12 @@ def check_api_key(config: JobConfig) -> None:
 
 def input_spec(config: JobConfig) -> InputSpec:
     """Where the items are and which columns hold which field."""
-    columns = config.input.columns
-    return InputSpec(
-        path=config.input.path,
-        format=config.input.format,
-        columns=ColumnMap(
-            query_id=columns.query_id,
-            input=columns.input,
-            output=columns.output,
-            expected_output=columns.expected_output,
-            context=columns.context,
-            context_ids=columns.context_ids,
-        ),
-        storage_options=config.input.storage_options,
-        context_extractor=config.input.context_extractor,
-        carry=tuple(config.input.carry),
-        carry_to_verdicts=tuple(config.input.carry_to_verdicts),
-    )
+    return input_spec_of(config)
 
 
 def item_reader(config: JobConfig) -> ItemReader:
     """How the job reads its items: the input, and the per-item limits (truncation)."""
-    return ItemReader(
-        input_spec(config),
-        max_context_chars=config.input.max_context_chars,
-        max_contexts=config.input.max_contexts,
-    )
+    return ItemReader.for_config(config)
 
 
 def shard_items(
@@ -282,7 +263,8 @@ def run_parts(config: JobConfig) -> RunParts:
     first: a run whose judge needs a key that is not set fails before anything starts."""
     check_api_key(config)
     return RunParts(
-        reader=item_reader(config),
+        # traces are assembled into items by the run before they are read (jobs.engine.traces)
+        reader=None if config.input.format == "otlp" else item_reader(config),
         judges=ConfiguredJudges(config),
         capabilities=capabilities(config),
         cache=cache_spec(config),

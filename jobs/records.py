@@ -110,6 +110,8 @@ class RunManifest(_Record):
     judge: JudgeRecord = Field(default_factory=JudgeRecord)
     # shards run on each Ray node, by node id
     nodes: dict[str, int] = Field(default_factory=dict)
+    # input.format otlp: what assembling the traces into items found (jobs.inputs.traces)
+    traces: dict[str, Any] | None = None
     # -- added by publishing
     status: Literal["complete"] | None = None
     summary: dict[str, Any] = Field(default_factory=dict)  # RunSummary.to_dict()

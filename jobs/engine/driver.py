@@ -43,6 +43,7 @@ from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
+from jobs.inputs.records import ItemReader
 from jobs.layout import RunLocation
 from jobs.pricing import price_basis
 from jobs.records import RunManifest
@@ -86,7 +87,7 @@ def run_job(
     `clock` pace batch mode's waiting (tests inject them). In batch mode a wait cut short by
     judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
     started = time.monotonic()
-    plan, timings = _plan(config, parts)
+    plan, timings = _plan(config, parts, out)
     done = plan.staging.staged_shards()
     with RunLease(plan.store, plan.staging.lease) as lease:
         todo = [(n, s) for n, s in enumerate(plan.shards) if s.shard_id not in done]
@@ -100,7 +101,7 @@ def run_job(
         judged = _judge(plan, todo, out, lease.heartbeat, timings, sleep, clock)
         _check_all_staged(plan, judged.reports)
         manifest = run_manifest(
-            config,
+            plan.source or config,
             plan.location,
             shards=len(plan.shards),
             shards_reused=resuming,
@@ -109,6 +110,7 @@ def run_job(
             flow=judged.flow,
             judge={**judge_facts_of_run(judged.reports), **judged.facts},
             nodes=shards_by_node(judged.reports),
+            traces=plan.traces,
         )
         published = _publish(plan, manifest)
     return RunOutcome(
@@ -121,13 +123,20 @@ def run_job(
     )
 
 
-def _plan(config: JobConfig, parts: RunParts) -> tuple[RunPlan, dict[str, float]]:
+def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dict[str, float]]:
     """Check the input, join the cluster if there is one, and plan the shards. Fails before
     anything is judged: a missing column, a path other nodes cannot reach, a published run."""
     started = time.monotonic()
     location = resolve_location(config)
     store = open_store(config.output.path, config.output.storage_options)
-    spec = parts.reader.spec
+    source, traces = config, None
+    if config.input.format == "otlp":
+        # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
+        from jobs.engine.traces import stage_traces
+
+        config, traces = stage_traces(config, store, location, out)
+        parts = dataclasses.replace(parts, reader=ItemReader.for_config(config))
+    spec = RunPlan(config, parts, location, store, ()).reader.spec
     files = list_input_files(spec)
     # the types of the carried columns, decided once so that every shard writes the same ones
     tables = RunSchema(inspect_input(spec, files).carried)
@@ -144,7 +153,17 @@ def _plan(config: JobConfig, parts: RunParts) -> tuple[RunPlan, dict[str, float]
             f"run {location.run_id} is already published at "
             f"{store.url(store.join(location.manifest))}; choose another run.id"
         )
-    plan = RunPlan(config, parts, location, store, shards, tables, files=len(files))
+    plan = RunPlan(
+        config,
+        parts,
+        location,
+        store,
+        shards,
+        tables,
+        files=len(files),
+        source=source if traces is not None else None,
+        traces=traces,
+    )
     return plan, {"plan": time.monotonic() - started - joined, "ray_start": joined}
 
 
@@ -159,7 +178,7 @@ def _start_workers(
     ray_ready = time.monotonic()
     if todo and plan.parts.find_duplicates_first:
         duplicates = find_duplicates_first(
-            plan.config, plan.parts.reader.spec, plan.store, plan.location.staging, plan.shards, out
+            plan.config, plan.reader.spec, plan.store, plan.location.staging, plan.shards, out
         )
         plan = dataclasses.replace(plan, duplicates=duplicates)
     timings["ray_start"] += ray_ready - started

@@ -31,13 +31,15 @@ def run_manifest(
     flow: Mapping[str, Any] | None = None,
     judge: Mapping[str, Any] | None = None,
     nodes: Mapping[str, int] | None = None,
+    traces: Mapping[str, Any] | None = None,
 ) -> RunManifest:
     """The run's identity, judge, prompt version, config (secrets redacted) and timings.
 
     `timings` are seconds per phase (plan, ray_start, fan_out); `seconds` is the whole run so
     far; `flow` is what the run's governor settled on (in-flight budget, latency percentiles,
     pace); `judge` what the workers' judge settled on (transport, structured-output form:
-    `judge_facts_of_run`); `nodes` how many shards ran on each Ray node (`shards_by_node`).
+    `judge_facts_of_run`); `nodes` how many shards ran on each Ray node (`shards_by_node`);
+    `traces` the assembly's report of a run on OpenTelemetry traces (jobs.engine.traces).
     """
     return RunManifest(
         run_id=location.run_id,
@@ -52,6 +54,7 @@ def run_manifest(
         flow=FlowSnapshot.model_validate(dict(flow or {})),
         judge=JudgeRecord.model_validate(dict(judge or {})),
         nodes=dict(nodes or {}),
+        **({"traces": dict(traces)} if traces is not None else {}),
     )
 
 

@@ -37,7 +37,9 @@ class JudgeMaker(Protocol):
 class RunParts:
     """A config's input, judge and cache, as the engine uses them."""
 
-    reader: ItemReader
+    # How the items are read; None for traces (input.format otlp), which the run assembles
+    # into items first and reads with `ItemReader.for_config` (jobs.engine.traces).
+    reader: ItemReader | None
     judges: JudgeMaker
     capabilities: JudgeCapabilities
     # The verdict cache, or None when the run does not use one.

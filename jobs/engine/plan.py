@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobs.config import JobConfig
 from jobs.engine.parts import RunParts
 from jobs.inputs import Shard
+from jobs.inputs.records import ItemReader
 from jobs.layout import RunLocation, StagingArea
 from jobs.schema import RunSchema
 from jobs.storage import Store
@@ -29,6 +31,17 @@ class RunPlan:
     duplicates: frozenset[str] = frozenset()
     # How many input files the shards come from (for the run's first line).
     files: int = 0
+    # input.format otlp: the config as the user gave it (`config` reads the assembled items)
+    # and the assembly's report, both for the manifest.
+    source: JobConfig | None = None
+    traces: dict[str, Any] | None = None
+
+    @property
+    def reader(self) -> ItemReader:
+        """How the run's items are read (traces are assembled into items before planning)."""
+        if self.parts.reader is None:
+            raise RuntimeError("the run's items have no reader: traces not assembled yet")
+        return self.parts.reader
 
     @property
     def staging(self) -> StagingArea:

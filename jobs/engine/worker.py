@@ -176,8 +176,11 @@ class ShardRunner:
             later = await asyncio.to_thread(
                 read_marks, self._store, self._ctx.staging, shard.shard_id
             )
+        reader = self._ctx.parts.reader
+        if reader is None:  # the driver assembles traces into items before any shard runs
+            raise RuntimeError(f"shard {shard.shard_id}: the run's items have no reader")
         return await asyncio.to_thread(
-            read_shard_records, self._ctx.parts.reader, shard, number, self._tables, later
+            read_shard_records, reader, shard, number, self._tables, later
         )
 
     def _counter(self) -> BatchedCounter:

@@ -25,6 +25,10 @@ Formats, and what a shard and `RawRow.row` are in each:
 - Gzipped JSON Lines (`.jsonl.gz`, `.ndjson.gz`): never split (gzip cannot be entered
   mid-stream), the whole file is one shard; `row` is the offset in the decompressed stream.
 
+OpenTelemetry traces (`input.format: otlp`) are not read shard by shard: `otlp` reads the
+OTLP JSON files and `traces` joins their spans into item Parquet first, which the run then
+reads as a Parquet input (`jobs.engine.traces`, docs/traces.md).
+
 Row policies (see `records.to_item`): duplicate query ids are *not* handled here (the job
 decides); contexts must be a list of strings; over-long contexts are truncated and flagged;
 context ids must be as many as the contexts; carried values must have their column's type

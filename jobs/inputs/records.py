@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from jobs.inputs.carry import conform
@@ -19,9 +19,12 @@ from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
 from jobs.inputs.shard import Shard
-from jobs.inputs.spec import InputSpec, load_extractor
+from jobs.inputs.spec import InputSpec, input_spec_of, load_extractor
 from jobs.schema import CarriedColumn
 from jobs.storage import filesystem
+
+if TYPE_CHECKING:
+    from jobs.config import JobConfig
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
@@ -33,6 +36,15 @@ class ItemReader:
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
+
+    @classmethod
+    def for_config(cls, config: JobConfig) -> ItemReader:
+        """How a job config's items are read (its input, its truncation limits)."""
+        return cls(
+            input_spec_of(config),
+            max_context_chars=config.input.max_context_chars,
+            max_contexts=config.input.max_contexts,
+        )
 
     def read(
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
