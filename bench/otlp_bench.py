@@ -237,8 +237,8 @@ def parse_proto(path: Path) -> tuple[int, float]:
 
 def assemble_worker(folder: Path, out: Path) -> dict[str, Any]:
     from jobs.config import parse_config
-    from jobs.layout import RunLocation
     from jobs.engine.traces import stage_traces
+    from jobs.layout import RunLocation
     from jobs.storage import open_store
 
     config = parse_config(
