@@ -32,9 +32,6 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs import formatting as fmt
-from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
-from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
-from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
 from jobs.engine import band_range, relevance_by_position
 from jobs.tools.runs import (
     PublishedRun,
@@ -44,6 +41,12 @@ from jobs.tools.runs import (
     write_parquet_file,
 )
 from scorer_core.errors import ConfigError
+
+# The defaults of `ctxprec compare`'s options (jobs.cli shows the same in --help without
+# importing this module; tests/unit/test_compare.py checks they agree).
+DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_MIN_SEGMENT_SIZE = 30
+DEFAULT_TOP = 10
 
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9

@@ -36,11 +36,6 @@ import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
 from jobs.engine import BANDS, PositionRate, RunResponseFormat, RunSummary, Segment
-
-# Not (yet) among the engine's public names: the summary table's flow metric names and the
-# band labels of summaries published before the bands had names, both needed to read the
-# published summary table back (`summary_from_frame`).
-from jobs.engine.aggregate import FLOW_METRICS, LEGACY_BAND_LABELS
 from jobs.layout import RunLocation
 from jobs.records import RunManifest
 from jobs.storage import Store, open_store, scan
@@ -48,6 +43,37 @@ from scorer_core.errors import ConfigError, CtxPrecError
 
 _PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
+
+LEGACY_BAND_LABELS: dict[str, str] = {
+    "0": "none",
+    "0.1-0.3": "low",
+    "0.4-0.6": "moderate",
+    "0.7-0.8": "good",
+    "0.9-1.0": "excellent",
+}
+"""The labels of the same bands in summary tables published before the bands had names."""
+
+# The summary's own scalar metrics (`RunSummary.metric_rows`, unchanged since the first
+# published table); every other metric row without band or position is one of the run's
+# flow metrics (`RunSummary.flow`: in-flight budget, latencies), read in published order.
+_OWN_SCALARS = frozenset(
+    {
+        "scale",
+        "items",
+        "scored",
+        "unscored",
+        "errors",
+        "mean",
+        "median",
+        "p10",
+        "p90",
+        "judge_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "cache_hits",
+        "cost_usd",
+    }
+)
 
 
 class RunNotFound(ConfigError):
@@ -288,7 +314,7 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
         completion_tokens=count("completion_tokens"),
         cache_hits=count("cache_hits"),
         cost_usd=scalars.get("cost_usd"),
-        flow=tuple((name, scalars[name]) for name in FLOW_METRICS if name in scalars),
+        flow=tuple((name, value) for name, value in scalars.items() if name not in _OWN_SCALARS),
     )
 
 
