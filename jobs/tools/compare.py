@@ -625,12 +625,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if verdict.passed else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m jobs.tools.compare`: `ctxprec compare` on its own."""
-    from jobs.cli import main as ctxprec
-
-    return ctxprec(["compare", *(sys.argv[1:] if argv is None else argv)])
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m jobs.tools.compare`: the `ctxprec compare` command on its own (entry-point
+    # code, the CLI's layer: the command's arguments are the CLI's)
+    from jobs.cli import main
+
+    sys.exit(main(["compare", *sys.argv[1:]]))

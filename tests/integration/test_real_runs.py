@@ -21,7 +21,7 @@ from jobs.config import parse_config
 from jobs.job import run_job
 from jobs.layout import TABLES
 from jobs.storage import open_store
-from jobs.tools import compare, report
+from jobs.tools import compare
 from jobs.tools.runs import load_run
 from jobs.tools.sample_data import generate
 from tests.support.job import COLUMNS
@@ -104,7 +104,7 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
 
     page_path = tmp_path / "report.html"
     argv = ["cand", "--baseline", "base", "--output", str(output), "--html", str(page_path)]
-    assert report.main(argv) == 0
+    assert ctxprec(["report", *argv]) == 0
     page = page_path.read_text(encoding="utf-8")
     assert page.count("<svg") == 5  # 3 charts of the run, 2 of the comparison
     assert escape(SCRIPT_ID) in page and "<script" not in page.lower()

@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from jobs.cli import build_parser
+from jobs.cli import main as ctxprec
 from jobs.engine import aggregate
 from jobs.engine.aggregate import Segment, relevance_by_position
 from jobs.layout import RunLocation
@@ -133,7 +134,7 @@ def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
 def test_unknown_run_id_from_the_command_exits_2(
     runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = compare.main([runs.base, "nope", "--output", str(runs.output)])
+    code = ctxprec(["compare", runs.base, "nope", "--output", str(runs.output)])
     assert code == 2
     err = capsys.readouterr().err
     assert "'nope' not found" in err

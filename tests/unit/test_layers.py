@@ -50,7 +50,10 @@ def layer_of(module: str) -> str | None:
 
 
 def module_name(path: Path) -> str:
+    """The module's dotted name; a `__main__` module (`python -m` entry point) is the CLI's."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__main__" and parts[0] == "jobs":
+        return "jobs.cli"
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -63,7 +66,10 @@ def imports(path: Path) -> Iterator[tuple[int, str]]:
 
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    entry_point = _entry_point_lines(tree)
     for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in entry_point:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -72,6 +78,21 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
                 # `from jobs import factory` imports the module jobs.factory
                 full = f"{node.module}.{alias.name}"
                 yield node.lineno, full if layer_of(full) != layer_of(node.module) else node.module
+
+
+def _entry_point_lines(tree: ast.Module) -> set[int]:
+    """The lines of an `if __name__ == "__main__":` block: `python -m` entry-point code, which
+    belongs to the CLI's layer wherever it is written."""
+    lines: set[int] = set()
+    for node in tree.body:
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__"
+        ):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
 
 
 def source_files() -> list[Path]:
@@ -118,8 +139,13 @@ def test_modules_are_placed_in_their_layers(module: str, layer: str | None) -> N
 
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
-    """The scan is not vacuous: an engine module importing the factory is reported."""
-    source = "from jobs import factory\nfrom jobs.tools.estimate import estimate\n"
+    """The scan is not vacuous: an engine module importing the factory is reported, also
+    inside a function; only `python -m` entry-point code is the CLI's."""
+    source = (
+        "from jobs import factory\n"
+        "def f():\n    from jobs.tools.estimate import estimate\n"
+        "if __name__ == '__main__':\n    from jobs.cli import main\n"
+    )
     bad = tmp_path / "bad.py"
     bad.write_text(source)
     targets = [target for _, target in imports(bad)]
