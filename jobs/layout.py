@@ -23,6 +23,7 @@ shard`: unique, in input order, and the shard a row came from is `item_seq >> SE
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -59,6 +60,25 @@ class _Lister(Protocol):
     def join(self, *parts: str) -> str: ...
 
     def list(self, path: str) -> list[str]: ...
+
+
+_PUBLISHED_FILE = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
+
+
+def published_glob(table: Table, run_id: str = "*", run_date: str = "*") -> str:
+    """A glob of `table`'s published files (of one run, one day, or all), under the root."""
+    return f"{table}/run_date={run_date}/run_id={run_id}/*.parquet"
+
+
+def run_of(path: str) -> RunLocation | None:
+    """The run a published table file belongs to (None for any other path)."""
+    match = _PUBLISHED_FILE.search(path)
+    if match is None:
+        return None
+    try:
+        return RunLocation(run_id=match.group(2), run_date=dt.date.fromisoformat(match.group(1)))
+    except ValueError:
+        return None
 
 
 def staging_folder(run_id: str) -> str:

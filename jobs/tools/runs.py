@@ -26,7 +26,6 @@ import datetime as dt
 import math
 import os
 import posixpath
-import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -36,12 +35,11 @@ import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
 from jobs.engine import BANDS, PositionRate, RunResponseFormat, RunSummary, Segment
-from jobs.layout import RunLocation
+from jobs.layout import RunLocation, published_glob, run_of
 from jobs.records import RunManifest
 from jobs.storage import Store, open_store, scan
 from scorer_core.errors import ConfigError, CtxPrecError
 
-_PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
 
 LEGACY_BAND_LABELS: dict[str, str] = {
@@ -148,25 +146,10 @@ class PublishedRun:
 # locating runs
 
 
-def _parse_partition(path: str) -> tuple[dt.date, str] | None:
-    match = _PARTITION.search(path)
-    if match is None:
-        return None
-    try:
-        return dt.date.fromisoformat(match.group(1)), match.group(2)
-    except ValueError:
-        return None
-
-
 def list_runs(store: Store) -> list[RunLocation]:
     """Every published run under the store's root (one with a scores file), latest date first."""
-    found = {
-        parsed
-        for path in store.list(store.join("scores"))
-        if (parsed := _parse_partition(path)) is not None
-    }
-    ordered = sorted(found, key=lambda item: (item[0], item[1]), reverse=True)
-    return [RunLocation(run_id=run_id, run_date=day) for day, run_id in ordered]
+    found = {run for path in store.list(store.join("scores")) if (run := run_of(path))}
+    return sorted(found, key=lambda run: (run.run_date, run.run_id), reverse=True)
 
 
 def _available_ids(store: Store) -> str:
@@ -190,12 +173,12 @@ def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunL
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
     day = run_date.isoformat() if run_date else "*"
-    pattern = store.join("scores", f"run_date={day}", f"run_id={run_id}", "*.parquet")
+    pattern = store.join(published_glob("scores", run_id, day))
     dates = sorted(
         {
-            parsed[0]
+            run.run_date
             for path in store.list(pattern)
-            if (parsed := _parse_partition(path)) is not None and parsed[1] == run_id
+            if (run := run_of(path)) is not None and run.run_id == run_id
         }
     )
     if not dates:
