@@ -133,6 +133,29 @@ def _error_excerpt(body: bytes) -> str:
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
 
 
+def chat_request_body(
+    wire_model: str,
+    messages: Sequence[dict[str, str]],
+    *,
+    temperature: float | None,
+    max_tokens: int | None,
+    response_format: ResponseFormat,
+    schema_name: str,
+    schema: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON body of an OpenAI chat completion asking for verdicts (or a reason) in
+    `response_format`: what the lean client sends and what the fake client records."""
+    body: dict[str, Any] = {"model": wire_model, "messages": list(messages)}
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    field = response_format_field(response_format, schema_name, schema)
+    if field is not None:
+        body["response_format"] = field
+    return body
+
+
 class OpenAIHTTPClient:
     """One chat completion per call: POST `{api_base}/chat/completions` with aiohttp.
 
@@ -212,15 +235,15 @@ class OpenAIHTTPClient:
         response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
-        body: dict[str, Any] = {"model": self._wire_model, "messages": list(messages)}
-        if self._temperature is not None:
-            body["temperature"] = self._temperature
-        if self._max_tokens is not None:
-            body["max_tokens"] = self._max_tokens
-        field = response_format_field(response_format, schema_name, schema)
-        if field is not None:
-            body["response_format"] = field
-        return body
+        return chat_request_body(
+            self._wire_model,
+            messages,
+            temperature=self._temperature,
+            max_tokens=self._max_tokens,
+            response_format=response_format,
+            schema_name=schema_name,
+            schema=schema,
+        )
 
     async def complete(
         self,

@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from scorer_core.errors import JudgeTimeout
-from scorer_core.openai_http import status_error, wire_model_name
+from scorer_core.openai_http import chat_request_body, status_error, wire_model_name
 from scorer_core.protocols import ChatReply
-from scorer_core.response_format import ResponseFormat, response_format_field
+from scorer_core.response_format import ResponseFormat
 from scorer_core.testing.chat import ChatJudge
 from scorer_core.testing.faults import FaultPlan
 from scorer_core.testing.wire import RESPONSE_FORM_NAMES, VerdictFn, WireError
@@ -123,15 +123,15 @@ class FakeChatClient:
         response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The body `OpenAIHTTPClient` would send for this request."""
-        body: dict[str, Any] = {"model": wire_model_name(self._model), "messages": list(messages)}
-        if self._temperature is not None:
-            body["temperature"] = self._temperature
-        if self._max_tokens is not None:
-            body["max_tokens"] = self._max_tokens
-        field = response_format_field(response_format, schema_name, schema)
-        if field is not None:
-            body["response_format"] = field
-        return body
+        return chat_request_body(
+            wire_model_name(self._model),
+            messages,
+            temperature=self._temperature,
+            max_tokens=self._max_tokens,
+            response_format=response_format,
+            schema_name=schema_name,
+            schema=schema,
+        )
 
     async def complete(
         self,
