@@ -16,11 +16,10 @@ import datetime as dt
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from bench.common import machine, missing_data, show_and_write
 from jobs.config import JobConfig, parse_config
-from jobs.tools.calibrate import calibrate
+from jobs.tools.calibrate import Calibration, calibrate
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data"
@@ -42,7 +41,7 @@ def _f(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def run(data_dir: Path) -> list[tuple[str, str, float | None, dict[str, Any]]]:
+def run(data_dir: Path) -> list[tuple[str, str, float | None, Calibration]]:
     config = lexical_config()
     results = []
     for label, name, min_grade in FILES:
@@ -51,7 +50,7 @@ def run(data_dir: Path) -> list[tuple[str, str, float | None, dict[str, Any]]]:
     return results
 
 
-def report(results: Sequence[tuple[str, str, float | None, dict[str, Any]]]) -> str:
+def report(results: Sequence[tuple[str, str, float | None, Calibration]]) -> str:
     lines = [
         HEADING,
         "",
@@ -76,20 +75,20 @@ def report(results: Sequence[tuple[str, str, float | None, dict[str, Any]]]) -> 
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, _name, _grade, r in results:
-        ctx, item = r["per_context"], r["per_item"]
+        ctx, item = r.per_context, r.per_item
         lines.append(
-            f"| {label} | {r['items']['ok']} of {r['items']['judged']} | {ctx['contexts']:,} | "
-            f"{_f(ctx['human_yes_rate'], 2)} | {_f(ctx['judge_yes_rate'], 2)} | "
-            f"{_f(ctx['precision'])} | {_f(ctx['recall'])} | {_f(ctx['f1'])} | "
-            f"**{_f(ctx['cohen_kappa'])}** | {_f(item['pearson'])} | {_f(item['spearman'])} | "
-            f"{_f(item['mean_judge'])} | {_f(item['mean_labels'])} | {r['seconds']:.1f} |"
+            f"| {label} | {r.items.ok} of {r.items.judged} | {ctx.contexts:,} | "
+            f"{_f(ctx.human_yes_rate, 2)} | {_f(ctx.judge_yes_rate, 2)} | "
+            f"{_f(ctx.precision)} | {_f(ctx.recall)} | {_f(ctx.f1)} | "
+            f"**{_f(ctx.cohen_kappa)}** | {_f(item.pearson)} | {_f(item.spearman)} | "
+            f"{_f(item.mean_judge)} | {_f(item.mean_labels)} | {r.seconds:.1f} |"
         )
     for label, _name, _grade, r in results:
-        if not r["retrievers"]:
+        if not r.retrievers:
             continue
-        ranked = sorted(r["retrievers"], key=lambda e: -(e["mean_labels"] or 0.0))
-        by_judge = sorted(r["retrievers"], key=lambda e: -(e["mean_judge"] or 0.0))
-        judge_rank = {e["retriever"]: n for n, e in enumerate(by_judge, start=1)}
+        ranked = sorted(r.retrievers, key=lambda e: -(e.mean_labels or 0.0))
+        by_judge = sorted(r.retrievers, key=lambda e: -(e.mean_judge or 0.0))
+        judge_rank = {e.retriever: n for n, e in enumerate(by_judge, start=1)}
         lines += [
             "",
             f"{label}: mean context precision per retriever (ranked by labels).",
@@ -99,13 +98,13 @@ def report(results: Sequence[tuple[str, str, float | None, dict[str, Any]]]) -> 
         ]
         for n, e in enumerate(ranked, start=1):
             lines.append(
-                f"| {e['retriever']} | {e['items']} | {_f(e['mean_labels'])} | "
-                f"{_f(e['mean_judge'])} | {n} | {judge_rank[e['retriever']]} |"
+                f"| {e.retriever} | {e.items} | {_f(e.mean_labels)} | "
+                f"{_f(e.mean_judge)} | {n} | {judge_rank[e.retriever]} |"
             )
         lines += [
             "",
             f"Kendall's tau-b between the two system rankings: "
-            f"**{_f(r['retriever_kendall_tau_b'])}**.",
+            f"**{_f(r.retriever_kendall_tau_b)}**.",
         ]
     lines += ["", "### Interpretation", "", INTERPRETATION]
     return "\n".join(lines) + "\n"

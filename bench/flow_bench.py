@@ -94,7 +94,7 @@ def one_run(
         )
         config["rate_limit"] = limits
         # What `ctxprec estimate` would have said for this run, told the mean latency.
-        estimated = estimate(parse_config(config), assumed_latency_s=latency)["wall_time"]
+        estimated = estimate(parse_config(config), assumed_latency_s=latency).wall_time
         result = run_job(config, sample_workers=True)
         stats = server_stats(url)
     manifest = result["manifest"]
@@ -133,7 +133,7 @@ def one_run(
         "after_last_request_s": result["ended_at"] - stats["last_accepted_at"],
         "sending_s": span,
         "worker_peak_mib": result["worker_peak_mib"],
-        "estimate_s": estimated["seconds"],
+        "estimate_s": estimated.seconds,
     }
 
 

@@ -35,9 +35,10 @@ import polars as pl
 
 from bench.common import load_average, machine, missing_data, show_and_write
 from jobs.config import JobConfig, parse_config
-from jobs.engine.driver import RunOutcome, run_job
-from jobs.engine.publish import RunLocation
-from jobs.tools.calibrate import calibrate
+from jobs.engine.driver import RunOutcome
+from jobs.job import run_job
+from jobs.layout import RunLocation
+from jobs.tools.calibrate import Calibration, calibrate
 from scorer_core.testing.llama_server import LlamaServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +123,7 @@ def run_the_job(
 
 def run_calibrate(
     name: str, rows: Sequence[dict[str, Any]], judge: dict[str, Any], work: Path
-) -> dict[str, Any]:
+) -> Calibration:
     labels = write_jsonl(work / f"labels-{name}", rows)
     config: JobConfig = parse_config(
         {
@@ -145,7 +146,7 @@ def report(
     outcome: RunOutcome,
     manifest: dict[str, Any],
     scores: pl.DataFrame,
-    calibrations: Sequence[tuple[str, dict[str, Any]]],
+    calibrations: Sequence[tuple[str, Calibration]],
     per_file: int,
 ) -> str:
     summary = outcome.published.summary
@@ -205,13 +206,13 @@ def report(
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in calibrations:
-        ctx, item = r["per_context"], r["per_item"]
+        ctx, item = r.per_context, r.per_item
         lines.append(
-            f"| {label} | {r['items']['ok']} of {r['items']['judged']} | {ctx['contexts']:,} | "
-            f"{_f(ctx['human_yes_rate'], 2)} | {_f(ctx['judge_yes_rate'], 2)} | "
-            f"{_f(ctx['precision'])} | {_f(ctx['recall'])} | {_f(ctx['f1'])} | "
-            f"**{_f(ctx['cohen_kappa'])}** | {_f(item['pearson'])} | {_f(item['spearman'])} | "
-            f"{_f(item['mean_judge'])} | {_f(item['mean_labels'])} | {r['seconds']:.0f} |"
+            f"| {label} | {r.items.ok} of {r.items.judged} | {ctx.contexts:,} | "
+            f"{_f(ctx.human_yes_rate, 2)} | {_f(ctx.judge_yes_rate, 2)} | "
+            f"{_f(ctx.precision)} | {_f(ctx.recall)} | {_f(ctx.f1)} | "
+            f"**{_f(ctx.cohen_kappa)}** | {_f(item.pearson)} | {_f(item.spearman)} | "
+            f"{_f(item.mean_judge)} | {_f(item.mean_labels)} | {r.seconds:.0f} |"
         )
     lines += ["", "### Interpretation", "", INTERPRETATION]
     return "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobs.tools import report
+from jobs.cli import main as ctxprec
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "chromium")
 DEFAULT_SIZE = "1280,2400"
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_args = [args.run, "--output", args.output, "--html", os.fspath(page)]
         if args.baseline:
             report_args += ["--baseline", args.baseline]
-        code = report.main(report_args)
+        code = ctxprec(["report", *report_args])
         if code != 0:
             return code
         screenshot(chromium, page, Path(args.png), args.window_size)

@@ -4,23 +4,35 @@ How a night's run flows (start reading at jobs.engine.driver.run_job):
 
     input file(s)  JSONL or Parquet, local or s3:// / gs:// / az:// (jobs.inputs)
       -> plan      shards of about `ray.shard_size` rows; finished ones are skipped on rerun
-      -> shards on Ray workers
-                   each task reads its shard, asks the judge (shared rate limit, verdict
-                   cache), scores each item with scorer_core (jobs.engine.fanout, .worker)
-                   judge.mode batch: the same tasks record requests instead, and the driver
-                   sends them as provider batches, waits, ingests the replies and runs the
-                   tasks again to judge from them, round after round (jobs.engine.batch)
+      -> shards on Ray workers, each: read -> judge stage -> rows -> commit (jobs.engine.worker)
+                   online: the worker's judge under the run's shared limit, the verdict cache
+                   in front (jobs.engine.stages.OnlineStage); judge.mode batch: the same shards
+                   pass round after round, answered from provider batches the driver sends,
+                   waits for and ingests (jobs.engine.stages.BatchPassStage, jobs.engine.batch)
       -> staged Parquet
-                   per shard, under <output>/_staging/run_id=<id>/ (hidden from readers)
+                   per shard, under <output>/_staging/run_id=<id>/ (jobs.layout)
       -> publish   Polars dedupes and aggregates the staged shards (jobs.engine.publish,
                    .aggregate) and moves the result into place all or nothing
       -> tables    <output>/{scores,verdicts,summary}/run_date=<d>/run_id=<id>/ + manifest
 
-Layers, each importing only the ones below it:
+Layers, bottom to top; each imports only its own layer and the ones below it
+(tests/unit/test_layers.py checks every import, those inside functions included):
 
-    jobs.cli            `ctxprec`, every command; imports a command's module only to run it
-    jobs.tools          estimate, calibrate, compare, report, status (runs: reading published runs)
-    jobs.engine         the Ray job (public API: run_job, RunOutcome, RunFailed)
-    jobs.factory        config -> judge, input spec, items, cache; jobs.config: the YAML
-    scorer_core         one item's score: judges, prompt, average precision; no Ray or Polars
+    jobs.cli, jobs.context_precision
+                  `ctxprec`, every command; imports a command's module only to run it
+    jobs.tools    estimate, calibrate, compare, report, status, runs (reading published runs);
+                  from the engine only its public API (`from jobs.engine import ...`)
+    jobs.job      a config run end to end: the factory builds its parts, the engine runs them
+    jobs.factory  config -> the run's parts (input reader, judge maker, cache spec, what the
+                  judge can do, the judge canary: jobs.canary); also the judge for the tools
+                  that judge in one process
+    jobs.engine   the Ray job: it is handed the run's parts (jobs.engine.parts.RunParts) and
+                  never builds a judge from a config itself; public API in jobs.engine
+    foundation    what engine and tools both stand on: jobs.config (the YAML), jobs.schema
+                  (every table's columns), jobs.layout (a run's files and item numbering),
+                  jobs.storage (fsspec), jobs.inputs (reading), jobs.cache (the verdict cache
+                  and its file format), jobs.records (the typed manifest), jobs.pricing,
+                  jobs.formatting, jobs.stats (intervals and tests), jobs.sampling (which
+                  items a sampled run judges)
+    scorer_core   one item's score: judges, prompt, average precision; no Ray, fsspec or Polars
 """

@@ -15,12 +15,13 @@ import hashlib
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.schema import VERDICT_CACHE
-from jobs.storage import Store
+from jobs.storage import Store, open_store
 from scorer_core.errors import StorageError
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge
@@ -63,51 +64,112 @@ class VerdictCache:
     def put(self, key: str, relevant: bool, reason: str) -> None:
         self.fresh[key] = (relevant, reason)
 
-    def entries_for(self, keys: Sequence[str]) -> pa.Table:
-        """The entries this shard uses now: written back as its slot's new cache file."""
+    def entries_for(self, keys: Sequence[str]) -> dict[str, tuple[bool, str]]:
+        """The entries this shard uses now (written back as its slot's new cache file)."""
         seen: dict[str, tuple[bool, str]] = {}
         for key in keys:
             value = self.get(key)
             if value is not None:
                 seen[key] = value
-        return pa.table(
-            {
-                "pair_key": list(seen),
-                "relevant": [v[0] for v in seen.values()],
-                "judge_reason": [v[1] for v in seen.values()],
-            },
-            schema=CACHE_SCHEMA,
-        )
+        return seen
 
 
-def slot_path(store: Store, folder: str, fingerprint: str, file_index: int, slot: int) -> str:
-    """The cache file of one input region; `folder` is relative to the store's root."""
-    return store.join(folder, fingerprint, f"{file_index:05d}", f"{slot:08d}.parquet")
+Entries = dict[str, tuple[bool, str]]
+"""pair key -> (relevant, the judge's reason): what a cache file holds."""
 
 
-def load_cache(
-    store: Store, folder: str, fingerprint: str, file_index: int, slot: int
-) -> VerdictCache:
-    """Entries of `slot` and its neighbours; an unreadable cache file is ignored, not fatal."""
-    cache = VerdictCache()
-    for neighbour in (slot - 1, slot, slot + 1):
-        if neighbour < 0:
-            continue
-        path = slot_path(store, folder, fingerprint, file_index, neighbour)
-        try:
-            if not store.exists(path):
-                continue
-            table = pq.read_table(io.BytesIO(store.read_bytes(path)))
-        except (StorageError, pa.ArrowInvalid, OSError):
-            continue
+def encode_entries(entries: Entries) -> pa.Table:
+    """Entries as a cache file's table (`jobs.schema.VERDICT_CACHE`)."""
+    return pa.table(
+        {
+            "pair_key": list(entries),
+            "relevant": [value[0] for value in entries.values()],
+            "judge_reason": [value[1] for value in entries.values()],
+        },
+        schema=CACHE_SCHEMA,
+    )
+
+
+def decode_entries(data: bytes) -> Entries:
+    """A cache file's bytes as entries (raises pyarrow's errors on a damaged file)."""
+    table = pq.read_table(io.BytesIO(data))
+    return {
+        key: (bool(relevant), reason or "")
         for key, relevant, reason in zip(
             table.column("pair_key").to_pylist(),
             table.column("relevant").to_pylist(),
             table.column("judge_reason").to_pylist(),
             strict=True,
-        ):
-            cache.known[key] = (bool(relevant), reason or "")
-    return cache
+        )
+    }
+
+
+def read_entries(store: Store, path: str) -> Entries:
+    """The entries of the cache file at `path`; none when it is missing or unreadable (a
+    damaged cache file costs calls, never a run)."""
+    try:
+        if not store.exists(path):
+            return {}
+        return decode_entries(store.read_bytes(path))
+    except (StorageError, pa.ArrowInvalid, OSError, KeyError):
+        return {}
+
+
+def write_entries(store: Store, path: str, entries: Entries) -> None:
+    """Write `entries` as the cache file at `path`, atomically."""
+    store.write_parquet_atomic(path, encode_entries(entries))
+
+
+@dataclass(frozen=True)
+class CacheRegions:
+    """The cache files of one judge fingerprint: one per input region (file, slot)."""
+
+    store: Store
+    folder: str  # relative to the store's root
+    fingerprint: str
+
+    def slot_file(self, file_index: int, slot: int) -> str:
+        return slot_path(self.store, self.folder, self.fingerprint, file_index, slot)
+
+    @property
+    def root(self) -> str:
+        return self.store.join(self.folder, self.fingerprint)
+
+    def neighbourhood(self, slot: int) -> list[int]:
+        """The slots a shard at `slot` looks up: its own and both neighbours."""
+        return [n for n in (slot - 1, slot, slot + 1) if n >= 0]
+
+    def load(self, file_index: int, slot: int) -> VerdictCache:
+        """Entries of `slot` and its neighbours (blocking)."""
+        cache = VerdictCache()
+        for neighbour in self.neighbourhood(slot):
+            cache.known.update(read_entries(self.store, self.slot_file(file_index, neighbour)))
+        return cache
+
+    def save(self, file_index: int, slot: int, entries: Entries) -> None:
+        """Replace the region's cache file with `entries` (blocking)."""
+        write_entries(self.store, self.slot_file(file_index, slot), entries)
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Where a run's verdict cache is: its own store (`cache.path`) or a folder of the output
+    store (`url` None), and the judge fingerprint its verdicts are filed under (picklable)."""
+
+    fingerprint: str
+    folder: str
+    url: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def regions(self, output_store: Store) -> CacheRegions:
+        """The cache's files, opened next to `output_store` when the cache lives there."""
+        store = output_store if self.url is None else open_store(self.url, self.storage_options)
+        return CacheRegions(store, self.folder, self.fingerprint)
+
+
+def slot_path(store: Store, folder: str, fingerprint: str, file_index: int, slot: int) -> str:
+    """The cache file of one input region; `folder` is relative to the store's root."""
+    return store.join(folder, fingerprint, f"{file_index:05d}", f"{slot:08d}.parquet")
 
 
 class CachingJudge:

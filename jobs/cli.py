@@ -1,7 +1,7 @@
 """`ctxprec`: every user command, behind one thin parser.
 
     ctxprec score [ITEM.json]                     score one item (scorer_core.cli)
-    ctxprec run --config FILE [--set K=V]         the scoring job on Ray (jobs.engine.driver)
+    ctxprec run --config FILE [--set K=V]         the scoring job on Ray (jobs.job -> jobs.engine)
     ctxprec estimate --config FILE                items, calls, tokens, cost, time of a run
     ctxprec calibrate --config FILE --labels F    the configured judge against human labels
     ctxprec compare RUN_A RUN_B                   how scores moved between two runs, and if for real
@@ -218,7 +218,7 @@ COMMANDS = (
         "run",
         "run the scoring job on a dataset (Ray); the same as python -m jobs.context_precision",
         add_config_arguments,
-        "jobs.engine.driver:run_command",
+        "jobs.job:run_command",
     ),
     Command(
         "estimate",

@@ -18,13 +18,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import ResponseFormatSetting
 
@@ -64,6 +64,21 @@ class ColumnsConfig(_Strict):
     )
 
 
+_OTLP_ITEM_FIELDS = frozenset({"query_id", "input", "output", "context", "context_ids"})
+"""The item fields of traces assembled into items (jobs.inputs.traces.items_schema)."""
+
+
+class OtlpConfig(_Strict):
+    """How `input.format: otlp` turns traces into items (docs/traces.md)."""
+
+    output: Literal["root", "next_llm", "none"] = Field(
+        "root",
+        description="The answer judged with each retrieval: root: output.value of the trace's "
+        "root span; next_llm: the output of the first LLM span that starts after the "
+        "retrieval ends; none: no answer (retrieval-only: contexts judged against the query).",
+    )
+
+
 class InputConfig(_Strict):
     """Where the items are and how to read them."""
 
@@ -71,8 +86,11 @@ class InputConfig(_Strict):
         description="A file, a folder (every file under it) or a glob; a local path or an "
         "s3://, gs:// or az:// URL. Required."
     )
-    format: Literal["jsonl", "parquet"] | None = Field(
-        None, description="jsonl or parquet; null: from each file's suffix."
+    format: Literal["jsonl", "parquet", "otlp"] | None = Field(
+        None,
+        description="jsonl or parquet; null: from each file's suffix. otlp: OpenTelemetry "
+        "trace files (OTLP JSON, as a collector's file exporter writes them), assembled into "
+        "items first (docs/traces.md).",
     )
     columns: ColumnsConfig = Field(
         ColumnsConfig(), description="Which input column holds each field."
@@ -113,6 +131,9 @@ class InputConfig(_Strict):
         description="keep_first: the first occurrence of a query_id is scored, later ones are "
         "errors naming it.",
     )
+    otlp: OtlpConfig = Field(
+        OtlpConfig(), description="How traces become items (input.format otlp only)."
+    )
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "
@@ -137,6 +158,26 @@ class InputConfig(_Strict):
         if any(not name for name in value):
             raise ValueError("a column name is empty")
         return value
+
+    @model_validator(mode="after")
+    def _otlp_has_no_columns(self) -> InputConfig:
+        # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
+        if self.format == "otlp":
+            own = sorted({"columns", "context_extractor"} & self.model_fields_set)
+            if own:
+                raise ValueError(
+                    f"format otlp reads spans, not columns: remove {', '.join(own)} "
+                    "(docs/traces.md says which span attribute becomes which field)"
+                )
+            taken = [name for name in self.carry if name in _OTLP_ITEM_FIELDS]
+            if taken:
+                raise ValueError(
+                    f"carry: {taken} are fields of the items assembled from traces, not "
+                    "attributes that can be carried (docs/traces.md)"
+                )
+        elif "otlp" in self.model_fields_set:
+            raise ValueError("otlp settings need format: otlp")
+        return self
 
     @model_validator(mode="after")
     def _carry_is_consistent(self) -> InputConfig:
@@ -217,9 +258,9 @@ class JudgeConfig(_Strict):
     """The model that gives the per-context verdicts, and how it is called."""
 
     model: str = Field(
-        "lexical",
+        OFFLINE_JUDGE,
         description='Any litellm model string ("openai/gpt-4o-mini", "anthropic/...") or '
-        '"lexical", the offline judge.',
+        f'"{OFFLINE_JUDGE}", the offline judge.',
     )
     api_base: str | None = Field(
         None, description="URL of an OpenAI-compatible server (vLLM, Ollama, llama.cpp, gateway)."
@@ -261,7 +302,7 @@ class JudgeConfig(_Strict):
         "online",
         description="online: requests as the run goes, paced by rate_limit; batch: the "
         "provider's Batch API (about half the price, answers within judge.batch."
-        "completion_window, its own queue limit; see README 'Batch mode').",
+        "completion_window, its own queue limit; see docs/batch.md).",
     )
     batch: BatchConfig = Field(BatchConfig(), description="Batch mode's settings.")
     lexical: dict[str, Any] = Field(
@@ -450,9 +491,6 @@ class JobConfig(_Strict):
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
-    # A sampled run's plan (jobs.sampling.SamplePlan), set by the driver before judging and
-    # pickled with the config to the workers; never read from or written to YAML.
-    _sample_plan: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _concurrency_bounds(self) -> JobConfig:
@@ -465,16 +503,16 @@ class JobConfig(_Strict):
 
     @model_validator(mode="after")
     def _batch_needs_an_llm(self) -> JobConfig:
-        if self.judge.mode == "batch" and self.judge.model == "lexical":
-            raise ValueError("judge.mode batch needs an LLM judge.model, not 'lexical'")
+        if self.judge.mode == "batch" and not capabilities_of(self.judge.model).supports_batch:
+            raise ValueError(f"judge.mode batch needs an LLM judge.model, not {self.judge.model!r}")
         if self.judge.batch.max_poll_interval_s < self.judge.batch.poll_interval_s:
             raise ValueError("judge.batch.max_poll_interval_s must be >= poll_interval_s")
         return self
 
     @model_validator(mode="after")
     def _lexical_options_only_for_lexical(self) -> JobConfig:
-        if self.judge.model != "lexical" and self.judge.lexical:
-            raise ValueError("judge.lexical options apply only to judge.model 'lexical'")
+        if self.judge.model != OFFLINE_JUDGE and self.judge.lexical:
+            raise ValueError(f"judge.lexical options apply only to judge.model {OFFLINE_JUDGE!r}")
         return self
 
     @model_validator(mode="after")
@@ -549,7 +587,7 @@ def _format_validation_error(source: str, exc: ValidationError) -> str:
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         if error["type"] == "extra_forbidden":
-            lines.append(f"  {where}: unknown key (check the spelling; see README 'Configuration')")
+            lines.append(f"  {where}: unknown key (check the spelling; see docs/configuration.md)")
         else:
             lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)

@@ -10,25 +10,31 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from jobs.cache import judge_fingerprint
+from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
-from jobs.engine.budget import BudgetSettings
-from jobs.inputs import ColumnMap, InputSpec, ItemRecord, RowError, Shard, read_items
+from jobs.engine import BudgetSettings, CanaryJudge, Gate, RunParts
+from jobs.engine import budget_settings as engine_budget_settings
+from jobs.inputs import InputSpec, ItemRecord, RowError, Shard
+from jobs.inputs.records import ItemReader
+from jobs.inputs.spec import input_spec_of
 from jobs.schema import CarriedColumn
 from jobs.storage import Store, open_store
+from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.errors import ConfigError
+from scorer_core.judge_spec import JudgeSpec
+from scorer_core.judge_spec import build_judge as build_core_judge
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.response_format import ResponseFormatNegotiation, shared_negotiation
-from scorer_core.scorer import make_judge
 from scorer_core.transports import resolve_transport
 
 
 def check_api_key(config: JobConfig) -> None:
     """Fail before any judge call when the judge needs a key and its variable is not set."""
     judge = config.judge
-    if judge.model == "lexical" or not judge.api_key_env:
+    if not capabilities_of(judge.model).needs_api_key or not judge.api_key_env:
         return
     if judge.api_base and "api_key_env" not in judge.model_fields_set:
         return  # a local server needs no key, unless a variable was named for it explicitly
@@ -42,23 +48,12 @@ def check_api_key(config: JobConfig) -> None:
 
 def input_spec(config: JobConfig) -> InputSpec:
     """Where the items are and which columns hold which field."""
-    columns = config.input.columns
-    return InputSpec(
-        path=config.input.path,
-        format=config.input.format,
-        columns=ColumnMap(
-            query_id=columns.query_id,
-            input=columns.input,
-            output=columns.output,
-            expected_output=columns.expected_output,
-            context=columns.context,
-            context_ids=columns.context_ids,
-        ),
-        storage_options=config.input.storage_options,
-        context_extractor=config.input.context_extractor,
-        carry=tuple(config.input.carry),
-        carry_to_verdicts=tuple(config.input.carry_to_verdicts),
-    )
+    return input_spec_of(config)
+
+
+def item_reader(config: JobConfig) -> ItemReader:
+    """How the job reads its items: the input, and the per-item limits (truncation)."""
+    return ItemReader.for_config(config)
 
 
 def shard_items(
@@ -66,13 +61,7 @@ def shard_items(
 ) -> Iterator[ItemRecord | RowError]:
     """A shard's rows as the job judges them: read, normalised, truncated, validated, with
     the values of the `carried` columns (their types decided at start-up)."""
-    return read_items(
-        input_spec(config),
-        shard,
-        max_context_chars=config.input.max_context_chars,
-        max_contexts=config.input.max_contexts,
-        carried=carried,
-    )
+    return item_reader(config).read(shard, carried)
 
 
 def build_judge(
@@ -90,8 +79,8 @@ def build_judge(
     configured `rate_limit.max_concurrency` (64 under auto) in this one process.
     """
     judge_config = config.judge
-    if judge_config.model == "lexical":
-        return make_judge("lexical", **judge_config.lexical)
+    if capabilities_of(judge_config.model).offline:
+        return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
     bound: int | contextlib.AbstractAsyncContextManager[None]
     if gate is not None:
@@ -101,40 +90,39 @@ def build_judge(
     else:
         bound = single_process_concurrency(config)
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
-    options: dict[str, Any] = {
-        "timeout": judge_config.timeout_s,
-        "temperature": judge_config.temperature,
-        "max_retries": judge_config.max_retries,
-        "max_reasks": judge_config.max_reasks,
-        "max_in_flight": bound,
-        "first_alone": gate is None,
-        "scale": config.scorer.scale,
-        "limiter": limiter,
-        "transport": transport,
-        "completion_budget": judge_config.max_tokens,
-        "response_format": judge_config.response_format,
-    }
-    if limits.tokens_per_minute:
-        options["token_counter"] = prompt_token_counter(judge_config.model)
-    if transport == "http":
+    spec = JudgeSpec(
+        judge_config.model,
+        api_base=judge_config.api_base or None,
+        api_key=api_key or judge_config.api_key() or None,
+        transport=transport,
+        timeout=judge_config.timeout_s,
+        temperature=judge_config.temperature,
+        max_tokens=judge_config.max_tokens or None,
+        completion_budget=judge_config.max_tokens,
+        max_retries=judge_config.max_retries,
+        max_reasks=judge_config.max_reasks,
+        response_format=judge_config.response_format,
+        scale=config.scorer.scale,
         # The run's budget bounds requests in flight; the pool must not bound them lower.
-        options["max_connections"] = max(
+        max_connections=max(
             limits.concurrency_ceiling,
             limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0,
         )
-    if judge_config.api_base:
-        options["api_base"] = judge_config.api_base
-    if judge_config.max_tokens:
-        options["max_tokens"] = judge_config.max_tokens
-    api_key = api_key or judge_config.api_key()
-    if api_key:
-        options["api_key"] = api_key
-    # One negotiation per endpoint per process: the shards a Ray worker process runs one after
-    # another probe the endpoint once, not once each.
-    options["negotiation"] = shared_negotiation(
-        judge_endpoint(config), judge_config.response_format
+        if transport == "http"
+        else None,
     )
-    return make_judge(judge_config.model, **options)
+    return build_core_judge(
+        spec,
+        limiter=limiter,
+        max_in_flight=bound,
+        first_alone=gate is None,
+        token_counter=prompt_token_counter(judge_config.model)
+        if limits.tokens_per_minute
+        else None,
+        # One negotiation per endpoint per process: the shards a Ray worker process runs one
+        # after another probe the endpoint once, not once each.
+        negotiation=shared_negotiation(judge_endpoint(config), judge_config.response_format),
+    )
 
 
 def judge_endpoint(config: JobConfig) -> str:
@@ -167,7 +155,7 @@ def workers_import_litellm(config: JobConfig) -> bool:
     it counts prompt tokens for a tokens-per-minute limit, or it is the judge's transport.
     The offline lexical judge imports neither."""
     judge_config = config.judge
-    if judge_config.model == "lexical":
+    if capabilities_of(judge_config.model).offline:
         return False
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
     return bool(config.rate_limit.tokens_per_minute) or transport == "litellm"
@@ -195,13 +183,7 @@ def single_process_concurrency(config: JobConfig) -> int:
 
 def budget_settings(config: JobConfig) -> BudgetSettings:
     """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
-    limits = config.rate_limit
-    explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
-    return BudgetSettings(
-        explicit=explicit,
-        floor=limits.concurrency_floor,
-        ceiling=limits.concurrency_ceiling,
-    )
+    return engine_budget_settings(config.rate_limit)
 
 
 def local_limiter(config: JobConfig) -> Limiter | None:
@@ -209,7 +191,7 @@ def local_limiter(config: JobConfig) -> Limiter | None:
     limits = config.rate_limit
     if not (limits.requests_per_minute or limits.tokens_per_minute):
         return None
-    from jobs.engine.limiter import LocalLimiter, PacingState
+    from jobs.engine import LocalLimiter, PacingState
 
     return LocalLimiter(
         PacingState(
@@ -224,12 +206,12 @@ def find_duplicates_first(config: JobConfig) -> bool:
     """Whether the run looks for duplicate query ids across shards before judging
     (`input.find_duplicates_first`)."""
     wanted = config.input.find_duplicates_first
-    return config.judge.model != "lexical" if wanted == "auto" else bool(wanted)
+    return not capabilities(config).offline if wanted == "auto" else bool(wanted)
 
 
 def use_cache(config: JobConfig) -> bool:
     """Whether the run reads and writes the verdict cache (never for the offline judge)."""
-    return config.cache.enabled and config.judge.model != "lexical"
+    return config.cache.enabled and not capabilities(config).offline
 
 
 def cache_fingerprint(config: JobConfig) -> str:
@@ -243,6 +225,59 @@ def cache_url(config: JobConfig) -> tuple[str, str]:
     if config.cache.path:
         return config.cache.path, ""
     return config.output.path, "_cache"
+
+
+def cache_spec(config: JobConfig) -> CacheSpec | None:
+    """Where the run's verdict cache is, or None when the run uses none."""
+    if not use_cache(config):
+        return None
+    url, folder = cache_url(config)
+    return CacheSpec(
+        fingerprint=cache_fingerprint(config),
+        folder=folder,
+        url=url if config.cache.path else None,
+        storage_options=dict(config.output.storage_options),
+    )
+
+
+def capabilities(config: JobConfig) -> JudgeCapabilities:
+    """What the configured judge can do."""
+    return capabilities_of(config.judge.model)
+
+
+@dataclass(frozen=True)
+class ConfiguredJudges:
+    """Builds the configured judge in each worker (`jobs.engine.parts.JudgeMaker`)."""
+
+    config: JobConfig
+
+    def build(self, limiter: Limiter | None, api_key: str | None, gate: Gate | None) -> Judge:
+        return build_judge(self.config, limiter, api_key, gate=gate)
+
+    def local_limiter(self) -> Limiter | None:
+        return local_limiter(self.config)
+
+
+def canary_check(config: JobConfig) -> CanaryJudge | None:
+    """The run's judge canary (`jobs.canary`), None without `canary.labels`."""
+    from jobs.canary import CanaryCheck  # it builds its judge with this module's functions
+
+    return CanaryCheck(config) if config.canary.labels is not None else None
+
+
+def run_parts(config: JobConfig) -> RunParts:
+    """What the engine runs for `config`: its input, judge and cache. Checks the API key
+    first: a run whose judge needs a key that is not set fails before anything starts."""
+    check_api_key(config)
+    return RunParts(
+        # traces are assembled into items by the run before they are read (jobs.engine.traces)
+        reader=None if config.input.format == "otlp" else item_reader(config),
+        judges=ConfiguredJudges(config),
+        capabilities=capabilities(config),
+        cache=cache_spec(config),
+        find_duplicates_first=find_duplicates_first(config),
+        canary=canary_check(config),
+    )
 
 
 def cache_root(config: JobConfig, output_store: Store) -> tuple[Store, str]:

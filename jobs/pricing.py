@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scorer_core.capabilities import capabilities_of
+
 BATCH_DISCOUNT_ASSUMED = 0.5
 """The share of the online price a batch request is assumed to cost when litellm has no batch
 price for the model (OpenAI, Azure OpenAI, Vertex and Bedrock all charge about half)."""
@@ -52,8 +54,8 @@ def estimate_cost_usd(
     model: str, prompt_tokens: int, completion_tokens: int, *, batch: bool = False
 ) -> float | None:
     """Cost in USD from litellm's bundled price map (at the batch price when `batch`); None
-    for "lexical" or a model without a price."""
-    if not model or model == "lexical":
+    for the offline judge or a model without a price."""
+    if not model or not capabilities_of(model).priced:
         return None
     if batch:
         rates = _batch_rates(model)
@@ -75,8 +77,8 @@ def estimate_cost_usd(
 
 def price_basis(model: str, *, batch: bool) -> str:
     """How `estimate_cost_usd` priced `model`, in words for the summary and `estimate`."""
-    if not model or model == "lexical":
-        return "lexical judge: offline, no API cost"
+    if not model or not capabilities_of(model).priced:
+        return f"{model or 'no'} judge: offline, no API cost"
     if not batch:
         if estimate_cost_usd(model, 1, 1) is None:
             return f"unknown: litellm has no price for {model}"

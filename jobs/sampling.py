@@ -13,9 +13,10 @@ are judged or skipped together.
 The driver reads every row's query id and stratum once before judging (`plan_sample`):
 that counts each stratum's population (N_h, for the stratified estimator of
 `jobs.engine.aggregate` and the summary's `population`) and, with `per_segment`, finds each
-stratum's threshold. The plan travels to the workers inside the job config (`attach`, a
-private attribute pickled with it), and the worker skips the rows it does not keep where it
-reads them (`keeps`), before judging. Rows that are not kept are not in the published tables.
+stratum's threshold. The plan travels to the workers with the run's item reader
+(`jobs.inputs.records.ItemReader.sample`), and the worker skips the rows it does not keep where
+it reads them (`SamplePlan.keeps`), before judging; their item numbers stay those of the input,
+as the look-ahead's. Rows that are not kept are not in the published tables.
 
 Strata are the values of the `sample.by` columns as text (`stratum_text`: as the summary
 table writes a segment's value), so a stratum found in the input and the same values read
@@ -27,14 +28,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from jobs.config import JobConfig, SampleConfig
+from jobs.config import SampleConfig
 from jobs.inputs.rows import ItemRecord, RowError
+from jobs.inputs.shard import Shard
 from jobs.schema import CarriedColumn
 from scorer_core.errors import ConfigError
 
@@ -98,6 +100,11 @@ class SamplePlan:
     def stratum_of(self, carried: Mapping[str, Any]) -> Stratum:
         return tuple(stratum_text(carried.get(name)) for name in self.config.by)
 
+    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
+        """Whether the row `record` is judged; `names`: the run's carried columns, in the order
+        of `record.carried`."""
+        return self.keep(_record_id(record), self.stratum_of(_carried_dict(record, names)))
+
 
 def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `sample.by` column is carried, of text, integer, boolean or
@@ -158,44 +165,27 @@ def plan_from_rows(
 
 
 def plan_sample(
-    config: JobConfig, shards: Sequence[Any], carried: Sequence[CarriedColumn]
+    sample: SampleConfig,
+    shards: Sequence[Shard],
+    read: Callable[[Shard], Iterable[ItemRecord | RowError]],
+    carried: Sequence[CarriedColumn],
+    segment_by: Sequence[str] = (),
 ) -> SamplePlan:
-    """Read every row's query id and carried values (the driver, before judging)."""
-    from jobs import factory
-
-    if not config.sample.enabled:
-        raise ValueError("plan_sample needs a config with sample.fraction or per_segment")
-    check_strata_columns(config.sample, carried)
+    """The plan from every row of `shards`, read with `read` (the run's `ItemReader`), before
+    judging; `carried`: the run's carried columns, in their order."""
+    if not sample.enabled:
+        raise ValueError("plan_sample needs sample.fraction or sample.per_segment")
+    check_strata_columns(sample, carried)
     names = [column.name for column in carried]
 
     def rows() -> Iterable[tuple[str, Mapping[str, Any]]]:
         for shard in shards:
-            for record in factory.shard_items(config, shard, carried):
+            for record in read(shard):
                 yield _record_id(record), _carried_dict(record, names)
 
-    return plan_from_rows(config.sample, rows(), config.summary.by)
+    return plan_from_rows(sample, rows(), segment_by)
 
 
 def _record_id(record: ItemRecord | RowError) -> str:
     query_id = record.query_id
     return query_id if query_id else f"{record.source}#{record.row}"
-
-
-def attach(config: JobConfig, plan: SamplePlan) -> JobConfig:
-    """A copy of `config` that carries `plan` to the workers (pickled with it)."""
-    copy = config.model_copy()
-    copy._sample_plan = plan
-    return copy
-
-
-def plan_of(config: JobConfig) -> SamplePlan | None:
-    plan: SamplePlan | None = config._sample_plan
-    return plan
-
-
-def keeps(config: JobConfig, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
-    """Whether the worker judges `record` (always, in a run that is not sampled)."""
-    plan = plan_of(config)
-    if plan is None:
-        return True
-    return plan.keep(_record_id(record), plan.stratum_of(_carried_dict(record, names)))

@@ -16,7 +16,7 @@ start-up from the input (`jobs.inputs.carry`), so every shard file has the same 
 The workers write with pyarrow and publishing reads with Polars; both take their schemas from
 here (`Table.arrow`, `Table.polars`), and the row builders take their keys from here
 (`Table.build_row`). The published tables are projections of the staged ones, so a column has
-one type from the shard file to the reader. The README's "Output" section lists the published
+one type from the shard file to the reader. docs/output.md's "Columns" section lists the published
 columns with these types and meanings; tests/unit/test_schema.py keeps the two in step.
 """
 
@@ -50,7 +50,7 @@ _POLARS_TYPES: dict[ColumnType, pl.DataType] = {
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: its name, its type and what it holds (the README shows `doc` verbatim).
+    """One column: its name, its type and what it holds (docs/output.md shows `doc` verbatim).
 
     `type` is one of ours (`ColumnType`), or any Arrow type for a column carried from the input.
     """

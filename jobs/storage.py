@@ -30,6 +30,11 @@ Consistency rules (see /work/shared/notes/platform.md):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
 import builtins
 import contextlib
 import errno
@@ -486,3 +491,16 @@ def _local_copy_atomic(source: str, path: str) -> None:
 def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
+    """A lazy scan over Parquet files in `store` (local paths directly, others via fsspec)."""
+    import polars as pl
+
+    if store.is_local:
+        return pl.scan_parquet(paths)
+    import pyarrow.dataset as ds
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    dataset = ds.dataset(paths, format="parquet", filesystem=PyFileSystem(FSSpecHandler(store.fs)))
+    return pl.scan_pyarrow_dataset(dataset)

@@ -9,6 +9,7 @@ the rest of the code asks `capabilities_of(model).offline` rather than `model ==
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # The offline judge's model string: the one place outside its own module that spells it.
 OFFLINE_JUDGE = "lexical"
@@ -33,14 +34,16 @@ class JudgeCapabilities:
     priced: bool
 
 
-_OFFLINE = JudgeCapabilities(
+#: The offline lexical judge's capabilities.
+OFFLINE_CAPABILITIES = JudgeCapabilities(
     offline=True,
     needs_api_key=False,
     supports_batch=False,
     negotiates_format=False,
     priced=False,
 )
-_LLM = JudgeCapabilities(
+#: An LLM judge's capabilities (any provider litellm or the lean HTTP client reaches).
+LLM_CAPABILITIES = JudgeCapabilities(
     offline=False,
     needs_api_key=True,
     supports_batch=True,
@@ -52,9 +55,18 @@ _LLM = JudgeCapabilities(
 def capabilities_of(model: str) -> JudgeCapabilities:
     """The capabilities of the judge `model` names: the offline lexical judge, or an LLM
     judge reached through litellm's model strings (any provider, any `api_base`)."""
-    return _OFFLINE if model == OFFLINE_JUDGE else _LLM
+    return OFFLINE_CAPABILITIES if model == OFFLINE_JUDGE else LLM_CAPABILITIES
 
 
 def is_offline(model: str) -> bool:
     """Whether `model` names the offline judge (no network, no cost, nothing to cache)."""
     return capabilities_of(model).offline
+
+
+def judge_capabilities(judge: Any) -> JudgeCapabilities:
+    """What `judge` can do: its own `capabilities` attribute (every judge of this library has
+    one), else what its `model` string names (a user's own `Judge` implementation)."""
+    own = getattr(judge, "capabilities", None)
+    if isinstance(own, JudgeCapabilities):
+        return own
+    return capabilities_of(str(judge.model))

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
 from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS
 from scorer_core.scorer import create_context_precision_scorer
@@ -41,7 +42,9 @@ _FIELDS = ("input", "output", "expected_output", "context")
 
 def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("item", nargs="?", help="JSON file with the item (default: stdin)")
-    parser.add_argument("--model", default="lexical", help="'lexical' or a litellm model string")
+    parser.add_argument(
+        "--model", default=OFFLINE_JUDGE, help="'lexical' or a litellm model string"
+    )
     parser.add_argument("--api-base", default=None, help="OpenAI-compatible server URL")
     parser.add_argument(
         "--api-key-env",
@@ -160,7 +163,7 @@ def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     else:
         item = read_item(sys.stdin, "stdin")
     options: dict[str, Any] = {}
-    if args.model != "lexical":
+    if not capabilities_of(args.model).offline:
         options = {
             "timeout": args.timeout,
             "transport": args.transport,

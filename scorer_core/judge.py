@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from scorer_core.capabilities import LLM_CAPABILITIES
 from scorer_core.errors import (
     FatalJudgeError,
     MalformedReply,
@@ -77,8 +79,30 @@ def estimate_tokens(
     return counter(messages) + reply
 
 
+@dataclass
+class _Tally:
+    """What one logical request's attempts came to so far."""
+
+    calls: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    form_rejections: int = 0
+
+    def usage(self, reply: ChatReply) -> Usage:
+        return Usage(
+            calls=self.calls,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            retries=self.retries,
+            rate_limited=self.rate_limited,
+        )
+
+
 class LLMJudge:
     """A `Judge` backed by any chat model reachable through a `ChatClient`."""
+
+    #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).
+    capabilities = LLM_CAPABILITIES
 
     def __init__(
         self,
@@ -172,88 +196,104 @@ class LLMJudge:
         schema: dict[str, object],
         verdicts: int,
     ) -> tuple[ChatReply, Usage]:
-        """One logical request: retried on transport failures, each attempt rate-limited."""
+        """One logical request, in three steps per attempt: a structured-output form from the
+        endpoint's negotiation, one paced call inside the in-flight bound (`_attempt`), and on
+        failure a step down to a weaker form (`_step_down`) or a wait before the next attempt
+        (`_back_off`)."""
         tokens = estimate_tokens(
             messages,
             verdicts,
             counter=self._count_tokens,
             completion_budget=self._completion_budget,
         )
-        calls = retries = rate_limited = 0
-        form_rejections = 0
+        tally = _Tally()
         while True:
-            calls += 1
-            first = not self._first_taken
-            self._first_taken = True
-            if not first and not self._first_done.is_set():
-                await self._first_done.wait()
+            tally.calls += 1
+            first = await self._wait_for_first()
             form, probe = await self._formats.acquire()
-            settled = False
-            reply: ChatReply | None = None
             try:
-                async with self._in_flight:
-                    # Rate slot taken only once a connection slot is ours, so slots are not
-                    # hoarded by waiters and then spent in a burst.
-                    charged = 0
-                    sent_at: float | None = None
-                    try:
-                        charged = await self._limiter.acquire(tokens)
-                        sent_at = self._clock()
-                        reply = await self._client.complete(
-                            messages,
-                            schema_name=schema_name,
-                            schema=schema,
-                            response_format=form,
-                        )
-                    finally:
-                        if first:
-                            self._first_done.set()
-                        if sent_at is not None:
-                            self._limiter.completed(
-                                self._clock() - sent_at if reply is not None else None,
-                                charged,
-                                self._counted_tokens(reply) if reply else 0,
-                            )
+                reply = await self._attempt(messages, schema_name, schema, form, tokens, first)
             except ResponseFormatRejected as exc:
-                settled = True
-                form_rejections += 1
-                if form_rejections > len(RESPONSE_FORMATS):
-                    raise self._fatal_rejection(exc, form) from None
-                # Raises FatalJudgeError when no weaker form is allowed; otherwise the next
-                # attempt goes out with the weaker form: never the same rejected request.
-                self._formats.rejected(form, probe, str(exc))
+                tally.form_rejections += 1
+                self._step_down(exc, form, probe, tally.form_rejections)
                 continue
             except RequestRejected as exc:
-                settled = True
                 self._formats.released(form, probe)
                 raise self._fatal_rejection(exc, form) from None
             except TransportError as exc:
-                settled = True
                 self._formats.released(form, probe)
-                retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
-                if isinstance(exc, RateLimited):
-                    rate_limited += 1
-                    await self._limiter.rate_limited(retry_after)
-                if retries >= self._retry.max_retries:
-                    raise type(exc)(f"gave up after {calls} attempts; last error: {exc}") from None
-                await self._sleep(self._retry.delay_for(retries, retry_after))
-                retries += 1
+                await self._back_off(exc, tally)
                 continue
+            except BaseException:  # cancelled, or a failure no retry can mend
+                self._formats.released(form, probe)
+                raise
+            self._formats.accepted(form, probe)
+            return reply, tally.usage(reply)
+
+    async def _wait_for_first(self) -> bool:
+        """Whether this attempt is the judge's first; any other waits until the first is over
+        (see `first_alone`)."""
+        first = not self._first_taken
+        self._first_taken = True
+        if not first and not self._first_done.is_set():
+            await self._first_done.wait()
+        return first
+
+    async def _attempt(
+        self,
+        messages: Sequence[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, object],
+        form: ResponseFormat,
+        tokens: int,
+        first: bool,
+    ) -> ChatReply:
+        """One call to the client in `form`, holding an in-flight slot and a rate slot; the
+        limiter hears how it went (latency, tokens charged and counted) whatever happens."""
+        async with self._in_flight:
+            # Rate slot taken only once a connection slot is ours, so slots are not hoarded by
+            # waiters and then spent in a burst.
+            charged = 0
+            sent_at: float | None = None
+            reply: ChatReply | None = None
+            try:
+                charged = await self._limiter.acquire(tokens)
+                sent_at = self._clock()
+                reply = await self._client.complete(
+                    messages, schema_name=schema_name, schema=schema, response_format=form
+                )
+                return reply
             finally:
-                if not settled:  # an answer came, or something else ended the request
-                    if reply is not None:
-                        self._formats.accepted(form, probe)
-                    else:
-                        self._formats.released(form, probe)
-            assert reply is not None  # every other path above raised or continued
-            usage = Usage(
-                calls=calls,
-                prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens,
-                retries=retries,
-                rate_limited=rate_limited,
-            )
-            return reply, usage
+                if first:
+                    self._first_done.set()
+                if sent_at is not None:
+                    self._limiter.completed(
+                        self._clock() - sent_at if reply is not None else None,
+                        charged,
+                        self._counted_tokens(reply) if reply else 0,
+                    )
+
+    def _step_down(
+        self, exc: ResponseFormatRejected, form: ResponseFormat, probe: bool, rejections: int
+    ) -> None:
+        """The endpoint refused `form` itself: the next attempt goes out with a weaker form,
+        never the same rejected request. Raises `FatalJudgeError` when no weaker form is
+        allowed, or after more rejections than there are forms."""
+        if rejections > len(RESPONSE_FORMATS):
+            raise self._fatal_rejection(exc, form) from None
+        self._formats.rejected(form, probe, str(exc))
+
+    async def _back_off(self, exc: TransportError, tally: _Tally) -> None:
+        """Wait before retrying a transport failure (a 429 also slows the shared limiter);
+        re-raises it, saying so, once `max_retries` retries are spent."""
+        retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
+        if isinstance(exc, RateLimited):
+            tally.rate_limited += 1
+            await self._limiter.rate_limited(retry_after)
+        if tally.retries >= self._retry.max_retries:
+            raise type(exc)(f"gave up after {tally.calls} attempts; last error: {exc}") from None
+        await self._sleep(self._retry.delay_for(tally.retries, retry_after))
+        tally.retries += 1
 
     async def ask(
         self,

@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE
 from scorer_core.errors import ConfigError
 from scorer_core.prompt import reason_start
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
@@ -157,6 +158,30 @@ def _pairs(terms: Sequence[str]) -> set[tuple[str, str]]:
     return {(a, b) for a, b in itertools.pairwise(terms) if a != b}
 
 
+def _context_hits(
+    contexts: Sequence[str],
+    target_set: frozenset[str],
+    target_pairs: set[tuple[str, str]],
+    max_chars: int,
+    max_tokens: int,
+) -> tuple[list[frozenset[str]], list[int]]:
+    """Per context: the target terms it contains, and how many target word pairs."""
+    hit_sets: list[frozenset[str]] = []
+    pair_hits: list[int] = []
+    for context in contexts:
+        tokens = _tokens(context, max_chars, max_tokens)
+        # Stem each distinct surface form once; the sequence is only needed for pairs.
+        stems = {t: stem(t) for t in set(tokens).difference(_DROPPED)}
+        hit = frozenset(stems.values()) & target_set
+        hit_sets.append(hit)
+        n_pair_hits = 0
+        if len(hit) >= 2 and any(a in hit and b in hit for a, b in target_pairs):
+            seq: list[str] = list(filter(None, map(stems.get, tokens)))
+            n_pair_hits = len(_pairs(seq) & target_pairs)
+        pair_hits.append(n_pair_hits)
+    return hit_sets, pair_hits
+
+
 @dataclass(frozen=True, slots=True)
 class _ItemStats:
     """Everything the verdicts on one item need, computed once for all of its contexts."""
@@ -233,9 +258,12 @@ class LexicalJudge:
         self._cache: OrderedDict[ScoringItem, _ItemStats] = OrderedDict()
         self._lock = threading.Lock()
 
+    #: Offline: no network, no cost, nothing worth caching (`scorer_core.capabilities`).
+    capabilities = OFFLINE_CAPABILITIES
+
     @property
     def model(self) -> str:
-        return "lexical"
+        return OFFLINE_JUDGE
 
     def __repr__(self) -> str:
         return (
@@ -276,6 +304,38 @@ class LexicalJudge:
         return stats
 
     def _compute(self, item: ScoringItem) -> _ItemStats:
+        query_seq, answer_seq, display, answer_source = self._target_words(item)
+        target = tuple(dict.fromkeys(answer_seq + query_seq))
+        target_pairs = _pairs(query_seq) | _pairs(answer_seq)
+        hit_sets, pair_hits = _context_hits(
+            item.contexts, frozenset(target), target_pairs, self.max_chars, self.max_tokens
+        )
+        weights = self._weights(target, hit_sets, frozenset(query_seq), len(item.contexts))
+        hits = tuple(tuple(t for t in target if t in hit) for hit in hit_sets)
+        # math.fsum is exact, so scores do not depend on set iteration order (string hashing
+        # is salted per process): the same item gets bit-identical scores in every process.
+        total = math.fsum(weights.values())
+        pw = self.phrase_weight if target_pairs else 0.0
+        scores: list[float] = []
+        for hit_terms, n_pair_hits in zip(hits, pair_hits, strict=True):
+            coverage = math.fsum(weights[t] for t in hit_terms) / total if total > 0.0 else 0.0
+            phrase = n_pair_hits / len(target_pairs) if target_pairs else 0.0
+            scores.append(min(1.0, max(0.0, (1.0 - pw) * coverage + pw * phrase)))
+        return _ItemStats(
+            target=target,
+            answer_terms=frozenset(answer_seq),
+            n_pairs=len(target_pairs),
+            hits=hits,
+            pair_hits=tuple(pair_hits),
+            scores=tuple(scores),
+            best=max(scores, default=0.0),
+            answer_source=answer_source,
+            display=display,
+        )
+
+    def _target_words(self, item: ScoringItem) -> tuple[list[str], list[str], dict[str, str], str]:
+        """The stemmed content words of the query and of the answer (the reference when given),
+        each stem's first written form, and which answer was used ("" when none counts)."""
         mc, mt = self.max_chars, self.max_tokens
         if item.expected_output:
             answer_text, answer_source = item.expected_output, "reference answer"
@@ -291,58 +351,25 @@ class LexicalJudge:
         display: dict[str, str] = {}
         for surface, term in zip(answer_raw + query_raw, answer_seq + query_seq, strict=True):
             display.setdefault(term, surface)
-        if not answer_seq:
-            answer_source = ""
-        target = tuple(dict.fromkeys(answer_seq + query_seq))
-        target_set = frozenset(target)
-        target_pairs = _pairs(query_seq) | _pairs(answer_seq)
+        return query_seq, answer_seq, display, answer_source if answer_seq else ""
 
-        hit_sets: list[frozenset[str]] = []
-        pair_hits: list[int] = []
-        for context in item.contexts:
-            tokens = _tokens(context, mc, mt)
-            # Stem each distinct surface form once; the sequence is only needed for pairs.
-            stems = {t: stem(t) for t in set(tokens).difference(_DROPPED)}
-            hit = frozenset(stems.values()) & target_set
-            hit_sets.append(hit)
-            n_pair_hits = 0
-            if len(hit) >= 2 and any(a in hit and b in hit for a, b in target_pairs):
-                seq: list[str] = list(filter(None, map(stems.get, tokens)))
-                n_pair_hits = len(_pairs(seq) & target_pairs)
-            pair_hits.append(n_pair_hits)
-
-        n = len(item.contexts)
+    def _weights(
+        self,
+        target: Sequence[str],
+        hit_sets: Sequence[frozenset[str]],
+        query_set: frozenset[str],
+        n: int,
+    ) -> dict[str, float]:
+        """Each target term's IDF over the item's `n` contexts, times its role's weight."""
         df = dict.fromkeys(target, 0)
         for hit in hit_sets:
             for t in hit:
                 df[t] += 1
-        query_set = frozenset(query_seq)
-        answer_set = frozenset(answer_seq)
         weights: dict[str, float] = {}
         for t in target:
             role = 1.0 if t in query_set else self.answer_weight
             weights[t] = math.log1p((n - df[t] + 0.5) / (df[t] + 0.5)) * role
-        # math.fsum is exact, so scores do not depend on set iteration order (string hashing
-        # is salted per process): the same item gets bit-identical scores in every process.
-        total = math.fsum(weights.values())
-        hits = tuple(tuple(t for t in target if t in hit) for hit in hit_sets)
-        pw = self.phrase_weight if target_pairs else 0.0
-        scores: list[float] = []
-        for hit_terms, n_pair_hits in zip(hits, pair_hits, strict=True):
-            coverage = math.fsum(weights[t] for t in hit_terms) / total if total > 0.0 else 0.0
-            phrase = n_pair_hits / len(target_pairs) if target_pairs else 0.0
-            scores.append(min(1.0, max(0.0, (1.0 - pw) * coverage + pw * phrase)))
-        return _ItemStats(
-            target=target,
-            answer_terms=answer_set,
-            n_pairs=len(target_pairs),
-            hits=hits,
-            pair_hits=tuple(pair_hits),
-            scores=tuple(scores),
-            best=max(scores, default=0.0),
-            answer_source=answer_source,
-            display=display,
-        )
+        return weights
 
     def _reason(self, st: _ItemStats, p: int, relevant: bool) -> str:
         if not st.target:

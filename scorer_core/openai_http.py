@@ -37,7 +37,7 @@ import email.utils
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,29 @@ def _error_excerpt(body: bytes) -> str:
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
 
 
+def chat_request_body(
+    wire_model: str,
+    messages: Sequence[dict[str, str]],
+    *,
+    temperature: float | None,
+    max_tokens: int | None,
+    response_format: ResponseFormat,
+    schema_name: str,
+    schema: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON body of an OpenAI chat completion asking for verdicts (or a reason) in
+    `response_format`: what the lean client sends and what the fake client records."""
+    body: dict[str, Any] = {"model": wire_model, "messages": list(messages)}
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    field = response_format_field(response_format, schema_name, schema)
+    if field is not None:
+        body["response_format"] = field
+    return body
+
+
 class OpenAIHTTPClient:
     """One chat completion per call: POST `{api_base}/chat/completions` with aiohttp.
 
@@ -212,15 +235,15 @@ class OpenAIHTTPClient:
         response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
-        body: dict[str, Any] = {"model": self._wire_model, "messages": list(messages)}
-        if self._temperature is not None:
-            body["temperature"] = self._temperature
-        if self._max_tokens is not None:
-            body["max_tokens"] = self._max_tokens
-        field = response_format_field(response_format, schema_name, schema)
-        if field is not None:
-            body["response_format"] = field
-        return body
+        return chat_request_body(
+            self._wire_model,
+            messages,
+            temperature=self._temperature,
+            max_tokens=self._max_tokens,
+            response_format=response_format,
+            schema_name=schema_name,
+            schema=schema,
+        )
 
     async def complete(
         self,
@@ -293,32 +316,7 @@ class OpenAIHTTPClient:
         location: str,
         response_format: ResponseFormat = "json_schema",
     ) -> JudgeError:
-        excerpt = _error_excerpt(raw)
-        detail = self._message(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
-        if status == 429:
-            return RateLimited(detail, retry_after=parse_retry_after(retry_after))
-        if status == 408:  # the server gave up waiting: as retryable as our own timeout
-            return JudgeTimeout(detail)
-        if status in (401, 403, 404):
-            return FatalJudgeError(detail)
-        if status >= 400:
-            body = raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace")
-            kind = classify_rejection(status, body)
-            if kind == "response_format":
-                return ResponseFormatRejected(detail, response_format)
-            if kind is not None:
-                return RequestRejected(detail)
-        if status >= 500:
-            return ServerError(detail)
-        if status == 409:  # a conflict with another request in flight: may pass next time
-            return TransportError(detail)
-        if 300 <= status < 400:
-            return FatalJudgeError(
-                self._message(
-                    f"HTTP {status} redirect to {location!r}: set api_base to the final URL"
-                )
-            )
-        return MalformedReply(detail)  # 1xx: not a chat completion
+        return status_error(status, raw, retry_after, location, response_format, self._message)
 
     def _parse_completion(self, raw: bytes) -> ChatReply:
         try:
@@ -415,6 +413,43 @@ class OpenAIHTTPClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def status_error(
+    status: int,
+    raw: bytes,
+    retry_after: str | None,
+    location: str,
+    response_format: ResponseFormat,
+    describe: Callable[[str], str],
+) -> JudgeError:
+    """The client error an HTTP `status` reply means (the body `raw`, its `Retry-After` and
+    `Location` headers), its message worded by `describe`: what `OpenAIHTTPClient` raises,
+    and the in-process fake client (`scorer_core.testing.FakeChatClient`) too."""
+    excerpt = _error_excerpt(raw)
+    detail = describe(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
+    if status == 429:
+        return RateLimited(detail, retry_after=parse_retry_after(retry_after))
+    if status == 408:  # the server gave up waiting: as retryable as our own timeout
+        return JudgeTimeout(detail)
+    if status in (401, 403, 404):
+        return FatalJudgeError(detail)
+    if status >= 400:
+        body = raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace")
+        kind = classify_rejection(status, body)
+        if kind == "response_format":
+            return ResponseFormatRejected(detail, response_format)
+        if kind is not None:
+            return RequestRejected(detail)
+    if status >= 500:
+        return ServerError(detail)
+    if status == 409:  # a conflict with another request in flight: may pass next time
+        return TransportError(detail)
+    if 300 <= status < 400:
+        return FatalJudgeError(
+            describe(f"HTTP {status} redirect to {location!r}: set api_base to the final URL")
+        )
+    return MalformedReply(detail)  # 1xx: not a chat completion
 
 
 def _as_int(value: object) -> int:

@@ -13,30 +13,26 @@ are judged in slices of `contexts_per_call` contexts, concurrently.
 from __future__ import annotations
 
 import asyncio
-import inspect
-from collections.abc import Callable, Mapping, Sequence, Set
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from scorer_core.errors import (
-    ConfigError,
-    FatalJudgeError,
-    InputError,
-    JudgeError,
-    MalformedReply,
-    TransportError,
+from scorer_core.capabilities import capabilities_of
+from scorer_core.errors import ConfigError, InputError
+from scorer_core.judge_spec import (
+    TRANSPORT_ONLY_OPTIONS,
+    JudgeSpec,
+    build_judge,
+    lexical_option_names,
+    not_for_transport,
+    unknown_options,
 )
-from scorer_core.precision import check_scale, context_precision, score_band
+from scorer_core.precision import check_scale
 from scorer_core.protocols import Judge
-from scorer_core.reasons import template_reason
 from scorer_core.run_shapes import resolve_call
-from scorer_core.types import (
-    ContextVerdict,
-    ReasonMode,
-    ScoreResult,
-    ScoringItem,
-    Usage,
-    as_verdict_flags,
-)
+from scorer_core.scoring import ShowsReasonPrompt as ShowsReasonPrompt  # re-exported
+from scorer_core.scoring import score_item
+from scorer_core.transports import resolve_transport
+from scorer_core.types import ReasonMode, ScoreResult, ScoringItem
 
 ContextExtractor = Callable[[Any, Any], Sequence[str]]
 REASON_MODES: tuple[ReasonMode, ...] = ("llm", "template", "none")
@@ -86,10 +82,19 @@ LLM_JUDGE_OPTIONS = frozenset(
         "completion_budget",
     }
 )
-_TRANSPORT_OPTIONS = {
-    "litellm": frozenset({"request_options"}),
-    "http": frozenset({"max_connections", "proxy_from_env"}),
-}
+# make_judge's options that are run-time objects, passed to `build_judge` beside the spec.
+RUNTIME_JUDGE_OPTIONS = frozenset(
+    {
+        "retry",
+        "limiter",
+        "sleep",
+        "max_in_flight",
+        "first_alone",
+        "token_counter",
+        "negotiation",
+        "client",
+    }
+)
 
 
 def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -104,14 +109,6 @@ def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: option {name!r} is given twice ({key!r} and {name!r})")
         out[name] = value
     return out
-
-
-def _unknown(names: set[str], allowed: Set[str], what: str) -> ConfigError:
-    listed = ", ".join(sorted(names))
-    return ConfigError(
-        f"unknown option{'s' if len(names) > 1 else ''} {listed} for {what}; known: "
-        f"{', '.join(sorted(allowed))}"
-    )
 
 
 def validate_item(item: ScoringItem) -> None:
@@ -130,15 +127,6 @@ def validate_item(item: ScoringItem) -> None:
     for index, text in enumerate(item.contexts):
         if not isinstance(text, str):
             raise InputError(f"context[{index}] is {type(text).__name__}, not a string")
-
-
-@runtime_checkable
-class ShowsReasonPrompt(Protocol):
-    """A judge that sends a prompt for the reason and can say what it is."""
-
-    def reason_prompt(
-        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
-    ) -> str: ...
 
 
 _MISSING: Any = object()
@@ -256,83 +244,15 @@ class ContextPrecisionScorer:
         return await self.score_item(item)
 
     async def score_item(self, item: ScoringItem) -> ScoreResult:
-        """Score a validated item; transport failures become a result with status "error"."""
-        positions = list(range(len(item.contexts)))
-        slices = [
-            positions[start : start + self.contexts_per_call]
-            for start in range(0, len(positions), self.contexts_per_call)
-        ]
-        outcomes = await asyncio.gather(
-            *(self.judge.judge(item, part) for part in slices), return_exceptions=True
+        """Score a validated item; transport failures become a result with status "error"
+        (see `scorer_core.scoring.score_item`)."""
+        return await score_item(
+            self.judge,
+            item,
+            scale=self.scale,
+            reason=self.reason_mode,
+            contexts_per_call=self.contexts_per_call,
         )
-        usage = Usage()
-        verdicts: list[ContextVerdict] = []
-        prompts: list[str] = []
-        problems: list[str] = []
-        failure: BaseException | None = None
-        for part, outcome in zip(slices, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, TransportError | JudgeError) or isinstance(
-                    outcome, FatalJudgeError
-                ):
-                    raise outcome
-                failure = failure or outcome
-                continue
-            usage = usage + outcome.usage
-            if outcome.prompt:
-                prompts.append(outcome.prompt)
-            if outcome.unscored_reason is not None:
-                problems.append(f"contexts [{part[0]}..{part[-1]}]: {outcome.unscored_reason}")
-            verdicts.extend(outcome.verdicts)
-        sent = tuple(prompts)
-        if failure is not None:
-            return ScoreResult(
-                None, "", tuple(verdicts), "error", str(failure), usage, analyze_prompts=sent
-            )
-        if problems:
-            return ScoreResult(
-                None,
-                "",
-                tuple(verdicts),
-                "unscored",
-                "; ".join(problems),
-                usage,
-                analyze_prompts=sent,
-            )
-        ordered = tuple(sorted(verdicts, key=lambda v: v.index))
-        score = context_precision(as_verdict_flags(ordered), self.scale)
-        reason, reason_usage, reason_prompt = await self._reason(item, ordered, score)
-        return ScoreResult(
-            score,
-            reason,
-            ordered,
-            "ok",
-            None,
-            usage + reason_usage,
-            band=score_band(score, self.scale),
-            analyze_prompts=sent,
-            reason_prompt=reason_prompt,
-        )
-
-    async def _reason(
-        self, item: ScoringItem, verdicts: tuple[ContextVerdict, ...], score: float
-    ) -> tuple[str, Usage, str | None]:
-        if self.reason_mode == "none":
-            return "", Usage(), None
-        if self.reason_mode == "template":
-            return template_reason(verdicts, score, self.scale), Usage(), None
-        prompt = (
-            self.judge.reason_prompt(item, verdicts, score)
-            if isinstance(self.judge, ShowsReasonPrompt)
-            else None
-        )
-        try:
-            text, usage = await self.judge.explain(item, verdicts, score)
-        except (TransportError, MalformedReply) as exc:
-            # The score stands on the verdicts alone; only the prose is missing.
-            fallback = template_reason(verdicts, score, self.scale)
-            return f"{fallback} (LLM reason unavailable: {exc})", Usage(), prompt
-        return text, usage, prompt
 
 
 def make_judge(model: str, **options: Any) -> Judge:
@@ -346,74 +266,41 @@ def make_judge(model: str, **options: Any) -> Judge:
     ("auto", "json_schema", "json_object" or "prompt") or a shared `negotiation`; with
     transport "litellm" also `request_options` (extra litellm arguments, sent as given), with
     "http" `max_connections` and `proxy_from_env`. The lexical judge takes its own options
-    (`threshold`, ...). `scale` is for the reason prompt. Anything else is a `ConfigError`."""
+    (`threshold`, ...). `scale` is for the reason prompt. Anything else is a `ConfigError`.
+
+    The options become a `JudgeSpec` (what can be written down) and the run-time objects
+    `build_judge` takes beside it (`scorer_core.judge_spec`)."""
     options = _snake_case(options, "make_judge")
     scale = check_scale(options.pop("scale", 1.0))
-    if model == "lexical":
-        from scorer_core.lexical import LexicalJudge
-
-        allowed = set(inspect.signature(LexicalJudge).parameters)
+    if capabilities_of(model).offline:
+        allowed = lexical_option_names()
         unknown = set(options) - allowed
         if unknown:
-            raise _unknown(unknown, allowed, "the lexical judge")
-        return LexicalJudge(**options)
-    from scorer_core.judge import LLMJudge
-    from scorer_core.litellm_client import LiteLLMClient
-    from scorer_core.response_format import check_response_format
-    from scorer_core.retry import RetryPolicy, real_sleep
-    from scorer_core.transports import resolve_transport
+            raise unknown_options(unknown, allowed, "the lexical judge")
+        return build_judge(JudgeSpec(model, scale=scale, lexical=options))
+    transport = _llm_transport(model, options)
+    runtime = {name: options.pop(name) for name in RUNTIME_JUDGE_OPTIONS & set(options)}
+    return build_judge(JudgeSpec(model, scale=scale, transport=transport, **options), **runtime)
 
+
+def _llm_transport(model: str, options: dict[str, Any]) -> str:
+    """The transport `options` choose for an LLM judge (taking "transport" out of them), once
+    every option name is known to apply to it."""
     setting = options.pop("transport", "auto")
     if setting == "auto":
         # Options that only one client takes decide for it.
-        for name, names in _TRANSPORT_OPTIONS.items():
+        for name, names in TRANSPORT_ONLY_OPTIONS.items():
             if set(options) & names:
                 setting = name
     transport = resolve_transport(setting, model, options.get("api_base"))
-    llm_allowed = LLM_JUDGE_OPTIONS | _TRANSPORT_OPTIONS[transport]
-    unknown = set(options) - llm_allowed
+    allowed = LLM_JUDGE_OPTIONS | TRANSPORT_ONLY_OPTIONS[transport]
+    unknown = set(options) - allowed
     if unknown:
-        other = {name for names in _TRANSPORT_OPTIONS.values() for name in names}
+        other = {name for names in TRANSPORT_ONLY_OPTIONS.values() for name in names}
         if unknown <= other:
-            raise ConfigError(
-                f"option{'s' if len(unknown) > 1 else ''} {', '.join(sorted(unknown))} "
-                f"do{'' if len(unknown) > 1 else 'es'} not apply to transport {transport!r}"
-            )
-        raise _unknown(unknown, llm_allowed, f"an LLM judge (transport {transport!r})")
-    retry = options.pop("retry", None) or RetryPolicy(
-        max_retries=options.pop("max_retries", 6), max_reasks=options.pop("max_reasks", 2)
-    )
-    options.pop("max_retries", None)
-    options.pop("max_reasks", None)
-    limiter = options.pop("limiter", None)
-    sleep = options.pop("sleep", real_sleep)
-    max_in_flight = options.pop("max_in_flight", None)
-    flow_options = {
-        name: options.pop(name)
-        for name in ("first_alone", "token_counter", "completion_budget")
-        if name in options
-    }
-    response_format = check_response_format(options.pop("response_format", "auto"))
-    negotiation = options.pop("negotiation", None)
-    client = options.pop("client", None)
-    if client is None and transport == "http":  # lean aiohttp client, OpenAI-compatible servers
-        from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient
-
-        options["api_base"] = options.get("api_base") or OPENAI_API_BASE
-        client = OpenAIHTTPClient(model, **options)
-    elif client is None:
-        client = LiteLLMClient(model, **options)
-    return LLMJudge(
-        client,
-        retry=retry,
-        limiter=limiter,
-        sleep=sleep,
-        scale=scale,
-        max_in_flight=max_in_flight,
-        response_format=response_format,
-        negotiation=negotiation,
-        **flow_options,
-    )
+            raise not_for_transport(unknown, transport)
+        raise unknown_options(unknown, allowed, f"an LLM judge (transport {transport!r})")
+    return transport
 
 
 def create_context_precision_scorer(

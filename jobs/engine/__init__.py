@@ -1,35 +1,122 @@
 """The engine: plan shards -> run them as Ray tasks under one shared limit -> publish Parquet.
 
-Public API (everything else in the package is the engine's own business):
+Public API (everything else in the package is the engine's own business; the tools and the
+CLI import only these names, from `jobs.engine`):
 
-    run_job(config, out=...) -> RunOutcome   run or resume one scoring run end to end
-    RunOutcome                               run id and date, what was published, timings
-    RunFailed                                the run could not finish (a CtxPrecError); shards
-                                             already staged are kept, the same run id resumes
+    run_job(config, parts, out=...) -> RunOutcome   run or resume one scoring run end to end
+    RunParts, JudgeMaker, Gate, CanaryJudge
+                                  what a run is made of, handed in by jobs.factory
+    RunOutcome, print_outcome     run id and date, what was published, timings; its printout
+    RunFailed                     the run could not finish (a CtxPrecError); shards already
+                                  staged are kept, the same run id resumes
+    BatchesStillRunning           judge.mode batch: the wait ended before the batches did
+    BudgetSettings, budget_settings, LocalLimiter, PacingState
+                                  flow control in one process (estimate, calibrate, score)
+    RunSummary, Segment, PositionRate, BANDS, CANARY_METRICS, band_range, relevance_by_position
+                                  the published summary's model (jobs.engine.aggregate)
+    RunResponseFormat             the structured-output form a run's judge settled on
+    BatchLayout, RoundState, BatchPacker, RequestLines, custom_id, item_key
+                                  batch mode's staged rounds and request lines (status,
+                                  estimate)
 
-Start reading at jobs.engine.driver.run_job; it calls, in order, jobs.factory (config ->
-input spec), inputs (files, schema, shards), lease, ray_runtime, fanout (-> worker on each
-Ray node, with a coordinator actor: shard board, governor, progress; and the verdict cache),
+Start reading at jobs.engine.driver.run_job; it calls, in order, inputs (files, schema,
+shards), lease, ray_runtime, lookahead, fanout (-> worker on each Ray node, with a
+coordinator actor: shard board, governor, progress; and the verdict cache), or batch's rounds,
 manifest (with response_formats: the structured-output form the workers' judges settled on)
 and publish (-> aggregate).
 
-The names above are imported from jobs.engine.driver on first use, not here: importing a
-light module of the package (ray_runtime, say) must not import Polars, pyarrow or fsspec.
+The names above are imported from their modules on first use, not here: importing a light
+module of the package (ray_runtime, messages) must not import Polars, pyarrow or fsspec.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobs.engine.driver import RunFailed, RunOutcome, run_job
+    from jobs.engine.aggregate import (
+        BANDS,
+        CANARY_METRICS,
+        PositionRate,
+        RunSummary,
+        Segment,
+        band_range,
+        relevance_by_position,
+    )
+    from jobs.engine.batch.layout import BatchLayout
+    from jobs.engine.batch.requests import RequestLines, custom_id, item_key
+    from jobs.engine.batch.rounds import BatchesStillRunning
+    from jobs.engine.batch.state import BatchPacker, RoundState
+    from jobs.engine.budget import BudgetSettings, budget_settings
+    from jobs.engine.driver import RunFailed, RunOutcome, print_outcome, run_job
+    from jobs.engine.limiter import LocalLimiter, PacingState
+    from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
+    from jobs.engine.response_formats import RunResponseFormat
 
-__all__ = ["RunFailed", "RunOutcome", "run_job"]
+_WHERE = {
+    "run_job": "driver",
+    "RunOutcome": "driver",
+    "RunFailed": "driver",
+    "print_outcome": "driver",
+    "RunParts": "parts",
+    "CanaryJudge": "parts",
+    "JudgeMaker": "parts",
+    "Gate": "parts",
+    "BatchesStillRunning": "batch.rounds",
+    "BudgetSettings": "budget",
+    "budget_settings": "budget",
+    "LocalLimiter": "limiter",
+    "PacingState": "limiter",
+    "RunSummary": "aggregate",
+    "Segment": "aggregate",
+    "PositionRate": "aggregate",
+    "BANDS": "aggregate",
+    "CANARY_METRICS": "aggregate",
+    "band_range": "aggregate",
+    "relevance_by_position": "aggregate",
+    "RunResponseFormat": "response_formats",
+    "BatchLayout": "batch.layout",
+    "RoundState": "batch.state",
+    "BatchPacker": "batch.state",
+    "RequestLines": "batch.requests",
+    "custom_id": "batch.requests",
+    "item_key": "batch.requests",
+}
+
+__all__ = [
+    "BANDS",
+    "CANARY_METRICS",
+    "BatchLayout",
+    "BatchPacker",
+    "BatchesStillRunning",
+    "BudgetSettings",
+    "CanaryJudge",
+    "Gate",
+    "JudgeMaker",
+    "LocalLimiter",
+    "PacingState",
+    "PositionRate",
+    "RequestLines",
+    "RoundState",
+    "RunFailed",
+    "RunOutcome",
+    "RunParts",
+    "RunResponseFormat",
+    "RunSummary",
+    "Segment",
+    "band_range",
+    "budget_settings",
+    "custom_id",
+    "item_key",
+    "print_outcome",
+    "relevance_by_position",
+    "run_job",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from jobs.engine import driver
-
-        return getattr(driver, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"jobs.engine.{module}"), name)

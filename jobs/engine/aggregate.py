@@ -99,15 +99,6 @@ def band_range(name: str) -> str:
     return ""
 
 
-LEGACY_BAND_LABELS: dict[str, str] = {
-    "0": "none",
-    "0.1-0.3": "low",
-    "0.4-0.6": "moderate",
-    "0.7-0.8": "good",
-    "0.9-1.0": "excellent",
-}
-"""The labels of the same bands in summaries published before they had names."""
-
 # JavaScript's Number.EPSILON, which Mastra's rounding adds before it rounds (as
 # scorer_core.precision.round_score does).
 _JS_EPSILON = sys.float_info.epsilon

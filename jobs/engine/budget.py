@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jobs.config import RateLimitConfig
+
 
 @dataclass
 class LatencyWindow:
@@ -179,6 +181,16 @@ class InFlightBudget:
             "replies": self.latencies.count,
             "completed": self._completed,
         }
+
+
+def budget_settings(limits: RateLimitConfig) -> BudgetSettings:
+    """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
+    explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
+    return BudgetSettings(
+        explicit=explicit,
+        floor=limits.concurrency_floor,
+        ceiling=limits.concurrency_ceiling,
+    )
 
 
 def _water_fill(budget: int, demands: dict[str, int]) -> dict[str, int]:

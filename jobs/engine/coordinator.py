@@ -21,8 +21,8 @@ from jobs.engine.budget import BudgetSettings
 from jobs.engine.dispatch import BoardNews, Lease, ShardBoard
 from jobs.engine.governor import Completion, RunGovernor
 from jobs.engine.limiter import PacingState
+from jobs.engine.messages import ShardReport
 from jobs.engine.progress import COUNTERS
-from jobs.engine.worker import ShardReport
 
 
 def make_governor(

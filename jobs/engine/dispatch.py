@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from jobs.engine.worker import ShardReport
+from jobs.engine.messages import ShardReport
 from jobs.inputs import Shard
 
 Lease = tuple[int, Shard, int]

@@ -1,4 +1,4 @@
-"""The driver: one scoring run end to end, `run_job(config)`.
+"""The driver: one scoring run end to end, `run_job(config, parts)`.
 
     check    config, API key variable, input files and columns (and the types of the carried
              ones): a whole-run problem fails in seconds, before the first judge call, with a
@@ -15,12 +15,13 @@
     outcome  where the results are, for `print_outcome`
 
 Rerunning with the same `run.id` resumes: shards already staged are not judged again.
-`ctxprec run` / `python -m jobs.context_precision` call `run_command`.
+`ctxprec run` / `python -m jobs.context_precision` call `jobs.job.run_command`, which builds
+the run's parts from the config (`jobs.factory`) and hands them to `run_job`.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime as dt
 import sys
 import time
@@ -29,27 +30,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from jobs import factory, sampling
-from jobs.canary import judge_canary
-from jobs.config import JobConfig, load_config
+from jobs.config import JobConfig
 from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.lease import RunLease
 from jobs.engine.lookahead import find_duplicates_first
 from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest, shards_by_node
-from jobs.engine.publish import Published, RunLocation, publish_run, read_manifest
+from jobs.engine.messages import ShardReport
+from jobs.engine.parts import RunParts
+from jobs.engine.plan import RunPlan
+from jobs.engine.publish import Published, publish_run, read_manifest
 from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
-from jobs.engine.worker import ShardReport
-from jobs.inputs import inspect_input, list_input_files, plan_shards
+from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
+from jobs.inputs.records import ItemReader
+from jobs.layout import RunLocation
 from jobs.pricing import price_basis
+from jobs.records import RunManifest
+from jobs.sampling import plan_sample
 from jobs.schema import RunSchema
-from jobs.storage import Store, open_store
+from jobs.storage import open_store
 from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
-__all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_command", "run_job"]
+__all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_job"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ def resolve_location(config: JobConfig) -> RunLocation:
 
 def run_job(
     config: JobConfig,
+    parts: RunParts,
     *,
     out: TextIO = sys.stderr,
     sleep: Sleeper = real_sleep,
@@ -78,14 +84,60 @@ def run_job(
 ) -> RunOutcome:
     """Run (or resume) one scoring run end to end and return where its results are.
 
-    `sleep` and `clock` pace batch mode's waiting (tests inject them). In batch mode a wait cut
-    short by judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
+    `parts` are what the config's run is made of (`jobs.factory.run_parts`). `sleep` and
+    `clock` pace batch mode's waiting (tests inject them). In batch mode a wait cut short by
+    judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
     started = time.monotonic()
-    # check
-    factory.check_api_key(config)
+    plan, timings = _plan(config, parts, out)
+    done = plan.staging.staged_shards()
+    with RunLease(plan.store, plan.staging.lease) as lease:
+        todo = [(n, s) for n, s in enumerate(plan.shards) if s.shard_id not in done]
+        resuming = len(plan.shards) - len(todo)
+        out.write(
+            f"run {plan.location.run_id}: {plan.files} file(s), {len(plan.shards)} shard(s)"
+            + (f", {resuming} already done (resuming)" if resuming else "")
+            + f"; judge {config.judge.model}\n"
+        )
+        plan = _start_workers(plan, todo, timings, out)
+        judged = _judge(plan, todo, out, lease.heartbeat, timings, sleep, clock)
+        _check_all_staged(plan, judged.reports)
+        manifest = run_manifest(
+            plan.source or config,
+            plan.location,
+            shards=len(plan.shards),
+            shards_reused=resuming,
+            seconds=time.monotonic() - started,
+            timings=timings,
+            flow=judged.flow,
+            judge={**judge_facts_of_run(judged.reports), **judged.facts},
+            nodes=shards_by_node(judged.reports),
+            traces=plan.traces,
+        )
+        published = _publish(plan, manifest)
+    return RunOutcome(
+        run_id=plan.location.run_id,
+        run_date=plan.location.run_date,
+        published=published,
+        shards_total=len(plan.shards),
+        shards_skipped=resuming,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dict[str, float]]:
+    """Check the input, join the cluster if there is one, and plan the shards. Fails before
+    anything is judged: a missing column, a path other nodes cannot reach, a published run."""
+    started = time.monotonic()
     location = resolve_location(config)
     store = open_store(config.output.path, config.output.storage_options)
-    spec = factory.input_spec(config)
+    source, traces = config, None
+    if config.input.format == "otlp":
+        # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
+        from jobs.engine.traces import stage_traces
+
+        config, traces = stage_traces(config, store, location, out)
+        parts = dataclasses.replace(parts, reader=ItemReader.for_config(config))
+    spec = RunPlan(config, parts, location, store, ()).reader.spec
     files = list_input_files(spec)
     # the types of the carried columns, decided once so that every shard writes the same ones
     tables = RunSchema(inspect_input(spec, files).carried)
@@ -96,144 +148,132 @@ def run_job(
         start_ray(config)
         check_shared_paths(config, alive_nodes())
         joined = time.monotonic() - started
-    # plan
     shards = plan_shards(spec, files, config.ray.shard_size)
     sample = None
-    if config.sample.enabled:  # which items to judge, and the strata's populations
-        sample = sampling.plan_sample(config, shards, tables.carried)
-        config = sampling.attach(config, sample)
+    if config.sample.enabled:  # which items to judge (the reader carries it to the workers)
+        reader = RunPlan(config, parts, location, store, ()).reader
+        sample = plan_sample(
+            config.sample,
+            shards,
+            lambda shard: reader.read(shard, tables.carried),
+            tables.carried,
+            config.summary.by,
+        )
+        parts = dataclasses.replace(parts, reader=dataclasses.replace(reader, sample=sample))
         out.write(f"sample: {sample.describe()}\n")
     # the judge canary, judged fresh before the items: a broken judge or label file stops here
-    canary = judge_canary(config, out)
+    canary = parts.canary.judge(out) if parts.canary is not None else ()
     if read_manifest(store, location) is not None:
         raise RunFailed(
             f"run {location.run_id} is already published at "
             f"{store.url(store.join(location.manifest))}; choose another run.id"
         )
-    done = _staged_shard_ids(store, location)
-    # lease
-    with RunLease(store, store.join(location.staging, "LEASE.json")) as lease:
-        todo = [(n, s) for n, s in enumerate(shards) if s.shard_id not in done]
-        resuming = len(shards) - len(todo)
-        out.write(
-            f"run {location.run_id}: {len(files)} file(s), {len(shards)} shard(s)"
-            + (f", {resuming} already done (resuming)" if resuming else "")
-            + f"; judge {config.judge.model}\n"
-        )
-        # fan out
-        planned = time.monotonic()
-        if todo:
-            start_ray(config)
-        ray_ready = time.monotonic()
-        duplicates: frozenset[str] = frozenset()
-        if todo and factory.find_duplicates_first(config):
-            duplicates = find_duplicates_first(config, store, location.staging, shards, out)
-        looked = time.monotonic()
-        timings = {
-            "plan": planned - started - joined,
-            "ray_start": ray_ready - planned + joined,
-            "duplicates_first": looked - ray_ready,
-        }
-        batch_mode = config.judge.mode == "batch"
-        judge_facts: dict[str, Any] = {}
-        if batch_mode:
-            from jobs.engine.batch.rounds import run_batches
+    plan = RunPlan(
+        config,
+        parts,
+        location,
+        store,
+        shards,
+        tables,
+        files=len(files),
+        source=source if traces is not None else None,
+        traces=traces,
+        sample=sample,
+        canary=canary,
+    )
+    return plan, {"plan": time.monotonic() - started - joined, "ray_start": joined}
 
-            batched = run_batches(
-                config,
-                location,
-                shards,
-                store,
-                out,
-                heartbeat=lease.heartbeat,
-                tables=tables,
-                duplicates=duplicates,
-                sleep=sleep,
-                clock=clock,
-            )
-            reports, flow = batched.reports, {}
-            # The rounds time their passes, waits and ingests (Ray is up already).
-            for phase, seconds in batched.timings.items():
-                timings[phase] = timings.get(phase, 0.0) + seconds
-            judge_facts = {**batched.facts, "price": price_basis(config.judge.model, batch=True)}
-        else:
-            fanned = fan_out(
-                config,
-                location,
-                shards,
-                todo,
-                out,
-                heartbeat=lease.heartbeat,
-                tables=tables,
-                duplicates=duplicates,
-            )
-            reports, flow = fanned.reports, fanned.flow
-            timings["fan_out"] = time.monotonic() - looked
-        _check_all_staged(store, location, [s.shard_id for s in shards], reports)
-        # publish (it removes the staging area, lease file included, once the run is out)
-        manifest = run_manifest(
-            config,
-            location,
-            shards=len(shards),
-            shards_reused=resuming,
-            seconds=time.monotonic() - started,
-            timings=timings,
-            flow=flow,
-            judge={**judge_facts_of_run(reports), **judge_facts},
-            nodes=shards_by_node(reports),
+
+def _start_workers(
+    plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str, float], out: TextIO
+) -> RunPlan:
+    """Start Ray when there is work, and find repeated query ids across shards first when
+    the run does (`input.find_duplicates_first`): the plan with the shards holding them."""
+    started = time.monotonic()
+    if todo:
+        start_ray(plan.config)
+    ray_ready = time.monotonic()
+    if todo and plan.parts.find_duplicates_first:
+        duplicates = find_duplicates_first(
+            plan.config, plan.reader.spec, plan.store, plan.location.staging, plan.shards, out
         )
-        published = publish_run(
-            store,
-            location,
-            model=config.judge.model,
-            scale=config.scorer.scale,
-            manifest=manifest,
-            flow=flow_metrics(flow),
-            tables=tables,
-            segment_by=config.summary.by,
-            batch_price=batch_mode,
-            sample=sample,
-            canary=canary,
-        )
-    return RunOutcome(
-        run_id=location.run_id,
-        run_date=location.run_date,
-        published=published,
-        shards_total=len(shards),
-        shards_skipped=resuming,
-        seconds=time.monotonic() - started,
+        plan = dataclasses.replace(plan, duplicates=duplicates)
+    timings["ray_start"] += ray_ready - started
+    timings["duplicates_first"] = time.monotonic() - ray_ready
+    return plan
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What judging the shards left: their reports, the flow and the judge's run facts."""
+
+    reports: list[ShardReport]
+    flow: dict[str, Any]
+    facts: dict[str, Any]
+
+
+def _judge(
+    plan: RunPlan,
+    todo: list[tuple[int, Shard]],
+    out: TextIO,
+    heartbeat: Callable[[], None],
+    timings: dict[str, float],
+    sleep: Sleeper,
+    clock: Callable[[], float],
+) -> _Judged:
+    """Judge the shards left: online on the workers, or in batch mode's rounds."""
+    started = time.monotonic()
+    if plan.config.judge.mode != "batch":
+        fanned = fan_out(plan, todo, out, heartbeat=heartbeat)
+        timings["fan_out"] = time.monotonic() - started
+        return _Judged(fanned.reports, fanned.flow, {})
+    from jobs.engine.batch.rounds import run_batches
+
+    batched = run_batches(plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock)
+    # The rounds time their passes, waits and ingests (Ray is up already).
+    for phase, seconds in batched.timings.items():
+        timings[phase] = timings.get(phase, 0.0) + seconds
+    price = price_basis(plan.config.judge.model, batch=True)
+    return _Judged(batched.reports, {}, {**batched.facts, "price": price})
+
+
+def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
+    """Publish the staged shards (it removes the staging area, lease file included, once the
+    run is out)."""
+    config = plan.config
+    return publish_run(
+        plan.store,
+        plan.location,
+        model=config.judge.model,
+        scale=config.scorer.scale,
+        manifest=manifest,
+        flow=flow_metrics(manifest.flow),
+        tables=plan.tables,
+        segment_by=config.summary.by,
+        batch_price=config.judge.mode == "batch",
+        sample=plan.sample,
+        canary=plan.canary,
     )
 
 
-def _staged_shard_ids(store: Store, location: RunLocation) -> set[str]:
-    """The shards whose results are in the run's staging area (their items file is written
-    last, so its presence means the shard is complete)."""
-    return {
-        path.rsplit("/", 1)[-1].removesuffix(".parquet")
-        for path in store.list(store.join(location.staging, "items"))
-    }
-
-
-def _check_all_staged(
-    store: Store, location: RunLocation, shard_ids: list[str], reports: list[ShardReport]
-) -> None:
+def _check_all_staged(plan: RunPlan, reports: list[ShardReport]) -> None:
     """Raise unless every shard is staged: `FatalJudgeError` when the judge cannot work,
     else `RunFailed` naming the first shard without results. Nothing is published then."""
     fatal = next((r.fatal for r in reports if r.fatal), None)
     if fatal:
         raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
-    staged = _staged_shard_ids(store, location)
-    missing = [shard_id for shard_id in shard_ids if shard_id not in staged]
+    staged = plan.staging.staged_shards()
+    missing = [shard.shard_id for shard in plan.shards if shard.shard_id not in staged]
     if missing:
         raise RunFailed(
             f"{len(missing)} shard(s) have no results (first: {missing[0]}); nothing was "
-            f"published. Rerun with --set run.id={location.run_id} to finish them."
+            f"published. Rerun with --set run.id={plan.location.run_id} to finish them."
         )
 
 
 def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout) -> None:
     """The summary table, where the results are, and a DuckDB query to read them."""
-    from jobs.summary_table import format_summary_table
+    from jobs.engine.summary_table import format_summary_table
 
     where = outcome.published.scores_url
     summary = outcome.published.summary
@@ -245,19 +285,3 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
         f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
         f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"\n"
     )
-
-
-def run_command(args: argparse.Namespace) -> int:
-    """`ctxprec run --config FILE [--set KEY=VALUE ...]`: load the config, run, print."""
-    from jobs.engine.batch.rounds import BatchesStillRunning
-
-    config = load_config(args.config, args.set)
-    try:
-        outcome = run_job(config)
-    except BatchesStillRunning as exc:
-        # Not a failure: the evening half of a nightly batch run (README "Batch mode").
-        print(f"batches submitted, not finished: {exc}", file=sys.stderr)
-        return 0
-    store = open_store(config.output.path, config.output.storage_options)
-    print_outcome(outcome, store.url(store.root))
-    return 0

@@ -25,15 +25,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from jobs import factory
 from jobs.config import JobConfig
+from jobs.engine.budget import budget_settings
 from jobs.engine.coordinator import coordinator_actor_class, make_governor
 from jobs.engine.governor import RunGovernor
+from jobs.engine.messages import ShardContext, ShardReport
+from jobs.engine.plan import RunPlan
 from jobs.engine.progress import ExpectedItems, ProgressLine
-from jobs.engine.publish import RunLocation
-from jobs.engine.worker import ShardContext, ShardReport, run_worker
+from jobs.engine.worker import run_worker
 from jobs.inputs import Shard
-from jobs.schema import RunSchema
+from jobs.layout import RunLocation
 from scorer_core.errors import CtxPrecError
 
 # How often the driver refreshes the progress line and the lease's heartbeat.
@@ -55,19 +56,14 @@ class FanOutResult:
 
 
 def fan_out(
-    config: JobConfig,
-    location: RunLocation,
-    shards: Sequence[Shard],
+    plan: RunPlan,
     todo: Sequence[tuple[int, Shard]],
     out: TextIO,
-    heartbeat: Callable[[], None] = lambda: None,
-    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
-    duplicates: frozenset[str] = frozenset(),
     *,
+    heartbeat: Callable[[], None] = lambda: None,
     batch_round: int | None = None,
 ) -> FanOutResult:
-    """Run `todo` ((shard number, shard) pairs out of `shards`) on the workers, with progress.
-    `duplicates`: the shards with later occurrences staged by `jobs.engine.lookahead`.
+    """Run `todo` ((shard number, shard) pairs) on the workers, with progress.
 
     Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
     `RunFailed` naming the shard when a shard fails for good. `batch_round`: the shards' pass
@@ -78,21 +74,22 @@ def fan_out(
         return FanOutResult([])
     import ray
 
-    slots = _slots_in_file(shards)
-    governed = config.judge.model != "lexical" and (
+    config = plan.config
+    governed = not plan.parts.capabilities.offline and (
         batch_round is None or config.judge.batch.reask == "online"
     )
     coordinator = coordinator_actor_class().remote(
-        [(n, s, slots[s.shard_id]) for n, s in todo], _governor(config) if governed else None
+        list(todo), _governor(config) if governed else None
     )
     context = ShardContext(
         config=config,
-        staging=location.staging,
+        parts=plan.parts,
+        staging=plan.location.staging,
         coordinator=coordinator,
         governed=governed,
         api_key=config.judge.api_key(),
-        tables=tables,
-        duplicates=duplicates,
+        tables=plan.tables,
+        duplicates=plan.duplicates,
         batch_round=batch_round,
     )
     task = ray.remote(run_worker).options(
@@ -104,52 +101,92 @@ def fan_out(
         task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
         for n in range(min(config.ray.workers, len(todo)))
     }
-    expected = ExpectedItems(
-        {shard.shard_id: shard.end - shard.start for _, shard in todo},
-        exact=all(shard.kind == "rows" for _, shard in todo),
-    )
-    line = ProgressLine(expected.total, out=out)
-    result = FanOutResult([])
-    counts: dict[str, int] = {}
-    running = dict(workers)
-    failure: str | None = None
+    watch = _Watch(coordinator, workers, todo, out, plan.location)
     try:
-        while True:
-            ended, _ = ray.wait(list(running), num_returns=len(running), timeout=_DRAW_EVERY_S)
-            news, counts = ray.get(coordinator.poll.remote())
-            for report in news.reports:
-                result.reports.append(report)
-                expected.shard_done(report.shard_id, report.items)
-                line.set_total(expected.total)
-            # A failed shard stops the board handing out shards; the shards in progress finish
-            # and stay staged for the rerun. A fatal judge error stops everything at once.
-            failure = failure or news.failure
-            if any(report.fatal for report in news.reports):
-                return result
-            for ref in ended:
-                worker = running.pop(ref)
-                try:
-                    ray.get(ref)
-                except Exception as exc:  # the worker died more often than Ray retries
-                    held = ray.get(coordinator.held_by.remote(worker))
-                    what = f"shard {held[0]}" if held else worker
-                    raise RunFailed(
-                        _failed(f"{what} failed: {_root_cause(exc)}", location)
-                    ) from None
-            heartbeat()
-            line.update(counts, len(result.reports), len(todo))
-            if not running:
-                break
-        if failure is not None:
-            raise RunFailed(_failed(failure, location))
+        watch.until_done(heartbeat)
     finally:
-        line.close(counts, len(result.reports), len(todo))
-        for ref in running:
+        watch.close()
+    return watch.result
+
+
+class _Watch:
+    """The driver's side of a fan-out: polls the board, draws progress, notices failures."""
+
+    def __init__(
+        self,
+        coordinator: Any,
+        workers: dict[Any, str],
+        todo: Sequence[tuple[int, Shard]],
+        out: TextIO,
+        location: RunLocation,
+    ) -> None:
+        self._coordinator = coordinator
+        self._running = dict(workers)
+        self._todo = len(todo)
+        self._location = location
+        self._expected = ExpectedItems(
+            {shard.shard_id: shard.end - shard.start for _, shard in todo},
+            exact=all(shard.kind == "rows" for _, shard in todo),
+        )
+        self._line = ProgressLine(self._expected.total, out=out)
+        self._counts: dict[str, int] = {}
+        self._failure: str | None = None
+        self.result = FanOutResult([])
+
+    def until_done(self, heartbeat: Callable[[], None]) -> None:
+        """Poll until every worker ended (or a fatal judge error stops the run at once)."""
+        import ray
+
+        while True:
+            running = list(self._running)
+            ended, _ = ray.wait(running, num_returns=len(running), timeout=_DRAW_EVERY_S)
+            if self._take_news():
+                return
+            for ref in ended:
+                self._check_ended(ref)
+            heartbeat()
+            self._line.update(self._counts, len(self.result.reports), self._todo)
+            if not self._running:
+                break
+        if self._failure is not None:
+            raise RunFailed(_failed(self._failure, self._location))
+
+    def _take_news(self) -> bool:
+        """Take the board's news; True when a report says the judge cannot work."""
+        import ray
+
+        news, self._counts = ray.get(self._coordinator.poll.remote())
+        for report in news.reports:
+            self.result.reports.append(report)
+            self._expected.shard_done(report.shard_id, report.items)
+            self._line.set_total(self._expected.total)
+        # A failed shard stops the board handing out shards; the shards in progress finish
+        # and stay staged for the rerun. A fatal judge error stops everything at once.
+        self._failure = self._failure or news.failure
+        return any(report.fatal for report in news.reports)
+
+    def _check_ended(self, ref: Any) -> None:
+        """A worker ended: fine, or it died more often than Ray retries (the run fails)."""
+        import ray
+
+        worker = self._running.pop(ref)
+        try:
+            ray.get(ref)
+        except Exception as exc:
+            held = ray.get(self._coordinator.held_by.remote(worker))
+            what = f"shard {held[0]}" if held else worker
+            raise RunFailed(_failed(f"{what} failed: {_root_cause(exc)}", self._location)) from None
+
+    def close(self) -> None:
+        """Draw the last progress line, cancel the workers left, keep the flow's snapshot."""
+        import ray
+
+        self._line.close(self._counts, len(self.result.reports), self._todo)
+        for ref in self._running:
             ray.cancel(ref)
         with contextlib.suppress(Exception):
-            result.flow = ray.get(coordinator.flow.remote(), timeout=10)
-        ray.kill(coordinator)
-    return result
+            self.result.flow = ray.get(self._coordinator.flow.remote(), timeout=10)
+        ray.kill(self._coordinator)
 
 
 def _failed(message: str, location: RunLocation) -> str:
@@ -164,18 +201,8 @@ def _governor(config: JobConfig) -> RunGovernor:
         requests_per_minute=limits.requests_per_minute,
         tokens_per_minute=limits.tokens_per_minute,
         headroom=limits.headroom,
-        budget=factory.budget_settings(config),
+        budget=budget_settings(config.rate_limit),
     )
-
-
-def _slots_in_file(shards: Sequence[Shard]) -> dict[str, int]:
-    """Each shard's 0-based position among the shards of its input file."""
-    slots: dict[str, int] = {}
-    per_file: dict[int, int] = {}
-    for shard in shards:
-        slots[shard.shard_id] = per_file.get(shard.file_index, 0)
-        per_file[shard.file_index] = slots[shard.shard_id] + 1
-    return slots
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -33,11 +33,11 @@ from typing import Any, TextIO
 
 import polars as pl
 
-from jobs import factory
 from jobs.config import JobConfig
-from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder
+from jobs.engine.repeats import KEYS, RepeatFinder
 from jobs.inputs import InputSpec, Shard
 from jobs.inputs.records import read_query_ids
+from jobs.layout import SEQ_SHIFT
 from jobs.storage import Store
 
 _TASK_SHARDS = 16
@@ -76,6 +76,7 @@ def shard_keys(spec: InputSpec, numbered: Sequence[tuple[int, Shard]]) -> pl.Dat
 
 def find_duplicates_first(
     config: JobConfig,
+    spec: InputSpec,
     store: Store,
     staging: str,
     shards: Sequence[Shard],
@@ -95,7 +96,6 @@ def find_duplicates_first(
         max_retries=config.ray.max_task_retries,
         scheduling_strategy="SPREAD",
     )
-    spec = factory.input_spec(config)
     numbered = list(enumerate(shards))
     groups = [numbered[i : i + _TASK_SHARDS] for i in range(0, len(numbered), _TASK_SHARDS)]
     # Enough tasks to keep the workers' CPUs busy, few enough that the keys waiting for the

@@ -13,9 +13,10 @@ from typing import Any
 
 from jobs.config import JobConfig
 from jobs.engine.aggregate import FLOW_METRICS
-from jobs.engine.publish import RunLocation
+from jobs.engine.messages import ShardReport
 from jobs.engine.response_formats import combine as combine_response_formats
-from jobs.engine.worker import ShardReport
+from jobs.layout import RunLocation
+from jobs.records import FlowSnapshot, JudgeRecord, RunManifest
 from scorer_core.prompt import PROMPT_VERSION
 
 
@@ -30,28 +31,31 @@ def run_manifest(
     flow: Mapping[str, Any] | None = None,
     judge: Mapping[str, Any] | None = None,
     nodes: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
+    traces: Mapping[str, Any] | None = None,
+) -> RunManifest:
     """The run's identity, judge, prompt version, config (secrets redacted) and timings.
 
     `timings` are seconds per phase (plan, ray_start, fan_out); `seconds` is the whole run so
     far; `flow` is what the run's governor settled on (in-flight budget, latency percentiles,
     pace); `judge` what the workers' judge settled on (transport, structured-output form:
-    `judge_facts_of_run`); `nodes` how many shards ran on each Ray node (`shards_by_node`).
+    `judge_facts_of_run`); `nodes` how many shards ran on each Ray node (`shards_by_node`);
+    `traces` the assembly's report of a run on OpenTelemetry traces (jobs.engine.traces).
     """
-    return {
-        "run_id": location.run_id,
-        "run_date": location.run_date.isoformat(),
-        "judge_model": config.judge.model,
-        "prompt_version": PROMPT_VERSION,
-        "config": config.redacted(),
-        "shards": shards,
-        "seconds": round(seconds, 3),
-        "timings_s": {phase: round(value, 3) for phase, value in timings.items()},
-        "shards_reused": shards_reused,
-        "flow": dict(flow or {}),
-        "judge": dict(judge or {}),
-        "nodes": dict(nodes or {}),
-    }
+    return RunManifest(
+        run_id=location.run_id,
+        run_date=location.run_date.isoformat(),
+        judge_model=config.judge.model,
+        prompt_version=PROMPT_VERSION,
+        config=config.redacted(),
+        shards=shards,
+        seconds=round(seconds, 3),
+        timings_s={phase: round(value, 3) for phase, value in timings.items()},
+        shards_reused=shards_reused,
+        flow=FlowSnapshot.model_validate(dict(flow or {})),
+        judge=JudgeRecord.model_validate(dict(judge or {})),
+        nodes=dict(nodes or {}),
+        **({"traces": dict(traces)} if traces is not None else {}),
+    )
 
 
 def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
@@ -70,27 +74,24 @@ def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:
     (`jobs.engine.response_formats.combine`: worker processes negotiate independently, and the
     run cannot claim a stronger form than some of its requests used)."""
     facts: dict[str, Any] = {}
-    for report in reports:
-        facts.update(report.judge)
-    negotiated = combine_response_formats(report.judge.get("response_format") for report in reports)
+    transports = [report.judge.transport for report in reports if report.judge.transport]
+    if transports:
+        facts["transport"] = transports[-1]
+    negotiated = combine_response_formats(report.judge.response_format for report in reports)
     if negotiated is not None:
         facts["response_format"] = negotiated.to_dict()
     return facts
 
 
-def flow_metrics(flow: Mapping[str, Any]) -> list[tuple[str, float | None]]:
+def flow_metrics(flow: FlowSnapshot) -> list[tuple[str, float | None]]:
     """The governor's snapshot as the summary's flow metrics (`aggregate.FLOW_METRICS`)."""
-    if not flow:
+    if flow.is_empty():
         return []
     values = {
-        "in_flight_budget": flow.get("budget_max") or flow.get("budget"),
-        "max_in_flight": flow.get("max_in_flight"),
-        "latency_p50_s": flow.get("latency_p50_s"),
-        "latency_p90_s": flow.get("latency_p90_s"),
-        "latency_p99_s": flow.get("latency_p99_s"),
+        "in_flight_budget": flow.in_flight_budget,
+        "max_in_flight": flow.max_in_flight,
+        "latency_p50_s": flow.latency_p50_s,
+        "latency_p90_s": flow.latency_p90_s,
+        "latency_p99_s": flow.latency_p99_s,
     }
-    return [(name, _float_or_none(values[name])) for name in FLOW_METRICS]
-
-
-def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
+    return [(name, values[name]) for name in FLOW_METRICS]

@@ -1,12 +1,6 @@
 """Turning a run's staged shard files into the published tables, atomically.
 
-Layout under the output root (hive partitions, zstd Parquet):
-
-    scores/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet     one row per input item
-    verdicts/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet   one row per context
-    summary/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet    one row per metric
-    manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json       config (no secrets), counts
-    _staging/run_id=<id>/...                                      work in progress (hidden)
+The run's files and their paths are `jobs.layout`'s (one module spells them).
 
 Each table of a run is one object, uploaded whole (a local rename, or one object-store PUT /
 multipart upload that becomes visible only when complete), and `scores/` is written last: a
@@ -28,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
-import json
 import os
 import tempfile
 import time
@@ -37,20 +30,20 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.engine import aggregate
-from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.engine.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
+from jobs.records import JudgeRecord, RunManifest
 from jobs.sampling import SamplePlan
 from jobs.schema import RunSchema
 from jobs.storage import Store
 from scorer_core.errors import CtxPrecError
 
-TABLES = ("verdicts", "summary", "scores")  # publication order: scores last
 # Mismatching items a `ScoresDisagree` message names (the count covers all of them).
 _SHOWN_MISMATCHES = 5
 # Staged shard files read ahead while publishing.
@@ -67,38 +60,6 @@ _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 _DICTIONARY_BYTES = 8 * 2**20
 
 
-@dataclass(frozen=True)
-class RunLocation:
-    run_id: str
-    run_date: dt.date
-
-    @property
-    def partition(self) -> str:
-        return f"run_date={self.run_date.isoformat()}/run_id={self.run_id}"
-
-    @property
-    def staging(self) -> str:
-        return f"_staging/run_id={self.run_id}"
-
-    def table_file(self, table: str) -> str:
-        return f"{table}/{self.partition}/part-00000.parquet"
-
-    @property
-    def manifest(self) -> str:
-        return f"manifests/{self.partition}/manifest.json"
-
-
-def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
-    """A lazy scan over Parquet files in `store` (local paths directly, others via fsspec)."""
-    if store.is_local:
-        return pl.scan_parquet(paths)
-    import pyarrow.dataset as ds
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    dataset = ds.dataset(paths, format="parquet", filesystem=PyFileSystem(FSSpecHandler(store.fs)))
-    return pl.scan_pyarrow_dataset(dataset)
-
-
 class ScoresDisagree(CtxPrecError):
     """`publish_run(verify_scores=True)` found items whose verdicts imply another score."""
 
@@ -111,7 +72,7 @@ class Published:
     scores_url: str
     duplicates: int
     # What the run's judge settled on (the manifest's "judge": transport, response format).
-    judge: dict[str, Any] = field(default_factory=dict)
+    judge: JudgeRecord = field(default_factory=JudgeRecord)
 
 
 def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str) -> None:
@@ -124,17 +85,6 @@ def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str)
     frame.write_parquet(local, compression="zstd")
     store.upload_file_atomic(local, store.join(path))
     os.unlink(local)
-
-
-def _shard_files(store: Store, folder: str) -> list[str]:
-    """The staged shard files in `folder` in run order (shard ids sort as the shards run),
-    without the `.<name>.tmp-*` file a local atomic write leaves behind when its writer is
-    killed before the rename."""
-    return [
-        path
-        for path in store.list(folder)
-        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
-    ]
 
 
 def _read_staged(
@@ -255,9 +205,8 @@ def _write_tables(
     each shard's items with the run's duplicate marks applied, its verdicts without those of
     the later occurrences. With `verify_scale`, every ok item's score is also recomputed from
     its verdicts (`aggregate.score_mismatches`) and `ScoresDisagree` raised if one differs."""
-    verdict_files = [
-        store.join(location.staging, "verdicts", path.rsplit("/", 1)[-1]) for path in items_files
-    ]
+    staging = StagingArea(store, location.staging)
+    verdict_files = [staging.verdicts_file_of(path) for path in items_files]
     staged_verdicts = [*tables.verdicts.names, "item_seq"]
     scores = _ParquetFile(tmp / "scores.parquet", tables.scores.polars)
     verdicts = _ParquetFile(tmp / "verdicts.parquet", tables.verdicts.polars)
@@ -295,7 +244,7 @@ def publish_run(
     *,
     model: str,
     scale: float,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     verify_scores: bool = False,
     flow: Sequence[tuple[str, float | None]] = (),
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
@@ -320,21 +269,12 @@ def publish_run(
     the summary streams over those files.
     """
     started = time.monotonic()
-    items_files = _shard_files(store, store.join(location.staging, "items"))
+    staging = StagingArea(store, location.staging)
+    items_files = staging.staged_items_files()
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
-        with RepeatFinder(Path(tmp, "repeats")) as finder:
-            for keys in _read_staged(store, items_files, KEYS.names()):
-                finder.add(keys)
-            marks = finder.finish()
-            written = _write_tables(
-                store,
-                location,
-                items_files,
-                marks,
-                tables,
-                Path(tmp),
-                scale if verify_scores else None,
-            )
+        written = _write_local_tables(
+            store, location, items_files, tables, Path(tmp), scale if verify_scores else None
+        )
         summary = aggregate.summarize(
             pl.scan_parquet(written.scores),
             pl.scan_parquet(written.verdicts),
@@ -346,36 +286,62 @@ def publish_run(
             sample=sample,
         )
         summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
+        # scores last: a reader of scores/ sees a whole run or none of it
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
-    duplicates = written.duplicates
-    timings = {**manifest.get("timings_s", {}), "publish": round(time.monotonic() - started, 3)}
-    manifest = {
-        **manifest,
-        "timings_s": timings,
-        "status": "complete",
-        "summary": summary.to_dict(),
-        "duplicates": duplicates,
-        "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
-    }
-    store.write_bytes_atomic(
-        store.join(location.manifest),
-        json.dumps(manifest, indent=2, sort_keys=True, default=str).encode(),
-    )
-    store.rm(store.join(location.staging), recursive=True)
+    manifest = _complete(store, location, manifest, summary, written.duplicates, started)
+    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
+    store.rm(staging.path(), recursive=True)
     return Published(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),
-        duplicates=duplicates,
-        judge=dict(manifest.get("judge") or {}),
+        duplicates=written.duplicates,
+        judge=manifest.judge,
     )
 
 
-def read_manifest(store: Store, location: RunLocation) -> dict[str, Any] | None:
+def _write_local_tables(
+    store: Store,
+    location: RunLocation,
+    items_files: list[str],
+    tables: RunSchema,
+    tmp: Path,
+    verify_scale: float | None,
+) -> _Written:
+    """Find the run's repeated query ids, then write its tables to local files."""
+    with RepeatFinder(tmp / "repeats") as finder:
+        for keys in _read_staged(store, items_files, KEYS.names()):
+            finder.add(keys)
+        marks = finder.finish()
+        return _write_tables(store, location, items_files, marks, tables, tmp, verify_scale)
+
+
+def _complete(
+    store: Store,
+    location: RunLocation,
+    manifest: RunManifest,
+    summary: aggregate.RunSummary,
+    duplicates: int,
+    started: float,
+) -> RunManifest:
+    """The driver's manifest with what publishing learnt."""
+    timings = {**manifest.timings_s, "publish": round(time.monotonic() - started, 3)}
+    return manifest.model_copy(
+        update={
+            "timings_s": timings,
+            "status": "complete",
+            "summary": summary.to_dict(),
+            "duplicates": duplicates,
+            "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
+        }
+    )
+
+
+def read_manifest(store: Store, location: RunLocation) -> RunManifest | None:
+    """The run's manifest, or None when the run is not published."""
     path = store.join(location.manifest)
     if not store.exists(path):
         return None
-    data: dict[str, Any] = json.loads(store.read_bytes(path))
-    return data
+    return RunManifest.read(store.read_bytes(path))

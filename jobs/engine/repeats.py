@@ -1,8 +1,8 @@
 """Repeated query ids across a whole run, found in bounded memory.
 
 The job scores the first occurrence of a query_id (in input order: the smallest `item_seq`)
-and marks every later one as a duplicate of it (README, "Duplicate query_ids"). Seeing every
-occurrence of an id side by side needs every key of the run, which a single hash table would
+and marks every later one as a duplicate of it (docs/failures.md). Seeing every occurrence
+of an id side by side needs every key of the run, which a single hash table would
 hold in memory: one entry per item, on the driver. Instead:
 
 1. `RepeatFinder.add` takes the keys (`KEYS`: query_id, item_seq, source, row) a batch at a
@@ -28,6 +28,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from jobs.layout import SEQ_SHIFT
 from jobs.schema import duplicate_error
 
 KEYS = pl.Schema(
@@ -38,8 +39,6 @@ KEYS = pl.Schema(
 MARKS = pl.Schema({"item_seq": pl.Int64(), "query_id": pl.String(), "duplicate_of": pl.String()})
 """A later occurrence: its `item_seq`, its query_id and where the first occurrence is."""
 
-SEQ_SHIFT = 32
-"""item_seq = shard number << SEQ_SHIFT | index within the shard (`jobs.engine.worker`)."""
 
 FAN = 32
 """Partitions per split (open files while partitioning)."""

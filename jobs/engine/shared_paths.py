@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from fsspec.core import split_protocol
 
-from jobs import factory
 from jobs.config import JobConfig
+from scorer_core.capabilities import is_offline
 from scorer_core.errors import ConfigError
 
 _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
@@ -51,7 +51,7 @@ def run_paths(config: JobConfig) -> list[RunPath]:
             "driver cannot read them to publish the run",
         ),
     ]
-    if factory.use_cache(config) and config.cache.path:
+    if config.cache.enabled and config.cache.path and not is_offline(config.judge.model):
         paths.append(
             RunPath(
                 "cache.path",

@@ -23,8 +23,8 @@ from typing import IO
 import fsspec
 
 from jobs.inputs.opening import open_input
-from jobs.inputs.planning import Shard
 from jobs.inputs.rows import RawRow
+from jobs.inputs.shard import Shard
 from jobs.storage import retry_call
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.inputs.opening import open_input
-from jobs.inputs.planning import Shard
 from jobs.inputs.rows import RawRow
+from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, required_columns
 from jobs.storage import is_transient, retry_call
 from scorer_core.errors import CtxPrecError, InputError, StorageError

@@ -21,39 +21,19 @@ import hashlib
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.inputs.listing import FileInfo
 from jobs.inputs.opening import open_input
-from jobs.inputs.spec import InputFormat, InputSpec
+from jobs.inputs.shard import Shard
+from jobs.inputs.spec import InputSpec
 from jobs.storage import filesystem, retry_call
 from scorer_core.errors import ConfigError, InputError
 
-ShardKind = Literal["rows", "bytes"]
-
 SAMPLE_BYTES = 64 * 1024
 """Bytes read from the start of a JSONL file to estimate bytes per row."""
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    """A piece of one input file: rows `[start, end)` (Parquet) or bytes `[start, end)` (JSONL).
-
-    For gzipped JSONL the shard is the whole file (`start == 0`, `end == compressed size`).
-    """
-
-    shard_id: str
-    file_index: int
-    path: str
-    format: InputFormat
-    kind: ShardKind
-    start: int
-    end: int
-    compression: str | None = None
 
 
 def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> list[Shard]:
@@ -70,7 +50,9 @@ def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> 
             ranges = [(0, info.size)] if info.size > 0 else []
         else:
             ranges = jsonl_byte_ranges(info.size, _jsonl_sample(spec, info), shard_size)
-        shards.extend(_make_shard(index, info, start, end) for start, end in ranges)
+        shards.extend(
+            _make_shard(index, info, start, end, slot) for slot, (start, end) in enumerate(ranges)
+        )
     return shards
 
 
@@ -119,7 +101,7 @@ def _shard_id(file_index: int, info: FileInfo, start: int, end: int) -> str:
     return f"{file_index:05d}-{start:012d}-{end:012d}-{digest}"
 
 
-def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
+def _make_shard(index: int, info: FileInfo, start: int, end: int, slot: int) -> Shard:
     return Shard(
         shard_id=_shard_id(index, info, start, end),
         file_index=index,
@@ -129,6 +111,7 @@ def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
         start=start,
         end=end,
         compression=info.compression,
+        slot=slot,
     )
 
 

@@ -10,19 +10,61 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from jobs.inputs.carry import conform
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
-from jobs.inputs.planning import Shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.inputs.spec import InputSpec, load_extractor
+from jobs.inputs.shard import Shard
+from jobs.inputs.spec import InputSpec, input_spec_of, load_extractor
 from jobs.schema import CarriedColumn
 from jobs.storage import filesystem
+
+if TYPE_CHECKING:
+    from jobs.config import JobConfig
+    from jobs.sampling import SamplePlan
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
+
+
+@dataclass(frozen=True)
+class ItemReader:
+    """How a run reads its items: the input and the per-item limits (picklable, for workers)."""
+
+    spec: InputSpec
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
+    max_contexts: int = DEFAULT_MAX_CONTEXTS
+    # A sampled run's plan (`jobs.sampling`, set by the driver before judging): which rows the
+    # worker judges (`keeps`). None: every row.
+    sample: SamplePlan | None = None
+
+    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
+        """Whether the run judges `record` (`names`: its carried columns, in order)."""
+        return self.sample is None or self.sample.keeps(record, names)
+
+    @classmethod
+    def for_config(cls, config: JobConfig) -> ItemReader:
+        """How a job config's items are read (its input, its truncation limits)."""
+        return cls(
+            input_spec_of(config),
+            max_context_chars=config.input.max_context_chars,
+            max_contexts=config.input.max_contexts,
+        )
+
+    def read(
+        self, shard: Shard, carried: Sequence[CarriedColumn] = ()
+    ) -> Iterator[ItemRecord | RowError]:
+        """`shard`'s rows as the job judges them (`read_items`)."""
+        return read_items(
+            self.spec,
+            shard,
+            max_context_chars=self.max_context_chars,
+            max_contexts=self.max_contexts,
+            carried=carried,
+        )
 
 
 def read_items(

@@ -12,9 +12,12 @@ import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from scorer_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobs.config import JobConfig
 
 InputFormat = Literal["jsonl", "parquet"]
 FORMATS: frozenset[str] = frozenset({"jsonl", "parquet"})
@@ -105,3 +108,31 @@ def load_extractor(ref: str) -> Callable[[dict[str, Any]], Any]:
         raise ConfigError(f"context_extractor {ref!r} is not callable")
     extractor: Callable[[dict[str, Any]], Any] = target
     return extractor
+
+
+def input_spec_of(config: JobConfig) -> InputSpec:
+    """The input a job config reads: where the items are and which columns hold which field."""
+    columns = config.input.columns
+    fmt = config.input.format
+    if fmt == "otlp":
+        # `ctxprec run` assembles traces into items first (jobs.engine.traces) and reads those
+        raise ConfigError(
+            "input.format otlp: traces are assembled into items by `ctxprec run` only; "
+            "this command reads items (docs/traces.md)"
+        )
+    return InputSpec(
+        path=config.input.path,
+        format=fmt,
+        columns=ColumnMap(
+            query_id=columns.query_id,
+            input=columns.input,
+            output=columns.output,
+            expected_output=columns.expected_output,
+            context=columns.context,
+            context_ids=columns.context_ids,
+        ),
+        storage_options=config.input.storage_options,
+        context_extractor=config.input.context_extractor,
+        carry=tuple(config.input.carry),
+        carry_to_verdicts=tuple(config.input.carry_to_verdicts),
+    )

@@ -24,6 +24,8 @@ judge's verdicts vs of the gold labels, scale 1); with a `retriever` field, each
 mean score by judge and by labels and Kendall's tau-b between the two system rankings. Items
 the judge left unscored or failed on are counted and excluded from every metric. Reasons are
 not requested (`reason: none`) and the verdict cache is not used: every verdict is fresh.
+
+The result is a typed `Calibration`; `--json` prints it field for field.
 """
 
 from __future__ import annotations
@@ -35,15 +37,18 @@ import math
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, TextIO
+from dataclasses import dataclass, field
+from typing import TextIO
 
-import fsspec
+from pydantic import BaseModel, ConfigDict
 
 from jobs import factory
 from jobs import formatting as fmt
+from jobs.canary import judge_labelled
 from jobs.config import JobConfig, load_config
+from jobs.inputs.labels import LabelledItem, load_labels
 from scorer_core.errors import InputError
 from scorer_core.metrics import (
     cohen_kappa,
@@ -54,139 +59,134 @@ from scorer_core.metrics import (
     spearman,
 )
 from scorer_core.precision import context_precision
-from scorer_core.scorer import ContextPrecisionScorer, validate_item
-from scorer_core.types import ScoreResult, ScoringItem, Usage, as_verdict_flags
+from scorer_core.types import ScoreResult, Usage, as_verdict_flags
 
 _MAX_INVALID_EXAMPLES = 5
 
 
-@dataclass(frozen=True)
-class LabelledItem:
-    """One labelled row, ready for the judge."""
-
-    item_id: str
-    item: ScoringItem
-    gold: tuple[bool, ...]
-    retriever: str | None
-    rule: str  # how `gold` was derived
+# -- the result, typed (`--json` prints it field for field, in this order) -------------------
 
 
-@dataclass
-class LabelFile:
-    items: list[LabelledItem]
-    rows_read: int
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RejectedForm(_Record):
+    """A structured-output form the judge's endpoint rejected, with its answer."""
+
+    form: str
+    reason: str
+
+
+class FormNegotiation(_Record):
+    """The structured-output form the judge settled on with its endpoint
+    (`ResponseFormatNegotiation.summary()`)."""
+
+    endpoint: str
+    setting: str
+    in_use: str
+    confirmed: bool
+    dropped: tuple[RejectedForm, ...]
+
+
+class RowCounts(_Record):
+    """Labelled rows read: invalid ones (the first few quoted), truncated ones, `--limit`."""
+
+    read: int
     invalid: int
-    invalid_examples: list[str]
     truncated: int
+    invalid_examples: tuple[str, ...]
+    limit: int | None
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+class ItemStatuses(_Record):
+    """Items judged, by result status; unscored and error items are excluded from metrics."""
+
+    judged: int
+    ok: int
+    unscored: int
+    error: int
+    excluded: int
 
 
-def _gold(row: dict[str, Any], count: int, min_grade: float | None) -> tuple[list[bool], str]:
-    relevance = row.get("relevance")
-    if not isinstance(relevance, list) or not all(_is_number(v) for v in relevance):
-        raise InputError("relevance must be a list of numbers, one per context")
-    if len(relevance) != count:
-        raise InputError(f"relevance has {len(relevance)} labels for {count} contexts")
-    if min_grade is not None:
-        return [v >= min_grade for v in relevance], f"relevance >= {min_grade:g} (--min-grade)"
-    if "relevance_binary" in row and row["relevance_binary"] is not None:
-        binary = row["relevance_binary"]
-        if not isinstance(binary, list) or not all(_is_number(v) for v in binary):
-            raise InputError("relevance_binary must be a list of 0/1, one per context")
-        if len(binary) != count:
-            raise InputError(f"relevance_binary has {len(binary)} labels for {count} contexts")
-        return [bool(v) for v in binary], "relevance_binary"
-    return [v > 0 for v in relevance], "relevance > 0"
+class ContextAgreement(_Record):
+    """The judge's verdicts against the gold labels, context by context."""
+
+    contexts: int
+    human_yes_rate: float | None
+    judge_yes_rate: float | None
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    cohen_kappa: float | None
 
 
-def _labelled_item(
-    row: dict[str, Any],
-    line: int,
-    config: JobConfig,
-    min_grade: float | None,
-) -> tuple[LabelledItem, bool]:
-    query = row.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise InputError("query must be a non-empty string")
-    contexts = row.get("contexts")
-    if (
-        not isinstance(contexts, list)
-        or not contexts
-        or not all(isinstance(c, str) for c in contexts)
-    ):
-        raise InputError("contexts must be a non-empty list of strings")
-    gold, rule = _gold(row, len(contexts), min_grade)
-    answer = row.get("expected_answer")
-    if answer is not None and not isinstance(answer, str):
-        raise InputError("expected_answer must be a string or null")
-    reference = answer if answer and answer.strip() else None
-    limit_chars = config.input.max_context_chars
-    limit_count = config.input.max_contexts
-    truncated = len(contexts) > limit_count or any(len(c) > limit_chars for c in contexts)
-    contexts = [c[:limit_chars] for c in contexts[:limit_count]]
-    gold = gold[:limit_count]
-    item = ScoringItem(
-        input=query,
-        output=reference if reference is not None else "",
-        contexts=tuple(contexts),
-        expected_output=reference,
-    )
-    validate_item(item)
-    identifier = row.get("row_id", row.get("query_id"))
-    retriever = row.get("retriever")
-    return (
-        LabelledItem(
-            item_id=str(identifier) if identifier is not None else f"line {line}",
-            item=item,
-            gold=tuple(gold),
-            retriever=str(retriever) if retriever is not None else None,
-            rule=rule,
-        ),
-        truncated,
-    )
+class ItemAgreement(_Record):
+    """Item scores (context precision) by the judge's verdicts against by the gold labels."""
+
+    items: int
+    pearson: float | None
+    spearman: float | None
+    mean_judge: float | None
+    mean_labels: float | None
 
 
-def load_labels(
-    path: str,
-    config: JobConfig,
-    *,
-    min_grade: float | None = None,
-    limit: int | None = None,
-) -> LabelFile:
-    """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
-    result = LabelFile([], 0, 0, [], 0)
-    try:
-        handle = fsspec.open(
-            path, "rb", compression="infer", **dict(config.input.storage_options)
-        ).open()
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot open labels {path}: {exc}") from None
-    with handle:
-        for line_number, raw in enumerate(handle, start=1):
-            if limit is not None and len(result.items) >= limit:
-                break
-            if not raw.strip():
-                continue
-            result.rows_read += 1
-            try:
-                try:
-                    row = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise InputError(f"not valid JSON ({exc})") from None
-                if not isinstance(row, dict):
-                    raise InputError("expected a JSON object")
-                item, truncated = _labelled_item(row, line_number, config, min_grade)
-            except InputError as exc:
-                result.invalid += 1
-                if len(result.invalid_examples) < _MAX_INVALID_EXAMPLES:
-                    result.invalid_examples.append(f"{path} line {line_number}: {exc}")
-                continue
-            result.items.append(item)
-            result.truncated += int(truncated)
-    return result
+class RetrieverMeans(_Record):
+    """One retriever's mean item score by the judge and by the labels."""
+
+    retriever: str
+    items: int
+    mean_judge: float | None
+    mean_labels: float | None
+
+
+class JudgeUsage(_Record):
+    """What the judge's requests cost."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    retries: int
+    reasks: int
+
+
+class Agreement(_Record):
+    """How well the judge agrees with the labels (`agreement`)."""
+
+    items: ItemStatuses
+    excluded_examples: tuple[str, ...]
+    per_context: ContextAgreement
+    per_item: ItemAgreement
+    retrievers: tuple[RetrieverMeans, ...]
+    retriever_kendall_tau_b: float | None
+    usage: JudgeUsage
+
+
+class Calibration(_Record):
+    """What `ctxprec calibrate` found: what was judged how, then the `Agreement` fields."""
+
+    labels: str
+    model: str
+    gold_rule: tuple[str, ...]
+    judge_output: str
+    response_format: FormNegotiation | None
+    rows: RowCounts
+    items: ItemStatuses
+    excluded_examples: tuple[str, ...]
+    per_context: ContextAgreement
+    per_item: ItemAgreement
+    retrievers: tuple[RetrieverMeans, ...]
+    retriever_kendall_tau_b: float | None
+    usage: JudgeUsage
+    seconds: float
+
+    def to_json(self) -> str:
+        """The `--json` output."""
+        return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
 # -- judging ----------------------------------------------------------------------------------
@@ -194,30 +194,16 @@ def load_labels(
 
 async def judge_items(
     config: JobConfig, items: Sequence[LabelledItem]
-) -> tuple[list[ScoreResult], str, dict[str, Any] | None]:
+) -> tuple[list[ScoreResult], str, FormNegotiation | None]:
     """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight; 64 under
     auto, which has no run-wide governor to size it in a single process).
 
-    Returns the results, the judge model and its structured-output negotiation
-    (`jobs.factory.response_format_summary`; None for the offline judge)."""
-    # One process plays every worker: the whole concurrency budget is this judge's.
-    in_flight = factory.single_process_concurrency(config)
-    judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
-    scorer = ContextPrecisionScorer(
-        judge,
-        context=["unused"],  # contexts come with each item
-        scale=1,
-        reason="none",
-        contexts_per_call=config.judge.contexts_per_call,
-    )
-    gate = asyncio.Semaphore(in_flight)
-
-    async def one(labelled: LabelledItem) -> ScoreResult:
-        async with gate:
-            return await scorer.score_item(labelled.item)
-
-    results = await asyncio.gather(*(one(i) for i in items))
-    return list(results), judge.model, factory.response_format_summary(judge)
+    Returns the results, the judge model and its structured-output negotiation (None for the
+    offline judge)."""
+    results, judge = await judge_labelled(config, items)
+    negotiated = factory.response_format_summary(judge)
+    form = None if negotiated is None else FormNegotiation.model_validate(negotiated)
+    return list(results), judge.model, form
 
 
 # -- metrics ----------------------------------------------------------------------------------
@@ -227,84 +213,118 @@ def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> dict[str, Any]:
-    """Metrics over the items the judge scored (`status == "ok"`); the rest are counted."""
-    statuses = {"ok": 0, "unscored": 0, "error": 0}
-    problems: list[str] = []
-    pred: list[bool] = []
-    gold: list[bool] = []
-    judge_scores: list[float] = []
-    label_scores: list[float] = []
-    by_retriever: dict[str, tuple[list[float], list[float]]] = {}
-    usage = Usage()
-    for labelled, result in zip(items, results, strict=True):
-        statuses[result.status] = statuses.get(result.status, 0) + 1
-        usage = usage + result.usage
+@dataclass
+class _Tally:
+    """The scored items' verdicts and scores, gathered for the metrics."""
+
+    statuses: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    pred: list[bool] = field(default_factory=list)
+    gold: list[bool] = field(default_factory=list)
+    judge_scores: list[float] = field(default_factory=list)
+    label_scores: list[float] = field(default_factory=list)
+    by_retriever: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, labelled: LabelledItem, result: ScoreResult) -> None:
+        self.statuses[result.status] += 1
+        self.usage = self.usage + result.usage
         if result.status != "ok":
-            if len(problems) < _MAX_INVALID_EXAMPLES:
-                problems.append(f"{labelled.item_id}: {result.status}: {result.error}")
-            continue
+            if len(self.problems) < _MAX_INVALID_EXAMPLES:
+                self.problems.append(f"{labelled.item_id}: {result.status}: {result.error}")
+            return
         flags = as_verdict_flags(result.verdicts)
-        pred.extend(flags)
-        gold.extend(labelled.gold)
+        self.pred.extend(flags)
+        self.gold.extend(labelled.gold)
         judge_score = context_precision(flags)
         label_score = context_precision(labelled.gold)
-        judge_scores.append(judge_score)
-        label_scores.append(label_score)
+        self.judge_scores.append(judge_score)
+        self.label_scores.append(label_score)
         if labelled.retriever is not None:
-            pair = by_retriever.setdefault(labelled.retriever, ([], []))
+            pair = self.by_retriever.setdefault(labelled.retriever, ([], []))
             pair[0].append(judge_score)
             pair[1].append(label_score)
+
+
+def _per_context(pred: list[bool], gold: list[bool]) -> ContextAgreement:
     prf = precision_recall_f1(pred, gold)
     counts = confusion(pred, gold)
-    retrievers = [
-        {
-            "retriever": name,
-            "items": len(scores[0]),
-            "mean_judge": (_mean(scores[0])),
-            "mean_labels": (_mean(scores[1])),
-        }
+    return ContextAgreement(
+        contexts=len(pred),
+        human_yes_rate=(sum(gold) / len(gold)) if gold else None,
+        judge_yes_rate=(sum(pred) / len(pred)) if pred else None,
+        tp=counts.tp,
+        fp=counts.fp,
+        fn=counts.fn,
+        tn=counts.tn,
+        precision=prf.precision,
+        recall=prf.recall,
+        f1=prf.f1,
+        cohen_kappa=cohen_kappa(pred, gold),
+    )
+
+
+def _per_item(judge_scores: list[float], label_scores: list[float]) -> ItemAgreement:
+    return ItemAgreement(
+        items=len(judge_scores),
+        pearson=pearson(judge_scores, label_scores),
+        spearman=spearman(judge_scores, label_scores),
+        mean_judge=_mean(judge_scores),
+        mean_labels=_mean(label_scores),
+    )
+
+
+def _retrievers(
+    by_retriever: dict[str, tuple[list[float], list[float]]],
+) -> tuple[tuple[RetrieverMeans, ...], float | None]:
+    """Each retriever's means, and Kendall's tau-b between the two rankings (2+ retrievers)."""
+    means = tuple(
+        RetrieverMeans(
+            retriever=name,
+            items=len(scores[0]),
+            mean_judge=_mean(scores[0]),
+            mean_labels=_mean(scores[1]),
+        )
         for name, scores in sorted(by_retriever.items())
-    ]
+    )
     tau = None
-    if len(retrievers) >= 2:
+    if len(means) >= 2:
         tau = kendall_tau_b(
             [_mean(s[0]) or 0.0 for s in by_retriever.values()],
             [_mean(s[1]) or 0.0 for s in by_retriever.values()],
         )
-    return {
-        "items": {"judged": len(results), **statuses, "excluded": len(results) - statuses["ok"]},
-        "excluded_examples": problems,
-        "per_context": {
-            "contexts": len(pred),
-            "human_yes_rate": (sum(gold) / len(gold)) if gold else None,
-            "judge_yes_rate": (sum(pred) / len(pred)) if pred else None,
-            "tp": counts.tp,
-            "fp": counts.fp,
-            "fn": counts.fn,
-            "tn": counts.tn,
-            "precision": (prf.precision),
-            "recall": (prf.recall),
-            "f1": (prf.f1),
-            "cohen_kappa": (cohen_kappa(pred, gold)),
-        },
-        "per_item": {
-            "items": len(judge_scores),
-            "pearson": (pearson(judge_scores, label_scores)),
-            "spearman": (spearman(judge_scores, label_scores)),
-            "mean_judge": (_mean(judge_scores)),
-            "mean_labels": (_mean(label_scores)),
-        },
-        "retrievers": retrievers,
-        "retriever_kendall_tau_b": (tau),
-        "usage": {
-            "calls": usage.calls,
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "retries": usage.retries,
-            "reasks": usage.reasks,
-        },
-    }
+    return means, tau
+
+
+def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> Agreement:
+    """Metrics over the items the judge scored (`status == "ok"`); the rest are counted."""
+    tally = _Tally()
+    for labelled, result in zip(items, results, strict=True):
+        tally.add(labelled, result)
+    statuses = tally.statuses
+    retrievers, tau = _retrievers(tally.by_retriever)
+    usage = tally.usage
+    return Agreement(
+        items=ItemStatuses(
+            judged=len(results),
+            ok=statuses["ok"],
+            unscored=statuses["unscored"],
+            error=statuses["error"],
+            excluded=len(results) - statuses["ok"],
+        ),
+        excluded_examples=tuple(tally.problems),
+        per_context=_per_context(tally.pred, tally.gold),
+        per_item=_per_item(tally.judge_scores, tally.label_scores),
+        retrievers=retrievers,
+        retriever_kendall_tau_b=tau,
+        usage=JudgeUsage(
+            calls=usage.calls,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            retries=usage.retries,
+            reasks=usage.reasks,
+        ),
+    )
 
 
 def calibrate(
@@ -313,7 +333,7 @@ def calibrate(
     *,
     limit: int | None = None,
     min_grade: float | None = None,
-) -> dict[str, Any]:
+) -> Calibration:
     """Judge the labelled rows of `labels` with `config`'s judge and measure agreement."""
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1, not {limit}")
@@ -327,94 +347,108 @@ def calibrate(
     seconds = time.monotonic() - started
     report = agreement(loaded.items, results)
     with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
-    return {
-        "labels": labels,
-        "model": model,
-        "gold_rule": sorted({i.rule for i in loaded.items}),
-        "judge_output": (
+    return Calibration(
+        labels=labels,
+        model=model,
+        gold_rule=tuple(sorted({i.rule for i in loaded.items})),
+        judge_output=(
             f"expected_answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
             "judged against the query)"
         ),
-        "response_format": response_format,
-        "rows": {
-            "read": loaded.rows_read,
-            "invalid": loaded.invalid,
-            "truncated": loaded.truncated,
-            "invalid_examples": loaded.invalid_examples,
-            "limit": limit,
-        },
-        **report,
-        "seconds": round(seconds, 3),
-    }
+        response_format=response_format,
+        rows=RowCounts(
+            read=loaded.rows_read,
+            invalid=loaded.invalid,
+            truncated=loaded.truncated,
+            invalid_examples=tuple(loaded.invalid_examples),
+            limit=limit,
+        ),
+        **dict(report),  # the `Agreement` fields, in their order
+        seconds=round(seconds, 3),
+    )
 
 
 # -- output -----------------------------------------------------------------------------------
 
 
-def format_report(result: dict[str, Any]) -> str:
-    rows = result["rows"]
-    items = result["items"]
-    ctx = result["per_context"]
-    per_item = result["per_item"]
-    usage = result["usage"]
-    lines = [
-        f"ctxprec calibrate: judge {result['model']} vs human labels in {result['labels']}",
-        f"  gold label: {', '.join(result['gold_rule'])}; output given to the judge: "
-        f"{result['judge_output']}",
-        f"  rows read {rows['read']:,} (invalid {rows['invalid']:,}"
-        + (f", truncated {rows['truncated']:,}" if rows["truncated"] else "")
-        + (f", --limit {rows['limit']}" if rows["limit"] else "")
-        + f"); items judged {items['judged']:,}: ok {items['ok']:,}, unscored "
-        f"{items['unscored']:,}, error {items['error']:,} (unscored and error excluded)",
+def _header(result: Calibration) -> list[str]:
+    rows, items = result.rows, result.items
+    return [
+        f"ctxprec calibrate: judge {result.model} vs human labels in {result.labels}",
+        f"  gold label: {', '.join(result.gold_rule)}; output given to the judge: "
+        f"{result.judge_output}",
+        f"  rows read {rows.read:,} (invalid {rows.invalid:,}"
+        + (f", truncated {rows.truncated:,}" if rows.truncated else "")
+        + (f", --limit {rows.limit}" if rows.limit else "")
+        + f"); items judged {items.judged:,}: ok {items.ok:,}, unscored "
+        f"{items.unscored:,}, error {items.error:,} (unscored and error excluded)",
+    ]
+
+
+def _agreement_tables(ctx: ContextAgreement, per_item: ItemAgreement) -> list[str]:
+    return [
         "",
         "| per context | contexts | human yes | judge yes | precision | recall | F1 | "
         "Cohen's kappa | tp / fp / fn / tn |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| judge vs labels | {ctx['contexts']:,} | {fmt.number(ctx['human_yes_rate'], 2)} | "
-        f"{fmt.number(ctx['judge_yes_rate'], 2)} | {fmt.number(ctx['precision'], 3)} | "
-        f"{fmt.number(ctx['recall'], 3)} | "
-        f"{fmt.number(ctx['f1'], 3)} | {fmt.number(ctx['cohen_kappa'], 3)} | "
-        f"{ctx['tp']} / {ctx['fp']} / {ctx['fn']} / {ctx['tn']} |",
+        f"| judge vs labels | {ctx.contexts:,} | {fmt.number(ctx.human_yes_rate, 2)} | "
+        f"{fmt.number(ctx.judge_yes_rate, 2)} | {fmt.number(ctx.precision, 3)} | "
+        f"{fmt.number(ctx.recall, 3)} | "
+        f"{fmt.number(ctx.f1, 3)} | {fmt.number(ctx.cohen_kappa, 3)} | "
+        f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn} |",
         "",
         "| per item (context precision) | items | Pearson | Spearman | mean judge | mean labels |",
         "|---|---|---|---|---|---|",
-        f"| judge vs labels | {per_item['items']:,} | {fmt.number(per_item['pearson'], 3)} | "
-        f"{fmt.number(per_item['spearman'], 3)} | {fmt.number(per_item['mean_judge'], 3)} | "
-        f"{fmt.number(per_item['mean_labels'], 3)} |",
+        f"| judge vs labels | {per_item.items:,} | {fmt.number(per_item.pearson, 3)} | "
+        f"{fmt.number(per_item.spearman, 3)} | {fmt.number(per_item.mean_judge, 3)} | "
+        f"{fmt.number(per_item.mean_labels, 3)} |",
     ]
-    if result["retrievers"]:
-        lines += [
-            "",
-            "| retriever | items | mean judge | mean labels |",
-            "|---|---|---|---|",
-        ]
-        for entry in sorted(result["retrievers"], key=lambda e: -(e["mean_labels"] or 0.0)):
-            lines.append(
-                f"| {entry['retriever']} | {entry['items']:,} | "
-                f"{fmt.number(entry['mean_judge'], 3)} | "
-                f"{fmt.number(entry['mean_labels'], 3)} |"
-            )
+
+
+def _retriever_table(result: Calibration) -> list[str]:
+    if not result.retrievers:
+        return []
+    lines = ["", "| retriever | items | mean judge | mean labels |", "|---|---|---|---|"]
+    for entry in sorted(result.retrievers, key=lambda e: -(e.mean_labels or 0.0)):
         lines.append(
-            f"\nKendall's tau-b between the system rankings (judge vs labels): "
-            f"{fmt.number(result['retriever_kendall_tau_b'], 3)}"
+            f"| {entry.retriever} | {entry.items:,} | {fmt.number(entry.mean_judge, 3)} | "
+            f"{fmt.number(entry.mean_labels, 3)} |"
         )
-    negotiated = result.get("response_format")
+    lines.append(
+        f"\nKendall's tau-b between the system rankings (judge vs labels): "
+        f"{fmt.number(result.retriever_kendall_tau_b, 3)}"
+    )
+    return lines
+
+
+def _notes(result: Calibration) -> list[str]:
+    """The structured-output form, the rows and items left out, and the judge's usage."""
+    lines = []
+    negotiated = result.response_format
     if negotiated:
         dropped = "".join(
-            f"; {d['form']} rejected: {textwrap.shorten(d['reason'], 200, placeholder='...')}"
-            for d in negotiated["dropped"]
+            f"; {d.form} rejected: {textwrap.shorten(d.reason, 200, placeholder='...')}"
+            for d in negotiated.dropped
         )
-        lines.append(f"\nstructured output: {negotiated['in_use']}{dropped}")
-    for example in rows["invalid_examples"]:
-        lines.append(f"  invalid row: {example}")
-    for example in result["excluded_examples"]:
-        lines.append(f"  excluded item: {example}")
+        lines.append(f"\nstructured output: {negotiated.in_use}{dropped}")
+    lines += [f"  invalid row: {example}" for example in result.rows.invalid_examples]
+    lines += [f"  excluded item: {example}" for example in result.excluded_examples]
+    usage = result.usage
     lines.append(
-        f"\njudge usage: {usage['calls']:,} calls, {usage['prompt_tokens']:,} prompt / "
-        f"{usage['completion_tokens']:,} completion tokens, {usage['retries']} retries, "
-        f"{usage['reasks']} re-asks; {result['seconds']:.1f} s"
+        f"\njudge usage: {usage.calls:,} calls, {usage.prompt_tokens:,} prompt / "
+        f"{usage.completion_tokens:,} completion tokens, {usage.retries} retries, "
+        f"{usage.reasks} re-asks; {result.seconds:.1f} s"
     )
+    return lines
+
+
+def format_report(result: Calibration) -> str:
+    """The calibration as `ctxprec calibrate` prints it: Markdown tables and notes."""
+    lines = _header(result)
+    lines += _agreement_tables(result.per_context, result.per_item)
+    lines += _retriever_table(result)
+    lines += _notes(result)
     return "\n".join(lines)
 
 
@@ -426,8 +460,5 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     config = load_config(args.config, args.set)
     result = calibrate(config, args.labels, limit=args.limit, min_grade=args.min_grade)
-    if args.json:
-        out.write(json.dumps(result, indent=2) + "\n")
-    else:
-        out.write(format_report(result) + "\n")
+    out.write((result.to_json() if args.json else format_report(result)) + "\n")
     return 0

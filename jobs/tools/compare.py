@@ -43,11 +43,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs import formatting as fmt
-from jobs.cli import DEFAULT_MAX_CANARY_DROP as DEFAULT_MAX_CANARY_DROP
-from jobs.cli import DEFAULT_MIN_EFFECT as DEFAULT_MIN_EFFECT
-from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
-from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
-from jobs.engine.aggregate import band_range, relevance_by_position
+from jobs.engine import band_range, relevance_by_position
 from jobs.stats import LEVEL, Moments, holm, paired_test, welch_test
 from jobs.tools.runs import (
     PublishedRun,
@@ -57,6 +53,13 @@ from jobs.tools.runs import (
     write_parquet_file,
 )
 from scorer_core.errors import ConfigError
+
+# The defaults of `ctxprec compare`'s options (jobs.cli shows the same in --help without
+# importing this module; tests/unit/test_compare.py checks they agree).
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_MAX_CANARY_DROP = 0.1
+DEFAULT_MIN_SEGMENT_SIZE = 30
+DEFAULT_TOP = 10
 
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9
@@ -927,12 +930,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0 if verdict.passed else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m jobs.tools.compare`: `ctxprec compare` on its own."""
-    from jobs.cli import main as ctxprec
-
-    return ctxprec(["compare", *(sys.argv[1:] if argv is None else argv)])
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m jobs.tools.compare`: the `ctxprec compare` command on its own (entry-point
+    # code, the CLI's layer: the command's arguments are the CLI's)
+    from jobs.cli import main
+
+    sys.exit(main(["compare", *sys.argv[1:]]))

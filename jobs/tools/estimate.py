@@ -21,8 +21,8 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   0 for the offline lexical judge); in batch mode (`judge.mode: batch`) at the model's batch
   price, or half the online price, ASSUMED, when litellm knows none (`jobs.pricing`);
 - in batch mode, the batches of the first round: the real request lines
-  (`jobs.engine.batch.requests`) of every verdict request the cache would not answer, cut by
-  the provider's limits as the run cuts them (`jobs.engine.batch.state.BatchPacker`);
+  (`jobs.engine.RequestLines`) of every verdict request the cache would not answer, cut by
+  the provider's limits as the run cuts them (`jobs.engine.BatchPacker`);
 - wall time at the configured rate limit: the larger of calls / requests_per_minute and
   limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
   plus the workers' start (`WORKER_START_S`, and `LITELLM_IMPORT_S` more where workers import
@@ -35,44 +35,47 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
 - the share of context pairs the verdict cache would answer: pair keys
   (`jobs.cache.pair_key`)
   looked up in the cache files that exist under this config's cache path, using the same slot
-  and neighbour rule as the workers. The lexical judge does not use the cache.
+  and neighbour rule as the workers (`jobs.cache.CacheRegions`). The offline lexical judge
+  does not use the cache.
 
-The API key is never read.
+The result is a typed `Estimate`; `--json` prints it field for field. The API key is never
+read.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import heapq
-import io
 import json
 import math
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Literal, TextIO
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
 
-from jobs import factory, sampling
+from jobs import factory
 from jobs import formatting as fmt
-from jobs.cache import pair_key, slot_path
-from jobs.config import JobConfig, load_config
-from jobs.engine.batch.requests import RequestLines, custom_id, item_key
-from jobs.engine.batch.state import BatchPacker
+from jobs.cache import CacheRegions, pair_key, read_entries
+from jobs.config import JobConfig, RateLimitConfig, load_config
+from jobs.engine import BatchPacker, BudgetSettings, RequestLines, custom_id, item_key
 from jobs.inputs import (
     RowError,
+    Shard,
     check_schema,
     inspect_input,
     list_input_files,
     plan_shards,
 )
+from jobs.inputs.records import ItemReader
 from jobs.pricing import estimate_cost_usd, price_basis
+from jobs.sampling import plan_sample
 from jobs.schema import CarriedColumn
 from jobs.storage import Store, filesystem
-from scorer_core.errors import CtxPrecError, StorageError
+from scorer_core.errors import CtxPrecError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
 from scorer_core.prompt import (
@@ -108,19 +111,155 @@ _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks a
 _MAX_INVALID_EXAMPLES = 5
 
 
-@dataclass
-class _Counts:
-    valid: int = 0
-    invalid: int = 0
-    truncated: int = 0
-    pairs: int = 0
-    verdict_calls: int = 0
-    reason_calls: int = 0
-    prompt_chars: int = 0
-    limiter_tokens: int = 0
-    cached_pairs: int = 0
-    calls_after_cache: int = 0
-    invalid_examples: list[str] = field(default_factory=list)
+# -- the estimate, typed (`--json` prints it field for field, in this order) -----------------
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputFacts(_Record):
+    """The input as the run would plan it."""
+
+    path: str
+    files: int
+    shards: int
+
+
+class ItemCounts(_Record):
+    """Rows read: valid items, invalid rows (the first few quoted), items cut to the limits."""
+
+    valid: int
+    invalid: int
+    total: int
+    truncated: int
+    invalid_examples: tuple[str, ...]
+
+
+class JudgeCalls(_Record):
+    """Judge requests the run would send (retries and re-asks not included)."""
+
+    total: int
+    verdict_calls: int
+    reason_calls: int
+    contexts_per_call: int
+    reason: str  # `scorer.reason`
+    sends_requests: bool  # False for the offline judge
+    note: str
+
+
+class PromptTokens(_Record):
+    """Prompt tokens: counted exactly on a sample, extrapolated to every item by characters."""
+
+    estimate: int
+    method: Literal["exact", "sample extrapolated by characters"]
+    sampled_items: int
+    sample_tokens: int
+    sample_chars: int
+    total_chars: int
+    chars_per_token: float | None
+    tokenizer: str
+    note: str
+
+
+class OutputTokens(_Record):
+    """Reply tokens: an allowance per verdict and per LLM-reason call."""
+
+    estimate: int
+    per_verdict: int
+    per_reason_call: int
+
+
+class BatchWallTime(_Record):
+    """Batch mode: the provider's completion window bounds the time, nothing paces it."""
+
+    seconds: None = None
+    completion_window: str
+    basis: str
+
+
+class Pacing(_Record):
+    """How the run would pace its requests: the limits (as the config holds them), the
+    limiter tokens it would reserve and the in-flight budget it would settle on."""
+
+    requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
+    tokens_per_minute: int | float
+    headroom: float
+    limiter_tokens: int
+    concurrency: int
+    concurrency_mode: Literal["explicit", "auto"]
+    assumed_latency_s: float
+
+
+class OfflineWallTime(Pacing):
+    """The offline judge: CPU-bound, no estimate."""
+
+    seconds: None = None
+    basis: str
+
+
+class PacedWallTime(Pacing):
+    """An LLM judge online: the slowest of the request rate, the token rate and the in-flight
+    budget at the assumed latency, plus the run's edges (`worker_start_s`, first and last
+    replies)."""
+
+    by_requests_s: float | None
+    by_tokens_s: float | None
+    by_concurrency_s: float
+    worker_start_s: float
+    seconds: float
+    basis: str
+
+
+WallTime = BatchWallTime | OfflineWallTime | PacedWallTime
+
+
+class BatchPlan(_Record):
+    """Batch mode: the first round's batches as the run would cut them."""
+
+    mode: Literal["batch"] = "batch"
+    batches: int
+    requests: int
+    bytes: int
+    tokens: int
+    max_requests_per_batch: int
+    max_bytes_per_batch: int
+    max_enqueued_tokens: int
+    note: str
+
+
+class CacheShare(_Record):
+    """What the existing verdict cache would answer."""
+
+    used: bool
+    note: str
+    cached_pairs: int
+    share: float
+    calls_after_cache: int
+
+
+class Estimate(_Record):
+    """What `ctxprec estimate` found (see the module docstring)."""
+
+    model: str
+    input: InputFacts
+    items: ItemCounts
+    context_pairs: int
+    judge_calls: JudgeCalls
+    prompt_tokens: PromptTokens
+    output_tokens: OutputTokens
+    cost_usd: float | None
+    cost_note: str
+    wall_time: WallTime
+    batch: BatchPlan | None
+    cache: CacheShare
+
+    def to_json(self) -> str:
+        """The `--json` output."""
+        return json.dumps(self.model_dump(mode="json"), indent=2)
+
+
+# -- prompts ----------------------------------------------------------------------------------
 
 
 def _messages_chars(messages: Sequence[dict[str, str]]) -> int:
@@ -158,36 +297,34 @@ def _sample_key(query_id: str, item: ScoringItem) -> bytes:
     return digest.digest()
 
 
+def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
+    litellm = import_litellm()
+    return sum(int(litellm.token_counter(model=model, messages=m)) for m in prompts)
+
+
+# -- the verdict cache --------------------------------------------------------------------------
+
+
 class _CacheProbe:
     """Which pair keys the workers would find in the existing cache files.
 
-    Mirrors `jobs.cache.load_cache` (a shard sees its own slot and both neighbours) but keeps
-    only keys, and keeps at most three slots of one file in memory at a time.
+    Looks where a worker looks (`CacheRegions.load`: a shard's own slot and both neighbours)
+    but keeps only keys, and keeps at most three slots of one file in memory at a time.
     """
 
-    def __init__(self, store: Store, folder: str, fingerprint: str) -> None:
-        self._store = store
-        self._folder = folder
-        self._fingerprint = fingerprint
+    def __init__(self, regions: CacheRegions) -> None:
+        self.regions = regions
         self._loaded: dict[tuple[int, int], frozenset[str]] = {}
-        root = store.join(folder, fingerprint)
-        self._existing = set(store.list(root))
+        self._existing = set(regions.store.list(regions.root))
         self.files = len(self._existing)
 
     def _keys(self, file_index: int, slot: int) -> frozenset[str]:
         where = (file_index, slot)
         if where not in self._loaded:
-            path = slot_path(self._store, self._folder, self._fingerprint, file_index, slot)
-            keys: frozenset[str] = frozenset()
-            if path in self._existing:
-                try:
-                    table = pq.read_table(
-                        io.BytesIO(self._store.read_bytes(path)), columns=["pair_key"]
-                    )
-                    keys = frozenset(k for k in table.column("pair_key").to_pylist() if k)
-                except (StorageError, pa.ArrowInvalid, OSError, KeyError):
-                    keys = frozenset()  # an unreadable cache file is ignored, as in the job
-            self._loaded[where] = keys
+            path = self.regions.slot_file(file_index, slot)
+            # An unreadable cache file reads as empty, as in the job.
+            entries = read_entries(self.regions.store, path) if path in self._existing else {}
+            self._loaded[where] = frozenset(key for key in entries if key)
         return self._loaded[where]
 
     def keys_for(self, file_index: int, slot: int) -> set[str]:
@@ -195,32 +332,171 @@ class _CacheProbe:
             if where[0] != file_index or where[1] < slot - 1:
                 del self._loaded[where]
         found: set[str] = set()
-        for neighbour in (slot - 1, slot, slot + 1):
-            if neighbour >= 0:
-                found |= self._keys(file_index, neighbour)
+        for neighbour in self.regions.neighbourhood(slot):
+            found |= self._keys(file_index, neighbour)
         return found
 
 
 def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
     """A probe of this config's cache, or None with the reason there is nothing to look up."""
-    if config.judge.model == "lexical":
+    if factory.capabilities(config).offline:
         return None, "not used: the lexical judge is offline and never uses the verdict cache"
-    if not factory.use_cache(config):
+    spec = factory.cache_spec(config)
+    if spec is None:
         return None, "not used: cache.enabled is false"
-    url, folder = factory.cache_url(config)
-    # Not `open_store`: estimating must not create the output folder.
-    fs, root, protocol = filesystem(url, config.output.storage_options)
-    store = Store(fs=fs, root=root, protocol=protocol)
-    fingerprint = factory.cache_fingerprint(config)
-    if not store.exists(store.join(folder, fingerprint)):
-        return None, f"no cache files yet at {store.url(store.join(folder, fingerprint))}"
-    probe = _CacheProbe(store, folder, fingerprint)
-    return probe, f"{probe.files} cache file(s) at {store.url(store.join(folder, fingerprint))}"
+    # Not `open_store` (nor `CacheSpec.regions`): estimating must not create the output folder.
+    fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
+    regions = CacheRegions(
+        Store(fs=fs, root=root, protocol=protocol), spec.folder, spec.fingerprint
+    )
+    where = regions.store.url(regions.root)
+    if not regions.store.exists(regions.root):
+        return None, f"no cache files yet at {where}"
+    probe = _CacheProbe(regions)
+    return probe, f"{probe.files} cache file(s) at {where}"
 
 
-def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
-    litellm = import_litellm()
-    return sum(int(litellm.token_counter(model=model, messages=m)) for m in prompts)
+# -- one pass over the input ------------------------------------------------------------------
+
+
+@dataclass
+class _Counts:
+    valid: int = 0
+    invalid: int = 0
+    truncated: int = 0
+    pairs: int = 0
+    verdict_calls: int = 0
+    reason_calls: int = 0
+    prompt_chars: int = 0
+    limiter_tokens: int = 0
+    cached_pairs: int = 0
+    calls_after_cache: int = 0
+    invalid_examples: list[str] = field(default_factory=list)
+
+
+class _Scan:
+    """Streams the input once: counts items, calls, characters and cached pairs, keeps the
+    token sample, and in batch mode cuts the first round's request lines into batches."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        probe: _CacheProbe | None,
+        sample: int,
+        reader: ItemReader,
+        carried: Sequence[CarriedColumn] = (),
+    ) -> None:
+        self.config = config
+        # the run's reader: with a sampled run's plan, only the rows it keeps are counted
+        self.reader = reader
+        self.carried = carried
+        self.probe = probe
+        self.sample = sample
+        self.counts = _Counts()
+        # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
+        self._heap: list[tuple[bytes, int, ScoringItem]] = []
+        limits = config.judge.batch
+        self.packer = BatchPacker(
+            0,
+            max_requests=limits.max_requests_per_batch,
+            max_bytes=limits.max_bytes_per_batch,
+            max_tokens=limits.max_enqueued_tokens,
+        )
+        self._lines = RequestLines.for_config(config) if config.judge.mode == "batch" else None
+
+    @property
+    def sampled(self) -> list[ScoringItem]:
+        return [entry[2] for entry in self._heap]
+
+    def shard(self, number: int, shard: Shard) -> None:
+        """Count shard `shard`, the `number`-th of the run."""
+        probe = self.probe
+        known = probe.keys_for(shard.file_index, shard.slot) if probe is not None else set()
+        line_number = 0
+        names = [column.name for column in self.carried]
+        for row_index, record in enumerate(self.reader.read(shard, self.carried)):
+            if not self.reader.keeps(record, names):
+                continue
+            if isinstance(record, RowError):
+                self.counts.invalid += 1
+                if len(self.counts.invalid_examples) < _MAX_INVALID_EXAMPLES:
+                    self.counts.invalid_examples.append(record.message)
+                continue
+            item = record.to_scoring_item()
+            self.counts.truncated += int(record.truncated)
+            prompts = _item_prompts(item, self.config)
+            parts, hits = self._count(item, prompts, known)
+            if self._lines is not None:
+                request_item = item_key(number, row_index)
+                line_number = self._batch_lines(
+                    shard, request_item, parts, prompts, hits, line_number
+                )
+            self._keep_sample(record.query_id, item)
+
+    def _count(
+        self,
+        item: ScoringItem,
+        prompts: list[tuple[list[dict[str, str]], int]],
+        known: set[str],
+    ) -> tuple[list[list[int]], set[int]]:
+        """Count one valid item; returns its verdict requests' positions and the positions
+        the cache answers."""
+        counts = self.counts
+        contexts = len(item.contexts)
+        counts.valid += 1
+        counts.pairs += contexts
+        for messages, verdicts in prompts:
+            counts.prompt_chars += _messages_chars(messages)
+            counts.limiter_tokens += estimate_tokens(messages, verdicts)
+        parts = _slices(contexts, self.config.judge.contexts_per_call)
+        llm_reason = self.config.scorer.reason == "llm"
+        counts.verdict_calls += len(parts)
+        counts.reason_calls += int(llm_reason)
+        hits: set[int] = set()
+        if known:
+            fingerprint = self.probe.regions.fingerprint if self.probe is not None else ""
+            hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
+            counts.cached_pairs += len(hits)
+        counts.calls_after_cache += sum(1 for part in parts if not hits.issuperset(part))
+        counts.calls_after_cache += int(llm_reason)  # reasons are never cached
+        return parts, hits
+
+    def _batch_lines(
+        self,
+        shard: Shard,
+        request_item: str,
+        parts: list[list[int]],
+        prompts: list[tuple[list[dict[str, str]], int]],
+        hits: set[int],
+        line_number: int,
+    ) -> int:
+        """Pack the item's first-round lines: every verdict request the cache does not answer
+        (its whole slice: a partly cached slice asks less, so this is an upper bound).
+        Returns the shard's line count so far."""
+        assert self._lines is not None
+        for part, (messages, _) in zip(parts, prompts, strict=False):
+            if hits.issuperset(part):
+                continue
+            data, tokens = self._lines.line(
+                custom_id(request_item, f"v{part[0]}", 0),
+                messages,
+                VERDICTS_SCHEMA_NAME,
+                verdicts_schema(part),
+            )
+            self.packer.add(shard.shard_id, line_number, len(data), tokens)
+            line_number += 1
+        return line_number
+
+    def _keep_sample(self, query_id: str, item: ScoringItem) -> None:
+        key = _sample_key(query_id, item)
+        entry = (bytes(255 - b for b in key), self.counts.valid, item)
+        if len(self._heap) < self.sample:
+            heapq.heappush(self._heap, entry)
+        elif entry[0] > self._heap[0][0]:
+            heapq.heapreplace(self._heap, entry)
+
+
+# -- the estimate -----------------------------------------------------------------------------
 
 
 def estimate(
@@ -228,377 +504,341 @@ def estimate(
     *,
     sample: int = DEFAULT_SAMPLE,
     assumed_latency_s: float = DEFAULT_ASSUMED_LATENCY_S,
-) -> dict[str, Any]:
-    """The estimate as plain data (see the module docstring); makes no judge calls."""
+) -> Estimate:
+    """The estimate (see the module docstring); makes no judge calls."""
     if sample < 1:
         raise CtxPrecError(f"--sample must be at least 1, not {sample}")
     spec = factory.input_spec(config)
     files = list_input_files(spec)
     check_schema(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)
+    reader = factory.item_reader(config)
     carried: tuple[CarriedColumn, ...] = ()
     if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
         carried = inspect_input(spec, files).carried
-        config = sampling.attach(config, sampling.plan_sample(config, shards, carried))
-    names = [column.name for column in carried]
+        plan = plan_sample(
+            config.sample, shards, lambda shard: reader.read(shard, carried), carried
+        )
+        reader = dataclasses.replace(reader, sample=plan)
     probe, cache_note = _cache_probe(config)
-    fingerprint = factory.cache_fingerprint(config)
-    lexical = config.judge.model == "lexical"
-    per_call = config.judge.contexts_per_call
-    llm_reason = config.scorer.reason == "llm"
-    batch_mode = config.judge.mode == "batch"
-    limits = config.judge.batch
-    packer = BatchPacker(
-        0,
-        max_requests=limits.max_requests_per_batch,
-        max_bytes=limits.max_bytes_per_batch,
-        max_tokens=limits.max_enqueued_tokens,
-    )
-    lines = RequestLines.for_config(config) if batch_mode else None
-
-    counts = _Counts()
-    # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
-    heap: list[tuple[bytes, int, ScoringItem]] = []
-    slots: dict[int, int] = {}
-    for shard_number, shard in enumerate(shards):
-        slot = slots.get(shard.file_index, 0)
-        slots[shard.file_index] = slot + 1
-        known = probe.keys_for(shard.file_index, slot) if probe is not None else set()
-        line_number = 0
-        for row_index, record in enumerate(factory.shard_items(config, shard, carried)):
-            if not sampling.keeps(config, record, names):
-                continue
-            if isinstance(record, RowError):
-                counts.invalid += 1
-                if len(counts.invalid_examples) < _MAX_INVALID_EXAMPLES:
-                    counts.invalid_examples.append(record.message)
-                continue
-            item = record.to_scoring_item()
-            counts.valid += 1
-            counts.truncated += int(record.truncated)
-            contexts = len(item.contexts)
-            counts.pairs += contexts
-            prompts = _item_prompts(item, config)
-            for messages, verdicts in prompts:
-                counts.prompt_chars += _messages_chars(messages)
-                counts.limiter_tokens += estimate_tokens(messages, verdicts)
-            parts = _slices(contexts, per_call)
-            counts.verdict_calls += len(parts)
-            counts.reason_calls += int(llm_reason)
-            hits: set[int] = set()
-            if known:
-                hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
-                counts.cached_pairs += len(hits)
-                counts.calls_after_cache += sum(1 for part in parts if not hits.issuperset(part))
-            else:
-                counts.calls_after_cache += len(parts)
-            if lines is not None:
-                # The first round's lines: every verdict request the cache does not answer
-                # (its whole slice: a partly cached slice asks less, so this is an upper bound).
-                request_item = item_key(shard_number, row_index)
-                for part, (messages, _) in zip(parts, prompts, strict=False):
-                    if hits.issuperset(part):
-                        continue
-                    data, tokens = lines.line(
-                        custom_id(request_item, f"v{part[0]}", 0),
-                        messages,
-                        VERDICTS_SCHEMA_NAME,
-                        verdicts_schema(part),
-                    )
-                    packer.add(shard.shard_id, line_number, len(data), tokens)
-                    line_number += 1
-            counts.calls_after_cache += int(llm_reason)  # reasons are never cached
-            key = _sample_key(record.query_id, item)
-            entry = (bytes(255 - b for b in key), counts.valid, item)
-            if len(heap) < sample:
-                heapq.heappush(heap, entry)
-            elif entry[0] > heap[0][0]:
-                heapq.heapreplace(heap, entry)
-
+    scan = _Scan(config, probe, sample, reader, carried)
+    for number, shard in enumerate(shards):
+        scan.shard(number, shard)
+    scan.packer.close()
+    counts = scan.counts
     calls = counts.verdict_calls + counts.reason_calls
-    tokenizer_model = "" if lexical else config.judge.model
-    sampled = [entry[2] for entry in heap]
-    sample_prompts = [m for item in sampled for m, _ in _item_prompts(item, config)]
-    sample_chars = sum(_messages_chars(m) for m in sample_prompts)
-    sample_tokens = _count_tokens(tokenizer_model, sample_prompts) if sample_prompts else 0
-    exact = len(sampled) == counts.valid
-    if exact:
-        prompt_tokens = sample_tokens
-    else:
-        prompt_tokens = round(counts.prompt_chars * sample_tokens / max(sample_chars, 1))
-    output_tokens = (
-        counts.pairs * OUTPUT_TOKENS_PER_VERDICT + counts.reason_calls * OUTPUT_TOKENS_PER_REASON
+    batch_mode = config.judge.mode == "batch"
+    prompt_tokens = _prompt_tokens(config, scan)
+    output_tokens = OutputTokens(
+        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT
+        + counts.reason_calls * OUTPUT_TOKENS_PER_REASON,
+        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
     )
-
-    cost: float | None
-    if lexical:
-        cost, cost_note = 0.0, "lexical judge: offline, no API cost"
-    else:
-        cost = estimate_cost_usd(config.judge.model, prompt_tokens, output_tokens, batch=batch_mode)
-        cost_note = price_basis(config.judge.model, batch=batch_mode)
-    packer.close()
-
-    share = counts.cached_pairs / counts.pairs if counts.pairs and probe is not None else 0.0
-    return {
-        "model": config.judge.model,
-        "input": {"path": config.input.path, "files": len(files), "shards": len(shards)},
-        "items": {
-            "valid": counts.valid,
-            "invalid": counts.invalid,
-            "total": counts.valid + counts.invalid,
-            "truncated": counts.truncated,
-            "invalid_examples": counts.invalid_examples,
-        },
-        "context_pairs": counts.pairs,
-        "judge_calls": {
-            "total": calls,
-            "verdict_calls": counts.verdict_calls,
-            "reason_calls": counts.reason_calls,
-            "contexts_per_call": per_call,
-            "reason": config.scorer.reason,
-            "sends_requests": not lexical,
-            "note": "retries and re-asks not included",
-        },
-        "prompt_tokens": {
-            "estimate": prompt_tokens,
-            "method": "exact" if exact else "sample extrapolated by characters",
-            "sampled_items": len(sampled),
-            "sample_tokens": sample_tokens,
-            "sample_chars": sample_chars,
-            "total_chars": counts.prompt_chars,
-            "chars_per_token": round(sample_chars / sample_tokens, 3) if sample_tokens else None,
-            "tokenizer": f"litellm.token_counter(model={tokenizer_model!r})",
-            "note": (
-                "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
-                if lexical
-                else "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
-            ),
-        },
-        "output_tokens": {
-            "estimate": output_tokens,
-            "per_verdict": OUTPUT_TOKENS_PER_VERDICT,
-            "per_reason_call": OUTPUT_TOKENS_PER_REASON,
-        },
-        "cost_usd": cost,
-        "cost_note": cost_note,
-        "wall_time": (
+    cost, cost_note = _cost(config, prompt_tokens.estimate, output_tokens.estimate)
+    return Estimate(
+        model=config.judge.model,
+        input=InputFacts(path=config.input.path, files=len(files), shards=len(shards)),
+        items=_item_counts(counts),
+        context_pairs=counts.pairs,
+        judge_calls=_judge_calls(config, counts),
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost,
+        cost_note=cost_note,
+        wall_time=(
             _batch_wall_time(config)
             if batch_mode
             else _wall_time(config, calls, counts.limiter_tokens, assumed_latency_s)
         ),
-        "batch": _batches(config, packer) if batch_mode else None,
-        "cache": {
-            "used": probe is not None,
-            "note": cache_note,
-            "cached_pairs": counts.cached_pairs,
-            "share": share,
-            "calls_after_cache": counts.calls_after_cache if probe is not None else calls,
-        },
-    }
+        batch=_batches(config, scan.packer) if batch_mode else None,
+        cache=_cache_share(probe, cache_note, counts, calls),
+    )
 
 
-def _batch_wall_time(config: JobConfig) -> dict[str, Any]:
+def _item_counts(counts: _Counts) -> ItemCounts:
+    return ItemCounts(
+        valid=counts.valid,
+        invalid=counts.invalid,
+        total=counts.valid + counts.invalid,
+        truncated=counts.truncated,
+        invalid_examples=tuple(counts.invalid_examples),
+    )
+
+
+def _judge_calls(config: JobConfig, counts: _Counts) -> JudgeCalls:
+    return JudgeCalls(
+        total=counts.verdict_calls + counts.reason_calls,
+        verdict_calls=counts.verdict_calls,
+        reason_calls=counts.reason_calls,
+        contexts_per_call=config.judge.contexts_per_call,
+        reason=config.scorer.reason,
+        sends_requests=not factory.capabilities(config).offline,
+        note="retries and re-asks not included",
+    )
+
+
+def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
+    """Tokens of every prompt: the sample's counted exactly, the rest by characters."""
+    offline = factory.capabilities(config).offline
+    tokenizer_model = "" if offline else config.judge.model
+    sampled = scan.sampled
+    sample_prompts = [m for item in sampled for m, _ in _item_prompts(item, config)]
+    sample_chars = sum(_messages_chars(m) for m in sample_prompts)
+    sample_tokens = _count_tokens(tokenizer_model, sample_prompts) if sample_prompts else 0
+    total_chars = scan.counts.prompt_chars
+    exact = len(sampled) == scan.counts.valid
+    if offline:
+        note = "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
+    else:
+        llm_reason = config.scorer.reason == "llm"
+        note = "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
+    return PromptTokens(
+        estimate=(
+            sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
+        ),
+        method="exact" if exact else "sample extrapolated by characters",
+        sampled_items=len(sampled),
+        sample_tokens=sample_tokens,
+        sample_chars=sample_chars,
+        total_chars=total_chars,
+        chars_per_token=round(sample_chars / sample_tokens, 3) if sample_tokens else None,
+        tokenizer=f"litellm.token_counter(model={tokenizer_model!r})",
+        note=note,
+    )
+
+
+def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[float | None, str]:
+    """The cost in USD (None: no price known) and what it is based on."""
+    if factory.capabilities(config).offline:
+        return 0.0, "lexical judge: offline, no API cost"
+    model, batch = config.judge.model, config.judge.mode == "batch"
+    cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch)
+    return cost, price_basis(model, batch=batch)
+
+
+def _cache_share(probe: _CacheProbe | None, note: str, counts: _Counts, calls: int) -> CacheShare:
+    used = probe is not None
+    return CacheShare(
+        used=used,
+        note=note,
+        cached_pairs=counts.cached_pairs,
+        share=counts.cached_pairs / counts.pairs if counts.pairs and used else 0.0,
+        calls_after_cache=counts.calls_after_cache if used else calls,
+    )
+
+
+def _batch_wall_time(config: JobConfig) -> BatchWallTime:
     window = config.judge.batch.completion_window
-    return {
-        "seconds": None,
-        "completion_window": window,
-        "basis": (
+    return BatchWallTime(
+        completion_window=window,
+        basis=(
             f"batch mode: the provider answers within its completion window ({window}), "
             "usually far sooner; rate_limit does not pace it"
         ),
-    }
+    )
 
 
-def _batches(config: JobConfig, packer: BatchPacker) -> dict[str, Any]:
+def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
     """The first round's batches as the run would cut them."""
     limits = config.judge.batch
     records = packer.batches
-    return {
-        "mode": "batch",
-        "batches": len(records),
-        "requests": sum(r.requests for r in records),
-        "bytes": sum(r.bytes for r in records),
-        "tokens": sum(r.tokens for r in records),
-        "max_requests_per_batch": limits.max_requests_per_batch,
-        "max_bytes_per_batch": limits.max_bytes_per_batch,
-        "max_enqueued_tokens": limits.max_enqueued_tokens,
-        "note": "round 0 only: re-asks and LLM reasons go in later rounds",
-    }
+    return BatchPlan(
+        batches=len(records),
+        requests=sum(r.requests for r in records),
+        bytes=sum(r.bytes for r in records),
+        tokens=sum(r.tokens for r in records),
+        max_requests_per_batch=limits.max_requests_per_batch,
+        max_bytes_per_batch=limits.max_bytes_per_batch,
+        max_enqueued_tokens=limits.max_enqueued_tokens,
+        note="round 0 only: re-asks and LLM reasons go in later rounds",
+    )
+
+
+# -- wall time --------------------------------------------------------------------------------
+
+
+def _paced_rate(limits: RateLimitConfig, calls: int, limiter_tokens: int) -> float | None:
+    """Requests per second the limits allow at headroom (None: no limit)."""
+    rates = []
+    if limits.requests_per_minute:
+        rates.append(limits.requests_per_minute * limits.headroom / 60.0)
+    if limits.tokens_per_minute and calls and limiter_tokens:
+        rates.append(limits.tokens_per_minute * limits.headroom / 60.0 / (limiter_tokens / calls))
+    return min(rates) if rates else None
+
+
+def _concurrency(settings: BudgetSettings, rate: float | None, latency_s: float) -> int:
+    """The in-flight budget the run would settle on: as set, or under auto as the governor
+    sizes it (Little's law at `rate` and `latency_s`; its default without a limit)."""
+    if settings.explicit is not None:
+        return settings.explicit
+    if rate is None:
+        return settings.unlimited
+    needed = math.ceil(rate * latency_s * settings.margin)
+    return max(settings.floor, min(settings.ceiling, needed))
 
 
 def _wall_time(
     config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
-) -> dict[str, Any]:
+) -> OfflineWallTime | PacedWallTime:
     """The fan-out's wall time as the run would pace it: the rate the limits allow, the
     in-flight budget the run would settle on (Little's law under auto, as the governor sizes
     it, taking `latency_s` as the reply latency), plus the workers' start, one latency for the
     run's first request (it goes alone) and `TAIL_LATENCIES` for the slowest last replies."""
     limits = config.rate_limit
     settings = factory.budget_settings(config)
-    rates = []
-    if limits.requests_per_minute:
-        rates.append(limits.requests_per_minute * limits.headroom / 60.0)
-    if limits.tokens_per_minute and calls and limiter_tokens:
-        rates.append(limits.tokens_per_minute * limits.headroom / 60.0 / (limiter_tokens / calls))
-    rate = min(rates) if rates else None
-    if settings.explicit is not None:
-        concurrency = settings.explicit
-    elif rate is None:
-        concurrency = settings.unlimited
-    else:
-        needed = math.ceil(rate * latency_s * settings.margin)
-        concurrency = max(settings.floor, min(settings.ceiling, needed))
-    base: dict[str, Any] = {
-        "requests_per_minute": limits.requests_per_minute,
-        "tokens_per_minute": limits.tokens_per_minute,
-        "headroom": limits.headroom,
-        "limiter_tokens": limiter_tokens,
-        "concurrency": concurrency,
-        "concurrency_mode": "explicit" if settings.explicit is not None else "auto",
-        "assumed_latency_s": latency_s,
-    }
-    if config.judge.model == "lexical":
-        return {
-            **base,
-            "seconds": None,
-            "basis": "offline lexical judge: no API calls, no rate limit (CPU-bound)",
-        }
-    by_requests = (
-        calls / (limits.requests_per_minute * limits.headroom) * 60.0
-        if limits.requests_per_minute
-        else None
+    pacing = Pacing(
+        requests_per_minute=limits.requests_per_minute,
+        tokens_per_minute=limits.tokens_per_minute,
+        headroom=limits.headroom,
+        limiter_tokens=limiter_tokens,
+        concurrency=_concurrency(settings, _paced_rate(limits, calls, limiter_tokens), latency_s),
+        concurrency_mode="explicit" if settings.explicit is not None else "auto",
+        assumed_latency_s=latency_s,
     )
-    by_tokens = (
-        limiter_tokens / (limits.tokens_per_minute * limits.headroom) * 60.0
-        if limits.tokens_per_minute
-        else None
-    )
-    by_concurrency = calls / concurrency * latency_s if calls else 0.0
+    if factory.capabilities(config).offline:
+        return OfflineWallTime(
+            **pacing.model_dump(),
+            basis="offline lexical judge: no API calls, no rate limit (CPU-bound)",
+        )
     # the workers' start, the first request (it goes alone), the slowest of the last replies
     worker_start = WORKER_START_S + (
         LITELLM_IMPORT_S if factory.workers_import_litellm(config) else 0.0
     )
+    return _paced(pacing, calls, worker_start)
+
+
+def _paced(pacing: Pacing, calls: int, worker_start: float) -> PacedWallTime:
+    """The slowest of the request rate, the token rate and the in-flight budget, plus the
+    run's edges; `basis` says which bound and what was assumed."""
+    latency_s, concurrency = pacing.assumed_latency_s, pacing.concurrency
+    rpm, tpm = pacing.requests_per_minute, pacing.tokens_per_minute
+    by_requests = calls / (rpm * pacing.headroom) * 60.0 if rpm else None
+    by_tokens = pacing.limiter_tokens / (tpm * pacing.headroom) * 60.0 if tpm else None
+    by_concurrency = calls / concurrency * latency_s if calls else 0.0
     edges = worker_start + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
-    base.update(
+    assumed = f"ASSUMED {latency_s:g} s per request"
+    if by_requests is None and by_tokens is None:
+        seconds = by_concurrency + edges
+        basis = (
+            f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
+            f"{concurrency} requests in flight"
+        )
+    else:
+        bound = max(v for v in (by_requests, by_tokens) if v is not None)
+        which = "requests_per_minute" if bound == by_requests else "tokens_per_minute"
+        if by_concurrency > bound:
+            seconds = by_concurrency + edges
+            basis = (
+                f"concurrency-bound: {concurrency} in flight at an {assumed} is slower than "
+                f"the rate limit ({which})"
+            )
+        else:
+            seconds = bound + edges
+            basis = (
+                f"rate limit: {which} at headroom {pacing.headroom:g}, {concurrency} in flight "
+                f"at an {assumed}"
+            )
+    return PacedWallTime(
+        **pacing.model_dump(),
         by_requests_s=by_requests,
         by_tokens_s=by_tokens,
         by_concurrency_s=by_concurrency,
         worker_start_s=worker_start,
+        seconds=seconds,
+        basis=basis,
     )
-    if by_requests is None and by_tokens is None:
-        return {
-            **base,
-            "seconds": by_concurrency + edges,
-            "basis": (
-                f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
-                f"{concurrency} requests in flight"
-            ),
-        }
-    bound = max(v for v in (by_requests, by_tokens) if v is not None)
-    which = "requests_per_minute" if bound == by_requests else "tokens_per_minute"
-    if by_concurrency > bound:
-        return {
-            **base,
-            "seconds": by_concurrency + edges,
-            "basis": (
-                f"concurrency-bound: {concurrency} in flight at an ASSUMED {latency_s:g} s per "
-                f"request is slower than the rate limit ({which})"
-            ),
-        }
-    return {
-        **base,
-        "seconds": bound + edges,
-        "basis": (
-            f"rate limit: {which} at headroom {limits.headroom:g}, {concurrency} in flight at "
-            f"an ASSUMED {latency_s:g} s per request"
-        ),
-    }
 
 
 # -- output ---------------------------------------------------------------------------------
 
 
-def _batch_rows(batch: dict[str, Any] | None) -> list[tuple[str, str]]:
-    if not batch:
+def _batch_rows(batch: BatchPlan | None) -> list[tuple[str, str]]:
+    if batch is None:
         return []
-    tokens = batch["max_enqueued_tokens"]
+    tokens = batch.max_enqueued_tokens
     return [
         (
             "batches",
-            f"{batch['batches']:,} ({batch['requests']:,} requests, "
-            f"{batch['bytes'] / 1e6:,.1f} MB, ~{batch['tokens']:,} prompt tokens; at most "
-            f"{batch['max_requests_per_batch']:,} requests and "
-            f"{batch['max_bytes_per_batch'] / 1e6:,.0f} MB per batch"
+            f"{batch.batches:,} ({batch.requests:,} requests, "
+            f"{batch.bytes / 1e6:,.1f} MB, ~{batch.tokens:,} prompt tokens; at most "
+            f"{batch.max_requests_per_batch:,} requests and "
+            f"{batch.max_bytes_per_batch / 1e6:,.0f} MB per batch"
             + (f", {tokens:,} tokens enqueued" if tokens else "")
-            + f"; {batch['note']})",
+            + f"; {batch.note})",
         )
     ]
 
 
-def format_estimate(result: dict[str, Any]) -> str:
-    items = result["items"]
-    calls = result["judge_calls"]
-    tokens = result["prompt_tokens"]
-    wall = result["wall_time"]
-    cache = result["cache"]
-    call_detail = f"{calls['verdict_calls']:,} verdict"
-    if calls["reason_calls"]:
-        call_detail += f" + {calls['reason_calls']:,} LLM-reason"
-    call_detail += f"; contexts_per_call {calls['contexts_per_call']}, reason {calls['reason']}"
-    if not calls["sends_requests"]:
-        call_detail += "; offline judge, no requests sent"
+def _calls_text(calls: JudgeCalls) -> str:
+    detail = f"{calls.verdict_calls:,} verdict"
+    if calls.reason_calls:
+        detail += f" + {calls.reason_calls:,} LLM-reason"
+    detail += f"; contexts_per_call {calls.contexts_per_call}, reason {calls.reason}"
+    if not calls.sends_requests:
+        detail += "; offline judge, no requests sent"
     else:
-        call_detail += f"; {calls['note']}"
-    if tokens["method"] == "exact":
-        token_detail = f"exact count of all {tokens['sampled_items']:,} items"
+        detail += f"; {calls.note}"
+    return f"{calls.total:,} ({detail})"
+
+
+def _tokens_text(tokens: PromptTokens) -> str:
+    if tokens.method == "exact":
+        detail = f"exact count of all {tokens.sampled_items:,} items"
     else:
-        token_detail = (
-            f"exact count on a sample of {tokens['sampled_items']:,} items, extrapolated by "
-            f"characters ({fmt.integer(tokens['total_chars'])} chars)"
+        detail = (
+            f"exact count on a sample of {tokens.sampled_items:,} items, extrapolated by "
+            f"characters ({fmt.integer(tokens.total_chars)} chars)"
         )
-    if tokens["chars_per_token"]:
-        token_detail += f", {tokens['chars_per_token']:.2f} chars/token"
-    cost = result["cost_usd"]
-    cost_text = fmt.usd(cost)
-    wall_text = fmt.duration(wall["seconds"])
-    if cache["used"]:
-        cache_text = (
-            f"{cache['share']:.1%} of pairs ({cache['cached_pairs']:,}) cached; "
-            f"{cache['calls_after_cache']:,} calls left ({cache['note']})"
-        )
-    else:
-        cache_text = f"0% ({cache['note']})"
+    if tokens.chars_per_token:
+        detail += f", {tokens.chars_per_token:.2f} chars/token"
+    return f"{tokens.estimate:,} ({detail}; {tokens.note})"
+
+
+def _cache_text(cache: CacheShare) -> str:
+    if not cache.used:
+        return f"0% ({cache.note})"
+    return (
+        f"{cache.share:.1%} of pairs ({cache.cached_pairs:,}) cached; "
+        f"{cache.calls_after_cache:,} calls left ({cache.note})"
+    )
+
+
+def format_estimate(result: Estimate) -> str:
+    """The estimate as `ctxprec estimate` prints it: one row per figure, with its basis."""
+    items, output = result.items, result.output_tokens
     rows = [
-        ("judge", result["model"]),
+        ("judge", result.model),
         (
             "input",
-            f"{result['input']['path']}: {result['input']['files']} file(s), "
-            f"{result['input']['shards']} shard(s)",
+            f"{result.input.path}: {result.input.files} file(s), {result.input.shards} shard(s)",
         ),
         (
             "items",
-            f"{items['valid']:,} valid / {items['invalid']:,} invalid"
-            + (f" ({items['truncated']:,} truncated)" if items["truncated"] else ""),
+            f"{items.valid:,} valid / {items.invalid:,} invalid"
+            + (f" ({items.truncated:,} truncated)" if items.truncated else ""),
         ),
-        ("context pairs", f"{result['context_pairs']:,}"),
-        ("judge calls", f"{calls['total']:,} ({call_detail})"),
-        ("prompt tokens", f"{tokens['estimate']:,} ({token_detail}; {tokens['note']})"),
+        ("context pairs", f"{result.context_pairs:,}"),
+        ("judge calls", _calls_text(result.judge_calls)),
+        ("prompt tokens", _tokens_text(result.prompt_tokens)),
         (
             "output tokens",
-            f"{result['output_tokens']['estimate']:,} (allowance: "
-            f"{result['output_tokens']['per_verdict']} per verdict, "
-            f"{result['output_tokens']['per_reason_call']} per LLM reason)",
+            f"{output.estimate:,} (allowance: {output.per_verdict} per verdict, "
+            f"{output.per_reason_call} per LLM reason)",
         ),
-        ("estimated cost", f"{cost_text} ({result['cost_note']})"),
-        ("wall time", f"{wall_text} ({wall['basis']})"),
-        *_batch_rows(result.get("batch")),
-        ("verdict cache", cache_text),
+        ("estimated cost", f"{fmt.usd(result.cost_usd)} ({result.cost_note})"),
+        (
+            "wall time",
+            f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})",
+        ),
+        *_batch_rows(result.batch),
+        ("verdict cache", _cache_text(result.cache)),
     ]
     width = max(len(name) for name, _ in rows)
     lines = ["ctxprec estimate (no judge calls made)"]
     lines += [f"  {name:<{width}}  {value}" for name, value in rows]
-    for example in items["invalid_examples"]:
-        lines.append(f"  invalid row: {example}")
+    lines += [f"  invalid row: {example}" for example in items.invalid_examples]
     return "\n".join(lines)
 
 
@@ -617,8 +857,5 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
         return 0
     result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
-    if args.json:
-        out.write(json.dumps(result, indent=2) + "\n")
-    else:
-        out.write(format_estimate(result) + "\n")
+    out.write((result.to_json() if args.json else format_estimate(result)) + "\n")
     return 0

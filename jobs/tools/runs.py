@@ -8,12 +8,13 @@ A run is published (see `jobs.engine.publish`) as
     manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json
 
 `scores/` is written last, so a run whose scores file exists is complete; it is what this
-module looks for. The manifest (config, timings) is read when present.
+module looks for. The manifest (config, timings) is read when present, as the typed
+`jobs.records.RunManifest` (older manifests read too).
 
     store = open_store("results/")
     run = load_run(store, "20261130-1a2b3c4d")
     run.scores().filter(pl.col("status") == "ok").collect()     # lazy frames
-    run.summary.mean, run.manifest["seconds"]
+    run.summary.mean, run.seconds, run.manifest.judge_model     # manifest: jobs.records.RunManifest
 
 The helpers at the bottom are shared by the `ctxprec compare` and `ctxprec report` commands.
 """
@@ -22,36 +23,60 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import os
 import posixpath
-import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine.aggregate import (
-    BANDS,
-    CANARY_METRICS,
-    FLOW_METRICS,
-    LEGACY_BAND_LABELS,
-    PositionRate,
-    RunSummary,
-    Segment,
-)
-from jobs.engine.publish import RunLocation, scan
-from jobs.engine.response_formats import RunResponseFormat
-from jobs.storage import Store, open_store
+from jobs.engine import BANDS, CANARY_METRICS, PositionRate, RunResponseFormat, RunSummary, Segment
+from jobs.layout import RunLocation, published_glob, run_of
+from jobs.records import RunManifest
+from jobs.storage import Store, open_store, scan
 from scorer_core.errors import ConfigError, CtxPrecError
 
-TABLES = ("scores", "verdicts", "summary")
-_PARTITION = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
 _MAX_LISTED_IDS = 30
+
+LEGACY_BAND_LABELS: dict[str, str] = {
+    "0": "none",
+    "0.1-0.3": "low",
+    "0.4-0.6": "moderate",
+    "0.7-0.8": "good",
+    "0.9-1.0": "excellent",
+}
+"""The labels of the same bands in summary tables published before the bands had names."""
+
+# The summary's own scalar metrics (`RunSummary.metric_rows`); every other metric row without
+# band or position is one of the run's flow metrics (`RunSummary.flow`: in-flight budget,
+# latencies), read in published order.
+_OWN_SCALARS = frozenset(
+    {
+        "scale",
+        "items",
+        "scored",
+        "unscored",
+        "errors",
+        "mean",
+        "median",
+        "p10",
+        "p90",
+        "judge_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "cache_hits",
+        "cost_usd",
+        # since the 95% intervals, sampled runs and the judge canary (issue 20)
+        "population",
+        "mean_ci_low",
+        "mean_ci_high",
+        *CANARY_METRICS,
+    }
+)
 
 
 class RunNotFound(ConfigError):
@@ -60,11 +85,12 @@ class RunNotFound(ConfigError):
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """One published run: where it is, its manifest, and lazy scans of its tables."""
+    """One published run: where it is, its manifest (None: a run published before runs had
+    one), and lazy scans of its tables."""
 
     store: Store
     location: RunLocation
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: RunManifest | None = None
 
     @property
     def run_id(self) -> str:
@@ -76,13 +102,11 @@ class PublishedRun:
 
     @property
     def judge_model(self) -> str:
-        model = self.manifest.get("judge_model") or self.summary.model
-        return str(model)
+        recorded = self.manifest.judge_model if self.manifest is not None else ""
+        return recorded or self.summary.model
 
     def path(self, table: str) -> str:
-        """The filesystem path of `table` ("scores", "verdicts" or "summary") of this run."""
-        if table not in TABLES:
-            raise ValueError(f"unknown table {table!r}; expected one of {TABLES}")
+        """The filesystem path of `table` (one of `jobs.layout.TABLES`) of this run."""
         return self.store.join(self.location.table_file(table))
 
     def scan(self, table: str) -> pl.LazyFrame:
@@ -112,39 +136,25 @@ class PublishedRun:
     def response_format(self) -> RunResponseFormat | None:
         """The structured-output form the run's judge settled on, from the manifest's
         `judge.response_format` (None for the offline judge, or a run that recorded none)."""
-        recorded = (self.manifest.get("judge") or {}).get("response_format")
-        return RunResponseFormat.from_dict(recorded) if isinstance(recorded, dict) else None
+        recorded = self.manifest.judge.response_format if self.manifest is not None else None
+        return RunResponseFormat.from_dict(recorded.model_dump()) if recorded else None
 
     @property
     def seconds(self) -> float | None:
         """Wall-clock seconds of the run, from the manifest (None when unknown)."""
-        value = self.manifest.get("seconds")
-        return float(value) if isinstance(value, int | float) else None
+        if self.manifest is None or "seconds" not in self.manifest.model_fields_set:
+            return None
+        return self.manifest.seconds
 
 
 # --------------------------------------------------------------------------------------------
 # locating runs
 
 
-def _parse_partition(path: str) -> tuple[dt.date, str] | None:
-    match = _PARTITION.search(path)
-    if match is None:
-        return None
-    try:
-        return dt.date.fromisoformat(match.group(1)), match.group(2)
-    except ValueError:
-        return None
-
-
 def list_runs(store: Store) -> list[RunLocation]:
     """Every published run under the store's root (one with a scores file), latest date first."""
-    found = {
-        parsed
-        for path in store.list(store.join("scores"))
-        if (parsed := _parse_partition(path)) is not None
-    }
-    ordered = sorted(found, key=lambda item: (item[0], item[1]), reverse=True)
-    return [RunLocation(run_id=run_id, run_date=day) for day, run_id in ordered]
+    found = {run for path in store.list(store.join("scores")) if (run := run_of(path))}
+    return sorted(found, key=lambda run: (run.run_date, run.run_id), reverse=True)
 
 
 def _available_ids(store: Store) -> str:
@@ -168,12 +178,12 @@ def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunL
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
     day = run_date.isoformat() if run_date else "*"
-    pattern = store.join("scores", f"run_date={day}", f"run_id={run_id}", "*.parquet")
+    pattern = store.join(published_glob("scores", run_id, day))
     dates = sorted(
         {
-            parsed[0]
+            run.run_date
             for path in store.list(pattern)
-            if (parsed := _parse_partition(path)) is not None and parsed[1] == run_id
+            if (run := run_of(path)) is not None and run.run_id == run_id
         }
     )
     if not dates:
@@ -185,21 +195,22 @@ def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunL
     return RunLocation(run_id=run_id, run_date=dates[-1])
 
 
-def read_manifest_dict(store: Store, location: RunLocation) -> dict[str, Any]:
-    """The run's manifest, or {} when it has none (a run published by an older version)."""
+def read_manifest(store: Store, location: RunLocation) -> RunManifest | None:
+    """The run's manifest, or None when it has none (a run published by an older version).
+    Raises `CtxPrecError` naming the file when it is not a manifest."""
     path = store.join(location.manifest)
     if not store.exists(path):
-        return {}
-    data = json.loads(store.read_bytes(path))
-    return data if isinstance(data, dict) else {}
+        return None
+    try:
+        return RunManifest.read(store.read_bytes(path))
+    except ValueError as exc:  # not JSON, or not a manifest (pydantic's ValidationError)
+        raise CtxPrecError(f"{store.url(path)}: unreadable run manifest: {exc}") from None
 
 
 def load_run(store: Store, run_id: str, run_date: dt.date | None = None) -> PublishedRun:
     """Locate run `run_id` in `store` and read its manifest; tables are scanned lazily."""
     location = find_run(store, run_id, run_date)
-    return PublishedRun(
-        store=store, location=location, manifest=read_manifest_dict(store, location)
-    )
+    return PublishedRun(store=store, location=location, manifest=read_manifest(store, location))
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,7 +307,7 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
         completion_tokens=count("completion_tokens"),
         cache_hits=count("cache_hits"),
         cost_usd=scalars.get("cost_usd"),
-        flow=tuple((name, scalars[name]) for name in FLOW_METRICS if name in scalars),
+        flow=tuple((name, value) for name, value in scalars.items() if name not in _OWN_SCALARS),
     )
 
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from jobs import formatting as fmt
 from jobs.config import RUN_ID_PATTERN
-from jobs.engine.batch.layout import BatchLayout
-from jobs.engine.batch.state import RoundState
+from jobs.engine import BatchLayout, RoundState
+from jobs.layout import StagingArea
+from jobs.records import RunManifest
 from jobs.storage import Store
-from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest_dict
+from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest
 
 
 def _published(store: Store, run_id: str) -> list[str] | None:
@@ -27,13 +28,15 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         location = find_run(store, run_id)
     except RunNotFound:
         return None
-    manifest = read_manifest_dict(store, location)
-    summary = manifest.get("summary") or {}
-    judge = manifest.get("judge") or {}
-    mode = judge.get("mode", "online")
+    manifest = read_manifest(store, location) or RunManifest(
+        run_id=run_id, run_date=location.run_date.isoformat()
+    )
+    summary = manifest.summary
+    judge = manifest.judge
+    mode = judge.mode or "online"
     lines = [
-        f"run {run_id} ({location.run_date}): published {manifest.get('published_at', '')}, "
-        f"{mode} mode, judge {manifest.get('judge_model', '?')}",
+        f"run {run_id} ({location.run_date}): published {manifest.published_at or ''}, "
+        f"{mode} mode, judge {manifest.judge_model or '?'}",
         f"  items {fmt.integer(summary.get('items'))}: ok {fmt.integer(summary.get('scored'))}, "
         f"unscored {fmt.integer(summary.get('unscored'))}, errors "
         f"{fmt.integer(summary.get('errors'))}; mean {fmt.number(summary.get('mean'))}; "
@@ -41,15 +44,15 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     ]
     if mode == "batch":
         lines.append(
-            f"  {judge.get('batches', 0)} batch(es) in {judge.get('rounds', 0)} round(s), "
-            f"{fmt.integer(judge.get('requests'))} requests; price {judge.get('price', '?')}"
+            f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
+            f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
         )
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines
 
 
-def _lease(store: Store, staging: str) -> str:
-    path = store.join(staging, "LEASE.json")
+def _lease(store: Store, staging: StagingArea) -> str:
+    path = staging.lease
     if not store.exists(path):
         return "no driver holds the run (rerun the same run.id to go on)"
     try:
@@ -90,18 +93,14 @@ def status_lines(store: Store, run_id: str) -> list[str]:
     published = _published(store, run_id)
     if published is not None:
         return published
-    staging = f"_staging/run_id={run_id}"
-    if not store.exists(store.join(staging)):
+    staging = StagingArea.of_run(store, run_id)
+    if not store.exists(staging.path()):
         raise RunNotFound(
             f"run {run_id!r} not found under {store.url(store.root)}: neither published nor "
             "started there"
         )
-    staged = [
-        path
-        for path in store.list(store.join(staging, "items"))
-        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
-    ]
-    layout = BatchLayout(store, staging)
+    staged = staging.staged_items_files()
+    layout = BatchLayout(store, staging.folder)
     run_info = layout.read_json(layout.run_file)
     if run_info is None:
         return [

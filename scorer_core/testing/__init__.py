@@ -8,22 +8,31 @@
 It also serves a fake OpenAI Files + Batches API (`server.batches`, a `FakeBatchAPI`; see
 `scorer_core.testing.batches`) whose batches move only when the test says so.
 
-Run it as its own process with `python -m scorer_core.testing --help`.
+`FakeChatClient` is the same judge in-process, a `scorer_core.protocols.ChatClient` for unit
+tests that need no socket (`scorer_core.testing.client`).
+
+Run the server as its own process with `python -m scorer_core.testing --help`.
+
+Modules: `wire` (requests and replies), `faults` (FaultPlan and its draws), `limits` (rate
+windows), `chat` (the answering rules and statistics every face shares), `server` (HTTP),
+`client` (in-process), `batches` (Files + Batches API), `llama_server` (a real small model).
 """
 
 from scorer_core.testing.batches import BatchPlan, FakeBatchAPI
-from scorer_core.testing.server import (
+from scorer_core.testing.client import FakeChatClient
+from scorer_core.testing.faults import (
     CONTENT_FAULTS,
     FAULT_KINDS,
-    REASON_SCHEMA_NAME,
-    RESPONSE_FORM_NAMES,
     STATUS_FAULTS,
     VALID_CONTENT_FAULTS,
-    VERDICTS_SCHEMA_NAME,
     WRAPPED_CONTENT_FAULTS,
-    Arrival,
-    FakeJudgeServer,
     FaultPlan,
+)
+from scorer_core.testing.server import Arrival, FakeJudgeServer
+from scorer_core.testing.wire import (
+    REASON_SCHEMA_NAME,
+    RESPONSE_FORM_NAMES,
+    VERDICTS_SCHEMA_NAME,
     build_verdict_prompt_for_tests,
     default_verdict_fn,
 )
@@ -40,6 +49,7 @@ __all__ = [
     "Arrival",
     "BatchPlan",
     "FakeBatchAPI",
+    "FakeChatClient",
     "FakeJudgeServer",
     "FaultPlan",
     "build_verdict_prompt_for_tests",

@@ -18,7 +18,8 @@ import sys
 from typing import Any
 
 from scorer_core.testing.batches import BatchPlan
-from scorer_core.testing.server import FAULT_KINDS, FakeJudgeServer, FaultPlan, serve_until_stopped
+from scorer_core.testing.faults import FAULT_KINDS, FaultPlan
+from scorer_core.testing.server import FakeJudgeServer, serve_until_stopped
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

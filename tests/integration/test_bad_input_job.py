@@ -23,7 +23,8 @@ import yaml
 
 from jobs.config import JobConfig
 from jobs.context_precision import main
-from jobs.engine.driver import RunFailed, run_job
+from jobs.engine.driver import RunFailed
+from jobs.job import run_job
 from jobs.tools.sample_data import generate
 from scorer_core import context_precision
 from scorer_core.errors import InputError

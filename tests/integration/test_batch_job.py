@@ -26,9 +26,10 @@ import yaml
 from jobs import cli
 from jobs.config import JobConfig
 from jobs.engine.batch.rounds import BatchesStillRunning
-from jobs.engine.driver import RunOutcome, run_job
-from jobs.engine.publish import RunLocation
+from jobs.engine.driver import RunOutcome
 from jobs.engine.ray_runtime import RAY_ENV
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.storage import open_store
 from jobs.tools.sample_data import generate, write_jsonl
 from jobs.tools.status import status_lines

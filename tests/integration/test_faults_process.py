@@ -34,14 +34,15 @@ import pytest
 import yaml
 
 from jobs.config import load_config
-from jobs.engine.driver import RunOutcome, run_job
+from jobs.engine.driver import RunOutcome
 from jobs.engine.fanout import SHARDS_PER_WORKER
 from jobs.engine.lease import RunLocked
-from jobs.engine.publish import RunLocation
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.engine.worker import run_shard
 from jobs.factory import input_spec
 from jobs.inputs import Shard, list_input_files, plan_shards
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.storage import open_store
 from scorer_core.testing import Arrival, FakeJudgeServer
 from tests.support.fakes import JudgeFactory
@@ -57,6 +58,8 @@ from tests.support.job import (
     raw_config,
     sample_job,
     scores_frame,
+    shard_context,
+    shard_files,
     verdict_requests,
     verdicts_frame,
 )
@@ -201,12 +204,12 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
     shards = plan_shards(spec, list_input_files(spec), 10)
     location = RunLocation("torn-write", config.run.date)  # type: ignore[arg-type]
     store = open_store(config.output.path)
-    context = ShardContext(config=config, staging=location.staging)
+    context = shard_context(config, location.staging)
     for number, shard in enumerate(shards):
-        run_shard(shard, number, number, context)
+        run_shard(shard, number, context)
     # Torn writes of shard 0's verdicts and shard 1's items, as a SIGKILL would leave them.
-    verdicts_path, _ = shard_paths(store, location.staging, shards[0].shard_id)
-    _, items_path = shard_paths(store, location.staging, shards[1].shard_id)
+    verdicts_path, _ = shard_files(store, location.staging, shards[0].shard_id)
+    _, items_path = shard_files(store, location.staging, shards[1].shard_id)
     for path in (verdicts_path, items_path):
         whole = Path(path).read_bytes()
         torn = Path(path).with_name(f".{Path(path).name}.tmp-k1ll3d")

@@ -29,8 +29,9 @@ import s3fs
 
 from jobs.config import JobConfig
 from jobs.engine import publish
-from jobs.engine.driver import RunFailed, run_job
-from jobs.engine.publish import RunLocation
+from jobs.engine.driver import RunFailed
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.storage import filesystem
 from scorer_core.errors import StorageError
 from scorer_core.testing import FakeJudgeServer, FaultPlan

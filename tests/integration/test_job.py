@@ -18,11 +18,12 @@ import pytest
 
 from jobs.config import load_config, parse_config
 from jobs.context_precision import main
-from jobs.engine.driver import RunOutcome, print_outcome, run_job
-from jobs.engine.publish import RunLocation
-from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.engine.driver import RunOutcome, print_outcome
+from jobs.engine.worker import run_shard
 from jobs.factory import input_spec
 from jobs.inputs import list_input_files, plan_shards
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.storage import open_store
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
@@ -40,6 +41,8 @@ from tests.support.job import (
     sample_item,
     sample_job,
     scores_frame,
+    shard_context,
+    shard_files,
     shard_lines,
     truth,
     verdict_requests,
@@ -236,7 +239,7 @@ def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
     assert len(shards) == 4
     location = RunLocation("resume-1", config.run.date)  # type: ignore[arg-type]
     store = open_store(config.output.path)
-    context = ShardContext(config=config, staging=location.staging)
+    context = shard_context(config, location.staging)
     items_per_shard = []
     for shard in shards:
         items_per_shard.append(sum(1 for _ in shard_lines(source, shard.start, shard.end)))
@@ -245,9 +248,9 @@ def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
     # "The killed run": shards 0, 1 and 2 finished; then shard 1's commit marker (its items
     # file) is lost, as if the driver died between writing its verdicts and its items.
     for number in (0, 1, 2):
-        report = run_shard(shards[number], number, number, context)
+        report = run_shard(shards[number], number, context)
         assert not report.skipped and report.items == items_per_shard[number]
-    _, lost_items = shard_paths(store, location.staging, shards[1].shard_id)
+    _, lost_items = shard_files(store, location.staging, shards[1].shard_id)
     Path(lost_items).unlink()
     before = verdict_requests(server)
     assert before == sum(items_per_shard[:3])

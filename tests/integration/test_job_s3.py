@@ -15,8 +15,9 @@ import s3fs
 
 from jobs.config import JobConfig, parse_config
 from jobs.engine import publish
-from jobs.engine.driver import RunFailed, run_job
-from jobs.engine.publish import RunLocation
+from jobs.engine.driver import RunFailed
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.storage import s3_options
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import StorageError

@@ -25,8 +25,9 @@ import pytest
 
 from jobs import cli
 from jobs.config import parse_config
-from jobs.engine.driver import print_outcome, run_job
-from jobs.engine.publish import RunLocation
+from jobs.engine.driver import print_outcome
+from jobs.job import run_job
+from jobs.layout import RunLocation
 from jobs.tools.calibrate import calibrate
 from scorer_core.testing.llama_server import LlamaServer, unavailable_reason
 from tests.support.paths import REPO
@@ -225,11 +226,12 @@ def test_calibrate_against_llama_cpp(llama: LlamaServer, tmp_path: Path) -> None
         }
     )
     result = calibrate(config, str(labels))
-    items = result["items"]
-    assert items["judged"] == 2 and items["error"] == 0
-    assert items["ok"] + items["unscored"] == 2
-    assert len(result["excluded_examples"]) == items["unscored"]
-    assert result["per_context"]["contexts"] == 4 * items["ok"]
-    assert_settled_on_json_object(result["response_format"], llama)
-    assert result["usage"]["calls"] >= 2 and result["usage"]["prompt_tokens"] > 0
-    assert result["seconds"] > 0
+    items = result.items
+    assert items.judged == 2 and items.error == 0
+    assert items.ok + items.unscored == 2
+    assert len(result.excluded_examples) == items.unscored
+    assert result.per_context.contexts == 4 * items.ok
+    assert result.response_format is not None
+    assert_settled_on_json_object(result.response_format.model_dump(), llama)
+    assert result.usage.calls >= 2 and result.usage.prompt_tokens > 0
+    assert result.seconds > 0

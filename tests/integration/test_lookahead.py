@@ -18,11 +18,12 @@ import pytest
 from jobs.config import JobConfig, parse_config
 from jobs.engine.lookahead import find_duplicates_first, marks_path, read_marks, shard_keys
 from jobs.engine.repeats import KEYS, SEQ_SHIFT
-from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.engine.worker import run_shard
 from jobs.factory import input_spec
 from jobs.inputs import list_input_files, plan_shards
 from jobs.schema import duplicate_error
 from jobs.storage import open_store
+from tests.support.job import shard_context, shard_files
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
 STAGING = "_staging/run_id=look"
@@ -96,14 +97,14 @@ def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str) 
     shards = plan_shards(spec, list_input_files(spec), 3)
     assert len(shards) >= 3
     store = open_store(cfg.output.path)
-    context = ShardContext(config=cfg, staging=STAGING)
+    context = shard_context(cfg, STAGING)
     numbered = list(enumerate(shards))
     for number, shard in numbered:
-        run_shard(shard, number, number, context)
+        run_shard(shard, number, context)
 
     read_ahead = shard_keys(spec, numbered)
     staged = pl.concat(
-        pl.read_parquet(shard_paths(store, STAGING, shard.shard_id)[1], columns=KEYS.names())
+        pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1], columns=KEYS.names())
         for shard in shards
     )
     assert read_ahead.schema == KEYS
@@ -129,16 +130,16 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
         pa.table({"item_seq": [seq | 1, seq | 4], "duplicate_of": [first, first]}),
     )
     assert read_marks(store, STAGING, shard.shard_id) == {seq | 1: first, seq | 4: first}
-    context = ShardContext(config=cfg, staging=STAGING, duplicates=frozenset({shard.shard_id}))
-    report = run_shard(shard, 2, 0, context)
+    context = shard_context(cfg, STAGING, duplicates=frozenset({shard.shard_id}))
+    report = run_shard(shard, 2, context)
 
-    items = pl.read_parquet(shard_paths(store, STAGING, shard.shard_id)[1])
+    items = pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1])
     marked = items.filter(pl.col("duplicate_of").is_not_null())
     assert marked["query_id"].to_list() == ["q1", "q4"]
     assert set(marked["status"]) == {"error"} and set(marked["calls"]) == {0}
     assert marked["error"].to_list() == [duplicate_error("q1", first), duplicate_error("q4", first)]
     assert report.statuses == {"ok": 4, "error": 2}
-    verdicts = pl.read_parquet(shard_paths(store, STAGING, shard.shard_id)[0])
+    verdicts = pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[0])
     assert set(verdicts["query_id"]) == {"q0", "q2", "q3", "q5"}
 
 
@@ -154,7 +155,7 @@ def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
     shards = plan_shards(spec, list_input_files(spec), 3)
     store = open_store(cfg.output.path)
     out = io.StringIO()
-    found = find_duplicates_first(cfg, store, STAGING, shards, out)
+    found = find_duplicates_first(cfg, input_spec(cfg), store, STAGING, shards, out)
 
     assert "3 later occurrence(s) of a query_id in 2 shard(s) will not be judged" in out.getvalue()
     by_id = {shard.shard_id: number for number, shard in enumerate(shards)}
@@ -170,4 +171,6 @@ def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
     assert marks[2] == {2 << SEQ_SHIFT | 1: f"{source} line at byte 0"}
 
     source.unlink()  # a resumed run must not read the input again
-    assert find_duplicates_first(cfg, store, STAGING, shards, io.StringIO()) == found
+    assert (
+        find_duplicates_first(cfg, input_spec(cfg), store, STAGING, shards, io.StringIO()) == found
+    )

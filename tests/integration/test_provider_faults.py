@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.engine.driver import run_job
+from jobs.job import run_job
 from scorer_core.testing import FAULT_KINDS, FaultPlan
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import OutageAt

@@ -18,10 +18,10 @@ from markupsafe import escape
 
 from jobs.cli import main as ctxprec
 from jobs.config import parse_config
-from jobs.engine.driver import run_job
-from jobs.engine.publish import TABLES
+from jobs.job import run_job
+from jobs.layout import TABLES
 from jobs.storage import open_store
-from jobs.tools import compare, report
+from jobs.tools import compare
 from jobs.tools.runs import load_run
 from jobs.tools.sample_data import generate
 from tests.support.job import COLUMNS
@@ -89,8 +89,9 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
     written = load_run(open_store(str(runs.output)), runs.cand)
     for name in TABLES:
         assert real.read(name).schema == written.read(name).schema, name
-    assert set(real.manifest) == set(written.manifest)
-    assert real.summary.to_dict() == real.manifest["summary"]
+    assert real.manifest is not None and written.manifest is not None
+    assert real.manifest.model_fields_set == written.manifest.model_fields_set
+    assert real.summary.to_dict() == real.manifest.summary
 
     code, text = run_compare(output, "base", "cand")
     assert code == 1 and "FAIL: mean fell by" in text
@@ -103,7 +104,7 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
 
     page_path = tmp_path / "report.html"
     argv = ["cand", "--baseline", "base", "--output", str(output), "--html", str(page_path)]
-    assert report.main(argv) == 0
+    assert ctxprec(["report", *argv]) == 0
     page = page_path.read_text(encoding="utf-8")
     assert page.count("<svg") == 5  # 3 charts of the run, 2 of the comparison
     assert escape(SCRIPT_ID) in page and "<script" not in page.lower()
@@ -151,13 +152,11 @@ def test_per_retriever_summary_equals_calibrate_on_trec_dl(tmp_path: Path) -> No
 
     run = load_run(open_store(str(tmp_path / "out")), "segments")
     segments = {s.value: s.summary for s in run.summary.segments_by("retriever")}
-    calibrated = {
-        r["retriever"]: r for r in calibrate(config, str(SHARED_DATA / name))["retrievers"]
-    }
+    calibrated = {r.retriever: r for r in calibrate(config, str(SHARED_DATA / name)).retrievers}
     assert set(segments) == set(calibrated) == {row["retriever"] for row in rows}
     for retriever, labelled in calibrated.items():
-        assert segments[retriever].scored == labelled["items"]
-        assert segments[retriever].mean == pytest.approx(labelled["mean_judge"], abs=1e-12)
+        assert segments[retriever].scored == labelled.items
+        assert segments[retriever].mean == pytest.approx(labelled.mean_judge, abs=1e-12)
 
     scores = run.read("scores")
     assert scores.schema["collection"] == pl.String

@@ -1,10 +1,10 @@
-"""The README's "Questions, answered" recipes, run as written (DuckDB, Polars, Spark) against
-the output of two runs of the real job, each answer checked against one computed here in plain
-Python from the same tables.
+"""The "Questions, answered" recipes of docs/recipes.md, run as written (DuckDB, Polars, Spark)
+against the output of two runs of the real job, each answer checked against one computed here
+in plain Python from the same tables.
 
 The job (Ray, the offline lexical judge; stricter in the second run, so scores move) reads
 items that carry a `retriever` column and a list of context ids; the recipes are taken from the
-README between `<!-- recipe: NAME ENGINE -->` markers, with `results/` pointed at the output.
+page between `<!-- recipe: NAME ENGINE -->` markers, with `results/` pointed at the output.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from jobs.config import parse_config
 from jobs.tools.sample_data import generate
 from tests.support.paths import REPO
 
-README = REPO / "README.md"
+RECIPES = REPO / "docs" / "recipes.md"
 RUNS = (("2026-11-29", None), ("2026-11-30", 0.35))  # (run id and date, lexical threshold)
 RETRIEVERS = ("bm25", "dense", "hybrid")
 DOCS = 40  # distinct context ids: each is retrieved many times
@@ -36,15 +36,15 @@ RESULT = {"by-day": "by_day", "irrelevant": "irrelevant", "moved": "moved"}
 
 
 def recipes() -> dict[tuple[str, str], str]:
-    """(name, engine) -> the code of that recipe in the README."""
-    text = README.read_text(encoding="utf-8")
+    """(name, engine) -> the code of that recipe in docs/recipes.md."""
+    text = RECIPES.read_text(encoding="utf-8")
     found = re.findall(r"<!-- recipe: ([\w-]+) (\w+) -->\n```\w+\n(.*?)```", text, re.DOTALL)
     return {(name, engine): code for name, engine, code in found}
 
 
 @pytest.fixture(scope="module")
 def output(tmp_path_factory: pytest.TempPathFactory, ray_local: Any) -> Path:
-    from jobs.engine.driver import run_job
+    from jobs.job import run_job
 
     root = tmp_path_factory.mktemp("recipes")
     rows = []

@@ -16,7 +16,7 @@ import pytest
 
 from jobs.config import parse_config
 from jobs.context_precision import main
-from jobs.engine.driver import run_job
+from jobs.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import CtxPrecError
 from tests.support.fakes import JudgeFactory

@@ -25,7 +25,7 @@ import polars as pl
 import pytest
 
 from jobs.config import SampleConfig
-from jobs.engine.driver import run_job
+from jobs.job import run_job
 from jobs.sampling import plan_from_rows
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision

@@ -19,7 +19,10 @@ import polars as pl
 
 from jobs.config import JobConfig, parse_config
 from jobs.engine.driver import RunOutcome
-from jobs.engine.publish import RunLocation
+from jobs.engine.messages import ShardContext
+from jobs.factory import run_parts
+from jobs.layout import RunLocation, StagingArea
+from jobs.storage import Store
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.lexical import LexicalJudge
@@ -185,3 +188,15 @@ def by_id(scores: pl.DataFrame) -> dict[str, dict[str, Any]]:
 def shard_lines(source: Path, start: int, end: int) -> Iterator[int]:
     """Offsets of the lines that start in [start, end): the items of one JSONL shard."""
     return (offset for offset in line_offsets(source) if start <= offset < end)
+
+
+def shard_context(config: JobConfig, staging: str, **options: Any) -> ShardContext:
+    """The context a worker gets for `config`'s run staged under `staging` (its parts built
+    by the factory, as the job builds them); `options` as `ShardContext`'s."""
+    return ShardContext(config=config, parts=run_parts(config), staging=staging, **options)
+
+
+def shard_files(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
+    """(verdicts file, items file) of a shard staged under `staging`."""
+    area = StagingArea(store, staging)
+    return area.verdicts_file(shard_id), area.items_file(shard_id)

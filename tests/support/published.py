@@ -35,8 +35,8 @@ import polars as pl
 import pyarrow as pa
 
 from jobs.engine import aggregate
-from jobs.engine.publish import TABLES, RunLocation
 from jobs.engine.response_formats import RunResponseFormat
+from jobs.layout import TABLES, RunLocation
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from jobs.storage import Store, open_store
 from scorer_core.precision import context_precision

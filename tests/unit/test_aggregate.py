@@ -37,9 +37,9 @@ from jobs.engine.aggregate import (
     summarize,
 )
 from jobs.engine.response_formats import RunResponseFormat
+from jobs.engine.summary_table import WIDTH, format_summary_table
 from jobs.pricing import estimate_cost_usd, price_basis
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
-from jobs.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
 from scorer_core.precision import BANDS as LIBRARY_BANDS
 from scorer_core.precision import context_precision, score_band

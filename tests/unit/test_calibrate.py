@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,7 +13,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
-from jobs.tools.calibrate import LabelledItem, agreement, calibrate, load_labels
+from jobs.tools.calibrate import (
+    Agreement,
+    Calibration,
+    ItemStatuses,
+    LabelledItem,
+    agreement,
+    calibrate,
+    load_labels,
+)
 from scorer_core.metrics import kendall_tau_b, pearson, spearman
 from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
@@ -98,27 +105,27 @@ def write_config(tmp_path: Path, judge: str) -> Path:
     return path
 
 
-def check_exact(result: dict[str, Any]) -> None:
-    ctx = result["per_context"]
-    assert result["items"] == {"judged": 3, "ok": 3, "unscored": 0, "error": 0, "excluded": 0}
-    assert (ctx["tp"], ctx["fp"], ctx["fn"], ctx["tn"]) == (3, 1, 1, 7)
-    assert ctx["contexts"] == 12
-    assert ctx["precision"] == pytest.approx(0.75)
-    assert ctx["recall"] == pytest.approx(0.75)
-    assert ctx["f1"] == pytest.approx(0.75)
-    assert ctx["cohen_kappa"] == pytest.approx(0.625)
-    item = result["per_item"]
-    assert item["items"] == 3
-    assert item["pearson"] == pytest.approx(pearson(JUDGE_SCORES, GOLD_SCORES))
-    assert item["spearman"] == pytest.approx(spearman(JUDGE_SCORES, GOLD_SCORES))
-    assert item["mean_judge"] == pytest.approx(sum(JUDGE_SCORES) / 3)
-    assert item["mean_labels"] == pytest.approx(sum(GOLD_SCORES) / 3)
-    by_name = {r["retriever"]: r for r in result["retrievers"]}
-    assert by_name["sys-x"]["items"] == 2
-    assert by_name["sys-x"]["mean_judge"] == pytest.approx((0.83 + 0.5) / 2)
-    assert by_name["sys-x"]["mean_labels"] == pytest.approx((1.0 + 0.58) / 2)
-    assert by_name["sys-y"]["mean_judge"] == pytest.approx(1.0)
-    assert result["retriever_kendall_tau_b"] == pytest.approx(1.0)  # both rank sys-y first
+def check_exact(result: Calibration | Agreement) -> None:
+    ctx = result.per_context
+    assert result.items == ItemStatuses(judged=3, ok=3, unscored=0, error=0, excluded=0)
+    assert (ctx.tp, ctx.fp, ctx.fn, ctx.tn) == (3, 1, 1, 7)
+    assert ctx.contexts == 12
+    assert ctx.precision == pytest.approx(0.75)
+    assert ctx.recall == pytest.approx(0.75)
+    assert ctx.f1 == pytest.approx(0.75)
+    assert ctx.cohen_kappa == pytest.approx(0.625)
+    item = result.per_item
+    assert item.items == 3
+    assert item.pearson == pytest.approx(pearson(JUDGE_SCORES, GOLD_SCORES))
+    assert item.spearman == pytest.approx(spearman(JUDGE_SCORES, GOLD_SCORES))
+    assert item.mean_judge == pytest.approx(sum(JUDGE_SCORES) / 3)
+    assert item.mean_labels == pytest.approx(sum(GOLD_SCORES) / 3)
+    by_name = {r.retriever: r for r in result.retrievers}
+    assert by_name["sys-x"].items == 2
+    assert by_name["sys-x"].mean_judge == pytest.approx((0.83 + 0.5) / 2)
+    assert by_name["sys-x"].mean_labels == pytest.approx((1.0 + 0.58) / 2)
+    assert by_name["sys-y"].mean_judge == pytest.approx(1.0)
+    assert result.retriever_kendall_tau_b == pytest.approx(1.0)  # both rank sys-y first
 
 
 def test_lexical_judge_metrics_are_exact(
@@ -131,16 +138,19 @@ def test_lexical_judge_metrics_are_exact(
     config = write_config(tmp_path, "{model: lexical}")
     result = calibrate(load_config(config), str(labels))
     check_exact(result)
-    assert result["gold_rule"] == ["relevance > 0"]
-    assert "none for 1 item(s) without one (retrieval-only" in result["judge_output"]
-    assert result["response_format"] is None  # the offline judge negotiates nothing
+    assert result.gold_rule == ("relevance > 0",)
+    assert "none for 1 item(s) without one (retrieval-only" in result.judge_output
+    assert result.response_format is None  # the offline judge negotiates nothing
 
     assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels)]) == 0
     text = capsys.readouterr().out
     assert "| judge vs labels | 12 |" in text
     assert "0.625" in text and "Kendall's tau-b" in text
     assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels), "--json"]) == 0
-    check_exact(json.loads(capsys.readouterr().out))
+    # the JSON is the typed record, field for field: it reads back as the same result
+    printed = Calibration.model_validate(json.loads(capsys.readouterr().out))
+    check_exact(printed)
+    assert printed.model_dump(exclude={"seconds"}) == result.model_dump(exclude={"seconds"})
 
 
 @pytest.fixture
@@ -242,9 +252,9 @@ def test_llm_judge_with_a_rate_limit_and_limit(
         config, ["rate_limit.requests_per_minute=6000", "rate_limit.max_concurrency=2"]
     )
     result = calibrate(loaded, str(labels), limit=2)
-    assert result["items"]["judged"] == 2
-    assert result["rows"]["read"] == 2
-    assert result["per_context"]["cohen_kappa"] == 1.0
+    assert result.items.judged == 2
+    assert result.rows.read == 2
+    assert result.per_context.cohen_kappa == 1.0
 
 
 def test_bad_key_stops_without_leaking_it(
@@ -319,12 +329,12 @@ def test_unscored_and_error_items_are_excluded() -> None:
         ScoreResult(None, "", (), "error", "timeout"),
     ]
     report = agreement(items, results)
-    assert report["items"] == {"judged": 5, "ok": 3, "unscored": 1, "error": 1, "excluded": 2}
-    assert report["per_context"]["contexts"] == 12
-    assert report["per_context"]["cohen_kappa"] == pytest.approx(0.625)
-    assert report["per_item"]["items"] == 3
-    assert len(report["excluded_examples"]) == 2
-    assert report["retrievers"] == [] and report["retriever_kendall_tau_b"] is None
+    assert report.items == ItemStatuses(judged=5, ok=3, unscored=1, error=1, excluded=2)
+    assert report.per_context.contexts == 12
+    assert report.per_context.cohen_kappa == pytest.approx(0.625)
+    assert report.per_item.items == 3
+    assert len(report.excluded_examples) == 2
+    assert report.retrievers == () and report.retriever_kendall_tau_b is None
     assert kendall_tau_b([1.0, 2.0], [1.0, 2.0]) == 1.0
 
 

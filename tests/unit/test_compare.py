@@ -9,6 +9,7 @@ tests/integration/test_real_runs.py's.
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,19 @@ import polars as pl
 import pytest
 
 from jobs.cli import build_parser
+from jobs.cli import main as ctxprec
 from jobs.engine import aggregate
-from jobs.engine.aggregate import relevance_by_position
-from jobs.engine.publish import RunLocation
+from jobs.engine.aggregate import Segment, relevance_by_position
+from jobs.layout import RunLocation
 from jobs.storage import filesystem, open_store
 from jobs.tools import compare
-from jobs.tools.runs import RunNotFound, load_run, parse_storage_options, summary_from_frame
+from jobs.tools.runs import (
+    LEGACY_BAND_LABELS,
+    RunNotFound,
+    load_run,
+    parse_storage_options,
+    summary_from_frame,
+)
 from scorer_core.errors import ConfigError
 from tests.support.published import (
     ADDED_ID,
@@ -61,17 +69,40 @@ def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
 # jobs.tools.runs
 
 
+def test_compare_defaults_are_the_ones_ctxprec_compare_shows() -> None:
+    """`compare_runs` and `gate` called as a library take the defaults `ctxprec compare`
+    shows in --help (jobs.cli spells them too, so that help imports nothing heavy)."""
+    from jobs import cli
+
+    assert compare.DEFAULT_MIN_EFFECT == cli.DEFAULT_MIN_EFFECT
+    assert compare.DEFAULT_MAX_CANARY_DROP == cli.DEFAULT_MAX_CANARY_DROP
+    assert compare.DEFAULT_MIN_SEGMENT_SIZE == cli.DEFAULT_MIN_SEGMENT_SIZE
+    assert compare.DEFAULT_TOP == cli.DEFAULT_TOP
+    args = build_parser().parse_args(["compare", "a", "b"])
+    assert (
+        compare.min_effect_of(args),
+        args.max_canary_drop,
+        args.min_segment_size,
+        args.top,
+    ) == (
+        compare.DEFAULT_MIN_EFFECT,
+        compare.DEFAULT_MAX_CANARY_DROP,
+        compare.DEFAULT_MIN_SEGMENT_SIZE,
+        compare.DEFAULT_TOP,
+    )
+
+
 def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
     run = load_run(open_store(str(runs.output)), runs.base)
     assert run.run_date == RUN_DATE
     assert run.judge_model == "lexical"
-    assert run.manifest["run_id"] == runs.base
+    assert run.manifest is not None and run.manifest.run_id == runs.base
     assert run.seconds is not None and run.seconds > 0
     scores = run.scores().collect()
     assert scores.height == ITEMS + 1
     assert run.summary.items == ITEMS + 1
     assert run.summary.errors >= 1
-    assert run.summary.to_dict() == run.manifest["summary"]
+    assert run.summary.to_dict() == run.manifest.summary
     assert run.verdicts().collect().height > ITEMS
 
 
@@ -79,6 +110,22 @@ def test_a_summary_table_from_before_segments_still_reads(runs: Runs) -> None:
     run = load_run(open_store(str(runs.output)), runs.base)
     older = run.read("summary").drop("segment_by", "segment")
     assert summary_from_frame(older) == run.summary
+
+
+def test_the_flow_metrics_and_segments_read_back_as_published(runs: Runs) -> None:
+    """Every scalar metric that is not the summary's own is a flow metric, in its order."""
+    run = load_run(open_store(str(runs.output)), runs.base)
+    flow = (
+        ("in_flight_budget", 64.0),
+        ("max_in_flight", 17.0),
+        ("latency_p50_s", 0.5),
+        ("latency_p90_s", None),
+        ("latency_p99_s", 2.25),
+    )
+    with_flow = replace(run.summary, flow=flow)
+    segment = Segment(by="retriever", value="bm25", summary=replace(run.summary, flow=flow[:2]))
+    published = replace(with_flow, segments=(segment,))
+    assert summary_from_frame(published.to_frame()) == published
 
 
 def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
@@ -94,7 +141,7 @@ def test_unknown_run_id_names_it_and_lists_available_ids(runs: Runs) -> None:
 def test_unknown_run_id_from_the_command_exits_2(
     runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = compare.main([runs.base, "nope", "--output", str(runs.output)])
+    code = ctxprec(["compare", runs.base, "nope", "--output", str(runs.output)])
     assert code == 2
     err = capsys.readouterr().err
     assert "'nope' not found" in err
@@ -369,7 +416,7 @@ def test_bands_by_name_also_for_a_run_published_before_bands_had_names(tmp_path:
     publish(store, "new", [Query(f"q{n}", f) for n, f in enumerate(flags)])
     # "old" as an earlier version published it: bands labelled by their seed ranges.
     summary_path = store.join(RunLocation("old", RUN_DATE).table_file("summary"))
-    legacy = {name: label for label, name in aggregate.LEGACY_BAND_LABELS.items()}
+    legacy = {name: label for label, name in LEGACY_BAND_LABELS.items()}
     table = pl.read_parquet(summary_path)
     assert set(table["band"].drop_nulls()) == {name for name, _, _ in aggregate.BANDS}
     table.with_columns(pl.col("band").replace(legacy)).write_parquet(summary_path)

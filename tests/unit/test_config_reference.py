@@ -1,6 +1,8 @@
-"""The README's configuration reference is the one the config models generate."""
+"""The configuration reference in docs/configuration.md is the one the config models generate."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -9,7 +11,7 @@ from jobs import config_reference
 from jobs.config import JobConfig
 from tests.support.paths import REPO
 
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "configuration.md"
 
 
 def _fields(model: type[BaseModel], prefix: str) -> list[tuple[str, object]]:
@@ -37,14 +39,29 @@ def _nested(field: object) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def test_readme_reference_matches_the_models() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_page_reference_matches_the_models() -> None:
+    text = PAGE.read_text(encoding="utf-8")
     block = text[text.index(config_reference.START) : text.index(config_reference.END)]
     expected = config_reference.render()
     assert block + config_reference.END == expected, (
-        "README's configuration reference is stale: run python -m jobs.config_reference "
-        "--write README.md"
+        "docs/configuration.md's reference is stale: run python -m jobs.config_reference "
+        "--write docs/configuration.md"
     )
+
+
+def test_write_alone_targets_the_page_the_test_reads() -> None:
+    assert PAGE.resolve() == config_reference.DOCUMENT
+
+
+def test_write_refreshes_a_stale_block_in_the_named_file(tmp_path: Path) -> None:
+    page = tmp_path / "configuration.md"
+    page.write_text(
+        f"# Configuration\n\n{config_reference.START}\nold\n{config_reference.END}\nafter\n",
+        encoding="utf-8",
+    )
+    assert config_reference.main(["--write", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert text == f"# Configuration\n\n{config_reference.render()}\nafter\n"
 
 
 @pytest.mark.parametrize(("key", "field"), _leaf_models())

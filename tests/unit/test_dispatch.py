@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from jobs.engine.dispatch import ShardBoard
-from jobs.engine.worker import ShardReport
+from jobs.engine.messages import ShardReport
 from jobs.inputs import Shard
 
 

@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
+from jobs.cache import CacheRegions, judge_fingerprint, pair_key
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
@@ -27,6 +26,7 @@ from jobs.tools.estimate import (
     OUTPUT_TOKENS_PER_VERDICT,
     TAIL_LATENCIES,
     WORKER_START_S,
+    Estimate,
     estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
@@ -71,7 +71,7 @@ ray: {{shard_size: {SHARD_SIZE}, workers: 2}}
     return config
 
 
-def run(config: Path, *overrides: str, sample: int = 2000, latency: float = 2.0) -> dict[str, Any]:
+def run(config: Path, *overrides: str, sample: int = 2000, latency: float = 2.0) -> Estimate:
     return estimate(load_config(config, list(overrides)), sample=sample, assumed_latency_s=latency)
 
 
@@ -86,19 +86,19 @@ def test_items_pairs_and_calls_are_exact(sample: tuple[Path, list[dict[str, Any]
     config = write_config(data.parent.parent, data)
     result = run(config)
     pairs, calls = expected_counts(rows)
-    assert result["items"]["valid"] == ITEMS
-    assert result["items"]["invalid"] == 2
-    assert len(result["items"]["invalid_examples"]) == 2
-    assert result["context_pairs"] == pairs
-    assert result["judge_calls"]["total"] == calls
-    assert result["judge_calls"]["reason_calls"] == 0
-    assert result["input"]["shards"] > 1  # several shards were streamed
+    assert result.items.valid == ITEMS
+    assert result.items.invalid == 2
+    assert len(result.items.invalid_examples) == 2
+    assert result.context_pairs == pairs
+    assert result.judge_calls.total == calls
+    assert result.judge_calls.reason_calls == 0
+    assert result.input.shards > 1  # several shards were streamed
 
     llm = run(config, "scorer.reason=llm")
     pairs, calls = expected_counts(rows, reason_llm=True)
-    assert llm["judge_calls"]["total"] == calls
-    assert llm["judge_calls"]["reason_calls"] == ITEMS
-    assert llm["output_tokens"]["estimate"] == (
+    assert llm.judge_calls.total == calls
+    assert llm.judge_calls.reason_calls == ITEMS
+    assert llm.output_tokens.estimate == (
         pairs * OUTPUT_TOKENS_PER_VERDICT + ITEMS * OUTPUT_TOKENS_PER_REASON
     )
 
@@ -107,20 +107,20 @@ def test_tokens_are_counted_and_sane(sample: tuple[Path, list[dict[str, Any]]]) 
     data, _ = sample
     config = write_config(data.parent.parent, data)
     exact = run(config, "judge.model=openai/gpt-4o-mini")
-    tokens = exact["prompt_tokens"]
-    assert tokens["method"] == "exact"
-    assert tokens["sampled_items"] == ITEMS
-    assert tokens["estimate"] > 0
-    ratio = tokens["estimate"] / (tokens["total_chars"] / 4)
+    tokens = exact.prompt_tokens
+    assert tokens.method == "exact"
+    assert tokens.sampled_items == ITEMS
+    assert tokens.estimate > 0
+    ratio = tokens.estimate / (tokens.total_chars / 4)
     assert 0.5 < ratio < 2.0, ratio
     # a small sample extrapolated by characters lands close to the exact count
-    sampled = run(config, "judge.model=openai/gpt-4o-mini", sample=10)["prompt_tokens"]
-    assert sampled["method"] == "sample extrapolated by characters"
-    assert sampled["sampled_items"] == 10
-    assert sampled["total_chars"] == tokens["total_chars"]
-    assert sampled["estimate"] == pytest.approx(tokens["estimate"], rel=0.1)
+    sampled = run(config, "judge.model=openai/gpt-4o-mini", sample=10).prompt_tokens
+    assert sampled.method == "sample extrapolated by characters"
+    assert sampled.sampled_items == 10
+    assert sampled.total_chars == tokens.total_chars
+    assert sampled.estimate == pytest.approx(tokens.estimate, rel=0.1)
     # the sample is deterministic
-    again = run(config, "judge.model=openai/gpt-4o-mini", sample=10)["prompt_tokens"]
+    again = run(config, "judge.model=openai/gpt-4o-mini", sample=10).prompt_tokens
     assert again == sampled
 
 
@@ -132,11 +132,11 @@ def test_cost_lexical_zero_priced_model_positive_unknown_model(
     data, _ = sample
     config = write_config(data.parent.parent, data)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # estimate needs no key
-    assert run(config)["cost_usd"] == 0.0
+    assert run(config).cost_usd == 0.0
     priced = run(config, "judge.model=openai/gpt-4o-mini")
-    assert priced["cost_usd"] is not None and priced["cost_usd"] > 0
+    assert priced.cost_usd is not None and priced.cost_usd > 0
     unknown = run(config, "judge.model=openai/no-such-model-xyz")
-    assert unknown["cost_usd"] is None
+    assert unknown.cost_usd is None
 
     assert (
         ctxprec(
@@ -154,15 +154,15 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
     _, calls = expected_counts(rows)
     model = "judge.model=openai/gpt-4o-mini"
     at_rpm = run(config, model, "rate_limit.requests_per_minute=30", "rate_limit.headroom=1.0")
-    wall = at_rpm["wall_time"]
+    wall = at_rpm.wall_time
     # the pace, plus the workers' start, one latency for the run's first request (it goes
     # alone) and the slowest last replies (2 s assumed by default)
     edges = WORKER_START_S + (1 + TAIL_LATENCIES) * 2.0
-    assert wall["seconds"] == pytest.approx(calls / 30 * 60 + edges)
-    assert "requests_per_minute" in wall["basis"]
+    assert wall.seconds == pytest.approx(calls / 30 * 60 + edges)
+    assert "requests_per_minute" in wall.basis
     # the job paces at `headroom` of the limit
-    paced = run(config, model, "rate_limit.requests_per_minute=30")["wall_time"]
-    assert paced["seconds"] == pytest.approx(calls / (30 * 0.98) * 60 + edges)
+    paced = run(config, model, "rate_limit.requests_per_minute=30").wall_time
+    assert paced.seconds == pytest.approx(calls / (30 * 0.98) * 60 + edges)
     # a tight token limit binds instead
     by_tokens = run(
         config,
@@ -170,35 +170,35 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
         "rate_limit.requests_per_minute=100000",
         "rate_limit.tokens_per_minute=1000",
         "rate_limit.headroom=1.0",
-    )["wall_time"]
+    ).wall_time
     # (the workers import litellm to count prompt tokens: their start takes longer)
-    assert by_tokens["seconds"] == pytest.approx(
-        by_tokens["limiter_tokens"] / 1000 * 60 + edges + LITELLM_IMPORT_S
+    assert by_tokens.seconds == pytest.approx(
+        by_tokens.limiter_tokens / 1000 * 60 + edges + LITELLM_IMPORT_S
     )
-    assert by_tokens["worker_start_s"] == WORKER_START_S + LITELLM_IMPORT_S
-    assert "tokens_per_minute" in by_tokens["basis"]
+    assert by_tokens.worker_start_s == WORKER_START_S + LITELLM_IMPORT_S
+    assert "tokens_per_minute" in by_tokens.basis
     # so do workers whose transport is litellm
     via_litellm = run(
         config, model, "rate_limit.requests_per_minute=30", "judge.transport=litellm"
-    )["wall_time"]
-    assert via_litellm["seconds"] == pytest.approx(paced["seconds"] + LITELLM_IMPORT_S)
+    ).wall_time
+    assert via_litellm.seconds == pytest.approx(paced.seconds + LITELLM_IMPORT_S)
     # no limit: explicit about the assumption
-    free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0)["wall_time"]
-    assert "unbounded by rate limit" in free["basis"]
-    assert "ASSUMING" in free["basis"]
-    assert free["seconds"] == pytest.approx(
+    free = run(config, model, "rate_limit.max_concurrency=8", latency=3.0).wall_time
+    assert "unbounded by rate limit" in free.basis
+    assert "ASSUMING" in free.basis
+    assert free.seconds == pytest.approx(
         calls / 8 * 3.0 + WORKER_START_S + (1 + TAIL_LATENCIES) * 3.0
     )
-    assert free["concurrency"] == 8 and free["concurrency_mode"] == "explicit"
+    assert free.concurrency == 8 and free.concurrency_mode == "explicit"
     # auto, no limit: the budget's default of 64 in flight
-    assert run(config, model, latency=3.0)["wall_time"]["concurrency"] == 64
+    assert run(config, model, latency=3.0).wall_time.concurrency == 64
     # auto under a limit: Little's law at the assumed latency (20/s x 3 s x 1.25 = 75)
     sized = run(
         config, model, "rate_limit.requests_per_minute=1200", "rate_limit.headroom=1.0", latency=3.0
-    )["wall_time"]
-    assert sized["concurrency"] == 75 and sized["concurrency_mode"] == "auto"
+    ).wall_time
+    assert sized.concurrency == 75 and sized.concurrency_mode == "auto"
     # offline judge: no time estimate
-    assert run(config)["wall_time"]["seconds"] is None
+    assert run(config).wall_time.seconds is None
 
 
 def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
@@ -208,10 +208,8 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
     fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
-    slots: dict[int, int] = {}
+    regions = CacheRegions(store, "_cache", fingerprint)
     for shard in shards[:1] if only_first_shard else shards:
-        slot = slots.get(shard.file_index, 0)
-        slots[shard.file_index] = slot + 1
         keys: list[str] = []
         for raw in read_shard(spec, shard):
             record = preprocess(to_item(spec, raw))
@@ -219,39 +217,34 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
                 continue
             item = record.to_scoring_item()
             keys += [pair_key(fingerprint, item, p) for p in range(len(item.contexts))]
-        table = pa.table(
-            {"pair_key": keys, "relevant": [True] * len(keys), "judge_reason": ["r"] * len(keys)},
-            schema=CACHE_SCHEMA,
-        )
-        path = slot_path(store, "_cache", fingerprint, shard.file_index, slot)
-        store.write_parquet_atomic(path, table)
+        regions.save(shard.file_index, shard.slot, {key: (True, "r") for key in keys})
 
 
 def test_cache_share(sample: tuple[Path, list[dict[str, Any]]]) -> None:
     data, _ = sample
     config = write_config(data.parent.parent, data)
     model = "judge.model=openai/gpt-4o-mini"
-    before = run(config, model)["cache"]
-    assert before["share"] == 0.0 and not before["used"]
+    before = run(config, model).cache
+    assert before.share == 0.0 and not before.used
     assert not (data.parent.parent / "out").exists()  # estimating creates nothing
 
     write_cache(config, only_first_shard=True)
-    partial = run(config, model)["cache"]
-    assert partial["used"]
-    assert 0.0 < partial["share"] < 1.0
+    partial = run(config, model).cache
+    assert partial.used
+    assert 0.0 < partial.share < 1.0
 
     write_cache(config)
     full = run(config, model)
-    assert full["cache"]["share"] == 1.0
-    assert full["cache"]["cached_pairs"] == full["context_pairs"]
-    assert full["cache"]["calls_after_cache"] == 0
+    assert full.cache.share == 1.0
+    assert full.cache.cached_pairs == full.context_pairs
+    assert full.cache.calls_after_cache == 0
     # reasons are never cached
-    with_reason = run(config, model, "scorer.reason=llm")["cache"]
-    assert with_reason["calls_after_cache"] == ITEMS
+    with_reason = run(config, model, "scorer.reason=llm").cache
+    assert with_reason.calls_after_cache == ITEMS
     # the lexical judge does not use the cache; a disabled cache is not consulted
-    lexical = run(config)["cache"]
-    assert not lexical["used"] and "lexical" in lexical["note"]
-    assert run(config, model, "cache.enabled=false")["cache"]["share"] == 0.0
+    lexical = run(config).cache
+    assert not lexical.used and "lexical" in lexical.note
+    assert run(config, model, "cache.enabled=false").cache.share == 0.0
 
 
 def test_cli_table_json_and_no_secret(
@@ -282,6 +275,9 @@ def test_cli_table_json_and_no_secret(
     assert ctxprec(["estimate", *args, "--json"]) == 0
     parsed = json.loads(capsys.readouterr().out)
     assert parsed["context_pairs"] == expected_counts(rows)[0]
+    # the JSON is the typed record, field for field: it reads back as the same estimate
+    loaded = load_config(config, ["judge.model=openai/gpt-4o-mini"])
+    assert Estimate.model_validate(parsed) == estimate(loaded)
     assert SECRET not in json.dumps(parsed)
 
     assert ctxprec(["estimate", "--config", str(config.parent / "missing.yaml")]) == 2
@@ -304,18 +300,18 @@ def test_batch_mode_is_priced_at_the_batch_price_and_counts_its_batches(
     batch = run(config, model, "judge.mode=batch", "judge.batch.max_requests_per_batch=40")
     _, calls = expected_counts(rows)
     # litellm knows gpt-4o-mini's batch price: half its online price, tokens for tokens.
-    assert batch["cost_usd"] == pytest.approx(online["cost_usd"] / 2)
-    assert batch["cost_note"] == "at litellm's batch price for openai/gpt-4o-mini"
-    assert batch["wall_time"]["seconds"] is None and "24h" in batch["wall_time"]["basis"]
-    plan = batch["batch"]
-    assert plan["requests"] == calls and plan["batches"] == math.ceil(calls / 40)
-    assert plan["bytes"] > plan["requests"] * 1000  # whole request lines, system prompt included
-    assert online["batch"] is None
+    assert batch.cost_usd == pytest.approx(online.cost_usd / 2)
+    assert batch.cost_note == "at litellm's batch price for openai/gpt-4o-mini"
+    assert batch.wall_time.seconds is None and "24h" in batch.wall_time.basis
+    plan = batch.batch
+    assert plan.requests == calls and plan.batches == math.ceil(calls / 40)
+    assert plan.bytes > plan.requests * 1000  # whole request lines, system prompt included
+    assert online.batch is None
     # A model with an online price but no batch price: half, and the estimate says ASSUMED.
     assumed = run(config, "judge.model=gpt-3.5-turbo", "judge.mode=batch")
     full = run(config, "judge.model=gpt-3.5-turbo")
-    assert assumed["cost_usd"] == pytest.approx(full["cost_usd"] / 2)
-    assert assumed["cost_note"].startswith("ASSUMED: half of litellm's online price")
+    assert assumed.cost_usd == pytest.approx(full.cost_usd / 2)
+    assert assumed.cost_note.startswith("ASSUMED: half of litellm's online price")
     assert (
         ctxprec(["estimate", "--config", str(config), "--set", model, "--set", "judge.mode=batch"])
         == 0
@@ -348,8 +344,8 @@ judge:
         encoding="utf-8",
     )
     result = run(config)
-    assert result["items"] == {**result["items"], "valid": 7, "invalid": 0}
-    assert result["judge_calls"]["total"] == 14
+    assert (result.items.valid, result.items.invalid) == (7, 0)
+    assert result.judge_calls.total == 14
     prompts = [
         verdict_messages(ScoringItem(row["question"], "", tuple(row["contexts"])), [position])
         for row in rows
@@ -357,4 +353,4 @@ judge:
     ]
     assert all("retrieval-only" in messages[-1]["content"] for messages in prompts)
     chars = sum(len(m["content"]) for messages in prompts for m in messages)
-    assert result["prompt_tokens"]["total_chars"] == chars
+    assert result.prompt_tokens.total_chars == chars

@@ -15,14 +15,16 @@ from pathlib import Path
 import pytest
 
 from jobs.config import JobConfig, parse_config
-from jobs.engine.driver import resolve_location, run_job
+from jobs.engine.driver import resolve_location
 from jobs.engine.lease import RunLease, RunLocked
-from jobs.engine.worker import ShardContext, run_shard, shard_paths
+from jobs.engine.worker import run_shard
 from jobs.factory import input_spec
 from jobs.inputs import list_input_files, plan_shards
+from jobs.job import run_job
 from jobs.storage import Store, open_store
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import FatalJudgeError, StorageError
+from tests.support.job import shard_context, shard_files
 
 
 def lease_at(store: Store, run_id: str = "r1") -> RunLease:
@@ -107,11 +109,11 @@ def staged_run(tmp_path: Path) -> tuple[JobConfig, Store, list[str]]:
     assert len(shards) == 3
     location = resolve_location(config)
     store = open_store(config.output.path)
-    context = ShardContext(config=config, staging=location.staging)
+    context = shard_context(config, location.staging)
     items_files = []
     for number, shard in enumerate(shards):
-        assert run_shard(shard, number, number, context).items > 0
-        items_files.append(shard_paths(store, location.staging, shard.shard_id)[1])
+        assert run_shard(shard, number, context).items > 0
+        items_files.append(shard_files(store, location.staging, shard.shard_id)[1])
     return config, store, items_files
 
 

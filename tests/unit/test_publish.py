@@ -19,9 +19,11 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from jobs.engine.publish import Published, RunLocation, ScoresDisagree, publish_run
-from jobs.engine.worker import error_row, item_row, shard_paths, verdict_rows
+from jobs.engine.publish import Published, ScoresDisagree, publish_run
+from jobs.engine.rows import error_row, item_row, verdict_rows
 from jobs.inputs import ItemRecord, RowError
+from jobs.layout import RunLocation
+from jobs.records import RunManifest
 from jobs.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
@@ -34,6 +36,7 @@ from jobs.storage import Store, open_store
 from jobs.tools.runs import summary_from_frame
 from scorer_core.precision import context_precision
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
+from tests.support.job import shard_files
 
 SOURCE = "/data/in.jsonl"
 SCALE = 10
@@ -93,7 +96,7 @@ class Shard:
         self.items.append(error_row(error, self.seq(), "lexical", first, self.tables))
 
     def write(self, store: Store) -> None:
-        verdicts_path, items_path = shard_paths(store, LOCATION.staging, f"shard-{self.number:05d}")
+        verdicts_path, items_path = shard_files(store, LOCATION.staging, f"shard-{self.number:05d}")
         store.write_parquet_atomic(
             verdicts_path,
             pa.Table.from_pylist(self.verdicts, schema=self.tables.staged_verdicts.arrow),
@@ -129,7 +132,7 @@ def publish(store: Store, *, verify_scores: bool = False) -> Published:
         LOCATION,
         model="lexical",
         scale=SCALE,
-        manifest={"run_id": LOCATION.run_id},
+        manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
         verify_scores=verify_scores,
     )
 
@@ -251,7 +254,7 @@ def test_carried_columns_are_published_with_their_types_and_summarised_by(
         LOCATION,
         model="lexical",
         scale=SCALE,
-        manifest={},
+        manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
         tables=CARRIED,
         segment_by=["retriever", "day"],
     )

@@ -17,10 +17,10 @@ import pytest
 from markupsafe import escape
 
 from jobs.cli import build_parser
+from jobs.cli import main as ctxprec
 from jobs.engine.aggregate import BANDS
 from jobs.engine.response_formats import RunResponseFormat
 from jobs.storage import open_store
-from jobs.tools import report
 from jobs.tools.report import charts
 from jobs.tools.report.queries import WORST_QUERIES
 from jobs.tools.runs import load_run
@@ -183,10 +183,10 @@ def test_html_path_and_unknown_baseline(
     runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = tmp_path / "out" / "page.html"
-    code = report.main([runs.base, "--output", str(runs.output), "--html", str(target)])
+    code = ctxprec(["report", runs.base, "--output", str(runs.output), "--html", str(target)])
     assert code == 0
     assert target.read_text(encoding="utf-8").count("<svg") == CHARTS
-    code = report.main([runs.base, "--baseline", "yesterday", "--output", str(runs.output)])
+    code = ctxprec(["report", runs.base, "--baseline", "yesterday", "--output", str(runs.output)])
     assert code == 2
     err = capsys.readouterr().err
     assert "'yesterday' not found" in err and runs.base in err and runs.cand in err
@@ -205,7 +205,7 @@ def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
     zeros = [Query(f"zero-{i:02d}", [False, False]) for i in range(24)]
     publish(open_store(str(tmp_path)), "wide", [wide, *zeros, Query("top", [True])])
     target = tmp_path / "wide.html"
-    assert report.main(["wide", "--output", str(tmp_path), "--html", str(target)]) == 0
+    assert ctxprec(["report", "wide", "--output", str(tmp_path), "--html", str(target)]) == 0
     page = target.read_text(encoding="utf-8")
     worst = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
     first_row = worst.split("<tr>")[2].split("</tr>")[0]
@@ -237,7 +237,7 @@ def test_segments_section_shows_each_segments_summary_and_shift(tmp_path: Path) 
     before, after = segmented_runs(store)
     target = tmp_path / "segments.html"
     argv = [after, "--baseline", before, "--output", str(tmp_path), "--html", str(target)]
-    assert report.main(argv) == 0
+    assert ctxprec(["report", *argv]) == 0
     page = target.read_text(encoding="utf-8")
     assert page.count("<svg") == CHARTS + 1 + BASELINE_CHARTS + 1  # + mean and shift by segment
     section = page.split('<section id="segments">', 1)[1].split("</section>", 1)[0]

@@ -11,8 +11,8 @@ import pytest
 
 from jobs.config import parse_config
 from jobs.engine.manifest import judge_facts_of_run
+from jobs.engine.messages import JudgeFacts, ShardReport
 from jobs.engine.response_formats import RunResponseFormat, combine
-from jobs.engine.worker import ShardReport
 from jobs.factory import build_judge, judge_endpoint, response_format_summary
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import DroppedForm
@@ -141,15 +141,15 @@ def test_the_manifest_records_the_combined_form_of_every_shard() -> None:
     reports = [
         ShardReport(
             "a",
-            judge={"transport": "http", "response_format": report("json_object", dropped=dropped)},
+            judge=JudgeFacts("http", report("json_object", dropped=dropped)),
         ),
         # Another worker process whose endpoint took json_schema, reporting last.
-        ShardReport("b", judge={"transport": "http", "response_format": report("json_schema")}),
+        ShardReport("b", judge=JudgeFacts("http", report("json_schema"))),
         ShardReport("c", skipped=True),  # staged by an earlier attempt: no judge facts
     ]
     facts = judge_facts_of_run(reports)
     assert facts["transport"] == "http"
-    combined = combine(r.judge.get("response_format") for r in reports)
+    combined = combine(r.judge.response_format for r in reports)
     assert combined is not None and combined.shards == 2
     # The weakest confirmed form, not whichever shard reported last.
     assert facts["response_format"] == combined.to_dict()

@@ -1,5 +1,5 @@
 """jobs.schema: the one definition of every table, its derived Arrow and Polars schemas, the
-row builder's key check, and the README's "Output" section kept in step with it."""
+row builder's key check, and the "Columns" section of docs/output.md kept in step with it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from jobs.schema import (
 )
 from tests.support.paths import REPO
 
-README = REPO / "README.md"
+OUTPUT_PAGE = REPO / "docs" / "output.md"
 ALL_TABLES = (
     STAGED_ITEMS,
     STAGED_VERDICTS,
@@ -153,14 +153,15 @@ def test_summary_docs_name_exactly_the_metrics_and_bands_written() -> None:
     assert bands == ["band_count", *(label for label, _, _ in BANDS), "scorer_core.score_band"]
 
 
-# -- the README's "Output" section ------------------------------------------------------------
+# -- the "Columns" section of docs/output.md ---------------------------------------------------
 
 
-def readme_tables() -> dict[str, list[tuple[str, str, str]]]:
-    """Per table named in the README's Output section: its (column, type, meaning) rows."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n### Output\n")
-    end = text.index("\n## ", start)
+def documented_tables() -> dict[str, list[tuple[str, str, str]]]:
+    """Per table named in docs/output.md's Columns section: its (column, type, meaning) rows."""
+    text = OUTPUT_PAGE.read_text(encoding="utf-8")
+    start = text.index("\n## Columns\n")
+    end = text.find("\n## ", start + 1)
+    end = len(text) if end == -1 else end
     tables: dict[str, list[tuple[str, str, str]]] = {}
     current: list[tuple[str, str, str]] | None = None
     for line in text[start:end].splitlines():
@@ -174,16 +175,16 @@ def readme_tables() -> dict[str, list[tuple[str, str, str]]]:
     return tables
 
 
-def test_readme_lists_every_published_column_and_nothing_else() -> None:
-    documented = readme_tables()
+def test_the_output_page_lists_every_published_column_and_nothing_else() -> None:
+    documented = documented_tables()
     assert set(documented) == {table.name for table in PUBLISHED}
     for table in PUBLISHED:
         names = [name for name, _, _ in documented[table.name]]
-        assert names == list(table.names), f"README's {table.name} columns"
+        assert names == list(table.names), f"docs/output.md's {table.name} columns"
 
 
-def test_readme_gives_each_column_the_schemas_type_and_meaning() -> None:
-    documented = readme_tables()
+def test_the_output_page_gives_each_column_the_schemas_type_and_meaning() -> None:
+    documented = documented_tables()
     for table in PUBLISHED:
         expected = [(c.name, c.type, c.doc) for c in table.columns]
-        assert documented[table.name] == expected, f"README's {table.name} table"
+        assert documented[table.name] == expected, f"docs/output.md's {table.name} table"

@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from jobs.cli import main as ctxprec
 from jobs.storage import open_store
-from jobs.tools import compare, report
 from tests.support.labelled import FILES, labelled_queries, needs_the_files, read_rows
 from tests.support.published import publish
 
@@ -33,8 +33,9 @@ def test_compare_and_report_on_labelled_data(name: str, tmp_path: Path) -> None:
 
     table = tmp_path / "changes.parquet"
     with redirect_stdout(io.StringIO()):
-        code = compare.main(
+        code = ctxprec(
             [
+                "compare",
                 "base",
                 "reversed",
                 "--output",
@@ -54,8 +55,17 @@ def test_compare_and_report_on_labelled_data(name: str, tmp_path: Path) -> None:
     html = tmp_path / "report.html"
     with redirect_stdout(io.StringIO()):
         assert (
-            report.main(
-                ["reversed", "--baseline", "base", "--output", str(out), "--html", str(html)]
+            ctxprec(
+                [
+                    "report",
+                    "reversed",
+                    "--baseline",
+                    "base",
+                    "--output",
+                    str(out),
+                    "--html",
+                    str(html),
+                ]
             )
             == 0
         )

@@ -480,9 +480,9 @@ def test_estimate_counts_only_the_items_a_sampled_run_judges(tmp_path: Path) -> 
         "sample": {"per_segment": 10, "by": ["retriever"], "seed": 4},
     }
     result = estimate.estimate(parse_config(raw), sample=50)
-    assert result["items"]["valid"] == 40  # 10 of each of the 4 retrievers
+    assert result.items.valid == 40  # 10 of each of the 4 retrievers
     del raw["sample"]
-    assert estimate.estimate(parse_config(raw), sample=50)["items"]["valid"] == 200
+    assert estimate.estimate(parse_config(raw), sample=50).items.valid == 200
 
 
 # -- the judge canary ---------------------------------------------------------------------------
@@ -507,11 +507,12 @@ def test_the_canary_is_calibrates_agreement_and_bad_labels_name_the_file(tmp_pat
     config = parse_config(raw)
     metrics = dict(judge_canary(config))
     expected = calibrate.calibrate(config, str(labels))
+    assert expected.items.ok == 30
     assert metrics == {
-        "canary_items": 30.0,
-        "canary_kappa": expected["per_context"]["cohen_kappa"],
-        "canary_precision": expected["per_context"]["precision"],
-        "canary_recall": expected["per_context"]["recall"],
+        "canary_items": float(expected.items.ok),
+        "canary_kappa": expected.per_context.cohen_kappa,
+        "canary_precision": expected.per_context.precision,
+        "canary_recall": expected.per_context.recall,
     }
     assert judge_canary(parse_config({"input": raw["input"]})) == ()  # no canary
     broken = tmp_path / "broken.jsonl"

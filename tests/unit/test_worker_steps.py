@@ -12,14 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.config import JobConfig, parse_config
-from jobs.engine.worker import (
-    ShardContext,
-    error_row,
-    item_row,
-    run_shard,
-    shard_paths,
-    verdict_rows,
-)
+from jobs.engine.rows import error_row, item_row, verdict_rows
+from jobs.engine.worker import run_shard
 from jobs.factory import input_spec
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
 from jobs.inputs import validate_record as preprocess
@@ -30,7 +24,7 @@ from scorer_core.reasons import template_reason
 from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
 from tests.support.fakes import JudgeFactory
-from tests.support.job import COLUMNS, lexical_flags, llm_judge
+from tests.support.job import COLUMNS, lexical_flags, llm_judge, shard_context, shard_files
 
 
 def record(**overrides: Any) -> ItemRecord:
@@ -254,17 +248,17 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
     shards = plan_shards(spec, files, shard_size)
     assert (len(shards) == 1) == (shard_size == 1000)
     store = open_store(config.output.path)
-    context = ShardContext(config=config, staging="_staging/run_id=t1")
+    context = shard_context(config, "_staging/run_id=t1")
 
-    reports = [run_shard(shard, number, number, context) for number, shard in enumerate(shards)]
+    reports = [run_shard(shard, number, context) for number, shard in enumerate(shards)]
     assert not any(r.skipped or r.fatal for r in reports)
     # the offline judge negotiates nothing
-    assert all("response_format" not in r.judge for r in reports)
+    assert all(r.judge.response_format is None for r in reports)
     assert sum(r.items for r in reports) == len(lines)
 
     items_tables, verdict_tables = [], []
     for shard, report in zip(shards, reports, strict=True):
-        verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
+        verdicts_path, items_path = shard_files(store, context.staging, shard.shard_id)
         items = pq.read_table(items_path)
         verdicts = pq.read_table(verdicts_path)
         assert items.schema == STAGED_ITEMS.arrow
@@ -337,7 +331,7 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
 
     # Rerunning a finished shard skips it and rewrites nothing.
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.parquet")}
-    again = [run_shard(shard, number, number, context) for number, shard in enumerate(shards)]
+    again = [run_shard(shard, number, context) for number, shard in enumerate(shards)]
     assert all(r.skipped for r in again)
     assert all(r.items == 0 and r.statuses == {} for r in again)
     after = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*.parquet")}
@@ -352,12 +346,12 @@ def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) ->
     spec = input_spec(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
     store = open_store(config.output.path)
-    context = ShardContext(config=config, staging="_staging/run_id=t2")
-    first = run_shard(shard, 0, 0, context)
-    verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
+    context = shard_context(config, "_staging/run_id=t2")
+    first = run_shard(shard, 0, context)
+    verdicts_path, items_path = shard_files(store, context.staging, shard.shard_id)
     expected = pq.read_table(items_path)
     Path(items_path).unlink()
-    second = run_shard(shard, 0, 0, context)
+    second = run_shard(shard, 0, context)
     assert not second.skipped
     assert second.items == first.items == 12
     assert pq.read_table(items_path).equals(expected)
@@ -385,11 +379,11 @@ def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     config = http_judge_config(source, tmp_path / "out", server, cache=False)
     spec = input_spec(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 100)
-    report = run_shard(shard, 0, 0, ShardContext(config, "_staging/run_id=dup"))
+    report = run_shard(shard, 0, shard_context(config, "_staging/run_id=dup"))
     assert server.stats()["total_requests"] == 2
     assert report.items == 3 and report.statuses == {"ok": 2, "error": 1}
     store = open_store(str(tmp_path / "out"), {})
-    _, items_path = shard_paths(store, "_staging/run_id=dup", shard.shard_id)
+    _, items_path = shard_files(store, "_staging/run_id=dup", shard.shard_id)
     items = pq.read_table(items_path).to_pylist()
     duplicate = items[2]
     assert duplicate["status"] == "error" and duplicate["calls"] == 0
@@ -415,15 +409,15 @@ def test_shards_of_one_process_share_one_negotiation_and_report_it(
     spec = input_spec(config)
     shards = plan_shards(spec, list_input_files(spec), 3)
     assert len(shards) == 2
-    context = ShardContext(config, "_staging/run_id=forms")
-    reports = [run_shard(shard, n, n, context) for n, shard in enumerate(shards)]
+    context = shard_context(config, "_staging/run_id=forms")
+    reports = [run_shard(shard, n, context) for n, shard in enumerate(shards)]
     stats = server.stats()
     assert [r.statuses for r in reports] == [{"ok": 3}, {"ok": 3}]
     assert stats["response_format_rejections"] == {"json_schema": 1}
     assert stats["by_response_format"] == {"json_schema": 1, "json_object": 6}
     for report in reports:
-        assert report.judge["transport"] == "http"
-        negotiated = report.judge["response_format"]
+        assert report.judge.transport == "http"
+        negotiated = report.judge.response_format
         assert negotiated["endpoint"] == server.url
         assert negotiated["in_use"] == "json_object"
         assert negotiated["confirmed"] is True
@@ -463,11 +457,11 @@ def test_run_shard_writes_the_carried_columns_with_their_types(tmp_path: Path) -
         ]
     )
     (shard,) = plan_shards(spec, files, 100)
-    context = ShardContext(config, "_staging/run_id=carry", tables=tables)
-    report = run_shard(shard, 0, 0, context)
+    context = shard_context(config, "_staging/run_id=carry", tables=tables)
+    report = run_shard(shard, 0, context)
     assert report.statuses == {"ok": 5, "error": 2}
     store = open_store(str(tmp_path / "out"))
-    verdicts_path, items_path = shard_paths(store, context.staging, shard.shard_id)
+    verdicts_path, items_path = shard_files(store, context.staging, shard.shard_id)
     items = pq.read_table(items_path)
     assert items.schema == tables.staged_items.arrow
     assert items.schema.field("shard").type == pa.int64()

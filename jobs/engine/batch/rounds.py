@@ -39,13 +39,10 @@ from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.publish import RunLocation
+from jobs.engine.messages import ShardReport
+from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
-from jobs.engine.worker import ShardReport
 from jobs.formatting import duration
-from jobs.inputs import Shard
-from jobs.schema import RunSchema
-from jobs.storage import Store
 from scorer_core.errors import CtxPrecError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
@@ -88,36 +85,27 @@ class BatchRounds:
 
     def __init__(
         self,
-        config: JobConfig,
-        location: RunLocation,
-        shards: Sequence[Shard],
-        store: Store,
+        plan: RunPlan,
         out: TextIO,
         *,
         heartbeat: Callable[[], None] = lambda: None,
-        tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
-        duplicates: frozenset[str] = frozenset(),
         provider: LiteLLMBatches | None = None,
         sleep: Sleeper = real_sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._config = config
-        self._location = location
-        self._shards = list(shards)
-        self._store = store
+        self._run = plan
+        self._config = plan.config
+        self._location = plan.location
+        self._shards = list(plan.shards)
+        self._store = plan.store
         self._out = out
         self._heartbeat = heartbeat
-        # The run's tables with its carried columns: every pass stages shards with them.
-        self._tables = tables
-        # The shards with later occurrences marked by the look-ahead (jobs.engine.lookahead):
-        # every pass writes those rows as duplicates and asks nothing for them.
-        self._duplicates = duplicates
         self._sleep = sleep
         self._clock = clock
         self._provider = provider or LiteLLMBatches.for_config(
-            config, config.judge.api_key(), sleep=sleep
+            plan.config, plan.config.judge.api_key(), sleep=sleep
         )
-        self._layout = BatchLayout(store, location.staging)
+        self._layout = BatchLayout(plan.store, plan.location.staging)
         self._result = BatchRunResult()
 
     # -- the whole thing ------------------------------------------------------------------------
@@ -160,11 +148,7 @@ class BatchRounds:
     # -- pass and plan --------------------------------------------------------------------------
 
     def _staged(self) -> set[str]:
-        return {
-            path.rsplit("/", 1)[-1].removesuffix(".parquet")
-            for path in self._store.list(self._store.join(self._location.staging, "items"))
-            if not path.rsplit("/", 1)[-1].startswith(".")
-        }
+        return self._run.staging.staged_shards()
 
     def _pass(self, round_number: int) -> list[str]:
         """Run round `round_number`'s pass on the shards that need it; the shards left waiting
@@ -188,15 +172,7 @@ class BatchRounds:
             self._result.add_time("ray_start", time.monotonic() - before)
             started += time.monotonic() - before
             fanned = fan_out(
-                self._config,
-                self._location,
-                self._shards,
-                todo,
-                self._out,
-                heartbeat=self._heartbeat,
-                tables=self._tables,
-                duplicates=self._duplicates,
-                batch_round=round_number,
+                self._run, todo, self._out, heartbeat=self._heartbeat, batch_round=round_number
             )
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
             fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
@@ -463,31 +439,12 @@ def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: in
 
 
 def run_batches(
-    config: JobConfig,
-    location: RunLocation,
-    shards: Sequence[Shard],
-    store: Store,
+    plan: RunPlan,
     out: TextIO,
     *,
     heartbeat: Callable[[], None] = lambda: None,
-    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
-    duplicates: frozenset[str] = frozenset(),
     sleep: Sleeper = real_sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchRunResult:
-    """Batch mode's rounds for one run (see the module doc); every shard is staged after.
-    `tables`: the run's tables with its carried columns, as the passes stage them;
-    `duplicates`: the shards with rows the look-ahead marked as later occurrences."""
-    rounds = BatchRounds(
-        config,
-        location,
-        shards,
-        store,
-        out,
-        heartbeat=heartbeat,
-        tables=tables,
-        duplicates=duplicates,
-        sleep=sleep,
-        clock=clock,
-    )
-    return rounds.run()
+    """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
+    return BatchRounds(plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock).run()

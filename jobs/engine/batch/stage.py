@@ -19,24 +19,18 @@ asks about.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from jobs.cache import CACHE_SCHEMA, VerdictCache, pair_key
+from jobs.cache import VerdictCache, decode_entries, pair_key, write_entries
 from jobs.config import JobConfig
 from jobs.engine.batch.judge import BatchJudge, OnlineAsk, ReplayClient, Reply
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
 from jobs.inputs import ItemRecord, Shard
+from jobs.layout import index_in_shard
 from jobs.storage import Store
 from scorer_core.types import ScoringItem
-
-# item_seq's lower bits: the item's index within its shard (jobs.engine.worker).
-_INDEX_MASK = (1 << 32) - 1
 
 
 @dataclass
@@ -67,22 +61,11 @@ class ShardPass:
         frozen: VerdictCache | None = None
         path = layout.frozen_cache(shard.shard_id)
         if store.exists(path):
-            table = pq.read_table(io.BytesIO(store.read_bytes(path)))
-            frozen = VerdictCache(
-                known={
-                    key: (bool(relevant), reason or "")
-                    for key, relevant, reason in zip(
-                        table.column("pair_key").to_pylist(),
-                        table.column("relevant").to_pylist(),
-                        table.column("judge_reason").to_pylist(),
-                        strict=True,
-                    )
-                }
-            )
+            frozen = VerdictCache(known=decode_entries(store.read_bytes(path)))
         # Items with the same content share their requests (and replies): the last key wins,
         # the same in every pass.
         keys = {
-            record.to_scoring_item(): item_key(shard_number, seq & _INDEX_MASK)
+            record.to_scoring_item(): item_key(shard_number, index_in_shard(seq))
             for seq, record in records
         }
         return cls(
@@ -127,17 +110,7 @@ class ShardPass:
                     key = pair_key(fingerprint, item, position)
                     if key in cache.known:
                         used[key] = cache.known[key]
-            layout.store.write_parquet_atomic(
-                layout.frozen_cache(shard_id),
-                pa.table(
-                    {
-                        "pair_key": list(used),
-                        "relevant": [value[0] for value in used.values()],
-                        "judge_reason": [value[1] for value in used.values()],
-                    },
-                    schema=CACHE_SCHEMA,
-                ),
-            )
+            write_entries(layout.store, layout.frozen_cache(shard_id), used)
         if self.client.online_replies:
             layout.write_replies(
                 shard_id,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from typing import TextIO
 
 from jobs.tools.report.page import render_report
@@ -61,10 +60,3 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     )
     out.write(f"report: {written}\n")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m jobs.tools.report`: `ctxprec report` on its own."""
-    from jobs.cli import main as ctxprec
-
-    return ctxprec(["report", *(sys.argv[1:] if argv is None else argv)])

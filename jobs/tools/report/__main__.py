@@ -1,7 +1,8 @@
-"""`python -m jobs.tools.report`: the `ctxprec report` command on its own."""
+"""`python -m jobs.tools.report`: the `ctxprec report` command on its own (entry-point code,
+the CLI's layer: the command's arguments are the CLI's)."""
 
 import sys
 
-from jobs.tools.report import main
+from jobs.cli import main
 
-sys.exit(main())
+sys.exit(main(["report", *sys.argv[1:]]))

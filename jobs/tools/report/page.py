@@ -18,8 +18,7 @@ import jinja2
 from markupsafe import Markup
 
 from jobs import formatting as fmt
-from jobs.engine.aggregate import RunSummary, Segment, band_range
-from jobs.engine.response_formats import RunResponseFormat
+from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
 from jobs.tools.compare import (
     DEFAULT_MIN_EFFECT,
     DEFAULT_MIN_SEGMENT_SIZE,
@@ -39,6 +38,7 @@ from jobs.tools.report.charts import (
     chart,
 )
 from jobs.tools.runs import PublishedRun
+from scorer_core.capabilities import is_offline
 
 MAX_CHIPS = 40
 MAX_CHART_POSITIONS = 40
@@ -123,13 +123,20 @@ class Cost:
 # sections
 
 
+def _recorded(run: PublishedRun, name: str) -> str:
+    """A manifest field as text, "–" when the run did not record it."""
+    manifest = run.manifest
+    if manifest is None or name not in manifest.model_fields_set:
+        return "–"
+    return str(getattr(manifest, name))
+
+
 def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
-    m = run.manifest
     return [
         ("date", run.run_date.isoformat()),
         ("judge model", run.judge_model),
-        ("prompt version", str(m.get("prompt_version", "–"))),
-        ("published", str(m.get("published_at", "–"))),
+        ("prompt version", _recorded(run, "prompt_version")),
+        ("published", _recorded(run, "published_at")),
         ("score scale", f"{run.summary.scale:g}"),
         ("structured output", _response_format(run.response_format)),
     ]
@@ -347,7 +354,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
 def _cost_text(cost: float | None, model: str) -> tuple[str, str]:
     if cost is not None:
         return fmt.usd(cost), "from litellm's price map"
-    if model == "lexical":
+    if is_offline(model):
         return fmt.usd(0.0), "offline lexical judge"
     return fmt.MISSING, "model not in litellm's price map"
 
@@ -370,11 +377,9 @@ def cost_view(run: PublishedRun) -> Cost:
         Card("seconds", "–" if seconds is None else f"{seconds:,.1f}", "wall clock"),
         Card("items / s", "–" if rate is None else f"{rate:,.1f}"),
     )
-    timings = run.manifest.get("timings_s")
-    if not isinstance(timings, dict):
-        timings = {}
-    stages = tuple((str(name), _text(seconds)) for name, seconds in timings.items())
-    return Cost(cards=cards, stages=stages, shards=_text(run.manifest.get("shards", "–")))
+    timings = run.manifest.timings_s if run.manifest is not None else {}
+    stages = tuple((name, _text(seconds)) for name, seconds in timings.items())
+    return Cost(cards=cards, stages=stages, shards=_recorded(run, "shards"))
 
 
 def _text(value: object) -> str:

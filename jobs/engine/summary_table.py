@@ -9,6 +9,7 @@ from typing import Any
 from jobs import formatting as fmt
 from jobs.engine.aggregate import RunSummary, band_range
 from jobs.engine.response_formats import RunResponseFormat
+from jobs.records import JudgeRecord
 
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
@@ -21,7 +22,7 @@ _MAX_REASON_CHARS = 160
 
 
 def format_summary_table(
-    summary: RunSummary, where: str, judge: Mapping[str, Any] | None = None
+    summary: RunSummary, where: str, judge: JudgeRecord | Mapping[str, Any] | None = None
 ) -> str:
     """A compact fixed-width text table of `summary`, ending with where the results are.
 
@@ -86,33 +87,33 @@ def format_summary_table(
         line("estimated cost", cost),
     ]
     lines += _canary_lines(summary, line)
-    lines += _judge_lines(summary, judge or {}, line)
+    record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
+    lines += _judge_lines(summary, record, line)
     lines += [rule, f"results: {where}"]
     return "\n".join(lines)
 
 
 def _judge_lines(
-    summary: RunSummary, judge: Mapping[str, Any], line: Callable[[str, str], str]
+    summary: RunSummary, judge: JudgeRecord, line: Callable[[str, str], str]
 ) -> list[str]:
     """How the requests went: transport, structured-output form, in-flight budget, latency."""
     lines: list[str] = []
-    if judge.get("mode") == "batch":
+    if judge.mode == "batch":
         lines.append(
             line(
                 "mode",
-                f"batch: {fmt.integer(judge.get('batches'))} in "
-                f"{fmt.integer(judge.get('rounds'))} round(s)",
+                f"batch: {fmt.integer(judge.batches)} in {fmt.integer(judge.rounds)} round(s)",
             )
         )
-        price = str(judge.get("price") or "")
+        price = judge.price or ""
         lines.append(
             line("priced at", "ASSUMED half price" if "ASSUMED" in price else "batch price")
         )
-    if judge.get("transport"):
-        lines.append(line("transport", str(judge["transport"])))
-    negotiated = judge.get("response_format")
-    if isinstance(negotiated, Mapping) and negotiated.get("in_use"):
-        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated), line)
+    if judge.transport:
+        lines.append(line("transport", judge.transport))
+    negotiated = judge.response_format
+    if negotiated is not None and negotiated.in_use:
+        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated.model_dump()), line)
     flow = dict(summary.flow)
     if flow:
         lines.append(

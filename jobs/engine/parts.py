@@ -1,0 +1,57 @@
+"""What the engine is handed to run a config: the engine's whole contract with `jobs.factory`.
+
+The factory turns a job config into these parts (the input and how to read it, how to build
+the judge in each worker, where the verdict cache is, what the judge can do); the engine runs
+them and never builds a judge or reads a config's judge settings itself. Everything here is
+picklable: the parts travel to every Ray worker inside the `ShardContext`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Protocol, TextIO
+
+from jobs.cache import CacheSpec
+from jobs.inputs.records import ItemReader
+from scorer_core.capabilities import JudgeCapabilities
+from scorer_core.protocols import Judge, Limiter
+
+Gate = contextlib.AbstractAsyncContextManager[None]
+
+
+class CanaryJudge(Protocol):
+    """Judges the run's labelled canary in the driver process, fresh: the summary's canary
+    metrics (`jobs.engine.aggregate.CANARY_METRICS`, name and value)."""
+
+    def judge(self, out: TextIO | None = None) -> tuple[tuple[str, float | None], ...]: ...
+
+
+class JudgeMaker(Protocol):
+    """Builds the configured judge inside a worker (its event loop, its connection pool)."""
+
+    def build(self, limiter: Limiter | None, api_key: str | None, gate: Gate | None) -> Judge:
+        """The judge, paced by `limiter`, its requests in flight bounded by `gate` (a worker's
+        allowance of the run-wide budget) or, without one, by the configured concurrency."""
+        ...
+
+    def local_limiter(self) -> Limiter | None:
+        """The run's rate limit kept in this one process (None when no limit is set)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """A config's input, judge and cache, as the engine uses them."""
+
+    # How the items are read; None for traces (input.format otlp), which the run assembles
+    # into items first and reads with `ItemReader.for_config` (jobs.engine.traces).
+    reader: ItemReader | None
+    judges: JudgeMaker
+    capabilities: JudgeCapabilities
+    # The verdict cache, or None when the run does not use one.
+    cache: CacheSpec | None
+    # Whether repeated query ids across shards are found before judging (jobs.engine.lookahead).
+    find_duplicates_first: bool
+    # The judge canary (jobs.canary), judged by the driver before the items; None: none.
+    canary: CanaryJudge | None = None

@@ -1,0 +1,212 @@
+"""A shard's judge stage: online, or one pass of a batch round.
+
+A shard goes read -> judge stage -> rows -> commit whatever the mode (`jobs.engine.worker`).
+The stage is the part that differs: it gives the judge the shard's items are scored with (the
+verdict cache in front of it), counts the shard's progress its own way, and says after judging
+whether the shard can be committed now or waits for a batch round.
+
+- `OnlineStage`: the worker's judge asks the provider now; progress counts each item as it is
+  scored; verdicts judged in this shard answer its later items with the same pair.
+- `BatchPassStage` (judge.mode batch): a judge that answers from the replies of the batches
+  ingested so far and records every other request for the next round
+  (`jobs.engine.batch.stage.ShardPass`); a shard with requests left is not committed, and its
+  progress counts once, when it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from jobs.cache import CacheRegions, CachingJudge, Entries, VerdictCache, pair_key
+from jobs.config import JobConfig
+from jobs.engine.batch.judge import OnlineAsk
+from jobs.engine.batch.stage import ShardPass
+from jobs.engine.progress import BatchedCounter
+from jobs.engine.rows import NoCache, PairKeys
+from jobs.engine.shard_read import ShardRead
+from jobs.inputs import ItemRecord, Shard
+from jobs.storage import Store
+from scorer_core.protocols import Judge
+from scorer_core.types import ScoreResult
+
+
+class JudgeStage(Protocol):
+    """What a shard is judged with, and what is done once it is judged."""
+
+    # The judge the items are scored with (the verdict cache in front of the worker's judge).
+    judge: Judge
+    # The worker's own judge, for the facts it settled on (transport, structured output).
+    own_judge: Judge
+    pairs: PairKeys
+
+    def item_done(self, result: ScoreResult) -> None:
+        """One item was scored (progress)."""
+        ...
+
+    async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
+        """After judging: the requests left for a batch round (0: commit the shard now)."""
+        ...
+
+    def cache_entries(self, read: ShardRead) -> Entries | None:
+        """The cache entries to write back with the shard (None: nothing to write)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CachedPairs:
+    """The pair keys of a shard's contexts under a cache fingerprint, and which were known."""
+
+    cache: VerdictCache
+    fingerprint: str
+
+    def keys(self, record: ItemRecord) -> list[str]:
+        item = record.to_scoring_item()
+        return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
+
+    def cached(self, keys: Sequence[str]) -> Collection[int]:
+        return {position for position, key in enumerate(keys) if key in self.cache.known}
+
+    def entries(self, read: ShardRead) -> Entries:
+        """The entries the shard's items use now: its slot's new cache file."""
+        keys = [key for _, record in read.records for key in self.keys(record)]
+        return self.cache.entries_for(keys)
+
+
+def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
+    """Add one scored item to the progress counters."""
+    u = result.usage
+    counter.add(
+        items=1,
+        ok=int(result.status == "ok"),
+        unscored=int(result.status == "unscored"),
+        errors=int(result.status == "error"),
+        calls=u.calls,
+        rate_limited=u.rate_limited,
+        retries=u.retries,
+        cache_hits=u.cache_hits,
+    )
+
+
+def count_errors(counter: BatchedCounter, read: ShardRead) -> None:
+    """Add the shard's rows that are errors (not judged) to the progress counters."""
+    counter.add(items=len(read.errors), errors=len(read.errors))
+
+
+class OnlineStage:
+    """The worker's judge, asked now, with the shard's region of the verdict cache in front."""
+
+    def __init__(
+        self,
+        own_judge: Judge,
+        counter: BatchedCounter,
+        cache: VerdictCache | None,
+        fingerprint: str,
+    ) -> None:
+        self.own_judge = own_judge
+        self._counter = counter
+        self._cached = CachedPairs(cache, fingerprint) if cache is not None else None
+        self.judge: Judge = (
+            CachingJudge(own_judge, cache, fingerprint) if cache is not None else own_judge
+        )
+        self.pairs: PairKeys = self._cached or NoCache()
+
+    @classmethod
+    async def open(
+        cls,
+        own_judge: Judge,
+        counter: BatchedCounter,
+        regions: CacheRegions | None,
+        shard: Shard,
+        read: ShardRead,
+    ) -> OnlineStage:
+        """The stage for `shard`, its cache region loaded (in a thread: it reads files)."""
+        cache = None
+        if regions is not None:
+            cache = await asyncio.to_thread(regions.load, shard.file_index, shard.slot)
+        count_errors(counter, read)
+        return cls(own_judge, counter, cache, regions.fingerprint if regions else "")
+
+    def item_done(self, result: ScoreResult) -> None:
+        count_item(self._counter, result)
+
+    async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
+        self._counter.drain()
+        return 0
+
+    def cache_entries(self, read: ShardRead) -> Entries | None:
+        return self._cached.entries(read) if self._cached is not None else None
+
+
+class BatchPassStage:
+    """One pass of a batch round over a shard: answers from the batch replies ingested so far
+    and records the requests still unanswered for the next round."""
+
+    def __init__(
+        self,
+        own_judge: Judge,
+        shard_pass: ShardPass,
+        counter: BatchedCounter,
+        cache: VerdictCache | None,
+        fingerprint: str,
+    ) -> None:
+        self.own_judge = own_judge
+        self._pass = shard_pass
+        self._counter = counter
+        self._cache = cache
+        self._fingerprint = fingerprint
+        self._cached = CachedPairs(cache, fingerprint) if cache is not None else None
+        # A shard's requests must be the same in every pass: no fresh hits within the shard
+        # (which verdicts are fresh depends on the order replies arrive in).
+        self.judge: Judge = (
+            CachingJudge(own_judge, cache, fingerprint, fresh_hits=False)
+            if cache is not None
+            else own_judge
+        )
+        self.pairs: PairKeys = self._cached or NoCache()
+
+    @classmethod
+    async def open(
+        cls,
+        store: Store,
+        staging: str,
+        round_number: int,
+        config: JobConfig,
+        reask: OnlineAsk | None,
+        counter: BatchedCounter,
+        regions: CacheRegions | None,
+        shard: Shard,
+        number: int,
+        read: ShardRead,
+    ) -> BatchPassStage:
+        """The pass's stage for `shard`: its replies so far and the cache view it froze in
+        its first pass (else its cache region), read in a thread."""
+        shard_pass = await asyncio.to_thread(
+            ShardPass.load, store, staging, round_number, shard, number, read.records
+        )
+        cache = shard_pass.frozen_cache
+        if cache is None and regions is not None:
+            cache = await asyncio.to_thread(regions.load, shard.file_index, shard.slot)
+        own_judge = shard_pass.judge(config, reask)
+        fingerprint = regions.fingerprint if regions is not None else ""
+        return cls(own_judge, shard_pass, counter, cache, fingerprint)
+
+    def item_done(self, result: ScoreResult) -> None:
+        """Counted when the shard is staged: a pass may leave it waiting."""
+
+    async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
+        if self._pass.pending:
+            await asyncio.to_thread(self._pass.finish, self._cache, self._fingerprint, read.records)
+            # The pass's progress: items gone through, none of them final yet.
+            self._counter.add(items=len(read.records) + len(read.errors))
+        else:
+            count_errors(self._counter, read)
+            for result in results:
+                count_item(self._counter, result)
+        self._counter.drain()
+        return self._pass.pending
+
+    def cache_entries(self, read: ShardRead) -> Entries | None:
+        return self._cached.entries(read) if self._cached is not None else None

@@ -1,0 +1,549 @@
+"""Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into ordinary
+item Parquet, in bounded memory, whatever the number of spans or files.
+
+One item per retrieval span (docs/traces.md has the mapping). The spans of one trace may be in
+different files and in any order (children before their parents), so the join needs every span
+of a trace side by side. As the duplicate look-ahead partitions query ids
+(`jobs.engine.repeats`), spans are partitioned by a hash of their trace id:
+
+1. `stage_spans` (a task per group of input files): read the files line by line, keep each span's
+   compact row, and append it to the local Parquet file of its partition (a few thousand rows
+   buffered at a time); upload those files under `<folder>/spans/part-NNNNN/t-TTTTT.parquet`.
+2. `assemble_part` (a task per partition): read the partition's span files (every span of its
+   traces, from every file), join each retrieval with its trace's root span (output, carried
+   values) or the LLM span after it, and write `<folder>/items/part-NNNNN.parquet`.
+3. `assemble_traces` (the driver) runs both through a `Mapper` (Ray tasks in the job, a plain
+   loop in tests), decides the type of each carried attribute between them, and returns the
+   `TraceReport`; `<folder>` is under the run's staging, so the items can be inspected there
+   until the run is published, and a resumed run reads them again.
+
+Memory: a task holds one input line and its buffered rows (step 1) or one partition's spans
+(step 2, `PART_BYTES` of input each); the driver holds counts. The partition count grows with
+the input, so memory does not.
+
+What is skipped, and counted in the report: traces without a retrieval span; GenAI retrieval
+spans whose documents carry no text; repeated copies of a span (same trace and span id: a
+collector's retry); lines and spans that cannot be read (`Problem`s, with file and line).
+A retrieval whose query, documents or output is missing still becomes an item, and the job
+reports it as a row error like any other input row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import resource
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.inputs.listing import FileInfo, list_input_files
+from jobs.inputs.otlp import LLM, RETRIEVER, Problem, SpanRow, read_otlp_file
+from jobs.inputs.spec import InputSpec
+from jobs.storage import Store, filesystem, open_store
+from scorer_core.errors import InputError
+
+OutputFrom = Literal["root", "next_llm", "none"]
+
+BUILTIN_COLUMNS: tuple[str, ...] = ("trace_id", "span_name", "start_time", "otlp_source")
+"""Columns of the assembled items besides the item's fields; `input.carry` may name them."""
+PART_BYTES = 16 << 20
+"""Input bytes (uncompressed, estimated) per partition: what one assembly task holds."""
+TASK_BYTES = 32 << 20
+"""Input bytes (estimated) read by one span-staging task (at least one whole file)."""
+GZIP_RATIO = 8
+"""Estimated uncompressed bytes per gzipped byte of OTLP JSON (it compresses 8-12x)."""
+FLUSH_ROWS = 4096
+"""Span rows a staging task buffers before appending them to its partition files."""
+MAX_PARTS = 4096
+EXAMPLES = 10
+"""Problems quoted in the report (all are counted)."""
+
+R = TypeVar("R")
+Mapper = Callable[[Callable[..., R], Sequence[tuple[Any, ...]]], Iterator[R]]
+"""Runs `fn(*args)` for each args tuple, anywhere, and yields the results in any order."""
+
+
+def serial_map(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]]) -> Iterator[R]:
+    """A `Mapper` that runs every call here, one after another."""
+    return (fn(*args) for args in calls)
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """What every task needs (pickled to Ray tasks): where the staging folder is and how to
+    read the input."""
+
+    output_url: str
+    output_options: dict[str, Any]
+    folder: str
+    input_options: dict[str, Any]
+    carry: tuple[str, ...]
+    parts: int
+    output_from: OutputFrom = "root"
+    row_group_rows: int = 2000
+
+    def store(self) -> Store:
+        return open_store(self.output_url, self.output_options)
+
+
+@dataclass
+class SpanStats:
+    """What a span-staging task read."""
+
+    files: int = 0
+    spans: int = 0
+    problems: int = 0
+    examples: list[str] = field(default_factory=list)
+    kinds: dict[str, list[str]] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+
+
+@dataclass
+class PartStats:
+    """What an assembly task joined."""
+
+    spans: int = 0
+    duplicate_spans: int = 0
+    traces: int = 0
+    traces_without_retriever: int = 0
+    retrievals: int = 0
+    retrievals_without_text: int = 0
+    items: int = 0
+    items_without_output: int = 0
+    peak_rss_mb: float = 0.0
+
+
+@dataclass
+class TraceReport:
+    """The whole assembly, as the run's output and manifest report it."""
+
+    files: int = 0
+    spans: int = 0
+    malformed: int = 0
+    malformed_examples: list[str] = field(default_factory=list)
+    duplicate_spans: int = 0
+    traces: int = 0
+    traces_without_retriever: int = 0
+    retrievals: int = 0
+    retrievals_without_text: int = 0
+    items: int = 0
+    items_without_output: int = 0
+    partitions: int = 0
+    items_path: str = ""
+    carried_types: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TraceReport:
+        return cls(**data)
+
+    def summary(self) -> str:
+        """One line for the run's output."""
+        text = (
+            f"traces: {self.spans:,} span(s) in {self.files} file(s), {self.traces:,} trace(s) "
+            f"-> {self.items:,} item(s) from {self.retrievals:,} retrieval(s); skipped: "
+            f"{self.traces_without_retriever:,} trace(s) without a retrieval, "
+            f"{self.retrievals_without_text:,} retrieval(s) without document text, "
+            f"{self.duplicate_spans:,} repeated span(s), {self.malformed:,} malformed "
+            "line(s)/span(s)"
+        )
+        if self.malformed_examples:
+            text += f" (first: {self.malformed_examples[0]})"
+        if self.items_without_output:
+            text += f"; {self.items_without_output:,} item(s) without an output (row errors)"
+        return text + f"; items at {self.items_path}"
+
+
+# -- the driver's part ----------------------------------------------------------------------
+
+
+def trace_files(path: str, storage_options: dict[str, Any]) -> list[FileInfo]:
+    """The OTLP JSON files at `path` (a file, folder or glob): every file, whatever its suffix
+    (a collector names them freely), gzipped when it ends in `.gz`; `_`/`.` names skipped."""
+    try:
+        return list_input_files(
+            InputSpec(path=path, format="jsonl", storage_options=storage_options)
+        )
+    except InputError as exc:
+        if not str(exc).startswith("no input files"):
+            raise
+        raise InputError(f"no OTLP trace files at {path}") from None
+
+
+def partitions_for(files: Sequence[FileInfo]) -> int:
+    """Partitions of about `PART_BYTES` of (uncompressed, estimated) input each."""
+    return max(1, min(MAX_PARTS, math.ceil(sum(_estimated(f) for f in files) / PART_BYTES)))
+
+
+def assemble_traces(
+    job: TraceJob, files: Sequence[FileInfo], mapper: Mapper[Any] = serial_map
+) -> TraceReport:
+    """Stage the spans of `files` by partition, then assemble each partition's items (see the
+    module's doc). `InputError` when no retrieval span with documents was found."""
+    started = time.monotonic()
+    store = job.store()
+    # a previous attempt's files (another split of the input) must not be mixed in
+    store.rm(store.join(job.folder), recursive=True)
+    report = TraceReport(files=len(files), partitions=job.parts)
+    kinds: dict[str, set[str]] = {name: set() for name in _attributes(job.carry)}
+    groups = list(_task_groups(files))
+    for stats in mapper(stage_spans, [(job, n, group) for n, group in enumerate(groups)]):
+        report.spans += stats.spans
+        report.malformed += stats.problems
+        room = EXAMPLES - len(report.malformed_examples)
+        report.malformed_examples.extend(stats.examples[:room])
+        for name, found in stats.kinds.items():
+            kinds[name].update(found)
+        _peak(report, "read", stats.peak_rss_mb)
+    _check_found(kinds, report)
+    types = {name: carried_type(found) for name, found in kinds.items()}
+    report.carried_types = types
+    for part in mapper(assemble_part, [(job, n, types) for n in range(job.parts)]):
+        for name in (
+            "duplicate_spans",
+            "traces",
+            "traces_without_retriever",
+            "retrievals",
+            "retrievals_without_text",
+            "items",
+            "items_without_output",
+        ):
+            setattr(report, name, getattr(report, name) + getattr(part, name))
+        _peak(report, "assemble", part.peak_rss_mb)
+    store.rm(store.join(job.folder, "spans"), recursive=True)
+    report.items_path = store.url(store.join(job.folder, "items"))
+    report.seconds = round(time.monotonic() - started, 3)
+    if report.items == 0:
+        raise InputError(
+            f"no retrieval span with documents in {report.spans:,} span(s) of "
+            f"{report.traces:,} trace(s) in {len(files)} file(s); "
+            + report.summary().split("; items at")[0]
+            + " (docs/traces.md says which spans become items)"
+        )
+    return report
+
+
+def _check_found(kinds: dict[str, set[str]], report: TraceReport) -> None:
+    """`InputError` for a carried attribute that no retrieval or root span has (a typo, most
+    likely: a carried column missing from the input fails at start-up too)."""
+    missing = [name for name, found in kinds.items() if not found]
+    if missing and report.spans:
+        raise InputError(
+            f"carried attribute(s) {missing} found on no retrieval or root span (nor on their "
+            f"resources) in {report.spans:,} span(s); check input.carry (docs/traces.md)"
+        )
+
+
+def carried_type(kinds: Iterable[str]) -> str:
+    """The column type of a carried attribute from the kinds of value it had: int64 (only
+    integers), float64 (numbers), bool, else string (text, or lists/objects as JSON)."""
+    found = set(kinds)
+    if found and found <= {"int"}:
+        return "int64"
+    if found and found <= {"int", "float"}:
+        return "float64"
+    if found == {"bool"}:
+        return "bool"
+    return "string"
+
+
+def _attributes(carry: Sequence[str]) -> list[str]:
+    """The carried names that are span or resource attributes (not our built-in columns)."""
+    return [name for name in carry if name not in BUILTIN_COLUMNS]
+
+
+def _estimated(info: FileInfo) -> int:
+    return info.size * (GZIP_RATIO if info.compression else 1)
+
+
+def _task_groups(files: Sequence[FileInfo]) -> Iterator[list[FileInfo]]:
+    group: list[FileInfo] = []
+    size = 0
+    for info in files:
+        if group and size + _estimated(info) > TASK_BYTES:
+            yield group
+            group, size = [], 0
+        group.append(info)
+        size += _estimated(info)
+    if group:
+        yield group
+
+
+def _peak(report: TraceReport, phase: str, value: float) -> None:
+    report.peak_rss_mb[phase] = max(report.peak_rss_mb.get(phase, 0.0), round(value, 1))
+
+
+def _peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux: this process's peak, tasks before this one included
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- step 1: spans to partitions -------------------------------------------------------------
+
+
+def _span_schema(carried: int) -> pa.Schema:
+    return pa.schema(
+        [
+            ("trace_id", pa.string()),
+            ("span_id", pa.string()),
+            ("parent_id", pa.string()),
+            ("role", pa.string()),
+            ("name", pa.string()),
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("input", pa.string()),
+            ("output", pa.string()),
+            ("documents", pa.list_(pa.string())),
+            ("document_ids", pa.list_(pa.string())),
+            ("source", pa.string()),
+            ("line", pa.int64()),
+            *((f"carry_{n}", pa.string()) for n in range(carried)),
+        ]
+    )
+
+
+_SPAN_FIELDS = tuple(_span_schema(0).names)
+"""The span file's columns that are `SpanRow` fields of the same name."""
+
+
+class _PartWriters:
+    """Span rows buffered by partition, appended to one local Parquet file per partition."""
+
+    def __init__(self, folder: Path, parts: int, carried: int) -> None:
+        self.folder = folder
+        self.parts = parts
+        self.carried = carried
+        self.schema = _span_schema(carried)
+        self._rows: dict[int, list[SpanRow]] = {}
+        self._buffered = 0
+        self._writers: dict[int, pq.ParquetWriter] = {}
+
+    def add(self, row: SpanRow) -> None:
+        part = zlib.crc32(row.trace_id.encode()) % self.parts
+        self._rows.setdefault(part, []).append(row)
+        self._buffered += 1
+        if self._buffered >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        for part, rows in self._rows.items():
+            if part not in self._writers:
+                path = self.folder / f"part-{part:05d}.parquet"
+                self._writers[part] = pq.ParquetWriter(path, self.schema, compression="zstd")
+            self._writers[part].write_table(self._table(rows))
+        self._rows, self._buffered = {}, 0
+
+    def _table(self, rows: list[SpanRow]) -> pa.Table:
+        columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+        for row in rows:
+            for name in _SPAN_FIELDS:
+                columns[name].append(getattr(row, name))
+            for n in range(self.carried):
+                columns[f"carry_{n}"].append(row.carried[n] if row.carried else None)
+        return pa.table(columns, schema=self.schema)
+
+    def close(self) -> dict[int, Path]:
+        self.flush()
+        for writer in self._writers.values():
+            writer.close()
+        return {part: self.folder / f"part-{part:05d}.parquet" for part in self._writers}
+
+
+def stage_spans(job: TraceJob, task: int, files: Sequence[FileInfo]) -> SpanStats:
+    """Read `files` and append every span to its partition's file of this task (a task body)."""
+    store = job.store()
+    attributes = _attributes(job.carry)
+    stats = SpanStats(kinds={name: [] for name in attributes})
+    kinds: dict[str, set[str]] = {name: set() for name in attributes}
+    with tempfile.TemporaryDirectory(prefix="ctxprec-spans-") as tmp:
+        writers = _PartWriters(Path(tmp), job.parts, len(attributes))
+        for info in files:
+            stats.files += 1
+            fs, fs_path, _ = filesystem(info.path, job.input_options)
+            for found in read_otlp_file(fs, fs_path, info.path, info.compression, attributes):
+                if isinstance(found, Problem):
+                    stats.problems += 1
+                    if len(stats.examples) < EXAMPLES:
+                        stats.examples.append(found.message)
+                    continue
+                stats.spans += 1
+                for name, value in zip(attributes, found.carried, strict=False):
+                    if value is not None:
+                        kinds[name].add(_json_kind(value))
+                writers.add(found)
+        for part, local in sorted(writers.close().items()):
+            target = store.join(job.folder, "spans", f"part-{part:05d}", f"t-{task:05d}.parquet")
+            store.upload_file_atomic(str(local), target)
+    stats.kinds = {name: sorted(found) for name, found in kinds.items()}
+    stats.peak_rss_mb = _peak_rss_mb()
+    return stats
+
+
+def _json_kind(text: str) -> str:
+    """The kind of a JSON-encoded value, from its text (cheaper than decoding it)."""
+    first = text[0]
+    if first == '"':
+        return "str"
+    if first in "tf":
+        return "bool"
+    if first in "[{":
+        return "json"
+    return "float" if any(c in text for c in ".eEN") else "int"
+
+
+# -- step 2: a partition's spans to items ----------------------------------------------------
+
+
+def _read_part(store: Store, folder: str) -> pl.DataFrame | None:
+    frames = []
+    for path in store.list(folder):
+        frame = pl.read_parquet(io.BytesIO(store.read_bytes(path)))
+        frames.append(frame)
+    return pl.concat(frames) if frames else None
+
+
+def assemble_part(job: TraceJob, part: int, types: dict[str, str]) -> PartStats:
+    """Join partition `part`'s spans into items and write its items file (a task body)."""
+    store = job.store()
+    stats = PartStats()
+    spans = _read_part(store, store.join(job.folder, "spans", f"part-{part:05d}"))
+    if spans is None:
+        stats.peak_rss_mb = _peak_rss_mb()
+        return stats
+    stats.spans = spans.height
+    spans = spans.unique(subset=["trace_id", "span_id"], keep="first", maintain_order=True)
+    stats.duplicate_spans = stats.spans - spans.height
+    stats.traces = spans["trace_id"].n_unique()
+    retrievals = spans.filter(pl.col("role") == RETRIEVER)
+    stats.retrievals = retrievals.height
+    stats.traces_without_retriever = stats.traces - retrievals["trace_id"].n_unique()
+    items = retrievals.filter(pl.col("documents").is_not_null())
+    stats.retrievals_without_text = retrievals.height - items.height
+    items = _with_output(items, spans, job.output_from)
+    stats.items = items.height
+    if job.output_from != "none":
+        stats.items_without_output = items["output"].null_count()
+    if items.height:
+        table = _items_table(items, _attributes(job.carry), types)
+        sink = io.BytesIO()
+        pq.write_table(table, sink, compression="zstd", row_group_size=job.row_group_rows)
+        store.write_bytes_atomic(
+            store.join(job.folder, "items", f"part-{part:05d}.parquet"), sink.getvalue()
+        )
+    stats.peak_rss_mb = _peak_rss_mb()
+    return stats
+
+
+def _with_output(items: pl.DataFrame, spans: pl.DataFrame, output_from: OutputFrom) -> pl.DataFrame:
+    """The retrievals with `output` and the root span's carried values (`root_carry_N`)."""
+    carry = [c for c in spans.columns if c.startswith("carry_")]
+    roots = (
+        spans.filter(pl.col("parent_id").is_null())
+        .sort("start_ns")
+        .unique(subset=["trace_id"], keep="first", maintain_order=True)
+        .select(
+            "trace_id",
+            pl.col("output").alias("root_output"),
+            *(pl.col(c).alias(f"root_{c}") for c in carry),
+        )
+    )
+    items = items.drop("output").join(roots, on="trace_id", how="left")
+    if output_from == "root":
+        return items.rename({"root_output": "output"})
+    items = items.drop("root_output")
+    if output_from == "none":
+        return items.with_columns(output=pl.lit(None, dtype=pl.String))
+    llms = (
+        spans.filter(pl.col("role") == LLM)
+        .select("trace_id", pl.col("start_ns").alias("llm_start"), "output")
+        .sort("llm_start")
+    )
+    # the first LLM span of the trace that starts when or after the retrieval ends; both sides
+    # are sorted by their key as a whole, so within every trace too (Polars cannot check that)
+    return items.sort("end_ns").join_asof(
+        llms,
+        left_on="end_ns",
+        right_on="llm_start",
+        by="trace_id",
+        strategy="forward",
+        check_sortedness=False,
+    )
+
+
+_CARRIED_TYPES: dict[str, pa.DataType] = {
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "string": pa.string(),
+}
+
+
+def items_schema(attributes: Sequence[str], types: dict[str, str]) -> pa.Schema:
+    """The assembled items' columns: the item's fields, `BUILTIN_COLUMNS`, then one column per
+    carried attribute with its decided type."""
+    return pa.schema(
+        [
+            ("query_id", pa.string()),
+            ("input", pa.string()),
+            ("output", pa.string()),
+            ("context", pa.list_(pa.string())),
+            ("context_ids", pa.list_(pa.string())),
+            ("trace_id", pa.string()),
+            ("span_name", pa.string()),
+            ("start_time", pa.timestamp("us", tz="UTC")),
+            ("otlp_source", pa.string()),
+            *((name, _CARRIED_TYPES[types.get(name, "string")]) for name in attributes),
+        ]
+    )
+
+
+def _items_table(items: pl.DataFrame, attributes: Sequence[str], types: dict[str, str]) -> pa.Table:
+    items = items.sort("start_ns", "span_id")
+    columns: dict[str, Any] = {
+        "query_id": items["span_id"].to_list(),
+        "input": items["input"].to_list(),
+        "output": items["output"].to_list(),
+        "context": items["documents"].to_list(),
+        "context_ids": items["document_ids"].to_list(),
+        "trace_id": items["trace_id"].to_list(),
+        "span_name": items["name"].to_list(),
+        "start_time": [ns // 1000 for ns in items["start_ns"].to_list()],
+        "otlp_source": [
+            f"{source} line {line}"
+            for source, line in zip(items["source"], items["line"], strict=True)
+        ],
+    }
+    for n, name in enumerate(attributes):
+        own = items[f"carry_{n}"].to_list()
+        root = items[f"root_carry_{n}"].to_list()
+        kind = types.get(name, "string")
+        columns[name] = [
+            _carried_value(a if a is not None else b, kind) for a, b in zip(own, root, strict=True)
+        ]
+    return pa.table(columns, schema=items_schema(attributes, types))
+
+
+def _carried_value(text: str | None, kind: str) -> Any:
+    if text is None:
+        return None
+    value = json.loads(text)
+    if kind == "string":
+        return value if isinstance(value, str) else json.dumps(value)
+    if kind == "float64":
+        return float(value)
+    return value

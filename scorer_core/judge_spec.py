@@ -1,0 +1,212 @@
+"""A judge described by typed data (`JudgeSpec`) and built from it (`build_judge`).
+
+A `JudgeSpec` is everything about a judge that can be written down: the model, where it is,
+its key, how requests are sent, shaped and retried, and the offline judge's options. It is
+frozen and holds no live objects, so a job can derive it from its config and a test can
+compare two of them. What only exists at run time (a shared rate limiter, a gate bounding
+requests in flight, an endpoint's structured-output negotiation, a token counter, a ready
+client) is passed to `build_judge` beside it.
+
+`scorer_core.scorer.make_judge(model, **options)` is the keyword front door of the library:
+it checks the option names and builds a spec and the runtime arguments from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any
+
+from scorer_core.capabilities import JudgeCapabilities, capabilities_of
+from scorer_core.errors import ConfigError
+from scorer_core.judge import LLMJudge, TokenCounter, count_prompt_tokens
+from scorer_core.precision import check_scale
+from scorer_core.protocols import ChatClient, Judge, Limiter, Sleeper
+from scorer_core.response_format import ResponseFormatNegotiation, check_response_format
+from scorer_core.retry import RetryPolicy, real_sleep
+from scorer_core.transports import Transport, resolve_transport
+
+#: Options only one transport's client takes: given under transport "auto", they choose it.
+TRANSPORT_ONLY_OPTIONS: Mapping[Transport, frozenset[str]] = {
+    "litellm": frozenset({"request_options"}),
+    "http": frozenset({"max_connections", "proxy_from_env"}),
+}
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """A judge as data. `model` is "lexical" (the offline judge, configured by `lexical`) or a
+    litellm model string; every other field applies to an LLM judge only.
+
+    transport: "auto", "litellm" or "http" (see `scorer_core.transports`).
+    timeout, temperature, max_tokens: each request's (seconds; None leaves temperature or the
+        reply length to the provider).
+    completion_budget: the reply tokens a tokens-per-minute limiter reserves per request
+        (None: a short reason per verdict).
+    max_retries, max_reasks: transport retries and re-asks of unusable replies per request.
+    response_format: "auto" or one structured-output form (`scorer_core.response_format`).
+    scale: the score scale, for the reason prompt.
+    max_connections, proxy_from_env: the HTTP client's (None: its defaults, 512 and True).
+    request_options: extra `litellm.acompletion` arguments, sent as given (litellm only).
+    """
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    transport: str = "auto"
+    timeout: float = 60.0
+    temperature: float | None = 0.0
+    max_tokens: int | None = None
+    completion_budget: int | None = None
+    max_retries: int = 6
+    max_reasks: int = 2
+    response_format: str = "auto"
+    scale: float = 1.0
+    max_connections: int | None = None
+    proxy_from_env: bool | None = None
+    request_options: Mapping[str, Any] | None = None
+    lexical: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def capabilities(self) -> JudgeCapabilities:
+        return capabilities_of(self.model)
+
+    def given_transport_options(self) -> set[str]:
+        """The transport-only options this spec sets (not left to the client's default)."""
+        return {
+            name
+            for names in TRANSPORT_ONLY_OPTIONS.values()
+            for name in names
+            if getattr(self, name) is not None
+        }
+
+    def resolved_transport(self) -> Transport:
+        """The client that carries this judge's requests. Under "auto", an option only one
+        client takes decides for it; otherwise `resolve_transport` does."""
+        setting = self.transport
+        if setting == "auto":
+            given = self.given_transport_options()
+            for name, names in TRANSPORT_ONLY_OPTIONS.items():
+                if given & names:
+                    setting = name
+        return resolve_transport(setting, self.model, self.api_base)
+
+
+def build_judge(
+    spec: JudgeSpec,
+    *,
+    limiter: Limiter | None = None,
+    max_in_flight: int | contextlib.AbstractAsyncContextManager[None] | None = None,
+    first_alone: bool = True,
+    token_counter: TokenCounter | None = None,
+    negotiation: ResponseFormatNegotiation | None = None,
+    retry: RetryPolicy | None = None,
+    sleep: Sleeper = real_sleep,
+    client: ChatClient | None = None,
+) -> Judge:
+    """The judge `spec` describes, wired to the run-time objects given.
+
+    `limiter` paces requests against a provider's limit (shared by many judges);
+    `max_in_flight` bounds the requests in flight (a number, or a gate shared with other
+    judges); `first_alone=False` leaves the cold start to whoever owns that gate;
+    `token_counter` counts a request's prompt tokens for a tokens-per-minute limit;
+    `negotiation` is an endpoint's shared structured-output state (`shared_negotiation`);
+    `retry` replaces the spec's `max_retries`/`max_reasks` with a whole policy; `client` is a
+    ready `ChatClient` (then the spec's endpoint and request settings are the client's
+    business). The offline judge takes none of them."""
+    if spec.capabilities.offline:
+        return _offline_judge(spec)
+    transport = spec.resolved_transport()
+    _check_transport_options(spec, transport)
+    policy = retry or RetryPolicy(max_retries=spec.max_retries, max_reasks=spec.max_reasks)
+    response_format = check_response_format(spec.response_format)
+    return LLMJudge(
+        client or _chat_client(spec, transport),
+        retry=policy,
+        limiter=limiter,
+        sleep=sleep,
+        scale=check_scale(spec.scale),
+        max_in_flight=max_in_flight,
+        response_format=response_format,
+        negotiation=negotiation,
+        first_alone=first_alone,
+        token_counter=token_counter or count_prompt_tokens,
+        completion_budget=spec.completion_budget,
+    )
+
+
+def lexical_option_names() -> frozenset[str]:
+    """The options the offline lexical judge takes (its constructor's keywords)."""
+    from scorer_core.lexical import LexicalJudge
+
+    return frozenset(inspect.signature(LexicalJudge).parameters)
+
+
+def unknown_options(names: set[str], allowed: Set[str], what: str) -> ConfigError:
+    """The error for option `names` that `what` does not take, listing those it does."""
+    listed = ", ".join(sorted(names))
+    return ConfigError(
+        f"unknown option{'s' if len(names) > 1 else ''} {listed} for {what}; known: "
+        f"{', '.join(sorted(allowed))}"
+    )
+
+
+def not_for_transport(names: set[str], transport: str) -> ConfigError:
+    """The error for transport-only options given for the other transport."""
+    return ConfigError(
+        f"option{'s' if len(names) > 1 else ''} {', '.join(sorted(names))} "
+        f"do{'' if len(names) > 1 else 'es'} not apply to transport {transport!r}"
+    )
+
+
+def _offline_judge(spec: JudgeSpec) -> Judge:
+    from scorer_core.lexical import LexicalJudge
+
+    allowed = lexical_option_names()
+    unknown = set(spec.lexical) - allowed
+    if unknown:
+        raise unknown_options(unknown, allowed, "the lexical judge")
+    return LexicalJudge(**spec.lexical)
+
+
+def _check_transport_options(spec: JudgeSpec, transport: Transport) -> None:
+    """An LLM spec may not carry the other transport's options, nor the offline judge's."""
+    if spec.lexical:
+        raise ConfigError(f"lexical options apply to the lexical judge only, not {spec.model}")
+    misplaced = spec.given_transport_options() - TRANSPORT_ONLY_OPTIONS[transport]
+    if misplaced:
+        raise not_for_transport(misplaced, transport)
+
+
+def _chat_client(spec: JudgeSpec, transport: Transport) -> ChatClient:
+    """The client of `transport` for the spec's endpoint and request settings."""
+    if transport == "http":  # lean aiohttp client, OpenAI-compatible servers
+        from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient
+
+        pool: dict[str, Any] = {}
+        if spec.max_connections is not None:
+            pool["max_connections"] = spec.max_connections
+        if spec.proxy_from_env is not None:
+            pool["proxy_from_env"] = spec.proxy_from_env
+        return OpenAIHTTPClient(
+            spec.model,
+            api_base=spec.api_base or OPENAI_API_BASE,
+            api_key=spec.api_key,
+            timeout=spec.timeout,
+            temperature=spec.temperature,
+            max_tokens=spec.max_tokens,
+            **pool,
+        )
+    from scorer_core.litellm_client import LiteLLMClient
+
+    return LiteLLMClient(
+        spec.model,
+        api_base=spec.api_base,
+        api_key=spec.api_key,
+        timeout=spec.timeout,
+        temperature=spec.temperature,
+        max_tokens=spec.max_tokens,
+        request_options=spec.request_options,
+    )

@@ -1,0 +1,162 @@
+"""The scoring of one item, as a free function: slices to a judge, verdicts to a score, a reason.
+
+`score_item` is the one place where an item's contexts become a `ScoreResult`. The library's
+`ContextPrecisionScorer` calls it after resolving Mastra's call shapes; the batch job's worker
+and tools call it directly with the judge and settings of their config, without building a
+scorer (whose constructor is about where contexts come from, which the job already knows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from scorer_core.errors import (
+    ConfigError,
+    FatalJudgeError,
+    JudgeError,
+    MalformedReply,
+    TransportError,
+)
+from scorer_core.precision import context_precision, score_band
+from scorer_core.protocols import Judge
+from scorer_core.reasons import template_reason
+from scorer_core.types import (
+    ContextVerdict,
+    ReasonMode,
+    ScoreResult,
+    ScoringItem,
+    Usage,
+    VerdictBatch,
+    as_verdict_flags,
+)
+
+
+@runtime_checkable
+class ShowsReasonPrompt(Protocol):
+    """A judge that sends a prompt for the reason and can say what it is."""
+
+    def reason_prompt(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> str: ...
+
+
+def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
+    """Context positions 0..count-1 in slices of at most `contexts_per_call`, in order."""
+    positions = list(range(count))
+    return [
+        positions[start : start + contexts_per_call] for start in range(0, count, contexts_per_call)
+    ]
+
+
+@dataclass
+class _Gathered:
+    """The verdict requests' outcomes for one item, put together."""
+
+    usage: Usage = field(default_factory=Usage)
+    verdicts: list[ContextVerdict] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    failure: BaseException | None = None
+
+
+def _gather(
+    slices: Sequence[Sequence[int]], outcomes: Sequence[VerdictBatch | BaseException]
+) -> _Gathered:
+    """Every slice's outcome added up. A failure other than a (non-fatal) transport or judge
+    error is raised at once: it is a bug or a stop, not this item's problem."""
+    gathered = _Gathered()
+    for part, outcome in zip(slices, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, TransportError | JudgeError) or isinstance(
+                outcome, FatalJudgeError
+            ):
+                raise outcome
+            gathered.failure = gathered.failure or outcome
+            continue
+        gathered.usage = gathered.usage + outcome.usage
+        if outcome.prompt:
+            gathered.prompts.append(outcome.prompt)
+        if outcome.unscored_reason is not None:
+            gathered.problems.append(f"contexts [{part[0]}..{part[-1]}]: {outcome.unscored_reason}")
+        gathered.verdicts.extend(outcome.verdicts)
+    return gathered
+
+
+async def score_item(
+    judge: Judge,
+    item: ScoringItem,
+    *,
+    scale: float,
+    reason: ReasonMode,
+    contexts_per_call: int,
+) -> ScoreResult:
+    """Score a validated item (see `scorer_core.scorer.validate_item`) with `judge`.
+
+    The contexts are judged in slices of `contexts_per_call`, concurrently. A transport or
+    judge failure becomes a result with status "error"; a reply the judge could not use, one
+    with status "unscored"; a `FatalJudgeError` (no request can succeed) is raised. `scale`
+    multiplies the score; `reason` says how the reason is produced ("llm", "template",
+    "none")."""
+    if contexts_per_call < 1:
+        raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
+    slices = context_slices(len(item.contexts), contexts_per_call)
+    outcomes = await asyncio.gather(
+        *(judge.judge(item, part) for part in slices), return_exceptions=True
+    )
+    gathered = _gather(slices, outcomes)
+    sent = tuple(gathered.prompts)
+    verdicts = tuple(gathered.verdicts)
+    if gathered.failure is not None:
+        error = str(gathered.failure)
+        return ScoreResult(None, "", verdicts, "error", error, gathered.usage, analyze_prompts=sent)
+    if gathered.problems:
+        problems = "; ".join(gathered.problems)
+        return ScoreResult(
+            None, "", verdicts, "unscored", problems, gathered.usage, analyze_prompts=sent
+        )
+    ordered = tuple(sorted(verdicts, key=lambda v: v.index))
+    score = context_precision(as_verdict_flags(ordered), scale)
+    text, reason_usage, reason_prompt = await explain_score(
+        judge, item, ordered, score, scale=scale, reason=reason
+    )
+    return ScoreResult(
+        score,
+        text,
+        ordered,
+        "ok",
+        None,
+        gathered.usage + reason_usage,
+        band=score_band(score, scale),
+        analyze_prompts=sent,
+        reason_prompt=reason_prompt,
+    )
+
+
+async def explain_score(
+    judge: Judge,
+    item: ScoringItem,
+    verdicts: tuple[ContextVerdict, ...],
+    score: float,
+    *,
+    scale: float,
+    reason: ReasonMode,
+) -> tuple[str, Usage, str | None]:
+    """The reason for a decided `score` as `reason` asks: (text, usage, the prompt sent for it
+    or None). An LLM reason that cannot be had falls back to the template, marked as such."""
+    if reason == "none":
+        return "", Usage(), None
+    if reason == "template":
+        return template_reason(verdicts, score, scale), Usage(), None
+    prompt = (
+        judge.reason_prompt(item, verdicts, score) if isinstance(judge, ShowsReasonPrompt) else None
+    )
+    try:
+        text, usage = await judge.explain(item, verdicts, score)
+    except (TransportError, MalformedReply) as exc:
+        # The score stands on the verdicts alone; only the prose is missing.
+        fallback = template_reason(verdicts, score, scale)
+        return f"{fallback} (LLM reason unavailable: {exc})", Usage(), prompt
+    return text, usage, prompt
