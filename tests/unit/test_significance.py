@@ -296,6 +296,37 @@ def test_a_sampled_runs_interval_covers_the_population_mean(size: dict[str, Any]
     assert 0.93 <= covered / seeds <= 0.97
 
 
+def test_a_segment_across_strata_is_covered_too() -> None:
+    """A `summary.by` segment that is not a stratum (items of every stratum, in different
+    shares) is estimated as a domain: its interval covers its population mean as often."""
+    population = _population()
+    # the domain: about a third of stratum a's items, half of b's, all of c's
+    domain = {
+        q for n, (q, s, _) in enumerate(population) if s == "c" or n % (3 if s == "a" else 2) == 0
+    }
+    true_mean = sum(v for q, _, v in population if q in domain) / len(domain)
+    seeds, covered = 1000, 0
+    for seed in range(seeds):
+        sample = SampleConfig(per_segment=90, by=["stratum"], seed=seed)
+        plan = plan_from_rows(sample, ((q, {"stratum": s}) for q, s, _ in population))
+        sampled: dict[str, int] = {}
+        in_domain: dict[str, list[float]] = {}
+        for query_id, stratum, score in population:
+            if plan.keep(query_id, (stratum,)):
+                sampled[stratum] = sampled.get(stratum, 0) + 1
+                if query_id in domain:
+                    in_domain.setdefault(stratum, []).append(score)
+        cells = [
+            StratumCell(plan.population[(s,)], n, Moments.of(in_domain.get(s, [])))
+            for s, n in sampled.items()
+        ]
+        interval = stratified_interval(cells)
+        assert interval is not None
+        covered += interval.low <= true_mean <= interval.high
+    print(f"sampled domain coverage: {covered / seeds:.1%} over {seeds} seeds")
+    assert 0.93 <= covered / seeds <= 0.97
+
+
 # -- sampling decisions -----------------------------------------------------------------------
 
 
