@@ -24,13 +24,15 @@ Layers, bottom to top; each imports only its own layer and the ones below it
                   from the engine only its public API (`from jobs.engine import ...`)
     jobs.job      a config run end to end: the factory builds its parts, the engine runs them
     jobs.factory  config -> the run's parts (input reader, judge maker, cache spec, what the
-                  judge can do); also the judge for the tools that judge in one process
+                  judge can do, the judge canary: jobs.canary); also the judge for the tools
+                  that judge in one process
     jobs.engine   the Ray job: it is handed the run's parts (jobs.engine.parts.RunParts) and
                   never builds a judge from a config itself; public API in jobs.engine
     foundation    what engine and tools both stand on: jobs.config (the YAML), jobs.schema
                   (every table's columns), jobs.layout (a run's files and item numbering),
                   jobs.storage (fsspec), jobs.inputs (reading), jobs.cache (the verdict cache
                   and its file format), jobs.records (the typed manifest), jobs.pricing,
-                  jobs.formatting
+                  jobs.formatting, jobs.stats (intervals and tests), jobs.sampling (which
+                  items a sampled run judges)
     scorer_core   one item's score: judges, prompt, average precision; no Ray, fsspec or Polars
 """

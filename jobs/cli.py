@@ -4,7 +4,7 @@
     ctxprec run --config FILE [--set K=V]         the scoring job on Ray (jobs.job -> jobs.engine)
     ctxprec estimate --config FILE                items, calls, tokens, cost, time of a run
     ctxprec calibrate --config FILE --labels F    the configured judge against human labels
-    ctxprec compare RUN_A RUN_B                   how scores moved between two published runs
+    ctxprec compare RUN_A RUN_B                   how scores moved between two runs, and if for real
     ctxprec report RUN [--baseline RUN]           one self-contained HTML page about a run
     ctxprec status RUN                            where a run stands: shards, batches, counts
 
@@ -31,7 +31,8 @@ from scorer_core.cli import add_score_arguments, call_handler
 DEFAULT_SAMPLE = 2000
 DEFAULT_ASSUMED_LATENCY_S = 2.0
 DEFAULT_OUTPUT = "results/"
-DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_MAX_CANARY_DROP = 0.1
 DEFAULT_MIN_SEGMENT_SIZE = 30
 DEFAULT_TOP = 10
 
@@ -82,6 +83,21 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
         help="per-request latency assumed when no rate limit bounds the run "
         f"(default {DEFAULT_ASSUMED_LATENCY_S:g})",
     )
+    parser.add_argument(
+        "--target-ci",
+        type=float,
+        default=None,
+        metavar="W",
+        help="instead: how many items per segment a 95%% interval of half-width W needs, from "
+        "the spread of a previous run's scores (sample.per_segment)",
+    )
+    parser.add_argument(
+        "--run",
+        default=None,
+        metavar="RUN",
+        help="with --target-ci: the run to take the spread from (default: the latest published "
+        "under output.path)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
 
 
@@ -110,12 +126,32 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
     )
     parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        metavar="X",
+        help="exit 1 on a drop of the mean, overall or in a segment, that is significant "
+        f"(95%%, Holm-corrected across segments) and at least X (default {DEFAULT_MIN_EFFECT})",
+    )
+    parser.add_argument(
         "--max-mean-drop",
         type=float,
-        default=DEFAULT_MAX_MEAN_DROP,
+        default=None,
         metavar="X",
-        help=f"exit 1 when mean(B) < mean(A) - X, overall or in a segment (default "
-        f"{DEFAULT_MAX_MEAN_DROP})",
+        help="the same as --min-effect X (its older name)",
+    )
+    parser.add_argument(
+        "--max-canary-drop",
+        type=float,
+        default=DEFAULT_MAX_CANARY_DROP,
+        metavar="K",
+        help="exit 1 when the judge canary's kappa fell by more than K: the judge changed "
+        f"(default {DEFAULT_MAX_CANARY_DROP})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (gate, overall, segments, canary)",
     )
     parser.add_argument(
         "--by",
@@ -198,7 +234,7 @@ COMMANDS = (
     ),
     Command(
         "compare",
-        "compare two published runs; exit 1 when the mean score dropped too far",
+        "compare two published runs; exit 1 on a significant drop or a changed judge",
         add_compare_arguments,
         "jobs.tools.compare:run",
     ),

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
@@ -369,6 +376,60 @@ class SummaryConfig(_Strict):
         return value
 
 
+class SampleConfig(_Strict):
+    """Judge a stratified random sample of the items instead of all of them (jobs.sampling);
+    off unless `fraction` or `per_segment` is set."""
+
+    fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Judge this share of the items of every stratum (0 < F <= 1). Give "
+        "fraction or per_segment, not both; neither: every item is judged.",
+    )
+    per_segment: int | None = Field(
+        None,
+        ge=2,
+        description="Judge this many items of every stratum (all of a smaller one). Give "
+        "fraction or per_segment, not both.",
+    )
+    by: list[str] = Field(
+        default_factory=list,
+        description="Carried columns (input.carry; text, integer, boolean or date) whose values "
+        "make the strata; empty: the whole input is one stratum.",
+    )
+    seed: int = Field(
+        0,
+        description="Which items are chosen depends only on this and the query id (a hash): "
+        "keep it fixed to judge the same queries night after night.",
+    )
+
+    @model_validator(mode="after")
+    def _one_size(self) -> SampleConfig:
+        if self.fraction is not None and self.per_segment is not None:
+            raise ValueError("give one of sample.fraction and sample.per_segment, not both")
+        if not self.enabled and self.by:
+            raise ValueError("sample.by needs sample.fraction or sample.per_segment")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run judges a sample (else every item)."""
+        return self.fraction is not None or self.per_segment is not None
+
+
+class CanaryConfig(_Strict):
+    """Human-labelled items judged fresh in every run, to tell a changed judge apart."""
+
+    labels: str | None = Field(
+        None,
+        description="null: no canary. Labelled JSONL in the format `ctxprec calibrate` reads "
+        "(query, contexts, relevance per context); a local path or any fsspec URL "
+        "(input.storage_options apply). Judged by the run's judge in every run, never from the "
+        "verdict cache.",
+    )
+
+
 class RunConfig(_Strict):
     """Which run this is: rerunning an unfinished run id resumes it."""
 
@@ -425,6 +486,8 @@ class JobConfig(_Strict):
     rate_limit: RateLimitConfig = RateLimitConfig()
     scorer: ScorerConfig = ScorerConfig()
     summary: SummaryConfig = SummaryConfig()
+    sample: SampleConfig = SampleConfig()
+    canary: CanaryConfig = CanaryConfig()
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
@@ -458,6 +521,16 @@ class JobConfig(_Strict):
         if missing:
             raise ValueError(
                 f"summary.by names {missing}, which input.carry does not carry; add them to "
+                "input.carry"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _strata_are_carried(self) -> JobConfig:
+        missing = [name for name in self.sample.by if name not in self.input.carry]
+        if missing:
+            raise ValueError(
+                f"sample.by names {missing}, which input.carry does not carry; add them to "
                 "input.carry"
             )
         return self

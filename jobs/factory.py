@@ -15,7 +15,7 @@ from typing import Any
 
 from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
-from jobs.engine import BudgetSettings, Gate, RunParts
+from jobs.engine import BudgetSettings, CanaryJudge, Gate, RunParts
 from jobs.engine import budget_settings as engine_budget_settings
 from jobs.inputs import InputSpec, ItemRecord, RowError, Shard
 from jobs.inputs.records import ItemReader
@@ -258,6 +258,13 @@ class ConfiguredJudges:
         return local_limiter(self.config)
 
 
+def canary_check(config: JobConfig) -> CanaryJudge | None:
+    """The run's judge canary (`jobs.canary`), None without `canary.labels`."""
+    from jobs.canary import CanaryCheck  # it builds its judge with this module's functions
+
+    return CanaryCheck(config) if config.canary.labels is not None else None
+
+
 def run_parts(config: JobConfig) -> RunParts:
     """What the engine runs for `config`: its input, judge and cache. Checks the API key
     first: a run whose judge needs a key that is not set fails before anything starts."""
@@ -269,6 +276,7 @@ def run_parts(config: JobConfig) -> RunParts:
         capabilities=capabilities(config),
         cache=cache_spec(config),
         find_duplicates_first=find_duplicates_first(config),
+        canary=canary_check(config),
     )
 
 

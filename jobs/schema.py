@@ -262,10 +262,13 @@ PUBLISHED_SUMMARY = Table(
         Column(
             "metric",
             "string",
-            "`scale`, `items`, `scored`, `unscored`, `errors`, `mean`, `median`, `p10`, "
-            "`p90`, `judge_calls`, `prompt_tokens`, `completion_tokens`, `cache_hits`, "
-            "`cost_usd`, `band_count`, `position_judged`, `position_relevant`, "
-            "`position_rate`",
+            "`scale`, `items`, `population`, `scored`, `unscored`, `errors`, `mean`, "
+            "`median`, `p10`, `p90`, `mean_ci_low`, `mean_ci_high`, `judge_calls`, "
+            "`prompt_tokens`, `completion_tokens`, `cache_hits`, `cost_usd`, `band_count`, "
+            "`position_judged`, `position_relevant`, `position_rate`; with a judge canary "
+            "also canary_items, canary_kappa, canary_precision and canary_recall (the whole "
+            "run's rows). mean_ci_low / mean_ci_high: the 95% interval of the mean; "
+            "population: items in the input (items of them judged in a sampled run)",
         ),
         Column(
             "band",

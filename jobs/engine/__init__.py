@@ -4,14 +4,15 @@ Public API (everything else in the package is the engine's own business; the too
 CLI import only these names, from `jobs.engine`):
 
     run_job(config, parts, out=...) -> RunOutcome   run or resume one scoring run end to end
-    RunParts, JudgeMaker, Gate    what a run is made of, handed in by jobs.factory
+    RunParts, JudgeMaker, Gate, CanaryJudge
+                                  what a run is made of, handed in by jobs.factory
     RunOutcome, print_outcome     run id and date, what was published, timings; its printout
     RunFailed                     the run could not finish (a CtxPrecError); shards already
                                   staged are kept, the same run id resumes
     BatchesStillRunning           judge.mode batch: the wait ended before the batches did
     BudgetSettings, budget_settings, LocalLimiter, PacingState
                                   flow control in one process (estimate, calibrate, score)
-    RunSummary, Segment, PositionRate, BANDS, band_range, relevance_by_position
+    RunSummary, Segment, PositionRate, BANDS, CANARY_METRICS, band_range, relevance_by_position
                                   the published summary's model (jobs.engine.aggregate)
     RunResponseFormat             the structured-output form a run's judge settled on
     BatchLayout, RoundState, BatchPacker, RequestLines, custom_id, item_key
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jobs.engine.aggregate import (
         BANDS,
+        CANARY_METRICS,
         PositionRate,
         RunSummary,
         Segment,
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from jobs.engine.budget import BudgetSettings, budget_settings
     from jobs.engine.driver import RunFailed, RunOutcome, print_outcome, run_job
     from jobs.engine.limiter import LocalLimiter, PacingState
-    from jobs.engine.parts import Gate, JudgeMaker, RunParts
+    from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
     from jobs.engine.response_formats import RunResponseFormat
 
 _WHERE = {
@@ -58,6 +60,7 @@ _WHERE = {
     "RunFailed": "driver",
     "print_outcome": "driver",
     "RunParts": "parts",
+    "CanaryJudge": "parts",
     "JudgeMaker": "parts",
     "Gate": "parts",
     "BatchesStillRunning": "batch.rounds",
@@ -69,6 +72,7 @@ _WHERE = {
     "Segment": "aggregate",
     "PositionRate": "aggregate",
     "BANDS": "aggregate",
+    "CANARY_METRICS": "aggregate",
     "band_range": "aggregate",
     "relevance_by_position": "aggregate",
     "RunResponseFormat": "response_formats",
@@ -82,10 +86,12 @@ _WHERE = {
 
 __all__ = [
     "BANDS",
+    "CANARY_METRICS",
     "BatchLayout",
     "BatchPacker",
     "BatchesStillRunning",
     "BudgetSettings",
+    "CanaryJudge",
     "Gate",
     "JudgeMaker",
     "LocalLimiter",

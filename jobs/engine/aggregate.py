@@ -25,6 +25,14 @@ The summary (`summarize` -> `RunSummary`) reads the published scores and verdict
 one streaming group-by over the scores per column (and, for a column carried into the verdicts,
 one over the verdicts for its relevance by position): `RunSummary.segments`.
 
+Every mean comes with its 95% interval (`mean_ci_low`, `mean_ci_high`): a t interval from the
+count, sum and sum of squares of the scores, which the per-score counts already give (so the
+summary stays in bounded memory; `jobs.stats`, and docs/is-the-drop-real.md for why t). A
+sampled run (`sample:`, `jobs.sampling`) is summarised with the stratified estimator instead
+(`sampled_estimates`): its `mean` and interval are estimates of the mean over the whole input,
+each stratum weighted by population / judged, with the finite-population correction, from one
+small group-by per segment column over (segment, stratum); `population` counts the input.
+
 Collect the returned LazyFrames with Polars' default engine (streaming since Polars 2): the
 bitmask plan is several times slower and uses about 3x the memory on the in-memory engine.
 """
@@ -35,7 +43,7 @@ import bisect
 import itertools
 import math
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -44,7 +52,9 @@ from typing import Any, Literal
 import polars as pl
 
 from jobs.pricing import estimate_cost_usd
+from jobs.sampling import SamplePlan, Stratum, stratum_text
 from jobs.schema import PUBLISHED_SUMMARY
+from jobs.stats import Moments, StratumCell, stratified_interval, t_interval
 from scorer_core import precision
 from scorer_core.errors import ConfigError
 from scorer_core.precision import check_scale
@@ -290,6 +300,15 @@ class PositionRate:
     rate: float
 
 
+CANARY_METRICS: tuple[str, ...] = (
+    "canary_items",
+    "canary_kappa",
+    "canary_precision",
+    "canary_recall",
+)
+"""Summary metrics of the judge canary (`canary:`): labelled items judged fresh, and Cohen's
+kappa, precision and recall of the judge's verdicts against the labels (`jobs.canary`)."""
+
 FLOW_METRICS: tuple[str, ...] = (
     "in_flight_budget",
     "max_in_flight",
@@ -329,6 +348,14 @@ class RunSummary:
     # most in flight, reply latency percentiles); empty for the offline judge.
     flow: tuple[tuple[str, float | None], ...] = ()
     segments: tuple[Segment, ...] = ()
+    # The 95% interval of the mean (`interval_of`): a t interval over the scored items, or for
+    # a sampled run the stratified estimator's; None below 2 scored items.
+    mean_ci_low: float | None = None
+    mean_ci_high: float | None = None
+    # Items in the input (a sampled run judges some of them: `items`); None when unknown.
+    population: int | None = None
+    # The judge canary (`CANARY_METRICS`, the whole run only); empty without one.
+    canary: tuple[tuple[str, float | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (bands as an ordered {label: count}, positions as a list of dicts,
@@ -337,6 +364,7 @@ class RunSummary:
         out["bands"] = dict(self.bands)
         out["position_rates"] = [asdict(rate) for rate in self.position_rates]
         out["flow"] = dict(self.flow)
+        out["canary"] = dict(self.canary)
         out["segments"] = [
             {"by": segment.by, "value": segment.value, "summary": segment.summary.to_dict()}
             for segment in self.segments
@@ -357,6 +385,7 @@ class RunSummary:
         scalars: dict[str, float | None] = {
             "scale": self.scale,
             "items": self.items,
+            "population": self.population,
             "scored": self.scored,
             "unscored": self.unscored,
             "errors": self.errors,
@@ -364,12 +393,15 @@ class RunSummary:
             "median": self.median,
             "p10": self.p10,
             "p90": self.p90,
+            "mean_ci_low": self.mean_ci_low,
+            "mean_ci_high": self.mean_ci_high,
             "judge_calls": self.judge_calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cache_hits": self.cache_hits,
             "cost_usd": self.cost_usd,
             **dict(self.flow),
+            **dict(self.canary),
         }
         rows: list[tuple[str, str | None, int | None, float | None]] = [
             (name, None, None, value) for name, value in scalars.items()
@@ -507,7 +539,13 @@ def score_statistics(counts: Sequence[tuple[float, int]]) -> dict[str, float | N
     mean = None
     if total:
         mean = float(sum(Fraction(value) * count for value, count in counts) / total)
-    return {"mean": mean, **quantiles(counts)}
+    interval = t_interval(Moments.from_counts(counts))
+    return {
+        "mean": mean,
+        "mean_ci_low": interval.low if interval else None,
+        "mean_ci_high": interval.high if interval else None,
+        **quantiles(counts),
+    }
 
 
 def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
@@ -595,6 +633,9 @@ def _summary_of(
         median=_optional_float(stats["median"]),
         p10=_optional_float(stats["p10"]),
         p90=_optional_float(stats["p90"]),
+        mean_ci_low=_optional_float(stats.get("mean_ci_low")),
+        mean_ci_high=_optional_float(stats.get("mean_ci_high")),
+        population=int(stats["items"]),
         bands=tuple((label, int(stats[f"band:{label}"] or 0)) for label, _, _ in BANDS),
         position_rates=tuple(
             PositionRate(
@@ -622,6 +663,7 @@ def summarize(
     segment_by: Sequence[str] = (),
     verdict_segments: Collection[str] = (),
     batch_price: bool = False,
+    sample: SamplePlan | None = None,
 ) -> RunSummary:
     """The run summary from the published scores and verdicts tables (`jobs.schema`); the
     cost at the model's batch price when `batch_price` (judge.mode batch).
@@ -631,6 +673,9 @@ def summarize(
     `segment_by`: columns of `scores` to summarise by as well (`RunSummary.segments`, in this
     order, each column's values sorted as text, null last); those also in `verdict_segments`
     are columns of `verdicts` too and get their relevance by position per segment.
+    `sample`: a sampled run's plan (`jobs.sampling`): the mean and its interval, of the whole
+    run and of each segment, are then the stratified estimator's (`sampled_estimates`), and
+    `population` the plan's counts of the input.
     """
     scale = check_scale(scale)
     scores = as_lazy(scores)
@@ -678,4 +723,87 @@ def summarize(
         scale=scale,
         batch_price=batch_price,
     )
-    return replace(overall, segments=tuple(segments))
+    summary = replace(overall, segments=tuple(segments))
+    if sample is not None:
+        summary = sampled_estimates(summary, scores, sample)
+    return summary
+
+
+def _strata_moments(
+    scores: pl.LazyFrame, by: Sequence[str], column: str | None
+) -> dict[tuple[str | None, Stratum], Moments]:
+    """(segment text of `column`, or None for the whole run; stratum) -> the Moments of the
+    ok scores there: one small group-by (strata times segments rows)."""
+    keys = [pl.col(name).alias(f"_stratum_{i}") for i, name in enumerate(by)]
+    segment = _segment(column) if column is not None else pl.lit(None, pl.String).alias("segment")
+    frame = (
+        scores.filter(pl.col("status") == "ok")
+        .select(segment, *keys, pl.col("score").cast(pl.Float64))
+        .group_by("segment", *(f"_stratum_{i}" for i in range(len(by))))
+        .agg(
+            n=pl.len(),
+            total=pl.col("score").sum(),
+            total_sq=(pl.col("score") * pl.col("score")).sum(),
+        )
+        .collect()
+    )
+    out: dict[tuple[str | None, Stratum], Moments] = {}
+    for row in frame.iter_rows():
+        stratum = tuple(stratum_text(value) for value in row[1 : 1 + len(by)])
+        out[(row[0], stratum)] = Moments(int(row[-3]), float(row[-2]), float(row[-1]))
+    return out
+
+
+def _stratified(
+    plan: SamplePlan,
+    sampled: Mapping[Stratum, int],
+    domain: Mapping[Stratum, Moments],
+) -> tuple[float | None, float | None, float | None]:
+    """(mean, low, high) of one domain; None where there are too few items."""
+    cells = [
+        StratumCell(population, sampled.get(stratum, 0), domain.get(stratum, Moments()))
+        for stratum, population in plan.population.items()
+    ]
+    interval = stratified_interval(cells)
+    if interval is None:
+        return sum(domain.values(), Moments()).mean, None, None
+    return interval.estimate, interval.low, interval.high
+
+
+def sampled_estimates(summary: RunSummary, scores: pl.LazyFrame, plan: SamplePlan) -> RunSummary:
+    """`summary` of a sampled run with the stratified estimator's mean and 95% interval (the
+    whole run's and each segment's, `jobs.stats.stratified_interval`) and the population."""
+    by = plan.config.by
+    whole = {stratum: m for (_, stratum), m in _strata_moments(scores, by, None).items()}
+    sampled = {stratum: m.n for stratum, m in whole.items()}
+    mean, low, high = _stratified(plan, sampled, whole)
+    per_column = {column: _strata_moments(scores, by, column) for column in summary.segment_columns}
+    segments = []
+    for segment in summary.segments:
+        domain = {
+            stratum: m
+            for (value, stratum), m in per_column[segment.by].items()
+            if value == segment.value
+        }
+        s_mean, s_low, s_high = _stratified(plan, sampled, domain)
+        population = plan.segments.get((segment.by, segment.value))
+        segments.append(
+            replace(
+                segment,
+                summary=replace(
+                    segment.summary,
+                    mean=s_mean,
+                    mean_ci_low=s_low,
+                    mean_ci_high=s_high,
+                    population=population,
+                ),
+            )
+        )
+    return replace(
+        summary,
+        mean=mean,
+        mean_ci_low=low,
+        mean_ci_high=high,
+        population=plan.items,
+        segments=tuple(segments),
+    )

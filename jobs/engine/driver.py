@@ -4,7 +4,9 @@
              ones): a whole-run problem fails in seconds, before the first judge call, with a
              message naming its cause; joining a cluster of several nodes, every path the
              workers use must be one all nodes reach (jobs.engine.shared_paths)
-    plan     shards of about `ray.shard_size` items; the run's id and date
+    plan     shards of about `ray.shard_size` items; the run's id and date; a sampled run
+             (`sample:`) reads every row's id and stratum once to choose its items
+             (jobs.sampling); the judge canary (`canary:`) is judged here, fresh
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     look     (an LLM judge) duplicate query ids across shards, so that they are not judged
              (jobs.engine.lookahead)
@@ -26,7 +28,7 @@ import datetime as dt
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -47,6 +49,7 @@ from jobs.inputs.records import ItemReader
 from jobs.layout import RunLocation
 from jobs.pricing import price_basis
 from jobs.records import RunManifest
+from jobs.sampling import SamplePlan, plan_sample
 from jobs.schema import RunSchema
 from jobs.storage import open_store
 from scorer_core.errors import FatalJudgeError
@@ -148,6 +151,9 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
         check_shared_paths(config, alive_nodes())
         joined = time.monotonic() - started
     shards = plan_shards(spec, files, config.ray.shard_size)
+    parts, sample = _sample(config, parts, shards, tables, out)
+    # the judge canary, judged fresh before the items: a broken judge or label file stops here
+    canary = parts.canary.judge(out) if parts.canary is not None else ()
     if read_manifest(store, location) is not None:
         raise RunFailed(
             f"run {location.run_id} is already published at "
@@ -163,8 +169,31 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
         files=len(files),
         source=source if traces is not None else None,
         traces=traces,
+        sample=sample,
+        canary=canary,
     )
     return plan, {"plan": time.monotonic() - started - joined, "ray_start": joined}
+
+
+def _sample(
+    config: JobConfig, parts: RunParts, shards: Sequence[Shard], tables: RunSchema, out: TextIO
+) -> tuple[RunParts, SamplePlan | None]:
+    """A sampled run's plan (`jobs.sampling`), from every row's id and stratum, and the parts
+    with a reader that carries it to the workers; the parts as they are otherwise."""
+    if not config.sample.enabled:
+        return parts, None
+    reader = parts.reader
+    if reader is None:  # traces are assembled into items before planning
+        raise RuntimeError("the run's items have no reader: traces not assembled yet")
+    sample = plan_sample(
+        config.sample,
+        shards,
+        lambda shard: reader.read(shard, tables.carried),
+        tables.carried,
+        config.summary.by,
+    )
+    out.write(f"sample: {sample.describe()}\n")
+    return dataclasses.replace(parts, reader=dataclasses.replace(reader, sample=sample)), sample
 
 
 def _start_workers(
@@ -234,6 +263,8 @@ def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
         tables=plan.tables,
         segment_by=config.summary.by,
         batch_price=config.judge.mode == "batch",
+        sample=plan.sample,
+        canary=plan.canary,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from jobs.cache import CacheSpec
 from jobs.inputs.records import ItemReader
@@ -18,6 +18,13 @@ from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.protocols import Judge, Limiter
 
 Gate = contextlib.AbstractAsyncContextManager[None]
+
+
+class CanaryJudge(Protocol):
+    """Judges the run's labelled canary in the driver process, fresh: the summary's canary
+    metrics (`jobs.engine.aggregate.CANARY_METRICS`, name and value)."""
+
+    def judge(self, out: TextIO | None = None) -> tuple[tuple[str, float | None], ...]: ...
 
 
 class JudgeMaker(Protocol):
@@ -46,3 +53,5 @@ class RunParts:
     cache: CacheSpec | None
     # Whether repeated query ids across shards are found before judging (jobs.engine.lookahead).
     find_duplicates_first: bool
+    # The judge canary (jobs.canary), judged by the driver before the items; None: none.
+    canary: CanaryJudge | None = None

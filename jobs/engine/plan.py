@@ -11,6 +11,7 @@ from jobs.engine.parts import RunParts
 from jobs.inputs import Shard
 from jobs.inputs.records import ItemReader
 from jobs.layout import RunLocation, StagingArea
+from jobs.sampling import SamplePlan
 from jobs.schema import RunSchema
 from jobs.storage import Store
 
@@ -35,6 +36,10 @@ class RunPlan:
     # and the assembly's report, both for the manifest.
     source: JobConfig | None = None
     traces: dict[str, Any] | None = None
+    # A sampled run's plan (jobs.sampling; the reader carries it to the workers) and the judge
+    # canary's metrics (jobs.canary), both for the summary.
+    sample: SamplePlan | None = None
+    canary: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def reader(self) -> ItemReader:

@@ -39,6 +39,7 @@ from jobs.engine import aggregate
 from jobs.engine.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows, where
 from jobs.layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.records import JudgeRecord, RunManifest
+from jobs.sampling import SamplePlan
 from jobs.schema import RunSchema
 from jobs.storage import Store
 from scorer_core.errors import CtxPrecError
@@ -249,6 +250,8 @@ def publish_run(
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     segment_by: Sequence[str] = (),
     batch_price: bool = False,
+    sample: SamplePlan | None = None,
+    canary: Sequence[tuple[str, float | None]] = (),
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
@@ -258,6 +261,8 @@ def publish_run(
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation).
     `batch_price`: the cost is at the model's batch price (a run in judge.mode batch).
+    `sample`: a sampled run's plan (its estimates and population); `canary`: the judge
+    canary's metrics (`jobs.canary`), both into the summary.
 
     Memory does not grow with the run: duplicates are found partition by partition
     (`jobs.engine.repeats`), the tables are written a shard at a time to local files, and
@@ -278,8 +283,9 @@ def publish_run(
             segment_by=segment_by,
             verdict_segments=tables.verdict_names,
             batch_price=batch_price,
+            sample=sample,
         )
-        summary = dataclasses.replace(summary, flow=tuple(flow))
+        summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
         # scores last: a reader of scores/ sees a whole run or none of it
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)

@@ -51,6 +51,8 @@ def read_shard_records(
     later = later or {}
     for index, record in enumerate(reader.read(shard, tables.carried)):
         seq = item_seq(number, index)
+        if not reader.keeps(record, tables.names):
+            continue  # a sampled run (jobs.sampling): not chosen, not judged, not published
         if isinstance(record, RowError):
             read.errors.append((seq, record, None))
         elif seq in later:

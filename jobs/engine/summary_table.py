@@ -39,10 +39,16 @@ def format_summary_table(
         rule,
         line("judge model", summary.model),
         line("items", f"{summary.items:,}"),
+        *(
+            [line("  of population", f"{summary.population:,}")]
+            if summary.population is not None and summary.population != summary.items
+            else []
+        ),
         line("  scored (ok)", f"{summary.scored:,}"),
         line("  unscored", f"{summary.unscored:,}"),
         line("  errors", f"{summary.errors:,}"),
         line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
+        line("mean 95% interval", _interval(summary)),
         line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
         rule,
         line("band (score / scale)", "items"),
@@ -58,12 +64,16 @@ def format_summary_table(
         lines.append(f"  ... {hidden} more positions")
     for column in summary.segment_columns:
         segments = summary.segments_by(column)
-        lines += [rule, f"{_cut('by ' + column, 22):<22}{'items':>8}{'scored':>8}{'mean':>8}"]
+        lines += [
+            rule,
+            f"{_cut('by ' + column, 18):<18}{'items':>7}{'scored':>7}{'mean':>7}{'± 95%':>7}",
+        ]
         for segment in segments[:_MAX_SEGMENT_ROWS]:
             s = segment.summary
             name = "(null)" if segment.value is None else segment.value
             lines.append(
-                f"  {_cut(name, 20):<20}{s.items:>8,}{s.scored:>8,}{fmt.number(s.mean):>8}"
+                f"  {_cut(name, 16):<16}{s.items:>7,}{s.scored:>7,}{fmt.number(s.mean):>7}"
+                f"{_half_width(s):>7}"
             )
         hidden = len(segments) - _MAX_SEGMENT_ROWS
         if hidden > 0:
@@ -76,6 +86,7 @@ def format_summary_table(
         line("cache hits", f"{summary.cache_hits:,}"),
         line("estimated cost", cost),
     ]
+    lines += _canary_lines(summary, line)
     record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
     lines += _judge_lines(summary, record, line)
     lines += [rule, f"results: {where}"]
@@ -146,6 +157,39 @@ def _response_format_lines(
             subsequent_indent="    ",
         )
     return lines
+
+
+def _canary_lines(summary: RunSummary, line: Callable[[str, str], str]) -> list[str]:
+    """The judge canary's agreement with its labels (`canary:`); nothing without one."""
+    canary = dict(summary.canary)
+    if not canary:
+        return []
+    return [
+        line(
+            "canary items / kappa",
+            f"{fmt.integer(canary.get('canary_items'))} / "
+            f"{fmt.number(canary.get('canary_kappa'), 3)}",
+        ),
+        line(
+            "canary prec / recall",
+            f"{fmt.number(canary.get('canary_precision'), 3)} / "
+            f"{fmt.number(canary.get('canary_recall'), 3)}",
+        ),
+    ]
+
+
+def _interval(summary: RunSummary) -> str:
+    """The mean's 95% interval as "[low, high]"; "-" when there are too few items."""
+    if summary.mean_ci_low is None or summary.mean_ci_high is None:
+        return "-"
+    return f"[{fmt.number(summary.mean_ci_low, 3)}, {fmt.number(summary.mean_ci_high, 3)}]"
+
+
+def _half_width(summary: RunSummary) -> str:
+    """Half the 95% interval's width (the intervals are symmetric); "-" without one."""
+    if summary.mean_ci_low is None or summary.mean_ci_high is None:
+        return "-"
+    return fmt.number((summary.mean_ci_high - summary.mean_ci_low) / 2, 3)
 
 
 def _cut(text: str, width: int) -> str:

@@ -25,6 +25,7 @@ from jobs.storage import filesystem
 
 if TYPE_CHECKING:
     from jobs.config import JobConfig
+    from jobs.sampling import SamplePlan
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
@@ -36,6 +37,13 @@ class ItemReader:
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
+    # A sampled run's plan (`jobs.sampling`, set by the driver before judging): which rows the
+    # worker judges (`keeps`). None: every row.
+    sample: SamplePlan | None = None
+
+    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
+        """Whether the run judges `record` (`names`: its carried columns, in order)."""
+        return self.sample is None or self.sample.keeps(record, names)
 
     @classmethod
     def for_config(cls, config: JobConfig) -> ItemReader:

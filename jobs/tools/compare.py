@@ -1,38 +1,50 @@
-"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B.
+"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B, and
+whether the move is real.
 
-    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --max-mean-drop 0.02
+    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --min-effect 0.01 [--json]
 
 Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
 query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
 unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b, then one column
 per segment column (its value in B, else in A). Prints the summary shift, the items per score
-band of both runs, the shift per segment, the queries that regressed most and the relevance rate
-by position of both runs.
+band of both runs, the change per segment with its 95% interval and p-value, the queries that
+regressed most, the relevance rate by position of both runs, and the gate's verdict.
 
 Segments: by default the columns run B's summary is segmented by (`summary.by`), where run A
 has them too; `--by COLUMN` (repeatable) picks any carried columns of both runs instead. A query
-is in the segment of its value in run B. Each segment's shift is over its queries scored "ok" in
-both runs, like the global one.
+is in the segment of its value in run B.
 
-Exit code 1 when mean(B) < mean(A) - max_mean_drop over the queries scored "ok" in both runs
-(or when no query is scored in both), or over those of any segment with at least
-`--min-segment-size` of them (smaller segments are shown, not gated: a segment of three queries
-moves by chance), else 0: a nightly pipeline can alert on it. Errors exit as with every
-`ctxprec` command (2 for an unknown run id or segment column, 1 for a storage failure).
+Significance (`jobs.stats`): when the runs share enough queries (`PAIRED_SHARE`), paired by
+query: over the queries scored "ok" in both runs, the mean of the per-query differences B - A,
+its 95% t interval and the two-sided p-value of a one-sample t test, overall and per segment.
+Otherwise unpaired (Welch's test over each run's ok queries), and the output says so. The
+p-values of the run and of every segment with at least `--min-segment-size` queries are
+adjusted together with Holm's method (the family-wise error stays at 5%); smaller segments are
+shown, not gated (a segment of three queries moves by chance).
+
+Exit code 1 when the run's or a gated segment's mean dropped significantly (Holm-adjusted p
+below 0.05) AND by at least `--min-effect` (default 0.01; `--max-mean-drop` is its older
+name), when the judge canary's kappa fell by more than `--max-canary-drop` (default 0.1: the
+judge changed, whatever the scores did), or when no query is scored in both; else 0: a nightly
+pipeline can alert on it. `--json` prints one object: gate, overall, segments, canary
+(`Gate.to_json`). Errors exit as with every `ctxprec` command (2 for an unknown run id or
+segment column, 1 for a storage failure).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 import polars as pl
 
 from jobs import formatting as fmt
 from jobs.engine import band_range, relevance_by_position
+from jobs.stats import LEVEL, Moments, holm, paired_test, welch_test
 from jobs.tools.runs import (
     PublishedRun,
     load_run,
@@ -44,7 +56,8 @@ from scorer_core.errors import ConfigError
 
 # The defaults of `ctxprec compare`'s options (jobs.cli shows the same in --help without
 # importing this module; tests/unit/test_compare.py checks they agree).
-DEFAULT_MAX_MEAN_DROP = 0.02
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_MAX_CANARY_DROP = 0.1
 DEFAULT_MIN_SEGMENT_SIZE = 30
 DEFAULT_TOP = 10
 
@@ -88,18 +101,55 @@ class ScoreStats:
 
 @dataclass(frozen=True)
 class SegmentShift:
-    """How one segment's scores moved: over its queries scored ok in both runs."""
+    """How one segment's scores moved (or the whole run's, `by` ""), with its test.
 
-    by: str  # the segment column
+    Paired (`method` "paired"): over its queries scored ok in both runs, the mean of the
+    per-query differences B - A, its 95% interval and p-value (`jobs.stats.paired_test`).
+    Unpaired: over all its queries scored ok in each run (`jobs.stats.welch_test`).
+    `p_adjusted` is Holm's across the gated tests (None for a segment not gated);
+    `significant`: p_adjusted below 0.05; `gated`: big enough to fail the gate; `failed`: it
+    did (a significant drop of at least the minimum effect)."""
+
+    by: str  # the segment column ("" for the whole run)
     value: str | None  # its value in run B, as text (None: null)
-    paired: int
+    paired: int  # the queries the test used (pairs; unpaired: the smaller run's count)
     mean_a: float | None
     mean_b: float | None
     regressed: int
+    method: str = "paired"
+    diff: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    significant: bool = False
+    gated: bool = False
+    failed: bool = False
 
     @property
     def shift(self) -> float | None:
-        return _diff(self.mean_a, self.mean_b)
+        return self.diff if self.diff is not None else _diff(self.mean_a, self.mean_b)
+
+    @property
+    def queries(self) -> int:
+        return self.paired
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `ctxprec compare --json` prints for it."""
+        return {
+            "by": self.by or None,
+            "segment": self.value,
+            "queries": self.paired,
+            "mean_a": self.mean_a,
+            "mean_b": self.mean_b,
+            "diff": self.diff,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
+            "significant": self.significant,
+            "gated": self.gated,
+        }
 
     @property
     def label(self) -> str:
@@ -131,6 +181,10 @@ class Comparison:
     segments: tuple[SegmentShift, ...] = ()  # per segment column, values sorted, null last
     segment_columns: tuple[str, ...] = ()
     unsegmented: tuple[str, ...] = ()  # B's summary columns that run A's scores lack
+    overall: SegmentShift | None = None  # the whole run's shift and test
+    method: str = "paired"  # or "unpaired" when the runs share too few queries
+    canary_a: dict[str, float | None] = field(default_factory=dict)  # each run's canary metrics
+    canary_b: dict[str, float | None] = field(default_factory=dict)
 
     def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
         return tuple(segment for segment in self.segments if segment.by == by)
@@ -152,9 +206,31 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Gate:
+    """The gate's verdict: `overall` and `segments` with their Holm-adjusted tests, the
+    segments that failed, and the canary's change (None when neither run has a canary).
+    `to_json` is what `ctxprec compare --json` prints."""
+
     passed: bool
     message: str
     failed_segments: tuple[SegmentShift, ...] = ()
+    overall: SegmentShift | None = None
+    segments: tuple[SegmentShift, ...] = ()
+    canary: dict[str, Any] | None = None
+
+    @property
+    def judge_changed(self) -> bool:
+        return bool(self.canary and self.canary["failed"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `ctxprec compare --json` prints."""
+        return {
+            "gate": "pass" if self.passed else "fail",
+            # "paired" by query, or "unpaired" when the runs share too few queries
+            "method": self.overall.method if self.overall else None,
+            "overall": self.overall.to_json() if self.overall else None,
+            "segments": [segment.to_json() for segment in self.segments],
+            "canary": self.canary,
+        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,34 +367,116 @@ def segment_columns(
     return usable, tuple(c for c in default if c not in usable)
 
 
-def segment_shifts(table: pl.DataFrame, segment_by: Sequence[str]) -> tuple[SegmentShift, ...]:
-    """Per value of each column (as text, sorted, null last): the shift over its queries
-    scored ok in both runs. Segments with no such query are left out."""
-    paired = table.filter(
+PAIRED_SHARE = 0.5
+"""The runs are compared paired by query when the queries scored ok in both are at least this
+share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
+
+
+def _moments(
+    frame: pl.DataFrame, keys: Sequence[str], column: str
+) -> dict[tuple[Any, ...], Moments]:
+    """Per value of `keys`: the Moments of `column`'s non-null values."""
+    values = frame.filter(pl.col(column).is_not_null())
+    aggs = [
+        pl.len().alias("n"),
+        pl.col(column).cast(pl.Float64).sum().alias("total"),
+        (pl.col(column).cast(pl.Float64) ** 2).sum().alias("total_sq"),
+    ]
+    rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
+    out: dict[tuple[Any, ...], Moments] = {}
+    for row in rows.iter_rows(named=True):
+        key = tuple(row[k] for k in keys)
+        out[key] = Moments(int(row["n"]), float(row["total"] or 0.0), float(row["total_sq"] or 0.0))
+    return out
+
+
+def choose_method(table: pl.DataFrame) -> str:
+    """How to compare: paired when the runs share enough queries scored ok in both
+    (`PAIRED_SHARE`), else unpaired."""
+    ok_a = table.filter(pl.col("status_a") == "ok").height
+    ok_b = table.filter(pl.col("status_b") == "ok").height
+    both = table.filter(_both_ok()).height
+    return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
+
+
+def _both_ok() -> pl.Expr:
+    return (
         (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok") & pl.col("delta").is_not_null()
     )
+
+
+def _shift(
+    by: str, value: str | None, method: str, moments: dict[str, Moments], regressed: int
+) -> SegmentShift:
+    """One segment's (or the run's) shift and test from its Moments: "a", "b" (scores) and "d"
+    (paired differences)."""
+    a, b, d = moments.get("a", Moments()), moments.get("b", Moments()), moments.get("d", Moments())
+    test = paired_test(d) if method == "paired" else welch_test(a, b)
+    queries = d.n if method == "paired" else min(a.n, b.n)
+    diff = test.diff if test else (d.mean if method == "paired" else _diff(a.mean, b.mean))
+    return SegmentShift(
+        by=by,
+        value=value,
+        paired=queries,
+        mean_a=a.mean,
+        mean_b=b.mean,
+        regressed=regressed,
+        method=method,
+        diff=diff,
+        ci_low=test.low if test else None,
+        ci_high=test.high if test else None,
+        p_value=test.p_value if test else None,
+    )
+
+
+def _side_moments(
+    table: pl.DataFrame, method: str, keys: Sequence[str]
+) -> dict[tuple[Any, ...], dict[str, Moments]]:
+    """Per value of `keys`: the Moments of "a" and "b" scores (both ok, paired; each run's ok
+    queries, unpaired) and of the paired differences "d"."""
+    paired = table.filter(_both_ok())
+    if method == "paired":
+        sides = {"a": (paired, "score_a"), "b": (paired, "score_b"), "d": (paired, "delta")}
+    else:
+        sides = {
+            "a": (table.filter(pl.col("status_a") == "ok"), "score_a"),
+            "b": (table.filter(pl.col("status_b") == "ok"), "score_b"),
+            "d": (paired, "delta"),
+        }
+    out: dict[tuple[Any, ...], dict[str, Moments]] = {}
+    for name, (frame, column) in sides.items():
+        for key, moments in _moments(frame, keys, column).items():
+            out.setdefault(key, {})[name] = moments
+    return out
+
+
+def overall_shift(table: pl.DataFrame, method: str, regressed: int) -> SegmentShift:
+    """The whole run's shift and test."""
+    return _shift("", None, method, _side_moments(table, method, []).get((), {}), regressed)
+
+
+def segment_shifts(
+    table: pl.DataFrame, segment_by: Sequence[str], method: str = "paired"
+) -> tuple[SegmentShift, ...]:
+    """Per value of each column (as text, sorted, null last): the shift and its test (paired:
+    over its queries scored ok in both runs). Segments with no such query are left out."""
+    paired = table.filter(_both_ok())
     shifts: list[SegmentShift] = []
     for column in segment_by:
-        groups = (
+        keyed = table.with_columns(pl.col(column).cast(pl.String).alias("segment"))
+        moments = _side_moments(keyed, method, ["segment"])
+        regressed = dict(
             paired.group_by(pl.col(column).cast(pl.String).alias("segment"))
-            .agg(
-                paired=pl.len(),
-                mean_a=pl.col("score_a").mean(),
-                mean_b=pl.col("score_b").mean(),
-                regressed=(pl.col("delta") < -_EPSILON).sum(),
-            )
-            .sort("segment", nulls_last=True)
+            .agg((pl.col("delta") < -_EPSILON).sum().alias("regressed"))
+            .iter_rows()
+        )
+        values = sorted(
+            (key[0] for key, m in moments.items() if m.get("d", Moments()).n or method != "paired"),
+            key=lambda v: (v is None, v or ""),
         )
         shifts.extend(
-            SegmentShift(
-                by=column,
-                value=row["segment"],
-                paired=int(row["paired"]),
-                mean_a=row["mean_a"],
-                mean_b=row["mean_b"],
-                regressed=int(row["regressed"]),
-            )
-            for row in groups.iter_rows(named=True)
+            _shift(column, value, method, moments[(value,)], int(regressed.get(value) or 0))
+            for value in values
         )
     return tuple(shifts)
 
@@ -338,6 +496,7 @@ def compare_runs(
     both_ok = (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok")
     paired = table.filter(both_ok & pl.col("delta").is_not_null())
     deltas = paired.get_column("delta")
+    method = choose_method(table)
     lost = table.filter(
         (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
     ).height
@@ -362,55 +521,183 @@ def compare_runs(
         lost=lost,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
-        segments=segment_shifts(table, columns),
+        segments=segment_shifts(table, columns, method),
         segment_columns=columns,
+        overall=overall_shift(table, method, int((deltas < -_EPSILON).sum())),
+        method=method,
+        canary_a=dict(run_a.summary.canary),
+        canary_b=dict(run_b.summary.canary),
         unsegmented=unsegmented,
     )
 
 
-def _dropped(a: float | None, b: float | None, max_mean_drop: float) -> bool:
-    return a is not None and b is not None and b < a - max_mean_drop - _EPSILON
+def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
+    significant = p_adjusted < 1.0 - LEVEL
+    drop = shift.diff is not None and shift.diff <= -min_effect + _EPSILON
+    return replace(
+        shift,
+        p_adjusted=p_adjusted,
+        significant=significant,
+        gated=True,
+        failed=significant and drop,
+    )
+
+
+def adjust(
+    overall: SegmentShift,
+    segments: Sequence[SegmentShift],
+    min_effect: float,
+    min_segment_size: int,
+) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
+    """The run's and the segments' tests with Holm's adjustment across the gated ones: the run,
+    and every segment with at least `min_segment_size` queries and a p-value."""
+    gated = [
+        i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
+    ]
+    family = [overall.p_value if overall.p_value is not None else 1.0] + [
+        float(segments[i].p_value or 0.0) for i in gated
+    ]
+    adjusted = holm(family)
+    out = list(segments)
+    for rank, index in enumerate(gated, start=1):
+        out[index] = _tested(segments[index], adjusted[rank], min_effect)
+    return _tested(overall, adjusted[0], min_effect), tuple(out)
+
+
+def canary_change(
+    a: dict[str, float | None], b: dict[str, float | None], max_drop: float
+) -> dict[str, Any] | None:
+    """Both runs' canary metrics and kappa's change; `failed` when it fell more than
+    `max_drop`. None when neither run judged a canary."""
+    if not a and not b:
+        return None
+    kappa_a, kappa_b = a.get("canary_kappa"), b.get("canary_kappa")
+    change = None if kappa_a is None or kappa_b is None else kappa_b - kappa_a
+    out: dict[str, Any] = {
+        f"{name}_{side}": metrics.get(f"canary_{name}")
+        for name in ("items", "kappa", "precision", "recall")
+        for side, metrics in (("a", a), ("b", b))
+    }
+    out.update(kappa_change=change, max_drop=max_drop)
+    out["failed"] = change is not None and change < -max_drop - _EPSILON
+    return out
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}" if value >= 1e-4 else "<1e-4"
+
+
+def _ci(shift: SegmentShift) -> str:
+    if shift.ci_low is None or shift.ci_high is None:
+        return "-"
+    return f"[{shift.ci_low:+.4f}, {shift.ci_high:+.4f}]"
+
+
+def _why(shift: SegmentShift, min_effect: float) -> str:
+    if shift.diff == 0 and shift.ci_low == 0 and shift.ci_high == 0:
+        return "no change"
+    if shift.failed:
+        return f"a significant drop of at least --min-effect {min_effect:.4f}"
+    if not shift.significant:
+        return "not significant"
+    if shift.diff is not None and shift.diff < 0:
+        return f"significant, smaller than --min-effect {min_effect:.4f}"
+    return "significant rise" if shift.diff else "no change"
+
+
+def _overall_line(overall: SegmentShift, failed: bool, min_effect: float) -> str:
+    o = overall
+    stats = (
+        f"(from {o.mean_a:.4f} to {o.mean_b:.4f}; 95% CI {_ci(o)}, p {_p(o.p_adjusted)} after "
+        f"Holm, {o.method} over {o.paired:,} queries)"
+    )
+    if o.failed:
+        return f"FAIL: mean fell by {-(o.diff or 0.0):.4f} {stats}: {_why(o, min_effect)}"
+    verdict = "FAIL" if failed else "OK"
+    return f"{verdict}: mean shift {(o.diff or 0.0):+.4f} {stats}: {_why(o, min_effect)}"
+
+
+def _canary_line(canary: dict[str, Any]) -> str:
+    a, b = canary["kappa_a"], canary["kappa_b"]
+    if a is None or b is None:
+        which = (
+            "run A" if b is None and a is not None else "run B" if a is None and b else "neither"
+        )
+        return f"canary: kappa only in {which}; the judge is not compared"
+    items = int(canary["items_b"] or 0)
+    if canary["failed"]:
+        return (
+            f"FAIL: the judge changed: canary kappa fell by {a - b:.3f} (from {a:.3f} to "
+            f"{b:.3f}, {items:,} labelled items), more than --max-canary-drop "
+            f"{canary['max_drop']:.3f}; score shifts between these runs may be the judge's, "
+            "not retrieval's"
+        )
+    return (
+        f"canary: kappa {a:.3f} -> {b:.3f} ({b - a:+.3f}, {items:,} labelled items): judge steady"
+    )
 
 
 def gate(
     comparison: Comparison,
-    max_mean_drop: float,
+    min_effect: float,
     min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+    max_canary_drop: float = DEFAULT_MAX_CANARY_DROP,
 ) -> Gate:
-    """Pass unless mean(B) < mean(A) - max_mean_drop over the queries ok in both runs, or over
-    those of a segment with at least `min_segment_size` of them."""
-    a, b = comparison.stats_a.mean, comparison.stats_b.mean
-    if a is None or b is None:
-        return Gate(False, "FAIL: no query is scored ok in both runs; nothing to compare")
-    shift = b - a
-    failed = tuple(
-        s
-        for s in comparison.segments
-        if s.paired >= min_segment_size and _dropped(s.mean_a, s.mean_b, max_mean_drop)
+    """Fail on a drop, overall or in a segment with at least `min_segment_size` queries, that
+    is significant after Holm's correction across them and at least `min_effect`; or when the
+    canary's kappa fell more than `max_canary_drop` (the judge changed)."""
+    canary = canary_change(comparison.canary_a, comparison.canary_b, max_canary_drop)
+    return decide(
+        comparison.overall,
+        comparison.segments,
+        comparison.method,
+        min_effect,
+        min_segment_size,
+        canary,
     )
-    if _dropped(a, b, max_mean_drop):
-        lines = [
-            f"FAIL: mean fell by {-shift:.4f} (from {a:.4f} to {b:.4f}), more than the allowed "
-            f"{max_mean_drop:.4f}"
-        ]
-    else:
-        verdict = "FAIL" if failed else "OK"
-        lines = [
-            f"{verdict}: mean shift {shift:+.4f} (from {a:.4f} to {b:.4f}), allowed drop "
-            f"{max_mean_drop:.4f}"
-        ]
+
+
+def decide(
+    overall: SegmentShift | None,
+    segments: Sequence[SegmentShift],
+    method: str,
+    min_effect: float,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+    canary: dict[str, Any] | None = None,
+) -> Gate:
+    """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
+    if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
+        return Gate(
+            False,
+            "FAIL: no query is scored ok in both runs; nothing to compare",
+            segments=tuple(segments),
+            canary=canary,
+        )
+    overall, tested = adjust(overall, segments, min_effect, min_segment_size)
+    failed = tuple(s for s in tested if s.failed)
+    judge_changed = bool(canary and canary["failed"])
+    passed = not overall.failed and not failed and not judge_changed
+    lines = [_overall_line(overall, not passed, min_effect)]
+    if method == "unpaired":
+        lines.append(
+            f"compared UNPAIRED (Welch): the runs share too few queries scored ok in both "
+            f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
+        )
     lines += [
-        f"FAIL: segment {s.label}: mean fell by {-(s.shift or 0.0):.4f} (from {s.mean_a:.4f} to "
-        f"{s.mean_b:.4f}) over {s.paired:,} queries, more than the allowed {max_mean_drop:.4f}"
+        f"FAIL: segment {s.label}: mean fell by {-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to "
+        f"{s.mean_b:.4f}) over {s.paired:,} queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after "
+        f"Holm: {_why(s, min_effect)}"
         for s in failed
     ]
-    small = sum(1 for s in comparison.segments if s.paired < min_segment_size)
+    small = sum(1 for s in tested if not s.gated)
     if small:
         lines.append(
             f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
             "not gated (--min-segment-size)"
         )
-    return Gate(not failed and not _dropped(a, b, max_mean_drop), "\n".join(lines), failed)
+    if canary is not None:
+        lines.append(_canary_line(canary))
+    return Gate(passed, "\n".join(lines), failed, overall, tested, canary)
 
 
 # --------------------------------------------------------------------------------------------
@@ -524,37 +811,33 @@ _MAX_SEGMENT_LINES = 40
 
 
 def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int) -> str:
-    """Per segment column: each value's queries ok in both runs, means, shift, and whether the
-    gate failed it ("FAIL"), checked it ("ok") or left it out for its size ("small")."""
-    failed = {(s.by, s.value) for s in verdict.failed_segments}
+    """Per segment column: each value's queries, means, the change with its 95% interval and
+    Holm-adjusted p-value, and whether the gate failed it ("FAIL"), checked it ("ok") or left
+    it out for its size ("small")."""
+    tested = {(s.by, s.value): s for s in verdict.segments}
     blocks = []
     for column in comparison.segment_columns:
-        segments = comparison.segments_by(column)
+        segments = [tested.get((s.by, s.value), s) for s in comparison.segments_by(column)]
         width = max([len(column) + 3, *(len(str(s.value)) + 2 for s in segments)])
         width = min(max(width, 12), 32)
+        over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
         lines = [
-            f"by {column} (a query's value in B; over the queries scored ok in both runs):",
-            f"  {'value':<{width}}{'queries':>9}{'mean A':>9}{'mean B':>9}{'shift':>9}"
-            f"{'regressed':>11}{'gate':>7}",
+            f"by {column} (a query's value in B; over the queries {over}):",
+            f"  {'value':<{width}}{'queries':>9}{'mean A':>9}{'mean B':>9}{'change':>9}"
+            f"{'95% CI':>20}{'p adj':>8}{'regressed':>11}{'gate':>7}",
         ]
         for s in segments[:_MAX_SEGMENT_LINES]:
             name = "(null)" if s.value is None else s.value
             name = name if len(name) <= width - 2 else name[: width - 3] + "…"
-            status = (
-                "FAIL"
-                if (s.by, s.value) in failed
-                else "small"
-                if s.paired < min_segment_size
-                else "ok"
-            )
+            status = "FAIL" if s.failed else "ok" if s.gated else "small"
             lines.append(
                 f"  {name:<{width}}{s.paired:>9,}{fmt.number(s.mean_a, 3):>9}"
                 f"{fmt.number(s.mean_b, 3):>9}{fmt.number(s.shift, 3, signed=True):>9}"
-                f"{s.regressed:>11,}{status:>7}"
+                f"{_ci(s):>20}{_p(s.p_adjusted):>8}{s.regressed:>11,}{status:>7}"
             )
         hidden = len(segments) - _MAX_SEGMENT_LINES
         if hidden > 0:
-            lines.append(f"  ... {hidden} more values (all are gated; see the per-query table)")
+            lines.append(f"  ... {hidden} more values (all are gated; see --json)")
         blocks.append("\n".join(lines))
     if comparison.unsegmented:
         blocks.append(
@@ -594,11 +877,30 @@ def table_name(run_a: str, run_b: str) -> str:
     return f"comparisons/{run_a}__vs__{run_b}.parquet"
 
 
+def min_effect_of(args: argparse.Namespace) -> float:
+    """--min-effect, or --max-mean-drop (its older name); the default when neither is given."""
+    given = {
+        name: value
+        for name, value in (
+            ("--min-effect", args.min_effect),
+            ("--max-mean-drop", args.max_mean_drop),
+        )
+        if value is not None
+    }
+    if len(set(given.values())) > 1:
+        raise ConfigError("--min-effect and --max-mean-drop are the same setting; give one")
+    for name, value in given.items():
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+    return next(iter(given.values()), DEFAULT_MIN_EFFECT)
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """The handler of `ctxprec compare`: 1 when the mean dropped too far, else 0."""
     out = out if out is not None else sys.stdout
-    if args.max_mean_drop < 0:
-        raise ConfigError(f"--max-mean-drop must be >= 0, got {args.max_mean_drop}")
+    min_effect = min_effect_of(args)
+    if args.max_canary_drop < 0:
+        raise ConfigError(f"--max-canary-drop must be >= 0, got {args.max_canary_drop}")
     if args.top < 0:
         raise ConfigError(f"--top must be >= 0, got {args.top}")
     if args.min_segment_size < 1:
@@ -614,7 +916,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         comparison.table,
         parse_storage_options(args.storage_option),
     )
-    verdict = gate(comparison, args.max_mean_drop, args.min_segment_size)
+    verdict = gate(comparison, min_effect, args.min_segment_size, args.max_canary_drop)
+    if args.json:
+        out.write(json.dumps(verdict.to_json()) + "\n")
+        return 0 if verdict.passed else 1
     out.write(
         format_comparison(
             comparison, top=args.top, verdict=verdict, min_segment_size=args.min_segment_size

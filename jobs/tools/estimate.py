@@ -3,6 +3,8 @@
 Streams the input through the job's own reading path (`list_input_files` -> `check_schema` ->
 `plan_shards` -> `read_shard` -> `to_item` -> `preprocess`), one row at a time, and counts:
 
+- in a sampled run (`sample:`), only the rows its plan keeps (`jobs.sampling`: the input is
+  read once more first, for the strata's populations, as the driver does);
 - items (valid / invalid) and context pairs, exactly as the job would see them (duplicate
   `query_id`s are counted: the job judges them too and marks them at publish time);
 - judge calls: per item ceil(contexts / `judge.contexts_per_call`), plus one per item when
@@ -43,6 +45,7 @@ read.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import heapq
 import json
@@ -63,10 +66,14 @@ from jobs.inputs import (
     RowError,
     Shard,
     check_schema,
+    inspect_input,
     list_input_files,
     plan_shards,
 )
+from jobs.inputs.records import ItemReader
 from jobs.pricing import estimate_cost_usd, price_basis
+from jobs.sampling import plan_sample
+from jobs.schema import CarriedColumn
 from jobs.storage import Store, filesystem
 from scorer_core.errors import CtxPrecError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
@@ -371,8 +378,18 @@ class _Scan:
     """Streams the input once: counts items, calls, characters and cached pairs, keeps the
     token sample, and in batch mode cuts the first round's request lines into batches."""
 
-    def __init__(self, config: JobConfig, probe: _CacheProbe | None, sample: int) -> None:
+    def __init__(
+        self,
+        config: JobConfig,
+        probe: _CacheProbe | None,
+        sample: int,
+        reader: ItemReader,
+        carried: Sequence[CarriedColumn] = (),
+    ) -> None:
         self.config = config
+        # the run's reader: with a sampled run's plan, only the rows it keeps are counted
+        self.reader = reader
+        self.carried = carried
         self.probe = probe
         self.sample = sample
         self.counts = _Counts()
@@ -396,7 +413,10 @@ class _Scan:
         probe = self.probe
         known = probe.keys_for(shard.file_index, shard.slot) if probe is not None else set()
         line_number = 0
-        for row_index, record in enumerate(factory.shard_items(self.config, shard)):
+        names = [column.name for column in self.carried]
+        for row_index, record in enumerate(self.reader.read(shard, self.carried)):
+            if not self.reader.keeps(record, names):
+                continue
             if isinstance(record, RowError):
                 self.counts.invalid += 1
                 if len(self.counts.invalid_examples) < _MAX_INVALID_EXAMPLES:
@@ -492,8 +512,16 @@ def estimate(
     files = list_input_files(spec)
     check_schema(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)
+    reader = factory.item_reader(config)
+    carried: tuple[CarriedColumn, ...] = ()
+    if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
+        carried = inspect_input(spec, files).carried
+        plan = plan_sample(
+            config.sample, shards, lambda shard: reader.read(shard, carried), carried
+        )
+        reader = dataclasses.replace(reader, sample=plan)
     probe, cache_note = _cache_probe(config)
-    scan = _Scan(config, probe, sample)
+    scan = _Scan(config, probe, sample, reader, carried)
     for number, shard in enumerate(shards):
         scan.shard(number, shard)
     scan.packer.close()
@@ -821,6 +849,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
     out = out or sys.stdout
     config = load_config(args.config, args.set)
+    if args.target_ci is not None:
+        from jobs.tools.target_ci import format_target, previous_run, target_ci
+
+        by = config.summary.by or config.sample.by
+        planned = target_ci(previous_run(config, args.run), args.target_ci, by)
+        out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
+        return 0
     result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
     out.write((result.to_json() if args.json else format_estimate(result)) + "\n")
     return 0

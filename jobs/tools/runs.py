@@ -34,7 +34,7 @@ from typing import Any
 import polars as pl
 
 from jobs.config import RUN_ID_PATTERN, assign_dotted
-from jobs.engine import BANDS, PositionRate, RunResponseFormat, RunSummary, Segment
+from jobs.engine import BANDS, CANARY_METRICS, PositionRate, RunResponseFormat, RunSummary, Segment
 from jobs.layout import RunLocation, published_glob, run_of
 from jobs.records import RunManifest
 from jobs.storage import Store, open_store, scan
@@ -51,9 +51,9 @@ LEGACY_BAND_LABELS: dict[str, str] = {
 }
 """The labels of the same bands in summary tables published before the bands had names."""
 
-# The summary's own scalar metrics (`RunSummary.metric_rows`, unchanged since the first
-# published table); every other metric row without band or position is one of the run's
-# flow metrics (`RunSummary.flow`: in-flight budget, latencies), read in published order.
+# The summary's own scalar metrics (`RunSummary.metric_rows`); every other metric row without
+# band or position is one of the run's flow metrics (`RunSummary.flow`: in-flight budget,
+# latencies), read in published order.
 _OWN_SCALARS = frozenset(
     {
         "scale",
@@ -70,6 +70,11 @@ _OWN_SCALARS = frozenset(
         "completion_tokens",
         "cache_hits",
         "cost_usd",
+        # since the 95% intervals, sampled runs and the judge canary (issue 20)
+        "population",
+        "mean_ci_low",
+        "mean_ci_high",
+        *CANARY_METRICS,
     }
 )
 
@@ -282,6 +287,11 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
         median=scalars.get("median"),
         p10=scalars.get("p10"),
         p90=scalars.get("p90"),
+        mean_ci_low=scalars.get("mean_ci_low"),
+        mean_ci_high=scalars.get("mean_ci_high"),
+        # A run published before populations were recorded judged every item.
+        population=count("population") if "population" in scalars else count("items"),
+        canary=tuple((name, scalars[name]) for name in CANARY_METRICS if name in scalars),
         bands=tuple((label, band_counts.get(label, 0)) for label in labels),
         position_rates=tuple(
             PositionRate(

@@ -25,12 +25,14 @@ FOUNDATION = (
     "jobs.cache",
     "jobs.pricing",
     "jobs.records",
+    "jobs.stats",
+    "jobs.sampling",
 )
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scorer_core", ("scorer_core",)),
     ("foundation", FOUNDATION),
     ("engine", ("jobs.engine",)),
-    ("factory", ("jobs.factory",)),
+    ("factory", ("jobs.factory", "jobs.canary")),
     ("job", ("jobs.job",)),
     ("tools", ("jobs.tools",)),
     ("cli", ("jobs.cli", "jobs.context_precision", "jobs.config_reference", "jobs")),

@@ -29,6 +29,8 @@ class Series:
     values: Sequence[float | None]
     color: str
     dashed: bool = False
+    # (low, high) per value: drawn as an error bar (the 95% interval) over a bar; None: none
+    errors: Sequence[tuple[float, float] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 
 def _axis_range(spec: ChartSpec, series: Sequence[Series]) -> tuple[float, float, list[float]]:
     values = [v for s in series for v in s.values if v is not None]
+    values += [v for s in series for e in (s.errors or ()) if e is not None for v in e]
     low = min([spec.y_min, *values]) if values else spec.y_min
     high = spec.y_max if spec.y_max is not None else max([0.0, *values]) * 1.12
     if high <= low:
@@ -192,14 +195,27 @@ def _bars(
                 f'height="{max(bottom - top, 0.5):.1f}" fill="{escape(color)}">'
                 f"{_mark_title(spec, categories[i], s.name, value, i)}</rect>"
             )
+            error = s.errors[i] if s.errors and i < len(s.errors) else None
+            if error is not None:
+                parts.append(_error_bar(x + bar / 2, y(error[0]), y(error[1]), bar))
             text = spec.value_format(value)
-            if len(text) * _CHAR_PX * 0.9 <= bar + 4:
+            if error is None and len(text) * _CHAR_PX * 0.9 <= bar + 4:
                 ty = top - 4 if value >= 0 else bottom + 12
                 parts.append(
                     f'<text class="value" x="{x + bar / 2:.1f}" y="{ty:.1f}" '
                     f'text-anchor="middle">{escape(text)}</text>'
                 )
     return parts
+
+
+def _error_bar(x: float, low: float, high: float, bar: float) -> str:
+    """A vertical line from `low` to `high` (pixels) with caps: a 95% interval."""
+    cap = min(bar * 0.3, 6.0)
+    return (
+        f'<path class="errorbar" d="M{x:.1f},{low:.1f}V{high:.1f}'
+        f'M{x - cap:.1f},{low:.1f}H{x + cap:.1f}M{x - cap:.1f},{high:.1f}H{x + cap:.1f}" '
+        'stroke="#111827" stroke-width="1.3" fill="none"/>'
+    )
 
 
 def _lines(

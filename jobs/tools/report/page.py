@@ -20,7 +20,7 @@ from markupsafe import Markup
 from jobs import formatting as fmt
 from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
 from jobs.tools.compare import (
-    DEFAULT_MAX_MEAN_DROP,
+    DEFAULT_MIN_EFFECT,
     DEFAULT_MIN_SEGMENT_SIZE,
     Comparison,
     SegmentShift,
@@ -151,14 +151,38 @@ def _response_format(negotiated: RunResponseFormat | None) -> str:
     return "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
 
 
+def interval_text(low: float | None, high: float | None, digits: int = 3) -> str:
+    """A 95% interval as "[low, high]", or "–" without one."""
+    if low is None or high is None:
+        return fmt.MISSING
+    return f"[{fmt.number(low, digits)}, {fmt.number(high, digits)}]"
+
+
 def header_cards(s: RunSummary) -> tuple[Card, ...]:
+    sampled = s.population is not None and s.population != s.items
+    canary = dict(s.canary)
     return (
-        Card("items", fmt.integer(s.items)),
+        Card(
+            "items",
+            fmt.integer(s.items),
+            f"judged of {fmt.integer(s.population)} (a sample)" if sampled else "",
+        ),
         Card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
         Card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
         Card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
-        Card("mean", fmt.number(s.mean), "over scored items"),
+        Card("mean", fmt.number(s.mean), f"95% CI {interval_text(s.mean_ci_low, s.mean_ci_high)}"),
         Card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
+        *(
+            [
+                Card(
+                    "canary kappa",
+                    fmt.number(canary.get("canary_kappa"), 3),
+                    f"judge vs labels on {fmt.integer(canary.get('canary_items'))} items",
+                )
+            ]
+            if canary
+            else []
+        ),
     )
 
 
@@ -242,9 +266,16 @@ def segments_view(summary: RunSummary) -> tuple[Segments, ...]:
         drawn = drawn[:MAX_CHART_SEGMENTS]
         svg = chart(
             [_segment_name(r.value) for r in drawn],
-            [Series("mean score", [r.summary.mean for r in drawn], COLOR_RUN)],
+            [
+                Series(
+                    "mean score",
+                    [r.summary.mean for r in drawn],
+                    COLOR_RUN,
+                    errors=[_error(r.summary.mean_ci_low, r.summary.mean_ci_high) for r in drawn],
+                )
+            ],
             ChartSpec(
-                title=f"Mean score by {column}"
+                title=f"Mean score by {column}, with 95% intervals"
                 + (f" (the {len(drawn)} lowest)" if len(drawn) < len(scored) else ""),
                 x_label=f"{column} (n = items scored ok)",
                 y_label="mean score",
@@ -253,7 +284,8 @@ def segments_view(summary: RunSummary) -> tuple[Segments, ...]:
                 y_max=summary.scale or 1.0,
                 value_format=lambda v: f"{v:.2f}",
                 tooltips=[
-                    f"{r.summary.scored:,} scored of {r.summary.items:,} items; median "
+                    f"{r.summary.scored:,} scored of {r.summary.items:,} items; 95% CI "
+                    f"{interval_text(r.summary.mean_ci_low, r.summary.mean_ci_high)}; median "
                     f"{fmt.number(r.summary.median)}"
                     for r in drawn
                 ],
@@ -264,38 +296,42 @@ def segments_view(summary: RunSummary) -> tuple[Segments, ...]:
     return tuple(views)
 
 
+def _error(low: float | None, high: float | None) -> tuple[float, float] | None:
+    return None if low is None or high is None else (low, high)
+
+
 def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentShifts, ...]:
-    """Per segment column of the comparison: each value's shift (with the gate's word for it,
-    at the default --max-mean-drop) and a chart of the largest drops."""
-    failed = {
-        (s.by, s.value) for s in gate(c, DEFAULT_MAX_MEAN_DROP, min_segment_size).failed_segments
-    }
+    """Per segment column of the comparison: each value's change with its 95% interval and
+    Holm-adjusted p-value (with the gate's word for it at the defaults of `ctxprec compare`),
+    and a chart of the largest drops with their intervals."""
+    verdict = gate(c, DEFAULT_MIN_EFFECT, min_segment_size)
+    tested = {(s.by, s.value): s for s in verdict.segments}
     views = []
     for column in c.segment_columns:
-        shifts = c.segments_by(column)
-        rows = tuple(
-            (
-                s,
-                "FAIL"
-                if (s.by, s.value) in failed
-                else "small"
-                if s.paired < min_segment_size
-                else "ok",
-            )
-            for s in shifts
-        )
+        shifts = [tested.get((s.by, s.value), s) for s in c.segments_by(column)]
+        rows = tuple((s, "FAIL" if s.failed else "ok" if s.gated else "small") for s in shifts)
         drawn = sorted(
             (s for s in shifts if s.shift is not None),
             key=lambda s: (s.shift or 0.0, _segment_name(s.value)),
         )[:MAX_CHART_SEGMENTS]
-        extent = max([abs(s.shift or 0.0) for s in drawn], default=0.0)
-        extent = max(extent * 1.25, 0.01)
+        extent = max(
+            [abs(v or 0.0) for s in drawn for v in (s.shift, s.ci_low, s.ci_high)], default=0.0
+        )
+        extent = max(extent * 1.1, 0.01)
         svg = chart(
             [_segment_name(s.value) for s in drawn],
-            [Series("mean shift", [s.shift for s in drawn], COLOR_DOWN)],
+            [
+                Series(
+                    "mean change",
+                    [s.shift for s in drawn],
+                    COLOR_DOWN,
+                    errors=[_error(s.ci_low, s.ci_high) for s in drawn],
+                )
+            ],
             ChartSpec(
-                title=f"Mean shift by {column} (this run − baseline), largest drops first",
-                x_label=f"{column} (n = queries ok in both runs)",
+                title=f"Change in mean by {column} (this run − baseline), largest drops first, "
+                "with 95% intervals",
+                x_label=f"{column} (n = queries compared)",
                 y_label="change in mean score",
                 width=1090,
                 height=310,
@@ -303,6 +339,11 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
                 y_max=extent,
                 diverging=True,
                 value_format=lambda v: f"{v:+.3f}",
+                tooltips=[
+                    f"95% CI {interval_text(s.ci_low, s.ci_high, 4)}, "
+                    f"p {fmt.number(s.p_adjusted, 4)} after Holm"
+                    for s in drawn
+                ],
                 sublabels=[f"n={s.paired:,}" for s in drawn],
             ),
         )
@@ -348,15 +389,35 @@ def _text(value: object) -> str:
 def baseline_view(c: Comparison) -> Baseline:
     """The comparison with the baseline run: cards, statistics, position charts, regressions."""
     shift = c.mean_shift
-    tone = "" if shift is None else ("good" if shift > 0 else "bad" if shift < 0 else "")
+    verdict = gate(c, DEFAULT_MIN_EFFECT, DEFAULT_MIN_SEGMENT_SIZE)
+    o = verdict.overall
+    significant = o is not None and o.significant
+    tone = "" if shift is None or not significant else ("good" if shift > 0 else "bad")
+    canary = verdict.canary
     cards = (
         Card("baseline mean", fmt.number(c.stats_a.mean, 3), f"run {c.run_a}"),
         Card("this run mean", fmt.number(c.stats_b.mean, 3), f"run {c.run_b}"),
         Card(
             "mean shift",
             fmt.number(shift, 3, signed=True),
-            f"over {c.paired:,} queries ok in both",
+            f"95% CI {interval_text(o.ci_low, o.ci_high, 4)}, p {fmt.number(o.p_adjusted, 4)}; "
+            f"{o.method} over {o.paired:,} queries"
+            if o is not None
+            else f"over {c.paired:,} queries ok in both",
             tone,
+        ),
+        Card("gate", "pass" if verdict.passed else "FAIL", tone="" if verdict.passed else "bad"),
+        *(
+            [
+                Card(
+                    "canary kappa",
+                    f"{fmt.number(canary['kappa_a'], 3)} → {fmt.number(canary['kappa_b'], 3)}",
+                    "the judge changed" if canary["failed"] else "judge steady",
+                    "bad" if canary["failed"] else "",
+                )
+            ]
+            if canary
+            else []
         ),
         Card("improved", fmt.integer(c.improved), tone="good" if c.improved else ""),
         Card("regressed", fmt.integer(c.regressed), tone="bad" if c.regressed else ""),

@@ -1,0 +1,160 @@
+"""Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read.
+
+One JSON object per line (the layout of ../shared/data/*.jsonl):
+
+- `query` (string), `contexts` (list of strings, in retrieved order), `relevance` (one number
+  per context: binary 0/1 or a grade such as 0-3), optional `relevance_binary` (0/1 per
+  context), optional `expected_answer`, optional `retriever`, and `row_id` or `query_id`.
+- Gold label of a context: with `min_grade` G, relevance >= G; otherwise `relevance_binary`
+  when the row has it, else relevance > 0.
+- Contexts longer than `input.max_context_chars` are cut as in the job; contexts beyond
+  `input.max_contexts` are dropped together with their labels.
+
+A bad row is counted and an example kept (`LabelFile`), never raised: the caller decides
+whether what is left is enough.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from jobs.config import JobConfig
+from scorer_core.errors import InputError
+from scorer_core.scorer import validate_item
+from scorer_core.types import ScoringItem
+
+_MAX_INVALID_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class LabelledItem:
+    """One labelled row, ready for the judge."""
+
+    item_id: str
+    item: ScoringItem
+    gold: tuple[bool, ...]
+    retriever: str | None
+    rule: str  # how `gold` was derived
+
+
+@dataclass
+class LabelFile:
+    items: list[LabelledItem]
+    rows_read: int
+    invalid: int
+    invalid_examples: list[str]
+    truncated: int
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+
+
+def _gold(row: dict[str, Any], count: int, min_grade: float | None) -> tuple[list[bool], str]:
+    relevance = row.get("relevance")
+    if not isinstance(relevance, list) or not all(_is_number(v) for v in relevance):
+        raise InputError("relevance must be a list of numbers, one per context")
+    if len(relevance) != count:
+        raise InputError(f"relevance has {len(relevance)} labels for {count} contexts")
+    if min_grade is not None:
+        return [v >= min_grade for v in relevance], f"relevance >= {min_grade:g} (--min-grade)"
+    if "relevance_binary" in row and row["relevance_binary"] is not None:
+        binary = row["relevance_binary"]
+        if not isinstance(binary, list) or not all(_is_number(v) for v in binary):
+            raise InputError("relevance_binary must be a list of 0/1, one per context")
+        if len(binary) != count:
+            raise InputError(f"relevance_binary has {len(binary)} labels for {count} contexts")
+        return [bool(v) for v in binary], "relevance_binary"
+    return [v > 0 for v in relevance], "relevance > 0"
+
+
+def _labelled_item(
+    row: dict[str, Any],
+    line: int,
+    config: JobConfig,
+    min_grade: float | None,
+) -> tuple[LabelledItem, bool]:
+    query = row.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise InputError("query must be a non-empty string")
+    contexts = row.get("contexts")
+    if (
+        not isinstance(contexts, list)
+        or not contexts
+        or not all(isinstance(c, str) for c in contexts)
+    ):
+        raise InputError("contexts must be a non-empty list of strings")
+    gold, rule = _gold(row, len(contexts), min_grade)
+    answer = row.get("expected_answer")
+    if answer is not None and not isinstance(answer, str):
+        raise InputError("expected_answer must be a string or null")
+    reference = answer if answer and answer.strip() else None
+    limit_chars = config.input.max_context_chars
+    limit_count = config.input.max_contexts
+    truncated = len(contexts) > limit_count or any(len(c) > limit_chars for c in contexts)
+    contexts = [c[:limit_chars] for c in contexts[:limit_count]]
+    gold = gold[:limit_count]
+    item = ScoringItem(
+        input=query,
+        output=reference if reference is not None else "",
+        contexts=tuple(contexts),
+        expected_output=reference,
+    )
+    validate_item(item)
+    identifier = row.get("row_id", row.get("query_id"))
+    retriever = row.get("retriever")
+    return (
+        LabelledItem(
+            item_id=str(identifier) if identifier is not None else f"line {line}",
+            item=item,
+            gold=tuple(gold),
+            retriever=str(retriever) if retriever is not None else None,
+            rule=rule,
+        ),
+        truncated,
+    )
+
+
+def load_labels(
+    path: str,
+    config: JobConfig,
+    *,
+    min_grade: float | None = None,
+    limit: int | None = None,
+) -> LabelFile:
+    """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
+    result = LabelFile([], 0, 0, [], 0)
+    try:
+        handle = fsspec.open(
+            path, "rb", compression="infer", **dict(config.input.storage_options)
+        ).open()
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot open labels {path}: {exc}") from None
+    with handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if limit is not None and len(result.items) >= limit:
+                break
+            if not raw.strip():
+                continue
+            result.rows_read += 1
+            try:
+                try:
+                    row = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise InputError(f"not valid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise InputError("expected a JSON object")
+                item, truncated = _labelled_item(row, line_number, config, min_grade)
+            except InputError as exc:
+                result.invalid += 1
+                if len(result.invalid_examples) < _MAX_INVALID_EXAMPLES:
+                    result.invalid_examples.append(f"{path} line {line_number}: {exc}")
+                continue
+            result.items.append(item)
+            result.truncated += int(truncated)
+    return result

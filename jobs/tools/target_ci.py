@@ -1,0 +1,138 @@
+"""`ctxprec estimate --config FILE --target-ci W [--run RUN]`: how many items to judge.
+
+A sampled run (`sample:`) is only worth its savings when its intervals are narrow enough to act
+on. From a previous run's spread of scores (run `--run`, default the latest published under the
+config's `output.path`) this says, for the whole run and for every segment of the config's
+`summary.by` (else `sample.by`) columns, how many items a 95% interval of half-width W needs:
+n0 = (t * sd / W)^2, with the finite-population correction n0 / (1 + n0 / N) where N is the
+segment's population (`jobs.stats.items_for_half_width`), and the `sample.per_segment` that
+gives every segment at least that many.
+
+The spread is the sample standard deviation of the scores scored ok in that run (of the judged
+ones, for a sampled run); a segment's population is the previous run's `population`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from jobs import formatting as fmt
+from jobs.config import JobConfig
+from jobs.stats import Moments, items_for_half_width, t_interval
+from jobs.storage import open_store
+from jobs.tools.runs import PublishedRun, list_runs, load_run
+from scorer_core.errors import ConfigError
+
+
+def previous_run(config: JobConfig, run_id: str | None) -> PublishedRun:
+    """Run `run_id`, or the latest published run under the config's output path."""
+    store = open_store(config.output.path, config.output.storage_options)
+    if run_id is None:
+        runs = list_runs(store)
+        if not runs:
+            raise ConfigError(
+                f"--target-ci: no published run under {store.url(store.root)} to take the "
+                "spread of scores from; run once, or give --run"
+            )
+        run_id = runs[0].run_id
+    return load_run(store, run_id)
+
+
+def _row(
+    by: str | None, segment: str | None, moments: Moments, population: int | None, half_width: float
+) -> dict[str, Any]:
+    variance = moments.variance
+    sd = math.sqrt(variance) if variance is not None else None
+    now = t_interval(moments)
+    needed = None
+    if sd is not None:
+        needed = items_for_half_width(sd, half_width, population)
+    return {
+        "by": by,
+        "segment": segment,
+        "population": population,
+        "judged": moments.n,
+        "sd": sd,
+        "half_width_now": now.half_width if now else None,
+        "needed": needed,
+    }
+
+
+def _moments(scores: pl.LazyFrame, column: str | None) -> dict[str | None, Moments]:
+    keys = (
+        [pl.col(column).cast(pl.String).alias("segment")]
+        if column
+        else [pl.lit(None, pl.String).alias("segment")]
+    )
+    frame = (
+        scores.filter(pl.col("status") == "ok")
+        .select(*keys, pl.col("score").cast(pl.Float64))
+        .group_by("segment")
+        .agg(n=pl.len(), total=pl.col("score").sum(), total_sq=(pl.col("score") ** 2).sum())
+        .collect()
+    )
+    return {
+        row["segment"]: Moments(int(row["n"]), float(row["total"]), float(row["total_sq"]))
+        for row in frame.iter_rows(named=True)
+    }
+
+
+def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[str, Any]:
+    """The items a half-width of `half_width` needs, overall and per segment of `by`."""
+    if not 0 < half_width < 1:
+        raise ConfigError(f"--target-ci must be between 0 and 1 (a half-width), got {half_width}")
+    summary = run.summary
+    columns = [c for c in by if c in run.scores().collect_schema().names()]
+    overall = _row(
+        None,
+        None,
+        _moments(run.scores(), None).get(None, Moments()),
+        summary.population,
+        half_width,
+    )
+    segments = []
+    for column in columns:
+        populations = {s.value: s.summary.population for s in summary.segments_by(column)}
+        for value, moments in sorted(
+            _moments(run.scores(), column).items(), key=lambda kv: (kv[0] is None, kv[0] or "")
+        ):
+            segments.append(_row(column, value, moments, populations.get(value), half_width))
+    needed = [s["needed"] for s in segments if s["needed"] is not None]
+    return {
+        "run": run.run_id,
+        "target_half_width": half_width,
+        "overall": overall,
+        "segments": segments,
+        "per_segment": max(needed) if needed else None,
+        "total": sum(needed) if needed else overall["needed"],
+        "by": columns,
+    }
+
+
+def format_target(result: dict[str, Any]) -> str:
+    """A table of the result: per segment its spread, today's half-width and the items needed."""
+    w = result["target_half_width"]
+    lines = [
+        f"items needed for a 95% interval of half-width {w:g}, from the spread of run "
+        f"{result['run']}:",
+        f"  {'segment':<28}{'population':>12}{'judged':>9}{'sd':>8}{'± now':>8}{'needed':>9}",
+    ]
+    for row in [result["overall"], *result["segments"]]:
+        name = "(whole run)" if row["by"] is None else f"{row['by']}={row['segment']}"
+        lines.append(
+            f"  {name[:27]:<28}{fmt.integer(row['population']):>12}{row['judged']:>9,}"
+            f"{fmt.number(row['sd'], 3):>8}{fmt.number(row['half_width_now'], 3):>8}"
+            f"{fmt.integer(row['needed']):>9}"
+        )
+    if result["per_segment"] is not None:
+        lines.append(
+            f"sample: {{per_segment: {result['per_segment']}, by: {result['by']}}} gives every "
+            f"segment at least that (at most {result['total']:,} items judged)"
+        )
+    else:
+        lines.append(f"sample: judge at least {fmt.integer(result['overall']['needed'])} items")
+    return "\n".join(lines)
