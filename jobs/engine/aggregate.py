@@ -43,7 +43,7 @@ import bisect
 import itertools
 import math
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -694,27 +694,8 @@ def summarize(
     stats, counts, positions = next(frames), next(frames), next(frames)
     segments: list[Segment] = []
     for column in segment_by:
-        per_value, per_value_counts = next(frames), next(frames)
-        by_value: dict[str | None, list[dict[str, Any]]] = {}
-        if column in verdict_segments:
-            for row in next(frames).iter_rows(named=True):
-                by_value.setdefault(row["segment"], []).append(row)
-        value_counts: dict[str | None, list[tuple[float, int]]] = {}
-        for value, score, count in per_value_counts.iter_rows():
-            value_counts.setdefault(value, []).append((score, count))
-        segments.extend(
-            Segment(
-                by=column,
-                value=row["segment"],
-                summary=_summary_of(
-                    {**row, **score_statistics(value_counts.get(row["segment"], []))},
-                    by_value.get(row["segment"], []),
-                    model=model,
-                    scale=scale,
-                    batch_price=batch_price,
-                ),
-            )
-            for row in per_value.iter_rows(named=True)
+        segments += _segments_of(
+            column, frames, column in verdict_segments, model, scale, batch_price
         )
     overall = _summary_of(
         {**stats.row(0, named=True), **score_statistics(list(counts.iter_rows()))},
@@ -727,6 +708,40 @@ def summarize(
     if sample is not None:
         summary = sampled_estimates(summary, scores, sample)
     return summary
+
+
+def _segments_of(
+    column: str,
+    frames: Iterator[pl.DataFrame],
+    with_positions: bool,
+    model: str,
+    scale: float,
+    batch_price: bool,
+) -> list[Segment]:
+    """The segments of `column` from its collected plans, in `summarize`'s order: its
+    statistics, its score counts and (`with_positions`) its relevance by position."""
+    per_value, per_value_counts = next(frames), next(frames)
+    by_value: dict[str | None, list[dict[str, Any]]] = {}
+    if with_positions:
+        for row in next(frames).iter_rows(named=True):
+            by_value.setdefault(row["segment"], []).append(row)
+    value_counts: dict[str | None, list[tuple[float, int]]] = {}
+    for value, score, count in per_value_counts.iter_rows():
+        value_counts.setdefault(value, []).append((score, count))
+    return [
+        Segment(
+            by=column,
+            value=row["segment"],
+            summary=_summary_of(
+                {**row, **score_statistics(value_counts.get(row["segment"], []))},
+                by_value.get(row["segment"], []),
+                model=model,
+                scale=scale,
+                batch_price=batch_price,
+            ),
+        )
+        for row in per_value.iter_rows(named=True)
+    ]
 
 
 def _strata_moments(
