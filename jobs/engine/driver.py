@@ -39,6 +39,7 @@ from jobs.engine.publish import Published, RunLocation, publish_run, read_manife
 from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.engine.worker import ShardReport
+from jobs.guards import check_before_start
 from jobs.inputs import inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
 from jobs.pricing import price_basis
@@ -86,6 +87,7 @@ def run_job(
     store = open_store(config.output.path, config.output.storage_options)
     spec = factory.input_spec(config)
     files = list_input_files(spec)
+    check_before_start(config, spec, files)  # judge, paths apart, every file's columns
     # the types of the carried columns, decided once so that every shard writes the same ones
     tables = RunSchema(inspect_input(spec, files).carried)
     check_segment_columns(config.summary.by, tables.carried)
