@@ -233,8 +233,29 @@ def use_cache(config: JobConfig) -> bool:
 
 
 def cache_fingerprint(config: JobConfig) -> str:
-    """The cache namespace of this config's judge: verdicts are shared only within it."""
-    return judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    """The cache namespace of this config's judge: verdicts are shared only within it (the
+    same model string at another endpoint is another judge)."""
+    return judge_fingerprint(
+        config.judge.model, dict(config.judge.lexical), endpoint=endpoint_identity(config)
+    )
+
+
+def endpoint_identity(config: JobConfig) -> str:
+    """Whatever besides the model string decides which model answers: the endpoint
+    (`judge.api_base`, else the provider's default, or the base URL litellm takes from the
+    provider's environment variables), and an explicit batch provider."""
+    judge = config.judge
+    parts = [judge_endpoint(config)]
+    if judge.batch.provider:
+        parts.append(f"batch provider {judge.batch.provider}")
+    if not judge.api_base and judge.model != "lexical":
+        transport = resolve_transport(judge.transport, judge.model, None)
+        if transport == "litellm":
+            provider = judge.model.split("/", 1)[0].upper() if "/" in judge.model else "OPENAI"
+            for name in (f"{provider}_API_BASE", f"{provider}_BASE_URL"):
+                if os.environ.get(name):
+                    parts.append(f"{name}={os.environ[name].rstrip('/')}")
+    return " | ".join(parts)
 
 
 def cache_url(config: JobConfig) -> tuple[str, str]:

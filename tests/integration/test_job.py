@@ -325,6 +325,28 @@ def test_cache_second_run_makes_no_requests_and_a_changed_context_is_rejudged(
     assert rejudged.select("query_id", "position").rows() == [(changed[target]["id"], 0)]
 
 
+def test_cache_is_not_shared_by_the_same_model_name_at_another_endpoint(
+    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str
+) -> None:
+    source, rows, out = sample_job(tmp_path, 20, seed=23)
+    first, second = fake_judge(), fake_judge()
+
+    def run(run_id: str, server: FakeJudgeServer) -> RunOutcome:
+        config = config_for(
+            source, out, judge=llm_judge(server), run={"id": run_id}, ray={"shard_size": 10}
+        )
+        return run_job(config, out=io.StringIO())
+
+    run("endpoint-1", first)
+    assert verdict_requests(first) == 20
+    other = run("endpoint-2", second)  # the same "openai/fake-judge", another server
+    assert verdict_requests(second) == 20 and verdict_requests(first) == 20
+    assert other.published.summary.cache_hits == 0
+    again = run("endpoint-3", first)  # the first server's verdicts are still its own
+    assert again.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
+    assert verdict_requests(first) == 20
+
+
 # -- fail fast on configuration errors ---------------------------------------------------------
 
 

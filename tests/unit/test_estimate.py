@@ -13,11 +13,11 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import CACHE_SCHEMA, judge_fingerprint, pair_key, slot_path
+from jobs.cache import CACHE_SCHEMA, pair_key, slot_path
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
-from jobs.factory import input_spec
+from jobs.factory import cache_fingerprint, input_spec
 from jobs.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
 from jobs.inputs import validate_record as preprocess
 from jobs.storage import open_store
@@ -207,7 +207,7 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
     spec = input_spec(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
-    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    fingerprint = cache_fingerprint(config)
     slots: dict[int, int] = {}
     for shard in shards[:1] if only_first_shard else shards:
         slot = slots.get(shard.file_index, 0)
