@@ -349,6 +349,13 @@ class RunConfig(_Strict):
         "unfinished id to resume it.",
     )
     date: dt.date | None = Field(None, description="The run_date partition. null: today (UTC).")
+    max_error_rate: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="The share of items with status error above which the run, published all "
+        "the same, exits 1 naming the commonest error (docs/exit-codes.md). 1: never.",
+    )
 
     @field_validator("id")
     @classmethod

@@ -186,6 +186,7 @@ def run_job(
             tables=tables,
             segment_by=config.summary.by,
             batch_price=batch_mode,
+            max_error_rate=config.run.max_error_rate,
         )
     return RunOutcome(
         run_id=location.run_id,
@@ -229,12 +230,14 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
 
     where = outcome.published.scores_url
     summary = outcome.published.summary
+    errors = outcome.published.error_rate
     out.write(format_summary_table(summary, where, outcome.published.judge) + "\n")
     out.write(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
         f"duplicates {outcome.published.duplicates}\n"
-        f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
+        + (f"errors: {errors.describe()}\n" if errors and errors.errors else "")
+        + f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
         f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"\n"
     )
 
@@ -252,4 +255,14 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
-    return 0
+    return exit_code_of(outcome)
+
+
+def exit_code_of(outcome: RunOutcome) -> int:
+    """0, or 1 (saying why on stderr) when the run's errors exceed run.max_error_rate: the
+    run is published all the same (docs/exit-codes.md)."""
+    errors = outcome.published.error_rate
+    if errors is None or not errors.exceeded:
+        return 0
+    print(f"error: run {outcome.run_id} published, but {errors.describe()}", file=sys.stderr)
+    return 1

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from jobs.engine import aggregate
 from jobs.engine.repeats import KEYS, SEQ_SHIFT, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.error_rate import ErrorRate, measure
 from jobs.schema import RunSchema
 from jobs.storage import Store
 from scorer_core.errors import CtxPrecError
@@ -111,6 +112,8 @@ class Published:
     duplicates: int
     # What the run's judge settled on (the manifest's "judge": transport, response format).
     judge: dict[str, Any] = field(default_factory=dict)
+    # The share of error items against run.max_error_rate (jobs.error_rate).
+    error_rate: ErrorRate | None = None
 
 
 def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str) -> None:
@@ -300,6 +303,7 @@ def publish_run(
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     segment_by: Sequence[str] = (),
     batch_price: bool = False,
+    max_error_rate: float | None = None,
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
@@ -309,6 +313,7 @@ def publish_run(
     its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
     differs (a bug in the worker or in the aggregation).
     `batch_price`: the cost is at the model's batch price (a run in judge.mode batch).
+    `max_error_rate`: the manifest's `error_rate` is measured against it (jobs.error_rate).
 
     Memory does not grow with the run: duplicates are found partition by partition
     (`jobs.engine.repeats`), the tables are written a shard at a time to local files, and
@@ -340,6 +345,7 @@ def publish_run(
             batch_price=batch_price,
         )
         summary = dataclasses.replace(summary, flow=tuple(flow))
+        errors = measure(written.scores, summary.items, summary.errors, max_error_rate)
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
@@ -351,6 +357,7 @@ def publish_run(
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": duplicates,
+        "error_rate": errors.to_dict(),
         "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }
@@ -364,6 +371,7 @@ def publish_run(
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=duplicates,
         judge=dict(manifest.get("judge") or {}),
+        error_rate=errors,
     )
 
 

@@ -18,6 +18,7 @@ from jobs import formatting as fmt
 from jobs.config import RUN_ID_PATTERN
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.state import RoundState
+from jobs.error_rate import ErrorRate
 from jobs.storage import Store
 from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest_dict
 
@@ -43,6 +44,12 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         lines.append(
             f"  {judge.get('batches', 0)} batch(es) in {judge.get('rounds', 0)} round(s), "
             f"{fmt.integer(judge.get('requests'))} requests; price {judge.get('price', '?')}"
+        )
+    errors = manifest.get("error_rate")
+    if isinstance(errors, dict) and errors.get("errors"):
+        lines.append(
+            f"  {'FAILED: ' if errors.get('exceeded') else ''}"
+            f"{ErrorRate.from_dict(errors).describe()}"
         )
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines
