@@ -9,6 +9,7 @@ from typing import Any
 from jobs import formatting as fmt
 from jobs.engine.aggregate import RunSummary, band_range
 from jobs.engine.response_formats import RunResponseFormat
+from jobs.text_safety import terminal_safe
 
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
@@ -36,7 +37,7 @@ def format_summary_table(
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
-        line("judge model", summary.model),
+        line("judge model", terminal_safe(summary.model)),
         line("items", f"{summary.items:,}"),
         line("  scored (ok)", f"{summary.scored:,}"),
         line("  unscored", f"{summary.unscored:,}"),
@@ -137,7 +138,9 @@ def _response_format_lines(
     if negotiated.setting != "auto":
         lines.append(line("  setting", negotiated.setting))
     for dropped in negotiated.dropped:
-        reason = textwrap.shorten(dropped.reason, _MAX_REASON_CHARS, placeholder="...")
+        reason = textwrap.shorten(
+            terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
+        )
         lines += textwrap.wrap(
             f"{dropped.form} rejected: {reason}",
             WIDTH,
@@ -148,4 +151,7 @@ def _response_format_lines(
 
 
 def _cut(text: str, width: int) -> str:
+    """`text` as one safe line (control characters escaped: a carried value cannot move the
+    cursor or forge a row) of at most `width` characters."""
+    text = terminal_safe(text)
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -36,6 +36,7 @@ from jobs.cli import DEFAULT_MAX_MEAN_DROP as DEFAULT_MAX_MEAN_DROP
 from jobs.cli import DEFAULT_MIN_SEGMENT_SIZE as DEFAULT_MIN_SEGMENT_SIZE
 from jobs.cli import DEFAULT_TOP as DEFAULT_TOP
 from jobs.engine.aggregate import band_range, relevance_by_position
+from jobs.text_safety import terminal_safe
 from jobs.tools.runs import (
     PublishedRun,
     load_run,
@@ -397,8 +398,9 @@ def gate(
             f"{max_mean_drop:.4f}"
         ]
     lines += [
-        f"FAIL: segment {s.label}: mean fell by {-(s.shift or 0.0):.4f} (from {s.mean_a:.4f} to "
-        f"{s.mean_b:.4f}) over {s.paired:,} queries, more than the allowed {max_mean_drop:.4f}"
+        f"FAIL: segment {terminal_safe(s.label)}: mean fell by {-(s.shift or 0.0):.4f} "
+        f"(from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} queries, more than the "
+        f"allowed {max_mean_drop:.4f}"
         for s in failed
     ]
     small = sum(1 for s in comparison.segments if s.paired < min_segment_size)
@@ -477,14 +479,14 @@ def format_regressions(comparison: Comparison, top: int) -> str:
     rows = comparison.regressions(top)
     if rows.is_empty():
         return "regressions: none"
-    longest = max((len(str(q)) for q in rows.get_column("query_id").to_list()), default=8)
+    longest = max((len(terminal_safe(q)) for q in rows.get_column("query_id").to_list()), default=8)
     width = max(8, min(40, longest))
     lines = [
         f"top {rows.height} regressions (most negative delta first):",
         f"  {'query_id':<{width}}{'score A':>9}{'score B':>9}{'delta':>9}{'rel A':>7}{'rel B':>7}",
     ]
     for row in rows.iter_rows(named=True):
-        query = str(row["query_id"])
+        query = terminal_safe(row["query_id"])  # no terminal escapes, no forged rows
         query = query if len(query) <= width else query[: width - 1] + "…"
         lines.append(
             f"  {query:<{width}}{fmt.number(row['score_a'], 2):>9}"
@@ -527,7 +529,7 @@ def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int
     blocks = []
     for column in comparison.segment_columns:
         segments = comparison.segments_by(column)
-        width = max([len(column) + 3, *(len(str(s.value)) + 2 for s in segments)])
+        width = max([len(column) + 3, *(len(terminal_safe(s.value)) + 2 for s in segments)])
         width = min(max(width, 12), 32)
         lines = [
             f"by {column} (a query's value in B; over the queries scored ok in both runs):",
@@ -535,7 +537,7 @@ def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int
             f"{'regressed':>11}{'gate':>7}",
         ]
         for s in segments[:_MAX_SEGMENT_LINES]:
-            name = "(null)" if s.value is None else s.value
+            name = "(null)" if s.value is None else terminal_safe(s.value)
             name = name if len(name) <= width - 2 else name[: width - 3] + "…"
             status = (
                 "FAIL"
