@@ -536,3 +536,45 @@ def test_the_run_records_the_form_a_server_without_json_schema_took(
     text = printed.getvalue()
     assert "structured output" in text and "json_object" in text
     assert "json_schema rejected: " in text
+
+
+# -- the exit code a scheduler reads ------------------------------------------------------------
+
+
+def test_a_run_where_nothing_reached_the_judge_is_published_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    import yaml
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    source, rows, out = sample_job(tmp_path, 12)
+    raw = raw_config(
+        source,
+        out,
+        judge={
+            "model": "openai/judge",
+            "api_base": f"http://127.0.0.1:{closed}/v1",
+            "transport": "http",
+            "max_retries": 0,
+            "timeout_s": 5,
+        },
+        run={"id": "unreachable"},
+        cache={"enabled": False},
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["--config", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "12 of 12 items are errors (100.0%), over run.max_error_rate 0.5" in captured.err
+    assert "commonest error (12 items):" in captured.err and "onnect" in captured.err
+    scores = scores_frame(out)  # published all the same
+    assert scores.height == len(rows) and (scores["status"] == "error").all()
+    # within the limit (1: never), the same run exits 0
+    assert (
+        main(["--config", str(path), "--set", "run.id=tolerant", "--set", "run.max_error_rate=1"])
+        == 0
+    )
