@@ -115,10 +115,15 @@ def check_paths_apart(config: JobConfig) -> None:
         if below is not None and not (
             is_folder and below != "." and any(p.startswith(("_", ".")) for p in below.split("/"))
         ):
+            hint = (
+                ", or under a folder of the input whose name starts with '_' (a folder listing "
+                "skips it)"
+                if is_folder
+                else ""
+            )
             raise ConfigError(
                 f"{key} {url} is inside input.path {config.input.path}: a rerun would read the "
-                "job's own tables as items. Write the results elsewhere, or under a folder of "
-                "the input whose name starts with '_' (a folder listing skips it)"
+                f"job's own tables as items. Write the results elsewhere{hint}"
             )
         inside = _within(root_in, path)
         # a file named as input right at the output's root: the job writes only in folders

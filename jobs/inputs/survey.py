@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import fsspec
 import pyarrow as pa
 
 from jobs.inputs.columns import _read_parquet_schema, _sample_jsonl
@@ -106,6 +107,6 @@ def _check_file(spec: InputSpec, info: FileInfo) -> None:
         )
 
 
-def _head(fs: object, fs_path: str) -> bytes:
-    with open_input(fs, fs_path) as handle:  # type: ignore[arg-type]
+def _head(fs: fsspec.AbstractFileSystem, fs_path: str) -> bytes:
+    with open_input(fs, fs_path) as handle:
         return bytes(handle.read(len(_PARQUET_MAGIC)))
