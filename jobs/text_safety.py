@@ -39,10 +39,13 @@ def unencodable(value: Any) -> str | None:
     encode, e.g. "a lone surrogate U+DC00 at character 3"; "element 2: ..." inside a list;
     None when everything encodes."""
     if isinstance(value, str):
-        for position, char in enumerate(value):
-            if 0xD800 <= ord(char) <= 0xDFFF:
-                return f"a lone surrogate U+{ord(char):04X} at character {position}"
-        return None if encodable(value) else "text that cannot be encoded as UTF-8"
+        try:
+            value.encode("utf-8")  # the common case, at C speed
+        except UnicodeEncodeError as exc:
+            code = ord(value[exc.start])
+            kind = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "a character"
+            return f"{kind} U+{code:04X} at character {exc.start}"
+        return None
     if isinstance(value, list | tuple):
         for position, element in enumerate(value):
             found = unencodable(element)
