@@ -49,6 +49,7 @@ def check_judge_settings(config: JobConfig) -> None:
     if is_offline(judge.model):
         return
     if judge.mode == "batch":
+        # the engine's rule for the provider, imported only for a batch run
         from jobs.engine.batch.requests import batch_provider
 
         batch_provider(config)

@@ -1,8 +1,9 @@
 """The driver: one scoring run end to end, `run_job(config)`.
 
-    check    config, API key variable, input files and columns (and the types of the carried
-             ones): a whole-run problem fails in seconds, before the first judge call, with a
-             message naming its cause; joining a cluster of several nodes, every path the
+    check    config, API key variable, the judge's model and endpoint, output apart from the
+             input, every input file's format and columns (jobs.guards), the types of the
+             carried columns: a whole-run problem fails in seconds, before Ray and the first
+             judge call, with a message naming its cause (exit 2); joining a cluster of several nodes, every path the
              workers use must be one all nodes reach (jobs.engine.shared_paths)
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
@@ -12,7 +13,8 @@
              (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
              (jobs.engine.publish), with the manifest (jobs.engine.manifest)
-    outcome  where the results are, for `print_outcome`
+    outcome  where the results are, for `print_outcome`; `run_command` exits 1 when the
+             share of error items exceeds run.max_error_rate (jobs.error_rate)
 
 Rerunning with the same `run.id` resumes: shards already staged are not judged again.
 `ctxprec run` / `python -m jobs.context_precision` call `run_command`.
