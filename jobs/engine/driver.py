@@ -3,8 +3,9 @@
     check    config, API key variable, the judge's model and endpoint, output apart from the
              input, every input file's format and columns (jobs.guards), the types of the
              carried columns: a whole-run problem fails in seconds, before Ray and the first
-             judge call, with a message naming its cause (exit 2); joining a cluster of several nodes, every path the
-             workers use must be one all nodes reach (jobs.engine.shared_paths)
+             judge call, with a message naming its cause (exit 2); joining a cluster of
+             several nodes, every path the workers use must be one all nodes reach
+             (jobs.engine.shared_paths)
     plan     shards of about `ray.shard_size` items; the run's id and date
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     look     (an LLM judge) duplicate query ids across shards, so that they are not judged
