@@ -9,7 +9,8 @@ and raises `InputError` naming the file when:
   in a folder read as jsonl), or a file read as JSON Lines starts with Parquet's magic bytes;
 - a configured column (carried ones too) is missing: a Parquet file's schema, or the keys of
   a JSON Lines file's first `SCHEMA_SAMPLE_ROWS` objects (the rule of the first file);
-- a Parquet file's context column is not a list.
+- a Parquet file's context column is not a list;
+- a file's name is not valid UTF-8 (it is written into every row's `source`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from jobs.inputs.listing import FileInfo
 from jobs.inputs.opening import open_input
 from jobs.inputs.spec import InputSpec, required_columns
 from jobs.storage import filesystem, retry_call
+from jobs.text_safety import encodable, escaped
 from scorer_core.errors import InputError
 
 _PARQUET_MAGIC = b"PAR1"
@@ -37,6 +39,11 @@ def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
     """`InputError` naming the first file (in listing order) of another format than the
     configured one or lacking a configured column. Empty files are skipped."""
     for info in files:
+        if not encodable(info.path):  # bytes that are not UTF-8 in a file name
+            raise InputError(
+                f"{escaped(info.path)}: the file name is not valid UTF-8 and cannot be written "
+                "into the results; rename the file"
+            )
         _check_suffix(spec, info)
     todo = [info for info in files if info.size > 0]
     if not todo:

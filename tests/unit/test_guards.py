@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,16 @@ def test_a_file_of_another_format_is_refused_by_name(tmp_path: Path) -> None:
     (tmp_path / "b.parquet").rename(tmp_path / "b.data")
     spec = spec_for(tmp_path / "*", format="jsonl")
     with pytest.raises(InputError, match=r"b\.data is a Parquet file"):
+        check_every_file(spec, list_input_files(spec))
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", [item(1)])
+    bad = os.fsencode(tmp_path) + b"/b\xff.jsonl"
+    with open(bad, "w") as handle:
+        handle.write('{"query_id": "q", "input": "x", "output": "", "context": ["c"]}\n')
+    spec = spec_for(tmp_path)
+    with pytest.raises(InputError, match=r"b\\udcff\.jsonl: the file name is not valid UTF-8"):
         check_every_file(spec, list_input_files(spec))
 
 
