@@ -64,9 +64,27 @@ _Loader.add_constructor(_TIMESTAMP, lambda loader, node: str(node.value))
 def load_yaml(text: str, where: str) -> Any:
     """Parse YAML text (numbers and booleans as `UserScalar`); `ConfigError` naming `where`."""
     try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
+        value = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
     except (yaml.YAMLError, ValueError, TypeError) as exc:
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: YAML nested too deeply") from None
+    if _cyclic(value, set()):
+        raise ConfigError(f"{where}: a YAML alias refers to the node that holds it (&a [*a])")
+    return value
+
+
+def _cyclic(value: Any, holding: set[int]) -> bool:
+    """Whether `value` contains itself (a recursive YAML alias)."""
+    if not isinstance(value, dict | list):
+        return False
+    if id(value) in holding:
+        return True
+    holding.add(id(value))
+    children = list(value.values()) if isinstance(value, dict) else value
+    found = any(_cyclic(child, holding) for child in children)
+    holding.discard(id(value))
+    return found
 
 
 def plain(value: Any) -> Any:

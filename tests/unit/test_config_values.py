@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import typing
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from jobs import cli
-from jobs.config import load_config
+from jobs.config import JobConfig, apply_override, load_config, parse_config
+from jobs.guards import check_judge_settings
 from jobs.tools.runs import parse_storage_options
 from scorer_core.errors import ConfigError
 
@@ -85,3 +90,58 @@ def test_an_impossible_date_in_the_yaml_file_is_a_config_error(tmp_path: Path) -
 
 def test_storage_options_are_never_dates() -> None:
     assert parse_storage_options(["a.b=2026-11-30", "n=3"]) == {"a": {"b": "2026-11-30"}, "n": 3}
+
+
+def dotted_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        for alternative in typing.get_args(field.annotation) or (field.annotation,):
+            if isinstance(alternative, type) and issubclass(alternative, BaseModel):
+                keys += dotted_keys(alternative, f"{prefix}{name}.")
+    return keys
+
+
+KEYS = dotted_keys(JobConfig)
+NASTY = [
+    "2026-13-45",
+    "2026-02-30",
+    "2026-11-30T25:61:00",
+    "1e999",
+    "-.inf",
+    ".nan",
+    "0x1F",
+    "0o17",
+    "9" * 400,
+    "[1, [2, {a: b}]]",
+    "{a: 1}",
+    "&a [*a]",
+    "!!binary aGVsbG8=",
+    "!!timestamp 2026-99-99",
+    "!!python/object:os.system",
+    "!!float abc",
+    "''",
+    "~",
+    "true",
+    "\x1b[31m",
+    "a: b: c",
+    "[unclosed",
+    "- x",
+    "😀",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(KEYS), st.sampled_from(NASTY) | st.text(max_size=20))
+def test_any_value_of_any_key_is_valid_or_a_config_error(key: str, value: str) -> None:
+    raw = {"input": {"path": "/nowhere/in.jsonl"}}
+    try:
+        config = parse_config_with(raw, f"{key}={value}")
+        check_judge_settings(config)
+    except ConfigError:
+        pass  # named, one line: what exit 2 prints
+
+
+def parse_config_with(raw: dict[str, object], assignment: str) -> JobConfig:
+    apply_override(raw, assignment)
+    return parse_config(raw)
