@@ -145,3 +145,9 @@ def test_any_value_of_any_key_is_valid_or_a_config_error(key: str, value: str) -
 def parse_config_with(raw: dict[str, object], assignment: str) -> JobConfig:
     apply_override(raw, assignment)
     return parse_config(raw)
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
+def test_infinite_or_nan_numbers_are_config_errors(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"rate_limit\.requests_per_minute"):
+        load_config(write(tmp_path, ""), [f"rate_limit.requests_per_minute={value}"])
