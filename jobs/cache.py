@@ -30,9 +30,14 @@ from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 CACHE_SCHEMA = VERDICT_CACHE.arrow
 
 
-def judge_fingerprint(model: str, options: dict[str, object] | None = None) -> str:
-    """Identifies a judge configuration whose verdicts are interchangeable."""
-    material = repr((model, PROMPT_VERSION, sorted((options or {}).items())))
+def judge_fingerprint(
+    model: str, options: dict[str, object] | None = None, *, endpoint: str = ""
+) -> str:
+    """Identifies a judge configuration whose verdicts are interchangeable: the model string,
+    the prompt, the judge's options and the `endpoint` that answers
+    (`jobs.endpoints.endpoint_identity`: the same model name on another server is another
+    judge)."""
+    material = repr((model, PROMPT_VERSION, sorted((options or {}).items()), endpoint))
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 

@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ctxprec",
         description="Context precision for RAG retrieval, at scale.",
         epilog="exit codes: 0 success, 1 the command failed, 2 bad usage, configuration or "
-        "input, 3 `score` produced no score",
+        "input, 3 `score` produced no score; `run` also exits 1 when the run is published but "
+        "its errors exceed run.max_error_rate (docs/exit-codes.md)",
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:

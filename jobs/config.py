@@ -12,17 +12,11 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from jobs.config_yaml import load_yaml, plain, resolve_user_text
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
@@ -34,7 +28,8 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf or nan: a "number" like .inf would pass every bound and break the pacing maths
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ColumnsConfig(_Strict):
@@ -310,6 +305,18 @@ class JudgeConfig(_Strict):
         description="Options of the offline judge only, e.g. {threshold: 0.2}.",
     )
 
+    @field_validator("api_base")
+    @classmethod
+    def _api_base_is_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            _ = parts.port  # raises ValueError for a port that is not a number in range
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1"
+                )
+        return value
+
     @field_validator("api_key_env")
     @classmethod
     def _env_name_not_key(cls, value: str | None) -> str | None:
@@ -439,6 +446,13 @@ class RunConfig(_Strict):
         "unfinished id to resume it.",
     )
     date: dt.date | None = Field(None, description="The run_date partition. null: today (UTC).")
+    max_error_rate: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="The share of items with status error above which the run, published all "
+        "the same, exits 1 naming the commonest error (docs/exit-codes.md). 1: never.",
+    )
 
     @field_validator("id")
     @classmethod
@@ -557,10 +571,19 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def assign_dotted(node: dict[str, Any], assignment: str, option: str, empty: Any = None) -> None:
+def assign_dotted(
+    node: dict[str, Any],
+    assignment: str,
+    option: str,
+    empty: Any = None,
+    *,
+    keep_text: bool = False,
+) -> None:
     """Apply `dotted.key=value` to nested dicts, the value parsed as YAML (`empty` when blank).
 
-    `option` names the command-line option in error messages (e.g. "--set").
+    `option` names the command-line option in error messages (e.g. "--set"). No value is ever
+    a date; `keep_text`: a number or boolean stays a `UserScalar` that remembers its text
+    (`parse_config` gives text fields the text), else it is its parsed value.
     """
     dotted, sep, text = assignment.partition("=")
     keys = dotted.strip().split(".")
@@ -571,15 +594,13 @@ def assign_dotted(node: dict[str, Any], assignment: str, option: str, empty: Any
         if not isinstance(child, dict):
             raise ConfigError(f"{option} {dotted}: {key} is not a section")
         node = child
-    try:
-        node[keys[-1]] = yaml.safe_load(text) if text.strip() else empty
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{option} {dotted}: cannot parse value {text!r}: {exc}") from None
+    value = load_yaml(text, f"{option} {dotted}: value {text!r}") if text.strip() else empty
+    node[keys[-1]] = value if keep_text else plain(value)
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
     """Apply one `--set dotted.key=value` override to the raw config."""
-    assign_dotted(raw, assignment, "--set")
+    assign_dotted(raw, assignment, "--set", keep_text=True)
 
 
 def _format_validation_error(source: str, exc: ValidationError) -> str:
@@ -594,10 +615,12 @@ def _format_validation_error(source: str, exc: ValidationError) -> str:
 
 
 def parse_config(raw: Any, source: str = "config") -> JobConfig:
+    """Validate a raw config; numbers and booleans written where text is wanted (`run.id:
+    20261130`) are taken as the text the user wrote (`jobs.config_yaml`)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
-        return JobConfig.model_validate(raw)
+        return JobConfig.model_validate(resolve_user_text(raw, JobConfig))
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(source, exc)) from None
 
@@ -609,10 +632,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> JobConf
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    raw = load_yaml(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for assignment in overrides or []:

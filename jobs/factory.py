@@ -15,6 +15,7 @@ from typing import Any
 
 from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
+from jobs.endpoints import endpoint_identity, judge_endpoint
 from jobs.engine import BudgetSettings, CanaryJudge, Gate, RunParts
 from jobs.engine import budget_settings as engine_budget_settings
 from jobs.inputs import InputSpec, ItemRecord, RowError, Shard
@@ -125,22 +126,6 @@ def build_judge(
     )
 
 
-def judge_endpoint(config: JobConfig) -> str:
-    """The endpoint the configured LLM judge talks to, named as its client names it
-    (`Judge.endpoint`): the key of its shared structured-output negotiation."""
-    judge_config = config.judge
-    if judge_config.api_base:
-        return judge_config.api_base.rstrip("/")
-    transport = resolve_transport(judge_config.transport, judge_config.model, None)
-    if transport == "http":
-        from scorer_core.openai_http import OPENAI_API_BASE
-
-        return OPENAI_API_BASE
-    model = judge_config.model
-    provider = model.split("/", 1)[0] if "/" in model else model
-    return f"{provider} (litellm's default endpoint)"
-
-
 def response_format_summary(judge: Judge) -> dict[str, Any] | None:
     """The judge's structured-output negotiation as `ResponseFormatNegotiation.summary()`
     reports it; None for a judge that negotiates nothing (the offline lexical judge)."""
@@ -215,8 +200,11 @@ def use_cache(config: JobConfig) -> bool:
 
 
 def cache_fingerprint(config: JobConfig) -> str:
-    """The cache namespace of this config's judge: verdicts are shared only within it."""
-    return judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    """The cache namespace of this config's judge: verdicts are shared only within it (the
+    same model string at another endpoint is another judge)."""
+    return judge_fingerprint(
+        config.judge.model, dict(config.judge.lexical), endpoint=endpoint_identity(config)
+    )
 
 
 def cache_url(config: JobConfig) -> tuple[str, str]:

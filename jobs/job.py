@@ -12,7 +12,7 @@ from typing import Any
 
 from jobs import factory
 from jobs.config import JobConfig, load_config
-from jobs.engine import RunOutcome, print_outcome
+from jobs.engine import RunOutcome, exit_code_of, print_outcome
 from jobs.engine import run_job as run_parts_job
 from jobs.storage import open_store
 
@@ -36,4 +36,4 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
-    return 0
+    return exit_code_of(outcome)

@@ -93,6 +93,19 @@ class JudgeRecord(_Record):
     batches_created_by_this_driver: int | None = None
 
 
+class ErrorRateRecord(_Record):
+    """The share of the run's items that are errors, against `run.max_error_rate`, and the
+    commonest error (`jobs.error_rate.ErrorRate`)."""
+
+    items: int
+    errors: int
+    limit: float | None = None
+    commonest: str | None = None
+    commonest_items: int = 0
+    rate: float = 0.0
+    exceeded: bool = False
+
+
 class RunManifest(_Record):
     """A run's manifest: who made it with what (config with secrets redacted, judge, prompt
     version), how it went (shards, timings, flow, nodes) and, once published, what it holds."""
@@ -116,6 +129,7 @@ class RunManifest(_Record):
     status: Literal["complete"] | None = None
     summary: dict[str, Any] = Field(default_factory=dict)  # RunSummary.to_dict()
     duplicates: int = 0
+    error_rate: ErrorRateRecord | None = None
     published_at: str | None = None
     tables: dict[str, str] = Field(default_factory=dict)  # table -> URL of its object
 

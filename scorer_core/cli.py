@@ -10,7 +10,8 @@ that turns the project's errors into them (`call_handler`):
 
     0  success
     1  the command ran but failed: the judge cannot work, the run failed, storage failure,
-       the run id is being run by another driver
+       the run id is being run by another driver, or (`ctxprec run`) the run is published
+       but its share of error items exceeds run.max_error_rate (docs/exit-codes.md)
     2  bad usage, configuration or input (argparse's own code for usage errors)
     3  `score` produced no score (the item is unscored or failed)
 """

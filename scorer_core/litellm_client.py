@@ -24,6 +24,7 @@ from scorer_core.errors import (
     TransportError,
 )
 from scorer_core.protocols import ChatReply
+from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 
 # Without this litellm fetches a price map from the internet at import and stalls offline.
@@ -71,8 +72,7 @@ def translate_error(
     """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
     litellm = import_litellm()
     full = f"{type(exc).__name__}: {exc}"
-    if api_key:
-        full = full.replace(api_key, "***")
+    full = redact(full, api_key)  # in any case and its common encodings
     message = f"judge {model}: {full[:500]}"
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.RateLimitError) or status == 429:

@@ -57,6 +57,7 @@ from scorer_core.errors import (
     TransportError,
 )
 from scorer_core.protocols import ChatReply
+from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 
 OPENAI_API_BASE = "https://api.openai.com/v1"
@@ -64,7 +65,6 @@ OPENAI_API_BASE = "https://api.openai.com/v1"
 _PROVIDER_PREFIXES = ("openai/", "hosted_vllm/", "lm_studio/")
 _EXCERPT_CHARS = 300  # of the server's error message, in our error messages
 _CLASSIFY_CHARS = 8192  # of an error body, searched for what kind of rejection it is
-_REDACTED = "***"
 
 
 @dataclass(slots=True)
@@ -288,7 +288,7 @@ class OpenAIHTTPClient:
 
     def _message(self, text: str) -> str:
         if self._api_key:
-            text = text.replace(self._api_key, _REDACTED)  # before cutting, never after
+            text = redact(text, self._api_key)  # before cutting, never after
         if len(text) > 500:
             text = text[:497] + "..."
         return f"judge {self._model}: {text}"

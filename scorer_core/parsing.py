@@ -28,6 +28,17 @@ def _quote(text: str) -> str:
     return repr(text if len(text) <= _MAX_QUOTED else text[:_MAX_QUOTED] + "...")
 
 
+def writable(text: str) -> str:
+    """`text`, with any character UTF-8 cannot encode (a lone surrogate, which a JSON reply can
+    hold as `\\udc00`) written as its escape: a reply's reason must not make its item, or
+    its shard, unwritable."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in `text`: bare, fenced, or surrounded by prose."""
     candidates = [text.strip()]
@@ -100,7 +111,9 @@ def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict,
         relevant = parse_verdict_word(entry.get("verdict"), index)
         reason = entry.get("reason", "")
         by_index[index] = ContextVerdict(
-            index=index, relevant=relevant, reason=reason if isinstance(reason, str) else ""
+            index=index,
+            relevant=relevant,
+            reason=writable(reason) if isinstance(reason, str) else "",
         )
     return tuple(by_index[p] for p in sorted(expected))
 
@@ -118,7 +131,7 @@ def parse_reason(text: str, score: float | None = None) -> str:
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         raise MalformedReply('the reply has no non-empty "reason" string')
-    reason = reason.strip()
+    reason = writable(reason.strip())
     if score is not None:
         start = _REASON_START.match(reason)
         expected = f"The score is {format_score(score)} because"

@@ -6,7 +6,9 @@ CLI import only these names, from `jobs.engine`):
     run_job(config, parts, out=...) -> RunOutcome   run or resume one scoring run end to end
     RunParts, JudgeMaker, Gate, CanaryJudge
                                   what a run is made of, handed in by jobs.factory
-    RunOutcome, print_outcome     run id and date, what was published, timings; its printout
+    RunOutcome, print_outcome, exit_code_of
+                                  run id and date, what was published, timings; its printout
+                                  and exit code (1 past run.max_error_rate)
     RunFailed                     the run could not finish (a CtxPrecError); shards already
                                   staged are kept, the same run id resumes
     BatchesStillRunning           judge.mode batch: the wait ended before the batches did
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from jobs.engine.batch.rounds import BatchesStillRunning
     from jobs.engine.batch.state import BatchPacker, RoundState
     from jobs.engine.budget import BudgetSettings, budget_settings
-    from jobs.engine.driver import RunFailed, RunOutcome, print_outcome, run_job
+    from jobs.engine.driver import RunFailed, RunOutcome, exit_code_of, print_outcome, run_job
     from jobs.engine.limiter import LocalLimiter, PacingState
     from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
     from jobs.engine.response_formats import RunResponseFormat
@@ -59,6 +61,7 @@ _WHERE = {
     "RunOutcome": "driver",
     "RunFailed": "driver",
     "print_outcome": "driver",
+    "exit_code_of": "driver",
     "RunParts": "parts",
     "CanaryJudge": "parts",
     "JudgeMaker": "parts",
@@ -108,6 +111,7 @@ __all__ = [
     "band_range",
     "budget_settings",
     "custom_id",
+    "exit_code_of",
     "item_key",
     "print_outcome",
     "relevance_by_position",

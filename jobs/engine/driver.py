@@ -1,9 +1,11 @@
 """The driver: one scoring run end to end, `run_job(config, parts)`.
 
-    check    config, API key variable, input files and columns (and the types of the carried
-             ones): a whole-run problem fails in seconds, before the first judge call, with a
-             message naming its cause; joining a cluster of several nodes, every path the
-             workers use must be one all nodes reach (jobs.engine.shared_paths)
+    check    config, API key variable, the judge's model and endpoint, output apart from the
+             input, every input file's format and columns (jobs.engine.guards), the types of
+             the carried columns: a whole-run problem fails in seconds, before Ray and the
+             first judge call, with a message naming its cause (exit 2); joining a cluster of
+             several nodes, every path the workers use must be one all nodes reach
+             (jobs.engine.shared_paths)
     plan     shards of about `ray.shard_size` items; the run's id and date; a sampled run
              (`sample:`) reads every row's id and stratum once to choose its items
              (jobs.sampling); the judge canary (`canary:`) is judged here, fresh
@@ -14,7 +16,8 @@
              (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
              (jobs.engine.publish), with the manifest (jobs.engine.manifest)
-    outcome  where the results are, for `print_outcome`
+    outcome  where the results are, for `print_outcome`; `jobs.job.run_command` exits 1 when
+             the share of error items exceeds run.max_error_rate (jobs.error_rate)
 
 Rerunning with the same `run.id` resumes: shards already staged are not judged again.
 `ctxprec run` / `python -m jobs.context_precision` call `jobs.job.run_command`, which builds
@@ -34,6 +37,7 @@ from typing import Any, TextIO
 
 from jobs.config import JobConfig
 from jobs.engine.fanout import RunFailed, fan_out
+from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
 from jobs.engine.lookahead import find_duplicates_first
 from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest, shards_by_node
@@ -46,6 +50,7 @@ from jobs.engine.shared_paths import check_shared_paths
 from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
 from jobs.inputs.records import ItemReader
+from jobs.inputs.survey import check_every_file
 from jobs.layout import RunLocation
 from jobs.pricing import price_basis
 from jobs.records import RunManifest
@@ -56,7 +61,14 @@ from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
-__all__ = ["RunFailed", "RunOutcome", "print_outcome", "resolve_location", "run_job"]
+__all__ = [
+    "RunFailed",
+    "RunOutcome",
+    "exit_code_of",
+    "print_outcome",
+    "resolve_location",
+    "run_job",
+]
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,9 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
     started = time.monotonic()
     location = resolve_location(config)
     store = open_store(config.output.path, config.output.storage_options)
+    # the judge and the paths before anything starts (assembling traces starts Ray)
+    check_judge_settings(config)
+    check_paths_apart(config)
     source, traces = config, None
     if config.input.format == "otlp":
         # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
@@ -141,6 +156,7 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
         parts = dataclasses.replace(parts, reader=ItemReader.for_config(config))
     spec = RunPlan(config, parts, location, store, ()).reader.spec
     files = list_input_files(spec)
+    check_every_file(spec, files)  # every file's format and columns, not just the first's
     # the types of the carried columns, decided once so that every shard writes the same ones
     tables = RunSchema(inspect_input(spec, files).carried)
     check_segment_columns(config.summary.by, tables.carried)
@@ -265,6 +281,7 @@ def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
         batch_price=config.judge.mode == "batch",
         sample=plan.sample,
         canary=plan.canary,
+        max_error_rate=config.run.max_error_rate,
     )
 
 
@@ -289,11 +306,23 @@ def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout
 
     where = outcome.published.scores_url
     summary = outcome.published.summary
+    errors = outcome.published.error_rate
     out.write(format_summary_table(summary, where, outcome.published.judge) + "\n")
     out.write(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
         f"duplicates {outcome.published.duplicates}\n"
-        f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
+        + (f"errors: {errors.describe()}\n" if errors and errors.errors else "")
+        + f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
         f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"\n"
     )
+
+
+def exit_code_of(outcome: RunOutcome) -> int:
+    """0, or 1 (saying why on stderr) when the run's errors exceed run.max_error_rate: the
+    run is published all the same (docs/exit-codes.md)."""
+    errors = outcome.published.error_rate
+    if errors is None or not errors.exceeded:
+        return 0
+    print(f"error: run {outcome.run_id} published, but {errors.describe()}", file=sys.stderr)
+    return 1

@@ -37,8 +37,9 @@ import pyarrow.parquet as pq
 
 from jobs.engine import aggregate
 from jobs.engine.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.error_rate import ErrorRate, measure
 from jobs.layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
-from jobs.records import JudgeRecord, RunManifest
+from jobs.records import ErrorRateRecord, JudgeRecord, RunManifest
 from jobs.sampling import SamplePlan
 from jobs.schema import RunSchema
 from jobs.storage import Store
@@ -73,6 +74,8 @@ class Published:
     duplicates: int
     # What the run's judge settled on (the manifest's "judge": transport, response format).
     judge: JudgeRecord = field(default_factory=JudgeRecord)
+    # The share of error items against run.max_error_rate (jobs.error_rate).
+    error_rate: ErrorRate | None = None
 
 
 def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str) -> None:
@@ -252,6 +255,7 @@ def publish_run(
     batch_price: bool = False,
     sample: SamplePlan | None = None,
     canary: Sequence[tuple[str, float | None]] = (),
+    max_error_rate: float | None = None,
 ) -> Published:
     """Publish the run's tables and manifest from its staged shards.
 
@@ -286,11 +290,15 @@ def publish_run(
             sample=sample,
         )
         summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
+        errors = measure(written.scores, summary.items, summary.errors, max_error_rate)
         # scores last: a reader of scores/ sees a whole run or none of it
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
     manifest = _complete(store, location, manifest, summary, written.duplicates, started)
+    manifest = manifest.model_copy(
+        update={"error_rate": ErrorRateRecord.model_validate(errors.to_dict())}
+    )
     store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
     store.rm(staging.path(), recursive=True)
     return Published(
@@ -298,6 +306,7 @@ def publish_run(
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=written.duplicates,
         judge=manifest.judge,
+        error_rate=errors,
     )
 
 

@@ -62,6 +62,10 @@ def start_ray(config: JobConfig) -> None:
         # sets litellm's offline price map itself before importing it).
         ray.init(address=address, log_to_driver=True)
         return
+    # Our own local Ray: none of its processes may outlive this driver (jobs.engine.reaper).
+    from jobs.engine.reaper import start_reaper
+
+    start_reaper()
     for attempt in (1, 2):
         try:
             ray.init(

@@ -10,6 +10,7 @@ from jobs import formatting as fmt
 from jobs.engine.aggregate import RunSummary, band_range
 from jobs.engine.response_formats import RunResponseFormat
 from jobs.records import JudgeRecord
+from jobs.text_safety import terminal_safe
 
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
@@ -37,7 +38,7 @@ def format_summary_table(
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
-        line("judge model", summary.model),
+        line("judge model", terminal_safe(summary.model)),
         line("items", f"{summary.items:,}"),
         *(
             [line("  of population", f"{summary.population:,}")]
@@ -149,7 +150,9 @@ def _response_format_lines(
     if negotiated.setting != "auto":
         lines.append(line("  setting", negotiated.setting))
     for dropped in negotiated.dropped:
-        reason = textwrap.shorten(dropped.reason, _MAX_REASON_CHARS, placeholder="...")
+        reason = textwrap.shorten(
+            terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
+        )
         lines += textwrap.wrap(
             f"{dropped.form} rejected: {reason}",
             WIDTH,
@@ -193,4 +196,7 @@ def _half_width(summary: RunSummary) -> str:
 
 
 def _cut(text: str, width: int) -> str:
+    """`text` as one safe line (control characters escaped: a carried value cannot move the
+    cursor or forge a row) of at most `width` characters."""
+    text = terminal_safe(text)
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from jobs.inputs.carry import conform
+from jobs.inputs.encoding import encodable_record
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
@@ -22,12 +23,13 @@ from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, input_spec_of, load_extractor
 from jobs.schema import CarriedColumn
 from jobs.storage import filesystem
+from jobs.text_safety import escaped
+from scorer_core.errors import InputError
+from scorer_core.scorer import validate_item
 
 if TYPE_CHECKING:
     from jobs.config import JobConfig
     from jobs.sampling import SamplePlan
-from scorer_core.errors import InputError
-from scorer_core.scorer import validate_item
 
 
 @dataclass(frozen=True)
@@ -75,17 +77,17 @@ def read_items(
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
     carried: Sequence[CarriedColumn] = (),
 ) -> Iterator[ItemRecord | RowError]:
-    """A shard's rows, normalised and validated, in input order (streaming)."""
+    """A shard's rows, normalised and validated, in input order (streaming); a row holding
+    text UTF-8 cannot encode is its own error (`jobs.inputs.encoding`)."""
     for raw in read_shard(spec, shard):
-        yield validate_record(
-            to_item(
-                spec,
-                raw,
-                max_context_chars=max_context_chars,
-                max_contexts=max_contexts,
-                carried=carried,
-            )
+        item = to_item(
+            spec,
+            raw,
+            max_context_chars=max_context_chars,
+            max_contexts=max_contexts,
+            carried=carried,
         )
+        yield validate_record(encodable_record(item, carried))
 
 
 def read_shard(
@@ -111,7 +113,7 @@ def read_query_ids(spec: InputSpec, shard: Shard) -> Iterator[tuple[str, str, in
         query_id = f"{raw.source}#{raw.row}"
         if raw.error is None and raw.data is not None:
             with contextlib.suppress(_Invalid):
-                query_id = _query_id(raw, column)
+                query_id = escaped(_query_id(raw, column))  # as its error row names it
         yield query_id, raw.source, raw.row
 
 

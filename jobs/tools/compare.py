@@ -45,6 +45,7 @@ import polars as pl
 from jobs import formatting as fmt
 from jobs.engine import band_range, relevance_by_position
 from jobs.stats import LEVEL, Moments, holm, paired_test, welch_test
+from jobs.text_safety import terminal_safe
 from jobs.tools.runs import (
     PublishedRun,
     load_run,
@@ -684,9 +685,9 @@ def decide(
             f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
         )
     lines += [
-        f"FAIL: segment {s.label}: mean fell by {-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to "
-        f"{s.mean_b:.4f}) over {s.paired:,} queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after "
-        f"Holm: {_why(s, min_effect)}"
+        f"FAIL: segment {terminal_safe(s.label)}: mean fell by {-(s.diff or 0.0):.4f} "
+        f"(from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} queries; "
+        f"95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
         for s in failed
     ]
     small = sum(1 for s in tested if not s.gated)
@@ -767,14 +768,14 @@ def format_regressions(comparison: Comparison, top: int) -> str:
     rows = comparison.regressions(top)
     if rows.is_empty():
         return "regressions: none"
-    longest = max((len(str(q)) for q in rows.get_column("query_id").to_list()), default=8)
+    longest = max((len(terminal_safe(q)) for q in rows.get_column("query_id").to_list()), default=8)
     width = max(8, min(40, longest))
     lines = [
         f"top {rows.height} regressions (most negative delta first):",
         f"  {'query_id':<{width}}{'score A':>9}{'score B':>9}{'delta':>9}{'rel A':>7}{'rel B':>7}",
     ]
     for row in rows.iter_rows(named=True):
-        query = str(row["query_id"])
+        query = terminal_safe(row["query_id"])  # no terminal escapes, no forged rows
         query = query if len(query) <= width else query[: width - 1] + "…"
         lines.append(
             f"  {query:<{width}}{fmt.number(row['score_a'], 2):>9}"
@@ -818,7 +819,7 @@ def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int
     blocks = []
     for column in comparison.segment_columns:
         segments = [tested.get((s.by, s.value), s) for s in comparison.segments_by(column)]
-        width = max([len(column) + 3, *(len(str(s.value)) + 2 for s in segments)])
+        width = max([len(column) + 3, *(len(terminal_safe(s.value)) + 2 for s in segments)])
         width = min(max(width, 12), 32)
         over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
         lines = [
@@ -827,7 +828,7 @@ def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int
             f"{'95% CI':>20}{'p adj':>8}{'regressed':>11}{'gate':>7}",
         ]
         for s in segments[:_MAX_SEGMENT_LINES]:
-            name = "(null)" if s.value is None else s.value
+            name = "(null)" if s.value is None else terminal_safe(s.value)
             name = name if len(name) <= width - 2 else name[: width - 3] + "…"
             status = "FAIL" if s.failed else "ok" if s.gated else "small"
             lines.append(

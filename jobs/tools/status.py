@@ -17,6 +17,7 @@ from typing import Any
 from jobs import formatting as fmt
 from jobs.config import RUN_ID_PATTERN
 from jobs.engine import BatchLayout, RoundState
+from jobs.error_rate import ErrorRate
 from jobs.layout import StagingArea
 from jobs.records import RunManifest
 from jobs.storage import Store
@@ -47,6 +48,10 @@ def _published(store: Store, run_id: str) -> list[str] | None:
             f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
             f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
         )
+    errors = manifest.error_rate
+    if errors is not None and errors.errors:
+        described = ErrorRate.from_dict(errors.model_dump()).describe()
+        lines.append(f"  {'FAILED: ' if errors.exceeded else ''}{described}")
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines
 

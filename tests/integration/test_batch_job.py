@@ -247,7 +247,8 @@ def test_broken_replies_are_reasked_in_follow_up_batches(
     scores = one_row_each(out, rows, outcome)
     facts = manifest(out, outcome)["judge"]
     assert facts["rounds"] == 2  # the first asks, then one round of re-asks
-    reasks = [line for line in lines if line["custom_id"].endswith("-1")]
+    # custom_id: <shard>-<item>-<slice>-<attempt>-<judge tag>
+    reasks = [line for line in lines if line["custom_id"].split("-")[3] == "1"]
     assert reasks and len(lines) == 60 + len(reasks)
     assert all(
         "Your previous reply could not be used" in line["body"]["messages"][1]["content"]
@@ -485,7 +486,7 @@ def test_a_night_after_some_contexts_changed_asks_only_for_those(
     second = run(batch_config(source, out, server, run={"id": "night-2"}))
     lines = server.batches.uploaded_lines()[first_lines:]
     assert first_lines == 40
-    assert sorted(line["custom_id"].rsplit("-", 2)[1] for line in lines) == ["v0"] * 10
+    assert sorted(line["custom_id"].split("-")[2] for line in lines) == ["v0"] * 10
     assert all(
         "Give exactly 1 verdicts" in line["body"]["messages"][1]["content"] for line in lines
     )
@@ -494,3 +495,38 @@ def test_a_night_after_some_contexts_changed_asks_only_for_those(
     hits = dict(scores.select("query_id", pl.col("context_count") - pl.col("cache_hits")).rows())
     assert {query_id for query_id, asked in hits.items() if asked} == changed
     assert all(asked == 1 for query_id, asked in hits.items() if query_id in changed)
+
+
+def test_unencodable_text_is_its_items_error_in_batch_mode(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    """A lone surrogate (valid JSON) in a query, an id and a context: those rows are errors
+    naming the field; every other row of their shards is scored through the batches."""
+    rows = list(generate(40, seed=29, markers=True))
+    rows[3]["question"] += "\udc00"
+    rows[12]["id"] += "\udc00"
+    rows[30]["contexts"][0] += "\ud800"
+    source = tmp_path / "items.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    server = fake_judge(batch_plan=BatchPlan(steps_per_retrieve=1))
+    out = tmp_path / "out"
+    outcome = run(batch_config(source, out, server))
+    scores = scores_frame(out)
+    assert scores.height == len(rows)
+    errors = scores.filter(pl.col("status") == "error").sort("row")
+    assert errors["error"].str.contains("a lone surrogate").all() and errors.height == 3
+    assert errors["query_id"].to_list() == [
+        rows[3]["id"],
+        rows[12]["id"][:-1] + "\\udc00",
+        rows[30]["id"],
+    ]
+    assert [e.split(": ")[1] for e in errors["error"]] == [
+        "input",
+        "query_id",
+        "context",
+    ]
+    ok = scores.filter(pl.col("status") == "ok")
+    expected = truth(rows)
+    assert ok.height == len(rows) - 3
+    assert all(r["score"] == round(expected[r["query_id"]], 2) for r in ok.iter_rows(named=True))
+    assert outcome.published.summary.errors == 3

@@ -14,6 +14,7 @@ process to kill is the one at the other end of a held request's connection.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io
 import json
 import os
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -365,6 +367,57 @@ def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
     data = json.loads((out / location.manifest).read_text())
     assert data["shards_reused"] == len(done)
     assert outcome.shards_skipped == len(done) and outcome.shards_total == len(shards)
+
+
+def test_after_the_driver_is_sigkilled_no_process_of_its_ray_lives_on(
+    tmp_path: Path, ray_tmp: str, fake_judge: JudgeFactory
+) -> None:
+    """SIGKILL the driver alone (not its group): within seconds no process of the Ray it
+    started is left (workers, raylet, GCS, agents), and no shard is staged after the kill
+    though the judge then answers every held request (jobs.engine.reaper)."""
+    source, _, out = sample_job(tmp_path, 40, seed=41)
+    run_id = "driver-dies"
+    location = RunLocation(run_id, dt.date(2026, 11, 30))
+    gate = HoldRequests(when=lambda arrival: len(items_done(out, location)) >= 1)
+    server = fake_judge(on_request=gate)
+    raw = raw_config(
+        source,
+        out,
+        judge=lean_judge(server),
+        rate_limit={"max_concurrency": 2},
+        cache={"enabled": False},
+        ray={"shard_size": 4, "workers": 2},
+        run={"id": run_id, "date": "2026-11-30"},
+    )
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    with (tmp_path / "driver.log").open("wb") as sink:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)],
+            cwd=REPO,
+            env=_driver_env(ray_tmp),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    threading.Thread(target=lambda: (driver.wait(), gate.give_up()), daemon=True).start()
+    try:
+        gate.wait_held(1, timeout_s=150)
+        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+        assert _ray_processes(ray_tmp), "the driver's Ray is running"
+        os.kill(driver.pid, signal.SIGKILL)  # the driver alone, as an OOM killer does
+        driver.wait(30)
+        staged_at_kill = items_done(out, location)
+        gate.release()  # the judge answers: a worker still alive would go on staging
+        deadline = time.monotonic() + 10
+        while _ray_processes(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [(p.pid, p.name()) for p in _ray_processes(ray_tmp)]
+        assert left == [], f"processes of the dead driver's Ray still alive: {left}"
+        assert items_done(out, location) == staged_at_kill
+    finally:
+        _kill_group_and_ray(driver, ray_tmp)
+        gate.release()
 
 
 # -- two drivers at once ----------------------------------------------------------------------

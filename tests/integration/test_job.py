@@ -328,6 +328,28 @@ def test_cache_second_run_makes_no_requests_and_a_changed_context_is_rejudged(
     assert rejudged.select("query_id", "position").rows() == [(changed[target]["id"], 0)]
 
 
+def test_cache_is_not_shared_by_the_same_model_name_at_another_endpoint(
+    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str
+) -> None:
+    source, rows, out = sample_job(tmp_path, 20, seed=23)
+    first, second = fake_judge(), fake_judge()
+
+    def run(run_id: str, server: FakeJudgeServer) -> RunOutcome:
+        config = config_for(
+            source, out, judge=llm_judge(server), run={"id": run_id}, ray={"shard_size": 10}
+        )
+        return run_job(config, out=io.StringIO())
+
+    run("endpoint-1", first)
+    assert verdict_requests(first) == 20
+    other = run("endpoint-2", second)  # the same "openai/fake-judge", another server
+    assert verdict_requests(second) == 20 and verdict_requests(first) == 20
+    assert other.published.summary.cache_hits == 0
+    again = run("endpoint-3", first)  # the first server's verdicts are still its own
+    assert again.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
+    assert verdict_requests(first) == 20
+
+
 # -- fail fast on configuration errors ---------------------------------------------------------
 
 
@@ -517,3 +539,45 @@ def test_the_run_records_the_form_a_server_without_json_schema_took(
     text = printed.getvalue()
     assert "structured output" in text and "json_object" in text
     assert "json_schema rejected: " in text
+
+
+# -- the exit code a scheduler reads ------------------------------------------------------------
+
+
+def test_a_run_where_nothing_reached_the_judge_is_published_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    import yaml
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    source, rows, out = sample_job(tmp_path, 12)
+    raw = raw_config(
+        source,
+        out,
+        judge={
+            "model": "openai/judge",
+            "api_base": f"http://127.0.0.1:{closed}/v1",
+            "transport": "http",
+            "max_retries": 0,
+            "timeout_s": 5,
+        },
+        run={"id": "unreachable"},
+        cache={"enabled": False},
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["--config", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "12 of 12 items are errors (100.0%), over run.max_error_rate 0.5" in captured.err
+    assert "commonest error (12 items):" in captured.err and "onnect" in captured.err
+    scores = scores_frame(out)  # published all the same
+    assert scores.height == len(rows) and (scores["status"] == "error").all()
+    # within the limit (1: never), the same run exits 0
+    assert (
+        main(["--config", str(path), "--set", "run.id=tolerant", "--set", "run.max_error_rate=1"])
+        == 0
+    )

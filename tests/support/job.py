@@ -22,6 +22,7 @@ from jobs.engine.driver import RunOutcome
 from jobs.engine.messages import ShardContext
 from jobs.factory import run_parts
 from jobs.layout import RunLocation, StagingArea
+from jobs.records import RunManifest
 from jobs.storage import Store
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
@@ -200,3 +201,8 @@ def shard_files(store: Store, staging: str, shard_id: str) -> tuple[str, str]:
     """(verdicts file, items file) of a shard staged under `staging`."""
     area = StagingArea(store, staging)
     return area.verdicts_file(shard_id), area.items_file(shard_id)
+
+
+def manifest_of(location: RunLocation) -> RunManifest:
+    """The manifest a driver starts for `location`, before publishing completes it."""
+    return RunManifest(run_id=location.run_id, run_date=location.run_date.isoformat())

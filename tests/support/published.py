@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from jobs.engine import aggregate
 from jobs.engine.response_formats import RunResponseFormat
+from jobs.error_rate import ErrorRate
 from jobs.layout import TABLES, RunLocation
 from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from jobs.storage import Store, open_store
@@ -211,6 +212,7 @@ def publish(
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": 0,
+        "error_rate": ErrorRate(summary.items, summary.errors, 0.5).to_dict(),
         "published_at": f"{run_date.isoformat()}T06:00:00+00:00",
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }

@@ -1,5 +1,5 @@
 """Tests for jobs.engine.aggregate (the Polars scores, their agreement with the worker's
-scorer_core scores, the run summary), jobs.pricing and jobs.summary_table.
+scorer_core scores, the run summary), jobs.pricing and jobs.engine.summary_table.
 
 Every table goes through real Parquet files in a temporary directory and is scanned back, the
 way publishing reads the tables; rows have the published tables' columns (jobs.schema).

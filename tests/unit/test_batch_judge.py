@@ -25,6 +25,7 @@ from jobs.engine.batch.requests import (
     batch_provider,
     custom_id,
     item_key,
+    judge_tag,
     shard_number_of,
 )
 from jobs.engine.batch.state import BatchRecord, RoundState, split_batches
@@ -63,6 +64,11 @@ def config(**judge: Any) -> JobConfig:
 
 
 KEYS = {item: item_key(3, n) for n, item in enumerate(ITEMS)}
+
+
+def rid(request: str) -> str:
+    """The custom_id of `request` ("<shard>-<item>-<slice>-<attempt>") under `config()`."""
+    return f"{request}-{judge_tag(config())}"
 
 
 def judge_pass(
@@ -135,14 +141,36 @@ def test_auto_means_json_schema_and_an_explicit_form_is_kept() -> None:
     assert "response_format" not in json.loads(plain)["body"]
 
 
-def test_custom_ids_name_shard_item_slice_and_attempt() -> None:
-    request_id = custom_id(item_key(123456, 4_294_967_295), "v4080", 10)
-    assert request_id == "123456-4294967295-v4080-10"
+def test_custom_ids_name_shard_item_slice_attempt_and_judge() -> None:
+    tag = judge_tag(config())
+    request_id = custom_id(item_key(123456, 4_294_967_295), "v4080", 10, tag)
+    assert request_id == f"123456-4294967295-v4080-10-{tag}"
     assert len(request_id) <= 64
     assert shard_number_of(request_id) == 123456
     assert shard_number_of("someone-else") is None
     with pytest.raises(ValueError, match="longer than 64"):
         RequestLines.for_config(config()).line("x" * 65, [], VERDICTS_SCHEMA_NAME, {})
+
+
+def test_the_judge_tag_changes_with_the_endpoint_provider_and_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = judge_tag(config())
+    assert base == judge_tag(config()) and len(base) == 8
+    others = [
+        judge_tag(config(api_base="http://10.0.0.1:8000/v1")),
+        judge_tag(config(api_base="http://10.0.0.2:8000/v1")),
+        judge_tag(config(model="openai/other")),
+        judge_tag(config(batch={"provider": "hosted_vllm"})),
+        judge_tag(config(model="azure/deployment-a")),
+        judge_tag(config(model="azure/deployment-b")),
+    ]
+    assert len({base, *others}) == 1 + len(others)
+    # litellm takes an Azure deployment's resource from the environment when no api_base
+    monkeypatch.setenv("AZURE_API_BASE", "https://resource-one.openai.azure.com")
+    one = judge_tag(config(model="azure/deployment-a"))
+    monkeypatch.setenv("AZURE_API_BASE", "https://resource-two.openai.azure.com")
+    assert judge_tag(config(model="azure/deployment-a")) != one
 
 
 def test_the_batch_provider_comes_from_the_model_or_the_config() -> None:
@@ -169,10 +197,10 @@ def test_first_pass_records_every_request_then_replies_give_the_online_scores() 
     results, client = judge_pass({})
     # Item 0: one slice of 2; item 1: slices [0..2], [3..5], [6]: every request recorded once.
     assert sorted(r.custom_id for r in client.recorded) == [
-        "3-0-v0-0",
-        "3-1-v0-0",
-        "3-1-v3-0",
-        "3-1-v6-0",
+        rid("3-0-v0-0"),
+        rid("3-1-v0-0"),
+        rid("3-1-v3-0"),
+        rid("3-1-v6-0"),
     ]
     assert all(result.status == "error" for result in results)  # nothing answered yet
     replies: dict[str, Reply] = {}
@@ -191,7 +219,7 @@ def test_a_reply_that_breaks_the_contract_is_reasked_with_the_problem_named() ->
     replies: dict[str, Reply] = {}
     answer(fake, client.recorded, replies)  # every first reply is broken JSON
     results, client = judge_pass(replies)
-    assert {r.custom_id.rsplit("-", 1)[1] for r in client.recorded} == {"1"}  # attempt 1
+    assert {r.custom_id.split("-")[3] for r in client.recorded} == {"1"}  # attempt 1
     note = json.loads(client.recorded[0].line)["body"]["messages"][1]["content"]
     assert "Your previous reply could not be used" in note
     fake.set_fault_plan(FaultPlan())
@@ -220,7 +248,7 @@ def test_an_error_reply_makes_the_item_an_error_saying_why() -> None:
     _, client = judge_pass({})
     replies: dict[str, Reply] = {}
     answer(fake, client.recorded, replies)
-    replies["3-1-v3-0"] = Reply(None, "batch batch_1: HTTP 500: server_error: boom")
+    replies[rid("3-1-v3-0")] = Reply(None, "batch batch_1: HTTP 500: server_error: boom")
     results, client = judge_pass(replies)
     assert client.recorded == []
     assert results[0].status == "ok"
@@ -234,7 +262,7 @@ def test_llm_reasons_come_in_the_next_round() -> None:
     _, client = judge_pass(replies, reason="llm")
     answer(fake, client.recorded, replies)
     _, client = judge_pass(replies, reason="llm")
-    assert sorted(r.custom_id for r in client.recorded) == ["3-0-r-0", "3-1-r-0"]
+    assert sorted(r.custom_id for r in client.recorded) == [rid("3-0-r-0"), rid("3-1-r-0")]
     answer(fake, client.recorded, replies)
     results, client = judge_pass(replies, reason="llm")
     assert client.recorded == []
@@ -249,8 +277,8 @@ def test_a_failed_reason_request_falls_back_to_the_template() -> None:
     replies: dict[str, Reply] = {}
     _, client = judge_pass(replies, reason="llm")
     answer(fake, client.recorded, replies)
-    replies["3-0-r-0"] = Reply(None, "batch b: expired before this request was answered")
-    replies["3-1-r-0"] = Reply(None, "batch b: expired before this request was answered")
+    replies[rid("3-0-r-0")] = Reply(None, "batch b: expired before this request was answered")
+    replies[rid("3-1-r-0")] = Reply(None, "batch b: expired before this request was answered")
     results, client = judge_pass(replies, reason="llm")
     assert client.recorded == []
     assert [r.status for r in results] == ["ok", "ok"]
@@ -299,7 +327,12 @@ def test_online_reasks_go_out_at_once_and_are_kept() -> None:
     results = asyncio.run(run())
     assert client.recorded == []
     assert len(sent) == 4 and all("could not be used" in text for text in sent)
-    assert sorted(client.online_replies) == ["3-0-v0-1", "3-1-v0-1", "3-1-v3-1", "3-1-v6-1"]
+    assert sorted(client.online_replies) == [
+        rid("3-0-v0-1"),
+        rid("3-1-v0-1"),
+        rid("3-1-v3-1"),
+        rid("3-1-v6-1"),
+    ]
     assert [r.status for r in results] == ["ok", "ok"]
     assert [r.score for r in results] == [round(t, 2) for t in TRUTH]
     # Item 0: one batch call + one online re-ask that took two calls (a retry).
@@ -444,7 +477,7 @@ def test_a_pair_repeated_in_a_shard_asks_the_same_requests_in_every_pass() -> No
         return asyncio.run(run()), client
 
     _, client = one_pass({})
-    assert sorted(r.custom_id for r in client.recorded) == ["0-0-v0-0", "0-1-v0-0"]
+    assert sorted(r.custom_id for r in client.recorded) == [rid("0-0-v0-0"), rid("0-1-v0-0")]
     replies: dict[str, Reply] = {}
     answer(fake, client.recorded, replies)
     results, client = one_pass(replies)

@@ -12,11 +12,11 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import CacheRegions, judge_fingerprint, pair_key
+from jobs.cache import CacheRegions, pair_key
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
-from jobs.factory import input_spec
+from jobs.factory import cache_fingerprint, input_spec
 from jobs.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
 from jobs.inputs import validate_record as preprocess
 from jobs.storage import open_store
@@ -207,7 +207,7 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
     spec = input_spec(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
-    fingerprint = judge_fingerprint(config.judge.model, dict(config.judge.lexical))
+    fingerprint = cache_fingerprint(config)
     regions = CacheRegions(store, "_cache", fingerprint)
     for shard in shards[:1] if only_first_shard else shards:
         keys: list[str] = []

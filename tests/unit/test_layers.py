@@ -17,6 +17,10 @@ from tests.support.paths import REPO
 FOUNDATION = (
     "jobs.input_limits",
     "jobs.config",
+    "jobs.config_yaml",
+    "jobs.endpoints",
+    "jobs.text_safety",
+    "jobs.error_rate",
     "jobs.formatting",
     "jobs.schema",
     "jobs.layout",

@@ -129,3 +129,14 @@ def test_reason_must_begin_with_the_score(text: str, score: float, expected: str
 def test_a_reason_that_restates_another_score_or_none_is_malformed(text: str) -> None:
     with pytest.raises(MalformedReply, match=r"must begin with 'The score is 0\.83 because'"):
         parse_reason(text, 0.83)
+
+
+def test_a_reason_with_a_lone_surrogate_is_written_escaped() -> None:
+    # valid JSON ("\udc00" escapes a lone surrogate); the reason must stay writable as UTF-8
+    text = '{"verdicts": [{"context_index": 0, "verdict": "yes", "reason": "odd \\udc00 a\\\\b"}]}'
+    (verdict,) = parse_verdicts(text, [0])
+    assert verdict.reason == "odd \\udc00 a\\b"
+    verdict.reason.encode("utf-8")
+    reason = parse_reason('{"reason": "The score is 1.00 because \\ud800."}', 1.0)
+    assert reason.endswith(" because \\ud800.")
+    reason.encode("utf-8")

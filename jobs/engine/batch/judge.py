@@ -136,7 +136,7 @@ class ReplayClient:
         if messages is not asking.last:  # a retry re-sends the same list, a re-ask a new one
             asking.attempt += 1
             asking.last = messages
-        request_id = custom_id(asking.item, asking.part, asking.attempt)
+        request_id = custom_id(asking.item, asking.part, asking.attempt, self._lines.tag)
         reply = self._replies.get(request_id) or self.online_replies.get(request_id)
         if reply is None and asking.attempt > 0 and self._reask is not None:
             reply = await self._ask_online(request_id, messages, schema_name, schema, asking)

@@ -11,10 +11,12 @@ same prompt builders (`scorer_core.prompt`) and the same structured-output field
 turns the same lines into the other providers' batch formats (Azure, Vertex, Bedrock, ...).
 
 The custom_id says what the reply belongs to, so replies can come back in any order:
-`<shard number>-<item index in the shard>-<slice>-<attempt>`, where the slice is `v<first
-position>` for a verdict request (a slice of `contexts_per_call` contexts) or `r` for an LLM
-reason, and the attempt counts re-asks (0: the first ask). At most 64 characters, as OpenAI
-requires.
+`<shard number>-<item index in the shard>-<slice>-<attempt>-<judge tag>`, where the slice is
+`v<first position>` for a verdict request (a slice of `contexts_per_call` contexts) or `r` for
+an LLM reason, the attempt counts re-asks (0: the first ask), and the judge tag (8 hex) names
+the model, the provider and the endpoint (`judge_tag`): a reply from another endpoint or
+deployment, left in the run's staging by an earlier attempt, never answers a request of this
+one. At most 64 characters, as OpenAI requires.
 
 There is no per-request negotiation of the structured-output form in a batch:
 `judge.response_format: auto` means `json_schema` (what OpenAI-style providers take, and what
@@ -23,12 +25,14 @@ litellm maps for the others); an explicit form is sent as configured.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jobs.config import JobConfig
+from jobs.endpoints import endpoint_identity
 from scorer_core.errors import ConfigError
 from scorer_core.judge import count_prompt_tokens
 from scorer_core.openai_http import OpenAIHTTPClient
@@ -47,9 +51,17 @@ def item_key(shard_number: int, index: int) -> str:
     return f"{shard_number}-{index}"
 
 
-def custom_id(item: str, part: str, attempt: int) -> str:
-    """`item` from `item_key`, `part` "v<first position>" or "r", `attempt` 0 for the first ask."""
-    return f"{item}-{part}-{attempt}"
+def custom_id(item: str, part: str, attempt: int, tag: str = "") -> str:
+    """`item` from `item_key`, `part` "v<first position>" or "r", `attempt` 0 for the first ask,
+    `tag` the run's `judge_tag`."""
+    return f"{item}-{part}-{attempt}" + (f"-{tag}" if tag else "")
+
+
+def judge_tag(config: JobConfig) -> str:
+    """8 hex naming what answers a batch request: the model, the batch provider and the
+    endpoint (`jobs.endpoints.endpoint_identity`)."""
+    material = repr((config.judge.model, batch_provider(config), endpoint_identity(config)))
+    return hashlib.sha256(material.encode()).hexdigest()[:8]
 
 
 def shard_number_of(custom_id: str) -> int | None:
@@ -80,6 +92,7 @@ class RequestLines:
 
     form: ResponseFormat
     _client: OpenAIHTTPClient
+    tag: str = ""  # `judge_tag`, the last part of every custom_id
 
     @classmethod
     def for_config(cls, config: JobConfig) -> RequestLines:
@@ -91,7 +104,7 @@ class RequestLines:
         if model.startswith(f"{provider}/"):
             model = model[len(provider) + 1 :]  # the body names the model as the provider does
         client = OpenAIHTTPClient(model, temperature=judge.temperature, max_tokens=judge.max_tokens)
-        return cls(form, client)
+        return cls(form, client, judge_tag(config))
 
     @property
     def model(self) -> str:

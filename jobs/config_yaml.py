@@ -1,0 +1,141 @@
+"""YAML for configs that keeps the user's meaning: text stays the text the user wrote.
+
+Plain YAML turns `2026-11-30` into a date and `20261130` into an integer, so `run.id:
+2026-11-30` (or `--set run.id=$(date +%F)`) used to fail with "Input should be a valid
+string", and an impossible date (`2026-13-45`) raised a bare `ValueError` from inside the YAML
+parser: a traceback instead of a config error.
+
+Here no scalar is ever a date (the timestamp rule is dropped: pydantic parses a date field's
+text and names the key when it is not a date), and every number or boolean remembers the text
+it was written as (`UserScalar`). `resolve_user_text` then walks the raw config along the
+pydantic model: a field that takes text (a `str`, a `list[str]`, a date) gets the text, every
+other place gets the parsed value. Nothing of `UserScalar` reaches the validated config.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from scorer_core.errors import ConfigError
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+
+@dataclass(frozen=True)
+class UserScalar:
+    """A YAML number or boolean, with the text it was written as."""
+
+    value: Any
+    text: str
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without implicit dates, whose numbers and booleans keep their text."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _keeping_text(tag: str) -> None:
+    parse = yaml.SafeLoader.yaml_constructors[tag]
+
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> UserScalar:
+        return UserScalar(parse(loader, node), str(node.value))
+
+    _Loader.add_constructor(tag, construct)
+
+
+for _tag in ("int", "float", "bool"):
+    _keeping_text(f"tag:yaml.org,2002:{_tag}")
+# an explicit `!!timestamp` is read as its text too: pydantic judges it where a date is wanted
+_Loader.add_constructor(_TIMESTAMP, lambda loader, node: str(node.value))
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """Parse YAML text (numbers and booleans as `UserScalar`); `ConfigError` naming `where`."""
+    try:
+        value = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: YAML nested too deeply") from None
+    if _cyclic(value, set()):
+        raise ConfigError(f"{where}: a YAML alias refers to the node that holds it (&a [*a])")
+    return value
+
+
+def _cyclic(value: Any, holding: set[int]) -> bool:
+    """Whether `value` contains itself (a recursive YAML alias)."""
+    if not isinstance(value, dict | list):
+        return False
+    if id(value) in holding:
+        return True
+    holding.add(id(value))
+    children = list(value.values()) if isinstance(value, dict) else value
+    found = any(_cyclic(child, holding) for child in children)
+    holding.discard(id(value))
+    return found
+
+
+def plain(value: Any) -> Any:
+    """`value` with every `UserScalar` replaced by its parsed value."""
+    if isinstance(value, UserScalar):
+        return value.value
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def resolve_user_text(raw: Any, model: type[BaseModel]) -> Any:
+    """The raw config with each `UserScalar` as the text the user wrote where `model` takes
+    text there, else as its parsed value."""
+    if not isinstance(raw, dict):
+        return plain(raw)
+    resolved: dict[Any, Any] = {}
+    for key, value in raw.items():
+        name = plain(key)
+        field = model.model_fields.get(name) if isinstance(name, str) else None
+        resolved[name] = plain(value) if field is None else _resolve(value, field.annotation)
+    return resolved
+
+
+def _resolve(value: Any, annotation: Any) -> Any:
+    submodel = _submodel(annotation)
+    if submodel is not None and isinstance(value, dict):
+        return resolve_user_text(value, submodel)
+    if isinstance(value, UserScalar):
+        return value.text if _takes_text(annotation) else value.value
+    if isinstance(value, list) and typing.get_origin(annotation) is list:
+        (element,) = typing.get_args(annotation) or (Any,)
+        return [_resolve(v, element) for v in value]
+    return plain(value)
+
+
+def _alternatives(annotation: Any) -> list[Any]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _takes_text(annotation: Any) -> bool:
+    """A field whose every alternative (None aside) is text or a date."""
+    return all(a in (str, dt.date) for a in _alternatives(annotation))
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    for alternative in _alternatives(annotation):
+        if isinstance(alternative, type) and issubclass(alternative, BaseModel):
+            return alternative
+    return None

@@ -1,0 +1,128 @@
+"""Start-up checks of a run that need more than the config's own validation, all before Ray.
+
+The driver calls these checks before anything starts (`check_every_file` right after
+listing the input files); each fails with `ConfigError` or `InputError` (exit 2) naming what
+to change:
+
+- the judge: a model string litellm cannot route (for the litellm transport) or a batch
+  provider without a batch API is refused here, not after Ray has started;
+- the paths: the output (or the verdict cache) inside the input, or the input inside the
+  output, would feed the job's own tables back in as items. Refused, unless the input folder's
+  listing skips the output without doubt (it lies under a `_` or `.` folder of the input
+  folder, which a folder listing never enters), or the input is one file right at the
+  output's root (the job writes only into folders there);
+- the files: every input file's columns (Parquet footers, the first lines of JSONL) and its
+  format, by `jobs.inputs.survey`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from fsspec.core import split_protocol
+
+from jobs.config import JobConfig
+from jobs.storage import has_glob
+from scorer_core.capabilities import is_offline
+from scorer_core.errors import ConfigError
+from scorer_core.transports import resolve_transport
+
+_LOCAL = {None, "file", "local"}
+_ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
+
+
+def check_judge_settings(config: JobConfig) -> None:
+    """`ConfigError` when the judge's model string cannot be routed by litellm (when litellm
+    carries the requests) or judge.mode batch names a provider without a batch API."""
+    judge = config.judge
+    if is_offline(judge.model):
+        return
+    if judge.mode == "batch":
+        # the engine's rule for the provider, imported only for a batch run
+        from jobs.engine.batch.requests import batch_provider
+
+        batch_provider(config)
+    if resolve_transport(judge.transport, judge.model, judge.api_base) == "http":
+        return  # the OpenAI-compatible endpoint takes any model name as it is
+    from scorer_core.litellm_client import import_litellm
+
+    litellm = import_litellm()
+    try:
+        litellm.get_llm_provider(model=judge.model, api_base=judge.api_base)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"judge.model: litellm cannot route {judge.model!r} ({reason[:300]}); use a "
+            "provider prefix such as openai/, anthropic/, azure/, hosted_vllm/"
+        ) from None
+
+
+def _location(url: str, options: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(protocol, endpoint, normalised path) of a URL or local path, for comparing places."""
+    protocol, path = split_protocol(url)
+    if protocol in _LOCAL:
+        return "file", "", os.path.realpath(os.path.expanduser(path))
+    client = options.get("client_kwargs") or {}
+    endpoint = str(options.get("endpoint_url") or client.get("endpoint_url") or "")
+    name = _ALIASES.get(str(protocol), str(protocol))
+    return name, endpoint.rstrip("/"), posixpath.normpath("/" + path.strip("/"))
+
+
+def _within(inner: str, outer: str) -> str | None:
+    """`inner` relative to `outer` when it is `outer` or under it, else None."""
+    if inner == outer:
+        return "."
+    prefix = outer.rstrip("/") + "/"
+    return inner[len(prefix) :] if inner.startswith(prefix) else None
+
+
+def _static_root(path: str) -> str:
+    """The folder a glob's matches are all under (the path itself when not a glob)."""
+    if not has_glob(path):
+        return path
+    head = path
+    while has_glob(head):
+        head = posixpath.dirname(head)
+    return head
+
+
+def check_paths_apart(config: JobConfig) -> None:
+    """`ConfigError` when the run's output (or verdict cache) is inside its input or the
+    input inside the output (see the module docstring for the one exception)."""
+    where_in = _location(config.input.path, config.input.storage_options)
+    kind_in, endpoint_in, path_in = where_in
+    root_in = _static_root(path_in)
+    is_folder = kind_in == "file" and os.path.isdir(path_in)
+    is_file = kind_in == "file" and os.path.isfile(path_in)
+    outputs = [("output.path", config.output.path)]
+    if config.cache.path:
+        outputs.append(("cache.path", config.cache.path))
+    for key, url in outputs:
+        kind, endpoint, path = _location(url, config.output.storage_options)
+        if (kind, endpoint) != (kind_in, endpoint_in):
+            continue
+        below = _within(path, root_in)
+        if below is not None and not (
+            is_folder and below != "." and any(p.startswith(("_", ".")) for p in below.split("/"))
+        ):
+            hint = (
+                ", or under a folder of the input whose name starts with '_' (a folder listing "
+                "skips it)"
+                if is_folder
+                else ""
+            )
+            raise ConfigError(
+                f"{key} {url} is inside input.path {config.input.path}: a rerun would read the "
+                f"job's own tables as items. Write the results elsewhere{hint}"
+            )
+        inside = _within(root_in, path)
+        # a file named as input right at the output's root: the job writes only in folders
+        at_root_file = is_file and inside is not None and "/" not in inside and inside != "."
+        if inside is not None and not at_root_file:
+            raise ConfigError(
+                f"input.path {config.input.path} is inside {key} {url}: the job would read "
+                "its own tables as items; keep the input outside the output"
+            )

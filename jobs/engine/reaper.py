@@ -1,0 +1,117 @@
+"""No process of a driver's local Ray outlives the driver, however the driver ends.
+
+A driver that starts Ray locally (`ray_runtime.start_ray`) owns its GCS, raylet, dashboard
+and runtime-env agents and workers. Ray stops them on a clean exit, but after a SIGKILL (an
+OOM kill, a scheduler's hard timeout) the agents stayed alive and the workers went on judging
+and staging for seconds: a rerun then raced the dead run's workers.
+
+`start_reaper` is called just before the local `ray.init`:
+
+1. it writes a token unique to this driver into the driver's environment (`RUN_TOKEN_ENV`),
+   which every process of its Ray inherits (the raylet starts the workers with its own
+   environment);
+2. it starts this module as a small watcher process in a session of its own (a kill of the
+   driver's process group does not reach it), holding the read end of a pipe whose write end
+   only the driver holds (the fd is not inheritable: Ray's processes do not get it).
+
+When the driver ends, in any way, the kernel closes its end of the pipe and the watcher's read
+returns at once: it SIGKILLs every process whose environment holds the token (read from
+/proc; Linux), a few times over so that a worker a dying raylet was starting is caught too,
+then exits. A driver that joins a cluster starts no watcher: the cluster's processes are not
+the driver's to stop (Ray ends a dead driver's job there itself).
+
+Run as `python -m jobs.engine.reaper TOKEN`; imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import IO
+
+RUN_TOKEN_ENV = "CTXPREC_RAY_OWNER"
+SWEEPS = 4
+"""Sweeps after the driver's end; a raylet being killed may still be starting a worker."""
+SWEEP_GAP_S = 0.5
+
+# The watcher's pipe, kept open for the driver's life: closing it (or losing the last
+# reference, which closes it) would tell the watcher the driver has ended.
+_watcher: subprocess.Popen[bytes] | None = None
+_pipe: IO[bytes] | None = None
+
+
+def start_reaper(environ: MutableMapping[str, str] = os.environ) -> str | None:
+    """Mark this driver's environment and start its watcher (once per process); the token,
+    or None where there is no /proc to find the processes by."""
+    global _watcher, _pipe
+    if _watcher is not None and _watcher.poll() is None:
+        return environ.get(RUN_TOKEN_ENV)
+    if not Path("/proc/self/environ").exists():
+        return None
+    token = f"{os.getpid()}-{uuid.uuid4().hex}"
+    environ[RUN_TOKEN_ENV] = token
+    _watcher = subprocess.Popen(
+        [sys.executable, "-m", "jobs.engine.reaper", token],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={k: v for k, v in environ.items() if k != RUN_TOKEN_ENV},
+        cwd="/",
+    )
+    _pipe = _watcher.stdin
+    return token
+
+
+def marked_processes(token: str) -> list[int]:
+    """The pids whose environment holds `RUN_TOKEN_ENV=token` (this process aside)."""
+    needle = f"{RUN_TOKEN_ENV}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+def sweep(token: str) -> int:
+    """SIGKILL every marked process; how many were signalled."""
+    killed = 0
+    for pid in marked_processes(token):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def watch(token: str, pipe: IO[bytes]) -> None:
+    """Block until the driver's end of `pipe` closes, then sweep its Ray away."""
+    with contextlib.suppress(OSError):
+        while pipe.read(4096):
+            pass
+    for attempt in range(SWEEPS):
+        if attempt:
+            time.sleep(SWEEP_GAP_S)
+        sweep(token)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m jobs.engine.reaper TOKEN", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C for the driver is not for us
+    watch(argv[0], sys.stdin.buffer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""Text from users, made safe for where it goes: UTF-8 files and terminals.
+
+- `unencodable`: where a value holds text UTF-8 cannot encode. JSON can carry a lone UTF-16
+  surrogate (`"\\udc00"`), which Python reads into a `str` that no UTF-8 writer (Parquet, HTTP,
+  a log line) accepts; such an item is its own error, never its shard's (jobs.inputs.encoding).
+- `escaped`: a lossless, encodable spelling of such text, for ids and messages: backslashes
+  doubled, each unencodable character as `\\uXXXX`. Encodable text is returned unchanged.
+- `terminal_safe`: a value as one printable line for a terminal table: control characters
+  (ESC, CR, LF, DEL, C1 controls, ...) and unencodable characters are shown escaped, so a
+  carried value cannot move the cursor, recolour the screen or forge a row.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can encode `text` (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escaped(text: str) -> str:
+    """`text` unchanged when encodable, else backslashes doubled and every unencodable
+    character as `\\uXXXX`: encodable, and lossless (the escapes can be undone)."""
+    if encodable(text):
+        return text
+    return text.replace("\\", "\\\\").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unencodable(value: Any) -> str | None:
+    """Where in `value` (a string, or lists and mappings of them) there is text UTF-8 cannot
+    encode, e.g. "a lone surrogate U+DC00 at character 3"; "element 2: ..." inside a list;
+    None when everything encodes."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")  # the common case, at C speed
+        except UnicodeEncodeError as exc:
+            code = ord(value[exc.start])
+            kind = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "a character"
+            return f"{kind} U+{code:04X} at character {exc.start}"
+        return None
+    if isinstance(value, list | tuple):
+        for position, element in enumerate(value):
+            found = unencodable(element)
+            if found is not None:
+                return f"element {position}: {found}"
+    if isinstance(value, Mapping):
+        for key, element in value.items():
+            found = unencodable(key) if isinstance(key, str) else None
+            found = found or unencodable(element)
+            if found is not None:
+                return f"key {escaped(str(key))!r}: {found}"
+    return None
+
+
+def terminal_safe(value: object) -> str:
+    """`str(value)` with every control, format or unencodable character escaped (`\\x1b`,
+    `\\r`, `\\n`, `\\u202e`, ...): one line that prints as it reads."""
+    text = str(value)
+    if text.isprintable() and encodable(text):
+        return text
+    return "".join(_char_safe(char) for char in text)
+
+
+def _char_safe(char: str) -> str:
+    if char.isprintable() and encodable(char):
+        return char
+    if unicodedata.category(char) == "Zs":
+        return char  # a plain space of another width prints as a space
+    code = ord(char)
+    if code < 0x100:
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char, f"\\x{code:02x}")
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -1,0 +1,51 @@
+"""What the terminal shows of user values is one printable line each: a carried value with a
+terminal escape or CR/LF cannot recolour the screen or forge a row of the printed tables."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import polars as pl
+
+from jobs.engine.aggregate import summarize
+from jobs.engine.summary_table import format_summary_table
+from jobs.schema import PUBLISHED_SCORES
+from jobs.storage import open_store
+from jobs.tools.compare import compare_runs, format_regressions
+from jobs.tools.runs import load_run
+from tests.support.published import local_base_and_candidate
+from tests.unit.test_aggregate import item_row, no_verdicts
+
+
+def test_the_segment_table_shows_control_characters_escaped() -> None:
+    values = ["bm25", "\x1b[31mred\x1b[0m", "dense\r\nq999  forged row", "\u202eevil", "a\x00b"]
+    rows = [
+        {**item_row(f"q{n}", score=float(n % 3)), "retriever": values[n % len(values)]}
+        for n in range(20)
+    ]
+    scores = pl.DataFrame(rows, schema={**PUBLISHED_SCORES.polars, "retriever": pl.String})
+    summary = summarize(
+        scores, no_verdicts(), model="lex\x1bical", scale=1, segment_by=["retriever"]
+    )
+    text = format_summary_table(summary, "/results/run-1")
+    assert "\x1b" not in text and "\r" not in text and "\u202e" not in text and "\x00" not in text
+    assert "\\x1b[31mred" in text and "dense\\r\\nq999" in text and "\\u202eevil" in text
+    assert "lex\\x1bical" in text
+    # one line per segment value: nothing forged
+    segment_lines = [line for line in text.splitlines() if line.startswith("  ")]
+    assert not any(line.lstrip().startswith("q999") for line in segment_lines)
+    assert all(len(line) <= 46 for line in text.splitlines()[:-1])
+
+
+def test_compare_prints_query_ids_escaped(tmp_path: Path) -> None:
+    runs = local_base_and_candidate(tmp_path)
+    store = open_store(str(runs.output))
+    comparison = compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
+    ids = comparison.table["query_id"]
+    evil = ids.map_elements(lambda q: f"\x1b[2J{q}\r\nFORGED", return_dtype=pl.String)
+    forged = dataclasses.replace(comparison, table=comparison.table.with_columns(query_id=evil))
+    text = format_regressions(forged, 5)
+    assert "\x1b" not in text and "\r" not in text
+    assert "\\x1b[2J" in text
+    assert not any(line.startswith("FORGED") for line in text.splitlines())
