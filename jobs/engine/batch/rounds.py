@@ -189,7 +189,14 @@ class BatchRounds:
         (then the mark is recorded first, so a resumed driver goes on online)."""
         if self._layout.online_round(round_number):
             return True
-        previous = self._layout.read_json(self._layout.round_file(round_number - 1))
+        if self._deadline is None:
+            return False
+        # The requests the last round left to ask again: what an online pass would send now.
+        previous = (
+            self._layout.read_json(self._layout.round_file(round_number - 1))
+            if round_number > 0
+            else None
+        )
         left = sum(RoundState.from_dict(previous).retried().values()) if previous else 0
         until = self._until_online(left)
         if until is None or until > 0:
