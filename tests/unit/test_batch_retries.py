@@ -24,8 +24,10 @@ from jobs.engine.batch.judge import BatchJudge, RecordedRequest, ReplayClient, R
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
 from jobs.engine.batch.state import BatchRecord, RoundState
+from jobs.layout import StagingArea
 from jobs.records import RunManifest
 from jobs.storage import open_store
+from jobs.tools.status import status_lines
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import ChatReply
@@ -293,3 +295,50 @@ def test_rounds_and_their_reasons_reach_the_manifest_and_old_manifests_still_rea
         del batch["retried"], batch["final_errors"], batch["stopped"]
     del older["online"]
     assert RoundState.from_dict(older).retried() == {}
+
+
+def test_status_of_a_run_in_progress_shows_each_round_and_why_lines_were_asked_again(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    staging = StagingArea.of_run(store, "night-1")
+    layout = BatchLayout(store, staging.folder)
+    layout.write_json(layout.run_file, {"shards": ["s0"], "model": "m", "provider": "openai"})
+    expired = BatchRecord(
+        "r000-b0000",
+        (("s0", 0, 30),),
+        30,
+        0,
+        0,
+        batch_id="batch_a",
+        status="expired",
+        completed=15,
+        failed=15,
+        ingested=True,
+        retried={"batch_expired": 15, "HTTP 500": 2},
+        final_errors=1,
+    )
+    stopped = BatchRecord(
+        "r001-b0000",
+        (("s0", 0, 17),),
+        17,
+        0,
+        0,
+        batch_id="batch_b",
+        status="cancelling",
+        stopped=True,
+    )
+    layout.write_json(layout.round_file(0), RoundState(0, (expired,)).to_dict())
+    layout.write_json(layout.round_file(1), RoundState(1, (stopped,)).to_dict())
+    layout.write_json(layout.round_file(2), RoundState(2, (), online=True).to_dict())
+    status = "\n".join(status_lines(store, "night-1"))
+    assert (
+        "round 0: 1 batch(es), 30 requests: 15 completed, 15 failed; asked again: "
+        "batch_expired 15, HTTP 500 2; 1 failed for good"
+    ) in status
+    assert (
+        "round 1: 1 batch(es), 17 requests: 0 completed, 0 failed, 1 cancelled at the deadline"
+        in status
+    )
+    assert "batch_b  cancelling, stopped at the deadline" in status
+    assert "round 2: online (judge.batch.deadline neared)" in status
