@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from jobs.config import JobConfig, deadline_at, parse_config, parse_deadline
@@ -342,3 +343,23 @@ def test_status_of_a_run_in_progress_shows_each_round_and_why_lines_were_asked_a
     )
     assert "batch_b  cancelling, stopped at the deadline" in status
     assert "round 2: online (judge.batch.deadline neared)" in status
+
+
+def test_reply_files_of_an_older_version_without_the_retry_column_still_read(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    layout = BatchLayout(store, "staging")
+    old = pa.table(
+        {
+            "custom_id": ["a", "b"],
+            "text": ["ok", None],
+            "error": [None, "batch b0: HTTP 500: boom"],
+            "prompt_tokens": [3, 0],
+            "completion_tokens": [1, 0],
+        }
+    )
+    store.write_parquet_atomic(layout.replies_file("s", "r000-b0000"), old)
+    replies = layout.read_replies("s")
+    assert replies["a"] == Reply("ok", None, 3, 1)
+    assert replies["b"] == Reply(None, "batch b0: HTTP 500: boom")  # final, as it was then
