@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 
 from jobs.config import JobConfig
+from jobs.engine.batch.rounds import BatchesStillRunning
 from jobs.engine.driver import RunOutcome
 from jobs.job import run_job
 from jobs.storage import open_store
@@ -183,3 +184,27 @@ def test_near_the_deadline_running_batches_are_cancelled_and_the_rest_goes_onlin
     assert "2 cancelled at the deadline; asked again: deadline 60" in status
     assert "round 1: online (judge.batch.deadline neared)" in status
     assert json.loads(json.dumps(facts))  # plain JSON all the way
+
+
+def test_a_morning_rerun_past_the_deadline_collects_the_batches_and_asks_the_rest_online(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    """Evening: submit and leave (max_wait_s 0). Morning, past the deadline: what the batches
+    answered is used, the expired half is asked online, nothing is submitted again."""
+    source, rows, out = sample_job(tmp_path, 60, seed=36)
+    server = fake_judge(batch_plan=BatchPlan(steps_per_retrieve=0, first_outcomes=("expired",)))
+    wall = FakeClock(start=1_800_000_000.0)
+    evening = batch_config(source, out, server, "retry-6", deadline="8h", max_wait_s=0)
+    with pytest.raises(BatchesStillRunning):
+        run_job(evening, out=io.StringIO(), sleep=RecordingSleep(), wall_clock=wall)
+    server.batches.finish_all()
+    wall.advance(9 * 3600)
+    morning = batch_config(source, out, server, "retry-6", deadline="8h")
+    outcome = run_job(morning, out=io.StringIO(), sleep=RecordingSleep(), wall_clock=wall)
+    scores = exact(out, rows, outcome)
+    assert (scores["status"] == "ok").all()
+    stats = server.batches.stats()
+    assert (stats["uploads"], stats["batches_created"], stats["cancels"]) == (2, 2, 0)
+    assert server.stats()["total_requests"] == 15  # the expired batch's unanswered half
+    rounds = manifest(out, outcome)["judge"]["round_details"]
+    assert rounds[0]["retried"] == {"batch_expired": 15} and rounds[1]["online"] is True

@@ -242,7 +242,9 @@ class BatchRounds:
         no final reply (the workers' judge, paced by the run's governor)."""
         started = time.monotonic()
         staged = self._staged()
-        indexed = self._layout.indexed_shards(round_number)
+        # An online pass also takes the shards that recorded this round's requests before the
+        # deadline neared (a driver stopped between the pass and the plan): nothing waits.
+        indexed = set() if online else self._layout.indexed_shards(round_number)
         todo = [
             (n, s)
             for n, s in enumerate(self._shards)
