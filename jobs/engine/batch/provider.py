@@ -1,7 +1,8 @@
 """The provider's Files + Batches API, through litellm, with the project's errors and retries.
 
 `LiteLLMBatches` uploads a batch input file (`litellm.acreate_file`), creates a batch
-(`acreate_batch`), retrieves one (`aretrieve_batch`), finds the batch created from an uploaded
+(`acreate_batch`), retrieves one (`aretrieve_batch`), cancels one (`acancel_batch`: at
+judge.batch.deadline), finds the batch created from an uploaded
 file (`alist_batches`: how a driver killed between creating a batch and recording its id finds
 it again instead of paying twice) and downloads output and error files (`afile_content`). The
 same `judge.model`, `judge.api_base` and API key as online reach the same account; the provider
@@ -171,6 +172,14 @@ class LiteLLMBatches:
                 litellm_metadata={"batch_ignore_default_logging": True},
                 **self._common,
             ),
+        )
+        return BatchInfo.of(batch)
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        """Ask the provider to cancel a batch (it goes through `cancelling`)."""
+        litellm = import_litellm()
+        batch = await self._call(
+            "cancel a batch", lambda: litellm.acancel_batch(batch_id=batch_id, **self._common)
         )
         return BatchInfo.of(batch)
 
