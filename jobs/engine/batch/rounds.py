@@ -140,6 +140,17 @@ class BatchRounds:
                 },
             )
         self._deadline = self._deadline_of(layout.read_json(layout.run_file) or {})
+        # One event loop for every round's provider calls: litellm keeps its HTTP client per
+        # process, and a client made on one loop and used on the next can hang a call until
+        # litellm's 600 s timeout (a new loop per round did, now and then).
+        with asyncio.Runner() as runner:
+            self._rounds(runner)
+        self._result.facts = self.facts()
+        return self._result
+
+    def _rounds(self, runner: asyncio.Runner) -> None:
+        """Pass, plan, submit, wait and ingest, round after round, until every shard is staged."""
+        layout = self._layout
         planned = layout.rounds_planned()
         round_number = max([*layout.rounds_built(), *planned], default=0)
         while True:
@@ -156,10 +167,8 @@ class BatchRounds:
                         f"batch round(s) (first: {pending[0]}); this is a bug"
                     )
                 state = self._plan(round_number, pending)
-            asyncio.run(self._submit_wait_ingest(state))
+            runner.run(self._submit_wait_ingest(state))
             round_number += 1
-        self._result.facts = self.facts()
-        return self._result
 
     # -- the deadline ---------------------------------------------------------------------------
 
