@@ -90,6 +90,8 @@ def fan_out(
         api_key=config.judge.api_key(),
         tables=plan.tables,
         duplicates=plan.duplicates,
+        cached=plan.cached,
+        run_id=plan.location.run_id,
         batch_round=batch_round,
     )
     task = ray.remote(run_worker).options(

@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import CacheRegions, pair_key
+from jobs.cache import pair_key
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
@@ -30,6 +30,7 @@ from jobs.tools.estimate import (
     estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
+from jobs.verdict_store import VerdictStore, partition_expr
 from scorer_core.prompt import verdict_messages
 from scorer_core.types import ScoringItem
 
@@ -202,13 +203,14 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
 
 
 def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
-    """Write the verdict cache the workers would have written for this input."""
+    """Write the verdicts a run would have stored for this input (a file of the store, as its
+    partitions hold them)."""
     config = load_config(config_path, ["judge.model=openai/gpt-4o-mini"])
     spec = input_spec(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
     fingerprint = cache_fingerprint(config)
-    regions = CacheRegions(store, "_cache", fingerprint)
+    verdicts = VerdictStore(store, f"_cache/{fingerprint}")
     for shard in shards[:1] if only_first_shard else shards:
         keys: list[str] = []
         for raw in read_shard(spec, shard):
@@ -217,7 +219,11 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
                 continue
             item = record.to_scoring_item()
             keys += [pair_key(fingerprint, item, p) for p in range(len(item.contexts))]
-        regions.save(shard.file_index, shard.slot, {key: (True, "r") for key in keys})
+        rows = verdicts.rows((key, True, "r") for key in keys)
+        for (partition,), piece in (
+            rows.with_columns(partition_expr()).partition_by("_partition", as_dict=True).items()
+        ):
+            verdicts.write(verdicts.partition_folder(int(partition)), "test", piece)
 
 
 def test_cache_share(sample: tuple[Path, list[dict[str, Any]]]) -> None:
