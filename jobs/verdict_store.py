@@ -196,12 +196,14 @@ class VerdictStore:
                 self.store.rm(path)
         return folded
 
-    def compact(self, partition: int, writer: str = "compact") -> tuple[int, int]:
-        """Merge a partition's files into one, without expired rows or duplicate keys.
-        Returns (rows kept, rows dropped). The merged file is written before the inputs are
-        deleted; files another writer adds meanwhile are not among the inputs, so nothing
-        is lost when runs write (or compact) at once."""
-        files = self.partition_files(partition)
+    def compact(
+        self, partition: int, writer: str = "compact", files: Sequence[str] | None = None
+    ) -> tuple[int, int]:
+        """Merge a partition's files (`files`: as listed already) into one, without expired
+        rows or duplicate keys. Returns (rows kept, rows dropped). The merged file is written
+        before the inputs are deleted; files another writer adds meanwhile are not among the
+        inputs, so nothing is lost when runs write (or compact) at once."""
+        files = self.partition_files(partition) if files is None else files
         if not files:
             return 0, 0
         frames = [self.read_file(path) for path in files]
@@ -218,9 +220,14 @@ class VerdictStore:
     def compact_all(self) -> tuple[int, int]:
         """Fold the journal, then compact every partition: (rows kept, rows dropped)."""
         self.fold_journal()
+        by_partition: dict[int, list[str]] = {}
+        for path in self._files(self.store.join(self.folder)):
+            folder = path.rsplit("/", 2)[-2]
+            if folder.startswith("p=") and folder[2:].isdigit():
+                by_partition.setdefault(int(folder[2:]), []).append(path)
         kept = dropped = 0
-        for partition in range(PARTITIONS):
-            k, d = self.compact(partition)
+        for partition, files in sorted(by_partition.items()):
+            k, d = self.compact(partition, files=files)
             kept, dropped = kept + k, dropped + d
         return kept, dropped
 
