@@ -635,6 +635,8 @@ def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[fl
     """The cost in USD (None: no price known) and what it is based on."""
     if factory.capabilities(config).offline:
         return 0.0, "lexical judge: offline, no API cost"
+    if not prompt_tokens and not output_tokens:
+        return 0.0, "nothing to ask: the verdict cache answers every request"
     model, batch = config.judge.model, config.judge.mode == "batch"
     cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch)
     return cost, price_basis(model, batch=batch)
