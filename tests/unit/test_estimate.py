@@ -27,6 +27,7 @@ from jobs.tools.estimate import (
     TAIL_LATENCIES,
     WORKER_START_S,
     Estimate,
+    PacedWallTime,
     estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
@@ -230,20 +231,34 @@ def test_cache_share(sample: tuple[Path, list[dict[str, Any]]]) -> None:
     data, _ = sample
     config = write_config(data.parent.parent, data)
     model = "judge.model=openai/gpt-4o-mini"
-    before = run(config, model).cache
+    paced = "rate_limit.requests_per_minute=600"
+    nothing = run(config, model, paced)
+    before = nothing.cache
     assert before.share == 0.0 and not before.used
     assert not (data.parent.parent / "out").exists()  # estimating creates nothing
 
     write_cache(config, only_first_shard=True)
-    partial = run(config, model).cache
+    some = run(config, model, paced)
+    partial = some.cache
     assert partial.used
     assert 0.0 < partial.share < 1.0
+    # calls, tokens, cost and time count only what the cache does not answer
+    wall, headroom = some.wall_time, 0.98
+    assert isinstance(wall, PacedWallTime) and isinstance(nothing.wall_time, PacedWallTime)
+    assert wall.by_requests_s == pytest.approx(partial.calls_after_cache / (600 * headroom) * 60)
+    assert 0 < wall.seconds < nothing.wall_time.seconds
+    assert 0 < some.prompt_tokens.after_cache < some.prompt_tokens.estimate
+    assert 0 < some.output_tokens.after_cache < some.output_tokens.estimate
+    assert some.cost_usd is not None and nothing.cost_usd is not None
+    assert 0 < some.cost_usd < nothing.cost_usd
 
     write_cache(config)
-    full = run(config, model)
+    full = run(config, model, paced)
     assert full.cache.share == 1.0
     assert full.cache.cached_pairs == full.context_pairs
     assert full.cache.calls_after_cache == 0
+    assert full.wall_time.seconds == 0.0 and full.cost_usd == 0.0
+    assert full.prompt_tokens.after_cache == full.output_tokens.after_cache == 0
     # reasons are never cached
     with_reason = run(config, model, "scorer.reason=llm").cache
     assert with_reason.calls_after_cache == ITEMS
