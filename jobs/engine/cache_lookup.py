@@ -203,13 +203,8 @@ def find_cached_verdicts(
     started = time.monotonic()
     config = plan.config
     folded = verdicts.fold_journal(writer=f"{plan.location.run_id}.fold")
-    options = {
-        "num_cpus": config.ray.num_cpus_per_task,
-        "max_retries": config.ray.max_task_retries,
-        "scheduling_strategy": "SPREAD",
-    }
+    options = task_options(config.ray.num_cpus_per_task, config.ray.max_task_retries)
     keys_task = ray.remote(shard_pair_keys).options(**options)
-    join_task = ray.remote(join_partition).options(**options)
     in_flight = 2 * config.ray.workers
     assert plan.parts.cache is not None
     fingerprint = plan.parts.cache.fingerprint
@@ -221,35 +216,66 @@ def find_cached_verdicts(
             (keys_task.remote(reader, tables, fingerprint, g) for g in groups), in_flight
         ):
             keys.add(frame)
-        hits = _Spill(Path(tmp, "hits"), pl.col("shard") // _BLOCK_SHARDS, HITS)
-        partitions = keys.close()
-        for frame in _bounded(
-            (join_task.remote(verdicts, p, keys.read(p)) for p in partitions), in_flight
-        ):
-            hits.add(frame)
-        with_hits = _stage(plan, hits)
+        shard_ids = [shard.shard_id for shard in plan.shards]
+        with_hits, found = join_and_stage(
+            keys,
+            verdicts,
+            (plan.store, plan.location.staging),
+            shard_ids,
+            options,
+            in_flight,
+            Path(tmp),
+        )
     out.write(
-        f"verdict store: {hits.rows:,} of {keys.rows:,} pair(s) already judged, found for "
+        f"verdict store: {found:,} of {keys.rows:,} pair(s) already judged, found for "
         f"{len(with_hits)} shard(s) ({folded:,} journaled verdict(s) folded in; "
         f"{time.monotonic() - started:.1f}s)\n"
     )
     return frozenset(with_hits)
 
 
-def _stage(plan: RunPlan, hits: _Spill) -> list[str]:
+def task_options(num_cpus: float, retries: int) -> dict[str, Any]:
+    """The Ray options of the lookup's tasks."""
+    return {"num_cpus": num_cpus, "max_retries": retries, "scheduling_strategy": "SPREAD"}
+
+
+def join_and_stage(
+    keys: _Spill,
+    verdicts: VerdictStore,
+    staging: tuple[Store, str],
+    shard_ids: Sequence[str],
+    options: dict[str, Any],
+    in_flight: int,
+    scratch: Path,
+) -> tuple[list[str], int]:
+    """Steps 3 and 4 (see the module's doc) over the run's spilled `keys`: the ids of the
+    shards (by number, `shard_ids`) with hits, staged in `staging` (a store and the run's
+    staging folder in it), and the hits found. Ray must be running."""
+    import ray
+
+    join_task = ray.remote(join_partition).options(**options)
+    hits = _Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
+    partitions = keys.close()
+    for frame in _bounded(
+        (join_task.remote(verdicts, p, keys.read(p)) for p in partitions), in_flight
+    ):
+        hits.add(frame)
+    return _stage(staging, shard_ids, hits), hits.rows
+
+
+def _stage(staging: tuple[Store, str], shard_ids: Sequence[str], hits: _Spill) -> list[str]:
     """Write each shard's hits to its staged file, a block of shards at a time."""
-    shards = plan.shards
-    store, staging = plan.store, plan.location.staging
+    store, folder = staging
     staged = []
     for block in hits.close():
         for (number,), piece in (
             hits.read(block).partition_by("shard", as_dict=True, include_key=False).items()
         ):
-            shard_id = shards[int(number)].shard_id  # type: ignore[call-overload]
+            shard_id = shard_ids[int(number)]  # type: ignore[call-overload]
             entries = {
                 key: (bool(relevant), reason or "")
                 for key, relevant, reason in piece.unique("pair_key").iter_rows()
             }
-            store.write_parquet_atomic(hits_path(store, staging, shard_id), encode_entries(entries))
+            store.write_parquet_atomic(hits_path(store, folder, shard_id), encode_entries(entries))
             staged.append(shard_id)
     return staged
