@@ -114,7 +114,8 @@ def count_errors(counter: BatchedCounter, read: ShardRead) -> None:
 
 
 class OnlineStage:
-    """The worker's judge, asked now, with the shard's region of the verdict cache in front."""
+    """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
+    found in the store, and the worker's journal, which gets every fresh verdict."""
 
     def __init__(
         self,
