@@ -13,7 +13,8 @@
    lookup, is measured apart: `shard_pair_keys` per item, in one process.)
 3. Journaling's cost on the zero-latency throughput: `bench.job_bench`'s overhead run (http
    transport, 2 workers) with the cache off, then on (a new store: every verdict judged and
-   journaled).
+   journaled); with `--baseline DIR` (the code before the store, `git archive`d there) also
+   that code's run with its cache on.
 """
 
 from __future__ import annotations
@@ -78,24 +79,28 @@ def generate(folder: Path, verdicts: int) -> float:
     return time.monotonic() - started
 
 
-def _rss_mib(pid: int) -> float:
+def _memory_mib(process: Any) -> tuple[float, float]:
+    """(RSS, private: RSS less shared pages) of a psutil process, in MiB. The Ray object
+    store is shared memory mapped into every process that reads or writes an object: its
+    pages count in RSS, but they are the object store's (bounded by its size), not the
+    process's own."""
+    info = process.memory_info()
+    return info.rss / 2**20, (info.rss - info.shared) / 2**20
+
+
+def _ray_workers_mib() -> tuple[float, float]:
+    """The largest (RSS, private) among this process's Ray worker processes."""
     import psutil
 
-    return float(psutil.Process(pid).memory_info().rss) / 2**20
-
-
-def _ray_workers_rss_mib() -> float:
-    """The largest RSS among this process's Ray worker processes."""
-    import psutil
-
-    peak = 0
+    rss = private = 0.0
     for process in psutil.Process().children(recursive=True):
         try:
             if " ".join(process.cmdline()).startswith("ray::"):
-                peak = max(peak, process.memory_info().rss)
+                r, p = _memory_mib(process)
+                rss, private = max(rss, r), max(private, p)
         except psutil.Error:
             continue
-    return peak / 2**20
+    return rss, private
 
 
 def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
@@ -133,14 +138,21 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
                 schema=KEYS,
             )
         )
-    before = _rss_mib(os.getpid())
-    peaks = {"driver": before, "workers": 0.0}
+    import psutil
+
+    me = psutil.Process()
+    before = _memory_mib(me)
+    peaks = {"driver": 0.0, "driver_private": 0.0, "workers": 0.0, "workers_private": 0.0}
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            peaks["driver"] = max(peaks["driver"], _rss_mib(os.getpid()))
-            peaks["workers"] = max(peaks["workers"], _ray_workers_rss_mib())
+            for name, (rss, private) in (
+                ("driver", _memory_mib(me)),
+                ("workers", _ray_workers_mib()),
+            ):
+                peaks[name] = max(peaks[name], rss)
+                peaks[f"{name}_private"] = max(peaks[f"{name}_private"], private)
             stop.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -166,9 +178,8 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
         "hit_rate": found / keys.rows,
         "shards_staged": len(staged),
         "seconds": seconds,
-        "driver_before_mib": before,
-        "driver_peak_mib": peaks["driver"],
-        "worker_peak_mib": peaks["workers"],
+        "driver_before_mib": before[1],
+        **{f"{name}_peak_mib": value for name, value in peaks.items()},
     }
 
 
@@ -207,24 +218,39 @@ def key_rate(items: int = 10_000) -> float:
         return items / (time.monotonic() - started)
 
 
-def journaling(items: int) -> list[dict[str, Any]]:
-    """The zero-latency overhead run with the cache off, then on (journaling every verdict)."""
-    from bench.job_bench import base_config, fake_judge, fake_judge_section, run_job, write_input
+def journaling(items: int, baseline: Path | None) -> list[dict[str, Any]]:
+    """The zero-latency overhead run with the cache off, then on (a new store: every verdict
+    journaled); and, given `baseline` (a copy of the code before the store, e.g.
+    `git archive <commit> | tar -x -C DIR`), that code's run with its cache on."""
+    from bench import job_bench
+    from bench.job_bench import base_config, fake_judge, fake_judge_section, write_input
 
+    trees: list[tuple[str, Path, bool]] = [("this", ROOT, False), ("this", ROOT, True)]
+    if baseline is not None:
+        trees.insert(1, ("baseline", baseline, True))
     results = []
     with fake_judge() as url, tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "in.jsonl"
         write_input(data, items, markers=True)
-        for cache in (False, True):
-            out = Path(tmp) / f"out-{cache}"
+        for n, (name, tree, cache) in enumerate(trees):
+            out = Path(tmp) / f"out-{n}"
             judge = fake_judge_section(url, transport="http")
             config = base_config(data, out, judge=judge, ray__workers=2)
             config["rate_limit"] = {"max_concurrency": 128}
             config["cache"] = {"enabled": cache}
-            result = run_job(config)
+            # the job's processes (driver, Ray workers) import the tree's code first
+            job_bench.ROOT, job_bench.ENV = tree, {**job_bench.ENV, "PYTHONPATH": str(tree)}
+            try:
+                result = job_bench.run_job(config)
+            finally:
+                job_bench.ROOT, job_bench.ENV = (
+                    ROOT,
+                    dict(ENV, BENCH_JUDGE_KEY="bench-not-a-secret"),
+                )
             timings = result["manifest"]["timings_s"]
             results.append(
                 {
+                    "code": name,
                     "cache": cache,
                     "fan_out": timings["fan_out"],
                     "lookup": timings.get("cache_lookup", 0.0),
@@ -245,12 +271,14 @@ def section(
 ) -> str:
     rows = [
         f"| {r['items']:,} | {r['pairs']:,} | {r['hit_rate']:.1%} | {r['shards_staged']:,} | "
-        f"{r['seconds']:.1f} s | {r['driver_peak_mib']:.0f} MiB ({r['driver_before_mib']:.0f} "
-        f"before) | {r['worker_peak_mib']:.0f} MiB |"
+        f"{r['seconds']:.1f} s | {r['driver_private_peak_mib']:.0f} MiB "
+        f"({r['driver_before_mib']:.0f} before the join; RSS {r['driver_peak_mib']:.0f}) | "
+        f"{r['workers_private_peak_mib']:.0f} MiB (RSS {r['workers_peak_mib']:.0f}) |"
         for r in runs
     ]
-    off, on = journal
+    off, on = journal[0], journal[-1]
     cost = 1 - on["items_per_s"] / off["items_per_s"]
+    base = next((r for r in journal if r["code"] == "baseline"), None)
     return "\n".join(
         [
             "## Verdict store: lookup and journaling",
@@ -264,10 +292,13 @@ def section(
             "join_and_stage`: a Ray task per partition reading that partition's file, hits "
             "spilled by block of shards, one staged file per shard), in a fresh process with "
             "a local Ray of 2 CPUs; peaks sampled every 50 ms (the driver, and the largest Ray "
-            "worker process).",
+            "worker process). Private = RSS less shared pages: the Ray object store is shared "
+            "memory mapped into each process that passes objects through it (bounded by the "
+            "store's size), so RSS grows with the objects passed, private memory with what a "
+            "process holds.",
             "",
-            "| run items | pairs | hit rate | shards staged | lookup time | driver peak RSS "
-            "(before the join) | worker peak RSS |",
+            "| run items | pairs | hit rate | shards staged | lookup time | driver peak, private "
+            "| largest Ray worker peak, private |",
             "|---|---|---|---|---|---|---|",
             *rows,
             "",
@@ -280,15 +311,22 @@ def section(
             f"transport, 2 workers, {journal[0]['items_per_s'] * journal[0]['fan_out']:,.0f} "
             "items; cache on = the lookup before the fan-out, every verdict journaled):",
             "",
-            "| cache | throughput (fan-out) | fan-out time | lookup before it | wall |",
-            "|---|---|---|---|---|",
+            "| code | cache | throughput (fan-out) | fan-out time | lookup before it | wall |",
+            "|---|---|---|---|---|---|",
             *(
-                f"| {'on' if r['cache'] else 'off'} | {r['items_per_s']:,.0f} items/s | "
-                f"{r['fan_out']:.1f} s | {r['lookup']:.1f} s | {r['wall']:.1f} s |"
+                f"| {r['code']} | {'on' if r['cache'] else 'off'} | {r['items_per_s']:,.0f} "
+                f"items/s | {r['fan_out']:.1f} s | {r['lookup']:.1f} s | {r['wall']:.1f} s |"
                 for r in journal
             ),
             "",
-            f"Throughput with journaling: {-cost:+.1%} against the cache off.",
+            f"Throughput with the store and its journal: {-cost:+.1%} against the cache off"
+            + (
+                f", {on['items_per_s'] / base['items_per_s'] - 1:+.1%} against the code before "
+                "the store with its cache on (baseline: per-region cache files written at each "
+                "shard's commit, no journal)."
+                if base is not None
+                else "."
+            ),
         ]
     )
 
@@ -298,6 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--journal-items", type=int, default=20_000)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a copy of the code before the store (git archive <commit> | tar -x -C DIR): its "
+        "zero-latency run with the cache on is the journaling baseline",
+    )
     parser.add_argument("--lookup", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
@@ -309,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"python -m bench.store_bench --store {args.store} --runs "
         + " ".join(str(n) for n in args.runs)
         + f" --journal-items {args.journal_items}"
+        + (" --baseline DIR" if args.baseline else "")
     )
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
         generated = generate(Path(tmp), args.store)
@@ -337,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(runs[-1], flush=True)
     keys_per_s = key_rate()
     print(f"keys: {keys_per_s:,.0f} items/s", flush=True)
-    journal = journaling(args.journal_items)
+    journal = journaling(args.journal_items, args.baseline)
     print(journal, flush=True)
     text = section(args.store, generated, runs, keys_per_s, journal, command)
     print(text)
