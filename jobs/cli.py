@@ -116,16 +116,8 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON object")
 
 
-def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
-    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
-    add_output_arguments(parser)
-    parser.add_argument(
-        "--out-table",
-        metavar="PATH",
-        default=None,
-        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
-    )
+def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """`ctxprec compare`'s gate: what makes it exit 1."""
     parser.add_argument(
         "--min-effect",
         type=float,
@@ -149,6 +141,19 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 1 when the judge canary's kappa fell by more than K: the judge changed "
         f"(default {DEFAULT_MAX_CANARY_DROP})",
     )
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_a", metavar="RUN_A", help="baseline run id")
+    parser.add_argument("run_b", metavar="RUN_B", help="candidate run id")
+    add_output_arguments(parser)
+    parser.add_argument(
+        "--out-table",
+        metavar="PATH",
+        default=None,
+        help="where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
+    )
+    add_gate_arguments(parser)
     parser.add_argument(
         "--json",
         action="store_true",

@@ -247,6 +247,80 @@ class BatchConfig(_Strict):
         "leaving them running; a rerun of the same run.id collects them. null: wait until "
         "they end.",
     )
+    max_rounds: int = Field(
+        4,
+        ge=1,
+        le=50,
+        description="Batch rounds a request is sent in at most. A line that fails transiently "
+        "(HTTP 5xx or 429, batch_expired, batch_cancelled, or missing from an expired, cancelled "
+        "or failed batch) goes into the next round until then, and is the item's error after "
+        "the last; a deterministic failure (HTTP 400 ...) is final at once, with the "
+        "provider's reason. 1: nothing is sent again.",
+    )
+    deadline: str | None = Field(
+        None,
+        description='When the run must be done: a time of day in UTC ("06:30", the next one '
+        'after the run started) or a duration from the run\'s start ("8h", "90m", "1d"). '
+        "When it nears (judge.batch.deadline_margin_s, plus the time the unanswered requests "
+        "need at rate_limit.requests_per_minute), running batches are cancelled and whatever "
+        "is still unanswered is asked online under rate_limit. null: no deadline.",
+    )
+    deadline_margin_s: float = Field(
+        1800.0,
+        ge=0,
+        description="Seconds before judge.batch.deadline at which batches stop and the rest "
+        "goes online: the time an online pass over the unanswered requests needs beyond their "
+        "pacing at rate_limit.requests_per_minute (workers' start, slow replies, publishing).",
+    )
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_shape(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_deadline(value)  # raises ValueError saying what is expected
+        return value
+
+
+Deadline = tuple[Literal["time"], dt.time] | tuple[Literal["after"], dt.timedelta]
+"""judge.batch.deadline parsed: a time of day (UTC), or a duration from the run's start."""
+
+_TIME_OF_DAY = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_deadline(value: str) -> Deadline:
+    """`"06:30"` -> a time of day (UTC); `"8h"`, `"90m"`, `"1d"`, `"600s"` -> a duration;
+    ValueError otherwise (the config error names the key)."""
+    text = value.strip().lower()
+    clock = _TIME_OF_DAY.fullmatch(text)
+    if clock:
+        return ("time", dt.time(int(clock.group(1)), int(clock.group(2))))
+    span = _DURATION.fullmatch(text)
+    if span:
+        seconds = float(span.group(1)) * _UNIT_S[span.group(2)]
+        if 0 < seconds <= 7 * 86400:
+            return ("after", dt.timedelta(seconds=seconds))
+        raise ValueError(f"{value!r}: a duration must be more than 0 and at most 7 days")
+    raise ValueError(
+        f'{value!r} is neither a time of day in UTC (HH:MM, e.g. "06:30") nor a duration '
+        'from the run\'s start (e.g. "8h", "90m", "1d")'
+    )
+
+
+def deadline_at(value: str, started: float) -> float:
+    """The deadline as epoch seconds for a run that started at `started` (epoch seconds): a
+    time of day is its next occurrence after the start."""
+    kind, when = parse_deadline(value)
+    if kind == "after":
+        assert isinstance(when, dt.timedelta)
+        return started + when.total_seconds()
+    assert isinstance(when, dt.time)
+    start = dt.datetime.fromtimestamp(started, dt.UTC)
+    moment = dt.datetime.combine(start.date(), when, tzinfo=dt.UTC)
+    if moment <= start:
+        moment += dt.timedelta(days=1)
+    return moment.timestamp()
 
 
 class JudgeConfig(_Strict):

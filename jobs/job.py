@@ -19,7 +19,7 @@ from jobs.storage import open_store
 
 def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     """Run (or resume) `config`'s scoring run end to end (`jobs.engine.driver.run_job`'s
-    keyword options: `out`, `sleep`, `clock`)."""
+    keyword options: `out`, `sleep`, `clock`, `wall_clock`)."""
     return run_parts_job(config, factory.run_parts(config), **options)
 
 

@@ -74,6 +74,22 @@ class ResponseFormatRecord(_Record):
     shards: int = 0
 
 
+class BatchRoundRecord(_Record):
+    """One batch round (`jobs.engine.batch.state.RoundState.summary`): its batches and
+    requests, the requests that failed transiently by reason (asked again after it) and those
+    that failed for good; `online` when the deadline sent the round's pass online."""
+
+    round: int
+    batches: int = 0
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    retried: dict[str, int] = Field(default_factory=dict)
+    final_errors: int = 0
+    stopped_at_deadline: int = 0
+    online: bool = False
+
+
 class JudgeRecord(_Record):
     """What the run's judge was and settled on: its transport and structured-output form, and
     in batch mode (`mode` "batch") the run's batches over every round and the price basis."""
@@ -88,6 +104,10 @@ class JudgeRecord(_Record):
     batch_statuses: dict[str, int] = Field(default_factory=dict)
     requests: int | None = None
     requests_failed: int | None = None
+    # Each round, and why its lines were asked again (manifests before them have none).
+    round_details: list[BatchRoundRecord] = Field(default_factory=list)
+    max_rounds: int | None = None
+    deadline_at: str | None = None
     bytes_uploaded: int | None = None
     uploads_by_this_driver: int | None = None
     batches_created_by_this_driver: int | None = None

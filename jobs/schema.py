@@ -331,6 +331,7 @@ BATCH_REPLIES = Table(
         Column("error", "string", "why there is no reply (error file, expiry, missing line)"),
         Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
         Column("completion_tokens", "int64", "completion tokens the provider reported"),
+        Column("retry", "string", "why an error is transient (asked again); null: final"),
     ),
 )
 """One row per answered (or failed) request of a shard: a batch's output and error lines,

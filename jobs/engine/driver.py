@@ -97,11 +97,13 @@ def run_job(
     out: TextIO = sys.stderr,
     sleep: Sleeper = real_sleep,
     clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
 ) -> RunOutcome:
     """Run (or resume) one scoring run end to end and return where its results are.
 
     `parts` are what the config's run is made of (`jobs.factory.run_parts`). `sleep` and
-    `clock` pace batch mode's waiting (tests inject them). In batch mode a wait cut short by
+    `clock` pace batch mode's waiting, `wall_clock` (epoch seconds) its judge.batch.deadline
+    (tests inject them). In batch mode a wait cut short by
     judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
     started = time.monotonic()
     plan, timings = _plan(config, parts, out)
@@ -115,7 +117,7 @@ def run_job(
             + f"; judge {config.judge.model}\n"
         )
         plan = _start_workers(plan, todo, timings, out)
-        judged = _judge(plan, todo, out, lease.heartbeat, timings, sleep, clock)
+        judged = _judge(plan, todo, out, lease.heartbeat, timings, (sleep, clock, wall_clock))
         _check_all_staged(plan, judged.reports)
         manifest = run_manifest(
             plan.source or config,
@@ -255,10 +257,10 @@ def _judge(
     out: TextIO,
     heartbeat: Callable[[], None],
     timings: dict[str, float],
-    sleep: Sleeper,
-    clock: Callable[[], float],
+    time_of: tuple[Sleeper, Callable[[], float], Callable[[], float]],
 ) -> _Judged:
-    """Judge the shards left: online on the workers, or in batch mode's rounds."""
+    """Judge the shards left: online on the workers, or in batch mode's rounds (`time_of`:
+    their sleep, monotonic clock and wall clock)."""
     started = time.monotonic()
     if plan.config.judge.mode != "batch":
         fanned = fan_out(plan, todo, out, heartbeat=heartbeat)
@@ -266,7 +268,10 @@ def _judge(
         return _Judged(fanned.reports, fanned.flow, {})
     from jobs.engine.batch.rounds import run_batches
 
-    batched = run_batches(plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock)
+    sleep, clock, wall_clock = time_of
+    batched = run_batches(
+        plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
+    )
     # The rounds time their passes, waits and ingests (Ray is up already).
     for phase, seconds in batched.timings.items():
         timings[phase] = timings.get(phase, 0.0) + seconds

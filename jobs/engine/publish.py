@@ -260,18 +260,14 @@ def publish_run(
     """Publish the run's tables and manifest from its staged shards.
 
     `tables`: the run's tables with its carried columns (as the workers wrote them);
-    `segment_by`: the carried columns the summary is also computed by (`summary.by`).
-    The scores are the workers' own. `verify_scores` also recomputes every ok item's score from
-    its verdicts with Polars and raises `ScoresDisagree` before publishing anything if one
-    differs (a bug in the worker or in the aggregation).
-    `batch_price`: the cost is at the model's batch price (a run in judge.mode batch).
-    `sample`: a sampled run's plan (its estimates and population); `canary`: the judge
-    canary's metrics (`jobs.canary`), both into the summary.
-
-    Memory does not grow with the run: duplicates are found partition by partition
-    (`jobs.engine.repeats`), the tables are written a shard at a time to local files, and
-    the summary streams over those files.
-    """
+    `segment_by`: the carried columns the summary is also computed by (`summary.by`); the
+    scores are the workers' own. `verify_scores` recomputes every ok item's score from its
+    verdicts with Polars and raises `ScoresDisagree` before publishing anything if one differs.
+    `batch_price`: the cost at the model's batch price (judge.mode batch); `sample`: a sampled
+    run's plan; `canary`: the judge canary's metrics (`jobs.canary`); `max_error_rate`: what
+    the manifest's `error_rate` is measured against (jobs.error_rate). Memory does not grow
+    with the run: repeats are found partition by partition (`jobs.engine.repeats`), the tables
+    written a shard at a time to local files, the summary streamed over those files."""
     started = time.monotonic()
     staging = StagingArea(store, location.staging)
     items_files = staging.staged_items_files()
@@ -279,26 +275,26 @@ def publish_run(
         written = _write_local_tables(
             store, location, items_files, tables, Path(tmp), scale if verify_scores else None
         )
-        summary = aggregate.summarize(
-            pl.scan_parquet(written.scores),
-            pl.scan_parquet(written.verdicts),
-            model=model,
-            scale=scale,
-            segment_by=segment_by,
-            verdict_segments=tables.verdict_names,
-            batch_price=batch_price,
-            sample=sample,
+        summary = dataclasses.replace(
+            aggregate.summarize(
+                pl.scan_parquet(written.scores),
+                pl.scan_parquet(written.verdicts),
+                model=model,
+                scale=scale,
+                segment_by=segment_by,
+                verdict_segments=tables.verdict_names,
+                batch_price=batch_price,
+                sample=sample,
+            ),
+            flow=tuple(flow),
+            canary=tuple(canary),
         )
-        summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
         errors = measure(written.scores, summary.items, summary.errors, max_error_rate)
         # scores last: a reader of scores/ sees a whole run or none of it
         _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
         _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
         store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
-    manifest = _complete(store, location, manifest, summary, written.duplicates, started)
-    manifest = manifest.model_copy(
-        update={"error_rate": ErrorRateRecord.model_validate(errors.to_dict())}
-    )
+    manifest = _complete(store, location, manifest, summary, written.duplicates, errors, started)
     store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
     store.rm(staging.path(), recursive=True)
     return Published(
@@ -332,6 +328,7 @@ def _complete(
     manifest: RunManifest,
     summary: aggregate.RunSummary,
     duplicates: int,
+    errors: ErrorRate,
     started: float,
 ) -> RunManifest:
     """The driver's manifest with what publishing learnt."""
@@ -342,6 +339,7 @@ def _complete(
             "status": "complete",
             "summary": summary.to_dict(),
             "duplicates": duplicates,
+            "error_rate": ErrorRateRecord.model_validate(errors.to_dict()),
             "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
         }

@@ -57,12 +57,37 @@ def format_summary_table(
     lines += [
         line(f"  {label} ({band_range(label)})", f"{count:,}") for label, count in summary.bands
     ]
-    lines += [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
+    lines += _position_lines(summary, rule)
+    lines += _segment_lines(summary, rule)
+    lines += [
+        rule,
+        line("judge calls", f"{summary.judge_calls:,}"),
+        line("prompt tokens", f"{summary.prompt_tokens:,}"),
+        line("completion tokens", f"{summary.completion_tokens:,}"),
+        line("cache hits", f"{summary.cache_hits:,}"),
+        line("estimated cost", cost),
+    ]
+    lines += _canary_lines(summary, line)
+    record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
+    lines += _judge_lines(summary, record, line)
+    lines += [rule, f"results: {where}"]
+    return "\n".join(lines)
+
+
+def _position_lines(summary: RunSummary, rule: str) -> list[str]:
+    """Relevance by position, the first `_MAX_POSITION_ROWS` positions."""
+    lines = [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
     shown = summary.position_rates[:_MAX_POSITION_ROWS]
     lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
     hidden = len(summary.position_rates) - len(shown)
     if hidden > 0:
         lines.append(f"  ... {hidden} more positions")
+    return lines
+
+
+def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
+    """Per `summary.by` column: each value's items, scored, mean and interval half-width."""
+    lines: list[str] = []
     for column in summary.segment_columns:
         segments = summary.segments_by(column)
         lines += [
@@ -79,19 +104,7 @@ def format_summary_table(
         hidden = len(segments) - _MAX_SEGMENT_ROWS
         if hidden > 0:
             lines.append(f"  ... {hidden} more values")
-    lines += [
-        rule,
-        line("judge calls", f"{summary.judge_calls:,}"),
-        line("prompt tokens", f"{summary.prompt_tokens:,}"),
-        line("completion tokens", f"{summary.completion_tokens:,}"),
-        line("cache hits", f"{summary.cache_hits:,}"),
-        line("estimated cost", cost),
-    ]
-    lines += _canary_lines(summary, line)
-    record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
-    lines += _judge_lines(summary, record, line)
-    lines += [rule, f"results: {where}"]
-    return "\n".join(lines)
+    return lines
 
 
 def _judge_lines(

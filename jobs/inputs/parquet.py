@@ -23,6 +23,22 @@ from scorer_core.errors import CtxPrecError, InputError, StorageError
 PARQUET_BATCH_ROWS = 1024
 
 
+def _row_groups_of(meta: pq.FileMetaData, shard: Shard) -> tuple[list[int], int | None]:
+    """The row groups holding the shard's rows, and the file's row number the first starts at
+    (None when the shard holds no rows)."""
+    groups: list[int] = []
+    first_row: int | None = None
+    offset = 0
+    for index in range(meta.num_row_groups):
+        rows = meta.row_group(index).num_rows
+        if offset < shard.end and offset + rows > shard.start:
+            groups.append(index)
+            if first_row is None:
+                first_row = offset
+        offset += rows
+    return groups, first_row
+
+
 def read_parquet_shard(
     spec: InputSpec,
     fs: fsspec.AbstractFileSystem,
@@ -40,17 +56,7 @@ def read_parquet_shard(
                 parquet = pq.ParquetFile(handle)
             except pa.ArrowInvalid as exc:
                 raise InputError(f"{shard.path} is not a readable Parquet file: {exc}") from exc
-            meta = parquet.metadata
-            groups: list[int] = []
-            first_row: int | None = None
-            offset = 0
-            for index in range(meta.num_row_groups):
-                rows = meta.row_group(index).num_rows
-                if offset < shard.end and offset + rows > shard.start:
-                    groups.append(index)
-                    if first_row is None:
-                        first_row = offset
-                offset += rows
+            groups, first_row = _row_groups_of(parquet.metadata, shard)
             if first_row is None:
                 return
             columns = None

@@ -1,9 +1,30 @@
 """A shard's rows as items: read them by format, then normalise, truncate and validate each.
 
-`read_items` is what the job uses (through `jobs.factory.shard_items`); `read_shard`,
-`to_item` and `validate_record` are its three steps. Bad data never raises here: a row that
-cannot be scored becomes a `RowError` naming its position and the field. The row policies are
-written out on `to_item`; the truncation defaults live in `jobs.input_limits`.
+`ItemReader.read` is what the job uses; `read_shard`, `to_item` and `validate_record` are its
+three steps. Bad data never raises here: a row that cannot be scored becomes a `RowError`
+naming its position and the field. The truncation defaults live in `jobs.input_limits`.
+
+Row policies (`to_item`):
+- query_id: a string (used as is) or an integer (stringified); null, empty, or any other
+  type is an error. With `columns.query_id=None` the id is `f"{source}#{row}"`.
+  Duplicate ids are not detected here (the job decides).
+- input: a non-empty string. output: a string, never null, possibly empty ("" for every
+  row with `columns.output=None`). expected_output: a string or null; empty/blank counts
+  as no reference. With neither an output nor a reference the item is retrieval-only: the
+  judge weighs each context against the query (scorer_core.prompt).
+- contexts: a list of strings, in retrieved order (positions matter). A string instead of a
+  list, null, an empty list, or any non-string element (numbers are *not* stringified:
+  that usually means the wrong column) is an error. Empty strings are kept (position).
+  With `context_extractor` set, contexts come from calling it with the raw row dict; it
+  raising, or returning anything but a list of strings, is an error for that row.
+- A context longer than `max_context_chars` is cut to that length; more than
+  `max_contexts` contexts keep the first `max_contexts`; both set `truncated=True`.
+- context ids (`columns.context_ids`): a list as long as the contexts (before truncation;
+  cut with them), of strings or integers (stringified) or nulls; a missing or null value
+  means no ids for the row; another length or element type is an error.
+- carried columns: each value must fit its column's type (`carry.conform`); a missing key
+  is null. A value that does not fit is an error naming the column; the row's other
+  carried values are kept on its error row.
 """
 
 from __future__ import annotations
@@ -129,31 +150,8 @@ def to_item(
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
     carried: Sequence[CarriedColumn] = (),
 ) -> ItemRecord | RowError:
-    """Validate and normalize one row. Never raises for bad data: returns a `RowError` naming
-    the position and the field.
-
-    Policies:
-    - query_id: a string (used as is) or an integer (stringified); null, empty, or any other
-      type is an error. With `columns.query_id=None` the id is `f"{source}#{row}"`.
-      Duplicate ids are not detected here (the job decides).
-    - input: a non-empty string. output: a string, never null, possibly empty ("" for every
-      row with `columns.output=None`). expected_output: a string or null; empty/blank counts
-      as no reference. With neither an output nor a reference the item is retrieval-only: the
-      judge weighs each context against the query (scorer_core.prompt).
-    - contexts: a list of strings, in retrieved order (positions matter). A string instead of a
-      list, null, an empty list, or any non-string element (numbers are *not* stringified:
-      that usually means the wrong column) is an error. Empty strings are kept (position).
-      With `context_extractor` set, contexts come from calling it with the raw row dict; it
-      raising, or returning anything but a list of strings, is an error for that row.
-    - A context longer than `max_context_chars` is cut to that length; more than
-      `max_contexts` contexts keep the first `max_contexts`; both set `truncated=True`.
-    - context ids (`columns.context_ids`): a list as long as the contexts (before truncation;
-      cut with them), of strings or integers (stringified) or nulls; a missing or null value
-      means no ids for the row; another length or element type is an error.
-    - carried columns: each value must fit its column's type (`carry.conform`); a missing key
-      is null. A value that does not fit is an error naming the column; the row's other
-      carried values are kept on its error row.
-    """
+    """Validate and normalize one row by the row policies (the module's docstring). Never
+    raises for bad data: returns a `RowError` naming the position and the field."""
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
     data = raw.data
@@ -171,15 +169,7 @@ def to_item(
             raise _Invalid(carry_problem)
     except _Invalid as exc:
         return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
-    cut = 0
-    dropped = 0
-    if len(contexts) > max_contexts:
-        dropped = len(contexts) - max_contexts
-        contexts = contexts[:max_contexts]
-        ids = ids[:max_contexts] if ids is not None else None
-    if any(len(c) > max_context_chars for c in contexts):
-        cut = sum(1 for c in contexts if len(c) > max_context_chars)
-        contexts = [c[:max_context_chars] for c in contexts]
+    contexts, ids, cut, dropped = _truncate(contexts, ids, max_contexts, max_context_chars)
     return ItemRecord(
         query_id=query_id,
         input=text_input,
@@ -195,6 +185,21 @@ def to_item(
         context_ids=ids,
         carried=values,
     )
+
+
+def _truncate(
+    contexts: list[str], ids: tuple[str | None, ...] | None, max_contexts: int, max_chars: int
+) -> tuple[list[str], tuple[str | None, ...] | None, int, int]:
+    """(contexts, their ids, how many were cut to `max_chars`, how many dropped past
+    `max_contexts`): the first `max_contexts` contexts, each at most `max_chars` long."""
+    dropped = max(0, len(contexts) - max_contexts)
+    if dropped:
+        contexts = contexts[:max_contexts]
+        ids = ids[:max_contexts] if ids is not None else None
+    cut = sum(1 for c in contexts if len(c) > max_chars)
+    if cut:
+        contexts = [c[:max_chars] for c in contexts]
+    return contexts, ids, cut, dropped
 
 
 def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:

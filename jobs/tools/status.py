@@ -2,7 +2,8 @@
 
 A published run: when, how many items, the mean, the cost and where the scores are. A run in
 progress (or stopped): its shards staged so far and, in batch mode, every round's batches as the
-driver last saw them (id, status, requests completed and failed, ingested or not), the rounds
+driver last saw them (id, status, requests completed and failed, ingested or not, and why
+lines were asked again: counts by reason per round), the rounds
 whose requests are being built, and whether a driver holds the run's lease now. Nothing is asked
 of the provider: the counts are those of the driver's last poll, with its time.
 """
@@ -19,7 +20,7 @@ from jobs.config import RUN_ID_PATTERN
 from jobs.engine import BatchLayout, RoundState
 from jobs.error_rate import ErrorRate
 from jobs.layout import StagingArea
-from jobs.records import RunManifest
+from jobs.records import BatchRoundRecord, RunManifest
 from jobs.storage import Store
 from jobs.tools.runs import RunNotFound, find_run, open_output, read_manifest
 
@@ -47,7 +48,9 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         lines.append(
             f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
             f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
+            + (f"; deadline {judge.deadline_at}" if judge.deadline_at else "")
         )
+        lines += [_round_line(r) for r in judge.round_details]
     errors = manifest.error_rate
     if errors is not None and errors.errors:
         described = ErrorRate.from_dict(errors.model_dump()).describe()
@@ -71,15 +74,38 @@ def _lease(store: Store, staging: StagingArea) -> str:
     )
 
 
+def _why_retried(retried: dict[str, int], final_errors: int) -> str:
+    """ "; asked again: HTTP 500 12, batch_expired 30; 2 failed for good"."""
+    ordered = sorted(retried.items(), key=lambda item: (-item[1], item[0]))
+    text = "; asked again: " + ", ".join(f"{k} {v:,}" for k, v in ordered) if ordered else ""
+    return text + (f"; {final_errors:,} failed for good" if final_errors else "")
+
+
+def _round_line(record: BatchRoundRecord) -> str:
+    """A published run's round, from its manifest."""
+    if record.online:
+        return f"  round {record.round}: online (judge.batch.deadline neared)"
+    return (
+        f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
+        f"{record.completed:,} completed, {record.failed:,} failed"
+        + (
+            f", {record.stopped_at_deadline} cancelled at the deadline"
+            if record.stopped_at_deadline
+            else ""
+        )
+        + _why_retried(record.retried, record.final_errors)
+    )
+
+
 def _batch_lines(round_state: RoundState) -> list[str]:
-    counts = round_state.counts()
-    lines = [
-        f"  round {round_state.round}: {len(round_state.batches)} batch(es), "
-        f"{counts['total']:,} requests: {counts['completed']:,} completed, "
-        f"{counts['failed']:,} failed (planned {round_state.planned_at})"
-    ]
+    if round_state.online:
+        return [f"  round {round_state.round}: online (judge.batch.deadline neared)"]
+    summary = BatchRoundRecord.model_validate(round_state.summary())
+    lines = [_round_line(summary) + f" (planned {round_state.planned_at})"]
     for record in round_state.batches:
         state = record.status or "not submitted"
+        if record.stopped:
+            state += ", stopped at the deadline"
         if record.ingested:
             state += ", ingested"
         lines.append(

@@ -25,8 +25,11 @@ each) -> finalizing -> completed. `BatchPlan` decides how a batch ends instead: 
 absent) or `failed` (validation refused the file; `errors.data` says why). A file that breaks
 the batch rules (not JSONL, a duplicate or missing `custom_id`, a wrong `url`, more than
 `max_requests` lines or `max_bytes` bytes) fails validation whatever the plan says.
-`error_rate` sends a share of the lines to the error file as HTTP 500s, `missing_rate` drops a
-share of them from both files, and `shuffle` writes the output in a random order.
+`error_rate` sends a share of the lines to the error file as HTTP 500s, `bad_request_rate` as
+HTTP 400s with a reason (`content_policy_violation`), `missing_rate` drops a share of them from
+both files, and `shuffle` writes the output in a random order. `first_outcomes` ends the first
+batches created under a plan differently from the later ones (say, the first batch expires and
+the batches of re-asked lines complete).
 
 Counters (`stats()`, `GET /admin/batches/stats`) say how many files were uploaded and batches
 created, so a test can prove that a resumed run submitted nothing twice. `wait_for` blocks a
@@ -40,7 +43,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from aiohttp import BodyPartReader, web
@@ -67,6 +70,8 @@ class BatchPlan:
     # expired / cancelled: the share of lines answered before the batch stops.
     answered_share: float = 0.5
     error_rate: float = 0.0  # lines answered with HTTP 500 in the error file
+    # lines answered with HTTP 400 (a request the provider refuses, with its reason)
+    bad_request_rate: float = 0.0
     missing_rate: float = 0.0  # lines in neither file
     shuffle: bool = True
     # Each retrieve of a batch moves it this many steps (0: only `advance` moves batches).
@@ -74,11 +79,14 @@ class BatchPlan:
     max_requests: int = MAX_REQUESTS
     max_bytes: int = MAX_BYTES
     seed: int = 0
+    # The first batches created under this plan end so, in order; later ones with `outcome`.
+    first_outcomes: tuple[Outcome, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.outcome not in ("completed", "expired", "cancelled", "failed"):
-            raise ValueError(f"unknown batch outcome {self.outcome!r}")
-        for name in ("answered_share", "error_rate", "missing_rate"):
+        for outcome in (self.outcome, *self.first_outcomes):
+            if outcome not in ("completed", "expired", "cancelled", "failed"):
+                raise ValueError(f"unknown batch outcome {outcome!r}")
+        for name in ("answered_share", "error_rate", "missing_rate", "bad_request_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"BatchPlan.{name} must be within 0..1")
         if self.in_progress_steps < 1 or self.steps_per_retrieve < 0:
@@ -89,7 +97,16 @@ class BatchPlan:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown BatchPlan fields: {sorted(unknown)}")
-        return cls(**data)
+        values = dict(data)
+        if "first_outcomes" in values:  # a JSON list
+            values["first_outcomes"] = tuple(values["first_outcomes"])
+        return cls(**values)
+
+    def for_batch(self, number: int) -> BatchPlan:
+        """The plan of the `number`-th batch created under this one (0 first)."""
+        if number >= len(self.first_outcomes):
+            return replace(self, first_outcomes=())
+        return replace(self, outcome=self.first_outcomes[number], first_outcomes=())
 
 
 @dataclass
@@ -179,6 +196,7 @@ class FakeBatchAPI:
     def __init__(self, answer: Answer, plan: BatchPlan | None = None) -> None:
         self._answer = answer
         self._plan = plan or BatchPlan()
+        self._under_plan = 0  # batches created under the current plan
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._files: dict[str, _File] = {}
@@ -197,6 +215,7 @@ class FakeBatchAPI:
         """Batches created from now on follow `plan`."""
         with self._lock:
             self._plan = plan
+            self._under_plan = 0
 
     def advance(self, steps: int = 1, batch_id: str | None = None) -> None:
         """Move every batch (or one) `steps` states on (final batches stay as they are)."""
@@ -337,7 +356,8 @@ class FakeBatchAPI:
         with self._changed:
             if input_file_id not in self._files:
                 return _error(400, f"input_file_id {input_file_id!r} does not exist")
-            plan = self._plan
+            plan = self._plan.for_batch(self._under_plan)
+            self._under_plan += 1
             batch = _Batch(
                 id=self._new_id("batch_fake"),
                 input_file_id=str(input_file_id),
@@ -555,6 +575,18 @@ class FakeBatchAPI:
                         "type": "server_error",
                         "param": None,
                         "code": None,
+                    }
+                },
+            )
+        elif draw < plan.missing_rate + plan.error_rate + plan.bad_request_rate:
+            status, body = (
+                400,
+                {
+                    "error": {
+                        "message": "fake batch: this request was refused by the content policy",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "content_policy_violation",
                     }
                 },
             )

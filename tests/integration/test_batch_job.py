@@ -208,13 +208,18 @@ def test_batch_run_scores_exactly_like_the_online_run(
 def test_every_failure_kind_ends_with_every_item_one_row_that_says_why(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory, plan: BatchPlan, words: str | None
 ) -> None:
+    """With judge.batch.max_rounds 1 nothing is asked again (tests/integration/
+    test_batch_retries.py asks again): every failure is the item's error, saying why."""
     source, rows, out = sample_job(tmp_path, 60, seed=12)
     server = fake_judge(batch_plan=plan)
-    outcome = run(batch_config(source, out, server, batch={"max_requests_per_batch": 30}))
+    outcome = run(
+        batch_config(source, out, server, batch={"max_requests_per_batch": 30, "max_rounds": 1})
+    )
     stats = server.batches.stats()
     scores = one_row_each(out, rows, outcome)
     errors = scores.filter(pl.col("status") == "error")["error"].to_list()
     assert set(scores["status"]) <= {"ok", "error"}
+    assert all("judge.batch.max_rounds 1)" in e for e in errors)
     if words is None:
         assert errors and all(
             "HTTP 500" in e or "ended completed without a line for this request" in e

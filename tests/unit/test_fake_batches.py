@@ -134,6 +134,35 @@ def test_error_file_and_missing_lines(
     assert 30 < len(errors) < 90  # about 30% failed
 
 
+def test_refused_lines_are_400s_with_a_reason(
+    server: FakeJudgeServer, api: LiteLLMBatches, tmp_path: Path
+) -> None:
+    server.batches.set_plan(BatchPlan(bad_request_rate=0.5, seed=2))
+    batch = submit(api, write_file(tmp_path, many(40)))
+    server.batches.finish_all()
+    info = asyncio.run(api.retrieve(batch.id))
+    assert info.error_file_id is not None
+    errors = lines_of(asyncio.run(api.content(info.error_file_id)))
+    assert 5 < len(errors) < 35 and info.failed == len(errors)
+    assert {line["response"]["status_code"] for line in errors} == {400}
+    assert {line["response"]["body"]["error"]["code"] for line in errors} == {
+        "content_policy_violation"
+    }
+
+
+def test_the_first_batches_of_a_plan_can_end_otherwise_and_a_batch_can_be_cancelled(
+    server: FakeJudgeServer, api: LiteLLMBatches, tmp_path: Path
+) -> None:
+    server.batches.set_plan(BatchPlan(first_outcomes=("expired",)))
+    first = submit(api, write_file(tmp_path, many(10)))
+    second = submit(api, write_file(tmp_path, many(10)))
+    server.batches.finish_all()
+    assert server.batches.statuses() == {first.id: "expired", second.id: "completed"}
+    third = submit(api, write_file(tmp_path, many(10)))
+    info = asyncio.run(api.cancel(third.id))
+    assert info.status == "cancelling" and server.batches.stats()["cancels"] == 1
+
+
 def test_expired_batch_keeps_partial_output_and_lists_the_rest_as_expired(
     server: FakeJudgeServer, api: LiteLLMBatches, tmp_path: Path
 ) -> None:

@@ -10,6 +10,11 @@ Every request of a batch ends as exactly one `Reply`, whatever happened to the b
 - a request with no line at all (a cancelled or failed batch, or a provider that lost it): an
   error saying so, in the words of the batch's final status.
 
+Errors are transient or final (`Reply.retry`, what `Ingested.retried` counts by reason):
+HTTP 5xx and 429, the error codes `batch_expired`, `batch_cancelled`, `server_error` and
+`rate_limit_exceeded`, and missing lines are sent again in the next round; anything else (a
+400 with the provider's reason: a request the provider refuses will be refused again) is final.
+
 Lines are matched by custom_id, never by order. A custom_id that the batch was not sent is
 ignored (counted in `Ingested.unknown`); a custom_id seen twice keeps its first line.
 """
@@ -35,6 +40,40 @@ class Ingested:
     unknown: int = 0
     unreadable: int = 0
 
+    @property
+    def retried(self) -> dict[str, int]:
+        """The transient failures by reason: the requests the next round asks again."""
+        counts: dict[str, int] = {}
+        for reply in self.replies.values():
+            if reply.transient:
+                assert reply.retry is not None
+                counts[reply.retry] = counts.get(reply.retry, 0) + 1
+        return counts
+
+    @property
+    def final_errors(self) -> int:
+        """Requests that failed for good (a deterministic failure, e.g. HTTP 400)."""
+        return sum(1 for r in self.replies.values() if r.text is None and r.retry is None)
+
+
+#: Error codes of an error line (or a response body) that a later batch may well not meet.
+TRANSIENT_CODES = frozenset(
+    {"batch_expired", "batch_cancelled", "server_error", "rate_limit_exceeded"}
+)
+
+
+def _error_code(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        inner = value.get("error", value)
+        if isinstance(inner, Mapping):
+            code = inner.get("code") or inner.get("type")
+            return str(code) if code else None
+    return None
+
+
+def _transient_status(status: object) -> bool:
+    return isinstance(status, int) and (status == 429 or 500 <= status <= 599)
+
 
 def _excerpt(text: str) -> str:
     text = " ".join(text.split())
@@ -57,13 +96,16 @@ def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:
     error = line.get("error")
     response = line.get("response")
     if error:
-        return Reply(None, f"batch {batch_id}: {_error_message(error)}")
+        code = _error_code({"error": error})
+        retry = code if code in TRANSIENT_CODES else None
+        return Reply(None, f"batch {batch_id}: {_error_message(error)}", retry=retry)
     if not isinstance(response, Mapping):
         return Reply(None, f"batch {batch_id}: a line with neither a response nor an error")
     status = response.get("status_code")
     body = response.get("body")
     if status != 200:
-        return Reply(None, f"batch {batch_id}: HTTP {status}: {_error_message(body)}")
+        retry = f"HTTP {status}" if _transient_status(status) else None
+        return Reply(None, f"batch {batch_id}: HTTP {status}: {_error_message(body)}", retry=retry)
     try:
         content = body["choices"][0]["message"].get("content")  # type: ignore[index]
         if content is not None and not isinstance(content, str):
@@ -105,6 +147,8 @@ def read_lines(data: bytes, batch_id: str, sent: set[str], into: Ingested) -> No
 def missing_reason(record: BatchRecord) -> str:
     """Why a request of this (final) batch has no line, in the batch's own words."""
     batch = record.batch_id or record.name
+    if record.stopped:
+        return f"batch {batch} was stopped at judge.batch.deadline before this request was answered"
     if record.status == "failed":
         return f"batch {batch} failed validation: {record.errors or 'no reason given'}"
     if record.status == "expired":
@@ -122,6 +166,7 @@ def ingest_batch(record: BatchRecord, files: Iterable[bytes], sent: Sequence[str
     for data in files:
         read_lines(data, batch_id, wanted, result)
     reason = missing_reason(record)
+    why = "deadline" if record.stopped else f"missing (batch {record.status})"
     for request_id in sent:
-        result.replies.setdefault(request_id, Reply(None, reason))
+        result.replies.setdefault(request_id, Reply(None, reason, retry=why))
     return result

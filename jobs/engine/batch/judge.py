@@ -7,15 +7,19 @@ itself. It answers each request from the replies ingested so far, found by custo
 
 - a reply: returned as the provider's reply (its text and token counts), and the online code
   goes on exactly as if it had come over the network: parsed, accepted or re-asked;
-- an error (the batch's error file, an expired or cancelled batch, a missing line): raised as
-  `BatchRequestFailed`, so the item ends as an online item whose requests failed for good
+- a final error (a deterministic failure such as HTTP 400, with the provider's reason): raised
+  as `BatchRequestFailed`, so the item ends as an online item whose requests failed for good
   (status `error`, the error saying why);
+- a transient error (5xx, 429, an expired or cancelled batch, a missing line: `Reply.retry`):
+  asked again like a request with no reply, until it has failed in `judge.batch.max_rounds`
+  rounds; then it is final, the error saying so;
 - nothing yet: the request line is recorded for the next batch and `BatchPending` is raised;
   the shard is not staged in this pass (`ReplayClient.recorded`).
 
 With `reask` set (judge.batch.reask: online), a re-ask that has no reply yet is sent online
 at once through that function (the worker's paced online judge), and its reply is kept so a
-later pass does not ask again (`ReplayClient.online_replies`).
+later pass does not ask again (`ReplayClient.online_replies`). With `all_online` too (the pass
+after judge.batch.deadline neared), every request without a final reply goes online that way.
 
 Which request a call is comes from the judge call around it: `BatchJudge.judge` and `explain`
 set the item and slice (`_Asking`, in a context variable, one per asyncio task), and the
@@ -58,12 +62,23 @@ class BatchRequestFailed(JudgeError):
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What came back for one request: its text, or (text None) the error saying why not."""
+    """What came back for one request: its text, or (text None) the error saying why not.
+
+    `retry` names why an error is transient (e.g. "HTTP 500", "batch_expired", "missing
+    (batch cancelled)"): the request is sent again in the next round; None: the reply is final.
+    `tries` counts the rounds in which the request failed transiently so far (summed over the
+    reply files by `BatchLayout.read_replies`)."""
 
     text: str | None
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    retry: str | None = None
+    tries: int = 0
+
+    @property
+    def transient(self) -> bool:
+        return self.text is None and self.retry is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +115,15 @@ class ReplayClient:
         replies: Mapping[str, Reply],
         *,
         reask: OnlineAsk | None = None,
+        max_rounds: int = 1,
+        all_online: bool = False,
     ) -> None:
         self._lines = lines
         self._replies = replies
         self._reask = reask
+        self._max_rounds = max_rounds
+        # The deadline's pass: every request without a final reply goes online through `reask`.
+        self._all_online = all_online and reask is not None
         self.recorded: list[RecordedRequest] = []
         self.online_replies: dict[str, Reply] = {}
 
@@ -137,8 +157,10 @@ class ReplayClient:
             asking.attempt += 1
             asking.last = messages
         request_id = custom_id(asking.item, asking.part, asking.attempt, self._lines.tag)
-        reply = self._replies.get(request_id) or self.online_replies.get(request_id)
-        if reply is None and asking.attempt > 0 and self._reask is not None:
+        reply = self.online_replies.get(request_id) or self._replies.get(request_id)
+        if reply is not None and reply.transient:
+            reply = self._after_transient(reply)
+        if reply is None and self._reask is not None and (asking.attempt > 0 or self._all_online):
             reply = await self._ask_online(request_id, messages, schema_name, schema, asking)
         if reply is None:
             line, tokens = self._lines.line(request_id, messages, schema_name, schema)
@@ -147,6 +169,17 @@ class ReplayClient:
         if reply.text is None:
             raise BatchRequestFailed(reply.error or f"request {request_id} has no reply")
         return ChatReply(reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+    def _after_transient(self, reply: Reply) -> Reply | None:
+        """A transient failure: asked again (None) while rounds are left or the deadline's
+        pass sends it online, else the item's error saying how often it failed."""
+        if self._all_online or reply.tries < self._max_rounds:
+            return None
+        return dataclasses.replace(
+            reply,
+            error=f"{reply.error} (failed transiently in {reply.tries} batch round(s), "
+            f"judge.batch.max_rounds {self._max_rounds})",
+        )
 
     async def _ask_online(
         self,

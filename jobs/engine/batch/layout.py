@@ -9,7 +9,9 @@
                                             used, so every later pass asks the same requests
       rounds/round=000.json                 the round's batches: parts, file and batch ids,
                                             status, counts (jobs.engine.batch.state)
-      replies/<shard>/<round>-<name>.parquet   what came back (`jobs.schema.BATCH_REPLIES`)
+      replies/<shard>/<round>-<name>.parquet   what came back (`jobs.schema.BATCH_REPLIES`);
+                                            a request that failed transiently is sent again
+                                            and has one row per round it was in
 
 Everything is written through the output store (fsspec: local, s3://, gs://, az://) with its
 atomic writes, so a driver or worker killed at any point leaves files that are whole or absent.
@@ -18,6 +20,7 @@ Publishing removes the staging area, batch folder included.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Iterable, Sequence
@@ -99,24 +102,31 @@ class BatchLayout:
         return data.splitlines(keepends=True)
 
     def read_replies(self, shard_id: str) -> dict[str, Reply]:
-        """Every reply of the shard so far, by custom_id (the first one wins)."""
+        """Every reply of the shard so far, by custom_id: a text wins over any error, a final
+        error over a transient one (and the first of equals wins); a request that only failed
+        transiently carries in `tries` how many rounds it failed in."""
         replies: dict[str, Reply] = {}
-        for path in self.store.list(self.path("replies", shard_id)):
+        for path in sorted(self.store.list(self.path("replies", shard_id))):
             name = path.rsplit("/", 1)[-1]
             if not name.endswith(".parquet") or name.startswith("."):
                 continue
             table = _read_parquet(self.store, path)
             for row in table.to_pylist():
-                replies.setdefault(
-                    row["custom_id"],
-                    Reply(
-                        row["text"],
-                        row["error"],
-                        int(row["prompt_tokens"] or 0),
-                        int(row["completion_tokens"] or 0),
-                    ),
+                reply = Reply(
+                    row["text"],
+                    row["error"],
+                    int(row["prompt_tokens"] or 0),
+                    int(row["completion_tokens"] or 0),
+                    row.get("retry"),  # reply files of older versions have no retry column
+                    1 if row.get("retry") and row["text"] is None else 0,
                 )
+                replies[row["custom_id"]] = _better(replies.get(row["custom_id"]), reply)
         return replies
+
+    def online_round(self, round_number: int) -> bool:
+        """Whether round `round_number`'s pass asks online (judge.batch.deadline neared)."""
+        data = self.read_json(self.round_file(round_number))
+        return bool(data and data.get("online"))
 
     def read_json(self, path: str) -> dict[str, Any] | None:
         if not self.store.exists(path):
@@ -151,6 +161,7 @@ class BatchLayout:
                 error=reply.error,
                 prompt_tokens=reply.prompt_tokens,
                 completion_tokens=reply.completion_tokens,
+                retry=reply.retry,
             )
             for request_id, reply in replies
         ]
@@ -161,6 +172,17 @@ class BatchLayout:
 
     def write_json(self, path: str, data: dict[str, Any]) -> None:
         self.store.write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
+
+
+def _better(kept: Reply | None, new: Reply) -> Reply:
+    """The reply that answers a request seen twice (`BatchLayout.read_replies`)."""
+    if kept is None:
+        return new
+    if kept.transient and new.transient:
+        return dataclasses.replace(kept, tries=kept.tries + new.tries)
+    if kept.transient or (kept.text is None and new.text is not None):
+        return new
+    return kept
 
 
 def _round(round_number: int) -> str:

@@ -1,7 +1,8 @@
 """The provider's Files + Batches API, through litellm, with the project's errors and retries.
 
 `LiteLLMBatches` uploads a batch input file (`litellm.acreate_file`), creates a batch
-(`acreate_batch`), retrieves one (`aretrieve_batch`), finds the batch created from an uploaded
+(`acreate_batch`), retrieves one (`aretrieve_batch`), cancels one (`acancel_batch`: at
+judge.batch.deadline), finds the batch created from an uploaded
 file (`alist_batches`: how a driver killed between creating a batch and recording its id finds
 it again instead of paying twice) and downloads output and error files (`afile_content`). The
 same `judge.model`, `judge.api_base` and API key as online reach the same account; the provider
@@ -85,6 +86,7 @@ class LiteLLMBatches:
         api_key: str | None,
         timeout_s: float,
         max_retries: int,
+        call_timeout_s: float | None = None,
         completion_window: str = "24h",
         sleep: Sleeper = real_sleep,
         rng: Callable[[], float] = random.random,
@@ -105,6 +107,9 @@ class LiteLLMBatches:
             self._common["api_base"] = api_base
         if api_key:
             self._common["api_key"] = api_key
+        # Calls that move no file (create, retrieve, cancel, list) answer like a chat request:
+        # a reply that does not come in that time is asked again, not waited on for minutes.
+        self._small = {**self._common, "timeout": call_timeout_s or timeout_s}
 
     @classmethod
     def for_config(
@@ -118,6 +123,7 @@ class LiteLLMBatches:
             api_key=api_key,
             # Uploads and downloads of whole batch files take longer than one chat request.
             timeout_s=max(judge.timeout_s, 600.0),
+            call_timeout_s=judge.timeout_s,
             max_retries=judge.max_retries,
             completion_window=judge.batch.completion_window,
             sleep=sleep,
@@ -157,7 +163,7 @@ class LiteLLMBatches:
                 endpoint=ENDPOINT,
                 input_file_id=file_id,
                 metadata=metadata,
-                **self._common,
+                **self._small,
             ),
         )
         return BatchInfo.of(batch)
@@ -169,8 +175,16 @@ class LiteLLMBatches:
             lambda: litellm.aretrieve_batch(
                 batch_id=batch_id,
                 litellm_metadata={"batch_ignore_default_logging": True},
-                **self._common,
+                **self._small,
             ),
+        )
+        return BatchInfo.of(batch)
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        """Ask the provider to cancel a batch (it goes through `cancelling`)."""
+        litellm = import_litellm()
+        batch = await self._call(
+            "cancel a batch", lambda: litellm.acancel_batch(batch_id=batch_id, **self._small)
         )
         return BatchInfo.of(batch)
 
@@ -192,7 +206,7 @@ class LiteLLMBatches:
 
     async def _list_page(self, after: str | None) -> Any:
         extra = {"after": after} if after else {}
-        return await import_litellm().alist_batches(limit=_LIST_PAGE, **extra, **self._common)
+        return await import_litellm().alist_batches(limit=_LIST_PAGE, **extra, **self._small)
 
     async def content(self, file_id: str) -> bytes:
         """The bytes of an output or error file."""

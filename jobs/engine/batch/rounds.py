@@ -16,8 +16,16 @@
             (jobs.engine.batch.ingest); the batch is marked ingested
 
 Round 0 asks every uncached request; a later round holds re-asks of replies that broke the
-contract (`judge.batch.reask: batch`) and LLM-reason requests (`scorer.reason: llm`), so the
-rounds are bounded by the re-ask budget. Every step resumes from what staging records, so a
+contract (`judge.batch.reask: batch`), LLM-reason requests (`scorer.reason: llm`) and the
+requests that failed transiently (5xx, 429, expired or cancelled batches, missing lines: each
+sent in at most `judge.batch.max_rounds` rounds), so the rounds are bounded by those budgets.
+
+With `judge.batch.deadline`, the driver watches the time: when the deadline nears (its margin
+plus the time the unanswered requests need at rate_limit.requests_per_minute), it cancels the
+batches still running, and the next round is online: its pass asks whatever has no final reply
+through the workers' paced online judge, so every shard is staged and the run publishes in time.
+
+Every step resumes from what staging records, so a
 rerun of the same run id, hours later or after a `kill -9`, continues where the last driver
 stopped: nothing is submitted twice. The staged shards are then published as online.
 """
@@ -25,6 +33,7 @@ stopped: nothing is submitted twice. The staged shards are then published as onl
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import tempfile
 import time
@@ -32,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-from jobs.config import JobConfig
+from jobs.config import JobConfig, deadline_at
 from jobs.engine.batch.ingest import ingest_batch
 from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
@@ -75,9 +84,10 @@ class BatchRunResult:
 
 
 def max_rounds(config: JobConfig) -> int:
-    """Rounds a run can need: every re-ask of the verdicts, then of an LLM reason."""
+    """Rounds a run can need: every re-ask of the verdicts, then of an LLM reason, each sent in
+    up to judge.batch.max_rounds rounds, and the deadline's online round."""
     asks = config.judge.max_reasks + 1
-    return asks * (2 if config.scorer.reason == "llm" else 1)
+    return asks * (2 if config.scorer.reason == "llm" else 1) * config.judge.batch.max_rounds + 1
 
 
 class BatchRounds:
@@ -92,6 +102,7 @@ class BatchRounds:
         provider: LiteLLMBatches | None = None,
         sleep: Sleeper = real_sleep,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._run = plan
         self._config = plan.config
@@ -102,6 +113,8 @@ class BatchRounds:
         self._heartbeat = heartbeat
         self._sleep = sleep
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._deadline: float | None = None  # epoch seconds, set when the run starts
         self._provider = provider or LiteLLMBatches.for_config(
             plan.config, plan.config.judge.api_key(), sleep=sleep
         )
@@ -123,39 +136,124 @@ class BatchRounds:
                     "provider": batch_provider(self._config),
                     "shards": [shard.shard_id for shard in self._shards],
                     "created_at": now_iso(),
+                    "started_at": self._wall_clock(),
                 },
             )
+        self._deadline = self._deadline_of(layout.read_json(layout.run_file) or {})
+        # One event loop for every round's provider calls: litellm keeps its HTTP client per
+        # process, and a client made on one loop and used on the next can hang a call until
+        # litellm's 600 s timeout (a new loop per round did, now and then).
+        with asyncio.Runner() as runner:
+            self._rounds(runner)
+        self._result.facts = self.facts()
+        return self._result
+
+    def _rounds(self, runner: asyncio.Runner) -> None:
+        """Pass, plan, submit, wait and ingest, round after round, until every shard is staged."""
+        layout = self._layout
         planned = layout.rounds_planned()
         round_number = max([*layout.rounds_built(), *planned], default=0)
         while True:
-            if round_number in layout.rounds_planned():
+            if round_number in layout.rounds_planned() and not layout.online_round(round_number):
                 state = self._load_round(round_number)
             else:
-                pending = self._pass(round_number)
+                online = self._online_round(round_number)
+                pending = self._pass(round_number, online)
                 if not pending:
                     break
-                if round_number >= max_rounds(self._config):
+                if online or round_number >= max_rounds(self._config):
                     raise RunFailed(
                         f"{len(pending)} shard(s) still have requests after {round_number} "
                         f"batch round(s) (first: {pending[0]}); this is a bug"
                     )
                 state = self._plan(round_number, pending)
-            asyncio.run(self._submit_wait_ingest(state))
+            runner.run(self._submit_wait_ingest(state))
             round_number += 1
-        self._result.facts = self.facts()
-        return self._result
+
+    # -- the deadline ---------------------------------------------------------------------------
+
+    def _deadline_of(self, run_info: dict[str, Any]) -> float | None:
+        """judge.batch.deadline as epoch seconds, from the run's start (its first driver's)."""
+        setting = self._config.judge.batch.deadline
+        if setting is None:
+            return None
+        started = run_info.get("started_at")
+        start = float(started) if isinstance(started, int | float) else self._wall_clock()
+        return deadline_at(setting, start)
+
+    def _online_estimate_s(self, requests: int) -> float:
+        """Seconds `requests` online requests take at rate_limit.requests_per_minute."""
+        per_minute = self._config.rate_limit.requests_per_minute
+        return requests / per_minute * 60.0 if per_minute else 0.0
+
+    def _until_online(self, unanswered: int) -> float | None:
+        """Seconds until the rest must go online (<= 0: now); None without a deadline."""
+        if self._deadline is None:
+            return None
+        margin = self._config.judge.batch.deadline_margin_s
+        return self._deadline - margin - self._online_estimate_s(unanswered) - self._wall_clock()
+
+    def _online_round(self, round_number: int) -> bool:
+        """Whether round `round_number` goes online: it was marked so, or the deadline is near
+        (then the mark is recorded first, so a resumed driver goes on online)."""
+        if self._layout.online_round(round_number):
+            return True
+        if self._deadline is None:
+            return False
+        # The requests the last round left to ask again: what an online pass would send now.
+        previous = (
+            self._layout.read_json(self._layout.round_file(round_number - 1))
+            if round_number > 0
+            else None
+        )
+        left = sum(RoundState.from_dict(previous).retried().values()) if previous else 0
+        until = self._until_online(left)
+        if until is None or until > 0:
+            return False
+        assert self._deadline is not None
+        self._out.write(
+            f"batch round {round_number}: judge.batch.deadline "
+            f"({self._config.judge.batch.deadline}, {_iso(self._deadline)}) is near: whatever "
+            "is still unanswered is asked online under rate_limit\n"
+        )
+        self._save(RoundState(round_number, (), online=True))
+        return True
+
+    async def _stop_at_deadline(self, state: RoundState) -> RoundState:
+        """Cancel the round's unfinished batches (nothing more is waited for): their requests
+        go online in the next round."""
+        stopped = 0
+        for record in state.batches:
+            if record.final:
+                continue
+            if record.batch_id is not None:
+                try:
+                    record = _with_info(record, await self._provider.cancel(record.batch_id))
+                except CtxPrecError as exc:  # it may have ended meanwhile: ask no more of it
+                    self._out.write(f"batch {record.batch_id}: could not cancel it: {exc}\n")
+            state = state.replace(replace(record, stopped=True, polled_at=now_iso()))
+            stopped += 1
+        self._save(state)
+        self._out.write(
+            f"batch round {state.round}: judge.batch.deadline is near: {stopped} unfinished "
+            "batch(es) cancelled; their requests go online\n"
+        )
+        return state
 
     # -- pass and plan --------------------------------------------------------------------------
 
     def _staged(self) -> set[str]:
         return self._run.staging.staged_shards()
 
-    def _pass(self, round_number: int) -> list[str]:
+    def _pass(self, round_number: int, online: bool = False) -> list[str]:
         """Run round `round_number`'s pass on the shards that need it; the shards left waiting
-        for this round's batches, in shard order."""
+        for this round's batches, in shard order. `online`: the pass asks online whatever has
+        no final reply (the workers' judge, paced by the run's governor)."""
         started = time.monotonic()
         staged = self._staged()
-        indexed = self._layout.indexed_shards(round_number)
+        # An online pass also takes the shards that recorded this round's requests before the
+        # deadline neared (a driver stopped between the pass and the plan): nothing waits.
+        indexed = set() if online else self._layout.indexed_shards(round_number)
         todo = [
             (n, s)
             for n, s in enumerate(self._shards)
@@ -165,14 +263,24 @@ class BatchRounds:
             self._out.write(
                 f"batch round {round_number}: judging {len(todo)} shard(s) from "
                 + ("the cache" if round_number == 0 else "the replies so far")
-                + "; requests without a reply are recorded\n"
+                + (
+                    "; requests without a reply are asked online"
+                    if online
+                    else "; requests without a reply are recorded"
+                )
+                + "\n"
             )
             before = time.monotonic()
             start_ray(self._config)
             self._result.add_time("ray_start", time.monotonic() - before)
             started += time.monotonic() - before
+            run = self._run
+            if online:
+                # The workers' online judge, governed as online re-asks are (ShardPass reads
+                # the round's online mark and asks every request that way).
+                run = replace(run, config=_reasks_online(run.config))
             fanned = fan_out(
-                self._run, todo, self._out, heartbeat=self._heartbeat, batch_round=round_number
+                run, todo, self._out, heartbeat=self._heartbeat, batch_round=round_number
             )
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
             fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
@@ -239,6 +347,11 @@ class BatchRounds:
         delay = settings.poll_interval_s
         while True:
             state = await self._poll(state)
+            counts = state.counts()
+            until_online = self._until_online(counts["total"] - counts["completed"])
+            unfinished = not all(b.final for b in state.batches)
+            if until_online is not None and until_online <= 0 and unfinished:
+                return await self._stop_at_deadline(state)
             state = await self._submit_ready(state)
             self._progress(state, started)
             if all(b.final for b in state.batches):
@@ -252,6 +365,8 @@ class BatchRounds:
                     "them and publish"
                 )
             pause = delay if deadline is None else max(0.0, min(delay, deadline - self._clock()))
+            if until_online is not None:
+                pause = max(0.0, min(pause, until_online))
             await self._pause(pause)
             delay = min(delay * 2, settings.max_poll_interval_s)
 
@@ -344,7 +459,7 @@ class BatchRounds:
     async def _ingest(self, round_number: int, record: BatchRecord) -> BatchRecord:
         files = []
         for file_id in (record.output_file_id, record.error_file_id):
-            if file_id is not None:
+            if file_id is not None and not record.stopped:
                 files.append(await self._provider.content(file_id))
         parts = []
         for shard_id, start, end in record.parts:
@@ -365,7 +480,13 @@ class BatchRounds:
                 f"batch {record.batch_id}: {ingested.unknown} line(s) for requests it was not "
                 f"sent and {ingested.unreadable} unreadable line(s) were ignored\n"
             )
-        return replace(record, ingested=True)
+        retried = ingested.retried
+        if retried:
+            self._out.write(
+                f"batch {record.batch_id or record.name}: {sum(retried.values()):,} request(s) "
+                f"failed transiently, asked again: {_reasons(retried)}\n"
+            )
+        return replace(record, ingested=True, retried=retried, final_errors=ingested.final_errors)
 
     def _progress(self, state: RoundState, started: float) -> None:
         """One line per poll: the round's requests completed and failed, then each batch's
@@ -405,6 +526,9 @@ class BatchRounds:
             "batch_statuses": by_status,
             "requests": sum(b.requests for b in batches),
             "requests_failed": sum(b.failed for b in batches),
+            "round_details": [state.summary() for state in rounds],
+            "max_rounds": self._config.judge.batch.max_rounds,
+            "deadline_at": None if self._deadline is None else _iso(self._deadline),
             "bytes_uploaded": sum(b.bytes for b in batches),
             "uploads_by_this_driver": self._result.uploads,
             "batches_created_by_this_driver": self._result.created,
@@ -421,6 +545,23 @@ def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
         error_file_id=info.error_file_id,
         errors=info.errors,
     )
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    """ "HTTP 500 12, batch_expired 30": counts by reason, the commonest first."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{reason} {count:,}" for reason, count in ordered)
+
+
+def _iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
+
+
+def _reasks_online(config: JobConfig) -> JobConfig:
+    """`config` with judge.batch.reask online: the workers then build their online judge."""
+    judge = config.judge
+    batch = judge.batch.model_copy(update={"reask": "online"})
+    return config.model_copy(update={"judge": judge.model_copy(update={"batch": batch})})
 
 
 def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: int) -> str:
@@ -445,6 +586,9 @@ def run_batches(
     heartbeat: Callable[[], None] = lambda: None,
     sleep: Sleeper = real_sleep,
     clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
 ) -> BatchRunResult:
     """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
-    return BatchRounds(plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock).run()
+    return BatchRounds(
+        plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
+    ).run()

@@ -3,7 +3,8 @@
 The worker reads the shard, builds the scorer, judges every item and stages the rows exactly
 as online; only the judge differs. `ShardPass.load` gathers what the shard's pass needs from
 staging (its replies so far, and the cache view of its first pass), `judge` builds the
-`BatchJudge` over them, and after the items are judged:
+`BatchJudge` over them (in the round the deadline sends online, one that asks online whatever
+has no final reply), and after the items are judged:
 
 - no request is waiting for a reply: the worker stages the shard as an online run would
   (verdicts, items file last; its verdicts go to the journal);
@@ -45,6 +46,8 @@ class ShardPass:
     frozen_cache: VerdictCache | None
     keys: dict[ScoringItem, str]
     client: ReplayClient | None = None
+    # The round's pass asks online whatever has no final reply (judge.batch.deadline neared).
+    online: bool = False
 
     @classmethod
     def load(
@@ -76,11 +79,18 @@ class ShardPass:
             layout.read_replies(shard.shard_id),
             frozen,
             keys,
+            online=layout.online_round(round_number),
         )
 
     def judge(self, config: JobConfig, reask: OnlineAsk | None) -> BatchJudge:
         """The shard's judge for this pass; `reask` sends re-asks online (judge.batch.reask)."""
-        self.client = ReplayClient(RequestLines.for_config(config), self.replies, reask=reask)
+        self.client = ReplayClient(
+            RequestLines.for_config(config),
+            self.replies,
+            reask=reask,
+            max_rounds=config.judge.batch.max_rounds,
+            all_online=self.online,
+        )
         return BatchJudge(
             self.client,
             self.keys,

@@ -44,10 +44,17 @@ class BatchRecord:
     ingested: bool = False
     submitted_at: str | None = None
     polled_at: str | None = None
+    # Set at ingest: the requests that failed transiently, by reason (sent again in the next
+    # round), and those that failed for good.
+    retried: dict[str, int] = field(default_factory=dict)
+    final_errors: int = 0
+    # judge.batch.deadline neared while the batch ran (it was cancelled) or before it was
+    # submitted: the driver waits for it no more, its requests go online.
+    stopped: bool = False
 
     @property
     def final(self) -> bool:
-        return self.status in FINAL_STATUSES
+        return self.status in FINAL_STATUSES or self.stopped
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -56,8 +63,10 @@ class BatchRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BatchRecord:
+        """From `to_dict` (a round file of an older version lacks the later fields)."""
         values = dict(data)
         values["parts"] = tuple((str(s), int(a), int(b)) for s, a, b in values["parts"])
+        values["retried"] = {str(k): int(v) for k, v in (values.get("retried") or {}).items()}
         return cls(**values)
 
 
@@ -68,6 +77,8 @@ class RoundState:
     round: int
     batches: tuple[BatchRecord, ...]
     planned_at: str = field(default_factory=lambda: now_iso())
+    # The round's pass went online (judge.batch.deadline neared): it has no batches.
+    online: bool = False
 
     def replace(self, record: BatchRecord) -> RoundState:
         """This state with `record` in place of the batch of the same name."""
@@ -88,10 +99,34 @@ class RoundState:
             "failed": sum(b.failed for b in self.batches),
         }
 
+    def retried(self) -> dict[str, int]:
+        """The round's transient failures by reason (asked again after it), as ingested."""
+        counts: dict[str, int] = {}
+        for record in self.batches:
+            for reason, count in record.retried.items():
+                counts[reason] = counts.get(reason, 0) + count
+        return dict(sorted(counts.items()))
+
+    def summary(self) -> dict[str, Any]:
+        """The round for the manifest (`jobs.records.BatchRoundRecord`)."""
+        counts = self.counts()
+        return {
+            "round": self.round,
+            "batches": len(self.batches),
+            "requests": counts["total"],
+            "completed": counts["completed"],
+            "failed": counts["failed"],
+            "retried": self.retried(),
+            "final_errors": sum(b.final_errors for b in self.batches),
+            "stopped_at_deadline": sum(1 for b in self.batches if b.stopped),
+            "online": self.online,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "round": self.round,
             "planned_at": self.planned_at,
+            "online": self.online,
             "batches": [b.to_dict() for b in self.batches],
         }
 
@@ -101,6 +136,7 @@ class RoundState:
             round=int(data["round"]),
             batches=tuple(BatchRecord.from_dict(b) for b in data["batches"]),
             planned_at=str(data.get("planned_at", "")),
+            online=bool(data.get("online", False)),
         )
 
 
