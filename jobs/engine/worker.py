@@ -348,8 +348,14 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
     runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
     attempts = ctx.config.ray.max_task_retries + 1
-    if await board.rejoin.remote(worker_id):
-        await runner.take_over()  # this attempt takes back the shards of a dead one
+    held = await board.rejoin.remote(worker_id)
+    if held:
+        taken = await runner.take_over()  # this attempt takes back the shards of a dead one
+        print(
+            f"{worker_id}: took back {held} shard(s) of its dead attempt and {taken:,} "
+            "verdict(s) it had journaled",
+            file=sys.stderr,
+        )
     try:
         await asyncio.gather(*(_run_lane(runner, board, worker_id, attempts) for _ in range(lanes)))
     finally:
