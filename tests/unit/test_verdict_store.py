@@ -6,6 +6,7 @@ that was flushed. Clocks are fakes; nothing sleeps."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -293,3 +294,45 @@ def test_a_crash_at_every_step_loses_nothing_that_was_flushed(tmp_path: Path) ->
         found = lookup_all(rerun, wanted)
         assert {k: found.get(k) for k in durable} == durable, f"crash at change {crash_at}"
         assert set(found) <= set(whole)
+
+
+def test_ctxprec_cache_compact_folds_merges_expires_and_removes_old_region_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobs.cli import main as ctxprec
+
+    out = tmp_path / "out"
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"input: {{path: {tmp_path / 'in.jsonl'}}}\noutput: {{path: {out}}}\n"
+        "cache: {max_age_days: 30}\n"
+    )
+    clock = Clock(now=time.time())
+    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp1", clock=clock)
+    expired = [key(n) for n in range(10)]
+    fresh = [key(n) for n in range(10, 30)]
+    old = Journal(verdicts, "night1.worker-0", clock=clock)
+    clock.now -= 40 * SECONDS_PER_DAY
+    for k in expired:
+        old.add(k, True, "old")
+    old.flush()
+    clock.now += 40 * SECONDS_PER_DAY
+    verdicts.fold_journal()
+    for n in range(2):  # two journal files of a later night, the same verdicts in both
+        journal = Journal(verdicts, f"night2.worker-{n}", clock=clock)
+        for k in fresh:
+            journal.add(k, False, "new")
+        journal.flush()
+    legacy = out / "_cache" / "fp1" / "00000"
+    legacy.mkdir()
+    (legacy / "00000001.parquet").write_bytes(b"old per-region cache file")
+
+    assert ctxprec(["cache", "compact", "--config", str(config)]) == 0
+    printed = capsys.readouterr().out
+    assert "20 verdict(s) kept, 30 dropped (expired or duplicate)" in printed
+    assert "1 old per-region folder(s) deleted" in printed
+    assert verdicts.journal_files() == [] and not legacy.exists()
+    forever = VerdictStore(verdicts.store, "_cache/fp1")
+    assert lookup_all(forever, expired + fresh) == {k: (False, "new") for k in fresh}
+    files = [verdicts.partition_files(p) for p in range(PARTITIONS)]
+    assert all(len(f) <= 1 for f in files)
