@@ -92,6 +92,16 @@ class VerdictStore:
             if path.endswith(".parquet") and not is_hidden(path.rsplit("/", 1)[-1])
         ]
 
+    def files_by_partition(self) -> dict[int, list[str]]:
+        """Every partition's files, from one listing of the store (partitions without files
+        are absent)."""
+        found: dict[int, list[str]] = {}
+        for path in self._files(self.store.join(self.folder)):
+            folder = path.rsplit("/", 2)[-2]
+            if folder.startswith("p=") and folder[2:].isdigit():
+                found.setdefault(int(folder[2:]), []).append(path)
+        return found
+
     def partition_files(self, partition: int) -> list[str]:
         return self._files(self.partition_folder(partition))
 
@@ -165,9 +175,12 @@ class VerdictStore:
             rows = rows.filter(pl.col("written_at") >= cutoff)
         return rows.sort("written_at", descending=True).unique("pair_key", keep="first")
 
-    def lookup(self, partition: int, keys: pl.Series) -> pl.DataFrame:
-        """The stored verdicts of `keys` (all in `partition`), one row per key found."""
-        files = self.partition_files(partition)
+    def lookup(
+        self, partition: int, keys: pl.Series, files: Sequence[str] | None = None
+    ) -> pl.DataFrame:
+        """The stored verdicts of `keys` (all in `partition`; `files`: its files as listed
+        already), one row per key found."""
+        files = self.partition_files(partition) if files is None else files
         return self.newest([self.read_file(path, keys) for path in files])
 
     def lookup_journal(self, prefix: str) -> pl.DataFrame:
@@ -220,13 +233,8 @@ class VerdictStore:
     def compact_all(self) -> tuple[int, int]:
         """Fold the journal, then compact every partition: (rows kept, rows dropped)."""
         self.fold_journal()
-        by_partition: dict[int, list[str]] = {}
-        for path in self._files(self.store.join(self.folder)):
-            folder = path.rsplit("/", 2)[-2]
-            if folder.startswith("p=") and folder[2:].isdigit():
-                by_partition.setdefault(int(folder[2:]), []).append(path)
         kept = dropped = 0
-        for partition, files in sorted(by_partition.items()):
+        for partition, files in sorted(self.files_by_partition().items()):
             k, d = self.compact(partition, files=files)
             kept, dropped = kept + k, dropped + d
         return kept, dropped

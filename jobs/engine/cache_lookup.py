@@ -89,9 +89,12 @@ def shard_pair_keys(
     return pl.DataFrame({"shard": shards, "pair_key": keys}, schema=KEYS).unique()
 
 
-def join_partition(verdicts: VerdictStore, partition: int, keys: pl.DataFrame) -> pl.DataFrame:
-    """`HITS`: the run's `keys` (all in `partition`) that the store holds. A Ray task body."""
-    found = verdicts.lookup(partition, keys["pair_key"].unique())
+def join_partition(
+    verdicts: VerdictStore, partition: int, files: Sequence[str], keys: pl.DataFrame
+) -> pl.DataFrame:
+    """`HITS`: the run's `keys` (all in `partition`, whose store files are `files`) that the
+    store holds. A Ray task body."""
+    found = verdicts.lookup(partition, keys["pair_key"].unique(), files)
     if found.is_empty():
         return pl.DataFrame(schema=HITS)
     return keys.join(found.drop("written_at"), on="pair_key", how="inner").select(HITS.names())
@@ -256,9 +259,10 @@ def join_and_stage(
 
     join_task = ray.remote(join_partition).options(**options)
     hits = _Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
-    partitions = keys.close()
+    stored = verdicts.files_by_partition()  # one listing; no task for a partition without files
+    partitions = [p for p in keys.close() if p in stored]
     for frame in _bounded(
-        (join_task.remote(verdicts, p, keys.read(p)) for p in partitions), in_flight
+        (join_task.remote(verdicts, p, stored[p], keys.read(p)) for p in partitions), in_flight
     ):
         hits.add(frame)
     return _stage(staging, shard_ids, hits), hits.rows
