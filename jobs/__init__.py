@@ -6,9 +6,12 @@ How a night's run flows (start reading at jobs.engine.driver.run_job):
       -> plan      shards of about `ray.shard_size` rows; finished ones are skipped on rerun
       -> shards on Ray workers, each: read -> judge stage -> rows -> commit (jobs.engine.worker)
                    online: the worker's judge under the run's shared limit, the verdict cache
-                   in front (jobs.engine.stages.OnlineStage); judge.mode batch: the same shards
-                   pass round after round, answered from provider batches the driver sends,
-                   waits for and ingests (jobs.engine.stages.BatchPassStage, jobs.engine.batch)
+                   in front (jobs.engine.stages.OnlineStage: the shard's verdicts found in the
+                   store before the fan-out, jobs.engine.cache_lookup; what it judges goes to
+                   the worker's journal as it arrives, jobs.verdict_store); judge.mode batch:
+                   the same shards pass round after round, answered from provider batches the
+                   driver sends, waits for and ingests (jobs.engine.stages.BatchPassStage,
+                   jobs.engine.batch)
       -> staged Parquet
                    per shard, under <output>/_staging/run_id=<id>/ (jobs.layout)
       -> publish   Polars dedupes and aggregates the staged shards (jobs.engine.publish,
@@ -30,8 +33,9 @@ Layers, bottom to top; each imports only its own layer and the ones below it
                   never builds a judge from a config itself; public API in jobs.engine
     foundation    what engine and tools both stand on: jobs.config (the YAML), jobs.schema
                   (every table's columns), jobs.layout (a run's files and item numbering),
-                  jobs.storage (fsspec), jobs.inputs (reading), jobs.cache (the verdict cache
-                  and its file format), jobs.records (the typed manifest), jobs.pricing,
+                  jobs.storage (fsspec), jobs.inputs (reading), jobs.cache (the verdict cache's
+                  keys and judge), jobs.verdict_store (the content-addressed verdict store and
+                  the workers' journal), jobs.records (the typed manifest), jobs.pricing,
                   jobs.formatting, jobs.stats (intervals and tests), jobs.sampling (which
                   items a sampled run judges)
     scorer_core   one item's score: judges, prompt, average precision; no Ray, fsspec or Polars

@@ -1,12 +1,13 @@
-"""The content-addressed verdict cache, so tomorrow's run re-judges only what changed.
+"""The verdict cache's keys and the judge in front of it, so tomorrow's run re-judges only
+what changed.
 
 A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output, reference,
 context text): change any of them and the pair is judged again; a cache hit can never return a
-verdict for different text. Entries live in one Parquet file per input region
-(`<cache>/<fingerprint>/<file-index>/<slot>.parquet`), written by the worker that judged that
-region. A worker loads its own slot and its two neighbours, so memory stays one shard's worth
-however large the cache grows, and small shifts of the input (rows added or removed) still hit.
-Items that move far in the input are re-judged: a miss costs a call, never a wrong verdict.
+verdict for different text. The verdicts live in the content-addressed store
+(`jobs.verdict_store`), found wherever a pair appears: before the fan-out the run looks up
+every pair of its shards in it (`jobs.engine.cache_lookup`) and stages each shard's hits, which
+its worker loads (`VerdictCache.known`); what the worker judges goes to its journal as it
+arrives (`VerdictCache.put`), and from there into the store.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 
 from jobs.schema import VERDICT_CACHE
 from jobs.storage import Store, open_store
+from jobs.verdict_store import Journal, VerdictStore
 from scorer_core.errors import StorageError
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge
@@ -58,25 +60,24 @@ def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
 
 @dataclass
 class VerdictCache:
-    """Cached verdicts for one shard's region, plus what this shard judged anew."""
+    """A shard's verdicts from the store (`known`: what the run's lookup found for its pairs),
+    plus what this shard judged anew (`fresh`), and the worker's journal (`journal`: every
+    fresh verdict is handed to it as it arrives, and the worker's recent verdicts answer)."""
 
     known: dict[str, tuple[bool, str]] = field(default_factory=dict)
     fresh: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    journal: Journal | None = None
 
     def get(self, key: str) -> tuple[bool, str] | None:
-        return self.fresh.get(key) or self.known.get(key)
+        found = self.fresh.get(key) or self.known.get(key)
+        if found is None and self.journal is not None:
+            found = self.journal.get(key)
+        return found
 
     def put(self, key: str, relevant: bool, reason: str) -> None:
         self.fresh[key] = (relevant, reason)
-
-    def entries_for(self, keys: Sequence[str]) -> dict[str, tuple[bool, str]]:
-        """The entries this shard uses now (written back as its slot's new cache file)."""
-        seen: dict[str, tuple[bool, str]] = {}
-        for key in keys:
-            value = self.get(key)
-            if value is not None:
-                seen[key] = value
-        return seen
+        if self.journal is not None:
+            self.journal.add(key, relevant, reason)
 
 
 Entries = dict[str, tuple[bool, str]]
@@ -126,55 +127,27 @@ def write_entries(store: Store, path: str, entries: Entries) -> None:
 
 
 @dataclass(frozen=True)
-class CacheRegions:
-    """The cache files of one judge fingerprint: one per input region (file, slot)."""
-
-    store: Store
-    folder: str  # relative to the store's root
-    fingerprint: str
-
-    def slot_file(self, file_index: int, slot: int) -> str:
-        return slot_path(self.store, self.folder, self.fingerprint, file_index, slot)
-
-    @property
-    def root(self) -> str:
-        return self.store.join(self.folder, self.fingerprint)
-
-    def neighbourhood(self, slot: int) -> list[int]:
-        """The slots a shard at `slot` looks up: its own and both neighbours."""
-        return [n for n in (slot - 1, slot, slot + 1) if n >= 0]
-
-    def load(self, file_index: int, slot: int) -> VerdictCache:
-        """Entries of `slot` and its neighbours (blocking)."""
-        cache = VerdictCache()
-        for neighbour in self.neighbourhood(slot):
-            cache.known.update(read_entries(self.store, self.slot_file(file_index, neighbour)))
-        return cache
-
-    def save(self, file_index: int, slot: int, entries: Entries) -> None:
-        """Replace the region's cache file with `entries` (blocking)."""
-        write_entries(self.store, self.slot_file(file_index, slot), entries)
-
-
-@dataclass(frozen=True)
 class CacheSpec:
-    """Where a run's verdict cache is: its own store (`cache.path`) or a folder of the output
-    store (`url` None), and the judge fingerprint its verdicts are filed under (picklable)."""
+    """Where a run's verdict store is: its own store (`cache.path`) or a folder of the output
+    store (`url` None), the judge fingerprint its verdicts are filed under, and how long a
+    verdict is kept (`cache.max_age_days`, None: for ever). Picklable."""
 
     fingerprint: str
     folder: str
     url: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    max_age_days: float | None = None
+    journal_interval_s: float = 2.0
 
-    def regions(self, output_store: Store) -> CacheRegions:
-        """The cache's files, opened next to `output_store` when the cache lives there."""
+    def verdict_store(self, output_store: Store) -> VerdictStore:
+        """The store's files, opened next to `output_store` when the cache lives there."""
         store = output_store if self.url is None else open_store(self.url, self.storage_options)
-        return CacheRegions(store, self.folder, self.fingerprint)
+        return VerdictStore(store, self.store_folder, self.max_age_days)
 
-
-def slot_path(store: Store, folder: str, fingerprint: str, file_index: int, slot: int) -> str:
-    """The cache file of one input region; `folder` is relative to the store's root."""
-    return store.join(folder, fingerprint, f"{file_index:05d}", f"{slot:08d}.parquet")
+    @property
+    def store_folder(self) -> str:
+        """The verdict store's folder, relative to its store's root."""
+        return "/".join(part for part in (self.folder, self.fingerprint) if part)
 
 
 class CachingJudge:

@@ -7,6 +7,7 @@
     ctxprec compare RUN_A RUN_B                   how scores moved between two runs, and if for real
     ctxprec report RUN [--baseline RUN]           one self-contained HTML page about a run
     ctxprec status RUN                            where a run stands: shards, batches, counts
+    ctxprec cache compact --config FILE           the verdict store merged, expired verdicts gone
 
 Every command's options are defined in this module, and this module imports nothing heavy:
 `ctxprec --help`, `ctxprec <command> --help` and `ctxprec score` never load Polars, pyarrow,
@@ -197,6 +198,16 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_cache_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=["compact"],
+        help="compact: fold the journal, merge each partition's files, drop verdicts older "
+        "than cache.max_age_days and duplicates",
+    )
+    add_config_arguments(parser)
+
+
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="run id (published, running or stopped)")
     add_output_arguments(parser)
@@ -254,6 +265,12 @@ COMMANDS = (
         "where a run stands: shards staged, batches and their counts (asks no judge)",
         add_status_arguments,
         "jobs.tools.status:run",
+    ),
+    Command(
+        "cache",
+        "compact the verdict store: merge small files, drop expired and duplicate verdicts",
+        add_cache_arguments,
+        "jobs.tools.cache:run",
     ),
 )
 

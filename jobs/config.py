@@ -541,6 +541,19 @@ class CacheConfig(_Strict):
 
     enabled: bool = Field(True, description="Never used by the offline lexical judge.")
     path: str | None = Field(None, description="null: `<output.path>/_cache`.")
+    max_age_days: float | None = Field(
+        None,
+        gt=0,
+        description="A verdict older than this is not used, and `ctxprec cache compact` "
+        "deletes it. null: verdicts are kept for ever.",
+    )
+    journal_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="A worker writes the verdicts it received to the store's journal this "
+        "often (and when it stops): a killed worker, driver or node loses at most this many "
+        "seconds of replies.",
+    )
 
 
 class RayConfig(_Strict):

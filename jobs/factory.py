@@ -225,6 +225,8 @@ def cache_spec(config: JobConfig) -> CacheSpec | None:
         folder=folder,
         url=url if config.cache.path else None,
         storage_options=dict(config.output.storage_options),
+        max_age_days=config.cache.max_age_days,
+        journal_interval_s=config.cache.journal_interval_s,
     )
 
 

@@ -4,7 +4,8 @@
   `STAGED_VERDICTS`;
 * published (what readers see, written by `jobs.engine.publish`): `PUBLISHED_SCORES`,
   `PUBLISHED_VERDICTS`, `PUBLISHED_SUMMARY`;
-* `VERDICT_CACHE`, the verdict cache files that outlive runs (`jobs.cache`);
+* `VERDICT_CACHE`, a shard's cached verdicts (`jobs.cache`), and `VERDICT_STORE`, the verdict
+  store's files that outlive runs (`jobs.verdict_store`);
 * batch mode's staging (`jobs.engine.batch`): `BATCH_REQUESTS`, the index of a shard's request
   lines for one round, and `BATCH_REPLIES`, what came back for them.
 
@@ -292,6 +293,18 @@ PUBLISHED: tuple[Table, ...] = (PUBLISHED_SCORES, PUBLISHED_VERDICTS, PUBLISHED_
 
 VERDICT_CACHE = STAGED_VERDICTS.project("cache", ("pair_key", "relevant", "judge_reason"))
 """One row per cached verdict (`relevant` is never null here)."""
+
+VERDICT_STORE = VERDICT_CACHE.with_extra(
+    (
+        Column(
+            "written_at",
+            "int64",
+            "when the verdict was written to the store (Unix seconds): retention drops it "
+            "cache.max_age_days later",
+        ),
+    )
+)
+"""One row per verdict in the content-addressed verdict store (`jobs.verdict_store`)."""
 
 # -- batch mode's staging (jobs.engine.batch) -----------------------------------------------
 

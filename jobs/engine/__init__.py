@@ -20,6 +20,7 @@ CLI import only these names, from `jobs.engine`):
     BatchLayout, RoundState, BatchPacker, RequestLines, custom_id, item_key
                                   batch mode's staged rounds and request lines (status,
                                   estimate)
+    stored_pair_keys              the pairs of an input the verdict store holds (estimate)
 
 Start reading at jobs.engine.driver.run_job; it calls, in order, inputs (files, schema,
 shards), lease, ray_runtime, lookahead, fanout (-> worker on each Ray node, with a
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from jobs.engine.batch.rounds import BatchesStillRunning
     from jobs.engine.batch.state import BatchPacker, RoundState
     from jobs.engine.budget import BudgetSettings, budget_settings
+    from jobs.engine.cache_lookup import stored_pair_keys
     from jobs.engine.driver import RunFailed, RunOutcome, exit_code_of, print_outcome, run_job
     from jobs.engine.limiter import LocalLimiter, PacingState
     from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
@@ -85,6 +87,7 @@ _WHERE = {
     "RequestLines": "batch.requests",
     "custom_id": "batch.requests",
     "item_key": "batch.requests",
+    "stored_pair_keys": "cache_lookup",
 }
 
 __all__ = [
@@ -116,6 +119,7 @@ __all__ = [
     "print_outcome",
     "relevance_by_position",
     "run_job",
+    "stored_pair_keys",
 ]
 
 

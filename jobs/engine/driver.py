@@ -11,7 +11,8 @@
              (jobs.sampling); the judge canary (`canary:`) is judged here, fresh
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     look     (an LLM judge) duplicate query ids across shards, so that they are not judged
-             (jobs.engine.lookahead)
+             (jobs.engine.lookahead); with the verdict cache, every pair already in the
+             verdict store, staged per shard (jobs.engine.cache_lookup)
     fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
              (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from jobs.config import JobConfig
+from jobs.engine.cache_lookup import find_cached_verdicts
 from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
@@ -217,8 +219,9 @@ def _sample(
 def _start_workers(
     plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str, float], out: TextIO
 ) -> RunPlan:
-    """Start Ray when there is work, and find repeated query ids across shards first when
-    the run does (`input.find_duplicates_first`): the plan with the shards holding them."""
+    """Start Ray when there is work, find repeated query ids across shards first when the run
+    does (`input.find_duplicates_first`) and the verdicts the store holds for the shards' pairs
+    when it uses the cache: the plan with the shards holding either."""
     started = time.monotonic()
     if todo:
         start_ray(plan.config)
@@ -230,6 +233,12 @@ def _start_workers(
         plan = dataclasses.replace(plan, duplicates=duplicates)
     timings["ray_start"] += ray_ready - started
     timings["duplicates_first"] = time.monotonic() - ray_ready
+    cache = plan.parts.cache
+    if todo and cache is not None:
+        looked = time.monotonic()
+        cached = find_cached_verdicts(plan, todo, cache.verdict_store(plan.store), out)
+        plan = dataclasses.replace(plan, cached=cached)
+        timings["cache_lookup"] = time.monotonic() - looked
     return plan
 
 

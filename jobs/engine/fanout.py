@@ -73,13 +73,19 @@ def fan_out(
     if not todo:
         return FanOutResult([])
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     config = plan.config
     governed = not plan.parts.capabilities.offline and (
         batch_round is None or config.judge.batch.reask == "online"
     )
-    coordinator = coordinator_actor_class().remote(
-        list(todo), _governor(config) if governed else None
+    # The coordinator lives on the driver's node: a worker node lost mid-run takes its workers
+    # (Ray retries them elsewhere), never the run's board and counters.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    coordinator = (
+        coordinator_actor_class()
+        .options(scheduling_strategy=here)
+        .remote(list(todo), _governor(config) if governed else None)
     )
     context = ShardContext(
         config=config,
@@ -90,6 +96,8 @@ def fan_out(
         api_key=config.judge.api_key(),
         tables=plan.tables,
         duplicates=plan.duplicates,
+        cached=plan.cached,
+        run_id=plan.location.run_id,
         batch_round=batch_round,
     )
     task = ray.remote(run_worker).options(

@@ -73,5 +73,9 @@ class ShardContext:
     # The shards with later occurrences of a query_id found before judging, in the staging
     # area (jobs.engine.lookahead): those rows are written as duplicates, not judged.
     duplicates: frozenset[str] = frozenset()
+    # The shards whose verdicts found in the verdict store are staged (jobs.engine.cache_lookup).
+    cached: frozenset[str] = frozenset()
+    # The run's id: the workers' journals are named after it (jobs.verdict_store.Journal).
+    run_id: str = "local"
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
     batch_round: int | None = None

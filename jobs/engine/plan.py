@@ -30,6 +30,9 @@ class RunPlan:
     # The shards with later occurrences of a query id staged by the look-ahead
     # (jobs.engine.lookahead): their rows are written as duplicates, not judged.
     duplicates: frozenset[str] = frozenset()
+    # The shards with verdicts found in the verdict store before the fan-out, staged for
+    # their workers (jobs.engine.cache_lookup).
+    cached: frozenset[str] = frozenset()
     # How many input files the shards come from (for the run's first line).
     files: int = 0
     # input.format otlp: the config as the user gave it (`config` reads the assembled items)

@@ -20,15 +20,17 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from jobs.cache import CacheRegions, CachingJudge, Entries, VerdictCache, pair_key
+from jobs.cache import CachingJudge, Entries, VerdictCache, pair_key
 from jobs.config import JobConfig
 from jobs.engine.batch.judge import OnlineAsk
 from jobs.engine.batch.stage import ShardPass
+from jobs.engine.cache_lookup import cached_verdicts
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.rows import NoCache, PairKeys
 from jobs.engine.shard_read import ShardRead
 from jobs.inputs import ItemRecord, Shard
 from jobs.storage import Store
+from jobs.verdict_store import Journal
 from scorer_core.protocols import Judge
 from scorer_core.types import ScoreResult
 
@@ -51,8 +53,29 @@ class JudgeStage(Protocol):
         ...
 
     def cache_entries(self, read: ShardRead) -> Entries | None:
-        """The cache entries to write back with the shard (None: nothing to write)."""
+        """Verdicts to journal when the shard is committed (None: journaled already)."""
         ...
+
+
+@dataclass(frozen=True)
+class ShardCaches:
+    """Where a worker's shards find their verdicts: what the run's lookup staged for each
+    (`jobs.engine.cache_lookup`), and the worker's journal, which every fresh verdict goes to
+    and whose recent verdicts answer the worker's later items."""
+
+    store: Store
+    staging: str
+    fingerprint: str
+    journal: Journal
+    staged: frozenset[str]  # the shards with verdicts found in the store
+
+    def load(self, shard: Shard, *, journaled: bool = True) -> VerdictCache:
+        """The shard's cache (blocking); `journaled` False: fresh verdicts are kept in the
+        shard's cache only (batch mode journals them when the shard is committed)."""
+        known = {}
+        if shard.shard_id in self.staged:
+            known = cached_verdicts(self.store, self.staging, shard.shard_id)
+        return VerdictCache(known=known, journal=self.journal if journaled else None)
 
 
 @dataclass(frozen=True)
@@ -68,11 +91,6 @@ class CachedPairs:
 
     def cached(self, keys: Sequence[str]) -> Collection[int]:
         return {position for position, key in enumerate(keys) if key in self.cache.known}
-
-    def entries(self, read: ShardRead) -> Entries:
-        """The entries the shard's items use now: its slot's new cache file."""
-        keys = [key for _, record in read.records for key in self.keys(record)]
-        return self.cache.entries_for(keys)
 
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
@@ -96,7 +114,8 @@ def count_errors(counter: BatchedCounter, read: ShardRead) -> None:
 
 
 class OnlineStage:
-    """The worker's judge, asked now, with the shard's region of the verdict cache in front."""
+    """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
+    found in the store, and the worker's journal, which gets every fresh verdict."""
 
     def __init__(
         self,
@@ -118,16 +137,16 @@ class OnlineStage:
         cls,
         own_judge: Judge,
         counter: BatchedCounter,
-        regions: CacheRegions | None,
+        caches: ShardCaches | None,
         shard: Shard,
         read: ShardRead,
     ) -> OnlineStage:
-        """The stage for `shard`, its cache region loaded (in a thread: it reads files)."""
+        """The stage for `shard`, its cached verdicts loaded (in a thread: it reads a file)."""
         cache = None
-        if regions is not None:
-            cache = await asyncio.to_thread(regions.load, shard.file_index, shard.slot)
+        if caches is not None:
+            cache = await asyncio.to_thread(caches.load, shard)
         count_errors(counter, read)
-        return cls(own_judge, counter, cache, regions.fingerprint if regions else "")
+        return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
 
     def item_done(self, result: ScoreResult) -> None:
         count_item(self._counter, result)
@@ -137,7 +156,7 @@ class OnlineStage:
         return 0
 
     def cache_entries(self, read: ShardRead) -> Entries | None:
-        return self._cached.entries(read) if self._cached is not None else None
+        return None  # every fresh verdict went to the journal as it arrived
 
 
 class BatchPassStage:
@@ -176,21 +195,21 @@ class BatchPassStage:
         config: JobConfig,
         reask: OnlineAsk | None,
         counter: BatchedCounter,
-        regions: CacheRegions | None,
+        caches: ShardCaches | None,
         shard: Shard,
         number: int,
         read: ShardRead,
     ) -> BatchPassStage:
         """The pass's stage for `shard`: its replies so far and the cache view it froze in
-        its first pass (else its cache region), read in a thread."""
+        its first pass (else its verdicts found in the store), read in a thread."""
         shard_pass = await asyncio.to_thread(
             ShardPass.load, store, staging, round_number, shard, number, read.records
         )
         cache = shard_pass.frozen_cache
-        if cache is None and regions is not None:
-            cache = await asyncio.to_thread(regions.load, shard.file_index, shard.slot)
+        if cache is None and caches is not None:
+            cache = await asyncio.to_thread(caches.load, shard, journaled=False)
         own_judge = shard_pass.judge(config, reask)
-        fingerprint = regions.fingerprint if regions is not None else ""
+        fingerprint = caches.fingerprint if caches is not None else ""
         return cls(own_judge, shard_pass, counter, cache, fingerprint)
 
     def item_done(self, result: ScoreResult) -> None:
@@ -209,4 +228,5 @@ class BatchPassStage:
         return self._pass.pending
 
     def cache_entries(self, read: ShardRead) -> Entries | None:
-        return self._cached.entries(read) if self._cached is not None else None
+        """What the batches answered for this shard (journaled when it is committed)."""
+        return dict(self._cache.fresh) if self._cache is not None else None

@@ -3,7 +3,7 @@
 `ShardRunner.run_shard` is those four steps, whatever the mode: the shard is read
 (`jobs.engine.shard_read`), judged through its stage (`jobs.engine.stages`: online, or one
 pass of a batch round), turned into rows (`jobs.engine.rows`) and committed: its verdicts, then
-its slot of the verdict cache, then its items file, each written atomically; the items file is
+its items file, each written atomically; the items file is
 the shard's commit marker, so a shard is either done or redone, never half done. Each item is
 scored by `scorer_core.scoring.score_item`, the library's own scoring.
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from jobs.cache import CacheRegions
+from jobs.cache import Entries
 from jobs.engine.batch.judge import OnlineAsk
 from jobs.engine.flow import WorkerFlow
 from jobs.engine.lookahead import read_marks
@@ -33,11 +34,12 @@ from jobs.engine.messages import JudgeFacts, ShardContext, ShardReport
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.rows import ShardRows, shard_rows
 from jobs.engine.shard_read import ShardRead, read_shard_records
-from jobs.engine.stages import BatchPassStage, JudgeStage, OnlineStage
+from jobs.engine.stages import BatchPassStage, JudgeStage, OnlineStage, ShardCaches
 from jobs.inputs import ItemRecord, Shard
 from jobs.layout import StagingArea
 from jobs.schema import RunSchema
 from jobs.storage import open_store
+from jobs.verdict_store import Journal
 from scorer_core.errors import FatalJudgeError, StorageError
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
@@ -86,7 +88,13 @@ def judge_facts(judge: Judge) -> JudgeFacts:
 class ShardRunner:
     """Runs shards for one worker; holds the worker's judge and its share of the run's flow."""
 
-    def __init__(self, ctx: ShardContext, worker_id: str, node: str = "") -> None:
+    def __init__(
+        self,
+        ctx: ShardContext,
+        worker_id: str,
+        node: str = "",
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._ctx = ctx
         self._config = ctx.config
         self._tables = ctx.tables or RunSchema()
@@ -94,12 +102,54 @@ class ShardRunner:
         self._node = node
         self._store = open_store(self._config.output.path, self._config.output.storage_options)
         self._staging = StagingArea(self._store, ctx.staging)
-        self._cache: CacheRegions | None = (
-            ctx.parts.cache.regions(self._store) if ctx.parts.cache is not None else None
-        )
+        self._caches = self._shard_caches(worker_id)
+        self._sleep = sleep
         self._judge: Judge | None = None
         self._flow: WorkerFlow | None = None
         self._reports: asyncio.Task[None] | None = None
+        self._flushes: asyncio.Task[None] | None = None
+
+    def _shard_caches(self, worker_id: str) -> ShardCaches | None:
+        """Where the worker's shards find verdicts, and its journal (None: no cache)."""
+        spec = self._ctx.parts.cache
+        if spec is None:
+            return None
+        journal = Journal(
+            spec.verdict_store(self._store),
+            f"{self._ctx.run_id}.{worker_id}",
+            interval_s=spec.journal_interval_s,
+        )
+        return ShardCaches(
+            self._store, self._ctx.staging, spec.fingerprint, journal, self._ctx.cached
+        )
+
+    # -- the journal ----------------------------------------------------------------------------
+
+    async def take_over(self) -> int:
+        """A retried worker: remember what its dead attempt journaled (the verdicts of the
+        shards it held, which this attempt takes back). Returns how many."""
+        if self._caches is None:
+            return 0
+        return await asyncio.to_thread(self._caches.journal.take_over)
+
+    def _start_flushes(self) -> None:
+        """Flush the journal every `cache.journal_interval_s` while the worker runs."""
+        if self._caches is not None and self._flushes is None:
+            self._flushes = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        assert self._caches is not None
+        journal = self._caches.journal
+        while True:
+            await self._sleep(journal.interval_s)
+            await self._flush(journal)
+
+    async def _flush(self, journal: Journal) -> None:
+        taken = journal.take()
+        try:
+            await asyncio.to_thread(journal.write, taken)
+        except StorageError as exc:  # the store is down: these verdicts cost calls next time
+            print(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}", file=sys.stderr)
 
     # -- the worker's judge ---------------------------------------------------------------------
 
@@ -131,12 +181,15 @@ class ShardRunner:
         return online.ask
 
     async def close(self) -> None:
-        """Stop reporting to the governor (the worker is done)."""
-        if self._reports is not None:
-            self._reports.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reports
-            self._reports = None
+        """Stop reporting to the governor and flush the journal (the worker is done)."""
+        for task in (self._reports, self._flushes):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reports = self._flushes = None
+        if self._caches is not None:
+            await self._flush(self._caches.journal)
 
     # -- one shard ------------------------------------------------------------------------------
 
@@ -148,6 +201,7 @@ class ShardRunner:
         if await asyncio.to_thread(self._store.exists, items_file):
             report.skipped = True
             return report
+        self._start_flushes()
         read = await self._read(shard, number)
         counter = self._counter()
         stage = await self._stage(shard, number, read, counter)
@@ -164,7 +218,8 @@ class ShardRunner:
         report.pending = await stage.finish(read, results)
         if not report.pending:
             rows = shard_rows(read, results, stage.own_judge.model, self._tables, stage.pairs)
-            await asyncio.to_thread(self._commit, shard, rows, stage, read)
+            self._journal(stage.cache_entries(read))
+            await asyncio.to_thread(self._commit, shard, rows)
             report.items, report.usage, report.statuses = len(rows.items), rows.usage, rows.statuses
         report.seconds = time.monotonic() - started
         return report
@@ -196,7 +251,7 @@ class ShardRunner:
         round_number = self._ctx.batch_round
         if round_number is None:
             stage: JudgeStage = await OnlineStage.open(
-                self._own_judge(), counter, self._cache, shard, read
+                self._own_judge(), counter, self._caches, shard, read
             )
             if self._flow is not None:
                 self._flow.wake()
@@ -208,7 +263,7 @@ class ShardRunner:
             self._config,
             self._online_reask(),
             counter,
-            self._cache,
+            self._caches,
             shard,
             number,
             read,
@@ -229,17 +284,20 @@ class ShardRunner:
 
         return score
 
-    def _commit(self, shard: Shard, rows: ShardRows, stage: JudgeStage, read: ShardRead) -> None:
-        """Stage the shard's files (blocking): verdicts, its cache slot, then the items file,
-        whose presence marks the shard done for resume."""
+    def _journal(self, entries: Entries | None) -> None:
+        """Journal the verdicts the stage did not journal as they arrived (batch mode's)."""
+        if entries and self._caches is not None:
+            for key, (relevant, reason) in entries.items():
+                self._caches.journal.add(key, relevant, reason)
+
+    def _commit(self, shard: Shard, rows: ShardRows) -> None:
+        """Stage the shard's files (blocking): verdicts, then the items file, whose presence
+        marks the shard done for resume."""
         tables = self._tables
         self._store.write_parquet_atomic(
             self._staging.verdicts_file(shard.shard_id),
             pa.Table.from_pylist(rows.verdicts, schema=tables.staged_verdicts.arrow),
         )
-        entries = stage.cache_entries(read)
-        if entries is not None and self._cache is not None:
-            self._cache.save(shard.file_index, shard.slot, entries)
         self._store.write_parquet_atomic(
             self._staging.items_file(shard.shard_id),
             pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow),
@@ -290,7 +348,14 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
     runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
     attempts = ctx.config.ray.max_task_retries + 1
-    await board.rejoin.remote(worker_id)
+    held = await board.rejoin.remote(worker_id)
+    if held:
+        taken = await runner.take_over()  # this attempt takes back the shards of a dead one
+        print(
+            f"{worker_id}: took back {held} shard(s) of its dead attempt and {taken:,} "
+            "verdict(s) it had journaled",
+            file=sys.stderr,
+        )
     try:
         await asyncio.gather(*(_run_lane(runner, board, worker_id, attempts) for _ in range(lanes)))
     finally:

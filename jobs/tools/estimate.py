@@ -32,11 +32,12 @@ Streams the input through the job's own reading path (`list_input_files` -> `che
   no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
   latency / the run's concurrency (`--assumed-latency`); the same concurrency floor applies
   when it is larger than the rate-limit time;
-- the share of context pairs the verdict cache would answer: pair keys
-  (`jobs.cache.pair_key`)
-  looked up in the cache files that exist under this config's cache path, using the same slot
-  and neighbour rule as the workers (`jobs.cache.CacheRegions`). The offline lexical judge
-  does not use the cache.
+- the share of context pairs the verdict cache would answer: every pair key
+  (`jobs.cache.pair_key`) looked up in the verdict store under this config's cache path, its
+  journal included (`jobs.engine.stored_pair_keys`, a partition at a time), as the run's
+  lookup does; calls, prompt and output tokens after the cache, the cost and the wall time
+  count only the requests the cache does not answer. The offline lexical judge does not use
+  the cache.
 
 The result is a typed `Estimate`; `--json` prints it field for field. The API key is never
 read.
@@ -51,17 +52,26 @@ import heapq
 import json
 import math
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict
 
 from jobs import factory
 from jobs import formatting as fmt
-from jobs.cache import CacheRegions, pair_key, read_entries
+from jobs.cache import pair_key
 from jobs.config import JobConfig, RateLimitConfig, load_config
-from jobs.engine import BatchPacker, BudgetSettings, RequestLines, custom_id, item_key
+from jobs.engine import (
+    BatchPacker,
+    BudgetSettings,
+    RequestLines,
+    custom_id,
+    item_key,
+    stored_pair_keys,
+)
 from jobs.inputs import (
     RowError,
     Shard,
@@ -73,8 +83,9 @@ from jobs.inputs import (
 from jobs.inputs.records import ItemReader
 from jobs.pricing import estimate_cost_usd, price_basis
 from jobs.sampling import plan_sample
-from jobs.schema import CarriedColumn
+from jobs.schema import CarriedColumn, RunSchema
 from jobs.storage import Store, filesystem
+from jobs.verdict_store import VerdictStore
 from scorer_core.errors import CtxPrecError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
@@ -149,9 +160,11 @@ class JudgeCalls(_Record):
 
 
 class PromptTokens(_Record):
-    """Prompt tokens: counted exactly on a sample, extrapolated to every item by characters."""
+    """Prompt tokens: counted exactly on a sample, extrapolated to every item by characters;
+    `after_cache`: those of the requests the verdict cache does not answer (by characters)."""
 
     estimate: int
+    after_cache: int
     method: Literal["exact", "sample extrapolated by characters"]
     sampled_items: int
     sample_tokens: int
@@ -163,9 +176,11 @@ class PromptTokens(_Record):
 
 
 class OutputTokens(_Record):
-    """Reply tokens: an allowance per verdict and per LLM-reason call."""
+    """Reply tokens: an allowance per verdict and per LLM-reason call (`after_cache`: for
+    the verdicts the cache does not answer)."""
 
     estimate: int
+    after_cache: int
     per_verdict: int
     per_reason_call: int
 
@@ -306,54 +321,47 @@ def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
 
 
 class _CacheProbe:
-    """Which pair keys the workers would find in the existing cache files.
+    """Which of the input's pairs the verdict store holds (`jobs.engine.stored_pair_keys`:
+    the store is read a partition at a time). Holds those pair keys in memory: about 100
+    bytes a cached pair."""
 
-    Looks where a worker looks (`CacheRegions.load`: a shard's own slot and both neighbours)
-    but keeps only keys, and keeps at most three slots of one file in memory at a time.
-    """
+    def __init__(self, verdicts: VerdictStore, fingerprint: str) -> None:
+        self.verdicts = verdicts
+        self.fingerprint = fingerprint
+        self.known: set[str] = set()
 
-    def __init__(self, regions: CacheRegions) -> None:
-        self.regions = regions
-        self._loaded: dict[tuple[int, int], frozenset[str]] = {}
-        self._existing = set(regions.store.list(regions.root))
-        self.files = len(self._existing)
-
-    def _keys(self, file_index: int, slot: int) -> frozenset[str]:
-        where = (file_index, slot)
-        if where not in self._loaded:
-            path = self.regions.slot_file(file_index, slot)
-            # An unreadable cache file reads as empty, as in the job.
-            entries = read_entries(self.regions.store, path) if path in self._existing else {}
-            self._loaded[where] = frozenset(key for key in entries if key)
-        return self._loaded[where]
-
-    def keys_for(self, file_index: int, slot: int) -> set[str]:
-        for where in list(self._loaded):
-            if where[0] != file_index or where[1] < slot - 1:
-                del self._loaded[where]
-        found: set[str] = set()
-        for neighbour in self.regions.neighbourhood(slot):
-            found |= self._keys(file_index, neighbour)
-        return found
+    def find(
+        self, reader: ItemReader, carried: Sequence[CarriedColumn], shards: Sequence[Shard]
+    ) -> None:
+        with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
+            for keys in stored_pair_keys(
+                reader,
+                RunSchema(tuple(carried)),
+                self.fingerprint,
+                shards,
+                self.verdicts,
+                Path(scratch),
+            ):
+                self.known.update(keys.to_list())
 
 
 def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
-    """A probe of this config's cache, or None with the reason there is nothing to look up."""
+    """A probe of this config's verdict store, or None with the reason there is nothing to
+    look up."""
     if factory.capabilities(config).offline:
         return None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
     if spec is None:
         return None, "not used: cache.enabled is false"
-    # Not `open_store` (nor `CacheSpec.regions`): estimating must not create the output folder.
+    # Not `open_store` (nor `CacheSpec.verdict_store`): estimating must not create the output
+    # folder.
     fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
-    regions = CacheRegions(
-        Store(fs=fs, root=root, protocol=protocol), spec.folder, spec.fingerprint
-    )
-    where = regions.store.url(regions.root)
-    if not regions.store.exists(regions.root):
-        return None, f"no cache files yet at {where}"
-    probe = _CacheProbe(regions)
-    return probe, f"{probe.files} cache file(s) at {where}"
+    store = Store(fs=fs, root=root, protocol=protocol)
+    verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
+    where = store.url(store.join(verdicts.folder))
+    if not store.exists(store.join(verdicts.folder)):
+        return None, f"no verdict store yet at {where}"
+    return _CacheProbe(verdicts, spec.fingerprint), f"the verdict store at {where}"
 
 
 # -- one pass over the input ------------------------------------------------------------------
@@ -371,6 +379,9 @@ class _Counts:
     limiter_tokens: int = 0
     cached_pairs: int = 0
     calls_after_cache: int = 0
+    # what the requests the cache does not answer hold
+    prompt_chars_sent: int = 0
+    limiter_tokens_sent: int = 0
     invalid_examples: list[str] = field(default_factory=list)
 
 
@@ -410,8 +421,7 @@ class _Scan:
 
     def shard(self, number: int, shard: Shard) -> None:
         """Count shard `shard`, the `number`-th of the run."""
-        probe = self.probe
-        known = probe.keys_for(shard.file_index, shard.slot) if probe is not None else set()
+        known = self.probe.known if self.probe is not None else set()
         line_number = 0
         names = [column.name for column in self.carried]
         for row_index, record in enumerate(self.reader.read(shard, self.carried)):
@@ -445,20 +455,25 @@ class _Scan:
         contexts = len(item.contexts)
         counts.valid += 1
         counts.pairs += contexts
-        for messages, verdicts in prompts:
-            counts.prompt_chars += _messages_chars(messages)
-            counts.limiter_tokens += estimate_tokens(messages, verdicts)
         parts = _slices(contexts, self.config.judge.contexts_per_call)
         llm_reason = self.config.scorer.reason == "llm"
         counts.verdict_calls += len(parts)
         counts.reason_calls += int(llm_reason)
         hits: set[int] = set()
         if known:
-            fingerprint = self.probe.regions.fingerprint if self.probe is not None else ""
+            fingerprint = self.probe.fingerprint if self.probe is not None else ""
             hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
             counts.cached_pairs += len(hits)
-        counts.calls_after_cache += sum(1 for part in parts if not hits.issuperset(part))
-        counts.calls_after_cache += int(llm_reason)  # reasons are never cached
+        # the verdict requests in `parts`' order, then the LLM reason's (never cached)
+        sent = [not hits.issuperset(part) for part in parts] + [True] * int(llm_reason)
+        for (messages, verdicts), asked in zip(prompts, sent, strict=True):
+            chars, tokens = _messages_chars(messages), estimate_tokens(messages, verdicts)
+            counts.prompt_chars += chars
+            counts.limiter_tokens += tokens
+            if asked:
+                counts.calls_after_cache += 1
+                counts.prompt_chars_sent += chars
+                counts.limiter_tokens_sent += tokens
         return parts, hits
 
     def _batch_lines(
@@ -521,6 +536,8 @@ def estimate(
         )
         reader = dataclasses.replace(reader, sample=plan)
     probe, cache_note = _cache_probe(config)
+    if probe is not None:
+        probe.find(reader, carried, shards)
     scan = _Scan(config, probe, sample, reader, carried)
     for number, shard in enumerate(shards):
         scan.shard(number, shard)
@@ -529,13 +546,16 @@ def estimate(
     calls = counts.verdict_calls + counts.reason_calls
     batch_mode = config.judge.mode == "batch"
     prompt_tokens = _prompt_tokens(config, scan)
+    reasons = counts.reason_calls * OUTPUT_TOKENS_PER_REASON
     output_tokens = OutputTokens(
-        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT
-        + counts.reason_calls * OUTPUT_TOKENS_PER_REASON,
+        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        after_cache=(counts.pairs - counts.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
         per_verdict=OUTPUT_TOKENS_PER_VERDICT,
         per_reason_call=OUTPUT_TOKENS_PER_REASON,
     )
-    cost, cost_note = _cost(config, prompt_tokens.estimate, output_tokens.estimate)
+    cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
+    if counts.cached_pairs:
+        cost_note += "; only the requests the verdict cache does not answer"
     return Estimate(
         model=config.judge.model,
         input=InputFacts(path=config.input.path, files=len(files), shards=len(shards)),
@@ -549,7 +569,9 @@ def estimate(
         wall_time=(
             _batch_wall_time(config)
             if batch_mode
-            else _wall_time(config, calls, counts.limiter_tokens, assumed_latency_s)
+            else _wall_time(
+                config, counts.calls_after_cache, counts.limiter_tokens_sent, assumed_latency_s
+            )
         ),
         batch=_batches(config, scan.packer) if batch_mode else None,
         cache=_cache_share(probe, cache_note, counts, calls),
@@ -593,10 +615,11 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
     else:
         llm_reason = config.scorer.reason == "llm"
         note = "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
+    tokens = sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
+    sent = scan.counts.prompt_chars_sent
     return PromptTokens(
-        estimate=(
-            sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
-        ),
+        estimate=tokens,
+        after_cache=round(tokens * sent / total_chars) if total_chars else 0,
         method="exact" if exact else "sample extrapolated by characters",
         sampled_items=len(sampled),
         sample_tokens=sample_tokens,
@@ -612,6 +635,8 @@ def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[fl
     """The cost in USD (None: no price known) and what it is based on."""
     if factory.capabilities(config).offline:
         return 0.0, "lexical judge: offline, no API cost"
+    if not prompt_tokens and not output_tokens:
+        return 0.0, "nothing to ask: the verdict cache answers every request"
     model, batch = config.judge.model, config.judge.mode == "batch"
     cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch)
     return cost, price_basis(model, batch=batch)
@@ -793,7 +818,10 @@ def _tokens_text(tokens: PromptTokens) -> str:
         )
     if tokens.chars_per_token:
         detail += f", {tokens.chars_per_token:.2f} chars/token"
-    return f"{tokens.estimate:,} ({detail}; {tokens.note})"
+    left = (
+        f", {tokens.after_cache:,} after the cache" if tokens.after_cache != tokens.estimate else ""
+    )
+    return f"{tokens.estimate:,}{left} ({detail}; {tokens.note})"
 
 
 def _cache_text(cache: CacheShare) -> str:
@@ -824,7 +852,13 @@ def format_estimate(result: Estimate) -> str:
         ("prompt tokens", _tokens_text(result.prompt_tokens)),
         (
             "output tokens",
-            f"{output.estimate:,} (allowance: {output.per_verdict} per verdict, "
+            f"{output.estimate:,}"
+            + (
+                f", {output.after_cache:,} after the cache"
+                if output.after_cache != output.estimate
+                else ""
+            )
+            + f" (allowance: {output.per_verdict} per verdict, "
             f"{output.per_reason_call} per LLM reason)",
         ),
         ("estimated cost", f"{fmt.usd(result.cost_usd)} ({result.cost_note})"),

@@ -27,9 +27,21 @@ import pytest
 import s3fs
 import yaml
 
+from jobs.config import load_config
 from jobs.engine.ray_runtime import RAY_ENV
 from jobs.storage import s3_options
-from tests.support.job import COLUMNS, lexical_truth, write_items
+from tests.integration.test_verdict_store_job import wait_journaled
+from tests.support.fakes import JudgeFactory
+from tests.support.hooks import HoldRequests
+from tests.support.job import (
+    COLUMNS,
+    lexical_truth,
+    llm_judge,
+    sample_job,
+    truth,
+    verdict_requests,
+    write_items,
+)
 from tests.support.moto import MotoS3
 from tests.support.node_barrier import BARRIER_ENV, NodeBarrier
 from tests.support.paths import REPO
@@ -161,3 +173,91 @@ def test_on_s3_the_run_succeeds_with_shards_on_both_nodes(
         scores = pl.read_parquet(handle)
     assert set(scores["status"]) == {"ok"}
     assert dict(zip(scores["query_id"], scores["score"], strict=True)) == lexical_truth(rows)
+
+
+@pytest.fixture
+def losable_cluster(barrier: NodeBarrier) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A two-node cluster of this test's own (its second node is lost mid-run): its address
+    and its process, which takes `LOSE NODE` on stdin."""
+    env = {**os.environ, **RAY_ENV, BARRIER_ENV: barrier.address}
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.two_nodes"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("ADDRESS "), f"the cluster did not start: {line!r}"
+        yield line.split()[1], process
+    finally:
+        process.stdin.close()
+        process.wait(timeout=300)
+
+
+def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
+    losable_cluster: tuple[str, subprocess.Popen[str]],
+    tmp_path: Path,
+    judge_key: str,
+    fake_judge: JudgeFactory,
+) -> None:
+    """200 items on two nodes; when 100 replies are in (and journaled), the second node is
+    killed: Ray retries its worker on the head node, which takes over the dead worker's
+    journal, so the run asks at most 1.05 x the items in all. (Both nodes on 127.0.0.1 share
+    a disk: `ray.shared_filesystem`.)"""
+    address, harness = losable_cluster
+    items, half = 200, 100
+    source, rows, out = sample_job(tmp_path, items, seed=67)
+    gate = HoldRequests(when=lambda arrival: arrival.number > half)
+    server = fake_judge(on_request=gate)
+    config = job(
+        address,
+        str(source),
+        str(out),
+        "lose-a-node",
+        judge=llm_judge(server, transport="http", timeout_s=120.0),
+        rate_limit={"max_concurrency": 4},
+        # a CPU a worker: the head node (1 CPU) holds one at most, so the second node runs one
+        ray={
+            "shard_size": 50,
+            "workers": 2,
+            "num_cpus_per_task": 1,
+            "shared_filesystem": True,
+            "max_task_retries": 3,
+        },
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, **RAY_ENV}
+    env.pop("RAY_ADDRESS", None)
+    with (tmp_path / "driver.log").open("w") as log:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "jobs.context_precision", "--config", str(path)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        gate.wait_held(1, timeout_s=300)
+        wait_journaled(out, load_config(path), rows, half)
+        assert harness.stdin is not None and harness.stdout is not None
+        harness.stdin.write("LOSE NODE\n")
+        harness.stdin.flush()
+        lost = harness.stdout.readline().split()
+        assert lost[0] == "LOST" and int(lost[1]) >= 1, lost  # a worker of the run was there
+    finally:
+        gate.release()
+    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    calls = verdict_requests(server)
+    # more than the items: the lost node's worker had requests in flight, asked again by its
+    # retry; at most 5% more: everything it had received came back from its journal
+    assert items < calls <= 1.05 * items, calls
+    scores = pl.read_parquet(out / "scores" / "**" / "*.parquet")
+    assert set(scores["status"]) == {"ok"}
+    assert dict(zip(scores["query_id"], scores["score"], strict=True)) == truth(rows)

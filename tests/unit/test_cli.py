@@ -27,7 +27,7 @@ from tests.support.paths import REPO
 
 ENV = {**os.environ, **RAY_ENV}
 HEAVY = ("polars", "pyarrow", "fsspec", "ray", "litellm")
-COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report", "status")
+COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report", "status", "cache")
 
 
 def run(

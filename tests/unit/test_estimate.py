@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import CacheRegions, pair_key
+from jobs.cache import pair_key
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
 from jobs.config import load_config
@@ -27,9 +27,11 @@ from jobs.tools.estimate import (
     TAIL_LATENCIES,
     WORKER_START_S,
     Estimate,
+    PacedWallTime,
     estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
+from jobs.verdict_store import VerdictStore, partition_expr
 from scorer_core.prompt import verdict_messages
 from scorer_core.types import ScoringItem
 
@@ -202,13 +204,14 @@ def test_wall_time_at_a_rate_limit(sample: tuple[Path, list[dict[str, Any]]]) ->
 
 
 def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
-    """Write the verdict cache the workers would have written for this input."""
+    """Write the verdicts a run would have stored for this input (a file of the store, as its
+    partitions hold them)."""
     config = load_config(config_path, ["judge.model=openai/gpt-4o-mini"])
     spec = input_spec(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
     fingerprint = cache_fingerprint(config)
-    regions = CacheRegions(store, "_cache", fingerprint)
+    verdicts = VerdictStore(store, f"_cache/{fingerprint}")
     for shard in shards[:1] if only_first_shard else shards:
         keys: list[str] = []
         for raw in read_shard(spec, shard):
@@ -217,27 +220,45 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
                 continue
             item = record.to_scoring_item()
             keys += [pair_key(fingerprint, item, p) for p in range(len(item.contexts))]
-        regions.save(shard.file_index, shard.slot, {key: (True, "r") for key in keys})
+        rows = verdicts.rows((key, True, "r") for key in keys)
+        for (partition,), piece in (
+            rows.with_columns(partition_expr()).partition_by("_partition", as_dict=True).items()
+        ):
+            verdicts.write(verdicts.partition_folder(int(partition)), "test", piece)
 
 
 def test_cache_share(sample: tuple[Path, list[dict[str, Any]]]) -> None:
     data, _ = sample
     config = write_config(data.parent.parent, data)
     model = "judge.model=openai/gpt-4o-mini"
-    before = run(config, model).cache
+    paced = "rate_limit.requests_per_minute=600"
+    nothing = run(config, model, paced)
+    before = nothing.cache
     assert before.share == 0.0 and not before.used
     assert not (data.parent.parent / "out").exists()  # estimating creates nothing
 
     write_cache(config, only_first_shard=True)
-    partial = run(config, model).cache
+    some = run(config, model, paced)
+    partial = some.cache
     assert partial.used
     assert 0.0 < partial.share < 1.0
+    # calls, tokens, cost and time count only what the cache does not answer
+    wall, headroom = some.wall_time, 0.98
+    assert isinstance(wall, PacedWallTime) and isinstance(nothing.wall_time, PacedWallTime)
+    assert wall.by_requests_s == pytest.approx(partial.calls_after_cache / (600 * headroom) * 60)
+    assert 0 < wall.seconds < nothing.wall_time.seconds
+    assert 0 < some.prompt_tokens.after_cache < some.prompt_tokens.estimate
+    assert 0 < some.output_tokens.after_cache < some.output_tokens.estimate
+    assert some.cost_usd is not None and nothing.cost_usd is not None
+    assert 0 < some.cost_usd < nothing.cost_usd
 
     write_cache(config)
-    full = run(config, model)
+    full = run(config, model, paced)
     assert full.cache.share == 1.0
     assert full.cache.cached_pairs == full.context_pairs
     assert full.cache.calls_after_cache == 0
+    assert full.wall_time.seconds == 0.0 and full.cost_usd == 0.0
+    assert full.prompt_tokens.after_cache == full.output_tokens.after_cache == 0
     # reasons are never cached
     with_reason = run(config, model, "scorer.reason=llm").cache
     assert with_reason.calls_after_cache == ITEMS

@@ -27,6 +27,7 @@ FOUNDATION = (
     "jobs.storage",
     "jobs.inputs",
     "jobs.cache",
+    "jobs.verdict_store",
     "jobs.pricing",
     "jobs.records",
     "jobs.stats",

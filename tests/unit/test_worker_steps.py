@@ -3,6 +3,7 @@ file with the offline lexical judge (good lines, broken lines, resume of a finis
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,8 @@ import pytest
 
 from jobs.config import JobConfig, parse_config
 from jobs.engine.rows import error_row, item_row, verdict_rows
-from jobs.engine.worker import run_shard
-from jobs.factory import input_spec
+from jobs.engine.worker import ShardRunner, run_shard
+from jobs.factory import cache_fingerprint, input_spec
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
 from jobs.inputs import validate_record as preprocess
 from jobs.schema import STAGED_ITEMS, STAGED_VERDICTS, CarriedColumn, RunSchema, context_hash
@@ -482,3 +483,51 @@ def test_run_shard_writes_the_carried_columns_with_their_types(tmp_path: Path) -
     second = [v for v in verdicts.to_pylist() if v["query_id"] == "q001"]
     assert [v["context_id"] for v in second] == ["a", "a"]
     assert {v["retriever"] for v in second} == {"dense"}
+
+
+def test_a_worker_flushes_its_journal_every_interval_and_when_it_stops(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    """The flush loop runs on the worker's injected sleep: a verdict is in the store's journal
+    once an interval has passed after its reply, and the rest when the worker closes."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(good_item(n)) + "\n" for n in range(6)))
+    config = http_judge_config(source, tmp_path / "out", server, cache=True)
+    spec = input_spec(config)
+    first, second = plan_shards(spec, list_input_files(spec), 3)
+    context = shard_context(config, "_staging/run_id=journal", run_id="journal")
+    journal = tmp_path / "out" / "_cache" / cache_fingerprint(config) / "journal"
+
+    def journaled() -> list[str]:
+        return sorted(
+            key
+            for path in journal.glob("journal.w0-*.parquet")
+            for key in pq.read_table(path).column("pair_key").to_pylist()
+        )
+
+    async def night() -> tuple[list[str], list[str], list[str]]:
+        entered: asyncio.Queue[None] = asyncio.Queue()
+        ticks: asyncio.Queue[None] = asyncio.Queue()
+
+        async def sleep(seconds: float) -> None:
+            assert seconds == config.cache.journal_interval_s
+            entered.put_nowait(None)
+            await ticks.get()  # an interval passes when the test says so
+
+        runner = ShardRunner(context, "w0", sleep=sleep)
+        await runner.run_shard(first, 0)
+        await entered.get()
+        before_tick = journaled()  # replies in, no interval passed: nothing written yet
+        ticks.put_nowait(None)
+        await entered.get()  # the loop flushed and sleeps again
+        after_tick = journaled()
+        await runner.run_shard(second, 1)
+        await runner.close()
+        return before_tick, after_tick, journaled()
+
+    before_tick, after_tick, closed = asyncio.run(night())
+    contexts = [len(good_item(n)["contexts"]) for n in range(6)]
+    assert before_tick == []
+    assert len(after_tick) == sum(contexts[:3])
+    assert len(closed) == sum(contexts) and len(set(closed)) == len(closed)
+    assert len(list(journal.glob("*.parquet"))) == 2  # one file per flush

@@ -7,7 +7,7 @@ staging (its replies so far, and the cache view of its first pass), `judge` buil
 has no final reply), and after the items are judged:
 
 - no request is waiting for a reply: the worker stages the shard as an online run would
-  (verdicts, cache slot, items file last);
+  (verdicts, items file last; its verdicts go to the journal);
 - otherwise `finish` writes the round's request lines and their index (the marker that the
   shard's pass is done), the cache view the requests were built against, and any online
   re-ask replies; nothing else is kept, and the shard is judged again after the next round.

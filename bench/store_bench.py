@@ -1,0 +1,397 @@
+"""Benchmark of the verdict store (jobs.verdict_store, jobs.engine.cache_lookup).
+
+    python -m bench.store_bench --store 10000000 --runs 100000 1000000 [--journal-items 20000]
+
+1. A store of `--store` verdicts is generated directly as the store's files (one Parquet file
+   per partition, random pair keys, as a compacted store holds them).
+2. For each run size, in a fresh process with its own local Ray (2 CPUs): the run's pair keys
+   (5 per item, 2,000 items a shard; 80% of them taken from the store, 20% new) are spilled by
+   partition as the driver spills them, then the production join (`join_and_stage`: one Ray task
+   per partition, hits spilled by block of shards, one staged file per shard) runs against the
+   store. Measured: its wall time, the hit rate, the driver's peak RSS during the join and the
+   peak RSS of the Ray worker processes. (Computing the keys from the input, step 2 of the
+   lookup, is measured apart: `shard_pair_keys` per item, in one process.)
+3. Journaling's cost on the zero-latency throughput: `bench.job_bench`'s overhead run (http
+   transport, 2 workers) with the cache off, then on (a new store: every verdict judged and
+   journaled); with `--baseline DIR` (the code before the store, `git archive`d there) also
+   that code's run with its cache on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from bench.common import header, load_average, write_section
+from jobs.engine.ray_runtime import RAY_ENV
+from jobs.storage import open_store
+from jobs.verdict_store import PARTITIONS, VerdictStore
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, **RAY_ENV}
+PAIRS_PER_ITEM = 5
+ITEMS_PER_SHARD = 2000
+HIT_SHARE = 0.8
+REASON = "The passage states the fact the query asks about."
+
+
+def _keys(partition: int, count: int, seed: int) -> list[str]:
+    """`count` random pair keys of one partition (32 hex digits, the first two its number)."""
+    raw = random_bytes(seed, 15 * count).hex()
+    prefix = f"{partition:02x}"
+    return [prefix + raw[i * 30 : i * 30 + 30] for i in range(count)]
+
+
+def random_bytes(seed: int, size: int) -> bytes:
+    import random
+
+    return random.Random(seed).randbytes(size)
+
+
+def generate(folder: Path, verdicts: int) -> float:
+    """Write a store of `verdicts` verdicts under `folder` (store root); seconds taken."""
+    started = time.monotonic()
+    store = VerdictStore(open_store(str(folder)), "_cache/bench")
+    per = verdicts // PARTITIONS
+    written_at = int(time.time())
+    for partition in range(PARTITIONS):
+        keys = _keys(partition, per, seed=partition)
+        frame = pl.DataFrame(
+            {
+                "pair_key": keys,
+                "relevant": [n % 3 == 0 for n in range(per)],
+                "judge_reason": [REASON] * per,
+                "written_at": [written_at] * per,
+            }
+        )
+        store.write(store.partition_folder(partition), "bench", frame)
+    return time.monotonic() - started
+
+
+def _memory_mib(process: Any) -> tuple[float, float]:
+    """(RSS, private: RSS less shared pages) of a psutil process, in MiB. The Ray object
+    store is shared memory mapped into every process that reads or writes an object: its
+    pages count in RSS, but they are the object store's (bounded by its size), not the
+    process's own."""
+    info = process.memory_info()
+    return info.rss / 2**20, (info.rss - info.shared) / 2**20
+
+
+def _ray_workers_mib() -> tuple[float, float]:
+    """The largest (RSS, private) among this process's Ray worker processes."""
+    import psutil
+
+    rss = private = 0.0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if " ".join(process.cmdline()).startswith("ray::"):
+                r, p = _memory_mib(process)
+                rss, private = max(rss, r), max(private, p)
+        except psutil.Error:
+            continue
+    return rss, private
+
+
+def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
+    """One run's lookup against the store under `folder` (a Ray task body's caller)."""
+    import ray
+
+    from jobs.engine.cache_lookup import KEYS, _Spill, join_and_stage, task_options
+    from jobs.verdict_store import partition_expr
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    store = open_store(str(folder))
+    verdicts = VerdictStore(store, "_cache/bench")
+    pairs = items * PAIRS_PER_ITEM
+    per_partition = pairs // PARTITIONS
+    hits_per = int(per_partition * HIT_SHARE)
+    shards = -(-items // ITEMS_PER_SHARD)
+    shard_ids = [f"{n:06d}" for n in range(shards)]
+    pairs_per_shard = ITEMS_PER_SHARD * PAIRS_PER_ITEM
+    scratch = Path(tempfile.mkdtemp(prefix="store-bench-"))
+    keys = _Spill(scratch / "keys", partition_expr(), KEYS)
+    # the run's keys: per partition, the first `hits_per` of the store's and new ones; their
+    # shard spread over the run
+    store_per = store_size // PARTITIONS
+    for partition in range(PARTITIONS):
+        known = _keys(partition, store_per, seed=partition)[:hits_per]
+        new = _keys(partition, per_partition - hits_per, seed=10_000 + partition)
+        mine = known + new
+        base = partition * per_partition
+        keys.add(
+            pl.DataFrame(
+                {
+                    "shard": [(base + i) // pairs_per_shard for i in range(len(mine))],
+                    "pair_key": mine,
+                },
+                schema=KEYS,
+            )
+        )
+    import psutil
+
+    me = psutil.Process()
+    before = _memory_mib(me)
+    peaks = {"driver": 0.0, "driver_private": 0.0, "workers": 0.0, "workers_private": 0.0}
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for name, (rss, private) in (
+                ("driver", _memory_mib(me)),
+                ("workers", _ray_workers_mib()),
+            ):
+                peaks[name] = max(peaks[name], rss)
+                peaks[f"{name}_private"] = max(peaks[f"{name}_private"], private)
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    staged, found = join_and_stage(
+        keys,
+        verdicts,
+        (store, f"_staging/run_id=bench-{items}"),
+        shard_ids,
+        task_options(0.5, 0),
+        4,
+        scratch,
+    )
+    seconds = time.monotonic() - started
+    stop.set()
+    sampler.join()
+    ray.shutdown()
+    return {
+        "items": items,
+        "pairs": keys.rows,
+        "hits": found,
+        "hit_rate": found / keys.rows,
+        "shards_staged": len(staged),
+        "seconds": seconds,
+        "driver_before_mib": before[1],
+        **{f"{name}_peak_mib": value for name, value in peaks.items()},
+    }
+
+
+def key_rate(items: int = 10_000) -> float:
+    """Items per second `shard_pair_keys` keys (read, checked, 5 pair keys an item)."""
+    from jobs.config import parse_config
+    from jobs.engine.cache_lookup import shard_pair_keys
+    from jobs.factory import input_spec, item_reader
+    from jobs.inputs import list_input_files, plan_shards
+    from jobs.schema import RunSchema
+    from jobs.tools.sample_data import generate as sample_items
+    from jobs.tools.sample_data import write_jsonl
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "in.jsonl"
+        write_jsonl(data, sample_items(items))
+        config = parse_config(
+            {
+                "input": {
+                    "path": str(data),
+                    "columns": {
+                        "query_id": "id",
+                        "input": "question",
+                        "output": "answer",
+                        "expected_output": "ground_truth",
+                        "context": "contexts",
+                    },
+                },
+                "output": {"path": str(Path(tmp) / "out")},
+            }
+        )
+        spec = input_spec(config)
+        shards = plan_shards(spec, list_input_files(spec), 2000)
+        started = time.monotonic()
+        shard_pair_keys(item_reader(config), RunSchema(), "fp", list(enumerate(shards)))
+        return items / (time.monotonic() - started)
+
+
+def journaling(items: int, baseline: Path | None) -> list[dict[str, Any]]:
+    """The zero-latency overhead run with the cache off, then on (a new store: every verdict
+    journaled); and, given `baseline` (a copy of the code before the store, e.g.
+    `git archive <commit> | tar -x -C DIR`), that code's run with its cache on."""
+    from bench import job_bench
+    from bench.job_bench import base_config, fake_judge, fake_judge_section, write_input
+
+    trees: list[tuple[str, Path, bool]] = [("this", ROOT, False), ("this", ROOT, True)]
+    if baseline is not None:
+        trees.insert(1, ("baseline", baseline, True))
+    results = []
+    with fake_judge() as url, tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "in.jsonl"
+        write_input(data, items, markers=True)
+        for n, (name, tree, cache) in enumerate(trees):
+            out = Path(tmp) / f"out-{n}"
+            judge = fake_judge_section(url, transport="http")
+            config = base_config(data, out, judge=judge, ray__workers=2)
+            config["rate_limit"] = {"max_concurrency": 128}
+            config["cache"] = {"enabled": cache}
+            # the job's processes (driver, Ray workers) import the tree's code first
+            job_bench.ROOT, job_bench.ENV = tree, {**job_bench.ENV, "PYTHONPATH": str(tree)}
+            try:
+                result = job_bench.run_job(config)
+            finally:
+                job_bench.ROOT, job_bench.ENV = (
+                    ROOT,
+                    dict(ENV, BENCH_JUDGE_KEY="bench-not-a-secret"),
+                )
+            timings = result["manifest"]["timings_s"]
+            results.append(
+                {
+                    "code": name,
+                    "cache": cache,
+                    "fan_out": timings["fan_out"],
+                    "lookup": timings.get("cache_lookup", 0.0),
+                    "wall": result["wall_s"],
+                    "items_per_s": items / timings["fan_out"],
+                }
+            )
+    return results
+
+
+def section(
+    store_size: int,
+    generated_s: float,
+    runs: list[dict[str, Any]],
+    keys_per_s: float,
+    journal: list[dict[str, Any]],
+    command: str,
+) -> str:
+    rows = [
+        f"| {r['items']:,} | {r['pairs']:,} | {r['hit_rate']:.1%} | {r['shards_staged']:,} | "
+        f"{r['seconds']:.1f} s | {r['driver_private_peak_mib']:.0f} MiB "
+        f"({r['driver_before_mib']:.0f} before the join; RSS {r['driver_peak_mib']:.0f}) | "
+        f"{r['workers_private_peak_mib']:.0f} MiB (RSS {r['workers_peak_mib']:.0f}) |"
+        for r in runs
+    ]
+    off, on = journal[0], journal[-1]
+    cost = 1 - on["items_per_s"] / off["items_per_s"]
+    base = next((r for r in journal if r["code"] == "baseline"), None)
+    return "\n".join(
+        [
+            "## Verdict store: lookup and journaling",
+            "",
+            header(command),
+            "",
+            f"A store of {store_size:,} verdicts (generated as one Parquet file per partition, "
+            f"{PARTITIONS} partitions, in {generated_s:.0f} s). Each run has {PAIRS_PER_ITEM} "
+            f"pairs an item, {ITEMS_PER_SHARD:,} items a shard, {HIT_SHARE:.0%} of its pairs "
+            "in the store. Lookup = the production join (`jobs.engine.cache_lookup."
+            "join_and_stage`: a Ray task per partition reading that partition's file, hits "
+            "spilled by block of shards, one staged file per shard), in a fresh process with "
+            "a local Ray of 2 CPUs; peaks sampled every 50 ms (the driver, and the largest Ray "
+            "worker process). Private = RSS less shared pages: the Ray object store is shared "
+            "memory mapped into each process that passes objects through it (bounded by the "
+            "store's size), so RSS grows with the objects passed, private memory with what a "
+            "process holds.",
+            "",
+            "| run items | pairs | hit rate | shards staged | lookup time | driver peak, private "
+            "| largest Ray worker peak, private |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Computing the pair keys from the input (step 2, Ray tasks over the shards): "
+            f"{keys_per_s:,.0f} items/s on one core (`shard_pair_keys`: read, check and hash "
+            "5 contexts an item), so about "
+            f"{1_000_000 / keys_per_s / 2:,.0f} s for 1M items on 2 cores.",
+            "",
+            "Journaling's cost on the zero-latency throughput (`bench.job_bench overhead`, http "
+            f"transport, 2 workers, {journal[0]['items_per_s'] * journal[0]['fan_out']:,.0f} "
+            "items; cache on = the lookup before the fan-out, every verdict journaled):",
+            "",
+            "| code | cache | throughput (fan-out) | fan-out time | lookup before it | wall |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {r['code']} | {'on' if r['cache'] else 'off'} | {r['items_per_s']:,.0f} "
+                f"items/s | {r['fan_out']:.1f} s | {r['lookup']:.1f} s | {r['wall']:.1f} s |"
+                for r in journal
+            ),
+            "",
+            f"Throughput with the store and its journal: {-cost:+.1%} against the cache off"
+            + (
+                f", {on['items_per_s'] / base['items_per_s'] - 1:+.1%} against the code before "
+                "the store with its cache on (baseline: per-region cache files written at each "
+                "shard's commit, no journal)."
+                if base is not None
+                else "."
+            ),
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--journal-items", type=int, default=20_000)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a copy of the code before the store (git archive <commit> | tar -x -C DIR): its "
+        "zero-latency run with the cache on is the journaling baseline",
+    )
+    parser.add_argument("--lookup", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    if args.lookup is not None:  # one run's lookup, in its own process
+        print(json.dumps(lookup(Path(args.folder), args.lookup, args.store)))
+        return 0
+    command = (
+        f"python -m bench.store_bench --store {args.store} --runs "
+        + " ".join(str(n) for n in args.runs)
+        + f" --journal-items {args.journal_items}"
+        + (" --baseline DIR" if args.baseline else "")
+    )
+    with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
+        generated = generate(Path(tmp), args.store)
+        print(f"store of {args.store:,} verdicts generated in {generated:.1f} s", flush=True)
+        runs = []
+        for items in args.runs:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.store_bench",
+                    "--store",
+                    str(args.store),
+                    "--lookup",
+                    str(items),
+                    "--folder",
+                    tmp,
+                ],
+                cwd=ROOT,
+                env=ENV,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(runs[-1], flush=True)
+    keys_per_s = key_rate()
+    print(f"keys: {keys_per_s:,.0f} items/s", flush=True)
+    journal = journaling(args.journal_items, args.baseline)
+    print(journal, flush=True)
+    text = section(args.store, generated, runs, keys_per_s, journal, command)
+    print(text)
+    if args.write:
+        write_section("## Verdict store: lookup and journaling", text)
+    print(f"load average: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

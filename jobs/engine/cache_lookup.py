@@ -1,0 +1,286 @@
+"""Before the fan-out: the verdicts the store already holds for the shards to judge.
+
+The verdict store (`jobs.verdict_store`) is partitioned by pair key, the run by shard; a
+worker must not read the store (100M verdicts) nor the run's keys (10M items). So, as the
+duplicate look-ahead does (`jobs.engine.lookahead`), a partitioned join, every step bounded:
+
+1. the journal left by earlier runs (a killed one's included) is folded into the partitions;
+2. Ray tasks read the shards (`_TASK_SHARDS` a task) and return their pair keys
+   (`shard_pair_keys`, the keys the worker will compute); the driver spills them to local
+   files, one per store partition (`_Spill`);
+3. one Ray task per partition with keys (`join_partition`) reads that partition's store files,
+   keeping only the run's keys, and returns the hits with their shard numbers; the driver
+   spills them again, by block of shards;
+4. each block is read back and every shard's hits are staged as
+   `<staging>/cache/<shard id>.parquet`, which its worker loads (`cached_verdicts`).
+
+Memory: one partition's keys on the driver, one store partition on a task, one block of hits;
+never the store, never the run. A rerun (same run id) looks again: the verdicts its killed
+predecessor journaled are in the store by then, so resume is per item, not per shard.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import polars as pl
+import pyarrow as pa
+
+from jobs.cache import Entries, decode_entries, encode_entries, pair_key
+from jobs.engine.plan import RunPlan
+from jobs.engine.shard_read import read_shard_records
+from jobs.inputs import Shard
+from jobs.inputs.records import ItemReader
+from jobs.schema import RunSchema
+from jobs.storage import Store
+from jobs.verdict_store import VerdictStore, partition_expr
+
+_TASK_SHARDS = 16
+"""Shards whose keys one Ray task computes."""
+_BLOCK_SHARDS = 8
+"""Hits are spilled and staged by blocks of this many consecutive shards (memory: one block's
+hits, 80,000 at 2,000 items a shard and 5 contexts an item)."""
+_BATCH_ROWS = 65_536
+"""Rows buffered before they are spread over the spill files."""
+_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+
+KEYS = pl.Schema({"shard": pl.Int64(), "pair_key": pl.String()})
+HITS = pl.Schema(
+    {
+        "shard": pl.Int64(),
+        "pair_key": pl.String(),
+        "relevant": pl.Boolean(),
+        "judge_reason": pl.String(),
+    }
+)
+
+
+def hits_path(store: Store, staging: str, shard_id: str) -> str:
+    """The staged file of a shard's verdicts found in the store (absent: none)."""
+    return store.join(staging, "cache", f"{shard_id}.parquet")
+
+
+def cached_verdicts(store: Store, staging: str, shard_id: str) -> Entries:
+    """A shard's verdicts found in the store before the fan-out (blocking)."""
+    return decode_entries(store.read_bytes(hits_path(store, staging, shard_id)))
+
+
+def shard_pair_keys(
+    reader: ItemReader,
+    tables: RunSchema,
+    fingerprint: str,
+    numbered: Sequence[tuple[int, Shard]],
+) -> pl.DataFrame:
+    """`KEYS` of every context of the shards' items, as their workers will key them (the
+    same reading and checks, `read_shard_records`). A Ray task body."""
+    shards: list[int] = []
+    keys: list[str] = []
+    for number, shard in numbered:
+        read = read_shard_records(reader, shard, number, tables)
+        for _, record in read.records:
+            item = record.to_scoring_item()
+            for position in range(len(item.contexts)):
+                shards.append(number)
+                keys.append(pair_key(fingerprint, item, position))
+    return pl.DataFrame({"shard": shards, "pair_key": keys}, schema=KEYS).unique()
+
+
+def join_partition(
+    verdicts: VerdictStore, partition: int, files: Sequence[str], keys: pl.DataFrame
+) -> pl.DataFrame:
+    """`HITS`: the run's `keys` (all in `partition`, whose store files are `files`) that the
+    store holds. A Ray task body."""
+    found = verdicts.lookup(partition, keys["pair_key"].unique(), files)
+    if found.is_empty():
+        return pl.DataFrame(schema=HITS)
+    return keys.join(found.drop("written_at"), on="pair_key", how="inner").select(HITS.names())
+
+
+class _Spill:
+    """Rows spread over local Arrow IPC files by an integer bucket column, read back a bucket
+    at a time."""
+
+    def __init__(self, folder: Path, bucket: pl.Expr, schema: pl.Schema) -> None:
+        self.folder = folder
+        self.schema = schema
+        self._bucket = bucket.alias("_bucket")
+        self._writers: dict[int, tuple[pa.ipc.RecordBatchStreamWriter, pa.NativeFile]] = {}
+        self._buffer: list[pl.DataFrame] = []
+        self._buffered = 0
+        self.rows = 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def add(self, rows: pl.DataFrame) -> None:
+        self._buffer.append(rows)
+        self._buffered += rows.height
+        self.rows += rows.height
+        if self._buffered >= _BATCH_ROWS:
+            self._write()
+
+    def _write(self) -> None:
+        if not self._buffered:
+            return
+        rows = pl.concat(self._buffer)
+        self._buffer, self._buffered = [], 0
+        for (bucket,), piece in (
+            rows.with_columns(self._bucket)
+            .partition_by("_bucket", as_dict=True, include_key=False)
+            .items()
+        ):
+            index = int(bucket)  # type: ignore[call-overload]
+            table = piece.to_arrow()
+            if index not in self._writers:
+                sink = pa.OSFile(str(self.folder / f"{index:06d}.arrow"), "wb")
+                self._writers[index] = (pa.ipc.new_stream(sink, table.schema, options=_IPC), sink)
+            self._writers[index][0].write_table(table)
+
+    def close(self) -> list[int]:
+        """Stop writing; the buckets that hold rows, in order."""
+        self._write()
+        for writer, sink in self._writers.values():
+            writer.close()
+            sink.close()
+        buckets = sorted(self._writers)
+        self._writers = {}
+        return buckets
+
+    def read(self, bucket: int) -> pl.DataFrame:
+        with pa.OSFile(str(self.folder / f"{bucket:06d}.arrow"), "rb") as source:
+            table = pa.ipc.open_stream(source).read_all()
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame.cast(self.schema) if frame.height else pl.DataFrame(schema=self.schema)
+
+
+def stored_pair_keys(
+    reader: ItemReader,
+    tables: RunSchema,
+    fingerprint: str,
+    shards: Sequence[Shard],
+    verdicts: VerdictStore,
+    scratch: Path,
+) -> Iterator[pl.Series]:
+    """In this process, without Ray and without writing to the store (`ctxprec estimate`):
+    the pair keys of `shards` that the store holds (its journal included), a partition at a
+    time. `scratch` is a local folder for the spilled keys."""
+    keys = _Spill(scratch / "keys", partition_expr(), KEYS)
+    for number, shard in enumerate(shards):
+        keys.add(shard_pair_keys(reader, tables, fingerprint, [(number, shard)]))
+    # the journal is small (each run folds it first): read once, whole
+    journal = verdicts.newest([verdicts.read_file(p) for p in verdicts.journal_files()])
+    for partition in keys.close():
+        wanted = keys.read(partition)["pair_key"].unique()
+        found = verdicts.lookup(partition, wanted)["pair_key"]
+        journaled = journal.filter(pl.col("pair_key").is_in(wanted.implode()))["pair_key"]
+        yield pl.concat([found, journaled]).unique()
+
+
+def _bounded(tasks: Iterator[Any], in_flight: int) -> Iterator[Any]:
+    """The results of Ray object refs from `tasks`, at most `in_flight` running at once."""
+    import ray
+
+    pending: list[Any] = []
+    for ref in tasks:
+        pending.append(ref)
+        if len(pending) >= in_flight:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+    for ref in pending:
+        yield ray.get(ref)
+
+
+def find_cached_verdicts(
+    plan: RunPlan,
+    todo: Sequence[tuple[int, Shard]],
+    verdicts: VerdictStore,
+    out: TextIO,
+) -> frozenset[str]:
+    """Stage, for every shard of `todo` ((number, shard) pairs of the run `plan`), the
+    verdicts the store holds for its pairs (see the module's doc); the ids of the shards
+    with some. Ray must be running."""
+    import ray
+
+    started = time.monotonic()
+    config = plan.config
+    folded = verdicts.fold_journal(writer=f"{plan.location.run_id}.fold")
+    options = task_options(config.ray.num_cpus_per_task, config.ray.max_task_retries)
+    keys_task = ray.remote(shard_pair_keys).options(**options)
+    in_flight = 2 * config.ray.workers
+    assert plan.parts.cache is not None
+    fingerprint = plan.parts.cache.fingerprint
+    groups = [todo[i : i + _TASK_SHARDS] for i in range(0, len(todo), _TASK_SHARDS)]
+    with tempfile.TemporaryDirectory(prefix="ctxprec-cache-") as tmp:
+        keys = _Spill(Path(tmp, "keys"), partition_expr(), KEYS)
+        reader, tables = plan.reader, plan.tables
+        for frame in _bounded(
+            (keys_task.remote(reader, tables, fingerprint, g) for g in groups), in_flight
+        ):
+            keys.add(frame)
+        shard_ids = [shard.shard_id for shard in plan.shards]
+        with_hits, found = join_and_stage(
+            keys,
+            verdicts,
+            (plan.store, plan.location.staging),
+            shard_ids,
+            options,
+            in_flight,
+            Path(tmp),
+        )
+    out.write(
+        f"verdict store: {found:,} of {keys.rows:,} pair(s) already judged, found for "
+        f"{len(with_hits)} shard(s) ({folded:,} journaled verdict(s) folded in; "
+        f"{time.monotonic() - started:.1f}s)\n"
+    )
+    return frozenset(with_hits)
+
+
+def task_options(num_cpus: float, retries: int) -> dict[str, Any]:
+    """The Ray options of the lookup's tasks."""
+    return {"num_cpus": num_cpus, "max_retries": retries, "scheduling_strategy": "SPREAD"}
+
+
+def join_and_stage(
+    keys: _Spill,
+    verdicts: VerdictStore,
+    staging: tuple[Store, str],
+    shard_ids: Sequence[str],
+    options: dict[str, Any],
+    in_flight: int,
+    scratch: Path,
+) -> tuple[list[str], int]:
+    """Steps 3 and 4 (see the module's doc) over the run's spilled `keys`: the ids of the
+    shards (by number, `shard_ids`) with hits, staged in `staging` (a store and the run's
+    staging folder in it), and the hits found. Ray must be running."""
+    import ray
+
+    join_task = ray.remote(join_partition).options(**options)
+    hits = _Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
+    stored = verdicts.files_by_partition()  # one listing; no task for a partition without files
+    partitions = [p for p in keys.close() if p in stored]
+    for frame in _bounded(
+        (join_task.remote(verdicts, p, stored[p], keys.read(p)) for p in partitions), in_flight
+    ):
+        hits.add(frame)
+    return _stage(staging, shard_ids, hits), hits.rows
+
+
+def _stage(staging: tuple[Store, str], shard_ids: Sequence[str], hits: _Spill) -> list[str]:
+    """Write each shard's hits to its staged file, a block of shards at a time."""
+    store, folder = staging
+    staged = []
+    for block in hits.close():
+        for (number,), piece in (
+            hits.read(block).partition_by("shard", as_dict=True, include_key=False).items()
+        ):
+            shard_id = shard_ids[int(number)]  # type: ignore[call-overload]
+            entries = {
+                key: (bool(relevant), reason or "")
+                for key, relevant, reason in piece.unique("pair_key").iter_rows()
+            }
+            store.write_parquet_atomic(hits_path(store, folder, shard_id), encode_entries(entries))
+            staged.append(shard_id)
+    return staged

@@ -1,0 +1,230 @@
+"""The verdict store in whole runs: a pair is found wherever it moves, and a run killed half-way
+(its driver, or one of its worker processes) is resumed per item from the workers' journals.
+
+Real parts only: the session's local Ray (the driver test: the driver's own Ray in a
+subprocess, as tests/integration/test_faults_process.py runs it), the fake judge over real
+HTTP on 127.0.0.1, real Parquet. Each item is one verdict request (its contexts fit in one
+call), so the judge's request count is the items judged.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import psutil  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from jobs.cache import pair_key
+from jobs.config import JobConfig, load_config
+from jobs.factory import cache_fingerprint
+from jobs.job import run_job
+from jobs.tools.estimate import estimate
+from jobs.tools.sample_data import write_jsonl
+from scorer_core.testing import FakeJudgeServer
+from tests.integration.test_faults_process import (
+    _driver_env,
+    _kill_group_and_ray,
+    lean_judge,
+    process_on_port,
+    ray_tmp,  # noqa: F401 - a fixture
+    run_in_thread,
+)
+from tests.support.fakes import JudgeFactory
+from tests.support.hooks import HoldRequests
+from tests.support.job import (
+    assert_all_true,
+    config_for,
+    llm_judge,
+    raw_config,
+    sample_item,
+    sample_job,
+    verdict_requests,
+)
+from tests.support.paths import REPO
+
+pytestmark = [pytest.mark.timeout(300)]
+
+
+def journaled_items(out: Path, config: JobConfig, rows: list[dict[str, Any]]) -> int:
+    """How many of `rows` have every verdict in the store (journal or partitions) on disk."""
+    folder = out / "_cache" / cache_fingerprint(config)
+    files = [p for p in folder.rglob("*.parquet") if not p.name.startswith(".")]
+    stored: set[str] = set()
+    for path in files:
+        try:
+            stored.update(pl.read_parquet(path, columns=["pair_key"])["pair_key"].to_list())
+        except (OSError, pl.exceptions.ComputeError):
+            continue  # deleted by a fold meanwhile
+    fingerprint = cache_fingerprint(config)
+    count = 0
+    for row in rows:
+        item = sample_item(row)
+        if all(pair_key(fingerprint, item, p) in stored for p in range(len(item.contexts))):
+            count += 1
+    return count
+
+
+def wait_journaled(out: Path, config: JobConfig, rows: list[dict[str, Any]], count: int) -> None:
+    """Wait until `count` items are journaled: within a flush interval of their replies."""
+    deadline = time.monotonic() + 60
+    while journaled_items(out, config, rows) < count:
+        assert time.monotonic() < deadline, f"{count} items never journaled"
+        time.sleep(0.2)
+
+
+# -- items that move -------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_moved_items_are_found_in_the_store_wherever_they_are(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    """2,000 items judged once; the same items shuffled and split into two files (a new
+    night's export): the rerun asks the judge nothing, and `ctxprec estimate` saw that
+    coming (0 calls, no cost, no time)."""
+    source, rows, out = sample_job(tmp_path, 2000, seed=53)
+    contexts = sum(len(row["contexts"]) for row in rows)
+    sections: dict[str, Any] = {
+        "judge": llm_judge(server),
+        "ray": {"shard_size": 250, "workers": 2},
+    }
+    first = run_job(config_for(source, out, run={"id": "night-1"}, **sections), out=io.StringIO())
+    calls_first = verdict_requests(server)
+    assert calls_first == 2000 and first.published.summary.items == 2000
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shuffled = list(rows)
+    random.Random(5).shuffle(shuffled)
+    write_jsonl(moved / "a.jsonl", iter(shuffled[:1100]))
+    write_jsonl(moved / "b.jsonl", iter(shuffled[1100:]))
+    config = config_for(moved, out, run={"id": "night-2"}, **sections)
+    planned = estimate(config)
+    assert planned.cache.share == 1.0 and planned.cache.calls_after_cache == 0
+    assert planned.cost_usd == 0.0 and planned.prompt_tokens.after_cache == 0
+    assert planned.wall_time.seconds == 0.0
+
+    log = io.StringIO()
+    second = run_job(config, out=log)
+    calls_second = verdict_requests(server) - calls_first
+    assert calls_second <= 0.01 * calls_first
+    assert calls_second == 0
+    assert second.published.summary.cache_hits == contexts
+    # every pair the run's shards hold was found (the same pair twice in a shard counts once)
+    assert re.search(r"verdict store: ([\d,]+) of \1 pair\(s\) already judged", log.getvalue())
+    assert_all_true(out, shuffled, second)
+
+
+# -- a worker process killed half-way ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_worker_killed_half_way_costs_only_its_last_seconds(
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+) -> None:
+    items, half = 200, 100
+    source, rows, out = sample_job(tmp_path, items, seed=59)
+    gate = HoldRequests(when=lambda arrival: arrival.number > half)
+    server = fake_judge(on_request=gate)
+    config = config_for(
+        source,
+        out,
+        judge=lean_judge(server),
+        rate_limit={"max_concurrency": 4},
+        ray={"shard_size": 50, "workers": 2, "max_task_retries": 2},
+        run={"id": "kill-a-worker", "date": "2026-12-01"},
+    )
+    run = run_in_thread(lambda: run_job(config, out=io.StringIO()))
+    try:
+        held = gate.wait_held(1)
+        wait_journaled(out, config, rows, half)  # every reply so far is in the journal
+        assert held[0].peer is not None
+        worker = process_on_port(held[0].peer[1])
+        worker.kill()  # the shards it held are not staged: Ray retries the worker
+    finally:
+        gate.release()
+    run.join()
+    assert run.error is None, repr(run.error)
+    outcome = run.value
+    assert outcome is not None
+    calls = verdict_requests(server)
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    assert items < calls <= 1.1 * items, calls
+    assert_all_true(out, rows, outcome)
+
+
+# -- the driver killed half-way ------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_driver_killed_half_way_is_resumed_per_item(
+    tmp_path: Path,
+    ray_tmp: str,  # noqa: F811 - the fixture imported above
+    judge_key: str,
+    fake_judge: JudgeFactory,
+) -> None:
+    items, half = 200, 100
+    source, rows, out = sample_job(tmp_path, items, seed=61)
+    run_id = "kill-the-driver"
+    gate = HoldRequests(when=lambda arrival: arrival.number > half)
+    server = fake_judge(on_request=gate)
+    raw = raw_config(
+        source,
+        out,
+        judge=lean_judge(server),
+        rate_limit={"max_concurrency": 4},
+        ray={"shard_size": 100, "workers": 2},  # every shard in flight at the kill
+        run={"date": "2026-12-01"},
+    )
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    config = load_config(config_path, [f"run.id={run_id}"])
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.context_precision",
+        "--config",
+        str(config_path),
+        "--set",
+        f"run.id={run_id}",
+    ]
+    with (tmp_path / "run1.log").open("wb") as sink:
+        first = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=_driver_env(ray_tmp),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    threading.Thread(target=lambda: (first.wait(), gate.give_up()), daemon=True).start()
+    try:
+        gate.wait_held(1, timeout_s=150)
+        assert first.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
+        wait_journaled(out, config, rows, half)
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        _kill_group_and_ray(first, ray_tmp)
+        gate.release()
+    assert first.returncode == -signal.SIGKILL
+    calls_first = verdict_requests(server)
+
+    log = io.StringIO()
+    outcome = run_job(config, out=log)
+    calls_second = verdict_requests(server) - calls_first
+    assert calls_first + calls_second <= 1.1 * items, (calls_first, calls_second)
+    assert calls_second <= items - half + 5
+    assert_all_true(out, rows, outcome)
+    assert outcome.published.summary.cache_hits > 0  # the journaled verdicts, from the store
