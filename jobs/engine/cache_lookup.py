@@ -38,6 +38,7 @@ from jobs.inputs.records import ItemReader
 from jobs.schema import RunSchema
 from jobs.storage import Store
 from jobs.verdict_store import VerdictStore, partition_expr
+from scorer_core.errors import InputError
 
 _TASK_SHARDS = 16
 """Shards whose keys one Ray task computes."""
@@ -76,11 +77,17 @@ def shard_pair_keys(
     numbered: Sequence[tuple[int, Shard]],
 ) -> pl.DataFrame:
     """`KEYS` of every context of the shards' items, as their workers will key them (the
-    same reading and checks, `read_shard_records`). A Ray task body."""
+    same reading and checks, `read_shard_records`). A Ray task body.
+
+    A shard that cannot be read (a corrupt page) gets no keys: the lookup only saves calls,
+    and the shard's own worker fails the run naming the file, as without a store."""
     shards: list[int] = []
     keys: list[str] = []
     for number, shard in numbered:
-        read = read_shard_records(reader, shard, number, tables)
+        try:
+            read = read_shard_records(reader, shard, number, tables)
+        except InputError:
+            continue
         for _, record in read.records:
             item = record.to_scoring_item()
             for position in range(len(item.contexts)):
