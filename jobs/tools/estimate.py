@@ -546,13 +546,7 @@ def estimate(
     calls = counts.verdict_calls + counts.reason_calls
     batch_mode = config.judge.mode == "batch"
     prompt_tokens = _prompt_tokens(config, scan)
-    reasons = counts.reason_calls * OUTPUT_TOKENS_PER_REASON
-    output_tokens = OutputTokens(
-        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        after_cache=(counts.pairs - counts.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
-        per_reason_call=OUTPUT_TOKENS_PER_REASON,
-    )
+    output_tokens = _output_tokens(counts)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
     if counts.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
@@ -575,6 +569,17 @@ def estimate(
         ),
         batch=_batches(config, scan.packer) if batch_mode else None,
         cache=_cache_share(probe, cache_note, counts, calls),
+    )
+
+
+def _output_tokens(counts: _Counts) -> OutputTokens:
+    """The replies' tokens: a verdict's for every pair, a reason's for every reason call."""
+    reasons = counts.reason_calls * OUTPUT_TOKENS_PER_REASON
+    return OutputTokens(
+        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        after_cache=(counts.pairs - counts.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
     )
 
 
