@@ -8,7 +8,7 @@ judged rows that all failed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,21 +85,7 @@ def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
             for name in spec.carry
             if name in available
         }
-    missing = [f"{col!r} ({fld})" for fld, col in required_columns(spec) if col not in available]
-    if missing:
-        raise InputError(
-            f"input column(s) {', '.join(missing)} missing in {first.path}; "
-            f"available columns: {sorted(available)}"
-        )
-    if context_type is not None and not (
-        pa.types.is_list(context_type)
-        or pa.types.is_large_list(context_type)
-        or pa.types.is_fixed_size_list(context_type)
-    ):
-        raise InputError(
-            f"column {spec.columns.context!r} (context) in {first.path} is {context_type}, "
-            "expected a list of strings; set a context_extractor to convert it"
-        )
+    check_columns(spec, first.path, available, context_type)
     return InputSchema(available, carried_columns(spec.carry, spec.carry_to_verdicts, types))
 
 
@@ -137,3 +123,25 @@ def _sample_jsonl(
             f"no valid JSON object in the first {lines} line(s) of {info.path}; is it JSON Lines?"
         )
     return tuple(keys), values
+
+
+def check_columns(
+    spec: InputSpec, path: str, available: Collection[str], context_type: pa.DataType | None
+) -> None:
+    """`InputError` naming `path` when a column the spec reads is missing from `available`,
+    or when the context column's type (`context_type`, from a Parquet schema) is not a list."""
+    missing = [f"{col!r} ({fld})" for fld, col in required_columns(spec) if col not in available]
+    if missing:
+        raise InputError(
+            f"input column(s) {', '.join(missing)} missing in {path}; "
+            f"available columns: {sorted(available)}"
+        )
+    if context_type is not None and not (
+        pa.types.is_list(context_type)
+        or pa.types.is_large_list(context_type)
+        or pa.types.is_fixed_size_list(context_type)
+    ):
+        raise InputError(
+            f"column {spec.columns.context!r} (context) in {path} is {context_type}, "
+            "expected a list of strings; set a context_extractor to convert it"
+        )

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 import fsspec
 import pyarrow as pa
 
-from jobs.inputs.columns import _read_parquet_schema, _sample_jsonl
+from jobs.inputs.columns import _read_parquet_schema, _sample_jsonl, check_columns
 from jobs.inputs.listing import FileInfo
 from jobs.inputs.opening import open_input
-from jobs.inputs.spec import InputSpec, required_columns
+from jobs.inputs.spec import InputSpec
 from jobs.storage import filesystem, retry_call
 from jobs.text_safety import encodable, escaped
 from scorer_core.errors import InputError
@@ -97,21 +97,7 @@ def _check_file(spec: InputSpec, info: FileInfo) -> None:
         available, _ = retry_call(
             lambda: _sample_jsonl(fs, fs_path, info, ()), what="read", url=info.path
         )
-    missing = [f"{col!r} ({fld})" for fld, col in required_columns(spec) if col not in available]
-    if missing:
-        raise InputError(
-            f"input column(s) {', '.join(missing)} missing in {info.path}; available columns: "
-            f"{sorted(available)}"
-        )
-    if context_type is not None and not (
-        pa.types.is_list(context_type)
-        or pa.types.is_large_list(context_type)
-        or pa.types.is_fixed_size_list(context_type)
-    ):
-        raise InputError(
-            f"column {spec.columns.context!r} (context) in {info.path} is {context_type}, "
-            "expected a list of strings; set a context_extractor to convert it"
-        )
+    check_columns(spec, info.path, available, context_type)
 
 
 def _head(fs: fsspec.AbstractFileSystem, fs_path: str) -> bytes:
