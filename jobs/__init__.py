@@ -37,6 +37,7 @@ Layers, bottom to top; each imports only its own layer and the ones below it
                   keys and judge), jobs.verdict_store (the content-addressed verdict store and
                   the workers' journal), jobs.records (the typed manifest), jobs.pricing,
                   jobs.formatting, jobs.stats (intervals and tests), jobs.sampling (which
-                  items a sampled run judges)
+                  items a sampled run judges), jobs.endpoints (which endpoint answers),
+                  jobs.config_yaml, jobs.text_safety, jobs.error_rate
     scorer_core   one item's score: judges, prompt, average precision; no Ray, fsspec or Polars
 """
