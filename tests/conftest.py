@@ -17,7 +17,9 @@ Helpers that are more than fixtures live in tests/support.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,6 +158,15 @@ def faulty_s3() -> Iterator[FaultyS3]:
 
 
 # -- Ray ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    """A private Ray temp dir for a driver started in a process of its own
+    (tests.support.processes.start_driver); short: Ray's socket paths must fit."""
+    path = tempfile.mkdtemp(prefix="ctxf-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

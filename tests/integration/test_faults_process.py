@@ -13,20 +13,15 @@ process to kill is the one at the other end of a held request's connection.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import io
 import json
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,7 +34,6 @@ from jobs.config import load_config
 from jobs.engine.driver import RunOutcome
 from jobs.engine.fanout import SHARDS_PER_WORKER
 from jobs.engine.lease import RunLocked
-from jobs.engine.ray_runtime import RAY_ENV
 from jobs.engine.worker import run_shard
 from jobs.factory import input_spec
 from jobs.inputs import Shard, list_input_files, plan_shards
@@ -50,13 +44,10 @@ from scorer_core.testing import Arrival, FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import (
-    KEY_ENV,
-    KEY_VALUE,
     assert_all_true,
     assert_complete,
     config_for,
     line_offsets,
-    llm_judge,
     raw_config,
     sample_job,
     scores_frame,
@@ -65,21 +56,19 @@ from tests.support.job import (
     verdict_requests,
     verdicts_frame,
 )
-from tests.support.paths import REPO
+from tests.support.processes import (
+    Outcome,
+    kill_group_and_ray,
+    lean_judge,
+    process_on_port,
+    ray_processes,
+    run_in_thread,
+    start_driver,
+)
 
 pytestmark = [pytest.mark.timeout(240)]
 
-HOLD_TIMEOUT_S = 120.0
-
-
 # -- helpers -------------------------------------------------------------------------------
-
-
-def lean_judge(server: FakeJudgeServer) -> dict[str, Any]:
-    """The fake judge over the lean HTTP transport (no litellm import in every worker). The
-    timeout is long: a held request waits as long as the test needs (a Ray worker's start on
-    a busy machine, say), and must not be retried meanwhile."""
-    return llm_judge(server, transport="http", timeout_s=HOLD_TIMEOUT_S)
 
 
 def shard_item_counts(source: Path, shards: list[Shard]) -> dict[str, int]:
@@ -95,51 +84,9 @@ def items_done(out: Path, location: RunLocation) -> set[str]:
     return {p.name.removesuffix(".parquet") for p in folder.glob("*.parquet")}
 
 
-def process_on_port(port: int) -> psutil.Process:
-    """The process of this test's Ray (one of its descendants) whose connection has local
-    port `port`: the client end of a request the fake judge holds."""
-    for proc in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if any(c.laddr and c.laddr.port == port for c in proc.net_connections(kind="tcp")):
-                return proc
-    raise AssertionError(f"no process of this test has a connection from port {port}")
-
-
 def client_processes(held: list[Arrival]) -> set[int]:
     """The pids of the processes that sent `held`."""
     return {process_on_port(arrival.peer[1]).pid for arrival in held if arrival.peer}
-
-
-class Outcome:
-    """A run in a thread: its outcome or its exception; `finished` is set when it ends."""
-
-    def __init__(self, target: Callable[[], RunOutcome], finished: threading.Event) -> None:
-        self.value: RunOutcome | None = None
-        self.error: BaseException | None = None
-        self.finished = finished
-        self._target = target
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.value = self._target()
-        except BaseException as exc:  # reported to the test
-            self.error = exc
-        finally:
-            self.finished.set()
-
-    def start(self) -> Outcome:
-        self.thread.start()
-        return self
-
-    def join(self, timeout_s: float = 180) -> Outcome:
-        self.thread.join(timeout_s)
-        assert not self.thread.is_alive(), "the run did not finish in time"
-        return self
-
-
-def run_in_thread(target: Callable[[], RunOutcome]) -> Outcome:
-    return Outcome(target, threading.Event()).start()
 
 
 # -- a Ray worker killed mid-task ---------------------------------------------------------------
@@ -228,54 +175,6 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
 # -- the driver killed mid-run ------------------------------------------------------------------
 
 
-def _driver_env(ray_tmp: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_ENV)
-    # A private Ray temp dir: the driver's own local Ray can neither find nor join a cluster
-    # someone else started with `ray start` (/tmp/ray/ray_current_cluster), and every process
-    # of it is recognisable by this path for cleanup.
-    env["RAY_TMPDIR"] = ray_tmp
-    env[KEY_ENV] = KEY_VALUE
-    env["PYTHONPATH"] = str(REPO)
-    return env
-
-
-def _kill_group_and_ray(proc: subprocess.Popen[bytes], ray_tmp: str) -> None:
-    """SIGKILL the driver's process group, reap it, then any process of its Ray left over."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    for _attempt in range(3):  # a dying raylet may still start a worker: look again
-        leftovers = _ray_processes(ray_tmp)
-        if not leftovers:
-            return
-        for other in leftovers:
-            with contextlib.suppress(psutil.Error):
-                other.kill()
-        psutil.wait_procs(leftovers, timeout=10)
-
-
-def _ray_processes(ray_tmp: str) -> list[psutil.Process]:
-    """Processes of the driver's Ray: they inherited its private RAY_TMPDIR (their command
-    lines do not say so: Ray workers rename themselves `ray::...`)."""
-    found = []
-    for other in psutil.process_iter():
-        try:
-            if other.environ().get("RAY_TMPDIR") == ray_tmp:
-                found.append(other)
-        except psutil.Error:
-            continue
-    return found
-
-
-@pytest.fixture
-def ray_tmp() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="ctxf-", dir="/tmp")  # short: Ray's socket paths must fit
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.mark.usefixtures("ray_local")
 def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
     tmp_path: Path, ray_tmp: str, judge_key: str, fake_judge: JudgeFactory
@@ -316,27 +215,17 @@ def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
     # First run, in its own process with its own local Ray: SIGKILL the driver's process
     # group while the run is held with two shards committed.
     log1 = tmp_path / "run1.log"
-    with log1.open("wb") as sink:
-        first = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=_driver_env(ray_tmp),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    # A driver that ends on its own (it should not) wakes the wait below at once.
-    threading.Thread(target=lambda: (first.wait(), gate.give_up()), daemon=True).start()
+    first = start_driver(command, log1, ray_tmp, gate)
     try:
         gate.wait_held(1, timeout_s=150)
         assert first.poll() is None, f"driver ended early:\n{log1.read_text()[-3000:]}"
         driver_pid = first.pid
         os.killpg(first.pid, signal.SIGKILL)
     finally:
-        _kill_group_and_ray(first, ray_tmp)
+        kill_group_and_ray(first, ray_tmp)
         gate.release()
     # (SIGKILL of the driver's group does not reach its Ray workers: Ray starts them in
-    # other process groups. `_kill_group_and_ray` finds them by their environment.)
+    # other process groups. `kill_group_and_ray` finds them by their environment.)
     assert first.returncode == -signal.SIGKILL
     requests_first = verdict_requests(server)
     done = items_done(out, location)  # final: nothing of run 1 is alive any more
@@ -391,32 +280,24 @@ def test_after_the_driver_is_sigkilled_no_process_of_its_ray_lives_on(
     )
     config_path = tmp_path / "job.yaml"
     config_path.write_text(yaml.safe_dump(raw))
-    with (tmp_path / "driver.log").open("wb") as sink:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)],
-            cwd=REPO,
-            env=_driver_env(ray_tmp),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    threading.Thread(target=lambda: (driver.wait(), gate.give_up()), daemon=True).start()
+    command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
+    driver = start_driver(command, tmp_path / "driver.log", ray_tmp, gate)
     try:
         gate.wait_held(1, timeout_s=150)
         assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-        assert _ray_processes(ray_tmp), "the driver's Ray is running"
+        assert ray_processes(ray_tmp), "the driver's Ray is running"
         os.kill(driver.pid, signal.SIGKILL)  # the driver alone, as an OOM killer does
         driver.wait(30)
         staged_at_kill = items_done(out, location)
         gate.release()  # the judge answers: a worker still alive would go on staging
         deadline = time.monotonic() + 10
-        while _ray_processes(ray_tmp) and time.monotonic() < deadline:
+        while ray_processes(ray_tmp) and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = [(p.pid, p.name()) for p in _ray_processes(ray_tmp)]
+        left = [(p.pid, p.name()) for p in ray_processes(ray_tmp)]
         assert left == [], f"processes of the dead driver's Ray still alive: {left}"
         assert items_done(out, location) == staged_at_kill
     finally:
-        _kill_group_and_ray(driver, ray_tmp)
+        kill_group_and_ray(driver, ray_tmp)
         gate.release()
 
 

@@ -14,9 +14,7 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,14 +31,6 @@ from jobs.job import run_job
 from jobs.tools.estimate import estimate
 from jobs.tools.sample_data import write_jsonl
 from scorer_core.testing import FakeJudgeServer
-from tests.integration.test_faults_process import (
-    _driver_env,
-    _kill_group_and_ray,
-    lean_judge,
-    process_on_port,
-    ray_tmp,  # noqa: F401 - a fixture
-    run_in_thread,
-)
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import (
@@ -52,7 +42,13 @@ from tests.support.job import (
     sample_job,
     verdict_requests,
 )
-from tests.support.paths import REPO
+from tests.support.processes import (
+    kill_group_and_ray,
+    lean_judge,
+    process_on_port,
+    run_in_thread,
+    start_driver,
+)
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -171,7 +167,7 @@ def test_a_worker_killed_half_way_costs_only_its_last_seconds(
 @pytest.mark.usefixtures("ray_local")
 def test_a_driver_killed_half_way_is_resumed_per_item(
     tmp_path: Path,
-    ray_tmp: str,  # noqa: F811 - the fixture imported above
+    ray_tmp: str,
     judge_key: str,
     fake_judge: JudgeFactory,
 ) -> None:
@@ -200,23 +196,14 @@ def test_a_driver_killed_half_way_is_resumed_per_item(
         "--set",
         f"run.id={run_id}",
     ]
-    with (tmp_path / "run1.log").open("wb") as sink:
-        first = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=_driver_env(ray_tmp),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    threading.Thread(target=lambda: (first.wait(), gate.give_up()), daemon=True).start()
+    first = start_driver(command, tmp_path / "run1.log", ray_tmp, gate)
     try:
         gate.wait_held(1, timeout_s=150)
         assert first.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
         wait_journaled(out, config, rows, half)
         os.killpg(first.pid, signal.SIGKILL)
     finally:
-        _kill_group_and_ray(first, ray_tmp)
+        kill_group_and_ray(first, ray_tmp)
         gate.release()
     assert first.returncode == -signal.SIGKILL
     calls_first = verdict_requests(server)
