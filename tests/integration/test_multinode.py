@@ -14,6 +14,7 @@ never joins it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -57,9 +58,10 @@ def barrier() -> Iterator[NodeBarrier]:
         yield barrier
 
 
-@pytest.fixture(scope="module")
-def cluster(barrier: NodeBarrier) -> Iterator[str]:
-    """The address of a two-node cluster whose workers know the barrier's address."""
+@contextlib.contextmanager
+def two_node_cluster(barrier: NodeBarrier) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A two-node cluster (tests.support.two_nodes) whose workers know the barrier's address:
+    its address, and its process (which takes `LOSE NODE` on stdin); stopped on exit."""
     env = {**os.environ, **RAY_ENV, BARRIER_ENV: barrier.address}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen(
@@ -74,10 +76,17 @@ def cluster(barrier: NodeBarrier) -> Iterator[str]:
     try:
         line = process.stdout.readline()
         assert line.startswith("ADDRESS "), f"the cluster did not start: {line!r}"
-        yield line.split()[1]
+        yield line.split()[1], process
     finally:
         process.stdin.close()
         process.wait(timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cluster(barrier: NodeBarrier) -> Iterator[str]:
+    """The address of a two-node cluster whose workers know the barrier's address."""
+    with two_node_cluster(barrier) as (address, _):
+        yield address
 
 
 def run_driver(tmp_path: Path, config: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -179,24 +188,8 @@ def test_on_s3_the_run_succeeds_with_shards_on_both_nodes(
 def losable_cluster(barrier: NodeBarrier) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A two-node cluster of this test's own (its second node is lost mid-run): its address
     and its process, which takes `LOSE NODE` on stdin."""
-    env = {**os.environ, **RAY_ENV, BARRIER_ENV: barrier.address}
-    env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.two_nodes"],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("ADDRESS "), f"the cluster did not start: {line!r}"
-        yield line.split()[1], process
-    finally:
-        process.stdin.close()
-        process.wait(timeout=300)
+    with two_node_cluster(barrier) as started:
+        yield started
 
 
 def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
