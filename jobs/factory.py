@@ -11,7 +11,6 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from jobs.cache import CacheSpec, judge_fingerprint
 from jobs.config import JobConfig
@@ -28,7 +27,7 @@ from scorer_core.errors import ConfigError
 from scorer_core.judge_spec import JudgeSpec
 from scorer_core.judge_spec import build_judge as build_core_judge
 from scorer_core.protocols import Judge, Limiter
-from scorer_core.response_format import ResponseFormatNegotiation, shared_negotiation
+from scorer_core.response_format import shared_negotiation
 from scorer_core.transports import resolve_transport
 
 
@@ -124,15 +123,6 @@ def build_judge(
         # after another probe the endpoint once, not once each.
         negotiation=shared_negotiation(judge_endpoint(config), judge_config.response_format),
     )
-
-
-def response_format_summary(judge: Judge) -> dict[str, Any] | None:
-    """The judge's structured-output negotiation as `ResponseFormatNegotiation.summary()`
-    reports it; None for a judge that negotiates nothing (the offline lexical judge)."""
-    negotiation = getattr(judge, "response_format", None)
-    if isinstance(negotiation, ResponseFormatNegotiation):
-        return negotiation.summary()
-    return None
 
 
 def workers_import_litellm(config: JobConfig) -> bool:

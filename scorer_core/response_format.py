@@ -230,6 +230,15 @@ class ResponseFormatNegotiation:
                 loop.call_soon_threadsafe(_settle, waiter)
 
 
+def negotiation_summary(judge: object) -> dict[str, Any] | None:
+    """A judge's structured-output negotiation as `ResponseFormatNegotiation.summary()`
+    reports it; None for a judge that negotiates nothing (the offline lexical judge)."""
+    negotiation = getattr(judge, "response_format", None)
+    if isinstance(negotiation, ResponseFormatNegotiation):
+        return negotiation.summary()
+    return None
+
+
 def _settle(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)

@@ -43,7 +43,7 @@ from jobs.verdict_store import Journal
 from scorer_core.errors import FatalJudgeError, StorageError
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
-from scorer_core.response_format import ResponseFormatNegotiation
+from scorer_core.response_format import negotiation_summary
 from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult
 
@@ -76,12 +76,9 @@ def judge_facts(judge: Judge) -> JudgeFacts:
     """What a worker's own judge settled on: its transport and structured-output negotiation
     (`jobs.engine.response_formats` combines them over the run's shards); empty for the
     offline judge. Not the CachingJudge around it, which hides the negotiation."""
-    negotiation = getattr(judge, "response_format", None)
     return JudgeFacts(
         transport=getattr(judge, "transport", None) or None,
-        response_format=(
-            negotiation.summary() if isinstance(negotiation, ResponseFormatNegotiation) else None
-        ),
+        response_format=negotiation_summary(judge),
     )
 
 

@@ -59,6 +59,7 @@ from scorer_core.metrics import (
     spearman,
 )
 from scorer_core.precision import context_precision
+from scorer_core.response_format import negotiation_summary
 from scorer_core.types import ScoreResult, Usage, as_verdict_flags
 
 _MAX_INVALID_EXAMPLES = 5
@@ -201,7 +202,7 @@ async def judge_items(
     Returns the results, the judge model and its structured-output negotiation (None for the
     offline judge)."""
     results, judge = await judge_labelled(config, items)
-    negotiated = factory.response_format_summary(judge)
+    negotiated = negotiation_summary(judge)
     form = None if negotiated is None else FormNegotiation.model_validate(negotiated)
     return list(results), judge.model, form
 

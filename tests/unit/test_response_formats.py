@@ -13,9 +13,9 @@ from jobs.config import parse_config
 from jobs.engine.manifest import judge_facts_of_run
 from jobs.engine.messages import JudgeFacts, ShardReport
 from jobs.engine.response_formats import RunResponseFormat, combine
-from jobs.factory import build_judge, judge_endpoint, response_format_summary
+from jobs.factory import build_judge, judge_endpoint
 from scorer_core.errors import ConfigError
-from scorer_core.response_format import DroppedForm
+from scorer_core.response_format import DroppedForm, negotiation_summary
 
 REFUSED = "HTTP 500: 1 validation error for Request ('body', 'response_format', 'type')"
 
@@ -60,7 +60,7 @@ def test_the_shared_negotiation_is_keyed_by_the_endpoint_the_judge_talks_to(
     )
     built = build_judge(config, None, api_key="k")
     assert judge_endpoint(config) == endpoint == built.endpoint
-    summary = response_format_summary(built)
+    summary = negotiation_summary(built)
     assert summary == {
         "endpoint": endpoint,
         "setting": "json_object",
@@ -75,7 +75,7 @@ def test_the_shared_negotiation_is_keyed_by_the_endpoint_the_judge_talks_to(
 
 def test_the_offline_judge_negotiates_nothing_and_the_setting_is_checked() -> None:
     lexical = build_judge(parse_config({"input": {"path": "x.jsonl"}}), None)
-    assert response_format_summary(lexical) is None
+    assert negotiation_summary(lexical) is None
     with pytest.raises(ConfigError, match=r"judge\.response_format"):
         parse_config({"input": {"path": "x.jsonl"}, "judge": {"response_format": "xml"}})
 
