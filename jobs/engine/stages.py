@@ -93,6 +93,17 @@ class CachedPairs:
         return {position for position, key in enumerate(keys) if key in self.cache.known}
 
 
+def cache_in_front(
+    own_judge: Judge, cache: VerdictCache | None, fingerprint: str, *, fresh_hits: bool
+) -> tuple[Judge, PairKeys]:
+    """The judge a shard's items are scored with (`cache` in front of `own_judge`, when the
+    run has one) and the pair keys its verdict rows are written with."""
+    if cache is None:
+        return own_judge, NoCache()
+    judge = CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits)
+    return judge, CachedPairs(cache, fingerprint)
+
+
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
     """Add one scored item to the progress counters."""
     u = result.usage
@@ -126,11 +137,7 @@ class OnlineStage:
     ) -> None:
         self.own_judge = own_judge
         self._counter = counter
-        self._cached = CachedPairs(cache, fingerprint) if cache is not None else None
-        self.judge: Judge = (
-            CachingJudge(own_judge, cache, fingerprint) if cache is not None else own_judge
-        )
-        self.pairs: PairKeys = self._cached or NoCache()
+        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
 
     @classmethod
     async def open(
@@ -176,15 +183,9 @@ class BatchPassStage:
         self._counter = counter
         self._cache = cache
         self._fingerprint = fingerprint
-        self._cached = CachedPairs(cache, fingerprint) if cache is not None else None
         # A shard's requests must be the same in every pass: no fresh hits within the shard
         # (which verdicts are fresh depends on the order replies arrive in).
-        self.judge: Judge = (
-            CachingJudge(own_judge, cache, fingerprint, fresh_hits=False)
-            if cache is not None
-            else own_judge
-        )
-        self.pairs: PairKeys = self._cached or NoCache()
+        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=False)
 
     @classmethod
     async def open(
