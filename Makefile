@@ -10,6 +10,7 @@ UV_VERSION := 0.13.9
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
+export ARROW_DEFAULT_MEMORY_POOL := jemalloc
 export UV_PYTHON_DOWNLOADS := never
 # Compile every installed module to bytecode at install time: Python otherwise compiles on each
 # import wherever it may not write .pyc files (PYTHONDONTWRITEBYTECODE, read-only images), and the

@@ -107,7 +107,8 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     """One run's lookup against the store under `folder` (a Ray task body's caller)."""
     import ray
 
-    from jobs.engine.cache_lookup import KEYS, _Spill, join_and_stage, task_options
+    from jobs.engine.cache_lookup import KEYS, join_and_stage, task_options
+    from jobs.engine.spill import Spill
     from jobs.verdict_store import partition_expr
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -120,7 +121,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     shard_ids = [f"{n:06d}" for n in range(shards)]
     pairs_per_shard = ITEMS_PER_SHARD * PAIRS_PER_ITEM
     scratch = Path(tempfile.mkdtemp(prefix="store-bench-"))
-    keys = _Spill(scratch / "keys", partition_expr(), KEYS)
+    keys = Spill(scratch / "keys", partition_expr(), KEYS)
     # the run's keys: per partition, the first `hits_per` of the store's and new ones; their
     # shard spread over the run
     store_per = store_size // PARTITIONS

@@ -7,7 +7,7 @@ duplicate look-ahead does (`jobs.engine.lookahead`), a partitioned join, every s
 1. the journal left by earlier runs (a killed one's included) is folded into the partitions;
 2. Ray tasks read the shards (`_TASK_SHARDS` a task) and return their pair keys
    (`shard_pair_keys`, the keys the worker will compute); the driver spills them to local
-   files, one per store partition (`_Spill`);
+   files, one per store partition (`Spill`);
 3. one Ray task per partition with keys (`join_partition`) reads that partition's store files,
    keeping only the run's keys, and returns the hits with their shard numbers; the driver
    spills them again, by block of shards;
@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import polars as pl
-import pyarrow as pa
 
 from jobs.cache import Entries, decode_entries, encode_entries, pair_key
 from jobs.engine.plan import RunPlan
 from jobs.engine.shard_read import read_shard_records
+from jobs.engine.spill import Spill
 from jobs.inputs import Shard
 from jobs.inputs.records import ItemReader
 from jobs.schema import RunSchema
@@ -45,9 +45,8 @@ _TASK_SHARDS = 16
 _BLOCK_SHARDS = 8
 """Hits are spilled and staged by blocks of this many consecutive shards (memory: one block's
 hits, 80,000 at 2,000 items a shard and 5 contexts an item)."""
-_BATCH_ROWS = 65_536
-"""Rows buffered before they are spread over the spill files."""
-_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+_TASK_KEYS = 65_536
+"""Keys a join task looks up at most (a partition with more gets several tasks)."""
 
 KEYS = pl.Schema({"shard": pl.Int64(), "pair_key": pl.String()})
 HITS = pl.Schema(
@@ -107,62 +106,6 @@ def join_partition(
     return keys.join(found.drop("written_at"), on="pair_key", how="inner").select(HITS.names())
 
 
-class _Spill:
-    """Rows spread over local Arrow IPC files by an integer bucket column, read back a bucket
-    at a time."""
-
-    def __init__(self, folder: Path, bucket: pl.Expr, schema: pl.Schema) -> None:
-        self.folder = folder
-        self.schema = schema
-        self._bucket = bucket.alias("_bucket")
-        self._writers: dict[int, tuple[pa.ipc.RecordBatchStreamWriter, pa.NativeFile]] = {}
-        self._buffer: list[pl.DataFrame] = []
-        self._buffered = 0
-        self.rows = 0
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def add(self, rows: pl.DataFrame) -> None:
-        self._buffer.append(rows)
-        self._buffered += rows.height
-        self.rows += rows.height
-        if self._buffered >= _BATCH_ROWS:
-            self._write()
-
-    def _write(self) -> None:
-        if not self._buffered:
-            return
-        rows = pl.concat(self._buffer)
-        self._buffer, self._buffered = [], 0
-        for (bucket,), piece in (
-            rows.with_columns(self._bucket)
-            .partition_by("_bucket", as_dict=True, include_key=False)
-            .items()
-        ):
-            index = int(bucket)  # type: ignore[call-overload]
-            table = piece.to_arrow()
-            if index not in self._writers:
-                sink = pa.OSFile(str(self.folder / f"{index:06d}.arrow"), "wb")
-                self._writers[index] = (pa.ipc.new_stream(sink, table.schema, options=_IPC), sink)
-            self._writers[index][0].write_table(table)
-
-    def close(self) -> list[int]:
-        """Stop writing; the buckets that hold rows, in order."""
-        self._write()
-        for writer, sink in self._writers.values():
-            writer.close()
-            sink.close()
-        buckets = sorted(self._writers)
-        self._writers = {}
-        return buckets
-
-    def read(self, bucket: int) -> pl.DataFrame:
-        with pa.OSFile(str(self.folder / f"{bucket:06d}.arrow"), "rb") as source:
-            table = pa.ipc.open_stream(source).read_all()
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
-        return frame.cast(self.schema) if frame.height else pl.DataFrame(schema=self.schema)
-
-
 def stored_pair_keys(
     reader: ItemReader,
     tables: RunSchema,
@@ -174,16 +117,17 @@ def stored_pair_keys(
     """In this process, without Ray and without writing to the store (`ctxprec estimate`):
     the pair keys of `shards` that the store holds (its journal included), a partition at a
     time. `scratch` is a local folder for the spilled keys."""
-    keys = _Spill(scratch / "keys", partition_expr(), KEYS)
+    keys = Spill(scratch / "keys", partition_expr(), KEYS)
     for number, shard in enumerate(shards):
         keys.add(shard_pair_keys(reader, tables, fingerprint, [(number, shard)]))
     # the journal is small (each run folds it first): read once, whole
     journal = verdicts.newest([verdicts.read_file(p) for p in verdicts.journal_files()])
     for partition in keys.close():
-        wanted = keys.read(partition)["pair_key"].unique()
-        found = verdicts.lookup(partition, wanted)["pair_key"]
-        journaled = journal.filter(pl.col("pair_key").is_in(wanted.implode()))["pair_key"]
-        yield pl.concat([found, journaled]).unique()
+        for chunk in keys.chunks(partition, _TASK_KEYS):
+            wanted = chunk["pair_key"].unique()
+            found = verdicts.lookup(partition, wanted)["pair_key"]
+            journaled = journal.filter(pl.col("pair_key").is_in(wanted.implode()))["pair_key"]
+            yield pl.concat([found, journaled]).unique()
 
 
 def _bounded(tasks: Iterator[Any], in_flight: int) -> Iterator[Any]:
@@ -221,7 +165,7 @@ def find_cached_verdicts(
     fingerprint = plan.parts.cache.fingerprint
     groups = [todo[i : i + _TASK_SHARDS] for i in range(0, len(todo), _TASK_SHARDS)]
     with tempfile.TemporaryDirectory(prefix="ctxprec-cache-") as tmp:
-        keys = _Spill(Path(tmp, "keys"), partition_expr(), KEYS)
+        keys = Spill(Path(tmp, "keys"), partition_expr(), KEYS)
         reader, tables = plan.reader, plan.tables
         for frame in _bounded(
             (keys_task.remote(reader, tables, fingerprint, g) for g in groups), in_flight
@@ -251,7 +195,7 @@ def task_options(num_cpus: float, retries: int) -> dict[str, Any]:
 
 
 def join_and_stage(
-    keys: _Spill,
+    keys: Spill,
     verdicts: VerdictStore,
     staging: tuple[Store, str],
     shard_ids: Sequence[str],
@@ -265,17 +209,20 @@ def join_and_stage(
     import ray
 
     join_task = ray.remote(join_partition).options(**options)
-    hits = _Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
+    hits = Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
     stored = verdicts.files_by_partition()  # one listing; no task for a partition without files
     partitions = [p for p in keys.close() if p in stored]
-    for frame in _bounded(
-        (join_task.remote(verdicts, p, stored[p], keys.read(p)) for p in partitions), in_flight
-    ):
+    tasks = (
+        join_task.remote(verdicts, p, stored[p], chunk)
+        for p in partitions
+        for chunk in keys.chunks(p, _TASK_KEYS)
+    )
+    for frame in _bounded(tasks, in_flight):
         hits.add(frame)
     return _stage(staging, shard_ids, hits), hits.rows
 
 
-def _stage(staging: tuple[Store, str], shard_ids: Sequence[str], hits: _Spill) -> list[str]:
+def _stage(staging: tuple[Store, str], shard_ids: Sequence[str], hits: Spill) -> list[str]:
     """Write each shard's hits to its staged file, a block of shards at a time."""
     store, folder = staging
     staged = []

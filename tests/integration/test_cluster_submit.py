@@ -51,7 +51,7 @@ RUN_ID = "cluster-test"
 # inherits.
 CLUSTER_ENV_VARS = RAY_ENV
 # Job-level variables passed with --runtime-env-json (the way docs/cluster.md passes
-# credentials). Not the three above: the driver's `start_ray` passes those to its own
+# credentials). Not the RAY_ENV ones: the driver's `start_ray` passes those to its own
 # `ray.init(runtime_env=...)`, and Ray refuses to merge a job whose runtime_env names the same
 # variable (see test_job_level_env_vars_the_driver_also_sets).
 JOB_ENV_VARS = {"POLARS_MAX_THREADS": "1"}  # 2 shared cores: keep Polars from oversubscribing
