@@ -18,10 +18,10 @@ from collections import deque
 from typing import Any
 
 from jobs.engine.budget import BudgetSettings
-from jobs.engine.dispatch import BoardNews, Lease, ShardBoard
+from jobs.engine.dispatch import BoardNews, ShardBoard
 from jobs.engine.governor import Completion, RunGovernor
 from jobs.engine.limiter import PacingState
-from jobs.engine.messages import ShardReport
+from jobs.engine.messages import Lease, ShardReport
 from jobs.engine.progress import COUNTERS
 
 

@@ -5,7 +5,12 @@ lane is free it asks the board for the next shard. So a worker reads its next sh
 current shard's last replies are outstanding, and the driver never waits for a task to start
 between shards. The board records each lease; when Ray retries a worker whose process died,
 the new attempt `rejoin`s first and gets its unfinished shards back (each shard is staged all
-or nothing, so a shard run twice is written once).
+or nothing, so a shard run twice is written once). They are kept for that worker alone: the
+new attempt answers them from its dead attempt's journal (`jobs.verdict_store.Journal.
+take_over`), which another worker does not read, so a shard taken by another worker would be
+judged again (seen: a retried worker still reading the journal while another worker's free
+lane took one of its shards, 48 paid calls again). A worker that dies more often than Ray
+retries fails the run, so reserved shards never wait for nobody.
 
 The first fatal judge report or failed shard stops the board: no more shards are handed out,
 and the driver cancels the workers. Pure logic (tested without Ray), held by the run's
@@ -17,11 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from jobs.engine.messages import ShardReport
-from jobs.inputs import Shard
-
-Lease = tuple[int, Shard, int]
-"""What a worker gets: (the shard's number in the run, the shard, its slot in its file)."""
+from jobs.engine.messages import Lease, ShardReport
 
 
 @dataclass(frozen=True)
@@ -40,22 +41,30 @@ class ShardBoard:
 
     todo: deque[Lease]
     _leases: dict[str, dict[str, Lease]] = field(default_factory=dict)
+    _reserved: dict[str, deque[Lease]] = field(default_factory=dict)
     _new_reports: list[ShardReport] = field(default_factory=list)
     failure: str | None = None
     stopped: bool = False
 
     def rejoin(self, worker: str) -> int:
-        """A (re)started worker: its unfinished shards go back to the front of the queue."""
-        held = self._leases.pop(worker, {})
-        for lease in sorted(held.values(), key=lambda lease: lease[0], reverse=True):
-            self.todo.appendleft(lease)
-        return len(held)
+        """A (re)started worker: the shards its dead attempts held are kept for it, handed
+        out to it before any other. Returns how many it has to take back."""
+        held = sorted(self._leases.pop(worker, {}).values(), key=lambda lease: lease[0])
+        reserved = self._reserved.setdefault(worker, deque())
+        reserved.extendleft(reversed(held))
+        return len(reserved)
 
     def next_shard(self, worker: str) -> Lease | None:
         """The next shard for `worker`, or None when there is none (or the run stopped)."""
-        if self.stopped or not self.todo:
+        if self.stopped:
             return None
-        lease = self.todo.popleft()
+        reserved = self._reserved.get(worker)
+        if reserved:
+            lease = reserved.popleft()
+        elif self.todo:
+            lease = self.todo.popleft()
+        else:
+            return None
         self._leases.setdefault(worker, {})[lease[1].shard_id] = lease
         return lease
 
@@ -73,11 +82,13 @@ class ShardBoard:
         self.stopped = True
 
     def held_by(self, worker: str) -> list[str]:
-        """The shards `worker` holds, in run order."""
-        return [lease[1].shard_id for lease in sorted(self._leases.get(worker, {}).values())]
+        """The shards `worker` holds or has to take back, in run order."""
+        held = [*self._leases.get(worker, {}).values(), *self._reserved.get(worker, ())]
+        return [lease[1].shard_id for lease in sorted(held, key=lambda lease: lease[0])]
 
     def poll(self) -> BoardNews:
         """The reports since the last poll, the failure if any, and how much is left."""
         reports, self._new_reports = self._new_reports, []
         leased = sum(len(held) for held in self._leases.values())
-        return BoardNews(reports, self.failure, len(self.todo), leased)
+        waiting = len(self.todo) + sum(len(kept) for kept in self._reserved.values())
+        return BoardNews(reports, self.failure, waiting, leased)

@@ -22,7 +22,7 @@ def shard(n: int) -> Shard:
 
 
 def board(count: int) -> ShardBoard:
-    return ShardBoard(deque((n, shard(n), n) for n in range(count)))
+    return ShardBoard(deque((n, shard(n)) for n in range(count)))
 
 
 def test_shards_go_out_in_order_and_come_back_as_reports() -> None:
@@ -42,9 +42,35 @@ def test_a_restarted_worker_takes_back_what_it_held_first() -> None:
     b.next_shard("w1")
     b.next_shard("w1")
     b.next_shard("w2")
-    assert b.rejoin("w1") == 2  # its process died: s0 and s1 go back to the front
+    assert b.rejoin("w1") == 2  # its process died: s0 and s1 are kept for its new attempt
+    assert b.held_by("w1") == ["s0", "s1"]
+    assert b.poll().waiting == 3
     assert [b.next_shard("w1")[1].shard_id for _ in range(2)] == ["s0", "s1"]  # type: ignore[index]
     assert b.rejoin("w3") == 0
+
+
+def test_the_shards_of_a_dead_worker_wait_for_its_new_attempt_alone() -> None:
+    """Only the new attempt reads its dead attempt's journal: another worker taking one of
+    those shards would judge its pairs again."""
+    b = board(4)
+    for _ in range(2):
+        b.next_shard("w1")
+    for _ in range(2):
+        b.next_shard("w2")
+    assert b.rejoin("w1") == 2
+    assert b.next_shard("w2") is None  # a free lane of another worker finds nothing to take
+    assert b.next_shard("w1")[1].shard_id == "s0"  # type: ignore[index]
+    assert b.rejoin("w1") == 2  # died again, holding s0, before taking s1: both kept, in order
+    assert [b.next_shard("w1")[1].shard_id for _ in range(2)] == ["s0", "s1"]  # type: ignore[index]
+    assert b.next_shard("w1") is None
+
+
+def test_kept_shards_come_before_the_queue() -> None:
+    b = board(3)
+    b.next_shard("w1")
+    b.rejoin("w1")
+    assert [b.next_shard("w1")[1].shard_id for _ in range(3)] == ["s0", "s1", "s2"]  # type: ignore[index]
+    assert b.next_shard("w2") is None
 
 
 def test_a_failure_or_a_fatal_report_stops_handing_out_shards() -> None:
