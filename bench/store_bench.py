@@ -4,13 +4,14 @@
 
 1. A store of `--store` verdicts is generated directly as the store's files (one Parquet file
    per partition, random pair keys, as a compacted store holds them).
-2. For each run size, in a fresh process with its own local Ray (2 CPUs): the run's pair keys
-   (5 per item, 2,000 items a shard; 80% of them taken from the store, 20% new) are spilled by
-   partition as the driver spills them, then the production join (`join_and_stage`: one Ray task
-   per partition, hits spilled by block of shards, one staged file per shard) runs against the
-   store. Measured: its wall time, the hit rate, the driver's peak RSS during the join and the
-   peak RSS of the Ray worker processes. (Computing the keys from the input, step 2 of the
-   lookup, is measured apart: `shard_pair_keys` per item, in one process.)
+2. For each run size, in a fresh process with its own local Ray (2 CPUs): Ray tasks make the
+   run's pair keys (5 per item, 2,000 items a shard; 80% of them taken from the store, 20% new)
+   and the driver spills them by partition as it spills `shard_pair_keys`' in production; then
+   the production join (`join_and_stage`: Ray tasks of a partition's keys, hits spilled by
+   block of shards, one staged file per shard) runs against the store. Measured: the join's
+   wall time, the hit rate, the driver's peak memory from the first keys to the last staged
+   file and the peak of the Ray worker processes. (Computing the keys from the input, step 2
+   of the lookup, is measured apart: `shard_pair_keys` per item, in one process.)
 3. Journaling's cost on the zero-latency throughput: `bench.job_bench`'s overhead run (http
    transport, 2 workers) with the cache off, then on (a new store: every verdict judged and
    journaled); with `--baseline DIR` (the code before the store, `git archive`d there) also
@@ -46,17 +47,18 @@ HIT_SHARE = 0.8
 REASON = "The passage states the fact the query asks about."
 
 
-def _keys(partition: int, count: int, seed: int) -> list[str]:
-    """`count` random pair keys of one partition (32 hex digits, the first two its number)."""
-    raw = random_bytes(seed, 15 * count).hex()
-    prefix = f"{partition:02x}"
-    return [prefix + raw[i * 30 : i * 30 + 30] for i in range(count)]
-
-
-def random_bytes(seed: int, size: int) -> bytes:
+def _keys(partition: int, count: int, seed: int) -> pl.Series:
+    """`count` random pair keys of one partition (32 hex digits, the first two its number),
+    made without a Python string each (a generator's leftovers would be measured as the
+    lookup's: the Ray workers that make the run's keys also run its join)."""
     import random
 
-    return random.Random(seed).randbytes(size)
+    import pyarrow as pa
+
+    raw = pa.py_buffer(random.Random(seed).randbytes(15 * count))
+    array = pa.FixedSizeBinaryArray.from_buffers(pa.binary(15), count, [None, raw])
+    digits = pl.Series(array.cast(pa.binary())).bin.encode("hex")
+    return (f"{partition:02x}" + digits).alias("pair_key")
 
 
 def generate(folder: Path, verdicts: int) -> float:
@@ -88,13 +90,15 @@ def _memory_mib(process: Any) -> tuple[float, float]:
     return info.rss / 2**20, (info.rss - info.shared) / 2**20
 
 
-def _ray_workers_mib() -> tuple[float, float]:
-    """The largest (RSS, private) among this process's Ray worker processes."""
+def _ray_workers_mib(exclude: frozenset[int] = frozenset()) -> tuple[float, float]:
+    """The largest (RSS, private) among this process's Ray worker processes but `exclude`."""
     import psutil
 
     rss = private = 0.0
     for process in psutil.Process().children(recursive=True):
         try:
+            if process.pid in exclude:
+                continue
             if " ".join(process.cmdline()).startswith("ray::"):
                 r, p = _memory_mib(process)
                 rss, private = max(rss, r), max(private, p)
@@ -103,74 +107,103 @@ def _ray_workers_mib() -> tuple[float, float]:
     return rss, private
 
 
+def run_keys(partition: int, items: int, store_size: int) -> pl.DataFrame:
+    """One partition's share of a run's pair keys (`KEYS`): the first `HIT_SHARE` taken from
+    the store's keys of that partition, the rest new; their shards spread over the run. A Ray
+    task body: the driver receives the keys as it receives `shard_pair_keys`' in production."""
+    from jobs.engine.cache_lookup import KEYS
+
+    per_partition = items * PAIRS_PER_ITEM // PARTITIONS
+    hits_per = int(per_partition * HIT_SHARE)
+    known = _keys(partition, store_size // PARTITIONS, seed=partition).head(hits_per)
+    new = _keys(partition, per_partition - hits_per, seed=10_000 + partition)
+    base = partition * per_partition
+    pairs_per_shard = ITEMS_PER_SHARD * PAIRS_PER_ITEM
+    return pl.DataFrame(
+        {
+            "shard": pl.int_range(base, base + per_partition, eager=True) // pairs_per_shard,
+            "pair_key": pl.concat([known, new]),
+        },
+        schema=KEYS,
+    )
+
+
+def run_keys_task(partition: int, items: int, store_size: int) -> tuple[int, pl.DataFrame]:
+    """`run_keys` and the process that made them (excluded from the join's measure)."""
+    return os.getpid(), run_keys(partition, items, store_size)
+
+
+class _Peaks:
+    """The driver's and the largest Ray worker's memory peaks, sampled every 50 ms."""
+
+    def __init__(self, exclude: frozenset[int] = frozenset()) -> None:
+        import psutil
+
+        self._exclude = exclude
+        self._me = psutil.Process()
+        self.before = _memory_mib(self._me)
+        self.peaks = {"driver": 0.0, "driver_private": 0.0, "workers": 0.0, "workers_private": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            for name, (rss, private) in (
+                ("driver", _memory_mib(self._me)),
+                ("workers", _ray_workers_mib(self._exclude)),
+            ):
+                self.peaks[name] = max(self.peaks[name], rss)
+                self.peaks[f"{name}_private"] = max(self.peaks[f"{name}_private"], private)
+            self._stop.wait(0.05)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks
+
+
 def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
-    """One run's lookup against the store under `folder` (a Ray task body's caller)."""
+    """One run's lookup against the store under `folder`, from the keys arriving on the
+    driver (step 2's spill) to the staged hits (steps 3 and 4)."""
     import ray
 
-    from jobs.engine.cache_lookup import KEYS, join_and_stage, task_options
+    from jobs.engine.cache_lookup import KEYS, _bounded, join_and_stage, task_options
     from jobs.engine.spill import Spill
     from jobs.verdict_store import partition_expr
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     store = open_store(str(folder))
     verdicts = VerdictStore(store, "_cache/bench")
-    pairs = items * PAIRS_PER_ITEM
-    per_partition = pairs // PARTITIONS
-    hits_per = int(per_partition * HIT_SHARE)
     shards = -(-items // ITEMS_PER_SHARD)
     shard_ids = [f"{n:06d}" for n in range(shards)]
-    pairs_per_shard = ITEMS_PER_SHARD * PAIRS_PER_ITEM
     scratch = Path(tempfile.mkdtemp(prefix="store-bench-"))
-    keys = Spill(scratch / "keys", partition_expr(), KEYS)
-    # the run's keys: per partition, the first `hits_per` of the store's and new ones; their
-    # shard spread over the run
-    store_per = store_size // PARTITIONS
-    for partition in range(PARTITIONS):
-        known = _keys(partition, store_per, seed=partition)[:hits_per]
-        new = _keys(partition, per_partition - hits_per, seed=10_000 + partition)
-        mine = known + new
-        base = partition * per_partition
-        keys.add(
-            pl.DataFrame(
-                {
-                    "shard": [(base + i) // pairs_per_shard for i in range(len(mine))],
-                    "pair_key": mine,
-                },
-                schema=KEYS,
-            )
-        )
-    import psutil
-
-    me = psutil.Process()
-    before = _memory_mib(me)
-    peaks = {"driver": 0.0, "driver_private": 0.0, "workers": 0.0, "workers_private": 0.0}
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            for name, (rss, private) in (
-                ("driver", _memory_mib(me)),
-                ("workers", _ray_workers_mib()),
-            ):
-                peaks[name] = max(peaks[name], rss)
-                peaks[f"{name}_private"] = max(peaks[f"{name}_private"], private)
-            stop.wait(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    started = time.monotonic()
-    staged, found = join_and_stage(
-        keys,
-        verdicts,
-        (store, f"_staging/run_id=bench-{items}"),
-        shard_ids,
-        task_options(0.5, 0),
-        4,
-        scratch,
+    options = task_options(0.5, 0)
+    # The generator's tasks in workers of their own (another runtime env), left out of the
+    # workers measured: what they keep is the bench's, not the job's.
+    keys_task = ray.remote(run_keys_task).options(
+        **options, runtime_env={"env_vars": {"STORE_BENCH_ROLE": "keys"}}
     )
-    seconds = time.monotonic() - started
-    stop.set()
-    sampler.join()
+    ray.get(keys_task.remote(0, 1, store_size))  # the workers started before measuring
+    peaks = _Peaks()
+    before = peaks.before[1]
+    started = time.monotonic()
+    keys = Spill(scratch / "keys", partition_expr(), KEYS)
+    generators: set[int] = set()
+    tasks = (keys_task.remote(p, items, store_size) for p in range(PARTITIONS))
+    for pid, frame in _bounded(tasks, 4):
+        generators.add(pid)
+        keys.add(frame)
+    keyed = time.monotonic()
+    keys_peak = peaks.stop()
+    peaks = _Peaks(exclude=frozenset(generators))
+    staged, found = join_and_stage(
+        keys, verdicts, (store, f"_staging/run_id=bench-{items}"), shard_ids, options, 4, scratch
+    )
+    seconds = time.monotonic() - keyed
+    peak = peaks.stop()
+    peak["driver_private"] = max(peak["driver_private"], keys_peak["driver_private"])
+    peak["driver"] = max(peak["driver"], keys_peak["driver"])
     ray.shutdown()
     return {
         "items": items,
@@ -178,9 +211,10 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
         "hits": found,
         "hit_rate": found / keys.rows,
         "shards_staged": len(staged),
+        "keys_seconds": keyed - started,
         "seconds": seconds,
-        "driver_before_mib": before[1],
-        **{f"{name}_peak_mib": value for name, value in peaks.items()},
+        "driver_before_mib": before,
+        **{f"{name}_peak_mib": value for name, value in peak.items()},
     }
 
 
@@ -273,7 +307,7 @@ def section(
     rows = [
         f"| {r['items']:,} | {r['pairs']:,} | {r['hit_rate']:.1%} | {r['shards_staged']:,} | "
         f"{r['seconds']:.1f} s | {r['driver_private_peak_mib']:.0f} MiB "
-        f"({r['driver_before_mib']:.0f} before the join; RSS {r['driver_peak_mib']:.0f}) | "
+        f"({r['driver_before_mib']:.0f} before the lookup; RSS {r['driver_peak_mib']:.0f}) | "
         f"{r['workers_private_peak_mib']:.0f} MiB (RSS {r['workers_peak_mib']:.0f}) |"
         for r in runs
     ]
@@ -289,11 +323,15 @@ def section(
             f"A store of {store_size:,} verdicts (generated as one Parquet file per partition, "
             f"{PARTITIONS} partitions, in {generated_s:.0f} s). Each run has {PAIRS_PER_ITEM} "
             f"pairs an item, {ITEMS_PER_SHARD:,} items a shard, {HIT_SHARE:.0%} of its pairs "
-            "in the store. Lookup = the production join (`jobs.engine.cache_lookup."
-            "join_and_stage`: a Ray task per partition reading that partition's file, hits "
-            "spilled by block of shards, one staged file per shard), in a fresh process with "
-            "a local Ray of 2 CPUs; peaks sampled every 50 ms (the driver, and the largest Ray "
-            "worker process). Private = RSS less shared pages: the Ray object store is shared "
+            "in the store. Ray tasks hand the run's keys to the driver, which spills them by "
+            "store partition (`jobs.engine.spill.Spill`, as it spills `shard_pair_keys`' in "
+            "production); lookup time = the production join (`jobs.engine.cache_lookup."
+            "join_and_stage`: Ray tasks of at most 65,536 keys of a partition, each reading "
+            "that partition's file, hits spilled by block of shards, one staged file per "
+            "shard), in a fresh process with a local Ray of 2 CPUs and Arrow on jemalloc "
+            "(`RAY_ENV`); peaks sampled every 50 ms: the driver's from the first keys to the "
+            "last staged file, the largest Ray worker process's during the join. Private = "
+            "RSS less shared pages: the Ray object store is shared "
             "memory mapped into each process that passes objects through it (bounded by the "
             "store's size), so RSS grows with the objects passed, private memory with what a "
             "process holds.",

@@ -6,17 +6,20 @@ duplicate look-ahead does (`jobs.engine.lookahead`), a partitioned join, every s
 
 1. the journal left by earlier runs (a killed one's included) is folded into the partitions;
 2. Ray tasks read the shards (`_TASK_SHARDS` a task) and return their pair keys
-   (`shard_pair_keys`, the keys the worker will compute); the driver spills them to local
-   files, one per store partition (`Spill`);
-3. one Ray task per partition with keys (`join_partition`) reads that partition's store files,
-   keeping only the run's keys, and returns the hits with their shard numbers; the driver
-   spills them again, by block of shards;
+   (`shard_pair_keys`, the keys the worker will compute); the driver files them on local disk
+   by store partition (`jobs.engine.spill.Spill`: one writer at a time, whatever the buckets);
+3. Ray tasks (`join_keys`) of about `_TASK_KEYS` keys each (several small partitions packed
+   in one, a large one spread over several: `_packs`) read the store files of those keys'
+   partitions, one partition at a time, keep only the run's keys, and return the hits with
+   their shard numbers; the driver files them again, by block of shards;
 4. each block is read back and every shard's hits are staged as
    `<staging>/cache/<shard id>.parquet`, which its worker loads (`cached_verdicts`).
 
-Memory: one partition's keys on the driver, one store partition on a task, one block of hits;
-never the store, never the run. A rerun (same run id) looks again: the verdicts its killed
-predecessor journaled are in the store by then, so resume is per item, not per shard.
+Memory: on the driver, the spill's buffer, a task's keys and one block of hits; on a task,
+its keys and one store partition. None of them grows with the run (docs/benchmarks.md,
+"Verdict store"); never the store, never the run. A rerun (same run id) looks again: the
+verdicts its killed predecessor journaled are in the store by then, so resume is per item,
+not per shard.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ _TASK_SHARDS = 16
 _BLOCK_SHARDS = 8
 """Hits are spilled and staged by blocks of this many consecutive shards (memory: one block's
 hits, 80,000 at 2,000 items a shard and 5 contexts an item)."""
-_TASK_KEYS = 65_536
-"""Keys a join task looks up at most (a partition with more gets several tasks)."""
+_TASK_KEYS = 32_768
+"""Keys a join task looks up (about: `_packs`), whatever the size of the run."""
 
 KEYS = pl.Schema({"shard": pl.Int64(), "pair_key": pl.String()})
 HITS = pl.Schema(
@@ -95,15 +98,47 @@ def shard_pair_keys(
     return pl.DataFrame({"shard": shards, "pair_key": keys}, schema=KEYS).unique()
 
 
-def join_partition(
-    verdicts: VerdictStore, partition: int, files: Sequence[str], keys: pl.DataFrame
+def join_keys(
+    verdicts: VerdictStore, files: dict[int, list[str]], keys: pl.DataFrame
 ) -> pl.DataFrame:
-    """`HITS`: the run's `keys` (all in `partition`, whose store files are `files`) that the
-    store holds. A Ray task body."""
-    found = verdicts.lookup(partition, keys["pair_key"].unique(), files)
-    if found.is_empty():
+    """`HITS`: the run's `keys` that the store holds; `files` are the store files of the
+    partitions the keys fall in. A Ray task body: one partition's files read at a time."""
+    found = []
+    for (partition,), part in (
+        keys.with_columns(partition_expr())
+        .partition_by("_partition", as_dict=True, include_key=False)
+        .items()
+    ):
+        number = int(partition)  # type: ignore[call-overload]
+        stored = verdicts.lookup(number, part["pair_key"].unique(), files[number])
+        if not stored.is_empty():
+            found.append(part.join(stored.drop("written_at"), on="pair_key", how="inner"))
+    if not found:
         return pl.DataFrame(schema=HITS)
-    return keys.join(found.drop("written_at"), on="pair_key", how="inner").select(HITS.names())
+    return pl.concat(found).select(HITS.names())
+
+
+def _packs(
+    keys: Spill, stored: dict[int, list[str]], size: int
+) -> Iterator[tuple[dict[int, list[str]], pl.DataFrame]]:
+    """The run's keys in the store's partitions, packed `size` keys a task (several small
+    partitions in one, a large one over several): a task's memory is the same whatever the
+    size of the run. With the files of the partitions each pack falls in."""
+    held: list[pl.DataFrame] = []
+    count = 0
+    partitions: set[int] = set()
+    for partition in keys.close():
+        if partition not in stored:
+            continue  # no task for a partition without files
+        for chunk in keys.chunks(partition, size):
+            held.append(chunk)
+            count += chunk.height
+            partitions.add(partition)
+            if count >= size:
+                yield {p: stored[p] for p in partitions}, pl.concat(held)
+                held, count, partitions = [], 0, set()
+    if held:
+        yield {p: stored[p] for p in partitions}, pl.concat(held)
 
 
 def stored_pair_keys(
@@ -208,14 +243,11 @@ def join_and_stage(
     staging folder in it), and the hits found. Ray must be running."""
     import ray
 
-    join_task = ray.remote(join_partition).options(**options)
+    join_task = ray.remote(join_keys).options(**options)
     hits = Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
-    stored = verdicts.files_by_partition()  # one listing; no task for a partition without files
-    partitions = [p for p in keys.close() if p in stored]
+    stored = verdicts.files_by_partition()  # one listing
     tasks = (
-        join_task.remote(verdicts, p, stored[p], chunk)
-        for p in partitions
-        for chunk in keys.chunks(p, _TASK_KEYS)
+        join_task.remote(verdicts, files, pack) for files, pack in _packs(keys, stored, _TASK_KEYS)
     )
     for frame in _bounded(tasks, in_flight):
         hits.add(frame)
