@@ -148,11 +148,20 @@ class VerdictStore:
     def read_file(self, path: str, keys: pl.Series | None = None) -> pl.DataFrame:
         """A store file's rows (only those of `keys` when given); empty when it is gone or
         damaged."""
+        table = self.read_table(path)
+        return _empty() if table is None else self.rows_of(table, keys)
+
+    def read_table(self, path: str) -> pa.Table | None:
+        """A store file, whole; None when it is gone or damaged."""
         try:
             data = self.store.read_bytes(path)
-            table = pq.read_table(io.BytesIO(data), columns=list(VERDICT_STORE.names))
+            return pq.read_table(io.BytesIO(data), columns=list(VERDICT_STORE.names))
         except (StorageError, pa.ArrowInvalid, OSError, KeyError):
-            return _empty()
+            return None
+
+    @staticmethod
+    def rows_of(table: pa.Table, keys: pl.Series | None = None) -> pl.DataFrame:
+        """A store file's rows (`read_table`), only those of `keys` when given."""
         if keys is not None:
             # Filtered by Arrow, which copies the rows kept: a Polars filter keeps views into
             # the whole file's strings, and a lookup task reading many files held them all
@@ -187,6 +196,15 @@ class VerdictStore:
         already), one row per key found."""
         files = self.partition_files(partition) if files is None else files
         return self.newest([self.read_file(path, keys) for path in files])
+
+    def lookup_batches(
+        self, batches: Iterable[pl.Series], files: Sequence[str]
+    ) -> Iterator[pl.DataFrame]:
+        """`lookup` for each batch of keys of one partition (whose files are `files`), its
+        files read once."""
+        tables = [table for table in map(self.read_table, files) if table is not None]
+        for keys in batches:
+            yield self.newest([self.rows_of(table, keys) for table in tables])
 
     def lookup_journal(self, prefix: str) -> pl.DataFrame:
         """Every verdict in the journal files of writers named `prefix...` (a worker taking

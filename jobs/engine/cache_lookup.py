@@ -49,7 +49,9 @@ _BLOCK_SHARDS = 8
 """Hits are spilled and staged by blocks of this many consecutive shards (memory: one block's
 hits, 80,000 at 2,000 items a shard and 5 contexts an item)."""
 _TASK_KEYS = 32_768
-"""Keys a join task looks up (about: `_packs`), whatever the size of the run."""
+"""Keys a join task looks up (`_packs`), whatever the size of the run."""
+_JOIN_BATCH = 2_048
+"""Keys of a partition a join task matches at a time."""
 
 KEYS = pl.Schema({"shard": pl.Int64(), "pair_key": pl.String()})
 HITS = pl.Schema(
@@ -109,10 +111,16 @@ def join_keys(
         .partition_by("_partition", as_dict=True, include_key=False)
         .items()
     ):
+        # The partition's keys a batch at a time: what a batch holds is the same whether the
+        # partition has few of the task's keys (a small run) or all of them (a large one).
+        batches = [part.slice(at, _JOIN_BATCH) for at in range(0, part.height, _JOIN_BATCH)]
+        wanted = (batch["pair_key"].unique() for batch in batches)
         number = int(partition)  # type: ignore[call-overload]
-        stored = verdicts.lookup(number, part["pair_key"].unique(), files[number])
-        if not stored.is_empty():
-            found.append(part.join(stored.drop("written_at"), on="pair_key", how="inner"))
+        for batch, stored in zip(
+            batches, verdicts.lookup_batches(wanted, files[number]), strict=True
+        ):
+            if not stored.is_empty():
+                found.append(batch.join(stored.drop("written_at"), on="pair_key", how="inner"))
     if not found:
         return pl.DataFrame(schema=HITS)
     return pl.concat(found).select(HITS.names())
@@ -121,9 +129,9 @@ def join_keys(
 def _packs(
     keys: Spill, stored: dict[int, list[str]], size: int
 ) -> Iterator[tuple[dict[int, list[str]], pl.DataFrame]]:
-    """The run's keys in the store's partitions, packed `size` keys a task (several small
-    partitions in one, a large one over several): a task's memory is the same whatever the
-    size of the run. With the files of the partitions each pack falls in."""
+    """The run's keys in the store's partitions, `size` keys a task (the last one fewer;
+    several small partitions in one, a large one over several): a task's memory is the same
+    whatever the size of the run. With the files of the partitions each pack falls in."""
     held: list[pl.DataFrame] = []
     count = 0
     partitions: set[int] = set()
@@ -131,12 +139,15 @@ def _packs(
         if partition not in stored:
             continue  # no task for a partition without files
         for chunk in keys.chunks(partition, size):
-            held.append(chunk)
-            count += chunk.height
-            partitions.add(partition)
-            if count >= size:
-                yield {p: stored[p] for p in partitions}, pl.concat(held)
-                held, count, partitions = [], 0, set()
+            while chunk.height:
+                taken = chunk.head(size - count)
+                chunk = chunk.slice(taken.height)
+                held.append(taken)
+                count += taken.height
+                partitions.add(partition)
+                if count == size:
+                    yield {p: stored[p] for p in partitions}, pl.concat(held)
+                    held, count, partitions = [], 0, set()
     if held:
         yield {p: stored[p] for p in partitions}, pl.concat(held)
 
