@@ -12,6 +12,7 @@ arrives (`VerdictCache.put`), and from there into the store.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 from collections.abc import Sequence
@@ -58,15 +59,49 @@ def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
     return digest.hexdigest()[:32]
 
 
+Verdict = tuple[bool, str]
+"""(relevant, the judge's reason)."""
+
+
+class InFlight:
+    """The pairs a worker is asking its judge about right now, so that another item with the
+    same pair (a repeated item, often next to the first in the input, so in the same shard and
+    in flight at the same time) waits for that reply instead of paying for it again.
+
+    Lives in the worker's event loop; a reply that brings no verdict for a pair (the item was
+    unscored, the call failed or was cancelled) hands the pair back: whoever waited asks."""
+
+    def __init__(self) -> None:
+        self._asked: dict[str, asyncio.Future[Verdict | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._asked)
+
+    def waiting_for(self, key: str) -> asyncio.Future[Verdict | None] | None:
+        return self._asked.get(key)
+
+    def ask(self, keys: Sequence[str]) -> None:
+        loop = asyncio.get_running_loop()
+        for key in keys:
+            self._asked.setdefault(key, loop.create_future())
+
+    def answer(self, key: str, verdict: Verdict | None) -> None:
+        future = self._asked.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(verdict)
+
+
 @dataclass
 class VerdictCache:
     """A shard's verdicts from the store (`known`: what the run's lookup found for its pairs),
-    plus what this shard judged anew (`fresh`), and the worker's journal (`journal`: every
-    fresh verdict is handed to it as it arrives, and the worker's recent verdicts answer)."""
+    plus what this shard judged anew (`fresh`), the worker's journal (`journal`: every fresh
+    verdict is handed to it as it arrives, and the worker's recent verdicts answer), and the
+    pairs the worker is asking about right now (`in_flight`)."""
 
     known: dict[str, tuple[bool, str]] = field(default_factory=dict)
     fresh: dict[str, tuple[bool, str]] = field(default_factory=dict)
     journal: Journal | None = None
+    in_flight: InFlight | None = None
 
     def get(self, key: str) -> tuple[bool, str] | None:
         found = self.fresh.get(key) or self.known.get(key)
@@ -153,9 +188,10 @@ class CacheSpec:
 class CachingJudge:
     """A `Judge` decorator: answers from the cache, asks the inner judge only for misses.
 
-    `fresh_hits`: whether a verdict judged earlier in this shard answers a later item with the
-    same pair (online: it saves a call). Batch mode turns it off: a shard's requests must be the
-    same in every pass, and which verdicts are fresh depends on the order replies arrive in."""
+    `fresh_hits`: whether a verdict judged earlier in this shard, or being judged for another
+    item right now (`VerdictCache.in_flight`), answers a later item with the same pair
+    (online: it saves a call). Batch mode turns it off: a shard's requests must be the same in
+    every pass, and which verdicts are fresh depends on the order replies arrive in."""
 
     def __init__(
         self, inner: Judge, cache: VerdictCache, fingerprint: str, *, fresh_hits: bool = True
@@ -164,6 +200,7 @@ class CachingJudge:
         self._cache = cache
         self._fingerprint = fingerprint
         self._lookup = cache.get if fresh_hits else cache.known.get
+        self._in_flight = cache.in_flight if fresh_hits else None
 
     @property
     def model(self) -> str:
@@ -171,24 +208,85 @@ class CachingJudge:
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         keys = {p: pair_key(self._fingerprint, item, p) for p in positions}
-        hits: list[ContextVerdict] = []
+        verdicts: list[ContextVerdict] = []
         misses: list[int] = []
         for position in positions:
             cached = self._lookup(keys[position])
             if cached is None:
                 misses.append(position)
             else:
-                hits.append(ContextVerdict(position, cached[0], cached[1]))
-        usage = Usage(cache_hits=len(hits))
-        if not misses:
-            return VerdictBatch(tuple(hits), usage)
-        batch = await self._inner.judge(item, misses)
-        if batch.unscored_reason is not None:
-            return VerdictBatch((), usage + batch.usage, batch.unscored_reason)
-        for verdict in batch.verdicts:
-            self._cache.put(keys[verdict.index], verdict.relevant, verdict.reason)
-        merged = tuple(sorted((*hits, *batch.verdicts), key=lambda v: v.index))
-        return VerdictBatch(merged, usage + batch.usage)
+                verdicts.append(ContextVerdict(position, cached[0], cached[1]))
+        usage = Usage(cache_hits=len(verdicts))
+        waiting = self._asked_already(misses, keys)
+        # This item's own misses are asked about first; then it takes the replies other items
+        # are getting, and asks about the pairs those brought no verdict for.
+        own = [p for p in misses if p not in waiting]
+        asked = await self._ask(item, own, keys)
+        if asked.unscored_reason is None:
+            before = len(verdicts)
+            left = await self._wait(waiting, verdicts)
+            usage = usage + Usage(cache_hits=len(verdicts) - before)
+            again = await self._ask(item, left, keys)
+            asked = VerdictBatch(
+                asked.verdicts + again.verdicts,
+                asked.usage + again.usage,
+                again.unscored_reason,
+                asked.prompt or again.prompt,
+            )
+        if asked.unscored_reason is not None:
+            return VerdictBatch((), usage + asked.usage, asked.unscored_reason, asked.prompt)
+        merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda v: v.index))
+        return VerdictBatch(merged, usage + asked.usage, prompt=asked.prompt)
+
+    def _asked_already(
+        self, misses: Sequence[int], keys: dict[int, str]
+    ) -> dict[int, asyncio.Future[Verdict | None]]:
+        """The missed positions whose pair another item of this worker is asking about."""
+        if self._in_flight is None:
+            return {}
+        found = {p: self._in_flight.waiting_for(keys[p]) for p in misses}
+        return {p: future for p, future in found.items() if future is not None}
+
+    async def _wait(
+        self, waiting: dict[int, asyncio.Future[Verdict | None]], verdicts: list[ContextVerdict]
+    ) -> list[int]:
+        """Wait for the replies other items are getting; their verdicts join `verdicts`. The
+        positions they brought no verdict for (to ask now)."""
+        if not waiting:
+            return []
+        # shielded: this item being cancelled must not cancel the other item's reply
+        answers = await asyncio.gather(*(asyncio.shield(f) for f in waiting.values()))
+        unanswered = []
+        for position, answer in zip(waiting, answers, strict=True):
+            if answer is None:
+                unanswered.append(position)
+            else:
+                verdicts.append(ContextVerdict(position, answer[0], answer[1]))
+        return unanswered
+
+    async def _ask(
+        self, item: ScoringItem, positions: list[int], keys: dict[int, str]
+    ) -> VerdictBatch:
+        """Ask the inner judge about `positions` (none: nothing to ask), telling the items
+        waiting for the same pairs what came back (nothing, when no verdict did)."""
+        if not positions:
+            return VerdictBatch(())
+        asked = [keys[p] for p in positions]
+        if self._in_flight is not None:
+            self._in_flight.ask(asked)
+        answered: dict[str, Verdict] = {}
+        try:
+            batch = await self._inner.judge(item, positions)
+            if batch.unscored_reason is None:
+                for verdict in batch.verdicts:
+                    key = keys[verdict.index]
+                    self._cache.put(key, verdict.relevant, verdict.reason)
+                    answered[key] = (verdict.relevant, verdict.reason)
+            return batch
+        finally:
+            if self._in_flight is not None:
+                for key in asked:
+                    self._in_flight.answer(key, answered.get(key))
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobs.cache import CachingJudge, Entries, VerdictCache, pair_key
+from jobs.cache import CachingJudge, Entries, InFlight, VerdictCache, pair_key
 from jobs.config import JobConfig
 from jobs.engine.batch.judge import OnlineAsk
 from jobs.engine.batch.stage import ShardPass
@@ -60,22 +60,27 @@ class JudgeStage(Protocol):
 @dataclass(frozen=True)
 class ShardCaches:
     """Where a worker's shards find their verdicts: what the run's lookup staged for each
-    (`jobs.engine.cache_lookup`), and the worker's journal, which every fresh verdict goes to
-    and whose recent verdicts answer the worker's later items."""
+    (`jobs.engine.cache_lookup`), the worker's journal, which every fresh verdict goes to
+    and whose recent verdicts answer the worker's later items, and the pairs the worker is
+    asking about right now, which answer its other items with the same pair."""
 
     store: Store
     staging: str
     fingerprint: str
     journal: Journal
     staged: frozenset[str]  # the shards with verdicts found in the store
+    in_flight: InFlight = field(default_factory=InFlight)
 
     def load(self, shard: Shard, *, journaled: bool = True) -> VerdictCache:
-        """The shard's cache (blocking); `journaled` False: fresh verdicts are kept in the
-        shard's cache only (batch mode journals them when the shard is committed)."""
+        """The shard's cache (blocking); `journaled` False (batch mode): fresh verdicts are
+        kept in the shard's cache only (journaled when the shard is committed), and none
+        answers another item."""
         known = {}
         if shard.shard_id in self.staged:
             known = cached_verdicts(self.store, self.staging, shard.shard_id)
-        return VerdictCache(known=known, journal=self.journal if journaled else None)
+        if not journaled:
+            return VerdictCache(known=known)
+        return VerdictCache(known=known, journal=self.journal, in_flight=self.in_flight)
 
 
 @dataclass(frozen=True)

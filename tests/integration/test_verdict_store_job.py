@@ -123,6 +123,27 @@ def test_moved_items_are_found_in_the_store_wherever_they_are(
     assert_all_true(out, shuffled, second)
 
 
+# -- a pair repeated within a run ----------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_pair_repeated_next_to_its_first_is_judged_once(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    """Every item twice, the copy under another id right after it (an export that repeats
+    rows): the copy is in flight with its first, or comes after its reply, in the same
+    worker, and is never paid for (the judge asked about each distinct item once)."""
+    _, rows, out = sample_job(tmp_path, 100, seed=61)
+    doubled = [copy for row in rows for copy in (row, {**row, "id": f"{row['id']}-again"})]
+    source = tmp_path / "doubled.jsonl"
+    write_jsonl(source, iter(doubled))
+    config = config_for(source, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
+    outcome = run_job(config, out=io.StringIO())
+    assert verdict_requests(server) == len(rows)
+    assert outcome.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
+    assert_all_true(out, doubled, outcome)
+
+
 # -- a worker process killed half-way ------------------------------------------------------------
 
 
