@@ -5,10 +5,10 @@ The verdict store's lookup (`jobs.engine.cache_lookup`) files a run's pair keys 
 partition and the hits it finds by block of shards. Keeping one open, compressing writer per
 bucket keeps the writer's compression state per bucket (measured: about 0.6 MiB a bucket once
 it has written real data), and the buckets of hits grow with the run (a 1M-item run has 63
-blocks, a 10M one 630): the driver's memory grew with the run. Here rows are buffered up to `flush_bytes`, then
-written as one *run* file, sorted by bucket, one record batch range per bucket, and closed:
-one writer at a time, whatever the number of buckets. Reading a bucket takes its batches
-from every run (memory-mapped, so only the bucket's rows are decoded).
+blocks, a 10M one 630): the driver's memory grew with the run. Here rows are buffered up to
+`flush_bytes`, then written as one *run* file, sorted by bucket, one record batch range per
+bucket, and closed: one writer at a time, whatever the number of buckets. Reading a bucket
+takes its batches from every run (memory-mapped, so only the bucket's rows are decoded).
 """
 
 from __future__ import annotations
