@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,6 +36,7 @@ import polars as pl
 from jobs.cache import Entries, decode_entries, encode_entries, pair_key
 from jobs.engine.plan import RunPlan
 from jobs.engine.shard_read import read_shard_records
+from jobs.engine.shared_pairs import HIT_KEYS, find_shared
 from jobs.engine.spill import Spill
 from jobs.inputs import Shard
 from jobs.inputs.records import ItemReader
@@ -190,15 +192,27 @@ def _bounded(tasks: Iterator[Any], in_flight: int) -> Iterator[Any]:
         yield ray.get(ref)
 
 
+@dataclass(frozen=True)
+class CacheLookup:
+    """What the lookup staged: the shards with verdicts found in the store, and the shards
+    awaiting pairs another shard of the run judges first, with those owners
+    (`jobs.engine.shared_pairs`)."""
+
+    with_hits: frozenset[str] = frozenset()
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
 def find_cached_verdicts(
     plan: RunPlan,
     todo: Sequence[tuple[int, Shard]],
     verdicts: VerdictStore,
     out: TextIO,
-) -> frozenset[str]:
+    *,
+    shared: bool = True,
+) -> CacheLookup:
     """Stage, for every shard of `todo` ((number, shard) pairs of the run `plan`), the
-    verdicts the store holds for its pairs (see the module's doc); the ids of the shards
-    with some. Ray must be running."""
+    verdicts the store holds for its pairs (see the module's doc), and, `shared`, what it
+    awaits from the run's other shards. Ray must be running."""
     import ray
 
     started = time.monotonic()
@@ -218,21 +232,20 @@ def find_cached_verdicts(
         ):
             keys.add(frame)
         shard_ids = [shard.shard_id for shard in plan.shards]
+        staging = (plan.store, plan.location.staging)
+        hit_keys = Spill(Path(tmp, "hit-keys"), partition_expr(), HIT_KEYS)
         with_hits, found = join_and_stage(
-            keys,
-            verdicts,
-            (plan.store, plan.location.staging),
-            shard_ids,
-            options,
-            in_flight,
-            Path(tmp),
+            keys, verdicts, staging, shard_ids, options, in_flight, Path(tmp), hit_keys
         )
+        owners = find_shared(keys, hit_keys, staging, shard_ids, Path(tmp)) if shared else {}
+    awaiting = len(owners)
     out.write(
         f"verdict store: {found:,} of {keys.rows:,} pair(s) already judged, found for "
         f"{len(with_hits)} shard(s) ({folded:,} journaled verdict(s) folded in; "
-        f"{time.monotonic() - started:.1f}s)\n"
+        f"{time.monotonic() - started:.1f}s)"
+        + (f"; {awaiting} shard(s) await pairs an earlier shard judges\n" if awaiting else "\n")
     )
-    return frozenset(with_hits)
+    return CacheLookup(frozenset(with_hits), owners)
 
 
 def task_options(num_cpus: float, retries: int) -> dict[str, Any]:
@@ -248,10 +261,12 @@ def join_and_stage(
     options: dict[str, Any],
     in_flight: int,
     scratch: Path,
+    hit_keys: Spill | None = None,
 ) -> tuple[list[str], int]:
     """Steps 3 and 4 (see the module's doc) over the run's spilled `keys`: the ids of the
     shards (by number, `shard_ids`) with hits, staged in `staging` (a store and the run's
-    staging folder in it), and the hits found. Ray must be running."""
+    staging folder in it), and the hits found; the keys found are also filed in `hit_keys`.
+    Ray must be running."""
     import ray
 
     join_task = ray.remote(join_keys).options(**options)
@@ -262,6 +277,8 @@ def join_and_stage(
     )
     for frame in _bounded(tasks, in_flight):
         hits.add(frame)
+        if hit_keys is not None:
+            hit_keys.add(frame.select("pair_key"))
     return _stage(staging, shard_ids, hits), hits.rows
 
 

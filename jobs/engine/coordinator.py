@@ -15,7 +15,8 @@ a busy node before the first shard can begin; every call here is cheap.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from jobs.engine.budget import BudgetSettings
 from jobs.engine.dispatch import BoardNews, ShardBoard
@@ -47,8 +48,13 @@ def coordinator_actor_class() -> Any:
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class RunCoordinator:
-        def __init__(self, leases: list[Lease], governor: RunGovernor | None) -> None:
-            self._board = ShardBoard(deque(leases))
+        def __init__(
+            self,
+            leases: list[Lease],
+            governor: RunGovernor | None,
+            owners: Mapping[str, frozenset[str]] | None = None,
+        ) -> None:
+            self._board = ShardBoard(deque(leases), owners or {})
             self._governor = governor
             self._counts = dict.fromkeys(COUNTERS, 0)
 
@@ -56,7 +62,7 @@ def coordinator_actor_class() -> Any:
         def rejoin(self, worker: str) -> int:
             return self._board.rejoin(worker)
 
-        def next_shard(self, worker: str) -> Lease | None:
+        def next_shard(self, worker: str) -> Lease | Literal["wait"] | None:
             return self._board.next_shard(worker)
 
         def done(self, worker: str, report: ShardReport) -> None:

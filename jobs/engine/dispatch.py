@@ -12,6 +12,10 @@ judged again (seen: a retried worker still reading the journal while another wor
 lane took one of its shards, 48 paid calls again). A worker that dies more often than Ray
 retries fails the run, so reserved shards never wait for nobody.
 
+A shard awaiting pairs that a lower-numbered shard of the run judges first
+(`jobs.engine.shared_pairs`) is handed out once those owners are staged: a lane asking
+meanwhile gets the next shard that waits for nothing, or `WAIT` when there is none yet.
+
 The first fatal judge report or failed shard stops the board: no more shards are handed out,
 and the driver cancels the workers. Pure logic (tested without Ray), held by the run's
 coordinator actor (`jobs.engine.coordinator`).
@@ -20,9 +24,14 @@ coordinator actor (`jobs.engine.coordinator`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from jobs.engine.messages import Lease, ShardReport
+
+WAIT: Literal["wait"] = "wait"
+"""`next_shard`'s answer while every shard left awaits an owner not yet staged."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +49,16 @@ class ShardBoard:
     """The shards of a run not yet handed out, the leases, and the reports that came back."""
 
     todo: deque[Lease]
+    # shard id -> the owners it awaits (jobs.engine.shared_pairs); online runs only
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
     _leases: dict[str, dict[str, Lease]] = field(default_factory=dict)
     _reserved: dict[str, deque[Lease]] = field(default_factory=dict)
+    _unfinished: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        # owners outside the board (staged by an earlier attempt of the run) are finished
+        self._unfinished = {lease[1].shard_id for lease in self.todo}
+
     _new_reports: list[ShardReport] = field(default_factory=list)
     failure: str | None = None
     stopped: bool = False
@@ -54,23 +71,33 @@ class ShardBoard:
         reserved.extendleft(reversed(held))
         return len(reserved)
 
-    def next_shard(self, worker: str) -> Lease | None:
-        """The next shard for `worker`, or None when there is none (or the run stopped)."""
+    def next_shard(self, worker: str) -> Lease | Literal["wait"] | None:
+        """The next shard for `worker`; `WAIT` when every shard left awaits an owner not yet
+        staged; None when there is none (or the run stopped)."""
         if self.stopped:
             return None
         reserved = self._reserved.get(worker)
         if reserved:
             lease = reserved.popleft()
         elif self.todo:
-            lease = self.todo.popleft()
+            ready = next((n for n, lease in enumerate(self.todo) if self._ready(lease)), None)
+            if ready is None:
+                return WAIT
+            lease = self.todo[ready]
+            del self.todo[ready]
         else:
             return None
         self._leases.setdefault(worker, {})[lease[1].shard_id] = lease
         return lease
 
+    def _ready(self, lease: Lease) -> bool:
+        return self._unfinished.isdisjoint(self.owners.get(lease[1].shard_id, ()))
+
     def done(self, worker: str, report: ShardReport) -> None:
         """A shard came back (staged, skipped, or stopped by a fatal judge error)."""
         self._leases.get(worker, {}).pop(report.shard_id, None)
+        if not report.pending:
+            self._unfinished.discard(report.shard_id)
         self._new_reports.append(report)
         if report.fatal:
             self.stopped = True

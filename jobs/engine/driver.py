@@ -236,8 +236,12 @@ def _start_workers(
     cache = plan.parts.cache
     if todo and cache is not None:
         looked = time.monotonic()
-        cached = find_cached_verdicts(plan, todo, cache.verdict_store(plan.store), out)
-        plan = dataclasses.replace(plan, cached=cached)
+        # a batch round's requests are fixed per pass: no shard waits for another's replies
+        online = plan.config.judge.mode != "batch"
+        lookup = find_cached_verdicts(
+            plan, todo, cache.verdict_store(plan.store), out, shared=online
+        )
+        plan = dataclasses.replace(plan, cached=lookup.with_hits, owners=lookup.owners)
         timings["cache_lookup"] = time.monotonic() - looked
     return plan
 

@@ -85,7 +85,11 @@ def fan_out(
     coordinator = (
         coordinator_actor_class()
         .options(scheduling_strategy=here)
-        .remote(list(todo), _governor(config) if governed else None)
+        .remote(
+            list(todo),
+            _governor(config) if governed else None,
+            plan.owners if batch_round is None else None,
+        )
     )
     context = ShardContext(
         config=config,
@@ -97,6 +101,7 @@ def fan_out(
         tables=plan.tables,
         duplicates=plan.duplicates,
         cached=plan.cached,
+        awaiting=frozenset(plan.owners) if batch_round is None else frozenset(),
         run_id=plan.location.run_id,
         batch_round=batch_round,
     )

@@ -75,6 +75,9 @@ class ShardContext:
     duplicates: frozenset[str] = frozenset()
     # The shards whose verdicts found in the verdict store are staged (jobs.engine.cache_lookup).
     cached: frozenset[str] = frozenset()
+    # The shards awaiting pairs a lower-numbered shard judges first, staged for their workers
+    # (jobs.engine.shared_pairs).
+    awaiting: frozenset[str] = frozenset()
     # The run's id: the workers' journals are named after it (jobs.verdict_store.Journal).
     run_id: str = "local"
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.

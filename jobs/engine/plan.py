@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,9 @@ class RunPlan:
     # The shards with verdicts found in the verdict store before the fan-out, staged for
     # their workers (jobs.engine.cache_lookup).
     cached: frozenset[str] = frozenset()
+    # Online runs: the shards awaiting pairs a lower-numbered shard of the run judges first,
+    # with those owners (jobs.engine.shared_pairs).
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # How many input files the shards come from (for the run's first line).
     files: int = 0
     # input.format otlp: the config as the user gave it (`config` reads the assembled items)

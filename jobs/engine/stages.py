@@ -28,6 +28,7 @@ from jobs.engine.cache_lookup import cached_verdicts
 from jobs.engine.progress import BatchedCounter
 from jobs.engine.rows import NoCache, PairKeys
 from jobs.engine.shard_read import ShardRead
+from jobs.engine.shared_pairs import awaited_verdicts
 from jobs.inputs import ItemRecord, Shard
 from jobs.storage import Store
 from jobs.verdict_store import Journal
@@ -69,6 +70,7 @@ class ShardCaches:
     fingerprint: str
     journal: Journal
     staged: frozenset[str]  # the shards with verdicts found in the store
+    awaiting: frozenset[str] = frozenset()  # the shards awaiting pairs of earlier shards
     in_flight: InFlight = field(default_factory=InFlight)
 
     def load(self, shard: Shard, *, journaled: bool = True) -> VerdictCache:
@@ -78,6 +80,8 @@ class ShardCaches:
         known = {}
         if shard.shard_id in self.staged:
             known = cached_verdicts(self.store, self.staging, shard.shard_id)
+        if journaled and shard.shard_id in self.awaiting:
+            known.update(awaited_verdicts(self.store, self.staging, shard.shard_id))
         if not journaled:
             return VerdictCache(known=known)
         return VerdictCache(known=known, journal=self.journal, in_flight=self.in_flight)

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from jobs.cache import Entries
 from jobs.engine.batch.judge import OnlineAsk
+from jobs.engine.dispatch import WAIT
 from jobs.engine.flow import WorkerFlow
 from jobs.engine.lookahead import read_marks
 from jobs.engine.messages import JudgeFacts, ShardContext, ShardReport
@@ -46,6 +47,10 @@ from scorer_core.protocols import Judge
 from scorer_core.response_format import negotiation_summary
 from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult
+
+_WAIT_S = 0.2
+"""How long a lane waits before asking the board again when every shard left awaits a shard
+in progress."""
 
 
 async def judge_shard(
@@ -117,7 +122,12 @@ class ShardRunner:
             interval_s=spec.journal_interval_s,
         )
         return ShardCaches(
-            self._store, self._ctx.staging, spec.fingerprint, journal, self._ctx.cached
+            self._store,
+            self._ctx.staging,
+            spec.fingerprint,
+            journal,
+            self._ctx.cached,
+            self._ctx.awaiting,
         )
 
     # -- the journal ----------------------------------------------------------------------------
@@ -320,6 +330,9 @@ async def _run_lane(runner: ShardRunner, board: Any, worker_id: str, attempts: i
         lease = await board.next_shard.remote(worker_id)
         if lease is None:
             return
+        if lease == WAIT:  # every shard left awaits pairs a shard in progress judges first
+            await asyncio.sleep(_WAIT_S)
+            continue
         number, shard = lease
         for attempt in range(1, attempts + 1):
             try:

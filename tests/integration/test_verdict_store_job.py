@@ -132,7 +132,9 @@ def test_a_pair_repeated_next_to_its_first_is_judged_once(
 ) -> None:
     """Every item twice, the copy under another id right after it (an export that repeats
     rows): the copy is in flight with its first, or comes after its reply, in the same
-    worker, and is never paid for (the judge asked about each distinct item once)."""
+    worker, or (a copy in the next shard: shards are byte ranges) its shard awaits the
+    first's; it is never paid for (the judge asked about each distinct item once; 102 calls
+    with in-flight pairs alone, 200 before)."""
     _, rows, out = sample_job(tmp_path, 100, seed=61)
     doubled = [copy for row in rows for copy in (row, {**row, "id": f"{row['id']}-again"})]
     source = tmp_path / "doubled.jsonl"
@@ -142,6 +144,30 @@ def test_a_pair_repeated_next_to_its_first_is_judged_once(
     assert verdict_requests(server) == len(rows)
     assert outcome.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
     assert_all_true(out, doubled, outcome)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_items_exported_twice_in_two_files_are_judged_once(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    """The same 100 items in two files (the copies under other ids): the shards of the
+    second file await the first file's shards with the same pairs, so whichever worker
+    takes them, the judge is asked about each distinct item once. (Whether two workers
+    would have met the same pairs at once here depends on Ray's start-up; the board's
+    waiting is tested in tests/unit/test_dispatch.py.)"""
+    _, rows, out = sample_job(tmp_path, 100, seed=67)
+    copies = [{**row, "id": f"{row['id']}-again"} for row in rows]
+    folder = tmp_path / "twice"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", iter(rows))
+    write_jsonl(folder / "b.jsonl", iter(copies))
+    config = config_for(folder, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
+    log = io.StringIO()
+    outcome = run_job(config, out=log)
+    assert verdict_requests(server) == len(rows)
+    assert "2 shard(s) await pairs an earlier shard judges" in log.getvalue()
+    assert outcome.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
+    assert_all_true(out, rows + copies, outcome)
 
 
 # -- a worker process killed half-way ------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from jobs.engine.dispatch import ShardBoard
+from jobs.engine.dispatch import WAIT, ShardBoard
 from jobs.engine.messages import ShardReport
 from jobs.inputs import Shard
 
@@ -84,3 +84,30 @@ def test_a_failure_or_a_fatal_report_stops_handing_out_shards() -> None:
     fatal.next_shard("w1")
     fatal.done("w1", ShardReport("s0", fatal="judge refused the key"))
     assert fatal.next_shard("w1") is None
+
+
+def test_a_shard_awaiting_an_owner_goes_out_once_the_owner_is_staged() -> None:
+    """s2 awaits pairs s0 judges first: while s0 runs, lanes get s1, then WAIT."""
+    b = ShardBoard(deque((n, shard(n)) for n in range(3)), {"s2": frozenset({"s0"})})
+    assert b.next_shard("w1")[1].shard_id == "s0"  # type: ignore[index]
+    assert b.next_shard("w2")[1].shard_id == "s1"  # type: ignore[index]
+    assert b.next_shard("w2") == WAIT
+    assert b.poll().waiting == 1
+    b.done("w2", ShardReport("s1", items=1))
+    assert b.next_shard("w2") == WAIT  # s1 was not its owner
+    b.done("w1", ShardReport("s0", items=1))
+    assert b.next_shard("w2")[1].shard_id == "s2"  # type: ignore[index]
+    assert b.next_shard("w2") is None
+
+
+def test_an_owner_staged_by_an_earlier_attempt_is_not_waited_for() -> None:
+    """A rerun's board holds only the shards left: an owner outside it is staged already."""
+    b = ShardBoard(deque([(2, shard(2))]), {"s2": frozenset({"s0"})})
+    assert b.next_shard("w1")[1].shard_id == "s2"  # type: ignore[index]
+
+
+def test_a_batch_pass_left_pending_is_not_staged() -> None:
+    b = ShardBoard(deque((n, shard(n)) for n in range(2)), {"s1": frozenset({"s0"})})
+    b.next_shard("w1")
+    b.done("w1", ShardReport("s0", pending=3))
+    assert b.next_shard("w1") == WAIT
