@@ -169,6 +169,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     import ray
 
     from jobs.engine.cache_lookup import KEYS, _bounded, join_and_stage, task_options
+    from jobs.engine.shared_pairs import HIT_KEYS, find_shared
     from jobs.engine.spill import Spill
     from jobs.verdict_store import partition_expr
 
@@ -197,9 +198,12 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     keyed = time.monotonic()
     keys_peak = peaks.stop()
     peaks = _Peaks(exclude=frozenset(generators))
+    staging = (store, f"_staging/run_id=bench-{items}")
+    hit_keys = Spill(scratch / "hit-keys", partition_expr(), HIT_KEYS)
     staged, found = join_and_stage(
-        keys, verdicts, (store, f"_staging/run_id=bench-{items}"), shard_ids, options, 4, scratch
+        keys, verdicts, staging, shard_ids, options, 4, scratch, hit_keys
     )
+    awaiting = find_shared(keys, hit_keys, staging, shard_ids, scratch)
     seconds = time.monotonic() - keyed
     peak = peaks.stop()
     peak["driver_private"] = max(peak["driver_private"], keys_peak["driver_private"])
@@ -211,6 +215,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
         "hits": found,
         "hit_rate": found / keys.rows,
         "shards_staged": len(staged),
+        "shards_awaiting": len(awaiting),
         "keys_seconds": keyed - started,
         "seconds": seconds,
         "driver_before_mib": before,
@@ -350,7 +355,10 @@ def section(
             "production); lookup time = the production join (`jobs.engine.cache_lookup."
             "join_and_stage`: Ray tasks of 32,768 keys packed across partitions, each reading "
             "its partitions' files, hits spilled by block of shards, one staged file per "
-            "shard), in a fresh process with a local Ray of 2 CPUs and Arrow on jemalloc "
+            "shard) and the search for pairs several shards hold (`jobs.engine.shared_pairs."
+            "find_shared`, on the driver, a partition's keys at a time; the run's keys are "
+            "all distinct here, so no shard awaits another), in a fresh process with a local "
+            "Ray of 2 CPUs and Arrow on jemalloc "
             "(`RAY_ENV`); peaks sampled every 50 ms: the driver's from the first keys to the "
             "last staged file, the largest Ray worker process's during the join. Private = "
             "RSS less shared pages: the Ray object store is shared "
