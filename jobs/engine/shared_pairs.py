@@ -7,7 +7,9 @@ by every worker that meets it. So, from the run's keys the lookup filed by store
 
 1. `find_shared` takes each partition's keys, drops those the store answered, and for every
    pair left in two or more shards names its *owner*, the lowest-numbered of them; every other
-   shard holding it *awaits* it. What a shard awaits is staged as
+   shard holding it *awaits* it, if that owner judges a good share of its pairs
+   (`worth_waiting`: waiting holds the whole shard back, so a pair here and there shared
+   with another shard is judged again). What a shard awaits is staged as
    `<staging>/cache/<shard id>.awaits.parquet` (pair key, owner's shard id), and the driver
    keeps, per awaiting shard, the owners it waits for.
 2. The shard board (`jobs.engine.dispatch`) hands an awaiting shard out once its owners are
@@ -33,6 +35,8 @@ from jobs.engine.spill import Spill
 from jobs.layout import StagingArea
 from jobs.storage import Store
 
+WAIT_SHARE = 0.1
+"""A shard waits for an owner that judges at least this share of its pairs."""
 _BLOCK_SHARDS = 8
 """Awaited pairs are filed and staged by blocks of this many consecutive shards."""
 
@@ -58,6 +62,17 @@ def awaited_pairs(keys: pl.DataFrame, answered: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def worth_waiting(awaits: pl.DataFrame, pairs: int) -> pl.DataFrame:
+    """The rows of one shard's `awaits` (of its `pairs`) whose owner is worth waiting for:
+    one that judges at least `WAIT_SHARE` of the shard's pairs. Waiting holds the whole shard
+    back, so a few pairs shared with many shards (repeats spread at random through the
+    input) are judged again rather than serialising the run; the same items exported twice
+    are waited for."""
+    per_owner = awaits.group_by("owner").len()
+    worth = per_owner.filter(pl.col("len") >= max(1, WAIT_SHARE * pairs))["owner"]
+    return awaits.filter(pl.col("owner").is_in(worth.implode()))
+
+
 def find_shared(
     keys: Spill,
     hit_keys: Spill,
@@ -70,13 +85,17 @@ def find_shared(
     owners of every awaiting shard, by shard id."""
     awaits = Spill(scratch / "awaits", pl.col("shard") // _BLOCK_SHARDS, AWAITS)
     answered_partitions = set(hit_keys.close())
+    pairs = [0] * len(shard_ids)  # each shard's pairs
     for partition in keys.close():
         answered = (
             hit_keys.read(partition).unique()
             if partition in answered_partitions
             else pl.DataFrame(schema=HIT_KEYS)
         )
-        awaits.add(awaited_pairs(keys.read(partition), answered))
+        run_keys = keys.read(partition)
+        for number, count in run_keys.group_by("shard").len().iter_rows():
+            pairs[number] += count
+        awaits.add(awaited_pairs(run_keys, answered))
     store, folder = staging
     owners: dict[str, frozenset[str]] = {}
     for block in awaits.close():
@@ -84,6 +103,9 @@ def find_shared(
             awaits.read(block).partition_by("shard", as_dict=True, include_key=False).items()
         ):
             shard_id = shard_ids[int(number)]  # type: ignore[call-overload]
+            piece = worth_waiting(piece, pairs[int(number)])  # type: ignore[call-overload]
+            if piece.is_empty():
+                continue
             staged = pl.DataFrame(
                 {
                     "pair_key": piece["pair_key"],

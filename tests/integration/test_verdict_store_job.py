@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from jobs.cache import pair_key
-from jobs.config import JobConfig, load_config
+from jobs.config import JobConfig, load_config, parse_config
 from jobs.factory import cache_fingerprint
 from jobs.job import run_job
 from jobs.tools.estimate import estimate
@@ -131,15 +131,16 @@ def test_a_pair_repeated_next_to_its_first_is_judged_once(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
     """Every item twice, the copy under another id right after it (an export that repeats
-    rows): the copy is in flight with its first, or comes after its reply, in the same
-    worker, or (a copy in the next shard: shards are byte ranges) its shard awaits the
-    first's; it is never paid for (the judge asked about each distinct item once; 102 calls
-    with in-flight pairs alone, 200 before)."""
+    rows), in Parquet (shards are exact row ranges: a copy is in its first's shard): the
+    copy is in flight with its first, or comes after its reply, in the same worker, and is
+    never paid for (the judge asked about each distinct item once; 200 calls before)."""
     _, rows, out = sample_job(tmp_path, 100, seed=61)
     doubled = [copy for row in rows for copy in (row, {**row, "id": f"{row['id']}-again"})]
-    source = tmp_path / "doubled.jsonl"
-    write_jsonl(source, iter(doubled))
-    config = config_for(source, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
+    source = tmp_path / "doubled.parquet"
+    pl.DataFrame(doubled).write_parquet(source)
+    raw = raw_config(source, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
+    raw["input"]["format"] = "parquet"
+    config = parse_config(raw)
     outcome = run_job(config, out=io.StringIO())
     assert verdict_requests(server) == len(rows)
     assert outcome.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)

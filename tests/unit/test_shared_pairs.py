@@ -15,6 +15,7 @@ from jobs.engine.shared_pairs import (
     awaited_verdicts,
     awaits_path,
     find_shared,
+    worth_waiting,
 )
 from jobs.engine.spill import Spill
 from jobs.layout import StagingArea
@@ -61,3 +62,18 @@ def test_awaits_are_staged_per_shard_and_read_from_the_owners_verdicts(tmp_path:
         )
     assert awaited_verdicts(store, staging, "00004") == {KEY_A: (True, "because")}
     assert awaited_verdicts(store, staging, "00005") == {}  # judged again by its own worker
+
+
+def test_a_shard_waits_only_for_an_owner_of_a_good_share_of_its_pairs() -> None:
+    """100 pairs: 3 shared with shard 1 (judged again), 40 with shard 2 (waited for)."""
+    awaits = pl.DataFrame(
+        {
+            "shard": [9] * 43,
+            "pair_key": [f"k{n}" for n in range(43)],
+            "owner": [1] * 3 + [2] * 40,
+        },
+        schema={"shard": pl.Int64(), "pair_key": pl.String(), "owner": pl.Int64()},
+    )
+    kept = worth_waiting(awaits, pairs=100)
+    assert set(kept["owner"]) == {2} and kept.height == 40
+    assert worth_waiting(awaits.head(3), pairs=10).height == 3  # 30% of a small shard
