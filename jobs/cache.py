@@ -72,18 +72,25 @@ class InFlight:
     unscored, the call failed or was cancelled) hands the pair back: whoever waited asks."""
 
     def __init__(self) -> None:
-        self._asked: dict[str, asyncio.Future[Verdict | None]] = {}
+        # a pair asked about -> the future its waiters await, made when the first one comes
+        # (most pairs have none: a future for each would cost the fast path)
+        self._asked: dict[str, asyncio.Future[Verdict | None] | None] = {}
 
     def __len__(self) -> int:
         return len(self._asked)
 
     def waiting_for(self, key: str) -> asyncio.Future[Verdict | None] | None:
-        return self._asked.get(key)
+        """The reply to wait for when `key` is being asked about, else None."""
+        if key not in self._asked:
+            return None
+        future = self._asked[key]
+        if future is None:
+            future = self._asked[key] = asyncio.get_running_loop().create_future()
+        return future
 
     def ask(self, keys: Sequence[str]) -> None:
-        loop = asyncio.get_running_loop()
         for key in keys:
-            self._asked.setdefault(key, loop.create_future())
+            self._asked.setdefault(key, None)
 
     def answer(self, key: str, verdict: Verdict | None) -> None:
         future = self._asked.pop(key, None)
@@ -217,12 +224,14 @@ class CachingJudge:
             else:
                 verdicts.append(ContextVerdict(position, cached[0], cached[1]))
         usage = Usage(cache_hits=len(verdicts))
+        if not misses:
+            return VerdictBatch(tuple(verdicts), usage)
         waiting = self._asked_already(misses, keys)
         # This item's own misses are asked about first; then it takes the replies other items
         # are getting, and asks about the pairs those brought no verdict for.
-        own = [p for p in misses if p not in waiting]
+        own = [p for p in misses if p not in waiting] if waiting else misses
         asked = await self._ask(item, own, keys)
-        if asked.unscored_reason is None:
+        if waiting and asked.unscored_reason is None:
             before = len(verdicts)
             left = await self._wait(waiting, verdicts)
             usage = usage + Usage(cache_hits=len(verdicts) - before)
@@ -242,10 +251,14 @@ class CachingJudge:
         self, misses: Sequence[int], keys: dict[int, str]
     ) -> dict[int, asyncio.Future[Verdict | None]]:
         """The missed positions whose pair another item of this worker is asking about."""
+        waiting: dict[int, asyncio.Future[Verdict | None]] = {}
         if self._in_flight is None:
-            return {}
-        found = {p: self._in_flight.waiting_for(keys[p]) for p in misses}
-        return {p: future for p, future in found.items() if future is not None}
+            return waiting
+        for position in misses:
+            future = self._in_flight.waiting_for(keys[position])
+            if future is not None:
+                waiting[position] = future
+        return waiting
 
     async def _wait(
         self, waiting: dict[int, asyncio.Future[Verdict | None]], verdicts: list[ContextVerdict]
