@@ -73,24 +73,12 @@ def fan_out(
     if not todo:
         return FanOutResult([])
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     config = plan.config
     governed = not plan.parts.capabilities.offline and (
         batch_round is None or config.judge.batch.reask == "online"
     )
-    # The coordinator lives on the driver's node: a worker node lost mid-run takes its workers
-    # (Ray retries them elsewhere), never the run's board and counters.
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    coordinator = (
-        coordinator_actor_class()
-        .options(scheduling_strategy=here)
-        .remote(
-            list(todo),
-            _governor(config) if governed else None,
-            plan.owners if batch_round is None else None,
-        )
-    )
+    coordinator = _start_coordinator(plan, todo, governed, batch_round)
     context = ShardContext(
         config=config,
         parts=plan.parts,
@@ -120,6 +108,27 @@ def fan_out(
     finally:
         watch.close()
     return watch.result
+
+
+def _start_coordinator(
+    plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool, batch_round: int | None
+) -> Any:
+    """The run's coordinator actor (board, counters, governor), on the driver's node: a worker
+    node lost mid-run takes its workers (Ray retries them elsewhere), never the run's board
+    and counters."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return (
+        coordinator_actor_class()
+        .options(scheduling_strategy=here)
+        .remote(
+            list(todo),
+            _governor(plan.config) if governed else None,
+            plan.owners if batch_round is None else None,
+        )
+    )
 
 
 class _Watch:

@@ -151,18 +151,22 @@ def test_a_pair_repeated_next_to_its_first_is_judged_once(
 def test_items_exported_twice_in_two_files_are_judged_once(
     tmp_path: Path, server: FakeJudgeServer, judge_key: str
 ) -> None:
-    """The same 100 items in two files (the copies under other ids): the shards of the
-    second file await the first file's shards with the same pairs, so whichever worker
-    takes them, the judge is asked about each distinct item once. (Whether two workers
-    would have met the same pairs at once here depends on Ray's start-up; the board's
-    waiting is tested in tests/unit/test_dispatch.py.)"""
+    """The same 100 items in two Parquet files (the copies under other ids; shards are exact
+    row ranges, so each shard of the second file holds the pairs of one shard of the first):
+    the shards of the second file await the first file's, so whichever worker takes them,
+    the judge is asked about each distinct item once. (Whether two workers would have met
+    the same pairs at once here depends on Ray's start-up; the board's waiting is tested in
+    tests/unit/test_dispatch.py. In JSONL, shards are byte ranges: a shard of the second file
+    may hold a few pairs of a first-file shard, under the share worth waiting for.)"""
     _, rows, out = sample_job(tmp_path, 100, seed=67)
     copies = [{**row, "id": f"{row['id']}-again"} for row in rows]
     folder = tmp_path / "twice"
     folder.mkdir()
-    write_jsonl(folder / "a.jsonl", iter(rows))
-    write_jsonl(folder / "b.jsonl", iter(copies))
-    config = config_for(folder, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
+    pl.DataFrame(rows).write_parquet(folder / "a.parquet")
+    pl.DataFrame(copies).write_parquet(folder / "b.parquet")
+    raw = raw_config(folder, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
+    raw["input"]["format"] = "parquet"
+    config = parse_config(raw)
     log = io.StringIO()
     outcome = run_job(config, out=log)
     assert verdict_requests(server) == len(rows)
