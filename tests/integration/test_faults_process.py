@@ -59,6 +59,7 @@ from tests.support.job import (
 from tests.support.processes import (
     Outcome,
     kill_group_and_ray,
+    kill_sender,
     lean_judge,
     process_on_port,
     ray_processes,
@@ -116,15 +117,10 @@ def test_ray_worker_sigkilled_mid_task_is_retried_and_its_shard_written_once(
     run = run_in_thread(lambda: run_job(config, out=io.StringIO()))
     try:
         (first, *_) = gate.wait_held(1)
-        assert first.peer is not None
-        worker = process_on_port(first.peer[1])
-        worker.kill()
+        worker = kill_sender(first)
     finally:
         gate.release()
-    run.join()
-    assert run.error is None, repr(run.error)
-    outcome = run.value
-    assert outcome is not None
+    outcome = run.result()
     requests = verdict_requests(server)
 
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
@@ -340,19 +336,15 @@ def test_two_run_ids_at_once_into_one_output_both_publish_complete_partitions(
         assert all(lease.exists() for lease in leases)
     finally:
         gate.release()
-    for run in runs:
-        run.join()
-        assert run.error is None, repr(run.error)
+    outcomes = [run.result() for run in runs]
     requests = verdict_requests(server)
 
     assert requests == 2 * len(rows)
-    outcomes = [r.value for r in runs]
-    assert [o.run_id for o in outcomes if o] == ["twin-a", "twin-b"]
+    assert [o.run_id for o in outcomes] == ["twin-a", "twin-b"]
     scores = scores_frame(out)
     assert scores.height == 2 * len(rows)
     assert sorted(scores["run_id"].unique().to_list()) == ["twin-a", "twin-b"]
     for outcome in outcomes:
-        assert outcome is not None
         assert_all_true(out, rows, outcome)
     # Two separate partitions, one file each.
     files = sorted(p.relative_to(out).as_posix() for p in (out / "scores").rglob("*.parquet"))

@@ -44,8 +44,8 @@ from tests.support.job import (
 )
 from tests.support.processes import (
     kill_group_and_ray,
+    kill_sender,
     lean_judge,
-    process_on_port,
     run_in_thread,
     start_driver,
 )
@@ -198,15 +198,10 @@ def test_a_worker_killed_half_way_costs_only_its_last_seconds(
     try:
         held = gate.wait_held(1)
         wait_journaled(out, config, rows, half)  # every reply so far is in the journal
-        assert held[0].peer is not None
-        worker = process_on_port(held[0].peer[1])
-        worker.kill()  # the shards it held are not staged: Ray retries the worker
+        worker = kill_sender(held[0])  # the shards it held are not staged: Ray retries it
     finally:
         gate.release()
-    run.join()
-    assert run.error is None, repr(run.error)
-    outcome = run.value
-    assert outcome is not None
+    outcome = run.result()
     calls = verdict_requests(server)
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
     assert items < calls <= 1.1 * items, calls

@@ -16,7 +16,7 @@ import psutil  # type: ignore[import-untyped]
 
 from jobs.engine.driver import RunOutcome
 from jobs.engine.ray_runtime import RAY_ENV
-from scorer_core.testing import FakeJudgeServer
+from scorer_core.testing import Arrival, FakeJudgeServer
 from tests.support.hooks import HoldRequests
 from tests.support.job import KEY_ENV, KEY_VALUE, llm_judge
 from tests.support.paths import REPO
@@ -40,6 +40,14 @@ def process_on_port(port: int) -> psutil.Process:
             if any(c.laddr and c.laddr.port == port for c in proc.net_connections(kind="tcp")):
                 return proc
     raise AssertionError(f"no process of this test has a connection from port {port}")
+
+
+def kill_sender(arrival: Arrival) -> psutil.Process:
+    """SIGKILL the process (a Ray worker) that sent the held request `arrival`."""
+    assert arrival.peer is not None
+    process = process_on_port(arrival.peer[1])
+    process.kill()
+    return process
 
 
 class Outcome:
@@ -68,6 +76,13 @@ class Outcome:
         self.thread.join(timeout_s)
         assert not self.thread.is_alive(), "the run did not finish in time"
         return self
+
+    def result(self, timeout_s: float = 180) -> RunOutcome:
+        """The run's outcome once it finished, which it must have without an exception."""
+        self.join(timeout_s)
+        assert self.error is None, repr(self.error)
+        assert self.value is not None
+        return self.value
 
 
 def run_in_thread(target: Callable[[], RunOutcome]) -> Outcome:
