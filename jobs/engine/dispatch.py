@@ -49,11 +49,11 @@ class ShardBoard:
     """The shards of a run not yet handed out, the leases, and the reports that came back."""
 
     todo: deque[Lease]
-    # shard id -> the owners it awaits (jobs.engine.shared_pairs); online runs only
+    # shard id -> the owners it awaits (jobs.engine.shared_pairs)
     owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
     _leases: dict[str, dict[str, Lease]] = field(default_factory=dict)
     _reserved: dict[str, deque[Lease]] = field(default_factory=dict)
-    _unfinished: set[str] = field(default_factory=set)
+    _unfinished: set[str] = field(init=False)
 
     def __post_init__(self) -> None:
         # owners outside the board (staged by an earlier attempt of the run) are finished

@@ -78,7 +78,7 @@ def fan_out(
     governed = not plan.parts.capabilities.offline and (
         batch_round is None or config.judge.batch.reask == "online"
     )
-    coordinator = _start_coordinator(plan, todo, governed, batch_round)
+    coordinator = _start_coordinator(plan, todo, governed)
     context = ShardContext(
         config=config,
         parts=plan.parts,
@@ -89,7 +89,7 @@ def fan_out(
         tables=plan.tables,
         duplicates=plan.duplicates,
         cached=plan.cached,
-        awaiting=frozenset(plan.owners) if batch_round is None else frozenset(),
+        awaiting=frozenset(plan.owners),
         run_id=plan.location.run_id,
         batch_round=batch_round,
     )
@@ -110,9 +110,7 @@ def fan_out(
     return watch.result
 
 
-def _start_coordinator(
-    plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool, batch_round: int | None
-) -> Any:
+def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool) -> Any:
     """The run's coordinator actor (board, counters, governor), on the driver's node: a worker
     node lost mid-run takes its workers (Ray retries them elsewhere), never the run's board
     and counters."""
@@ -126,7 +124,7 @@ def _start_coordinator(
         .remote(
             list(todo),
             _governor(plan.config) if governed else None,
-            plan.owners if batch_round is None else None,
+            plan.owners,
         )
     )
 

@@ -33,8 +33,8 @@ class RunPlan:
     # The shards with verdicts found in the verdict store before the fan-out, staged for
     # their workers (jobs.engine.cache_lookup).
     cached: frozenset[str] = frozenset()
-    # Online runs: the shards awaiting pairs a lower-numbered shard of the run judges first,
-    # with those owners (jobs.engine.shared_pairs).
+    # The shards awaiting pairs a lower-numbered shard of the run judges first, with those
+    # owners (jobs.engine.shared_pairs); empty in batch mode, whose requests are fixed per pass.
     owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # How many input files the shards come from (for the run's first line).
     files: int = 0
