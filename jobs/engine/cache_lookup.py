@@ -37,7 +37,7 @@ from jobs.cache import Entries, decode_entries, encode_entries, pair_key
 from jobs.engine.plan import RunPlan
 from jobs.engine.shard_read import read_shard_records
 from jobs.engine.shared_pairs import HIT_KEYS, find_shared
-from jobs.engine.spill import Spill
+from jobs.engine.spill import Spill, shard_blocks
 from jobs.inputs import Shard
 from jobs.inputs.records import ItemReader
 from jobs.schema import RunSchema
@@ -47,9 +47,6 @@ from scorer_core.errors import InputError
 
 _TASK_SHARDS = 16
 """Shards whose keys one Ray task computes."""
-_BLOCK_SHARDS = 8
-"""Hits are spilled and staged by blocks of this many consecutive shards (memory: one block's
-hits, 80,000 at 2,000 items a shard and 5 contexts an item)."""
 _TASK_KEYS = 32_768
 """Keys a join task looks up (`_packs`), whatever the size of the run."""
 _JOIN_BATCH = 2_048
@@ -270,7 +267,7 @@ def join_and_stage(
     import ray
 
     join_task = ray.remote(join_keys).options(**options)
-    hits = Spill(scratch / "hits", pl.col("shard") // _BLOCK_SHARDS, HITS)
+    hits = Spill(scratch / "hits", shard_blocks(), HITS)
     stored = verdicts.files_by_partition()  # one listing
     tasks = (
         join_task.remote(verdicts, files, pack) for files, pack in _packs(keys, stored, _TASK_KEYS)
@@ -286,15 +283,12 @@ def _stage(staging: tuple[Store, str], shard_ids: Sequence[str], hits: Spill) ->
     """Write each shard's hits to its staged file, a block of shards at a time."""
     store, folder = staging
     staged = []
-    for block in hits.close():
-        for (number,), piece in (
-            hits.read(block).partition_by("shard", as_dict=True, include_key=False).items()
-        ):
-            shard_id = shard_ids[int(number)]  # type: ignore[call-overload]
-            entries = {
-                key: (bool(relevant), reason or "")
-                for key, relevant, reason in piece.unique("pair_key").iter_rows()
-            }
-            store.write_parquet_atomic(hits_path(store, folder, shard_id), encode_entries(entries))
-            staged.append(shard_id)
+    for number, piece in hits.groups("shard"):
+        shard_id = shard_ids[number]
+        entries = {
+            key: (bool(relevant), reason or "")
+            for key, relevant, reason in piece.unique("pair_key").iter_rows()
+        }
+        store.write_parquet_atomic(hits_path(store, folder, shard_id), encode_entries(entries))
+        staged.append(shard_id)
     return staged

@@ -31,14 +31,12 @@ from pathlib import Path
 import polars as pl
 
 from jobs.cache import Entries
-from jobs.engine.spill import Spill
+from jobs.engine.spill import Spill, shard_blocks
 from jobs.layout import StagingArea
 from jobs.storage import Store
 
 WAIT_SHARE = 0.1
 """A shard waits for an owner that judges at least this share of its pairs."""
-_BLOCK_SHARDS = 8
-"""Awaited pairs are filed and staged by blocks of this many consecutive shards."""
 
 AWAITS = pl.Schema({"shard": pl.Int64(), "pair_key": pl.String(), "owner": pl.Int64()})
 HIT_KEYS = pl.Schema({"pair_key": pl.String()})
@@ -83,7 +81,7 @@ def find_shared(
     """Stage what each shard awaits (step 1 of the module's doc) from the run's `keys` and
     the keys the store answered (`hit_keys`), both filed by store partition (closed); the
     owners of every awaiting shard, by shard id."""
-    awaits = Spill(scratch / "awaits", pl.col("shard") // _BLOCK_SHARDS, AWAITS)
+    awaits = Spill(scratch / "awaits", shard_blocks(), AWAITS)
     answered_partitions = set(hit_keys.close())
     pairs = [0] * len(shard_ids)  # each shard's pairs
     for partition in keys.close():
@@ -98,23 +96,17 @@ def find_shared(
         awaits.add(awaited_pairs(run_keys, answered))
     store, folder = staging
     owners: dict[str, frozenset[str]] = {}
-    for block in awaits.close():
-        for (number,), piece in (
-            awaits.read(block).partition_by("shard", as_dict=True, include_key=False).items()
-        ):
-            shard_id = shard_ids[int(number)]  # type: ignore[call-overload]
-            piece = worth_waiting(piece, pairs[int(number)])  # type: ignore[call-overload]
-            if piece.is_empty():
-                continue
-            staged = pl.DataFrame(
-                {
-                    "pair_key": piece["pair_key"],
-                    "owner": [shard_ids[n] for n in piece["owner"]],
-                },
-                schema={"pair_key": pl.String(), "owner": pl.String()},
-            )
-            store.write_parquet_atomic(awaits_path(store, folder, shard_id), staged.to_arrow())
-            owners[shard_id] = frozenset(staged["owner"].unique())
+    for number, piece in awaits.groups("shard"):
+        piece = worth_waiting(piece, pairs[number])
+        if piece.is_empty():
+            continue
+        staged = pl.DataFrame(
+            {"pair_key": piece["pair_key"], "owner": [shard_ids[n] for n in piece["owner"]]},
+            schema={"pair_key": pl.String(), "owner": pl.String()},
+        )
+        shard_id = shard_ids[number]
+        store.write_parquet_atomic(awaits_path(store, folder, shard_id), staged.to_arrow())
+        owners[shard_id] = frozenset(staged["owner"].unique())
     return owners
 
 

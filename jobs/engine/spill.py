@@ -20,8 +20,17 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+SHARDS_A_BLOCK = 8
+"""Rows filed by shard go in buckets of this many consecutive shards (`shard_blocks`): reading
+a bucket holds one block's rows (the lookup's hits: 80,000 at 2,000 items a shard and 5
+contexts an item)."""
 FLUSH_BYTES = 8 * 2**20
 """Rows buffered (by Polars' estimate of their size) before they are written as a run."""
+
+
+def shard_blocks() -> pl.Expr:
+    """The bucket of rows filed by their `shard` column: its block of `SHARDS_A_BLOCK`."""
+    return pl.col("shard") // SHARDS_A_BLOCK
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,16 @@ class Spill:
             count += frame.height
         if held:
             yield pl.concat(held)
+
+    def groups(self, column: str) -> Iterator[tuple[int, pl.DataFrame]]:
+        """Stop adding; then (value, its rows without `column`) for every value of the integer
+        `column`, a bucket at a time: each value's rows must share a bucket (say, shards
+        filed by block of shards)."""
+        for bucket in self.close():
+            for (value,), rows in (
+                self.read(bucket).partition_by(column, as_dict=True, include_key=False).items()
+            ):
+                yield int(value), rows  # type: ignore[call-overload]
 
     def read(self, bucket: int) -> pl.DataFrame:
         """The rows of `bucket`, whole."""
