@@ -226,6 +226,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
 
 def key_rate(items: int = 10_000) -> float:
     """Items per second `shard_pair_keys` keys (read, checked, 5 pair keys an item)."""
+    from bench.job_bench import base_config
     from jobs.config import parse_config
     from jobs.engine.cache_lookup import shard_pair_keys
     from jobs.factory import input_spec, item_reader
@@ -237,21 +238,7 @@ def key_rate(items: int = 10_000) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "in.jsonl"
         write_jsonl(data, sample_items(items))
-        config = parse_config(
-            {
-                "input": {
-                    "path": str(data),
-                    "columns": {
-                        "query_id": "id",
-                        "input": "question",
-                        "output": "answer",
-                        "expected_output": "ground_truth",
-                        "context": "contexts",
-                    },
-                },
-                "output": {"path": str(Path(tmp) / "out")},
-            }
-        )
+        config = parse_config(base_config(data, Path(tmp) / "out"))
         spec = input_spec(config)
         shards = plan_shards(spec, list_input_files(spec), 2000)
         started = time.monotonic()
