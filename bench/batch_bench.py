@@ -2,7 +2,7 @@
 
     python -m bench.batch_bench --items 100000
 
-The fake judge runs as its own process (scorer_core.testing) with its batches moving one state
+The fake judge runs as its own process (tests.fake_judge) with its batches moving one state
 each time the driver polls them, so the only waiting is the driver's own poll interval; the
 job runs in a fresh Python process (bench.job_bench.run_job: the driver's peak RSS from its
 VmHWM, the Ray workers' sampled every 0.5 s). Reported: where the time went (in our code:

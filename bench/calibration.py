@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.calibration             # report, and update docs/benchmarks.md
     .venv/bin/python -m bench.calibration --no-write  # report only
 
-Runs `jobs.tools.calibrate.calibrate` (the code behind `ctxprec calibrate`) once per file with the
+Runs `jobs.tools.calibration.calibrate` (the code behind `ctxprec calibrate`) once per file with the
 default lexical judge, plus TREC DL with gold grade >= 1 as a second gold rule, and writes the
 numbers under "## Judge calibration against human labels" in docs/benchmarks.md (only that
 section is replaced). Nothing of the data is copied into the repository.
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import machine, missing_data, show_and_write
-from jobs.config import JobConfig, parse_config
-from jobs.tools.calibrate import Calibration, calibrate
+from jobs.core.config import JobConfig, parse_config
+from jobs.tools.calibration import Calibration, calibrate
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data"

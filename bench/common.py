@@ -87,12 +87,12 @@ def average_precision(flags: Sequence[bool]) -> float:
 
 
 def fake_judge_command(max_seconds: str, *args: str) -> list[str]:
-    """The command line of a fake judge server process (`scorer_core.testing`) on a free port,
+    """The command line of a fake judge server process (`tests.fake_judge`) on a free port,
     which prints its base URL (.../v1) first and stops by itself after `max_seconds`."""
     return [
         sys.executable,
         "-m",
-        "scorer_core.testing",
+        "tests.fake_judge",
         "--port",
         "0",
         "--max-seconds",

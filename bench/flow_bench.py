@@ -3,7 +3,7 @@
     python -m bench.flow_bench --latencies 0.05 0.5 1 3 --seconds 60
 
 For each mean reply latency x transport (http, litellm) x binding limit (requests per minute,
-or tokens per minute alone), a fake OpenAI-compatible judge (scorer_core.testing, its own
+or tokens per minute alone), a fake OpenAI-compatible judge (tests.fake_judge, its own
 process) answers with a lognormal latency (that mean, a p99 of 4x the mean) and enforces the
 limit over a sliding 60 s window. The job runs with default settings and only the provider's
 limit set (what a new user does): `rate_limit.max_concurrency: auto`, `judge.transport` as
@@ -38,8 +38,8 @@ from bench.job_bench import (
     server_stats,
     write_input,
 )
-from jobs.config import parse_config
-from jobs.tools.estimate import estimate
+from jobs.core.config import parse_config
+from jobs.tools.estimation import estimate
 from scorer_core.precision import context_precision
 
 WINDOW_S = 60.0

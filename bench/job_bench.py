@@ -5,7 +5,7 @@
     python -m bench.job_bench segments  --items 1000000 --segments 100  # the same, summary.by
     python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
 
-The fake judge runs as its own process on 127.0.0.1 (scorer_core.testing), the job in a fresh
+The fake judge runs as its own process on 127.0.0.1 (tests.fake_judge), the job in a fresh
 Python process per measurement, so that Ray, memory peaks and imports start cold every time.
 Results go to docs/benchmarks.md (one section per mode).
 """
@@ -254,7 +254,7 @@ def overhead(items: int, workers: int, transports: Sequence[str]) -> str:
         "",
         header(f"python -m bench.job_bench overhead --items {items} --workers {workers}"),
         "",
-        "The fake OpenAI-compatible judge (scorer_core.testing, its own process) answers at once; "
+        "The fake OpenAI-compatible judge (tests.fake_judge, its own process) answers at once; "
         "the job's throughput against it is the framework's own cost per item (prompting, "
         "HTTP, parsing, Ray, Parquet). The ceiling is a bare aiohttp loop (64 in flight) posting "
         "one verdict request to the same server. Server, job and client share the 2 cores.",

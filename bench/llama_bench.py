@@ -6,11 +6,11 @@
 Takes the first items/2 rows of each file in ../shared/data (HotpotQA, judged against its
 reference answers; TREC DL, which has none: retrieval-only items judged against the query),
 each cut to its first `--contexts` contexts (their labels cut with them), starts llama.cpp's
-OpenAI-compatible server (`scorer_core.testing.llama_server`, the `llm` extra) on 127.0.0.1 and
+OpenAI-compatible server (`tests.fake_judge.llama_server`, the `llm` extra) on 127.0.0.1 and
 runs against it, with `judge.response_format: auto`:
 
 1. the job (`jobs.engine.driver.run_job`, real Ray, the verdict cache off) over those rows;
-2. `ctxprec calibrate` (`jobs.tools.calibrate.calibrate`) on each file's rows.
+2. `ctxprec calibrate` (`jobs.tools.calibration.calibrate`) on each file's rows.
 
 It writes the section "## A real LLM judge: llama.cpp with Gemma 3 270M" of docs/benchmarks.md
 (only that section). The server answers one request at a time, so the run takes about
@@ -34,12 +34,12 @@ from typing import Any
 import polars as pl
 
 from bench.common import load_average, machine, missing_data, show_and_write
-from jobs.config import JobConfig, parse_config
+from jobs.core.config import JobConfig, parse_config
+from jobs.core.run_layout import RunLocation
 from jobs.engine.driver import RunOutcome
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.tools.calibrate import Calibration, calibrate
-from scorer_core.testing.llama_server import LlamaServer
+from jobs.run.job import run_job
+from jobs.tools.calibration import Calibration, calibrate
+from tests.fake_judge.llama_server import LlamaServer
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data"

@@ -12,7 +12,7 @@ spread over `--files` files, every trace's spans scattered over the files in rev
    `ExportTraceServiceRequest`, after turning the hex ids into the base64 it expects, then the
    same fields taken from the messages); spans per second of each.
 2. assembly: each size in a fresh subprocess (its own local Ray, 2 workers), through the job's
-   own path (`jobs.engine.traces.stage_traces`: Ray tasks reading the files, then assembling
+   own path (`jobs.engine.trace_staging.stage_traces`: Ray tasks reading the files, then assembling
    the partitions); its wall time, the driver's peak RSS (the subprocess, VmHWM) and the
    workers' (the highest peak any task reported). The item count is checked.
 
@@ -176,8 +176,8 @@ def generate(folder: Path, spans: int, files: int, seed: int = 1) -> int:
 
 
 def parse_ours(path: Path) -> tuple[int, float]:
+    from jobs.core.storage import filesystem
     from jobs.inputs.otlp import SpanRow, read_otlp_file
-    from jobs.storage import filesystem
 
     fs, fs_path, _ = filesystem(str(path), {})
     started = time.perf_counter()
@@ -236,10 +236,10 @@ def parse_proto(path: Path) -> tuple[int, float]:
 
 
 def assemble_worker(folder: Path, out: Path) -> dict[str, Any]:
-    from jobs.config import parse_config
-    from jobs.engine.traces import stage_traces
-    from jobs.layout import RunLocation
-    from jobs.storage import open_store
+    from jobs.core.config import parse_config
+    from jobs.core.run_layout import RunLocation
+    from jobs.core.storage import open_store
+    from jobs.engine.trace_staging import stage_traces
 
     config = parse_config(
         {
@@ -310,7 +310,7 @@ def render(
             "Traces of 10 OpenInference spans (CHAIN root, 3 x RETRIEVER with 3 documents + "
             "LLM, EMBEDDING, 2 TOOL), every trace's spans scattered over the files in reverse "
             "order (children before parents), 100 spans to a line. Assembly through the job's "
-            "own path (`jobs.engine.traces.stage_traces`) on a local Ray of 2 workers, each "
+            "own path (`jobs.engine.trace_staging.stage_traces`) on a local Ray of 2 workers, each "
             "size in a fresh process: the assembly's wall time (without, then with starting "
             "Ray), the driver's peak RSS and the highest peak RSS any Ray worker reported, "
             "reading the files and assembling the partitions.",

@@ -444,7 +444,7 @@ def ray_probe() -> dict[str, float]:
     started = time.monotonic()
     import ray
 
-    from jobs.config import InputConfig, JobConfig
+    from jobs.core.config import InputConfig, JobConfig
     from jobs.engine.ray_runtime import start_ray
 
     imported = time.monotonic()
@@ -456,8 +456,8 @@ def ray_probe() -> dict[str, float]:
 
     def engine_imports() -> float:
         begin = time.monotonic()
-        import jobs.engine.worker
-        import jobs.factory  # noqa: F401
+        import jobs.engine.shards.worker
+        import jobs.run.factory  # noqa: F401
         import scorer_core.openai_http  # noqa: F401
 
         return time.monotonic() - begin

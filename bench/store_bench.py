@@ -1,4 +1,4 @@
-"""Benchmark of the verdict store (jobs.verdict_store, jobs.engine.cache_lookup).
+"""Benchmark of the verdict store (jobs.core.verdict_store, jobs.engine.pairs.cache_lookup).
 
     python -m bench.store_bench --store 10000000 --runs 100000 1000000 [--journal-items 20000]
 
@@ -36,9 +36,9 @@ from typing import Any
 import polars as pl
 
 from bench.common import header, load_average, write_section
+from jobs.core.storage import open_store
+from jobs.core.verdict_store import PARTITIONS, VerdictStore
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.storage import open_store
-from jobs.verdict_store import PARTITIONS, VerdictStore
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, **RAY_ENV}
@@ -112,7 +112,7 @@ def run_keys(partition: int, items: int, store_size: int) -> pl.DataFrame:
     """One partition's share of a run's pair keys (`KEYS`): the first `HIT_SHARE` taken from
     the store's keys of that partition, the rest new; their shards spread over the run. A Ray
     task body: the driver receives the keys as it receives `shard_pair_keys`' in production."""
-    from jobs.engine.cache_lookup import KEYS
+    from jobs.engine.pairs.cache_lookup import KEYS
 
     per_partition = items * PAIRS_PER_ITEM // PARTITIONS
     hits_per = int(per_partition * HIT_SHARE)
@@ -169,10 +169,10 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     driver (step 2's spill) to the staged hits (steps 3 and 4)."""
     import ray
 
-    from jobs.engine.cache_lookup import KEYS, _bounded, join_and_stage, task_options
-    from jobs.engine.shared_pairs import HIT_KEYS, find_shared
-    from jobs.engine.spill import Spill
-    from jobs.verdict_store import partition_expr
+    from jobs.core.verdict_store import partition_expr
+    from jobs.engine.pairs.cache_lookup import KEYS, _bounded, join_and_stage, task_options
+    from jobs.engine.pairs.shared_pairs import HIT_KEYS, find_shared
+    from jobs.engine.pairs.spill import Spill
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     store = open_store(str(folder))
@@ -227,11 +227,11 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
 def key_rate(items: int = 10_000) -> float:
     """Items per second `shard_pair_keys` keys (read, checked, 5 pair keys an item)."""
     from bench.job_bench import base_config
-    from jobs.config import parse_config
-    from jobs.engine.cache_lookup import shard_pair_keys
-    from jobs.factory import input_spec, item_reader
+    from jobs.core.config import parse_config
+    from jobs.core.schema import RunSchema
+    from jobs.engine.pairs.cache_lookup import shard_pair_keys
     from jobs.inputs import list_input_files, plan_shards
-    from jobs.schema import RunSchema
+    from jobs.run.factory import input_spec, item_reader
     from jobs.tools.sample_data import generate as sample_items
     from jobs.tools.sample_data import write_jsonl
 
@@ -355,11 +355,11 @@ def section(
             f"{PARTITIONS} partitions, in {generated_s:.0f} s). Each run has {PAIRS_PER_ITEM} "
             f"pairs an item, {ITEMS_PER_SHARD:,} items a shard, {HIT_SHARE:.0%} of its pairs "
             "in the store. Ray tasks hand the run's keys to the driver, which spills them by "
-            "store partition (`jobs.engine.spill.Spill`, as it spills `shard_pair_keys`' in "
-            "production); lookup time = the production join (`jobs.engine.cache_lookup."
+            "store partition (`jobs.engine.pairs.spill.Spill`, as it spills `shard_pair_keys`' in "
+            "production); lookup time = the production join (`jobs.engine.pairs.cache_lookup."
             "join_and_stage`: Ray tasks of 32,768 keys packed across partitions, each reading "
             "its partitions' files, hits spilled by block of shards, one staged file per "
-            "shard) and the search for pairs several shards hold (`jobs.engine.shared_pairs."
+            "shard) and the search for pairs several shards hold (`jobs.engine.pairs.shared_pairs."
             "find_shared`, on the driver, a partition's keys at a time; the run's keys are "
             "all distinct here, so no shard awaits another), in a fresh process with a local "
             "Ray of 2 CPUs and Arrow on jemalloc "

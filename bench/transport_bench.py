@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.transport_bench [--seconds 10] [--concurrency 64] [--no-write]
 
-Starts the fake judge (`python -m scorer_core.testing --port 0`) in its own process, then, in this
+Starts the fake judge (`python -m tests.fake_judge --port 0`) in its own process, then, in this
 one client process, sends the same verdict request (4 contexts, the real prompt and schema) for
 `--seconds` each, `--concurrency` requests in flight, through:
 
@@ -304,7 +304,7 @@ def render(
         + "; ".join(loads)
         + ". Other engineers' jobs share these CPUs, so absolute numbers are noisy; compare "
         "rows of the same run.",
-        f"- Server: `python -m scorer_core.testing` in its own process (one Python process, no "
+        f"- Server: `python -m tests.fake_judge` in its own process (one Python process, no "
         f"faults, no latency), on 127.0.0.1. Client: one process, one event loop, "
         f"{args.concurrency} requests in flight, {args.warmup:g} s warm-up then "
         f"{args.seconds:g} s per run, the same verdict request (4 contexts) every time; "

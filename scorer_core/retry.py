@@ -1,7 +1,7 @@
 """How the job waits before trying again: bounded, jittered, and polite to `Retry-After`.
 
 `backoff_delay` is the one full-jitter exponential backoff of the project: the LLM judge
-(`RetryPolicy`, async) and the job's object store (`jobs.storage.retry_call`, sync)
+(`RetryPolicy`, async) and the job's object store (`jobs.core.storage.retry_call`, sync)
 both take their waits from it, each with its own base, cap and injected random source.
 
 `RetryPolicy` is the judge's budget. Transport failures (429, 5xx, timeouts, refused

@@ -1,6 +1,6 @@
 """Every shared fixture, defined once.
 
-    server        a fresh fake judge (scorer_core.testing) for one test, with no options
+    server        a fresh fake judge (tests.fake_judge) for one test, with no options
     fake_judge    starts fake judges with any FakeJudgeServer options, stopped after the test
     transport     "litellm", then "http": a test that takes it runs once per judge transport
     judge_key     the judge's API key in the environment variable the job configs name
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from jobs.engine.ray_runtime import RAY_ENV, set_env_defaults
-from scorer_core.testing import FakeJudgeServer
+from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory, RecordingSleep
 from tests.support.job import KEY_ENV, KEY_VALUE
 from tests.support.moto import (

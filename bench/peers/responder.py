@@ -2,7 +2,7 @@
 
 One zero-latency OpenAI-compatible server on 127.0.0.1 for every contender of
 `bench.peers_bench`. Our own requests (a `context_precision_*` schema name or our `<contexts>`
-prompt) go to `scorer_core.testing.FakeJudgeServer` unchanged; the peers' requests are
+prompt) go to `tests.fake_judge.FakeJudgeServer` unchanged; the peers' requests are
 recognised by their prompt text and answered in the JSON shape each tool parses:
 
 - DeepEval `ContextualPrecisionMetric` verdicts: the prompt lists the contexts as a Python list
@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from scorer_core.testing.server import (
+from tests.fake_judge.server import (
     FakeJudgeServer,
     chat_completion,
     default_verdict_fn,

@@ -5,7 +5,7 @@ CLI import only these names, from `jobs.engine`):
 
     run_job(config, parts, out=...) -> RunOutcome   run or resume one scoring run end to end
     RunParts, JudgeMaker, Gate, CanaryJudge
-                                  what a run is made of, handed in by jobs.factory
+                                  what a run is made of, handed in by jobs.run.factory
     RunOutcome, print_outcome, exit_code_of
                                   run id and date, what was published, timings; its printout
                                   and exit code (1 past run.max_error_rate)
@@ -15,7 +15,7 @@ CLI import only these names, from `jobs.engine`):
     BudgetSettings, budget_settings, LocalLimiter, PacingState
                                   flow control in one process (estimate, calibrate, score)
     RunSummary, Segment, PositionRate, BANDS, CANARY_METRICS, band_range, relevance_by_position
-                                  the published summary's model (jobs.engine.aggregate)
+                                  the published summary's model (jobs.engine.publish.aggregate)
     RunResponseFormat             the structured-output form a run's judge settled on
     BatchLayout, RoundState, BatchPacker, RequestLines, custom_id, item_key
                                   batch mode's staged rounds and request lines (status,
@@ -38,7 +38,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobs.engine.aggregate import (
+    from jobs.engine.batch.batch_layout import BatchLayout
+    from jobs.engine.batch.requests import RequestLines, custom_id, item_key
+    from jobs.engine.batch.state import BatchPacker, RoundState
+    from jobs.engine.batch_rounds import BatchesStillRunning
+    from jobs.engine.control.budget import BudgetSettings, budget_settings
+    from jobs.engine.control.limiter import LocalLimiter, PacingState
+    from jobs.engine.driver import RunFailed, RunOutcome, exit_code_of, print_outcome, run_job
+    from jobs.engine.pairs.cache_lookup import stored_pair_keys
+    from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
+    from jobs.engine.publish.aggregate import (
         BANDS,
         CANARY_METRICS,
         PositionRate,
@@ -47,16 +56,7 @@ if TYPE_CHECKING:
         band_range,
         relevance_by_position,
     )
-    from jobs.engine.batch.layout import BatchLayout
-    from jobs.engine.batch.requests import RequestLines, custom_id, item_key
-    from jobs.engine.batch.rounds import BatchesStillRunning
-    from jobs.engine.batch.state import BatchPacker, RoundState
-    from jobs.engine.budget import BudgetSettings, budget_settings
-    from jobs.engine.cache_lookup import stored_pair_keys
-    from jobs.engine.driver import RunFailed, RunOutcome, exit_code_of, print_outcome, run_job
-    from jobs.engine.limiter import LocalLimiter, PacingState
-    from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
-    from jobs.engine.response_formats import RunResponseFormat
+    from jobs.engine.publish.response_formats import RunResponseFormat
 
 _WHERE = {
     "run_job": "driver",
@@ -68,26 +68,26 @@ _WHERE = {
     "CanaryJudge": "parts",
     "JudgeMaker": "parts",
     "Gate": "parts",
-    "BatchesStillRunning": "batch.rounds",
-    "BudgetSettings": "budget",
-    "budget_settings": "budget",
-    "LocalLimiter": "limiter",
-    "PacingState": "limiter",
-    "RunSummary": "aggregate",
-    "Segment": "aggregate",
-    "PositionRate": "aggregate",
-    "BANDS": "aggregate",
-    "CANARY_METRICS": "aggregate",
-    "band_range": "aggregate",
-    "relevance_by_position": "aggregate",
-    "RunResponseFormat": "response_formats",
-    "BatchLayout": "batch.layout",
+    "BatchesStillRunning": "batch_rounds",
+    "BudgetSettings": "control.budget",
+    "budget_settings": "control.budget",
+    "LocalLimiter": "control.limiter",
+    "PacingState": "control.limiter",
+    "RunSummary": "publish.aggregate",
+    "Segment": "publish.aggregate",
+    "PositionRate": "publish.aggregate",
+    "BANDS": "publish.aggregate",
+    "CANARY_METRICS": "publish.aggregate",
+    "band_range": "publish.aggregate",
+    "relevance_by_position": "publish.aggregate",
+    "RunResponseFormat": "publish.response_formats",
+    "BatchLayout": "batch.batch_layout",
     "RoundState": "batch.state",
     "BatchPacker": "batch.state",
     "RequestLines": "batch.requests",
     "custom_id": "batch.requests",
     "item_key": "batch.requests",
-    "stored_pair_keys": "cache_lookup",
+    "stored_pair_keys": "pairs.cache_lookup",
 }
 
 __all__ = [

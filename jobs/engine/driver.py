@@ -8,21 +8,22 @@
              (jobs.engine.shared_paths)
     plan     shards of about `ray.shard_size` items; the run's id and date; a sampled run
              (`sample:`) reads every row's id and stratum once to choose its items
-             (jobs.sampling); the judge canary (`canary:`) is judged here, fresh
+             (jobs.inputs.sampling); the judge canary (`canary:`) is judged here, fresh
     lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
     look     (an LLM judge) duplicate query ids across shards, so that they are not judged
-             (jobs.engine.lookahead); with the verdict cache, every pair already in the
-             verdict store, staged per shard (jobs.engine.cache_lookup)
+             (jobs.engine.pairs.lookahead); with the verdict cache, every pair already in the
+             verdict store, staged per shard (jobs.engine.pairs.cache_lookup)
     fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
              (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
     publish  staged shards -> scores / verdicts / summary tables, all or nothing
-             (jobs.engine.publish), with the manifest (jobs.engine.manifest)
-    outcome  where the results are, for `print_outcome`; `jobs.job.run_command` exits 1 when
-             the share of error items exceeds run.max_error_rate (jobs.error_rate)
+             (jobs.engine.publish.publisher), with the manifest
+             (jobs.engine.publish.manifest_builder)
+    outcome  where the results are, for `print_outcome`; `jobs.run.job.run_command` exits 1 when
+             the share of error items exceeds run.max_error_rate (jobs.core.error_rate)
 
 Rerunning with the same `run.id` resumes: shards already staged are not judged again.
-`ctxprec run` / `python -m jobs.context_precision` call `jobs.job.run_command`, which builds
-the run's parts from the config (`jobs.factory`) and hands them to `run_job`.
+`ctxprec run` / `python -m jobs.context_precision` call `jobs.run.job.run_command`, which builds
+the run's parts from the config (`jobs.run.factory`) and hands them to `run_job`.
 """
 
 from __future__ import annotations
@@ -36,29 +37,34 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from jobs.config import JobConfig
-from jobs.engine.cache_lookup import find_cached_verdicts
+from jobs.core.config import JobConfig
+from jobs.core.pricing import price_basis
+from jobs.core.run_layout import RunLocation
+from jobs.core.run_manifest import RunManifest, read_manifest
+from jobs.core.schema import RunSchema
+from jobs.core.storage import open_store
 from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
-from jobs.engine.lookahead import find_duplicates_first
-from jobs.engine.manifest import flow_metrics, judge_facts_of_run, run_manifest, shards_by_node
 from jobs.engine.messages import ShardReport
+from jobs.engine.pairs.cache_lookup import find_cached_verdicts
+from jobs.engine.pairs.lookahead import find_duplicates_first
 from jobs.engine.parts import RunParts
 from jobs.engine.plan import RunPlan
-from jobs.engine.publish import Published, publish_run, read_manifest
+from jobs.engine.publish.manifest_builder import (
+    flow_metrics,
+    judge_facts_of_run,
+    run_manifest,
+    shards_by_node,
+)
+from jobs.engine.publish.publisher import Published, publish_run
 from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
 from jobs.inputs.records import ItemReader
+from jobs.inputs.sampling import SamplePlan, plan_sample
 from jobs.inputs.survey import check_every_file
-from jobs.layout import RunLocation
-from jobs.pricing import price_basis
-from jobs.records import RunManifest
-from jobs.sampling import SamplePlan, plan_sample
-from jobs.schema import RunSchema
-from jobs.storage import open_store
 from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
@@ -101,7 +107,7 @@ def run_job(
 ) -> RunOutcome:
     """Run (or resume) one scoring run end to end and return where its results are.
 
-    `parts` are what the config's run is made of (`jobs.factory.run_parts`). `sleep` and
+    `parts` are what the config's run is made of (`jobs.run.factory.run_parts`). `sleep` and
     `clock` pace batch mode's waiting, `wall_clock` (epoch seconds) its judge.batch.deadline
     (tests inject them). In batch mode a wait cut short by
     judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
@@ -154,7 +160,7 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
     source, traces = config, None
     if config.input.format == "otlp":
         # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
-        from jobs.engine.traces import stage_traces
+        from jobs.engine.trace_staging import stage_traces
 
         config, traces = stage_traces(config, store, location, out)
         parts = dataclasses.replace(parts, reader=ItemReader.for_config(config))
@@ -198,7 +204,7 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
 def _sample(
     config: JobConfig, parts: RunParts, shards: Sequence[Shard], tables: RunSchema, out: TextIO
 ) -> tuple[RunParts, SamplePlan | None]:
-    """A sampled run's plan (`jobs.sampling`), from every row's id and stratum, and the parts
+    """A sampled run's plan (`jobs.inputs.sampling`), from every row's id and stratum, and the parts
     with a reader that carries it to the workers; the parts as they are otherwise."""
     if not config.sample.enabled:
         return parts, None
@@ -270,7 +276,7 @@ def _judge(
         fanned = fan_out(plan, todo, out, heartbeat=heartbeat)
         timings["fan_out"] = time.monotonic() - started
         return _Judged(fanned.reports, fanned.flow, {})
-    from jobs.engine.batch.rounds import run_batches
+    from jobs.engine.batch_rounds import run_batches
 
     sleep, clock, wall_clock = time_of
     batched = run_batches(
@@ -320,7 +326,7 @@ def _check_all_staged(plan: RunPlan, reports: list[ShardReport]) -> None:
 
 def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout) -> None:
     """The summary table, where the results are, and a DuckDB query to read them."""
-    from jobs.engine.summary_table import format_summary_table
+    from jobs.engine.publish.summary_table import format_summary_table
 
     where = outcome.published.scores_url
     summary = outcome.published.summary

@@ -1,13 +1,15 @@
 """Fan-out: run a run's shards on `ray.workers` long-lived workers and wait for them.
 
-Each worker is one Ray task (`jobs.engine.worker.run_worker`) with `SHARDS_PER_WORKER` lanes
-that take shards from the run's board (`jobs.engine.dispatch`) until none are left: a worker
+Each worker is one Ray task (`jobs.engine.shards.worker.run_worker`) with `SHARDS_PER_WORKER` lanes
+that take shards from the run's board (`jobs.engine.control.shard_board`) until none are left: a
+worker
 reads its next shard and queues its requests while the current shard's last replies are
 outstanding, and its judge and connections live for the whole run. All workers share one
-governor (`jobs.engine.governor`): the provider's pace (when the config sets limits) and
+governor (`jobs.engine.control.governor`): the provider's pace (when the config sets limits) and
 the run-wide in-flight budget, sized from the limits and the measured latency under
 `rate_limit.max_concurrency: auto` and shared out by each worker's demand. The board, the
-governor and the progress counters live in one coordinator actor (`jobs.engine.coordinator`);
+governor and the progress counters live in one coordinator actor
+(`jobs.engine.control.coordinator`);
 the driver polls it to draw the progress line.
 
 A worker whose process dies is retried by Ray and takes back the shards it held (each shard is
@@ -25,16 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from jobs.config import JobConfig
-from jobs.engine.budget import budget_settings
-from jobs.engine.coordinator import coordinator_actor_class, make_governor
-from jobs.engine.governor import RunGovernor
+from jobs.core.config import JobConfig
+from jobs.core.run_layout import RunLocation
+from jobs.engine.control.budget import budget_settings
+from jobs.engine.control.coordinator import coordinator_actor_class, make_governor
+from jobs.engine.control.governor import RunGovernor
+from jobs.engine.control.progress import ExpectedItems, ProgressLine
 from jobs.engine.messages import ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
-from jobs.engine.progress import ExpectedItems, ProgressLine
-from jobs.engine.worker import run_worker
+from jobs.engine.shards.worker import run_worker
 from jobs.inputs import Shard
-from jobs.layout import RunLocation
 from scorer_core.errors import CtxPrecError
 
 # How often the driver refreshes the progress line and the lease's heartbeat.

@@ -24,8 +24,8 @@ from typing import Any
 
 from fsspec.core import split_protocol
 
-from jobs.config import JobConfig
-from jobs.storage import has_glob
+from jobs.core.config import JobConfig
+from jobs.core.storage import has_glob
 from scorer_core.capabilities import is_offline
 from scorer_core.errors import ConfigError
 from scorer_core.transports import resolve_transport

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from jobs.storage import Store
+from jobs.core.storage import Store
 from scorer_core.errors import CtxPrecError, StorageError
 
 

@@ -14,9 +14,9 @@ from jobs.inputs.shard import Shard
 from scorer_core.types import Usage
 
 if TYPE_CHECKING:
-    from jobs.config import JobConfig
+    from jobs.core.config import JobConfig
+    from jobs.core.schema import RunSchema
     from jobs.engine.parts import RunParts
-    from jobs.schema import RunSchema
 
 Lease = tuple[int, Shard]
 """What a worker gets: (the shard's number in the run, the shard)."""
@@ -59,10 +59,11 @@ class ShardContext:
     """What every worker needs besides its shards; small and picklable."""
 
     config: JobConfig
-    # What the run is made of: the input, the judge, the cache (built by jobs.factory).
+    # What the run is made of: the input, the judge, the cache (built by jobs.run.factory).
     parts: RunParts
     staging: str  # the run's staging folder, relative to the output store's root
-    # Ray actor handle of the run's coordinator (jobs.engine.coordinator: shard board, progress
+    # Ray actor handle of the run's coordinator (jobs.engine.control.coordinator: shard board,
+    # progress
     # counters, and the governor's pace and budget unless `governed` is false), or None.
     coordinator: Any = None
     governed: bool = False
@@ -71,14 +72,15 @@ class ShardContext:
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema | None = None
     # The shards with later occurrences of a query_id found before judging, in the staging
-    # area (jobs.engine.lookahead): those rows are written as duplicates, not judged.
+    # area (jobs.engine.pairs.lookahead): those rows are written as duplicates, not judged.
     duplicates: frozenset[str] = frozenset()
-    # The shards whose verdicts found in the verdict store are staged (jobs.engine.cache_lookup).
+    # The shards whose verdicts found in the verdict store are staged
+    # (jobs.engine.pairs.cache_lookup).
     cached: frozenset[str] = frozenset()
     # The shards awaiting pairs a lower-numbered shard judges first, staged for their workers
-    # (jobs.engine.shared_pairs).
+    # (jobs.engine.pairs.shared_pairs).
     awaiting: frozenset[str] = frozenset()
-    # The run's id: the workers' journals are named after it (jobs.verdict_store.Journal).
+    # The run's id: the workers' journals are named after it (jobs.core.verdict_store.Journal).
     run_id: str = "local"
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
     batch_round: int | None = None

@@ -1,4 +1,4 @@
-"""What the engine is handed to run a config: the engine's whole contract with `jobs.factory`.
+"""What the engine is handed to run a config: the engine's whole contract with `jobs.run.factory`.
 
 The factory turns a job config into these parts (the input and how to read it, how to build
 the judge in each worker, where the verdict cache is, what the judge can do); the engine runs
@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Protocol, TextIO
 
-from jobs.cache import CacheSpec
+from jobs.core.verdict_cache import CacheSpec
 from jobs.inputs.records import ItemReader
 from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.protocols import Judge, Limiter
@@ -22,7 +22,7 @@ Gate = contextlib.AbstractAsyncContextManager[None]
 
 class CanaryJudge(Protocol):
     """Judges the run's labelled canary in the driver process, fresh: the summary's canary
-    metrics (`jobs.engine.aggregate.CANARY_METRICS`, name and value)."""
+    metrics (`jobs.engine.publish.aggregate.CANARY_METRICS`, name and value)."""
 
     def judge(self, out: TextIO | None = None) -> tuple[tuple[str, float | None], ...]: ...
 
@@ -45,13 +45,14 @@ class RunParts:
     """A config's input, judge and cache, as the engine uses them."""
 
     # How the items are read; None for traces (input.format otlp), which the run assembles
-    # into items first and reads with `ItemReader.for_config` (jobs.engine.traces).
+    # into items first and reads with `ItemReader.for_config` (jobs.engine.trace_staging).
     reader: ItemReader | None
     judges: JudgeMaker
     capabilities: JudgeCapabilities
     # The verdict cache, or None when the run does not use one.
     cache: CacheSpec | None
-    # Whether repeated query ids across shards are found before judging (jobs.engine.lookahead).
+    # Whether repeated query ids across shards are found before judging
+    # (jobs.engine.pairs.lookahead).
     find_duplicates_first: bool
-    # The judge canary (jobs.canary), judged by the driver before the items; None: none.
+    # The judge canary (jobs.run.canary), judged by the driver before the items; None: none.
     canary: CanaryJudge | None = None

@@ -13,7 +13,7 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobs.config import JobConfig
+    from jobs.core.config import JobConfig
 
 # Ray reads these when it is imported, and its workers inherit them:
 # - a local Ray stays on loopback instead of the machine's outside address;

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fsspec.core import split_protocol
 
-from jobs.config import JobConfig
+from jobs.core.config import JobConfig
 from scorer_core.capabilities import is_offline
 from scorer_core.errors import ConfigError
 

@@ -27,7 +27,7 @@ Formats, and what a shard and `RawRow.row` are in each:
 
 OpenTelemetry traces (`input.format: otlp`) are not read shard by shard: `otlp` reads the
 OTLP JSON files and `traces` joins their spans into item Parquet first, which the run then
-reads as a Parquet input (`jobs.engine.traces`, docs/traces.md).
+reads as a Parquet input (`jobs.engine.trace_staging`, docs/traces.md).
 
 Row policies (see `records.to_item`): duplicate query ids are *not* handled here (the job
 decides); contexts must be a list of strings; over-long contexts are truncated and flagged;

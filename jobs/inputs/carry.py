@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from jobs.schema import CarriedColumn
+from jobs.core.schema import CarriedColumn
 from scorer_core.errors import ConfigError, InputError
 
 Conformer = Callable[[Any], Any]

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jobs.core.schema import CarriedColumn
+from jobs.core.text_safety import escaped, unencodable
 from jobs.inputs.rows import ItemRecord, RowError
-from jobs.schema import CarriedColumn
-from jobs.text_safety import escaped, unencodable
 
 
 def encodable_record(

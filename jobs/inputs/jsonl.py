@@ -22,10 +22,10 @@ from typing import IO
 
 import fsspec
 
+from jobs.core.storage import retry_call
 from jobs.inputs.opening import open_input
 from jobs.inputs.rows import RawRow
 from jobs.inputs.shard import Shard
-from jobs.storage import retry_call
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 READ_CHUNK = 1 << 20

@@ -23,7 +23,7 @@ from typing import Any
 
 import fsspec
 
-from jobs.config import JobConfig
+from jobs.core.config import JobConfig
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 from scorer_core.types import ScoringItem

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.core.storage import filesystem, full_url, has_glob, retry_call
 from jobs.inputs.spec import InputFormat, InputSpec
-from jobs.storage import filesystem, full_url, has_glob, retry_call
 from scorer_core.errors import InputError
 
 

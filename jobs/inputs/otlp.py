@@ -47,9 +47,9 @@ from typing import Any
 
 import fsspec
 
+from jobs.core.storage import retry_call
 from jobs.inputs.jsonl import lines_in_range
 from jobs.inputs.opening import open_input
-from jobs.storage import retry_call
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 RETRIEVER = "retriever"

@@ -13,11 +13,11 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.core.storage import is_transient, retry_call
 from jobs.inputs.opening import open_input
 from jobs.inputs.rows import RawRow
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, required_columns
-from jobs.storage import is_transient, retry_call
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 PARQUET_BATCH_ROWS = 1024

@@ -25,11 +25,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.core.storage import filesystem, retry_call
 from jobs.inputs.listing import FileInfo
 from jobs.inputs.opening import open_input
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec
-from jobs.storage import filesystem, retry_call
 from scorer_core.errors import ConfigError, InputError
 
 SAMPLE_BYTES = 64 * 1024

@@ -2,7 +2,7 @@
 
 `ItemReader.read` is what the job uses; `read_shard`, `to_item` and `validate_record` are its
 three steps. Bad data never raises here: a row that cannot be scored becomes a `RowError`
-naming its position and the field. The truncation defaults live in `jobs.input_limits`.
+naming its position and the field. The truncation defaults live in `jobs.core.input_limits`.
 
 Row policies (`to_item`):
 - query_id: a string (used as is) or an integer (stringified); null, empty, or any other
@@ -34,7 +34,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jobs.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.core.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.core.schema import CarriedColumn
+from jobs.core.storage import filesystem
+from jobs.core.text_safety import escaped
 from jobs.inputs.carry import conform
 from jobs.inputs.encoding import encodable_record
 from jobs.inputs.jsonl import read_jsonl_shard
@@ -42,15 +45,12 @@ from jobs.inputs.parquet import read_parquet_shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, input_spec_of, load_extractor
-from jobs.schema import CarriedColumn
-from jobs.storage import filesystem
-from jobs.text_safety import escaped
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
 if TYPE_CHECKING:
-    from jobs.config import JobConfig
-    from jobs.sampling import SamplePlan
+    from jobs.core.config import JobConfig
+    from jobs.inputs.sampling import SamplePlan
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class ItemReader:
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
-    # A sampled run's plan (`jobs.sampling`, set by the driver before judging): which rows the
+    # A sampled run's plan (`jobs.inputs.sampling`, set by the driver before judging): which rows
+    # the
     # worker judges (`keeps`). None: every row.
     sample: SamplePlan | None = None
 

@@ -1,6 +1,6 @@
 """What to read and how to read it: `InputSpec`, `ColumnMap`, and what they imply.
 
-The spec is built from the validated config (`jobs.factory.input_spec`). Besides the two
+The spec is built from the validated config (`jobs.run.factory.input_spec`). Besides the two
 dataclasses this module answers the questions every later step asks of a spec: which columns
 must exist (`required_columns`) and which function turns a raw row into contexts
 (`load_extractor`).
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from scorer_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jobs.config import JobConfig
+    from jobs.core.config import JobConfig
 
 InputFormat = Literal["jsonl", "parquet"]
 FORMATS: frozenset[str] = frozenset({"jsonl", "parquet"})
@@ -50,7 +50,7 @@ class InputSpec:
     format: "jsonl" | "parquet" | None (from each file's suffix).
     context_extractor: "package.module:function", called with the raw row dict, returning the
     list of context strings; imported once per process.
-    carry: input columns copied as they are into the run's tables (`jobs.schema.RunSchema`);
+    carry: input columns copied as they are into the run's tables (`jobs.core.schema.RunSchema`);
     carry_to_verdicts: those of them also copied into the verdict rows.
     """
 
@@ -115,7 +115,8 @@ def input_spec_of(config: JobConfig) -> InputSpec:
     columns = config.input.columns
     fmt = config.input.format
     if fmt == "otlp":
-        # `ctxprec run` assembles traces into items first (jobs.engine.traces) and reads those
+        # `ctxprec run` assembles traces into items first (jobs.engine.trace_staging) and reads
+        # those
         raise ConfigError(
             "input.format otlp: traces are assembled into items by `ctxprec run` only; "
             "this command reads items (docs/traces.md)"

@@ -21,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 import fsspec
 import pyarrow as pa
 
+from jobs.core.storage import filesystem, retry_call
+from jobs.core.text_safety import encodable, escaped
 from jobs.inputs.columns import _read_parquet_schema, _sample_jsonl, check_columns
 from jobs.inputs.listing import FileInfo
 from jobs.inputs.opening import open_input
 from jobs.inputs.spec import InputSpec
-from jobs.storage import filesystem, retry_call
-from jobs.text_safety import encodable, escaped
 from scorer_core.errors import InputError
 
 _PARQUET_MAGIC = b"PAR1"

@@ -4,7 +4,7 @@ item Parquet, in bounded memory, whatever the number of spans or files.
 One item per retrieval span (docs/traces.md has the mapping). The spans of one trace may be in
 different files and in any order (children before their parents), so the join needs every span
 of a trace side by side. As the duplicate look-ahead partitions query ids
-(`jobs.engine.repeats`), spans are partitioned by a hash of their trace id:
+(`jobs.engine.pairs.repeats`), spans are partitioned by a hash of their trace id:
 
 1. `stage_spans` (a task per group of input files): read the files line by line, keep each span's
    compact row, and append it to the local Parquet file of its partition (a few thousand rows
@@ -47,10 +47,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.core.storage import Store, filesystem, open_store
 from jobs.inputs.listing import FileInfo, list_input_files
 from jobs.inputs.otlp import LLM, RETRIEVER, Problem, SpanRow, read_otlp_file
 from jobs.inputs.spec import InputSpec
-from jobs.storage import Store, filesystem, open_store
 from scorer_core.errors import InputError
 
 OutputFrom = Literal["root", "next_llm", "none"]

@@ -5,7 +5,7 @@ on. From a previous run's spread of scores (run `--run`, default the latest publ
 config's `output.path`) this says, for the whole run and for every segment of the config's
 `summary.by` (else `sample.by`) columns, how many items a 95% interval of half-width W needs:
 n0 = (t * sd / W)^2, with the finite-population correction n0 / (1 + n0 / N) where N is the
-segment's population (`jobs.stats.items_for_half_width`), and the `sample.per_segment` that
+segment's population (`jobs.core.stats.items_for_half_width`), and the `sample.per_segment` that
 gives every segment at least that many.
 
 The spread is the sample standard deviation of the scores scored ok in that run (of the judged
@@ -20,11 +20,11 @@ from typing import Any
 
 import polars as pl
 
-from jobs import formatting as fmt
-from jobs.config import JobConfig
-from jobs.stats import Moments, items_for_half_width, t_interval
-from jobs.storage import open_store
-from jobs.tools.runs import PublishedRun, list_runs, load_run
+from jobs.core import formatting as fmt
+from jobs.core.config import JobConfig
+from jobs.core.stats import Moments, items_for_half_width, t_interval
+from jobs.core.storage import open_store
+from jobs.tools.published_runs import PublishedRun, list_runs, load_run
 from scorer_core.errors import ConfigError
 
 

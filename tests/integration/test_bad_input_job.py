@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from jobs.config import JobConfig
 from jobs.context_precision import main
+from jobs.core.config import JobConfig
 from jobs.engine.driver import RunFailed
-from jobs.job import run_job
+from jobs.run.job import run_job
 from jobs.tools.sample_data import generate
 from scorer_core import context_precision
 from scorer_core.errors import InputError
-from scorer_core.testing import FakeJudgeServer
+from tests.fake_judge import FakeJudgeServer
 from tests.support.job import (
     by_id,
     config_for,

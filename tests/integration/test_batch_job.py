@@ -24,16 +24,16 @@ import pytest
 import yaml
 
 from jobs import cli
-from jobs.config import JobConfig
-from jobs.engine.batch.rounds import BatchesStillRunning
+from jobs.core.config import JobConfig
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import open_store
+from jobs.engine.batch_rounds import BatchesStillRunning
 from jobs.engine.driver import RunOutcome
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.storage import open_store
+from jobs.run.job import run_job
+from jobs.tools.run_status import status_lines
 from jobs.tools.sample_data import generate, write_jsonl
-from jobs.tools.status import status_lines
-from scorer_core.testing import BatchPlan, FakeJudgeServer, FaultPlan
+from tests.fake_judge import BatchPlan, FakeJudgeServer, FaultPlan
 from tests.support.fakes import JudgeFactory, RecordingSleep
 from tests.support.job import (
     KEY_ENV,

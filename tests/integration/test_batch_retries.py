@@ -18,13 +18,13 @@ from typing import Any
 import polars as pl
 import pytest
 
-from jobs.config import JobConfig
-from jobs.engine.batch.rounds import BatchesStillRunning
+from jobs.core.config import JobConfig
+from jobs.core.storage import open_store
+from jobs.engine.batch_rounds import BatchesStillRunning
 from jobs.engine.driver import RunOutcome
-from jobs.job import run_job
-from jobs.storage import open_store
-from jobs.tools.status import status_lines
-from scorer_core.testing import BatchPlan, FakeJudgeServer
+from jobs.run.job import run_job
+from jobs.tools.run_status import status_lines
+from tests.fake_judge import BatchPlan, FakeJudgeServer
 from tests.support.fakes import FakeClock, JudgeFactory, RecordingSleep
 from tests.support.job import assert_complete, config_for, llm_judge, manifest, sample_job, truth
 

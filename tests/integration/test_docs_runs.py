@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.config import load_config
+from jobs.core.config import load_config
 from jobs.tools.sample_data import generate, write_jsonl
 from tests.unit.test_docs_commands import COMMANDS, ROOT, expand
 

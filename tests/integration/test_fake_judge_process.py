@@ -1,4 +1,4 @@
-"""The fake judge as its own process (`python -m scorer_core.testing`), as the benchmarks and
+"""The fake judge as its own process (`python -m tests.fake_judge`), as the benchmarks and
 the soak run it: it prints its URL, answers over real HTTP with the faults it was given, and
 prints its statistics when it stops. (The server itself is tests/unit/test_fake_judge.py's.)"""
 
@@ -11,7 +11,7 @@ import sys
 import httpx
 import pytest
 
-from scorer_core.testing import VERDICTS_SCHEMA_NAME, build_verdict_prompt_for_tests
+from tests.fake_judge import VERDICTS_SCHEMA_NAME, build_verdict_prompt_for_tests
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(60)
@@ -32,7 +32,7 @@ def test_runs_as_its_own_process() -> None:
         },
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scorer_core.testing", *args],
+        [sys.executable, "-m", "tests.fake_judge", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

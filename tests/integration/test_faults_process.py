@@ -30,17 +30,17 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from jobs.config import load_config
+from jobs.core.config import load_config
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome
 from jobs.engine.fanout import SHARDS_PER_WORKER
 from jobs.engine.lease import RunLocked
-from jobs.engine.worker import run_shard
-from jobs.factory import input_spec
+from jobs.engine.shards.worker import run_shard
 from jobs.inputs import Shard, list_input_files, plan_shards
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.storage import open_store
-from scorer_core.testing import Arrival, FakeJudgeServer
+from jobs.run.factory import input_spec
+from jobs.run.job import run_job
+from tests.fake_judge import Arrival, FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import (

@@ -10,7 +10,7 @@ point of the run (a server-side hook on the request that commits a shard), not a
 or sleeping.
 
 The store's storage_options are plain: botocore and s3fs make one attempt per request by
-default (`jobs.storage.s3_options`), so a store call against a dead endpoint gives up
+default (`jobs.core.storage.s3_options`), so a store call against a dead endpoint gives up
 after the job's own retries alone.
 """
 
@@ -27,14 +27,14 @@ import polars as pl
 import pytest
 import s3fs
 
-from jobs.config import JobConfig
-from jobs.engine import publish
+from jobs.core.config import JobConfig
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import filesystem
 from jobs.engine.driver import RunFailed
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.storage import filesystem
+from jobs.engine.publish import publisher as publish
+from jobs.run.job import run_job
 from scorer_core.errors import StorageError
-from scorer_core.testing import FakeJudgeServer, FaultPlan
+from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.support.job import (
     config_for,
     llm_judge,
@@ -183,7 +183,7 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
 # Connections the short outage resets. Each is one failed try of a store call, or half of
 # one when aiohttp retries a dropped idempotent request by itself (see tests.support.s3_faults): a
 # call that met them all, and a request in flight that the outage cut, still has a try left of
-# `jobs.storage.DEFAULT_ATTEMPTS`.
+# `jobs.core.storage.DEFAULT_ATTEMPTS`.
 OUTAGE = 3
 
 

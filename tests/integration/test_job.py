@@ -16,19 +16,19 @@ import duckdb
 import polars as pl
 import pytest
 
-from jobs.config import load_config, parse_config
 from jobs.context_precision import main
+from jobs.core.config import load_config, parse_config
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome, print_outcome
-from jobs.engine.worker import run_shard
-from jobs.factory import input_spec
+from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.storage import open_store
+from jobs.run.factory import input_spec
+from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError, InputError
-from scorer_core.testing import VERDICTS_SCHEMA_NAME, FakeJudgeServer
+from tests.fake_judge import VERDICTS_SCHEMA_NAME, FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.job import (
     assert_complete,

@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 import s3fs
 
-from jobs.config import JobConfig, parse_config
-from jobs.engine import publish
+from jobs.core.config import JobConfig, parse_config
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import s3_options
 from jobs.engine.driver import RunFailed
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.storage import s3_options
+from jobs.engine.publish import publisher as publish
+from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import StorageError
 from tests.support.job import COLUMNS, lexical_truth

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from jobs.engine.budget import BudgetSettings
-from jobs.engine.coordinator import coordinator_actor_class
-from jobs.engine.governor import RunGovernor
-from jobs.engine.limiter import PacingState
-from scorer_core.testing import FakeJudgeServer, build_verdict_prompt_for_tests
+from jobs.engine.control.budget import BudgetSettings
+from jobs.engine.control.coordinator import coordinator_actor_class
+from jobs.engine.control.governor import RunGovernor
+from jobs.engine.control.limiter import PacingState
+from tests.fake_judge import FakeJudgeServer, build_verdict_prompt_for_tests
 from tests.support.fakes import FakeClock
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
@@ -62,7 +62,7 @@ def _send_through(
 
     import httpx
 
-    from jobs.engine.flow import WorkerFlow
+    from jobs.engine.control.worker_flow import WorkerFlow
     from tests.support.fakes import RecordingSleep
 
     sleep = RecordingSleep()

@@ -24,12 +24,12 @@ import polars as pl
 import pytest
 
 from jobs import cli
-from jobs.config import parse_config
+from jobs.core.config import parse_config
+from jobs.core.run_layout import RunLocation
 from jobs.engine.driver import print_outcome
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.tools.calibrate import calibrate
-from scorer_core.testing.llama_server import LlamaServer, unavailable_reason
+from jobs.run.job import run_job
+from jobs.tools.calibration import calibrate
+from tests.fake_judge.llama_server import LlamaServer, unavailable_reason
 from tests.support.paths import REPO
 
 MODEL = "smollm2"

@@ -1,4 +1,4 @@
-"""jobs.engine.lookahead: the ids read before judging are the ones the workers stage, row for
+"""jobs.engine.pairs.lookahead: the ids read before judging are the ones the workers stage, row for
 row (bad rows, ids of every kind, JSONL and Parquet alike); a shard's worker writes the later
 occurrences it is given as duplicates without judging them; a resumed run reuses what the
 first attempt found instead of reading the input again."""
@@ -15,14 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.config import JobConfig, parse_config
-from jobs.engine.lookahead import find_duplicates_first, marks_path, read_marks, shard_keys
-from jobs.engine.repeats import KEYS, SEQ_SHIFT
-from jobs.engine.worker import run_shard
-from jobs.factory import input_spec
+from jobs.core.config import JobConfig, parse_config
+from jobs.core.schema import duplicate_error
+from jobs.core.storage import open_store
+from jobs.engine.pairs.lookahead import find_duplicates_first, marks_path, read_marks, shard_keys
+from jobs.engine.pairs.repeats import KEYS, SEQ_SHIFT
+from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
-from jobs.schema import duplicate_error
-from jobs.storage import open_store
+from jobs.run.factory import input_spec
 from tests.support.job import shard_context, shard_files
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}

@@ -28,9 +28,9 @@ import pytest
 import s3fs
 import yaml
 
-from jobs.config import load_config
+from jobs.core.config import load_config
+from jobs.core.storage import s3_options
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.storage import s3_options
 from tests.integration.test_verdict_store_job import wait_journaled
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests

@@ -16,13 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 import s3fs
 
-from jobs.config import parse_config
+from jobs.core.config import parse_config
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import open_store, s3_options
 from jobs.engine.driver import resolve_location
-from jobs.engine.traces import stage_traces
-from jobs.job import run_job
-from jobs.layout import RunLocation
-from jobs.storage import open_store, s3_options
-from scorer_core.testing import FakeJudgeServer
+from jobs.engine.trace_staging import stage_traces
+from jobs.run.job import run_job
+from tests.fake_judge import FakeJudgeServer
 from tests.support.job import llm_judge, manifest, scores_frame, verdicts_frame
 from tests.support.moto import MotoS3
 from tests.support.otlp import Expected, Trace, rag_trace, scatter

@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.job import run_job
-from scorer_core.testing import FAULT_KINDS, FaultPlan
+from jobs.run.job import run_job
+from tests.fake_judge import FAULT_KINDS, FaultPlan
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import OutageAt
 from tests.support.job import (

@@ -17,12 +17,12 @@ import pytest
 from markupsafe import escape
 
 from jobs.cli import main as ctxprec
-from jobs.config import parse_config
-from jobs.job import run_job
-from jobs.layout import TABLES
-from jobs.storage import open_store
-from jobs.tools import compare
-from jobs.tools.runs import load_run
+from jobs.core.config import parse_config
+from jobs.core.run_layout import TABLES
+from jobs.core.storage import open_store
+from jobs.run.job import run_job
+from jobs.tools import comparison as compare
+from jobs.tools.published_runs import load_run
 from jobs.tools.sample_data import generate
 from tests.support.job import COLUMNS
 from tests.support.labelled import FILES, lexical_job_config, needs_the_files, read_rows
@@ -139,7 +139,7 @@ def test_per_retriever_summary_equals_calibrate_on_trec_dl(tmp_path: Path) -> No
     """The job on TREC DL with `carry: [retriever, collection]` and `summary.by: [retriever]`:
     each retriever's mean in the published summary is the mean `ctxprec calibrate` computes
     per retriever from the same (deterministic, offline) verdicts, and the report shows it."""
-    from jobs.tools.calibrate import calibrate
+    from jobs.tools.calibration import calibrate
 
     name = "trecdl_passage_ctxprec.jsonl"
     rows = read_rows(name)

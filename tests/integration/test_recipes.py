@@ -22,7 +22,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.config import parse_config
+from jobs.core.config import parse_config
 from jobs.tools.sample_data import generate
 from tests.support.paths import REPO
 
@@ -44,7 +44,7 @@ def recipes() -> dict[tuple[str, str], str]:
 
 @pytest.fixture(scope="module")
 def output(tmp_path_factory: pytest.TempPathFactory, ray_local: Any) -> Path:
-    from jobs.job import run_job
+    from jobs.run.job import run_job
 
     root = tmp_path_factory.mktemp("recipes")
     rows = []

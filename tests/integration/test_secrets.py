@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import parse_config
 from jobs.context_precision import main
-from jobs.job import run_job
+from jobs.core.config import parse_config
+from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import CtxPrecError
 from tests.support.fakes import JudgeFactory

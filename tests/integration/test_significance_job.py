@@ -24,12 +24,12 @@ from typing import Any
 import polars as pl
 import pytest
 
-from jobs.config import SampleConfig
-from jobs.job import run_job
-from jobs.sampling import plan_from_rows
+from jobs.core.config import SampleConfig
+from jobs.inputs.sampling import plan_from_rows
+from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
-from scorer_core.testing import default_verdict_fn
+from tests.fake_judge import default_verdict_fn
 from tests.support.fakes import JudgeFactory
 from tests.support.job import config_for, lexical_flags, llm_judge, sample_item, scores_frame
 from tests.support.published import run_compare

@@ -24,13 +24,13 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from jobs.cache import pair_key
-from jobs.config import JobConfig, load_config, parse_config
-from jobs.factory import cache_fingerprint
-from jobs.job import run_job
-from jobs.tools.estimate import estimate
+from jobs.core.config import JobConfig, load_config, parse_config
+from jobs.core.verdict_cache import pair_key
+from jobs.run.factory import cache_fingerprint
+from jobs.run.job import run_job
+from jobs.tools.estimation import estimate
 from jobs.tools.sample_data import write_jsonl
-from scorer_core.testing import FakeJudgeServer
+from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from scorer_core.testing import FakeJudgeServer
+from tests.fake_judge import FakeJudgeServer
 
 # `fake_judge(**options)`: starts a FakeJudgeServer with those options (tests/conftest.py).
 JudgeFactory = Callable[..., FakeJudgeServer]

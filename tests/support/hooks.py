@@ -1,4 +1,4 @@
-"""`on_request` hooks for the fake judge (scorer_core.testing.FakeJudgeServer): a test acts at
+"""`on_request` hooks for the fake judge (tests.fake_judge.FakeJudgeServer): a test acts at
 an exact point of a run (the n-th request, once two shards are committed, ...) instead of
 sleeping or polling. The server calls a hook in a thread of its own, before it answers the
 request, so a hook may block: the request is held, its connection open, until the hook returns.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from scorer_core.testing import Arrival, FakeJudgeServer
+from tests.fake_judge import Arrival, FakeJudgeServer
 
 # A hook never holds a request longer than this, so a test that fails before releasing its
 # gate cannot leave the server's threads blocked for good.

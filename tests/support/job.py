@@ -17,18 +17,18 @@ from typing import Any
 
 import polars as pl
 
-from jobs.config import JobConfig, parse_config
+from jobs.core.config import JobConfig, parse_config
+from jobs.core.run_layout import RunLocation, StagingArea
+from jobs.core.run_manifest import RunManifest
+from jobs.core.storage import Store
 from jobs.engine.driver import RunOutcome
 from jobs.engine.messages import ShardContext
-from jobs.factory import run_parts
-from jobs.layout import RunLocation, StagingArea
-from jobs.records import RunManifest
-from jobs.storage import Store
+from jobs.run.factory import run_parts
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.lexical import LexicalJudge
-from scorer_core.testing import VERDICTS_SCHEMA_NAME, FakeJudgeServer
 from scorer_core.types import ScoringItem, as_verdict_flags
+from tests.fake_judge import VERDICTS_SCHEMA_NAME, FakeJudgeServer
 
 # The sample data's column names, mapped to the job's fields.
 COLUMNS = {

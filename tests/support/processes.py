@@ -16,7 +16,7 @@ import psutil  # type: ignore[import-untyped]
 
 from jobs.engine.driver import RunOutcome
 from jobs.engine.ray_runtime import RAY_ENV
-from scorer_core.testing import Arrival, FakeJudgeServer
+from tests.fake_judge import Arrival, FakeJudgeServer
 from tests.support.hooks import HoldRequests
 from tests.support.job import KEY_ENV, KEY_VALUE, llm_judge
 from tests.support.paths import REPO

@@ -1,7 +1,7 @@
 """Published runs written directly, for the tests of the tools that read them (compare, report).
 
 A run is described compactly, one `Query` per query_id (its verdicts in position order, its
-status, reason, error); `publish` writes what `jobs.engine.publish.publish_run` would have
+status, reason, error); `publish` writes what `jobs.engine.publish.publisher.publish_run` would have
 published for it, without Ray or a judge:
 
     scores, verdicts, summary   Parquet at RunLocation.table_file(...), the same columns and
@@ -10,7 +10,8 @@ published for it, without Ray or a judge:
 
 The score of an ok query is `scorer_core.precision.context_precision` of its verdicts (a
 verdict of None counts as not relevant, as in the job's aggregation), its reason is the
-scorer's `template_reason`, and the summary is `jobs.engine.aggregate.summarize` of the tables.
+scorer's `template_reason`, and the summary is `jobs.engine.publish.aggregate.summarize` of the
+tables.
 `test_real_job_publishes_what_the_support_module_writes` in tests/integration/test_real_runs.py
 checks the columns against a run published by the real job.
 
@@ -34,12 +35,18 @@ from typing import Any, NamedTuple
 import polars as pl
 import pyarrow as pa
 
-from jobs.engine import aggregate
-from jobs.engine.response_formats import RunResponseFormat
-from jobs.error_rate import ErrorRate
-from jobs.layout import TABLES, RunLocation
-from jobs.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS, CarriedColumn, RunSchema, context_hash
-from jobs.storage import Store, open_store
+from jobs.core.error_rate import ErrorRate
+from jobs.core.run_layout import TABLES, RunLocation
+from jobs.core.schema import (
+    PUBLISHED_SCORES,
+    PUBLISHED_VERDICTS,
+    CarriedColumn,
+    RunSchema,
+    context_hash,
+)
+from jobs.core.storage import Store, open_store
+from jobs.engine.publish import aggregate
+from jobs.engine.publish.response_formats import RunResponseFormat
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason
@@ -350,7 +357,7 @@ def segmented_runs(store: Store) -> tuple[str, str]:
 def run_compare(output: Path, *argv: str) -> tuple[int, str]:
     """`ctxprec compare RUN_A RUN_B [options] --output <output>`: (exit code, printed)."""
     from jobs.cli import build_parser
-    from jobs.tools import compare
+    from jobs.tools import comparison as compare
 
     args = build_parser().parse_args(["compare", *argv[:2], "--output", str(output), *argv[2:]])
     out = io.StringIO()

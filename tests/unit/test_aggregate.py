@@ -1,8 +1,8 @@
-"""Tests for jobs.engine.aggregate (the Polars scores, their agreement with the worker's
-scorer_core scores, the run summary), jobs.pricing and jobs.engine.summary_table.
+"""Tests for jobs.engine.publish.aggregate (the Polars scores, their agreement with the worker's
+scorer_core scores, the run summary), jobs.core.pricing and jobs.engine.publish.summary_table.
 
 Every table goes through real Parquet files in a temporary directory and is scanned back, the
-way publishing reads the tables; rows have the published tables' columns (jobs.schema).
+way publishing reads the tables; rows have the published tables' columns (jobs.core.schema).
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.engine.aggregate import (
+from jobs.core.pricing import estimate_cost_usd, price_basis
+from jobs.core.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
+from jobs.engine.publish.aggregate import (
     BANDS,
     RunSummary,
     ScoreMethod,
@@ -36,10 +38,8 @@ from jobs.engine.aggregate import (
     scores_from_verdicts,
     summarize,
 )
-from jobs.engine.response_formats import RunResponseFormat
-from jobs.engine.summary_table import WIDTH, format_summary_table
-from jobs.pricing import estimate_cost_usd, price_basis
-from jobs.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
+from jobs.engine.publish.response_formats import RunResponseFormat
+from jobs.engine.publish.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
 from scorer_core.precision import BANDS as LIBRARY_BANDS
 from scorer_core.precision import context_precision, score_band

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from jobs.cache import CachingJudge, VerdictCache
-from jobs.config import JobConfig, parse_config
+from jobs.core.config import JobConfig, parse_config
+from jobs.core.verdict_cache import CachingJudge, VerdictCache
+from jobs.engine.batch.batch_judge import BatchJudge, RecordedRequest, ReplayClient, Reply
 from jobs.engine.batch.ingest import ingest_batch, missing_reason
-from jobs.engine.batch.judge import BatchJudge, RecordedRequest, ReplayClient, Reply
 from jobs.engine.batch.requests import (
     ENDPOINT,
     RequestLines,
@@ -34,8 +34,8 @@ from scorer_core.errors import ConfigError
 from scorer_core.openai_http import OpenAIHTTPClient
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.testing import FakeJudgeServer, FaultPlan
 from scorer_core.types import ScoreResult, ScoringItem
+from tests.fake_judge import FakeJudgeServer, FaultPlan
 
 ITEMS = [
     ScoringItem(

@@ -19,22 +19,22 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jobs.config import JobConfig, deadline_at, parse_config, parse_deadline
+from jobs.core.config import JobConfig, deadline_at, parse_config, parse_deadline
+from jobs.core.run_layout import StagingArea
+from jobs.core.run_manifest import RunManifest
+from jobs.core.storage import open_store
+from jobs.engine.batch.batch_judge import BatchJudge, RecordedRequest, ReplayClient, Reply
+from jobs.engine.batch.batch_layout import BatchLayout
 from jobs.engine.batch.ingest import ingest_batch
-from jobs.engine.batch.judge import BatchJudge, RecordedRequest, ReplayClient, Reply
-from jobs.engine.batch.layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
 from jobs.engine.batch.state import BatchRecord, RoundState
-from jobs.layout import StagingArea
-from jobs.records import RunManifest
-from jobs.storage import open_store
-from jobs.tools.status import status_lines
+from jobs.tools.run_status import status_lines
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import ChatReply
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ScoreResult, ScoringItem, Usage
+from tests.fake_judge import FakeJudgeServer
 
 ITEMS = [
     ScoringItem(

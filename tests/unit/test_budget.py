@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jobs.engine.budget import AdjustableGate, BudgetSettings, InFlightBudget, LatencyWindow
+from jobs.engine.control.budget import AdjustableGate, BudgetSettings, InFlightBudget, LatencyWindow
 from tests.support.fakes import FakeClock
 
 

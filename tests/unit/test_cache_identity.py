@@ -1,5 +1,5 @@
 """The verdict cache's namespace names whatever decides which model answers, not the model
-string alone (jobs.factory.cache_fingerprint)."""
+string alone (jobs.run.factory.cache_fingerprint)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from jobs.config import JobConfig, parse_config
-from jobs.factory import cache_fingerprint
+from jobs.core.config import JobConfig, parse_config
+from jobs.run.factory import cache_fingerprint
 
 
 def config(**judge: Any) -> JobConfig:

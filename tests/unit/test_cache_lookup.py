@@ -9,11 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.engine import cache_lookup
-from jobs.engine.cache_lookup import HITS, KEYS, _packs, join_keys
-from jobs.engine.spill import Spill
-from jobs.storage import open_store
-from jobs.verdict_store import VerdictStore, partition_expr, partition_of
+from jobs.core.storage import open_store
+from jobs.core.verdict_store import VerdictStore, partition_expr, partition_of
+from jobs.engine.pairs import cache_lookup
+from jobs.engine.pairs.cache_lookup import HITS, KEYS, _packs, join_keys
+from jobs.engine.pairs.spill import Spill
 
 
 def key(n: int) -> str:

@@ -12,8 +12,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
-from jobs.config import load_config
-from jobs.tools.calibrate import (
+from jobs.core.config import load_config
+from jobs.tools.calibration import (
     Agreement,
     Calibration,
     ItemStatuses,
@@ -23,8 +23,8 @@ from jobs.tools.calibrate import (
     load_labels,
 )
 from scorer_core.metrics import kendall_tau_b, pearson, spearman
-from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
+from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.job import lexical_flags
 from tests.support.paths import SHARED_DATA
@@ -352,7 +352,7 @@ def test_ctxprec_calibrate_parses_the_options_as_the_tool_reads_them() -> None:
             "2",
         ]
     )
-    assert args.handler == "jobs.tools.calibrate:run"
+    assert args.handler == "jobs.tools.calibration:run"
     assert (args.limit, args.min_grade, args.json) == (5, 2.0, False)
 
 

@@ -17,10 +17,10 @@ import yaml
 
 from jobs import cli, context_precision
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.tools import estimate
+from jobs.tools import estimation as estimate
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.cli import EXIT_FAILED, EXIT_NO_SCORE, EXIT_USAGE
-from scorer_core.testing import FaultPlan
+from tests.fake_judge import FaultPlan
 from tests.support.fakes import JudgeFactory
 from tests.support.job import COLUMNS
 from tests.support.paths import REPO

@@ -1,4 +1,4 @@
-"""`ctxprec compare` and `jobs.tools.runs` on published runs.
+"""`ctxprec compare` and `jobs.tools.published_runs` on published runs.
 
 The runs are written directly by tests/support/published.py: "base", and "cand" (the same
 queries judged more strictly, so scores fall and a few rise; one query removed, one added,
@@ -18,12 +18,12 @@ import pytest
 
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
-from jobs.engine import aggregate
-from jobs.engine.aggregate import Segment, relevance_by_position
-from jobs.layout import RunLocation
-from jobs.storage import filesystem, open_store
-from jobs.tools import compare
-from jobs.tools.runs import (
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import filesystem, open_store
+from jobs.engine.publish import aggregate
+from jobs.engine.publish.aggregate import Segment, relevance_by_position
+from jobs.tools import comparison as compare
+from jobs.tools.published_runs import (
     LEGACY_BAND_LABELS,
     RunNotFound,
     load_run,
@@ -66,7 +66,7 @@ def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# jobs.tools.runs
+# jobs.tools.published_runs
 
 
 def test_compare_defaults_are_the_ones_ctxprec_compare_shows() -> None:
@@ -280,7 +280,7 @@ def test_out_table_path(runs: Runs, tmp_path: Path) -> None:
 
 def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["compare", "a", "b", "--top", "3"])
-    assert args.handler == "jobs.tools.compare:run"
+    assert args.handler == "jobs.tools.comparison:run"
     assert (args.run_a, args.run_b, args.top) == ("a", "b", 3)
     assert compare.min_effect_of(args) == 0.01 and args.max_canary_drop == 0.1
     args = build_parser().parse_args(["compare", "a", "b", "--max-mean-drop", "0.03"])

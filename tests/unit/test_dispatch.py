@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from jobs.engine.dispatch import WAIT, ShardBoard
+from jobs.engine.control.shard_board import WAIT, ShardBoard
 from jobs.engine.messages import ShardReport
 from jobs.inputs import Shard
 

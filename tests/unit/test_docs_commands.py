@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.config import load_config
+from jobs.core.config import load_config
 from jobs.engine.guards import check_judge_settings
 from scorer_core.errors import ConfigError
 

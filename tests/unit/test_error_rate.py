@@ -1,6 +1,6 @@
 """run.max_error_rate: publishing measures the share of error items and their commonest error;
 `ctxprec run` exits 1 over the limit (the run is published all the same); `ctxprec status`
-and the printed summary say so (jobs.error_rate)."""
+and the printed summary say so (jobs.core.error_rate)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import parse_config
+from jobs.core.config import parse_config
+from jobs.core.error_rate import ErrorRate
+from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome, exit_code_of, print_outcome
-from jobs.engine.publish import publish_run
-from jobs.error_rate import ErrorRate
+from jobs.engine.publish.publisher import publish_run
 from jobs.inputs import RowError
-from jobs.storage import open_store
-from jobs.tools.status import status_lines
+from jobs.tools.run_status import status_lines
 from tests.support.job import manifest_of
 from tests.unit.test_publish import LOCATION, SOURCE, Shard, where
 

@@ -12,15 +12,16 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cache import pair_key
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
-from jobs.config import load_config
-from jobs.factory import cache_fingerprint, input_spec
+from jobs.core.config import load_config
+from jobs.core.storage import open_store
+from jobs.core.verdict_cache import pair_key
+from jobs.core.verdict_store import VerdictStore, partition_expr
 from jobs.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
 from jobs.inputs import validate_record as preprocess
-from jobs.storage import open_store
-from jobs.tools.estimate import (
+from jobs.run.factory import cache_fingerprint, input_spec
+from jobs.tools.estimation import (
     LITELLM_IMPORT_S,
     OUTPUT_TOKENS_PER_REASON,
     OUTPUT_TOKENS_PER_VERDICT,
@@ -31,7 +32,6 @@ from jobs.tools.estimate import (
     estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
-from jobs.verdict_store import VerdictStore, partition_expr
 from scorer_core.prompt import verdict_messages
 from scorer_core.types import ScoringItem
 
@@ -307,7 +307,7 @@ def test_cli_table_json_and_no_secret(
 
 def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
-    assert args.handler == "jobs.tools.estimate:run"
+    assert args.handler == "jobs.tools.estimation:run"
     assert args.sample == 5 and args.json and args.set == []
 
 

@@ -1,4 +1,4 @@
-"""The fake Files + Batches API (scorer_core.testing.batches), through litellm as the job uses
+"""The fake Files + Batches API (tests.fake_judge.batches), through litellm as the job uses
 it (jobs.engine.batch.provider): uploads, the lifecycle the test moves, partial error files,
 expiry, cancellation, failed validation, shuffled and missing lines, and the counters that
 prove a resumed run submitted nothing twice. Real HTTP on 127.0.0.1; no waiting: batches move
@@ -19,7 +19,7 @@ import pytest
 from jobs.engine.batch import provider as provider_module
 from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from scorer_core.errors import FatalJudgeError
-from scorer_core.testing import BatchPlan, FakeJudgeServer, build_verdict_prompt_for_tests
+from tests.fake_judge import BatchPlan, FakeJudgeServer, build_verdict_prompt_for_tests
 from tests.support.fakes import RecordingSleep
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""`scorer_core.testing.FakeChatClient`, the fake judge in-process: it answers as the socket
+"""`tests.fake_judge.FakeChatClient`, the fake judge in-process: it answers as the socket
 server answers (same bodies received, same verdicts, same seeded faults), and a judge on it
 retries, steps down and times out as it does over HTTP."""
 
@@ -21,7 +21,7 @@ from scorer_core.judge import LLMJudge
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
 from scorer_core.retry import RetryPolicy
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.testing import FAULT_KINDS, FakeChatClient, FakeJudgeServer, FaultPlan
+from tests.fake_judge import FAULT_KINDS, FakeChatClient, FakeJudgeServer, FaultPlan
 from tests.support.fakes import FakeClock, NoJitter, RecordingSleep
 
 MODEL = "openai/fake-judge"

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from scorer_core.testing import (
+from tests.fake_judge import (
     CONTENT_FAULTS,
     REASON_SCHEMA_NAME,
     VERDICTS_SCHEMA_NAME,

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from scorer_core.testing import FakeJudgeServer, FaultPlan
-from scorer_core.testing.server import build_verdict_prompt_for_tests, lognormal_parameters
+from tests.fake_judge import FakeJudgeServer, FaultPlan
+from tests.fake_judge.server import build_verdict_prompt_for_tests, lognormal_parameters
 
 
 def test_latency_is_lognormal_with_the_asked_mean_and_p99() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from jobs.engine.budget import BudgetSettings
-from jobs.engine.flow import WorkerFlow
-from jobs.engine.governor import RunGovernor
-from jobs.engine.limiter import PacingState
+from jobs.engine.control.budget import BudgetSettings
+from jobs.engine.control.governor import RunGovernor
+from jobs.engine.control.limiter import PacingState
+from jobs.engine.control.worker_flow import WorkerFlow
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import ChatReply
 from scorer_core.types import ScoringItem

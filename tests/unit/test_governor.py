@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.engine.budget import BudgetSettings
-from jobs.engine.governor import RunGovernor
-from jobs.engine.limiter import PacingState
+from jobs.engine.control.budget import BudgetSettings
+from jobs.engine.control.governor import RunGovernor
+from jobs.engine.control.limiter import PacingState
 from tests.support.fakes import FakeClock
 
 

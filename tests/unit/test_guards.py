@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from jobs import cli
-from jobs.config import JobConfig, parse_config
+from jobs.core.config import JobConfig, parse_config
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.inputs import list_input_files
 from jobs.inputs.survey import check_every_file
-from jobs.job import run_job
+from jobs.run.job import run_job
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import item, spec_for, write_jsonl, write_parquet
 from tests.support.job import raw_config

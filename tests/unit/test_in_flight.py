@@ -1,5 +1,6 @@
 """A pair a worker is asking about right now answers its other items with the same pair
-(`jobs.cache.InFlight` behind `CachingJudge`): a repeated item in flight at the same time as
+(`jobs.core.verdict_cache.InFlight` behind `CachingJudge`): a repeated item in flight at the same
+time as
 the first is not paid for twice, and a reply that brings no verdict hands the pair back."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from jobs.cache import CachingJudge, InFlight, VerdictCache
+from jobs.core.verdict_cache import CachingJudge, InFlight, VerdictCache
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 QUERY, OUTPUT = "Who wrote Dune?", "Frank Herbert wrote Dune."

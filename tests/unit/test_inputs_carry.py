@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.config import parse_config
+from jobs.core.config import parse_config
+from jobs.core.schema import CarriedColumn
 from jobs.inputs import (
     ColumnMap,
     InputSpec,
@@ -25,7 +26,6 @@ from jobs.inputs import (
     to_item,
 )
 from jobs.inputs.carry import check_segment_columns, conform, infer_json_type
-from jobs.schema import CarriedColumn
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import item, raw, spec_for, write_jsonl
 

@@ -195,7 +195,7 @@ def test_config_defaults_are_the_truncation_defaults_without_loading_the_readers
     # A fresh interpreter: in this one the readers (and pyarrow) are already imported.
     code = (
         "import sys\n"
-        "from jobs.config import InputConfig\n"
+        "from jobs.core.config import InputConfig\n"
         "config = InputConfig(path='x')\n"
         "print(config.max_context_chars, config.max_contexts)\n"
         "print(*sorted(m for m in ('pyarrow', 'fsspec', 'jobs.inputs') if m in sys.modules))"

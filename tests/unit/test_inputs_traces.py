@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.config import parse_config
+from jobs.core.config import parse_config
+from jobs.core.storage import filesystem
 from jobs.inputs.otlp import RETRIEVER, Problem, SpanRow, read_otlp_file, spans_of_line
 from jobs.inputs.traces import (
     TraceJob,
@@ -24,7 +25,6 @@ from jobs.inputs.traces import (
     partitions_for,
     trace_files,
 )
-from jobs.storage import filesystem
 from scorer_core.errors import ConfigError, InputError
 from tests.support.otlp import (
     Expected,
@@ -384,7 +384,7 @@ def test_a_damaged_gzip_file_fails_naming_it(tmp_path: Path) -> None:
 
 
 def test_other_commands_than_run_refuse_traces_naming_why() -> None:
-    from jobs import factory
+    from jobs.run import factory
 
     config = parse_config({"input": {"path": "t/", "format": "otlp"}})
     with pytest.raises(ConfigError, match="assembled into items by `ctxprec run` only"):
@@ -392,7 +392,7 @@ def test_other_commands_than_run_refuse_traces_naming_why() -> None:
 
 
 def test_the_run_reads_the_assembled_items_with_their_columns() -> None:
-    from jobs.engine.traces import items_config
+    from jobs.engine.trace_staging import items_config
 
     raw: dict[str, Any] = {
         "input": {"path": "s3://b/traces/", "format": "otlp", "carry": ["service.name"]},

@@ -25,8 +25,8 @@ from scorer_core.judge import LLMJudge
 from scorer_core.lexical import LexicalJudge
 from scorer_core.litellm_client import LiteLLMClient
 from scorer_core.openai_http import OpenAIHTTPClient
-from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ReasonMode
+from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import RecordingSleep
 
 MODEL = "openai/fake-judge"

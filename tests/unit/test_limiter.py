@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from jobs.engine.limiter import LocalLimiter, PacingState
+from jobs.engine.control.limiter import LocalLimiter, PacingState
 from scorer_core.retry import MAX_RETRY_AFTER_S
 from tests.support.fakes import FakeClock, RecordingSleep
 

@@ -17,8 +17,8 @@ from scorer_core import (
     score_band,
 )
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.testing import FakeJudgeServer
 from scorer_core.types import ScoreResult
+from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory, RecordingSleep
 
 pytestmark = pytest.mark.timeout(120)

@@ -43,8 +43,8 @@ from scorer_core.prompt import (
 )
 from scorer_core.protocols import ChatClient
 from scorer_core.scorer import make_judge
-from scorer_core.testing import FakeJudgeServer, FaultPlan
 from scorer_core.types import ScoringItem
+from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import MeetAt
 from tests.support.http import Handler, serving
@@ -158,7 +158,7 @@ def test_make_judge_transport_option() -> None:
     assert type(picked).__name__ == "LiteLLMClient"
     with pytest.raises(ConfigError, match="transport"):
         make_judge(MODEL, transport="grpc")
-    from jobs.config import JudgeConfig
+    from jobs.core.config import JudgeConfig
 
     assert JudgeConfig().transport == "auto"
     assert JudgeConfig(model=MODEL, transport="http").transport == "http"

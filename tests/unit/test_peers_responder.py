@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bench.peers.responder import PeersJudgeServer
-from scorer_core.testing import VERDICTS_SCHEMA_NAME, build_verdict_prompt_for_tests
+from tests.fake_judge import VERDICTS_SCHEMA_NAME, build_verdict_prompt_for_tests
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from jobs.engine.progress import ExpectedItems, ProgressLine
+from jobs.engine.control.progress import ExpectedItems, ProgressLine
 
 
 def test_row_ranges_give_the_exact_total_from_the_start() -> None:

@@ -1,9 +1,10 @@
-"""jobs.engine.publish on real staged shard files: the published tables carry the workers' own
+"""jobs.engine.publish.publisher on real staged shard files: the published tables carry the
+workers' own
 scores and the `duplicate_of` marks, and `verify_scores=True` catches a worker score its
 verdicts do not imply, before anything is published.
 
 The staged rows are built by the worker's own row builders and written as the worker writes
-them (pyarrow, `jobs.schema.STAGED_*`), into a local output store.
+them (pyarrow, `jobs.core.schema.STAGED_*`), into a local output store.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from jobs.engine.publish import Published, ScoresDisagree, publish_run
-from jobs.engine.rows import error_row, item_row, verdict_rows
-from jobs.inputs import ItemRecord, RowError
-from jobs.layout import RunLocation
-from jobs.records import RunManifest
-from jobs.schema import (
+from jobs.core.run_layout import RunLocation
+from jobs.core.run_manifest import RunManifest
+from jobs.core.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
     PUBLISHED_VERDICTS,
@@ -32,8 +30,11 @@ from jobs.schema import (
     RunSchema,
     duplicate_error,
 )
-from jobs.storage import Store, open_store
-from jobs.tools.runs import summary_from_frame
+from jobs.core.storage import Store, open_store
+from jobs.engine.publish.publisher import Published, ScoresDisagree, publish_run
+from jobs.engine.shards.shard_rows import error_row, item_row, verdict_rows
+from jobs.inputs import ItemRecord, RowError
+from jobs.tools.published_runs import summary_from_frame
 from scorer_core.precision import context_precision
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
 from tests.support.job import shard_files

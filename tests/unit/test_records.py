@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from jobs.records import FlowSnapshot, JudgeRecord, RunManifest
+from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
 
 # A manifest as the version before the typed model wrote it (issue 11's batch run), with a
 # flow snapshot from before `budget_max` existed and a key this version no longer knows.

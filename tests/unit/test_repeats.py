@@ -1,4 +1,5 @@
-"""jobs.engine.repeats: the run's later occurrences of query ids, found partition by partition,
+"""jobs.engine.pairs.repeats: the run's later occurrences of query ids, found partition by
+partition,
 against a one-dictionary reference; with partitions and blocks shrunk so that a few hundred
 keys already split partitions (twice) and spread marks over several blocks."""
 
@@ -12,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.engine import repeats
-from jobs.engine.repeats import (
+from jobs.core.schema import duplicate_error
+from jobs.engine.pairs import repeats
+from jobs.engine.pairs.repeats import (
     KEYS,
     MARKS,
     SEQ_SHIFT,
@@ -22,7 +24,6 @@ from jobs.engine.repeats import (
     mark_rows,
     where,
 )
-from jobs.schema import duplicate_error
 
 
 def reference(keys: list[tuple[str, int, str, int]]) -> dict[int, tuple[str, str]]:

@@ -18,12 +18,12 @@ from markupsafe import escape
 
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
-from jobs.engine.aggregate import BANDS
-from jobs.engine.response_formats import RunResponseFormat
-from jobs.storage import open_store
+from jobs.core.storage import open_store
+from jobs.engine.publish.aggregate import BANDS
+from jobs.engine.publish.response_formats import RunResponseFormat
+from jobs.tools.published_runs import load_run
 from jobs.tools.report import charts
-from jobs.tools.report.queries import WORST_QUERIES
-from jobs.tools.runs import load_run
+from jobs.tools.report.report_queries import WORST_QUERIES
 from scorer_core.response_format import DroppedForm
 from tests.support.published import (
     BAD_ID,
@@ -171,7 +171,7 @@ def test_baseline_section_only_with_baseline(runs: Runs, page: str, compared_pag
     assert f"Compared with baseline {runs.base}" in section
     assert "mean shift" in section and "Largest regressions" in section
     store = open_store(str(runs.output))
-    from jobs.tools.compare import compare_runs
+    from jobs.tools.comparison import compare_runs
 
     comparison = compare_runs(load_run(store, runs.base), load_run(store, runs.cand))
     assert f"{comparison.mean_shift:+.3f}" in section
@@ -221,7 +221,7 @@ def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
 def test_the_tools_do_not_import_the_engine_worker_driver_or_ray() -> None:
     code = (
         "import json, sys\n"
-        "import jobs.tools.compare, jobs.tools.report, jobs.tools.runs\n"
+        "import jobs.tools.comparison, jobs.tools.report, jobs.tools.published_runs\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     result = subprocess.run(
@@ -229,7 +229,7 @@ def test_the_tools_do_not_import_the_engine_worker_driver_or_ray() -> None:
     )
     modules = set(json.loads(result.stdout))
     assert "jobs.tools.report.page" in modules  # precondition: the imports happened
-    assert not modules & {"jobs.engine.worker", "jobs.engine.driver", "ray"}
+    assert not modules & {"jobs.engine.shards.worker", "jobs.engine.driver", "ray"}
 
 
 def test_segments_section_shows_each_segments_summary_and_shift(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from scorer_core.errors import ConfigError
 from scorer_core.judge import LLMJudge
 from scorer_core.response_format import classify_rejection
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.testing import FakeJudgeServer
+from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory, RecordingSleep
 from tests.support.http import Handler, serving
 

@@ -1,7 +1,9 @@
-"""The job's side of structured-output negotiation: the judge `jobs.factory.build_judge` makes
+"""The job's side of structured-output negotiation: the judge `jobs.run.factory.build_judge` makes
 (one shared negotiation per endpoint, named as its client names it),
-`jobs.engine.response_formats.combine` folding the shards' reports into the run's record, and
-that record in the manifest's judge facts (`jobs.engine.manifest.judge_facts_of_run`)."""
+`jobs.engine.publish.response_formats.combine` folding the shards' reports into the run's record,
+and
+that record in the manifest's judge facts
+(`jobs.engine.publish.manifest_builder.judge_facts_of_run`)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from jobs.config import parse_config
-from jobs.engine.manifest import judge_facts_of_run
+from jobs.core.config import parse_config
 from jobs.engine.messages import JudgeFacts, ShardReport
-from jobs.engine.response_formats import RunResponseFormat, combine
-from jobs.factory import build_judge, judge_endpoint
+from jobs.engine.publish.manifest_builder import judge_facts_of_run
+from jobs.engine.publish.response_formats import RunResponseFormat, combine
+from jobs.run.factory import build_judge, judge_endpoint
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import DroppedForm, negotiation_summary
 

@@ -1,4 +1,4 @@
-"""jobs.schema: the one definition of every table, its derived Arrow and Polars schemas, the
+"""jobs.core.schema: the one definition of every table, its derived Arrow and Polars schemas, the
 row builder's key check, and the "Columns" section of docs/output.md kept in step with it."""
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from jobs.cache import CACHE_SCHEMA
-from jobs.engine.aggregate import BANDS, PositionRate, RunSummary
-from jobs.schema import (
+from jobs.core.schema import (
     PUBLISHED,
     PUBLISHED_SCORES,
     PUBLISHED_SUMMARY,
@@ -23,6 +21,8 @@ from jobs.schema import (
     Table,
     duplicate_error,
 )
+from jobs.core.verdict_cache import CACHE_SCHEMA
+from jobs.engine.publish.aggregate import BANDS, PositionRate, RunSummary
 from tests.support.paths import REPO
 
 OUTPUT_PAGE = REPO / "docs" / "output.md"

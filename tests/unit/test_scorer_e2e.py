@@ -21,7 +21,7 @@ from scorer_core import (
     create_context_precision_scorer,
 )
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.testing import FakeJudgeServer, FaultPlan
+from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.support.fakes import JudgeFactory, RecordingSleep
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from jobs.cli import main as ctxprec
-from jobs.storage import open_store
+from jobs.core.storage import open_store
 from tests.support.labelled import FILES, labelled_queries, needs_the_files, read_rows
 from tests.support.published import publish
 

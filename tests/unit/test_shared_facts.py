@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from jobs.config import RunConfig
-from jobs.engine.limiter import PacingState
-from jobs.storage import open_store
-from jobs.tools.estimate import OUTPUT_TOKENS_PER_VERDICT
-from jobs.tools.runs import RunNotFound, find_run
+from jobs.core.config import RunConfig
+from jobs.core.storage import open_store
+from jobs.engine.control.limiter import PacingState
+from jobs.tools.estimation import OUTPUT_TOKENS_PER_VERDICT
+from jobs.tools.published_runs import RunNotFound, find_run
 from scorer_core.judge import CHARS_PER_TOKEN, estimate_tokens
 from scorer_core.retry import RetryPolicy
 from tests.support.fakes import NoJitter

@@ -1,4 +1,4 @@
-"""Pairs a run holds in several shards (`jobs.engine.shared_pairs`), without Ray: who owns a
+"""Pairs a run holds in several shards (`jobs.engine.pairs.shared_pairs`), without Ray: who owns a
 pair, who awaits it, and what an awaiting shard reads from its owners' staged verdicts."""
 
 from __future__ import annotations
@@ -8,8 +8,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from jobs.engine.cache_lookup import KEYS
-from jobs.engine.shared_pairs import (
+from jobs.core.run_layout import StagingArea
+from jobs.core.schema import RunSchema
+from jobs.core.storage import open_store
+from jobs.core.verdict_store import partition_expr
+from jobs.engine.pairs.cache_lookup import KEYS
+from jobs.engine.pairs.shared_pairs import (
     HIT_KEYS,
     awaited_pairs,
     awaited_verdicts,
@@ -17,11 +21,7 @@ from jobs.engine.shared_pairs import (
     find_shared,
     worth_waiting,
 )
-from jobs.engine.spill import Spill
-from jobs.layout import StagingArea
-from jobs.schema import RunSchema
-from jobs.storage import open_store
-from jobs.verdict_store import partition_expr
+from jobs.engine.pairs.spill import Spill
 
 KEY_A, KEY_B, KEY_C, KEY_D = ("a0" + "1" * 30, "a1" + "2" * 30, "b0" + "3" * 30, "c0" + "4" * 30)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jobs.config import JobConfig, parse_config
+from jobs.core.config import JobConfig, parse_config
 from jobs.engine.shared_paths import check_shared_paths, is_local
 from scorer_core.errors import ConfigError
 

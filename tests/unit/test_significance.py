@@ -1,4 +1,4 @@
-"""Is the drop real? The statistics (jobs.stats), the significance gate of `ctxprec compare`
+"""Is the drop real? The statistics (jobs.core.stats), the significance gate of `ctxprec compare`
 and the sampled estimator, on seeded simulations: in-memory tables, no Ray, no clock.
 
 The acceptance of issue 20, measured here over many seeds:
@@ -25,12 +25,9 @@ import polars as pl
 import pytest
 import yaml
 
-from jobs.canary import judge_canary
 from jobs.cli import build_parser
-from jobs.config import SampleConfig, parse_config
-from jobs.engine.aggregate import sampled_estimates, summarize
-from jobs.sampling import plan_from_rows, unit_hash
-from jobs.stats import (
+from jobs.core.config import SampleConfig, parse_config
+from jobs.core.stats import (
     Moments,
     StratumCell,
     holm,
@@ -42,9 +39,14 @@ from jobs.stats import (
     t_sf2,
     welch_test,
 )
-from jobs.storage import open_store
-from jobs.tools import calibrate, compare, estimate
-from jobs.tools.runs import load_run
+from jobs.core.storage import open_store
+from jobs.engine.publish.aggregate import sampled_estimates, summarize
+from jobs.inputs.sampling import plan_from_rows, unit_hash
+from jobs.run.canary import judge_canary
+from jobs.tools import calibration as calibrate
+from jobs.tools import comparison as compare
+from jobs.tools import estimation as estimate
+from jobs.tools.published_runs import load_run
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
@@ -268,7 +270,7 @@ def _sampled_interval(
     population: Sequence[tuple[str, str, float]], sample: SampleConfig
 ) -> tuple[float, float, int]:
     """The stratified interval of one sampled run: which items are judged as the job decides
-    (`jobs.sampling`), then the estimator."""
+    (`jobs.inputs.sampling`), then the estimator."""
     plan = plan_from_rows(sample, ((q, {"stratum": s}) for q, s, _ in population))
     judged: dict[str, list[float]] = {}
     for query_id, stratum, score in population:

@@ -1,4 +1,4 @@
-"""jobs.engine.spill: rows filed by bucket come back whole, by bucket, whatever the runs."""
+"""jobs.engine.pairs.spill: rows filed by bucket come back whole, by bucket, whatever the runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.engine.spill import Spill
+from jobs.engine.pairs.spill import Spill
 
 SCHEMA = pl.Schema({"bucket_of": pl.Int64(), "key": pl.String()})
 

@@ -1,4 +1,4 @@
-"""jobs.storage: local and S3 (moto) stores, atomic writes, fresh listings, retries.
+"""jobs.core.storage: local and S3 (moto) stores, atomic writes, fresh listings, retries.
 
 Retries on s3:// are counted where they happen: at the server (`FaultyS3` records every
 request it answers) and, when the endpoint is down and nothing reaches a server, at the
@@ -25,7 +25,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 from fsspec.registry import _registry as fsspec_registry
 from s3fs.errors import translate_boto_error
 
-from jobs.storage import (
+from jobs.core.storage import (
     DEFAULT_ATTEMPTS,
     DEFAULT_BASE_DELAY,
     Store,

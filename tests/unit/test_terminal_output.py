@@ -8,12 +8,12 @@ from pathlib import Path
 
 import polars as pl
 
-from jobs.engine.aggregate import summarize
-from jobs.engine.summary_table import format_summary_table
-from jobs.schema import PUBLISHED_SCORES
-from jobs.storage import open_store
-from jobs.tools.compare import compare_runs, format_regressions
-from jobs.tools.runs import load_run
+from jobs.core.schema import PUBLISHED_SCORES
+from jobs.core.storage import open_store
+from jobs.engine.publish.aggregate import summarize
+from jobs.engine.publish.summary_table import format_summary_table
+from jobs.tools.comparison import compare_runs, format_regressions
+from jobs.tools.published_runs import load_run
 from tests.support.published import local_base_and_candidate
 from tests.unit.test_aggregate import item_row, no_verdicts
 

@@ -1,6 +1,6 @@
 """Text UTF-8 cannot encode (a lone surrogate, valid in JSON) is its item's error, never its
 shard's: reading names the field, the judge never sees it, staging and publishing write
-everything else (jobs.inputs.encoding, jobs.text_safety)."""
+everything else (jobs.inputs.encoding, jobs.core.text_safety)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.config import JobConfig, parse_config
-from jobs.engine.publish import publish_run
-from jobs.engine.worker import run_shard
-from jobs.factory import input_spec
+from jobs.core.config import JobConfig, parse_config
+from jobs.core.run_layout import RunLocation
+from jobs.core.schema import CarriedColumn, RunSchema
+from jobs.core.storage import open_store
+from jobs.core.text_safety import encodable, escaped, terminal_safe, unencodable
+from jobs.engine.publish.publisher import publish_run
+from jobs.engine.shards.worker import run_shard
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards, read_items
 from jobs.inputs.records import read_query_ids
-from jobs.layout import RunLocation
-from jobs.schema import CarriedColumn, RunSchema
-from jobs.storage import open_store
-from jobs.text_safety import encodable, escaped, terminal_safe, unencodable
-from scorer_core.testing import FakeJudgeServer
+from jobs.run.factory import input_spec
+from tests.fake_judge import FakeJudgeServer
 from tests.support.job import llm_judge, manifest_of, shard_context
 
 COLUMNS = {

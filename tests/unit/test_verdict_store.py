@@ -1,4 +1,4 @@
-"""The verdict store and the workers' journal (jobs.verdict_store), on real Parquet files in a
+"""The verdict store and the workers' journal (jobs.core.verdict_store), on real Parquet files in a
 local store: found by pair key whatever wrote it, safe with two writers at once, retention,
 compaction, and a crash at every step of journaling, folding and compacting losing nothing
 that was flushed. Clocks are fakes; nothing sleeps."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from jobs.storage import Store, open_store
-from jobs.verdict_store import (
+from jobs.core.storage import Store, open_store
+from jobs.core.verdict_store import (
     PARTITIONS,
     SECONDS_PER_DAY,
     Journal,
@@ -25,7 +25,7 @@ from jobs.verdict_store import (
 
 
 def key(n: int) -> str:
-    """A pair key like `jobs.cache.pair_key`'s: 32 hex digits of a sha256."""
+    """A pair key like `jobs.core.verdict_cache.pair_key`'s: 32 hex digits of a sha256."""
     return hashlib.sha256(str(n).encode()).hexdigest()[:32]
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.engine.batch.judge import Reply
+from jobs.engine.batch.batch_judge import Reply
 from jobs.engine.batch.state import BatchRecord
 
 _EXCERPT = 300

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from jobs.config import JobConfig
+from jobs.core.config import JobConfig
 from jobs.engine.batch.requests import ENDPOINT, batch_provider
 from scorer_core.errors import TransportError
 from scorer_core.litellm_client import import_litellm, translate_error

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.config import JobConfig
-from jobs.endpoints import endpoint_identity
+from jobs.core.config import JobConfig
+from jobs.core.endpoints import endpoint_identity
 from scorer_core.errors import ConfigError
 from scorer_core.judge import count_prompt_tokens
 from scorer_core.openai_http import OpenAIHTTPClient
@@ -59,7 +59,7 @@ def custom_id(item: str, part: str, attempt: int, tag: str = "") -> str:
 
 def judge_tag(config: JobConfig) -> str:
     """8 hex naming what answers a batch request: the model, the batch provider and the
-    endpoint (`jobs.endpoints.endpoint_identity`)."""
+    endpoint (`jobs.core.endpoints.endpoint_identity`)."""
     material = repr((config.judge.model, batch_provider(config), endpoint_identity(config)))
     return hashlib.sha256(material.encode()).hexdigest()[:8]
 

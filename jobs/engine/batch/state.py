@@ -108,7 +108,7 @@ class RoundState:
         return dict(sorted(counts.items()))
 
     def summary(self) -> dict[str, Any]:
-        """The round for the manifest (`jobs.records.BatchRoundRecord`)."""
+        """The round for the manifest (`jobs.core.run_manifest.BatchRoundRecord`)."""
         counts = self.counts()
         return {
             "round": self.round,

@@ -30,13 +30,13 @@ import argparse
 import sys
 from typing import TextIO
 
-from jobs.tools.report.page import render_report
-from jobs.tools.runs import (
+from jobs.tools.published_runs import (
     load_run,
     open_output,
     parse_storage_options,
     write_file,
 )
+from jobs.tools.report.page import render_report
 from scorer_core.errors import ConfigError
 
 __all__ = ["main", "render_report", "run"]

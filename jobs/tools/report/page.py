@@ -17,9 +17,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from jobs import formatting as fmt
+from jobs.core import formatting as fmt
 from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
-from jobs.tools.compare import (
+from jobs.tools.comparison import (
     DEFAULT_MIN_EFFECT,
     DEFAULT_MIN_SEGMENT_SIZE,
     Comparison,
@@ -27,7 +27,8 @@ from jobs.tools.compare import (
     compare_runs,
     gate,
 )
-from jobs.tools.report import queries
+from jobs.tools.published_runs import PublishedRun
+from jobs.tools.report import report_queries as queries
 from jobs.tools.report.charts import (
     COLOR_BAND,
     COLOR_BASELINE,
@@ -37,7 +38,6 @@ from jobs.tools.report.charts import (
     Series,
     chart,
 )
-from jobs.tools.runs import PublishedRun
 from scorer_core.capabilities import is_offline
 
 MAX_CHIPS = 40

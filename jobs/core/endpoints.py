@@ -1,0 +1,49 @@
+"""Which endpoint answers a judge config: what besides the model string decides the model.
+
+The verdict cache keys on it (`jobs.core.verdict_cache.judge_fingerprint`) and batch mode tags its
+request
+ids with it (`jobs.engine.batch.requests.judge_tag`), so the same model name served by another
+server is another judge; the structured-output negotiation is shared per endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jobs.core.config import JobConfig
+from scorer_core.capabilities import is_offline
+from scorer_core.transports import resolve_transport
+
+
+def judge_endpoint(config: JobConfig) -> str:
+    """The endpoint the configured LLM judge talks to, named as its client names it
+    (`Judge.endpoint`): the key of its shared structured-output negotiation."""
+    judge_config = config.judge
+    if judge_config.api_base:
+        return judge_config.api_base.rstrip("/")
+    transport = resolve_transport(judge_config.transport, judge_config.model, None)
+    if transport == "http":
+        from scorer_core.openai_http import OPENAI_API_BASE
+
+        return OPENAI_API_BASE
+    model = judge_config.model
+    provider = model.split("/", 1)[0] if "/" in model else model
+    return f"{provider} (litellm's default endpoint)"
+
+
+def endpoint_identity(config: JobConfig) -> str:
+    """Whatever besides the model string decides which model answers: the endpoint
+    (`judge.api_base`, else the provider's default, or the base URL litellm takes from the
+    provider's environment variables), and an explicit batch provider."""
+    judge = config.judge
+    parts = [judge_endpoint(config)]
+    if judge.batch.provider:
+        parts.append(f"batch provider {judge.batch.provider}")
+    if not judge.api_base and not is_offline(judge.model):
+        transport = resolve_transport(judge.transport, judge.model, None)
+        if transport == "litellm":
+            provider = judge.model.split("/", 1)[0].upper() if "/" in judge.model else "OPENAI"
+            for name in (f"{provider}_API_BASE", f"{provider}_BASE_URL"):
+                if os.environ.get(name):
+                    parts.append(f"{name}={os.environ[name].rstrip('/')}")
+    return " | ".join(parts)

@@ -1,0 +1,416 @@
+"""Every table the job writes: its columns, their types and meanings, written once.
+
+* staged (per shard, under `_staging/`, written by `jobs.engine.shards.worker`): `STAGED_ITEMS`,
+  `STAGED_VERDICTS`;
+* published (what readers see, written by `jobs.engine.publish.publisher`): `PUBLISHED_SCORES`,
+  `PUBLISHED_VERDICTS`, `PUBLISHED_SUMMARY`;
+* `VERDICT_CACHE`, a shard's cached verdicts (`jobs.core.verdict_cache`), and `VERDICT_STORE`, the
+verdict
+  store's files that outlive runs (`jobs.core.verdict_store`);
+* batch mode's staging (`jobs.engine.batch`): `BATCH_REQUESTS`, the index of a shard's request
+  lines for one round, and `BATCH_REPLIES`, what came back for them.
+
+A run may carry input columns of the user's (`input.carry`) into its scores table, and some of
+them (`input.carry_to_verdicts`) into its verdicts table: `RunSchema` is the run's tables, ours
+extended with those (`Table.with_extra`), each carried column with the Arrow type decided at
+start-up from the input (`jobs.inputs.carry`), so every shard file has the same type.
+
+The workers write with pyarrow and publishing reads with Polars; both take their schemas from
+here (`Table.arrow`, `Table.polars`), and the row builders take their keys from here
+(`Table.build_row`). The published tables are projections of the staged ones, so a column has
+one type from the shard file to the reader. docs/output.md's "Columns" section lists the published
+columns with these types and meanings; tests/unit/test_schema.py keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import polars as pl
+import pyarrow as pa
+
+ColumnType = Literal["string", "bool", "int32", "int64", "float64"]
+
+_ARROW_TYPES: dict[ColumnType, pa.DataType] = {
+    "string": pa.string(),
+    "bool": pa.bool_(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+}
+_POLARS_TYPES: dict[ColumnType, pl.DataType] = {
+    "string": pl.String(),
+    "bool": pl.Boolean(),
+    "int32": pl.Int32(),
+    "int64": pl.Int64(),
+    "float64": pl.Float64(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: its name, its type and what it holds (docs/output.md shows `doc` verbatim).
+
+    `type` is one of ours (`ColumnType`), or any Arrow type for a column carried from the input.
+    """
+
+    name: str
+    type: ColumnType | pa.DataType
+    doc: str
+
+    @property
+    def arrow(self) -> pa.DataType:
+        if isinstance(self.type, pa.DataType):
+            return self.type
+        return _ARROW_TYPES[self.type]
+
+    @property
+    def polars(self) -> pl.DataType:
+        if isinstance(self.type, pa.DataType):
+            series = pl.from_arrow(pa.array([], type=self.type))
+            dtype: pl.DataType = series.dtype  # type: ignore[union-attr]
+            return dtype
+        return _POLARS_TYPES[self.type]
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table's columns in order, with its Arrow and Polars schemas derived from them."""
+
+    name: str
+    columns: tuple[Column, ...]
+    names: tuple[str, ...] = field(init=False)
+    arrow: pa.Schema = field(init=False, repr=False)
+    polars: pl.Schema = field(init=False, repr=False)
+    _by_name: dict[str, Column] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(column.name for column in self.columns)
+        if len(set(names)) != len(names):
+            raise ValueError(f"table {self.name}: a column name appears twice in {names}")
+        # A frozen dataclass sets its derived fields through object.__setattr__.
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "_by_name", {column.name: column for column in self.columns})
+        object.__setattr__(self, "arrow", pa.schema([(c.name, c.arrow) for c in self.columns]))
+        object.__setattr__(self, "polars", pl.Schema([(c.name, c.polars) for c in self.columns]))
+
+    def column(self, name: str) -> Column:
+        """The column called `name` (KeyError naming the table when there is none)."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"table {self.name} has no column {name!r}") from None
+
+    def project(self, name: str, names: Sequence[str]) -> Table:
+        """A table `name` made of some of these columns, in the order of `names`."""
+        return Table(name, tuple(self.column(n) for n in names))
+
+    def with_extra(self, extra: Iterable[Column]) -> Table:
+        """This table with `extra` columns after its own (ValueError when a name clashes)."""
+        extra = tuple(extra)
+        return Table(self.name, self.columns + extra) if extra else self
+
+    def build_row(self, **values: Any) -> dict[str, Any]:
+        """A row as a dict in column order; a missing or unknown column raises ValueError."""
+        if tuple(values) == self.names:
+            return values  # the builders pass columns in order: no copy per verdict row
+        if values.keys() != self._by_name.keys():
+            missing = sorted(set(self.names) - values.keys())
+            unknown = sorted(values.keys() - set(self.names))
+            raise ValueError(f"table {self.name}: missing columns {missing}, unknown {unknown}")
+        return {name: values[name] for name in self.names}
+
+
+def duplicate_error(query_id: str, first: str) -> str:
+    """The `error` of a row whose `duplicate_of` is `first` (the users' message since v1)."""
+    return f"duplicate query_id {query_id}: only its first occurrence ({first}) is scored"
+
+
+def context_hash(text: str) -> str:
+    """The `context_hash` of a context: the first 32 hex digits of the SHA-256 of its text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+# -- staged, one file per shard -------------------------------------------------------------
+
+STAGED_ITEMS = Table(
+    "items",
+    (
+        Column("query_id", "string", "the item's id (`source#row` when the row had none)"),
+        Column(
+            "item_seq",
+            "int64",
+            "shard number << 32 | index within the shard: unique and in input order across the run",
+        ),
+        Column("status", "string", "`ok`, `unscored` or `error`"),
+        Column("error", "string", "why the item is not `ok`; null when it is"),
+        Column(
+            "score",
+            "float64",
+            "context precision times `scale`, 2 decimals, as the worker computed it; null "
+            "unless `status` is `ok`",
+        ),
+        Column("reason", "string", "why the score is what it is (template or LLM)"),
+        Column("context_count", "int32", "contexts judged (after truncation)"),
+        Column("relevant_count", "int32", "contexts the judge found relevant"),
+        Column(
+            "truncated",
+            "bool",
+            "a context was cut to `input.max_context_chars` or contexts beyond "
+            "`input.max_contexts` were dropped",
+        ),
+        Column("judge_model", "string", "the judge model (`lexical` for the offline judge)"),
+        Column("calls", "int64", "judge requests made for the item"),
+        Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
+        Column("completion_tokens", "int64", "completion tokens the provider reported"),
+        Column("retries", "int64", "requests retried after a transport error"),
+        Column("rate_limited", "int64", "requests refused with HTTP 429"),
+        Column("reasks", "int64", "replies re-asked because they were unusable"),
+        Column("cache_hits", "int64", "verdicts answered by the verdict cache"),
+        Column("source", "string", "the input file"),
+        Column(
+            "row",
+            "int64",
+            "row number in a Parquet file; byte offset of the line in a JSONL file",
+        ),
+        Column(
+            "duplicate_of",
+            "string",
+            "for a repeated `query_id`, where its first occurrence is (`<file> row 7` or "
+            "`<file> line at byte 120`); null otherwise",
+        ),
+    ),
+)
+"""One row per input row of a shard; the file is the shard's commit marker."""
+
+STAGED_VERDICTS = Table(
+    "verdicts",
+    (
+        Column("query_id", "string", "the item's id"),
+        Column("item_seq", "int64", "the item's `item_seq` (tells duplicates apart)"),
+        Column("position", "int32", "0-based rank of the context as retrieved"),
+        Column(
+            "context_id",
+            "string",
+            "the context's id from `input.columns.context_ids` (integers as text); null without",
+        ),
+        Column(
+            "context_hash",
+            "string",
+            "the first 32 hex digits of the SHA-256 of the context's UTF-8 text as judged (after "
+            "truncation): `left(sha256(text), 32)` in DuckDB",
+        ),
+        Column(
+            "relevant",
+            "bool",
+            "the judge's verdict; null where none was obtained (item not `ok`)",
+        ),
+        Column("judge_reason", "string", "the judge's one-line reason for the verdict"),
+        Column("pair_key", "string", "the verdict cache key; empty when the cache is off"),
+        Column("cached", "bool", "the verdict came from the cache"),
+    ),
+)
+"""One row per context of a judged item."""
+
+# -- published, one file per run ------------------------------------------------------------
+
+PUBLISHED_SCORES = STAGED_ITEMS.project(
+    "scores",
+    (
+        "query_id",
+        "score",
+        "reason",
+        "status",
+        "error",
+        "relevant_count",
+        "context_count",
+        "judge_model",
+        "calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "cache_hits",
+        "source",
+        "row",
+        "truncated",
+        "duplicate_of",
+    ),
+)
+"""One row per input row of the run."""
+
+PUBLISHED_VERDICTS = STAGED_VERDICTS.project(
+    "verdicts",
+    ("query_id", "position", "context_id", "context_hash", "relevant", "judge_reason", "cached"),
+)
+"""One row per context of a judged item (later duplicates' verdicts are dropped)."""
+
+PUBLISHED_SUMMARY = Table(
+    "summary",
+    (
+        Column("model", "string", "the judge model"),
+        Column(
+            "segment_by",
+            "string",
+            "the `summary.by` column a segment's row is about; null on the rows of the whole run",
+        ),
+        Column(
+            "segment",
+            "string",
+            "that column's value, as text (dates ISO, booleans `true`/`false`); null on the rows "
+            "of the whole run, and for the items whose value is null",
+        ),
+        Column(
+            "metric",
+            "string",
+            "`scale`, `items`, `population`, `scored`, `unscored`, `errors`, `mean`, "
+            "`median`, `p10`, `p90`, `mean_ci_low`, `mean_ci_high`, `judge_calls`, "
+            "`prompt_tokens`, `completion_tokens`, `cache_hits`, `cost_usd`, `band_count`, "
+            "`position_judged`, `position_relevant`, `position_rate`; with a judge canary "
+            "also canary_items, canary_kappa, canary_precision and canary_recall (the whole "
+            "run's rows). mean_ci_low / mean_ci_high: the 95% interval of the mean; "
+            "population: items in the input (items of them judged in a sampled run)",
+        ),
+        Column(
+            "band",
+            "string",
+            "the band of score / scale of a `band_count` row: `none` (0), `low` (above 0, "
+            "below 0.35), `moderate` (0.35 to 0.65), `good` (0.65 to 0.85), `excellent` (0.85 "
+            "and up), as `scorer_core.score_band` names them (runs published before named "
+            "bands say 0, 0.1-0.3, 0.4-0.6, 0.7-0.8, 0.9-1.0); null otherwise",
+        ),
+        Column("position", "int32", "the position of a `position_*` row; null otherwise"),
+        Column("value", "float64", "the metric's value; null when undefined"),
+    ),
+)
+"""One row per metric of the run, and per metric of each segment (`summary.by`): a tidy table,
+see `jobs.engine.publish.aggregate.RunSummary`."""
+
+PUBLISHED: tuple[Table, ...] = (PUBLISHED_SCORES, PUBLISHED_VERDICTS, PUBLISHED_SUMMARY)
+"""The tables a reader of the output root sees, by their folder names."""
+
+# -- the verdict cache ----------------------------------------------------------------------
+
+VERDICT_CACHE = STAGED_VERDICTS.project("cache", ("pair_key", "relevant", "judge_reason"))
+"""One row per cached verdict (`relevant` is never null here)."""
+
+VERDICT_STORE = VERDICT_CACHE.with_extra(
+    (
+        Column(
+            "written_at",
+            "int64",
+            "when the verdict was written to the store (Unix seconds): retention drops it "
+            "cache.max_age_days later",
+        ),
+    )
+)
+"""One row per verdict in the content-addressed verdict store (`jobs.core.verdict_store`)."""
+
+# -- batch mode's staging (jobs.engine.batch) -----------------------------------------------
+
+BATCH_REQUESTS = Table(
+    "batch_requests",
+    (
+        Column(
+            "custom_id",
+            "string",
+            "`<shard number>-<item index>-v<first position>-<attempt>` for verdicts, "
+            "`...-r-<attempt>` for an LLM reason",
+        ),
+        Column("bytes", "int64", "the request line's size in the batch file, newline included"),
+        Column("tokens", "int64", "the request's prompt tokens, estimated (for queue limits)"),
+    ),
+)
+"""One row per request line of a shard's requests file for one round, in the same order."""
+
+BATCH_REPLIES = Table(
+    "batch_replies",
+    (
+        Column("custom_id", "string", "the request the reply answers"),
+        Column("text", "string", "the reply's message content; null when there is none"),
+        Column("error", "string", "why there is no reply (error file, expiry, missing line)"),
+        Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
+        Column("completion_tokens", "int64", "completion tokens the provider reported"),
+        Column("retry", "string", "why an error is transient (asked again); null: final"),
+    ),
+)
+"""One row per answered (or failed) request of a shard: a batch's output and error lines,
+its missing lines, and online re-asks."""
+
+# -- a run's tables: ours plus the input columns it carries ---------------------------------
+
+HIVE_COLUMNS = ("run_date", "run_id")
+"""The partition columns readers add (`hive_partitioning=true`): no table may have them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CarriedColumn:
+    """An input column a run copies into its scores (and, `into_verdicts`, verdicts) rows."""
+
+    name: str
+    type: pa.DataType
+    into_verdicts: bool = False
+
+    @property
+    def column(self) -> Column:
+        return Column(self.name, self.type, f"the input column {self.name!r}, as read")
+
+
+def carry_clashes(carry: Sequence[str], into_verdicts: Sequence[str]) -> list[str]:
+    """Why each carried name cannot be used: it is one of our columns of a table it would
+    land in, or a hive partition column. Empty when every name is free."""
+    problems = []
+    for name in carry:
+        if name in HIVE_COLUMNS:
+            problems.append(f"{name!r} is a partition column readers add (run_date, run_id)")
+        elif name in STAGED_ITEMS.names:
+            problems.append(f"{name!r} is a column of the scores table")
+        elif name in into_verdicts and name in STAGED_VERDICTS.names:
+            problems.append(f"{name!r} is a column of the verdicts table")
+    return problems
+
+
+@dataclass(frozen=True, init=False)
+class RunSchema:
+    """One run's tables: ours, with the run's carried columns after our own.
+
+    Pickled (to every Ray task) as its carried columns only; the tables are derived again.
+    """
+
+    carried: tuple[CarriedColumn, ...]
+    staged_items: Table
+    staged_verdicts: Table
+    scores: Table
+    verdicts: Table
+
+    def __init__(self, carried: Iterable[CarriedColumn] = ()) -> None:
+        carried = tuple(carried)
+        problems = carry_clashes(
+            [c.name for c in carried], [c.name for c in carried if c.into_verdicts]
+        )
+        if problems:
+            raise ValueError("carried columns clash: " + "; ".join(problems))
+        to_items = [c.column for c in carried]
+        to_verdicts = [c.column for c in carried if c.into_verdicts]
+        values = {
+            "carried": carried,
+            "staged_items": STAGED_ITEMS.with_extra(to_items),
+            "staged_verdicts": STAGED_VERDICTS.with_extra(to_verdicts),
+            "scores": PUBLISHED_SCORES.with_extra(to_items),
+            "verdicts": PUBLISHED_VERDICTS.with_extra(to_verdicts),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RunSchema, (self.carried,))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The carried columns' names, in the order their values travel (`ItemRecord.carried`)."""
+        return tuple(c.name for c in self.carried)
+
+    @property
+    def verdict_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.carried if c.into_verdicts)

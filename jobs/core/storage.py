@@ -1,0 +1,506 @@
+"""Small, typed helpers over fsspec for the job's store: local folders, s3://, gs://, az://.
+
+Every call that touches the store goes through `retry_call`: transient failures (connection
+errors, timeouts, HTTP 5xx, throttling) are retried a bounded number of times with the
+project's full-jitter backoff (`scorer_core.retry.backoff_delay`); anything else, or the last
+transient failure, becomes one `StorageError` whose message names the full URL and the
+operation. Callers only ever catch `StorageError`.
+
+On s3:// this is the only layer that retries. botocore (5 attempts in its default legacy mode,
+its own backoff of up to 2**n s) and s3fs (`S3FileSystem.retries` = 5, a fixed 0.1 * 1.7**n s
+wait, for timeouts, dropped connections and SlowDown) would otherwise each retry underneath
+it: a dead endpoint cost 25 requests per store call and a SlowDown answer 125, behind sleeps
+no test can inject. `s3_options` turns botocore's retries off (unless the caller's
+storage_options set `config_kwargs["retries"]`) and `filesystem` sets the s3fs loop to one
+try. The price: one failed request inside a multi-request call (a part of a multipart upload,
+a page of a listing) repeats the whole call, and a ranged GET that fails while an input shard
+is streamed is not retried alone (the worker's task is, see `jobs.inputs.read_shard`).
+
+Consistency rules (measured on s3fs and moto; docs/design.md):
+
+- Writes are all-or-nothing. Locally: a temp file in the same folder, fsync, `os.replace`.
+  Object stores: the whole payload in one `fs.pipe` / `fs.put_file` call (a single PUT, or a
+  multipart upload that only becomes visible when completed and is aborted on failure). Never
+  `with fs.open(key, "wb")`: on s3fs an exception inside that block still uploads the partial
+  object.
+- Listings and `exists` are never served from a cache: s3 filesystems are opened with
+  `use_listings_cache=False` unless the caller explicitly overrides it, and `exists`/`list`
+  invalidate any cache entry before asking.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+import builtins
+import contextlib
+import errno
+import io
+import os
+import posixpath
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.core import split_protocol
+from fsspec.implementations.local import LocalFileSystem
+
+from scorer_core.errors import CtxPrecError, StorageError
+from scorer_core.retry import backoff_delay
+
+T = TypeVar("T")
+
+#: Protocols that need an optional package, with the extra that installs it.
+_OPTIONAL_PROTOCOLS: dict[str, tuple[str, str]] = {
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+}
+_LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
+_S3_PROTOCOLS = frozenset({"s3", "s3a"})
+_GLOB_CHARS = frozenset("*?[")
+
+#: Tries per store call (the first one included), and the backoff between them in seconds.
+DEFAULT_ATTEMPTS = 5
+DEFAULT_BASE_DELAY = 0.2
+DEFAULT_MAX_DELAY = 10.0
+
+# botocore's retry settings for every s3 client the job opens: one attempt, so that
+# `retry_call` is the only retry layer. The mode is named so that AWS_RETRY_MODE=adaptive in
+# the environment cannot add botocore's client-side throttling sleeps underneath.
+_BOTOCORE_SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
+
+# Exception class names (anywhere in the MRO) that mean "the request did not get a usable
+# answer; trying again may work". Matched by name so that botocore/aiohttp/azure need not be
+# importable here.
+_TRANSIENT_CLASS_NAMES = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "HTTPClientError",
+        "IncompleteRead",
+        "ResponseParserError",
+        "ClientConnectionError",
+        "ClientPayloadError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "ServiceRequestError",
+        "ServiceResponseError",
+        "FSTimeoutError",
+    }
+)
+_TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.EBUSY,  # s3fs: 503 SlowDown / ServiceUnavailable, 409 OperationAborted
+        getattr(errno, "EREMOTEIO", errno.EIO),  # s3fs: 500 InternalError
+        errno.EAGAIN,
+        errno.ECONNRESET,
+        errno.ECONNREFUSED,
+        errno.ECONNABORTED,
+        errno.ETIMEDOUT,
+        errno.EPIPE,
+    }
+)
+_PERMANENT_OS_ERRORS = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    FileExistsError,
+)
+# Error codes of a service answer that a retry may fix: what botocore's own retries (standard
+# and legacy modes) and s3fs' retry loop treat as transient, since those layers are off.
+_TRANSIENT_CODES = frozenset(
+    {
+        # throttling
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "EC2ThrottledException",
+        # the service, or the payload on its way, had a problem
+        "ServiceUnavailable",
+        "InternalError",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "BadDigest",
+        "XAmzContentSHA256Mismatch",
+    }
+)
+
+
+def _retryable_status(value: object) -> bool:
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (value == 429 or 500 <= value < 600)
+    )
+
+
+def _classify_one(exc: BaseException) -> bool | None:
+    """True: transient; False: permanent; None: cannot tell from this exception alone."""
+    if isinstance(exc, _PERMANENT_OS_ERRORS):
+        return False
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if any(cls.__name__ in _TRANSIENT_CLASS_NAMES for cls in type(exc).__mro__):
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, Mapping):  # botocore ClientError
+        error = response.get("Error") or {}
+        if isinstance(error, Mapping) and error.get("Code") in _TRANSIENT_CODES:
+            return True
+        meta = response.get("ResponseMetadata") or {}
+        if isinstance(meta, Mapping) and _retryable_status(meta.get("HTTPStatusCode")):
+            return True
+    for attr in ("status", "status_code", "code"):
+        if _retryable_status(getattr(exc, attr, None)):
+            return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is a failure that a retry may fix."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        verdict = _classify_one(current)
+        if verdict is not None:
+            return verdict
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def retry_call(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    url: str,
+    attempts: int = DEFAULT_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    base_delay: float = DEFAULT_BASE_DELAY,
+    max_delay: float = DEFAULT_MAX_DELAY,
+) -> T:
+    """Call `fn`, retrying transient failures; raise `StorageError` naming `url` otherwise.
+
+    `what` is a short verb phrase for the message ("read", "write", "list").
+    A `CtxPrecError` raised inside `fn` (say an `InputError` for a corrupt file) passes
+    through unchanged.
+    """
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except CtxPrecError:
+            raise
+        except Exception as exc:
+            attempt += 1
+            if not is_transient(exc):
+                raise StorageError(f"{what} {url} failed: {_describe(exc)}") from exc
+            if attempt >= attempts:
+                raise StorageError(
+                    f"{what} {url} failed after {attempt} attempts: {_describe(exc)}"
+                ) from exc
+            sleep(backoff_delay(attempt - 1, base=base_delay, cap=max_delay))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def has_glob(path: str) -> bool:
+    """Whether `path` contains glob characters (`*`, `?`, `[`)."""
+    return any(ch in _GLOB_CHARS for ch in path)
+
+
+def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """s3fs options with the project's defaults.
+
+    - `use_listings_cache=False` unless given: a stale listing makes resume miss finished work.
+    - A top-level `endpoint_url` is moved into `client_kwargs` (where every s3fs version
+      accepts it); an `endpoint_url` already in `client_kwargs` wins.
+    - `config_kwargs["retries"]` (botocore's retry config) is one attempt unless given, so
+      that `retry_call` is the only layer that retries. Given explicitly, it is used as is
+      (botocore then retries under `retry_call`: up to attempts x its attempts requests).
+      It also takes precedence over AWS_MAX_ATTEMPTS / AWS_RETRY_MODE in the environment.
+    """
+    opts = dict(storage_options)
+    opts.setdefault("use_listings_cache", False)
+    endpoint = opts.pop("endpoint_url", None)
+    if endpoint is not None:
+        client_kwargs = dict(opts.get("client_kwargs") or {})
+        client_kwargs.setdefault("endpoint_url", endpoint)
+        opts["client_kwargs"] = client_kwargs
+    config_kwargs = dict(opts.get("config_kwargs") or {})
+    retries = config_kwargs.get("retries")
+    # A copy either way: botocore rewrites the dict it is given (max_attempts ->
+    # total_max_attempts), which must not reach the caller's storage_options.
+    config_kwargs["retries"] = dict(retries if retries is not None else _BOTOCORE_SINGLE_ATTEMPT)
+    opts["config_kwargs"] = config_kwargs
+    return opts
+
+
+def filesystem(
+    url: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[fsspec.AbstractFileSystem, str, str]:
+    """(filesystem, path inside it, protocol) for `url`. Local paths become absolute.
+
+    Raises `StorageError` for an unknown protocol, a missing optional package (gcsfs for gs://,
+    adlfs for az://) or storage_options the filesystem rejects.
+    """
+    protocol, _ = split_protocol(url)
+    opts = dict(storage_options or {})
+    if protocol in _LOCAL_PROTOCOLS:
+        local = LocalFileSystem()
+        return local, local._strip_protocol(url), "file"
+    assert protocol is not None
+    if protocol in _S3_PROTOCOLS:
+        opts = s3_options(opts)
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        package, extra = _OPTIONAL_PROTOCOLS.get(protocol, (protocol, protocol))
+        raise StorageError(
+            f"cannot open {url}: {protocol}:// needs the '{package}' package; install the "
+            f"{extra} extra (pip install 'context-precision-at-scale[{extra}]')"
+        ) from exc
+    except ValueError as exc:
+        raise StorageError(f"cannot open {url}: unknown protocol {protocol!r}") from exc
+    try:
+        fs = cls(**opts)
+    except Exception as exc:
+        raise StorageError(
+            f"cannot open {url}: the {protocol}:// filesystem rejected storage_options "
+            f"{sorted(opts)}: {_describe(exc)}"
+        ) from exc
+    if protocol in _S3_PROTOCOLS:
+        # s3fs' own retry loop (`_error_wrapper`) runs `retries` times; it is a class
+        # attribute, not a constructor option, hence set here. One try: see the module doc.
+        fs.retries = 1
+    return fs, cls._strip_protocol(url).rstrip("/"), protocol
+
+
+def full_url(protocol: str, path: str) -> str:
+    """The URL of `path` for messages and records: plain absolute path when local."""
+    return path if protocol == "file" else f"{protocol}://{path}"
+
+
+@dataclass
+class Store:
+    """A filesystem and a root folder in it. Paths passed to methods are filesystem paths,
+    as returned by `join` or `list` (not URLs, not relative to the root)."""
+
+    fs: fsspec.AbstractFileSystem
+    root: str
+    protocol: str
+    # How `retry_call` retries this store's calls; tests inject `sleep`.
+    attempts: int = DEFAULT_ATTEMPTS
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    base_delay: float = DEFAULT_BASE_DELAY
+    max_delay: float = DEFAULT_MAX_DELAY
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    def join(self, *parts: str) -> str:
+        """The filesystem path of `parts` under the root."""
+        return posixpath.join(self.root, *(p.strip("/") for p in parts if p))
+
+    def url(self, path: str) -> str:
+        """Full URL of `path` for messages (s3://bucket/key; absolute path when local)."""
+        return full_url(self.protocol, path)
+
+    def _call(self, what: str, path: str, fn: Callable[[], T]) -> T:
+        return retry_call(
+            fn,
+            what=what,
+            url=self.url(path),
+            attempts=self.attempts,
+            sleep=self.sleep,
+            base_delay=self.base_delay,
+            max_delay=self.max_delay,
+        )
+
+    def _forget(self, path: str) -> None:
+        """Drop any cached listing of `path` and its parents."""
+        self.fs.invalidate_cache(path)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Write `data` to `path` all-or-nothing; readers see the old object or the new one."""
+        if self.is_local:
+            self._call("write", path, lambda: _local_write_atomic(path, data))
+        else:
+            self._call("write", path, lambda: self.fs.pipe_file(path, data))
+
+    def upload_file_atomic(self, local_path: str, path: str) -> None:
+        """Copy the local file `local_path` to `path` all-or-nothing.
+
+        Object stores: `fs.put_file` (one PUT, or a multipart upload that appears only when it
+        completes; s3fs aborts it on failure, so no partial object is left).
+        """
+        if self.is_local:
+            self._call("write", path, lambda: _local_copy_atomic(local_path, path))
+        else:
+            self._call("write", path, lambda: self.fs.put_file(local_path, path))
+
+    def write_parquet_atomic(self, path: str, table: pa.Table, compression: str = "zstd") -> None:
+        """Serialize `table` in memory, then `write_bytes_atomic`. Meant for shard-sized tables."""
+        sink = io.BytesIO()
+        pq.write_table(table, sink, compression=compression)
+        self.write_bytes_atomic(path, sink.getvalue())
+
+    def rm(self, path: str, recursive: bool = False) -> None:
+        """Delete `path` (a folder needs `recursive=True`). Deleting nothing is not an error."""
+
+        def remove() -> None:
+            try:
+                self.fs.rm(path, recursive=recursive)
+            except FileNotFoundError:
+                pass
+            finally:
+                self._forget(path)
+
+        self._call("delete", path, remove)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of `path`; a missing file is a `StorageError`."""
+        data = self._call("read", path, lambda: self.fs.cat_file(path))
+        return bytes(data)
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` exists, asked of the store itself (never answered from a cache)."""
+
+        def ask() -> bool:
+            self._forget(path)
+            return bool(self.fs.exists(path))
+
+        return self._call("check", path, ask)
+
+    def list(self, prefix_or_glob: str) -> builtins.list[str]:
+        """Files (not folders) matching a glob, or under a folder (recursively), sorted.
+
+        A path to one file lists that file; a path that does not exist lists nothing.
+        """
+
+        def ask() -> builtins.list[str]:
+            base = prefix_or_glob
+            if has_glob(base):
+                self._forget(base.split("*")[0].split("?")[0].split("[")[0])
+                found = self.fs.glob(base, detail=True)
+                names = [n for n, info in found.items() if info.get("type") != "directory"]
+            else:
+                self._forget(base)
+                if self.fs.isdir(base):
+                    names = builtins.list(self.fs.find(base))
+                elif self.fs.exists(base):
+                    names = [base]
+                else:
+                    names = []
+            return sorted(str(n) for n in names)
+
+        return self._call("list", prefix_or_glob, ask)
+
+
+def open_store(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    attempts: int = DEFAULT_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    base_delay: float = DEFAULT_BASE_DELAY,
+) -> Store:
+    """Open the store rooted at `url`: a local folder (relative or absolute; created when
+    missing), s3://bucket/prefix, gs://bucket/prefix (needs gcsfs) or az://container/prefix
+    (needs adlfs). `storage_options` go to the fsspec filesystem (see `s3_options`).
+    Object-store buckets must already exist."""
+    fs, root, protocol = filesystem(url, storage_options)
+    store = Store(
+        fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep, base_delay=base_delay
+    )
+    if store.is_local:
+        store._call("create folder", root, lambda: os.makedirs(root, exist_ok=True))
+    return store
+
+
+def _temp_sibling(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")
+
+
+def _local_write_atomic(path: str, data: bytes) -> None:
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _local_copy_atomic(source: str, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _temp_sibling(path)
+    try:
+        shutil.copyfile(source, tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def scan(store: Store, paths: list[str]) -> pl.LazyFrame:
+    """A lazy scan over Parquet files in `store` (local paths directly, others via fsspec)."""
+    import polars as pl
+
+    if store.is_local:
+        return pl.scan_parquet(paths)
+    import pyarrow.dataset as ds
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    dataset = ds.dataset(paths, format="parquet", filesystem=PyFileSystem(FSSpecHandler(store.fs)))
+    return pl.scan_pyarrow_dataset(dataset)

@@ -1,0 +1,308 @@
+"""The verdict cache's keys and the judge in front of it, so tomorrow's run re-judges only
+what changed.
+
+A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output, reference,
+context text): change any of them and the pair is judged again; a cache hit can never return a
+verdict for different text. The verdicts live in the content-addressed store
+(`jobs.core.verdict_store`), found wherever a pair appears: before the fan-out the run looks up
+every pair of its shards in it (`jobs.engine.pairs.cache_lookup`) and stages each shard's hits,
+which
+its worker loads (`VerdictCache.known`); what the worker judges goes to its journal as it
+arrives (`VerdictCache.put`), and from there into the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.core.schema import VERDICT_CACHE
+from jobs.core.storage import Store, open_store
+from jobs.core.verdict_store import Journal, VerdictStore
+from scorer_core.errors import StorageError
+from scorer_core.prompt import PROMPT_VERSION
+from scorer_core.protocols import Judge
+from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+
+CACHE_SCHEMA = VERDICT_CACHE.arrow
+
+
+def judge_fingerprint(
+    model: str, options: dict[str, object] | None = None, *, endpoint: str = ""
+) -> str:
+    """Identifies a judge configuration whose verdicts are interchangeable: the model string,
+    the prompt, the judge's options and the `endpoint` that answers
+    (`jobs.core.endpoints.endpoint_identity`: the same model name on another server is another
+    judge)."""
+    material = repr((model, PROMPT_VERSION, sorted((options or {}).items()), endpoint))
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
+    digest = hashlib.sha256()
+    for part in (
+        fingerprint,
+        item.input,
+        item.output,
+        item.expected_output or "",
+        item.contexts[position],
+    ):
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.hexdigest()[:32]
+
+
+Verdict = tuple[bool, str]
+"""(relevant, the judge's reason)."""
+
+
+class InFlight:
+    """The pairs a worker is asking its judge about right now, so that another item with the
+    same pair (a repeated item, often next to the first in the input, so in the same shard and
+    in flight at the same time) waits for that reply instead of paying for it again.
+
+    Lives in the worker's event loop; a reply that brings no verdict for a pair (the item was
+    unscored, the call failed or was cancelled) hands the pair back: whoever waited asks."""
+
+    def __init__(self) -> None:
+        # a pair asked about -> the future its waiters await, made when the first one comes
+        # (most pairs have none: a future for each would cost the fast path)
+        self._asked: dict[str, asyncio.Future[Verdict | None] | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._asked)
+
+    def waiting_for(self, key: str) -> asyncio.Future[Verdict | None] | None:
+        """The reply to wait for when `key` is being asked about, else None."""
+        if key not in self._asked:
+            return None
+        future = self._asked[key]
+        if future is None:
+            future = self._asked[key] = asyncio.get_running_loop().create_future()
+        return future
+
+    def ask(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._asked.setdefault(key, None)
+
+    def answer(self, key: str, verdict: Verdict | None) -> None:
+        future = self._asked.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(verdict)
+
+
+@dataclass
+class VerdictCache:
+    """A shard's verdicts from the store (`known`: what the run's lookup found for its pairs),
+    plus what this shard judged anew (`fresh`), the worker's journal (`journal`: every fresh
+    verdict is handed to it as it arrives, and the worker's recent verdicts answer), and the
+    pairs the worker is asking about right now (`in_flight`)."""
+
+    known: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    fresh: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    journal: Journal | None = None
+    in_flight: InFlight | None = None
+
+    def get(self, key: str) -> tuple[bool, str] | None:
+        found = self.fresh.get(key) or self.known.get(key)
+        if found is None and self.journal is not None:
+            found = self.journal.get(key)
+        return found
+
+    def put(self, key: str, relevant: bool, reason: str) -> None:
+        self.fresh[key] = (relevant, reason)
+        if self.journal is not None:
+            self.journal.add(key, relevant, reason)
+
+
+Entries = dict[str, tuple[bool, str]]
+"""pair key -> (relevant, the judge's reason): what a cache file holds."""
+
+
+def encode_entries(entries: Entries) -> pa.Table:
+    """Entries as a cache file's table (`jobs.core.schema.VERDICT_CACHE`)."""
+    return pa.table(
+        {
+            "pair_key": list(entries),
+            "relevant": [value[0] for value in entries.values()],
+            "judge_reason": [value[1] for value in entries.values()],
+        },
+        schema=CACHE_SCHEMA,
+    )
+
+
+def decode_entries(data: bytes) -> Entries:
+    """A cache file's bytes as entries (raises pyarrow's errors on a damaged file)."""
+    table = pq.read_table(io.BytesIO(data))
+    return {
+        key: (bool(relevant), reason or "")
+        for key, relevant, reason in zip(
+            table.column("pair_key").to_pylist(),
+            table.column("relevant").to_pylist(),
+            table.column("judge_reason").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def read_entries(store: Store, path: str) -> Entries:
+    """The entries of the cache file at `path`; none when it is missing or unreadable (a
+    damaged cache file costs calls, never a run)."""
+    try:
+        if not store.exists(path):
+            return {}
+        return decode_entries(store.read_bytes(path))
+    except (StorageError, pa.ArrowInvalid, OSError, KeyError):
+        return {}
+
+
+def write_entries(store: Store, path: str, entries: Entries) -> None:
+    """Write `entries` as the cache file at `path`, atomically."""
+    store.write_parquet_atomic(path, encode_entries(entries))
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Where a run's verdict store is: its own store (`cache.path`) or a folder of the output
+    store (`url` None), the judge fingerprint its verdicts are filed under, and how long a
+    verdict is kept (`cache.max_age_days`, None: for ever). Picklable."""
+
+    fingerprint: str
+    folder: str
+    url: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    max_age_days: float | None = None
+    journal_interval_s: float = 2.0
+
+    def verdict_store(self, output_store: Store) -> VerdictStore:
+        """The store's files, opened next to `output_store` when the cache lives there."""
+        store = output_store if self.url is None else open_store(self.url, self.storage_options)
+        return VerdictStore(store, self.store_folder, self.max_age_days)
+
+    @property
+    def store_folder(self) -> str:
+        """The verdict store's folder, relative to its store's root."""
+        return "/".join(part for part in (self.folder, self.fingerprint) if part)
+
+
+class CachingJudge:
+    """A `Judge` decorator: answers from the cache, asks the inner judge only for misses.
+
+    `fresh_hits`: whether a verdict judged earlier in this shard, or being judged for another
+    item right now (`VerdictCache.in_flight`), answers a later item with the same pair
+    (online: it saves a call). Batch mode turns it off: a shard's requests must be the same in
+    every pass, and which verdicts are fresh depends on the order replies arrive in."""
+
+    def __init__(
+        self, inner: Judge, cache: VerdictCache, fingerprint: str, *, fresh_hits: bool = True
+    ) -> None:
+        self._inner = inner
+        self._cache = cache
+        self._fingerprint = fingerprint
+        self._lookup = cache.get if fresh_hits else cache.known.get
+        self._in_flight = cache.in_flight if fresh_hits else None
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
+        keys = {p: pair_key(self._fingerprint, item, p) for p in positions}
+        verdicts: list[ContextVerdict] = []
+        misses: list[int] = []
+        for position in positions:
+            cached = self._lookup(keys[position])
+            if cached is None:
+                misses.append(position)
+            else:
+                verdicts.append(ContextVerdict(position, cached[0], cached[1]))
+        usage = Usage(cache_hits=len(verdicts))
+        if not misses:
+            return VerdictBatch(tuple(verdicts), usage)
+        waiting = self._asked_already(misses, keys)
+        # This item's own misses are asked about first; then it takes the replies other items
+        # are getting, and asks about the pairs those brought no verdict for.
+        own = [p for p in misses if p not in waiting] if waiting else misses
+        asked = await self._ask(item, own, keys)
+        if waiting and asked.unscored_reason is None:
+            before = len(verdicts)
+            left = await self._wait(waiting, verdicts)
+            usage = usage + Usage(cache_hits=len(verdicts) - before)
+            again = await self._ask(item, left, keys)
+            asked = VerdictBatch(
+                asked.verdicts + again.verdicts,
+                asked.usage + again.usage,
+                again.unscored_reason,
+                asked.prompt or again.prompt,
+            )
+        if asked.unscored_reason is not None:
+            return VerdictBatch((), usage + asked.usage, asked.unscored_reason, asked.prompt)
+        merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda v: v.index))
+        return VerdictBatch(merged, usage + asked.usage, prompt=asked.prompt)
+
+    def _asked_already(
+        self, misses: Sequence[int], keys: dict[int, str]
+    ) -> dict[int, asyncio.Future[Verdict | None]]:
+        """The missed positions whose pair another item of this worker is asking about."""
+        waiting: dict[int, asyncio.Future[Verdict | None]] = {}
+        if self._in_flight is None:
+            return waiting
+        for position in misses:
+            future = self._in_flight.waiting_for(keys[position])
+            if future is not None:
+                waiting[position] = future
+        return waiting
+
+    async def _wait(
+        self, waiting: dict[int, asyncio.Future[Verdict | None]], verdicts: list[ContextVerdict]
+    ) -> list[int]:
+        """Wait for the replies other items are getting; their verdicts join `verdicts`. The
+        positions they brought no verdict for (to ask now)."""
+        if not waiting:
+            return []
+        # shielded: this item being cancelled must not cancel the other item's reply
+        answers = await asyncio.gather(*(asyncio.shield(f) for f in waiting.values()))
+        unanswered = []
+        for position, answer in zip(waiting, answers, strict=True):
+            if answer is None:
+                unanswered.append(position)
+            else:
+                verdicts.append(ContextVerdict(position, answer[0], answer[1]))
+        return unanswered
+
+    async def _ask(
+        self, item: ScoringItem, positions: list[int], keys: dict[int, str]
+    ) -> VerdictBatch:
+        """Ask the inner judge about `positions` (none: nothing to ask), telling the items
+        waiting for the same pairs what came back (nothing, when no verdict did)."""
+        if not positions:
+            return VerdictBatch(())
+        asked = [keys[p] for p in positions]
+        if self._in_flight is not None:
+            self._in_flight.ask(asked)
+        answered: dict[str, Verdict] = {}
+        try:
+            batch = await self._inner.judge(item, positions)
+            if batch.unscored_reason is None:
+                for verdict in batch.verdicts:
+                    key = keys[verdict.index]
+                    self._cache.put(key, verdict.relevant, verdict.reason)
+                    answered[key] = (verdict.relevant, verdict.reason)
+            return batch
+        finally:
+            if self._in_flight is not None:
+                for key in asked:
+                    self._in_flight.answer(key, answered.get(key))
+
+    async def explain(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> tuple[str, Usage]:
+        return await self._inner.explain(item, verdicts, score)

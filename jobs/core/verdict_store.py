@@ -1,0 +1,350 @@
+"""The content-addressed verdict store: every verdict ever judged, found wherever its pair
+appears (another file, order, shard or night), and the journal that fills it as replies arrive.
+
+Layout, under the cache folder of one judge fingerprint (`jobs.core.verdict_cache.CacheSpec`):
+
+    <cache>/<fingerprint>/p=<NNN>/<writer>-<ms>-<uuid>.parquet   verdicts whose pair key
+                                                                 falls in partition NNN
+    <cache>/<fingerprint>/journal/<writer>-<ms>-<uuid>.parquet   what a worker flushed, any
+                                                                 partition (folded later)
+
+A pair key (`jobs.core.verdict_cache.pair_key`) is 32 hex digits of a sha256, so its first two
+digits
+spread verdicts evenly over `PARTITIONS` partitions: a lookup or a compaction holds one
+partition at a time, never the store. Every file is written once, atomically, under a name
+no other writer uses, and never modified: two runs writing at once cannot lose each other's
+verdicts. A key may appear in several files (two runs judged it, a fold was interrupted):
+readers keep its newest row. A file that vanishes between a listing and its read (another
+process compacted it) or cannot be read is skipped: it costs calls, never a wrong verdict.
+
+- `Journal`: a worker appends verdicts as they arrive and flushes them as one small file in
+  `journal/` every `interval_s` (2 s) and at shutdown, so a kill loses the last seconds.
+- `VerdictStore.fold_journal`: journal files into partition files, then the journal files are
+  deleted (a crash in between leaves duplicates, never a loss). Each run folds before its
+  lookup (`jobs.engine.pairs.cache_lookup`), so the verdicts of a killed run are found by its rerun.
+- `VerdictStore.compact`: a partition's files merged into one, expired rows
+  (`cache.max_age_days`) and duplicate keys dropped. `ctxprec cache compact` runs it.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from jobs.core.run_layout import is_hidden
+from jobs.core.schema import VERDICT_STORE
+from jobs.core.storage import Store
+from scorer_core.errors import StorageError
+
+PARTITIONS = 256
+"""Partitions of the store: the first two hex digits of a pair key."""
+FOLD_FILES = 64
+"""Journal files folded at a time (memory: their verdicts)."""
+SECONDS_PER_DAY = 86_400
+
+Clock = Callable[[], float]
+
+
+def partition_of(key: str) -> int:
+    """The store partition of a pair key."""
+    return int(key[:2], 16)
+
+
+def partition_expr() -> pl.Expr:
+    """`partition_of` as a column expression over `pair_key`."""
+    return pl.col("pair_key").str.slice(0, 2).str.to_integer(base=16).alias("_partition")
+
+
+def _empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=VERDICT_STORE.polars)
+
+
+@dataclass(frozen=True)
+class VerdictStore:
+    """The store's files for one judge fingerprint: `folder` is relative to `store`'s root."""
+
+    store: Store
+    folder: str
+    max_age_days: float | None = None
+    clock: Clock = field(default=time.time, repr=False, compare=False)
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def partition_folder(self, partition: int) -> str:
+        return self.store.join(self.folder, f"p={partition:03d}")
+
+    @property
+    def journal_folder(self) -> str:
+        return self.store.join(self.folder, "journal")
+
+    def _files(self, folder: str) -> list[str]:
+        """The complete files of a folder (not the leftovers of a write killed mid-way)."""
+        return [
+            path
+            for path in self.store.list(folder)
+            if path.endswith(".parquet") and not is_hidden(path.rsplit("/", 1)[-1])
+        ]
+
+    def files_by_partition(self) -> dict[int, list[str]]:
+        """Every partition's files, from one listing of the store (partitions without files
+        are absent)."""
+        found: dict[int, list[str]] = {}
+        for path in self._files(self.store.join(self.folder)):
+            folder = path.rsplit("/", 2)[-2]
+            if folder.startswith("p=") and folder[2:].isdigit():
+                found.setdefault(int(folder[2:]), []).append(path)
+        return found
+
+    def partition_files(self, partition: int) -> list[str]:
+        return self._files(self.partition_folder(partition))
+
+    def journal_files(self, prefix: str = "") -> list[str]:
+        """Journal files, those of writers whose name starts with `prefix` when given."""
+        files = self._files(self.journal_folder)
+        return [p for p in files if p.rsplit("/", 1)[-1].startswith(prefix)]
+
+    def file_name(self, writer: str) -> str:
+        """A name no other write uses: the writer, the time and a random part."""
+        return f"{writer}-{int(self.clock() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write(self, folder: str, writer: str, frame: pl.DataFrame) -> str:
+        """Write `frame` (`VERDICT_STORE` columns) as a new file in `folder` (a path of the
+        store, as `partition_folder` gives), atomically."""
+        path = posixpath.join(folder, self.file_name(writer))
+        table = frame.select(VERDICT_STORE.names).cast(VERDICT_STORE.polars).to_arrow()
+        self.store.write_parquet_atomic(path, table.cast(VERDICT_STORE.arrow))
+        return path
+
+    def rows(self, entries: Iterable[tuple[str, bool, str]]) -> pl.DataFrame:
+        """(pair key, relevant, reason) as store rows written now."""
+        keys, relevant, reasons = [], [], []
+        for key, value, reason in entries:
+            keys.append(key)
+            relevant.append(value)
+            reasons.append(reason)
+        now = int(self.clock())
+        return pl.DataFrame(
+            {
+                "pair_key": keys,
+                "relevant": relevant,
+                "judge_reason": reasons,
+                "written_at": [now] * len(keys),
+            },
+            schema=VERDICT_STORE.polars,
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read_file(self, path: str, keys: pl.Series | None = None) -> pl.DataFrame:
+        """A store file's rows (only those of `keys` when given); empty when it is gone or
+        damaged."""
+        table = self.read_table(path)
+        return _empty() if table is None else self.rows_of(table, keys)
+
+    def read_table(self, path: str) -> pa.Table | None:
+        """A store file, whole; None when it is gone or damaged."""
+        try:
+            data = self.store.read_bytes(path)
+            return pq.read_table(io.BytesIO(data), columns=list(VERDICT_STORE.names))
+        except (StorageError, pa.ArrowInvalid, OSError, KeyError):
+            return None
+
+    @staticmethod
+    def rows_of(table: pa.Table, keys: pl.Series | None = None) -> pl.DataFrame:
+        """A store file's rows (`read_table`), only those of `keys` when given."""
+        if keys is not None:
+            # Filtered by Arrow, which copies the rows kept: a Polars filter keeps views into
+            # the whole file's strings, and a lookup task reading many files held them all
+            # (measured: +80 MiB for 16 partitions' files).
+            text = pa.large_string()  # is_in has no kernel for the string views Polars writes
+            wanted = pc.is_in(table["pair_key"].cast(text), value_set=keys.to_arrow().cast(text))
+            table = table.filter(wanted)
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame.cast(VERDICT_STORE.polars)
+
+    def cutoff(self) -> int | None:
+        """The oldest `written_at` kept (None: no retention)."""
+        if self.max_age_days is None:
+            return None
+        return int(self.clock() - self.max_age_days * SECONDS_PER_DAY)
+
+    def newest(self, frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
+        """The rows of `frames` within retention, one per key (its newest)."""
+        if not frames:
+            return _empty()
+        rows = pl.concat(frames)
+        cutoff = self.cutoff()
+        if cutoff is not None:
+            rows = rows.filter(pl.col("written_at") >= cutoff)
+        return rows.sort("written_at", descending=True).unique("pair_key", keep="first")
+
+    def lookup(
+        self, partition: int, keys: pl.Series, files: Sequence[str] | None = None
+    ) -> pl.DataFrame:
+        """The stored verdicts of `keys` (all in `partition`; `files`: its files as listed
+        already), one row per key found."""
+        files = self.partition_files(partition) if files is None else files
+        return self.newest([self.read_file(path, keys) for path in files])
+
+    def lookup_batches(
+        self, batches: Iterable[pl.Series], files: Sequence[str]
+    ) -> Iterator[pl.DataFrame]:
+        """`lookup` for each batch of keys of one partition (whose files are `files`), its
+        files read once."""
+        tables = [table for table in map(self.read_table, files) if table is not None]
+        for keys in batches:
+            yield self.newest([self.rows_of(table, keys) for table in tables])
+
+    def lookup_journal(self, prefix: str) -> pl.DataFrame:
+        """Every verdict in the journal files of writers named `prefix...` (a worker taking
+        over from its dead predecessor)."""
+        return self.newest([self.read_file(path) for path in self.journal_files(prefix)])
+
+    # -- folding and compaction -------------------------------------------------------------
+
+    def fold_journal(self, writer: str = "fold") -> int:
+        """Move the journal's verdicts into their partitions, `FOLD_FILES` files at a time:
+        the partition files are written first, the journal files deleted after (a crash
+        in between leaves duplicates, which readers drop). Returns the rows folded."""
+        folded = 0
+        for batch in _chunks(self.journal_files(), FOLD_FILES):
+            frames = [self.read_file(path) for path in batch]
+            rows = pl.concat(frames) if frames else _empty()
+            for (partition,), piece in (
+                rows.with_columns(partition_expr())
+                .partition_by("_partition", as_dict=True, include_key=False)
+                .items()
+            ):
+                self.write(self.partition_folder(int(partition)), writer, piece)  # type: ignore[call-overload]
+            folded += rows.height
+            for path in batch:
+                self.store.rm(path)
+        return folded
+
+    def compact(
+        self, partition: int, writer: str = "compact", files: Sequence[str] | None = None
+    ) -> tuple[int, int]:
+        """Merge a partition's files (`files`: as listed already) into one, without expired
+        rows or duplicate keys. Returns (rows kept, rows dropped). The merged file is written
+        before the inputs are deleted; files another writer adds meanwhile are not among the
+        inputs, so nothing is lost when runs write (or compact) at once."""
+        files = self.partition_files(partition) if files is None else files
+        if not files:
+            return 0, 0
+        frames = [self.read_file(path) for path in files]
+        total = sum(frame.height for frame in frames)
+        kept = self.newest(frames)
+        if len(files) == 1 and kept.height == total:
+            return kept.height, 0
+        if kept.height:
+            self.write(self.partition_folder(partition), writer, kept)
+        for path in files:
+            self.store.rm(path)
+        return kept.height, total - kept.height
+
+    def compact_all(self) -> tuple[int, int]:
+        """Fold the journal, then compact every partition: (rows kept, rows dropped)."""
+        self.fold_journal()
+        kept = dropped = 0
+        for partition, files in sorted(self.files_by_partition().items()):
+            k, d = self.compact(partition, files=files)
+            kept, dropped = kept + k, dropped + d
+        return kept, dropped
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Journal:
+    """A worker's verdicts as they arrive, flushed to the store's journal as small files.
+
+    `add` buffers a verdict and remembers it (`recent`, at most `memory` entries: later items
+    of the worker with the same pair are answered from it); `flush_due` writes the buffer when
+    `interval_s` has passed on `clock` since the last flush, `flush` writes it now. Not
+    thread-safe: one event loop adds, and the flush runs between adds (`jobs.engine.shards.worker`).
+    """
+
+    def __init__(
+        self,
+        verdicts: VerdictStore,
+        writer: str,
+        *,
+        interval_s: float = 2.0,
+        clock: Clock = time.monotonic,
+        memory: int = 200_000,
+    ) -> None:
+        self.verdicts = verdicts
+        self.writer = writer
+        self.interval_s = interval_s
+        self._clock = clock
+        self._memory = memory
+        self._buffer: list[tuple[str, bool, str]] = []
+        self._last = clock()
+        self.recent: dict[str, tuple[bool, str]] = {}
+        self.flushed = 0
+
+    def add(self, key: str, relevant: bool, reason: str) -> None:
+        self._buffer.append((key, relevant, reason))
+        self.remember({key: (relevant, reason)})
+
+    def remember(self, entries: dict[str, tuple[bool, str]]) -> None:
+        """Keep `entries` in `recent`, forgetting the oldest beyond `memory`."""
+        self.recent.update(entries)
+        while len(self.recent) > self._memory:
+            del self.recent[next(iter(self.recent))]
+
+    def get(self, key: str) -> tuple[bool, str] | None:
+        return self.recent.get(key)
+
+    def take_over(self) -> int:
+        """Remember what this writer's earlier attempts (a worker process that died) flushed:
+        their verdicts answer the shards this attempt takes back. Returns how many."""
+        rows = self.verdicts.lookup_journal(f"{self.writer}-")
+        self.remember(
+            {
+                key: (bool(relevant), reason or "")
+                for key, relevant, reason in rows.select(
+                    "pair_key", "relevant", "judge_reason"
+                ).iter_rows()
+            }
+        )
+        return rows.height
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def due(self) -> bool:
+        return bool(self._buffer) and self._clock() - self._last >= self.interval_s
+
+    def take(self) -> list[tuple[str, bool, str]]:
+        """The buffered verdicts, handed to `write` (the buffer starts again empty)."""
+        taken, self._buffer = self._buffer, []
+        self._last = self._clock()
+        return taken
+
+    def write(self, taken: list[tuple[str, bool, str]]) -> None:
+        """Write verdicts taken from the buffer as one journal file (blocking)."""
+        if taken:
+            self.verdicts.write(
+                self.verdicts.journal_folder, self.writer, self.verdicts.rows(taken)
+            )
+            self.flushed += len(taken)
+
+    def flush(self) -> None:
+        """Write the buffer now (blocking)."""
+        self.write(self.take())

@@ -1,0 +1,193 @@
+"""Where batch mode keeps its work, under the run's staging area, and how it reads it back.
+
+    _staging/run_id=<id>/batch/
+      run.json                              the run's shards and model (for `ctxprec status`)
+      requests/round=000/<shard>.jsonl      a shard's request lines for round 0 (OpenAI format)
+      requests/round=000/<shard>.parquet    their index (`jobs.core.schema.BATCH_REQUESTS`); written
+                                            last: the shard's pass for that round is done
+      cache/<shard>.parquet                 the verdict cache entries the shard's first pass
+                                            used, so every later pass asks the same requests
+      rounds/round=000.json                 the round's batches: parts, file and batch ids,
+                                            status, counts (jobs.engine.batch.state)
+      replies/<shard>/<round>-<name>.parquet   what came back (`jobs.core.schema.BATCH_REPLIES`);
+                                            a request that failed transiently is sent again
+                                            and has one row per round it was in
+
+Everything is written through the output store (fsspec: local, s3://, gs://, az://) with its
+atomic writes, so a driver or worker killed at any point leaves files that are whole or absent.
+Publishing removes the staging area, batch folder included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jobs.core.schema import BATCH_REPLIES, BATCH_REQUESTS
+from jobs.core.storage import Store
+from jobs.engine.batch.batch_judge import RecordedRequest, Reply
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """The batch folder of one run in the output store."""
+
+    store: Store
+    staging: str  # the run's staging folder, relative to the store's root
+
+    def path(self, *parts: str) -> str:
+        return self.store.join(self.staging, "batch", *parts)
+
+    @property
+    def run_file(self) -> str:
+        return self.path("run.json")
+
+    def requests_file(self, round_number: int, shard_id: str) -> str:
+        return self.path("requests", _round(round_number), f"{shard_id}.jsonl")
+
+    def index_file(self, round_number: int, shard_id: str) -> str:
+        return self.path("requests", _round(round_number), f"{shard_id}.parquet")
+
+    def frozen_cache(self, shard_id: str) -> str:
+        return self.path("cache", f"{shard_id}.parquet")
+
+    def round_file(self, round_number: int) -> str:
+        return self.path("rounds", f"{_round(round_number)}.json")
+
+    def replies_file(self, shard_id: str, name: str) -> str:
+        return self.path("replies", shard_id, f"{name}.parquet")
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def indexed_shards(self, round_number: int) -> set[str]:
+        """The shards whose requests for `round_number` are complete (their index exists)."""
+        folder = self.path("requests", _round(round_number))
+        return {
+            path.rsplit("/", 1)[-1].removesuffix(".parquet")
+            for path in self.store.list(folder)
+            if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
+        }
+
+    def rounds_planned(self) -> list[int]:
+        """The round numbers that have a round file, in order."""
+        found = []
+        for path in self.store.list(self.path("rounds")):
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith("round=") and name.endswith(".json"):
+                found.append(int(name.removeprefix("round=").removesuffix(".json")))
+        return sorted(found)
+
+    def rounds_built(self) -> list[int]:
+        """The round numbers with request files, in order."""
+        found = set()
+        for path in self.store.list(self.path("requests")):
+            folder = path.rsplit("/", 2)[-2]
+            if folder.startswith("round="):
+                found.add(int(folder.removeprefix("round=")))
+        return sorted(found)
+
+    def read_index(self, round_number: int, shard_id: str) -> pa.Table:
+        return _read_parquet(self.store, self.index_file(round_number, shard_id))
+
+    def read_request_lines(self, round_number: int, shard_id: str) -> list[bytes]:
+        """The shard's request lines for the round, newline included, in index order."""
+        data = self.store.read_bytes(self.requests_file(round_number, shard_id))
+        return data.splitlines(keepends=True)
+
+    def read_replies(self, shard_id: str) -> dict[str, Reply]:
+        """Every reply of the shard so far, by custom_id: a text wins over any error, a final
+        error over a transient one (and the first of equals wins); a request that only failed
+        transiently carries in `tries` how many rounds it failed in."""
+        replies: dict[str, Reply] = {}
+        for path in sorted(self.store.list(self.path("replies", shard_id))):
+            name = path.rsplit("/", 1)[-1]
+            if not name.endswith(".parquet") or name.startswith("."):
+                continue
+            table = _read_parquet(self.store, path)
+            for row in table.to_pylist():
+                reply = Reply(
+                    row["text"],
+                    row["error"],
+                    int(row["prompt_tokens"] or 0),
+                    int(row["completion_tokens"] or 0),
+                    row.get("retry"),  # reply files of older versions have no retry column
+                    1 if row.get("retry") and row["text"] is None else 0,
+                )
+                replies[row["custom_id"]] = _better(replies.get(row["custom_id"]), reply)
+        return replies
+
+    def online_round(self, round_number: int) -> bool:
+        """Whether round `round_number`'s pass asks online (judge.batch.deadline neared)."""
+        data = self.read_json(self.round_file(round_number))
+        return bool(data and data.get("online"))
+
+    def read_json(self, path: str) -> dict[str, Any] | None:
+        if not self.store.exists(path):
+            return None
+        data: dict[str, Any] = json.loads(self.store.read_bytes(path))
+        return data
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write_requests(
+        self, round_number: int, shard_id: str, requests: Sequence[RecordedRequest]
+    ) -> None:
+        """The lines first, their index last: the index marks the shard's pass as done."""
+        self.store.write_bytes_atomic(
+            self.requests_file(round_number, shard_id), b"".join(r.line for r in requests)
+        )
+        index = pa.table(
+            {
+                "custom_id": [r.custom_id for r in requests],
+                "bytes": [len(r.line) for r in requests],
+                "tokens": [r.tokens for r in requests],
+            },
+            schema=BATCH_REQUESTS.arrow,
+        )
+        self.store.write_parquet_atomic(self.index_file(round_number, shard_id), index)
+
+    def write_replies(self, shard_id: str, name: str, replies: Iterable[tuple[str, Reply]]) -> None:
+        rows = [
+            BATCH_REPLIES.build_row(
+                custom_id=request_id,
+                text=reply.text,
+                error=reply.error,
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                retry=reply.retry,
+            )
+            for request_id, reply in replies
+        ]
+        self.store.write_parquet_atomic(
+            self.replies_file(shard_id, name),
+            pa.Table.from_pylist(rows, schema=BATCH_REPLIES.arrow),
+        )
+
+    def write_json(self, path: str, data: dict[str, Any]) -> None:
+        self.store.write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
+
+
+def _better(kept: Reply | None, new: Reply) -> Reply:
+    """The reply that answers a request seen twice (`BatchLayout.read_replies`)."""
+    if kept is None:
+        return new
+    if kept.transient and new.transient:
+        return dataclasses.replace(kept, tries=kept.tries + new.tries)
+    if kept.transient or (kept.text is None and new.text is not None):
+        return new
+    return kept
+
+
+def _round(round_number: int) -> str:
+    return f"round={round_number:03d}"
+
+
+def _read_parquet(store: Store, path: str) -> pa.Table:
+    return pq.read_table(io.BytesIO(store.read_bytes(path)))

@@ -1,0 +1,594 @@
+"""Batch mode on the driver: rounds of pass -> plan -> submit -> wait -> ingest, then publish.
+
+    pass    the shards not staged yet run on the workers (jobs.engine.fanout, batch_round):
+            each is judged from the replies so far; a shard with every request answered is
+            staged as online, the others record their requests for this round
+    plan    the round's requests cut into batches within the provider's limits (requests and
+            bytes per file, enqueued tokens), recorded in staging before anything is sent
+    submit  per batch: its file built from the shards' request files, uploaded, the file id
+            recorded; the batch created, its id recorded (a batch whose file was uploaded but
+            whose id was not recorded is looked up by that file, never created twice); with an
+            enqueued-token limit, a batch waits until the unfinished ones leave room
+    wait    polls with a doubling interval (`judge.batch.poll_interval_s` up to
+            `max_poll_interval_s`), one progress line per poll, the run's lease kept alive;
+            after `judge.batch.max_wait_s` the driver leaves (`BatchesStillRunning`)
+    ingest  each final batch's output and error files become every request's reply, per shard
+            (jobs.engine.batch.ingest); the batch is marked ingested
+
+Round 0 asks every uncached request; a later round holds re-asks of replies that broke the
+contract (`judge.batch.reask: batch`), LLM-reason requests (`scorer.reason: llm`) and the
+requests that failed transiently (5xx, 429, expired or cancelled batches, missing lines: each
+sent in at most `judge.batch.max_rounds` rounds), so the rounds are bounded by those budgets.
+
+With `judge.batch.deadline`, the driver watches the time: when the deadline nears (its margin
+plus the time the unanswered requests need at rate_limit.requests_per_minute), it cancels the
+batches still running, and the next round is online: its pass asks whatever has no final reply
+through the workers' paced online judge, so every shard is staged and the run publishes in time.
+
+Every step resumes from what staging records, so a
+rerun of the same run id, hours later or after a `kill -9`, continues where the last driver
+stopped: nothing is submitted twice. The staged shards are then published as online.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+from jobs.core.config import JobConfig, deadline_at
+from jobs.core.formatting import duration
+from jobs.engine.batch.batch_layout import BatchLayout
+from jobs.engine.batch.ingest import ingest_batch
+from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
+from jobs.engine.batch.requests import batch_provider
+from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
+from jobs.engine.fanout import RunFailed, fan_out
+from jobs.engine.messages import ShardReport
+from jobs.engine.plan import RunPlan
+from jobs.engine.ray_runtime import start_ray
+from scorer_core.errors import CtxPrecError, FatalJudgeError
+from scorer_core.protocols import Sleeper
+from scorer_core.retry import real_sleep
+
+# The lease's heartbeat is refreshed at least this often while the driver waits.
+_HEARTBEAT_EVERY_S = 10.0
+# Batches retrieved at once when polling.
+_POLL_CONCURRENCY = 8
+# Batches named on the progress line.
+_SHOWN_BATCHES = 6
+
+
+class BatchesStillRunning(CtxPrecError):
+    """`judge.batch.max_wait_s` passed while batches run; the same run id collects them later."""
+
+
+@dataclass
+class BatchRunResult:
+    """What the batch rounds did, for the driver's summary and manifest."""
+
+    reports: list[ShardReport] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    # What this driver sent (a resumed run's earlier drivers sent the rest).
+    uploads: int = 0
+    created: int = 0
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+
+
+def max_rounds(config: JobConfig) -> int:
+    """Rounds a run can need: every re-ask of the verdicts, then of an LLM reason, each sent in
+    up to judge.batch.max_rounds rounds, and the deadline's online round."""
+    asks = config.judge.max_reasks + 1
+    return asks * (2 if config.scorer.reason == "llm" else 1) * config.judge.batch.max_rounds + 1
+
+
+class BatchRounds:
+    """The driver's side of one batch-mode run (see the module doc)."""
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        out: TextIO,
+        *,
+        heartbeat: Callable[[], None] = lambda: None,
+        provider: LiteLLMBatches | None = None,
+        sleep: Sleeper = real_sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._run = plan
+        self._config = plan.config
+        self._location = plan.location
+        self._shards = list(plan.shards)
+        self._store = plan.store
+        self._out = out
+        self._heartbeat = heartbeat
+        self._sleep = sleep
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._deadline: float | None = None  # epoch seconds, set when the run starts
+        self._provider = provider or LiteLLMBatches.for_config(
+            plan.config, plan.config.judge.api_key(), sleep=sleep
+        )
+        self._layout = BatchLayout(plan.store, plan.location.staging)
+        self._result = BatchRunResult()
+
+    # -- the whole thing ------------------------------------------------------------------------
+
+    def run(self) -> BatchRunResult:
+        """Every round until every shard is staged (raises `BatchesStillRunning` when the
+        wait is cut short by judge.batch.max_wait_s)."""
+        layout = self._layout
+        if layout.read_json(layout.run_file) is None:
+            layout.write_json(
+                layout.run_file,
+                {
+                    "run_id": self._location.run_id,
+                    "model": self._config.judge.model,
+                    "provider": batch_provider(self._config),
+                    "shards": [shard.shard_id for shard in self._shards],
+                    "created_at": now_iso(),
+                    "started_at": self._wall_clock(),
+                },
+            )
+        self._deadline = self._deadline_of(layout.read_json(layout.run_file) or {})
+        # One event loop for every round's provider calls: litellm keeps its HTTP client per
+        # process, and a client made on one loop and used on the next can hang a call until
+        # litellm's 600 s timeout (a new loop per round did, now and then).
+        with asyncio.Runner() as runner:
+            self._rounds(runner)
+        self._result.facts = self.facts()
+        return self._result
+
+    def _rounds(self, runner: asyncio.Runner) -> None:
+        """Pass, plan, submit, wait and ingest, round after round, until every shard is staged."""
+        layout = self._layout
+        planned = layout.rounds_planned()
+        round_number = max([*layout.rounds_built(), *planned], default=0)
+        while True:
+            if round_number in layout.rounds_planned() and not layout.online_round(round_number):
+                state = self._load_round(round_number)
+            else:
+                online = self._online_round(round_number)
+                pending = self._pass(round_number, online)
+                if not pending:
+                    break
+                if online or round_number >= max_rounds(self._config):
+                    raise RunFailed(
+                        f"{len(pending)} shard(s) still have requests after {round_number} "
+                        f"batch round(s) (first: {pending[0]}); this is a bug"
+                    )
+                state = self._plan(round_number, pending)
+            runner.run(self._submit_wait_ingest(state))
+            round_number += 1
+
+    # -- the deadline ---------------------------------------------------------------------------
+
+    def _deadline_of(self, run_info: dict[str, Any]) -> float | None:
+        """judge.batch.deadline as epoch seconds, from the run's start (its first driver's)."""
+        setting = self._config.judge.batch.deadline
+        if setting is None:
+            return None
+        started = run_info.get("started_at")
+        start = float(started) if isinstance(started, int | float) else self._wall_clock()
+        return deadline_at(setting, start)
+
+    def _online_estimate_s(self, requests: int) -> float:
+        """Seconds `requests` online requests take at rate_limit.requests_per_minute."""
+        per_minute = self._config.rate_limit.requests_per_minute
+        return requests / per_minute * 60.0 if per_minute else 0.0
+
+    def _until_online(self, unanswered: int) -> float | None:
+        """Seconds until the rest must go online (<= 0: now); None without a deadline."""
+        if self._deadline is None:
+            return None
+        margin = self._config.judge.batch.deadline_margin_s
+        return self._deadline - margin - self._online_estimate_s(unanswered) - self._wall_clock()
+
+    def _online_round(self, round_number: int) -> bool:
+        """Whether round `round_number` goes online: it was marked so, or the deadline is near
+        (then the mark is recorded first, so a resumed driver goes on online)."""
+        if self._layout.online_round(round_number):
+            return True
+        if self._deadline is None:
+            return False
+        # The requests the last round left to ask again: what an online pass would send now.
+        previous = (
+            self._layout.read_json(self._layout.round_file(round_number - 1))
+            if round_number > 0
+            else None
+        )
+        left = sum(RoundState.from_dict(previous).retried().values()) if previous else 0
+        until = self._until_online(left)
+        if until is None or until > 0:
+            return False
+        assert self._deadline is not None
+        self._out.write(
+            f"batch round {round_number}: judge.batch.deadline "
+            f"({self._config.judge.batch.deadline}, {_iso(self._deadline)}) is near: whatever "
+            "is still unanswered is asked online under rate_limit\n"
+        )
+        self._save(RoundState(round_number, (), online=True))
+        return True
+
+    async def _stop_at_deadline(self, state: RoundState) -> RoundState:
+        """Cancel the round's unfinished batches (nothing more is waited for): their requests
+        go online in the next round."""
+        stopped = 0
+        for record in state.batches:
+            if record.final:
+                continue
+            if record.batch_id is not None:
+                try:
+                    record = _with_info(record, await self._provider.cancel(record.batch_id))
+                except CtxPrecError as exc:  # it may have ended meanwhile: ask no more of it
+                    self._out.write(f"batch {record.batch_id}: could not cancel it: {exc}\n")
+            state = state.replace(replace(record, stopped=True, polled_at=now_iso()))
+            stopped += 1
+        self._save(state)
+        self._out.write(
+            f"batch round {state.round}: judge.batch.deadline is near: {stopped} unfinished "
+            "batch(es) cancelled; their requests go online\n"
+        )
+        return state
+
+    # -- pass and plan --------------------------------------------------------------------------
+
+    def _staged(self) -> set[str]:
+        return self._run.staging.staged_shards()
+
+    def _pass(self, round_number: int, online: bool = False) -> list[str]:
+        """Run round `round_number`'s pass on the shards that need it; the shards left waiting
+        for this round's batches, in shard order. `online`: the pass asks online whatever has
+        no final reply (the workers' judge, paced by the run's governor)."""
+        started = time.monotonic()
+        staged = self._staged()
+        # An online pass also takes the shards that recorded this round's requests before the
+        # deadline neared (a driver stopped between the pass and the plan): nothing waits.
+        indexed = set() if online else self._layout.indexed_shards(round_number)
+        todo = [
+            (n, s)
+            for n, s in enumerate(self._shards)
+            if s.shard_id not in staged and s.shard_id not in indexed
+        ]
+        if todo:
+            self._out.write(
+                f"batch round {round_number}: judging {len(todo)} shard(s) from "
+                + ("the cache" if round_number == 0 else "the replies so far")
+                + (
+                    "; requests without a reply are asked online"
+                    if online
+                    else "; requests without a reply are recorded"
+                )
+                + "\n"
+            )
+            before = time.monotonic()
+            start_ray(self._config)
+            self._result.add_time("ray_start", time.monotonic() - before)
+            started += time.monotonic() - before
+            run = self._run
+            if online:
+                # The workers' online judge, governed as online re-asks are (ShardPass reads
+                # the round's online mark and asks every request that way).
+                run = replace(run, config=_reasks_online(run.config))
+            fanned = fan_out(
+                run, todo, self._out, heartbeat=self._heartbeat, batch_round=round_number
+            )
+            self._result.reports.extend(r for r in fanned.reports if not r.pending)
+            fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
+            if fatal:  # only online re-asks can meet a judge that cannot work
+                raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+        self._result.add_time(
+            "build" if round_number == 0 else "passes", time.monotonic() - started
+        )
+        staged = self._staged()
+        indexed = self._layout.indexed_shards(round_number)
+        return [s.shard_id for s in self._shards if s.shard_id in indexed - staged]
+
+    def _plan(self, round_number: int, pending: Sequence[str]) -> RoundState:
+        limits = self._config.judge.batch
+        shards = []
+        for shard_id in pending:
+            index = self._layout.read_index(round_number, shard_id)
+            shards.append(
+                (shard_id, index.column("bytes").to_pylist(), index.column("tokens").to_pylist())
+            )
+        try:
+            records = split_batches(
+                round_number,
+                shards,
+                max_requests=limits.max_requests_per_batch,
+                max_bytes=limits.max_bytes_per_batch,
+                max_tokens=limits.max_enqueued_tokens,
+            )
+        except ValueError as exc:
+            raise RunFailed(str(exc)) from None
+        state = RoundState(round_number, tuple(records))
+        requests = sum(r.requests for r in records)
+        why = _limit_note(records, limits.max_requests_per_batch, limits.max_bytes_per_batch)
+        self._out.write(
+            f"batch round {round_number}: {requests:,} request(s) from {len(pending)} shard(s) "
+            f"in {len(records)} batch(es){why}\n"
+        )
+        self._save(state)
+        return state
+
+    def _load_round(self, round_number: int) -> RoundState:
+        data = self._layout.read_json(self._layout.round_file(round_number))
+        assert data is not None
+        return RoundState.from_dict(data)
+
+    def _save(self, state: RoundState) -> None:
+        self._layout.write_json(self._layout.round_file(state.round), state.to_dict())
+
+    # -- submit, wait, ingest -------------------------------------------------------------------
+
+    async def _submit_wait_ingest(self, state: RoundState) -> None:
+        state = await self._wait(state)
+        started = time.monotonic()
+        for record in state.batches:
+            if not record.ingested:
+                state = state.replace(await self._ingest(state.round, record))
+                self._save(state)
+        self._result.add_time("ingest", time.monotonic() - started)
+
+    async def _wait(self, state: RoundState) -> RoundState:
+        settings = self._config.judge.batch
+        started = self._clock()
+        deadline = None if settings.max_wait_s is None else started + settings.max_wait_s
+        delay = settings.poll_interval_s
+        while True:
+            state = await self._poll(state)
+            counts = state.counts()
+            until_online = self._until_online(counts["total"] - counts["completed"])
+            unfinished = not all(b.final for b in state.batches)
+            if until_online is not None and until_online <= 0 and unfinished:
+                return await self._stop_at_deadline(state)
+            state = await self._submit_ready(state)
+            self._progress(state, started)
+            if all(b.final for b in state.batches):
+                return state
+            if deadline is not None and self._clock() >= deadline:
+                running = [b for b in state.batches if not b.final]
+                raise BatchesStillRunning(
+                    f"{len(running)} batch(es) of round {state.round} still running after "
+                    f"judge.batch.max_wait_s ({settings.max_wait_s:g} s); they go on at the "
+                    f"provider: rerun with --set run.id={self._location.run_id} to collect "
+                    "them and publish"
+                )
+            pause = delay if deadline is None else max(0.0, min(delay, deadline - self._clock()))
+            if until_online is not None:
+                pause = max(0.0, min(pause, until_online))
+            await self._pause(pause)
+            delay = min(delay * 2, settings.max_poll_interval_s)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds`, keeping the run's lease alive."""
+        started = time.monotonic()
+        left = seconds
+        while left > 0:
+            step = min(left, _HEARTBEAT_EVERY_S)
+            await self._sleep(step)
+            self._heartbeat()
+            left -= step
+        self._result.add_time("waiting", time.monotonic() - started)
+
+    async def _poll(self, state: RoundState) -> RoundState:
+        running = [b for b in state.batches if b.batch_id is not None and not b.final]
+        if not running:
+            return state
+        gate = asyncio.Semaphore(_POLL_CONCURRENCY)
+
+        async def one(record: BatchRecord) -> BatchInfo:
+            assert record.batch_id is not None
+            async with gate:
+                return await self._provider.retrieve(record.batch_id)
+
+        infos = await asyncio.gather(*(one(r) for r in running))
+        changed = False
+        for record, info in zip(running, infos, strict=True):
+            updated = _with_info(record, info)
+            if updated != record:
+                changed = True
+                state = state.replace(replace(updated, polled_at=now_iso()))
+        if changed:
+            self._save(state)
+        return state
+
+    async def _submit_ready(self, state: RoundState) -> RoundState:
+        """Submit, in order, the batches that fit under the enqueued-token limit."""
+        limit = self._config.judge.batch.max_enqueued_tokens
+        for record in state.batches:
+            if record.batch_id is not None:
+                continue
+            enqueued = sum(
+                b.tokens for b in state.batches if b.batch_id is not None and not b.final
+            )
+            if limit and enqueued and enqueued + record.tokens > limit:
+                break  # keeps the order: later batches wait too
+            started = time.monotonic()
+            state = await self._submit(state, record)
+            self._result.add_time("submit", time.monotonic() - started)
+        return state
+
+    async def _submit(self, state: RoundState, record: BatchRecord) -> RoundState:
+        run_id = self._location.run_id
+        if record.file_id is None:
+            with tempfile.TemporaryDirectory(prefix="ctxprec-batch-") as folder:
+                path = os.path.join(folder, f"{record.name}.jsonl")
+                await asyncio.to_thread(self._write_batch_file, state.round, record, path)
+                file_id = await self._provider.upload(f"{run_id}-{record.name}.jsonl", path)
+            record = replace(record, file_id=file_id)
+            state = state.replace(record)
+            self._save(state)  # recorded before the batch exists
+            self._result.uploads += 1
+            info = None
+        else:
+            # Uploaded by an earlier driver that may have created the batch without living
+            # to record it: look for it before creating one.
+            info = await self._provider.find(record.file_id)
+        if info is None:
+            assert record.file_id is not None
+            info = await self._provider.create(
+                record.file_id, {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
+            )
+            self._result.created += 1
+        record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
+        state = state.replace(record)
+        self._save(state)
+        self._out.write(
+            f"batch round {state.round}: {record.name} submitted as {info.id} "
+            f"({record.requests:,} requests, {record.bytes / 1e6:,.1f} MB)\n"
+        )
+        return state
+
+    def _write_batch_file(self, round_number: int, record: BatchRecord, path: str) -> None:
+        with open(path, "wb") as handle:
+            for shard_id, start, end in record.parts:
+                lines = self._layout.read_request_lines(round_number, shard_id)
+                handle.writelines(lines[start:end])
+
+    async def _ingest(self, round_number: int, record: BatchRecord) -> BatchRecord:
+        files = []
+        for file_id in (record.output_file_id, record.error_file_id):
+            if file_id is not None and not record.stopped:
+                files.append(await self._provider.content(file_id))
+        parts = []
+        for shard_id, start, end in record.parts:
+            index = self._layout.read_index(round_number, shard_id)
+            parts.append((shard_id, index.column("custom_id").to_pylist()[start:end]))
+        sent = [request_id for _, ids in parts for request_id in ids]
+        ingested = await asyncio.to_thread(ingest_batch, record, files, sent)
+        del files
+        for shard_id, ids in parts:
+            await asyncio.to_thread(
+                self._layout.write_replies,
+                shard_id,
+                record.name,
+                [(request_id, ingested.replies[request_id]) for request_id in ids],
+            )
+        if ingested.unknown or ingested.unreadable:
+            self._out.write(
+                f"batch {record.batch_id}: {ingested.unknown} line(s) for requests it was not "
+                f"sent and {ingested.unreadable} unreadable line(s) were ignored\n"
+            )
+        retried = ingested.retried
+        if retried:
+            self._out.write(
+                f"batch {record.batch_id or record.name}: {sum(retried.values()):,} request(s) "
+                f"failed transiently, asked again: {_reasons(retried)}\n"
+            )
+        return replace(record, ingested=True, retried=retried, final_errors=ingested.final_errors)
+
+    def _progress(self, state: RoundState, started: float) -> None:
+        """One line per poll: the round's requests completed and failed, then each batch's
+        (the first `_SHOWN_BATCHES` of them; `ctxprec status` lists them all)."""
+        counts = state.counts()
+        shown = [
+            f"{b.name} {b.status or 'not submitted'} {b.completed:,}/{b.requests:,}"
+            + (f" ({b.failed:,} failed)" if b.failed else "")
+            for b in state.batches[:_SHOWN_BATCHES]
+        ]
+        hidden = len(state.batches) - len(shown)
+        if hidden > 0:
+            shown.append(f"{hidden} more")
+        self._out.write(
+            f"batch round {state.round}: requests {counts['completed']:,}/{counts['total']:,} "
+            f"completed, {counts['failed']:,} failed | {'; '.join(shown)} | "
+            f"{duration(self._clock() - started)} since submitting\n"
+        )
+        self._out.flush()
+
+    # -- what the run did -----------------------------------------------------------------------
+
+    def facts(self) -> dict[str, Any]:
+        """The run's batches over every round (from staging: a resumed run counts them all)."""
+        rounds = [self._load_round(n) for n in self._layout.rounds_planned()]
+        batches = [b for state in rounds for b in state.batches]
+        by_status: dict[str, int] = {}
+        for record in batches:
+            by_status[record.status or "not submitted"] = (
+                by_status.get(record.status or "not submitted", 0) + 1
+            )
+        return {
+            "mode": "batch",
+            "provider": batch_provider(self._config),
+            "rounds": len(rounds),
+            "batches": len(batches),
+            "batch_statuses": by_status,
+            "requests": sum(b.requests for b in batches),
+            "requests_failed": sum(b.failed for b in batches),
+            "round_details": [state.summary() for state in rounds],
+            "max_rounds": self._config.judge.batch.max_rounds,
+            "deadline_at": None if self._deadline is None else _iso(self._deadline),
+            "bytes_uploaded": sum(b.bytes for b in batches),
+            "uploads_by_this_driver": self._result.uploads,
+            "batches_created_by_this_driver": self._result.created,
+        }
+
+
+def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
+    return replace(
+        record,
+        status=info.status,
+        completed=info.completed,
+        failed=info.failed,
+        output_file_id=info.output_file_id,
+        error_file_id=info.error_file_id,
+        errors=info.errors,
+    )
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    """ "HTTP 500 12, batch_expired 30": counts by reason, the commonest first."""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{reason} {count:,}" for reason, count in ordered)
+
+
+def _iso(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
+
+
+def _reasks_online(config: JobConfig) -> JobConfig:
+    """`config` with judge.batch.reask online: the workers then build their online judge."""
+    judge = config.judge
+    batch = judge.batch.model_copy(update={"reask": "online"})
+    return config.model_copy(update={"judge": judge.model_copy(update={"batch": batch})})
+
+
+def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: int) -> str:
+    """Why the requests were split, when they were."""
+    if len(records) < 2:
+        return ""
+    reasons = set()
+    for record in records[:-1]:
+        if record.requests >= max_requests:
+            reasons.add(f"at most {max_requests:,} requests per batch")
+        elif record.bytes > max_bytes * 0.9:
+            reasons.add(f"at most {max_bytes / 1e6:,.0f} MB per batch")
+        else:
+            reasons.add("the enqueued-token limit (judge.batch.max_enqueued_tokens)")
+    return " (split by the provider's limits: " + "; ".join(sorted(reasons)) + ")"
+
+
+def run_batches(
+    plan: RunPlan,
+    out: TextIO,
+    *,
+    heartbeat: Callable[[], None] = lambda: None,
+    sleep: Sleeper = real_sleep,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+) -> BatchRunResult:
+    """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
+    return BatchRounds(
+        plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
+    ).run()

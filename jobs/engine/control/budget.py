@@ -1,0 +1,272 @@
+"""The run-wide in-flight budget: how many judge requests may be outstanding, and where.
+
+Little's law: to send `r` requests a second while each takes `L` seconds to answer, about `r * L`
+requests must be in flight. A fixed concurrency either starves a slow judge (a 16-passage verdict
+with reasons takes seconds) or floods a fast one, so with `rate_limit.max_concurrency: auto` the
+budget is sized from the rate the provider's limits allow and the reply latency measured so far,
+with margin for the latency's spread, between a floor and a ceiling. A configured number wins.
+
+The budget belongs to the run, not to a worker: workers report how much work they have waiting
+(their demand) and get a max-min fair allowance, so a worker whose shard is draining hands its
+share to one that is busy. Until the first reply of the run arrives the budget is 1:
+the first request goes alone (a client's first call can take seconds of lazy imports and
+connection set-up), once per run.
+
+Pure logic with an injected clock; `jobs.engine.control.limiter`'s actor holds one for the run, and
+`AdjustableGate` enforces a worker's allowance locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jobs.core.config import RateLimitConfig
+
+
+@dataclass
+class LatencyWindow:
+    """The most recent reply latencies (seconds), for percentiles."""
+
+    capacity: int = 2048
+    _samples: deque[float] = field(init=False, repr=False)
+    count: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._samples = deque(maxlen=self.capacity)
+
+    def add(self, seconds: float) -> None:
+        self._samples.append(max(0.0, seconds))
+        self.count += 1
+
+    def percentile(self, q: float) -> float | None:
+        """Nearest-rank percentile of the window (q in [0, 1]); None when empty."""
+        if not self._samples:
+            return None
+        ordered = sorted(self._samples)
+        rank = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+        return ordered[rank]
+
+    def mean(self) -> float | None:
+        return sum(self._samples) / len(self._samples) if self._samples else None
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """How the budget is sized. `explicit` (a configured number) overrides everything else."""
+
+    explicit: int | None = None
+    floor: int = 8
+    ceiling: int = 4096
+    # With no provider limit there is no rate for Little's law; this many is a safe default.
+    unlimited: int = 64
+    # Size for this latency percentile, times `margin`: the number in flight at a steady rate
+    # swings with the latency's spread, and a budget a little too large costs nothing (the
+    # pacer, not the budget, decides when requests go).
+    quantile: float = 0.95
+    margin: float = 1.25
+
+    def __post_init__(self) -> None:
+        if self.explicit is not None and self.explicit < 1:
+            raise ValueError(f"explicit budget must be >= 1, got {self.explicit}")
+        if not 1 <= self.floor <= self.ceiling:
+            raise ValueError("budget bounds must satisfy 1 <= floor <= ceiling")
+
+
+@dataclass
+class _Holder:
+    demand: int
+    in_flight: int
+    seen: float
+
+
+class InFlightBudget:
+    """The run's budget and each worker's allowance of it.
+
+    `request_rate()` gives the requests per second the provider's limits allow right now (None
+    when nothing is limited): the pacer knows it, including a token limit's share.
+    """
+
+    def __init__(
+        self,
+        settings: BudgetSettings,
+        request_rate: Callable[[], float | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        stale_after_s: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self._request_rate = request_rate
+        self._clock = clock
+        self._stale_after = stale_after_s
+        self.latencies = LatencyWindow()
+        self._holders: dict[str, _Holder] = {}
+        self.max_in_flight = 0
+        self.max_size = 0
+        self._completed = 0
+        self._first_holder: str | None = None
+
+    def observe(self, latency_s: float | None) -> None:
+        """One request finished: a reply after `latency_s` seconds, or (None) a failure whose
+        timing says nothing about the judge's latency. Either ends the cold start."""
+        self._completed += 1
+        if latency_s is not None:
+            self.latencies.add(latency_s)
+
+    @property
+    def cold(self) -> bool:
+        """True until the run's first request has finished."""
+        return self._completed == 0 and self.settings.explicit is None
+
+    def size(self) -> int:
+        """The run-wide number of requests that may be in flight now."""
+        settings = self.settings
+        if settings.explicit is not None:
+            return settings.explicit
+        if self.cold:
+            return 1  # the run's first request goes alone
+        rate = self._request_rate()
+        latency = self.latencies.percentile(settings.quantile)
+        if rate is None or rate <= 0 or latency is None:
+            size = settings.unlimited
+        else:
+            size = math.ceil(rate * latency * settings.margin)
+        size = max(settings.floor, min(settings.ceiling, size))
+        self.max_size = max(self.max_size, size)
+        return size
+
+    def allocate(self, worker: str, demand: int, in_flight: int) -> int:
+        """Record `worker`'s demand (requests waiting or in flight) and return its allowance.
+
+        While every worker's demand fits, each gets its demand plus an even share of what is
+        left (so new work does not wait for the next report); otherwise shares are in
+        max-min fair (small demands met in full, the rest split evenly), at least one for
+        anyone with demand (except while the run's first request is out: then nobody else
+        gets one).
+        """
+        now = self._clock()
+        self._holders[worker] = _Holder(max(0, demand), max(0, in_flight), now)
+        for name in [n for n, h in self._holders.items() if now - h.seen > self._stale_after]:
+            del self._holders[name]
+        self.max_in_flight = max(
+            self.max_in_flight, sum(h.in_flight for h in self._holders.values())
+        )
+        if self.cold:
+            if self._first_holder is None and demand > 0:
+                self._first_holder = worker
+            return 1 if worker == self._first_holder else 0
+        budget = self.size()
+        active = {n: h.demand for n, h in self._holders.items() if h.demand > 0}
+        if worker not in active:
+            return 0
+        total = sum(active.values())
+        if total <= budget:
+            spare = (budget - total) // len(active)
+            return active[worker] + spare
+        return _water_fill(budget, active)[worker]
+
+    def snapshot(self) -> dict[str, float | None]:
+        return {
+            "budget": self.size(),
+            "budget_max": self.max_size,
+            "max_in_flight": self.max_in_flight,
+            "latency_p50_s": self.latencies.percentile(0.50),
+            "latency_p90_s": self.latencies.percentile(0.90),
+            "latency_p99_s": self.latencies.percentile(0.99),
+            "latency_mean_s": self.latencies.mean(),
+            "replies": self.latencies.count,
+            "completed": self._completed,
+        }
+
+
+def budget_settings(limits: RateLimitConfig) -> BudgetSettings:
+    """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
+    explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
+    return BudgetSettings(
+        explicit=explicit,
+        floor=limits.concurrency_floor,
+        ceiling=limits.concurrency_ceiling,
+    )
+
+
+def _water_fill(budget: int, demands: dict[str, int]) -> dict[str, int]:
+    """Max-min fair integer shares of `budget`: small demands are met in full, the rest is split
+    evenly among the larger ones; everyone with demand gets at least one."""
+    shares: dict[str, int] = {}
+    left = budget
+    ordered = sorted(demands, key=lambda name: demands[name])
+    for index, name in enumerate(ordered):
+        fair = max(1, left // (len(ordered) - index))
+        shares[name] = min(demands[name], fair)
+        left -= shares[name]
+    return shares
+
+
+class AdjustableGate:
+    """An asyncio semaphore whose capacity can change while requests hold it.
+
+    Lowering the capacity never interrupts a request in flight: new ones wait until enough have
+    finished. Waiters are served in arrival order, so the items of the shard that started first
+    go first and a read-ahead shard fills in behind them.
+    """
+
+    def __init__(self, capacity: int, on_wait: Callable[[], None] | None = None) -> None:
+        """`on_wait` is called when a request finds the gate full, e.g. to ask for a larger
+        allowance now rather than at the next periodic report."""
+        self._capacity = max(0, capacity)
+        self._held = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._on_wait = on_wait
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for w in self._waiters if not w.done())
+
+    def resize(self, capacity: int) -> None:
+        self._capacity = max(0, capacity)
+        self._wake()
+
+    async def acquire(self) -> None:
+        if self._held < self._capacity and not self.waiting:
+            self._held += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self._on_wait is not None:
+            self._on_wait()
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # the slot was handed to us as we were cancelled
+            raise
+
+    def release(self) -> None:
+        self._held -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self._held < self._capacity:
+            waiter = self._waiters.popleft()
+            if waiter.done():
+                continue
+            self._held += 1
+            waiter.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()

@@ -1,0 +1,79 @@
+"""The run's flow control in one place: the shared pace and the in-flight budget.
+
+The run's coordinator actor holds one `RunGovernor` and every worker talks to it:
+
+- `reserve(tokens)` before each request when the run has a rate limit: how long to wait for
+  the request's slot in the requests- and tokens-per-minute pace, and how many tokens were
+  charged (the estimate, corrected by what earlier replies actually used);
+- `report(worker, demand, in_flight, completions)` a few times a second: the worker's demand
+  (requests waiting or in flight), and the latency and token usage of what finished since its
+  last report; the answer is the worker's allowance of the run-wide in-flight budget;
+- `refused(retry_after)` when the provider answers 429: everyone pauses.
+
+Pure logic with an injected clock (tested without Ray), held by the run's coordinator actor
+(`jobs.engine.control.coordinator`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jobs.engine.control.budget import BudgetSettings, InFlightBudget
+from jobs.engine.control.limiter import PacingState
+
+Completion = tuple[float | None, int, int]
+"""A finished request as workers report it: (latency in seconds or None when the attempt failed
+without a reply, tokens reserved for it, tokens the provider says it used)."""
+
+
+class RunGovernor:
+    """The pace (None: no rate limit) and the in-flight budget of one run."""
+
+    def __init__(
+        self,
+        pacing: PacingState | None,
+        budget: BudgetSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pacing = pacing
+        rate: Callable[[], float | None] = pacing.request_rate if pacing else (lambda: None)
+        self.budget = InFlightBudget(budget, rate, clock=clock)
+        self.requests = 0
+        self.tokens_reserved = 0
+        self.tokens_used = 0
+
+    def reserve(self, estimated_tokens: int) -> tuple[float, int]:
+        """(seconds to wait, tokens charged) for one request estimated at `estimated_tokens`."""
+        self.requests += 1
+        if self.pacing is None:
+            return 0.0, estimated_tokens
+        charged = self.pacing.charge(estimated_tokens)
+        self.tokens_reserved += charged
+        return self.pacing.reserve(charged), charged
+
+    def refused(self, retry_after: float | None) -> None:
+        if self.pacing is not None:
+            self.pacing.refused(retry_after)
+
+    def report(
+        self, worker: str, demand: int, in_flight: int, completions: Sequence[Completion]
+    ) -> int:
+        """Take a worker's news; return its allowance of the in-flight budget."""
+        for latency, reserved, used in completions:
+            self.budget.observe(latency)
+            self.tokens_used += used
+            if self.pacing is not None and reserved and used:
+                self.pacing.settle(reserved, used)
+        return self.budget.allocate(worker, demand, in_flight)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the run settled on, for the progress line, the summary and the manifest."""
+        snap: dict[str, Any] = dict(self.budget.snapshot())
+        snap["budget_mode"] = "explicit" if self.budget.settings.explicit is not None else "auto"
+        snap["requests"] = self.requests
+        if self.pacing is not None:
+            snap.update({f"pace_{k}": v for k, v in self.pacing.snapshot().items()})
+        return snap

@@ -1,0 +1,121 @@
+"""Handing shards to workers: the run's shard queue, who holds which shard, what came back.
+
+A worker is one long Ray task (`jobs.engine.shards.worker.run_worker`) with a few lanes; whenever a
+lane is free it asks the board for the next shard. So a worker reads its next shard while its
+current shard's last replies are outstanding, and the driver never waits for a task to start
+between shards. The board records each lease; when Ray retries a worker whose process died,
+the new attempt `rejoin`s first and gets its unfinished shards back (each shard is staged all
+or nothing, so a shard run twice is written once). They are kept for that worker alone: the
+new attempt answers them from its dead attempt's journal (`jobs.core.verdict_store.Journal.
+take_over`), which another worker does not read, so a shard taken by another worker would be
+judged again (seen: a retried worker still reading the journal while another worker's free
+lane took one of its shards, 48 paid calls again). A worker that dies more often than Ray
+retries fails the run, so reserved shards never wait for nobody.
+
+A shard awaiting pairs that a lower-numbered shard of the run judges first
+(`jobs.engine.pairs.shared_pairs`) is handed out once those owners are staged: a lane asking
+meanwhile gets the next shard that waits for nothing, or `WAIT` when there is none yet.
+
+The first fatal judge report or failed shard stops the board: no more shards are handed out,
+and the driver cancels the workers. Pure logic (tested without Ray), held by the run's
+coordinator actor (`jobs.engine.control.coordinator`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from jobs.engine.messages import Lease, ShardReport
+
+WAIT: Literal["wait"] = "wait"
+"""`next_shard`'s answer while every shard left awaits an owner not yet staged."""
+
+
+@dataclass(frozen=True)
+class BoardNews:
+    """What the driver learns at each poll."""
+
+    reports: list[ShardReport]
+    failure: str | None
+    waiting: int
+    leased: int
+
+
+@dataclass
+class ShardBoard:
+    """The shards of a run not yet handed out, the leases, and the reports that came back."""
+
+    todo: deque[Lease]
+    # shard id -> the owners it awaits (jobs.engine.pairs.shared_pairs)
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _leases: dict[str, dict[str, Lease]] = field(default_factory=dict)
+    _reserved: dict[str, deque[Lease]] = field(default_factory=dict)
+    _unfinished: set[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # owners outside the board (staged by an earlier attempt of the run) are finished
+        self._unfinished = {lease[1].shard_id for lease in self.todo}
+
+    _new_reports: list[ShardReport] = field(default_factory=list)
+    failure: str | None = None
+    stopped: bool = False
+
+    def rejoin(self, worker: str) -> int:
+        """A (re)started worker: the shards its dead attempts held are kept for it, handed
+        out to it before any other. Returns how many it has to take back."""
+        held = sorted(self._leases.pop(worker, {}).values(), key=lambda lease: lease[0])
+        reserved = self._reserved.setdefault(worker, deque())
+        reserved.extendleft(reversed(held))
+        return len(reserved)
+
+    def next_shard(self, worker: str) -> Lease | Literal["wait"] | None:
+        """The next shard for `worker`; `WAIT` when every shard left awaits an owner not yet
+        staged; None when there is none (or the run stopped)."""
+        if self.stopped:
+            return None
+        reserved = self._reserved.get(worker)
+        if reserved:
+            lease = reserved.popleft()
+        elif self.todo:
+            ready = next((n for n, lease in enumerate(self.todo) if self._ready(lease)), None)
+            if ready is None:
+                return WAIT
+            lease = self.todo[ready]
+            del self.todo[ready]
+        else:
+            return None
+        self._leases.setdefault(worker, {})[lease[1].shard_id] = lease
+        return lease
+
+    def _ready(self, lease: Lease) -> bool:
+        return self._unfinished.isdisjoint(self.owners.get(lease[1].shard_id, ()))
+
+    def done(self, worker: str, report: ShardReport) -> None:
+        """A shard came back (staged, skipped, or stopped by a fatal judge error)."""
+        self._leases.get(worker, {}).pop(report.shard_id, None)
+        if not report.pending:
+            self._unfinished.discard(report.shard_id)
+        self._new_reports.append(report)
+        if report.fatal:
+            self.stopped = True
+
+    def failed(self, worker: str, shard_id: str, message: str) -> None:
+        """A shard failed for good: the run stops; the first failure is the one reported."""
+        self._leases.get(worker, {}).pop(shard_id, None)
+        self.failure = self.failure or message
+        self.stopped = True
+
+    def held_by(self, worker: str) -> list[str]:
+        """The shards `worker` holds or has to take back, in run order."""
+        held = [*self._leases.get(worker, {}).values(), *self._reserved.get(worker, ())]
+        return [lease[1].shard_id for lease in sorted(held, key=lambda lease: lease[0])]
+
+    def poll(self) -> BoardNews:
+        """The reports since the last poll, the failure if any, and how much is left."""
+        reports, self._new_reports = self._new_reports, []
+        leased = sum(len(held) for held in self._leases.values())
+        waiting = len(self.todo) + sum(len(kept) for kept in self._reserved.values())
+        return BoardNews(reports, self.failure, waiting, leased)

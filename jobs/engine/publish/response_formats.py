@@ -1,0 +1,122 @@
+"""Which structured-output form a run's judge settled on, from its workers' reports.
+
+Every worker process negotiates the form with the judge's endpoint once
+(`scorer_core.response_format.shared_negotiation`, through `jobs.run.factory.build_judge`) and each
+shard reports the negotiation as it stood when the shard finished (`ShardReport.judge
+["response_format"]`). `combine` folds those reports into one `RunResponseFormat`, which the
+manifest records as `judge.response_format`
+(`jobs.engine.publish.manifest_builder.judge_facts_of_run`) and
+the summary table, `ctxprec report` and the benchmarks show: the form in use, whether the
+endpoint answered a request sent with it, and every form the endpoint rejected with its
+answer.
+
+Processes negotiate independently, so in principle they can end on different forms (a server
+that answered one process and refused another). The combined form is then the weakest one any
+process confirmed: the run cannot claim a stronger form than some of its requests used.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scorer_core.response_format import RESPONSE_FORMATS, DroppedForm, ResponseFormat
+
+
+@dataclass(frozen=True, slots=True)
+class RunResponseFormat:
+    """The structured-output form of a run's judge requests.
+
+    `setting` is `judge.response_format`; `in_use` the form requests were sent with at the
+    end; `confirmed` whether the endpoint answered a request sent with it (False when every
+    item was answered by the cache, or every request failed); `dropped` the forms the endpoint
+    rejected, strongest first, with its answer; `shards` how many shard reports this combines.
+    """
+
+    endpoint: str
+    setting: str
+    in_use: str
+    confirmed: bool
+    dropped: tuple[DroppedForm, ...]
+    shards: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-compatible record (the manifest's `judge.response_format`)."""
+        return {
+            "endpoint": self.endpoint,
+            "setting": self.setting,
+            "in_use": self.in_use,
+            "confirmed": self.confirmed,
+            "dropped": [{"form": d.form, "reason": d.reason} for d in self.dropped],
+            "shards": self.shards,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResponseFormat:
+        """The record `to_dict` wrote (read back from a manifest)."""
+        return cls(
+            endpoint=str(data.get("endpoint", "")),
+            setting=str(data.get("setting", "")),
+            in_use=str(data.get("in_use", "")),
+            confirmed=bool(data.get("confirmed", False)),
+            dropped=tuple(
+                DroppedForm(form=_form(d["form"]), reason=str(d.get("reason", "")))
+                for d in data.get("dropped", ())
+            ),
+            shards=int(data.get("shards", 0)),
+        )
+
+    def describe(self, max_reason_chars: int | None = None) -> str:
+        """One line: "json_object (json_schema rejected: <the server's answer>)", each answer
+        cut to `max_reason_chars` when given."""
+        form = self.in_use if self.confirmed else f"{self.in_use} (not confirmed)"
+        if not self.dropped:
+            return form
+        rejected = "; ".join(
+            f"{d.form} rejected: {_cut(d.reason, max_reason_chars)}" for d in self.dropped
+        )
+        return f"{form} ({rejected})"
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None else textwrap.shorten(text, limit, placeholder="...")
+
+
+def _form(value: object) -> ResponseFormat:
+    """`value` as a form name; ValueError naming it when it is none."""
+    for form in RESPONSE_FORMATS:
+        if value == form:
+            return form
+    raise ValueError(f"unknown response format {value!r}; expected one of {RESPONSE_FORMATS}")
+
+
+def _strength(form: str) -> int:
+    """0 for the strongest form; unknown forms count as weakest."""
+    return RESPONSE_FORMATS.index(form) if form in RESPONSE_FORMATS else len(RESPONSE_FORMATS)
+
+
+def combine(reports: Iterable[Mapping[str, Any] | None]) -> RunResponseFormat | None:
+    """One record from the shards' negotiation summaries (None entries are shards that
+    negotiated nothing); None when no shard reported one."""
+    summaries = [summary for summary in reports if summary is not None]
+    if not summaries:
+        return None
+    confirmed = [s for s in summaries if s.get("confirmed")]
+    in_use = max((str(s["in_use"]) for s in confirmed or summaries), key=_strength)
+    dropped: dict[str, DroppedForm] = {}
+    for summary in summaries:
+        for entry in summary.get("dropped", ()):
+            form = _form(entry["form"])
+            if form not in dropped:
+                dropped[form] = DroppedForm(form=form, reason=str(entry.get("reason", "")))
+    first = summaries[0]
+    return RunResponseFormat(
+        endpoint=str(first.get("endpoint", "")),
+        setting=str(first.get("setting", "")),
+        in_use=in_use,
+        confirmed=any(s["in_use"] == in_use for s in confirmed),
+        dropped=tuple(sorted(dropped.values(), key=lambda d: _strength(d.form))),
+        shards=len(summaries),
+    )

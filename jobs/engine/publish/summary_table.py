@@ -1,0 +1,215 @@
+"""The fixed-width summary a finished run prints to the terminal."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jobs.core import formatting as fmt
+from jobs.core.run_manifest import JudgeRecord
+from jobs.core.text_safety import terminal_safe
+from jobs.engine.publish.aggregate import RunSummary, band_range
+from jobs.engine.publish.response_formats import RunResponseFormat
+
+WIDTH = 46
+"""Characters per line, the last line (where the results are) aside."""
+
+# Long lists of positions and segments are cut: the published summary table has them all.
+_MAX_POSITION_ROWS = 20
+_MAX_SEGMENT_ROWS = 20
+# A rejected form's server answer is cut to this: the manifest has it whole.
+_MAX_REASON_CHARS = 160
+
+
+def format_summary_table(
+    summary: RunSummary, where: str, judge: JudgeRecord | Mapping[str, Any] | None = None
+) -> str:
+    """A compact fixed-width text table of `summary`, ending with where the results are.
+
+    `judge` is what the run's judge settled on (the manifest's `judge`: transport,
+    structured-output form); the request flow comes from `summary.flow`."""
+    rule = "-" * WIDTH
+
+    def line(label: str, value: str) -> str:
+        return f"{label:<22}{value:>{WIDTH - 22}}"
+
+    cost = fmt.usd(summary.cost_usd)
+    lines = [
+        f"Context precision  (scale {summary.scale:g})",
+        rule,
+        line("judge model", terminal_safe(summary.model)),
+        line("items", f"{summary.items:,}"),
+        *(
+            [line("  of population", f"{summary.population:,}")]
+            if summary.population is not None and summary.population != summary.items
+            else []
+        ),
+        line("  scored (ok)", f"{summary.scored:,}"),
+        line("  unscored", f"{summary.unscored:,}"),
+        line("  errors", f"{summary.errors:,}"),
+        line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
+        line("mean 95% interval", _interval(summary)),
+        line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
+        rule,
+        line("band (score / scale)", "items"),
+    ]
+    lines += [
+        line(f"  {label} ({band_range(label)})", f"{count:,}") for label, count in summary.bands
+    ]
+    lines += _position_lines(summary, rule)
+    lines += _segment_lines(summary, rule)
+    lines += [
+        rule,
+        line("judge calls", f"{summary.judge_calls:,}"),
+        line("prompt tokens", f"{summary.prompt_tokens:,}"),
+        line("completion tokens", f"{summary.completion_tokens:,}"),
+        line("cache hits", f"{summary.cache_hits:,}"),
+        line("estimated cost", cost),
+    ]
+    lines += _canary_lines(summary, line)
+    record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
+    lines += _judge_lines(summary, record, line)
+    lines += [rule, f"results: {where}"]
+    return "\n".join(lines)
+
+
+def _position_lines(summary: RunSummary, rule: str) -> list[str]:
+    """Relevance by position, the first `_MAX_POSITION_ROWS` positions."""
+    lines = [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
+    shown = summary.position_rates[:_MAX_POSITION_ROWS]
+    lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
+    hidden = len(summary.position_rates) - len(shown)
+    if hidden > 0:
+        lines.append(f"  ... {hidden} more positions")
+    return lines
+
+
+def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
+    """Per `summary.by` column: each value's items, scored, mean and interval half-width."""
+    lines: list[str] = []
+    for column in summary.segment_columns:
+        segments = summary.segments_by(column)
+        lines += [
+            rule,
+            f"{_cut('by ' + column, 18):<18}{'items':>7}{'scored':>7}{'mean':>7}{'± 95%':>7}",
+        ]
+        for segment in segments[:_MAX_SEGMENT_ROWS]:
+            s = segment.summary
+            name = "(null)" if segment.value is None else segment.value
+            lines.append(
+                f"  {_cut(name, 16):<16}{s.items:>7,}{s.scored:>7,}{fmt.number(s.mean):>7}"
+                f"{_half_width(s):>7}"
+            )
+        hidden = len(segments) - _MAX_SEGMENT_ROWS
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more values")
+    return lines
+
+
+def _judge_lines(
+    summary: RunSummary, judge: JudgeRecord, line: Callable[[str, str], str]
+) -> list[str]:
+    """How the requests went: transport, structured-output form, in-flight budget, latency."""
+    lines: list[str] = []
+    if judge.mode == "batch":
+        lines.append(
+            line(
+                "mode",
+                f"batch: {fmt.integer(judge.batches)} in {fmt.integer(judge.rounds)} round(s)",
+            )
+        )
+        price = judge.price or ""
+        lines.append(
+            line("priced at", "ASSUMED half price" if "ASSUMED" in price else "batch price")
+        )
+    if judge.transport:
+        lines.append(line("transport", judge.transport))
+    negotiated = judge.response_format
+    if negotiated is not None and negotiated.in_use:
+        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated.model_dump()), line)
+    flow = dict(summary.flow)
+    if flow:
+        lines.append(
+            line(
+                "in flight: budget/max",
+                (
+                    f"{fmt.integer(flow.get('in_flight_budget'))} / "
+                    f"{fmt.integer(flow.get('max_in_flight'))}"
+                ),
+            )
+        )
+        lines.append(
+            line(
+                "latency p50/p90/p99 s",
+                (
+                    " / ".join(
+                        fmt.number(flow.get(name))
+                        for name in ("latency_p50_s", "latency_p90_s", "latency_p99_s")
+                    )
+                ),
+            )
+        )
+    return lines
+
+
+def _response_format_lines(
+    negotiated: RunResponseFormat, line: Callable[[str, str], str]
+) -> list[str]:
+    """The form the judge's requests used, and each form the endpoint rejected with its
+    answer (cut to a few lines: the manifest has it whole)."""
+    form = negotiated.in_use if negotiated.confirmed else f"{negotiated.in_use} (unconfirmed)"
+    lines = [line("structured output", form)]
+    if negotiated.setting != "auto":
+        lines.append(line("  setting", negotiated.setting))
+    for dropped in negotiated.dropped:
+        reason = textwrap.shorten(
+            terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
+        )
+        lines += textwrap.wrap(
+            f"{dropped.form} rejected: {reason}",
+            WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+    return lines
+
+
+def _canary_lines(summary: RunSummary, line: Callable[[str, str], str]) -> list[str]:
+    """The judge canary's agreement with its labels (`canary:`); nothing without one."""
+    canary = dict(summary.canary)
+    if not canary:
+        return []
+    return [
+        line(
+            "canary items / kappa",
+            f"{fmt.integer(canary.get('canary_items'))} / "
+            f"{fmt.number(canary.get('canary_kappa'), 3)}",
+        ),
+        line(
+            "canary prec / recall",
+            f"{fmt.number(canary.get('canary_precision'), 3)} / "
+            f"{fmt.number(canary.get('canary_recall'), 3)}",
+        ),
+    ]
+
+
+def _interval(summary: RunSummary) -> str:
+    """The mean's 95% interval as "[low, high]"; "-" when there are too few items."""
+    if summary.mean_ci_low is None or summary.mean_ci_high is None:
+        return "-"
+    return f"[{fmt.number(summary.mean_ci_low, 3)}, {fmt.number(summary.mean_ci_high, 3)}]"
+
+
+def _half_width(summary: RunSummary) -> str:
+    """Half the 95% interval's width (the intervals are symmetric); "-" without one."""
+    if summary.mean_ci_low is None or summary.mean_ci_high is None:
+        return "-"
+    return fmt.number((summary.mean_ci_high - summary.mean_ci_low) / 2, 3)
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` as one safe line (control characters escaped: a carried value cannot move the
+    cursor or forge a row) of at most `width` characters."""
+    text = terminal_safe(text)
+    return text if len(text) <= width else text[: width - 1] + "…"

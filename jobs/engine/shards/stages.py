@@ -1,0 +1,242 @@
+"""A shard's judge stage: online, or one pass of a batch round.
+
+A shard goes read -> judge stage -> rows -> commit whatever the mode (`jobs.engine.shards.worker`).
+The stage is the part that differs: it gives the judge the shard's items are scored with (the
+verdict cache in front of it), counts the shard's progress its own way, and says after judging
+whether the shard can be committed now or waits for a batch round.
+
+- `OnlineStage`: the worker's judge asks the provider now; progress counts each item as it is
+  scored; verdicts judged in this shard answer its later items with the same pair.
+- `BatchPassStage` (judge.mode batch): a judge that answers from the replies of the batches
+  ingested so far and records every other request for the next round
+  (`jobs.engine.batch.shard_pass.ShardPass`); a shard with requests left is not committed, and its
+  progress counts once, when it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jobs.core.config import JobConfig
+from jobs.core.storage import Store
+from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache, pair_key
+from jobs.core.verdict_store import Journal
+from jobs.engine.batch.batch_judge import OnlineAsk
+from jobs.engine.batch.shard_pass import ShardPass
+from jobs.engine.control.progress import BatchedCounter
+from jobs.engine.pairs.cache_lookup import cached_verdicts
+from jobs.engine.pairs.shared_pairs import awaited_verdicts
+from jobs.engine.shards.shard_rows import NoCache, PairKeys
+from jobs.inputs import ItemRecord, Shard
+from jobs.inputs.shard_read import ShardRead
+from scorer_core.protocols import Judge
+from scorer_core.types import ScoreResult
+
+
+class JudgeStage(Protocol):
+    """What a shard is judged with, and what is done once it is judged."""
+
+    # The judge the items are scored with (the verdict cache in front of the worker's judge).
+    judge: Judge
+    # The worker's own judge, for the facts it settled on (transport, structured output).
+    own_judge: Judge
+    pairs: PairKeys
+
+    def item_done(self, result: ScoreResult) -> None:
+        """One item was scored (progress)."""
+        ...
+
+    async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
+        """After judging: the requests left for a batch round (0: commit the shard now)."""
+        ...
+
+    def cache_entries(self, read: ShardRead) -> Entries | None:
+        """Verdicts to journal when the shard is committed (None: journaled already)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ShardCaches:
+    """Where a worker's shards find their verdicts: what the run's lookup staged for each
+    (`jobs.engine.pairs.cache_lookup`), the worker's journal, which every fresh verdict goes to
+    and whose recent verdicts answer the worker's later items, and the pairs the worker is
+    asking about right now, which answer its other items with the same pair."""
+
+    store: Store
+    staging: str
+    fingerprint: str
+    journal: Journal
+    staged: frozenset[str]  # the shards with verdicts found in the store
+    awaiting: frozenset[str] = frozenset()  # the shards awaiting pairs of earlier shards
+    in_flight: InFlight = field(default_factory=InFlight)
+
+    def load(self, shard: Shard, *, journaled: bool = True) -> VerdictCache:
+        """The shard's cache (blocking); `journaled` False (batch mode): fresh verdicts are
+        kept in the shard's cache only (journaled when the shard is committed), and none
+        answers another item."""
+        known = {}
+        if shard.shard_id in self.staged:
+            known = cached_verdicts(self.store, self.staging, shard.shard_id)
+        if journaled and shard.shard_id in self.awaiting:
+            known.update(awaited_verdicts(self.store, self.staging, shard.shard_id))
+        if not journaled:
+            return VerdictCache(known=known)
+        return VerdictCache(known=known, journal=self.journal, in_flight=self.in_flight)
+
+
+@dataclass(frozen=True)
+class CachedPairs:
+    """The pair keys of a shard's contexts under a cache fingerprint, and which were known."""
+
+    cache: VerdictCache
+    fingerprint: str
+
+    def keys(self, record: ItemRecord) -> list[str]:
+        item = record.to_scoring_item()
+        return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
+
+    def cached(self, keys: Sequence[str]) -> Collection[int]:
+        return {position for position, key in enumerate(keys) if key in self.cache.known}
+
+
+def cache_in_front(
+    own_judge: Judge, cache: VerdictCache | None, fingerprint: str, *, fresh_hits: bool
+) -> tuple[Judge, PairKeys]:
+    """The judge a shard's items are scored with (`cache` in front of `own_judge`, when the
+    run has one) and the pair keys its verdict rows are written with."""
+    if cache is None:
+        return own_judge, NoCache()
+    judge = CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits)
+    return judge, CachedPairs(cache, fingerprint)
+
+
+def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
+    """Add one scored item to the progress counters."""
+    u = result.usage
+    counter.add(
+        items=1,
+        ok=int(result.status == "ok"),
+        unscored=int(result.status == "unscored"),
+        errors=int(result.status == "error"),
+        calls=u.calls,
+        rate_limited=u.rate_limited,
+        retries=u.retries,
+        cache_hits=u.cache_hits,
+    )
+
+
+def count_errors(counter: BatchedCounter, read: ShardRead) -> None:
+    """Add the shard's rows that are errors (not judged) to the progress counters."""
+    counter.add(items=len(read.errors), errors=len(read.errors))
+
+
+class OnlineStage:
+    """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
+    found in the store, and the worker's journal, which gets every fresh verdict."""
+
+    def __init__(
+        self,
+        own_judge: Judge,
+        counter: BatchedCounter,
+        cache: VerdictCache | None,
+        fingerprint: str,
+    ) -> None:
+        self.own_judge = own_judge
+        self._counter = counter
+        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
+
+    @classmethod
+    async def open(
+        cls,
+        own_judge: Judge,
+        counter: BatchedCounter,
+        caches: ShardCaches | None,
+        shard: Shard,
+        read: ShardRead,
+    ) -> OnlineStage:
+        """The stage for `shard`, its cached verdicts loaded (in a thread: it reads a file)."""
+        cache = None
+        if caches is not None:
+            cache = await asyncio.to_thread(caches.load, shard)
+        count_errors(counter, read)
+        return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
+
+    def item_done(self, result: ScoreResult) -> None:
+        count_item(self._counter, result)
+
+    async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
+        self._counter.drain()
+        return 0
+
+    def cache_entries(self, read: ShardRead) -> Entries | None:
+        return None  # every fresh verdict went to the journal as it arrived
+
+
+class BatchPassStage:
+    """One pass of a batch round over a shard: answers from the batch replies ingested so far
+    and records the requests still unanswered for the next round."""
+
+    def __init__(
+        self,
+        own_judge: Judge,
+        shard_pass: ShardPass,
+        counter: BatchedCounter,
+        cache: VerdictCache | None,
+        fingerprint: str,
+    ) -> None:
+        self.own_judge = own_judge
+        self._pass = shard_pass
+        self._counter = counter
+        self._cache = cache
+        self._fingerprint = fingerprint
+        # A shard's requests must be the same in every pass: no fresh hits within the shard
+        # (which verdicts are fresh depends on the order replies arrive in).
+        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=False)
+
+    @classmethod
+    async def open(
+        cls,
+        store: Store,
+        staging: str,
+        round_number: int,
+        config: JobConfig,
+        reask: OnlineAsk | None,
+        counter: BatchedCounter,
+        caches: ShardCaches | None,
+        shard: Shard,
+        number: int,
+        read: ShardRead,
+    ) -> BatchPassStage:
+        """The pass's stage for `shard`: its replies so far and the cache view it froze in
+        its first pass (else its verdicts found in the store), read in a thread."""
+        shard_pass = await asyncio.to_thread(
+            ShardPass.load, store, staging, round_number, shard, number, read.records
+        )
+        cache = shard_pass.frozen_cache
+        if cache is None and caches is not None:
+            cache = await asyncio.to_thread(caches.load, shard, journaled=False)
+        own_judge = shard_pass.judge(config, reask)
+        fingerprint = caches.fingerprint if caches is not None else ""
+        return cls(own_judge, shard_pass, counter, cache, fingerprint)
+
+    def item_done(self, result: ScoreResult) -> None:
+        """Counted when the shard is staged: a pass may leave it waiting."""
+
+    async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
+        if self._pass.pending:
+            await asyncio.to_thread(self._pass.finish, self._cache, self._fingerprint, read.records)
+            # The pass's progress: items gone through, none of them final yet.
+            self._counter.add(items=len(read.records) + len(read.errors))
+        else:
+            count_errors(self._counter, read)
+            for result in results:
+                count_item(self._counter, result)
+        self._counter.drain()
+        return self._pass.pending
+
+    def cache_entries(self, read: ShardRead) -> Entries | None:
+        """What the batches answered for this shard (journaled when it is committed)."""
+        return dict(self._cache.fresh) if self._cache is not None else None

@@ -1,0 +1,392 @@
+"""What a worker does with a shard: read -> judge stage -> rows -> commit.
+
+`ShardRunner.run_shard` is those four steps, whatever the mode: the shard is read
+(`jobs.inputs.shard_read`), judged through its stage (`jobs.engine.shards.stages`: online, or one
+pass of a batch round), turned into rows (`jobs.engine.shards.shard_rows`) and committed: its
+verdicts, then
+its items file, each written atomically; the items file is
+the shard's commit marker, so a shard is either done or redone, never half done. Each item is
+scored by `scorer_core.scoring.score_item`, the library's own scoring.
+
+A `ShardRunner` lives as long as its worker (`run_worker`, one long Ray task): the judge (and
+its connection pool) is built once, and the worker runs a few shards at a time on one event
+loop (its lanes), so its requests never pause between shards: the next shard is read (in a
+thread) and its requests queue behind the current shard's while that one's last replies are
+outstanding. Requests in flight are bounded by the worker's allowance of the run-wide budget
+(`jobs.engine.control.worker_flow`), not per shard. `run_shard` runs one shard in this process,
+without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.core.run_layout import StagingArea
+from jobs.core.schema import RunSchema
+from jobs.core.storage import open_store
+from jobs.core.verdict_cache import Entries
+from jobs.core.verdict_store import Journal
+from jobs.engine.batch.batch_judge import OnlineAsk
+from jobs.engine.control.progress import BatchedCounter
+from jobs.engine.control.shard_board import WAIT
+from jobs.engine.control.worker_flow import WorkerFlow
+from jobs.engine.messages import JudgeFacts, ShardContext, ShardReport
+from jobs.engine.pairs.lookahead import read_marks
+from jobs.engine.shards.shard_rows import ShardRows, shard_rows
+from jobs.engine.shards.stages import BatchPassStage, JudgeStage, OnlineStage, ShardCaches
+from jobs.inputs import ItemRecord, Shard
+from jobs.inputs.shard_read import ShardRead, read_shard_records
+from scorer_core.errors import FatalJudgeError, StorageError
+from scorer_core.judge import LLMJudge
+from scorer_core.protocols import Judge
+from scorer_core.response_format import negotiation_summary
+from scorer_core.scoring import score_item
+from scorer_core.types import ScoreResult
+
+_WAIT_S = 0.2
+"""How long a lane waits before asking the board again when every shard left awaits a shard
+in progress."""
+
+
+async def judge_shard(
+    records: Sequence[ItemRecord],
+    score: Callable[[ItemRecord], Awaitable[ScoreResult]],
+    on_done: Callable[[ScoreResult], None],
+) -> list[ScoreResult]:
+    """Score every record concurrently: the judge's gate bounds the requests in flight.
+
+    A `FatalJudgeError` (no request can succeed) cancels the shard's other items at once, so
+    nothing keeps judging and paying for a run that is stopping.
+    """
+
+    async def one(record: ItemRecord) -> ScoreResult:
+        result = await score(record)
+        on_done(result)
+        return result
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(r)) for r in records]
+    except* FatalJudgeError as failures:
+        raise failures.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
+def judge_facts(judge: Judge) -> JudgeFacts:
+    """What a worker's own judge settled on: its transport and structured-output negotiation
+    (`jobs.engine.publish.response_formats` combines them over the run's shards); empty for the
+    offline judge. Not the CachingJudge around it, which hides the negotiation."""
+    return JudgeFacts(
+        transport=getattr(judge, "transport", None) or None,
+        response_format=negotiation_summary(judge),
+    )
+
+
+class ShardRunner:
+    """Runs shards for one worker; holds the worker's judge and its share of the run's flow."""
+
+    def __init__(
+        self,
+        ctx: ShardContext,
+        worker_id: str,
+        node: str = "",
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._ctx = ctx
+        self._config = ctx.config
+        self._tables = ctx.tables or RunSchema()
+        self._worker_id = worker_id
+        self._node = node
+        self._store = open_store(self._config.output.path, self._config.output.storage_options)
+        self._staging = StagingArea(self._store, ctx.staging)
+        self._caches = self._shard_caches(worker_id)
+        self._sleep = sleep
+        self._judge: Judge | None = None
+        self._flow: WorkerFlow | None = None
+        self._reports: asyncio.Task[None] | None = None
+        self._flushes: asyncio.Task[None] | None = None
+
+    def _shard_caches(self, worker_id: str) -> ShardCaches | None:
+        """Where the worker's shards find verdicts, and its journal (None: no cache)."""
+        spec = self._ctx.parts.cache
+        if spec is None:
+            return None
+        journal = Journal(
+            spec.verdict_store(self._store),
+            f"{self._ctx.run_id}.{worker_id}",
+            interval_s=spec.journal_interval_s,
+        )
+        return ShardCaches(
+            self._store,
+            self._ctx.staging,
+            spec.fingerprint,
+            journal,
+            self._ctx.cached,
+            self._ctx.awaiting,
+        )
+
+    # -- the journal ----------------------------------------------------------------------------
+
+    async def take_over(self) -> int:
+        """A retried worker: remember what its dead attempt journaled (the verdicts of the
+        shards it held, which this attempt takes back). Returns how many."""
+        if self._caches is None:
+            return 0
+        return await asyncio.to_thread(self._caches.journal.take_over)
+
+    def _start_flushes(self) -> None:
+        """Flush the journal every `cache.journal_interval_s` while the worker runs."""
+        if self._caches is not None and self._flushes is None:
+            self._flushes = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        assert self._caches is not None
+        journal = self._caches.journal
+        while True:
+            await self._sleep(journal.interval_s)
+            await self._flush(journal)
+
+    async def _flush(self, journal: Journal) -> None:
+        taken = journal.take()
+        try:
+            await asyncio.to_thread(journal.write, taken)
+        except StorageError as exc:  # the store is down: these verdicts cost calls next time
+            print(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}", file=sys.stderr)
+
+    # -- the worker's judge ---------------------------------------------------------------------
+
+    def _own_judge(self) -> Judge:
+        """The worker's judge, built on first use inside the worker's event loop."""
+        if self._judge is not None:
+            return self._judge
+        judges = self._ctx.parts.judges
+        if not self._ctx.governed:
+            self._judge = judges.build(judges.local_limiter(), self._ctx.api_key, None)
+            return self._judge
+        limits = self._config.rate_limit
+        self._flow = WorkerFlow(
+            self._ctx.coordinator,
+            self._worker_id,
+            paced=bool(limits.requests_per_minute or limits.tokens_per_minute),
+        )
+        self._judge = judges.build(self._flow, self._ctx.api_key, self._flow.gate)
+        self._reports = asyncio.get_running_loop().create_task(self._flow.run_reports())
+        return self._judge
+
+    def _online_reask(self) -> OnlineAsk | None:
+        """Batch mode with judge.batch.reask online: how a re-ask goes out (the worker's
+        online judge, paced by the run's governor); None when re-asks go in batches."""
+        if self._config.judge.batch.reask != "online":
+            return None
+        online = self._own_judge()
+        assert isinstance(online, LLMJudge)
+        return online.ask
+
+    async def close(self) -> None:
+        """Stop reporting to the governor and flush the journal (the worker is done)."""
+        for task in (self._reports, self._flushes):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reports = self._flushes = None
+        if self._caches is not None:
+            await self._flush(self._caches.journal)
+
+    # -- one shard ------------------------------------------------------------------------------
+
+    async def run_shard(self, shard: Shard, number: int) -> ShardReport:
+        """Judge one shard and stage its files. `number` is the shard's place in the run."""
+        started = time.monotonic()
+        report = ShardReport(shard.shard_id, node=self._node)
+        items_file = self._staging.items_file(shard.shard_id)
+        if await asyncio.to_thread(self._store.exists, items_file):
+            report.skipped = True
+            return report
+        self._start_flushes()
+        read = await self._read(shard, number)
+        counter = self._counter()
+        stage = await self._stage(shard, number, read, counter)
+        try:
+            results = await judge_shard(
+                [record for _, record in read.records], self._scorer(stage), stage.item_done
+            )
+        except FatalJudgeError as exc:
+            counter.drain()
+            report.fatal = str(exc)
+            report.judge = judge_facts(stage.own_judge)
+            return report
+        report.judge = judge_facts(stage.own_judge)
+        report.pending = await stage.finish(read, results)
+        if not report.pending:
+            rows = shard_rows(read, results, stage.own_judge.model, self._tables, stage.pairs)
+            self._journal(stage.cache_entries(read))
+            await asyncio.to_thread(self._commit, shard, rows)
+            report.items, report.usage, report.statuses = len(rows.items), rows.usage, rows.statuses
+        report.seconds = time.monotonic() - started
+        return report
+
+    async def _read(self, shard: Shard, number: int) -> ShardRead:
+        """The shard's rows, with the later occurrences the look-ahead found set aside."""
+        later = None
+        if shard.shard_id in self._ctx.duplicates:
+            later = await asyncio.to_thread(
+                read_marks, self._store, self._ctx.staging, shard.shard_id
+            )
+        reader = self._ctx.parts.reader
+        if reader is None:  # the driver assembles traces into items before any shard runs
+            raise RuntimeError(f"shard {shard.shard_id}: the run's items have no reader")
+        return await asyncio.to_thread(
+            read_shard_records, reader, shard, number, self._tables, later
+        )
+
+    def _counter(self) -> BatchedCounter:
+        coordinator = self._ctx.coordinator
+        if coordinator is None:
+            return BatchedCounter(flush=lambda increments: None)
+        return BatchedCounter(flush=lambda increments: coordinator.add.remote(increments))
+
+    async def _stage(
+        self, shard: Shard, number: int, read: ShardRead, counter: BatchedCounter
+    ) -> JudgeStage:
+        """The shard's judge stage: a batch round's pass, or the worker's judge online."""
+        round_number = self._ctx.batch_round
+        if round_number is None:
+            stage: JudgeStage = await OnlineStage.open(
+                self._own_judge(), counter, self._caches, shard, read
+            )
+            if self._flow is not None:
+                self._flow.wake()
+            return stage
+        return await BatchPassStage.open(
+            self._store,
+            self._ctx.staging,
+            round_number,
+            self._config,
+            self._online_reask(),
+            counter,
+            self._caches,
+            shard,
+            number,
+            read,
+        )
+
+    def _scorer(self, stage: JudgeStage) -> Callable[[ItemRecord], Awaitable[ScoreResult]]:
+        scorer = self._config.scorer
+        contexts_per_call = self._config.judge.contexts_per_call
+
+        def score(record: ItemRecord) -> Awaitable[ScoreResult]:
+            return score_item(
+                stage.judge,
+                record.to_scoring_item(),
+                scale=scorer.scale,
+                reason=scorer.reason,
+                contexts_per_call=contexts_per_call,
+            )
+
+        return score
+
+    def _journal(self, entries: Entries | None) -> None:
+        """Journal the verdicts the stage did not journal as they arrived (batch mode's)."""
+        if entries and self._caches is not None:
+            for key, (relevant, reason) in entries.items():
+                self._caches.journal.add(key, relevant, reason)
+
+    def _commit(self, shard: Shard, rows: ShardRows) -> None:
+        """Stage the shard's files (blocking): verdicts, then the items file, whose presence
+        marks the shard done for resume."""
+        tables = self._tables
+        self._store.write_parquet_atomic(
+            self._staging.verdicts_file(shard.shard_id),
+            pa.Table.from_pylist(rows.verdicts, schema=tables.staged_verdicts.arrow),
+        )
+        self._store.write_parquet_atomic(
+            self._staging.items_file(shard.shard_id),
+            pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow),
+        )
+
+
+def run_shard(shard: Shard, number: int, ctx: ShardContext) -> ShardReport:
+    """Run one shard in this process, without Ray (tests, tools, one-off use)."""
+
+    async def one() -> ShardReport:
+        runner = ShardRunner(ctx, "local")
+        try:
+            return await runner.run_shard(shard, number)
+        finally:
+            await runner.close()
+
+    return asyncio.run(one())
+
+
+async def _run_lane(runner: ShardRunner, board: Any, worker_id: str, attempts: int) -> None:
+    """Take the next shard from the board and run it, until the board has none left."""
+    while True:
+        lease = await board.next_shard.remote(worker_id)
+        if lease is None:
+            return
+        if lease == WAIT:  # every shard left awaits pairs a shard in progress judges first
+            await asyncio.sleep(_WAIT_S)
+            continue
+        number, shard = lease
+        for attempt in range(1, attempts + 1):
+            try:
+                report = await runner.run_shard(shard, number)
+            except StorageError as exc:
+                # The store's own retries are spent; a later attempt may find it back.
+                if attempt < attempts:
+                    continue
+                await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
+                return
+            except Exception as exc:  # a bad file, a bug: the run stops, naming the shard
+                await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
+                return
+            await board.done.remote(worker_id, report)
+            if report.fatal:
+                return
+            break
+
+
+async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = "") -> None:
+    """A worker's life: `lanes` loops that each take the next shard from the board and run it,
+    until the board has none left (or the run stopped)."""
+    runner = ShardRunner(ctx, worker_id, node)
+    board = ctx.coordinator
+    attempts = ctx.config.ray.max_task_retries + 1
+    held = await board.rejoin.remote(worker_id)
+    if held:
+        taken = await runner.take_over()  # this attempt takes back the shards of a dead one
+        print(
+            f"{worker_id}: took back {held} shard(s) of its dead attempt and {taken:,} "
+            "verdict(s) it had journaled",
+            file=sys.stderr,
+        )
+    try:
+        await asyncio.gather(*(_run_lane(runner, board, worker_id, attempts) for _ in range(lanes)))
+    finally:
+        await runner.close()
+
+
+def _failure(shard: Shard, exc: BaseException) -> str:
+    """Which shard failed and all of the exception's message on one line (its first line often
+    names the file; a pyarrow message goes on over several)."""
+    text = " ".join(part.strip() for part in str(exc).strip().splitlines())
+    return f"shard {shard.shard_id} failed: {text or type(exc).__name__}"
+
+
+def run_worker(ctx: ShardContext, worker_id: str, lanes: int) -> None:
+    """The Ray task body of one worker: run shards from the run's board (held by the
+    coordinator, `jobs.engine.control.shard_board`) until there are none left. Ray retries it when
+    the
+    worker process dies; the new attempt takes back the shards the dead one held."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    asyncio.run(_run_lanes(ctx, worker_id, lanes, node))

@@ -1,0 +1,108 @@
+"""`input.format: otlp`: before the run is planned, assemble the traces into item Parquet under
+the run's staging area, then run the job on that Parquet as on any other.
+
+`stage_traces` runs `jobs.inputs.traces.assemble_traces` as Ray tasks (reading the trace files
+and assembling the partitions where the workers run), writes the report to
+`_staging/run_id=<id>/traces/DONE.json` (a resumed run reads the items and the report again
+instead of assembling twice), prints the report's line and returns the config the rest of the
+run uses: `input.format: parquet` on `<staging>/traces/items/` with the assembled items'
+columns. The report lands in the run's manifest (`traces`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO, TypeVar
+
+from jobs.core.config import ColumnsConfig, JobConfig
+from jobs.core.run_layout import RunLocation
+from jobs.core.run_manifest import read_manifest
+from jobs.core.storage import Store
+from jobs.engine.fanout import RunFailed
+from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
+from jobs.engine.shared_paths import check_shared_paths
+from jobs.inputs.traces import (
+    TraceJob,
+    TraceReport,
+    assemble_traces,
+    partitions_for,
+    trace_files,
+)
+
+R = TypeVar("R")
+
+
+def stage_traces(
+    config: JobConfig, store: Store, location: RunLocation, out: TextIO
+) -> tuple[JobConfig, dict[str, Any]]:
+    """(the config that reads the assembled items, the assembly's report)."""
+    folder = f"{location.staging}/traces"
+    done = store.join(folder, "DONE.json")
+    if store.exists(done):
+        report = TraceReport.from_dict(json.loads(store.read_bytes(done)))
+        out.write(f"{report.summary()} (assembled before: resuming)\n")
+        return items_config(config, report), report.to_dict()
+    if read_manifest(store, location) is not None:
+        raise RunFailed(
+            f"run {location.run_id} is already published at "
+            f"{store.url(store.join(location.manifest))}; choose another run.id"
+        )
+    files = trace_files(config.input.path, config.input.storage_options)
+    start_ray(config)
+    if cluster_address(config):
+        check_shared_paths(config, alive_nodes())
+    job = TraceJob(
+        output_url=config.output.path,
+        output_options=dict(config.output.storage_options),
+        folder=folder,
+        input_options=dict(config.input.storage_options),
+        carry=tuple(config.input.carry),
+        parts=partitions_for(files),
+        output_from=config.input.otlp.output,
+        row_group_rows=config.ray.shard_size,
+    )
+    report = assemble_traces(job, files, _ray_map(config))
+    store.write_bytes_atomic(done, json.dumps(report.to_dict(), indent=2).encode())
+    out.write(f"{report.summary()} ({report.seconds:.1f}s)\n")
+    return items_config(config, report), report.to_dict()
+
+
+def items_config(config: JobConfig, report: TraceReport) -> JobConfig:
+    """`config` reading the assembled items (`jobs.inputs.traces.items_schema`) instead."""
+    no_output = config.input.otlp.output == "none"
+    columns = ColumnsConfig(
+        query_id="query_id",
+        input="input",
+        output=None if no_output else "output",
+        context="context",
+        context_ids="context_ids",
+    )
+    source = config.input.model_copy(
+        update={
+            "path": report.items_path,
+            "format": "parquet",
+            "columns": columns,
+            "storage_options": dict(config.output.storage_options),
+            "context_extractor": None,
+        }
+    )
+    return config.model_copy(update={"input": source})
+
+
+def _ray_map(config: JobConfig) -> Callable[[Callable[..., R], Sequence[tuple[Any, ...]]], Any]:
+    """A `Mapper` running each call as a Ray task, yielding results as they finish."""
+    import ray
+
+    def run(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]]) -> Iterator[R]:
+        task = ray.remote(fn).options(
+            num_cpus=config.ray.num_cpus_per_task,
+            max_retries=config.ray.max_task_retries,
+            scheduling_strategy="SPREAD",
+        )
+        pending = [task.remote(*args) for args in calls]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+
+    return run

@@ -1,0 +1,191 @@
+"""Sampled runs (`sample:` in the config): which items are judged, and how many there were.
+
+    sample: {fraction: 0.1, by: [retriever], seed: 7}      # 10% of every retriever's items
+    sample: {per_segment: 400, by: [retriever], seed: 7}   # 400 items of every retriever
+
+Whether an item is judged depends only on the seed and its query id: u = the first 8 bytes of
+SHA-256("<seed>:<query_id>") as a number in [0, 1) (`unit_hash`). With `fraction` F an item is
+judged when u < F; with `per_segment` N, when u is among the N smallest of its stratum (all of
+a smaller stratum). The same queries are therefore sampled night after night (comparisons stay
+paired), a larger fraction keeps every query a smaller one chose, and repeats of a query id
+are judged or skipped together.
+
+The driver reads every row's query id and stratum once before judging (`plan_sample`):
+that counts each stratum's population (N_h, for the stratified estimator of
+`jobs.engine.publish.aggregate` and the summary's `population`) and, with `per_segment`, finds each
+stratum's threshold. The plan travels to the workers with the run's item reader
+(`jobs.inputs.records.ItemReader.sample`), and the worker skips the rows it does not keep where
+it reads them (`SamplePlan.keeps`), before judging; their item numbers stay those of the input,
+as the look-ahead's. Rows that are not kept are not in the published tables.
+
+Strata are the values of the `sample.by` columns as text (`stratum_text`: as the summary
+table writes a segment's value), so a stratum found in the input and the same values read
+back from the scores table name the same stratum.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import heapq
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.core.config import SampleConfig
+from jobs.core.schema import CarriedColumn
+from jobs.inputs.rows import ItemRecord, RowError
+from jobs.inputs.shard import Shard
+from scorer_core.errors import ConfigError
+
+Stratum = tuple[str | None, ...]
+"""A stratum: the text of each `sample.by` column's value (None for null)."""
+
+_SCALE = float(2**64)
+
+
+def unit_hash(seed: int, query_id: str) -> float:
+    """A number in [0, 1) that depends only on `seed` and `query_id`."""
+    digest = hashlib.sha256(f"{seed}:{query_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / _SCALE
+
+
+def stratum_text(value: Any) -> str | None:
+    """A value as the summary table writes a segment's value: booleans `true`/`false`, dates
+    ISO, numbers and text as they print; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Which items a sampled run judges, and each stratum's population."""
+
+    config: SampleConfig
+    population: Mapping[Stratum, int]
+    # per_segment: the largest unit_hash kept in each stratum (absent: the whole stratum)
+    thresholds: Mapping[Stratum, float] = field(default_factory=dict)
+    # the population of every value of every summary.by column: (column, text) -> items
+    segments: Mapping[tuple[str, str | None], int] = field(default_factory=dict)
+
+    @property
+    def items(self) -> int:
+        return sum(self.population.values())
+
+    def describe(self) -> str:
+        """For people: "10% of 12,000 items in 4 strata (seed 7)"."""
+        size = self.config.fraction
+        amount = (
+            f"{size:.4g} of" if size is not None else f"{self.config.per_segment} per stratum of"
+        )
+        strata = len(self.population)
+        noun = "stratum" if strata == 1 else "strata"
+        return f"{amount} {self.items:,} items in {strata} {noun} (seed {self.config.seed})"
+
+    def keep(self, query_id: str, stratum: Stratum) -> bool:
+        """Whether the item `query_id` of `stratum` is judged."""
+        u = unit_hash(self.config.seed, query_id)
+        if self.config.fraction is not None:
+            return u < self.config.fraction
+        threshold = self.thresholds.get(stratum)
+        return threshold is None or u <= threshold
+
+    def stratum_of(self, carried: Mapping[str, Any]) -> Stratum:
+        return tuple(stratum_text(carried.get(name)) for name in self.config.by)
+
+    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
+        """Whether the row `record` is judged; `names`: the run's carried columns, in the order
+        of `record.carried`."""
+        return self.keep(_record_id(record), self.stratum_of(_carried_dict(record, names)))
+
+
+def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:
+    """`ConfigError` unless every `sample.by` column is carried, of text, integer, boolean or
+    date type (whose text is the same in Python and in the summary table)."""
+    types = {column.name: column.type for column in carried}
+    for name in sample.by:
+        found = types.get(name)
+        if found is None:
+            raise ConfigError(f"sample.by: {name!r} is not a carried column (input.carry)")
+        usable = (
+            pa.types.is_string(found)
+            or pa.types.is_large_string(found)
+            or pa.types.is_integer(found)
+            or pa.types.is_boolean(found)
+            or pa.types.is_date(found)
+        )
+        if not usable:
+            raise ConfigError(
+                f"sample.by: column {name!r} is {found}; a stratum needs text, integer, "
+                "boolean or date values"
+            )
+
+
+def _carried_dict(record: ItemRecord | RowError, names: Sequence[str]) -> dict[str, Any]:
+    values = record.carried or ()
+    return dict(zip(names, values, strict=False))
+
+
+def plan_from_rows(
+    sample: SampleConfig,
+    rows: Iterable[tuple[str, Mapping[str, Any]]],
+    segment_by: Sequence[str] = (),
+) -> SamplePlan:
+    """The plan from every input row's (query_id, carried values by column name)."""
+    population: dict[Stratum, int] = {}
+    segments: dict[tuple[str, str | None], int] = {}
+    # per stratum, the N smallest hashes as a max-heap (negated)
+    smallest: dict[Stratum, list[float]] = {}
+    for query_id, carried in rows:
+        stratum = tuple(stratum_text(carried.get(name)) for name in sample.by)
+        population[stratum] = population.get(stratum, 0) + 1
+        for column in segment_by:
+            key = (column, stratum_text(carried.get(column)))
+            segments[key] = segments.get(key, 0) + 1
+        if sample.per_segment is not None:
+            heap = smallest.setdefault(stratum, [])
+            u = unit_hash(sample.seed, query_id)
+            if len(heap) < sample.per_segment:
+                heapq.heappush(heap, -u)
+            elif u < -heap[0]:
+                heapq.heapreplace(heap, -u)
+    thresholds = {
+        stratum: -heap[0]
+        for stratum, heap in smallest.items()
+        if population[stratum] > len(heap)  # a smaller stratum is judged whole
+    }
+    return SamplePlan(sample, population, thresholds, segments)
+
+
+def plan_sample(
+    sample: SampleConfig,
+    shards: Sequence[Shard],
+    read: Callable[[Shard], Iterable[ItemRecord | RowError]],
+    carried: Sequence[CarriedColumn],
+    segment_by: Sequence[str] = (),
+) -> SamplePlan:
+    """The plan from every row of `shards`, read with `read` (the run's `ItemReader`), before
+    judging; `carried`: the run's carried columns, in their order."""
+    if not sample.enabled:
+        raise ValueError("plan_sample needs sample.fraction or sample.per_segment")
+    check_strata_columns(sample, carried)
+    names = [column.name for column in carried]
+
+    def rows() -> Iterable[tuple[str, Mapping[str, Any]]]:
+        for shard in shards:
+            for record in read(shard):
+                yield _record_id(record), _carried_dict(record, names)
+
+    return plan_from_rows(sample, rows(), segment_by)
+
+
+def _record_id(record: ItemRecord | RowError) -> str:
+    query_id = record.query_id
+    return query_id if query_id else f"{record.source}#{record.row}"

@@ -1,0 +1,66 @@
+"""Reading a shard for judging: its rows validated, repeats of a query id set aside.
+
+Pure of Ray and of the judge: `read_shard_records` reads through the run's `ItemReader` and
+numbers each row with its run-wide `item_seq` (`jobs.core.run_layout`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from jobs.core.run_layout import item_seq
+from jobs.core.schema import RunSchema, duplicate_error
+from jobs.inputs import ItemRecord, RowError, Shard
+from jobs.inputs.records import ItemReader
+
+
+@dataclass
+class ShardRead:
+    """A shard's rows after reading: the records to judge and the rows that are errors."""
+
+    records: list[tuple[int, ItemRecord]]
+    # (item_seq, the error, where the first occurrence is when the row repeats a query_id)
+    errors: list[tuple[int, RowError, str | None]]
+
+
+def _repeat(record: ItemRecord, first: str) -> RowError:
+    """The error row of a repeat of a query id whose first occurrence is at `first`."""
+    return RowError(
+        record.source,
+        record.row,
+        duplicate_error(record.query_id, first),
+        record.query_id,
+        record.carried,
+    )
+
+
+def read_shard_records(
+    reader: ItemReader,
+    shard: Shard,
+    number: int,
+    tables: RunSchema,
+    later: Mapping[int, str] | None = None,
+) -> ShardRead:
+    """Read and validate a shard's rows; repeats of a query_id within it become errors (not
+    worth a judge call: publishing keeps only the first occurrence, and finds repeats across
+    shards itself), and so do the rows in `later` (item_seq -> where the first occurrence is,
+    in another shard: jobs.engine.pairs.lookahead)."""
+    read = ShardRead([], [])
+    first_seen: dict[str, ItemRecord] = {}
+    later = later or {}
+    for index, record in enumerate(reader.read(shard, tables.carried)):
+        seq = item_seq(number, index)
+        if not reader.keeps(record, tables.names):
+            continue  # a sampled run (jobs.inputs.sampling): not chosen, not judged, not published
+        if isinstance(record, RowError):
+            read.errors.append((seq, record, None))
+        elif seq in later:
+            read.errors.append((seq, _repeat(record, later[seq]), later[seq]))
+        elif record.query_id in first_seen:
+            first = first_seen[record.query_id].where
+            read.errors.append((seq, _repeat(record, first), first))
+        else:
+            first_seen[record.query_id] = record
+            read.records.append((seq, record))
+    return read

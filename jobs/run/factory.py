@@ -1,0 +1,269 @@
+"""A job config turned into the objects that do the work: input spec, items, judge, limiter,
+cache location, and the API-key check.
+
+The Ray worker, `ctxprec estimate` and `ctxprec calibrate` get these from here and nowhere else,
+so one config means one judge, one reading path and one cache everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from jobs.core.config import JobConfig
+from jobs.core.endpoints import endpoint_identity, judge_endpoint
+from jobs.core.schema import CarriedColumn
+from jobs.core.storage import Store, open_store
+from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
+from jobs.engine import BudgetSettings, CanaryJudge, Gate, RunParts
+from jobs.engine import budget_settings as engine_budget_settings
+from jobs.inputs import InputSpec, ItemRecord, RowError, Shard
+from jobs.inputs.records import ItemReader
+from jobs.inputs.spec import input_spec_of
+from scorer_core.capabilities import JudgeCapabilities, capabilities_of
+from scorer_core.errors import ConfigError
+from scorer_core.judge_spec import JudgeSpec
+from scorer_core.judge_spec import build_judge as build_core_judge
+from scorer_core.protocols import Judge, Limiter
+from scorer_core.response_format import shared_negotiation
+from scorer_core.transports import resolve_transport
+
+
+def check_api_key(config: JobConfig) -> None:
+    """Fail before any judge call when the judge needs a key and its variable is not set."""
+    judge = config.judge
+    if not capabilities_of(judge.model).needs_api_key or not judge.api_key_env:
+        return
+    if judge.api_base and "api_key_env" not in judge.model_fields_set:
+        return  # a local server needs no key, unless a variable was named for it explicitly
+    if not os.environ.get(judge.api_key_env):
+        raise ConfigError(
+            f"judge.api_key_env: environment variable {judge.api_key_env} is not set "
+            f"(model {judge.model} needs an API key; set judge.api_key_env to the variable that "
+            "holds it, or judge.api_base for a local server)"
+        )
+
+
+def input_spec(config: JobConfig) -> InputSpec:
+    """Where the items are and which columns hold which field."""
+    return input_spec_of(config)
+
+
+def item_reader(config: JobConfig) -> ItemReader:
+    """How the job reads its items: the input, and the per-item limits (truncation)."""
+    return ItemReader.for_config(config)
+
+
+def shard_items(
+    config: JobConfig, shard: Shard, carried: Sequence[CarriedColumn] = ()
+) -> Iterator[ItemRecord | RowError]:
+    """A shard's rows as the job judges them: read, normalised, truncated, validated, with
+    the values of the `carried` columns (their types decided at start-up)."""
+    return item_reader(config).read(shard, carried)
+
+
+def build_judge(
+    config: JobConfig,
+    limiter: Limiter | None,
+    api_key: str | None = None,
+    *,
+    gate: contextlib.AbstractAsyncContextManager[None] | None = None,
+    max_in_flight: int | None = None,
+) -> Judge:
+    """The configured judge.
+
+    Requests in flight are bounded by `gate` (a worker's allowance of the run-wide budget: the
+    run's governor then owns the cold start too), else by `max_in_flight`, else by the
+    configured `rate_limit.max_concurrency` (64 under auto) in this one process.
+    """
+    judge_config = config.judge
+    if capabilities_of(judge_config.model).offline:
+        return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
+    limits = config.rate_limit
+    bound: int | contextlib.AbstractAsyncContextManager[None]
+    if gate is not None:
+        bound = gate
+    elif max_in_flight is not None:
+        bound = max_in_flight
+    else:
+        bound = single_process_concurrency(config)
+    transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
+    spec = JudgeSpec(
+        judge_config.model,
+        api_base=judge_config.api_base or None,
+        api_key=api_key or judge_config.api_key() or None,
+        transport=transport,
+        timeout=judge_config.timeout_s,
+        temperature=judge_config.temperature,
+        max_tokens=judge_config.max_tokens or None,
+        completion_budget=judge_config.max_tokens,
+        max_retries=judge_config.max_retries,
+        max_reasks=judge_config.max_reasks,
+        response_format=judge_config.response_format,
+        scale=config.scorer.scale,
+        # The run's budget bounds requests in flight; the pool must not bound them lower.
+        max_connections=max(
+            limits.concurrency_ceiling,
+            limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0,
+        )
+        if transport == "http"
+        else None,
+    )
+    return build_core_judge(
+        spec,
+        limiter=limiter,
+        max_in_flight=bound,
+        first_alone=gate is None,
+        token_counter=prompt_token_counter(judge_config.model)
+        if limits.tokens_per_minute
+        else None,
+        # One negotiation per endpoint per process: the shards a Ray worker process runs one
+        # after another probe the endpoint once, not once each.
+        negotiation=shared_negotiation(judge_endpoint(config), judge_config.response_format),
+    )
+
+
+def workers_import_litellm(config: JobConfig) -> bool:
+    """Whether each worker imports litellm before its first request (seconds of start-up):
+    it counts prompt tokens for a tokens-per-minute limit, or it is the judge's transport.
+    The offline lexical judge imports neither."""
+    judge_config = config.judge
+    if capabilities_of(judge_config.model).offline:
+        return False
+    transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
+    return bool(config.rate_limit.tokens_per_minute) or transport == "litellm"
+
+
+def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int]:
+    """Counts a request's prompt tokens the provider's way (litellm's tokenizer for `model`),
+    for a tokens-per-minute limit. Imports litellm on first use."""
+    from scorer_core.litellm_client import import_litellm
+
+    litellm = import_litellm()
+
+    def count(messages: Sequence[dict[str, str]]) -> int:
+        return int(litellm.token_counter(model=model, messages=list(messages)))
+
+    return count
+
+
+def single_process_concurrency(config: JobConfig) -> int:
+    """Requests in flight for a judge working alone in one process: the configured number, or
+    under auto (no run-wide governor to measure latency) the budget's default."""
+    settings = budget_settings(config)
+    return settings.explicit or settings.unlimited
+
+
+def budget_settings(config: JobConfig) -> BudgetSettings:
+    """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
+    return engine_budget_settings(config.rate_limit)
+
+
+def local_limiter(config: JobConfig) -> Limiter | None:
+    """The run's rate limit inside this one process (None when no limit is set)."""
+    limits = config.rate_limit
+    if not (limits.requests_per_minute or limits.tokens_per_minute):
+        return None
+    from jobs.engine import LocalLimiter, PacingState
+
+    return LocalLimiter(
+        PacingState(
+            requests_per_minute=limits.requests_per_minute,
+            tokens_per_minute=limits.tokens_per_minute,
+            headroom=limits.headroom,
+        )
+    )
+
+
+def find_duplicates_first(config: JobConfig) -> bool:
+    """Whether the run looks for duplicate query ids across shards before judging
+    (`input.find_duplicates_first`)."""
+    wanted = config.input.find_duplicates_first
+    return not capabilities(config).offline if wanted == "auto" else bool(wanted)
+
+
+def use_cache(config: JobConfig) -> bool:
+    """Whether the run reads and writes the verdict cache (never for the offline judge)."""
+    return config.cache.enabled and not capabilities(config).offline
+
+
+def cache_fingerprint(config: JobConfig) -> str:
+    """The cache namespace of this config's judge: verdicts are shared only within it (the
+    same model string at another endpoint is another judge)."""
+    return judge_fingerprint(
+        config.judge.model, dict(config.judge.lexical), endpoint=endpoint_identity(config)
+    )
+
+
+def cache_url(config: JobConfig) -> tuple[str, str]:
+    """(store URL, folder under it) of the verdict cache: `cache.path`, else
+    `<output.path>/_cache`."""
+    if config.cache.path:
+        return config.cache.path, ""
+    return config.output.path, "_cache"
+
+
+def cache_spec(config: JobConfig) -> CacheSpec | None:
+    """Where the run's verdict cache is, or None when the run uses none."""
+    if not use_cache(config):
+        return None
+    url, folder = cache_url(config)
+    return CacheSpec(
+        fingerprint=cache_fingerprint(config),
+        folder=folder,
+        url=url if config.cache.path else None,
+        storage_options=dict(config.output.storage_options),
+        max_age_days=config.cache.max_age_days,
+        journal_interval_s=config.cache.journal_interval_s,
+    )
+
+
+def capabilities(config: JobConfig) -> JudgeCapabilities:
+    """What the configured judge can do."""
+    return capabilities_of(config.judge.model)
+
+
+@dataclass(frozen=True)
+class ConfiguredJudges:
+    """Builds the configured judge in each worker (`jobs.engine.parts.JudgeMaker`)."""
+
+    config: JobConfig
+
+    def build(self, limiter: Limiter | None, api_key: str | None, gate: Gate | None) -> Judge:
+        return build_judge(self.config, limiter, api_key, gate=gate)
+
+    def local_limiter(self) -> Limiter | None:
+        return local_limiter(self.config)
+
+
+def canary_check(config: JobConfig) -> CanaryJudge | None:
+    """The run's judge canary (`jobs.run.canary`), None without `canary.labels`."""
+    from jobs.run.canary import CanaryCheck  # it builds its judge with this module's functions
+
+    return CanaryCheck(config) if config.canary.labels is not None else None
+
+
+def run_parts(config: JobConfig) -> RunParts:
+    """What the engine runs for `config`: its input, judge and cache. Checks the API key
+    first: a run whose judge needs a key that is not set fails before anything starts."""
+    check_api_key(config)
+    return RunParts(
+        # traces are assembled into items by the run before they are read
+        # (jobs.engine.trace_staging)
+        reader=None if config.input.format == "otlp" else item_reader(config),
+        judges=ConfiguredJudges(config),
+        capabilities=capabilities(config),
+        cache=cache_spec(config),
+        find_duplicates_first=find_duplicates_first(config),
+        canary=canary_check(config),
+    )
+
+
+def cache_root(config: JobConfig, output_store: Store) -> tuple[Store, str]:
+    """The store holding the verdict cache and the cache folder relative to its root."""
+    url, folder = cache_url(config)
+    if config.cache.path:
+        return open_store(url, config.output.storage_options), folder
+    return output_store, folder

@@ -1,0 +1,931 @@
+"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B, and
+whether the move is real.
+
+    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --min-effect 0.01 [--json]
+
+Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
+query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
+unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b, then one column
+per segment column (its value in B, else in A). Prints the summary shift, the items per score
+band of both runs, the change per segment with its 95% interval and p-value, the queries that
+regressed most, the relevance rate by position of both runs, and the gate's verdict.
+
+Segments: by default the columns run B's summary is segmented by (`summary.by`), where run A
+has them too; `--by COLUMN` (repeatable) picks any carried columns of both runs instead. A query
+is in the segment of its value in run B.
+
+Significance (`jobs.core.stats`): when the runs share enough queries (`PAIRED_SHARE`), paired by
+query: over the queries scored "ok" in both runs, the mean of the per-query differences B - A,
+its 95% t interval and the two-sided p-value of a one-sample t test, overall and per segment.
+Otherwise unpaired (Welch's test over each run's ok queries), and the output says so. The
+p-values of the run and of every segment with at least `--min-segment-size` queries are
+adjusted together with Holm's method (the family-wise error stays at 5%); smaller segments are
+shown, not gated (a segment of three queries moves by chance).
+
+Exit code 1 when the run's or a gated segment's mean dropped significantly (Holm-adjusted p
+below 0.05) AND by at least `--min-effect` (default 0.01; `--max-mean-drop` is its older
+name), when the judge canary's kappa fell by more than `--max-canary-drop` (default 0.1: the
+judge changed, whatever the scores did), or when no query is scored in both; else 0: a nightly
+pipeline can alert on it. `--json` prints one object: gate, overall, segments, canary
+(`Gate.to_json`). Errors exit as with every `ctxprec` command (2 for an unknown run id or
+segment column, 1 for a storage failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+import polars as pl
+
+from jobs.core import formatting as fmt
+from jobs.core.stats import LEVEL, Moments, holm, paired_test, welch_test
+from jobs.core.text_safety import terminal_safe
+from jobs.engine import band_range, relevance_by_position
+from jobs.tools.published_runs import (
+    PublishedRun,
+    load_run,
+    open_output,
+    parse_storage_options,
+    write_parquet_file,
+)
+from scorer_core.errors import ConfigError
+
+# The defaults of `ctxprec compare`'s options (jobs.cli shows the same in --help without
+# importing this module; tests/unit/test_compare.py checks they agree).
+DEFAULT_MIN_EFFECT = 0.01
+DEFAULT_MAX_CANARY_DROP = 0.1
+DEFAULT_MIN_SEGMENT_SIZE = 30
+DEFAULT_TOP = 10
+
+# Means are averages of 2-decimal scores; a difference below this is float noise.
+_EPSILON = 1e-9
+_STATUSES = ("ok", "unscored", "error")
+_KEYS = ("score", "status", "relevant_count")
+
+TABLE_COLUMNS = (
+    "query_id",
+    "presence",
+    "score_a",
+    "score_b",
+    "delta",
+    "status_a",
+    "status_b",
+    "relevant_count_a",
+    "relevant_count_b",
+)
+
+
+@dataclass(frozen=True)
+class ScoreStats:
+    """count, mean, median, p10 and p90 of a score column (None when there is nothing)."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    p10: float | None
+    p90: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {
+            "count": float(self.count),
+            "mean": self.mean,
+            "median": self.median,
+            "p10": self.p10,
+            "p90": self.p90,
+        }
+
+
+@dataclass(frozen=True)
+class SegmentShift:
+    """How one segment's scores moved (or the whole run's, `by` ""), with its test.
+
+    Paired (`method` "paired"): over its queries scored ok in both runs, the mean of the
+    per-query differences B - A, its 95% interval and p-value (`jobs.core.stats.paired_test`).
+    Unpaired: over all its queries scored ok in each run (`jobs.core.stats.welch_test`).
+    `p_adjusted` is Holm's across the gated tests (None for a segment not gated);
+    `significant`: p_adjusted below 0.05; `gated`: big enough to fail the gate; `failed`: it
+    did (a significant drop of at least the minimum effect)."""
+
+    by: str  # the segment column ("" for the whole run)
+    value: str | None  # its value in run B, as text (None: null)
+    paired: int  # the queries the test used (pairs; unpaired: the smaller run's count)
+    mean_a: float | None
+    mean_b: float | None
+    regressed: int
+    method: str = "paired"
+    diff: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    significant: bool = False
+    gated: bool = False
+    failed: bool = False
+
+    @property
+    def shift(self) -> float | None:
+        return self.diff if self.diff is not None else _diff(self.mean_a, self.mean_b)
+
+    @property
+    def queries(self) -> int:
+        return self.paired
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `ctxprec compare --json` prints for it."""
+        return {
+            "by": self.by or None,
+            "segment": self.value,
+            "queries": self.paired,
+            "mean_a": self.mean_a,
+            "mean_b": self.mean_b,
+            "diff": self.diff,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
+            "significant": self.significant,
+            "gated": self.gated,
+        }
+
+    @property
+    def label(self) -> str:
+        return f"{self.by}={'(null)' if self.value is None else self.value}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything `ctxprec compare` (and the report's baseline section) shows."""
+
+    run_a: str
+    run_b: str
+    table: pl.DataFrame  # TABLE_COLUMNS + segment columns, one row per query_id, by query_id
+    positions: pl.DataFrame  # position, judged_a, rate_a, judged_b, rate_b, delta
+    status_a: dict[str, int]
+    status_b: dict[str, int]
+    presence: dict[str, int]
+    stats_a: ScoreStats  # over the queries scored ok in both runs
+    stats_b: ScoreStats
+    stats_delta: ScoreStats  # of the per-query deltas
+    improved: int
+    unchanged: int
+    regressed: int
+    lost: int  # ok in A, present in B but not ok there
+    # Items per score band (name, count) from each run's published summary: all items scored
+    # ok in that run, not only the paired ones.
+    bands_a: tuple[tuple[str, int], ...] = ()
+    bands_b: tuple[tuple[str, int], ...] = ()
+    segments: tuple[SegmentShift, ...] = ()  # per segment column, values sorted, null last
+    segment_columns: tuple[str, ...] = ()
+    unsegmented: tuple[str, ...] = ()  # B's summary columns that run A's scores lack
+    overall: SegmentShift | None = None  # the whole run's shift and test
+    method: str = "paired"  # or "unpaired" when the runs share too few queries
+    canary_a: dict[str, float | None] = field(default_factory=dict)  # each run's canary metrics
+    canary_b: dict[str, float | None] = field(default_factory=dict)
+
+    def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
+        return tuple(segment for segment in self.segments if segment.by == by)
+
+    @property
+    def paired(self) -> int:
+        return self.stats_delta.count
+
+    @property
+    def mean_shift(self) -> float | None:
+        if self.stats_a.mean is None or self.stats_b.mean is None:
+            return None
+        return self.stats_b.mean - self.stats_a.mean
+
+    def regressions(self, top: int) -> pl.DataFrame:
+        """The `top` queries whose score fell the most (most negative delta first)."""
+        return self.table.filter(pl.col("delta") < -_EPSILON).sort(["delta", "query_id"]).head(top)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The gate's verdict: `overall` and `segments` with their Holm-adjusted tests, the
+    segments that failed, and the canary's change (None when neither run has a canary).
+    `to_json` is what `ctxprec compare --json` prints."""
+
+    passed: bool
+    message: str
+    failed_segments: tuple[SegmentShift, ...] = ()
+    overall: SegmentShift | None = None
+    segments: tuple[SegmentShift, ...] = ()
+    canary: dict[str, Any] | None = None
+
+    @property
+    def judge_changed(self) -> bool:
+        return bool(self.canary and self.canary["failed"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `ctxprec compare --json` prints."""
+        return {
+            "gate": "pass" if self.passed else "fail",
+            # "paired" by query, or "unpaired" when the runs share too few queries
+            "method": self.overall.method if self.overall else None,
+            "overall": self.overall.to_json() if self.overall else None,
+            "segments": [segment.to_json() for segment in self.segments],
+            "canary": self.canary,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# computation
+
+
+def _one_row_per_query(scores: pl.LazyFrame, extra: Sequence[str] = ()) -> pl.LazyFrame:
+    """The scored row of each query_id: later duplicates (status error, "duplicate query_id")
+    are dropped so a join cannot multiply rows."""
+    is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
+    return (
+        scores.filter(~is_duplicate)
+        .select("query_id", *_KEYS, *extra)
+        .unique(subset="query_id", keep="first", maintain_order=True)
+    )
+
+
+def comparison_table(
+    scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
+) -> pl.LazyFrame:
+    """Per query_id: both runs' scores, statuses and relevant counts, delta and presence, and
+    the value of each `segment_by` column (B's, else A's; as text when the runs' types differ)."""
+    schema_a = scores_a.collect_schema()
+    schema_b = scores_b.collect_schema()
+    same_type = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
+
+    def side(scores: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
+        return _one_row_per_query(scores, segment_by).select(
+            "query_id",
+            *(pl.col(k).alias(f"{k}_{suffix}") for k in _KEYS),
+            *(
+                (pl.col(c) if same_type[c] else pl.col(c).cast(pl.String)).alias(f"{c}_{suffix}")
+                for c in segment_by
+            ),
+            pl.lit(True).alias(f"_in_{suffix}"),
+        )
+
+    a = side(scores_a, "a")
+    b = side(scores_b, "b")
+    in_a = pl.col("_in_a").fill_null(False)
+    in_b = pl.col("_in_b").fill_null(False)
+    presence = (
+        pl.when(in_a & in_b)
+        .then(pl.lit("both"))
+        .when(in_a)
+        .then(pl.lit("only_a"))
+        .otherwise(pl.lit("only_b"))
+    )
+    return (
+        a.join(b, on="query_id", how="full", coalesce=True)
+        .with_columns(
+            presence.alias("presence"),
+            (pl.col("score_b") - pl.col("score_a")).round(6).alias("delta"),
+            *(pl.coalesce(f"{c}_b", f"{c}_a").alias(c) for c in segment_by),
+        )
+        .select(*TABLE_COLUMNS, *segment_by)
+        .sort("query_id")
+    )
+
+
+def score_stats(scores: pl.Series) -> ScoreStats:
+    """Statistics of the non-null values of `scores` (percentiles interpolate linearly)."""
+    values = scores.drop_nulls().cast(pl.Float64)
+    if values.is_empty():
+        return ScoreStats(0, None, None, None, None)
+
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return ScoreStats(
+        count=values.len(),
+        mean=number(values.mean()),
+        median=number(values.median()),
+        p10=number(values.quantile(0.1, interpolation="linear")),
+        p90=number(values.quantile(0.9, interpolation="linear")),
+    )
+
+
+def status_counts(table: pl.DataFrame, column: str) -> dict[str, int]:
+    """Rows per status value in `column` (ok, unscored, error first; nulls not counted)."""
+    counts = {status: 0 for status in _STATUSES}
+    for status, count in table.get_column(column).drop_nulls().value_counts().iter_rows():
+        counts[str(status)] = int(count)
+    return counts
+
+
+def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.LazyFrame:
+    """Relevance rate by position in both runs: position, judged_a, rate_a, judged_b, rate_b,
+    delta (rate_b - rate_a; null where a run has no judged context at that position)."""
+
+    def side(verdicts: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
+        return relevance_by_position(verdicts).select(
+            "position",
+            pl.col("judged").alias(f"judged_{suffix}"),
+            pl.col("rate").alias(f"rate_{suffix}"),
+        )
+
+    return (
+        side(verdicts_a, "a")
+        .join(side(verdicts_b, "b"), on="position", how="full", coalesce=True)
+        .with_columns((pl.col("rate_b") - pl.col("rate_a")).alias("delta"))
+        .sort("position")
+    )
+
+
+def segment_columns(
+    run_a: PublishedRun, run_b: PublishedRun, asked: Sequence[str] | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(columns to compare segments by, B's summary columns skipped because A lacks them).
+
+    `asked` (--by): those columns, each of which both runs' scores must have (`ConfigError`
+    naming the run that lacks it); None: the columns B's summary is segmented by.
+    """
+    columns_a = set(run_a.scores().collect_schema().names())
+    columns_b = set(run_b.scores().collect_schema().names())
+    if asked:
+        for column in asked:
+            if column in TABLE_COLUMNS:
+                raise ConfigError(
+                    f"--by {column}: a column of the comparison table itself; segment by a "
+                    "carried column (input.carry)"
+                )
+            for run, columns in ((run_a, columns_a), (run_b, columns_b)):
+                if column not in columns:
+                    raise ConfigError(
+                        f"--by {column}: run {run.run_id}'s scores have no column {column!r} "
+                        "(segment by a column both runs carry, input.carry)"
+                    )
+        return tuple(dict.fromkeys(asked)), ()
+    default = run_b.summary.segment_columns
+    usable = tuple(
+        c for c in default if c in columns_a and c in columns_b and c not in TABLE_COLUMNS
+    )
+    return usable, tuple(c for c in default if c not in usable)
+
+
+PAIRED_SHARE = 0.5
+"""The runs are compared paired by query when the queries scored ok in both are at least this
+share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
+
+
+def _moments(
+    frame: pl.DataFrame, keys: Sequence[str], column: str
+) -> dict[tuple[Any, ...], Moments]:
+    """Per value of `keys`: the Moments of `column`'s non-null values."""
+    values = frame.filter(pl.col(column).is_not_null())
+    aggs = [
+        pl.len().alias("n"),
+        pl.col(column).cast(pl.Float64).sum().alias("total"),
+        (pl.col(column).cast(pl.Float64) ** 2).sum().alias("total_sq"),
+    ]
+    rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
+    out: dict[tuple[Any, ...], Moments] = {}
+    for row in rows.iter_rows(named=True):
+        key = tuple(row[k] for k in keys)
+        out[key] = Moments(int(row["n"]), float(row["total"] or 0.0), float(row["total_sq"] or 0.0))
+    return out
+
+
+def choose_method(table: pl.DataFrame) -> str:
+    """How to compare: paired when the runs share enough queries scored ok in both
+    (`PAIRED_SHARE`), else unpaired."""
+    ok_a = table.filter(pl.col("status_a") == "ok").height
+    ok_b = table.filter(pl.col("status_b") == "ok").height
+    both = table.filter(_both_ok()).height
+    return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
+
+
+def _both_ok() -> pl.Expr:
+    return (
+        (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok") & pl.col("delta").is_not_null()
+    )
+
+
+def _shift(
+    by: str, value: str | None, method: str, moments: dict[str, Moments], regressed: int
+) -> SegmentShift:
+    """One segment's (or the run's) shift and test from its Moments: "a", "b" (scores) and "d"
+    (paired differences)."""
+    a, b, d = moments.get("a", Moments()), moments.get("b", Moments()), moments.get("d", Moments())
+    test = paired_test(d) if method == "paired" else welch_test(a, b)
+    queries = d.n if method == "paired" else min(a.n, b.n)
+    diff = test.diff if test else (d.mean if method == "paired" else _diff(a.mean, b.mean))
+    return SegmentShift(
+        by=by,
+        value=value,
+        paired=queries,
+        mean_a=a.mean,
+        mean_b=b.mean,
+        regressed=regressed,
+        method=method,
+        diff=diff,
+        ci_low=test.low if test else None,
+        ci_high=test.high if test else None,
+        p_value=test.p_value if test else None,
+    )
+
+
+def _side_moments(
+    table: pl.DataFrame, method: str, keys: Sequence[str]
+) -> dict[tuple[Any, ...], dict[str, Moments]]:
+    """Per value of `keys`: the Moments of "a" and "b" scores (both ok, paired; each run's ok
+    queries, unpaired) and of the paired differences "d"."""
+    paired = table.filter(_both_ok())
+    if method == "paired":
+        sides = {"a": (paired, "score_a"), "b": (paired, "score_b"), "d": (paired, "delta")}
+    else:
+        sides = {
+            "a": (table.filter(pl.col("status_a") == "ok"), "score_a"),
+            "b": (table.filter(pl.col("status_b") == "ok"), "score_b"),
+            "d": (paired, "delta"),
+        }
+    out: dict[tuple[Any, ...], dict[str, Moments]] = {}
+    for name, (frame, column) in sides.items():
+        for key, moments in _moments(frame, keys, column).items():
+            out.setdefault(key, {})[name] = moments
+    return out
+
+
+def overall_shift(table: pl.DataFrame, method: str, regressed: int) -> SegmentShift:
+    """The whole run's shift and test."""
+    return _shift("", None, method, _side_moments(table, method, []).get((), {}), regressed)
+
+
+def segment_shifts(
+    table: pl.DataFrame, segment_by: Sequence[str], method: str = "paired"
+) -> tuple[SegmentShift, ...]:
+    """Per value of each column (as text, sorted, null last): the shift and its test (paired:
+    over its queries scored ok in both runs). Segments with no such query are left out."""
+    paired = table.filter(_both_ok())
+    shifts: list[SegmentShift] = []
+    for column in segment_by:
+        keyed = table.with_columns(pl.col(column).cast(pl.String).alias("segment"))
+        moments = _side_moments(keyed, method, ["segment"])
+        regressed = dict(
+            paired.group_by(pl.col(column).cast(pl.String).alias("segment"))
+            .agg((pl.col("delta") < -_EPSILON).sum().alias("regressed"))
+            .iter_rows()
+        )
+        values = sorted(
+            (key[0] for key, m in moments.items() if m.get("d", Moments()).n or method != "paired"),
+            key=lambda v: (v is None, v or ""),
+        )
+        shifts.extend(
+            _shift(column, value, method, moments[(value,)], int(regressed.get(value) or 0))
+            for value in values
+        )
+    return tuple(shifts)
+
+
+def compare_runs(
+    run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] | None = None
+) -> Comparison:
+    """Compare two published runs (A is the baseline, B the candidate), overall and per
+    segment (`segment_columns` says which)."""
+    columns, unsegmented = segment_columns(run_a, run_b, segment_by)
+    table, positions = pl.collect_all(
+        [
+            comparison_table(run_a.scores(), run_b.scores(), columns),
+            position_change(run_a.verdicts(), run_b.verdicts()),
+        ]
+    )
+    both_ok = (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok")
+    paired = table.filter(both_ok & pl.col("delta").is_not_null())
+    deltas = paired.get_column("delta")
+    method = choose_method(table)
+    lost = table.filter(
+        (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
+    ).height
+    presence = {
+        name: table.filter(pl.col("presence") == name).height
+        for name in ("both", "only_a", "only_b")
+    }
+    return Comparison(
+        run_a=run_a.run_id,
+        run_b=run_b.run_id,
+        table=table,
+        positions=positions,
+        status_a=status_counts(table, "status_a"),
+        status_b=status_counts(table, "status_b"),
+        presence=presence,
+        stats_a=score_stats(paired.get_column("score_a")),
+        stats_b=score_stats(paired.get_column("score_b")),
+        stats_delta=score_stats(deltas),
+        improved=int((deltas > _EPSILON).sum()),
+        unchanged=int((deltas.abs() <= _EPSILON).sum()),
+        regressed=int((deltas < -_EPSILON).sum()),
+        lost=lost,
+        bands_a=run_a.summary.bands,
+        bands_b=run_b.summary.bands,
+        segments=segment_shifts(table, columns, method),
+        segment_columns=columns,
+        overall=overall_shift(table, method, int((deltas < -_EPSILON).sum())),
+        method=method,
+        canary_a=dict(run_a.summary.canary),
+        canary_b=dict(run_b.summary.canary),
+        unsegmented=unsegmented,
+    )
+
+
+def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
+    significant = p_adjusted < 1.0 - LEVEL
+    drop = shift.diff is not None and shift.diff <= -min_effect + _EPSILON
+    return replace(
+        shift,
+        p_adjusted=p_adjusted,
+        significant=significant,
+        gated=True,
+        failed=significant and drop,
+    )
+
+
+def adjust(
+    overall: SegmentShift,
+    segments: Sequence[SegmentShift],
+    min_effect: float,
+    min_segment_size: int,
+) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
+    """The run's and the segments' tests with Holm's adjustment across the gated ones: the run,
+    and every segment with at least `min_segment_size` queries and a p-value."""
+    gated = [
+        i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
+    ]
+    family = [overall.p_value if overall.p_value is not None else 1.0] + [
+        float(segments[i].p_value or 0.0) for i in gated
+    ]
+    adjusted = holm(family)
+    out = list(segments)
+    for rank, index in enumerate(gated, start=1):
+        out[index] = _tested(segments[index], adjusted[rank], min_effect)
+    return _tested(overall, adjusted[0], min_effect), tuple(out)
+
+
+def canary_change(
+    a: dict[str, float | None], b: dict[str, float | None], max_drop: float
+) -> dict[str, Any] | None:
+    """Both runs' canary metrics and kappa's change; `failed` when it fell more than
+    `max_drop`. None when neither run judged a canary."""
+    if not a and not b:
+        return None
+    kappa_a, kappa_b = a.get("canary_kappa"), b.get("canary_kappa")
+    change = None if kappa_a is None or kappa_b is None else kappa_b - kappa_a
+    out: dict[str, Any] = {
+        f"{name}_{side}": metrics.get(f"canary_{name}")
+        for name in ("items", "kappa", "precision", "recall")
+        for side, metrics in (("a", a), ("b", b))
+    }
+    out.update(kappa_change=change, max_drop=max_drop)
+    out["failed"] = change is not None and change < -max_drop - _EPSILON
+    return out
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}" if value >= 1e-4 else "<1e-4"
+
+
+def _ci(shift: SegmentShift) -> str:
+    if shift.ci_low is None or shift.ci_high is None:
+        return "-"
+    return f"[{shift.ci_low:+.4f}, {shift.ci_high:+.4f}]"
+
+
+def _why(shift: SegmentShift, min_effect: float) -> str:
+    if shift.diff == 0 and shift.ci_low == 0 and shift.ci_high == 0:
+        return "no change"
+    if shift.failed:
+        return f"a significant drop of at least --min-effect {min_effect:.4f}"
+    if not shift.significant:
+        return "not significant"
+    if shift.diff is not None and shift.diff < 0:
+        return f"significant, smaller than --min-effect {min_effect:.4f}"
+    return "significant rise" if shift.diff else "no change"
+
+
+def _overall_line(overall: SegmentShift, failed: bool, min_effect: float) -> str:
+    o = overall
+    stats = (
+        f"(from {o.mean_a:.4f} to {o.mean_b:.4f}; 95% CI {_ci(o)}, p {_p(o.p_adjusted)} after "
+        f"Holm, {o.method} over {o.paired:,} queries)"
+    )
+    if o.failed:
+        return f"FAIL: mean fell by {-(o.diff or 0.0):.4f} {stats}: {_why(o, min_effect)}"
+    verdict = "FAIL" if failed else "OK"
+    return f"{verdict}: mean shift {(o.diff or 0.0):+.4f} {stats}: {_why(o, min_effect)}"
+
+
+def _canary_line(canary: dict[str, Any]) -> str:
+    a, b = canary["kappa_a"], canary["kappa_b"]
+    if a is None or b is None:
+        which = (
+            "run A" if b is None and a is not None else "run B" if a is None and b else "neither"
+        )
+        return f"canary: kappa only in {which}; the judge is not compared"
+    items = int(canary["items_b"] or 0)
+    if canary["failed"]:
+        return (
+            f"FAIL: the judge changed: canary kappa fell by {a - b:.3f} (from {a:.3f} to "
+            f"{b:.3f}, {items:,} labelled items), more than --max-canary-drop "
+            f"{canary['max_drop']:.3f}; score shifts between these runs may be the judge's, "
+            "not retrieval's"
+        )
+    return (
+        f"canary: kappa {a:.3f} -> {b:.3f} ({b - a:+.3f}, {items:,} labelled items): judge steady"
+    )
+
+
+def gate(
+    comparison: Comparison,
+    min_effect: float,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+    max_canary_drop: float = DEFAULT_MAX_CANARY_DROP,
+) -> Gate:
+    """Fail on a drop, overall or in a segment with at least `min_segment_size` queries, that
+    is significant after Holm's correction across them and at least `min_effect`; or when the
+    canary's kappa fell more than `max_canary_drop` (the judge changed)."""
+    canary = canary_change(comparison.canary_a, comparison.canary_b, max_canary_drop)
+    return decide(
+        comparison.overall,
+        comparison.segments,
+        comparison.method,
+        min_effect,
+        min_segment_size,
+        canary,
+    )
+
+
+def decide(
+    overall: SegmentShift | None,
+    segments: Sequence[SegmentShift],
+    method: str,
+    min_effect: float,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+    canary: dict[str, Any] | None = None,
+) -> Gate:
+    """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
+    if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
+        return Gate(
+            False,
+            "FAIL: no query is scored ok in both runs; nothing to compare",
+            segments=tuple(segments),
+            canary=canary,
+        )
+    overall, tested = adjust(overall, segments, min_effect, min_segment_size)
+    failed = tuple(s for s in tested if s.failed)
+    judge_changed = bool(canary and canary["failed"])
+    passed = not overall.failed and not failed and not judge_changed
+    lines = [_overall_line(overall, not passed, min_effect)]
+    if method == "unpaired":
+        lines.append(
+            f"compared UNPAIRED (Welch): the runs share too few queries scored ok in both "
+            f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
+        )
+    lines += [
+        f"FAIL: segment {terminal_safe(s.label)}: mean fell by {-(s.diff or 0.0):.4f} "
+        f"(from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} queries; "
+        f"95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
+        for s in failed
+    ]
+    small = sum(1 for s in tested if not s.gated)
+    if small:
+        lines.append(
+            f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
+            "not gated (--min-segment-size)"
+        )
+    if canary is not None:
+        lines.append(_canary_line(canary))
+    return Gate(passed, "\n".join(lines), failed, overall, tested, canary)
+
+
+# --------------------------------------------------------------------------------------------
+# text output
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def format_shift(comparison: Comparison) -> str:
+    """Status counts and score statistics of A and B, with B - A."""
+    c = comparison
+    width = 12
+    head = f"{'':<24}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}"
+    lines = [f"A = {c.run_a}   B = {c.run_b}", head]
+    items_a, items_b = sum(c.status_a.values()), sum(c.status_b.values())
+    lines.append(
+        f"{'items':<24}{items_a:>{width},}{items_b:>{width},}{items_b - items_a:>+{width},}"
+    )
+    for status in _STATUSES:
+        a, b = c.status_a.get(status, 0), c.status_b.get(status, 0)
+        label = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}[status]
+        lines.append(f"{label:<24}{a:>{width},}{b:>{width},}{b - a:>+{width},}")
+    lines.append(f"scores over the {c.paired:,} queries scored ok in both runs:")
+    for name in ("count", "mean", "median", "p10", "p90"):
+        a_value = c.stats_a.as_dict()[name]
+        b_value = c.stats_b.as_dict()[name]
+        digits = 0 if name == "count" else 3
+        lines.append(
+            f"  {name:<22}{fmt.number(a_value, digits):>{width}}"
+            f"{fmt.number(b_value, digits):>{width}}"
+            f"{fmt.number(_diff(a_value, b_value), digits, signed=True):>{width}}"
+        )
+    d = c.stats_delta
+    lines += [
+        f"per-query delta: median {fmt.number(d.median, 3, signed=True)}, "
+        f"p10 {fmt.number(d.p10, 3, signed=True)}, p90 {fmt.number(d.p90, 3, signed=True)}; "
+        f"improved {c.improved:,}, unchanged {c.unchanged:,}, "
+        f"regressed {c.regressed:,}",
+        f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
+        f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
+    ]
+    return "\n".join(lines)
+
+
+def format_bands(comparison: Comparison) -> str:
+    """Items per score band in A and B (each run's summary), with B - A."""
+    c = comparison
+    a, b = dict(c.bands_a), dict(c.bands_b)
+    names = list(dict.fromkeys([*a, *b]))
+    width = 12
+    lines = [
+        "score bands (score / scale; all items scored ok in each run):",
+        f"  {'band':<22}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}",
+    ]
+    for name in names:
+        count_a, count_b = a.get(name, 0), b.get(name, 0)
+        label = f"{name} ({band_range(name)})" if band_range(name) else name
+        lines.append(
+            f"  {label:<22}{count_a:>{width},}{count_b:>{width},}{count_b - count_a:>+{width},}"
+        )
+    return "\n".join(lines)
+
+
+def format_regressions(comparison: Comparison, top: int) -> str:
+    rows = comparison.regressions(top)
+    if rows.is_empty():
+        return "regressions: none"
+    longest = max((len(terminal_safe(q)) for q in rows.get_column("query_id").to_list()), default=8)
+    width = max(8, min(40, longest))
+    lines = [
+        f"top {rows.height} regressions (most negative delta first):",
+        f"  {'query_id':<{width}}{'score A':>9}{'score B':>9}{'delta':>9}{'rel A':>7}{'rel B':>7}",
+    ]
+    for row in rows.iter_rows(named=True):
+        query = terminal_safe(row["query_id"])  # no terminal escapes, no forged rows
+        query = query if len(query) <= width else query[: width - 1] + "…"
+        lines.append(
+            f"  {query:<{width}}{fmt.number(row['score_a'], 2):>9}"
+            f"{fmt.number(row['score_b'], 2):>9}"
+            f"{fmt.number(row['delta'], 2, signed=True):>9}"
+            f"{_count(row['relevant_count_a']):>7}{_count(row['relevant_count_b']):>7}"
+        )
+    return "\n".join(lines)
+
+
+def _count(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def format_positions(comparison: Comparison, limit: int = 20) -> str:
+    rows = comparison.positions
+    lines = [
+        "relevance rate by position:",
+        f"  {'position':<10}{'rate A':>9}{'rate B':>9}{'delta':>9}{'judged A':>10}{'judged B':>10}",
+    ]
+    for row in rows.head(limit).iter_rows(named=True):
+        lines.append(
+            f"  {row['position']:<10}{fmt.number(row['rate_a'], 3):>9}"
+            f"{fmt.number(row['rate_b'], 3):>9}"
+            f"{fmt.number(row['delta'], 3, signed=True):>9}"
+            f"{_count(row['judged_a']):>10}{_count(row['judged_b']):>10}"
+        )
+    if rows.height > limit:
+        lines.append(f"  ... {rows.height - limit} more positions (all are in the table)")
+    return "\n".join(lines)
+
+
+_MAX_SEGMENT_LINES = 40
+
+
+def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int) -> str:
+    """Per segment column: each value's queries, means, the change with its 95% interval and
+    Holm-adjusted p-value, and whether the gate failed it ("FAIL"), checked it ("ok") or left
+    it out for its size ("small")."""
+    tested = {(s.by, s.value): s for s in verdict.segments}
+    blocks = []
+    for column in comparison.segment_columns:
+        segments = [tested.get((s.by, s.value), s) for s in comparison.segments_by(column)]
+        width = max([len(column) + 3, *(len(terminal_safe(s.value)) + 2 for s in segments)])
+        width = min(max(width, 12), 32)
+        over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
+        lines = [
+            f"by {column} (a query's value in B; over the queries {over}):",
+            f"  {'value':<{width}}{'queries':>9}{'mean A':>9}{'mean B':>9}{'change':>9}"
+            f"{'95% CI':>20}{'p adj':>8}{'regressed':>11}{'gate':>7}",
+        ]
+        for s in segments[:_MAX_SEGMENT_LINES]:
+            name = "(null)" if s.value is None else terminal_safe(s.value)
+            name = name if len(name) <= width - 2 else name[: width - 3] + "…"
+            status = "FAIL" if s.failed else "ok" if s.gated else "small"
+            lines.append(
+                f"  {name:<{width}}{s.paired:>9,}{fmt.number(s.mean_a, 3):>9}"
+                f"{fmt.number(s.mean_b, 3):>9}{fmt.number(s.shift, 3, signed=True):>9}"
+                f"{_ci(s):>20}{_p(s.p_adjusted):>8}{s.regressed:>11,}{status:>7}"
+            )
+        hidden = len(segments) - _MAX_SEGMENT_LINES
+        if hidden > 0:
+            lines.append(f"  ... {hidden} more values (all are gated; see --json)")
+        blocks.append("\n".join(lines))
+    if comparison.unsegmented:
+        blocks.append(
+            "not compared by "
+            + ", ".join(comparison.unsegmented)
+            + f": run {comparison.run_a}'s scores do not have the column"
+        )
+    return "\n\n".join(blocks)
+
+
+def format_comparison(
+    comparison: Comparison,
+    *,
+    top: int,
+    verdict: Gate,
+    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
+) -> str:
+    segments = format_segments(comparison, verdict, min_segment_size)
+    return "\n\n".join(
+        [
+            format_shift(comparison),
+            format_bands(comparison),
+            *([segments] if segments else []),
+            format_regressions(comparison, top),
+            format_positions(comparison),
+            verdict.message,
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# command: `run` is what `ctxprec compare` calls (its options are defined in jobs.cli);
+# `main` is `python -m jobs.tools.comparison`
+
+
+def table_name(run_a: str, run_b: str) -> str:
+    return f"comparisons/{run_a}__vs__{run_b}.parquet"
+
+
+def min_effect_of(args: argparse.Namespace) -> float:
+    """--min-effect, or --max-mean-drop (its older name); the default when neither is given."""
+    given = {
+        name: value
+        for name, value in (
+            ("--min-effect", args.min_effect),
+            ("--max-mean-drop", args.max_mean_drop),
+        )
+        if value is not None
+    }
+    if len(set(given.values())) > 1:
+        raise ConfigError("--min-effect and --max-mean-drop are the same setting; give one")
+    for name, value in given.items():
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+    return next(iter(given.values()), DEFAULT_MIN_EFFECT)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec compare`: 1 when the mean dropped too far, else 0."""
+    out = out if out is not None else sys.stdout
+    min_effect = min_effect_of(args)
+    if args.max_canary_drop < 0:
+        raise ConfigError(f"--max-canary-drop must be >= 0, got {args.max_canary_drop}")
+    if args.top < 0:
+        raise ConfigError(f"--top must be >= 0, got {args.top}")
+    if args.min_segment_size < 1:
+        raise ConfigError(f"--min-segment-size must be >= 1, got {args.min_segment_size}")
+    store = open_output(args)
+    run_a = load_run(store, args.run_a)
+    run_b = load_run(store, args.run_b)
+    comparison = compare_runs(run_a, run_b, args.by)
+    written = write_parquet_file(
+        store,
+        args.out_table,
+        table_name(run_a.run_id, run_b.run_id),
+        comparison.table,
+        parse_storage_options(args.storage_option),
+    )
+    verdict = gate(comparison, min_effect, args.min_segment_size, args.max_canary_drop)
+    if args.json:
+        out.write(json.dumps(verdict.to_json()) + "\n")
+        return 0 if verdict.passed else 1
+    out.write(
+        format_comparison(
+            comparison, top=args.top, verdict=verdict, min_segment_size=args.min_segment_size
+        )
+        + "\n"
+    )
+    out.write(f"per-query table: {written}\n")
+    return 0 if verdict.passed else 1

@@ -1,0 +1,901 @@
+"""`ctxprec estimate`: what a run would cost before it runs (no judge calls, no Ray).
+
+Streams the input through the job's own reading path (`list_input_files` -> `check_schema` ->
+`plan_shards` -> `read_shard` -> `to_item` -> `preprocess`), one row at a time, and counts:
+
+- in a sampled run (`sample:`), only the rows its plan keeps (`jobs.inputs.sampling`: the input is
+  read once more first, for the strata's populations, as the driver does);
+- items (valid / invalid) and context pairs, exactly as the job would see them (duplicate
+  `query_id`s are counted: the job judges them too and marks them at publish time);
+- judge calls: per item ceil(contexts / `judge.contexts_per_call`), plus one per item when
+  `scorer.reason` is `llm`. Retries and re-asks are not included (they depend on the provider);
+- prompt tokens: the real prompts (`scorer_core.prompt.verdict_messages`, and `reason_messages`
+  for `reason: llm`) are built for every item and their characters summed; tokens are counted
+  exactly with `litellm.token_counter` on a deterministic sample of at most `--sample` items
+  (the items with the smallest content hash, independent of input order) and extrapolated to
+  all items by characters (tokens per character of the sample);
+- output tokens: an allowance of `OUTPUT_TOKENS_PER_VERDICT` per context pair (one short reason
+  per verdict, the same allowance the LLM judge reserves from the rate limiter) plus
+  `OUTPUT_TOKENS_PER_REASON` per LLM-reason call;
+- cost at the model's price (`litellm.cost_per_token`; "n/a" for a model without a price,
+  0 for the offline lexical judge); in batch mode (`judge.mode: batch`) at the model's batch
+  price, or half the online price, ASSUMED, when litellm knows none (`jobs.core.pricing`);
+- in batch mode, the batches of the first round: the real request lines
+  (`jobs.engine.RequestLines`) of every verdict request the cache would not answer, cut by
+  the provider's limits as the run cuts them (`jobs.engine.BatchPacker`);
+- wall time at the configured rate limit: the larger of calls / requests_per_minute and
+  limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
+  plus the workers' start (`WORKER_START_S`, and `LITELLM_IMPORT_S` more where workers import
+  litellm), a latency for the first request and `TAIL_LATENCIES` for the slowest last replies
+  (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
+  prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
+  no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
+  latency / the run's concurrency (`--assumed-latency`); the same concurrency floor applies
+  when it is larger than the rate-limit time;
+- the share of context pairs the verdict cache would answer: every pair key
+  (`jobs.core.verdict_cache.pair_key`) looked up in the verdict store under this config's cache
+  path, its
+  journal included (`jobs.engine.stored_pair_keys`, a partition at a time), as the run's
+  lookup does; calls, prompt and output tokens after the cache, the cost and the wall time
+  count only the requests the cache does not answer. The offline lexical judge does not use
+  the cache.
+
+The result is a typed `Estimate`; `--json` prints it field for field. The API key is never
+read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import heapq
+import json
+import math
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TextIO
+
+from pydantic import BaseModel, ConfigDict
+
+from jobs.core import formatting as fmt
+from jobs.core.config import JobConfig, RateLimitConfig, load_config
+from jobs.core.pricing import estimate_cost_usd, price_basis
+from jobs.core.schema import CarriedColumn, RunSchema
+from jobs.core.storage import Store, filesystem
+from jobs.core.verdict_cache import pair_key
+from jobs.core.verdict_store import VerdictStore
+from jobs.engine import (
+    BatchPacker,
+    BudgetSettings,
+    RequestLines,
+    custom_id,
+    item_key,
+    stored_pair_keys,
+)
+from jobs.inputs import (
+    RowError,
+    Shard,
+    check_schema,
+    inspect_input,
+    list_input_files,
+    plan_shards,
+)
+from jobs.inputs.records import ItemReader
+from jobs.inputs.sampling import plan_sample
+from jobs.run import factory
+from scorer_core.errors import CtxPrecError
+from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
+from scorer_core.litellm_client import import_litellm
+from scorer_core.prompt import (
+    VERDICTS_SCHEMA_NAME,
+    reason_messages,
+    verdict_messages,
+    verdicts_schema,
+)
+from scorer_core.types import ContextVerdict, ScoringItem
+
+DEFAULT_SAMPLE = 2000
+"""Items whose prompts are tokenized exactly; the rest is extrapolated by characters."""
+OUTPUT_TOKENS_PER_VERDICT = REPLY_TOKENS_PER_VERDICT
+"""Expected reply tokens per context verdict: the allowance the LLM judge itself reserves."""
+OUTPUT_TOKENS_PER_REASON = 100
+"""Expected reply tokens per LLM-reason call ("two or three sentences")."""
+DEFAULT_ASSUMED_LATENCY_S = 2.0
+"""Seconds per judge request assumed when no rate limit bounds the run."""
+TAIL_LATENCIES = 5.0
+"""The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
+latency, taken as 5x the assumed mean (a heavy-tailed reply time: the flow benchmark's runs
+measured p99 at 4.5x, 5.2x and 6.2x the mean at 1, 3 and 10 s, the client's own queueing
+included)."""
+WORKER_START_S = 3.0
+"""The fan-out's fixed start before its first request: the coordinator and the worker
+processes starting and importing the engine, about 3 s on 2 quiet cores with the bytecode
+compiled at install (the flow section of docs/benchmarks.md; a loaded machine takes longer)."""
+LITELLM_IMPORT_S = 3.5
+"""What a worker's start adds when it imports litellm (to count prompt tokens for a
+tokens-per-minute limit, or as the transport): measured 3.5 s more than a worker without it."""
+_PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
+"""Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
+_MAX_INVALID_EXAMPLES = 5
+
+
+# -- the estimate, typed (`--json` prints it field for field, in this order) -----------------
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputFacts(_Record):
+    """The input as the run would plan it."""
+
+    path: str
+    files: int
+    shards: int
+
+
+class ItemCounts(_Record):
+    """Rows read: valid items, invalid rows (the first few quoted), items cut to the limits."""
+
+    valid: int
+    invalid: int
+    total: int
+    truncated: int
+    invalid_examples: tuple[str, ...]
+
+
+class JudgeCalls(_Record):
+    """Judge requests the run would send (retries and re-asks not included)."""
+
+    total: int
+    verdict_calls: int
+    reason_calls: int
+    contexts_per_call: int
+    reason: str  # `scorer.reason`
+    sends_requests: bool  # False for the offline judge
+    note: str
+
+
+class PromptTokens(_Record):
+    """Prompt tokens: counted exactly on a sample, extrapolated to every item by characters;
+    `after_cache`: those of the requests the verdict cache does not answer (by characters)."""
+
+    estimate: int
+    after_cache: int
+    method: Literal["exact", "sample extrapolated by characters"]
+    sampled_items: int
+    sample_tokens: int
+    sample_chars: int
+    total_chars: int
+    chars_per_token: float | None
+    tokenizer: str
+    note: str
+
+
+class OutputTokens(_Record):
+    """Reply tokens: an allowance per verdict and per LLM-reason call (`after_cache`: for
+    the verdicts the cache does not answer)."""
+
+    estimate: int
+    after_cache: int
+    per_verdict: int
+    per_reason_call: int
+
+
+class BatchWallTime(_Record):
+    """Batch mode: the provider's completion window bounds the time, nothing paces it."""
+
+    seconds: None = None
+    completion_window: str
+    basis: str
+
+
+class Pacing(_Record):
+    """How the run would pace its requests: the limits (as the config holds them), the
+    limiter tokens it would reserve and the in-flight budget it would settle on."""
+
+    requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
+    tokens_per_minute: int | float
+    headroom: float
+    limiter_tokens: int
+    concurrency: int
+    concurrency_mode: Literal["explicit", "auto"]
+    assumed_latency_s: float
+
+
+class OfflineWallTime(Pacing):
+    """The offline judge: CPU-bound, no estimate."""
+
+    seconds: None = None
+    basis: str
+
+
+class PacedWallTime(Pacing):
+    """An LLM judge online: the slowest of the request rate, the token rate and the in-flight
+    budget at the assumed latency, plus the run's edges (`worker_start_s`, first and last
+    replies)."""
+
+    by_requests_s: float | None
+    by_tokens_s: float | None
+    by_concurrency_s: float
+    worker_start_s: float
+    seconds: float
+    basis: str
+
+
+WallTime = BatchWallTime | OfflineWallTime | PacedWallTime
+
+
+class BatchPlan(_Record):
+    """Batch mode: the first round's batches as the run would cut them."""
+
+    mode: Literal["batch"] = "batch"
+    batches: int
+    requests: int
+    bytes: int
+    tokens: int
+    max_requests_per_batch: int
+    max_bytes_per_batch: int
+    max_enqueued_tokens: int
+    note: str
+
+
+class CacheShare(_Record):
+    """What the existing verdict cache would answer."""
+
+    used: bool
+    note: str
+    cached_pairs: int
+    share: float
+    calls_after_cache: int
+
+
+class Estimate(_Record):
+    """What `ctxprec estimate` found (see the module docstring)."""
+
+    model: str
+    input: InputFacts
+    items: ItemCounts
+    context_pairs: int
+    judge_calls: JudgeCalls
+    prompt_tokens: PromptTokens
+    output_tokens: OutputTokens
+    cost_usd: float | None
+    cost_note: str
+    wall_time: WallTime
+    batch: BatchPlan | None
+    cache: CacheShare
+
+    def to_json(self) -> str:
+        """The `--json` output."""
+        return json.dumps(self.model_dump(mode="json"), indent=2)
+
+
+# -- prompts ----------------------------------------------------------------------------------
+
+
+def _messages_chars(messages: Sequence[dict[str, str]]) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def _slices(count: int, per_call: int) -> list[list[int]]:
+    return [list(range(s, min(s + per_call, count))) for s in range(0, count, per_call)]
+
+
+def _reason_prompt(item: ScoringItem, scale: float) -> list[dict[str, str]]:
+    verdicts = [
+        ContextVerdict(p, False, _PLACEHOLDER_VERDICT_REASON) for p in range(len(item.contexts))
+    ]
+    return reason_messages(item, verdicts, 0.0, scale)
+
+
+def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[list[dict[str, str]], int]]:
+    """(messages, verdicts asked) for every request the job would send for `item`."""
+    prompts = [
+        (verdict_messages(item, part), len(part))
+        for part in _slices(len(item.contexts), config.judge.contexts_per_call)
+    ]
+    if config.scorer.reason == "llm":
+        prompts.append((_reason_prompt(item, config.scorer.scale), 1))
+    return prompts
+
+
+def _sample_key(query_id: str, item: ScoringItem) -> bytes:
+    digest = hashlib.blake2b(digest_size=12)
+    for part in (query_id, item.input, *item.contexts[:1]):
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.digest()
+
+
+def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
+    litellm = import_litellm()
+    return sum(int(litellm.token_counter(model=model, messages=m)) for m in prompts)
+
+
+# -- the verdict cache --------------------------------------------------------------------------
+
+
+class _CacheProbe:
+    """Which of the input's pairs the verdict store holds (`jobs.engine.stored_pair_keys`:
+    the store is read a partition at a time). Holds those pair keys in memory: about 100
+    bytes a cached pair."""
+
+    def __init__(self, verdicts: VerdictStore, fingerprint: str) -> None:
+        self.verdicts = verdicts
+        self.fingerprint = fingerprint
+        self.known: set[str] = set()
+
+    def find(
+        self, reader: ItemReader, carried: Sequence[CarriedColumn], shards: Sequence[Shard]
+    ) -> None:
+        with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
+            for keys in stored_pair_keys(
+                reader,
+                RunSchema(tuple(carried)),
+                self.fingerprint,
+                shards,
+                self.verdicts,
+                Path(scratch),
+            ):
+                self.known.update(keys.to_list())
+
+
+def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
+    """A probe of this config's verdict store, or None with the reason there is nothing to
+    look up."""
+    if factory.capabilities(config).offline:
+        return None, "not used: the lexical judge is offline and never uses the verdict cache"
+    spec = factory.cache_spec(config)
+    if spec is None:
+        return None, "not used: cache.enabled is false"
+    # Not `open_store` (nor `CacheSpec.verdict_store`): estimating must not create the output
+    # folder.
+    fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
+    store = Store(fs=fs, root=root, protocol=protocol)
+    verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
+    where = store.url(store.join(verdicts.folder))
+    if not store.exists(store.join(verdicts.folder)):
+        return None, f"no verdict store yet at {where}"
+    return _CacheProbe(verdicts, spec.fingerprint), f"the verdict store at {where}"
+
+
+# -- one pass over the input ------------------------------------------------------------------
+
+
+@dataclass
+class _Counts:
+    valid: int = 0
+    invalid: int = 0
+    truncated: int = 0
+    pairs: int = 0
+    verdict_calls: int = 0
+    reason_calls: int = 0
+    prompt_chars: int = 0
+    limiter_tokens: int = 0
+    cached_pairs: int = 0
+    calls_after_cache: int = 0
+    # what the requests the cache does not answer hold
+    prompt_chars_sent: int = 0
+    limiter_tokens_sent: int = 0
+    invalid_examples: list[str] = field(default_factory=list)
+
+
+class _Scan:
+    """Streams the input once: counts items, calls, characters and cached pairs, keeps the
+    token sample, and in batch mode cuts the first round's request lines into batches."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        probe: _CacheProbe | None,
+        sample: int,
+        reader: ItemReader,
+        carried: Sequence[CarriedColumn] = (),
+    ) -> None:
+        self.config = config
+        # the run's reader: with a sampled run's plan, only the rows it keeps are counted
+        self.reader = reader
+        self.carried = carried
+        self.probe = probe
+        self.sample = sample
+        self.counts = _Counts()
+        # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
+        self._heap: list[tuple[bytes, int, ScoringItem]] = []
+        limits = config.judge.batch
+        self.packer = BatchPacker(
+            0,
+            max_requests=limits.max_requests_per_batch,
+            max_bytes=limits.max_bytes_per_batch,
+            max_tokens=limits.max_enqueued_tokens,
+        )
+        self._lines = RequestLines.for_config(config) if config.judge.mode == "batch" else None
+
+    @property
+    def sampled(self) -> list[ScoringItem]:
+        return [entry[2] for entry in self._heap]
+
+    def shard(self, number: int, shard: Shard) -> None:
+        """Count shard `shard`, the `number`-th of the run."""
+        known = self.probe.known if self.probe is not None else set()
+        line_number = 0
+        names = [column.name for column in self.carried]
+        for row_index, record in enumerate(self.reader.read(shard, self.carried)):
+            if not self.reader.keeps(record, names):
+                continue
+            if isinstance(record, RowError):
+                self.counts.invalid += 1
+                if len(self.counts.invalid_examples) < _MAX_INVALID_EXAMPLES:
+                    self.counts.invalid_examples.append(record.message)
+                continue
+            item = record.to_scoring_item()
+            self.counts.truncated += int(record.truncated)
+            prompts = _item_prompts(item, self.config)
+            parts, hits = self._count(item, prompts, known)
+            if self._lines is not None:
+                request_item = item_key(number, row_index)
+                line_number = self._batch_lines(
+                    shard, request_item, parts, prompts, hits, line_number
+                )
+            self._keep_sample(record.query_id, item)
+
+    def _count(
+        self,
+        item: ScoringItem,
+        prompts: list[tuple[list[dict[str, str]], int]],
+        known: set[str],
+    ) -> tuple[list[list[int]], set[int]]:
+        """Count one valid item; returns its verdict requests' positions and the positions
+        the cache answers."""
+        counts = self.counts
+        contexts = len(item.contexts)
+        counts.valid += 1
+        counts.pairs += contexts
+        parts = _slices(contexts, self.config.judge.contexts_per_call)
+        llm_reason = self.config.scorer.reason == "llm"
+        counts.verdict_calls += len(parts)
+        counts.reason_calls += int(llm_reason)
+        hits: set[int] = set()
+        if known:
+            fingerprint = self.probe.fingerprint if self.probe is not None else ""
+            hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
+            counts.cached_pairs += len(hits)
+        # the verdict requests in `parts`' order, then the LLM reason's (never cached)
+        sent = [not hits.issuperset(part) for part in parts] + [True] * int(llm_reason)
+        for (messages, verdicts), asked in zip(prompts, sent, strict=True):
+            chars, tokens = _messages_chars(messages), estimate_tokens(messages, verdicts)
+            counts.prompt_chars += chars
+            counts.limiter_tokens += tokens
+            if asked:
+                counts.calls_after_cache += 1
+                counts.prompt_chars_sent += chars
+                counts.limiter_tokens_sent += tokens
+        return parts, hits
+
+    def _batch_lines(
+        self,
+        shard: Shard,
+        request_item: str,
+        parts: list[list[int]],
+        prompts: list[tuple[list[dict[str, str]], int]],
+        hits: set[int],
+        line_number: int,
+    ) -> int:
+        """Pack the item's first-round lines: every verdict request the cache does not answer
+        (its whole slice: a partly cached slice asks less, so this is an upper bound).
+        Returns the shard's line count so far."""
+        assert self._lines is not None
+        for part, (messages, _) in zip(parts, prompts, strict=False):
+            if hits.issuperset(part):
+                continue
+            data, tokens = self._lines.line(
+                custom_id(request_item, f"v{part[0]}", 0),
+                messages,
+                VERDICTS_SCHEMA_NAME,
+                verdicts_schema(part),
+            )
+            self.packer.add(shard.shard_id, line_number, len(data), tokens)
+            line_number += 1
+        return line_number
+
+    def _keep_sample(self, query_id: str, item: ScoringItem) -> None:
+        key = _sample_key(query_id, item)
+        entry = (bytes(255 - b for b in key), self.counts.valid, item)
+        if len(self._heap) < self.sample:
+            heapq.heappush(self._heap, entry)
+        elif entry[0] > self._heap[0][0]:
+            heapq.heapreplace(self._heap, entry)
+
+
+# -- the estimate -----------------------------------------------------------------------------
+
+
+def estimate(
+    config: JobConfig,
+    *,
+    sample: int = DEFAULT_SAMPLE,
+    assumed_latency_s: float = DEFAULT_ASSUMED_LATENCY_S,
+) -> Estimate:
+    """The estimate (see the module docstring); makes no judge calls."""
+    if sample < 1:
+        raise CtxPrecError(f"--sample must be at least 1, not {sample}")
+    spec = factory.input_spec(config)
+    files = list_input_files(spec)
+    check_schema(spec, files)
+    shards = plan_shards(spec, files, config.ray.shard_size)
+    reader = factory.item_reader(config)
+    carried: tuple[CarriedColumn, ...] = ()
+    if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
+        carried = inspect_input(spec, files).carried
+        plan = plan_sample(
+            config.sample, shards, lambda shard: reader.read(shard, carried), carried
+        )
+        reader = dataclasses.replace(reader, sample=plan)
+    probe, cache_note = _cache_probe(config)
+    if probe is not None:
+        probe.find(reader, carried, shards)
+    scan = _Scan(config, probe, sample, reader, carried)
+    for number, shard in enumerate(shards):
+        scan.shard(number, shard)
+    scan.packer.close()
+    counts = scan.counts
+    calls = counts.verdict_calls + counts.reason_calls
+    batch_mode = config.judge.mode == "batch"
+    prompt_tokens = _prompt_tokens(config, scan)
+    output_tokens = _output_tokens(counts)
+    cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
+    if counts.cached_pairs:
+        cost_note += "; only the requests the verdict cache does not answer"
+    return Estimate(
+        model=config.judge.model,
+        input=InputFacts(path=config.input.path, files=len(files), shards=len(shards)),
+        items=_item_counts(counts),
+        context_pairs=counts.pairs,
+        judge_calls=_judge_calls(config, counts),
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost,
+        cost_note=cost_note,
+        wall_time=(
+            _batch_wall_time(config)
+            if batch_mode
+            else _wall_time(
+                config, counts.calls_after_cache, counts.limiter_tokens_sent, assumed_latency_s
+            )
+        ),
+        batch=_batches(config, scan.packer) if batch_mode else None,
+        cache=_cache_share(probe, cache_note, counts, calls),
+    )
+
+
+def _output_tokens(counts: _Counts) -> OutputTokens:
+    """The replies' tokens: a verdict's for every pair, a reason's for every reason call."""
+    reasons = counts.reason_calls * OUTPUT_TOKENS_PER_REASON
+    return OutputTokens(
+        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        after_cache=(counts.pairs - counts.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
+    )
+
+
+def _item_counts(counts: _Counts) -> ItemCounts:
+    return ItemCounts(
+        valid=counts.valid,
+        invalid=counts.invalid,
+        total=counts.valid + counts.invalid,
+        truncated=counts.truncated,
+        invalid_examples=tuple(counts.invalid_examples),
+    )
+
+
+def _judge_calls(config: JobConfig, counts: _Counts) -> JudgeCalls:
+    return JudgeCalls(
+        total=counts.verdict_calls + counts.reason_calls,
+        verdict_calls=counts.verdict_calls,
+        reason_calls=counts.reason_calls,
+        contexts_per_call=config.judge.contexts_per_call,
+        reason=config.scorer.reason,
+        sends_requests=not factory.capabilities(config).offline,
+        note="retries and re-asks not included",
+    )
+
+
+def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
+    """Tokens of every prompt: the sample's counted exactly, the rest by characters."""
+    offline = factory.capabilities(config).offline
+    tokenizer_model = "" if offline else config.judge.model
+    sampled = scan.sampled
+    sample_prompts = [m for item in sampled for m, _ in _item_prompts(item, config)]
+    sample_chars = sum(_messages_chars(m) for m in sample_prompts)
+    sample_tokens = _count_tokens(tokenizer_model, sample_prompts) if sample_prompts else 0
+    total_chars = scan.counts.prompt_chars
+    exact = len(sampled) == scan.counts.valid
+    if offline:
+        note = "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
+    else:
+        llm_reason = config.scorer.reason == "llm"
+        note = "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
+    tokens = sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
+    sent = scan.counts.prompt_chars_sent
+    return PromptTokens(
+        estimate=tokens,
+        after_cache=round(tokens * sent / total_chars) if total_chars else 0,
+        method="exact" if exact else "sample extrapolated by characters",
+        sampled_items=len(sampled),
+        sample_tokens=sample_tokens,
+        sample_chars=sample_chars,
+        total_chars=total_chars,
+        chars_per_token=round(sample_chars / sample_tokens, 3) if sample_tokens else None,
+        tokenizer=f"litellm.token_counter(model={tokenizer_model!r})",
+        note=note,
+    )
+
+
+def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[float | None, str]:
+    """The cost in USD (None: no price known) and what it is based on."""
+    if factory.capabilities(config).offline:
+        return 0.0, "lexical judge: offline, no API cost"
+    if not prompt_tokens and not output_tokens:
+        return 0.0, "nothing to ask: the verdict cache answers every request"
+    model, batch = config.judge.model, config.judge.mode == "batch"
+    cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch)
+    return cost, price_basis(model, batch=batch)
+
+
+def _cache_share(probe: _CacheProbe | None, note: str, counts: _Counts, calls: int) -> CacheShare:
+    used = probe is not None
+    return CacheShare(
+        used=used,
+        note=note,
+        cached_pairs=counts.cached_pairs,
+        share=counts.cached_pairs / counts.pairs if counts.pairs and used else 0.0,
+        calls_after_cache=counts.calls_after_cache if used else calls,
+    )
+
+
+def _batch_wall_time(config: JobConfig) -> BatchWallTime:
+    window = config.judge.batch.completion_window
+    return BatchWallTime(
+        completion_window=window,
+        basis=(
+            f"batch mode: the provider answers within its completion window ({window}), "
+            "usually far sooner; rate_limit does not pace it"
+        ),
+    )
+
+
+def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
+    """The first round's batches as the run would cut them."""
+    limits = config.judge.batch
+    records = packer.batches
+    return BatchPlan(
+        batches=len(records),
+        requests=sum(r.requests for r in records),
+        bytes=sum(r.bytes for r in records),
+        tokens=sum(r.tokens for r in records),
+        max_requests_per_batch=limits.max_requests_per_batch,
+        max_bytes_per_batch=limits.max_bytes_per_batch,
+        max_enqueued_tokens=limits.max_enqueued_tokens,
+        note="round 0 only: re-asks and LLM reasons go in later rounds",
+    )
+
+
+# -- wall time --------------------------------------------------------------------------------
+
+
+def _paced_rate(limits: RateLimitConfig, calls: int, limiter_tokens: int) -> float | None:
+    """Requests per second the limits allow at headroom (None: no limit)."""
+    rates = []
+    if limits.requests_per_minute:
+        rates.append(limits.requests_per_minute * limits.headroom / 60.0)
+    if limits.tokens_per_minute and calls and limiter_tokens:
+        rates.append(limits.tokens_per_minute * limits.headroom / 60.0 / (limiter_tokens / calls))
+    return min(rates) if rates else None
+
+
+def _concurrency(settings: BudgetSettings, rate: float | None, latency_s: float) -> int:
+    """The in-flight budget the run would settle on: as set, or under auto as the governor
+    sizes it (Little's law at `rate` and `latency_s`; its default without a limit)."""
+    if settings.explicit is not None:
+        return settings.explicit
+    if rate is None:
+        return settings.unlimited
+    needed = math.ceil(rate * latency_s * settings.margin)
+    return max(settings.floor, min(settings.ceiling, needed))
+
+
+def _wall_time(
+    config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
+) -> OfflineWallTime | PacedWallTime:
+    """The fan-out's wall time as the run would pace it: the rate the limits allow, the
+    in-flight budget the run would settle on (Little's law under auto, as the governor sizes
+    it, taking `latency_s` as the reply latency), plus the workers' start, one latency for the
+    run's first request (it goes alone) and `TAIL_LATENCIES` for the slowest last replies."""
+    limits = config.rate_limit
+    settings = factory.budget_settings(config)
+    pacing = Pacing(
+        requests_per_minute=limits.requests_per_minute,
+        tokens_per_minute=limits.tokens_per_minute,
+        headroom=limits.headroom,
+        limiter_tokens=limiter_tokens,
+        concurrency=_concurrency(settings, _paced_rate(limits, calls, limiter_tokens), latency_s),
+        concurrency_mode="explicit" if settings.explicit is not None else "auto",
+        assumed_latency_s=latency_s,
+    )
+    if factory.capabilities(config).offline:
+        return OfflineWallTime(
+            **pacing.model_dump(),
+            basis="offline lexical judge: no API calls, no rate limit (CPU-bound)",
+        )
+    # the workers' start, the first request (it goes alone), the slowest of the last replies
+    worker_start = WORKER_START_S + (
+        LITELLM_IMPORT_S if factory.workers_import_litellm(config) else 0.0
+    )
+    return _paced(pacing, calls, worker_start)
+
+
+def _paced(pacing: Pacing, calls: int, worker_start: float) -> PacedWallTime:
+    """The slowest of the request rate, the token rate and the in-flight budget, plus the
+    run's edges; `basis` says which bound and what was assumed."""
+    latency_s, concurrency = pacing.assumed_latency_s, pacing.concurrency
+    rpm, tpm = pacing.requests_per_minute, pacing.tokens_per_minute
+    by_requests = calls / (rpm * pacing.headroom) * 60.0 if rpm else None
+    by_tokens = pacing.limiter_tokens / (tpm * pacing.headroom) * 60.0 if tpm else None
+    by_concurrency = calls / concurrency * latency_s if calls else 0.0
+    edges = worker_start + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
+    assumed = f"ASSUMED {latency_s:g} s per request"
+    if by_requests is None and by_tokens is None:
+        seconds = by_concurrency + edges
+        basis = (
+            f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
+            f"{concurrency} requests in flight"
+        )
+    else:
+        bound = max(v for v in (by_requests, by_tokens) if v is not None)
+        which = "requests_per_minute" if bound == by_requests else "tokens_per_minute"
+        if by_concurrency > bound:
+            seconds = by_concurrency + edges
+            basis = (
+                f"concurrency-bound: {concurrency} in flight at an {assumed} is slower than "
+                f"the rate limit ({which})"
+            )
+        else:
+            seconds = bound + edges
+            basis = (
+                f"rate limit: {which} at headroom {pacing.headroom:g}, {concurrency} in flight "
+                f"at an {assumed}"
+            )
+    return PacedWallTime(
+        **pacing.model_dump(),
+        by_requests_s=by_requests,
+        by_tokens_s=by_tokens,
+        by_concurrency_s=by_concurrency,
+        worker_start_s=worker_start,
+        seconds=seconds,
+        basis=basis,
+    )
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _batch_rows(batch: BatchPlan | None) -> list[tuple[str, str]]:
+    if batch is None:
+        return []
+    tokens = batch.max_enqueued_tokens
+    return [
+        (
+            "batches",
+            f"{batch.batches:,} ({batch.requests:,} requests, "
+            f"{batch.bytes / 1e6:,.1f} MB, ~{batch.tokens:,} prompt tokens; at most "
+            f"{batch.max_requests_per_batch:,} requests and "
+            f"{batch.max_bytes_per_batch / 1e6:,.0f} MB per batch"
+            + (f", {tokens:,} tokens enqueued" if tokens else "")
+            + f"; {batch.note})",
+        )
+    ]
+
+
+def _calls_text(calls: JudgeCalls) -> str:
+    detail = f"{calls.verdict_calls:,} verdict"
+    if calls.reason_calls:
+        detail += f" + {calls.reason_calls:,} LLM-reason"
+    detail += f"; contexts_per_call {calls.contexts_per_call}, reason {calls.reason}"
+    if not calls.sends_requests:
+        detail += "; offline judge, no requests sent"
+    else:
+        detail += f"; {calls.note}"
+    return f"{calls.total:,} ({detail})"
+
+
+def _tokens_text(tokens: PromptTokens) -> str:
+    if tokens.method == "exact":
+        detail = f"exact count of all {tokens.sampled_items:,} items"
+    else:
+        detail = (
+            f"exact count on a sample of {tokens.sampled_items:,} items, extrapolated by "
+            f"characters ({fmt.integer(tokens.total_chars)} chars)"
+        )
+    if tokens.chars_per_token:
+        detail += f", {tokens.chars_per_token:.2f} chars/token"
+    left = (
+        f", {tokens.after_cache:,} after the cache" if tokens.after_cache != tokens.estimate else ""
+    )
+    return f"{tokens.estimate:,}{left} ({detail}; {tokens.note})"
+
+
+def _cache_text(cache: CacheShare) -> str:
+    if not cache.used:
+        return f"0% ({cache.note})"
+    return (
+        f"{cache.share:.1%} of pairs ({cache.cached_pairs:,}) cached; "
+        f"{cache.calls_after_cache:,} calls left ({cache.note})"
+    )
+
+
+def format_estimate(result: Estimate) -> str:
+    """The estimate as `ctxprec estimate` prints it: one row per figure, with its basis."""
+    items, output = result.items, result.output_tokens
+    rows = [
+        ("judge", result.model),
+        (
+            "input",
+            f"{result.input.path}: {result.input.files} file(s), {result.input.shards} shard(s)",
+        ),
+        (
+            "items",
+            f"{items.valid:,} valid / {items.invalid:,} invalid"
+            + (f" ({items.truncated:,} truncated)" if items.truncated else ""),
+        ),
+        ("context pairs", f"{result.context_pairs:,}"),
+        ("judge calls", _calls_text(result.judge_calls)),
+        ("prompt tokens", _tokens_text(result.prompt_tokens)),
+        (
+            "output tokens",
+            f"{output.estimate:,}"
+            + (
+                f", {output.after_cache:,} after the cache"
+                if output.after_cache != output.estimate
+                else ""
+            )
+            + f" (allowance: {output.per_verdict} per verdict, "
+            f"{output.per_reason_call} per LLM reason)",
+        ),
+        ("estimated cost", f"{fmt.usd(result.cost_usd)} ({result.cost_note})"),
+        (
+            "wall time",
+            f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})",
+        ),
+        *_batch_rows(result.batch),
+        ("verdict cache", _cache_text(result.cache)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = ["ctxprec estimate (no judge calls made)"]
+    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    lines += [f"  invalid row: {example}" for example in items.invalid_examples]
+    return "\n".join(lines)
+
+
+# -- command --------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
+    out = out or sys.stdout
+    config = load_config(args.config, args.set)
+    if args.target_ci is not None:
+        from jobs.tools.target_ci import format_target, previous_run, target_ci
+
+        by = config.summary.by or config.sample.by
+        planned = target_ci(previous_run(config, args.run), args.target_ci, by)
+        out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
+        return 0
+    result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
+    out.write((result.to_json() if args.json else format_estimate(result)) + "\n")
+    return 0

@@ -1,0 +1,166 @@
+"""`ctxprec status RUN`: where a run stands, from what it recorded, without touching the judge.
+
+A published run: when, how many items, the mean, the cost and where the scores are. A run in
+progress (or stopped): its shards staged so far and, in batch mode, every round's batches as the
+driver last saw them (id, status, requests completed and failed, ingested or not, and why
+lines were asked again: counts by reason per round), the rounds
+whose requests are being built, and whether a driver holds the run's lease now. Nothing is asked
+of the provider: the counts are those of the driver's last poll, with its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from jobs.core import formatting as fmt
+from jobs.core.config import RUN_ID_PATTERN
+from jobs.core.error_rate import ErrorRate
+from jobs.core.run_layout import StagingArea
+from jobs.core.run_manifest import BatchRoundRecord, RunManifest, read_manifest
+from jobs.core.storage import Store
+from jobs.engine import BatchLayout, RoundState
+from jobs.tools.published_runs import RunNotFound, find_run, open_output
+
+
+def _published(store: Store, run_id: str) -> list[str] | None:
+    try:
+        location = find_run(store, run_id)
+    except RunNotFound:
+        return None
+    manifest = read_manifest(store, location) or RunManifest(
+        run_id=run_id, run_date=location.run_date.isoformat()
+    )
+    summary = manifest.summary
+    judge = manifest.judge
+    mode = judge.mode or "online"
+    lines = [
+        f"run {run_id} ({location.run_date}): published {manifest.published_at or ''}, "
+        f"{mode} mode, judge {manifest.judge_model or '?'}",
+        f"  items {fmt.integer(summary.get('items'))}: ok {fmt.integer(summary.get('scored'))}, "
+        f"unscored {fmt.integer(summary.get('unscored'))}, errors "
+        f"{fmt.integer(summary.get('errors'))}; mean {fmt.number(summary.get('mean'))}; "
+        f"estimated cost {fmt.usd(summary.get('cost_usd'))}",
+    ]
+    if mode == "batch":
+        lines.append(
+            f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
+            f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
+            + (f"; deadline {judge.deadline_at}" if judge.deadline_at else "")
+        )
+        lines += [_round_line(r) for r in judge.round_details]
+    errors = manifest.error_rate
+    if errors is not None and errors.errors:
+        described = ErrorRate.from_dict(errors.model_dump()).describe()
+        lines.append(f"  {'FAILED: ' if errors.exceeded else ''}{described}")
+    lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
+    return lines
+
+
+def _lease(store: Store, staging: StagingArea) -> str:
+    path = staging.lease
+    if not store.exists(path):
+        return "no driver holds the run (rerun the same run.id to go on)"
+    try:
+        holder: dict[str, Any] = json.loads(store.read_bytes(path))
+    except ValueError:
+        return "the run's lease file is unreadable"
+    age = time.time() - float(holder.get("heartbeat", 0))
+    return (
+        f"lease: pid {holder.get('pid')} on {holder.get('host')}, heartbeat "
+        f"{fmt.duration(age)} ago (a lease without a heartbeat for 60 s is taken over)"
+    )
+
+
+def _why_retried(retried: dict[str, int], final_errors: int) -> str:
+    """ "; asked again: HTTP 500 12, batch_expired 30; 2 failed for good"."""
+    ordered = sorted(retried.items(), key=lambda item: (-item[1], item[0]))
+    text = "; asked again: " + ", ".join(f"{k} {v:,}" for k, v in ordered) if ordered else ""
+    return text + (f"; {final_errors:,} failed for good" if final_errors else "")
+
+
+def _round_line(record: BatchRoundRecord) -> str:
+    """A published run's round, from its manifest."""
+    if record.online:
+        return f"  round {record.round}: online (judge.batch.deadline neared)"
+    return (
+        f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
+        f"{record.completed:,} completed, {record.failed:,} failed"
+        + (
+            f", {record.stopped_at_deadline} cancelled at the deadline"
+            if record.stopped_at_deadline
+            else ""
+        )
+        + _why_retried(record.retried, record.final_errors)
+    )
+
+
+def _batch_lines(round_state: RoundState) -> list[str]:
+    if round_state.online:
+        return [f"  round {round_state.round}: online (judge.batch.deadline neared)"]
+    summary = BatchRoundRecord.model_validate(round_state.summary())
+    lines = [_round_line(summary) + f" (planned {round_state.planned_at})"]
+    for record in round_state.batches:
+        state = record.status or "not submitted"
+        if record.stopped:
+            state += ", stopped at the deadline"
+        if record.ingested:
+            state += ", ingested"
+        lines.append(
+            f"    {record.name}  {record.batch_id or '-'}  {state}: "
+            f"{record.completed:,}/{record.requests:,} completed, {record.failed:,} failed"
+            + (f"  (polled {record.polled_at})" if record.polled_at else "")
+            + (f"  errors: {record.errors}" if record.errors else "")
+        )
+    return lines
+
+
+def status_lines(store: Store, run_id: str) -> list[str]:
+    """What `ctxprec status` prints for `run_id` (RunNotFound when there is no such run)."""
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise RunNotFound(f"{run_id!r} is not a valid run id")
+    published = _published(store, run_id)
+    if published is not None:
+        return published
+    staging = StagingArea.of_run(store, run_id)
+    if not store.exists(staging.path()):
+        raise RunNotFound(
+            f"run {run_id!r} not found under {store.url(store.root)}: neither published nor "
+            "started there"
+        )
+    staged = staging.staged_items_files()
+    layout = BatchLayout(store, staging.folder)
+    run_info = layout.read_json(layout.run_file)
+    if run_info is None:
+        return [
+            f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)",
+            f"  {_lease(store, staging)}",
+        ]
+    total = len(run_info.get("shards") or [])
+    lines = [
+        f"run {run_id}: not published; batch mode, judge {run_info.get('model')} "
+        f"({run_info.get('provider')}), started {run_info.get('created_at')}",
+        f"  shards: {total} planned, {len(staged)} staged, {total - len(staged)} waiting",
+    ]
+    planned = layout.rounds_planned()
+    for number in planned:
+        data = layout.read_json(layout.round_file(number))
+        if data is not None:
+            lines += _batch_lines(RoundState.from_dict(data))
+    for number in layout.rounds_built():
+        if number not in planned:
+            built = len(layout.indexed_shards(number))
+            lines.append(
+                f"  round {number}: requests being built ({built} shard(s) done), not submitted"
+            )
+    lines.append(f"  {_lease(store, staging)}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """The handler of `ctxprec status` (jobs.cli)."""
+    store = open_output(args)
+    print("\n".join(status_lines(store, args.run)))
+    return 0
