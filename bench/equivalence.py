@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     make = commands.add_parser("produce")
     make.add_argument("--out", type=Path, required=True)
     make.add_argument("--items", type=int, default=2000)
-    make.add_argument("--fake-judge-module", default="scorer_core.testing")
+    make.add_argument("--fake-judge-module", default="tests.fake_judge")
     check = commands.add_parser("compare")
     check.add_argument("before", type=Path)
     check.add_argument("after", type=Path)
