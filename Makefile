@@ -17,7 +17,7 @@ export UV_PYTHON_DOWNLOADS := never
 # driver and every Ray worker paid that again on each run (a 6,000-item run: 35.6 s -> 16.0 s).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: install install-llm run score-example test test-llm check format bench bench-llm soak clean
+.PHONY: install install-llm hooks run score-example test test-unit coverage test-llm check format bench bench-llm soak clean
 
 # The extras `make install` installs; `llm` (a real llama.cpp judge) is built by install-llm.
 EXTRAS := --extra dev --extra gcs --extra azure
@@ -60,6 +60,19 @@ score-example: install
 test: install
 	$(BIN)/pytest
 
+# The unit tests alone (no Ray), spread over the cores.
+test-unit: install
+	$(BIN)/pytest tests/unit -n auto
+
+# The unit tests with a coverage report of jobs/ and scorer_core/ (terminal and htmlcov/).
+coverage: install
+	$(BIN)/pytest tests/unit -n auto --cov=jobs --cov=scorer_core --cov-report=term:skip-covered \
+		--cov-report=html
+
+# pre-commit runs what `make check` runs before each commit (.pre-commit-config.yaml).
+hooks: install
+	$(BIN)/pre-commit install
+
 test-llm: install-llm
 	$(BIN)/pytest -m llm
 
@@ -101,4 +114,4 @@ soak: install
 	$(BIN)/python -m bench.soak --items 20000 --workers 4 --rpm 6000 --fault-rate 0.2
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .import_linter_cache htmlcov .coverage
