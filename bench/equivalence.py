@@ -132,7 +132,19 @@ def _tables(root: Path) -> Iterator[tuple[str, pl.DataFrame]]:
             for run in sorted((root / folder / table).glob("run_date=*/run_id=*")):
                 files = sorted(run.glob("*.parquet"))
                 name = f"{folder}/{table}/{run.parent.name}/{run.name}"
-                yield name, pl.concat([pl.read_parquet(f) for f in files], how="diagonal")
+                frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal")
+                yield name, _normalised(frame, root)
+
+
+def _normalised(frame: pl.DataFrame, root: Path) -> pl.DataFrame:
+    """Paths relative to the run's folder; the fake judge's reason without the context number
+    of the request that answered (a pair two concurrent items share is answered by whichever
+    asked first)."""
+    if "source" in frame.columns:
+        frame = frame.with_columns(pl.col("source").str.replace(str(root), "", literal=True))
+    if "judge_reason" in frame.columns:
+        frame = frame.with_columns(pl.col("judge_reason").str.replace(r"Context \d+", "Context"))
+    return frame
 
 
 def _manifests(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
