@@ -14,14 +14,15 @@ import sys
 
 from tests.support.paths import REPO
 
+CHILD = "tests/integration/test_gcs_loss_child.py"
+
 
 def test_a_test_whose_ray_ends_its_process_fails_and_the_summary_follows() -> None:
     env = {**os.environ, "CTXPREC_LOSE_GCS": "1", "RAY_gcs_rpc_server_reconnect_timeout_s": "5"}
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_CURRENT_TEST", None)
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/integration/test_gcs_loss_child.py"]
-        + ["-p", "no:cacheprovider", "-q"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", CHILD],
         cwd=REPO,
         env=env,
         capture_output=True,
