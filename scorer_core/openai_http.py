@@ -425,7 +425,7 @@ def status_error(
 ) -> JudgeError:
     """The client error an HTTP `status` reply means (the body `raw`, its `Retry-After` and
     `Location` headers), its message worded by `describe`: what `OpenAIHTTPClient` raises,
-    and the in-process fake client (`tests.fake_judge.FakeChatClient`) too."""
+    and the in-process fake client (`tests.fake_judge.FaultyChatClient`) too."""
     excerpt = _error_excerpt(raw)
     detail = describe(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
     if status == 429:

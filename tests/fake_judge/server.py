@@ -42,7 +42,7 @@ small (one JSON parse, one regex pass, one JSON dump) and every log is bounded, 
 zero-latency benchmark pushes thousands of requests per second at it.
 
 The module is the HTTP face only: the answering rules and statistics are
-`tests.fake_judge.chat` (shared with the in-process `FakeChatClient`), the wire format
+`tests.fake_judge.chat` (shared with the in-process `FaultyChatClient`), the wire format
 `tests.fake_judge.wire`, faults `tests.fake_judge.faults`, rate windows
 `tests.fake_judge.limits`, and the Batches API `tests.fake_judge.batches`.
 """
