@@ -22,7 +22,6 @@ from typing import Any
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.judge import LLMJudge, TokenCounter, count_prompt_tokens
-from scorer_core.precision import check_scale
 from scorer_core.protocols import ChatClient, Judge, Limiter, Sleeper
 from scorer_core.response_format import ResponseFormatNegotiation, check_response_format
 from scorer_core.retry import RetryPolicy, real_sleep
@@ -127,7 +126,7 @@ def build_judge(
         retry=policy,
         limiter=limiter,
         sleep=sleep,
-        scale=check_scale(spec.scale),
+        scale=spec.scale,
         max_in_flight=max_in_flight,
         response_format=response_format,
         negotiation=negotiation,

@@ -103,15 +103,14 @@ def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -
     >>> context_precision([])
     0.0
     """
-    factor = check_scale(scale)
     if not verdicts:
         return 0.0
-    return round_score(average_precision(verdicts) * factor)
+    return round_score(average_precision(verdicts) * (1.0 if scale is None else scale))
 
 
 def score_band(score: float, scale: float | None = 1) -> Band:
     """The named band of a score on a 0..scale scale. With scale 0 every score is 0: "none"."""
-    factor = check_scale(scale)
+    factor = 1.0 if scale is None else scale
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:
         return "none"

@@ -353,13 +353,13 @@ def create_context_precision_scorer(
             raise ConfigError(f"option {name!r} is given twice (as a keyword and in options)")
         merged[name] = value
     scorer_options = {k: merged.pop(k) for k in SCORER_OPTIONS & set(merged)}
-    final_scale = check_scale(scorer_options.get("scale"))
-    judge = make_judge(model, scale=final_scale, **merged)
+    scale = scorer_options.get("scale")  # checked by make_judge first, then by the scorer
+    judge = make_judge(model, scale=scale, **merged)
     return ContextPrecisionScorer(
         judge,
         context=scorer_options.get("context"),
         context_extractor=scorer_options.get("context_extractor"),
-        scale=final_scale,
+        scale=scale,
         reason=scorer_options.get("reason", "llm"),
         contexts_per_call=scorer_options.get("contexts_per_call", 16),
     )

@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.core.config_yaml import load_yaml, plain, resolve_user_text
-from jobs.core.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import ResponseFormatSetting
@@ -25,6 +24,10 @@ from scorer_core.response_format import ResponseFormatSetting
 #: What a run id may look like (checked by `RunConfig` and by `ctxprec runs`): it becomes part
 #: of object paths (`run_id=<id>`), so no '/' or spaces.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# How much of an item's contexts is judged, unless input.max_context_chars / max_contexts say
+# otherwise (jobs.inputs.records applies them).
+DEFAULT_MAX_CONTEXT_CHARS = 200_000
+DEFAULT_MAX_CONTEXTS = 1000
 
 
 class _Strict(BaseModel):

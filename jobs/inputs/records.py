@@ -2,7 +2,7 @@
 
 `ItemReader.read` is what the job uses; `read_shard`, `to_item` and `validate_record` are its
 three steps. Bad data never raises here: a row that cannot be scored becomes a `RowError`
-naming its position and the field. The truncation defaults live in `jobs.core.input_limits`.
+naming its position and the field. The truncation defaults live in `jobs.core.config`.
 
 Row policies (`to_item`):
 - query_id: a string (used as is) or an integer (stringified); null, empty, or any other
@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jobs.core.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem
 from jobs.core.text_safety import escaped
