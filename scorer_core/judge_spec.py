@@ -32,6 +32,7 @@ TRANSPORT_ONLY_OPTIONS: Mapping[Transport, frozenset[str]] = {
     "litellm": frozenset({"request_options"}),
     "http": frozenset({"max_connections", "proxy_from_env"}),
 }
+ANY_TRANSPORT_ONLY = frozenset[str]().union(*TRANSPORT_ONLY_OPTIONS.values())
 
 
 @dataclass(frozen=True)
@@ -74,23 +75,23 @@ class JudgeSpec:
 
     def given_transport_options(self) -> set[str]:
         """The transport-only options this spec sets (not left to the client's default)."""
-        return {
-            name
-            for names in TRANSPORT_ONLY_OPTIONS.values()
-            for name in names
-            if getattr(self, name) is not None
-        }
+        return {name for name in ANY_TRANSPORT_ONLY if getattr(self, name) is not None}
 
     def resolved_transport(self) -> Transport:
-        """The client that carries this judge's requests. Under "auto", an option only one
-        client takes decides for it; otherwise `resolve_transport` does."""
-        setting = self.transport
-        if setting == "auto":
-            given = self.given_transport_options()
-            for name, names in TRANSPORT_ONLY_OPTIONS.items():
-                if given & names:
-                    setting = name
-        return resolve_transport(setting, self.model, self.api_base)
+        """The client that carries this judge's requests (`choose_transport`)."""
+        return choose_transport(
+            self.transport, self.model, self.api_base, self.given_transport_options()
+        )
+
+
+def choose_transport(setting: str, model: str, api_base: str | None, given: Set[str]) -> Transport:
+    """The transport for `setting`: under "auto" an option in `given` that only one client
+    takes decides for it; otherwise `resolve_transport` does."""
+    if setting == "auto":
+        for name, names in TRANSPORT_ONLY_OPTIONS.items():
+            if given & names:
+                setting = name
+    return resolve_transport(setting, model, api_base)
 
 
 def build_judge(

@@ -12,7 +12,7 @@ import os
 
 from jobs.core.config import JobConfig
 from scorer_core.capabilities import is_offline
-from scorer_core.transports import resolve_transport
+from scorer_core.transports import litellm_endpoint, resolve_transport
 
 
 def judge_endpoint(config: JobConfig) -> str:
@@ -26,9 +26,7 @@ def judge_endpoint(config: JobConfig) -> str:
         from scorer_core.openai_http import OPENAI_API_BASE
 
         return OPENAI_API_BASE
-    model = judge_config.model
-    provider = model.split("/", 1)[0] if "/" in model else model
-    return f"{provider} (litellm's default endpoint)"
+    return litellm_endpoint(judge_config.model)
 
 
 def endpoint_identity(config: JobConfig) -> str:
