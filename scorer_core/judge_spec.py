@@ -1,14 +1,9 @@
 """A judge described by typed data (`JudgeSpec`) and built from it (`build_judge`).
 
-A `JudgeSpec` is everything about a judge that can be written down: the model, where it is,
-its key, how requests are sent, shaped and retried, and the offline judge's options. It is
-frozen and holds no live objects, so a job can derive it from its config and a test can
-compare two of them. What only exists at run time (a shared rate limiter, a gate bounding
-requests in flight, an endpoint's structured-output negotiation, a token counter, a ready
-client) is passed to `build_judge` beside it.
-
-`scorer_core.scorer.make_judge(model, **options)` is the keyword front door of the library:
-it checks the option names and builds a spec and the runtime arguments from them.
+A spec is everything about a judge that can be written down (frozen, no live objects: a job
+derives it from its config, a test compares two); what exists only at run time (a shared
+limiter, an in-flight gate, an endpoint's negotiation, a ready client) goes to `build_judge`
+beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
 """
 
 from __future__ import annotations
@@ -106,16 +101,26 @@ def build_judge(
     sleep: Sleeper = real_sleep,
     client: ChatClient | None = None,
 ) -> Judge:
-    """The judge `spec` describes, wired to the run-time objects given.
+    """The judge `spec` describes, wired to the run-time objects given (the offline judge
+    takes none of them).
 
-    `limiter` paces requests against a provider's limit (shared by many judges);
-    `max_in_flight` bounds the requests in flight (a number, or a gate shared with other
-    judges); `first_alone=False` leaves the cold start to whoever owns that gate;
-    `token_counter` counts a request's prompt tokens for a tokens-per-minute limit;
-    `negotiation` is an endpoint's shared structured-output state (`shared_negotiation`);
-    `retry` replaces the spec's `max_retries`/`max_reasks` with a whole policy; `client` is a
-    ready `ChatClient` (then the spec's endpoint and request settings are the client's
-    business). The offline judge takes none of them."""
+    Args:
+        spec: the judge.
+        limiter: paces requests against a provider's limit (shared by many judges).
+        max_in_flight: bounds the requests in flight: a number, or a gate shared with others.
+        first_alone: False leaves the cold start to whoever owns that gate.
+        token_counter: counts a request's prompt tokens for a tokens-per-minute limit.
+        negotiation: an endpoint's shared structured-output state (`shared_negotiation`).
+        retry: a whole policy, instead of the spec's `max_retries` and `max_reasks`.
+        sleep: how the judge waits (tests inject one).
+        client: a ready `ChatClient`; the spec's endpoint and request settings are then its.
+
+    Returns:
+        The `Judge`: an `LLMJudge`, or the `LexicalJudge` for model "lexical".
+
+    Raises:
+        ConfigError: an option the judge or its transport does not take.
+    """
     if spec.capabilities.offline:
         return _offline_judge(spec)
     transport = spec.resolved_transport()

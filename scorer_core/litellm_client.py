@@ -1,8 +1,6 @@
-"""The `ChatClient` that reaches any model through litellm, and the error translation.
-
-This is the one place that knows litellm: its exceptions become the project's error tree here
-and nowhere else. Retries are disabled inside litellm and the OpenAI SDK (which would otherwise
-sleep for `Retry-After` up to two minutes per retry, ignoring our timeout and our shared limit):
+"""The `ChatClient` that reaches any model through litellm, and the one place that translates
+litellm's errors into the project's tree. Retries inside litellm and the OpenAI SDK are off
+(they would sleep for `Retry-After` up to two minutes, past our timeout and shared limit):
 `scorer_core.judge` owns retrying.
 """
 

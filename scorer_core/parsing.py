@@ -1,10 +1,8 @@
-"""Parsing judge replies into verdicts, strictly, by the wire contract.
+"""Judge replies to verdicts and reasons, strictly, by the wire contract.
 
-A reply is accepted when it holds a JSON object (bare, inside a code fence, or with prose
-around it) whose "verdicts" list has exactly one entry for every requested context index.
-Verdict words are "yes"/"no" in any case with any surrounding space. Verdicts are mapped by
-`context_index`, never by list order. Anything else raises `MalformedReply` with a message that
-says precisely what was wrong, which the judge sends back when it re-asks.
+A reply holds a JSON object (bare, fenced, or in prose) whose "verdicts" list has exactly one
+entry per context asked about, mapped by `context_index`; anything else raises `MalformedReply`
+saying precisely what was wrong, which the judge sends back when it re-asks.
 """
 
 from __future__ import annotations

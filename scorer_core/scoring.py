@@ -1,9 +1,7 @@
-"""The scoring of one item, as a free function: slices to a judge, verdicts to a score, a reason.
+"""The scoring of one item: slices of contexts to a judge, verdicts to a score, a reason.
 
-`score_item` is the one place where an item's contexts become a `ScoreResult`. The library's
-`ContextPrecisionScorer` calls it after resolving Mastra's call shapes; the batch job's worker
-and tools call it directly with the judge and settings of their config, without building a
-scorer (whose constructor is about where contexts come from, which the job already knows).
+The library's scorer calls `score_item` after resolving Mastra's call shapes; the job's workers
+and tools call it directly with the judge and settings of their config.
 """
 
 from __future__ import annotations
