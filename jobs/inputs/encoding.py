@@ -1,18 +1,6 @@
-"""Text that UTF-8 cannot encode is an item's problem, not its shard's.
-
-A JSON line may hold a lone UTF-16 surrogate (`"\\udc00"` is valid JSON): Python reads it into
-a `str` that no writer downstream accepts (the staged Parquet, the judge's HTTP request, the
-published tables), so one such row used to fail its whole shard, on every rerun. Here, after
-`records.to_item`, a row holding such text in any field becomes that row's `RowError` naming
-the field and the character, and every `RowError` leaving the reader is writable:
-
-- the query_id, when it is the unencodable field, is written in `text_safety.escaped` form
-  (backslashes doubled, the surrogate as `\\udc00`): lossless, and unique as the original was;
-- carried values that cannot be written are dropped to null on the error row;
-- the message is escaped the same way.
-
-Every judge path (lexical, LLM over http or litellm, batch mode) reads its items through
-`records.read_items`, so none of them ever sees such text.
+"""Text UTF-8 cannot encode (a lone surrogate, valid in JSON) is an item's problem, not its
+shard's: such a row becomes its own `RowError` naming the field and character, and every error
+row leaving the reader is writable (ids and messages escaped, unwritable carried values null).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Which files are the input: list a file, a folder or a glob, and tell each file's format.
-
-Formats come from `InputSpec.format` or else from each file's suffix: `.parquet`; `.jsonl`,
-`.ndjson` (JSON Lines); `.jsonl.gz`, `.ndjson.gz` (gzipped JSON Lines).
-
-In a folder, files whose names start with `_` or `.` (`_SUCCESS`, `.crc`), files in
-sub-folders named so (`_temporary/`) and files of an unknown suffix are skipped; a glob or a
-file named explicitly must have a known suffix unless `format` is set.
-"""
+"""Which files are the input: a file, a folder or a glob, each file's format from
+`InputSpec.format` or its suffix (.parquet, .jsonl, .ndjson, and either gzipped). In a folder,
+names starting with `_` or `.` and unknown suffixes are skipped."""
 
 from __future__ import annotations
 

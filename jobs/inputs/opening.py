@@ -1,8 +1,5 @@
-"""Open an input file for reading, local or on an object store, plain or gzipped.
-
-Every step that touches file bytes (schema check, planning, both readers) opens through
-`open_input`, so the read-ahead policy below holds for all of them.
-"""
+"""Open an input file for reading, local or on an object store, plain or gzipped: every step
+that reads input bytes opens through `open_input`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Read one Parquet shard: a row range `[start, end)` of one file, in batches.
-
-Only the row groups overlapping the range are decoded, and only the configured columns
-(every column when a `context_extractor` needs the whole row). `RawRow.row` is the 0-based
-row number within the file.
-"""
+"""Read one Parquet shard: a row range of one file, decoding only the row groups it overlaps and
+the configured columns; `RawRow.row` is the row number within the file."""
 
 from __future__ import annotations
 

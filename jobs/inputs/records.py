@@ -1,30 +1,8 @@
-"""A shard's rows as items: read them by format, then normalise, truncate and validate each.
+"""A shard's rows as items: read by format, then normalised, truncated and checked (`to_item`).
 
-`ItemReader.read` is what the job uses; `read_shard`, `to_item` and `validate_record` are its
-three steps. Bad data never raises here: a row that cannot be scored becomes a `RowError`
-naming its position and the field. The truncation defaults live in `jobs.core.config`.
-
-Row policies (`to_item`):
-- query_id: a string (used as is) or an integer (stringified); null, empty, or any other
-  type is an error. With `columns.query_id=None` the id is `f"{source}#{row}"`.
-  Duplicate ids are not detected here (the job decides).
-- input: a non-empty string. output: a string, never null, possibly empty ("" for every
-  row with `columns.output=None`). expected_output: a string or null; empty/blank counts
-  as no reference. With neither an output nor a reference the item is retrieval-only: the
-  judge weighs each context against the query (scorer_core.prompt).
-- contexts: a list of strings, in retrieved order (positions matter). A string instead of a
-  list, null, an empty list, or any non-string element (numbers are *not* stringified:
-  that usually means the wrong column) is an error. Empty strings are kept (position).
-  With `context_extractor` set, contexts come from calling it with the raw row dict; it
-  raising, or returning anything but a list of strings, is an error for that row.
-- A context longer than `max_context_chars` is cut to that length; more than
-  `max_contexts` contexts keep the first `max_contexts`; both set `truncated=True`.
-- context ids (`columns.context_ids`): a list as long as the contexts (before truncation;
-  cut with them), of strings or integers (stringified) or nulls; a missing or null value
-  means no ids for the row; another length or element type is an error.
-- carried columns: each value must fit its column's type (`carry.conform`); a missing key
-  is null. A value that does not fit is an error naming the column; the row's other
-  carried values are kept on its error row.
+Bad data never raises here: a row that cannot be scored becomes a `RowError` naming its
+position and the field, and reading goes on. The row policies (which values a field takes, how
+contexts and ids are cut) are in the design notes.
 """
 
 from __future__ import annotations
@@ -34,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS, JobConfig
 from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem
 from jobs.core.text_safety import escaped
@@ -49,7 +27,6 @@ from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
 if TYPE_CHECKING:
-    from jobs.core.config import JobConfig
     from jobs.inputs.sampling import SamplePlan
 
 
@@ -60,9 +37,7 @@ class ItemReader:
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
-    # A sampled run's plan (`jobs.inputs.sampling`, set by the driver before judging): which rows
-    # the
-    # worker judges (`keeps`). None: every row.
+    # A sampled run's plan (set by the driver before judging): which rows are judged. None: all.
     sample: SamplePlan | None = None
 
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
@@ -151,8 +126,8 @@ def to_item(
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
     carried: Sequence[CarriedColumn] = (),
 ) -> ItemRecord | RowError:
-    """Validate and normalize one row by the row policies (the module's docstring). Never
-    raises for bad data: returns a `RowError` naming the position and the field."""
+    """One row checked and normalised by the row policies, or its `RowError` naming the position
+    and the field (never raises for bad data)."""
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
     data = raw.data

@@ -1,19 +1,22 @@
-"""`scorer_core`'s public names: the lazy table and the typed imports list the same names from
-the same modules, and every one of them resolves."""
+"""The lazily imported packages' public names (`scorer_core`, `jobs.inputs`): the lazy table and
+the typed imports list the same names from the same modules, and every one of them resolves."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 
-import scorer_core
+import pytest
+
 from tests.support.paths import REPO
 
+PACKAGES = ["scorer_core", "jobs.inputs"]
 
-def typed_imports() -> dict[str, str]:
-    """Name -> module of the imports under `if TYPE_CHECKING:` in scorer_core/__init__.py."""
-    tree = ast.parse((REPO / "scorer_core" / "__init__.py").read_text())
-    block = next(node for node in tree.body if isinstance(node, ast.If))
+
+def typed_imports(package: str) -> dict[str, str]:
+    """Name -> module of the imports under `if TYPE_CHECKING:` in the package's __init__.py."""
+    path = REPO.joinpath(*package.split("."), "__init__.py")
+    block = next(node for node in ast.parse(path.read_text()).body if isinstance(node, ast.If))
     return {
         alias.asname or alias.name: str(node.module)
         for node in block.body
@@ -22,11 +25,15 @@ def typed_imports() -> dict[str, str]:
     }
 
 
-def test_the_lazy_table_and_the_typed_imports_agree() -> None:
-    assert typed_imports() == scorer_core._WHERE
-    assert scorer_core.__all__ == sorted(typed_imports())
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_lazy_table_and_the_typed_imports_agree(package: str) -> None:
+    module = importlib.import_module(package)
+    assert typed_imports(package) == module._WHERE
+    assert module.__all__ == sorted(typed_imports(package))
 
 
-def test_every_public_name_resolves_to_its_module_s_object() -> None:
-    for name, module in typed_imports().items():
-        assert getattr(scorer_core, name) is getattr(importlib.import_module(module), name)
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_resolves_to_its_module_s_object(package: str) -> None:
+    lazy = importlib.import_module(package)
+    for name, module in typed_imports(package).items():
+        assert getattr(lazy, name) is getattr(importlib.import_module(module), name)
