@@ -1,10 +1,6 @@
-"""The configuration reference (docs/configuration.md), generated from the config models.
-
-Every key's default and description lives once, in `jobs.core.config` (pydantic `Field(...)`). This
-module renders them as the Markdown tables docs/configuration.md shows between two markers;
-`python -m jobs.core.config_reference --write docs/configuration.md` (or `--write` alone) refreshes
-the page, and a test fails when the page and the models disagree.
-"""
+"""The configuration reference (docs/configuration.md), rendered from the config models' fields:
+`python -m jobs.core.config_reference --write` refreshes the page; a test fails when they
+disagree."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Which endpoint answers a judge config: what besides the model string decides the model.
-
-The verdict cache keys on it (`jobs.core.verdict_cache.judge_fingerprint`) and batch mode tags its
-request
-ids with it (`jobs.engine.batch.requests.judge_tag`), so the same model name served by another
-server is another judge; the structured-output negotiation is shared per endpoint.
-"""
+"""Which endpoint answers a judge config: what besides the model string decides the model. The
+verdict cache and batch mode's request ids key on it, and the structured-output negotiation is
+shared per endpoint."""
 
 from __future__ import annotations
 
