@@ -251,9 +251,9 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 
 
 class Journal:
-    """A worker's verdicts as they arrive, flushed to the store's journal as small files every
-    `interval_s` (`due`, `take`, `write`) and at the end (`flush`); the last `memory` of them
-    answer the worker's later items with the same pair. One event loop adds; not thread-safe."""
+    """A worker's verdicts as they arrive, written to the store's journal as small files (the
+    worker's timer calls `take` and `write` every `interval_s`, `flush` at the end); the last
+    `memory` of them answer the worker's later items with the same pair. Not thread-safe."""
 
     def __init__(
         self,
@@ -261,16 +261,13 @@ class Journal:
         writer: str,
         *,
         interval_s: float = 2.0,
-        clock: Clock = time.monotonic,
         memory: int = 200_000,
     ) -> None:
         self.verdicts = verdicts
         self.writer = writer
         self.interval_s = interval_s
-        self._clock = clock
         self._memory = memory
         self._buffer: list[tuple[str, bool, str]] = []
-        self._last = clock()
         self.recent: dict[str, tuple[bool, str]] = {}
         self.flushed = 0
 
@@ -305,13 +302,9 @@ class Journal:
     def pending(self) -> int:
         return len(self._buffer)
 
-    def due(self) -> bool:
-        return bool(self._buffer) and self._clock() - self._last >= self.interval_s
-
     def take(self) -> list[tuple[str, bool, str]]:
         """The buffered verdicts, handed to `write` (the buffer starts again empty)."""
         taken, self._buffer = self._buffer, []
-        self._last = self._clock()
         return taken
 
     def write(self, taken: list[tuple[str, bool, str]]) -> None:
