@@ -74,7 +74,14 @@ def check_scale(scale: float | None) -> float:
 
 
 def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -> float:
-    """Context precision of relevance flags in ranked order, times `scale`, 2 decimals.
+    """Context precision, as Mastra's scorer computes and rounds it.
+
+    Args:
+        verdicts: relevance flags in retrieved order.
+        scale: scores run from 0 to this (None means 1); checked where options come in.
+
+    Returns:
+        Average precision times `scale`, rounded to 2 decimals (0 without a relevant context).
 
     >>> context_precision([True, False, True, False])
     0.83
@@ -89,7 +96,15 @@ def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -
 
 
 def score_band(score: float, scale: float | None = 1) -> Band:
-    """The named band of a score on a 0..scale scale. With scale 0 every score is 0: "none"."""
+    """The named band of `score` / `scale` (`BANDS`; "none" for 0, and for any score on scale 0).
+
+    Args:
+        score: a score from `context_precision`.
+        scale: its scale (None means 1).
+
+    Returns:
+        "none", "low", "moderate", "good" or "excellent".
+    """
     factor = 1.0 if scale is None else scale
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:

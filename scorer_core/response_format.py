@@ -240,10 +240,16 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_negotiation(endpoint: str, setting: str = "auto") -> ResponseFormatNegotiation:
-    """The process-wide negotiation for `endpoint` under `setting`, created on first use.
+    """The process-wide negotiation for an endpoint, created on first use: judges built for one
+    endpoint in a process pass it as `make_judge(..., negotiation=...)` and probe it once.
 
-    Judges built for the same endpoint in one process (e.g. one per shard in a worker) pass
-    this to `make_judge(..., negotiation=...)` so the endpoint is probed once per process."""
+    Args:
+        endpoint: the endpoint, as its client names it (`ChatClient.endpoint`).
+        setting: "auto" or one form.
+
+    Returns:
+        The negotiation every caller with these arguments shares.
+    """
     key = (endpoint, check_response_format(setting))
     with _SHARED_LOCK:
         negotiation = _SHARED.get(key)

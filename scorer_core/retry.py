@@ -42,11 +42,14 @@ async def real_sleep(seconds: float) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """The judge's retry budget: `max_retries` transport retries with full-jitter backoff from
+    `base_delay_s` up to `max_delay_s` (a 429's `Retry-After` instead, capped at
+    `max_retry_after_s`), and `max_reasks` re-asks of unusable replies; `rng` for tests."""
+
     max_retries: int = 6
     max_reasks: int = 2
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
-    # A provider asking for more than this is treated as this.
     max_retry_after_s: float = MAX_RETRY_AFTER_S
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
