@@ -16,8 +16,7 @@ from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem, retry_call
 from jobs.inputs.carry import carried_columns, decide_type, infer_json_type
 from jobs.inputs.jsonl import lines_in_range, parse_line
-from jobs.inputs.listing import FileInfo
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.spec import InputSpec, load_extractor, required_columns
 from scorer_core.errors import InputError
 

@@ -16,7 +16,7 @@ from typing import IO
 import fsspec
 
 from jobs.core.storage import retry_call
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import open_input
 from jobs.inputs.rows import RawRow
 from jobs.inputs.shard import Shard
 from scorer_core.errors import CtxPrecError, InputError, StorageError

@@ -23,7 +23,7 @@ import fsspec
 
 from jobs.core.storage import retry_call
 from jobs.inputs.jsonl import lines_in_range
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import open_input
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 RETRIEVER = "retriever"

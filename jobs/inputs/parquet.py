@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.core.storage import is_transient, retry_call
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import open_input
 from jobs.inputs.rows import RawRow
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, required_columns

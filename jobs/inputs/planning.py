@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.core.storage import filesystem, retry_call
-from jobs.inputs.listing import FileInfo
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec
 from scorer_core.errors import ConfigError, InputError

@@ -13,8 +13,7 @@ import fsspec
 from jobs.core.storage import filesystem, retry_call
 from jobs.core.text_safety import encodable, escaped
 from jobs.inputs.columns import check_columns, file_columns
-from jobs.inputs.listing import FileInfo
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.spec import InputSpec
 from scorer_core.errors import InputError
 
