@@ -287,6 +287,26 @@ def _llm_transport(model: str, options: dict[str, Any]) -> str:
     return transport
 
 
+def _model_and_options(
+    model: str | Mapping[str, Any] | None, options: Mapping[str, Any] | None
+) -> tuple[str, Mapping[str, Any] | None]:
+    """The model string and the options mapping, from Mastra's single argument or as given."""
+    if isinstance(model, Mapping):
+        unknown = set(model) - {"model", "options"}
+        if unknown:
+            listed = ", ".join(sorted(map(str, unknown)))
+            raise ConfigError(f"unknown key(s) {listed}; use model, options")
+        if options is not None and "options" in model:
+            raise ConfigError("options given twice (in the argument and as options=)")
+        options = model.get("options", options)
+        model = model.get("model")
+    if not isinstance(model, str) or not model:
+        raise ConfigError("model is required: 'lexical' or a litellm model string")
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"options must be a mapping, got {type(options).__name__}")
+    return model, options
+
+
 def create_context_precision_scorer(
     model: str | Mapping[str, Any] | None = None,
     *,
@@ -316,19 +336,7 @@ def create_context_precision_scorer(
     Raises:
         ConfigError: an unknown name, or one given twice.
     """
-    if isinstance(model, Mapping):
-        unknown = set(model) - {"model", "options"}
-        if unknown:
-            listed = ", ".join(sorted(map(str, unknown)))
-            raise ConfigError(f"unknown key(s) {listed}; use model, options")
-        if options is not None and "options" in model:
-            raise ConfigError("options given twice (in the argument and as options=)")
-        options = model.get("options", options)
-        model = model.get("model")
-    if not isinstance(model, str) or not model:
-        raise ConfigError("model is required: 'lexical' or a litellm model string")
-    if options is not None and not isinstance(options, Mapping):
-        raise ConfigError(f"options must be a mapping, got {type(options).__name__}")
+    model, options = _model_and_options(model, options)
     given = {
         name: value
         for name, value in (
