@@ -1,7 +1,7 @@
 """scorer_core: context precision for RAG retrieval, judged by an LLM or offline.
 
-The pure library: prompts, verdict parsing, the precision maths and the judge interface.
-It imports no Ray, fsspec or Polars, and litellm only when an LLM judge is used.
+The pure library: prompts, verdict parsing, the precision maths and the judge interface. It
+imports no Ray, fsspec or Polars, and litellm only when an LLM judge is used.
 
     >>> from scorer_core import context_precision
     >>> context_precision([True, False, True, False])
@@ -14,165 +14,85 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scorer_core.capabilities import JudgeCapabilities, capabilities_of, judge_capabilities
-    from scorer_core.errors import (
-        ConfigError,
-        ConnectionFailed,
-        CtxPrecError,
-        FatalJudgeError,
-        InputError,
-        JudgeError,
-        JudgeTimeout,
-        MalformedReply,
-        RateLimited,
-        RequestRejected,
-        ResponseFormatRejected,
-        ServerError,
-        TransportError,
-    )
-    from scorer_core.judge_spec import JudgeSpec, build_judge
-    from scorer_core.parsing import parse_reason, parse_verdicts
-    from scorer_core.precision import (
-        BANDS,
-        average_precision,
-        context_precision,
-        round_half_up,
-        round_score,
-        score_band,
-    )
-    from scorer_core.prompt import PROMPT_VERSION, REASON_SCHEMA_NAME, VERDICTS_SCHEMA_NAME
-    from scorer_core.protocols import ChatClient, ChatReply, Judge, Limiter, NoLimit
-    from scorer_core.reasons import template_reason
-    from scorer_core.response_format import (
-        RESPONSE_FORMATS,
-        ResponseFormatNegotiation,
-        shared_negotiation,
-    )
-    from scorer_core.retry import RetryPolicy
+    from scorer_core.capabilities import JudgeCapabilities as JudgeCapabilities
+    from scorer_core.capabilities import capabilities_of as capabilities_of
+    from scorer_core.capabilities import judge_capabilities as judge_capabilities
+    from scorer_core.errors import ConfigError as ConfigError
+    from scorer_core.errors import ConnectionFailed as ConnectionFailed
+    from scorer_core.errors import CtxPrecError as CtxPrecError
+    from scorer_core.errors import FatalJudgeError as FatalJudgeError
+    from scorer_core.errors import InputError as InputError
+    from scorer_core.errors import JudgeError as JudgeError
+    from scorer_core.errors import JudgeTimeout as JudgeTimeout
+    from scorer_core.errors import MalformedReply as MalformedReply
+    from scorer_core.errors import RateLimited as RateLimited
+    from scorer_core.errors import RequestRejected as RequestRejected
+    from scorer_core.errors import ResponseFormatRejected as ResponseFormatRejected
+    from scorer_core.errors import ServerError as ServerError
+    from scorer_core.errors import TransportError as TransportError
+    from scorer_core.fake_chat import FakeChatClient as FakeChatClient
+    from scorer_core.judge_spec import JudgeSpec as JudgeSpec
+    from scorer_core.judge_spec import build_judge as build_judge
+    from scorer_core.parsing import parse_reason as parse_reason
+    from scorer_core.parsing import parse_verdicts as parse_verdicts
+    from scorer_core.precision import BANDS as BANDS
+    from scorer_core.precision import average_precision as average_precision
+    from scorer_core.precision import context_precision as context_precision
+    from scorer_core.precision import round_half_up as round_half_up
+    from scorer_core.precision import round_score as round_score
+    from scorer_core.precision import score_band as score_band
+    from scorer_core.prompt import PROMPT_VERSION as PROMPT_VERSION
+    from scorer_core.prompt import REASON_SCHEMA_NAME as REASON_SCHEMA_NAME
+    from scorer_core.prompt import VERDICTS_SCHEMA_NAME as VERDICTS_SCHEMA_NAME
+    from scorer_core.protocols import ChatClient as ChatClient
+    from scorer_core.protocols import ChatReply as ChatReply
+    from scorer_core.protocols import Judge as Judge
+    from scorer_core.protocols import Limiter as Limiter
+    from scorer_core.protocols import NoLimit as NoLimit
+    from scorer_core.reasons import template_reason as template_reason
+    from scorer_core.response_format import RESPONSE_FORMATS as RESPONSE_FORMATS
+    from scorer_core.response_format import ResponseFormatNegotiation as ResponseFormatNegotiation
+    from scorer_core.response_format import shared_negotiation as shared_negotiation
+    from scorer_core.retry import RetryPolicy as RetryPolicy
+    from scorer_core.scorer import ContextPrecisionScorer as ContextPrecisionScorer
     from scorer_core.scorer import (
-        ContextPrecisionScorer,
-        create_context_precision_scorer,
-        make_judge,
-        validate_item,
+        create_context_precision_scorer as create_context_precision_scorer,
     )
-    from scorer_core.scoring import score_item
-    from scorer_core.types import (
-        Band,
-        ContextVerdict,
-        ScoreResult,
-        ScoringItem,
-        Usage,
-        VerdictBatch,
-    )
+    from scorer_core.scorer import make_judge as make_judge
+    from scorer_core.scorer import validate_item as validate_item
+    from scorer_core.scoring import score_item as score_item
+    from scorer_core.types import Band as Band
+    from scorer_core.types import ContextVerdict as ContextVerdict
+    from scorer_core.types import ScoreResult as ScoreResult
+    from scorer_core.types import ScoringItem as ScoringItem
+    from scorer_core.types import Usage as Usage
+    from scorer_core.types import VerdictBatch as VerdictBatch
 
 # Imported on first use: a process that needs one light module (the run's coordinator, which
 # unpickles `Usage` in shard reports) must not import the scorer, the judges and litellm's
-# client through this package.
-_WHERE = {
-    "BANDS": "scorer_core.precision",
-    "Band": "scorer_core.types",
-    "ChatClient": "scorer_core.protocols",
-    "ChatReply": "scorer_core.protocols",
-    "ConfigError": "scorer_core.errors",
-    "ConnectionFailed": "scorer_core.errors",
-    "ContextPrecisionScorer": "scorer_core.scorer",
-    "ContextVerdict": "scorer_core.types",
-    "CtxPrecError": "scorer_core.errors",
-    "FatalJudgeError": "scorer_core.errors",
-    "InputError": "scorer_core.errors",
-    "Judge": "scorer_core.protocols",
-    "JudgeCapabilities": "scorer_core.capabilities",
-    "JudgeError": "scorer_core.errors",
-    "JudgeSpec": "scorer_core.judge_spec",
-    "JudgeTimeout": "scorer_core.errors",
-    "Limiter": "scorer_core.protocols",
-    "MalformedReply": "scorer_core.errors",
-    "NoLimit": "scorer_core.protocols",
-    "PROMPT_VERSION": "scorer_core.prompt",
-    "REASON_SCHEMA_NAME": "scorer_core.prompt",
-    "RESPONSE_FORMATS": "scorer_core.response_format",
-    "RateLimited": "scorer_core.errors",
-    "RequestRejected": "scorer_core.errors",
-    "ResponseFormatNegotiation": "scorer_core.response_format",
-    "ResponseFormatRejected": "scorer_core.errors",
-    "RetryPolicy": "scorer_core.retry",
-    "ScoreResult": "scorer_core.types",
-    "ScoringItem": "scorer_core.types",
-    "ServerError": "scorer_core.errors",
-    "TransportError": "scorer_core.errors",
-    "Usage": "scorer_core.types",
-    "VERDICTS_SCHEMA_NAME": "scorer_core.prompt",
-    "VerdictBatch": "scorer_core.types",
-    "average_precision": "scorer_core.precision",
-    "build_judge": "scorer_core.judge_spec",
-    "capabilities_of": "scorer_core.capabilities",
-    "context_precision": "scorer_core.precision",
-    "create_context_precision_scorer": "scorer_core.scorer",
-    "judge_capabilities": "scorer_core.capabilities",
-    "make_judge": "scorer_core.scorer",
-    "parse_reason": "scorer_core.parsing",
-    "parse_verdicts": "scorer_core.parsing",
-    "round_half_up": "scorer_core.precision",
-    "round_score": "scorer_core.precision",
-    "score_band": "scorer_core.precision",
-    "score_item": "scorer_core.scoring",
-    "shared_negotiation": "scorer_core.response_format",
-    "template_reason": "scorer_core.reasons",
-    "validate_item": "scorer_core.scorer",
-}
-
-__all__ = [
-    "BANDS",
-    "PROMPT_VERSION",
-    "REASON_SCHEMA_NAME",
-    "RESPONSE_FORMATS",
-    "VERDICTS_SCHEMA_NAME",
-    "Band",
-    "ChatClient",
-    "ChatReply",
-    "ConfigError",
-    "ConnectionFailed",
-    "ContextPrecisionScorer",
-    "ContextVerdict",
-    "CtxPrecError",
-    "FatalJudgeError",
-    "InputError",
-    "Judge",
-    "JudgeCapabilities",
-    "JudgeError",
-    "JudgeSpec",
-    "JudgeTimeout",
-    "Limiter",
-    "MalformedReply",
-    "NoLimit",
-    "RateLimited",
-    "RequestRejected",
-    "ResponseFormatNegotiation",
-    "ResponseFormatRejected",
-    "RetryPolicy",
-    "ScoreResult",
-    "ScoringItem",
-    "ServerError",
+# client through this package. tests/unit/test_exports.py keeps this and the imports above equal.
+_EXPORTS = {
+    "capabilities": "JudgeCapabilities capabilities_of judge_capabilities",
+    "errors": "ConfigError ConnectionFailed CtxPrecError FatalJudgeError InputError JudgeError "
+    "JudgeTimeout MalformedReply RateLimited RequestRejected ResponseFormatRejected ServerError "
     "TransportError",
-    "Usage",
-    "VerdictBatch",
-    "average_precision",
-    "build_judge",
-    "capabilities_of",
-    "context_precision",
-    "create_context_precision_scorer",
-    "judge_capabilities",
-    "make_judge",
-    "parse_reason",
-    "parse_verdicts",
-    "round_half_up",
-    "round_score",
-    "score_band",
-    "score_item",
-    "shared_negotiation",
-    "template_reason",
-    "validate_item",
-]
+    "fake_chat": "FakeChatClient",
+    "judge_spec": "JudgeSpec build_judge",
+    "parsing": "parse_reason parse_verdicts",
+    "precision": "BANDS average_precision context_precision round_half_up round_score score_band",
+    "prompt": "PROMPT_VERSION REASON_SCHEMA_NAME VERDICTS_SCHEMA_NAME",
+    "protocols": "ChatClient ChatReply Judge Limiter NoLimit",
+    "reasons": "template_reason",
+    "response_format": "RESPONSE_FORMATS ResponseFormatNegotiation shared_negotiation",
+    "retry": "RetryPolicy",
+    "scorer": "ContextPrecisionScorer create_context_precision_scorer make_judge validate_item",
+    "scoring": "score_item",
+    "types": "Band ContextVerdict ScoreResult ScoringItem Usage VerdictBatch",
+}
+_WHERE = {
+    name: f"scorer_core.{module}" for module, names in _EXPORTS.items() for name in names.split()
+}
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,10 +1,6 @@
-"""What a judge can do, asked of the judge's model string instead of comparing names.
-
-The job and its tools decide many things by the judge's nature: whether it needs an API key,
-whether its verdicts are worth caching, whether a provider batch API can carry it, whether its
-workers pace requests against a provider's limit. Those questions are answered here, once, so
-the rest of the code asks `capabilities_of(model).offline` rather than `model == "lexical"`.
-"""
+"""What a judge can do (needs a key? worth caching? batchable? priced?), asked of its model
+string once here, so the rest of the code asks `capabilities_of(model).offline` rather than
+`model == "lexical"`."""
 
 from __future__ import annotations
 

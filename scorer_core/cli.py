@@ -1,19 +1,7 @@
-"""`ctxprec score` / `python -m scorer_core`: score one item given as JSON.
-
-The item is a JSON object read from a file or stdin:
-    {"input": "...", "output": "...", "expected_output": "... (optional)",
-     "context": ["first retrieved passage", "second", ...]}
-("query", "contexts" and "expected_answer" are accepted as aliases.)
-
-The exit codes of every command (`ctxprec ...` too) are defined here, with the one handler
-that turns the project's errors into them (`call_handler`):
-
-    0  success
-    1  the command ran but failed: the judge cannot work, the run failed, storage failure,
-       the run id is being run by another driver, or (`ctxprec run`) the run is published
-       but its share of error items exceeds run.max_error_rate (docs/exit-codes.md)
-    2  bad usage, configuration or input (argparse's own code for usage errors)
-    3  `score` produced no score (the item is unscored or failed)
+"""`ctxprec score` / `python -m scorer_core`: score one item given as JSON, from a file or stdin
+(`{"input", "output", "expected_output", "context"}`; `query`, `contexts`, `expected_answer`
+as aliases). Also the exit codes of every command (docs/exit-codes.md) and `call_handler`,
+which turns the project's errors into them.
 """
 
 from __future__ import annotations
@@ -33,9 +21,9 @@ from scorer_core.scorer import create_context_precision_scorer
 from scorer_core.types import ScoreResult
 
 EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NO_SCORE = 3
+EXIT_FAILED = 1  # the judge cannot work, the run failed or is over run.max_error_rate, storage
+EXIT_USAGE = 2  # bad usage, configuration or input (argparse's own code for usage errors)
+EXIT_NO_SCORE = 3  # `score` only: the item is unscored or failed
 
 _ALIASES = {"query": "input", "contexts": "context", "expected_answer": "expected_output"}
 _FIELDS = ("input", "output", "expected_output", "context")
@@ -155,6 +143,15 @@ def render(
 
 
 def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
+    """The `score` command.
+
+    Args:
+        args: parsed by a parser `add_score_arguments` set up.
+        stdout: where the result goes (default: sys.stdout, looked up at call time).
+
+    Returns:
+        `EXIT_OK` when the item is scored, else `EXIT_NO_SCORE`.
+    """
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:
@@ -223,6 +220,7 @@ def _describe_form(summary: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m scorer_core [score] [item.json] [options]`: the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["score"]:
         args_list = args_list[1:]

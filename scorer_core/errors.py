@@ -1,24 +1,15 @@
-"""The one exception tree of the project.
-
-Lower-level errors (litellm, HTTP, JSON) are translated into these once, at the boundary where
-they happen, so callers only ever catch `CtxPrecError` subclasses.
+"""The one exception tree of the project. Lower-level errors (litellm, HTTP, JSON) are
+translated into it once, where they happen, so callers only catch `CtxPrecError`s.
 
     CtxPrecError
-    ├── ConfigError          bad arguments or configuration; raised before any judge call
-    ├── InputError           one item (or one file) cannot be scored as given
+    ├── ConfigError, InputError, StorageError     the message names the key, field, row or path
     └── JudgeError           the judge could not produce verdicts
-        ├── TransportError   retryable: the request did not get a usable HTTP answer
-        │   ├── RateLimited      HTTP 429; carries the server's Retry-After when it sent one
-        │   ├── ServerError      HTTP 5xx
-        │   ├── JudgeTimeout     no answer within the timeout
-        │   └── ConnectionFailed the server could not be reached
-        ├── MalformedReply   an answer came but cannot be used; the judge re-asks
-        ├── RequestRejected  a deterministic refusal: a 4xx (not 408/409/429) or a validation
-        │   │                error; never retried, the judge turns it into a FatalJudgeError
-        │   └── ResponseFormatRejected  the endpoint does not support the structured-output
-        │                    form sent; under response_format "auto" the judge steps down
-        └── FatalJudgeError  no request can succeed: authentication, unknown model, a
-                             deterministic rejection
+        ├── TransportError   retryable: no usable HTTP answer
+        │   └── RateLimited (429, Retry-After), ServerError (5xx), JudgeTimeout, ConnectionFailed
+        ├── MalformedReply   an answer that cannot be used; the judge re-asks
+        ├── RequestRejected  a deterministic refusal, never retried (the judge makes it fatal)
+        │   └── ResponseFormatRejected  the structured-output form refused; "auto" steps down
+        └── FatalJudgeError  no request can succeed (authentication, unknown model): the run stops
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The LLM judge: prompt, send through a `ChatClient`, retry, re-ask, parse.
 
-Transport failures are retried within `RetryPolicy.max_retries`; if they persist the last
-`TransportError` propagates (the caller records the item as an error). A reply that breaks the
-wire contract is re-asked up to `RetryPolicy.max_reasks` times; if it still cannot be used the
-batch comes back unscored with the reason: a verdict is never guessed.
-
-A deterministic rejection (a 4xx other than 408/409/429, a validation error) is never retried:
-the same request would be refused the same way for every item, so it becomes a
-`FatalJudgeError` naming the endpoint and the cause, and the run stops. A rejection of the
-structured-output form itself goes to the judge's `ResponseFormatNegotiation` first, which under
-"auto" steps down to a weaker form once for the endpoint (see `scorer_core.response_format`).
+Transport failures are retried (`RetryPolicy.max_retries`), then propagate; an unusable reply is
+re-asked (`max_reasks`), then its batch is unscored: a verdict is never guessed. A deterministic
+rejection becomes a `FatalJudgeError` naming the endpoint (every item would be refused alike),
+except a refused structured-output form, which the negotiation may step down from first.
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from scorer_core.capabilities import LLM_CAPABILITIES
 from scorer_core.errors import (
@@ -55,6 +50,8 @@ CHARS_PER_TOKEN = 4
 #: reserved from the rate limiter, and the output allowance of `ctxprec estimate`.
 REPLY_TOKENS_PER_VERDICT = 40
 
+
+T = TypeVar("T")
 
 TokenCounter = Callable[[Sequence[dict[str, str]]], int]
 """Counts a request's prompt tokens (e.g. the provider's tokenizer through litellm)."""
@@ -189,17 +186,16 @@ class LLMJudge:
             completion = max(completion, self._completion_budget)
         return reply.prompt_tokens + completion
 
-    async def _send(
+    async def ask(
         self,
         messages: Sequence[dict[str, str]],
         schema_name: str,
         schema: dict[str, object],
         verdicts: int,
     ) -> tuple[ChatReply, Usage]:
-        """One logical request, in three steps per attempt: a structured-output form from the
-        endpoint's negotiation, one paced call inside the in-flight bound (`_attempt`), and on
-        failure a step down to a weaker form (`_step_down`) or a wait before the next attempt
-        (`_back_off`)."""
+        """One logical request, sent as every request is (batch mode's online re-asks too): per
+        attempt a form from the endpoint's negotiation, one paced call in the in-flight bound
+        (`_attempt`), and on failure a weaker form (`_step_down`) or a wait (`_back_off`)."""
         tokens = estimate_tokens(
             messages,
             verdicts,
@@ -295,17 +291,6 @@ class LLMJudge:
         await self._sleep(self._retry.delay_for(tally.retries, retry_after))
         tally.retries += 1
 
-    async def ask(
-        self,
-        messages: Sequence[dict[str, str]],
-        schema_name: str,
-        schema: dict[str, object],
-        verdicts: int,
-    ) -> tuple[ChatReply, Usage]:
-        """One request sent as this judge sends every request (paced, retried, its form
-        negotiated), for a caller with its own re-ask loop: batch mode's online re-asks."""
-        return await self._send(messages, schema_name, schema, verdicts)
-
     def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
         return FatalJudgeError(
             f"judge endpoint {self.endpoint} rejected the request (sent with response_format "
@@ -313,47 +298,53 @@ class LLMJudge:
             f"retried (every item would be refused the same way): {exc}"
         )
 
+    async def _parsed(
+        self,
+        base: list[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, object],
+        verdicts: int,
+        parse: Callable[[str], T],
+    ) -> tuple[T | None, Usage, str]:
+        """`parse` of the reply to `base`, re-asked with the problem while replies are unusable:
+        (the parsed reply or None, the usage of every attempt, the last problem)."""
+        messages, usage, problem = base, Usage(), ""
+        for attempt in range(self._retry.max_reasks + 1):
+            if attempt:
+                usage = usage + Usage(reasks=1)
+                messages = with_reask(base, problem)
+            reply, sent = await self.ask(messages, schema_name, schema, verdicts)
+            usage = usage + sent
+            try:
+                return parse(reply.text), usage, ""
+            except MalformedReply as exc:
+                problem = str(exc)
+        return None, usage, problem
+
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         base = verdict_messages(item, positions)
         prompt = base[-1]["content"]
         schema = verdicts_schema(positions)
-        messages = base
-        usage = Usage()
-        for attempt in range(self._retry.max_reasks + 1):
-            reply, sent = await self._send(messages, VERDICTS_SCHEMA_NAME, schema, len(positions))
-            usage = usage + sent
-            try:
-                verdicts = parse_verdicts(reply.text, positions)
-            except MalformedReply as exc:
-                if attempt == self._retry.max_reasks:
-                    return VerdictBatch(
-                        (),
-                        usage,
-                        unscored_reason=f"judge reply unusable after {attempt + 1} "
-                        f"attempt(s): {exc}",
-                        prompt=prompt,
-                    )
-                usage = usage + Usage(reasks=1)
-                messages = with_reask(base, str(exc))
-                continue
-            return VerdictBatch(verdicts, usage, prompt=prompt)
-        raise AssertionError("unreachable: the loop always returns")
+        verdicts, usage, problem = await self._parsed(
+            base,
+            VERDICTS_SCHEMA_NAME,
+            schema,
+            len(positions),
+            lambda text: parse_verdicts(text, positions),
+        )
+        if verdicts is None:
+            attempts = self._retry.max_reasks + 1
+            reason = f"judge reply unusable after {attempts} attempt(s): {problem}"
+            return VerdictBatch((), usage, unscored_reason=reason, prompt=prompt)
+        return VerdictBatch(verdicts, usage, prompt=prompt)
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
         base = reason_messages(item, verdicts, score, self._scale)
-        messages = base
-        usage = Usage()
-        problem = ""
-        for attempt in range(self._retry.max_reasks + 1):
-            reply, sent = await self._send(messages, REASON_SCHEMA_NAME, REASON_SCHEMA, 1)
-            usage = usage + sent
-            try:
-                return parse_reason(reply.text, score), usage
-            except MalformedReply as exc:
-                problem = str(exc)
-                if attempt < self._retry.max_reasks:
-                    usage = usage + Usage(reasks=1)
-                    messages = with_reask(base, problem)
-        raise MalformedReply(f"reason reply unusable: {problem}")
+        reason, usage, problem = await self._parsed(
+            base, REASON_SCHEMA_NAME, REASON_SCHEMA, 1, lambda text: parse_reason(text, score)
+        )
+        if reason is None:
+            raise MalformedReply(f"reason reply unusable: {problem}")
+        return reason, usage

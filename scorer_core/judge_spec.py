@@ -1,14 +1,9 @@
 """A judge described by typed data (`JudgeSpec`) and built from it (`build_judge`).
 
-A `JudgeSpec` is everything about a judge that can be written down: the model, where it is,
-its key, how requests are sent, shaped and retried, and the offline judge's options. It is
-frozen and holds no live objects, so a job can derive it from its config and a test can
-compare two of them. What only exists at run time (a shared rate limiter, a gate bounding
-requests in flight, an endpoint's structured-output negotiation, a token counter, a ready
-client) is passed to `build_judge` beside it.
-
-`scorer_core.scorer.make_judge(model, **options)` is the keyword front door of the library:
-it checks the option names and builds a spec and the runtime arguments from them.
+A spec is everything about a judge that can be written down (frozen, no live objects: a job
+derives it from its config, a test compares two); what exists only at run time (a shared
+limiter, an in-flight gate, an endpoint's negotiation, a ready client) goes to `build_judge`
+beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
 """
 
 from __future__ import annotations
@@ -22,7 +17,6 @@ from typing import Any
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.judge import LLMJudge, TokenCounter, count_prompt_tokens
-from scorer_core.precision import check_scale
 from scorer_core.protocols import ChatClient, Judge, Limiter, Sleeper
 from scorer_core.response_format import ResponseFormatNegotiation, check_response_format
 from scorer_core.retry import RetryPolicy, real_sleep
@@ -33,6 +27,7 @@ TRANSPORT_ONLY_OPTIONS: Mapping[Transport, frozenset[str]] = {
     "litellm": frozenset({"request_options"}),
     "http": frozenset({"max_connections", "proxy_from_env"}),
 }
+ANY_TRANSPORT_ONLY = frozenset[str]().union(*TRANSPORT_ONLY_OPTIONS.values())
 
 
 @dataclass(frozen=True)
@@ -75,23 +70,23 @@ class JudgeSpec:
 
     def given_transport_options(self) -> set[str]:
         """The transport-only options this spec sets (not left to the client's default)."""
-        return {
-            name
-            for names in TRANSPORT_ONLY_OPTIONS.values()
-            for name in names
-            if getattr(self, name) is not None
-        }
+        return {name for name in ANY_TRANSPORT_ONLY if getattr(self, name) is not None}
 
     def resolved_transport(self) -> Transport:
-        """The client that carries this judge's requests. Under "auto", an option only one
-        client takes decides for it; otherwise `resolve_transport` does."""
-        setting = self.transport
-        if setting == "auto":
-            given = self.given_transport_options()
-            for name, names in TRANSPORT_ONLY_OPTIONS.items():
-                if given & names:
-                    setting = name
-        return resolve_transport(setting, self.model, self.api_base)
+        """The client that carries this judge's requests (`choose_transport`)."""
+        return choose_transport(
+            self.transport, self.model, self.api_base, self.given_transport_options()
+        )
+
+
+def choose_transport(setting: str, model: str, api_base: str | None, given: Set[str]) -> Transport:
+    """The transport for `setting`: under "auto" an option in `given` that only one client
+    takes decides for it; otherwise `resolve_transport` does."""
+    if setting == "auto":
+        for name, names in TRANSPORT_ONLY_OPTIONS.items():
+            if given & names:
+                setting = name
+    return resolve_transport(setting, model, api_base)
 
 
 def build_judge(
@@ -106,16 +101,26 @@ def build_judge(
     sleep: Sleeper = real_sleep,
     client: ChatClient | None = None,
 ) -> Judge:
-    """The judge `spec` describes, wired to the run-time objects given.
+    """The judge `spec` describes, wired to the run-time objects given (the offline judge
+    takes none of them).
 
-    `limiter` paces requests against a provider's limit (shared by many judges);
-    `max_in_flight` bounds the requests in flight (a number, or a gate shared with other
-    judges); `first_alone=False` leaves the cold start to whoever owns that gate;
-    `token_counter` counts a request's prompt tokens for a tokens-per-minute limit;
-    `negotiation` is an endpoint's shared structured-output state (`shared_negotiation`);
-    `retry` replaces the spec's `max_retries`/`max_reasks` with a whole policy; `client` is a
-    ready `ChatClient` (then the spec's endpoint and request settings are the client's
-    business). The offline judge takes none of them."""
+    Args:
+        spec: the judge.
+        limiter: paces requests against a provider's limit (shared by many judges).
+        max_in_flight: bounds the requests in flight: a number, or a gate shared with others.
+        first_alone: False leaves the cold start to whoever owns that gate.
+        token_counter: counts a request's prompt tokens for a tokens-per-minute limit.
+        negotiation: an endpoint's shared structured-output state (`shared_negotiation`).
+        retry: a whole policy, instead of the spec's `max_retries` and `max_reasks`.
+        sleep: how the judge waits (tests inject one).
+        client: a ready `ChatClient`; the spec's endpoint and request settings are then its.
+
+    Returns:
+        The `Judge`: an `LLMJudge`, or the `LexicalJudge` for model "lexical".
+
+    Raises:
+        ConfigError: an option the judge or its transport does not take.
+    """
     if spec.capabilities.offline:
         return _offline_judge(spec)
     transport = spec.resolved_transport()
@@ -127,7 +132,7 @@ def build_judge(
         retry=policy,
         limiter=limiter,
         sleep=sleep,
-        scale=check_scale(spec.scale),
+        scale=spec.scale,
         max_in_flight=max_in_flight,
         response_format=response_format,
         negotiation=negotiation,

@@ -1,45 +1,8 @@
-"""An offline, deterministic "lexical" judge: word overlap instead of a language model.
+"""An offline, deterministic judge: IDF-weighted overlap of content words and word pairs
+with the query and the answer (the reference when given), instead of a language model.
 
-`LexicalJudge` implements the `Judge` protocol without network access, model weights or
-third-party packages, so the tool can score context precision fully offline (tests, CI, air-gapped
-runs, a cheap first pass over a large corpus). It is a baseline, not a substitute for an LLM
-judge: it sees shared words, not meaning, and it cannot tell a passage that *answers* the query
-from one that merely *mentions* its words.
-
-How a context is judged
------------------------
-1. **Tokens.** Text is lower-cased and split into Unicode word tokens (letters and digits of any
-   script; underscores and punctuation separate tokens). English stopwords and single Latin
-   letters are dropped, and a light suffix stripper folds plural ``s``/``es``/``ies``, ``ing``
-   and ``ed``, so that "songs" matches "song" and "directed" matches "direct". Scripts written
-   without spaces (Chinese, Japanese) become one token per run of characters, so matching
-   there is coarse.
-2. **Target.** The words a relevant context should contain are those of the query
-   (`item.input`) plus those of the reference answer (`item.expected_output`) when one is given,
-   otherwise of the system's answer (`item.output`). Answer-only words get `answer_weight` times
-   the weight of query words. Answers made of stopwords only ("yes", "no") add nothing, and the
-   query alone decides.
-3. **Term coverage.** Each target word is weighted by an inverse document frequency computed over
-   the item's *own* contexts (no corpus needed): a word found in every retrieved context says
-   little about which of them is relevant. ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))`` with N
-   the number of contexts and df the number that contain the word. Term coverage is the weighted
-   share of the target words the context contains, in [0, 1].
-4. **Phrase coverage.** The share of the target's adjacent content-word pairs ("fight song",
-   "regional airport") that also occur adjacently (ignoring stopwords) in the context, in [0, 1].
-5. **Score and verdict.** ``score = (1 - phrase_weight) * term + phrase_weight * phrase`` (term
-   coverage alone when the target has fewer than two content words). A context is relevant when
-   ``score >= threshold`` *and* ``score >= relative * best``, where ``best`` is the highest score
-   among all of the item's contexts: a context must be close to the best match of its own list.
-   The verdict for a context depends on the whole item (IDF and ``best``), never on which
-   positions are asked for in one call, so batching does not change verdicts.
-
-Bounded work
-------------
-Only the first `max_chars` characters of each context (and of the query and answer) are read, and
-of those only the first `max_tokens` word tokens count. A multi-megabyte context therefore costs
-about as much as a `max_chars` one, and judging is linear in the number of contexts. The per-item
-statistics are computed once per item and kept in a small LRU cache, so judging an item in
-several batches of positions does not redo them.
+A baseline that runs anywhere, not a substitute for an LLM judge; docs/judges.md has its
+agreement with human labels, the design notes how a context is judged.
 """
 
 from __future__ import annotations
@@ -58,22 +21,7 @@ from scorer_core.errors import ConfigError
 from scorer_core.prompt import reason_start
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
-__all__ = [
-    "DEFAULT_ANSWER_WEIGHT",
-    "DEFAULT_MAX_CHARS",
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_PHRASE_WEIGHT",
-    "DEFAULT_RELATIVE",
-    "DEFAULT_THRESHOLD",
-    "STOPWORDS",
-    "LexicalJudge",
-    "content_words",
-    "is_relevant",
-    "stem",
-]
-
-# Chosen on the tuning split only (first half of the HotpotQA file by row order plus the
-# TREC DL 2019 BM25 rows); see `python -m bench.lexical_agreement --tune` and docs/benchmarks.md.
+# Chosen on a tuning split of human labels (`python -m bench.lexical_agreement --tune`).
 DEFAULT_THRESHOLD = 0.2
 DEFAULT_RELATIVE = 0.8
 DEFAULT_ANSWER_WEIGHT = 0.5
@@ -200,21 +148,18 @@ class _ItemStats:
 class LexicalJudge:
     """A `Judge` that calls a context relevant when it covers enough of the query and answer.
 
-    See the module docstring for the method. Keyword options (defaults chosen on a tuning split
-    of human-labelled data, see docs/benchmarks.md):
+    Deterministic, no I/O; its `Usage` is always zero.
 
-    - `threshold`: minimum score in [0, 1] for a "yes" (default 0.2).
-    - `relative`: a "yes" also needs at least `relative` times the best score among the item's
-      contexts (default 0.8; 0 disables this rule).
-    - `answer_weight`: weight of answer-only words relative to query words (default 0.5;
-      0 ignores the answer, so only the query counts).
-    - `phrase_weight`: share of the score that comes from matching adjacent word pairs
-      (default 0.5; 0 makes the judge a pure bag of words).
-    - `max_chars`, `max_tokens`: only the first `max_chars` characters of each text are read and
-      only the first `max_tokens` word tokens of those count (defaults 50,000 and 5,000).
-    - `cache_items`: how many items' statistics to keep for repeated calls (default 16, 0 = off).
-
-    Deterministic, no I/O; `Usage` is always zero because nothing is called.
+    Args:
+        threshold: the least score in [0, 1] for a "yes".
+        relative: a "yes" also needs this share of the best score among the item's contexts
+            (0 disables the rule).
+        answer_weight: the weight of answer-only words relative to query words (0: the query
+            alone counts).
+        phrase_weight: the share of the score from adjacent word pairs (0: a bag of words).
+        max_chars, max_tokens: only the first `max_chars` characters of each text are read,
+            and of those the first `max_tokens` word tokens count.
+        cache_items: how many items' statistics to keep for repeated calls (0: none).
     """
 
     def __init__(
@@ -312,8 +257,7 @@ class LexicalJudge:
         )
         weights = self._weights(target, hit_sets, frozenset(query_seq), len(item.contexts))
         hits = tuple(tuple(t for t in target if t in hit) for hit in hit_sets)
-        # math.fsum is exact, so scores do not depend on set iteration order (string hashing
-        # is salted per process): the same item gets bit-identical scores in every process.
+        # math.fsum is exact: scores do not depend on set order (string hashes are salted).
         total = math.fsum(weights.values())
         pw = self.phrase_weight if target_pairs else 0.0
         scores: list[float] = []

@@ -1,8 +1,6 @@
-"""The `ChatClient` that reaches any model through litellm, and the error translation.
-
-This is the one place that knows litellm: its exceptions become the project's error tree here
-and nowhere else. Retries are disabled inside litellm and the OpenAI SDK (which would otherwise
-sleep for `Retry-After` up to two minutes per retry, ignoring our timeout and our shared limit):
+"""The `ChatClient` that reaches any model through litellm, and the one place that translates
+litellm's errors into the project's tree. Retries inside litellm and the OpenAI SDK are off
+(they would sleep for `Retry-After` up to two minutes, past our timeout and shared limit):
 `scorer_core.judge` owns retrying.
 """
 
@@ -26,6 +24,7 @@ from scorer_core.errors import (
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
+from scorer_core.transports import litellm_endpoint
 
 # Without this litellm fetches a price map from the internet at import and stalls offline.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -143,10 +142,7 @@ class LiteLLMClient:
 
     @property
     def endpoint(self) -> str:
-        if self._api_base:
-            return self._api_base.rstrip("/")
-        provider = self._model.split("/", 1)[0] if "/" in self._model else self._model
-        return f"{provider} (litellm's default endpoint)"
+        return self._api_base.rstrip("/") if self._api_base else litellm_endpoint(self._model)
 
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMClient(model={self._model!r}, api_base={self._api_base!r})"

@@ -1,39 +1,17 @@
-"""Agreement metrics between a judge and human labels, in pure Python.
+"""Agreement metrics between a judge and human labels, for `ctxprec calibrate`, the canary and
+the benchmarks: binary agreement of verdicts (precision, recall, F1, Cohen's kappa) and
+correlation of scores (Pearson, Spearman, Kendall's tau-b; ranks and tau from scipy).
 
-Used to calibrate a judge (``ctxprec calibrate``) and by the benchmarks: binary agreement of
-per-context verdicts (precision, recall, F1, Cohen's kappa) and correlation of per-item scores or
-per-system means (Pearson, Spearman, Kendall's tau-b).
-
-Conventions
------------
-- Inputs are two sequences of the same length; a length mismatch raises `ValueError`, and so
-  does a NaN in a numeric series.
-- When a statistic is undefined for the input, the function returns ``None`` instead of raising
-  or returning NaN: an empty input, a correlation with a constant series (zero variance, or all
-  ties for the rank correlations), kappa when chance agreement is already perfect (both raters
-  gave one and the same label to everything), precision with no predicted positives, recall with
-  no gold positives, F1 with neither. Callers print ``None`` as "n/a".
-- Correlations are clamped to [-1, 1] against floating-point drift.
+Two sequences of one length in, a `ValueError` for a length mismatch or a NaN; `None` where a
+statistic is undefined (empty input, a constant series, kappa with perfect chance agreement,
+precision with no predicted positive, ...); correlations clamped to [-1, 1].
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
-
-__all__ = [
-    "PRF",
-    "Confusion",
-    "average_ranks",
-    "cohen_kappa",
-    "confusion",
-    "kendall_tau_b",
-    "pearson",
-    "precision_recall_f1",
-    "spearman",
-]
 
 
 class Confusion(NamedTuple):
@@ -145,19 +123,11 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 def average_ranks(values: Sequence[float]) -> list[float]:
     """1-based ranks of `values`, ties sharing the average of the ranks they span."""
+    # scipy.stats takes a second to import: only when used
+    from scipy.stats import rankdata  # type: ignore[import-untyped]
+
     _check_numbers(values, "values")
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        rank = (i + j) / 2.0 + 1.0
-        for k in range(i, j + 1):
-            ranks[order[k]] = rank
-        i = j + 1
-    return ranks
+    return [float(rank) for rank in rankdata(values)] if values else []
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -169,67 +139,16 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return pearson(average_ranks(x), average_ranks(y))
 
 
-def _tie_pairs(sorted_values: Sequence[object]) -> int:
-    """Pairs of equal values in a sorted sequence: sum of t(t-1)/2 over runs of length t."""
-    pairs = 0
-    run = 1
-    for a, b in itertools.pairwise(sorted_values):
-        if a == b:
-            run += 1
-        else:
-            pairs += run * (run - 1) // 2
-            run = 1
-    return pairs + run * (run - 1) // 2
-
-
-def _sort_counting_inversions(values: list[float]) -> tuple[list[float], int]:
-    """Stable bottom-up merge sort; also counts pairs i < j with values[i] > values[j]."""
-    n = len(values)
-    src = list(values)
-    inversions = 0
-    width = 1
-    while width < n:
-        dst: list[float] = []
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            i, j = lo, mid
-            while i < mid and j < hi:
-                if src[i] <= src[j]:
-                    dst.append(src[i])
-                    i += 1
-                else:
-                    dst.append(src[j])
-                    inversions += mid - i
-                    j += 1
-            dst.extend(src[i:mid])
-            dst.extend(src[j:hi])
-        src = dst
-        width *= 2
-    return src, inversions
-
-
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Kendall's tau-b, which corrects for ties in either series, in O(n log n) (Knight 1966).
+    """Kendall's tau-b, which corrects for ties in either series (scipy's, O(n log n)).
 
-    tau_b = (concordant - discordant) / sqrt((n0 - ties_x) * (n0 - ties_y)), n0 = n(n-1)/2.
     ``None`` for fewer than 2 points or a series whose values are all equal.
     """
+    from scipy.stats import kendalltau  # type: ignore[import-untyped]
+
     _check_lengths(x, y)
     _check_numbers(x, "x")
     _check_numbers(y, "y")
-    n = len(x)
-    if n < 2:
+    if len(x) < 2 or min(x) == max(x) or min(y) == max(y):
         return None
-    pairs = sorted(zip(x, y, strict=True))
-    n0 = n * (n - 1) // 2
-    ties_x = _tie_pairs([p[0] for p in pairs])
-    ties_xy = _tie_pairs(pairs)
-    ys_sorted, discordant = _sort_counting_inversions([p[1] for p in pairs])
-    ties_y = _tie_pairs(ys_sorted)
-    if n0 in (ties_x, ties_y):
-        return None
-    # Pairs tied in x are sorted by y, so they add no inversions; `discordant` counts exactly
-    # the pairs ordered one way by x and the other way by y.
-    concordant_minus_discordant = n0 - ties_x - ties_y + ties_xy - 2 * discordant
-    return _clamp(concordant_minus_discordant / math.sqrt((n0 - ties_x) * (n0 - ties_y)))
+    return _clamp(float(kendalltau(x, y, variant="b").statistic))

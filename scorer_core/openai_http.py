@@ -1,31 +1,10 @@
 """A lean `ChatClient` for OpenAI-compatible servers: one aiohttp POST per request, no litellm.
 
-What it is for: judging at high request rates against a server that speaks the OpenAI
-chat-completions API (OpenAI itself, vLLM, Ollama, llama.cpp, LiteLLM proxy and other
-gateways). It sends exactly the body `LiteLLMClient` sends for such a server (model, messages,
-temperature, max_tokens, and the `response_format` of the requested structured-output form, see
-`scorer_core.response_format`) to `{api_base}/chat/completions`, and translates every failure
-into the project's error tree here, once.
-
-When to choose it over `LiteLLMClient` (`make_judge(..., transport="http")`):
-
-- the judge is reachable through an OpenAI-compatible endpoint, and
-- the client side matters: litellm costs seconds of import and ~200 MiB per process, and tops
-  out at a few hundred requests/s per process, where this client does thousands (see
-  docs/benchmarks.md, "Judge transport overhead").
-
-Stay with litellm for providers with their own wire format (Anthropic, Bedrock, Vertex, Azure
-deployments, ...), or when you rely on litellm features (provider routing, parameter mapping,
-cost tracking). A leading "openai/" in the model name is dropped on the wire, as litellm does;
-any other prefix is sent as is.
-
-Connections are pooled in one `aiohttp.ClientSession` per event loop, created on first use.
-A session cannot outlive its loop, so a session is closed when its loop shuts down its
-asynchronous generators (`asyncio.run` does that), by `await client.aclose()`, or, for a loop
-closed without either, discarded the next time the client opens a session. Calling
-`asyncio.run` many times in one process therefore works, with a fresh pool per run.
-
-There are no retries here: `scorer_core.judge` owns retrying, re-asking and rate limiting.
+It sends the body `LiteLLMClient` sends to such a server to `{api_base}/chat/completions` and
+translates every failure into the project's error tree here, once. Retries, re-asks and rate
+limits are `scorer_core.judge`'s. Connections are pooled in one session per event loop, closed
+with its loop (`asyncio.run` closes it), by `aclose()`, or at the next use after a loop closed
+without either; when to choose this client over litellm is in docs/judges.md.
 """
 
 from __future__ import annotations
@@ -59,10 +38,9 @@ from scorer_core.errors import (
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
+from scorer_core.transports import OPENAI_STYLE_PREFIXES
 
 OPENAI_API_BASE = "https://api.openai.com/v1"
-# litellm's provider prefixes of OpenAI-compatible endpoints, dropped on the wire.
-_PROVIDER_PREFIXES = ("openai/", "hosted_vllm/", "lm_studio/")
 _EXCERPT_CHARS = 300  # of the server's error message, in our error messages
 _CLASSIFY_CHARS = 8192  # of an error body, searched for what kind of rejection it is
 
@@ -78,7 +56,7 @@ class _Pool:
 def wire_model_name(model: str) -> str:
     """The model name sent to the server: without litellm's provider prefix ("openai/",
     "hosted_vllm/", "lm_studio/")."""
-    for prefix in _PROVIDER_PREFIXES:
+    for prefix in OPENAI_STYLE_PREFIXES:
         if model.startswith(prefix):
             return model[len(prefix) :]
     return model
@@ -281,7 +259,7 @@ class OpenAIHTTPClient:
             raise failure
         if 200 <= status < 300:
             return self._parse_completion(raw)
-        raise self._status_error(status, raw, retry_after, location, response_format)
+        raise status_error(status, raw, retry_after, location, response_format, self._message)
 
     # ------------------------------------------------------------------------------------
     # error translation (the only place that knows aiohttp's exceptions)
@@ -307,16 +285,6 @@ class OpenAIHTTPClient:
             # refused, reset, DNS failure, server closed the connection mid-reply
             return ConnectionFailed(detail)
         return TransportError(detail)
-
-    def _status_error(
-        self,
-        status: int,
-        raw: bytes,
-        retry_after: str | None,
-        location: str,
-        response_format: ResponseFormat = "json_schema",
-    ) -> JudgeError:
-        return status_error(status, raw, retry_after, location, response_format, self._message)
 
     def _parse_completion(self, raw: bytes) -> ChatReply:
         try:
@@ -425,7 +393,7 @@ def status_error(
 ) -> JudgeError:
     """The client error an HTTP `status` reply means (the body `raw`, its `Retry-After` and
     `Location` headers), its message worded by `describe`: what `OpenAIHTTPClient` raises,
-    and the in-process fake client (`tests.fake_judge.FakeChatClient`) too."""
+    and the in-process fake client (`tests.fake_judge.FaultyChatClient`) too."""
     excerpt = _error_excerpt(raw)
     detail = describe(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
     if status == 429:

@@ -1,10 +1,8 @@
-"""Parsing judge replies into verdicts, strictly, by the wire contract.
+"""Judge replies to verdicts and reasons, strictly, by the wire contract.
 
-A reply is accepted when it holds a JSON object (bare, inside a code fence, or with prose
-around it) whose "verdicts" list has exactly one entry for every requested context index.
-Verdict words are "yes"/"no" in any case with any surrounding space. Verdicts are mapped by
-`context_index`, never by list order. Anything else raises `MalformedReply` with a message that
-says precisely what was wrong, which the judge sends back when it re-asks.
+A reply holds a JSON object (bare, fenced, or in prose) whose "verdicts" list has exactly one
+entry per context asked about, mapped by `context_index`; anything else raises `MalformedReply`
+saying precisely what was wrong, which the judge sends back when it re-asks.
 """
 
 from __future__ import annotations
@@ -86,7 +84,18 @@ def _parse_index(raw: object) -> int:
 
 
 def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict, ...]:
-    """Verdicts for exactly `positions`, in position order, from a reply's text."""
+    """The verdicts of a reply.
+
+    Args:
+        text: the reply's content.
+        positions: the context positions the request asked about.
+
+    Returns:
+        One verdict per position, in position order.
+
+    Raises:
+        MalformedReply: saying what is wrong (no JSON object, a missing or extra verdict, ...).
+    """
     payload = extract_json_object(text)
     entries = payload.get("verdicts")
     if not isinstance(entries, list):
@@ -122,11 +131,19 @@ _REASON_START = re.compile(r"^\s*The score is\s+(-?[0-9]+(?:\.[0-9]+)?)\s+becaus
 
 
 def parse_reason(text: str, score: float | None = None) -> str:
-    """The explanation from a reason reply.
+    """The explanation in a reason reply.
 
-    With `score`, the reason must begin "The score is <score> because" (the number in any
-    decimal spelling of the same value, e.g. 1, 1.0, 1.00); the model may not restate a
-    different score."""
+    Args:
+        text: the reply's content.
+        score: when given, the reason must begin "The score is <score> because" (any decimal
+            spelling of the same value): the model may not restate another score.
+
+    Returns:
+        The reason, its beginning spelled as `reason_start` spells it.
+
+    Raises:
+        MalformedReply: no non-empty reason, or one that begins otherwise.
+    """
     payload = extract_json_object(text)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():

@@ -1,13 +1,9 @@
 """The context-precision maths: average precision over the retrieved order, and score bands.
 
-For each relevant context at 0-based position i, precision@i = relevant_so_far / (i + 1).
-The score is the mean of those precisions over the relevant contexts, times `scale`, rounded to
-2 decimals exactly as Mastra rounds (`Math.round((x + Number.EPSILON) * 100) / 100`); a list
-with no relevant context, or no verdict at all, scores 0.
-
-The float operations are the ones Mastra's scorer performs, in the same order, so the two agree
-bit for bit (tests/unit/test_rounding_node.py checks it against node). The Polars aggregation in
-`jobs` must apply the same arithmetic: see `round_score` for the exact steps.
+Each relevant context at 0-based position i adds precision@i = relevant so far / (i + 1); the
+score is their mean times `scale`, rounded to 2 decimals with Mastra's operations in Mastra's
+order (bit for bit: tests/unit/test_rounding_node.py runs node). No relevant context, or no
+verdict, scores 0. The job's Polars aggregation applies the same steps (`round_score`).
 """
 
 from __future__ import annotations
@@ -29,43 +25,27 @@ BANDS: tuple[tuple[Band, float], ...] = (
     ("low", 0.0),
 )
 """Score bands over score / scale, best first: (name, lower bound). A band holds the values at
-or above its bound and below the next band's; "low" excludes 0 itself, which is "none".
-
-The names and ranges are the seed's (0.9-1.0 excellent, 0.7-0.8 good, 0.4-0.6 moderate, 0.1-0.3
-low, 0 none). Its ranges leave gaps between 2-decimal scores (0.85, 0.62, ...); the bounds
-here close them at the midpoints, the same edges as the job's summary table."""
+or above its bound and below the next band's; "low" excludes 0 itself, which is "none"."""
 
 BAND_EPSILON = 1e-9
-"""A score / scale that should sit exactly on a band edge may come out 1 ulp below it: band
-edges are compared with this slack (here and in the job's Polars summary)."""
+"""The slack band edges are compared with (here and in the job's summary): 1 ulp below one."""
 
 
 def round_score(value: float) -> float:
     """`value` rounded to 2 decimals exactly as Mastra's `roundToTwoDecimals` does.
 
-    Steps, each an IEEE double operation: y = (value + 2**-52) * 100; n = the integer nearest
-    to y, ties towards +infinity (JavaScript's Math.round); result = n / 100. The epsilon lifts
-    sums such as 0.835 (stored as 0.83499999...) onto the tie; above about 2 it is smaller than
-    the spacing of doubles and changes nothing, so 5.325 stored as 5.32499999... rounds down.
+    Each step an IEEE double operation: y = (value + 2**-52) * 100; n = the integer nearest to
+    y, ties towards +infinity (JavaScript's Math.round); result = n / 100.
     """
-    scaled = (value + _JS_EPSILON) * 100.0
-    floor = math.floor(scaled)
-    # `scaled - floor` is exact for doubles, so this is Math.round, not floor(scaled + 0.5)
-    # (which rounds 0.49999999999999994 up).
-    nearest = floor + 1 if scaled - floor >= 0.5 else floor
-    return nearest / 100.0
+    return round_half_up(value, 2)
 
 
 def round_half_up(value: float, digits: int = 2) -> float:
-    """Round half up; at 2 digits this is `round_score` (Mastra's rounding).
-
-    Other digit counts use the same steps with 10**digits in place of 100.
-    """
-    if digits == 2:
-        return round_score(value)
+    """Round half up by `round_score`'s steps, with 10**digits in place of 100."""
     factor = 10.0**digits
     scaled = (value + _JS_EPSILON) * factor
     floor = math.floor(scaled)
+    # `scaled - floor` is exact: Math.round, not floor(scaled + 0.5) (wrong for 0.4999...94).
     return (floor + 1 if scaled - floor >= 0.5 else floor) / factor
 
 
@@ -94,7 +74,14 @@ def check_scale(scale: float | None) -> float:
 
 
 def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -> float:
-    """Context precision of relevance flags in ranked order, times `scale`, 2 decimals.
+    """Context precision, as Mastra's scorer computes and rounds it.
+
+    Args:
+        verdicts: relevance flags in retrieved order.
+        scale: scores run from 0 to this (None means 1); checked where options come in.
+
+    Returns:
+        Average precision times `scale`, rounded to 2 decimals (0 without a relevant context).
 
     >>> context_precision([True, False, True, False])
     0.83
@@ -103,15 +90,22 @@ def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -
     >>> context_precision([])
     0.0
     """
-    factor = check_scale(scale)
     if not verdicts:
         return 0.0
-    return round_score(average_precision(verdicts) * factor)
+    return round_score(average_precision(verdicts) * (1.0 if scale is None else scale))
 
 
 def score_band(score: float, scale: float | None = 1) -> Band:
-    """The named band of a score on a 0..scale scale. With scale 0 every score is 0: "none"."""
-    factor = check_scale(scale)
+    """The named band of `score` / `scale` (`BANDS`; "none" for 0, and for any score on scale 0).
+
+    Args:
+        score: a score from `context_precision`.
+        scale: its scale (None means 1).
+
+    Returns:
+        "none", "low", "moderate", "good" or "excellent".
+    """
+    factor = 1.0 if scale is None else scale
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:
         return "none"

@@ -1,15 +1,8 @@
-"""The judge's prompts and the JSON schemas of the wire contract.
+"""The judge's prompts and the JSON schemas of the wire contract (docs/judges.md).
 
-Every piece of user-supplied text (query, output, reference, contexts) enters the prompt as a
-JSON string on a single line, with `<` and `>` escaped as \\u003c / \\u003e. A context therefore
-cannot contain a newline, a closing quote, or any of the prompt's own section tags: whatever it
-says, it stays one inert data value inside its numbered line. The instructions tell the model so.
-
-The standard of relevance is strict (as in Mastra's context-precision scorer): a passage is
-relevant only if it directly supports or informs the answer; topical similarity and background
-are not enough. With neither an output nor a reference answer (a retrieval-only item), the
-passages are judged against the query itself, and the prompt says so.
-
+User text (query, output, reference, contexts) enters a prompt as a one-line JSON string with
+`<` and `>` escaped, so a context cannot forge a line or a section of the prompt. Relevance is
+judged strictly, as Mastra's scorer does; with neither output nor reference, against the query.
 Bump `PROMPT_VERSION` whenever the wording changes: it is part of the verdict cache key.
 """
 
@@ -135,8 +128,7 @@ def _against(item: ScoringItem) -> str:
 
 def verdicts_schema(positions: Sequence[int]) -> dict[str, Any]:
     """`VERDICTS_SCHEMA` pinned to one request: exactly one verdict per passage asked about,
-    each `context_index` one of those passages. Small models constrained by a schema without
-    the count tend to stop early (llama.cpp with Gemma 3 270M returned an empty list)."""
+    each `context_index` one of those passages (small models stop early without the count)."""
     asked = sorted(set(positions))
     schema = copy.deepcopy(VERDICTS_SCHEMA)
     verdicts = schema["properties"]["verdicts"]
@@ -162,11 +154,8 @@ def verdict_messages(item: ScoringItem, positions: Sequence[int]) -> list[dict[s
 
 
 def with_reask(messages: list[dict[str, str]], problem: str) -> list[dict[str, str]]:
-    """The same request again, with a note naming what was wrong with the previous reply.
-
-    The note is appended to the single user message (rather than replaying the bad reply as a
-    new turn) so the request stays one system + one user message, as small as the first.
-    """
+    """The same request again, its user message ending with what was wrong with the reply
+    (not the bad reply replayed as a turn: the request stays as small as the first)."""
     system, user = messages
     note = (
         f"\n\nYour previous reply could not be used: {problem}. Reply with JSON only, in "

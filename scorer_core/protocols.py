@@ -1,12 +1,7 @@
-"""The pluggable parts of the scorer, one `Protocol` each.
-
-- `Judge` turns an item and some of its context positions into verdicts (LLM or offline).
-- `ChatClient` sends one chat request to a model and returns the raw reply text (one HTTP call,
-  no retries); the LLM judge builds prompts, retries and parses on top of it.
-- `Limiter` is asked before every request, so that many judges (threads, processes, machines)
-  can share one provider rate limit. The default does not limit.
-- `Sleeper` is injected wherever the code waits, so tests do not wait for real.
-"""
+"""The pluggable parts of the scorer, one `Protocol` each: a `Judge` (verdicts for an item's
+contexts, LLM or offline), a `ChatClient` (one chat request, no retries), a `Limiter` (asked
+before every request, so many judges can share a provider's limit) and a `Sleeper` (injected
+wherever the code waits)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Take a secret (the judge's API key) out of text, however a server or a library echoed it.
-
-A key was redacted only where it appeared verbatim: a server echoing it upper-cased, URL-encoded
-or inside a base64 `Authorization: Basic` header passed into error messages and logs. `redact`
-replaces, case-insensitively, the key itself, its URL encodings, its hex form and its base64
-forms (at each of the three alignments base64 can give it inside a longer encoded string, as
-`base64("user:" + key)`), each with `***`.
-"""
+"""Take a secret (the judge's API key) out of text, however a server or a library echoed it:
+the key, case-insensitively, its URL and hex encodings and its base64 forms at each of the
+three alignments base64 can give it inside a longer string (`Authorization: Basic`)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """Structured-output forms and their negotiation with an endpoint.
 
-OpenAI-compatible servers differ in how a request may ask for JSON:
-
-- "json_schema": `response_format={"type": "json_schema", "json_schema": {name, schema,
-  strict}}` (OpenAI, vLLM, Ollama, LiteLLM proxy);
-- "json_object": `response_format={"type": "json_object", "schema": ...}` (llama.cpp uses the
-  schema to constrain decoding; servers that do not know the field ignore it);
-- "prompt": no `response_format`; the prompt itself demands JSON and the parser accepts fences
-  and prose around it, so this works with any chat model.
-
-`response_format="auto"` starts with the strongest form and steps down once per endpoint when
-the endpoint rejects the form itself (see `classify_rejection`); an explicit form is used as is
-and its rejection stops the run. The state lives in a `ResponseFormatNegotiation`, which many
-concurrent requests (and event loops, and threads) of one process can share: until a form has
-been accepted once, one request at a time is sent with it, so an endpoint sees at most one
-rejected request per form however many requests are waiting.
+A request asks for JSON as "json_schema" (OpenAI, vLLM, Ollama, LiteLLM proxy), "json_object"
+with the schema (llama.cpp constrains decoding with it) or "prompt" (no `response_format`: the
+prompt demands JSON, any chat model). "auto" starts with the strongest and steps down once per
+endpoint when the endpoint rejects the form itself; until a form is accepted once, one request
+at a time carries it, so an endpoint sees at most one rejected request per form
+(docs/judges.md).
 """
 
 from __future__ import annotations
@@ -249,10 +240,16 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_negotiation(endpoint: str, setting: str = "auto") -> ResponseFormatNegotiation:
-    """The process-wide negotiation for `endpoint` under `setting`, created on first use.
+    """The process-wide negotiation for an endpoint, created on first use: judges built for one
+    endpoint in a process pass it as `make_judge(..., negotiation=...)` and probe it once.
 
-    Judges built for the same endpoint in one process (e.g. one per shard in a worker) pass
-    this to `make_judge(..., negotiation=...)` so the endpoint is probed once per process."""
+    Args:
+        endpoint: the endpoint, as its client names it (`ChatClient.endpoint`).
+        setting: "auto" or one form.
+
+    Returns:
+        The negotiation every caller with these arguments shares.
+    """
     key = (endpoint, check_response_format(setting))
     with _SHARED_LOCK:
         negotiation = _SHARED.get(key)

@@ -1,14 +1,9 @@
-"""How the job waits before trying again: bounded, jittered, and polite to `Retry-After`.
+"""How the job waits before trying again: bounded, jittered, polite to `Retry-After`.
 
-`backoff_delay` is the one full-jitter exponential backoff of the project: the LLM judge
-(`RetryPolicy`, async) and the job's object store (`jobs.core.storage.retry_call`, sync)
-both take their waits from it, each with its own base, cap and injected random source.
-
-`RetryPolicy` is the judge's budget. Transport failures (429, 5xx, timeouts, refused
-connections) are retried up to `max_retries` times; a 429 that names a `Retry-After` waits that
-long instead (capped at `MAX_RETRY_AFTER_S`), and tells the shared `Limiter` so every caller
-slows down, not just this one. Replies that break the wire contract are a different budget
-(`max_reasks`): the request is sent again with a note saying what was wrong.
+`backoff_delay` is the project's one full-jitter exponential backoff, used by the judge
+(`RetryPolicy`) and the object store (`jobs.core.storage.retry_call`). `RetryPolicy` is the
+judge's budget: `max_retries` for transport failures (a 429 waits its `Retry-After`, capped),
+`max_reasks` for replies that break the wire contract.
 """
 
 from __future__ import annotations
@@ -47,11 +42,14 @@ async def real_sleep(seconds: float) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """The judge's retry budget: `max_retries` transport retries with full-jitter backoff from
+    `base_delay_s` up to `max_delay_s` (a 429's `Retry-After` instead, capped at
+    `max_retry_after_s`), and `max_reasks` re-asks of unusable replies; `rng` for tests."""
+
     max_retries: int = 6
     max_reasks: int = 2
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
-    # A provider asking for more than this is treated as this.
     max_retry_after_s: float = MAX_RETRY_AFTER_S
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 

@@ -1,18 +1,9 @@
 """The call shapes Mastra's scorers accept, reduced to the strings the judge needs.
 
-`run`/`arun` take what a Mastra user has in hand:
-
-- plain strings: `run("question", "answer")`;
-- message lists: `[{"role": "user", "content": "..."}, ...]` for the input and
-  `[{"role": "assistant", "content": "..."}]` for the output: the first user message and the
-  first assistant message are used;
-- an agent run's input: `{"inputMessages": [...], ...}` (or `{"messages": [...]}`, `{"prompt"}`,
-  `{"text"}`, `{"content"}`), and a single assistant message object as the output;
-- a single run object: `run({"input": ..., "output": ..., "groundTruth": ...})`.
-
-A message's content may be a string, a list of parts (`[{"type": "text", "text": ...}]`, the
-last text part counts, as in Mastra) or Mastra's stored form (`{"parts": [...]}` or
-`{"content": "..."}`).
+`run`/`arun` take plain strings, message lists (the first user / assistant message is used),
+an agent run's input (`{"inputMessages": [...]}`, `{"messages"}`, `{"prompt"}`, ...) and output
+message, or one run object `{"input", "output", "groundTruth"}`. Content may be a string, a
+list of parts (the last text part counts, as in Mastra) or Mastra's stored form (`{"parts"}`).
 """
 
 from __future__ import annotations

@@ -1,27 +1,25 @@
-"""The context-precision scorer: contexts in, verdicts from a judge, score and reason out.
+"""The context-precision scorer: Mastra's `createContextPrecisionScorer` in Python.
 
-`create_context_precision_scorer` takes Mastra's `createContextPrecisionScorer` options, in
-snake_case or Mastra's camelCase, as keywords or in `options={...}`: static `context` or a
-`context_extractor(input, output)` (which wins when both are given), `scale`, and how the reason
-is produced. Judge options (`api_base`, `timeout`, `response_format`, ...) go beside them. A
-keyword that is neither is a `ConfigError` naming it: nothing unknown reaches a provider.
-
-`run`/`arun` accept Mastra's call shapes (see `scorer_core.run_shapes`). Long context lists
-are judged in slices of `contexts_per_call` contexts, concurrently.
+`create_context_precision_scorer` takes Mastra's options (snake_case or camelCase, as keywords
+or in `options={...}`) and the judge's beside them; an unknown name is a `ConfigError`, so
+nothing unknown reaches a provider. `run`/`arun` take Mastra's call shapes (`run_shapes`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scorer_core.capabilities import capabilities_of
 from scorer_core.errors import ConfigError, InputError
 from scorer_core.judge_spec import (
+    ANY_TRANSPORT_ONLY,
     TRANSPORT_ONLY_OPTIONS,
     JudgeSpec,
     build_judge,
+    choose_transport,
     lexical_option_names,
     not_for_transport,
     unknown_options,
@@ -29,9 +27,7 @@ from scorer_core.judge_spec import (
 from scorer_core.precision import check_scale
 from scorer_core.protocols import Judge
 from scorer_core.run_shapes import resolve_call
-from scorer_core.scoring import ShowsReasonPrompt as ShowsReasonPrompt  # re-exported
 from scorer_core.scoring import score_item
-from scorer_core.transports import resolve_transport
 from scorer_core.types import ReasonMode, ScoreResult, ScoringItem
 
 ContextExtractor = Callable[[Any, Any], Sequence[str]]
@@ -44,6 +40,18 @@ SCORER_DESCRIPTION = (
     "generating expected outputs"
 )
 
+SCORER_OPTIONS = frozenset({"context", "context_extractor", "scale", "reason", "contexts_per_call"})
+# make_judge's options that are run-time objects, passed to `build_judge` beside the spec.
+RUNTIME_JUDGE_OPTIONS = frozenset(
+    {"retry", "limiter", "sleep", "max_in_flight", "first_alone", "token_counter"}
+    | {"negotiation", "client"}
+)
+# An LLM judge's options: the spec's fields every transport takes, and the run-time objects.
+LLM_JUDGE_OPTIONS = RUNTIME_JUDGE_OPTIONS | (
+    {f.name for f in dataclasses.fields(JudgeSpec)}
+    - {"model", "scale", "lexical"}
+    - ANY_TRANSPORT_ONLY
+)
 # Mastra's spelling -> ours. Both are accepted wherever an option is.
 CAMEL_CASE = {
     "contextExtractor": "context_extractor",
@@ -59,42 +67,6 @@ CAMEL_CASE = {
     "proxyFromEnv": "proxy_from_env",
     "requestOptions": "request_options",
 }
-SCORER_OPTIONS = frozenset({"context", "context_extractor", "scale", "reason", "contexts_per_call"})
-LLM_JUDGE_OPTIONS = frozenset(
-    {
-        "api_base",
-        "api_key",
-        "timeout",
-        "temperature",
-        "max_tokens",
-        "max_retries",
-        "max_reasks",
-        "retry",
-        "limiter",
-        "sleep",
-        "max_in_flight",
-        "transport",
-        "client",
-        "response_format",
-        "negotiation",
-        "first_alone",
-        "token_counter",
-        "completion_budget",
-    }
-)
-# make_judge's options that are run-time objects, passed to `build_judge` beside the spec.
-RUNTIME_JUDGE_OPTIONS = frozenset(
-    {
-        "retry",
-        "limiter",
-        "sleep",
-        "max_in_flight",
-        "first_alone",
-        "token_counter",
-        "negotiation",
-        "client",
-    }
-)
 
 
 def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -112,10 +84,11 @@ def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate_item(item: ScoringItem) -> None:
-    """Raise `InputError` naming the field when an item cannot be scored.
+    """Check that `item` can be scored (an empty output with no reference is retrieval-only).
 
-    An empty output with no reference is a retrieval-only item: it is judged against the
-    query alone."""
+    Raises:
+        InputError: naming the field that cannot be scored.
+    """
     if not isinstance(item.input, str) or not item.input.strip():
         raise InputError("input (the query) is empty or not a string")
     if not isinstance(item.output, str):
@@ -133,9 +106,15 @@ _MISSING: Any = object()
 
 
 class ContextPrecisionScorer:
-    """Scores items with a `Judge`; see `create_context_precision_scorer`.
+    """Scores items with a `Judge`; `id`, `name` and `description` are Mastra's.
 
-    `id`, `name` and `description` are Mastra's, so results can be filed next to its scorers.
+    Args:
+        judge: gives the verdicts (`make_judge`).
+        context: the contexts of every item, or
+        context_extractor: `(input, output) -> contexts`, called per item (wins over context).
+        scale: scores run from 0 to this (None means 1).
+        reason: "llm" (one more judge call), "template" or "none".
+        contexts_per_call: contexts judged per request, the requests sent concurrently.
     """
 
     id = SCORER_ID
@@ -199,11 +178,7 @@ class ContextPrecisionScorer:
         expected_output: Any = None,
         **mastra_names: Any,
     ) -> ScoreResult:
-        """Score one item synchronously (not from inside a running event loop: use `arun`).
-
-        `input`/`output` are strings, message lists or Mastra run shapes; or pass one run
-        object `{"input", "output", "groundTruth"}`. `groundTruth=` is accepted for
-        `expected_output`."""
+        """`arun`, synchronously (not from inside a running event loop)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -217,8 +192,20 @@ class ContextPrecisionScorer:
         expected_output: Any = None,
         **mastra_names: Any,
     ) -> ScoreResult:
-        """Score one item. Raises `InputError` for unusable input, `FatalJudgeError` when the
-        judge cannot work at all; any other judge failure is reported in the result."""
+        """Score one item.
+
+        Args:
+            input: the query: a string, a message list or a Mastra run shape; or alone, one
+                run object `{"input", "output", "groundTruth"}`.
+            output: the answer: a string, a message list or one assistant message.
+            expected_output: the reference answer (`groundTruth=` is accepted too).
+
+        Returns:
+            The `ScoreResult`; a judge failure other than a fatal one is reported in it.
+
+        Raises:
+            InputError: the input cannot be scored. FatalJudgeError: no request can succeed.
+        """
         for key in mastra_names:
             if key not in ("groundTruth", "ground_truth"):
                 raise ConfigError(f"run() got an unknown keyword {key!r}")
@@ -244,8 +231,7 @@ class ContextPrecisionScorer:
         return await self.score_item(item)
 
     async def score_item(self, item: ScoringItem) -> ScoreResult:
-        """Score a validated item; transport failures become a result with status "error"
-        (see `scorer_core.scoring.score_item`)."""
+        """Score a validated item (`scorer_core.scoring.score_item`)."""
         return await score_item(
             self.judge,
             item,
@@ -256,20 +242,24 @@ class ContextPrecisionScorer:
 
 
 def make_judge(model: str, **options: Any) -> Judge:
-    """A judge for `model`: "lexical" (offline) or any litellm model string.
+    """A judge for `model`, its options checked by name.
 
-    Options for an LLM judge: `api_base`, `api_key`, `timeout`, `temperature`, `max_tokens`,
-    `max_retries`, `max_reasks` (or a `retry` policy), a shared `limiter`, `sleep`,
-    `max_in_flight` (a number or a shared gate), `first_alone`, `token_counter`,
-    `completion_budget`, `transport` ("auto", "litellm" or "http"; see
-    `scorer_core.transports`), a ready `client`, `response_format`
-    ("auto", "json_schema", "json_object" or "prompt") or a shared `negotiation`; with
-    transport "litellm" also `request_options` (extra litellm arguments, sent as given), with
-    "http" `max_connections` and `proxy_from_env`. The lexical judge takes its own options
-    (`threshold`, ...). `scale` is for the reason prompt. Anything else is a `ConfigError`.
+    Args:
+        model: "lexical" (offline) or any litellm model string.
+        **options: an LLM judge's `api_base`, `api_key`, `timeout`, `temperature`,
+            `max_tokens`, `max_retries`, `max_reasks` (or a `retry` policy), `limiter`,
+            `sleep`, `max_in_flight` (a number or a shared gate), `first_alone`,
+            `token_counter`, `completion_budget`, `transport` ("auto", "litellm", "http"), a
+            ready `client`, `response_format` or a shared `negotiation`; with litellm also
+            `request_options`, with http `max_connections` and `proxy_from_env`. The lexical
+            judge's own (`threshold`, ...). `scale` for the reason prompt.
 
-    The options become a `JudgeSpec` (what can be written down) and the run-time objects
-    `build_judge` takes beside it (`scorer_core.judge_spec`)."""
+    Returns:
+        The `Judge` (`build_judge` of a `JudgeSpec` and the run-time objects).
+
+    Raises:
+        ConfigError: an unknown option, or one the judge or transport does not take.
+    """
     options = _snake_case(options, "make_judge")
     scale = check_scale(options.pop("scale", 1.0))
     if capabilities_of(model).offline:
@@ -287,42 +277,20 @@ def _llm_transport(model: str, options: dict[str, Any]) -> str:
     """The transport `options` choose for an LLM judge (taking "transport" out of them), once
     every option name is known to apply to it."""
     setting = options.pop("transport", "auto")
-    if setting == "auto":
-        # Options that only one client takes decide for it.
-        for name, names in TRANSPORT_ONLY_OPTIONS.items():
-            if set(options) & names:
-                setting = name
-    transport = resolve_transport(setting, model, options.get("api_base"))
+    transport = choose_transport(setting, model, options.get("api_base"), set(options))
     allowed = LLM_JUDGE_OPTIONS | TRANSPORT_ONLY_OPTIONS[transport]
     unknown = set(options) - allowed
     if unknown:
-        other = {name for names in TRANSPORT_ONLY_OPTIONS.values() for name in names}
-        if unknown <= other:
+        if unknown <= ANY_TRANSPORT_ONLY:
             raise not_for_transport(unknown, transport)
         raise unknown_options(unknown, allowed, f"an LLM judge (transport {transport!r})")
     return transport
 
 
-def create_context_precision_scorer(
-    model: str | Mapping[str, Any] | None = None,
-    *,
-    context: Sequence[str] | None = None,
-    context_extractor: ContextExtractor | None = None,
-    scale: float | None = None,
-    reason: ReasonMode | None = None,
-    contexts_per_call: int | None = None,
-    options: Mapping[str, Any] | None = None,
-    **judge_options: Any,
-) -> ContextPrecisionScorer:
-    """A scorer whose `run(input, output, expected_output=None)` returns a `ScoreResult`.
-
-    `model` is "lexical" (offline, deterministic) or any litellm model string such as
-    "openai/gpt-4o-mini"; Mastra's single argument `{"model": ..., "options": {...}}` works
-    too. Scorer options (`context`, `context_extractor`, `scale` (None means 1), `reason`
-    "llm" | "template" | "none", `contexts_per_call`) and judge options (see `make_judge`) may
-    be given as keywords or in `options={...}`, in snake_case or camelCase (`contextExtractor`).
-    An unknown name, or one given twice, is a `ConfigError`.
-    """
+def _model_and_options(
+    model: str | Mapping[str, Any] | None, options: Mapping[str, Any] | None
+) -> tuple[str, Mapping[str, Any] | None]:
+    """The model string and the options mapping, from Mastra's single argument or as given."""
     if isinstance(model, Mapping):
         unknown = set(model) - {"model", "options"}
         if unknown:
@@ -336,6 +304,39 @@ def create_context_precision_scorer(
         raise ConfigError("model is required: 'lexical' or a litellm model string")
     if options is not None and not isinstance(options, Mapping):
         raise ConfigError(f"options must be a mapping, got {type(options).__name__}")
+    return model, options
+
+
+def create_context_precision_scorer(
+    model: str | Mapping[str, Any] | None = None,
+    *,
+    context: Sequence[str] | None = None,
+    context_extractor: ContextExtractor | None = None,
+    scale: float | None = None,
+    reason: ReasonMode | None = None,
+    contexts_per_call: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    **judge_options: Any,
+) -> ContextPrecisionScorer:
+    """Mastra's `createContextPrecisionScorer`.
+
+    Args:
+        model: "lexical" (offline) or any litellm model string; or Mastra's single argument
+            `{"model": ..., "options": {...}}`.
+        context, context_extractor, scale, reason, contexts_per_call: as
+            `ContextPrecisionScorer` takes them.
+        options: the same scorer options and judge options (see `make_judge`) as a mapping.
+        **judge_options: judge options as keywords.
+
+    Every name may be Mastra's camelCase (`contextExtractor`).
+
+    Returns:
+        The scorer; `run(input, output, expected_output=None)` gives a `ScoreResult`.
+
+    Raises:
+        ConfigError: an unknown name, or one given twice.
+    """
+    model, options = _model_and_options(model, options)
     given = {
         name: value
         for name, value in (
@@ -353,13 +354,13 @@ def create_context_precision_scorer(
             raise ConfigError(f"option {name!r} is given twice (as a keyword and in options)")
         merged[name] = value
     scorer_options = {k: merged.pop(k) for k in SCORER_OPTIONS & set(merged)}
-    final_scale = check_scale(scorer_options.get("scale"))
-    judge = make_judge(model, scale=final_scale, **merged)
+    scale = scorer_options.get("scale")  # checked by make_judge first, then by the scorer
+    judge = make_judge(model, scale=scale, **merged)
     return ContextPrecisionScorer(
         judge,
         context=scorer_options.get("context"),
         context_extractor=scorer_options.get("context_extractor"),
-        scale=final_scale,
+        scale=scale,
         reason=scorer_options.get("reason", "llm"),
         contexts_per_call=scorer_options.get("contexts_per_call", 16),
     )

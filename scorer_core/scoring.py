@@ -1,9 +1,7 @@
-"""The scoring of one item, as a free function: slices to a judge, verdicts to a score, a reason.
+"""The scoring of one item: slices of contexts to a judge, verdicts to a score, a reason.
 
-`score_item` is the one place where an item's contexts become a `ScoreResult`. The library's
-`ContextPrecisionScorer` calls it after resolving Mastra's call shapes; the batch job's worker
-and tools call it directly with the judge and settings of their config, without building a
-scorer (whose constructor is about where contexts come from, which the job already knows).
+The library's scorer calls `score_item` after resolving Mastra's call shapes; the job's workers
+and tools call it directly with the judge and settings of their config.
 """
 
 from __future__ import annotations
@@ -93,13 +91,22 @@ async def score_item(
     reason: ReasonMode,
     contexts_per_call: int,
 ) -> ScoreResult:
-    """Score a validated item (see `scorer_core.scorer.validate_item`) with `judge`.
+    """Score an item (checked by `validate_item`) with `judge`.
 
-    The contexts are judged in slices of `contexts_per_call`, concurrently. A transport or
-    judge failure becomes a result with status "error"; a reply the judge could not use, one
-    with status "unscored"; a `FatalJudgeError` (no request can succeed) is raised. `scale`
-    multiplies the score; `reason` says how the reason is produced ("llm", "template",
-    "none")."""
+    Args:
+        judge: gives the verdicts (and an "llm" reason).
+        item: the item.
+        scale: scores run from 0 to this.
+        reason: "llm", "template" or "none".
+        contexts_per_call: contexts per verdict request; the requests go concurrently.
+
+    Returns:
+        The result: status "ok", "unscored" (a reply the judge could not use) or "error" (a
+        transport or judge failure).
+
+    Raises:
+        FatalJudgeError: no request can succeed.
+    """
     if contexts_per_call < 1:
         raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
     slices = context_slices(len(item.contexts), contexts_per_call)

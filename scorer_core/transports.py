@@ -1,10 +1,8 @@
 """Which client carries an LLM judge's requests: the lean HTTP client or litellm.
 
-`transport="auto"` (the default) sends requests through `scorer_core.openai_http` wherever the
-endpoint speaks OpenAI chat completions, since there the lean client does the same work at a
-fraction of the CPU (docs/benchmarks.md), and through litellm for every provider whose wire
-format litellm translates (Anthropic, Bedrock, Vertex, Azure deployments, ...). litellm stays
-the tool for model strings, token counting and prices on both paths.
+"auto" sends requests through `scorer_core.openai_http` wherever the endpoint speaks OpenAI chat
+completions (the same work at a fraction of the CPU) and through litellm for every provider
+whose wire format litellm translates (Anthropic, Bedrock, Vertex, Azure deployments, ...).
 """
 
 from __future__ import annotations
@@ -16,8 +14,8 @@ from scorer_core.errors import ConfigError
 Transport = Literal["litellm", "http"]
 TRANSPORTS: tuple[str, ...] = ("auto", "litellm", "http")
 
-# litellm providers whose requests are plain OpenAI chat completions at `api_base`.
-_OPENAI_STYLE_WITH_BASE = ("openai/", "hosted_vllm/", "lm_studio/")
+# litellm's prefixes of plain OpenAI chat completions at `api_base` (dropped on the wire).
+OPENAI_STYLE_PREFIXES = ("openai/", "hosted_vllm/", "lm_studio/")
 
 
 def resolve_transport(setting: str, model: str, api_base: str | None) -> Transport:
@@ -33,6 +31,12 @@ def resolve_transport(setting: str, model: str, api_base: str | None) -> Transpo
         return "http" if setting == "http" else "litellm"
     if model.startswith("openai/"):
         return "http"
-    if api_base and model.startswith(_OPENAI_STYLE_WITH_BASE):
+    if api_base and model.startswith(OPENAI_STYLE_PREFIXES):
         return "http"
     return "litellm"
+
+
+def litellm_endpoint(model: str) -> str:
+    """How an endpoint litellm picks from the model string alone is named in messages."""
+    provider = model.split("/", 1)[0] if "/" in model else model
+    return f"{provider} (litellm's default endpoint)"

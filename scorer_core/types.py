@@ -1,8 +1,5 @@
-"""Plain data carried between the scorer's parts: items, verdicts, usage and results.
-
-Everything here is a frozen dataclass so that results can be shared between asyncio tasks and
-processes without defensive copies.
-"""
+"""Plain data carried between the scorer's parts: items, verdicts, usage and results, frozen so
+they can be shared between tasks and processes without copies."""
 
 from __future__ import annotations
 

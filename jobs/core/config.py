@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.core.config_yaml import load_yaml, plain, resolve_user_text
-from jobs.core.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import ResponseFormatSetting
@@ -25,6 +24,17 @@ from scorer_core.response_format import ResponseFormatSetting
 #: What a run id may look like (checked by `RunConfig` and by `ctxprec runs`): it becomes part
 #: of object paths (`run_id=<id>`), so no '/' or spaces.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# How much of an item's contexts is judged, unless input.max_context_chars / max_contexts say
+# otherwise (jobs.inputs.records applies them).
+DEFAULT_MAX_CONTEXT_CHARS = 200_000
+DEFAULT_MAX_CONTEXTS = 1000
+
+
+def _names_once(value: list[str]) -> list[str]:
+    repeated = sorted({name for name in value if value.count(name) > 1})
+    if repeated:
+        raise ValueError(f"names a column more than once: {repeated}")
+    return value
 
 
 class _Strict(BaseModel):
@@ -146,11 +156,8 @@ class InputConfig(_Strict):
 
     @field_validator("carry", "carry_to_verdicts")
     @classmethod
-    def _names_once(cls, value: list[str]) -> list[str]:
-        repeated = sorted({name for name in value if value.count(name) > 1})
-        if repeated:
-            raise ValueError(f"names a column more than once: {repeated}")
-        if any(not name for name in value):
+    def _carried_names(cls, value: list[str]) -> list[str]:
+        if any(not name for name in _names_once(value)):
             raise ValueError("a column name is empty")
         return value
 
@@ -448,13 +455,7 @@ class SummaryConfig(_Strict):
         "per value of each, in the summary table's segment_by / segment columns.",
     )
 
-    @field_validator("by")
-    @classmethod
-    def _names_once(cls, value: list[str]) -> list[str]:
-        repeated = sorted({name for name in value if value.count(name) > 1})
-        if repeated:
-            raise ValueError(f"names a column more than once: {repeated}")
-        return value
+    _by_names_once = field_validator("by")(_names_once)
 
 
 class SampleConfig(_Strict):
@@ -617,23 +618,14 @@ class JobConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _segments_are_carried(self) -> JobConfig:
-        missing = [name for name in self.summary.by if name not in self.input.carry]
-        if missing:
-            raise ValueError(
-                f"summary.by names {missing}, which input.carry does not carry; add them to "
-                "input.carry"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _strata_are_carried(self) -> JobConfig:
-        missing = [name for name in self.sample.by if name not in self.input.carry]
-        if missing:
-            raise ValueError(
-                f"sample.by names {missing}, which input.carry does not carry; add them to "
-                "input.carry"
-            )
+    def _segments_and_strata_are_carried(self) -> JobConfig:
+        for option, names in (("summary.by", self.summary.by), ("sample.by", self.sample.by)):
+            missing = [name for name in names if name not in self.input.carry]
+            if missing:
+                raise ValueError(
+                    f"{option} names {missing}, which input.carry does not carry; add them to "
+                    "input.carry"
+                )
         return self
 
     def redacted(self) -> dict[str, Any]:

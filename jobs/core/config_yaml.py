@@ -1,15 +1,8 @@
 """YAML for configs that keeps the user's meaning: text stays the text the user wrote.
 
-Plain YAML turns `2026-11-30` into a date and `20261130` into an integer, so `run.id:
-2026-11-30` (or `--set run.id=$(date +%F)`) used to fail with "Input should be a valid
-string", and an impossible date (`2026-13-45`) raised a bare `ValueError` from inside the YAML
-parser: a traceback instead of a config error.
-
-Here no scalar is ever a date (the timestamp rule is dropped: pydantic parses a date field's
-text and names the key when it is not a date), and every number or boolean remembers the text
-it was written as (`UserScalar`). `resolve_user_text` then walks the raw config along the
-pydantic model: a field that takes text (a `str`, a `list[str]`, a date) gets the text, every
-other place gets the parsed value. Nothing of `UserScalar` reaches the validated config.
+No scalar is ever a date, and every number or boolean remembers its text (`UserScalar`), so
+`run.id: 2026-11-30` or `20261130` is an id, not a date or a number: `resolve_user_text` gives
+a field that takes text the text, every other place the parsed value.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Which endpoint answers a judge config: what besides the model string decides the model.
-
-The verdict cache keys on it (`jobs.core.verdict_cache.judge_fingerprint`) and batch mode tags its
-request
-ids with it (`jobs.engine.batch.requests.judge_tag`), so the same model name served by another
-server is another judge; the structured-output negotiation is shared per endpoint.
-"""
+"""Which endpoint answers a judge config: what besides the model string decides the model. The
+verdict cache and batch mode's request ids key on it, and the structured-output negotiation is
+shared per endpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ import os
 
 from jobs.core.config import JobConfig
 from scorer_core.capabilities import is_offline
-from scorer_core.transports import resolve_transport
+from scorer_core.transports import litellm_endpoint, resolve_transport
 
 
 def judge_endpoint(config: JobConfig) -> str:
@@ -26,9 +22,7 @@ def judge_endpoint(config: JobConfig) -> str:
         from scorer_core.openai_http import OPENAI_API_BASE
 
         return OPENAI_API_BASE
-    model = judge_config.model
-    provider = model.split("/", 1)[0] if "/" in model else model
-    return f"{provider} (litellm's default endpoint)"
+    return litellm_endpoint(judge_config.model)
 
 
 def endpoint_identity(config: JobConfig) -> str:

@@ -1,11 +1,5 @@
-"""A run's error rate against `run.max_error_rate`: what the exit code tells a scheduler.
-
-A run whose every item failed (the judge unreachable, a wrong column everywhere) used to exit
-0. Publishing measures the share of items whose status is `error` and their commonest error
-(messages compared without the row position they start with), records both in the manifest
-(`error_rate`), and `ctxprec run` exits 1 when the share is over the limit: the run is
-published all the same (what was scored is kept), and the message names the commonest error.
-"""
+"""A run's error rate against `run.max_error_rate`, and its commonest error (compared without
+the row position): what the manifest records and what makes `ctxprec run` exit 1."""
 
 from __future__ import annotations
 

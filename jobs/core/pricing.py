@@ -1,10 +1,5 @@
-"""What judge tokens cost: litellm's bundled price map, for `estimate` and the run summary.
-
-Online requests are priced at the model's price per token. Batch mode (`judge.mode: batch`)
-is priced at the model's batch price where litellm knows one (`input_cost_per_token_batches`,
-`output_cost_per_token_batches`: about half); for a model with an online price but no batch
-price, half the online price is ASSUMED, and `price_basis` says so.
-"""
+"""What judge tokens cost, from litellm's bundled price map: online at the model's price, batch
+at its batch price, else half the online price ASSUMED (`price_basis` says which)."""
 
 from __future__ import annotations
 

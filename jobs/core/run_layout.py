@@ -1,24 +1,9 @@
 """Where a run's files are, and how its items are numbered: the one module that knows.
 
-Under the output root (hive partitions; every table one zstd Parquet object per run):
-
-    scores/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet     one row per input item
-    verdicts/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet   one row per context
-    summary/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet    one row per metric
-    manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json       config (no secrets), counts
-    _staging/run_id=<id>/                                         work in progress (hidden:
-        LEASE.json                                                readers skip names that
-        items/<shard>.parquet     a shard's items: its commit     start with "_")
-        verdicts/<shard>.parquet  a shard's verdicts
-        duplicates/...            later occurrences found before judging
-        (jobs.engine.pairs.lookahead)
-        batch/...                 batch mode's rounds (jobs.engine.batch.batch_layout)
-
-The engine writes these, the tools read them; both ask this module for every path, for the
-list of tables and for which shards are staged, so a path is spelled once.
-
-Items are numbered across the run by `item_seq = shard number << SEQ_SHIFT | index in the
-shard`: unique, in input order, and the shard a row came from is `item_seq >> SEQ_SHIFT`.
+Published tables are hive-partitioned, one Parquet object per run and table
+(`<table>/run_date=.../run_id=.../part-00000.parquet`, docs/output.md), with a manifest beside
+them; work in progress is under `_staging/run_id=<id>/`, hidden from readers. Items are
+numbered across the run by `item_seq = shard number << SEQ_SHIFT | index in the shard`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
-"""Every table the job writes: its columns, their types and meanings, written once.
-
-* staged (per shard, under `_staging/`, written by `jobs.engine.shards.worker`): `STAGED_ITEMS`,
-  `STAGED_VERDICTS`;
-* published (what readers see, written by `jobs.engine.publish.publisher`): `PUBLISHED_SCORES`,
-  `PUBLISHED_VERDICTS`, `PUBLISHED_SUMMARY`;
-* `VERDICT_CACHE`, a shard's cached verdicts (`jobs.core.verdict_cache`), and `VERDICT_STORE`, the
-verdict
-  store's files that outlive runs (`jobs.core.verdict_store`);
-* batch mode's staging (`jobs.engine.batch`): `BATCH_REQUESTS`, the index of a shard's request
-  lines for one round, and `BATCH_REPLIES`, what came back for them.
-
-A run may carry input columns of the user's (`input.carry`) into its scores table, and some of
-them (`input.carry_to_verdicts`) into its verdicts table: `RunSchema` is the run's tables, ours
-extended with those (`Table.with_extra`), each carried column with the Arrow type decided at
-start-up from the input (`jobs.inputs.carry`), so every shard file has the same type.
-
-The workers write with pyarrow and publishing reads with Polars; both take their schemas from
-here (`Table.arrow`, `Table.polars`), and the row builders take their keys from here
-(`Table.build_row`). The published tables are projections of the staged ones, so a column has
-one type from the shard file to the reader. docs/output.md's "Columns" section lists the published
-columns with these types and meanings; tests/unit/test_schema.py keeps the two in step.
+"""Every table the job writes, its columns' names, types and meanings written once: the staged
+shard files, the published tables (their projections, so a column has one type from shard to
+reader), the verdict cache and store, and batch mode's staging. `RunSchema` is a run's tables
+with its carried input columns. Workers write with the Arrow schemas, publishing reads with the
+Polars ones; docs/output.md shows the published columns (tests/unit/test_schema.py checks it).
 """
 
 from __future__ import annotations
@@ -286,9 +269,6 @@ PUBLISHED_SUMMARY = Table(
 )
 """One row per metric of the run, and per metric of each segment (`summary.by`): a tidy table,
 see `jobs.engine.publish.aggregate.RunSummary`."""
-
-PUBLISHED: tuple[Table, ...] = (PUBLISHED_SCORES, PUBLISHED_VERDICTS, PUBLISHED_SUMMARY)
-"""The tables a reader of the output root sees, by their folder names."""
 
 # -- the verdict cache ----------------------------------------------------------------------
 

@@ -1,39 +1,13 @@
 """Small, typed helpers over fsspec for the job's store: local folders, s3://, gs://, az://.
 
-Every call that touches the store goes through `retry_call`: transient failures (connection
-errors, timeouts, HTTP 5xx, throttling) are retried a bounded number of times with the
-project's full-jitter backoff (`scorer_core.retry.backoff_delay`); anything else, or the last
-transient failure, becomes one `StorageError` whose message names the full URL and the
-operation. Callers only ever catch `StorageError`.
-
-On s3:// this is the only layer that retries. botocore (5 attempts in its default legacy mode,
-its own backoff of up to 2**n s) and s3fs (`S3FileSystem.retries` = 5, a fixed 0.1 * 1.7**n s
-wait, for timeouts, dropped connections and SlowDown) would otherwise each retry underneath
-it: a dead endpoint cost 25 requests per store call and a SlowDown answer 125, behind sleeps
-no test can inject. `s3_options` turns botocore's retries off (unless the caller's
-storage_options set `config_kwargs["retries"]`) and `filesystem` sets the s3fs loop to one
-try. The price: one failed request inside a multi-request call (a part of a multipart upload,
-a page of a listing) repeats the whole call, and a ranged GET that fails while an input shard
-is streamed is not retried alone (the worker's task is, see `jobs.inputs.read_shard`).
-
-Consistency rules (measured on s3fs and moto; docs/design.md):
-
-- Writes are all-or-nothing. Locally: a temp file in the same folder, fsync, `os.replace`.
-  Object stores: the whole payload in one `fs.pipe` / `fs.put_file` call (a single PUT, or a
-  multipart upload that only becomes visible when completed and is aborted on failure). Never
-  `with fs.open(key, "wb")`: on s3fs an exception inside that block still uploads the partial
-  object.
-- Listings and `exists` are never served from a cache: s3 filesystems are opened with
-  `use_listings_cache=False` unless the caller explicitly overrides it, and `exists`/`list`
-  invalidate any cache entry before asking.
+Every store call goes through `retry_call`, the only retry layer (botocore's and s3fs' own are
+turned off): transient failures are retried with the project's backoff, anything else becomes
+one `StorageError` naming the URL and the operation. Writes are all-or-nothing (a temp file and
+`os.replace` locally, one PUT or multipart upload on object stores), and listings are never
+answered from a cache.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import polars as pl
 
 import builtins
 import contextlib
@@ -47,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import fsspec
 import pyarrow as pa
@@ -57,6 +31,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from scorer_core.errors import CtxPrecError, StorageError
 from scorer_core.retry import backoff_delay
+
+if TYPE_CHECKING:
+    import polars as pl
 
 T = TypeVar("T")
 
@@ -242,16 +219,10 @@ def has_glob(path: str) -> bool:
 
 
 def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """s3fs options with the project's defaults.
-
-    - `use_listings_cache=False` unless given: a stale listing makes resume miss finished work.
-    - A top-level `endpoint_url` is moved into `client_kwargs` (where every s3fs version
-      accepts it); an `endpoint_url` already in `client_kwargs` wins.
-    - `config_kwargs["retries"]` (botocore's retry config) is one attempt unless given, so
-      that `retry_call` is the only layer that retries. Given explicitly, it is used as is
-      (botocore then retries under `retry_call`: up to attempts x its attempts requests).
-      It also takes precedence over AWS_MAX_ATTEMPTS / AWS_RETRY_MODE in the environment.
-    """
+    """s3fs options with the project's defaults: no listings cache (a stale listing makes a
+    resume miss finished work), a top-level `endpoint_url` moved into `client_kwargs` (an
+    explicit one there wins), and botocore's retries at one attempt unless `config_kwargs`
+    sets its own (which then also wins over AWS_MAX_ATTEMPTS / AWS_RETRY_MODE)."""
     opts = dict(storage_options)
     opts.setdefault("use_listings_cache", False)
     endpoint = opts.pop("endpoint_url", None)
@@ -302,8 +273,7 @@ def filesystem(
             f"{sorted(opts)}: {_describe(exc)}"
         ) from exc
     if protocol in _S3_PROTOCOLS:
-        # s3fs' own retry loop (`_error_wrapper`) runs `retries` times; it is a class
-        # attribute, not a constructor option, hence set here. One try: see the module doc.
+        # s3fs' own retry loop runs `retries` times: a class attribute, so set here.
         fs.retries = 1
     return fs, cls._strip_protocol(url).rstrip("/"), protocol
 

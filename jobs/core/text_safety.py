@@ -1,14 +1,6 @@
-"""Text from users, made safe for where it goes: UTF-8 files and terminals.
-
-- `unencodable`: where a value holds text UTF-8 cannot encode. JSON can carry a lone UTF-16
-  surrogate (`"\\udc00"`), which Python reads into a `str` that no UTF-8 writer (Parquet, HTTP,
-  a log line) accepts; such an item is its own error, never its shard's (jobs.inputs.encoding).
-- `escaped`: a lossless, encodable spelling of such text, for ids and messages: backslashes
-  doubled, each unencodable character as `\\uXXXX`. Encodable text is returned unchanged.
-- `terminal_safe`: a value as one printable line for a terminal table: control characters
-  (ESC, CR, LF, DEL, C1 controls, ...) and unencodable characters are shown escaped, so a
-  carried value cannot move the cursor, recolour the screen or forge a row.
-"""
+"""Text from users, made safe for where it goes: `unencodable` finds what UTF-8 cannot encode
+(a lone surrogate JSON can carry), `escaped` spells it losslessly, and `terminal_safe` shows a
+value as one printable line (control characters escaped: a value cannot recolour a terminal)."""
 
 from __future__ import annotations
 

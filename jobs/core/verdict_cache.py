@@ -1,14 +1,8 @@
 """The verdict cache's keys and the judge in front of it, so tomorrow's run re-judges only
-what changed.
-
-A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output, reference,
-context text): change any of them and the pair is judged again; a cache hit can never return a
-verdict for different text. The verdicts live in the content-addressed store
-(`jobs.core.verdict_store`), found wherever a pair appears: before the fan-out the run looks up
-every pair of its shards in it (`jobs.engine.pairs.cache_lookup`) and stages each shard's hits,
-which
-its worker loads (`VerdictCache.known`); what the worker judges goes to its journal as it
-arrives (`VerdictCache.put`), and from there into the store.
+what changed. A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output,
+reference, context): change any of them and the pair is judged again. The verdicts live in the
+store (`jobs.core.verdict_store`); a worker gets its shard's hits before judging and journals
+what it judges.
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ import pyarrow.parquet as pq
 from jobs.core.schema import VERDICT_CACHE
 from jobs.core.storage import Store, open_store
 from jobs.core.verdict_store import Journal, VerdictStore
-from scorer_core.errors import StorageError
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
@@ -151,17 +144,6 @@ def decode_entries(data: bytes) -> Entries:
             strict=True,
         )
     }
-
-
-def read_entries(store: Store, path: str) -> Entries:
-    """The entries of the cache file at `path`; none when it is missing or unreadable (a
-    damaged cache file costs calls, never a run)."""
-    try:
-        if not store.exists(path):
-            return {}
-        return decode_entries(store.read_bytes(path))
-    except (StorageError, pa.ArrowInvalid, OSError, KeyError):
-        return {}
 
 
 def write_entries(store: Store, path: str, entries: Entries) -> None:

@@ -1,29 +1,10 @@
 """The content-addressed verdict store: every verdict ever judged, found wherever its pair
-appears (another file, order, shard or night), and the journal that fills it as replies arrive.
+appears again, and the journal workers fill it through as replies arrive.
 
-Layout, under the cache folder of one judge fingerprint (`jobs.core.verdict_cache.CacheSpec`):
-
-    <cache>/<fingerprint>/p=<NNN>/<writer>-<ms>-<uuid>.parquet   verdicts whose pair key
-                                                                 falls in partition NNN
-    <cache>/<fingerprint>/journal/<writer>-<ms>-<uuid>.parquet   what a worker flushed, any
-                                                                 partition (folded later)
-
-A pair key (`jobs.core.verdict_cache.pair_key`) is 32 hex digits of a sha256, so its first two
-digits
-spread verdicts evenly over `PARTITIONS` partitions: a lookup or a compaction holds one
-partition at a time, never the store. Every file is written once, atomically, under a name
-no other writer uses, and never modified: two runs writing at once cannot lose each other's
-verdicts. A key may appear in several files (two runs judged it, a fold was interrupted):
-readers keep its newest row. A file that vanishes between a listing and its read (another
-process compacted it) or cannot be read is skipped: it costs calls, never a wrong verdict.
-
-- `Journal`: a worker appends verdicts as they arrive and flushes them as one small file in
-  `journal/` every `interval_s` (2 s) and at shutdown, so a kill loses the last seconds.
-- `VerdictStore.fold_journal`: journal files into partition files, then the journal files are
-  deleted (a crash in between leaves duplicates, never a loss). Each run folds before its
-  lookup (`jobs.engine.pairs.cache_lookup`), so the verdicts of a killed run are found by its rerun.
-- `VerdictStore.compact`: a partition's files merged into one, expired rows
-  (`cache.max_age_days`) and duplicate keys dropped. `ctxprec cache compact` runs it.
+Under `<cache>/<fingerprint>/`, verdicts sit in `p=<NNN>/` by the first two hex digits of their
+pair key and in `journal/` until folded there. Every file is written once, atomically, under a
+name no other writer uses, and never modified: a key in several files is read as its newest
+row, and a file that vanishes or cannot be read costs calls, never a wrong verdict.
 """
 
 from __future__ import annotations
@@ -164,9 +145,8 @@ class VerdictStore:
     def rows_of(table: pa.Table, keys: pl.Series | None = None) -> pl.DataFrame:
         """A store file's rows (`read_table`), only those of `keys` when given."""
         if keys is not None:
-            # Filtered by Arrow, which copies the rows kept: a Polars filter keeps views into
-            # the whole file's strings, and a lookup task reading many files held them all
-            # (measured: +80 MiB for 16 partitions' files).
+            # Filtered by Arrow, which copies the rows kept: a Polars filter would keep views
+            # into the whole file's strings (design notes).
             text = pa.large_string()  # is_in has no kernel for the string views Polars writes
             wanted = pc.is_in(table["pair_key"].cast(text), value_set=keys.to_arrow().cast(text))
             table = table.filter(wanted)
@@ -270,13 +250,9 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 
 
 class Journal:
-    """A worker's verdicts as they arrive, flushed to the store's journal as small files.
-
-    `add` buffers a verdict and remembers it (`recent`, at most `memory` entries: later items
-    of the worker with the same pair are answered from it); `flush_due` writes the buffer when
-    `interval_s` has passed on `clock` since the last flush, `flush` writes it now. Not
-    thread-safe: one event loop adds, and the flush runs between adds (`jobs.engine.shards.worker`).
-    """
+    """A worker's verdicts as they arrive, written to the store's journal as small files (the
+    worker's timer calls `take` and `write` every `interval_s`, `flush` at the end); the last
+    `memory` of them answer the worker's later items with the same pair. Not thread-safe."""
 
     def __init__(
         self,
@@ -284,16 +260,13 @@ class Journal:
         writer: str,
         *,
         interval_s: float = 2.0,
-        clock: Clock = time.monotonic,
         memory: int = 200_000,
     ) -> None:
         self.verdicts = verdicts
         self.writer = writer
         self.interval_s = interval_s
-        self._clock = clock
         self._memory = memory
         self._buffer: list[tuple[str, bool, str]] = []
-        self._last = clock()
         self.recent: dict[str, tuple[bool, str]] = {}
         self.flushed = 0
 
@@ -328,13 +301,9 @@ class Journal:
     def pending(self) -> int:
         return len(self._buffer)
 
-    def due(self) -> bool:
-        return bool(self._buffer) and self._clock() - self._last >= self.interval_s
-
     def take(self) -> list[tuple[str, bool, str]]:
         """The buffered verdicts, handed to `write` (the buffer starts again empty)."""
         taken, self._buffer = self._buffer, []
-        self._last = self._clock()
         return taken
 
     def write(self, taken: list[tuple[str, bool, str]]) -> None:

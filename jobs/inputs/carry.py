@@ -1,23 +1,7 @@
-"""The input columns a run carries into its tables (`input.carry`): their types, decided once
-at start-up, and every row's values checked against them.
-
-Publishing concatenates the shards' files, so a carried column must have one Arrow type in all
-of them. `columns.inspect_input` decides it from the first input file:
-
-- Parquet: the column's type in the file's schema (a dictionary-encoded column as the type of
-  its values).
-- JSON Lines: from the column's values in the schema sample (the first objects of the file),
-  as Arrow infers them: strings -> string, integers -> int64, numbers with a fraction (or
-  integers mixed with them) -> float64, booleans -> bool, arrays -> list<...>, objects ->
-  struct<...>. Values of different kinds in the sample (a string and a number) are a start-up
-  error naming the column and the file. JSON has no date type: dates written as text stay text.
-- A column without a single value there (Parquet's null type, or null in every sampled row) is
-  carried as a string.
-
-Each row's value is then checked on the worker (`conform`): null, or a value of the decided type,
-is kept as it is; an integer in a float column becomes a float (JSON writes 3.0 as 3); anything
-else makes the row a per-row error naming the column, its value's type and the expected one.
-Nothing is cast silently: a number where the first rows had text is an input problem to see.
+"""The input columns a run carries into its tables (`input.carry`): their Arrow types, decided
+once at start-up from the first file (a Parquet schema, or the JSON values of its first rows),
+and every row's values checked against them on the worker (`conform`): nothing is cast
+silently, a value of another type is that row's error naming the column.
 """
 
 from __future__ import annotations
@@ -82,16 +66,31 @@ def infer_json_type(name: str, values: Sequence[Any], where: str) -> pa.DataType
 
 def check_segment_columns(by: Sequence[str], carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `summary.by` column is a carried column of a scalar type."""
+    check_carried(
+        "summary.by",
+        by,
+        carried,
+        lambda found: not pa.types.is_nested(found),
+        "a segment needs a column of single values (text, number, boolean, date)",
+    )
+
+
+def check_carried(
+    option: str,
+    names: Sequence[str],
+    carried: Sequence[CarriedColumn],
+    usable: Callable[[pa.DataType], bool],
+    need: str,
+) -> None:
+    """`ConfigError` naming `option` unless every column of `names` is carried with a type
+    `usable` takes (`need` says which)."""
     types = {column.name: column.type for column in carried}
-    for name in by:
+    for name in names:
         found = types.get(name)
         if found is None:
-            raise ConfigError(f"summary.by: {name!r} is not a carried column (input.carry)")
-        if pa.types.is_nested(found):
-            raise ConfigError(
-                f"summary.by: column {name!r} is {found}; a segment needs a column of single "
-                "values (text, number, boolean, date)"
-            )
+            raise ConfigError(f"{option}: {name!r} is not a carried column (input.carry)")
+        if not usable(found):
+            raise ConfigError(f"{option}: column {name!r} is {found}; {need}")
 
 
 def conform(column: CarriedColumn, value: Any) -> Any:

@@ -1,10 +1,6 @@
-"""Fail fast, before any judging, when the input lacks a configured column; decide the types
-of the columns the run carries.
-
-The driver and `ctxprec estimate` call `inspect_input` (or `check_schema`, its column names)
-right after listing: a misspelled column should stop the job in a second, not after an hour of
-judged rows that all failed.
-"""
+"""Fail fast, before any judging, when the input lacks a configured column; decide the types of
+the columns the run carries. The driver and `ctxprec estimate` call `inspect_input` right after
+listing: a misspelled column stops the job in a second, not after an hour of failed rows."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem, retry_call
 from jobs.inputs.carry import carried_columns, decide_type, infer_json_type
 from jobs.inputs.jsonl import lines_in_range, parse_line
-from jobs.inputs.listing import FileInfo
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.spec import InputSpec, load_extractor, required_columns
 from scorer_core.errors import InputError
 
@@ -45,15 +40,13 @@ def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
 
 
 def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
-    """Fail fast, before any judging, when a configured column is missing; decide the type of
-    every carried column (see `jobs.inputs.carry`).
+    """The first non-empty file's columns and the types of the carried ones (`jobs.inputs.carry`),
+    after importing the `context_extractor`.
 
-    Opens the first non-empty file: Parquet reads only the schema (footer); JSONL reads up to
-    `SCHEMA_SAMPLE_ROWS` valid objects and takes the union of their keys (so a JSONL file must
-    spell out a configured optional column, even as null, in its first rows). Also imports the
-    `context_extractor` and, for Parquet, checks that the context column is a list.
-    Raises `InputError` naming the missing column(s) (carried ones too), the file and the
-    available columns.
+    Reads a Parquet file's footer, or up to `SCHEMA_SAMPLE_ROWS` objects of a JSONL file (whose
+    first rows must spell out every configured column, even as null). Raises `InputError`
+    naming the missing column(s), the file and the columns it has, or a context column that is
+    not a list.
     """
     if spec.context_extractor:
         load_extractor(spec.context_extractor)
@@ -61,32 +54,44 @@ def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
     if not candidates:
         raise InputError(f"no input files at {spec.path}")
     first = candidates[0]
-    fs, fs_path, _ = filesystem(first.path, spec.storage_options)
-    context_type: pa.DataType | None = None
-    types: dict[str, pa.DataType] = {}
-    if first.format == "parquet":
-        schema = retry_call(
-            lambda: _read_parquet_schema(fs, fs_path, first.path), what="read", url=first.path
-        )
-        available = tuple(schema.names)
-        if not spec.context_extractor and spec.columns.context in available:
-            context_type = schema.field(spec.columns.context).type
-        types = {
-            name: decide_type(name, schema.field(name).type, first.path)
-            for name in spec.carry
-            if name in available
-        }
-    else:
-        available, values = retry_call(
-            lambda: _sample_jsonl(fs, fs_path, first, spec.carry), what="read", url=first.path
-        )
-        types = {
-            name: infer_json_type(name, values[name], first.path)
-            for name in spec.carry
-            if name in available
-        }
+    available, context_type, types = file_columns(spec, first, spec.carry)
     check_columns(spec, first.path, available, context_type)
     return InputSchema(available, carried_columns(spec.carry, spec.carry_to_verdicts, types))
+
+
+def file_columns(
+    spec: InputSpec, info: FileInfo, carry: Sequence[str]
+) -> tuple[tuple[str, ...], pa.DataType | None, dict[str, pa.DataType]]:
+    """A file's columns, its context column's type (Parquet only) and the types of the `carry`
+    columns it has."""
+    fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+    if info.format != "parquet":
+        available, values = retry_call(
+            lambda: _sample_jsonl(fs, fs_path, info, carry), what="read", url=info.path
+        )
+        return (
+            available,
+            None,
+            {
+                name: infer_json_type(name, values[name], info.path)
+                for name in carry
+                if name in available
+            },
+        )
+    schema = retry_call(
+        lambda: _read_parquet_schema(fs, fs_path, info.path), what="read", url=info.path
+    )
+    available = tuple(schema.names)
+    context = spec.columns.context
+    context_type = None
+    if not spec.context_extractor and context in available:
+        context_type = schema.field(context).type
+    types = {
+        name: decide_type(name, schema.field(name).type, info.path)
+        for name in carry
+        if name in available
+    }
+    return available, context_type, types
 
 
 def _read_parquet_schema(fs: fsspec.AbstractFileSystem, fs_path: str, url: str) -> pa.Schema:

@@ -1,15 +1,8 @@
 """Read one JSON Lines shard: a byte range of a plain file, or a whole gzipped file.
 
-A reader skips the partial first line of its range (unless `start == 0`) and reads every line
-that *starts* before `end`, to its end (the Hadoop rule): every line is read by exactly one
-shard, however the planner cut the byte ranges. `RawRow.row` is the **byte offset of the
-line's first byte** in the file: stable, unique per file and exact, where a line number would
-need every earlier byte to be scanned. Empty (whitespace-only) lines are skipped; `\\r\\n`
-endings, a UTF-8 BOM and a last line without newline are fine. A gzipped file is read from
-its start, and `RawRow.row` is then the byte offset in the *decompressed* stream.
-
-A line that is not valid UTF-8, not JSON or not a JSON object becomes a `RawRow` with `error`
-naming the file and offset, and reading goes on.
+Every line is read by exactly one shard, the one its first byte falls in (the Hadoop rule), and
+`RawRow.row` is that byte's offset (in the decompressed stream for gzip). A line that is not
+UTF-8, JSON or an object becomes a `RawRow` with an error naming the file and offset.
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from typing import IO
 import fsspec
 
 from jobs.core.storage import retry_call
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import open_input
 from jobs.inputs.rows import RawRow
 from jobs.inputs.shard import Shard
 from scorer_core.errors import CtxPrecError, InputError, StorageError

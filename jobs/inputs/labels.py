@@ -1,17 +1,10 @@
 """Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read.
 
-One JSON object per line (the layout of ../shared/data/*.jsonl):
-
-- `query` (string), `contexts` (list of strings, in retrieved order), `relevance` (one number
-  per context: binary 0/1 or a grade such as 0-3), optional `relevance_binary` (0/1 per
-  context), optional `expected_answer`, optional `retriever`, and `row_id` or `query_id`.
-- Gold label of a context: with `min_grade` G, relevance >= G; otherwise `relevance_binary`
-  when the row has it, else relevance > 0.
-- Contexts longer than `input.max_context_chars` are cut as in the job; contexts beyond
-  `input.max_contexts` are dropped together with their labels.
-
-A bad row is counted and an example kept (`LabelFile`), never raised: the caller decides
-whether what is left is enough.
+One object per line: `query`, `contexts`, `relevance` (a number per context: 0/1 or a grade),
+optional `relevance_binary` (0/1), `expected_answer`, `retriever`, and `row_id` or `query_id`.
+A context's gold label is relevance >= `min_grade` when given, else `relevance_binary`, else
+relevance > 0. Contexts are cut as the job cuts them. A bad row is counted with an example
+(`LabelFile`), never raised.
 """
 
 from __future__ import annotations

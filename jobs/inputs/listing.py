@@ -1,17 +1,16 @@
-"""Which files are the input: list a file, a folder or a glob, and tell each file's format.
+"""Which files are the input, and how every step opens one (`open_input`).
 
-Formats come from `InputSpec.format` or else from each file's suffix: `.parquet`; `.jsonl`,
-`.ndjson` (JSON Lines); `.jsonl.gz`, `.ndjson.gz` (gzipped JSON Lines).
-
-In a folder, files whose names start with `_` or `.` (`_SUCCESS`, `.crc`), files in
-sub-folders named so (`_temporary/`) and files of an unknown suffix are skipped; a glob or a
-file named explicitly must have a known suffix unless `format` is set.
+A file, a folder or a glob; each file's format from `InputSpec.format` or its suffix (.parquet,
+.jsonl, .ndjson, and either gzipped). In a folder, names starting with `_` or `.` and unknown
+suffixes are skipped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
+
+import fsspec
 
 from jobs.core.storage import filesystem, full_url, has_glob, retry_call
 from jobs.inputs.spec import InputFormat, InputSpec
@@ -97,3 +96,23 @@ def _is_hidden(name: str, root: str | None) -> bool:
     else:
         parts = [name.rstrip("/").rsplit("/", 1)[-1]]
     return any(part.startswith(("_", ".")) for part in parts)
+
+
+def open_input(
+    fs: fsspec.AbstractFileSystem, fs_path: str, compression: str | None = None
+) -> IO[bytes]:
+    """Open for reading; on object stores with exact ranged GETs (`cache_type="none"`), not
+    fsspec's read-ahead blocks (design notes)."""
+    if compression:
+        handle: IO[bytes] = fs.open(fs_path, "rb", compression=compression)
+    elif _is_local(fs):
+        handle = fs.open(fs_path, "rb")
+    else:
+        handle = fs.open(fs_path, "rb", cache_type="none")
+    return handle
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol
+    names = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    return "file" in names or "local" in names

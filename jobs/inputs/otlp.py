@@ -1,37 +1,11 @@
-"""Read OpenTelemetry trace files (OTLP JSON) into compact span rows: the first step of
-`input.format: otlp` (the second, `jobs.inputs.traces`, joins them into items).
+"""Read OpenTelemetry trace files (OTLP JSON, as a collector's file exporter writes them, plain
+or gzipped) into compact span rows: the first step of `input.format: otlp`, before `traces`
+joins them into items (docs/traces.md has which attribute becomes which field).
 
-The files are what an OpenTelemetry Collector's file exporter writes: one
-`ExportTraceServiceRequest` per line, `resourceSpans` -> `scopeSpans` -> `spans`, in OTLP's
-JSON encoding (trace and span ids as hex, 64-bit integers such as `startTimeUnixNano` and
-`intValue` as decimal strings, attributes as `{"key", "value": {"stringValue" | "intValue" |
-"doubleValue" | "boolValue" | "arrayValue" | "kvlistValue" | "bytesValue"}}`). Plain or gzipped
-(`.gz`), local or on any fsspec store. Ids written base64 (protobuf's canonical JSON) are read too.
-
-Every span becomes one `SpanRow`, keeping only what assembly needs:
-
-- its role: `retriever` (OpenInference `openinference.span.kind` = RETRIEVER, or an
-  OpenTelemetry GenAI span with `gen_ai.operation.name` = retrieval), `llm` (OpenInference LLM,
-  or GenAI chat / text_completion / generate_content), else `other`;
-- a retriever's query (`input.value`; GenAI: `gen_ai.retrieval.query.text`) and documents
-  (OpenInference: `retrieval.documents.{i}.document.content` / `.document.id` in the order of
-  `i`; GenAI: the `content` and `id` of each object of `gen_ai.retrieval.documents`, structured
-  or a JSON string). GenAI documents without any `content` give `documents=None`: nothing to
-  judge (the convention records ids and scores; the text is opt-in);
-- the output of a root span (`output.value`) and of an LLM span (the first output message's
-  content, `llm.output_messages.0.message.content`, else `output.value`);
-- the values of the carried attributes (`input.carry`), on retriever and root spans only: the
-  span's attribute, else its resource's, JSON-encoded (their type is decided once per run).
-
-The reader is the standard library's `json` and a walk over the dicts, not
-`opentelemetry-proto`'s `json_format`: it is several times faster on the same files, and
-json_format reads ids as base64 (OTLP JSON writes hex, which json_format decodes silently into
-wrong bytes). docs/traces.md has the measurement (bench/otlp_bench.py).
-
-Nothing here raises for bad data: a line that is not JSON, not an object or not a trace export
-becomes a `Problem` naming the file and line and reading goes on with the next line; a span
-without valid ids or start time, or with an unreadable attribute, becomes a `Problem` naming
-the file, line and span, and the line's other spans are read.
+A span keeps only what assembly needs: its role (retriever, LLM or other, by OpenInference's
+or OpenTelemetry GenAI's attributes), a retriever's query and documents, an output, and the
+carried attributes. Nothing raises for bad data: an unreadable line or span becomes a `Problem`
+naming the file, line and span, and reading goes on.
 """
 
 from __future__ import annotations
@@ -49,7 +23,7 @@ import fsspec
 
 from jobs.core.storage import retry_call
 from jobs.inputs.jsonl import lines_in_range
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import open_input
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 RETRIEVER = "retriever"

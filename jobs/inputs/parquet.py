@@ -1,9 +1,5 @@
-"""Read one Parquet shard: a row range `[start, end)` of one file, in batches.
-
-Only the row groups overlapping the range are decoded, and only the configured columns
-(every column when a `context_extractor` needs the whole row). `RawRow.row` is the 0-based
-row number within the file.
-"""
+"""Read one Parquet shard: a row range of one file, decoding only the row groups it overlaps and
+the configured columns; `RawRow.row` is the row number within the file."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.core.storage import is_transient, retry_call
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import open_input
 from jobs.inputs.rows import RawRow
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec, required_columns

@@ -1,18 +1,7 @@
-"""Cut the input files into shards of about `shard_size` rows without reading them.
-
-Planning reads only Parquet footers and the first `SAMPLE_BYTES` of each plain JSONL file:
-
-- Parquet: a shard is a row range `[start, end)` of one file, cut at row-group boundaries
-  where possible (a row group bigger than `shard_size` is split by row range).
-- JSON Lines: a shard is a byte range `[start, end)` of one file, sized from the bytes per
-  line in the sample; the reader (`jobs.inputs.jsonl`) gives every line to exactly one
-  range.
-- Gzipped JSON Lines: gzip cannot be entered mid-stream, so the whole file is one shard. For
-  parallelism prefer many plain (or many small gzipped) files.
-
-Shard ids are `{file index:05d}-{start:012d}-{end:012d}-{8 hex of sha1(path, size)}`: the same
-input files planned with the same `shard_size` give the same shards and ids, and a file whose
-size changed gets new ids.
+"""Cut the input files into shards of about `shard_size` rows without reading them: Parquet
+by row ranges from the footers, JSON Lines by byte ranges sized from a 64 KiB sample (a line
+belongs to the range it starts in), a gzipped file whole. Shard ids are stable for the same
+files and change when a file's size does.
 """
 
 from __future__ import annotations
@@ -26,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.core.storage import filesystem, retry_call
-from jobs.inputs.listing import FileInfo
-from jobs.inputs.opening import open_input
+from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec
 from scorer_core.errors import ConfigError, InputError

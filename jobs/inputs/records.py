@@ -1,30 +1,8 @@
-"""A shard's rows as items: read them by format, then normalise, truncate and validate each.
+"""A shard's rows as items: read by format, then normalised, truncated and checked (`to_item`).
 
-`ItemReader.read` is what the job uses; `read_shard`, `to_item` and `validate_record` are its
-three steps. Bad data never raises here: a row that cannot be scored becomes a `RowError`
-naming its position and the field. The truncation defaults live in `jobs.core.input_limits`.
-
-Row policies (`to_item`):
-- query_id: a string (used as is) or an integer (stringified); null, empty, or any other
-  type is an error. With `columns.query_id=None` the id is `f"{source}#{row}"`.
-  Duplicate ids are not detected here (the job decides).
-- input: a non-empty string. output: a string, never null, possibly empty ("" for every
-  row with `columns.output=None`). expected_output: a string or null; empty/blank counts
-  as no reference. With neither an output nor a reference the item is retrieval-only: the
-  judge weighs each context against the query (scorer_core.prompt).
-- contexts: a list of strings, in retrieved order (positions matter). A string instead of a
-  list, null, an empty list, or any non-string element (numbers are *not* stringified:
-  that usually means the wrong column) is an error. Empty strings are kept (position).
-  With `context_extractor` set, contexts come from calling it with the raw row dict; it
-  raising, or returning anything but a list of strings, is an error for that row.
-- A context longer than `max_context_chars` is cut to that length; more than
-  `max_contexts` contexts keep the first `max_contexts`; both set `truncated=True`.
-- context ids (`columns.context_ids`): a list as long as the contexts (before truncation;
-  cut with them), of strings or integers (stringified) or nulls; a missing or null value
-  means no ids for the row; another length or element type is an error.
-- carried columns: each value must fit its column's type (`carry.conform`); a missing key
-  is null. A value that does not fit is an error naming the column; the row's other
-  carried values are kept on its error row.
+Bad data never raises here: a row that cannot be scored becomes a `RowError` naming its
+position and the field, and reading goes on. The row policies (which values a field takes, how
+contexts and ids are cut) are in the design notes.
 """
 
 from __future__ import annotations
@@ -34,12 +12,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jobs.core.input_limits import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS
+from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS, JobConfig
 from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem
-from jobs.core.text_safety import escaped
+from jobs.core.text_safety import escaped, unencodable
 from jobs.inputs.carry import conform
-from jobs.inputs.encoding import encodable_record
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
@@ -49,7 +26,6 @@ from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
 if TYPE_CHECKING:
-    from jobs.core.config import JobConfig
     from jobs.inputs.sampling import SamplePlan
 
 
@@ -60,9 +36,7 @@ class ItemReader:
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
-    # A sampled run's plan (`jobs.inputs.sampling`, set by the driver before judging): which rows
-    # the
-    # worker judges (`keeps`). None: every row.
+    # A sampled run's plan (set by the driver before judging): which rows are judged. None: all.
     sample: SamplePlan | None = None
 
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
@@ -100,7 +74,7 @@ def read_items(
     carried: Sequence[CarriedColumn] = (),
 ) -> Iterator[ItemRecord | RowError]:
     """A shard's rows, normalised and validated, in input order (streaming); a row holding
-    text UTF-8 cannot encode is its own error (`jobs.inputs.encoding`)."""
+    text UTF-8 cannot encode is its own error (`encodable_record`)."""
     for raw in read_shard(spec, shard):
         item = to_item(
             spec,
@@ -151,8 +125,8 @@ def to_item(
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
     carried: Sequence[CarriedColumn] = (),
 ) -> ItemRecord | RowError:
-    """Validate and normalize one row by the row policies (the module's docstring). Never
-    raises for bad data: returns a `RowError` naming the position and the field."""
+    """One row checked and normalised by the row policies, or its `RowError` naming the position
+    and the field (never raises for bad data)."""
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
     data = raw.data
@@ -337,3 +311,58 @@ def _contexts(spec: InputSpec, data: dict[str, Any]) -> list[str]:
                 f"{label} element {position} is a {type(element).__name__}, expected a string"
             )
     return list(value)
+
+
+# -- text UTF-8 cannot encode (a lone surrogate, valid in JSON): the row's error, not its shard's
+
+
+def encodable_record(
+    record: ItemRecord | RowError, carried: Sequence[CarriedColumn] = ()
+) -> ItemRecord | RowError:
+    """`record` when everything in it encodes, else its `RowError` naming the field."""
+    if isinstance(record, RowError):
+        return writable_error(record)
+    problem = _first_problem(record, carried)
+    if problem is None:
+        return record
+    where = record.where or f"{record.source} row {record.row}"
+    return writable_error(
+        RowError(
+            record.source,
+            record.row,
+            f"{where}: {problem} (text that cannot be encoded as UTF-8)",
+            record.query_id,
+            record.carried,
+        )
+    )
+
+
+def writable_error(error: RowError) -> RowError:
+    """`error` with its query_id and message escaped and unwritable carried values null."""
+    query_id = escaped(error.query_id) if error.query_id is not None else None
+    carried = tuple(None if unencodable(v) else v for v in error.carried)
+    message = escaped(error.message)
+    if (query_id, carried, message) == (error.query_id, error.carried, error.message):
+        return error
+    return RowError(error.source, error.row, message, query_id, carried)
+
+
+def _first_problem(record: ItemRecord, carried: Sequence[CarriedColumn]) -> str | None:
+    fields: list[tuple[str, Any]] = [
+        ("query_id", record.query_id),
+        ("input", record.input),
+        ("output", record.output),
+        ("expected_output", record.expected_output),
+        ("context", list(record.contexts)),
+        ("context_ids", list(record.context_ids or ())),
+    ]
+    names = [column.name for column in carried] or [f"#{n}" for n in range(len(record.carried))]
+    fields += [
+        (f"{name} (carried column)", value)
+        for name, value in zip(names, record.carried, strict=False)
+    ]
+    for name, value in fields:
+        found = unencodable(value) if value is not None else None
+        if found is not None:
+            return f"{name}: {found}"
+    return None

@@ -1,6 +1,5 @@
 """A row at each stage: `RawRow` as a reader yields it, then `ItemRecord` (ready to judge) or
-`RowError` (cannot be scored) after `jobs.inputs.records` has checked it.
-"""
+`RowError` (cannot be scored)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,9 @@
-"""Sampled runs (`sample:` in the config): which items are judged, and how many there were.
+"""Sampled runs (`sample:`): which items are judged, and how many each stratum had.
 
-    sample: {fraction: 0.1, by: [retriever], seed: 7}      # 10% of every retriever's items
-    sample: {per_segment: 400, by: [retriever], seed: 7}   # 400 items of every retriever
-
-Whether an item is judged depends only on the seed and its query id: u = the first 8 bytes of
-SHA-256("<seed>:<query_id>") as a number in [0, 1) (`unit_hash`). With `fraction` F an item is
-judged when u < F; with `per_segment` N, when u is among the N smallest of its stratum (all of
-a smaller stratum). The same queries are therefore sampled night after night (comparisons stay
-paired), a larger fraction keeps every query a smaller one chose, and repeats of a query id
-are judged or skipped together.
-
-The driver reads every row's query id and stratum once before judging (`plan_sample`):
-that counts each stratum's population (N_h, for the stratified estimator of
-`jobs.engine.publish.aggregate` and the summary's `population`) and, with `per_segment`, finds each
-stratum's threshold. The plan travels to the workers with the run's item reader
-(`jobs.inputs.records.ItemReader.sample`), and the worker skips the rows it does not keep where
-it reads them (`SamplePlan.keeps`), before judging; their item numbers stay those of the input,
-as the look-ahead's. Rows that are not kept are not in the published tables.
-
-Strata are the values of the `sample.by` columns as text (`stratum_text`: as the summary
-table writes a segment's value), so a stratum found in the input and the same values read
-back from the scores table name the same stratum.
+An item is judged when `unit_hash(seed, query_id)` is below `fraction`, or among the
+`per_segment` smallest of its stratum (the values of `sample.by`, as the summary writes them),
+so the same queries are chosen night after night. The driver reads every row's id and stratum
+once before judging (`plan_sample`); the workers skip what the plan does not keep.
 """
 
 from __future__ import annotations
@@ -36,9 +19,9 @@ import pyarrow as pa
 
 from jobs.core.config import SampleConfig
 from jobs.core.schema import CarriedColumn
+from jobs.inputs.carry import check_carried
 from jobs.inputs.rows import ItemRecord, RowError
 from jobs.inputs.shard import Shard
-from scorer_core.errors import ConfigError
 
 Stratum = tuple[str | None, ...]
 """A stratum: the text of each `sample.by` column's value (None for null)."""
@@ -109,23 +92,19 @@ class SamplePlan:
 def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `sample.by` column is carried, of text, integer, boolean or
     date type (whose text is the same in Python and in the summary table)."""
-    types = {column.name: column.type for column in carried}
-    for name in sample.by:
-        found = types.get(name)
-        if found is None:
-            raise ConfigError(f"sample.by: {name!r} is not a carried column (input.carry)")
-        usable = (
+    check_carried(
+        "sample.by",
+        sample.by,
+        carried,
+        lambda found: (
             pa.types.is_string(found)
             or pa.types.is_large_string(found)
             or pa.types.is_integer(found)
             or pa.types.is_boolean(found)
             or pa.types.is_date(found)
-        )
-        if not usable:
-            raise ConfigError(
-                f"sample.by: column {name!r} is {found}; a stratum needs text, integer, "
-                "boolean or date values"
-            )
+        ),
+        "a stratum needs text, integer, boolean or date values",
+    )
 
 
 def _carried_dict(record: ItemRecord | RowError, names: Sequence[str]) -> dict[str, Any]:

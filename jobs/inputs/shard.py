@@ -1,8 +1,5 @@
-"""A shard: the unit of work the driver plans and a worker reads, judges and stages.
-
-Kept apart from planning (which reads Parquet footers) so that the processes that only pass
-shards around, the run's coordinator actor among them, import neither pyarrow nor fsspec.
-"""
+"""A shard: the unit of work the driver plans and a worker reads, judges and stages. Apart from
+planning, so processes that only pass shards around import neither pyarrow nor fsspec."""
 
 from __future__ import annotations
 

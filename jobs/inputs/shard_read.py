@@ -1,8 +1,5 @@
-"""Reading a shard for judging: its rows validated, repeats of a query id set aside.
-
-Pure of Ray and of the judge: `read_shard_records` reads through the run's `ItemReader` and
-numbers each row with its run-wide `item_seq` (`jobs.core.run_layout`).
-"""
+"""Reading a shard for judging: its rows checked and numbered (`item_seq`), repeats of a query
+id set aside as errors."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What to read and how to read it: `InputSpec`, `ColumnMap`, and what they imply.
-
-The spec is built from the validated config (`jobs.run.factory.input_spec`). Besides the two
-dataclasses this module answers the questions every later step asks of a spec: which columns
-must exist (`required_columns`) and which function turns a raw row into contexts
-(`load_extractor`).
-"""
+"""What to read and how: `InputSpec` and `ColumnMap`, built from the config (`input_spec_of`),
+which columns they need (`required_columns`) and the `context_extractor` they name."""
 
 from __future__ import annotations
 
@@ -25,14 +20,8 @@ FORMATS: frozenset[str] = frozenset({"jsonl", "parquet"})
 
 @dataclass(frozen=True, slots=True)
 class ColumnMap:
-    """Which input column holds each field.
-
-    `query_id=None`: the file has no id column; the id is `f"{source}#{row}"` (stable while
-    the file does not change). `output=None`: there is no answer column (every output is "").
-    `expected_output=None`: there is no reference answer column.
-    `context` is ignored when a `context_extractor` is set. `context_ids`: a column with a list
-    of ids parallel to the contexts, or None.
-    """
+    """Which input column holds each field (`input.columns`); None: there is no such column (a
+    missing `query_id` makes the id `source#row`)."""
 
     query_id: str | None = "query_id"
     input: str = "input"
@@ -44,15 +33,8 @@ class ColumnMap:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """Where the items are and how to read them (validated config lives elsewhere).
-
-    path: a file, a folder (every file under it, recursively) or a glob; local or a URL.
-    format: "jsonl" | "parquet" | None (from each file's suffix).
-    context_extractor: "package.module:function", called with the raw row dict, returning the
-    list of context strings; imported once per process.
-    carry: input columns copied as they are into the run's tables (`jobs.core.schema.RunSchema`);
-    carry_to_verdicts: those of them also copied into the verdict rows.
-    """
+    """Where the items are and how to read them: `input.path`, `format` (None: by suffix),
+    `columns`, `storage_options`, `context_extractor`, `carry` and `carry_to_verdicts`."""
 
     path: str
     format: InputFormat | None = None
@@ -112,11 +94,8 @@ def load_extractor(ref: str) -> Callable[[dict[str, Any]], Any]:
 
 def input_spec_of(config: JobConfig) -> InputSpec:
     """The input a job config reads: where the items are and which columns hold which field."""
-    columns = config.input.columns
     fmt = config.input.format
     if fmt == "otlp":
-        # `ctxprec run` assembles traces into items first (jobs.engine.trace_staging) and reads
-        # those
         raise ConfigError(
             "input.format otlp: traces are assembled into items by `ctxprec run` only; "
             "this command reads items (docs/traces.md)"
@@ -124,14 +103,7 @@ def input_spec_of(config: JobConfig) -> InputSpec:
     return InputSpec(
         path=config.input.path,
         format=fmt,
-        columns=ColumnMap(
-            query_id=columns.query_id,
-            input=columns.input,
-            output=columns.output,
-            expected_output=columns.expected_output,
-            context=columns.context,
-            context_ids=columns.context_ids,
-        ),
+        columns=ColumnMap(**config.input.columns.model_dump()),
         storage_options=config.input.storage_options,
         context_extractor=config.input.context_extractor,
         carry=tuple(config.input.carry),

@@ -1,17 +1,7 @@
-"""Check every input file before any judging: its format and its columns, cheaply.
-
-`columns.inspect_input` learns the run's columns from the first file; a later file missing a
-column used to surface only as error rows, with exit 0. `check_every_file` reads what
-planning reads anyway (Parquet footers, the first lines of JSON Lines), a few files at a time,
-and raises `InputError` naming the file when:
-
-- the file's suffix names another format than the configured `input.format` (a `.parquet`
-  in a folder read as jsonl), or a file read as JSON Lines starts with Parquet's magic bytes;
-- a configured column (carried ones too) is missing: a Parquet file's schema, or the keys of
-  a JSON Lines file's first `SCHEMA_SAMPLE_ROWS` objects (the rule of the first file);
-- a Parquet file's context column is not a list;
-- a file's name is not valid UTF-8 (it is written into every row's `source`).
-"""
+"""Check every input file before any judging, cheaply (Parquet footers, the first lines of
+JSON Lines, a few files at a time): `InputError` naming the first file whose suffix or magic
+bytes say another format than `input.format`, that lacks a configured column (carried ones
+too), whose context column is not a list, or whose name is not UTF-8."""
 
 from __future__ import annotations
 
@@ -19,13 +9,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
-import pyarrow as pa
 
 from jobs.core.storage import filesystem, retry_call
 from jobs.core.text_safety import encodable, escaped
-from jobs.inputs.columns import _read_parquet_schema, _sample_jsonl, check_columns
-from jobs.inputs.listing import FileInfo
-from jobs.inputs.opening import open_input
+from jobs.inputs.columns import check_columns, file_columns
+from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.spec import InputSpec
 from scorer_core.errors import InputError
 
@@ -77,26 +65,15 @@ def _problem_of(spec: InputSpec, info: FileInfo) -> InputError | None:
 
 
 def _check_file(spec: InputSpec, info: FileInfo) -> None:
-    fs, fs_path, _ = filesystem(info.path, spec.storage_options)
-    context_type: pa.DataType | None = None
-    if info.format == "parquet":
-        schema = retry_call(
-            lambda: _read_parquet_schema(fs, fs_path, info.path), what="read", url=info.path
-        )
-        available = tuple(schema.names)
-        if not spec.context_extractor and spec.columns.context in available:
-            context_type = schema.field(spec.columns.context).type
-    else:
-        if info.compression is None:
-            head = retry_call(lambda: _head(fs, fs_path), what="read", url=info.path)
-            if head.startswith(_PARQUET_MAGIC):
-                raise InputError(
-                    f"{info.path} is a Parquet file, but it is read as {info.format} "
-                    "(input.format); move it out of the input or set input.format to null"
-                )
-        available, _ = retry_call(
-            lambda: _sample_jsonl(fs, fs_path, info, ()), what="read", url=info.path
-        )
+    if info.format != "parquet" and info.compression is None:
+        fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+        head = retry_call(lambda: _head(fs, fs_path), what="read", url=info.path)
+        if head.startswith(_PARQUET_MAGIC):
+            raise InputError(
+                f"{info.path} is a Parquet file, but it is read as {info.format} "
+                "(input.format); move it out of the input or set input.format to null"
+            )
+    available, context_type, _ = file_columns(spec, info, ())
     check_columns(spec, info.path, available, context_type)
 
 

@@ -1,31 +1,11 @@
 """Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into ordinary
-item Parquet, in bounded memory, whatever the number of spans or files.
+item Parquet, one item per retrieval span, in bounded memory whatever the input's size.
 
-One item per retrieval span (docs/traces.md has the mapping). The spans of one trace may be in
-different files and in any order (children before their parents), so the join needs every span
-of a trace side by side. As the duplicate look-ahead partitions query ids
-(`jobs.engine.pairs.repeats`), spans are partitioned by a hash of their trace id:
-
-1. `stage_spans` (a task per group of input files): read the files line by line, keep each span's
-   compact row, and append it to the local Parquet file of its partition (a few thousand rows
-   buffered at a time); upload those files under `<folder>/spans/part-NNNNN/t-TTTTT.parquet`.
-2. `assemble_part` (a task per partition): read the partition's span files (every span of its
-   traces, from every file), join each retrieval with its trace's root span (output, carried
-   values) or the LLM span after it, and write `<folder>/items/part-NNNNN.parquet`.
-3. `assemble_traces` (the driver) runs both through a `Mapper` (Ray tasks in the job, a plain
-   loop in tests), decides the type of each carried attribute between them, and returns the
-   `TraceReport`; `<folder>` is under the run's staging, so the items can be inspected there
-   until the run is published, and a resumed run reads them again.
-
-Memory: a task holds one input line and its buffered rows (step 1) or one partition's spans
-(step 2, `PART_BYTES` of input each); the driver holds counts. The partition count grows with
-the input, so memory does not.
-
-What is skipped, and counted in the report: traces without a retrieval span; GenAI retrieval
-spans whose documents carry no text; repeated copies of a span (same trace and span id: a
-collector's retry); lines and spans that cannot be read (`Problem`s, with file and line).
-A retrieval whose query, documents or output is missing still becomes an item, and the job
-reports it as a row error like any other input row.
+A trace's spans may be in different files and in any order, so spans are partitioned by a hash
+of their trace id: `stage_spans` (a task per group of files) appends each span to its
+partition's file, `assemble_part` (a task per partition) joins each retrieval with its trace's
+root span or the LLM span after it, and `assemble_traces` runs both through a `Mapper` (Ray
+tasks in the job, a loop in tests) and returns what was read and skipped (`TraceReport`).
 """
 
 from __future__ import annotations
@@ -213,16 +193,9 @@ def assemble_traces(
     _check_found(kinds, report)
     types = {name: carried_type(found) for name, found in kinds.items()}
     report.carried_types = types
+    counted = [f.name for f in dataclasses.fields(PartStats)][1:-1]  # not spans nor peak_rss_mb
     for part in mapper(assemble_part, [(job, n, types) for n in range(job.parts)]):
-        for name in (
-            "duplicate_spans",
-            "traces",
-            "traces_without_retriever",
-            "retrievals",
-            "retrievals_without_text",
-            "items",
-            "items_without_output",
-        ):
+        for name in counted:
             setattr(report, name, getattr(report, name) + getattr(part, name))
         _peak(report, "assemble", part.peak_rss_mb)
     store.rm(store.join(job.folder, "spans"), recursive=True)

@@ -1,25 +1,17 @@
-"""A fake OpenAI-compatible LLM judge for tests, benchmarks and the soak test.
-
-    from tests.fake_judge import FakeJudgeServer, FaultPlan
+"""The fake OpenAI-compatible judge every HTTP test speaks to, with faults, limits and a fake
+Files + Batches API; benchmarks start it as a process (`python -m tests.fake_judge --help`).
 
     with FakeJudgeServer(rpm=100, window_s=10, fault_plan=FaultPlan(server_error=0.1)) as s:
         ...  # point the judge at s.url; inspect s.stats() afterwards
 
-It also serves a fake OpenAI Files + Batches API (`server.batches`, a `FakeBatchAPI`; see
-`tests.fake_judge.batches`) whose batches move only when the test says so.
-
-`FakeChatClient` is the same judge in-process, a `scorer_core.protocols.ChatClient` for unit
-tests that need no socket (`tests.fake_judge.client`).
-
-Run the server as its own process with `python -m tests.fake_judge --help`.
-
-Modules: `wire` (requests and replies), `faults` (FaultPlan and its draws), `limits` (rate
-windows), `chat` (the answering rules and statistics every face shares), `server` (HTTP),
-`client` (in-process), `batches` (Files + Batches API), `llama_server` (a real small model).
+`FaultyChatClient` is the same judge in-process, with the same faults, for unit tests that
+need no socket. Modules: `wire` (requests and replies), `faults`, `limits` (rate windows),
+`chat` (the answering rules every face shares), `server` (HTTP), `client` (in-process),
+`batches` (Files + Batches API), `llama_server` (a real small model).
 """
 
 from tests.fake_judge.batches import BatchPlan, FakeBatchAPI
-from tests.fake_judge.client import FakeChatClient
+from tests.fake_judge.client import FaultyChatClient
 from tests.fake_judge.faults import (
     CONTENT_FAULTS,
     FAULT_KINDS,
@@ -49,9 +41,9 @@ __all__ = [
     "Arrival",
     "BatchPlan",
     "FakeBatchAPI",
-    "FakeChatClient",
     "FakeJudgeServer",
     "FaultPlan",
+    "FaultyChatClient",
     "build_verdict_prompt_for_tests",
     "default_verdict_fn",
 ]

@@ -1,5 +1,5 @@
 """The fake judge without a transport: how it answers one chat-completions body, and what it
-saw. `FakeJudgeServer` puts it behind real HTTP, `FakeChatClient` calls it in-process, and the
+saw. `FakeJudgeServer` puts it behind real HTTP, `FaultyChatClient` calls it in-process, and the
 fake Batches API answers each batch line with it, so all three answer alike.
 
 One lock guards all mutable state (statistics, the request log, the fault generator, the rate

@@ -1,24 +1,10 @@
-"""`FakeChatClient`: the fake judge in-process, as a `scorer_core.protocols.ChatClient`.
+"""`FaultyChatClient`: the fake judge in-process, as a `scorer_core.protocols.ChatClient`.
 
-For unit tests that need a judge but not a socket: it answers verdict and reason requests with
-the same rules as `FakeJudgeServer` (a context is relevant iff it holds the word RELEVANT,
-unless `verdict_fn` says otherwise), draws faults from the same seeded `FaultPlan`, applies the
-same request and token windows, and records every request body it was sent. Where the server
-would answer with an HTTP error, the client raises the error `OpenAIHTTPClient` raises for that
-answer (`RateLimited` with its Retry-After, `ServerError`, `ResponseFormatRejected`, ...), so a
-judge built on it retries, re-asks and steps down exactly as it does over HTTP.
-
-    from scorer_core.judge import LLMJudge
-    from tests.fake_judge import FakeChatClient, FaultPlan
-
-    client = FakeChatClient(fault_plan=FaultPlan(server_error=0.2), sleep=no_wait)
-    judge = LLMJudge(client, sleep=no_wait)
-    ...
-    assert client.stats()["by_status"]["200"] == 3
-    assert client.requests()[0]["response_format"]["type"] == "json_schema"
-
-Latency (the plan's `latency_s`, and `slow_s` for a slow fault) is waited with the injected
-`sleep`; with a `timeout`, a reply slower than it raises `JudgeTimeout` after `timeout`.
+It answers as `FakeJudgeServer` does (the same verdicts, seeded `FaultPlan` faults, rate windows
+and request log), and where the server would answer with an HTTP error it raises the error
+`OpenAIHTTPClient` raises for that answer, so a judge on it retries, re-asks and steps down as
+over HTTP. Latency is waited with the injected `sleep`; past `timeout` it raises `JudgeTimeout`.
+Users test their own code with the smaller `scorer_core.FakeChatClient`.
 """
 
 from __future__ import annotations
@@ -38,7 +24,7 @@ from tests.fake_judge.faults import FaultPlan
 from tests.fake_judge.wire import RESPONSE_FORM_NAMES, VerdictFn, WireError
 
 
-class FakeChatClient:
+class FaultyChatClient:
     """A `ChatClient` answered in-process by the fake judge; see the module docstring.
 
     `model` is the model string the judge records; the request bodies carry its wire name
@@ -96,7 +82,7 @@ class FakeChatClient:
         return self._endpoint
 
     def __repr__(self) -> str:
-        return f"FakeChatClient(model={self._model!r}, fault_plan={self.judge.fault_plan!r})"
+        return f"FaultyChatClient(model={self._model!r}, fault_plan={self.judge.fault_plan!r})"
 
     # -- what the tests look at ----------------------------------------------------------------
 

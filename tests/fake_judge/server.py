@@ -1,50 +1,20 @@
 """A fake OpenAI-compatible judge: a real aiohttp server on 127.0.0.1 for tests and benchmarks.
 
-It answers `POST /v1/chat/completions` the way a well-behaved (or, on purpose, a badly
-behaved) LLM judge would, following the wire contract of `scorer_core.prompt`:
+`POST /v1/chat/completions` answers a verdict request (schema `context_precision_verdicts`, or
+with the other forms a prompt with a `<contexts>` section) with one verdict per context line,
+relevant iff the context holds the word RELEVANT (or as `verdict_fn` says), and a reason
+request with "The score is <score> because ..."; anything else gets an OpenAI-style 400.
+`accepted_response_formats` imitates servers without a structured-output form (refused as
+llama-cpp-python does, HTTP 500 with a validation error, or an OpenAI-style 400).
 
-- a verdict request (`response_format.json_schema.name == "context_precision_verdicts"`, or,
-  with the `json_object` and prompt-only forms, a last user message with a `<contexts>` section
-  and no `<verdicts>` section): the message holds `<query>`, optional `<output>` and
-  `<reference_answer>`, and `<contexts>` sections, each value a one-line JSON string; context
-  lines look like `[7] "text"`. The reply content is
-  `{"verdicts": [{"context_index": 7, "verdict": "yes", "reason": "..."}, ...]}`, one entry per
-  context line. By default a context is relevant iff it contains the word `RELEVANT`
-  (uppercase, whole word, so `IRRELEVANT` does not count); pass `verdict_fn` to change that.
-- a reason request (`... name == "context_precision_reason"`, or a `<verdicts>` section): the
-  reply content is `{"reason": "The score is <score> because ..."}`.
-- anything else: HTTP 400 with an OpenAI-style error body.
-
-`accepted_response_formats` imitates servers that lack a structured-output form: a request
-whose form ("json_schema", "json_object", or "text" for no response_format) is not in the set
-is answered as llama-cpp-python answers a `json_schema` request: HTTP 500 with a validation
-error naming `response_format.type` (or, with `response_format_rejection_status=400`, an
-OpenAI-style 400 naming `response_format`). `stats()["by_response_format"]` counts the form
-of every request and `stats()["response_format_rejections"]` the rejected ones.
-
-The same app serves a fake OpenAI Files + Batches API (`server.batches`, see
-`tests.fake_judge.batches`) that answers every line of a batch with `answer_body`: this
-judge's own logic, without rate limits or latency.
-
-On top of that it can enforce a sliding-window request limit (HTTP 429 + Retry-After), inject
-faults drawn from a seeded `FaultPlan` (one draw per request, so a retry can succeed), stop
-listening for a while (`refuse_connections`, `accept_connections`) and report what it saw
-(`stats()`, `GET /stats`).
-
-Tests need not wait on real time: `clock` (the sliding window's time) and `sleep` (the latency
-and slow replies) are injectable, and `on_request` is called with each request before it is
-answered, in a thread of its own, so a test can count requests, act at an exact request, or
-hold requests (by blocking) until it is ready.
-
-The server runs in a background thread with its own event loop, so synchronous tests and
-benchmarks in other processes can both talk to it over real HTTP. Per-request work is kept
-small (one JSON parse, one regex pass, one JSON dump) and every log is bounded, because a
-zero-latency benchmark pushes thousands of requests per second at it.
-
-The module is the HTTP face only: the answering rules and statistics are
-`tests.fake_judge.chat` (shared with the in-process `FakeChatClient`), the wire format
-`tests.fake_judge.wire`, faults `tests.fake_judge.faults`, rate windows
-`tests.fake_judge.limits`, and the Batches API `tests.fake_judge.batches`.
+On top: a sliding-window request and token limit (429 + Retry-After), faults drawn from a
+seeded `FaultPlan` (one draw per request, so a retry can succeed), refusing connections for a
+while, the fake Files + Batches API (`server.batches`), and `stats()` / `GET /stats`. Time is
+injectable (`clock`, `sleep`), and `on_request` sees each request first, in its own thread, so
+a test can count, act at an exact request or hold requests. The server runs in a background
+thread with its own event loop; per-request work is small and every log bounded, since a
+zero-latency benchmark pushes thousands of requests per second at it. The answering rules live
+in `chat`, the wire format in `wire`, faults in `faults`, rate windows in `limits`.
 """
 
 from __future__ import annotations

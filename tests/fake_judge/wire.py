@@ -4,7 +4,7 @@ Pure functions over JSON bodies (no server, no state): which structured-output f
 a request asks for, the verdicts its `<contexts>` call for, the reason text, the token counts
 the fake reports, the chat-completion reply body and OpenAI-style error bodies. A request the
 fake refuses raises `WireError` (an HTTP status and error body); the socket server sends it as
-a response, the in-process `FakeChatClient` turns it into the client error it would cause.
+a response, the in-process `FaultyChatClient` turns it into the client error it would cause.
 
 The wire layout is `scorer_core.prompt`'s, re-implemented here on purpose: the fake must not
 depend on the code it is meant to test.

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from jobs.core import config_reference
 from jobs.core.config import JobConfig
+from tests.support import config_reference
 from tests.support.paths import REPO
 
 PAGE = REPO / "docs" / "configuration.md"
@@ -44,7 +44,7 @@ def test_the_page_reference_matches_the_models() -> None:
     block = text[text.index(config_reference.START) : text.index(config_reference.END)]
     expected = config_reference.render()
     assert block + config_reference.END == expected, (
-        "docs/configuration.md's reference is stale: run python -m jobs.core.config_reference "
+        "docs/configuration.md's reference is stale: run python -m tests.support.config_reference "
         "--write docs/configuration.md"
     )
 

@@ -68,6 +68,11 @@ def test_a_date_field_still_takes_a_date(tmp_path: Path) -> None:
         ("judge.api_base=http://", "judge.api_base"),
         ("judge.api_base=http://host:99999/v1", "judge.api_base"),
         ("run.date=!!timestamp 2026-13-45", "run.date"),
+        # the scale is checked here, where the config is made, and nowhere after it
+        ("scorer.scale=-1", "scorer.scale"),
+        ("scorer.scale=.inf", "scorer.scale"),
+        ("scorer.scale=.nan", "scorer.scale"),
+        ("scorer.scale=ten", "scorer.scale"),
     ],
 )
 def test_every_invalid_value_is_a_config_error_naming_the_key(

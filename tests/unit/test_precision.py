@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scorer_core import ConfigError, average_precision, context_precision, round_half_up
+from scorer_core import (
+    ConfigError,
+    ContextPrecisionScorer,
+    average_precision,
+    context_precision,
+    create_context_precision_scorer,
+    make_judge,
+    round_half_up,
+)
 from scorer_core.precision import format_score, round_score
 from tests.support.exact import exact_average_precision
 
@@ -54,9 +62,16 @@ def test_round_half_up(value: float, expected: float) -> None:
 
 
 @pytest.mark.parametrize("scale", [-1, float("nan"), float("inf"), "1", True])
-def test_bad_scale_is_a_config_error(scale: object) -> None:
-    with pytest.raises(ConfigError, match="scale"):
-        context_precision([YES], scale)  # type: ignore[arg-type]
+def test_bad_scale_is_a_config_error_where_the_library_takes_options(scale: object) -> None:
+    # Checked once where options come in (the maths trusts its caller): the scorer's
+    # constructors and make_judge; the job's config checks scorer.scale itself.
+    for make in (
+        lambda: create_context_precision_scorer("lexical", context=["a"], scale=scale),
+        lambda: make_judge("openai/x", scale=scale),
+        lambda: ContextPrecisionScorer(make_judge("lexical"), context=["a"], scale=scale),
+    ):
+        with pytest.raises(ConfigError, match="scale must be a"):
+            make()
 
 
 def exact_ap(flags: list[bool]) -> Fraction:

@@ -1,6 +1,6 @@
 """Text UTF-8 cannot encode (a lone surrogate, valid in JSON) is its item's error, never its
 shard's: reading names the field, the judge never sees it, staging and publishing write
-everything else (jobs.inputs.encoding, jobs.core.text_safety)."""
+everything else (jobs.inputs.records.encodable_record, jobs.core.text_safety)."""
 
 from __future__ import annotations
 

@@ -60,13 +60,10 @@ def test_a_flushed_verdict_is_found_by_its_key_after_the_journal_is_folded(
 ) -> None:
     clock = Clock()
     verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
-    journal = Journal(verdicts, "run1.worker-0", interval_s=2.0, clock=clock)
+    journal = Journal(verdicts, "run1.worker-0", interval_s=2.0)
     for n in range(300):
         journal.add(key(n), n % 3 == 0, f"reason {n}")
-    assert not journal.due()  # no time has passed: nothing is written yet
-    assert verdicts.journal_files() == []
-    clock.now += 2.0
-    assert journal.due()
+    assert verdicts.journal_files() == []  # nothing is written before a flush
     journal.flush()
     assert len(verdicts.journal_files()) == 1 and journal.flushed == 300
     assert verdicts.fold_journal() == 300
@@ -83,8 +80,8 @@ def test_a_flushed_verdict_is_found_by_its_key_after_the_journal_is_folded(
 def test_two_writers_at_once_in_the_same_millisecond_lose_nothing(tmp_path: Path) -> None:
     clock = Clock()  # frozen: both writers name their files at the same millisecond
     verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
-    first = Journal(verdicts, "run-a.worker-0", clock=clock)
-    second = Journal(verdicts, "run-a.worker-0", clock=clock)  # even the same writer name
+    first = Journal(verdicts, "run-a.worker-0")
+    second = Journal(verdicts, "run-a.worker-0")  # even the same writer name
     for n in range(100):
         first.add(key(n), True, "a")
         second.add(key(n + 50), False, "b")  # 50 keys judged by both
@@ -146,7 +143,7 @@ def test_retention_hides_old_verdicts_and_compaction_deletes_them(tmp_path: Path
     verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", max_age_days=30, clock=clock)
     old = [key(n) for n in range(40)]
     new = [key(n) for n in range(40, 80)]
-    journal = Journal(verdicts, "w", clock=clock)
+    journal = Journal(verdicts, "w")
     for k in old:
         journal.add(k, True, "old")
     journal.flush()
@@ -196,15 +193,15 @@ def test_unreadable_or_vanished_files_cost_hits_never_a_run(tmp_path: Path) -> N
 def test_a_retried_worker_takes_over_what_its_dead_attempt_journaled(tmp_path: Path) -> None:
     clock = Clock()
     verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
-    dead = Journal(verdicts, "run1.worker-1", clock=clock)
-    neighbour = Journal(verdicts, "run1.worker-10", clock=clock)
+    dead = Journal(verdicts, "run1.worker-1")
+    neighbour = Journal(verdicts, "run1.worker-10")
     for n in range(10):
         dead.add(key(n), True, "dead")
         neighbour.add(key(100 + n), True, "other")
     dead.flush()
     neighbour.flush()
     dead.add(key(99), True, "never flushed")  # the process died before this flush
-    retried = Journal(verdicts, "run1.worker-1", clock=clock)
+    retried = Journal(verdicts, "run1.worker-1")
     assert retried.take_over() == 10
     assert {k for k in retried.recent} == {key(n) for n in range(10)}
     assert retried.get(key(3)) == (True, "dead") and retried.pending == 0
@@ -255,13 +252,12 @@ FEW = [k for k in (key(n) for n in range(20_000)) if partition_of(k) < 4][:80]
 def _night(verdicts: VerdictStore, clock: Clock, durable: dict[str, tuple[bool, str]]) -> None:
     """Journal three flushes of verdicts (a key judged twice), fold, judge more, compact.
     `durable` gets each flush's verdicts once the flush returned."""
-    journal = Journal(verdicts, "run.worker-0", clock=clock)
+    journal = Journal(verdicts, "run.worker-0")
     for flush in range(3):
         batch = {FEW[n]: (n % 2 == 0, f"f{flush} n{n}") for n in range(flush * 20, flush * 20 + 30)}
         for k, (relevant, reason) in batch.items():
             journal.add(k, relevant, reason)
         clock.now += journal.interval_s
-        assert journal.due()
         journal.flush()
         durable.update(batch)
         if flush == 1:
@@ -311,7 +307,7 @@ def test_ctxprec_cache_compact_folds_merges_expires_and_removes_old_region_folde
     verdicts = VerdictStore(store_at(tmp_path), "_cache/fp1", clock=clock)
     expired = [key(n) for n in range(10)]
     fresh = [key(n) for n in range(10, 30)]
-    old = Journal(verdicts, "night1.worker-0", clock=clock)
+    old = Journal(verdicts, "night1.worker-0")
     clock.now -= 40 * SECONDS_PER_DAY
     for k in expired:
         old.add(k, True, "old")
@@ -319,7 +315,7 @@ def test_ctxprec_cache_compact_folds_merges_expires_and_removes_old_region_folde
     clock.now += 40 * SECONDS_PER_DAY
     verdicts.fold_journal()
     for n in range(2):  # two journal files of a later night, the same verdicts in both
-        journal = Journal(verdicts, f"night2.worker-{n}", clock=clock)
+        journal = Journal(verdicts, f"night2.worker-{n}")
         for k in fresh:
             journal.add(k, False, "new")
         journal.flush()

@@ -1,4 +1,4 @@
-"""`tests.fake_judge.FakeChatClient`, the fake judge in-process: it answers as the socket
+"""`tests.fake_judge.FaultyChatClient`, the fake judge in-process: it answers as the socket
 server answers (same bodies received, same verdicts, same seeded faults), and a judge on it
 retries, steps down and times out as it does over HTTP."""
 
@@ -21,7 +21,7 @@ from scorer_core.judge import LLMJudge
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
 from scorer_core.retry import RetryPolicy
 from scorer_core.scorer import ContextPrecisionScorer
-from tests.fake_judge import FAULT_KINDS, FakeChatClient, FakeJudgeServer, FaultPlan
+from tests.fake_judge import FAULT_KINDS, FakeJudgeServer, FaultPlan, FaultyChatClient
 from tests.support.fakes import FakeClock, NoJitter, RecordingSleep
 
 MODEL = "openai/fake-judge"
@@ -48,7 +48,7 @@ def score_all(scoring: ContextPrecisionScorer) -> list[Any]:
 
 
 def test_it_is_a_chat_client_answering_as_the_server_does(server: FakeJudgeServer) -> None:
-    client = FakeChatClient(MODEL)
+    client = FaultyChatClient(MODEL)
     typed: ChatClient = client
     over_http = score_all(scorer(api_base=server.url, transport="http"))
     in_process = score_all(scorer(client=typed))
@@ -64,7 +64,7 @@ def test_seeded_faults_meet_the_same_requests_as_over_http(fake_judge: Any) -> N
     # Every fault but a slow reply (which would take real seconds over HTTP).
     plan = FaultPlan.mixed(0.5, kinds=[k for k in FAULT_KINDS if k != "slow"], seed=11)
     server = fake_judge(fault_plan=plan)
-    client = FakeChatClient(MODEL, fault_plan=plan)
+    client = FaultyChatClient(MODEL, fault_plan=plan)
     retry = {"retry": RetryPolicy(max_retries=3, rng=NoJitter())}
     over_http = score_all(scorer(api_base=server.url, transport="http", **retry))
     in_process = score_all(scorer(client=client, **retry))
@@ -78,7 +78,7 @@ def test_seeded_faults_meet_the_same_requests_as_over_http(fake_judge: Any) -> N
 
 
 def test_a_refused_form_makes_the_judge_step_down() -> None:
-    client = FakeChatClient(MODEL, accepted_response_formats={"text"})
+    client = FaultyChatClient(MODEL, accepted_response_formats={"text"})
     judge = LLMJudge(client, sleep=RecordingSleep())
     result = asyncio.run(
         ContextPrecisionScorer(judge, context=["unused"], reason="template").score_item(ITEMS[0])
@@ -89,7 +89,7 @@ def test_a_refused_form_makes_the_judge_step_down() -> None:
     assert "response_format" not in client.requests()[-1]
 
 
-def ask(client: FakeChatClient) -> Any:
+def ask(client: FaultyChatClient) -> Any:
     positions = range(len(ITEMS[0].contexts))
     return client.complete(
         verdict_messages(ITEMS[0], positions),
@@ -100,14 +100,14 @@ def ask(client: FakeChatClient) -> Any:
 
 def test_the_rate_window_and_status_faults_raise_what_the_http_client_raises() -> None:
     clock = FakeClock()
-    limited = FakeChatClient(MODEL, rpm=1, window_s=30.0, clock=clock)
+    limited = FaultyChatClient(MODEL, rpm=1, window_s=30.0, clock=clock)
     asyncio.run(ask(limited))
     with pytest.raises(RateLimited) as refused:
         asyncio.run(ask(limited))
     assert refused.value.retry_after == 30.0
     clock.advance(30.0)
     assert asyncio.run(ask(limited)).text.startswith('{"verdicts"')
-    failing = FakeChatClient(MODEL, fault_plan=FaultPlan(server_error=1.0))
+    failing = FaultyChatClient(MODEL, fault_plan=FaultPlan(server_error=1.0))
     with pytest.raises(ServerError, match=r"HTTP 50[023]"):
         asyncio.run(ask(failing))
     assert failing.stats()["in_flight"] == 0
@@ -115,7 +115,7 @@ def test_the_rate_window_and_status_faults_raise_what_the_http_client_raises() -
 
 def test_a_slow_reply_past_the_timeout_is_a_timeout_after_the_timeout() -> None:
     sleep = RecordingSleep()
-    client = FakeChatClient(
+    client = FaultyChatClient(
         MODEL, fault_plan=FaultPlan(slow=1.0, slow_s=5.0), timeout=2.0, sleep=sleep
     )
     with pytest.raises(JudgeTimeout, match="timed out after 2 s"):

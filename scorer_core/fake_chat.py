@@ -1,0 +1,93 @@
+"""`FakeChatClient`: a `ChatClient` answered in-process by a function, to test code built on the
+scorer without a model or a socket (as httpx ships `MockTransport`). docs/library.md has an
+example."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from scorer_core.openai_http import chat_request_body, wire_model_name
+from scorer_core.prompt import REASON_SCHEMA_NAME
+from scorer_core.protocols import ChatReply
+from scorer_core.response_format import ResponseFormat
+
+Handler = Callable[[dict[str, Any]], str | Sequence[bool]]
+"""A request body (as it would go over HTTP) -> the reply's text, or one relevance flag per
+context the request asks about."""
+
+_CONTEXT_LINE = re.compile(r'^\[(\d+)\] (".*")$', re.MULTILINE)
+_SCORE = re.compile(r"^<score>\n(\S+) out of ", re.MULTILINE)
+
+
+def asked_contexts(body: dict[str, Any]) -> dict[int, str]:
+    """Position -> text of every context a verdict request asks about, in the order asked."""
+    user = body["messages"][-1]["content"]
+    _, _, section = user.partition("<contexts>\n")
+    found = _CONTEXT_LINE.findall(section.partition("\n</contexts>")[0])
+    return {int(position): json.loads(text) for position, text in found}
+
+
+def relevant_word(body: dict[str, Any]) -> list[bool]:
+    """The default handler: a context is relevant iff it holds the word RELEVANT."""
+    return [re.search(r"\bRELEVANT\b", text) is not None for text in asked_contexts(body).values()]
+
+
+class FakeChatClient:
+    """A `ChatClient` whose replies come from `handler` (default `relevant_word`).
+
+    Args:
+        handler: called with each request's body; a string is the reply as sent, a list of
+            flags answers a verdict request (and a reason request with a fixed reason).
+        model: the model name recorded next to every score.
+
+    `requests` holds every request body received, oldest first.
+    """
+
+    transport = "fake"
+
+    def __init__(self, handler: Handler = relevant_word, *, model: str = "fake/judge") -> None:
+        self._handler = handler
+        self._model = model
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def endpoint(self) -> str:
+        return "fake-chat (in-process)"
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        schema_name: str,
+        schema: dict[str, Any],
+        response_format: ResponseFormat = "json_schema",
+    ) -> ChatReply:
+        body = chat_request_body(
+            wire_model_name(self._model),
+            messages,
+            temperature=None,
+            max_tokens=None,
+            response_format=response_format,
+            schema_name=schema_name,
+            schema=schema,
+        )
+        self.requests.append(body)
+        reply = self._handler(body)
+        if isinstance(reply, str):
+            return ChatReply(reply)
+        if schema_name == REASON_SCHEMA_NAME:
+            score = _SCORE.search(messages[-1]["content"])
+            text = f"The score is {score.group(1) if score else '0'} because of the verdicts."
+            return ChatReply(json.dumps({"reason": text}))
+        verdicts = [
+            {"context_index": position, "verdict": "yes" if flag else "no", "reason": ""}
+            for position, flag in zip(asked_contexts(body), reply, strict=True)
+        ]
+        return ChatReply(json.dumps({"verdicts": verdicts}))
