@@ -43,7 +43,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs.core import formatting as fmt
-from jobs.core.stats import LEVEL, Moments, holm, paired_test, welch_test
+from jobs.core.stats import LEVEL, Moments, holm, moments_by, paired_test, welch_test
 from jobs.core.text_safety import terminal_safe
 from jobs.engine import band_range, relevance_by_position
 from jobs.tools.published_runs import (
@@ -373,24 +373,6 @@ PAIRED_SHARE = 0.5
 share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
 
 
-def _moments(
-    frame: pl.DataFrame, keys: Sequence[str], column: str
-) -> dict[tuple[Any, ...], Moments]:
-    """Per value of `keys`: the Moments of `column`'s non-null values."""
-    values = frame.filter(pl.col(column).is_not_null())
-    aggs = [
-        pl.len().alias("n"),
-        pl.col(column).cast(pl.Float64).sum().alias("total"),
-        (pl.col(column).cast(pl.Float64) ** 2).sum().alias("total_sq"),
-    ]
-    rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
-    out: dict[tuple[Any, ...], Moments] = {}
-    for row in rows.iter_rows(named=True):
-        key = tuple(row[k] for k in keys)
-        out[key] = Moments(int(row["n"]), float(row["total"] or 0.0), float(row["total_sq"] or 0.0))
-    return out
-
-
 def choose_method(table: pl.DataFrame) -> str:
     """How to compare: paired when the runs share enough queries scored ok in both
     (`PAIRED_SHARE`), else unpaired."""
@@ -446,7 +428,7 @@ def _side_moments(
         }
     out: dict[tuple[Any, ...], dict[str, Moments]] = {}
     for name, (frame, column) in sides.items():
-        for key, moments in _moments(frame, keys, column).items():
+        for key, moments in moments_by(frame, column, [pl.col(k) for k in keys]).items():
             out.setdefault(key, {})[name] = moments
     return out
 

@@ -22,7 +22,7 @@ import polars as pl
 
 from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
-from jobs.core.stats import Moments, items_for_half_width, t_interval
+from jobs.core.stats import Moments, items_for_half_width, moments_by, t_interval
 from jobs.core.storage import open_store
 from jobs.tools.published_runs import PublishedRun, list_runs, load_run
 from scorer_core.errors import ConfigError
@@ -63,22 +63,10 @@ def _row(
 
 
 def _moments(scores: pl.LazyFrame, column: str | None) -> dict[str | None, Moments]:
-    keys = (
-        [pl.col(column).cast(pl.String).alias("segment")]
-        if column
-        else [pl.lit(None, pl.String).alias("segment")]
-    )
-    frame = (
-        scores.filter(pl.col("status") == "ok")
-        .select(*keys, pl.col("score").cast(pl.Float64))
-        .group_by("segment")
-        .agg(n=pl.len(), total=pl.col("score").sum(), total_sq=(pl.col("score") ** 2).sum())
-        .collect()
-    )
-    return {
-        row["segment"]: Moments(int(row["n"]), float(row["total"]), float(row["total_sq"]))
-        for row in frame.iter_rows(named=True)
-    }
+    """The Moments of the ok scores, per value of `column` as text (None: the whole run)."""
+    keys = [pl.col(column).cast(pl.String)] if column else []
+    found = moments_by(scores.filter(pl.col("status") == "ok"), "score", keys)
+    return {key[0] if key else None: moments for key, moments in found.items()}
 
 
 def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from jobs.core.stats import (
     StratumCell,
     holm,
     items_for_half_width,
+    moments_by,
     paired_test,
     stratified_interval,
     t_interval,
@@ -61,6 +62,11 @@ from tests.support.published import (
     segmented_runs,
 )
 
+
+def moments_of(values: Sequence[float]) -> Moments:
+    return Moments.from_counts((value, 1) for value in values)
+
+
 # -- the maths on known values ----------------------------------------------------------------
 
 
@@ -74,13 +80,13 @@ def test_t_distribution_matches_tables() -> None:
 
 def test_t_interval_from_moments() -> None:
     values = [0.1, 0.5, 0.9, 0.4, 0.6]
-    interval = t_interval(Moments.of(values))
+    interval = t_interval(moments_of(values))
     assert interval is not None
     # mean 0.5, sd 0.2915, se 0.1304, t(4) 2.7764
     assert interval.estimate == pytest.approx(0.5)
     assert interval.half_width == pytest.approx(2.776445 * 0.291548 / 5**0.5, rel=1e-5)
-    assert t_interval(Moments.of([0.3])) is None
-    assert Moments.from_counts([(0.5, 2), (1.0, 1)]) == Moments.of([0.5, 0.5, 1.0])
+    assert t_interval(moments_of([0.3])) is None
+    assert Moments.from_counts([(0.5, 2), (1.0, 1)]) == Moments(3, 2.0, 1.5)
 
 
 def test_holm_adjusts_step_down() -> None:
@@ -90,24 +96,24 @@ def test_holm_adjusts_step_down() -> None:
 
 
 def test_paired_and_welch_tests() -> None:
-    test = paired_test(Moments.of([-0.1, -0.2, 0.0, -0.1, -0.15, -0.05]))
+    test = paired_test(moments_of([-0.1, -0.2, 0.0, -0.1, -0.15, -0.05]))
     assert test is not None and test.method == "paired"
     assert test.diff == pytest.approx(-0.1) and test.high < 0 and 0.01 < test.p_value < 0.05
-    same = paired_test(Moments.of([0.0] * 10))
+    same = paired_test(moments_of([0.0] * 10))
     assert same is not None and same.p_value == 1.0 and same.low == same.high == 0.0
-    welch = welch_test(Moments.of([0.5, 0.6, 0.7]), Moments.of([0.5, 0.6, 0.7, 0.6]))
+    welch = welch_test(moments_of([0.5, 0.6, 0.7]), moments_of([0.5, 0.6, 0.7, 0.6]))
     assert welch is not None and welch.method == "unpaired" and welch.p_value > 0.9
 
 
 def test_stratified_interval_of_one_stratum_is_the_t_interval_with_fpc() -> None:
     values = [0.2, 0.4, 0.9, 0.7, 0.5, 0.1]
-    cell = StratumCell(population=60, sampled=6, domain=Moments.of(values))
+    cell = StratumCell(population=60, sampled=6, domain=moments_of(values))
     got = stratified_interval([cell])
-    plain = t_interval(Moments.of(values), fpc=1 - 6 / 60)
+    plain = t_interval(moments_of(values), fpc=1 - 6 / 60)
     assert got is not None and plain is not None
     assert got.estimate == pytest.approx(plain.estimate)
     assert got.half_width == pytest.approx(plain.half_width)
-    census = stratified_interval([StratumCell(6, 6, Moments.of(values))])
+    census = stratified_interval([StratumCell(6, 6, moments_of(values))])
     assert census is not None and census.half_width == 0.0  # every item judged: no doubt
 
 
@@ -248,7 +254,7 @@ def test_a_t_interval_covers_the_true_mean_in_95_percent_of_seeds() -> None:
     seeds, covered = 2000, 0
     for seed in range(seeds):
         draw = random.Random(seed).choices(universe, k=200)
-        interval = t_interval(Moments.of(draw))
+        interval = t_interval(moments_of(draw))
         assert interval is not None
         covered += interval.low <= true_mean <= interval.high
     print(f"t interval coverage: {covered / seeds:.1%} over {seeds} seeds")
@@ -276,7 +282,7 @@ def _sampled_interval(
     for query_id, stratum, score in population:
         if plan.keep(query_id, (stratum,)):
             judged.setdefault(stratum, []).append(score)
-    cells = [StratumCell(plan.population[(s,)], len(v), Moments.of(v)) for s, v in judged.items()]
+    cells = [StratumCell(plan.population[(s,)], len(v), moments_of(v)) for s, v in judged.items()]
     interval = stratified_interval(cells)
     assert interval is not None
     return interval.low, interval.high, sum(len(v) for v in judged.values())
@@ -319,7 +325,7 @@ def test_a_segment_across_strata_is_covered_too() -> None:
                 if query_id in domain:
                     in_domain.setdefault(stratum, []).append(score)
         cells = [
-            StratumCell(plan.population[(s,)], n, Moments.of(in_domain.get(s, [])))
+            StratumCell(plan.population[(s,)], n, moments_of(in_domain.get(s, [])))
             for s, n in sampled.items()
         ]
         interval = stratified_interval(cells)
@@ -388,11 +394,11 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
     by_value = {s.value: s.summary for s in summary.segments}
     assert by_value["a"].population == 1800 and by_value["a"].items == 100
     a_scores = [v for _, s, v in kept if s == "a"]
-    plain = t_interval(Moments.of(a_scores), fpc=1 - 100 / 1800)
+    plain = t_interval(moments_of(a_scores), fpc=1 - 100 / 1800)
     assert plain is not None and by_value["a"].mean_ci_low == pytest.approx(plain.low)
     # the unsampled summary's interval is the plain t interval of the same scores
     unsampled = summarize(scores, verdicts, model="m", scale=1)
-    plain_all = t_interval(Moments.of([v for _, _, v in kept]))
+    plain_all = t_interval(moments_of([v for _, _, v in kept]))
     assert plain_all is not None and unsampled.mean_ci_high == pytest.approx(plain_all.high)
     assert sampled_estimates(unsampled, scores.lazy(), plan).population == 3000
     json.dumps(summary.to_dict())
@@ -565,3 +571,17 @@ def test_canary_change_fails_on_a_kappa_drop_beyond_the_allowed() -> None:
     assert compare.canary_change({}, {}, 0.1) is None
     one_sided = compare.canary_change({}, a, 0.1)
     assert one_sided is not None and not one_sided["failed"] and one_sided["kappa_change"] is None
+
+
+def test_moments_by_groups_count_sum_and_squares_of_the_non_null_values() -> None:
+    frame = pl.DataFrame(
+        {"segment": ["a", "a", "b", "b", None], "score": [0.5, None, 1.0, 0.25, 0.75]}
+    )
+    by_segment = moments_by(frame.lazy(), "score", [pl.col("segment")])
+    assert by_segment == {
+        ("a",): moments_of([0.5]),
+        ("b",): moments_of([1.0, 0.25]),
+        (None,): moments_of([0.75]),
+    }
+    assert moments_by(frame, "score") == {(): moments_of([0.5, 1.0, 0.25, 0.75])}
+    assert moments_by(frame.clear(), "score") == {(): Moments()}
