@@ -58,13 +58,13 @@ def moments_by(
 ) -> dict[tuple[Any, ...], Moments]:
     """Per value of `keys` (or `()` for the whole frame): the `Moments` of the non-null values
     of column `value`, from one group-by of count, sum and sum of squares."""
-    values = frame.lazy().filter(pl.col(value).is_not_null())
+    values = frame.filter(pl.col(value).is_not_null())
     score = pl.col(value).cast(pl.Float64)
     aggs = [pl.len().alias("_n"), score.sum().alias("_total"), (score * score).sum().alias("_sq")]
     rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
     return {
         row[:-3]: Moments(int(row[-3]), float(row[-2] or 0.0), float(row[-1] or 0.0))
-        for row in rows.collect().iter_rows()
+        for row in (rows.collect() if isinstance(rows, pl.LazyFrame) else rows).iter_rows()
     }
 
 

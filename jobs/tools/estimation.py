@@ -1,52 +1,14 @@
 """`ctxprec estimate`: what a run would cost before it runs (no judge calls, no Ray).
 
-Streams the input through the job's own reading path (`list_input_files` -> `check_schema` ->
-`plan_shards` -> `read_shard` -> `to_item` -> `preprocess`), one row at a time, and counts:
-
-- in a sampled run (`sample:`), only the rows its plan keeps (`jobs.inputs.sampling`: the input is
-  read once more first, for the strata's populations, as the driver does);
-- items (valid / invalid) and context pairs, exactly as the job would see them (duplicate
-  `query_id`s are counted: the job judges them too and marks them at publish time);
-- judge calls: per item ceil(contexts / `judge.contexts_per_call`), plus one per item when
-  `scorer.reason` is `llm`. Retries and re-asks are not included (they depend on the provider);
-- prompt tokens: the real prompts (`scorer_core.prompt.verdict_messages`, and `reason_messages`
-  for `reason: llm`) are built for every item and their characters summed; tokens are counted
-  exactly with `litellm.token_counter` on a deterministic sample of at most `--sample` items
-  (the items with the smallest content hash, independent of input order) and extrapolated to
-  all items by characters (tokens per character of the sample);
-- output tokens: an allowance of `OUTPUT_TOKENS_PER_VERDICT` per context pair (one short reason
-  per verdict, the same allowance the LLM judge reserves from the rate limiter) plus
-  `OUTPUT_TOKENS_PER_REASON` per LLM-reason call;
-- cost at the model's price (`litellm.cost_per_token`; "n/a" for a model without a price,
-  0 for the offline lexical judge); in batch mode (`judge.mode: batch`) at the model's batch
-  price, or half the online price, ASSUMED, when litellm knows none (`jobs.core.pricing`);
-- in batch mode, the batches of the first round: the real request lines
-  (`jobs.engine.RequestLines`) of every verdict request the cache would not answer, cut by
-  the provider's limits as the run cuts them (`jobs.engine.BatchPacker`);
-- wall time at the configured rate limit: the larger of calls / requests_per_minute and
-  limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
-  plus the workers' start (`WORKER_START_S`, and `LITELLM_IMPORT_S` more where workers import
-  litellm), a latency for the first request and `TAIL_LATENCIES` for the slowest last replies
-  (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
-  prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
-  no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
-  latency / the run's concurrency (`--assumed-latency`); the same concurrency floor applies
-  when it is larger than the rate-limit time;
-- the share of context pairs the verdict cache would answer: every pair key
-  (`jobs.core.verdict_cache.pair_key`) looked up in the verdict store under this config's cache
-  path, its
-  journal included (`jobs.engine.stored_pair_keys`, a partition at a time), as the run's
-  lookup does; calls, prompt and output tokens after the cache, the cost and the wall time
-  count only the requests the cache does not answer. The offline lexical judge does not use
-  the cache.
-
-The result is a typed `Estimate`; `--json` prints it field for field. The API key is never
-read.
+Streams the input once through the job's own reading path (a sampled run's plan too) and counts
+items, pairs and judge calls; builds every real prompt, counts tokens exactly on a bottom-k
+sample and extrapolates by characters; looks every pair key up in the verdict store; in batch
+mode cuts the first round's request lines into batches; and paces the rest as the run would.
+The result is a typed `Estimate`; docs/commands.md says how each figure is reached.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import heapq
@@ -62,7 +24,8 @@ from typing import Literal, TextIO
 from pydantic import BaseModel, ConfigDict
 
 from jobs.core import formatting as fmt
-from jobs.core.config import JobConfig, RateLimitConfig, load_config
+from jobs.core.config import JobConfig, RateLimitConfig
+from jobs.core.formatting import Column, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
 from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import Store, filesystem
@@ -87,6 +50,7 @@ from jobs.inputs import (
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import plan_sample
 from jobs.run import factory
+from jobs.tools.tool_options import EstimateOptions
 from scorer_core.errors import CtxPrecError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
@@ -96,16 +60,13 @@ from scorer_core.prompt import (
     verdict_messages,
     verdicts_schema,
 )
+from scorer_core.scoring import context_slices
 from scorer_core.types import ContextVerdict, ScoringItem
 
-DEFAULT_SAMPLE = 2000
-"""Items whose prompts are tokenized exactly; the rest is extrapolated by characters."""
 OUTPUT_TOKENS_PER_VERDICT = REPLY_TOKENS_PER_VERDICT
 """Expected reply tokens per context verdict: the allowance the LLM judge itself reserves."""
 OUTPUT_TOKENS_PER_REASON = 100
 """Expected reply tokens per LLM-reason call ("two or three sentences")."""
-DEFAULT_ASSUMED_LATENCY_S = 2.0
-"""Seconds per judge request assumed when no rate limit bounds the run."""
 TAIL_LATENCIES = 5.0
 """The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
 latency, taken as 5x the assumed mean (a heavy-tailed reply time: the flow benchmark's runs
@@ -282,10 +243,6 @@ def _messages_chars(messages: Sequence[dict[str, str]]) -> int:
     return sum(len(m["content"]) for m in messages)
 
 
-def _slices(count: int, per_call: int) -> list[list[int]]:
-    return [list(range(s, min(s + per_call, count))) for s in range(0, count, per_call)]
-
-
 def _reason_prompt(item: ScoringItem, scale: float) -> list[dict[str, str]]:
     verdicts = [
         ContextVerdict(p, False, _PLACEHOLDER_VERDICT_REASON) for p in range(len(item.contexts))
@@ -297,7 +254,7 @@ def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[list[dict[
     """(messages, verdicts asked) for every request the job would send for `item`."""
     prompts = [
         (verdict_messages(item, part), len(part))
-        for part in _slices(len(item.contexts), config.judge.contexts_per_call)
+        for part in context_slices(len(item.contexts), config.judge.contexts_per_call)
     ]
     if config.scorer.reason == "llm":
         prompts.append((_reason_prompt(item, config.scorer.scale), 1))
@@ -456,7 +413,7 @@ class _Scan:
         contexts = len(item.contexts)
         counts.valid += 1
         counts.pairs += contexts
-        parts = _slices(contexts, self.config.judge.contexts_per_call)
+        parts = context_slices(contexts, self.config.judge.contexts_per_call)
         llm_reason = self.config.scorer.reason == "llm"
         counts.verdict_calls += len(parts)
         counts.reason_calls += int(llm_reason)
@@ -518,8 +475,8 @@ class _Scan:
 def estimate(
     config: JobConfig,
     *,
-    sample: int = DEFAULT_SAMPLE,
-    assumed_latency_s: float = DEFAULT_ASSUMED_LATENCY_S,
+    sample: int = EstimateOptions.sample,
+    assumed_latency_s: float = EstimateOptions.assumed_latency_s,
 ) -> Estimate:
     """The estimate (see the module docstring); makes no judge calls."""
     if sample < 1:
@@ -875,27 +832,40 @@ def format_estimate(result: Estimate) -> str:
         *_batch_rows(result.batch),
         ("verdict cache", _cache_text(result.cache)),
     ]
-    width = max(len(name) for name, _ in rows)
-    lines = ["ctxprec estimate (no judge calls made)"]
-    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    title = "ctxprec estimate (no judge calls made)"
+    lines = [table(_FIGURES, rows, title=title, indent="  ", header=False)]
     lines += [f"  invalid row: {example}" for example in items.invalid_examples]
     return "\n".join(lines)
+
+
+_FIGURES = (Column(align="<"), Column(align="<"))
 
 
 # -- command --------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
+def run(options: EstimateOptions, out: TextIO | None = None) -> int:
+    """`ctxprec estimate`: print the estimate, or with `target_ci` the items a sampled run
+    needs (`jobs.tools.target_ci`).
+
+    Args:
+        options: the config, the sample to tokenize, the assumed latency, the output form.
+        out: where to print (default stdout).
+
+    Returns:
+        0 (errors raise, and exit as every command's do).
+    """
     out = out or sys.stdout
-    config = load_config(args.config, args.set)
-    if args.target_ci is not None:
+    config = options.config.load()
+    if options.target_ci is not None:
         from jobs.tools.target_ci import format_target, previous_run, target_ci
 
         by = config.summary.by or config.sample.by
-        planned = target_ci(previous_run(config, args.run), args.target_ci, by)
-        out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
+        planned = target_ci(previous_run(config, options.run), options.target_ci, by)
+        out.write(
+            (json.dumps(planned, indent=2) if options.as_json else format_target(planned)) + "\n"
+        )
         return 0
-    result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
-    out.write((result.to_json() if args.json else format_estimate(result)) + "\n")
+    result = estimate(config, sample=options.sample, assumed_latency_s=options.assumed_latency_s)
+    out.write((result.to_json() if options.as_json else format_estimate(result)) + "\n")
     return 0

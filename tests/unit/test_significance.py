@@ -18,6 +18,7 @@ import itertools
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pytest
 import yaml
 
 from jobs.cli import build_parser
+from jobs.cli import estimate as estimate_command
 from jobs.core.config import SampleConfig, parse_config
 from jobs.core.stats import (
     Moments,
@@ -43,12 +45,13 @@ from jobs.core.stats import (
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import sampled_estimates, summarize
 from jobs.inputs.sampling import plan_from_rows, unit_hash
-from jobs.run.canary import judge_canary
+from jobs.run.canary import CanaryResult, judge_canary
 from jobs.tools import calibration as calibrate
 from jobs.tools import comparison as compare
 from jobs.tools import estimation as estimate
 from jobs.tools.published_runs import load_run
 from jobs.tools.sample_data import generate, write_jsonl
+from jobs.tools.tool_options import CompareOptions
 from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
 from tests.support.published import (
@@ -201,7 +204,7 @@ def _gate(a: pl.LazyFrame, b: pl.LazyFrame) -> tuple[compare.Gate, bool]:
     method = compare.choose_method(table)
     overall = compare.overall_shift(table, method, 0)
     segments = compare.segment_shifts(table, ["segment"], method)
-    verdict = compare.decide(overall, segments, method, compare.DEFAULT_MIN_EFFECT, 30)
+    verdict = compare.decide(overall, segments, method, CompareOptions.min_effect, 30)
     old_fails = any(
         s.shift is not None and s.shift < -0.02 for s in (overall, *segments) if s.paired >= 30
     )
@@ -425,7 +428,7 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
         ["estimate", "--config", str(config), "--target-ci", "0.02", "--run", SEG_A, "--json"]
     )
     printed = io.StringIO()
-    assert estimate.run(args, out=printed) == 0
+    assert estimate.run(estimate_command.options(args), out=printed) == 0
     result = json.loads(printed.getvalue())
     assert result["run"] == SEG_A and result["by"] == ["retriever"]
     run = load_run(store, SEG_A)
@@ -440,7 +443,7 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
     assert result["per_segment"] == max(s["needed"] for s in result["segments"])
     args = build_parser().parse_args(["estimate", "--config", str(config), "--target-ci", "0.02"])
     printed = io.StringIO()
-    assert estimate.run(args, out=printed) == 0  # the latest run
+    assert estimate.run(estimate_command.options(args), out=printed) == 0  # the latest run
     assert "items needed for a 95% interval of half-width 0.02" in printed.getvalue()
     assert "sample: {per_segment:" in printed.getvalue()
 
@@ -544,16 +547,26 @@ def test_the_canary_is_calibrates_agreement_and_bad_labels_name_the_file(tmp_pat
         "canary": {"labels": str(labels)},
     }
     config = parse_config(raw)
-    metrics = dict(judge_canary(config))
+    canary = judge_canary(config)
     expected = calibrate.calibrate(config, str(labels))
     assert expected.items.ok == 30
-    assert metrics == {
-        "canary_items": float(expected.items.ok),
-        "canary_kappa": expected.per_context.cohen_kappa,
-        "canary_precision": expected.per_context.precision,
-        "canary_recall": expected.per_context.recall,
+    assert canary == CanaryResult(
+        items=float(expected.items.ok),
+        kappa=expected.per_context.cohen_kappa,
+        precision=expected.per_context.precision,
+        recall=expected.per_context.recall,
+    )
+    # the summary's metrics, and back
+    assert dict(canary.metrics()) == {
+        "canary_items": 30.0,
+        "canary_kappa": canary.kappa,
+        "canary_precision": canary.precision,
+        "canary_recall": canary.recall,
     }
-    assert judge_canary(parse_config({"input": raw["input"]})) == ()  # no canary
+    assert CanaryResult.of_metrics(canary.metrics()) == canary
+    assert CanaryResult.of_metrics(()) is None
+    assert canary.describe() == f"canary: 30 labelled item(s) judged, kappa {canary.kappa:.3f}"
+    assert judge_canary(parse_config({"input": raw["input"]})) is None  # no canary
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"query": "q"}\n')
     raw["canary"] = {"labels": str(broken)}
@@ -562,15 +575,29 @@ def test_the_canary_is_calibrates_agreement_and_bad_labels_name_the_file(tmp_pat
 
 
 def test_canary_change_fails_on_a_kappa_drop_beyond_the_allowed() -> None:
-    a = {"canary_items": 80.0, "canary_kappa": 0.8, "canary_precision": 0.9, "canary_recall": 0.9}
-    steady = compare.canary_change(a, {**a, "canary_kappa": 0.75}, 0.1)
-    assert steady is not None and not steady["failed"]
-    assert steady["kappa_change"] == pytest.approx(-0.05)
-    changed = compare.canary_change(a, {**a, "canary_kappa": 0.6}, 0.1)
-    assert changed is not None and changed["failed"] and changed["items_b"] == 80.0
-    assert compare.canary_change({}, {}, 0.1) is None
-    one_sided = compare.canary_change({}, a, 0.1)
-    assert one_sided is not None and not one_sided["failed"] and one_sided["kappa_change"] is None
+    a = CanaryResult(items=80.0, kappa=0.8, precision=0.9, recall=0.9)
+    steady = compare.canary_change(a, replace(a, kappa=0.75), 0.1)
+    assert steady is not None and not steady.failed
+    assert steady.kappa_change == pytest.approx(-0.05)
+    changed = compare.canary_change(a, replace(a, kappa=0.6), 0.1)
+    assert changed is not None and changed.failed and changed.items_b == 80.0
+    assert compare.canary_change(None, None, 0.1) is None
+    one_sided = compare.canary_change(None, a, 0.1)
+    assert one_sided is not None and not one_sided.failed and one_sided.kappa_change is None
+    # --json prints it field for field, in this order
+    assert list(compare.Gate(True, "", canary=changed).to_json()["canary"]) == [
+        "items_a",
+        "items_b",
+        "kappa_a",
+        "kappa_b",
+        "precision_a",
+        "precision_b",
+        "recall_a",
+        "recall_b",
+        "kappa_change",
+        "max_drop",
+        "failed",
+    ]
 
 
 def test_moments_by_groups_count_sum_and_squares_of_the_non_null_values() -> None:

@@ -19,14 +19,7 @@ from markupsafe import Markup
 
 from jobs.core import formatting as fmt
 from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
-from jobs.tools.comparison import (
-    DEFAULT_MIN_EFFECT,
-    DEFAULT_MIN_SEGMENT_SIZE,
-    Comparison,
-    SegmentShift,
-    compare_runs,
-    gate,
-)
+from jobs.tools.comparison import Comparison, SegmentShift, compare_runs, gate
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
 from jobs.tools.report.charts import (
@@ -38,6 +31,7 @@ from jobs.tools.report.charts import (
     Series,
     chart,
 )
+from jobs.tools.tool_options import CompareOptions
 from scorer_core.capabilities import is_offline
 
 MAX_CHIPS = 40
@@ -304,7 +298,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
     """Per segment column of the comparison: each value's change with its 95% interval and
     Holm-adjusted p-value (with the gate's word for it at the defaults of `ctxprec compare`),
     and a chart of the largest drops with their intervals."""
-    verdict = gate(c, DEFAULT_MIN_EFFECT, min_segment_size)
+    verdict = gate(c, CompareOptions.min_effect, min_segment_size)
     tested = {(s.by, s.value): s for s in verdict.segments}
     views = []
     for column in c.segment_columns:
@@ -389,7 +383,7 @@ def _text(value: object) -> str:
 def baseline_view(c: Comparison) -> Baseline:
     """The comparison with the baseline run: cards, statistics, position charts, regressions."""
     shift = c.mean_shift
-    verdict = gate(c, DEFAULT_MIN_EFFECT, DEFAULT_MIN_SEGMENT_SIZE)
+    verdict = gate(c, CompareOptions.min_effect, CompareOptions.min_segment_size)
     o = verdict.overall
     significant = o is not None and o.significant
     tone = "" if shift is None or not significant else ("good" if shift > 0 else "bad")
@@ -411,9 +405,9 @@ def baseline_view(c: Comparison) -> Baseline:
             [
                 Card(
                     "canary kappa",
-                    f"{fmt.number(canary['kappa_a'], 3)} → {fmt.number(canary['kappa_b'], 3)}",
-                    "the judge changed" if canary["failed"] else "judge steady",
-                    "bad" if canary["failed"] else "",
+                    f"{fmt.number(canary.kappa_a, 3)} → {fmt.number(canary.kappa_b, 3)}",
+                    "the judge changed" if canary.failed else "judge steady",
+                    "bad" if canary.failed else "",
                 )
             ]
             if canary
@@ -434,7 +428,7 @@ def baseline_view(c: Comparison) -> Baseline:
         stats=stats,
         position_charts=_position_compare_charts(c),
         regressions=tuple(queries.regressions(c)),
-        segments=segment_shifts_view(c, DEFAULT_MIN_SEGMENT_SIZE),
+        segments=segment_shifts_view(c, CompareOptions.min_segment_size),
     )
 
 
@@ -513,7 +507,7 @@ def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> st
         "baseline": baseline_view(compare_runs(baseline, run)) if baseline else None,
         "distribution_charts": distribution_charts(run),
         "segments": segments_view(summary),
-        "min_segment_size": DEFAULT_MIN_SEGMENT_SIZE,
+        "min_segment_size": CompareOptions.min_segment_size,
         "positions": positions_view(run),
         "cost": cost_view(run),
         "worst": queries.worst_queries(run),
