@@ -93,20 +93,10 @@ class SegmentShift:
 
     def to_json(self) -> dict[str, Any]:
         """The object `ctxprec compare --json` prints for it."""
-        return {
-            "by": self.by or None,
-            "segment": self.value,
-            "queries": self.paired,
-            "mean_a": self.mean_a,
-            "mean_b": self.mean_b,
-            "diff": self.diff,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "p_adjusted": self.p_adjusted,
-            "significant": self.significant,
-            "gated": self.gated,
-        }
+        head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
+        internal = {"by", "value", "paired", "regressed", "method", "failed"}
+        fields = [f.name for f in dataclasses.fields(self) if f.name not in internal]
+        return head | {name: getattr(self, name) for name in fields}
 
 
 @dataclass(frozen=True)
@@ -156,20 +146,26 @@ class Comparison:
 
 @dataclass(frozen=True)
 class CanaryChange:
-    """Both runs' canary metrics and kappa's change; `failed` when it fell more than
-    `max_drop` (the judge changed)."""
+    """Both runs' canary (an empty one for a run without) and kappa's change; `failed` when it
+    fell more than `max_drop` (the judge changed)."""
 
-    items_a: float | None
-    items_b: float | None
-    kappa_a: float | None
-    kappa_b: float | None
-    precision_a: float | None
-    precision_b: float | None
-    recall_a: float | None
-    recall_b: float | None
+    a: CanaryResult
+    b: CanaryResult
     kappa_change: float | None
     max_drop: float
     failed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `ctxprec compare --json` prints for it."""
+        names = ("items", "kappa", "precision", "recall")
+        sides = {
+            f"{n}_{x}": getattr(run, n) for n in names for x, run in (("a", self.a), ("b", self.b))
+        }
+        return sides | {
+            "kappa_change": self.kappa_change,
+            "max_drop": self.max_drop,
+            "failed": self.failed,
+        }
 
 
 @dataclass(frozen=True)
@@ -192,7 +188,7 @@ class Gate:
             "method": self.overall.method if self.overall else None,
             "overall": self.overall.to_json() if self.overall else None,
             "segments": [segment.to_json() for segment in self.segments],
-            "canary": dataclasses.asdict(self.canary) if self.canary else None,
+            "canary": self.canary.to_json() if self.canary else None,
         }
 
 
@@ -438,9 +434,9 @@ def compare_runs(
             position_change(run_a.verdicts(), run_b.verdicts()),
         ]
     )
-    both_ok = (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok")
-    paired = table.filter(both_ok & pl.col("delta").is_not_null())
+    paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
+    regressed = int((deltas < -_EPSILON).sum())
     method = choose_method(table)
     lost = table.filter(
         (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
@@ -462,13 +458,13 @@ def compare_runs(
         stats_delta=score_stats(deltas),
         improved=int((deltas > _EPSILON).sum()),
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
-        regressed=int((deltas < -_EPSILON).sum()),
+        regressed=regressed,
         lost=lost,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
         segments=segment_shifts(table, columns, method),
         segment_columns=columns,
-        overall=overall_shift(table, method, int((deltas < -_EPSILON).sum())),
+        overall=overall_shift(table, method, regressed),
         method=method,
         canary_a=CanaryResult.of_metrics(run_a.summary.canary),
         canary_b=CanaryResult.of_metrics(run_b.summary.canary),
@@ -522,19 +518,8 @@ def canary_change(
         return None
     a, b = a or CanaryResult(), b or CanaryResult()
     change = None if a.kappa is None or b.kappa is None else b.kappa - a.kappa
-    return CanaryChange(
-        items_a=a.items,
-        items_b=b.items,
-        kappa_a=a.kappa,
-        kappa_b=b.kappa,
-        precision_a=a.precision,
-        precision_b=b.precision,
-        recall_a=a.recall,
-        recall_b=b.recall,
-        kappa_change=change,
-        max_drop=max_drop,
-        failed=change is not None and change < -max_drop - _EPSILON,
-    )
+    failed = change is not None and change < -max_drop - _EPSILON
+    return CanaryChange(a, b, change, max_drop, failed)
 
 
 def _p(value: float | None) -> str:
@@ -572,13 +557,13 @@ def _overall_line(overall: SegmentShift, failed: bool, min_effect: float) -> str
 
 
 def _canary_line(canary: CanaryChange) -> str:
-    a, b = canary.kappa_a, canary.kappa_b
+    a, b = canary.a.kappa, canary.b.kappa
     if a is None or b is None:
         which = (
             "run A" if b is None and a is not None else "run B" if a is None and b else "neither"
         )
         return f"canary: kappa only in {which}; the judge is not compared"
-    items = int(canary.items_b or 0)
+    items = int(canary.b.items or 0)
     if canary.failed:
         return (
             f"FAIL: the judge changed: canary kappa fell by {a - b:.3f} (from {a:.3f} to "

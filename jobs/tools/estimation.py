@@ -63,28 +63,17 @@ from scorer_core.prompt import (
 from scorer_core.scoring import context_slices
 from scorer_core.types import ContextVerdict, ScoringItem
 
+# Reply tokens per verdict: the allowance the LLM judge itself reserves; per LLM reason.
 OUTPUT_TOKENS_PER_VERDICT = REPLY_TOKENS_PER_VERDICT
-"""Expected reply tokens per context verdict: the allowance the LLM judge itself reserves."""
 OUTPUT_TOKENS_PER_REASON = 100
-"""Expected reply tokens per LLM-reason call ("two or three sentences")."""
+# The run's edges, measured (docs/design-notes-tools.md): the slowest last reply as a multiple
+# of the mean latency, the workers' start, and what importing litellm adds to it.
 TAIL_LATENCIES = 5.0
-"""The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
-latency, taken as 5x the assumed mean (a heavy-tailed reply time: the flow benchmark's runs
-measured p99 at 4.5x, 5.2x and 6.2x the mean at 1, 3 and 10 s, the client's own queueing
-included)."""
 WORKER_START_S = 3.0
-"""The fan-out's fixed start before its first request: the coordinator and the worker
-processes starting and importing the engine, about 3 s on 2 quiet cores with the bytecode
-compiled at install (the flow section of docs/benchmarks.md; a loaded machine takes longer)."""
 LITELLM_IMPORT_S = 3.5
-"""What a worker's start adds when it imports litellm (to count prompt tokens for a
-tokens-per-minute limit, or as the transport): measured 3.5 s more than a worker without it."""
+# Stands in for the judge's per-verdict reason when sizing LLM-reason prompts.
 _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
-"""Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
 _MAX_INVALID_EXAMPLES = 5
-
-
-# -- the estimate, typed (`--json` prints it field for field, in this order) -----------------
 
 
 class _Record(BaseModel):
@@ -92,16 +81,12 @@ class _Record(BaseModel):
 
 
 class InputFacts(_Record):
-    """The input as the run would plan it."""
-
     path: str
     files: int
     shards: int
 
 
 class ItemCounts(_Record):
-    """Rows read: valid items, invalid rows (the first few quoted), items cut to the limits."""
-
     valid: int
     invalid: int
     total: int
@@ -110,8 +95,6 @@ class ItemCounts(_Record):
 
 
 class JudgeCalls(_Record):
-    """Judge requests the run would send (retries and re-asks not included)."""
-
     total: int
     verdict_calls: int
     reason_calls: int
@@ -122,8 +105,7 @@ class JudgeCalls(_Record):
 
 
 class PromptTokens(_Record):
-    """Prompt tokens: counted exactly on a sample, extrapolated to every item by characters;
-    `after_cache`: those of the requests the verdict cache does not answer (by characters)."""
+    """`after_cache`: those of the requests the verdict cache does not answer."""
 
     estimate: int
     after_cache: int
@@ -138,9 +120,6 @@ class PromptTokens(_Record):
 
 
 class OutputTokens(_Record):
-    """Reply tokens: an allowance per verdict and per LLM-reason call (`after_cache`: for
-    the verdicts the cache does not answer)."""
-
     estimate: int
     after_cache: int
     per_verdict: int
@@ -148,7 +127,7 @@ class OutputTokens(_Record):
 
 
 class BatchWallTime(_Record):
-    """Batch mode: the provider's completion window bounds the time, nothing paces it."""
+    """Batch mode: the provider's completion window bounds the time."""
 
     seconds: None = None
     completion_window: str
@@ -156,8 +135,8 @@ class BatchWallTime(_Record):
 
 
 class Pacing(_Record):
-    """How the run would pace its requests: the limits (as the config holds them), the
-    limiter tokens it would reserve and the in-flight budget it would settle on."""
+    """The limits (as the config holds them), the limiter tokens the run would reserve and the
+    in-flight budget it would settle on."""
 
     requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
     tokens_per_minute: int | float
@@ -177,8 +156,7 @@ class OfflineWallTime(Pacing):
 
 class PacedWallTime(Pacing):
     """An LLM judge online: the slowest of the request rate, the token rate and the in-flight
-    budget at the assumed latency, plus the run's edges (`worker_start_s`, first and last
-    replies)."""
+    budget at the assumed latency, plus the run's edges."""
 
     by_requests_s: float | None
     by_tokens_s: float | None
@@ -192,8 +170,6 @@ WallTime = BatchWallTime | OfflineWallTime | PacedWallTime
 
 
 class BatchPlan(_Record):
-    """Batch mode: the first round's batches as the run would cut them."""
-
     mode: Literal["batch"] = "batch"
     batches: int
     requests: int
@@ -206,8 +182,6 @@ class BatchPlan(_Record):
 
 
 class CacheShare(_Record):
-    """What the existing verdict cache would answer."""
-
     used: bool
     note: str
     cached_pairs: int
@@ -216,7 +190,7 @@ class CacheShare(_Record):
 
 
 class Estimate(_Record):
-    """What `ctxprec estimate` found (see the module docstring)."""
+    """What `ctxprec estimate` found; `--json` prints it field for field, in this order."""
 
     model: str
     input: InputFacts

@@ -580,7 +580,7 @@ def test_canary_change_fails_on_a_kappa_drop_beyond_the_allowed() -> None:
     assert steady is not None and not steady.failed
     assert steady.kappa_change == pytest.approx(-0.05)
     changed = compare.canary_change(a, replace(a, kappa=0.6), 0.1)
-    assert changed is not None and changed.failed and changed.items_b == 80.0
+    assert changed is not None and changed.failed and changed.b.items == 80.0
     assert compare.canary_change(None, None, 0.1) is None
     one_sided = compare.canary_change(None, a, 0.1)
     assert one_sided is not None and not one_sided.failed and one_sided.kappa_change is None

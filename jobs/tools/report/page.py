@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from jobs.core import formatting as fmt
 from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
+from jobs.run.canary import CanaryResult
 from jobs.tools.comparison import Comparison, SegmentShift, compare_runs, gate
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
@@ -154,7 +155,7 @@ def interval_text(low: float | None, high: float | None, digits: int = 3) -> str
 
 def header_cards(s: RunSummary) -> tuple[Card, ...]:
     sampled = s.population is not None and s.population != s.items
-    canary = dict(s.canary)
+    canary = CanaryResult.of_metrics(s.canary)
     return (
         Card(
             "items",
@@ -170,8 +171,8 @@ def header_cards(s: RunSummary) -> tuple[Card, ...]:
             [
                 Card(
                     "canary kappa",
-                    fmt.number(canary.get("canary_kappa"), 3),
-                    f"judge vs labels on {fmt.integer(canary.get('canary_items'))} items",
+                    fmt.number(canary.kappa, 3),
+                    f"judge vs labels on {fmt.integer(canary.items)} items",
                 )
             ]
             if canary
@@ -405,7 +406,7 @@ def baseline_view(c: Comparison) -> Baseline:
             [
                 Card(
                     "canary kappa",
-                    f"{fmt.number(canary.kappa_a, 3)} → {fmt.number(canary.kappa_b, 3)}",
+                    f"{fmt.number(canary.a.kappa, 3)} → {fmt.number(canary.b.kappa, 3)}",
                     "the judge changed" if canary.failed else "judge steady",
                     "bad" if canary.failed else "",
                 )
