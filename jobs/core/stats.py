@@ -95,9 +95,8 @@ class TestResult:
     p_value: float
 
 
-# scipy.special holds the t distribution's functions that scipy.stats.t calls (stdtrit is
-# t.ppf, stdtr the CDF): imported on first use, as scipy.stats alone takes about a second to
-# import (docs/design-notes-tools.md), which every process touching this module would pay.
+# scipy.stats.t's own functions (t.ppf is stdtrit, t.cdf stdtr), from scipy.special, imported
+# on first use: scipy.stats takes several times as long to import (docs/design-notes-tools.md).
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -132,10 +131,9 @@ def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
 
 @dataclass(frozen=True, slots=True)
 class StratumCell:
-    """One stratum of a stratified sample, seen from one domain (the run, or a segment).
-
-    `population`: the stratum's items in the input (N_h); `sampled`: its items judged and
-    scored (n_h, every domain); `domain`: the moments of those of them in the domain."""
+    """One stratum of a stratified sample seen from one domain (the run, or a segment): its
+    items in the input (N_h), its items judged and scored (n_h), the moments of those of them
+    in the domain."""
 
     population: int
     sampled: int

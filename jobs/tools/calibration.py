@@ -45,9 +45,6 @@ from scorer_core.types import ScoreResult, Usage, as_verdict_flags
 _MAX_INVALID_EXAMPLES = 5
 
 
-# -- the result, typed (`--json` prints it field for field, in this order) -------------------
-
-
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -147,8 +144,8 @@ class Agreement(_Record):
     usage: JudgeUsage
 
 
-class Calibration(_Record):
-    """What `ctxprec calibrate` found: what was judged how, then the `Agreement` fields."""
+class _Judged(_Record):
+    """What was judged how."""
 
     labels: str
     model: str
@@ -156,13 +153,13 @@ class Calibration(_Record):
     judge_output: str
     response_format: FormNegotiation | None
     rows: RowCounts
-    items: ItemStatuses
-    excluded_examples: tuple[str, ...]
-    per_context: ContextAgreement
-    per_item: ItemAgreement
-    retrievers: tuple[RetrieverMeans, ...]
-    retriever_kendall_tau_b: float | None
-    usage: JudgeUsage
+
+
+class Calibration(Agreement, _Judged):
+    """What `ctxprec calibrate` found: what was judged how, the `Agreement`, the time taken
+    (`--json` prints it field for field, in this order: pydantic puts the later base's
+    fields first)."""
+
     seconds: float
 
     def to_json(self) -> str:
