@@ -256,9 +256,7 @@ def score_stats(scores: pl.Series) -> ScoreStats:
     if values.is_empty():
         return ScoreStats(0, None, None, None, None)
 
-    def number(value: Any) -> float | None:
-        return None if value is None else float(value)
-
+    number = fmt.optional_float
     return ScoreStats(
         count=values.len(),
         mean=number(values.mean()),
