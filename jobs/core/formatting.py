@@ -39,6 +39,20 @@ def percent(value: float | None, digits: int = 0) -> str:
     return f"{value:.{digits}%}"
 
 
+def interval(
+    low: float | None,
+    high: float | None,
+    digits: int = 3,
+    *,
+    signed: bool = False,
+    missing: str = MISSING,
+) -> str:
+    """A 95% interval as "[low, high]", or `missing` without one."""
+    if low is None or high is None:
+        return missing
+    return f"[{number(low, digits, signed=signed)}, {number(high, digits, signed=signed)}]"
+
+
 def usd(value: float | None) -> str:
     """A cost in US dollars: cents for a dollar or more, six decimals below, or `MISSING`."""
     if value is None or value != value:

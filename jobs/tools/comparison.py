@@ -525,9 +525,7 @@ def _p(value: float | None) -> str:
 
 
 def _ci(shift: SegmentShift) -> str:
-    if shift.ci_low is None or shift.ci_high is None:
-        return "-"
-    return f"[{shift.ci_low:+.4f}, {shift.ci_high:+.4f}]"
+    return fmt.interval(shift.ci_low, shift.ci_high, 4, signed=True, missing="-")
 
 
 def _why(shift: SegmentShift, min_effect: float) -> str:

@@ -59,7 +59,10 @@ def format_summary_table(
         line("  unscored", f"{summary.unscored:,}"),
         line("  errors", f"{summary.errors:,}"),
         line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
-        line("mean 95% interval", _interval(summary)),
+        line(
+            "mean 95% interval",
+            fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-"),
+        ),
         line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
         rule,
         line("band (score / scale)", "items"),
@@ -203,13 +206,6 @@ def _canary_lines(summary: RunSummary, line: Callable[[str, str], str]) -> list[
             f"{fmt.number(canary.get('canary_recall'), 3)}",
         ),
     ]
-
-
-def _interval(summary: RunSummary) -> str:
-    """The mean's 95% interval as "[low, high]"; "-" when there are too few items."""
-    if summary.mean_ci_low is None or summary.mean_ci_high is None:
-        return "-"
-    return f"[{fmt.number(summary.mean_ci_low, 3)}, {fmt.number(summary.mean_ci_high, 3)}]"
 
 
 def _half_width(summary: RunSummary) -> str:

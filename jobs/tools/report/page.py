@@ -146,13 +146,6 @@ def _response_format(negotiated: RunResponseFormat | None) -> str:
     return "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
 
 
-def interval_text(low: float | None, high: float | None, digits: int = 3) -> str:
-    """A 95% interval as "[low, high]", or "–" without one."""
-    if low is None or high is None:
-        return fmt.MISSING
-    return f"[{fmt.number(low, digits)}, {fmt.number(high, digits)}]"
-
-
 def header_cards(s: RunSummary) -> tuple[Card, ...]:
     sampled = s.population is not None and s.population != s.items
     canary = CanaryResult.of_metrics(s.canary)
@@ -165,7 +158,7 @@ def header_cards(s: RunSummary) -> tuple[Card, ...]:
         Card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
         Card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
         Card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
-        Card("mean", fmt.number(s.mean), f"95% CI {interval_text(s.mean_ci_low, s.mean_ci_high)}"),
+        Card("mean", fmt.number(s.mean), f"95% CI {fmt.interval(s.mean_ci_low, s.mean_ci_high)}"),
         Card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
         *(
             [
@@ -280,7 +273,7 @@ def segments_view(summary: RunSummary) -> tuple[Segments, ...]:
                 value_format=lambda v: f"{v:.2f}",
                 tooltips=[
                     f"{r.summary.scored:,} scored of {r.summary.items:,} items; 95% CI "
-                    f"{interval_text(r.summary.mean_ci_low, r.summary.mean_ci_high)}; median "
+                    f"{fmt.interval(r.summary.mean_ci_low, r.summary.mean_ci_high)}; median "
                     f"{fmt.number(r.summary.median)}"
                     for r in drawn
                 ],
@@ -335,7 +328,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
                 diverging=True,
                 value_format=lambda v: f"{v:+.3f}",
                 tooltips=[
-                    f"95% CI {interval_text(s.ci_low, s.ci_high, 4)}, "
+                    f"95% CI {fmt.interval(s.ci_low, s.ci_high, 4)}, "
                     f"p {fmt.number(s.p_adjusted, 4)} after Holm"
                     for s in drawn
                 ],
@@ -395,7 +388,7 @@ def baseline_view(c: Comparison) -> Baseline:
         Card(
             "mean shift",
             fmt.number(shift, 3, signed=True),
-            f"95% CI {interval_text(o.ci_low, o.ci_high, 4)}, p {fmt.number(o.p_adjusted, 4)}; "
+            f"95% CI {fmt.interval(o.ci_low, o.ci_high, 4)}, p {fmt.number(o.p_adjusted, 4)}; "
             f"{o.method} over {o.paired:,} queries"
             if o is not None
             else f"over {c.paired:,} queries ok in both",
