@@ -167,23 +167,6 @@ class Calibration(Agreement, _Judged):
         return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
-# -- judging ----------------------------------------------------------------------------------
-
-
-async def judge_items(
-    config: JobConfig, items: Sequence[LabelledItem]
-) -> tuple[list[ScoreResult], str, FormNegotiation | None]:
-    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight; 64 under
-    auto, which has no run-wide governor to size it in a single process).
-
-    Returns the results, the judge model and its structured-output negotiation (None for the
-    offline judge)."""
-    results, judge = await judge_labelled(config, items)
-    negotiated = negotiation_summary(judge)
-    form = None if negotiated is None else FormNegotiation.model_validate(negotiated)
-    return list(results), judge.model, form
-
-
 # -- metrics ----------------------------------------------------------------------------------
 
 
@@ -321,20 +304,21 @@ def calibrate(
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""
         raise InputError(f"no usable labelled rows in {labels}{detail}")
     started = time.monotonic()
-    results, model, response_format = asyncio.run(judge_items(config, loaded.items))
+    results, judge = asyncio.run(judge_labelled(config, loaded.items))
     seconds = time.monotonic() - started
+    negotiated = negotiation_summary(judge)  # None for the offline judge
     report = agreement(loaded.items, results)
     with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
     return Calibration(
         labels=labels,
-        model=model,
+        model=judge.model,
         gold_rule=tuple(sorted({i.rule for i in loaded.items})),
         judge_output=(
             f"expected_answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
             "judged against the query)"
         ),
-        response_format=response_format,
+        response_format=None if negotiated is None else FormNegotiation.model_validate(negotiated),
         rows=RowCounts(
             read=loaded.rows_read,
             invalid=loaded.invalid,

@@ -252,34 +252,20 @@ def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
 # -- the verdict cache --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class _CacheProbe:
-    """Which of the input's pairs the verdict store holds (`jobs.engine.stored_pair_keys`:
-    the store is read a partition at a time). Holds those pair keys in memory: about 100
-    bytes a cached pair."""
+    """The pair keys of the input the verdict store holds (about 100 bytes a cached pair)."""
 
-    def __init__(self, verdicts: VerdictStore, fingerprint: str) -> None:
-        self.verdicts = verdicts
-        self.fingerprint = fingerprint
-        self.known: set[str] = set()
-
-    def find(
-        self, reader: ItemReader, carried: Sequence[CarriedColumn], shards: Sequence[Shard]
-    ) -> None:
-        with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
-            for keys in stored_pair_keys(
-                reader,
-                RunSchema(tuple(carried)),
-                self.fingerprint,
-                shards,
-                self.verdicts,
-                Path(scratch),
-            ):
-                self.known.update(keys.to_list())
+    fingerprint: str
+    known: set[str]
 
 
-def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
-    """A probe of this config's verdict store, or None with the reason there is nothing to
-    look up."""
+def _cache_probe(
+    config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
+) -> tuple[_CacheProbe | None, str]:
+    """The input's pairs this config's verdict store holds, read a partition at a time as the
+    run's lookup reads them (`jobs.engine.stored_pair_keys`); or None with the reason there is
+    nothing to look up."""
     if factory.capabilities(config).offline:
         return None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
@@ -293,7 +279,14 @@ def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return None, f"no verdict store yet at {where}"
-    return _CacheProbe(verdicts, spec.fingerprint), f"the verdict store at {where}"
+    known: set[str] = set()
+    schema = RunSchema(tuple(carried))
+    with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
+        for keys in stored_pair_keys(
+            reader, schema, spec.fingerprint, shards, verdicts, Path(scratch)
+        ):
+            known.update(keys.to_list())
+    return _CacheProbe(spec.fingerprint, known), f"the verdict store at {where}"
 
 
 # -- one pass over the input ------------------------------------------------------------------
@@ -467,9 +460,7 @@ def estimate(
             config.sample, shards, lambda shard: reader.read(shard, carried), carried
         )
         reader = dataclasses.replace(reader, sample=plan)
-    probe, cache_note = _cache_probe(config)
-    if probe is not None:
-        probe.find(reader, carried, shards)
+    probe, cache_note = _cache_probe(config, reader, carried, shards)
     scan = _Scan(config, probe, sample, reader, carried)
     for number, shard in enumerate(shards):
         scan.shard(number, shard)
