@@ -13,6 +13,14 @@ from jobs import cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the job, as `ctxprec run`.
+
+    Args:
+        argv: `--config FILE [--set KEY=VALUE ...]` (default: the process's arguments).
+
+    Returns:
+        The exit code (docs/exit-codes.md).
+    """
     return cli.main(["run", *(sys.argv[1:] if argv is None else argv)])
 
 

@@ -1,13 +1,19 @@
-"""How every command prints numbers: one formatter, one way to show a missing value.
+"""How every command prints: numbers, a missing value, and text tables.
 
-The summary table, `estimate`, `compare`, `calibrate` and the HTML report all print through
-these functions, so a value that is undefined (no scored items, a correlation of a constant
-series, a model without a price) reads the same everywhere: `MISSING`.
+The run's summary, `estimate`, `compare`, `calibrate`, `status` and the HTML report print
+through these functions, so an undefined value (no scored items, a model without a price) reads
+the same everywhere (`MISSING`), and every table is laid out by `table`, its cells made
+terminal-safe (a carried value cannot move the cursor or forge a row).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from jobs.core.text_safety import terminal_safe
 
 MISSING = "n/a"
 
@@ -31,6 +37,20 @@ def percent(value: float | None, digits: int = 0) -> str:
     if value is None or value != value:
         return MISSING
     return f"{value:.{digits}%}"
+
+
+def interval(
+    low: float | None,
+    high: float | None,
+    digits: int = 3,
+    *,
+    signed: bool = False,
+    missing: str = MISSING,
+) -> str:
+    """A 95% interval as "[low, high]", or `missing` without one."""
+    if low is None or high is None:
+        return missing
+    return f"[{number(low, digits, signed=signed)}, {number(high, digits, signed=signed)}]"
 
 
 def usd(value: float | None) -> str:
@@ -57,3 +77,62 @@ def optional_float(value: object) -> float | None:
         return None
     number = float(value)  # type: ignore[arg-type]
     return None if math.isnan(number) else number
+
+
+def cut(text: str, width: int) -> str:
+    """`text` as one terminal-safe line of at most `width` characters ("…" where it was cut)."""
+    text = terminal_safe(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a text table: its header, alignment and width.
+
+    A column is as wide as its widest cell and at least `width`; with `grow` False it is
+    `width` wide, and a longer cell overflows its own line only (a fixed-width layout).
+    Cells longer than `limit` are cut."""
+
+    header: str = ""
+    align: Literal["<", ">"] = ">"
+    width: int = 0
+    limit: int | None = None
+    grow: bool = True
+
+
+def table(
+    columns: Sequence[Column],
+    rows: Iterable[Sequence[object]],
+    *,
+    title: str | None = None,
+    indent: str = "",
+    gap: str = "  ",
+    header: bool = True,
+    markdown: bool = False,
+) -> str:
+    """`rows` laid out under `columns` (a Markdown table with `markdown`), after `title`."""
+
+    def cell(value: object, column: Column) -> str:
+        return cut(str(value), column.limit) if column.limit else terminal_safe(value)
+
+    body = [[cell(value, c) for value, c in zip(row, columns, strict=True)] for row in rows]
+    heads = [cell(c.header, c) for c in columns]
+    shown = [heads, *body] if header else body
+    widths = [
+        max([c.width, *(len(cells[i]) for cells in shown)]) if c.grow else c.width
+        for i, c in enumerate(columns)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [f"{text:{c.align}{w}}" for text, c, w in zip(cells, columns, widths, strict=True)]
+        if markdown:
+            return f"{indent}| {' | '.join(padded)} |"
+        return (indent + gap.join(padded)).rstrip()
+
+    lines = [title] if title is not None else []
+    if header:
+        lines.append(line(heads))
+        if markdown:
+            lines.append(f"{indent}|{'|'.join('-' * (w + 2) for w in widths)}|")
+    lines += [line(cells) for cells in body]
+    return "\n".join(lines)

@@ -1,14 +1,6 @@
-"""Records a run writes to storage and its readers read back: the manifest, typed.
-
-`manifest.json` (next to a run's tables, `jobs.core.run_layout.RunLocation.manifest`) is written by
-the
-engine (the driver starts it, publishing completes it) and read by `ctxprec compare`, `report`,
-`status` and the benchmarks. One pydantic model for both sides, strict (`extra="forbid"`):
-a misspelt or unknown key fails when the record is made, not when a reader looks for it.
-
-Manifests of older versions still read: `RunManifest.read` drops the keys this version no
-longer knows (each older field was either renamed into one kept here or retired) and fills the
-fields they lacked with their defaults.
+"""A run's manifest (`manifest.json` beside its tables), typed: one strict pydantic model for
+the engine that writes it and the tools and benchmarks that read it. `RunManifest.read` reads
+the manifests of older versions too (the keys this version no longer knows are dropped).
 """
 
 from __future__ import annotations
@@ -33,9 +25,8 @@ class _Record(BaseModel):
 
 
 class FlowSnapshot(_Record):
-    """What the run's governor settled on (`jobs.engine.control.governor.RunGovernor.snapshot`): the
-    in-flight budget, latencies, and the pace of a rate-limited run; empty for a run without
-    one (offline judge, batch mode)."""
+    """What the run's governor settled on (`RunGovernor.snapshot`): the in-flight budget,
+    latencies, the pace of a rate-limited run; empty without one (offline judge, batch mode)."""
 
     budget: float | None = None
     budget_max: float | None = None

@@ -1,27 +1,9 @@
-"""The statistics behind "is the drop real?": intervals, tests and sample sizes, pure Python.
+"""The statistics behind "is the drop real?": intervals, tests and sample sizes.
 
-No Polars, no Ray: every function takes small sufficient statistics (counts, sums, sums of
-squares) so the callers can compute them in bounded memory (a streaming group-by) and the
-tests can check the maths on seeded simulations in milliseconds.
-
-* `Moments`: n, sum, sum of squares of a set of values; mean and sample variance from them.
-* `t_interval`: the 95% Student t interval of a mean from its `Moments` (with an optional
-  finite-population correction). Why t and not a bootstrap: a t interval needs only count,
-  sum and sum of squares, which a streaming group-by gives in constant memory per segment, and
-  the mean of a few hundred bounded scores is close enough to normal that the bootstrap would
-  give the same interval at a hundred times the cost.
-* `stratified_interval`: the mean of a domain (the whole run, or a `summary.by` segment) of a
-  stratified random sample, each stratum weighted by population / sampled, with the
-  linearised (Taylor) variance and the finite-population correction (1 - n_h / N_h) per
-  stratum. A census stratum (every item judged) adds no variance.
-* `paired_test` (one-sample t test on per-query differences) and `welch_test` (two independent
-  samples, Welch's unequal variances), both two-sided, with a 95% interval of the difference.
-* `holm`: Holm's step-down adjustment of p-values (family-wise error control across segments).
-* `items_for_half_width`: how many items a 95% half-width needs, given a spread.
-* Cohen's kappa comes from `scorer_core.metrics.cohen_kappa` (the canary reuses calibrate).
-
-The t distribution's CDF is the regularized incomplete beta function (Numerical Recipes'
-continued fraction); its quantile is found by bisection on the CDF.
+Every function takes sufficient statistics (`Moments`: count, sum, sum of squares), which one
+streaming group-by gives (`moments_by`): memory stays bounded per segment, and the maths is
+checked on seeded simulations in milliseconds (docs/is-the-drop-real.md says why t intervals).
+The t distribution is scipy's.
 """
 
 from __future__ import annotations
@@ -29,13 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
 
 LEVEL = 0.95
 """The confidence level of every interval and the significance level 1 - LEVEL of every test."""
-
-_BETA_ITERATIONS = 300
-_BETA_EPS = 3e-15
-_TINY = 1e-300
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +26,6 @@ class Moments:
     n: int = 0
     total: float = 0.0
     total_sq: float = 0.0
-
-    @classmethod
-    def of(cls, values: Iterable[float]) -> Moments:
-        n, total, total_sq = 0, 0.0, 0.0
-        for value in values:
-            n += 1
-            total += value
-            total_sq += value * value
-        return cls(n, total, total_sq)
 
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[float, int]]) -> Moments:
@@ -79,6 +51,21 @@ class Moments:
             return None
         # Clamped: float cancellation can make a zero variance slightly negative.
         return max(0.0, (self.total_sq - self.total * self.total / self.n) / (self.n - 1))
+
+
+def moments_by(
+    frame: pl.LazyFrame | pl.DataFrame, value: str, keys: Sequence[pl.Expr] = ()
+) -> dict[tuple[Any, ...], Moments]:
+    """Per value of `keys` (or `()` for the whole frame): the `Moments` of the non-null values
+    of column `value`, from one group-by of count, sum and sum of squares."""
+    values = frame.filter(pl.col(value).is_not_null())
+    score = pl.col(value).cast(pl.Float64)
+    aggs = [pl.len().alias("_n"), score.sum().alias("_total"), (score * score).sum().alias("_sq")]
+    rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
+    return {
+        row[:-3]: Moments(int(row[-3]), float(row[-2] or 0.0), float(row[-1] or 0.0))
+        for row in (rows.collect() if isinstance(rows, pl.LazyFrame) else rows).iter_rows()
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,77 +95,26 @@ class TestResult:
     p_value: float
 
 
-# -- the t distribution ----------------------------------------------------------------------
+# scipy.stats.t's own functions (t.ppf is stdtrit, t.cdf stdtr), from scipy.special, imported
+# on first use: scipy.stats takes several times as long to import (docs/design-notes-tools.md).
 
 
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > _TINY else _TINY)
-    h = d
-    for m in range(1, _BETA_ITERATIONS + 1):
-        m2 = 2 * m
-        for numerator in (
-            m * (b - m) * x / ((qam + m2) * (a + m2)),
-            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > _TINY else _TINY)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > _TINY else _TINY
-            h *= d * c
-        if abs(d * c - 1.0) < _BETA_EPS:
-            break
-    return h
+def t_quantile(p: float, df: float) -> float:
+    """The `p` quantile of Student's t with `df` degrees of freedom."""
+    from scipy import special
 
-
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+    return float(special.stdtrit(df, p))
 
 
 def t_sf2(t: float, df: float) -> float:
     """Two-sided tail probability P(|T| >= |t|) of Student's t with `df` degrees of freedom."""
-    if math.isinf(t):
-        return 0.0
-    return incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    from scipy import special
 
-
-def t_quantile(p: float, df: float) -> float:
-    """The `p` quantile (p in (0.5, 1)) of Student's t with `df` degrees of freedom."""
-    if not 0.5 < p < 1.0:
-        raise ValueError(f"p must be in (0.5, 1), got {p}")
-    tail = 2.0 * (1.0 - p)
-    low, high = 0.0, 1.0
-    while t_sf2(high, df) > tail:
-        high *= 2.0
-    for _ in range(200):
-        middle = (low + high) / 2.0
-        if t_sf2(middle, df) > tail:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-12:
-            break
-    return (low + high) / 2.0
+    return 2.0 * float(special.stdtr(df, -abs(t)))
 
 
 def _critical(df: float) -> float:
     return t_quantile(1.0 - (1.0 - LEVEL) / 2.0, df)
-
-
-# -- intervals ---------------------------------------------------------------------------------
 
 
 def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
@@ -195,10 +131,9 @@ def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
 
 @dataclass(frozen=True, slots=True)
 class StratumCell:
-    """One stratum of a stratified sample, seen from one domain (the run, or a segment).
-
-    `population`: the stratum's items in the input (N_h); `sampled`: its items judged and
-    scored (n_h, every domain); `domain`: the moments of those of them in the domain."""
+    """One stratum of a stratified sample seen from one domain (the run, or a segment): its
+    items in the input (N_h), its items judged and scored (n_h), the moments of those of them
+    in the domain."""
 
     population: int
     sampled: int
@@ -212,7 +147,8 @@ def stratified_interval(cells: Sequence[StratumCell]) -> Interval | None:
     linearisation: z = y - mean on the domain's items, 0 on the stratum's other items;
     Var = sum_h N_h^2 (1 - n_h / N_h) s2_h(z) / n_h / N_d^2, with N_d = sum w_h n_hd. A stratum
     with a single sampled item (and more in the population) cannot estimate its spread and
-    counts as 0. Degrees of freedom: sampled items minus strata. None without 2 items."""
+    counts as 0; a census stratum adds none. Degrees of freedom: sampled items minus strata.
+    None without 2 items."""
     used = [c for c in cells if c.sampled > 0 and c.domain.n > 0]
     n_domain = sum(c.domain.n for c in used)
     if n_domain < 2:
@@ -233,9 +169,6 @@ def stratified_interval(cells: Sequence[StratumCell]) -> Interval | None:
     df = float(max(1, sum(c.sampled for c in used) - len(used)))
     half = _critical(df) * se
     return Interval(mean, mean - half, mean + half, se, df)
-
-
-# -- tests -------------------------------------------------------------------------------------
 
 
 def _test(method: str, n: int, diff: float, se: float, df: float) -> TestResult:
@@ -279,9 +212,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[index]))
         adjusted[index] = running
     return adjusted
-
-
-# -- sample sizes ------------------------------------------------------------------------------
 
 
 def items_for_half_width(sd: float, half_width: float, population: int | None = None) -> int:

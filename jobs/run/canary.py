@@ -1,26 +1,13 @@
-"""The judge canary (`canary: {labels: FILE}`): human-labelled items judged in every run.
-
-When a provider silently updates the judge model every score moves, and nothing in the scores
-says that the judge changed rather than the retriever. The canary says it: the labelled rows
-of `canary.labels` (the format `ctxprec calibrate` reads, `jobs.inputs.labels`) are judged by
-the run's judge in the driver process, fresh in every run (no verdict cache, reasons off, as
-calibrate judges), and their agreement with the labels goes into the run's summary:
-`canary_items` (items the judge scored), `canary_kappa` (Cohen's kappa of the verdicts against
-the labels, per context, `scorer_core.metrics.cohen_kappa` as calibrate reports it),
-`canary_precision`, `canary_recall`. `ctxprec compare` fails when kappa drops more than
-`--max-canary-drop` between two runs.
-
-The factory hands the engine a `CanaryCheck` (`jobs.engine.parts.RunParts.canary`); the driver
-runs it before the run's items, so bad labels or a judge that cannot work stop the run in
-seconds. It is judged online, also for a run in batch mode (it is small). Its requests are
-paced by a limiter of this process only (the run's shared limiter is not up yet).
-`judge_labelled` is calibrate's judging too.
+"""The judge canary (`canary: {labels: FILE}`): labelled items the run's judge answers fresh in
+every run, so that a silently changed judge shows as a drop of agreement, not as a score shift
+(docs/is-the-drop-real.md). `judge_labelled` is `ctxprec calibrate`'s judging too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -33,7 +20,49 @@ from scorer_core.protocols import Judge
 from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult, as_verdict_flags
 
+logger = logging.getLogger(__name__)
+
 CanaryMetrics = tuple[tuple[str, float | None], ...]
+"""The canary as a run's summary holds it (`jobs.engine.CANARY_METRICS`, name and value)."""
+
+
+@dataclass(frozen=True)
+class CanaryResult:
+    """The canary's agreement with its labels: the items the judge scored, and Cohen's kappa,
+    precision and recall of its verdicts per context (as `ctxprec calibrate` reports them)."""
+
+    items: float | None = None
+    kappa: float | None = None
+    precision: float | None = None
+    recall: float | None = None
+    skipped_rows: int = 0  # invalid label rows, not judged
+
+    def metrics(self) -> CanaryMetrics:
+        """The summary's canary metrics."""
+        return (
+            ("canary_items", self.items),
+            ("canary_kappa", self.kappa),
+            ("canary_precision", self.precision),
+            ("canary_recall", self.recall),
+        )
+
+    @classmethod
+    def of_metrics(cls, metrics: Iterable[tuple[str, float | None]]) -> CanaryResult | None:
+        """From a run summary's canary metrics; None when the run judged no canary."""
+        values = dict(metrics)
+        if not values:
+            return None
+        return cls(
+            items=values.get("canary_items"),
+            kappa=values.get("canary_kappa"),
+            precision=values.get("canary_precision"),
+            recall=values.get("canary_recall"),
+        )
+
+    def describe(self) -> str:
+        kappa = "-" if self.kappa is None else f"{self.kappa:.3f}"
+        skipped = f" ({self.skipped_rows} invalid row(s) skipped)" if self.skipped_rows else ""
+        return f"canary: {int(self.items or 0)} labelled item(s) judged, kappa {kappa}{skipped}"
 
 
 async def judge_labelled(
@@ -58,8 +87,10 @@ async def judge_labelled(
     return list(results), judge
 
 
-def canary_metrics(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> CanaryMetrics:
-    """The summary's canary metrics over the items the judge scored (`ok`)."""
+def agreement(
+    items: Sequence[LabelledItem], results: Sequence[ScoreResult], skipped_rows: int = 0
+) -> CanaryResult:
+    """The canary's agreement over the items the judge scored (`ok`)."""
     pred: list[bool] = []
     gold: list[bool] = []
     scored = 0
@@ -70,43 +101,47 @@ def canary_metrics(items: Sequence[LabelledItem], results: Sequence[ScoreResult]
         pred.extend(as_verdict_flags(result.verdicts))
         gold.extend(labelled.gold)
     prf = precision_recall_f1(pred, gold)
-    return (
-        ("canary_items", float(scored)),
-        ("canary_kappa", cohen_kappa(pred, gold)),
-        ("canary_precision", prf.precision),
-        ("canary_recall", prf.recall),
+    return CanaryResult(
+        float(scored), cohen_kappa(pred, gold), prf.precision, prf.recall, skipped_rows
     )
 
 
-def judge_canary(config: JobConfig, out: TextIO | None = None) -> CanaryMetrics:
-    """Judge `config.canary.labels` with the run's judge: the summary's canary metrics (empty
-    without a canary). `InputError` naming the file when no row is usable."""
+def judge_canary(config: JobConfig) -> CanaryResult | None:
+    """Judge `config.canary.labels` with the run's judge (None without a canary).
+
+    Raises:
+        InputError: naming the file, when none of its rows is usable.
+    """
     labels = config.canary.labels
     if labels is None:
-        return ()
+        return None
     loaded = load_labels(labels, config)
     if not loaded.items:
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""
         raise InputError(f"canary.labels: no usable labelled rows in {labels}{detail}")
     results, _ = asyncio.run(judge_labelled(config, loaded.items))
-    metrics = canary_metrics(loaded.items, results)
-    if out is not None:
-        values = dict(metrics)
-        kappa = values["canary_kappa"]
-        out.write(
-            f"canary: {int(values['canary_items'] or 0)} labelled item(s) judged, kappa "
-            f"{'-' if kappa is None else f'{kappa:.3f}'}"
-            + (f" ({loaded.invalid} invalid row(s) skipped)" if loaded.invalid else "")
-            + "\n"
-        )
-    return metrics
+    return agreement(loaded.items, results, loaded.invalid)
 
 
 @dataclass(frozen=True)
 class CanaryCheck:
-    """What the engine runs for the canary (picklable, as every run part)."""
+    """What the engine runs for the canary (`jobs.engine.parts.CanaryJudge`; picklable, as
+    every run part)."""
 
     config: JobConfig
 
     def judge(self, out: TextIO | None = None) -> CanaryMetrics:
-        return judge_canary(self.config, out)
+        result = judge_canary(self.config)
+        if result is None:
+            return ()
+        # The engine hands its output stream while it has one; else the line is logged.
+        if out is not None:
+            out.write(result.describe() + "\n")
+        else:
+            logger.info(result.describe())
+        return result.metrics()
+
+
+def canary_check(config: JobConfig) -> CanaryCheck | None:
+    """The run's judge canary, None without `canary.labels`."""
+    return CanaryCheck(config) if config.canary.labels is not None else None

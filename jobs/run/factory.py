@@ -1,25 +1,21 @@
-"""A job config turned into the objects that do the work: input spec, items, judge, limiter,
-cache location, and the API-key check.
-
-The Ray worker, `ctxprec estimate` and `ctxprec calibrate` get these from here and nowhere else,
-so one config means one judge, one reading path and one cache everywhere.
+"""A job config turned into the objects that do the work: input spec, reader, judge, limiter,
+cache location, and the API-key check. The Ray workers and the tools get these from here and
+nowhere else, so one config means one judge, one reading path and one cache everywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jobs.core.config import JobConfig
 from jobs.core.endpoints import endpoint_identity, judge_endpoint
-from jobs.core.schema import CarriedColumn
-from jobs.core.storage import Store, open_store
 from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
 from jobs.engine import BudgetSettings, CanaryJudge, Gate, RunParts
 from jobs.engine import budget_settings as engine_budget_settings
-from jobs.inputs import InputSpec, ItemRecord, RowError, Shard
+from jobs.inputs import InputSpec
 from jobs.inputs.records import ItemReader
 from jobs.inputs.spec import input_spec_of
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
@@ -54,14 +50,6 @@ def input_spec(config: JobConfig) -> InputSpec:
 def item_reader(config: JobConfig) -> ItemReader:
     """How the job reads its items: the input, and the per-item limits (truncation)."""
     return ItemReader.for_config(config)
-
-
-def shard_items(
-    config: JobConfig, shard: Shard, carried: Sequence[CarriedColumn] = ()
-) -> Iterator[ItemRecord | RowError]:
-    """A shard's rows as the job judges them: read, normalised, truncated, validated, with
-    the values of the `carried` columns (their types decided at start-up)."""
-    return item_reader(config).read(shard, carried)
 
 
 def build_judge(
@@ -238,16 +226,10 @@ class ConfiguredJudges:
         return local_limiter(self.config)
 
 
-def canary_check(config: JobConfig) -> CanaryJudge | None:
-    """The run's judge canary (`jobs.run.canary`), None without `canary.labels`."""
-    from jobs.run.canary import CanaryCheck  # it builds its judge with this module's functions
-
-    return CanaryCheck(config) if config.canary.labels is not None else None
-
-
-def run_parts(config: JobConfig) -> RunParts:
-    """What the engine runs for `config`: its input, judge and cache. Checks the API key
-    first: a run whose judge needs a key that is not set fails before anything starts."""
+def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
+    """What the engine runs for `config`: its input, judge, cache and `canary` (the judge
+    canary, `jobs.run.canary`, which builds its judge here). Checks the API key first: a run
+    whose judge needs a key that is not set fails before anything starts."""
     check_api_key(config)
     return RunParts(
         # traces are assembled into items by the run before they are read
@@ -257,13 +239,5 @@ def run_parts(config: JobConfig) -> RunParts:
         capabilities=capabilities(config),
         cache=cache_spec(config),
         find_duplicates_first=find_duplicates_first(config),
-        canary=canary_check(config),
+        canary=canary,
     )
-
-
-def cache_root(config: JobConfig, output_store: Store) -> tuple[Store, str]:
-    """The store holding the verdict cache and the cache folder relative to its root."""
-    url, folder = cache_url(config)
-    if config.cache.path:
-        return open_store(url, config.output.storage_options), folder
-    return output_store, folder

@@ -1,33 +1,37 @@
-"""A job config run end to end: its parts built by `jobs.run.factory`, run by `jobs.engine`.
-
-The one place the two meet: the engine is handed what a config's run is made of (input,
-judge, cache) and never builds them itself; the factory knows configs, not Ray.
-"""
+"""A job config run end to end: its parts built by `jobs.run.factory` (the canary by
+`jobs.run.canary`), run by `jobs.engine`, which never builds them itself."""
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from jobs.core.config import JobConfig, load_config
 from jobs.core.storage import open_store
-from jobs.engine import RunOutcome, exit_code_of, print_outcome
+from jobs.engine import BatchesStillRunning, RunOutcome, exit_code_of, print_outcome
 from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
+from jobs.run.canary import canary_check
 
 
 def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     """Run (or resume) `config`'s scoring run end to end (`jobs.engine.driver.run_job`'s
     keyword options: `out`, `sleep`, `clock`, `wall_clock`)."""
-    return run_parts_job(config, factory.run_parts(config), **options)
+    return run_parts_job(config, factory.run_parts(config, canary_check(config)), **options)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """`ctxprec run --config FILE [--set KEY=VALUE ...]`: load the config, run, print."""
-    from jobs.engine import BatchesStillRunning
+def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
+    """`ctxprec run`: load the config, run it, print where the results are.
 
-    config = load_config(args.config, args.set)
+    Args:
+        config_path: the YAML job config.
+        overrides: `--set dotted.key=value` assignments.
+
+    Returns:
+        The exit code: 0, or 1 when the published run's errors exceed `run.max_error_rate`.
+    """
+    config = load_config(config_path, list(overrides))
     try:
         outcome = run_job(config)
     except BatchesStillRunning as exc:

@@ -1,36 +1,14 @@
-"""`ctxprec calibrate`: how well does the configured judge agree with human relevance labels?
+"""`ctxprec calibrate`: how well the configured judge agrees with human relevance labels.
 
-Runs the judge of a job config (built as the job builds it, `jobs.run.factory.build_judge`;
-with a non-lexical model this makes REAL judge calls, with the config's timeout, retries and
-re-asks, paced by `rate_limit` in this process) on a labelled JSONL file and compares.
-
-Labelled rows (one JSON object per line, the layout of ../shared/data/*.jsonl):
-
-- `query` (string), `contexts` (list of strings, in retrieved order), `relevance` (one number
-  per context: binary 0/1 or a grade such as 0-3), optional `relevance_binary` (0/1 per
-  context), optional `expected_answer`, optional `retriever`, and `row_id` or `query_id`.
-- Gold label of a context: with `--min-grade G`, relevance >= G; otherwise `relevance_binary`
-  when the row has it, else relevance > 0.
-- The judge is given the query as input, the reference answer `expected_answer` when present,
-  and as the *output* the `expected_answer` when present (labelled data has no system answer).
-  A row without one is a retrieval-only item (empty output, no reference): each context is
-  judged against the query, as the job judges such rows.
-- Contexts longer than `input.max_context_chars` are cut as in the job; contexts beyond
-  `input.max_contexts` are dropped together with their labels.
-
-Reported: per-context precision, recall, F1 and Cohen's kappa of the judge's verdicts against
-the gold labels; Pearson and Spearman correlation of item scores (`context_precision` of the
-judge's verdicts vs of the gold labels, scale 1); with a `retriever` field, each retriever's
-mean score by judge and by labels and Kendall's tau-b between the two system rankings. Items
-the judge left unscored or failed on are counted and excluded from every metric. Reasons are
-not requested (`reason: none`) and the verdict cache is not used: every verdict is fresh.
-
-The result is a typed `Calibration`; `--json` prints it field for field.
+The config's judge, built as the job builds it (real calls for an LLM judge, paced by
+`rate_limit` in this process), judges a labelled JSONL file (`jobs.inputs.labels`); reported:
+per-context precision, recall, F1 and Cohen's kappa, item-score correlations, and per retriever
+the mean scores and Kendall's tau-b between the rankings (docs/judges.md). Unscored and failed
+items are counted and left out; no reasons, no verdict cache. The result is a `Calibration`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -45,10 +23,12 @@ from typing import TextIO
 from pydantic import BaseModel, ConfigDict
 
 from jobs.core import formatting as fmt
-from jobs.core.config import JobConfig, load_config
+from jobs.core.config import JobConfig
+from jobs.core.formatting import Column, table
 from jobs.inputs.labels import LabelledItem, load_labels
 from jobs.run import factory
 from jobs.run.canary import judge_labelled
+from jobs.tools.tool_options import CalibrateOptions
 from scorer_core.errors import InputError
 from scorer_core.metrics import (
     cohen_kappa,
@@ -63,9 +43,6 @@ from scorer_core.response_format import negotiation_summary
 from scorer_core.types import ScoreResult, Usage, as_verdict_flags
 
 _MAX_INVALID_EXAMPLES = 5
-
-
-# -- the result, typed (`--json` prints it field for field, in this order) -------------------
 
 
 class _Record(BaseModel):
@@ -167,8 +144,8 @@ class Agreement(_Record):
     usage: JudgeUsage
 
 
-class Calibration(_Record):
-    """What `ctxprec calibrate` found: what was judged how, then the `Agreement` fields."""
+class _Judged(_Record):
+    """What was judged how."""
 
     labels: str
     model: str
@@ -176,35 +153,18 @@ class Calibration(_Record):
     judge_output: str
     response_format: FormNegotiation | None
     rows: RowCounts
-    items: ItemStatuses
-    excluded_examples: tuple[str, ...]
-    per_context: ContextAgreement
-    per_item: ItemAgreement
-    retrievers: tuple[RetrieverMeans, ...]
-    retriever_kendall_tau_b: float | None
-    usage: JudgeUsage
+
+
+class Calibration(Agreement, _Judged):
+    """What `ctxprec calibrate` found: what was judged how, the `Agreement`, the time taken
+    (`--json` prints it field for field, in this order: pydantic puts the later base's
+    fields first)."""
+
     seconds: float
 
     def to_json(self) -> str:
         """The `--json` output."""
         return json.dumps(self.model_dump(mode="json"), indent=2)
-
-
-# -- judging ----------------------------------------------------------------------------------
-
-
-async def judge_items(
-    config: JobConfig, items: Sequence[LabelledItem]
-) -> tuple[list[ScoreResult], str, FormNegotiation | None]:
-    """Judge every item concurrently (at most `rate_limit.max_concurrency` in flight; 64 under
-    auto, which has no run-wide governor to size it in a single process).
-
-    Returns the results, the judge model and its structured-output negotiation (None for the
-    offline judge)."""
-    results, judge = await judge_labelled(config, items)
-    negotiated = negotiation_summary(judge)
-    form = None if negotiated is None else FormNegotiation.model_validate(negotiated)
-    return list(results), judge.model, form
 
 
 # -- metrics ----------------------------------------------------------------------------------
@@ -344,20 +304,21 @@ def calibrate(
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""
         raise InputError(f"no usable labelled rows in {labels}{detail}")
     started = time.monotonic()
-    results, model, response_format = asyncio.run(judge_items(config, loaded.items))
+    results, judge = asyncio.run(judge_labelled(config, loaded.items))
     seconds = time.monotonic() - started
+    negotiated = negotiation_summary(judge)  # None for the offline judge
     report = agreement(loaded.items, results)
     with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
     return Calibration(
         labels=labels,
-        model=model,
+        model=judge.model,
         gold_rule=tuple(sorted({i.rule for i in loaded.items})),
         judge_output=(
             f"expected_answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
             "judged against the query)"
         ),
-        response_format=response_format,
+        response_format=None if negotiated is None else FormNegotiation.model_validate(negotiated),
         rows=RowCounts(
             read=loaded.rows_read,
             invalid=loaded.invalid,
@@ -388,39 +349,46 @@ def _header(result: Calibration) -> list[str]:
 
 
 def _agreement_tables(ctx: ContextAgreement, per_item: ItemAgreement) -> list[str]:
+    contexts = ("contexts", "human yes", "judge yes", "precision", "recall", "F1")
+    per_context = [
+        (
+            "judge vs labels",
+            f"{ctx.contexts:,}",
+            fmt.number(ctx.human_yes_rate, 2),
+            fmt.number(ctx.judge_yes_rate, 2),
+            *(fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa)),
+            f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}",
+        )
+    ]
+    items = ("items", "Pearson", "Spearman", "mean judge", "mean labels")
+    figures = (per_item.pearson, per_item.spearman, per_item.mean_judge, per_item.mean_labels)
+    per_items = [("judge vs labels", f"{per_item.items:,}", *(fmt.number(v, 3) for v in figures))]
     return [
         "",
-        "| per context | contexts | human yes | judge yes | precision | recall | F1 | "
-        "Cohen's kappa | tp / fp / fn / tn |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| judge vs labels | {ctx.contexts:,} | {fmt.number(ctx.human_yes_rate, 2)} | "
-        f"{fmt.number(ctx.judge_yes_rate, 2)} | {fmt.number(ctx.precision, 3)} | "
-        f"{fmt.number(ctx.recall, 3)} | "
-        f"{fmt.number(ctx.f1, 3)} | {fmt.number(ctx.cohen_kappa, 3)} | "
-        f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn} |",
+        _markdown(["per context", *contexts, "Cohen's kappa", "tp / fp / fn / tn"], per_context),
         "",
-        "| per item (context precision) | items | Pearson | Spearman | mean judge | mean labels |",
-        "|---|---|---|---|---|---|",
-        f"| judge vs labels | {per_item.items:,} | {fmt.number(per_item.pearson, 3)} | "
-        f"{fmt.number(per_item.spearman, 3)} | {fmt.number(per_item.mean_judge, 3)} | "
-        f"{fmt.number(per_item.mean_labels, 3)} |",
+        _markdown(["per item (context precision)", *items], per_items),
     ]
+
+
+def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    columns = [Column(headers[0], "<"), *(Column(h) for h in headers[1:])]
+    return table(columns, rows, markdown=True)
 
 
 def _retriever_table(result: Calibration) -> list[str]:
     if not result.retrievers:
         return []
-    lines = ["", "| retriever | items | mean judge | mean labels |", "|---|---|---|---|"]
-    for entry in sorted(result.retrievers, key=lambda e: -(e.mean_labels or 0.0)):
-        lines.append(
-            f"| {entry.retriever} | {entry.items:,} | {fmt.number(entry.mean_judge, 3)} | "
-            f"{fmt.number(entry.mean_labels, 3)} |"
-        )
-    lines.append(
+    rows = [
+        (e.retriever, f"{e.items:,}", fmt.number(e.mean_judge, 3), fmt.number(e.mean_labels, 3))
+        for e in sorted(result.retrievers, key=lambda e: -(e.mean_labels or 0.0))
+    ]
+    return [
+        "",
+        _markdown(["retriever", "items", "mean judge", "mean labels"], rows),
         f"\nKendall's tau-b between the system rankings (judge vs labels): "
-        f"{fmt.number(result.retriever_kendall_tau_b, 3)}"
-    )
-    return lines
+        f"{fmt.number(result.retriever_kendall_tau_b, 3)}",
+    ]
 
 
 def _notes(result: Calibration) -> list[str]:
@@ -456,10 +424,18 @@ def format_report(result: Calibration) -> str:
 # -- command ----------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """The handler of `ctxprec calibrate` (its options are defined in jobs.cli)."""
+def run(options: CalibrateOptions, out: TextIO | None = None) -> int:
+    """`ctxprec calibrate`: judge the labelled rows and print the agreement.
+
+    Args:
+        options: the config, the labels, how many rows, the gold rule, the output form.
+        out: where to print (default stdout).
+
+    Returns:
+        0 (errors raise, and exit as every command's do).
+    """
     out = out or sys.stdout
-    config = load_config(args.config, args.set)
-    result = calibrate(config, args.labels, limit=args.limit, min_grade=args.min_grade)
-    out.write((result.to_json() if args.json else format_report(result)) + "\n")
+    config = options.config.load()
+    result = calibrate(config, options.labels, limit=options.limit, min_grade=options.min_grade)
+    out.write((result.to_json() if options.as_json else format_report(result)) + "\n")
     return 0

@@ -1,66 +1,29 @@
-"""`ctxprec compare <run A> <run B>`: how scores moved from run A (baseline) to run B, and
-whether the move is real.
-
-    ctxprec compare 2026-11-29 2026-11-30 --output s3://evals/cp/ --min-effect 0.01 [--json]
-
-Writes one row per query_id to `<output>/comparisons/<A>__vs__<B>.parquet` (or --out-table):
-query_id, presence (both | only_a | only_b), score_a, score_b, delta (= score_b - score_a, null
-unless both are scored), status_a, status_b, relevant_count_a, relevant_count_b, then one column
-per segment column (its value in B, else in A). Prints the summary shift, the items per score
-band of both runs, the change per segment with its 95% interval and p-value, the queries that
-regressed most, the relevance rate by position of both runs, and the gate's verdict.
-
-Segments: by default the columns run B's summary is segmented by (`summary.by`), where run A
-has them too; `--by COLUMN` (repeatable) picks any carried columns of both runs instead. A query
-is in the segment of its value in run B.
-
-Significance (`jobs.core.stats`): when the runs share enough queries (`PAIRED_SHARE`), paired by
-query: over the queries scored "ok" in both runs, the mean of the per-query differences B - A,
-its 95% t interval and the two-sided p-value of a one-sample t test, overall and per segment.
-Otherwise unpaired (Welch's test over each run's ok queries), and the output says so. The
-p-values of the run and of every segment with at least `--min-segment-size` queries are
-adjusted together with Holm's method (the family-wise error stays at 5%); smaller segments are
-shown, not gated (a segment of three queries moves by chance).
-
-Exit code 1 when the run's or a gated segment's mean dropped significantly (Holm-adjusted p
-below 0.05) AND by at least `--min-effect` (default 0.01; `--max-mean-drop` is its older
-name), when the judge canary's kappa fell by more than `--max-canary-drop` (default 0.1: the
-judge changed, whatever the scores did), or when no query is scored in both; else 0: a nightly
-pipeline can alert on it. `--json` prints one object: gate, overall, segments, canary
-(`Gate.to_json`). Errors exit as with every `ctxprec` command (2 for an unknown run id or
-segment column, 1 for a storage failure).
+"""`ctxprec compare RUN_A RUN_B`: how scores moved from run A (baseline) to run B, overall and
+per segment, and whether the move is real: a paired t test per segment (Welch's when the runs
+share too few queries), Holm-adjusted across segments, and the judge canary's change. The gate
+is the exit code (docs/report.md, docs/is-the-drop-real.md).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 import polars as pl
 
 from jobs.core import formatting as fmt
-from jobs.core.stats import LEVEL, Moments, holm, paired_test, welch_test
+from jobs.core.formatting import Column, table
+from jobs.core.stats import LEVEL, Moments, holm, moments_by, paired_test, welch_test
 from jobs.core.text_safety import terminal_safe
 from jobs.engine import band_range, relevance_by_position
-from jobs.tools.published_runs import (
-    PublishedRun,
-    load_run,
-    open_output,
-    parse_storage_options,
-    write_parquet_file,
-)
+from jobs.run.canary import CanaryResult
+from jobs.tools.published_runs import PublishedRun, load_run, write_parquet_file
+from jobs.tools.tool_options import CompareOptions
 from scorer_core.errors import ConfigError
-
-# The defaults of `ctxprec compare`'s options (jobs.cli shows the same in --help without
-# importing this module; tests/unit/test_compare.py checks they agree).
-DEFAULT_MIN_EFFECT = 0.01
-DEFAULT_MAX_CANARY_DROP = 0.1
-DEFAULT_MIN_SEGMENT_SIZE = 30
-DEFAULT_TOP = 10
 
 # Means are averages of 2-decimal scores; a difference below this is float noise.
 _EPSILON = 1e-9
@@ -78,6 +41,7 @@ TABLE_COLUMNS = (
     "relevant_count_a",
     "relevant_count_b",
 )
+"""The per-query table's columns, before one column per segment column."""
 
 
 @dataclass(frozen=True)
@@ -91,25 +55,17 @@ class ScoreStats:
     p90: float | None
 
     def as_dict(self) -> dict[str, float | None]:
-        return {
-            "count": float(self.count),
-            "mean": self.mean,
-            "median": self.median,
-            "p10": self.p10,
-            "p90": self.p90,
-        }
+        return {**dataclasses.asdict(self), "count": float(self.count)}
 
 
 @dataclass(frozen=True)
 class SegmentShift:
     """How one segment's scores moved (or the whole run's, `by` ""), with its test.
 
-    Paired (`method` "paired"): over its queries scored ok in both runs, the mean of the
-    per-query differences B - A, its 95% interval and p-value (`jobs.core.stats.paired_test`).
-    Unpaired: over all its queries scored ok in each run (`jobs.core.stats.welch_test`).
-    `p_adjusted` is Holm's across the gated tests (None for a segment not gated);
-    `significant`: p_adjusted below 0.05; `gated`: big enough to fail the gate; `failed`: it
-    did (a significant drop of at least the minimum effect)."""
+    Paired: the mean of its per-query differences B - A over its queries scored ok in both
+    runs; unpaired: over its queries scored ok in each run. `p_adjusted` is Holm's across the
+    gated tests (None for a segment not gated); `gated`: big enough to fail the gate;
+    `failed`: it did (a significant drop of at least the minimum effect)."""
 
     by: str  # the segment column ("" for the whole run)
     value: str | None  # its value in run B, as text (None: null)
@@ -132,29 +88,15 @@ class SegmentShift:
         return self.diff if self.diff is not None else _diff(self.mean_a, self.mean_b)
 
     @property
-    def queries(self) -> int:
-        return self.paired
+    def label(self) -> str:
+        return f"{self.by}={'(null)' if self.value is None else self.value}"
 
     def to_json(self) -> dict[str, Any]:
         """The object `ctxprec compare --json` prints for it."""
-        return {
-            "by": self.by or None,
-            "segment": self.value,
-            "queries": self.paired,
-            "mean_a": self.mean_a,
-            "mean_b": self.mean_b,
-            "diff": self.diff,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "p_adjusted": self.p_adjusted,
-            "significant": self.significant,
-            "gated": self.gated,
-        }
-
-    @property
-    def label(self) -> str:
-        return f"{self.by}={'(null)' if self.value is None else self.value}"
+        head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
+        internal = {"by", "value", "paired", "regressed", "method", "failed"}
+        fields = [f.name for f in dataclasses.fields(self) if f.name not in internal]
+        return head | {name: getattr(self, name) for name in fields}
 
 
 @dataclass(frozen=True)
@@ -175,8 +117,7 @@ class Comparison:
     unchanged: int
     regressed: int
     lost: int  # ok in A, present in B but not ok there
-    # Items per score band (name, count) from each run's published summary: all items scored
-    # ok in that run, not only the paired ones.
+    # Items per score band (name, count) from each run's summary: all its items scored ok.
     bands_a: tuple[tuple[str, int], ...] = ()
     bands_b: tuple[tuple[str, int], ...] = ()
     segments: tuple[SegmentShift, ...] = ()  # per segment column, values sorted, null last
@@ -184,8 +125,8 @@ class Comparison:
     unsegmented: tuple[str, ...] = ()  # B's summary columns that run A's scores lack
     overall: SegmentShift | None = None  # the whole run's shift and test
     method: str = "paired"  # or "unpaired" when the runs share too few queries
-    canary_a: dict[str, float | None] = field(default_factory=dict)  # each run's canary metrics
-    canary_b: dict[str, float | None] = field(default_factory=dict)
+    canary_a: CanaryResult | None = None  # each run's judge canary (None: it judged none)
+    canary_b: CanaryResult | None = None
 
     def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
         return tuple(segment for segment in self.segments if segment.by == by)
@@ -196,9 +137,7 @@ class Comparison:
 
     @property
     def mean_shift(self) -> float | None:
-        if self.stats_a.mean is None or self.stats_b.mean is None:
-            return None
-        return self.stats_b.mean - self.stats_a.mean
+        return _diff(self.stats_a.mean, self.stats_b.mean)
 
     def regressions(self, top: int) -> pl.DataFrame:
         """The `top` queries whose score fell the most (most negative delta first)."""
@@ -206,21 +145,40 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class CanaryChange:
+    """Both runs' canary (an empty one for a run without) and kappa's change; `failed` when it
+    fell more than `max_drop` (the judge changed)."""
+
+    a: CanaryResult
+    b: CanaryResult
+    kappa_change: float | None
+    max_drop: float
+    failed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `ctxprec compare --json` prints for it."""
+        names = ("items", "kappa", "precision", "recall")
+        sides = {
+            f"{n}_{x}": getattr(run, n) for n in names for x, run in (("a", self.a), ("b", self.b))
+        }
+        return sides | {
+            "kappa_change": self.kappa_change,
+            "max_drop": self.max_drop,
+            "failed": self.failed,
+        }
+
+
+@dataclass(frozen=True)
 class Gate:
     """The gate's verdict: `overall` and `segments` with their Holm-adjusted tests, the
-    segments that failed, and the canary's change (None when neither run has a canary).
-    `to_json` is what `ctxprec compare --json` prints."""
+    segments that failed, and the canary's change (None when neither run has a canary)."""
 
     passed: bool
     message: str
     failed_segments: tuple[SegmentShift, ...] = ()
     overall: SegmentShift | None = None
     segments: tuple[SegmentShift, ...] = ()
-    canary: dict[str, Any] | None = None
-
-    @property
-    def judge_changed(self) -> bool:
-        return bool(self.canary and self.canary["failed"])
+    canary: CanaryChange | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The object `ctxprec compare --json` prints."""
@@ -230,7 +188,7 @@ class Gate:
             "method": self.overall.method if self.overall else None,
             "overall": self.overall.to_json() if self.overall else None,
             "segments": [segment.to_json() for segment in self.segments],
-            "canary": self.canary,
+            "canary": self.canary.to_json() if self.canary else None,
         }
 
 
@@ -298,9 +256,7 @@ def score_stats(scores: pl.Series) -> ScoreStats:
     if values.is_empty():
         return ScoreStats(0, None, None, None, None)
 
-    def number(value: Any) -> float | None:
-        return None if value is None else float(value)
-
+    number = fmt.optional_float
     return ScoreStats(
         count=values.len(),
         mean=number(values.mean()),
@@ -373,24 +329,6 @@ PAIRED_SHARE = 0.5
 share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
 
 
-def _moments(
-    frame: pl.DataFrame, keys: Sequence[str], column: str
-) -> dict[tuple[Any, ...], Moments]:
-    """Per value of `keys`: the Moments of `column`'s non-null values."""
-    values = frame.filter(pl.col(column).is_not_null())
-    aggs = [
-        pl.len().alias("n"),
-        pl.col(column).cast(pl.Float64).sum().alias("total"),
-        (pl.col(column).cast(pl.Float64) ** 2).sum().alias("total_sq"),
-    ]
-    rows = values.group_by(*keys).agg(aggs) if keys else values.select(aggs)
-    out: dict[tuple[Any, ...], Moments] = {}
-    for row in rows.iter_rows(named=True):
-        key = tuple(row[k] for k in keys)
-        out[key] = Moments(int(row["n"]), float(row["total"] or 0.0), float(row["total_sq"] or 0.0))
-    return out
-
-
 def choose_method(table: pl.DataFrame) -> str:
     """How to compare: paired when the runs share enough queries scored ok in both
     (`PAIRED_SHARE`), else unpaired."""
@@ -446,7 +384,7 @@ def _side_moments(
         }
     out: dict[tuple[Any, ...], dict[str, Moments]] = {}
     for name, (frame, column) in sides.items():
-        for key, moments in _moments(frame, keys, column).items():
+        for key, moments in moments_by(frame, column, [pl.col(k) for k in keys]).items():
             out.setdefault(key, {})[name] = moments
     return out
 
@@ -494,9 +432,9 @@ def compare_runs(
             position_change(run_a.verdicts(), run_b.verdicts()),
         ]
     )
-    both_ok = (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok")
-    paired = table.filter(both_ok & pl.col("delta").is_not_null())
+    paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
+    regressed = int((deltas < -_EPSILON).sum())
     method = choose_method(table)
     lost = table.filter(
         (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
@@ -518,18 +456,22 @@ def compare_runs(
         stats_delta=score_stats(deltas),
         improved=int((deltas > _EPSILON).sum()),
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
-        regressed=int((deltas < -_EPSILON).sum()),
+        regressed=regressed,
         lost=lost,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
         segments=segment_shifts(table, columns, method),
         segment_columns=columns,
-        overall=overall_shift(table, method, int((deltas < -_EPSILON).sum())),
+        overall=overall_shift(table, method, regressed),
         method=method,
-        canary_a=dict(run_a.summary.canary),
-        canary_b=dict(run_b.summary.canary),
+        canary_a=CanaryResult.of_metrics(run_a.summary.canary),
+        canary_b=CanaryResult.of_metrics(run_b.summary.canary),
         unsegmented=unsegmented,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# the gate
 
 
 def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
@@ -566,22 +508,16 @@ def adjust(
 
 
 def canary_change(
-    a: dict[str, float | None], b: dict[str, float | None], max_drop: float
-) -> dict[str, Any] | None:
+    a: CanaryResult | None, b: CanaryResult | None, max_drop: float
+) -> CanaryChange | None:
     """Both runs' canary metrics and kappa's change; `failed` when it fell more than
     `max_drop`. None when neither run judged a canary."""
-    if not a and not b:
+    if a is None and b is None:
         return None
-    kappa_a, kappa_b = a.get("canary_kappa"), b.get("canary_kappa")
-    change = None if kappa_a is None or kappa_b is None else kappa_b - kappa_a
-    out: dict[str, Any] = {
-        f"{name}_{side}": metrics.get(f"canary_{name}")
-        for name in ("items", "kappa", "precision", "recall")
-        for side, metrics in (("a", a), ("b", b))
-    }
-    out.update(kappa_change=change, max_drop=max_drop)
-    out["failed"] = change is not None and change < -max_drop - _EPSILON
-    return out
+    a, b = a or CanaryResult(), b or CanaryResult()
+    change = None if a.kappa is None or b.kappa is None else b.kappa - a.kappa
+    failed = change is not None and change < -max_drop - _EPSILON
+    return CanaryChange(a, b, change, max_drop, failed)
 
 
 def _p(value: float | None) -> str:
@@ -589,9 +525,7 @@ def _p(value: float | None) -> str:
 
 
 def _ci(shift: SegmentShift) -> str:
-    if shift.ci_low is None or shift.ci_high is None:
-        return "-"
-    return f"[{shift.ci_low:+.4f}, {shift.ci_high:+.4f}]"
+    return fmt.interval(shift.ci_low, shift.ci_high, 4, signed=True, missing="-")
 
 
 def _why(shift: SegmentShift, min_effect: float) -> str:
@@ -618,19 +552,19 @@ def _overall_line(overall: SegmentShift, failed: bool, min_effect: float) -> str
     return f"{verdict}: mean shift {(o.diff or 0.0):+.4f} {stats}: {_why(o, min_effect)}"
 
 
-def _canary_line(canary: dict[str, Any]) -> str:
-    a, b = canary["kappa_a"], canary["kappa_b"]
+def _canary_line(canary: CanaryChange) -> str:
+    a, b = canary.a.kappa, canary.b.kappa
     if a is None or b is None:
         which = (
             "run A" if b is None and a is not None else "run B" if a is None and b else "neither"
         )
         return f"canary: kappa only in {which}; the judge is not compared"
-    items = int(canary["items_b"] or 0)
-    if canary["failed"]:
+    items = int(canary.b.items or 0)
+    if canary.failed:
         return (
             f"FAIL: the judge changed: canary kappa fell by {a - b:.3f} (from {a:.3f} to "
             f"{b:.3f}, {items:,} labelled items), more than --max-canary-drop "
-            f"{canary['max_drop']:.3f}; score shifts between these runs may be the judge's, "
+            f"{canary.max_drop:.3f}; score shifts between these runs may be the judge's, "
             "not retrieval's"
         )
     return (
@@ -641,8 +575,8 @@ def _canary_line(canary: dict[str, Any]) -> str:
 def gate(
     comparison: Comparison,
     min_effect: float,
-    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
-    max_canary_drop: float = DEFAULT_MAX_CANARY_DROP,
+    min_segment_size: int = CompareOptions.min_segment_size,
+    max_canary_drop: float = CompareOptions.max_canary_drop,
 ) -> Gate:
     """Fail on a drop, overall or in a segment with at least `min_segment_size` queries, that
     is significant after Holm's correction across them and at least `min_effect`; or when the
@@ -663,8 +597,8 @@ def decide(
     segments: Sequence[SegmentShift],
     method: str,
     min_effect: float,
-    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
-    canary: dict[str, Any] | None = None,
+    min_segment_size: int = CompareOptions.min_segment_size,
+    canary: CanaryChange | None = None,
 ) -> Gate:
     """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
     if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
@@ -676,8 +610,7 @@ def decide(
         )
     overall, tested = adjust(overall, segments, min_effect, min_segment_size)
     failed = tuple(s for s in tested if s.failed)
-    judge_changed = bool(canary and canary["failed"])
-    passed = not overall.failed and not failed and not judge_changed
+    passed = not overall.failed and not failed and not (canary and canary.failed)
     lines = [_overall_line(overall, not passed, min_effect)]
     if method == "unpaired":
         lines.append(
@@ -709,154 +642,178 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
+def _change_columns(first: Column) -> tuple[Column, ...]:
+    return (first, *(Column(name, width=12) for name in ("A", "B", "B-A")))
+
+
+def _counts(label: str, a: int, b: int) -> tuple[str, str, str, str]:
+    return label, f"{a:,}", f"{b:,}", f"{b - a:+,}"
+
+
 def format_shift(comparison: Comparison) -> str:
     """Status counts and score statistics of A and B, with B - A."""
     c = comparison
-    width = 12
-    head = f"{'':<24}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}"
-    lines = [f"A = {c.run_a}   B = {c.run_b}", head]
-    items_a, items_b = sum(c.status_a.values()), sum(c.status_b.values())
-    lines.append(
-        f"{'items':<24}{items_a:>{width},}{items_b:>{width},}{items_b - items_a:>+{width},}"
-    )
-    for status in _STATUSES:
-        a, b = c.status_a.get(status, 0), c.status_b.get(status, 0)
-        label = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}[status]
-        lines.append(f"{label:<24}{a:>{width},}{b:>{width},}{b - a:>+{width},}")
-    lines.append(f"scores over the {c.paired:,} queries scored ok in both runs:")
-    for name in ("count", "mean", "median", "p10", "p90"):
-        a_value = c.stats_a.as_dict()[name]
-        b_value = c.stats_b.as_dict()[name]
-        digits = 0 if name == "count" else 3
-        lines.append(
-            f"  {name:<22}{fmt.number(a_value, digits):>{width}}"
-            f"{fmt.number(b_value, digits):>{width}}"
-            f"{fmt.number(_diff(a_value, b_value), digits, signed=True):>{width}}"
-        )
-    d = c.stats_delta
-    lines += [
-        f"per-query delta: median {fmt.number(d.median, 3, signed=True)}, "
-        f"p10 {fmt.number(d.p10, 3, signed=True)}, p90 {fmt.number(d.p90, 3, signed=True)}; "
-        f"improved {c.improved:,}, unchanged {c.unchanged:,}, "
-        f"regressed {c.regressed:,}",
-        f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
-        f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
+    columns = _change_columns(Column(align="<", width=24))
+    labels = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}
+    counts = [_counts("items", sum(c.status_a.values()), sum(c.status_b.values()))]
+    counts += [
+        _counts(labels[status], c.status_a.get(status, 0), c.status_b.get(status, 0))
+        for status in _STATUSES
     ]
-    return "\n".join(lines)
+    a, b = c.stats_a.as_dict(), c.stats_b.as_dict()
+    stats = [
+        (
+            f"  {name}",
+            fmt.number(a[name], digits := 0 if name == "count" else 3),
+            fmt.number(b[name], digits),
+            fmt.number(_diff(a[name], b[name]), digits, signed=True),
+        )
+        for name in ("count", "mean", "median", "p10", "p90")
+    ]
+    d = c.stats_delta
+    over = f"scores over the {c.paired:,} queries scored ok in both runs:"
+    return "\n".join(
+        [
+            f"A = {c.run_a}   B = {c.run_b}",
+            table(columns, counts, gap=""),
+            table(columns, stats, title=over, header=False, gap=""),
+            f"per-query delta: median {fmt.number(d.median, 3, signed=True)}, "
+            f"p10 {fmt.number(d.p10, 3, signed=True)}, p90 {fmt.number(d.p90, 3, signed=True)}; "
+            f"improved {c.improved:,}, unchanged {c.unchanged:,}, regressed {c.regressed:,}",
+            f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
+            f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
+        ]
+    )
 
 
 def format_bands(comparison: Comparison) -> str:
     """Items per score band in A and B (each run's summary), with B - A."""
-    c = comparison
-    a, b = dict(c.bands_a), dict(c.bands_b)
-    names = list(dict.fromkeys([*a, *b]))
-    width = 12
-    lines = [
-        "score bands (score / scale; all items scored ok in each run):",
-        f"  {'band':<22}{'A':>{width}}{'B':>{width}}{'B-A':>{width}}",
-    ]
-    for name in names:
-        count_a, count_b = a.get(name, 0), b.get(name, 0)
-        label = f"{name} ({band_range(name)})" if band_range(name) else name
-        lines.append(
-            f"  {label:<22}{count_a:>{width},}{count_b:>{width},}{count_b - count_a:>+{width},}"
+    a, b = dict(comparison.bands_a), dict(comparison.bands_b)
+    rows = [
+        _counts(
+            f"{name} ({band_range(name)})" if band_range(name) else name,
+            a.get(name, 0),
+            b.get(name, 0),
         )
-    return "\n".join(lines)
-
-
-def format_regressions(comparison: Comparison, top: int) -> str:
-    rows = comparison.regressions(top)
-    if rows.is_empty():
-        return "regressions: none"
-    longest = max((len(terminal_safe(q)) for q in rows.get_column("query_id").to_list()), default=8)
-    width = max(8, min(40, longest))
-    lines = [
-        f"top {rows.height} regressions (most negative delta first):",
-        f"  {'query_id':<{width}}{'score A':>9}{'score B':>9}{'delta':>9}{'rel A':>7}{'rel B':>7}",
+        for name in dict.fromkeys([*a, *b])
     ]
-    for row in rows.iter_rows(named=True):
-        query = terminal_safe(row["query_id"])  # no terminal escapes, no forged rows
-        query = query if len(query) <= width else query[: width - 1] + "…"
-        lines.append(
-            f"  {query:<{width}}{fmt.number(row['score_a'], 2):>9}"
-            f"{fmt.number(row['score_b'], 2):>9}"
-            f"{fmt.number(row['delta'], 2, signed=True):>9}"
-            f"{_count(row['relevant_count_a']):>7}{_count(row['relevant_count_b']):>7}"
-        )
-    return "\n".join(lines)
+    return table(
+        _change_columns(Column("band", "<", 22)),
+        rows,
+        title="score bands (score / scale; all items scored ok in each run):",
+        indent="  ",
+        gap="",
+    )
 
 
 def _count(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+_REGRESSIONS = (
+    Column("query_id", "<", 8, limit=40),
+    *(Column(name, width=9) for name in ("score A", "score B", "delta")),
+    *(Column(name, width=7) for name in ("rel A", "rel B")),
+)
+
+
+def format_regressions(comparison: Comparison, top: int) -> str:
+    rows = comparison.regressions(top)
+    if rows.is_empty():
+        return "regressions: none"
+    cells = [
+        (
+            row["query_id"],
+            fmt.number(row["score_a"], 2),
+            fmt.number(row["score_b"], 2),
+            fmt.number(row["delta"], 2, signed=True),
+            _count(row["relevant_count_a"]),
+            _count(row["relevant_count_b"]),
+        )
+        for row in rows.iter_rows(named=True)
+    ]
+    title = f"top {rows.height} regressions (most negative delta first):"
+    return table(_REGRESSIONS, cells, title=title, indent="  ", gap="")
+
+
+_POSITIONS = (
+    Column("position", "<", 10),
+    *(Column(name, width=9) for name in ("rate A", "rate B", "delta")),
+    *(Column(name, width=10) for name in ("judged A", "judged B")),
+)
+
+
 def format_positions(comparison: Comparison, limit: int = 20) -> str:
     rows = comparison.positions
-    lines = [
-        "relevance rate by position:",
-        f"  {'position':<10}{'rate A':>9}{'rate B':>9}{'delta':>9}{'judged A':>10}{'judged B':>10}",
-    ]
-    for row in rows.head(limit).iter_rows(named=True):
-        lines.append(
-            f"  {row['position']:<10}{fmt.number(row['rate_a'], 3):>9}"
-            f"{fmt.number(row['rate_b'], 3):>9}"
-            f"{fmt.number(row['delta'], 3, signed=True):>9}"
-            f"{_count(row['judged_a']):>10}{_count(row['judged_b']):>10}"
+    cells = [
+        (
+            row["position"],
+            fmt.number(row["rate_a"], 3),
+            fmt.number(row["rate_b"], 3),
+            fmt.number(row["delta"], 3, signed=True),
+            _count(row["judged_a"]),
+            _count(row["judged_b"]),
         )
+        for row in rows.head(limit).iter_rows(named=True)
+    ]
+    text = table(_POSITIONS, cells, title="relevance rate by position:", indent="  ", gap="")
     if rows.height > limit:
-        lines.append(f"  ... {rows.height - limit} more positions (all are in the table)")
-    return "\n".join(lines)
+        text += f"\n  ... {rows.height - limit} more positions (all are in the table)"
+    return text
 
 
 _MAX_SEGMENT_LINES = 40
+_SEGMENT_FIGURES = (
+    Column("queries", width=9),
+    *(Column(name, width=7) for name in ("mean A", "mean B", "change")),
+    Column("95% CI", width=18),
+    Column("p adj", width=6),
+    Column("regressed", width=9),
+    Column("gate", width=5),
+)
 
 
-def format_segments(comparison: Comparison, verdict: Gate, min_segment_size: int) -> str:
+def format_segments(comparison: Comparison, verdict: Gate) -> str:
     """Per segment column: each value's queries, means, the change with its 95% interval and
     Holm-adjusted p-value, and whether the gate failed it ("FAIL"), checked it ("ok") or left
     it out for its size ("small")."""
     tested = {(s.by, s.value): s for s in verdict.segments}
+    over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
     blocks = []
     for column in comparison.segment_columns:
         segments = [tested.get((s.by, s.value), s) for s in comparison.segments_by(column)]
-        width = max([len(column) + 3, *(len(terminal_safe(s.value)) + 2 for s in segments)])
-        width = min(max(width, 12), 32)
-        over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
-        lines = [
-            f"by {column} (a query's value in B; over the queries {over}):",
-            f"  {'value':<{width}}{'queries':>9}{'mean A':>9}{'mean B':>9}{'change':>9}"
-            f"{'95% CI':>20}{'p adj':>8}{'regressed':>11}{'gate':>7}",
-        ]
-        for s in segments[:_MAX_SEGMENT_LINES]:
-            name = "(null)" if s.value is None else terminal_safe(s.value)
-            name = name if len(name) <= width - 2 else name[: width - 3] + "…"
-            status = "FAIL" if s.failed else "ok" if s.gated else "small"
-            lines.append(
-                f"  {name:<{width}}{s.paired:>9,}{fmt.number(s.mean_a, 3):>9}"
-                f"{fmt.number(s.mean_b, 3):>9}{fmt.number(s.shift, 3, signed=True):>9}"
-                f"{_ci(s):>20}{_p(s.p_adjusted):>8}{s.regressed:>11,}{status:>7}"
+        name = Column("value", "<", max(10, min(len(column) + 1, 30)), limit=30)
+        rows = [
+            (
+                "(null)" if s.value is None else s.value,
+                f"{s.paired:,}",
+                fmt.number(s.mean_a, 3),
+                fmt.number(s.mean_b, 3),
+                fmt.number(s.shift, 3, signed=True),
+                _ci(s),
+                _p(s.p_adjusted),
+                f"{s.regressed:,}",
+                "FAIL" if s.failed else "ok" if s.gated else "small",
             )
+            for s in segments[:_MAX_SEGMENT_LINES]
+        ]
+        title = f"by {column} (a query's value in B; over the queries {over}):"
+        blocks.append(table((name, *_SEGMENT_FIGURES), rows, title=title, indent="  "))
         hidden = len(segments) - _MAX_SEGMENT_LINES
         if hidden > 0:
-            lines.append(f"  ... {hidden} more values (all are gated; see --json)")
-        blocks.append("\n".join(lines))
+            blocks[-1] += f"\n  ... {hidden} more values (all are gated; see --json)"
     if comparison.unsegmented:
         blocks.append(
-            "not compared by "
-            + ", ".join(comparison.unsegmented)
-            + f": run {comparison.run_a}'s scores do not have the column"
+            f"not compared by {', '.join(comparison.unsegmented)}: run {comparison.run_a}'s "
+            "scores do not have the column"
         )
     return "\n\n".join(blocks)
 
 
-def format_comparison(
-    comparison: Comparison,
-    *,
-    top: int,
-    verdict: Gate,
-    min_segment_size: int = DEFAULT_MIN_SEGMENT_SIZE,
-) -> str:
-    segments = format_segments(comparison, verdict, min_segment_size)
+def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
+    """What `ctxprec compare` prints: the shift, bands, segments, regressions, positions and
+    the gate's verdict."""
+    segments = format_segments(comparison, verdict)
     return "\n\n".join(
         [
             format_shift(comparison),
@@ -870,62 +827,38 @@ def format_comparison(
 
 
 # --------------------------------------------------------------------------------------------
-# command: `run` is what `ctxprec compare` calls (its options are defined in jobs.cli);
-# `main` is `python -m jobs.tools.comparison`
+# the command
 
 
-def table_name(run_a: str, run_b: str) -> str:
-    return f"comparisons/{run_a}__vs__{run_b}.parquet"
+def run(options: CompareOptions, out: TextIO | None = None) -> int:
+    """`ctxprec compare`: compare, write the per-query table, print, gate.
 
+    Args:
+        options: the runs and the gate's thresholds.
+        out: where to print (default stdout).
 
-def min_effect_of(args: argparse.Namespace) -> float:
-    """--min-effect, or --max-mean-drop (its older name); the default when neither is given."""
-    given = {
-        name: value
-        for name, value in (
-            ("--min-effect", args.min_effect),
-            ("--max-mean-drop", args.max_mean_drop),
-        )
-        if value is not None
-    }
-    if len(set(given.values())) > 1:
-        raise ConfigError("--min-effect and --max-mean-drop are the same setting; give one")
-    for name, value in given.items():
-        if value < 0:
-            raise ConfigError(f"{name} must be >= 0, got {value}")
-    return next(iter(given.values()), DEFAULT_MIN_EFFECT)
-
-
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """The handler of `ctxprec compare`: 1 when the mean dropped too far, else 0."""
+    Returns:
+        1 when the gate fails (a significant drop of at least the minimum effect, overall or
+        in a gated segment, or a changed judge), else 0.
+    """
     out = out if out is not None else sys.stdout
-    min_effect = min_effect_of(args)
-    if args.max_canary_drop < 0:
-        raise ConfigError(f"--max-canary-drop must be >= 0, got {args.max_canary_drop}")
-    if args.top < 0:
-        raise ConfigError(f"--top must be >= 0, got {args.top}")
-    if args.min_segment_size < 1:
-        raise ConfigError(f"--min-segment-size must be >= 1, got {args.min_segment_size}")
-    store = open_output(args)
-    run_a = load_run(store, args.run_a)
-    run_b = load_run(store, args.run_b)
-    comparison = compare_runs(run_a, run_b, args.by)
+    store = options.root.store()
+    run_a = load_run(store, options.run_a)
+    run_b = load_run(store, options.run_b)
+    comparison = compare_runs(run_a, run_b, options.by)
     written = write_parquet_file(
         store,
-        args.out_table,
-        table_name(run_a.run_id, run_b.run_id),
+        options.out_table,
+        f"comparisons/{run_a.run_id}__vs__{run_b.run_id}.parquet",
         comparison.table,
-        parse_storage_options(args.storage_option),
+        options.root.storage_options,
     )
-    verdict = gate(comparison, min_effect, args.min_segment_size, args.max_canary_drop)
-    if args.json:
+    verdict = gate(
+        comparison, options.min_effect, options.min_segment_size, options.max_canary_drop
+    )
+    if options.as_json:
         out.write(json.dumps(verdict.to_json()) + "\n")
-        return 0 if verdict.passed else 1
-    out.write(
-        format_comparison(
-            comparison, top=args.top, verdict=verdict, min_segment_size=args.min_segment_size
-        )
-        + "\n"
-    )
-    out.write(f"per-query table: {written}\n")
+    else:
+        out.write(format_comparison(comparison, top=options.top, verdict=verdict) + "\n")
+        out.write(f"per-query table: {written}\n")
     return 0 if verdict.passed else 1

@@ -1,52 +1,14 @@
 """`ctxprec estimate`: what a run would cost before it runs (no judge calls, no Ray).
 
-Streams the input through the job's own reading path (`list_input_files` -> `check_schema` ->
-`plan_shards` -> `read_shard` -> `to_item` -> `preprocess`), one row at a time, and counts:
-
-- in a sampled run (`sample:`), only the rows its plan keeps (`jobs.inputs.sampling`: the input is
-  read once more first, for the strata's populations, as the driver does);
-- items (valid / invalid) and context pairs, exactly as the job would see them (duplicate
-  `query_id`s are counted: the job judges them too and marks them at publish time);
-- judge calls: per item ceil(contexts / `judge.contexts_per_call`), plus one per item when
-  `scorer.reason` is `llm`. Retries and re-asks are not included (they depend on the provider);
-- prompt tokens: the real prompts (`scorer_core.prompt.verdict_messages`, and `reason_messages`
-  for `reason: llm`) are built for every item and their characters summed; tokens are counted
-  exactly with `litellm.token_counter` on a deterministic sample of at most `--sample` items
-  (the items with the smallest content hash, independent of input order) and extrapolated to
-  all items by characters (tokens per character of the sample);
-- output tokens: an allowance of `OUTPUT_TOKENS_PER_VERDICT` per context pair (one short reason
-  per verdict, the same allowance the LLM judge reserves from the rate limiter) plus
-  `OUTPUT_TOKENS_PER_REASON` per LLM-reason call;
-- cost at the model's price (`litellm.cost_per_token`; "n/a" for a model without a price,
-  0 for the offline lexical judge); in batch mode (`judge.mode: batch`) at the model's batch
-  price, or half the online price, ASSUMED, when litellm knows none (`jobs.core.pricing`);
-- in batch mode, the batches of the first round: the real request lines
-  (`jobs.engine.RequestLines`) of every verdict request the cache would not answer, cut by
-  the provider's limits as the run cuts them (`jobs.engine.BatchPacker`);
-- wall time at the configured rate limit: the larger of calls / requests_per_minute and
-  limiter tokens / tokens_per_minute, both at `rate_limit.headroom` as the job paces them,
-  plus the workers' start (`WORKER_START_S`, and `LITELLM_IMPORT_S` more where workers import
-  litellm), a latency for the first request and `TAIL_LATENCIES` for the slowest last replies
-  (limiter tokens are what the job reserves per request, `scorer_core.judge.estimate_tokens`:
-  prompt characters / `CHARS_PER_TOKEN` + 1 + `REPLY_TOKENS_PER_VERDICT` per verdict). With
-  no rate limit the run is "unbounded by rate limit" and the time shown is calls x an ASSUMED
-  latency / the run's concurrency (`--assumed-latency`); the same concurrency floor applies
-  when it is larger than the rate-limit time;
-- the share of context pairs the verdict cache would answer: every pair key
-  (`jobs.core.verdict_cache.pair_key`) looked up in the verdict store under this config's cache
-  path, its
-  journal included (`jobs.engine.stored_pair_keys`, a partition at a time), as the run's
-  lookup does; calls, prompt and output tokens after the cache, the cost and the wall time
-  count only the requests the cache does not answer. The offline lexical judge does not use
-  the cache.
-
-The result is a typed `Estimate`; `--json` prints it field for field. The API key is never
-read.
+Streams the input once through the job's own reading path (a sampled run's plan too) and counts
+items, pairs and judge calls; builds every real prompt, counts tokens exactly on a bottom-k
+sample and extrapolates by characters; looks every pair key up in the verdict store; in batch
+mode cuts the first round's request lines into batches; and paces the rest as the run would.
+The result is a typed `Estimate`; docs/commands.md says how each figure is reached.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import heapq
@@ -62,7 +24,8 @@ from typing import Literal, TextIO
 from pydantic import BaseModel, ConfigDict
 
 from jobs.core import formatting as fmt
-from jobs.core.config import JobConfig, RateLimitConfig, load_config
+from jobs.core.config import JobConfig, RateLimitConfig
+from jobs.core.formatting import Column, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
 from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import Store, filesystem
@@ -87,6 +50,7 @@ from jobs.inputs import (
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import plan_sample
 from jobs.run import factory
+from jobs.tools.tool_options import EstimateOptions
 from scorer_core.errors import CtxPrecError
 from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
 from scorer_core.litellm_client import import_litellm
@@ -96,34 +60,20 @@ from scorer_core.prompt import (
     verdict_messages,
     verdicts_schema,
 )
+from scorer_core.scoring import context_slices
 from scorer_core.types import ContextVerdict, ScoringItem
 
-DEFAULT_SAMPLE = 2000
-"""Items whose prompts are tokenized exactly; the rest is extrapolated by characters."""
+# Reply tokens per verdict: the allowance the LLM judge itself reserves; per LLM reason.
 OUTPUT_TOKENS_PER_VERDICT = REPLY_TOKENS_PER_VERDICT
-"""Expected reply tokens per context verdict: the allowance the LLM judge itself reserves."""
 OUTPUT_TOKENS_PER_REASON = 100
-"""Expected reply tokens per LLM-reason call ("two or three sentences")."""
-DEFAULT_ASSUMED_LATENCY_S = 2.0
-"""Seconds per judge request assumed when no rate limit bounds the run."""
+# The run's edges, measured (docs/design-notes-tools.md): the slowest last reply as a multiple
+# of the mean latency, the workers' start, and what importing litellm adds to it.
 TAIL_LATENCIES = 5.0
-"""The run ends with its slowest last reply: with hundreds in flight at the end, about a p99
-latency, taken as 5x the assumed mean (a heavy-tailed reply time: the flow benchmark's runs
-measured p99 at 4.5x, 5.2x and 6.2x the mean at 1, 3 and 10 s, the client's own queueing
-included)."""
 WORKER_START_S = 3.0
-"""The fan-out's fixed start before its first request: the coordinator and the worker
-processes starting and importing the engine, about 3 s on 2 quiet cores with the bytecode
-compiled at install (the flow section of docs/benchmarks.md; a loaded machine takes longer)."""
 LITELLM_IMPORT_S = 3.5
-"""What a worker's start adds when it imports litellm (to count prompt tokens for a
-tokens-per-minute limit, or as the transport): measured 3.5 s more than a worker without it."""
+# Stands in for the judge's per-verdict reason when sizing LLM-reason prompts.
 _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
-"""Stands in for the judge's per-verdict reason when sizing LLM-reason prompts."""
 _MAX_INVALID_EXAMPLES = 5
-
-
-# -- the estimate, typed (`--json` prints it field for field, in this order) -----------------
 
 
 class _Record(BaseModel):
@@ -131,16 +81,12 @@ class _Record(BaseModel):
 
 
 class InputFacts(_Record):
-    """The input as the run would plan it."""
-
     path: str
     files: int
     shards: int
 
 
 class ItemCounts(_Record):
-    """Rows read: valid items, invalid rows (the first few quoted), items cut to the limits."""
-
     valid: int
     invalid: int
     total: int
@@ -149,8 +95,6 @@ class ItemCounts(_Record):
 
 
 class JudgeCalls(_Record):
-    """Judge requests the run would send (retries and re-asks not included)."""
-
     total: int
     verdict_calls: int
     reason_calls: int
@@ -161,8 +105,7 @@ class JudgeCalls(_Record):
 
 
 class PromptTokens(_Record):
-    """Prompt tokens: counted exactly on a sample, extrapolated to every item by characters;
-    `after_cache`: those of the requests the verdict cache does not answer (by characters)."""
+    """`after_cache`: those of the requests the verdict cache does not answer."""
 
     estimate: int
     after_cache: int
@@ -177,9 +120,6 @@ class PromptTokens(_Record):
 
 
 class OutputTokens(_Record):
-    """Reply tokens: an allowance per verdict and per LLM-reason call (`after_cache`: for
-    the verdicts the cache does not answer)."""
-
     estimate: int
     after_cache: int
     per_verdict: int
@@ -187,7 +127,7 @@ class OutputTokens(_Record):
 
 
 class BatchWallTime(_Record):
-    """Batch mode: the provider's completion window bounds the time, nothing paces it."""
+    """Batch mode: the provider's completion window bounds the time."""
 
     seconds: None = None
     completion_window: str
@@ -195,8 +135,8 @@ class BatchWallTime(_Record):
 
 
 class Pacing(_Record):
-    """How the run would pace its requests: the limits (as the config holds them), the
-    limiter tokens it would reserve and the in-flight budget it would settle on."""
+    """The limits (as the config holds them), the limiter tokens the run would reserve and the
+    in-flight budget it would settle on."""
 
     requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
     tokens_per_minute: int | float
@@ -216,8 +156,7 @@ class OfflineWallTime(Pacing):
 
 class PacedWallTime(Pacing):
     """An LLM judge online: the slowest of the request rate, the token rate and the in-flight
-    budget at the assumed latency, plus the run's edges (`worker_start_s`, first and last
-    replies)."""
+    budget at the assumed latency, plus the run's edges."""
 
     by_requests_s: float | None
     by_tokens_s: float | None
@@ -231,8 +170,6 @@ WallTime = BatchWallTime | OfflineWallTime | PacedWallTime
 
 
 class BatchPlan(_Record):
-    """Batch mode: the first round's batches as the run would cut them."""
-
     mode: Literal["batch"] = "batch"
     batches: int
     requests: int
@@ -245,8 +182,6 @@ class BatchPlan(_Record):
 
 
 class CacheShare(_Record):
-    """What the existing verdict cache would answer."""
-
     used: bool
     note: str
     cached_pairs: int
@@ -255,7 +190,7 @@ class CacheShare(_Record):
 
 
 class Estimate(_Record):
-    """What `ctxprec estimate` found (see the module docstring)."""
+    """What `ctxprec estimate` found; `--json` prints it field for field, in this order."""
 
     model: str
     input: InputFacts
@@ -282,10 +217,6 @@ def _messages_chars(messages: Sequence[dict[str, str]]) -> int:
     return sum(len(m["content"]) for m in messages)
 
 
-def _slices(count: int, per_call: int) -> list[list[int]]:
-    return [list(range(s, min(s + per_call, count))) for s in range(0, count, per_call)]
-
-
 def _reason_prompt(item: ScoringItem, scale: float) -> list[dict[str, str]]:
     verdicts = [
         ContextVerdict(p, False, _PLACEHOLDER_VERDICT_REASON) for p in range(len(item.contexts))
@@ -297,7 +228,7 @@ def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[list[dict[
     """(messages, verdicts asked) for every request the job would send for `item`."""
     prompts = [
         (verdict_messages(item, part), len(part))
-        for part in _slices(len(item.contexts), config.judge.contexts_per_call)
+        for part in context_slices(len(item.contexts), config.judge.contexts_per_call)
     ]
     if config.scorer.reason == "llm":
         prompts.append((_reason_prompt(item, config.scorer.scale), 1))
@@ -321,34 +252,20 @@ def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
 # -- the verdict cache --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class _CacheProbe:
-    """Which of the input's pairs the verdict store holds (`jobs.engine.stored_pair_keys`:
-    the store is read a partition at a time). Holds those pair keys in memory: about 100
-    bytes a cached pair."""
+    """The pair keys of the input the verdict store holds (about 100 bytes a cached pair)."""
 
-    def __init__(self, verdicts: VerdictStore, fingerprint: str) -> None:
-        self.verdicts = verdicts
-        self.fingerprint = fingerprint
-        self.known: set[str] = set()
-
-    def find(
-        self, reader: ItemReader, carried: Sequence[CarriedColumn], shards: Sequence[Shard]
-    ) -> None:
-        with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
-            for keys in stored_pair_keys(
-                reader,
-                RunSchema(tuple(carried)),
-                self.fingerprint,
-                shards,
-                self.verdicts,
-                Path(scratch),
-            ):
-                self.known.update(keys.to_list())
+    fingerprint: str
+    known: set[str]
 
 
-def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
-    """A probe of this config's verdict store, or None with the reason there is nothing to
-    look up."""
+def _cache_probe(
+    config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
+) -> tuple[_CacheProbe | None, str]:
+    """The input's pairs this config's verdict store holds, read a partition at a time as the
+    run's lookup reads them (`jobs.engine.stored_pair_keys`); or None with the reason there is
+    nothing to look up."""
     if factory.capabilities(config).offline:
         return None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
@@ -362,7 +279,14 @@ def _cache_probe(config: JobConfig) -> tuple[_CacheProbe | None, str]:
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return None, f"no verdict store yet at {where}"
-    return _CacheProbe(verdicts, spec.fingerprint), f"the verdict store at {where}"
+    known: set[str] = set()
+    schema = RunSchema(tuple(carried))
+    with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
+        for keys in stored_pair_keys(
+            reader, schema, spec.fingerprint, shards, verdicts, Path(scratch)
+        ):
+            known.update(keys.to_list())
+    return _CacheProbe(spec.fingerprint, known), f"the verdict store at {where}"
 
 
 # -- one pass over the input ------------------------------------------------------------------
@@ -456,7 +380,7 @@ class _Scan:
         contexts = len(item.contexts)
         counts.valid += 1
         counts.pairs += contexts
-        parts = _slices(contexts, self.config.judge.contexts_per_call)
+        parts = context_slices(contexts, self.config.judge.contexts_per_call)
         llm_reason = self.config.scorer.reason == "llm"
         counts.verdict_calls += len(parts)
         counts.reason_calls += int(llm_reason)
@@ -518,8 +442,8 @@ class _Scan:
 def estimate(
     config: JobConfig,
     *,
-    sample: int = DEFAULT_SAMPLE,
-    assumed_latency_s: float = DEFAULT_ASSUMED_LATENCY_S,
+    sample: int = EstimateOptions.sample,
+    assumed_latency_s: float = EstimateOptions.assumed_latency_s,
 ) -> Estimate:
     """The estimate (see the module docstring); makes no judge calls."""
     if sample < 1:
@@ -536,9 +460,7 @@ def estimate(
             config.sample, shards, lambda shard: reader.read(shard, carried), carried
         )
         reader = dataclasses.replace(reader, sample=plan)
-    probe, cache_note = _cache_probe(config)
-    if probe is not None:
-        probe.find(reader, carried, shards)
+    probe, cache_note = _cache_probe(config, reader, carried, shards)
     scan = _Scan(config, probe, sample, reader, carried)
     for number, shard in enumerate(shards):
         scan.shard(number, shard)
@@ -875,27 +797,40 @@ def format_estimate(result: Estimate) -> str:
         *_batch_rows(result.batch),
         ("verdict cache", _cache_text(result.cache)),
     ]
-    width = max(len(name) for name, _ in rows)
-    lines = ["ctxprec estimate (no judge calls made)"]
-    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    title = "ctxprec estimate (no judge calls made)"
+    lines = [table(_FIGURES, rows, title=title, indent="  ", header=False)]
     lines += [f"  invalid row: {example}" for example in items.invalid_examples]
     return "\n".join(lines)
+
+
+_FIGURES = (Column(align="<"), Column(align="<"))
 
 
 # -- command --------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """The handler of `ctxprec estimate` (its options are defined in jobs.cli)."""
+def run(options: EstimateOptions, out: TextIO | None = None) -> int:
+    """`ctxprec estimate`: print the estimate, or with `target_ci` the items a sampled run
+    needs (`jobs.tools.target_ci`).
+
+    Args:
+        options: the config, the sample to tokenize, the assumed latency, the output form.
+        out: where to print (default stdout).
+
+    Returns:
+        0 (errors raise, and exit as every command's do).
+    """
     out = out or sys.stdout
-    config = load_config(args.config, args.set)
-    if args.target_ci is not None:
+    config = options.config.load()
+    if options.target_ci is not None:
         from jobs.tools.target_ci import format_target, previous_run, target_ci
 
         by = config.summary.by or config.sample.by
-        planned = target_ci(previous_run(config, args.run), args.target_ci, by)
-        out.write((json.dumps(planned, indent=2) if args.json else format_target(planned)) + "\n")
+        planned = target_ci(previous_run(config, options.run), options.target_ci, by)
+        out.write(
+            (json.dumps(planned, indent=2) if options.as_json else format_target(planned)) + "\n"
+        )
         return 0
-    result = estimate(config, sample=args.sample, assumed_latency_s=args.assumed_latency)
-    out.write((result.to_json() if args.json else format_estimate(result)) + "\n")
+    result = estimate(config, sample=options.sample, assumed_latency_s=options.assumed_latency_s)
+    out.write((result.to_json() if options.as_json else format_estimate(result)) + "\n")
     return 0

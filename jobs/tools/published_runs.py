@@ -1,39 +1,26 @@
-"""Finding and loading published runs under an output root (local folder or any fsspec URL).
+"""Finding and loading published runs under an output root (a folder or any fsspec URL), and
+writing a command's file beside them.
 
-A run is published (see `jobs.engine.publish.publisher`) as
+A run whose scores file exists is complete (publishing writes `scores/` last, docs/output.md):
 
-    scores/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
-    verdicts/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
-    summary/run_date=YYYY-MM-DD/run_id=<id>/part-00000.parquet
-    manifests/run_date=YYYY-MM-DD/run_id=<id>/manifest.json
-
-`scores/` is written last, so a run whose scores file exists is complete; it is what this
-module looks for. The manifest (config, timings) is read when present, as the typed
-`jobs.core.run_manifest.RunManifest` (older manifests read too).
-
-    store = open_store("results/")
-    run = load_run(store, "20261130-1a2b3c4d")
+    run = load_run(open_store("results/"), "20261130-1a2b3c4d")
     run.scores().filter(pl.col("status") == "ok").collect()     # lazy frames
-    run.summary.mean, run.seconds, run.manifest.judge_model     # manifest:
-    jobs.core.run_manifest.RunManifest
-
-The helpers at the bottom are shared by the `ctxprec compare` and `ctxprec report` commands.
+    run.summary.mean, run.seconds, run.manifest.judge_model     # the typed RunManifest
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import posixpath
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
 
-from jobs.core.config import RUN_ID_PATTERN, assign_dotted
+from jobs.core.config import RUN_ID_PATTERN
 from jobs.core.formatting import optional_float
 from jobs.core.run_layout import RunLocation, published_glob, run_of
 from jobs.core.run_manifest import RunManifest, read_manifest
@@ -294,24 +281,11 @@ def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
 
 
 # --------------------------------------------------------------------------------------------
-# shared command-line helpers
-
-
-def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:
-    """KEY=VALUE strings into fsspec storage options; dotted keys nest, values parsed as YAML."""
-    options: dict[str, Any] = {}
-    for assignment in assignments:
-        assign_dotted(options, assignment, "--storage-option", empty="")
-    return options
-
-
-def open_output(args: argparse.Namespace) -> Store:
-    """The store of `args.output` with `args.storage_option`."""
-    return open_store(args.output, parse_storage_options(args.storage_option))
+# a command's file
 
 
 def resolve_target(
-    store: Store, path: str | None, default: str, storage_options: dict[str, Any]
+    store: Store, path: str | None, default: str, storage_options: Mapping[str, Any]
 ) -> tuple[Store, str]:
     """Where to write a command's file: `path` (any local path or URL, opened with
     `storage_options`) or, when `path` is None, `default` under the store's root.
@@ -321,12 +295,12 @@ def resolve_target(
     parent, name = posixpath.split(path)
     if not name:
         raise ConfigError(f"{path}: expected a file path, not a folder")
-    target_store = open_store(parent or ".", storage_options)
+    target_store = open_store(parent or ".", dict(storage_options))
     return target_store, target_store.join(name)
 
 
 def write_file(
-    store: Store, path: str | None, default: str, data: bytes, storage_options: dict[str, Any]
+    store: Store, path: str | None, default: str, data: bytes, storage_options: Mapping[str, Any]
 ) -> str:
     """Write `data` all-or-nothing to `resolve_target(...)`; returns the written URL."""
     target_store, target = resolve_target(store, path, default, storage_options)
@@ -339,7 +313,7 @@ def write_parquet_file(
     path: str | None,
     default: str,
     frame: pl.DataFrame,
-    storage_options: dict[str, Any],
+    storage_options: Mapping[str, Any],
 ) -> str:
     """Write `frame` as zstd Parquet, all-or-nothing, to `resolve_target(...)` (through a local
     temp file and `Store.upload_file_atomic`); returns the written URL."""

@@ -1,28 +1,27 @@
-"""`ctxprec status RUN`: where a run stands, from what it recorded, without touching the judge.
+"""`ctxprec status RUN`: where a run stands, from what it recorded, asking nothing of the judge.
 
-A published run: when, how many items, the mean, the cost and where the scores are. A run in
-progress (or stopped): its shards staged so far and, in batch mode, every round's batches as the
-driver last saw them (id, status, requests completed and failed, ingested or not, and why
-lines were asked again: counts by reason per round), the rounds
-whose requests are being built, and whether a driver holds the run's lease now. Nothing is asked
-of the provider: the counts are those of the driver's last poll, with its time.
+A published run: when, its counts, the mean, the cost, where the scores are. A run in progress
+or stopped: its shards staged and, in batch mode, each round's batches as the driver last polled
+them (counts, and why lines were asked again), and whether a driver holds the run's lease.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from jobs.core import formatting as fmt
 from jobs.core.config import RUN_ID_PATTERN
 from jobs.core.error_rate import ErrorRate
+from jobs.core.formatting import Column, table
 from jobs.core.run_layout import StagingArea
 from jobs.core.run_manifest import BatchRoundRecord, RunManifest, read_manifest
 from jobs.core.storage import Store
 from jobs.engine import BatchLayout, RoundState
-from jobs.tools.published_runs import RunNotFound, find_run, open_output
+from jobs.tools.published_runs import RunNotFound, find_run
+from jobs.tools.tool_options import StatusOptions
 
 
 def _published(store: Store, run_id: str) -> list[str] | None:
@@ -101,20 +100,28 @@ def _batch_lines(round_state: RoundState) -> list[str]:
     if round_state.online:
         return [f"  round {round_state.round}: online (judge.batch.deadline neared)"]
     summary = BatchRoundRecord.model_validate(round_state.summary())
-    lines = [_round_line(summary) + f" (planned {round_state.planned_at})"]
+    rows = []
     for record in round_state.batches:
         state = record.status or "not submitted"
         if record.stopped:
             state += ", stopped at the deadline"
         if record.ingested:
             state += ", ingested"
-        lines.append(
-            f"    {record.name}  {record.batch_id or '-'}  {state}: "
-            f"{record.completed:,}/{record.requests:,} completed, {record.failed:,} failed"
-            + (f"  (polled {record.polled_at})" if record.polled_at else "")
-            + (f"  errors: {record.errors}" if record.errors else "")
+        rows.append(
+            (
+                record.name,
+                record.batch_id or "-",
+                f"{state}: {record.completed:,}/{record.requests:,} completed, "
+                f"{record.failed:,} failed"
+                + (f"  (polled {record.polled_at})" if record.polled_at else "")
+                + (f"  errors: {record.errors}" if record.errors else ""),
+            )
         )
-    return lines
+    batches = table([Column(align="<")] * 3, rows, indent="    ", header=False)
+    return [
+        _round_line(summary) + f" (planned {round_state.planned_at})",
+        *([batches] if rows else []),
+    ]
 
 
 def status_lines(store: Store, run_id: str) -> list[str]:
@@ -159,8 +166,16 @@ def status_lines(store: Store, run_id: str) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace) -> int:
-    """The handler of `ctxprec status` (jobs.cli)."""
-    store = open_output(args)
-    print("\n".join(status_lines(store, args.run)))
+def run(options: StatusOptions, out: TextIO | None = None) -> int:
+    """`ctxprec status`: print where the run stands.
+
+    Args:
+        options: the run, and where runs are published.
+        out: where to print (default stdout).
+
+    Returns:
+        0; an unknown run raises `RunNotFound` (exit 2).
+    """
+    out = out if out is not None else sys.stdout
+    out.write("\n".join(status_lines(options.root.store(), options.run)) + "\n")
     return 0

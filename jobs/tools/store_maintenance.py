@@ -1,28 +1,20 @@
 """`ctxprec cache compact --config FILE`: keep the verdict store small and fast to look up.
 
-For every judge fingerprint under the config's cache path (`cache.path`, else
-`<output.path>/_cache`): the journal is folded into the partitions, then each partition's files
-are merged into one without the verdicts older than `cache.max_age_days` and without duplicate
-keys (`jobs.core.verdict_store.VerdictStore.compact_all`). The per-region cache files of earlier
-versions (`<fingerprint>/<file index>/<slot>.parquet`), which nothing reads any more, are
-deleted.
-
-Safe while runs write to the store: compaction only deletes the files it merged (written
-before it started), so verdicts written meanwhile are kept. Runs do not compact by themselves
-(it rewrites the whole store): schedule this after the nightly run, or weekly.
+For every judge fingerprint under the config's cache path: the journal folded, each partition's
+files merged without expired or duplicate verdicts (`VerdictStore.compact_all`), and the
+per-region folders of earlier versions deleted. Safe while runs write (docs/running.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from typing import TextIO
 
-from jobs.core.config import load_config
 from jobs.core.storage import Store, open_store
 from jobs.core.verdict_store import VerdictStore
 from jobs.run import factory
+from jobs.tools.tool_options import CacheOptions
 
 _LEGACY_REGION = re.compile(r"^\d{5}$")
 """A folder of the per-region cache (one per input file index), replaced by the store."""
@@ -61,10 +53,18 @@ def compact_store(store: Store, folder: str, max_age_days: float | None, out: Te
         )
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """The handler of `ctxprec cache` (its options are defined in jobs.cli)."""
+def run(options: CacheOptions, out: TextIO | None = None) -> int:
+    """`ctxprec cache compact`: compact the config's verdict store, a line per fingerprint.
+
+    Args:
+        options: the job config (and the action, "compact").
+        out: where to print (default stdout).
+
+    Returns:
+        0 (errors raise, and exit as every command's do).
+    """
     out = out or sys.stdout
-    config = load_config(args.config, args.set)
+    config = options.config.load()
     url, folder = factory.cache_url(config)
     store = open_store(url, config.output.storage_options)
     compact_store(store, folder, config.cache.max_age_days, out)

@@ -1,15 +1,9 @@
 """`ctxprec estimate --config FILE --target-ci W [--run RUN]`: how many items to judge.
 
-A sampled run (`sample:`) is only worth its savings when its intervals are narrow enough to act
-on. From a previous run's spread of scores (run `--run`, default the latest published under the
-config's `output.path`) this says, for the whole run and for every segment of the config's
-`summary.by` (else `sample.by`) columns, how many items a 95% interval of half-width W needs:
-n0 = (t * sd / W)^2, with the finite-population correction n0 / (1 + n0 / N) where N is the
-segment's population (`jobs.core.stats.items_for_half_width`), and the `sample.per_segment` that
-gives every segment at least that many.
-
-The spread is the sample standard deviation of the scores scored ok in that run (of the judged
-ones, for a sampled run); a segment's population is the previous run's `population`.
+From the spread of a previous run's ok scores, the items a 95% interval of half-width W needs,
+for the whole run and every segment of `summary.by` (else `sample.by`), with the previous run's
+populations for the finite-population correction (`jobs.core.stats.items_for_half_width`), and
+the `sample.per_segment` that gives every segment that many (docs/is-the-drop-real.md).
 """
 
 from __future__ import annotations
@@ -22,7 +16,8 @@ import polars as pl
 
 from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
-from jobs.core.stats import Moments, items_for_half_width, t_interval
+from jobs.core.formatting import Column, table
+from jobs.core.stats import Moments, items_for_half_width, moments_by, t_interval
 from jobs.core.storage import open_store
 from jobs.tools.published_runs import PublishedRun, list_runs, load_run
 from scorer_core.errors import ConfigError
@@ -63,22 +58,10 @@ def _row(
 
 
 def _moments(scores: pl.LazyFrame, column: str | None) -> dict[str | None, Moments]:
-    keys = (
-        [pl.col(column).cast(pl.String).alias("segment")]
-        if column
-        else [pl.lit(None, pl.String).alias("segment")]
-    )
-    frame = (
-        scores.filter(pl.col("status") == "ok")
-        .select(*keys, pl.col("score").cast(pl.Float64))
-        .group_by("segment")
-        .agg(n=pl.len(), total=pl.col("score").sum(), total_sq=(pl.col("score") ** 2).sum())
-        .collect()
-    )
-    return {
-        row["segment"]: Moments(int(row["n"]), float(row["total"]), float(row["total_sq"]))
-        for row in frame.iter_rows(named=True)
-    }
+    """The Moments of the ok scores, per value of `column` as text (None: the whole run)."""
+    keys = [pl.col(column).cast(pl.String)] if column else []
+    found = moments_by(scores.filter(pl.col("status") == "ok"), "score", keys)
+    return {key[0] if key else None: moments for key, moments in found.items()}
 
 
 def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[str, Any]:
@@ -113,21 +96,34 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
     }
 
 
+_TARGETS = (
+    Column("segment", "<", 26, limit=27),
+    Column("population", width=12),
+    Column("judged", width=7),
+    Column("sd", width=6),
+    Column("± now", width=6),
+    Column("needed", width=7),
+)
+
+
 def format_target(result: dict[str, Any]) -> str:
     """A table of the result: per segment its spread, today's half-width and the items needed."""
-    w = result["target_half_width"]
-    lines = [
-        f"items needed for a 95% interval of half-width {w:g}, from the spread of run "
-        f"{result['run']}:",
-        f"  {'segment':<28}{'population':>12}{'judged':>9}{'sd':>8}{'± now':>8}{'needed':>9}",
-    ]
-    for row in [result["overall"], *result["segments"]]:
-        name = "(whole run)" if row["by"] is None else f"{row['by']}={row['segment']}"
-        lines.append(
-            f"  {name[:27]:<28}{fmt.integer(row['population']):>12}{row['judged']:>9,}"
-            f"{fmt.number(row['sd'], 3):>8}{fmt.number(row['half_width_now'], 3):>8}"
-            f"{fmt.integer(row['needed']):>9}"
+    rows = [
+        (
+            "(whole run)" if row["by"] is None else f"{row['by']}={row['segment']}",
+            fmt.integer(row["population"]),
+            f"{row['judged']:,}",
+            fmt.number(row["sd"], 3),
+            fmt.number(row["half_width_now"], 3),
+            fmt.integer(row["needed"]),
         )
+        for row in [result["overall"], *result["segments"]]
+    ]
+    title = (
+        f"items needed for a 95% interval of half-width {result['target_half_width']:g}, "
+        f"from the spread of run {result['run']}:"
+    )
+    lines = [table(_TARGETS, rows, title=title, indent="  ")]
     if result["per_segment"] is not None:
         lines.append(
             f"sample: {{per_segment: {result['per_segment']}, by: {result['by']}}} gives every "

@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from jobs.cli import build_parser
+from jobs.cli import calibrate as calibrate_command
 from jobs.cli import main as ctxprec
 from jobs.core.config import load_config
 from jobs.tools.calibration import (
@@ -22,6 +23,7 @@ from jobs.tools.calibration import (
     calibrate,
     load_labels,
 )
+from jobs.tools.tool_options import CalibrateOptions, ConfigSource
 from scorer_core.metrics import kendall_tau_b, pearson, spearman
 from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
 from tests.fake_judge import FakeJudgeServer
@@ -128,6 +130,15 @@ def check_exact(result: Calibration | Agreement) -> None:
     assert result.retriever_kendall_tau_b == pytest.approx(1.0)  # both rank sys-y first
 
 
+def per_context_row(text: str) -> list[str]:
+    """The cells of the printed per-context Markdown table's row (the first "judge vs labels")."""
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0] == "judge vs labels":
+            return cells
+    raise AssertionError(f"no per-context row in {text!r}")
+
+
 def test_lexical_judge_metrics_are_exact(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -144,7 +155,7 @@ def test_lexical_judge_metrics_are_exact(
 
     assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels)]) == 0
     text = capsys.readouterr().out
-    assert "| judge vs labels | 12 |" in text
+    assert per_context_row(text)[:2] == ["judge vs labels", "12"]
     assert "0.625" in text and "Kendall's tau-b" in text
     assert ctxprec(["calibrate", "--config", str(config), "--labels", str(labels), "--json"]) == 0
     # the JSON is the typed record, field for field: it reads back as the same result
@@ -239,7 +250,8 @@ def test_the_form_a_server_without_json_schema_takes_is_reported(
     text = capsys.readouterr().out
     assert "structured output: json_object; json_schema rejected: " in text
     assert "validation error" in text
-    assert "| judge vs labels | 12 |" in text  # every item scored after the step down
+    # every item scored after the step down
+    assert per_context_row(text)[:2] == ["judge vs labels", "12"]
 
 
 def test_llm_judge_with_a_rate_limit_and_limit(
@@ -352,8 +364,9 @@ def test_ctxprec_calibrate_parses_the_options_as_the_tool_reads_them() -> None:
             "2",
         ]
     )
-    assert args.handler == "jobs.tools.calibration:run"
-    assert (args.limit, args.min_grade, args.json) == (5, 2.0, False)
+    assert calibrate_command.options(args) == CalibrateOptions(
+        ConfigSource("c.yaml"), "l.jsonl", limit=5, min_grade=2.0
+    )
 
 
 @pytest.mark.parametrize("name", ["hotpotqa_ctxprec.jsonl", "trecdl_passage_ctxprec.jsonl"])

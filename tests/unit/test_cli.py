@@ -17,7 +17,6 @@ import yaml
 
 from jobs import cli, context_precision
 from jobs.engine.ray_runtime import RAY_ENV
-from jobs.tools import estimation as estimate
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.cli import EXIT_FAILED, EXIT_NO_SCORE, EXIT_USAGE
 from tests.fake_judge import FaultPlan
@@ -206,16 +205,23 @@ def test_every_command_has_help(name: str, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out.startswith(f"usage: ctxprec {name} ")
 
 
-def test_every_handler_is_importable_and_callable() -> None:
+def test_every_command_dispatches_to_its_module() -> None:
     assert tuple(command.name for command in cli.COMMANDS) == COMMANDS
     for command in cli.COMMANDS:
-        assert callable(cli.load_handler(command.handler)), command.handler
+        args = cli.build_parser().parse_args([command.name, *REQUIRED.get(command.name, [])])
+        assert args.handler is command.run, command.name
 
 
-def test_cli_defaults_are_the_tools_defaults() -> None:
-    """`estimate()` called as a library takes the defaults `ctxprec estimate` shows."""
-    assert cli.DEFAULT_SAMPLE == estimate.DEFAULT_SAMPLE
-    assert cli.DEFAULT_ASSUMED_LATENCY_S == estimate.DEFAULT_ASSUMED_LATENCY_S
+# the arguments each command cannot do without
+REQUIRED = {
+    "run": ["--config", "c.yaml"],
+    "estimate": ["--config", "c.yaml"],
+    "calibrate": ["--config", "c.yaml", "--labels", "l.jsonl"],
+    "compare": ["a", "b"],
+    "report": ["r"],
+    "status": ["r"],
+    "cache": ["compact", "--config", "c.yaml"],
+}
 
 
 # -- exit codes of the job and the run tools ---------------------------------------------------

@@ -17,7 +17,9 @@ import polars as pl
 import pytest
 
 from jobs.cli import build_parser
+from jobs.cli import compare as compare_command
 from jobs.cli import main as ctxprec
+from jobs.cli.arguments import parse_storage_options
 from jobs.core.run_layout import RunLocation
 from jobs.core.storage import filesystem, open_store
 from jobs.engine.publish import aggregate
@@ -27,9 +29,9 @@ from jobs.tools.published_runs import (
     LEGACY_BAND_LABELS,
     RunNotFound,
     load_run,
-    parse_storage_options,
     summary_from_frame,
 )
+from jobs.tools.tool_options import CompareOptions, PublishedRoot
 from scorer_core.errors import ConfigError
 from tests.support.published import (
     ADDED_ID,
@@ -67,29 +69,6 @@ def _compare(runs: Runs, *extra: str) -> tuple[int, str]:
 
 # --------------------------------------------------------------------------------------------
 # jobs.tools.published_runs
-
-
-def test_compare_defaults_are_the_ones_ctxprec_compare_shows() -> None:
-    """`compare_runs` and `gate` called as a library take the defaults `ctxprec compare`
-    shows in --help (jobs.cli spells them too, so that help imports nothing heavy)."""
-    from jobs import cli
-
-    assert compare.DEFAULT_MIN_EFFECT == cli.DEFAULT_MIN_EFFECT
-    assert compare.DEFAULT_MAX_CANARY_DROP == cli.DEFAULT_MAX_CANARY_DROP
-    assert compare.DEFAULT_MIN_SEGMENT_SIZE == cli.DEFAULT_MIN_SEGMENT_SIZE
-    assert compare.DEFAULT_TOP == cli.DEFAULT_TOP
-    args = build_parser().parse_args(["compare", "a", "b"])
-    assert (
-        compare.min_effect_of(args),
-        args.max_canary_drop,
-        args.min_segment_size,
-        args.top,
-    ) == (
-        compare.DEFAULT_MIN_EFFECT,
-        compare.DEFAULT_MAX_CANARY_DROP,
-        compare.DEFAULT_MIN_SEGMENT_SIZE,
-        compare.DEFAULT_TOP,
-    )
 
 
 def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
@@ -279,17 +258,28 @@ def test_out_table_path(runs: Runs, tmp_path: Path) -> None:
 
 
 def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
-    args = build_parser().parse_args(["compare", "a", "b", "--top", "3"])
-    assert args.handler == "jobs.tools.comparison:run"
-    assert (args.run_a, args.run_b, args.top) == ("a", "b", 3)
-    assert compare.min_effect_of(args) == 0.01 and args.max_canary_drop == 0.1
-    args = build_parser().parse_args(["compare", "a", "b", "--max-mean-drop", "0.03"])
-    assert compare.min_effect_of(args) == 0.03  # the older name of --min-effect
-    args = build_parser().parse_args(
-        ["compare", "a", "b", "--max-mean-drop", "0.03", "--min-effect", "0.02"]
-    )
+    def parsed(*argv: str) -> CompareOptions:
+        return compare_command.options(build_parser().parse_args(["compare", "a", "b", *argv]))
+
+    assert parsed("--top", "3") == CompareOptions("a", "b", top=3)
+    defaults = parsed()
+    assert (defaults.min_effect, defaults.max_canary_drop) == (0.01, 0.1)
+    assert (defaults.min_segment_size, defaults.top, defaults.by) == (30, 10, None)
+    assert parsed("--max-mean-drop", "0.03").min_effect == 0.03  # the older name of --min-effect
+    assert parsed("--by", "x", "--by", "y", "--json").by == ("x", "y")
+    storage = parsed("--output", "s3://b/p", "--storage-option", "client_kwargs.region=x").root
+    assert storage == PublishedRoot("s3://b/p", {"client_kwargs": {"region": "x"}})
     with pytest.raises(ConfigError, match="--min-effect and --max-mean-drop are the same setting"):
-        compare.min_effect_of(args)
+        parsed("--max-mean-drop", "0.03", "--min-effect", "0.02")
+    with pytest.raises(ConfigError, match=r"--max-mean-drop must be >= 0, got -0\.1"):
+        parsed("--max-mean-drop", "-0.1")
+    for argv, message in (
+        (["--top", "-1"], "--top must be >= 0"),
+        (["--min-segment-size", "0"], "--min-segment-size must be >= 1"),
+        (["--max-canary-drop", "-1"], "--max-canary-drop must be >= 0"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            parsed(*argv)
 
 
 def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
@@ -306,7 +296,7 @@ def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
     ]
     args = build_parser().parse_args(["compare", base, cand, "--output", s3_prefix, *options])
     out = io.StringIO()
-    assert compare.run(args, out=out) == 0
+    assert compare.run(compare_command.options(args), out=out) == 0
     written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
     assert written in out.getvalue()
     fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from jobs import cli
+from jobs.cli.arguments import parse_storage_options
 from jobs.core.config import JobConfig, apply_override, load_config, parse_config
 from jobs.engine.guards import check_judge_settings
-from jobs.tools.published_runs import parse_storage_options
 from scorer_core.errors import ConfigError
 
 

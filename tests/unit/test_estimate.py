@@ -13,6 +13,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from jobs.cli import build_parser
+from jobs.cli import estimate as estimate_command
 from jobs.cli import main as ctxprec
 from jobs.core.config import load_config
 from jobs.core.storage import open_store
@@ -32,6 +33,7 @@ from jobs.tools.estimation import (
     estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
+from jobs.tools.tool_options import ConfigSource, EstimateOptions
 from scorer_core.prompt import verdict_messages
 from scorer_core.types import ScoringItem
 
@@ -307,8 +309,15 @@ def test_cli_table_json_and_no_secret(
 
 def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
-    assert args.handler == "jobs.tools.estimation:run"
-    assert args.sample == 5 and args.json and args.set == []
+    assert estimate_command.options(args) == EstimateOptions(
+        ConfigSource("c.yaml"), sample=5, as_json=True
+    )
+    args = build_parser().parse_args(
+        ["estimate", "--config", "c.yaml", "--set", "a.b=1", "--target-ci", "0.02", "--run", "r"]
+    )
+    assert estimate_command.options(args) == EstimateOptions(
+        ConfigSource("c.yaml", ("a.b=1",)), target_ci=0.02, run="r"
+    )
 
 
 def test_batch_mode_is_priced_at_the_batch_price_and_counts_its_batches(

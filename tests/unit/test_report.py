@@ -18,12 +18,14 @@ from markupsafe import escape
 
 from jobs.cli import build_parser
 from jobs.cli import main as ctxprec
+from jobs.cli import report as report_command
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import BANDS
 from jobs.engine.publish.response_formats import RunResponseFormat
 from jobs.tools.published_runs import load_run
 from jobs.tools.report import charts
 from jobs.tools.report.report_queries import WORST_QUERIES
+from jobs.tools.tool_options import ReportOptions
 from scorer_core.response_format import DroppedForm
 from tests.support.published import (
     BAD_ID,
@@ -194,8 +196,7 @@ def test_html_path_and_unknown_baseline(
 
 def test_ctxprec_report_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["report", "r1", "--baseline", "r0"])
-    assert args.handler == "jobs.tools.report:run"
-    assert (args.run, args.baseline, args.html) == ("r1", "r0", None)
+    assert report_command.options(args) == ReportOptions("r1", "r0")
 
 
 def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import itertools
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,14 @@ import pytest
 import yaml
 
 from jobs.cli import build_parser
+from jobs.cli import estimate as estimate_command
 from jobs.core.config import SampleConfig, parse_config
 from jobs.core.stats import (
     Moments,
     StratumCell,
     holm,
     items_for_half_width,
+    moments_by,
     paired_test,
     stratified_interval,
     t_interval,
@@ -42,12 +45,13 @@ from jobs.core.stats import (
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import sampled_estimates, summarize
 from jobs.inputs.sampling import plan_from_rows, unit_hash
-from jobs.run.canary import judge_canary
+from jobs.run.canary import CanaryResult, judge_canary
 from jobs.tools import calibration as calibrate
 from jobs.tools import comparison as compare
 from jobs.tools import estimation as estimate
 from jobs.tools.published_runs import load_run
 from jobs.tools.sample_data import generate, write_jsonl
+from jobs.tools.tool_options import CompareOptions
 from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
 from tests.support.published import (
@@ -60,6 +64,11 @@ from tests.support.published import (
     run_report,
     segmented_runs,
 )
+
+
+def moments_of(values: Sequence[float]) -> Moments:
+    return Moments.from_counts((value, 1) for value in values)
+
 
 # -- the maths on known values ----------------------------------------------------------------
 
@@ -74,13 +83,13 @@ def test_t_distribution_matches_tables() -> None:
 
 def test_t_interval_from_moments() -> None:
     values = [0.1, 0.5, 0.9, 0.4, 0.6]
-    interval = t_interval(Moments.of(values))
+    interval = t_interval(moments_of(values))
     assert interval is not None
     # mean 0.5, sd 0.2915, se 0.1304, t(4) 2.7764
     assert interval.estimate == pytest.approx(0.5)
     assert interval.half_width == pytest.approx(2.776445 * 0.291548 / 5**0.5, rel=1e-5)
-    assert t_interval(Moments.of([0.3])) is None
-    assert Moments.from_counts([(0.5, 2), (1.0, 1)]) == Moments.of([0.5, 0.5, 1.0])
+    assert t_interval(moments_of([0.3])) is None
+    assert Moments.from_counts([(0.5, 2), (1.0, 1)]) == Moments(3, 2.0, 1.5)
 
 
 def test_holm_adjusts_step_down() -> None:
@@ -90,24 +99,24 @@ def test_holm_adjusts_step_down() -> None:
 
 
 def test_paired_and_welch_tests() -> None:
-    test = paired_test(Moments.of([-0.1, -0.2, 0.0, -0.1, -0.15, -0.05]))
+    test = paired_test(moments_of([-0.1, -0.2, 0.0, -0.1, -0.15, -0.05]))
     assert test is not None and test.method == "paired"
     assert test.diff == pytest.approx(-0.1) and test.high < 0 and 0.01 < test.p_value < 0.05
-    same = paired_test(Moments.of([0.0] * 10))
+    same = paired_test(moments_of([0.0] * 10))
     assert same is not None and same.p_value == 1.0 and same.low == same.high == 0.0
-    welch = welch_test(Moments.of([0.5, 0.6, 0.7]), Moments.of([0.5, 0.6, 0.7, 0.6]))
+    welch = welch_test(moments_of([0.5, 0.6, 0.7]), moments_of([0.5, 0.6, 0.7, 0.6]))
     assert welch is not None and welch.method == "unpaired" and welch.p_value > 0.9
 
 
 def test_stratified_interval_of_one_stratum_is_the_t_interval_with_fpc() -> None:
     values = [0.2, 0.4, 0.9, 0.7, 0.5, 0.1]
-    cell = StratumCell(population=60, sampled=6, domain=Moments.of(values))
+    cell = StratumCell(population=60, sampled=6, domain=moments_of(values))
     got = stratified_interval([cell])
-    plain = t_interval(Moments.of(values), fpc=1 - 6 / 60)
+    plain = t_interval(moments_of(values), fpc=1 - 6 / 60)
     assert got is not None and plain is not None
     assert got.estimate == pytest.approx(plain.estimate)
     assert got.half_width == pytest.approx(plain.half_width)
-    census = stratified_interval([StratumCell(6, 6, Moments.of(values))])
+    census = stratified_interval([StratumCell(6, 6, moments_of(values))])
     assert census is not None and census.half_width == 0.0  # every item judged: no doubt
 
 
@@ -195,7 +204,7 @@ def _gate(a: pl.LazyFrame, b: pl.LazyFrame) -> tuple[compare.Gate, bool]:
     method = compare.choose_method(table)
     overall = compare.overall_shift(table, method, 0)
     segments = compare.segment_shifts(table, ["segment"], method)
-    verdict = compare.decide(overall, segments, method, compare.DEFAULT_MIN_EFFECT, 30)
+    verdict = compare.decide(overall, segments, method, CompareOptions.min_effect, 30)
     old_fails = any(
         s.shift is not None and s.shift < -0.02 for s in (overall, *segments) if s.paired >= 30
     )
@@ -248,7 +257,7 @@ def test_a_t_interval_covers_the_true_mean_in_95_percent_of_seeds() -> None:
     seeds, covered = 2000, 0
     for seed in range(seeds):
         draw = random.Random(seed).choices(universe, k=200)
-        interval = t_interval(Moments.of(draw))
+        interval = t_interval(moments_of(draw))
         assert interval is not None
         covered += interval.low <= true_mean <= interval.high
     print(f"t interval coverage: {covered / seeds:.1%} over {seeds} seeds")
@@ -276,7 +285,7 @@ def _sampled_interval(
     for query_id, stratum, score in population:
         if plan.keep(query_id, (stratum,)):
             judged.setdefault(stratum, []).append(score)
-    cells = [StratumCell(plan.population[(s,)], len(v), Moments.of(v)) for s, v in judged.items()]
+    cells = [StratumCell(plan.population[(s,)], len(v), moments_of(v)) for s, v in judged.items()]
     interval = stratified_interval(cells)
     assert interval is not None
     return interval.low, interval.high, sum(len(v) for v in judged.values())
@@ -319,7 +328,7 @@ def test_a_segment_across_strata_is_covered_too() -> None:
                 if query_id in domain:
                     in_domain.setdefault(stratum, []).append(score)
         cells = [
-            StratumCell(plan.population[(s,)], n, Moments.of(in_domain.get(s, [])))
+            StratumCell(plan.population[(s,)], n, moments_of(in_domain.get(s, [])))
             for s, n in sampled.items()
         ]
         interval = stratified_interval(cells)
@@ -388,11 +397,11 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
     by_value = {s.value: s.summary for s in summary.segments}
     assert by_value["a"].population == 1800 and by_value["a"].items == 100
     a_scores = [v for _, s, v in kept if s == "a"]
-    plain = t_interval(Moments.of(a_scores), fpc=1 - 100 / 1800)
+    plain = t_interval(moments_of(a_scores), fpc=1 - 100 / 1800)
     assert plain is not None and by_value["a"].mean_ci_low == pytest.approx(plain.low)
     # the unsampled summary's interval is the plain t interval of the same scores
     unsampled = summarize(scores, verdicts, model="m", scale=1)
-    plain_all = t_interval(Moments.of([v for _, _, v in kept]))
+    plain_all = t_interval(moments_of([v for _, _, v in kept]))
     assert plain_all is not None and unsampled.mean_ci_high == pytest.approx(plain_all.high)
     assert sampled_estimates(unsampled, scores.lazy(), plan).population == 3000
     json.dumps(summary.to_dict())
@@ -419,7 +428,7 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
         ["estimate", "--config", str(config), "--target-ci", "0.02", "--run", SEG_A, "--json"]
     )
     printed = io.StringIO()
-    assert estimate.run(args, out=printed) == 0
+    assert estimate.run(estimate_command.options(args), out=printed) == 0
     result = json.loads(printed.getvalue())
     assert result["run"] == SEG_A and result["by"] == ["retriever"]
     run = load_run(store, SEG_A)
@@ -434,7 +443,7 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
     assert result["per_segment"] == max(s["needed"] for s in result["segments"])
     args = build_parser().parse_args(["estimate", "--config", str(config), "--target-ci", "0.02"])
     printed = io.StringIO()
-    assert estimate.run(args, out=printed) == 0  # the latest run
+    assert estimate.run(estimate_command.options(args), out=printed) == 0  # the latest run
     assert "items needed for a 95% interval of half-width 0.02" in printed.getvalue()
     assert "sample: {per_segment:" in printed.getvalue()
 
@@ -538,16 +547,26 @@ def test_the_canary_is_calibrates_agreement_and_bad_labels_name_the_file(tmp_pat
         "canary": {"labels": str(labels)},
     }
     config = parse_config(raw)
-    metrics = dict(judge_canary(config))
+    canary = judge_canary(config)
     expected = calibrate.calibrate(config, str(labels))
     assert expected.items.ok == 30
-    assert metrics == {
-        "canary_items": float(expected.items.ok),
-        "canary_kappa": expected.per_context.cohen_kappa,
-        "canary_precision": expected.per_context.precision,
-        "canary_recall": expected.per_context.recall,
+    assert canary == CanaryResult(
+        items=float(expected.items.ok),
+        kappa=expected.per_context.cohen_kappa,
+        precision=expected.per_context.precision,
+        recall=expected.per_context.recall,
+    )
+    # the summary's metrics, and back
+    assert dict(canary.metrics()) == {
+        "canary_items": 30.0,
+        "canary_kappa": canary.kappa,
+        "canary_precision": canary.precision,
+        "canary_recall": canary.recall,
     }
-    assert judge_canary(parse_config({"input": raw["input"]})) == ()  # no canary
+    assert CanaryResult.of_metrics(canary.metrics()) == canary
+    assert CanaryResult.of_metrics(()) is None
+    assert canary.describe() == f"canary: 30 labelled item(s) judged, kappa {canary.kappa:.3f}"
+    assert judge_canary(parse_config({"input": raw["input"]})) is None  # no canary
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"query": "q"}\n')
     raw["canary"] = {"labels": str(broken)}
@@ -556,12 +575,40 @@ def test_the_canary_is_calibrates_agreement_and_bad_labels_name_the_file(tmp_pat
 
 
 def test_canary_change_fails_on_a_kappa_drop_beyond_the_allowed() -> None:
-    a = {"canary_items": 80.0, "canary_kappa": 0.8, "canary_precision": 0.9, "canary_recall": 0.9}
-    steady = compare.canary_change(a, {**a, "canary_kappa": 0.75}, 0.1)
-    assert steady is not None and not steady["failed"]
-    assert steady["kappa_change"] == pytest.approx(-0.05)
-    changed = compare.canary_change(a, {**a, "canary_kappa": 0.6}, 0.1)
-    assert changed is not None and changed["failed"] and changed["items_b"] == 80.0
-    assert compare.canary_change({}, {}, 0.1) is None
-    one_sided = compare.canary_change({}, a, 0.1)
-    assert one_sided is not None and not one_sided["failed"] and one_sided["kappa_change"] is None
+    a = CanaryResult(items=80.0, kappa=0.8, precision=0.9, recall=0.9)
+    steady = compare.canary_change(a, replace(a, kappa=0.75), 0.1)
+    assert steady is not None and not steady.failed
+    assert steady.kappa_change == pytest.approx(-0.05)
+    changed = compare.canary_change(a, replace(a, kappa=0.6), 0.1)
+    assert changed is not None and changed.failed and changed.b.items == 80.0
+    assert compare.canary_change(None, None, 0.1) is None
+    one_sided = compare.canary_change(None, a, 0.1)
+    assert one_sided is not None and not one_sided.failed and one_sided.kappa_change is None
+    # --json prints it field for field, in this order
+    assert list(compare.Gate(True, "", canary=changed).to_json()["canary"]) == [
+        "items_a",
+        "items_b",
+        "kappa_a",
+        "kappa_b",
+        "precision_a",
+        "precision_b",
+        "recall_a",
+        "recall_b",
+        "kappa_change",
+        "max_drop",
+        "failed",
+    ]
+
+
+def test_moments_by_groups_count_sum_and_squares_of_the_non_null_values() -> None:
+    frame = pl.DataFrame(
+        {"segment": ["a", "a", "b", "b", None], "score": [0.5, None, 1.0, 0.25, 0.75]}
+    )
+    by_segment = moments_by(frame.lazy(), "score", [pl.col("segment")])
+    assert by_segment == {
+        ("a",): moments_of([0.5]),
+        ("b",): moments_of([1.0, 0.25]),
+        (None,): moments_of([0.75]),
+    }
+    assert moments_by(frame, "score") == {(): moments_of([0.5, 1.0, 0.25, 0.75])}
+    assert moments_by(frame.clear(), "score") == {(): Moments()}

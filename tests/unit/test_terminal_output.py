@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from jobs.core.formatting import Column, table
 from jobs.core.schema import PUBLISHED_SCORES
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import summarize
@@ -49,3 +50,30 @@ def test_compare_prints_query_ids_escaped(tmp_path: Path) -> None:
     assert "\x1b" not in text and "\r" not in text
     assert "\\x1b[2J" in text
     assert not any(line.startswith("FORGED") for line in text.splitlines())
+
+
+def test_the_table_renderer_aligns_cuts_and_escapes_every_cell() -> None:
+    columns = (Column("name", "<", limit=8), Column("n", width=3))
+    text = table(columns, [("a\x1b[2Jb", 5), ("a-very-long-name", 12345)], title="t:", indent="  ")
+    assert text.splitlines() == [
+        "t:",
+        "  name          n",
+        "  a\\x1b[2…      5",  # escaped first, then cut: no escape sequence reaches the screen
+        "  a-very-…  12345",  # the widest cell widens its column
+    ]
+
+
+def test_a_fixed_column_keeps_its_width_and_a_long_cell_overflows_its_own_line_only() -> None:
+    fixed = (Column(align="<", width=6, grow=False), Column(width=4, grow=False))
+    text = table(fixed, [("ab", "x"), ("abcdefgh", "toolong")], header=False, gap="")
+    assert text.splitlines() == ["ab       x", "abcdefghtoolong"]
+
+
+def test_a_markdown_table_is_padded_into_columns() -> None:
+    text = table((Column("k", "<"), Column("value")), [("a", 1), ("bb", 22)], markdown=True)
+    assert text.splitlines() == [
+        "| k  | value |",
+        "|----|-------|",
+        "| a  |     1 |",
+        "| bb |    22 |",
+    ]

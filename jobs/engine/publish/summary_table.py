@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobs.core import formatting as fmt
+from jobs.core.formatting import Column, table
 from jobs.core.run_manifest import JudgeRecord
 from jobs.core.text_safety import terminal_safe
 from jobs.engine.publish.aggregate import RunSummary, band_range
@@ -20,6 +21,15 @@ _MAX_POSITION_ROWS = 20
 _MAX_SEGMENT_ROWS = 20
 # A rejected form's server answer is cut to this: the manifest has it whole.
 _MAX_REASON_CHARS = 160
+# A label and its value, and the columns of the positions' and segments' tables: fixed widths.
+_LINE = (Column(align="<", width=22, grow=False), Column(width=WIDTH - 22, grow=False))
+_POSITIONS = (
+    Column("position", "<", 10, grow=False),
+    *(Column(name, width=12, grow=False) for name in ("judged", "relevant", "rate")),
+)
+_SEGMENT_FIGURES = tuple(
+    Column(name, width=7, grow=False) for name in ("items", "scored", "mean", "± 95%")
+)
 
 
 def format_summary_table(
@@ -32,13 +42,13 @@ def format_summary_table(
     rule = "-" * WIDTH
 
     def line(label: str, value: str) -> str:
-        return f"{label:<22}{value:>{WIDTH - 22}}"
+        return table(_LINE, [(label, value)], header=False, gap="")
 
     cost = fmt.usd(summary.cost_usd)
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
-        line("judge model", terminal_safe(summary.model)),
+        line("judge model", summary.model),
         line("items", f"{summary.items:,}"),
         *(
             [line("  of population", f"{summary.population:,}")]
@@ -49,7 +59,10 @@ def format_summary_table(
         line("  unscored", f"{summary.unscored:,}"),
         line("  errors", f"{summary.errors:,}"),
         line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
-        line("mean 95% interval", _interval(summary)),
+        line(
+            "mean 95% interval",
+            fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-"),
+        ),
         line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
         rule,
         line("band (score / scale)", "items"),
@@ -76,9 +89,9 @@ def format_summary_table(
 
 def _position_lines(summary: RunSummary, rule: str) -> list[str]:
     """Relevance by position, the first `_MAX_POSITION_ROWS` positions."""
-    lines = [rule, f"{'position':<10}{'judged':>12}{'relevant':>12}{'rate':>12}"]
     shown = summary.position_rates[:_MAX_POSITION_ROWS]
-    lines += [f"{r.position:<10}{r.judged:>12,}{r.relevant:>12,}{r.rate:>12.3f}" for r in shown]
+    rows = [(r.position, f"{r.judged:,}", f"{r.relevant:,}", f"{r.rate:.3f}") for r in shown]
+    lines = [rule, table(_POSITIONS, rows, gap="")]
     hidden = len(summary.position_rates) - len(shown)
     if hidden > 0:
         lines.append(f"  ... {hidden} more positions")
@@ -90,17 +103,18 @@ def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
     lines: list[str] = []
     for column in summary.segment_columns:
         segments = summary.segments_by(column)
-        lines += [
-            rule,
-            f"{_cut('by ' + column, 18):<18}{'items':>7}{'scored':>7}{'mean':>7}{'± 95%':>7}",
-        ]
-        for segment in segments[:_MAX_SEGMENT_ROWS]:
-            s = segment.summary
-            name = "(null)" if segment.value is None else segment.value
-            lines.append(
-                f"  {_cut(name, 16):<16}{s.items:>7,}{s.scored:>7,}{fmt.number(s.mean):>7}"
-                f"{_half_width(s):>7}"
+        columns = [Column(f"by {column}", "<", 18, limit=18, grow=False), *_SEGMENT_FIGURES]
+        rows = [
+            (
+                f"  {'(null)' if segment.value is None else segment.value}",
+                f"{segment.summary.items:,}",
+                f"{segment.summary.scored:,}",
+                fmt.number(segment.summary.mean),
+                _half_width(segment.summary),
             )
+            for segment in segments[:_MAX_SEGMENT_ROWS]
+        ]
+        lines += [rule, table(columns, rows, gap="")]
         hidden = len(segments) - _MAX_SEGMENT_ROWS
         if hidden > 0:
             lines.append(f"  ... {hidden} more values")
@@ -194,22 +208,8 @@ def _canary_lines(summary: RunSummary, line: Callable[[str, str], str]) -> list[
     ]
 
 
-def _interval(summary: RunSummary) -> str:
-    """The mean's 95% interval as "[low, high]"; "-" when there are too few items."""
-    if summary.mean_ci_low is None or summary.mean_ci_high is None:
-        return "-"
-    return f"[{fmt.number(summary.mean_ci_low, 3)}, {fmt.number(summary.mean_ci_high, 3)}]"
-
-
 def _half_width(summary: RunSummary) -> str:
     """Half the 95% interval's width (the intervals are symmetric); "-" without one."""
     if summary.mean_ci_low is None or summary.mean_ci_high is None:
         return "-"
     return fmt.number((summary.mean_ci_high - summary.mean_ci_low) / 2, 3)
-
-
-def _cut(text: str, width: int) -> str:
-    """`text` as one safe line (control characters escaped: a carried value cannot move the
-    cursor or forge a row) of at most `width` characters."""
-    text = terminal_safe(text)
-    return text if len(text) <= width else text[: width - 1] + "…"

@@ -19,14 +19,8 @@ from markupsafe import Markup
 
 from jobs.core import formatting as fmt
 from jobs.engine import RunResponseFormat, RunSummary, Segment, band_range
-from jobs.tools.comparison import (
-    DEFAULT_MIN_EFFECT,
-    DEFAULT_MIN_SEGMENT_SIZE,
-    Comparison,
-    SegmentShift,
-    compare_runs,
-    gate,
-)
+from jobs.run.canary import CanaryResult
+from jobs.tools.comparison import Comparison, SegmentShift, compare_runs, gate
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
 from jobs.tools.report.charts import (
@@ -38,6 +32,7 @@ from jobs.tools.report.charts import (
     Series,
     chart,
 )
+from jobs.tools.tool_options import CompareOptions
 from scorer_core.capabilities import is_offline
 
 MAX_CHIPS = 40
@@ -151,16 +146,9 @@ def _response_format(negotiated: RunResponseFormat | None) -> str:
     return "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
 
 
-def interval_text(low: float | None, high: float | None, digits: int = 3) -> str:
-    """A 95% interval as "[low, high]", or "–" without one."""
-    if low is None or high is None:
-        return fmt.MISSING
-    return f"[{fmt.number(low, digits)}, {fmt.number(high, digits)}]"
-
-
 def header_cards(s: RunSummary) -> tuple[Card, ...]:
     sampled = s.population is not None and s.population != s.items
-    canary = dict(s.canary)
+    canary = CanaryResult.of_metrics(s.canary)
     return (
         Card(
             "items",
@@ -170,14 +158,14 @@ def header_cards(s: RunSummary) -> tuple[Card, ...]:
         Card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
         Card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
         Card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
-        Card("mean", fmt.number(s.mean), f"95% CI {interval_text(s.mean_ci_low, s.mean_ci_high)}"),
+        Card("mean", fmt.number(s.mean), f"95% CI {fmt.interval(s.mean_ci_low, s.mean_ci_high)}"),
         Card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
         *(
             [
                 Card(
                     "canary kappa",
-                    fmt.number(canary.get("canary_kappa"), 3),
-                    f"judge vs labels on {fmt.integer(canary.get('canary_items'))} items",
+                    fmt.number(canary.kappa, 3),
+                    f"judge vs labels on {fmt.integer(canary.items)} items",
                 )
             ]
             if canary
@@ -285,7 +273,7 @@ def segments_view(summary: RunSummary) -> tuple[Segments, ...]:
                 value_format=lambda v: f"{v:.2f}",
                 tooltips=[
                     f"{r.summary.scored:,} scored of {r.summary.items:,} items; 95% CI "
-                    f"{interval_text(r.summary.mean_ci_low, r.summary.mean_ci_high)}; median "
+                    f"{fmt.interval(r.summary.mean_ci_low, r.summary.mean_ci_high)}; median "
                     f"{fmt.number(r.summary.median)}"
                     for r in drawn
                 ],
@@ -304,7 +292,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
     """Per segment column of the comparison: each value's change with its 95% interval and
     Holm-adjusted p-value (with the gate's word for it at the defaults of `ctxprec compare`),
     and a chart of the largest drops with their intervals."""
-    verdict = gate(c, DEFAULT_MIN_EFFECT, min_segment_size)
+    verdict = gate(c, CompareOptions.min_effect, min_segment_size)
     tested = {(s.by, s.value): s for s in verdict.segments}
     views = []
     for column in c.segment_columns:
@@ -340,7 +328,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> tuple[SegmentSh
                 diverging=True,
                 value_format=lambda v: f"{v:+.3f}",
                 tooltips=[
-                    f"95% CI {interval_text(s.ci_low, s.ci_high, 4)}, "
+                    f"95% CI {fmt.interval(s.ci_low, s.ci_high, 4)}, "
                     f"p {fmt.number(s.p_adjusted, 4)} after Holm"
                     for s in drawn
                 ],
@@ -389,7 +377,7 @@ def _text(value: object) -> str:
 def baseline_view(c: Comparison) -> Baseline:
     """The comparison with the baseline run: cards, statistics, position charts, regressions."""
     shift = c.mean_shift
-    verdict = gate(c, DEFAULT_MIN_EFFECT, DEFAULT_MIN_SEGMENT_SIZE)
+    verdict = gate(c, CompareOptions.min_effect, CompareOptions.min_segment_size)
     o = verdict.overall
     significant = o is not None and o.significant
     tone = "" if shift is None or not significant else ("good" if shift > 0 else "bad")
@@ -400,7 +388,7 @@ def baseline_view(c: Comparison) -> Baseline:
         Card(
             "mean shift",
             fmt.number(shift, 3, signed=True),
-            f"95% CI {interval_text(o.ci_low, o.ci_high, 4)}, p {fmt.number(o.p_adjusted, 4)}; "
+            f"95% CI {fmt.interval(o.ci_low, o.ci_high, 4)}, p {fmt.number(o.p_adjusted, 4)}; "
             f"{o.method} over {o.paired:,} queries"
             if o is not None
             else f"over {c.paired:,} queries ok in both",
@@ -411,9 +399,9 @@ def baseline_view(c: Comparison) -> Baseline:
             [
                 Card(
                     "canary kappa",
-                    f"{fmt.number(canary['kappa_a'], 3)} → {fmt.number(canary['kappa_b'], 3)}",
-                    "the judge changed" if canary["failed"] else "judge steady",
-                    "bad" if canary["failed"] else "",
+                    f"{fmt.number(canary.a.kappa, 3)} → {fmt.number(canary.b.kappa, 3)}",
+                    "the judge changed" if canary.failed else "judge steady",
+                    "bad" if canary.failed else "",
                 )
             ]
             if canary
@@ -434,7 +422,7 @@ def baseline_view(c: Comparison) -> Baseline:
         stats=stats,
         position_charts=_position_compare_charts(c),
         regressions=tuple(queries.regressions(c)),
-        segments=segment_shifts_view(c, DEFAULT_MIN_SEGMENT_SIZE),
+        segments=segment_shifts_view(c, CompareOptions.min_segment_size),
     )
 
 
@@ -513,7 +501,7 @@ def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> st
         "baseline": baseline_view(compare_runs(baseline, run)) if baseline else None,
         "distribution_charts": distribution_charts(run),
         "segments": segments_view(summary),
-        "min_segment_size": DEFAULT_MIN_SEGMENT_SIZE,
+        "min_segment_size": CompareOptions.min_segment_size,
         "positions": positions_view(run),
         "cost": cost_view(run),
         "worst": queries.worst_queries(run),
