@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from jobs.core.console import configure_logging
 from scorer_core.cli import add_score_arguments, call_handler
 
 # The options' defaults. `jobs.tools.estimation.estimate()`, called as a library, has the first
@@ -303,6 +304,7 @@ def load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_logging()
     return call_handler(load_handler(args.handler), args)
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from jobs.engine.control.budget import BudgetSettings, budget_settings
     from jobs.engine.control.limiter import LocalLimiter, PacingState
     from jobs.engine.driver import RunFailed, RunOutcome, exit_code_of, print_outcome, run_job
-    from jobs.engine.pairs.cache_lookup import stored_pair_keys
+    from jobs.engine.pairs.lookahead import stored_pair_keys
     from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
     from jobs.engine.publish.aggregate import (
         BANDS,
@@ -87,7 +87,7 @@ _WHERE = {
     "RequestLines": "batch.requests",
     "custom_id": "batch.requests",
     "item_key": "batch.requests",
-    "stored_pair_keys": "pairs.cache_lookup",
+    "stored_pair_keys": "pairs.lookahead",
 }
 
 __all__ = [

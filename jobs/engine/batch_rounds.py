@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TextIO
+from typing import Any
 
 from jobs.core.config import JobConfig, deadline_at
 from jobs.core.formatting import duration
@@ -55,6 +56,8 @@ from jobs.engine.ray_runtime import start_ray
 from scorer_core.errors import CtxPrecError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
+
+logger = logging.getLogger(__name__)
 
 # The lease's heartbeat is refreshed at least this often while the driver waits.
 _HEARTBEAT_EVERY_S = 10.0
@@ -96,7 +99,6 @@ class BatchRounds:
     def __init__(
         self,
         plan: RunPlan,
-        out: TextIO,
         *,
         heartbeat: Callable[[], None] = lambda: None,
         provider: LiteLLMBatches | None = None,
@@ -109,7 +111,6 @@ class BatchRounds:
         self._location = plan.location
         self._shards = list(plan.shards)
         self._store = plan.store
-        self._out = out
         self._heartbeat = heartbeat
         self._sleep = sleep
         self._clock = clock
@@ -211,10 +212,10 @@ class BatchRounds:
         if until is None or until > 0:
             return False
         assert self._deadline is not None
-        self._out.write(
+        logger.info(
             f"batch round {round_number}: judge.batch.deadline "
             f"({self._config.judge.batch.deadline}, {_iso(self._deadline)}) is near: whatever "
-            "is still unanswered is asked online under rate_limit\n"
+            "is still unanswered is asked online under rate_limit"
         )
         self._save(RoundState(round_number, (), online=True))
         return True
@@ -230,13 +231,13 @@ class BatchRounds:
                 try:
                     record = _with_info(record, await self._provider.cancel(record.batch_id))
                 except CtxPrecError as exc:  # it may have ended meanwhile: ask no more of it
-                    self._out.write(f"batch {record.batch_id}: could not cancel it: {exc}\n")
+                    logger.warning(f"batch {record.batch_id}: could not cancel it: {exc}")
             state = state.replace(replace(record, stopped=True, polled_at=now_iso()))
             stopped += 1
         self._save(state)
-        self._out.write(
+        logger.info(
             f"batch round {state.round}: judge.batch.deadline is near: {stopped} unfinished "
-            "batch(es) cancelled; their requests go online\n"
+            "batch(es) cancelled; their requests go online"
         )
         return state
 
@@ -260,7 +261,7 @@ class BatchRounds:
             if s.shard_id not in staged and s.shard_id not in indexed
         ]
         if todo:
-            self._out.write(
+            logger.info(
                 f"batch round {round_number}: judging {len(todo)} shard(s) from "
                 + ("the cache" if round_number == 0 else "the replies so far")
                 + (
@@ -268,7 +269,6 @@ class BatchRounds:
                     if online
                     else "; requests without a reply are recorded"
                 )
-                + "\n"
             )
             before = time.monotonic()
             start_ray(self._config)
@@ -279,9 +279,7 @@ class BatchRounds:
                 # The workers' online judge, governed as online re-asks are (ShardPass reads
                 # the round's online mark and asks every request that way).
                 run = replace(run, config=_reasks_online(run.config))
-            fanned = fan_out(
-                run, todo, self._out, heartbeat=self._heartbeat, batch_round=round_number
-            )
+            fanned = fan_out(run, todo, heartbeat=self._heartbeat, batch_round=round_number)
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
             fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
             if fatal:  # only online re-asks can meet a judge that cannot work
@@ -314,9 +312,9 @@ class BatchRounds:
         state = RoundState(round_number, tuple(records))
         requests = sum(r.requests for r in records)
         why = _limit_note(records, limits.max_requests_per_batch, limits.max_bytes_per_batch)
-        self._out.write(
+        logger.info(
             f"batch round {round_number}: {requests:,} request(s) from {len(pending)} shard(s) "
-            f"in {len(records)} batch(es){why}\n"
+            f"in {len(records)} batch(es){why}"
         )
         self._save(state)
         return state
@@ -444,9 +442,9 @@ class BatchRounds:
         record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
         state = state.replace(record)
         self._save(state)
-        self._out.write(
+        logger.info(
             f"batch round {state.round}: {record.name} submitted as {info.id} "
-            f"({record.requests:,} requests, {record.bytes / 1e6:,.1f} MB)\n"
+            f"({record.requests:,} requests, {record.bytes / 1e6:,.1f} MB)"
         )
         return state
 
@@ -476,15 +474,15 @@ class BatchRounds:
                 [(request_id, ingested.replies[request_id]) for request_id in ids],
             )
         if ingested.unknown or ingested.unreadable:
-            self._out.write(
+            logger.info(
                 f"batch {record.batch_id}: {ingested.unknown} line(s) for requests it was not "
-                f"sent and {ingested.unreadable} unreadable line(s) were ignored\n"
+                f"sent and {ingested.unreadable} unreadable line(s) were ignored"
             )
         retried = ingested.retried
         if retried:
-            self._out.write(
+            logger.info(
                 f"batch {record.batch_id or record.name}: {sum(retried.values()):,} request(s) "
-                f"failed transiently, asked again: {_reasons(retried)}\n"
+                f"failed transiently, asked again: {_reasons(retried)}"
             )
         return replace(record, ingested=True, retried=retried, final_errors=ingested.final_errors)
 
@@ -500,12 +498,11 @@ class BatchRounds:
         hidden = len(state.batches) - len(shown)
         if hidden > 0:
             shown.append(f"{hidden} more")
-        self._out.write(
+        logger.info(
             f"batch round {state.round}: requests {counts['completed']:,}/{counts['total']:,} "
             f"completed, {counts['failed']:,} failed | {'; '.join(shown)} | "
-            f"{duration(self._clock() - started)} since submitting\n"
+            f"{duration(self._clock() - started)} since submitting"
         )
-        self._out.flush()
 
     # -- what the run did -----------------------------------------------------------------------
 
@@ -581,7 +578,6 @@ def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: in
 
 def run_batches(
     plan: RunPlan,
-    out: TextIO,
     *,
     heartbeat: Callable[[], None] = lambda: None,
     sleep: Sleeper = real_sleep,
@@ -590,5 +586,5 @@ def run_batches(
 ) -> BatchRunResult:
     """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
     return BatchRounds(
-        plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
+        plan, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
     ).run()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
@@ -60,7 +60,6 @@ class FanOutResult:
 def fan_out(
     plan: RunPlan,
     todo: Sequence[tuple[int, Shard]],
-    out: TextIO,
     *,
     heartbeat: Callable[[], None] = lambda: None,
     batch_round: int | None = None,
@@ -89,9 +88,7 @@ def fan_out(
         governed=governed,
         api_key=config.judge.api_key(),
         tables=plan.tables,
-        duplicates=plan.duplicates,
-        cached=plan.cached,
-        awaiting=frozenset(plan.owners),
+        looked=plan.looked,
         run_id=plan.location.run_id,
         batch_round=batch_round,
     )
@@ -104,7 +101,7 @@ def fan_out(
         task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
         for n in range(min(config.ray.workers, len(todo)))
     }
-    watch = _Watch(coordinator, workers, todo, out, plan.location)
+    watch = _Watch(coordinator, workers, todo, plan.location)
     try:
         watch.until_done(heartbeat)
     finally:
@@ -126,7 +123,7 @@ def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governe
         .remote(
             list(todo),
             _governor(plan.config) if governed else None,
-            plan.owners,
+            plan.looked.owners,
         )
     )
 
@@ -139,7 +136,6 @@ class _Watch:
         coordinator: Any,
         workers: dict[Any, str],
         todo: Sequence[tuple[int, Shard]],
-        out: TextIO,
         location: RunLocation,
     ) -> None:
         self._coordinator = coordinator
@@ -150,7 +146,7 @@ class _Watch:
             {shard.shard_id: shard.end - shard.start for _, shard in todo},
             exact=all(shard.kind == "rows" for _, shard in todo),
         )
-        self._line = ProgressLine(self._expected.total, out=out)
+        self._line = ProgressLine(self._expected.total)
         self._counts: dict[str, int] = {}
         self._failure: str | None = None
         self.result = FanOutResult([])
@@ -203,7 +199,7 @@ class _Watch:
         """Draw the last progress line, cancel the workers left, keep the flow's snapshot."""
         import ray
 
-        self._line.close(self._counts, len(self.result.reports), self._todo)
+        self._line.update(self._counts, len(self.result.reports), self._todo, final=True)
         for ref in self._running:
             ray.cancel(ref)
         with contextlib.suppress(Exception):

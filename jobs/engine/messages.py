@@ -23,6 +23,18 @@ Lease = tuple[int, Shard]
 
 
 @dataclass(frozen=True)
+class Looked:
+    """What the look-ahead staged for the workers (`jobs.engine.pairs.lookahead`): the shards
+    with later occurrences of a query id, the shards with pairs found in the store or awaited,
+    and the owners each awaiting shard waits for (the board hands it out once they are staged;
+    none in batch mode, whose requests are fixed per pass)."""
+
+    with_repeats: frozenset[str] = frozenset()
+    with_pairs: frozenset[str] = frozenset()
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class JudgeFacts:
     """What a worker's judge settled on, for the run's summary and manifest: its transport
     ("http", "litellm"; None for the offline judge) and its structured-output negotiation as
@@ -71,15 +83,8 @@ class ShardContext:
     api_key: str | None = field(default=None, repr=False)
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema | None = None
-    # The shards with later occurrences of a query_id found before judging, in the staging
-    # area (jobs.engine.pairs.lookahead): those rows are written as duplicates, not judged.
-    duplicates: frozenset[str] = frozenset()
-    # The shards whose verdicts found in the verdict store are staged
-    # (jobs.engine.pairs.cache_lookup).
-    cached: frozenset[str] = frozenset()
-    # The shards awaiting pairs a lower-numbered shard judges first, staged for their workers
-    # (jobs.engine.pairs.shared_pairs).
-    awaiting: frozenset[str] = frozenset()
+    # What the look-ahead staged for the shards.
+    looked: Looked = field(default_factory=Looked)
     # The run's id: the workers' journals are named after it (jobs.core.verdict_store.Journal).
     run_id: str = "local"
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.

@@ -9,11 +9,15 @@ so reading `RAY_ENV` costs nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from jobs.core.config import JobConfig
+
+R = TypeVar("R")
+Mapper = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[Any]]
+"""Runs `fn(*args)` for each args tuple, here or as Ray tasks; the results in any order."""
 
 # Ray reads these when it is imported, and its workers inherit them:
 # - a local Ray stays on loopback instead of the machine's outside address;
@@ -91,3 +95,34 @@ def start_ray(config: JobConfig) -> None:
             if attempt == 2 or "timed out during startup" not in str(exc):
                 raise
             ray.shutdown()
+
+
+def local_map(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:
+    """A `Mapper` running every call in this process, one after another."""
+    return (fn(*args) for args in calls)
+
+
+def ray_map(config: JobConfig, in_flight: int | None = None, **options: Any) -> Mapper:
+    """A `Mapper` running each call as a Ray task (`ray.num_cpus_per_task`, retried
+    `ray.max_task_retries` times, spread over the nodes; `options` are more of Ray's), at most
+    `in_flight` at once (None: all), yielding the results as they finish. Ray must be up."""
+    import ray
+
+    def run(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:
+        task = ray.remote(fn).options(
+            num_cpus=config.ray.num_cpus_per_task,
+            max_retries=config.ray.max_task_retries,
+            scheduling_strategy="SPREAD",
+            **options,
+        )
+        pending: list[Any] = []
+        for args in calls:
+            pending.append(task.remote(*args))
+            if in_flight is not None and len(pending) >= in_flight:
+                ready, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(ready[0])
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+
+    return run

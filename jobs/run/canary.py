@@ -20,9 +20,9 @@ paced by a limiter of this process only (the run's shared limiter is not up yet)
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TextIO
 
 from jobs.core.config import JobConfig
 from jobs.inputs.labels import LabelledItem, load_labels
@@ -34,6 +34,7 @@ from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult, as_verdict_flags
 
 CanaryMetrics = tuple[tuple[str, float | None], ...]
+logger = logging.getLogger(__name__)
 
 
 async def judge_labelled(
@@ -78,7 +79,7 @@ def canary_metrics(items: Sequence[LabelledItem], results: Sequence[ScoreResult]
     )
 
 
-def judge_canary(config: JobConfig, out: TextIO | None = None) -> CanaryMetrics:
+def judge_canary(config: JobConfig) -> CanaryMetrics:
     """Judge `config.canary.labels` with the run's judge: the summary's canary metrics (empty
     without a canary). `InputError` naming the file when no row is usable."""
     labels = config.canary.labels
@@ -90,15 +91,13 @@ def judge_canary(config: JobConfig, out: TextIO | None = None) -> CanaryMetrics:
         raise InputError(f"canary.labels: no usable labelled rows in {labels}{detail}")
     results, _ = asyncio.run(judge_labelled(config, loaded.items))
     metrics = canary_metrics(loaded.items, results)
-    if out is not None:
-        values = dict(metrics)
-        kappa = values["canary_kappa"]
-        out.write(
-            f"canary: {int(values['canary_items'] or 0)} labelled item(s) judged, kappa "
-            f"{'-' if kappa is None else f'{kappa:.3f}'}"
-            + (f" ({loaded.invalid} invalid row(s) skipped)" if loaded.invalid else "")
-            + "\n"
-        )
+    values = dict(metrics)
+    kappa = values["canary_kappa"]
+    logger.info(
+        f"canary: {int(values['canary_items'] or 0)} labelled item(s) judged, kappa "
+        f"{'-' if kappa is None else f'{kappa:.3f}'}"
+        + (f" ({loaded.invalid} invalid row(s) skipped)" if loaded.invalid else "")
+    )
     return metrics
 
 
@@ -108,5 +107,5 @@ class CanaryCheck:
 
     config: JobConfig
 
-    def judge(self, out: TextIO | None = None) -> CanaryMetrics:
-        return judge_canary(self.config, out)
+    def judge(self) -> CanaryMetrics:
+        return judge_canary(self.config)

@@ -27,7 +27,7 @@ from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import OnlineAsk
 from jobs.engine.batch.shard_pass import ShardPass
 from jobs.engine.control.progress import BatchedCounter
-from jobs.engine.pairs.cache_lookup import cached_verdicts
+from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
 from jobs.engine.shards.shard_rows import NoCache, PairKeys
 from jobs.inputs import ItemRecord, Shard
@@ -60,30 +60,25 @@ class JudgeStage(Protocol):
 
 @dataclass(frozen=True)
 class ShardCaches:
-    """Where a worker's shards find their verdicts: what the run's lookup staged for each
-    (`jobs.engine.pairs.cache_lookup`), the worker's journal, which every fresh verdict goes to
-    and whose recent verdicts answer the worker's later items, and the pairs the worker is
-    asking about right now, which answer its other items with the same pair."""
+    """Where a worker's shards find their verdicts: what the look-ahead staged for each, the
+    worker's journal (every fresh verdict goes to it, and its recent verdicts answer the
+    worker's later items), and the pairs the worker is asking about right now."""
 
     store: Store
     staging: str
     fingerprint: str
     journal: Journal
-    staged: frozenset[str]  # the shards with verdicts found in the store
-    awaiting: frozenset[str] = frozenset()  # the shards awaiting pairs of earlier shards
     in_flight: InFlight = field(default_factory=InFlight)
 
-    def load(self, shard: Shard, *, journaled: bool = True) -> VerdictCache:
+    def load(self, needs: ShardNeeds, *, journaled: bool = True) -> VerdictCache:
         """The shard's cache (blocking); `journaled` False (batch mode): fresh verdicts are
         kept in the shard's cache only (journaled when the shard is committed), and none
-        answers another item."""
-        known = {}
-        if shard.shard_id in self.staged:
-            known = cached_verdicts(self.store, self.staging, shard.shard_id)
-        if journaled and shard.shard_id in self.awaiting:
-            known.update(awaited_verdicts(self.store, self.staging, shard.shard_id))
+        answers another item, nor is a pair awaited from another shard."""
+        known = dict(needs.known)
         if not journaled:
             return VerdictCache(known=known)
+        if needs.awaits:
+            known.update(awaited_verdicts(self.store, self.staging, needs.awaits))
         return VerdictCache(known=known, journal=self.journal, in_flight=self.in_flight)
 
 
@@ -154,13 +149,13 @@ class OnlineStage:
         own_judge: Judge,
         counter: BatchedCounter,
         caches: ShardCaches | None,
-        shard: Shard,
+        needs: ShardNeeds,
         read: ShardRead,
     ) -> OnlineStage:
-        """The stage for `shard`, its cached verdicts loaded (in a thread: it reads a file)."""
+        """The stage for a shard, its cached verdicts loaded (in a thread: it reads files)."""
         cache = None
         if caches is not None:
-            cache = await asyncio.to_thread(caches.load, shard)
+            cache = await asyncio.to_thread(caches.load, needs)
         count_errors(counter, read)
         return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
 
@@ -206,6 +201,7 @@ class BatchPassStage:
         reask: OnlineAsk | None,
         counter: BatchedCounter,
         caches: ShardCaches | None,
+        needs: ShardNeeds,
         shard: Shard,
         number: int,
         read: ShardRead,
@@ -217,7 +213,7 @@ class BatchPassStage:
         )
         cache = shard_pass.frozen_cache
         if cache is None and caches is not None:
-            cache = await asyncio.to_thread(caches.load, shard, journaled=False)
+            cache = caches.load(needs, journaled=False)
         own_judge = shard_pass.judge(config, reask)
         fingerprint = caches.fingerprint if caches is not None else ""
         return cls(own_judge, shard_pass, counter, cache, fingerprint)

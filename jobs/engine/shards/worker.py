@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -38,7 +38,7 @@ from jobs.engine.control.progress import BatchedCounter
 from jobs.engine.control.shard_board import WAIT
 from jobs.engine.control.worker_flow import WorkerFlow
 from jobs.engine.messages import JudgeFacts, ShardContext, ShardReport
-from jobs.engine.pairs.lookahead import read_marks
+from jobs.engine.pairs.lookahead import ShardNeeds, read_needs
 from jobs.engine.shards.shard_rows import ShardRows, shard_rows
 from jobs.engine.shards.stages import BatchPassStage, JudgeStage, OnlineStage, ShardCaches
 from jobs.inputs import ItemRecord, Shard
@@ -49,6 +49,8 @@ from scorer_core.protocols import Judge
 from scorer_core.response_format import negotiation_summary
 from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult
+
+logger = logging.getLogger(__name__)
 
 _WAIT_S = 0.2
 """How long a lane waits before asking the board again when every shard left awaits a shard
@@ -123,14 +125,7 @@ class ShardRunner:
             f"{self._ctx.run_id}.{worker_id}",
             interval_s=spec.journal_interval_s,
         )
-        return ShardCaches(
-            self._store,
-            self._ctx.staging,
-            spec.fingerprint,
-            journal,
-            self._ctx.cached,
-            self._ctx.awaiting,
-        )
+        return ShardCaches(self._store, self._ctx.staging, spec.fingerprint, journal)
 
     # -- the journal ----------------------------------------------------------------------------
 
@@ -158,7 +153,7 @@ class ShardRunner:
         try:
             await asyncio.to_thread(journal.write, taken)
         except StorageError as exc:  # the store is down: these verdicts cost calls next time
-            print(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}", file=sys.stderr)
+            logger.warning(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}")
 
     # -- the worker's judge ---------------------------------------------------------------------
 
@@ -211,9 +206,14 @@ class ShardRunner:
             report.skipped = True
             return report
         self._start_flushes()
-        read = await self._read(shard, number)
+        needs = ShardNeeds()
+        if shard.shard_id in self._ctx.looked.with_repeats | self._ctx.looked.with_pairs:
+            needs = await asyncio.to_thread(
+                read_needs, self._store, self._ctx.staging, shard.shard_id, self._ctx.looked
+            )
+        read = await self._read(shard, number, needs.later)
         counter = self._counter()
-        stage = await self._stage(shard, number, read, counter)
+        stage = await self._stage(shard, number, read, counter, needs)
         try:
             results = await judge_shard(
                 [record for _, record in read.records], self._scorer(stage), stage.item_done
@@ -233,13 +233,8 @@ class ShardRunner:
         report.seconds = time.monotonic() - started
         return report
 
-    async def _read(self, shard: Shard, number: int) -> ShardRead:
+    async def _read(self, shard: Shard, number: int, later: dict[int, str]) -> ShardRead:
         """The shard's rows, with the later occurrences the look-ahead found set aside."""
-        later = None
-        if shard.shard_id in self._ctx.duplicates:
-            later = await asyncio.to_thread(
-                read_marks, self._store, self._ctx.staging, shard.shard_id
-            )
         reader = self._ctx.parts.reader
         if reader is None:  # the driver assembles traces into items before any shard runs
             raise RuntimeError(f"shard {shard.shard_id}: the run's items have no reader")
@@ -254,13 +249,18 @@ class ShardRunner:
         return BatchedCounter(flush=lambda increments: coordinator.add.remote(increments))
 
     async def _stage(
-        self, shard: Shard, number: int, read: ShardRead, counter: BatchedCounter
+        self,
+        shard: Shard,
+        number: int,
+        read: ShardRead,
+        counter: BatchedCounter,
+        needs: ShardNeeds,
     ) -> JudgeStage:
         """The shard's judge stage: a batch round's pass, or the worker's judge online."""
         round_number = self._ctx.batch_round
         if round_number is None:
             stage: JudgeStage = await OnlineStage.open(
-                self._own_judge(), counter, self._caches, shard, read
+                self._own_judge(), counter, self._caches, needs, read
             )
             if self._flow is not None:
                 self._flow.wake()
@@ -273,6 +273,7 @@ class ShardRunner:
             self._online_reask(),
             counter,
             self._caches,
+            needs,
             shard,
             number,
             read,
@@ -363,10 +364,9 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
     held = await board.rejoin.remote(worker_id)
     if held:
         taken = await runner.take_over()  # this attempt takes back the shards of a dead one
-        print(
+        logger.warning(
             f"{worker_id}: took back {held} shard(s) of its dead attempt and {taken:,} "
-            "verdict(s) it had journaled",
-            file=sys.stderr,
+            "verdict(s) it had journaled"
         )
     try:
         await asyncio.gather(*(_run_lane(runner, board, worker_id, attempts) for _ in range(lanes)))
