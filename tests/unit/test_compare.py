@@ -31,6 +31,7 @@ from jobs.tools.published_runs import (
     summary_from_frame,
 )
 from scorer_core.errors import ConfigError
+from tests.support.polars_scores import score_mismatches
 from tests.support.published import (
     ADDED_ID,
     BAD_ID,
@@ -403,7 +404,7 @@ def test_support_scores_agree_with_the_job_aggregation(runs: Runs) -> None:
     store = open_store(str(runs.output))
     for run_id in (runs.base, runs.cand):
         run = load_run(store, run_id)
-        assert aggregate.score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
+        assert score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
         ok = run.scores().filter(pl.col("status") == "ok").select(pl.len()).collect().item()
         assert ok > 0
 
