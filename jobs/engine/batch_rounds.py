@@ -38,6 +38,7 @@ import logging
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,7 +51,7 @@ from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.messages import ShardReport
+from jobs.engine.messages import BatchFacts, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
 from scorer_core.errors import CtxPrecError, FatalJudgeError
@@ -77,7 +78,7 @@ class BatchRunResult:
 
     reports: list[ShardReport] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: BatchFacts | None = None
     # What this driver sent (a resumed run's earlier drivers sent the rest).
     uploads: int = 0
     created: int = 0
@@ -506,30 +507,25 @@ class BatchRounds:
 
     # -- what the run did -----------------------------------------------------------------------
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> BatchFacts:
         """The run's batches over every round (from staging: a resumed run counts them all)."""
         rounds = [self._load_round(n) for n in self._layout.rounds_planned()]
         batches = [b for state in rounds for b in state.batches]
-        by_status: dict[str, int] = {}
-        for record in batches:
-            by_status[record.status or "not submitted"] = (
-                by_status.get(record.status or "not submitted", 0) + 1
-            )
-        return {
-            "mode": "batch",
-            "provider": batch_provider(self._config),
-            "rounds": len(rounds),
-            "batches": len(batches),
-            "batch_statuses": by_status,
-            "requests": sum(b.requests for b in batches),
-            "requests_failed": sum(b.failed for b in batches),
-            "round_details": [state.summary() for state in rounds],
-            "max_rounds": self._config.judge.batch.max_rounds,
-            "deadline_at": None if self._deadline is None else _iso(self._deadline),
-            "bytes_uploaded": sum(b.bytes for b in batches),
-            "uploads_by_this_driver": self._result.uploads,
-            "batches_created_by_this_driver": self._result.created,
-        }
+        statuses = Counter(record.status or "not submitted" for record in batches)
+        return BatchFacts(
+            provider=batch_provider(self._config),
+            rounds=len(rounds),
+            batches=len(batches),
+            batch_statuses=dict(statuses),
+            requests=sum(b.requests for b in batches),
+            requests_failed=sum(b.failed for b in batches),
+            round_details=[state.summary() for state in rounds],
+            max_rounds=self._config.judge.batch.max_rounds,
+            deadline_at=None if self._deadline is None else _iso(self._deadline),
+            bytes_uploaded=sum(b.bytes for b in batches),
+            uploads_by_this_driver=self._result.uploads,
+            batches_created_by_this_driver=self._result.created,
+        )
 
 
 def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:

@@ -14,24 +14,23 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from jobs.core.config import JobConfig
 from jobs.core.pricing import price_basis
 from jobs.core.run_layout import RunLocation
-from jobs.core.run_manifest import RunManifest, read_manifest
+from jobs.core.run_manifest import JudgeRecord, RunManifest, read_manifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
 from jobs.engine.fanout import RunFailed, fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
-from jobs.engine.messages import ShardReport
+from jobs.engine.messages import FlowFacts, ShardReport
 from jobs.engine.pairs.lookahead import look_ahead
 from jobs.engine.parts import RunParts
 from jobs.engine.plan import RunPlan
 from jobs.engine.publish.manifest_builder import (
     flow_metrics,
-    judge_facts_of_run,
+    judge_record,
     run_manifest,
     shards_by_node,
 )
@@ -112,7 +111,7 @@ def run_job(
             seconds=time.monotonic() - started,
             timings=timings,
             flow=judged.flow,
-            judge={**judge_facts_of_run(judged.reports), **judged.facts},
+            judge=judged.judge,
             nodes=shards_by_node(judged.reports),
             traces=plan.traces,
         )
@@ -220,11 +219,11 @@ def _look_ahead(plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str,
 
 @dataclass(frozen=True)
 class _Judged:
-    """What judging the shards left: their reports, the flow and the judge's run facts."""
+    """What judging the shards left: their reports, the flow and what the judge settled on."""
 
     reports: list[ShardReport]
-    flow: dict[str, Any]
-    facts: dict[str, Any]
+    flow: FlowFacts | None
+    judge: JudgeRecord
 
 
 def _judge(
@@ -240,7 +239,7 @@ def _judge(
     if plan.config.judge.mode != "batch":
         fanned = fan_out(plan, todo, heartbeat=heartbeat)
         timings["fan_out"] = time.monotonic() - started
-        return _Judged(fanned.reports, fanned.flow, {})
+        return _Judged(fanned.reports, fanned.flow, judge_record(fanned.reports))
     from jobs.engine.batch_rounds import run_batches
 
     sleep, clock, wall_clock = time_of
@@ -251,7 +250,7 @@ def _judge(
     for phase, seconds in batched.timings.items():
         timings[phase] = timings.get(phase, 0.0) + seconds
     price = price_basis(plan.config.judge.model, batch=True)
-    return _Judged(batched.reports, {}, {**batched.facts, "price": price})
+    return _Judged(batched.reports, None, judge_record(batched.reports, batched.facts, price))
 
 
 def _publish(plan: RunPlan, manifest: RunManifest) -> Published:

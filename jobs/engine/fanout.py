@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
@@ -33,7 +33,7 @@ from jobs.engine.control.budget import budget_settings
 from jobs.engine.control.coordinator import coordinator_actor_class, make_governor
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ExpectedItems, ProgressLine
-from jobs.engine.messages import ShardContext, ShardReport
+from jobs.engine.messages import CoordinatorHandle, FlowFacts, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.shards.worker import run_worker
 from jobs.inputs import Shard
@@ -54,7 +54,7 @@ class FanOutResult:
     """The reports of the shards that ran, and what the run's flow control settled on."""
 
     reports: list[ShardReport]
-    flow: dict[str, Any] = field(default_factory=dict)
+    flow: FlowFacts | None = None
 
 
 def fan_out(
@@ -109,7 +109,9 @@ def fan_out(
     return watch.result
 
 
-def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool) -> Any:
+def _start_coordinator(
+    plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool
+) -> CoordinatorHandle:
     """The run's coordinator actor (board, counters, governor), on the driver's node: a worker
     node lost mid-run takes its workers (Ray retries them elsewhere), never the run's board
     and counters."""
@@ -117,7 +119,7 @@ def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governe
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return (
+    handle: CoordinatorHandle = (
         coordinator_actor_class()
         .options(scheduling_strategy=here)
         .remote(
@@ -126,6 +128,7 @@ def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governe
             plan.looked.owners,
         )
     )
+    return handle
 
 
 class _Watch:
@@ -133,7 +136,7 @@ class _Watch:
 
     def __init__(
         self,
-        coordinator: Any,
+        coordinator: CoordinatorHandle,
         workers: dict[Any, str],
         todo: Sequence[tuple[int, Shard]],
         location: RunLocation,
@@ -204,7 +207,7 @@ class _Watch:
             ray.cancel(ref)
         with contextlib.suppress(Exception):
             self.result.flow = ray.get(self._coordinator.flow.remote(), timeout=10)
-        ray.kill(self._coordinator)
+        ray.kill(cast(Any, self._coordinator))
 
 
 def _failed(message: str, location: RunLocation) -> str:

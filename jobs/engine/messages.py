@@ -1,14 +1,12 @@
-"""What the driver, the run's coordinator actor and the workers send each other.
-
-Small picklable records, in a module that imports neither pyarrow, Polars nor the scorer: the
-coordinator actor, which only passes leases and reports around, imports this and nothing heavy.
-"""
+"""What the driver, the run's coordinator actor and the workers send each other, and the
+coordinator handle they call. Small picklable records; imports nothing heavy (the actor
+imports this)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from jobs.inputs.shard import Shard
 from scorer_core.types import Usage
@@ -20,6 +18,79 @@ if TYPE_CHECKING:
 
 Lease = tuple[int, Shard]
 """What a worker gets: (the shard's number in the run, the shard)."""
+
+
+class Remote(Protocol):
+    """An actor method as a handle offers it: the call's result is awaitable and `ray.get`-able
+    (test fakes return awaitables)."""
+
+    def remote(self, *args: Any) -> Any: ...
+
+
+class Governor(Protocol):
+    """What a worker's flow calls on the run's governor (`jobs.engine.control.governor`)."""
+
+    reserve: Remote
+    refused: Remote
+    report: Remote
+
+
+class CoordinatorHandle(Governor, Protocol):
+    """The run's coordinator actor (`jobs.engine.control.coordinator`) as workers and the
+    driver call it: the shard board, the governor, the progress counters."""
+
+    rejoin: Remote
+    next_shard: Remote
+    done: Remote
+    failed: Remote
+    held_by: Remote
+    poll: Remote
+    flow: Remote
+    add: Remote
+    counts: Remote
+
+
+@dataclass(frozen=True)
+class FlowFacts:
+    """What the run's governor settled on (`RunGovernor.snapshot`; the manifest's `flow`): the
+    in-flight budget and its peak, the latencies, and the pace of a rate-limited run."""
+
+    budget: int
+    budget_max: int
+    budget_mode: Literal["auto", "explicit"]
+    max_in_flight: int
+    latency_p50_s: float | None
+    latency_p90_s: float | None
+    latency_p99_s: float | None
+    latency_mean_s: float | None
+    replies: int
+    completed: int
+    requests: int
+    pace_granted: float | None = None
+    pace_refusals: float | None = None
+    pace_factor: float | None = None
+    pace_token_ratio: float | None = None
+    pace_requests_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """A batch-mode run's batches over every round, for the manifest's `judge` (counted from
+    staging: a resumed run's earlier drivers' too, but for the last two fields)."""
+
+    provider: str
+    rounds: int
+    batches: int
+    batch_statuses: dict[str, int]
+    requests: int
+    requests_failed: int
+    round_details: list[dict[str, Any]]  # `RoundState.summary` of each round
+    max_rounds: int
+    deadline_at: str | None
+    bytes_uploaded: int
+    uploads_by_this_driver: int
+    batches_created_by_this_driver: int
+    mode: Literal["batch"] = "batch"
 
 
 @dataclass(frozen=True)
@@ -74,10 +145,8 @@ class ShardContext:
     # What the run is made of: the input, the judge, the cache (built by jobs.run.factory).
     parts: RunParts
     staging: str  # the run's staging folder, relative to the output store's root
-    # Ray actor handle of the run's coordinator (jobs.engine.control.coordinator: shard board,
-    # progress
-    # counters, and the governor's pace and budget unless `governed` is false), or None.
-    coordinator: Any = None
+    # The run's coordinator (its pace and budget unless `governed` is false), or None.
+    coordinator: CoordinatorHandle | None = None
     governed: bool = False
     # The judge's API key as the driver read it (workers may not have the driver's environment).
     api_key: str | None = field(default=None, repr=False)

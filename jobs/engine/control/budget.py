@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobs.core.config import RateLimitConfig
 
@@ -169,7 +170,7 @@ class InFlightBudget:
             return active[worker] + spare
         return _water_fill(budget, active)[worker]
 
-    def snapshot(self) -> dict[str, float | None]:
+    def snapshot(self) -> dict[str, Any]:
         return {
             "budget": self.size(),
             "budget_max": self.max_size,

@@ -24,7 +24,7 @@ from jobs.engine.control.governor import Completion, RunGovernor
 from jobs.engine.control.limiter import PacingState
 from jobs.engine.control.progress import COUNTERS
 from jobs.engine.control.shard_board import BoardNews, ShardBoard
-from jobs.engine.messages import Lease, ShardReport
+from jobs.engine.messages import FlowFacts, Lease, ShardReport
 
 
 def make_governor(
@@ -93,8 +93,8 @@ def coordinator_actor_class() -> Any:
             assert self._governor is not None
             return self._governor.report(worker, demand, in_flight, completions)
 
-        def flow(self) -> dict[str, Any]:
-            return self._governor.snapshot() if self._governor is not None else {}
+        def flow(self) -> FlowFacts | None:
+            return self._governor.snapshot() if self._governor is not None else None
 
         # -- progress
         def add(self, increments: dict[str, int]) -> None:

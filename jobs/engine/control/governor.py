@@ -22,6 +22,7 @@ from typing import Any
 
 from jobs.engine.control.budget import BudgetSettings, InFlightBudget
 from jobs.engine.control.limiter import PacingState
+from jobs.engine.messages import FlowFacts
 
 Completion = tuple[float | None, int, int]
 """A finished request as workers report it: (latency in seconds or None when the attempt failed
@@ -69,11 +70,12 @@ class RunGovernor:
                 self.pacing.settle(reserved, used)
         return self.budget.allocate(worker, demand, in_flight)
 
-    def snapshot(self) -> dict[str, Any]:
-        """What the run settled on, for the progress line, the summary and the manifest."""
-        snap: dict[str, Any] = dict(self.budget.snapshot())
-        snap["budget_mode"] = "explicit" if self.budget.settings.explicit is not None else "auto"
-        snap["requests"] = self.requests
-        if self.pacing is not None:
-            snap.update({f"pace_{k}": v for k, v in self.pacing.snapshot().items()})
-        return snap
+    def snapshot(self) -> FlowFacts:
+        """What the run settled on, for the summary and the manifest."""
+        pace: dict[str, Any] = dict(self.pacing.snapshot()) if self.pacing is not None else {}
+        return FlowFacts(
+            **self.budget.snapshot(),
+            budget_mode="explicit" if self.budget.settings.explicit is not None else "auto",
+            requests=self.requests,
+            **{f"pace_{name}": value for name, value in pace.items()},
+        )

@@ -19,29 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
-from typing import Any, Protocol
 
 from jobs.engine.control.budget import AdjustableGate
 from jobs.engine.control.governor import Completion
+from jobs.engine.messages import Governor
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
 # How often a worker tells the governor its demand: often enough that a draining worker's
 # share moves within a fraction of a reply's latency, rarely enough to cost nothing.
 REPORT_EVERY_S = 0.2
-
-
-class _Remote(Protocol):
-    def remote(self, *args: Any) -> Awaitable[Any]: ...
-
-
-class Governor(Protocol):
-    """What a worker calls on the run's governor (a Ray actor handle in the job)."""
-
-    reserve: _Remote
-    refused: _Remote
-    report: _Remote
 
 
 class WorkerFlow:

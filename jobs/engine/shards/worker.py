@@ -24,7 +24,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import pyarrow as pa
 
@@ -37,7 +36,7 @@ from jobs.engine.batch.batch_judge import OnlineAsk
 from jobs.engine.control.progress import BatchedCounter
 from jobs.engine.control.shard_board import WAIT
 from jobs.engine.control.worker_flow import WorkerFlow
-from jobs.engine.messages import JudgeFacts, ShardContext, ShardReport
+from jobs.engine.messages import CoordinatorHandle, JudgeFacts, ShardContext, ShardReport
 from jobs.engine.pairs.lookahead import ShardNeeds, read_needs
 from jobs.engine.shards.shard_rows import ShardRows, shard_rows
 from jobs.engine.shards.stages import BatchPassStage, JudgeStage, OnlineStage, ShardCaches
@@ -162,12 +161,13 @@ class ShardRunner:
         if self._judge is not None:
             return self._judge
         judges = self._ctx.parts.judges
-        if not self._ctx.governed:
+        coordinator = self._ctx.coordinator
+        if not self._ctx.governed or coordinator is None:
             self._judge = judges.build(judges.local_limiter(), self._ctx.api_key, None)
             return self._judge
         limits = self._config.rate_limit
         self._flow = WorkerFlow(
-            self._ctx.coordinator,
+            coordinator,
             self._worker_id,
             paced=bool(limits.requests_per_minute or limits.tokens_per_minute),
         )
@@ -327,7 +327,9 @@ def run_shard(shard: Shard, number: int, ctx: ShardContext) -> ShardReport:
     return asyncio.run(one())
 
 
-async def _run_lane(runner: ShardRunner, board: Any, worker_id: str, attempts: int) -> None:
+async def _run_lane(
+    runner: ShardRunner, board: CoordinatorHandle, worker_id: str, attempts: int
+) -> None:
     """Take the next shard from the board and run it, until the board has none left."""
     while True:
         lease = await board.next_shard.remote(worker_id)
@@ -360,6 +362,7 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
     until the board has none left (or the run stopped)."""
     runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
+    assert board is not None, "a worker runs with the run's coordinator"
     attempts = ctx.config.ray.max_task_retries + 1
     held = await board.rejoin.remote(worker_id)
     if held:
