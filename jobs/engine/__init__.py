@@ -1,36 +1,7 @@
-"""The engine: plan shards -> run them as Ray tasks under one shared limit -> publish Parquet.
-
-Public API (everything else in the package is the engine's own business; the tools and the
-CLI import only these names, from `jobs.engine`):
-
-    run_job(config, parts, out=...) -> RunOutcome   run or resume one scoring run end to end
-    RunParts, JudgeMaker, Gate, CanaryJudge
-                                  what a run is made of, handed in by jobs.run.factory
-    RunOutcome, print_outcome, exit_code_of
-                                  run id and date, what was published, timings; its printout
-                                  and exit code (1 past run.max_error_rate)
-    RunFailed                     the run could not finish (a CtxPrecError); shards already
-                                  staged are kept, the same run id resumes
-    BatchesStillRunning           judge.mode batch: the wait ended before the batches did
-    BudgetSettings, budget_settings, LocalLimiter, PacingState
-                                  flow control in one process (estimate, calibrate, score)
-    RunSummary, Segment, PositionRate, BANDS, CANARY_METRICS, band_range, relevance_by_position
-                                  the published summary's model (jobs.engine.publish.aggregate)
-    RunResponseFormat             the structured-output form a run's judge settled on
-    BatchLayout, RoundState, BatchPacker, RequestLines, custom_id, item_key
-                                  batch mode's staged rounds and request lines (status,
-                                  estimate)
-    stored_pair_keys              the pairs of an input the verdict store holds (estimate)
-
-Start reading at jobs.engine.driver.run_job; it calls, in order, inputs (files, schema,
-shards), lease, ray_runtime, lookahead, fanout (-> worker on each Ray node, with a
-coordinator actor: shard board, governor, progress; and the verdict cache), or batch's rounds,
-manifest (with response_formats: the structured-output form the workers' judges settled on)
-and publish (-> aggregate).
-
-The names above are imported from their modules on first use, not here: importing a light
-module of the package (ray_runtime, messages) must not import Polars, pyarrow or fsspec.
-"""
+"""The engine: a run's shards judged on Ray under one shared limit, then published as Parquet
+(docs/layout.md draws it; start reading at `jobs.engine.driver.run_job`). The tools, the CLI
+and `jobs.run` use only the names below, each imported from its module on first use, so that
+importing a light module of the package (messages, ray_runtime) loads no Polars or pyarrow."""
 
 from __future__ import annotations
 

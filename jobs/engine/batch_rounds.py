@@ -1,34 +1,6 @@
-"""Batch mode on the driver: rounds of pass -> plan -> submit -> wait -> ingest, then publish.
-
-    pass    the shards not staged yet run on the workers (jobs.engine.fanout, batch_round):
-            each is judged from the replies so far; a shard with every request answered is
-            staged as online, the others record their requests for this round
-    plan    the round's requests cut into batches within the provider's limits (requests and
-            bytes per file, enqueued tokens), recorded in staging before anything is sent
-    submit  per batch: its file built from the shards' request files, uploaded, the file id
-            recorded; the batch created, its id recorded (a batch whose file was uploaded but
-            whose id was not recorded is looked up by that file, never created twice); with an
-            enqueued-token limit, a batch waits until the unfinished ones leave room
-    wait    polls with a doubling interval (`judge.batch.poll_interval_s` up to
-            `max_poll_interval_s`), one progress line per poll, the run's lease kept alive;
-            after `judge.batch.max_wait_s` the driver leaves (`BatchesStillRunning`)
-    ingest  each final batch's output and error files become every request's reply, per shard
-            (jobs.engine.batch.ingest); the batch is marked ingested
-
-Round 0 asks every uncached request; a later round holds re-asks of replies that broke the
-contract (`judge.batch.reask: batch`), LLM-reason requests (`scorer.reason: llm`) and the
-requests that failed transiently (5xx, 429, expired or cancelled batches, missing lines: each
-sent in at most `judge.batch.max_rounds` rounds), so the rounds are bounded by those budgets.
-
-With `judge.batch.deadline`, the driver watches the time: when the deadline nears (its margin
-plus the time the unanswered requests need at rate_limit.requests_per_minute), it cancels the
-batches still running, and the next round is online: its pass asks whatever has no final reply
-through the workers' paced online judge, so every shard is staged and the run publishes in time.
-
-Every step resumes from what staging records, so a
-rerun of the same run id, hours later or after a `kill -9`, continues where the last driver
-stopped: nothing is submitted twice. The staged shards are then published as online.
-"""
+"""Batch mode on the driver: rounds of pass -> plan -> submit -> wait -> ingest until every
+shard is staged; the rounds resume from what staging records, and near `judge.batch.deadline`
+the rest goes online. docs/batch.md describes the rounds for users."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""Fan-out: run a run's shards on `ray.workers` long-lived workers and wait for them.
-
-Each worker is one Ray task (`jobs.engine.shards.worker.run_worker`) with `SHARDS_PER_WORKER` lanes
-that take shards from the run's board (`jobs.engine.control.shard_board`) until none are left: a
-worker
-reads its next shard and queues its requests while the current shard's last replies are
-outstanding, and its judge and connections live for the whole run. All workers share one
-governor (`jobs.engine.control.governor`): the provider's pace (when the config sets limits) and
-the run-wide in-flight budget, sized from the limits and the measured latency under
-`rate_limit.max_concurrency: auto` and shared out by each worker's demand. The board, the
-governor and the progress counters live in one coordinator actor
-(`jobs.engine.control.coordinator`);
-the driver polls it to draw the progress line.
-
-A worker whose process dies is retried by Ray and takes back the shards it held (each shard is
-staged all or nothing). A shard that fails after its retries stops the run: no more shards
-are handed out, the shards in progress finish (and stay staged), then the run fails naming the
-shard. A fatal judge error stops everything at once, so nothing keeps judging (and paying) for
-a run that cannot finish. Shards that finished are kept in staging, so
-a rerun with the same run id resumes.
-"""
+"""Fan-out: run a run's shards on `ray.workers` long-lived worker tasks around one
+coordinator actor, draw the progress line, and stop at the first fatal judge error; a shard
+that fails for good fails the run naming it, and staged shards are kept for a rerun."""
 
 from __future__ import annotations
 

@@ -47,7 +47,6 @@ class CoordinatorHandle(Governor, Protocol):
     poll: Remote
     flow: Remote
     add: Remote
-    counts: Remote
 
 
 @dataclass(frozen=True)
@@ -96,9 +95,8 @@ class BatchFacts:
 @dataclass(frozen=True)
 class Looked:
     """What the look-ahead staged for the workers (`jobs.engine.pairs.lookahead`): the shards
-    with later occurrences of a query id, the shards with pairs found in the store or awaited,
-    and the owners each awaiting shard waits for (the board hands it out once they are staged;
-    none in batch mode, whose requests are fixed per pass)."""
+    with later occurrences of a query id, those with pairs found in the store or awaited, and
+    the owners each awaiting shard waits for (none in batch mode)."""
 
     with_repeats: frozenset[str] = frozenset()
     with_pairs: frozenset[str] = frozenset()
@@ -132,9 +130,6 @@ class ShardReport:
     pending: int = 0
     # The Ray node the shard ran on (empty outside Ray), for the manifest.
     node: str = ""
-
-    def count(self, status: str, n: int = 1) -> None:
-        self.statuses[status] = self.statuses.get(status, 0) + n
 
 
 @dataclass(frozen=True)

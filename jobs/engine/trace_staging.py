@@ -1,13 +1,6 @@
-"""`input.format: otlp`: before the run is planned, assemble the traces into item Parquet under
-the run's staging area, then run the job on that Parquet as on any other.
-
-`stage_traces` runs `jobs.inputs.traces.assemble_traces` as Ray tasks (reading the trace files
-and assembling the partitions where the workers run), writes the report to
-`_staging/run_id=<id>/traces/DONE.json` (a resumed run reads the items and the report again
-instead of assembling twice), prints the report's line and returns the config the rest of the
-run uses: `input.format: parquet` on `<staging>/traces/items/` with the assembled items'
-columns. The report lands in the run's manifest (`traces`).
-"""
+"""`input.format: otlp`: before the run is planned, the traces are assembled into item Parquet
+under the run's staging area (Ray tasks; a resumed run reads the items and the report again)
+and the run reads them as any Parquet input."""
 
 from __future__ import annotations
 

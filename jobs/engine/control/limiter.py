@@ -1,15 +1,6 @@
-"""One rate limit for the whole run: the pacing logic, shared by every worker through the run's
-governor actor (`jobs.engine.control.governor`).
-
-`PacingState` is the pure logic (clock injected, tested without Ray): a GCRA-style pacer that
-hands out *reservations*. A caller asks once, is told how long to wait for its slot, and sleeps
-locally; the actor never blocks, so one actor serves thousands of callers. Requests and tokens
-are paced separately and a request waits for whichever is later.
-
-When the provider answers 429, every caller is paused until `Retry-After` (or a short backoff
-when the header is missing), and the pace drops by `cut` so the run settles just under the
-provider's real limit instead of bouncing off it; it creeps back while no 429 arrives.
-"""
+"""One rate limit for the whole run: `PacingState`, a GCRA-style pacer handing out
+reservations against requests- and tokens-per-minute (a 429 pauses everyone and cuts the
+pace, which creeps back), and `LocalLimiter`, the same pace inside one process."""
 
 from __future__ import annotations
 

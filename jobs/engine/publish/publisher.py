@@ -1,21 +1,6 @@
-"""Turning a run's staged shard files into the published tables, atomically.
-
-The run's files and their paths are `jobs.core.run_layout`'s (one module spells them).
-
-Each table of a run is one object, uploaded whole (a local rename, or one object-store PUT /
-multipart upload that becomes visible only when complete), and `scores/` is written last: a
-reader of `scores/` sees all of a run or none of it. The staging area is removed only after
-everything is published, so a failure at any point leaves a rerun able to finish the job.
-The tables' columns are `jobs.core.schema.PUBLISHED_SCORES`, `PUBLISHED_VERDICTS` and
-`PUBLISHED_SUMMARY`, the first two with the run's carried columns after ours (`RunSchema`);
-the scores are the ones the workers computed.
-
-Publishing runs on the driver in memory that does not grow with the run: the run's repeated
-query ids are found partition by partition (`jobs.engine.pairs.repeats`), the scores and verdicts
-tables are written to local files a shard at a time, in run order, with those repeats marked
-(and their verdicts dropped), the summary streams over the local files (Polars), and each file
-is then uploaded as the table's one object. Rows keep the input order.
-"""
+"""Publishing: a run's staged shard files become its scores, verdicts and summary tables and
+its manifest, all or nothing (`scores/` last), in memory that does not grow with the run
+(repeats found by partition, tables written a shard at a time to local files, then uploaded)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""A shard's judge stage: online, or one pass of a batch round.
-
-A shard goes read -> judge stage -> rows -> commit whatever the mode (`jobs.engine.shards.worker`).
-The stage is the part that differs: it gives the judge the shard's items are scored with (the
-verdict cache in front of it), counts the shard's progress its own way, and says after judging
-whether the shard can be committed now or waits for a batch round.
-
-- `OnlineStage`: the worker's judge asks the provider now; progress counts each item as it is
-  scored; verdicts judged in this shard answer its later items with the same pair.
-- `BatchPassStage` (judge.mode batch): a judge that answers from the replies of the batches
-  ingested so far and records every other request for the next round
-  (`jobs.engine.batch.shard_pass.ShardPass`); a shard with requests left is not committed, and its
-  progress counts once, when it is.
-"""
+"""A shard's judge stage, online or one pass of a batch round: the judge its items are scored
+with (the verdict cache in front), how its progress counts, and whether the shard can be
+committed after judging or waits for a batch round."""
 
 from __future__ import annotations
 

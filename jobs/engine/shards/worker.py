@@ -1,21 +1,6 @@
-"""What a worker does with a shard: read -> judge stage -> rows -> commit.
-
-`ShardRunner.run_shard` is those four steps, whatever the mode: the shard is read
-(`jobs.inputs.shard_read`), judged through its stage (`jobs.engine.shards.stages`: online, or one
-pass of a batch round), turned into rows (`jobs.engine.shards.shard_rows`) and committed: its
-verdicts, then
-its items file, each written atomically; the items file is
-the shard's commit marker, so a shard is either done or redone, never half done. Each item is
-scored by `scorer_core.scoring.score_item`, the library's own scoring.
-
-A `ShardRunner` lives as long as its worker (`run_worker`, one long Ray task): the judge (and
-its connection pool) is built once, and the worker runs a few shards at a time on one event
-loop (its lanes), so its requests never pause between shards: the next shard is read (in a
-thread) and its requests queue behind the current shard's while that one's last replies are
-outstanding. Requests in flight are bounded by the worker's allowance of the run-wide budget
-(`jobs.engine.control.worker_flow`), not per shard. `run_shard` runs one shard in this process,
-without Ray.
-"""
+"""What a worker does with a shard: read -> judge stage -> rows -> commit (verdicts, then the
+items file, the shard's commit marker). A `ShardRunner` lives as long as its worker (one long
+Ray task): the judge is built once and a few lanes run shards on one event loop."""
 
 from __future__ import annotations
 
