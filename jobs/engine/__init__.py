@@ -29,37 +29,24 @@ if TYPE_CHECKING:
     )
     from jobs.engine.publish.response_formats import RunResponseFormat
 
+# where each public name lives, by module of the package
 _WHERE = {
-    "run_job": "driver",
-    "RunOutcome": "driver",
-    "RunFailed": "driver",
-    "print_outcome": "driver",
-    "exit_code_of": "driver",
-    "RunParts": "parts",
-    "CanaryJudge": "parts",
-    "JudgeMaker": "parts",
-    "Gate": "parts",
-    "BatchesStillRunning": "batch_rounds",
-    "BudgetSettings": "control.budget",
-    "budget_settings": "control.budget",
-    "LocalLimiter": "control.limiter",
-    "PacingState": "control.limiter",
-    "RunSummary": "publish.aggregate",
-    "Segment": "publish.aggregate",
-    "PositionRate": "publish.aggregate",
-    "BANDS": "publish.aggregate",
-    "CANARY_METRICS": "publish.aggregate",
-    "band_range": "publish.aggregate",
-    "relevance_by_position": "publish.aggregate",
-    "RunResponseFormat": "publish.response_formats",
-    "BatchLayout": "batch.batch_layout",
-    "RoundState": "batch.state",
-    "BatchPacker": "batch.state",
-    "RequestLines": "batch.requests",
-    "custom_id": "batch.requests",
-    "item_key": "batch.requests",
-    "stored_pair_keys": "pairs.lookahead",
+    "driver": ("RunFailed", "RunOutcome", "exit_code_of", "print_outcome", "run_job"),
+    "parts": ("CanaryJudge", "Gate", "JudgeMaker", "RunParts"),
+    "batch_rounds": ("BatchesStillRunning",),
+    "control.budget": ("BudgetSettings", "budget_settings"),
+    "control.limiter": ("LocalLimiter", "PacingState"),
+    "publish.aggregate": (
+        *("BANDS", "CANARY_METRICS", "PositionRate", "RunSummary", "Segment"),
+        *("band_range", "relevance_by_position"),
+    ),
+    "publish.response_formats": ("RunResponseFormat",),
+    "batch.batch_layout": ("BatchLayout",),
+    "batch.state": ("BatchPacker", "RoundState"),
+    "batch.requests": ("RequestLines", "custom_id", "item_key"),
+    "pairs.lookahead": ("stored_pair_keys",),
 }
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "BANDS",
@@ -95,7 +82,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"jobs.engine.{module}"), name)

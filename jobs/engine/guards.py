@@ -78,7 +78,9 @@ def _static_root(path: str) -> str:
 
 def check_paths_apart(config: JobConfig) -> None:
     """`ConfigError` when the run's output (or verdict cache) is inside its input or the
-    input inside the output (see the module docstring for the one exception)."""
+    input inside the output: a rerun would read the job's own tables as items. Allowed: the
+    output under a `_` or `.` folder of an input folder (a listing never enters it), and an
+    input file right at the output's root (the job writes only into folders there)."""
     where_in = _location(config.input.path, config.input.storage_options)
     kind_in, endpoint_in, path_in = where_in
     root_in = _static_root(path_in)

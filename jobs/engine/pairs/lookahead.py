@@ -80,20 +80,17 @@ def shard_keys(
     id_rows: list[tuple[str, int, str, int]] = []
     pair_rows: list[tuple[int, str]] = []
     for number, shard in numbered:
-        priced = fingerprint is not None and (pairs_of is None or number in pairs_of)
         try:
-            if priced:
-                assert fingerprint is not None
-                found = _read_items(reader, tables, number, shard, fingerprint)
+            if fingerprint is not None and (pairs_of is None or number in pairs_of):
+                found, keys = _read_items(reader, tables, number, shard, fingerprint)
             elif ids:
-                found = (_read_ids(reader, number, shard), set())
+                found, keys = _read_ids(reader, number, shard), set()
             else:
                 continue
         except InputError:
             continue
-        if ids:
-            id_rows.extend(found[0])
-        pair_rows.extend((number, key) for key in found[1])
+        id_rows.extend(found if ids else ())
+        pair_rows.extend((number, key) for key in keys)
     return ShardKeys(
         pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row"),
         pl.DataFrame(pair_rows, schema=KEYS, orient="row"),
@@ -113,13 +110,14 @@ def _read_items(
     keys: set[str] = set()
     first_seen: set[str] = set()
     for index, record in enumerate(reader.read(shard, tables.carried)):
-        query_id = record.query_id or f"{record.source}#{record.row}"
+        where = f"{record.source}#{record.row}"  # the id of a row without one (its error row)
+        query_id = where if record.query_id is None else record.query_id
         ids.append((query_id, item_seq(number, index), record.source, record.row))
         if isinstance(record, RowError) or not reader.keeps(record, tables.names):
             continue
-        if record.query_id in first_seen:
+        if query_id in first_seen:
             continue
-        first_seen.add(record.query_id)
+        first_seen.add(query_id)
         item = record.to_scoring_item()
         keys.update(pair_key(fingerprint, item, p) for p in range(len(item.contexts)))
     return ids, keys
