@@ -5,21 +5,21 @@ committed after judging or waits for a batch round."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobs.core.config import JobConfig
 from jobs.core.storage import Store
-from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache, pair_key
+from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache
 from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import OnlineAsk
 from jobs.engine.batch.shard_pass import ShardPass
 from jobs.engine.control.progress import BatchedCounter
 from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
-from jobs.engine.shards.shard_rows import NoCache, PairKeys
-from jobs.inputs import ItemRecord, Shard
+from jobs.engine.shards.shard_rows import PairKeys
+from jobs.inputs import Shard
 from jobs.inputs.shard_read import ShardRead
 from scorer_core.protocols import Judge
 from scorer_core.types import ScoreResult
@@ -71,30 +71,16 @@ class ShardCaches:
         return VerdictCache(known=known, journal=self.journal, in_flight=self.in_flight)
 
 
-@dataclass(frozen=True)
-class CachedPairs:
-    """The pair keys of a shard's contexts under a cache fingerprint, and which were known."""
-
-    cache: VerdictCache
-    fingerprint: str
-
-    def keys(self, record: ItemRecord) -> list[str]:
-        item = record.to_scoring_item()
-        return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
-
-    def cached(self, keys: Sequence[str]) -> Collection[int]:
-        return {position for position, key in enumerate(keys) if key in self.cache.known}
-
-
 def cache_in_front(
     own_judge: Judge, cache: VerdictCache | None, fingerprint: str, *, fresh_hits: bool
 ) -> tuple[Judge, PairKeys]:
     """The judge a shard's items are scored with (`cache` in front of `own_judge`, when the
     run has one) and the pair keys its verdict rows are written with."""
     if cache is None:
-        return own_judge, NoCache()
-    judge = CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits)
-    return judge, CachedPairs(cache, fingerprint)
+        return own_judge, PairKeys()
+    return CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits), PairKeys(
+        cache, fingerprint
+    )
 
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
