@@ -10,7 +10,7 @@ Under the output root (hive partitions; every table one zstd Parquet object per 
         LEASE.json                                                readers skip names that
         items/<shard>.parquet     a shard's items: its commit     start with "_")
         verdicts/<shard>.parquet  a shard's verdicts
-        duplicates/...            later occurrences found before judging
+        lookahead/...             what each shard needs, found before judging
         (jobs.engine.pairs.lookahead)
         batch/...                 batch mode's rounds (jobs.engine.batch.batch_layout)
 

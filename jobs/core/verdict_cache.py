@@ -5,7 +5,7 @@ A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, outpu
 context text): change any of them and the pair is judged again; a cache hit can never return a
 verdict for different text. The verdicts live in the content-addressed store
 (`jobs.core.verdict_store`), found wherever a pair appears: before the fan-out the run looks up
-every pair of its shards in it (`jobs.engine.pairs.cache_lookup`) and stages each shard's hits,
+every pair of its shards in it (`jobs.engine.pairs.lookahead`) and stages each shard's hits,
 which
 its worker loads (`VerdictCache.known`); what the worker judges goes to its journal as it
 arrives (`VerdictCache.put`), and from there into the store.

@@ -21,7 +21,7 @@ process compacted it) or cannot be read is skipped: it costs calls, never a wron
   `journal/` every `interval_s` (2 s) and at shutdown, so a kill loses the last seconds.
 - `VerdictStore.fold_journal`: journal files into partition files, then the journal files are
   deleted (a crash in between leaves duplicates, never a loss). Each run folds before its
-  lookup (`jobs.engine.pairs.cache_lookup`), so the verdicts of a killed run are found by its rerun.
+  lookup (`jobs.engine.pairs.lookahead`), so the verdicts of a killed run are found by its rerun.
 - `VerdictStore.compact`: a partition's files merged into one, expired rows
   (`cache.max_age_days`) and duplicate keys dropped. `ctxprec cache compact` runs it.
 """

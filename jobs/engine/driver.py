@@ -21,7 +21,8 @@ from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import JudgeRecord, RunManifest, read_manifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
-from jobs.engine.fanout import RunFailed, fan_out
+from jobs.engine.fanout import RunFailed as RunFailed
+from jobs.engine.fanout import fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
 from jobs.engine.messages import FlowFacts, ShardReport
@@ -48,18 +49,11 @@ from scorer_core.retry import real_sleep
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RunFailed",
-    "RunOutcome",
-    "exit_code_of",
-    "print_outcome",
-    "resolve_location",
-    "run_job",
-]
-
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """A finished run: its id and date, what was published, its shards and its time."""
+
     run_id: str
     run_date: dt.date
     published: Published
@@ -83,12 +77,19 @@ def run_job(
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
 ) -> RunOutcome:
-    """Run (or resume) one scoring run end to end and return where its results are.
+    """Run (or resume) one scoring run end to end.
 
-    `parts` are what the config's run is made of (`jobs.run.factory.run_parts`). `sleep` and
-    `clock` pace batch mode's waiting, `wall_clock` (epoch seconds) its judge.batch.deadline
-    (tests inject them). In batch mode a wait cut short by
-    judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
+    Args:
+        config: the run's job config.
+        parts: what the config's run is made of (`jobs.run.factory.run_parts`).
+        sleep, clock, wall_clock: batch mode's waiting, pace and judge.batch.deadline (epoch
+            seconds); tests inject them.
+
+    Returns:
+        Where the results are, and how the run went. Raises `RunFailed` (staged shards are
+        kept: the same run id resumes), `FatalJudgeError`, or in batch mode
+        `BatchesStillRunning` when judge.batch.max_wait_s cut the wait short.
+    """
     started = time.monotonic()
     plan, timings = _plan(config, parts)
     done = plan.staging.staged_shards()

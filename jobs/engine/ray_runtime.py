@@ -19,15 +19,10 @@ R = TypeVar("R")
 Mapper = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[Any]]
 """Runs `fn(*args)` for each args tuple, here or as Ray tasks; the results in any order."""
 
-# Ray reads these when it is imported, and its workers inherit them:
-# - a local Ray stays on loopback instead of the machine's outside address;
-# - litellm uses its bundled price map instead of fetching one at import (offline-safe);
-# - Ray sends no usage statistics;
-# - Arrow allocates from jemalloc, which hands freed pages back: with the default (mimalloc)
-#   the driver's private memory in the verdict store's lookup grew with the run (measured by
-#   bench/store_bench.py: +60 MiB from 100k to 1M items; with jemalloc +8). Ray reads it
-#   when it is imported, for the buffers its own Arrow code allocates, so setting pyarrow's
-#   pool after the fact does not do it (measured too).
+# Ray reads these when it is imported, and its workers inherit them: a local Ray on loopback,
+# litellm's bundled price map (offline-safe), no usage statistics, and Arrow on jemalloc, which
+# hands freed pages back (with mimalloc the driver's memory grew with the run; Ray reads it at
+# import for its own Arrow buffers: docs/design-notes-engine.md).
 RAY_ENV: dict[str, str] = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
