@@ -37,14 +37,9 @@ _BATCH_ROWS = 65_536
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
-def where(source: str, row: int) -> str:
-    """A row's position in the words of the input reader's messages (JSONL rows are
-    identified by the byte offset of their line, see jobs.inputs)."""
-    return f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
-
-
 def _where_expr() -> pl.Expr:
-    """`where` as a column expression over `source` and `row`."""
+    """A row's position as the input reader's messages name it, from `source` and `row`:
+    "<file> row <n>" in Parquet, "<file> line at byte <offset>" in JSONL."""
     unit = (
         pl.when(pl.col("source").str.ends_with(".parquet"))
         .then(pl.lit(" row "))
