@@ -8,6 +8,7 @@ so reading `RAY_ENV` costs nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +30,12 @@ RAY_ENV: dict[str, str] = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
+
+
+# Ray's own logger in the driver: its INFO lines (a local instance started, a cluster joined)
+# are noise in a run's log. `ray.init` sets this level (importing Ray resets the logger, so the
+# console's setting cannot reach it).
+_RAY_LOG_LEVEL = logging.WARNING
 
 
 def set_env_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
@@ -65,7 +72,7 @@ def start_ray(config: JobConfig) -> None:
         # No runtime_env of our own: a Ray Job's runtime_env may set the same variables and Ray
         # refuses to merge conflicting ones. The workers need nothing from here (scorer_core
         # sets litellm's offline price map itself before importing it).
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=True, logging_level=_RAY_LOG_LEVEL)
         return
     # Our own local Ray: none of its processes may outlive this driver (jobs.engine.reaper).
     from jobs.engine.reaper import start_reaper
@@ -82,6 +89,7 @@ def start_ray(config: JobConfig) -> None:
                 _node_ip_address="127.0.0.1",
                 runtime_env={"env_vars": {key: os.environ[key] for key in RAY_ENV}},
                 log_to_driver=True,
+                logging_level=_RAY_LOG_LEVEL,
             )
             return
         except Exception as exc:
