@@ -1,5 +1,5 @@
 """Benchmark of the verdict aggregation
-(jobs.engine.publish.aggregate.scores_from_verdicts) against others.
+(tests.support.polars_scores.scores_from_verdicts) against others.
 
     .venv/bin/python -m bench.aggregate_bench --rows 10000000
 
@@ -126,7 +126,7 @@ def _polars_plan(name: str, glob: str, scale: float) -> object:
     """The LazyFrame for a Polars formulation (query_id, score, relevant_count, judged_count)."""
     import polars as pl
 
-    from jobs.engine.publish.aggregate import round_half_up_expr, scores_from_verdicts
+    from tests.support.polars_scores import round_half_up_expr, scores_from_verdicts
 
     if name.startswith("bitmask"):
         return scores_from_verdicts(glob, scale, method="bitmask")

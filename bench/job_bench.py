@@ -4,6 +4,7 @@
     python -m bench.job_bench memory    --sizes 10000 100000 1000000   # peak RSS, lexical judge
     python -m bench.job_bench segments  --items 1000000 --segments 100  # the same, summary.by
     python -m bench.job_bench ratelimit --items 2000 --rpm 600 --workers 4
+    python -m bench.job_bench compare   --baseline DIR --items 20000 [--cache] # this vs DIR
 
 The fake judge runs as its own process on 127.0.0.1 (tests.fake_judge), the job in a fresh
 Python process per measurement, so that Ray, memory peaks and imports start cold every time.
@@ -16,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -267,6 +269,58 @@ def overhead(items: int, workers: int, transports: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def compare(baseline: Path, items: int, workers: int, cache: bool, repeats: int) -> str:
+    """The overhead run (http transport) of this tree and of `baseline` (another checkout of
+    the code), `repeats` times each, interleaved (the machine's load drifts): a Markdown table
+    of the medians, fan-out ranges and what ran before the fan-out."""
+    global ROOT, ENV
+    trees = {"before": baseline.resolve(), "after": ROOT}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    here, env = ROOT, ENV
+    with fake_judge() as url, tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "in.jsonl"
+        write_input(data, items, markers=True)
+        for attempt in range(repeats):
+            for name, tree in trees.items():
+                judge = fake_judge_section(url, transport="http")
+                out = Path(tmp) / f"out-{name}-{attempt}"
+                config = base_config(data, out, judge=judge, ray__workers=workers)
+                config["rate_limit"] = {"max_concurrency": 128}
+                config["cache"] = {"enabled": cache}
+                # the job's processes (driver, Ray workers) import the tree's code first
+                ROOT, ENV = tree, {**env, "PYTHONPATH": str(tree)}
+                try:
+                    runs[name].append(run_job(config))
+                finally:
+                    ROOT, ENV = here, env
+    rows = []
+    for name, results in runs.items():
+        fan_outs = sorted(r["manifest"]["timings_s"]["fan_out"] for r in results)
+        before = statistics.median(
+            sum(t for k, t in r["manifest"]["timings_s"].items() if k in _LOOKS) for r in results
+        )
+        rows.append(
+            f"| {name} | {items / statistics.median(fan_outs):,.0f} items/s | "
+            f"{statistics.median(fan_outs):.1f} s ({fan_outs[0]:.1f}-{fan_outs[-1]:.1f}) | "
+            f"{before:.1f} s | {statistics.median(r['wall_s'] for r in results):.1f} s |"
+        )
+    return "\n".join(
+        [
+            f"`python -m bench.job_bench compare --baseline DIR --items {items} --workers "
+            f"{workers}{' --cache' if cache else ''} --repeats {repeats}` (cache "
+            f"{'on' if cache else 'off'}; load average at the end: {load_average()}):",
+            "",
+            "| code | throughput (fan-out) | fan-out time (range) | passes before it | wall |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+# The timings of the passes before the fan-out: the look-ahead, and before it its three parts.
+_LOOKS = frozenset({"lookahead", "duplicates_first", "cache_lookup"})
+
+
 def memory(sizes: Sequence[int], workers: int) -> str:
     rows = []
     for size in sizes:
@@ -424,8 +478,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rate.add_argument("--rpm", type=int, default=600)
     rate.add_argument("--workers", type=int, default=4)
     rate.add_argument("--transports", nargs="+", default=["litellm", "http"])
+    versus = modes.add_parser("compare")
+    versus.add_argument("--baseline", type=Path, required=True, help="another checkout")
+    versus.add_argument("--items", type=int, default=20000)
+    versus.add_argument("--workers", type=int, default=2)
+    versus.add_argument("--cache", action="store_true")
+    versus.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    if args.mode == "compare":  # printed: figures for the overhead section's text
+        print(compare(args.baseline, args.items, args.workers, args.cache, args.repeats))
+        return 0
     if args.mode == "overhead":
         section = overhead(args.items, args.workers, args.transports)
     elif args.mode == "memory":

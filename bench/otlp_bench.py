@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
-import io
 import json
 import random
 import resource
@@ -254,7 +253,7 @@ def assemble_worker(folder: Path, out: Path) -> dict[str, Any]:
     )
     store = open_store(str(out))
     started = time.monotonic()
-    _, report = stage_traces(config, store, RunLocation("bench", dt.date.today()), io.StringIO())
+    _, report = stage_traces(config, store, RunLocation("bench", dt.date.today()))
     seconds = time.monotonic() - started
     return {
         "seconds": seconds,

@@ -1,4 +1,4 @@
-"""Benchmark of the verdict store (jobs.core.verdict_store, jobs.engine.pairs.cache_lookup).
+"""Benchmark of the verdict store (jobs.core.verdict_store, jobs.engine.pairs.lookahead).
 
     python -m bench.store_bench --store 10000000 --runs 100000 1000000 [--journal-items 20000]
 
@@ -6,12 +6,12 @@
    per partition, random pair keys, as a compacted store holds them).
 2. For each run size, in a fresh process with its own local Ray (2 CPUs): Ray tasks make the
    run's pair keys (5 per item, 2,000 items a shard; 80% of them taken from the store, 20% new)
-   and the driver spills them by partition as it spills `shard_pair_keys`' in production; then
-   the production join (`join_and_stage`: Ray tasks of a partition's keys, hits spilled by
-   block of shards, one staged file per shard) runs against the store. Measured: the join's
-   wall time, the hit rate, the driver's peak memory from the first keys to the last staged
-   file and the peak of the Ray worker processes. (Computing the keys from the input, step 2
-   of the lookup, is measured apart: `shard_pair_keys` per item, in one process.)
+   and the driver spills them by partition as it spills `shard_keys`' in production; then the
+   look-ahead's production steps (`Lookahead.join_store`: Ray tasks of packed keys; `share`;
+   `stage`: needs spilled by block of shards, one staged file per shard) run against the
+   store. Measured: the join's wall time, the hit rate, the driver's peak memory from the
+   first keys to the last staged file and the peak of the Ray worker processes. (Computing
+   the keys from the input is measured apart: `shard_keys` per item, in one process.)
 3. Journaling's cost on the zero-latency throughput: `bench.job_bench`'s overhead run (http
    transport, 2 workers) with the cache off, then on (a new store: every verdict judged and
    journaled); with `--baseline DIR` (the code before the store, `git archive`d there) also
@@ -111,8 +111,8 @@ def _ray_workers_mib(exclude: frozenset[int] = frozenset()) -> tuple[float, floa
 def run_keys(partition: int, items: int, store_size: int) -> pl.DataFrame:
     """One partition's share of a run's pair keys (`KEYS`): the first `HIT_SHARE` taken from
     the store's keys of that partition, the rest new; their shards spread over the run. A Ray
-    task body: the driver receives the keys as it receives `shard_pair_keys`' in production."""
-    from jobs.engine.pairs.cache_lookup import KEYS
+    task body: the driver receives the keys as it receives `shard_keys`' in production."""
+    from jobs.engine.pairs.store_join import KEYS
 
     per_partition = items * PAIRS_PER_ITEM // PARTITIONS
     hits_per = int(per_partition * HIT_SHARE)
@@ -165,14 +165,14 @@ class _Peaks:
 
 
 def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
-    """One run's lookup against the store under `folder`, from the keys arriving on the
-    driver (step 2's spill) to the staged hits (steps 3 and 4)."""
+    """One run's look-ahead against the store under `folder`, from the keys arriving on the
+    driver to the staged needs (the store join, the search for shared pairs, the staging)."""
     import ray
 
-    from jobs.core.verdict_store import partition_expr
-    from jobs.engine.pairs.cache_lookup import KEYS, _bounded, join_and_stage, task_options
-    from jobs.engine.pairs.shared_pairs import HIT_KEYS, find_shared
-    from jobs.engine.pairs.spill import Spill
+    from jobs.core.config import parse_config
+    from jobs.engine.pairs.lookahead import Lookahead, ShardKeys
+    from jobs.engine.pairs.repeats import KEYS as ID_KEYS
+    from jobs.engine.ray_runtime import ray_map
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     store = open_store(str(folder))
@@ -180,31 +180,31 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     shards = -(-items // ITEMS_PER_SHARD)
     shard_ids = [f"{n:06d}" for n in range(shards)]
     scratch = Path(tempfile.mkdtemp(prefix="store-bench-"))
-    options = task_options(0.5, 0)
+    config = parse_config(
+        {"input": {"path": "x"}, "ray": {"num_cpus_per_task": 0.5, "max_task_retries": 0}}
+    )
     # The generator's tasks in workers of their own (another runtime env), left out of the
     # workers measured: what they keep is the bench's, not the job's.
-    keys_task = ray.remote(run_keys_task).options(
-        **options, runtime_env={"env_vars": {"STORE_BENCH_ROLE": "keys"}}
+    generate_keys = ray_map(
+        config, in_flight=4, runtime_env={"env_vars": {"STORE_BENCH_ROLE": "keys"}}
     )
-    ray.get(keys_task.remote(0, 1, store_size))  # the workers started before measuring
+    list(generate_keys(run_keys_task, [(0, 1, store_size)]))  # the workers started first
     peaks = _Peaks()
     before = peaks.before[1]
     started = time.monotonic()
-    keys = Spill(scratch / "keys", partition_expr(), KEYS)
+    look = Lookahead(scratch, shard_ids, ids=False)
     generators: set[int] = set()
-    tasks = (keys_task.remote(p, items, store_size) for p in range(PARTITIONS))
-    for pid, frame in _bounded(tasks, 4):
+    no_ids = pl.DataFrame(schema=ID_KEYS)
+    calls = ((p, items, store_size) for p in range(PARTITIONS))
+    for pid, frame in generate_keys(run_keys_task, calls):
         generators.add(pid)
-        keys.add(frame)
+        look.add(ShardKeys(no_ids, frame))
     keyed = time.monotonic()
     keys_peak = peaks.stop()
     peaks = _Peaks(exclude=frozenset(generators))
-    staging = (store, f"_staging/run_id=bench-{items}")
-    hit_keys = Spill(scratch / "hit-keys", partition_expr(), HIT_KEYS)
-    staged, found = join_and_stage(
-        keys, verdicts, staging, shard_ids, options, 4, scratch, hit_keys
-    )
-    awaiting = find_shared(keys, hit_keys, staging, shard_ids, scratch)
+    look.join_store(verdicts, ray_map(config, in_flight=4))
+    look.share()
+    looked = look.stage(store, f"_staging/run_id=bench-{items}")
     seconds = time.monotonic() - keyed
     peak = peaks.stop()
     peak["driver_private"] = max(peak["driver_private"], keys_peak["driver_private"])
@@ -212,11 +212,11 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     ray.shutdown()
     return {
         "items": items,
-        "pairs": keys.rows,
-        "hits": found,
-        "hit_rate": found / keys.rows,
-        "shards_staged": len(staged),
-        "shards_awaiting": len(awaiting),
+        "pairs": look.keys.rows,
+        "hits": look.hits,
+        "hit_rate": look.hits / look.keys.rows,
+        "shards_staged": len(looked.with_pairs),
+        "shards_awaiting": len(looked.owners),
         "keys_seconds": keyed - started,
         "seconds": seconds,
         "driver_before_mib": before,
@@ -225,11 +225,11 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
 
 
 def key_rate(items: int = 10_000) -> float:
-    """Items per second `shard_pair_keys` keys (read, checked, 5 pair keys an item)."""
+    """Items per second `shard_keys` keys (read, checked, 5 pair keys an item)."""
     from bench.job_bench import base_config
     from jobs.core.config import parse_config
     from jobs.core.schema import RunSchema
-    from jobs.engine.pairs.cache_lookup import shard_pair_keys
+    from jobs.engine.pairs.lookahead import shard_keys
     from jobs.inputs import list_input_files, plan_shards
     from jobs.run.factory import input_spec, item_reader
     from jobs.tools.sample_data import generate as sample_items
@@ -242,7 +242,7 @@ def key_rate(items: int = 10_000) -> float:
         spec = input_spec(config)
         shards = plan_shards(spec, list_input_files(spec), 2000)
         started = time.monotonic()
-        shard_pair_keys(item_reader(config), RunSchema(), "fp", list(enumerate(shards)))
+        shard_keys(item_reader(config), RunSchema(), list(enumerate(shards)), True, "fp")
         return items / (time.monotonic() - started)
 
 
@@ -281,7 +281,7 @@ def journaling(items: int, baseline: Path | None, repeats: int = 3) -> list[dict
                 runs[n].append(
                     {
                         "fan_out": timings["fan_out"],
-                        "lookup": timings.get("cache_lookup", 0.0),
+                        "lookup": timings.get("lookahead", 0.0),
                         "wall": result["wall_s"],
                     }
                 )
@@ -355,12 +355,12 @@ def section(
             f"{PARTITIONS} partitions, in {generated_s:.0f} s). Each run has {PAIRS_PER_ITEM} "
             f"pairs an item, {ITEMS_PER_SHARD:,} items a shard, {HIT_SHARE:.0%} of its pairs "
             "in the store. Ray tasks hand the run's keys to the driver, which spills them by "
-            "store partition (`jobs.engine.pairs.spill.Spill`, as it spills `shard_pair_keys`' in "
-            "production); lookup time = the production join (`jobs.engine.pairs.cache_lookup."
-            "join_and_stage`: Ray tasks of 32,768 keys packed across partitions, each reading "
-            "its partitions' files, hits spilled by block of shards, one staged file per "
-            "shard) and the search for pairs several shards hold (`jobs.engine.pairs.shared_pairs."
-            "find_shared`, on the driver, a partition's keys at a time; the run's keys are "
+            "store partition (`jobs.engine.pairs.spill.Spill`, as it spills `shard_keys`' in "
+            "production); lookup time = the look-ahead's production steps (`jobs.engine.pairs."
+            "lookahead.Lookahead.join_store`: Ray tasks of 32,768 keys packed across "
+            "partitions, each reading its partitions' files; hits spilled by block of shards, "
+            "one staged file per shard) and the search for pairs several shards hold "
+            "(`Lookahead.share`, on the driver, a partition's keys at a time; the run's keys are "
             "all distinct here, so no shard awaits another), in a fresh process with a local "
             "Ray of 2 CPUs and Arrow on jemalloc "
             "(`RAY_ENV`); peaks sampled every 50 ms: the driver's from the first keys to the "
@@ -378,7 +378,7 @@ def section(
             _growth(runs),
             "",
             f"Computing the pair keys from the input (step 2, Ray tasks over the shards): "
-            f"{keys_per_s:,.0f} items/s on one core (`shard_pair_keys`: read, check and hash "
+            f"{keys_per_s:,.0f} items/s on one core (`shard_keys`: read, check and hash "
             "5 contexts an item), so about "
             f"{1_000_000 / keys_per_s / 2:,.0f} s for 1M items on 2 cores.",
             "",

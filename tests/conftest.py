@@ -5,6 +5,8 @@
     transport     "litellm", then "http": a test that takes it runs once per judge transport
     judge_key     the judge's API key in the environment variable the job configs name
     sleep         a RecordingSleep to inject instead of asyncio.sleep
+    run_log       pytest's caplog, capturing what the job logs at INFO (`run_log.text`: the
+                  lines `ctxprec run` shows on stderr)
     moto_s3       the session's moto S3 server, with bucket MOTO_BUCKET; s3_prefix: a fresh
                   prefix in it
     faulty_s3     an S3 endpoint of the test's own that it may break (tests.support.s3_faults)
@@ -17,6 +19,7 @@ Helpers that are more than fixtures live in tests/support.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import tempfile
@@ -124,6 +127,12 @@ def sleep() -> RecordingSleep:
 
 
 # -- S3 ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def run_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="jobs")
+    return caplog
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from jobs.cli import cache, calibrate, compare, estimate, report, run, score, status
 from jobs.cli.arguments import Command
+from jobs.core.console import configure_logging
 from scorer_core.cli import call_handler
 
 COMMANDS: tuple[Command, ...] = tuple(
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit code (docs/exit-codes.md).
     """
     args = build_parser().parse_args(argv)
-    # Logging is configured here, once, before the command runs (jobs.core.console).
+    configure_logging()
     return call_handler(args.handler, args)
 
 

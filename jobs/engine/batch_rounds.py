@@ -1,45 +1,19 @@
-"""Batch mode on the driver: rounds of pass -> plan -> submit -> wait -> ingest, then publish.
-
-    pass    the shards not staged yet run on the workers (jobs.engine.fanout, batch_round):
-            each is judged from the replies so far; a shard with every request answered is
-            staged as online, the others record their requests for this round
-    plan    the round's requests cut into batches within the provider's limits (requests and
-            bytes per file, enqueued tokens), recorded in staging before anything is sent
-    submit  per batch: its file built from the shards' request files, uploaded, the file id
-            recorded; the batch created, its id recorded (a batch whose file was uploaded but
-            whose id was not recorded is looked up by that file, never created twice); with an
-            enqueued-token limit, a batch waits until the unfinished ones leave room
-    wait    polls with a doubling interval (`judge.batch.poll_interval_s` up to
-            `max_poll_interval_s`), one progress line per poll, the run's lease kept alive;
-            after `judge.batch.max_wait_s` the driver leaves (`BatchesStillRunning`)
-    ingest  each final batch's output and error files become every request's reply, per shard
-            (jobs.engine.batch.ingest); the batch is marked ingested
-
-Round 0 asks every uncached request; a later round holds re-asks of replies that broke the
-contract (`judge.batch.reask: batch`), LLM-reason requests (`scorer.reason: llm`) and the
-requests that failed transiently (5xx, 429, expired or cancelled batches, missing lines: each
-sent in at most `judge.batch.max_rounds` rounds), so the rounds are bounded by those budgets.
-
-With `judge.batch.deadline`, the driver watches the time: when the deadline nears (its margin
-plus the time the unanswered requests need at rate_limit.requests_per_minute), it cancels the
-batches still running, and the next round is online: its pass asks whatever has no final reply
-through the workers' paced online judge, so every shard is staged and the run publishes in time.
-
-Every step resumes from what staging records, so a
-rerun of the same run id, hours later or after a `kill -9`, continues where the last driver
-stopped: nothing is submitted twice. The staged shards are then published as online.
-"""
+"""Batch mode on the driver: rounds of pass -> plan -> submit -> wait -> ingest until every
+shard is staged; the rounds resume from what staging records, and near `judge.batch.deadline`
+the rest goes online. docs/batch.md describes the rounds for users."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TextIO
+from typing import Any
 
 from jobs.core.config import JobConfig, deadline_at
 from jobs.core.formatting import duration
@@ -49,12 +23,14 @@ from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
 from jobs.engine.fanout import RunFailed, fan_out
-from jobs.engine.messages import ShardReport
+from jobs.engine.messages import BatchFacts, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
 from scorer_core.errors import CtxPrecError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
+
+logger = logging.getLogger(__name__)
 
 # The lease's heartbeat is refreshed at least this often while the driver waits.
 _HEARTBEAT_EVERY_S = 10.0
@@ -74,7 +50,7 @@ class BatchRunResult:
 
     reports: list[ShardReport] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: BatchFacts | None = None
     # What this driver sent (a resumed run's earlier drivers sent the rest).
     uploads: int = 0
     created: int = 0
@@ -96,7 +72,6 @@ class BatchRounds:
     def __init__(
         self,
         plan: RunPlan,
-        out: TextIO,
         *,
         heartbeat: Callable[[], None] = lambda: None,
         provider: LiteLLMBatches | None = None,
@@ -109,7 +84,6 @@ class BatchRounds:
         self._location = plan.location
         self._shards = list(plan.shards)
         self._store = plan.store
-        self._out = out
         self._heartbeat = heartbeat
         self._sleep = sleep
         self._clock = clock
@@ -211,10 +185,10 @@ class BatchRounds:
         if until is None or until > 0:
             return False
         assert self._deadline is not None
-        self._out.write(
+        logger.info(
             f"batch round {round_number}: judge.batch.deadline "
             f"({self._config.judge.batch.deadline}, {_iso(self._deadline)}) is near: whatever "
-            "is still unanswered is asked online under rate_limit\n"
+            "is still unanswered is asked online under rate_limit"
         )
         self._save(RoundState(round_number, (), online=True))
         return True
@@ -230,13 +204,13 @@ class BatchRounds:
                 try:
                     record = _with_info(record, await self._provider.cancel(record.batch_id))
                 except CtxPrecError as exc:  # it may have ended meanwhile: ask no more of it
-                    self._out.write(f"batch {record.batch_id}: could not cancel it: {exc}\n")
+                    logger.warning(f"batch {record.batch_id}: could not cancel it: {exc}")
             state = state.replace(replace(record, stopped=True, polled_at=now_iso()))
             stopped += 1
         self._save(state)
-        self._out.write(
+        logger.info(
             f"batch round {state.round}: judge.batch.deadline is near: {stopped} unfinished "
-            "batch(es) cancelled; their requests go online\n"
+            "batch(es) cancelled; their requests go online"
         )
         return state
 
@@ -260,7 +234,7 @@ class BatchRounds:
             if s.shard_id not in staged and s.shard_id not in indexed
         ]
         if todo:
-            self._out.write(
+            logger.info(
                 f"batch round {round_number}: judging {len(todo)} shard(s) from "
                 + ("the cache" if round_number == 0 else "the replies so far")
                 + (
@@ -268,7 +242,6 @@ class BatchRounds:
                     if online
                     else "; requests without a reply are recorded"
                 )
-                + "\n"
             )
             before = time.monotonic()
             start_ray(self._config)
@@ -279,9 +252,7 @@ class BatchRounds:
                 # The workers' online judge, governed as online re-asks are (ShardPass reads
                 # the round's online mark and asks every request that way).
                 run = replace(run, config=_reasks_online(run.config))
-            fanned = fan_out(
-                run, todo, self._out, heartbeat=self._heartbeat, batch_round=round_number
-            )
+            fanned = fan_out(run, todo, heartbeat=self._heartbeat, batch_round=round_number)
             self._result.reports.extend(r for r in fanned.reports if not r.pending)
             fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
             if fatal:  # only online re-asks can meet a judge that cannot work
@@ -314,9 +285,9 @@ class BatchRounds:
         state = RoundState(round_number, tuple(records))
         requests = sum(r.requests for r in records)
         why = _limit_note(records, limits.max_requests_per_batch, limits.max_bytes_per_batch)
-        self._out.write(
+        logger.info(
             f"batch round {round_number}: {requests:,} request(s) from {len(pending)} shard(s) "
-            f"in {len(records)} batch(es){why}\n"
+            f"in {len(records)} batch(es){why}"
         )
         self._save(state)
         return state
@@ -444,9 +415,9 @@ class BatchRounds:
         record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
         state = state.replace(record)
         self._save(state)
-        self._out.write(
+        logger.info(
             f"batch round {state.round}: {record.name} submitted as {info.id} "
-            f"({record.requests:,} requests, {record.bytes / 1e6:,.1f} MB)\n"
+            f"({record.requests:,} requests, {record.bytes / 1e6:,.1f} MB)"
         )
         return state
 
@@ -476,15 +447,15 @@ class BatchRounds:
                 [(request_id, ingested.replies[request_id]) for request_id in ids],
             )
         if ingested.unknown or ingested.unreadable:
-            self._out.write(
+            logger.info(
                 f"batch {record.batch_id}: {ingested.unknown} line(s) for requests it was not "
-                f"sent and {ingested.unreadable} unreadable line(s) were ignored\n"
+                f"sent and {ingested.unreadable} unreadable line(s) were ignored"
             )
         retried = ingested.retried
         if retried:
-            self._out.write(
+            logger.info(
                 f"batch {record.batch_id or record.name}: {sum(retried.values()):,} request(s) "
-                f"failed transiently, asked again: {_reasons(retried)}\n"
+                f"failed transiently, asked again: {_reasons(retried)}"
             )
         return replace(record, ingested=True, retried=retried, final_errors=ingested.final_errors)
 
@@ -500,39 +471,33 @@ class BatchRounds:
         hidden = len(state.batches) - len(shown)
         if hidden > 0:
             shown.append(f"{hidden} more")
-        self._out.write(
+        logger.info(
             f"batch round {state.round}: requests {counts['completed']:,}/{counts['total']:,} "
             f"completed, {counts['failed']:,} failed | {'; '.join(shown)} | "
-            f"{duration(self._clock() - started)} since submitting\n"
+            f"{duration(self._clock() - started)} since submitting"
         )
-        self._out.flush()
 
     # -- what the run did -----------------------------------------------------------------------
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> BatchFacts:
         """The run's batches over every round (from staging: a resumed run counts them all)."""
         rounds = [self._load_round(n) for n in self._layout.rounds_planned()]
         batches = [b for state in rounds for b in state.batches]
-        by_status: dict[str, int] = {}
-        for record in batches:
-            by_status[record.status or "not submitted"] = (
-                by_status.get(record.status or "not submitted", 0) + 1
-            )
-        return {
-            "mode": "batch",
-            "provider": batch_provider(self._config),
-            "rounds": len(rounds),
-            "batches": len(batches),
-            "batch_statuses": by_status,
-            "requests": sum(b.requests for b in batches),
-            "requests_failed": sum(b.failed for b in batches),
-            "round_details": [state.summary() for state in rounds],
-            "max_rounds": self._config.judge.batch.max_rounds,
-            "deadline_at": None if self._deadline is None else _iso(self._deadline),
-            "bytes_uploaded": sum(b.bytes for b in batches),
-            "uploads_by_this_driver": self._result.uploads,
-            "batches_created_by_this_driver": self._result.created,
-        }
+        statuses = Counter(record.status or "not submitted" for record in batches)
+        return BatchFacts(
+            provider=batch_provider(self._config),
+            rounds=len(rounds),
+            batches=len(batches),
+            batch_statuses=dict(statuses),
+            requests=sum(b.requests for b in batches),
+            requests_failed=sum(b.failed for b in batches),
+            round_details=[state.summary() for state in rounds],
+            max_rounds=self._config.judge.batch.max_rounds,
+            deadline_at=None if self._deadline is None else _iso(self._deadline),
+            bytes_uploaded=sum(b.bytes for b in batches),
+            uploads_by_this_driver=self._result.uploads,
+            batches_created_by_this_driver=self._result.created,
+        )
 
 
 def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
@@ -581,7 +546,6 @@ def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: in
 
 def run_batches(
     plan: RunPlan,
-    out: TextIO,
     *,
     heartbeat: Callable[[], None] = lambda: None,
     sleep: Sleeper = real_sleep,
@@ -590,5 +554,5 @@ def run_batches(
 ) -> BatchRunResult:
     """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
     return BatchRounds(
-        plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
+        plan, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
     ).run()

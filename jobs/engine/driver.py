@@ -1,59 +1,37 @@
 """The driver: one scoring run end to end, `run_job(config, parts)`.
 
-    check    config, API key variable, the judge's model and endpoint, output apart from the
-             input, every input file's format and columns (jobs.engine.guards), the types of
-             the carried columns: a whole-run problem fails in seconds, before Ray and the
-             first judge call, with a message naming its cause (exit 2); joining a cluster of
-             several nodes, every path the workers use must be one all nodes reach
-             (jobs.engine.shared_paths)
-    plan     shards of about `ray.shard_size` items; the run's id and date; a sampled run
-             (`sample:`) reads every row's id and stratum once to choose its items
-             (jobs.inputs.sampling); the judge canary (`canary:`) is judged here, fresh
-    lease    one driver at a time per run id (jobs.engine.lease), given back on every exit
-    look     (an LLM judge) duplicate query ids across shards, so that they are not judged
-             (jobs.engine.pairs.lookahead); with the verdict cache, every pair already in the
-             verdict store, staged per shard (jobs.engine.pairs.cache_lookup)
-    fan out  the shards not yet staged run as Ray tasks (jobs.engine.fanout); in batch mode
-             (judge.mode batch) rounds of passes and provider batches (jobs.engine.batch)
-    publish  staged shards -> scores / verdicts / summary tables, all or nothing
-             (jobs.engine.publish.publisher), with the manifest
-             (jobs.engine.publish.manifest_builder)
-    outcome  where the results are, for `print_outcome`; `jobs.run.job.run_command` exits 1 when
-             the share of error items exceeds run.max_error_rate (jobs.core.error_rate)
-
-Rerunning with the same `run.id` resumes: shards already staged are not judged again.
-`ctxprec run` / `python -m jobs.context_precision` call `jobs.run.job.run_command`, which builds
-the run's parts from the config (`jobs.run.factory`) and hands them to `run_job`.
+check -> plan -> lease -> look ahead -> fan out (or batch rounds) -> publish; docs/layout.md
+draws it. Rerunning with the same `run.id` resumes: shards already staged are not judged again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
 
 from jobs.core.config import JobConfig
 from jobs.core.pricing import price_basis
 from jobs.core.run_layout import RunLocation
-from jobs.core.run_manifest import RunManifest, read_manifest
+from jobs.core.run_manifest import JudgeRecord, RunManifest, read_manifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
-from jobs.engine.fanout import RunFailed, fan_out
+from jobs.engine.fanout import RunFailed as RunFailed
+from jobs.engine.fanout import fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
-from jobs.engine.messages import ShardReport
-from jobs.engine.pairs.cache_lookup import find_cached_verdicts
-from jobs.engine.pairs.lookahead import find_duplicates_first
+from jobs.engine.messages import FlowFacts, ShardReport
+from jobs.engine.pairs.lookahead import look_ahead
 from jobs.engine.parts import RunParts
 from jobs.engine.plan import RunPlan
 from jobs.engine.publish.manifest_builder import (
     flow_metrics,
-    judge_facts_of_run,
+    judge_record,
     run_manifest,
     shards_by_node,
 )
@@ -69,18 +47,13 @@ from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
-__all__ = [
-    "RunFailed",
-    "RunOutcome",
-    "exit_code_of",
-    "print_outcome",
-    "resolve_location",
-    "run_job",
-]
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """A finished run: its id and date, what was published, its shards and its time."""
+
     run_id: str
     run_date: dt.date
     published: Published
@@ -100,30 +73,36 @@ def run_job(
     config: JobConfig,
     parts: RunParts,
     *,
-    out: TextIO = sys.stderr,
     sleep: Sleeper = real_sleep,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
 ) -> RunOutcome:
-    """Run (or resume) one scoring run end to end and return where its results are.
+    """Run (or resume) one scoring run end to end.
 
-    `parts` are what the config's run is made of (`jobs.run.factory.run_parts`). `sleep` and
-    `clock` pace batch mode's waiting, `wall_clock` (epoch seconds) its judge.batch.deadline
-    (tests inject them). In batch mode a wait cut short by
-    judge.batch.max_wait_s raises `BatchesStillRunning`; the same run id resumes."""
+    Args:
+        config: the run's job config.
+        parts: what the config's run is made of (`jobs.run.factory.run_parts`).
+        sleep, clock, wall_clock: batch mode's waiting, pace and judge.batch.deadline (epoch
+            seconds); tests inject them.
+
+    Returns:
+        Where the results are, and how the run went. Raises `RunFailed` (staged shards are
+        kept: the same run id resumes), `FatalJudgeError`, or in batch mode
+        `BatchesStillRunning` when judge.batch.max_wait_s cut the wait short.
+    """
     started = time.monotonic()
-    plan, timings = _plan(config, parts, out)
+    plan, timings = _plan(config, parts)
     done = plan.staging.staged_shards()
     with RunLease(plan.store, plan.staging.lease) as lease:
         todo = [(n, s) for n, s in enumerate(plan.shards) if s.shard_id not in done]
         resuming = len(plan.shards) - len(todo)
-        out.write(
+        logger.info(
             f"run {plan.location.run_id}: {plan.files} file(s), {len(plan.shards)} shard(s)"
             + (f", {resuming} already done (resuming)" if resuming else "")
-            + f"; judge {config.judge.model}\n"
+            + f"; judge {config.judge.model}"
         )
-        plan = _start_workers(plan, todo, timings, out)
-        judged = _judge(plan, todo, out, lease.heartbeat, timings, (sleep, clock, wall_clock))
+        plan = _look_ahead(plan, todo, timings)
+        judged = _judge(plan, todo, lease.heartbeat, timings, (sleep, clock, wall_clock))
         _check_all_staged(plan, judged.reports)
         manifest = run_manifest(
             plan.source or config,
@@ -133,7 +112,7 @@ def run_job(
             seconds=time.monotonic() - started,
             timings=timings,
             flow=judged.flow,
-            judge={**judge_facts_of_run(judged.reports), **judged.facts},
+            judge=judged.judge,
             nodes=shards_by_node(judged.reports),
             traces=plan.traces,
         )
@@ -148,7 +127,7 @@ def run_job(
     )
 
 
-def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dict[str, float]]:
+def _plan(config: JobConfig, parts: RunParts) -> tuple[RunPlan, dict[str, float]]:
     """Check the input, join the cluster if there is one, and plan the shards. Fails before
     anything is judged: a missing column, a path other nodes cannot reach, a published run."""
     started = time.monotonic()
@@ -162,7 +141,7 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
         # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
         from jobs.engine.trace_staging import stage_traces
 
-        config, traces = stage_traces(config, store, location, out)
+        config, traces = stage_traces(config, store, location)
         parts = dataclasses.replace(parts, reader=ItemReader.for_config(config))
     spec = RunPlan(config, parts, location, store, ()).reader.spec
     files = list_input_files(spec)
@@ -177,9 +156,9 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
         check_shared_paths(config, alive_nodes())
         joined = time.monotonic() - started
     shards = plan_shards(spec, files, config.ray.shard_size)
-    parts, sample = _sample(config, parts, shards, tables, out)
+    parts, sample = _sample(config, parts, shards, tables)
     # the judge canary, judged fresh before the items: a broken judge or label file stops here
-    canary = parts.canary.judge(out) if parts.canary is not None else ()
+    canary = parts.canary.judge() if parts.canary is not None else ()
     if read_manifest(store, location) is not None:
         raise RunFailed(
             f"run {location.run_id} is already published at "
@@ -202,7 +181,7 @@ def _plan(config: JobConfig, parts: RunParts, out: TextIO) -> tuple[RunPlan, dic
 
 
 def _sample(
-    config: JobConfig, parts: RunParts, shards: Sequence[Shard], tables: RunSchema, out: TextIO
+    config: JobConfig, parts: RunParts, shards: Sequence[Shard], tables: RunSchema
 ) -> tuple[RunParts, SamplePlan | None]:
     """A sampled run's plan (`jobs.inputs.sampling`), from every row's id and stratum, and the parts
     with a reader that carries it to the workers; the parts as they are otherwise."""
@@ -218,53 +197,39 @@ def _sample(
         tables.carried,
         config.summary.by,
     )
-    out.write(f"sample: {sample.describe()}\n")
+    logger.info(f"sample: {sample.describe()}")
     return dataclasses.replace(parts, reader=dataclasses.replace(reader, sample=sample)), sample
 
 
-def _start_workers(
-    plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str, float], out: TextIO
-) -> RunPlan:
-    """Start Ray when there is work, find repeated query ids across shards first when the run
-    does (`input.find_duplicates_first`) and the verdicts the store holds for the shards' pairs
-    when it uses the cache: the plan with the shards holding either."""
+def _look_ahead(plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str, float]) -> RunPlan:
+    """Start Ray when there is work, and look ahead (`jobs.engine.pairs.lookahead`) when the
+    run finds repeated query ids first or uses the verdict cache: the plan with what it staged."""
+    if not todo:
+        return plan
     started = time.monotonic()
-    if todo:
-        start_ray(plan.config)
-    ray_ready = time.monotonic()
-    if todo and plan.parts.find_duplicates_first:
-        duplicates = find_duplicates_first(
-            plan.config, plan.reader.spec, plan.store, plan.location.staging, plan.shards, out
-        )
-        plan = dataclasses.replace(plan, duplicates=duplicates)
-    timings["ray_start"] += ray_ready - started
-    timings["duplicates_first"] = time.monotonic() - ray_ready
-    cache = plan.parts.cache
-    if todo and cache is not None:
-        looked = time.monotonic()
+    start_ray(plan.config)
+    ready = time.monotonic()
+    timings["ray_start"] += ready - started
+    if plan.parts.find_duplicates_first or plan.parts.cache is not None:
         # a batch round's requests are fixed per pass: no shard waits for another's replies
-        online = plan.config.judge.mode != "batch"
-        lookup = find_cached_verdicts(
-            plan, todo, cache.verdict_store(plan.store), out, shared=online
-        )
-        plan = dataclasses.replace(plan, cached=lookup.with_hits, owners=lookup.owners)
-        timings["cache_lookup"] = time.monotonic() - looked
+        looked = look_ahead(plan, todo, shared=plan.config.judge.mode != "batch")
+        plan = dataclasses.replace(plan, looked=looked)
+        timings["lookahead"] = time.monotonic() - ready
     return plan
 
 
 @dataclass(frozen=True)
 class _Judged:
-    """What judging the shards left: their reports, the flow and the judge's run facts."""
+    """What judging the shards left: their reports, the flow and what the judge settled on."""
 
     reports: list[ShardReport]
-    flow: dict[str, Any]
-    facts: dict[str, Any]
+    flow: FlowFacts | None
+    judge: JudgeRecord
 
 
 def _judge(
     plan: RunPlan,
     todo: list[tuple[int, Shard]],
-    out: TextIO,
     heartbeat: Callable[[], None],
     timings: dict[str, float],
     time_of: tuple[Sleeper, Callable[[], float], Callable[[], float]],
@@ -273,20 +238,20 @@ def _judge(
     their sleep, monotonic clock and wall clock)."""
     started = time.monotonic()
     if plan.config.judge.mode != "batch":
-        fanned = fan_out(plan, todo, out, heartbeat=heartbeat)
+        fanned = fan_out(plan, todo, heartbeat=heartbeat)
         timings["fan_out"] = time.monotonic() - started
-        return _Judged(fanned.reports, fanned.flow, {})
+        return _Judged(fanned.reports, fanned.flow, judge_record(fanned.reports))
     from jobs.engine.batch_rounds import run_batches
 
     sleep, clock, wall_clock = time_of
     batched = run_batches(
-        plan, out, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
+        plan, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
     )
     # The rounds time their passes, waits and ingests (Ray is up already).
     for phase, seconds in batched.timings.items():
         timings[phase] = timings.get(phase, 0.0) + seconds
     price = price_basis(plan.config.judge.model, batch=True)
-    return _Judged(batched.reports, {}, {**batched.facts, "price": price})
+    return _Judged(batched.reports, None, judge_record(batched.reports, batched.facts, price))
 
 
 def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
@@ -324,21 +289,23 @@ def _check_all_staged(plan: RunPlan, reports: list[ShardReport]) -> None:
         )
 
 
-def print_outcome(outcome: RunOutcome, store_root: str, out: TextIO = sys.stdout) -> None:
-    """The summary table, where the results are, and a DuckDB query to read them."""
+def print_outcome(outcome: RunOutcome, store_root: str) -> None:
+    """Print (stdout: the command's output) the summary table, where the results are, and a
+    DuckDB query to read them."""
     from jobs.engine.publish.summary_table import format_summary_table
 
     where = outcome.published.scores_url
     summary = outcome.published.summary
     errors = outcome.published.error_rate
-    out.write(format_summary_table(summary, where, outcome.published.judge) + "\n")
-    out.write(
+    print(format_summary_table(summary, where, outcome.published.judge))
+    print(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
         f"duplicates {outcome.published.duplicates}\n"
         + (f"errors: {errors.describe()}\n" if errors and errors.errors else "")
         + f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
-        f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"\n"
+        f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"",
+        flush=True,
     )
 
 

@@ -1,31 +1,13 @@
-"""Fan-out: run a run's shards on `ray.workers` long-lived workers and wait for them.
-
-Each worker is one Ray task (`jobs.engine.shards.worker.run_worker`) with `SHARDS_PER_WORKER` lanes
-that take shards from the run's board (`jobs.engine.control.shard_board`) until none are left: a
-worker
-reads its next shard and queues its requests while the current shard's last replies are
-outstanding, and its judge and connections live for the whole run. All workers share one
-governor (`jobs.engine.control.governor`): the provider's pace (when the config sets limits) and
-the run-wide in-flight budget, sized from the limits and the measured latency under
-`rate_limit.max_concurrency: auto` and shared out by each worker's demand. The board, the
-governor and the progress counters live in one coordinator actor
-(`jobs.engine.control.coordinator`);
-the driver polls it to draw the progress line.
-
-A worker whose process dies is retried by Ray and takes back the shards it held (each shard is
-staged all or nothing). A shard that fails after its retries stops the run: no more shards
-are handed out, the shards in progress finish (and stay staged), then the run fails naming the
-shard. A fatal judge error stops everything at once, so nothing keeps judging (and paying) for
-a run that cannot finish. Shards that finished are kept in staging, so
-a rerun with the same run id resumes.
-"""
+"""Fan-out: run a run's shards on `ray.workers` long-lived worker tasks around one
+coordinator actor, draw the progress line, and stop at the first fatal judge error; a shard
+that fails for good fails the run naming it, and staged shards are kept for a rerun."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from dataclasses import dataclass
+from typing import Any, cast
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
@@ -33,7 +15,7 @@ from jobs.engine.control.budget import budget_settings
 from jobs.engine.control.coordinator import coordinator_actor_class, make_governor
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ExpectedItems, ProgressLine
-from jobs.engine.messages import ShardContext, ShardReport
+from jobs.engine.messages import CoordinatorHandle, FlowFacts, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.shards.worker import run_worker
 from jobs.inputs import Shard
@@ -54,13 +36,12 @@ class FanOutResult:
     """The reports of the shards that ran, and what the run's flow control settled on."""
 
     reports: list[ShardReport]
-    flow: dict[str, Any] = field(default_factory=dict)
+    flow: FlowFacts | None = None
 
 
 def fan_out(
     plan: RunPlan,
     todo: Sequence[tuple[int, Shard]],
-    out: TextIO,
     *,
     heartbeat: Callable[[], None] = lambda: None,
     batch_round: int | None = None,
@@ -89,9 +70,7 @@ def fan_out(
         governed=governed,
         api_key=config.judge.api_key(),
         tables=plan.tables,
-        duplicates=plan.duplicates,
-        cached=plan.cached,
-        awaiting=frozenset(plan.owners),
+        looked=plan.looked,
         run_id=plan.location.run_id,
         batch_round=batch_round,
     )
@@ -104,7 +83,7 @@ def fan_out(
         task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
         for n in range(min(config.ray.workers, len(todo)))
     }
-    watch = _Watch(coordinator, workers, todo, out, plan.location)
+    watch = _Watch(coordinator, workers, todo, plan.location)
     try:
         watch.until_done(heartbeat)
     finally:
@@ -112,7 +91,9 @@ def fan_out(
     return watch.result
 
 
-def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool) -> Any:
+def _start_coordinator(
+    plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool
+) -> CoordinatorHandle:
     """The run's coordinator actor (board, counters, governor), on the driver's node: a worker
     node lost mid-run takes its workers (Ray retries them elsewhere), never the run's board
     and counters."""
@@ -120,15 +101,16 @@ def _start_coordinator(plan: RunPlan, todo: Sequence[tuple[int, Shard]], governe
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return (
+    handle: CoordinatorHandle = (
         coordinator_actor_class()
         .options(scheduling_strategy=here)
         .remote(
             list(todo),
             _governor(plan.config) if governed else None,
-            plan.owners,
+            plan.looked.owners,
         )
     )
+    return handle
 
 
 class _Watch:
@@ -136,10 +118,9 @@ class _Watch:
 
     def __init__(
         self,
-        coordinator: Any,
+        coordinator: CoordinatorHandle,
         workers: dict[Any, str],
         todo: Sequence[tuple[int, Shard]],
-        out: TextIO,
         location: RunLocation,
     ) -> None:
         self._coordinator = coordinator
@@ -150,7 +131,7 @@ class _Watch:
             {shard.shard_id: shard.end - shard.start for _, shard in todo},
             exact=all(shard.kind == "rows" for _, shard in todo),
         )
-        self._line = ProgressLine(self._expected.total, out=out)
+        self._line = ProgressLine(self._expected.total)
         self._counts: dict[str, int] = {}
         self._failure: str | None = None
         self.result = FanOutResult([])
@@ -203,12 +184,12 @@ class _Watch:
         """Draw the last progress line, cancel the workers left, keep the flow's snapshot."""
         import ray
 
-        self._line.close(self._counts, len(self.result.reports), self._todo)
+        self._line.update(self._counts, len(self.result.reports), self._todo, final=True)
         for ref in self._running:
             ray.cancel(ref)
         with contextlib.suppress(Exception):
             self.result.flow = ray.get(self._coordinator.flow.remote(), timeout=10)
-        ray.kill(self._coordinator)
+        ray.kill(cast(Any, self._coordinator))
 
 
 def _failed(message: str, location: RunLocation) -> str:

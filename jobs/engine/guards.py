@@ -1,19 +1,6 @@
-"""Start-up checks of a run that need more than the config's own validation, all before Ray.
-
-The driver calls these checks before anything starts (`check_every_file` right after
-listing the input files); each fails with `ConfigError` or `InputError` (exit 2) naming what
-to change:
-
-- the judge: a model string litellm cannot route (for the litellm transport) or a batch
-  provider without a batch API is refused here, not after Ray has started;
-- the paths: the output (or the verdict cache) inside the input, or the input inside the
-  output, would feed the job's own tables back in as items. Refused, unless the input folder's
-  listing skips the output without doubt (it lies under a `_` or `.` folder of the input
-  folder, which a folder listing never enters), or the input is one file right at the
-  output's root (the job writes only into folders there);
-- the files: every input file's columns (Parquet footers, the first lines of JSONL) and its
-  format, by `jobs.inputs.survey`.
-"""
+"""Start-up checks beyond the config's own validation, before Ray starts: the judge (a model
+litellm can route, a batch provider with a batch API), the output or cache not inside the
+input nor the input inside the output (`ConfigError`, exit 2, naming what to change)."""
 
 from __future__ import annotations
 
@@ -91,7 +78,9 @@ def _static_root(path: str) -> str:
 
 def check_paths_apart(config: JobConfig) -> None:
     """`ConfigError` when the run's output (or verdict cache) is inside its input or the
-    input inside the output (see the module docstring for the one exception)."""
+    input inside the output: a rerun would read the job's own tables as items. Allowed: the
+    output under a `_` or `.` folder of an input folder (a listing never enters it), and an
+    input file right at the output's root (the job writes only into folders there)."""
     where_in = _location(config.input.path, config.input.storage_options)
     kind_in, endpoint_in, path_in = where_in
     root_in = _static_root(path_in)

@@ -1,16 +1,6 @@
-"""A run lease: one driver at a time per run id.
-
-The driver that starts (or resumes) run X writes `_staging/run_id=X/LEASE.json` with its
-owner token, host, pid and a heartbeat it refreshes while the run goes on. A second driver for
-the same run id is refused while the lease is fresh, with a message naming the holder. A lease
-whose heartbeat is older than `ttl_s`, or whose holder is a dead process on this host, is
-taken over: that is the rerun after a crash (`kill -9` of the driver) and it must not wait.
-
-Use it as a context manager, so that every way out of the run gives the lease back:
-
-    with RunLease(store, store.join(location.staging, "LEASE.json")) as lease:
-        ...  # judge, calling lease.heartbeat() while it goes on, then publish
-"""
+"""A run lease: one driver at a time per run id. `LEASE.json` in the run's staging area holds
+the driver's token, host, pid and heartbeat; a fresh lease refuses a second driver, a stale
+one (or a dead process's on this host) is taken over. A context manager."""
 
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
-"""What the driver, the run's coordinator actor and the workers send each other.
-
-Small picklable records, in a module that imports neither pyarrow, Polars nor the scorer: the
-coordinator actor, which only passes leases and reports around, imports this and nothing heavy.
-"""
+"""What the driver, the run's coordinator actor and the workers send each other, and the
+coordinator handle they call. Small picklable records; imports nothing heavy (the actor
+imports this)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from jobs.inputs.shard import Shard
 from scorer_core.types import Usage
@@ -20,6 +18,89 @@ if TYPE_CHECKING:
 
 Lease = tuple[int, Shard]
 """What a worker gets: (the shard's number in the run, the shard)."""
+
+
+class Remote(Protocol):
+    """An actor method as a handle offers it: the call's result is awaitable and `ray.get`-able
+    (test fakes return awaitables)."""
+
+    def remote(self, *args: Any) -> Any: ...
+
+
+class Governor(Protocol):
+    """What a worker's flow calls on the run's governor (`jobs.engine.control.governor`)."""
+
+    reserve: Remote
+    refused: Remote
+    report: Remote
+
+
+class CoordinatorHandle(Governor, Protocol):
+    """The run's coordinator actor (`jobs.engine.control.coordinator`) as workers and the
+    driver call it: the shard board, the governor, the progress counters."""
+
+    rejoin: Remote
+    next_shard: Remote
+    done: Remote
+    failed: Remote
+    held_by: Remote
+    poll: Remote
+    flow: Remote
+    add: Remote
+
+
+@dataclass(frozen=True)
+class FlowFacts:
+    """What the run's governor settled on (`RunGovernor.snapshot`; the manifest's `flow`): the
+    in-flight budget and its peak, the latencies, and the pace of a rate-limited run."""
+
+    budget: int
+    budget_max: int
+    budget_mode: Literal["auto", "explicit"]
+    max_in_flight: int
+    latency_p50_s: float | None
+    latency_p90_s: float | None
+    latency_p99_s: float | None
+    latency_mean_s: float | None
+    replies: int
+    completed: int
+    requests: int
+    pace_granted: float | None = None
+    pace_refusals: float | None = None
+    pace_factor: float | None = None
+    pace_token_ratio: float | None = None
+    pace_requests_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """A batch-mode run's batches over every round, for the manifest's `judge` (counted from
+    staging: a resumed run's earlier drivers' too, but for the last two fields)."""
+
+    provider: str
+    rounds: int
+    batches: int
+    batch_statuses: dict[str, int]
+    requests: int
+    requests_failed: int
+    round_details: list[dict[str, Any]]  # `RoundState.summary` of each round
+    max_rounds: int
+    deadline_at: str | None
+    bytes_uploaded: int
+    uploads_by_this_driver: int
+    batches_created_by_this_driver: int
+    mode: Literal["batch"] = "batch"
+
+
+@dataclass(frozen=True)
+class Looked:
+    """What the look-ahead staged for the workers (`jobs.engine.pairs.lookahead`): the shards
+    with later occurrences of a query id, those with pairs found in the store or awaited, and
+    the owners each awaiting shard waits for (none in batch mode)."""
+
+    with_repeats: frozenset[str] = frozenset()
+    with_pairs: frozenset[str] = frozenset()
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,9 +131,6 @@ class ShardReport:
     # The Ray node the shard ran on (empty outside Ray), for the manifest.
     node: str = ""
 
-    def count(self, status: str, n: int = 1) -> None:
-        self.statuses[status] = self.statuses.get(status, 0) + n
-
 
 @dataclass(frozen=True)
 class ShardContext:
@@ -62,24 +140,15 @@ class ShardContext:
     # What the run is made of: the input, the judge, the cache (built by jobs.run.factory).
     parts: RunParts
     staging: str  # the run's staging folder, relative to the output store's root
-    # Ray actor handle of the run's coordinator (jobs.engine.control.coordinator: shard board,
-    # progress
-    # counters, and the governor's pace and budget unless `governed` is false), or None.
-    coordinator: Any = None
+    # The run's coordinator (its pace and budget unless `governed` is false), or None.
+    coordinator: CoordinatorHandle | None = None
     governed: bool = False
     # The judge's API key as the driver read it (workers may not have the driver's environment).
     api_key: str | None = field(default=None, repr=False)
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema | None = None
-    # The shards with later occurrences of a query_id found before judging, in the staging
-    # area (jobs.engine.pairs.lookahead): those rows are written as duplicates, not judged.
-    duplicates: frozenset[str] = frozenset()
-    # The shards whose verdicts found in the verdict store are staged
-    # (jobs.engine.pairs.cache_lookup).
-    cached: frozenset[str] = frozenset()
-    # The shards awaiting pairs a lower-numbered shard judges first, staged for their workers
-    # (jobs.engine.pairs.shared_pairs).
-    awaiting: frozenset[str] = frozenset()
+    # What the look-ahead staged for the shards.
+    looked: Looked = field(default_factory=Looked)
     # The run's id: the workers' journals are named after it (jobs.core.verdict_store.Journal).
     run_id: str = "local"
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Protocol, TextIO
+from typing import Protocol
 
 from jobs.core.verdict_cache import CacheSpec
 from jobs.inputs.records import ItemReader
@@ -24,7 +24,7 @@ class CanaryJudge(Protocol):
     """Judges the run's labelled canary in the driver process, fresh: the summary's canary
     metrics (`jobs.engine.publish.aggregate.CANARY_METRICS`, name and value)."""
 
-    def judge(self, out: TextIO | None = None) -> tuple[tuple[str, float | None], ...]: ...
+    def judge(self) -> tuple[tuple[str, float | None], ...]: ...
 
 
 class JudgeMaker(Protocol):

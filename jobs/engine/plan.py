@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +10,7 @@ from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation, StagingArea
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
+from jobs.engine.messages import Looked
 from jobs.engine.parts import RunParts
 from jobs.inputs import Shard
 from jobs.inputs.records import ItemReader
@@ -27,16 +28,8 @@ class RunPlan:
     shards: Sequence[Shard]
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema = field(default_factory=RunSchema)
-    # The shards with later occurrences of a query id staged by the look-ahead
-    # (jobs.engine.pairs.lookahead): their rows are written as duplicates, not judged.
-    duplicates: frozenset[str] = frozenset()
-    # The shards with verdicts found in the verdict store before the fan-out, staged for
-    # their workers (jobs.engine.pairs.cache_lookup).
-    cached: frozenset[str] = frozenset()
-    # The shards awaiting pairs a lower-numbered shard of the run judges first, with those
-    # owners (jobs.engine.pairs.shared_pairs); empty in batch mode, whose requests are fixed per
-    # pass.
-    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # What the look-ahead staged for the shards' workers (jobs.engine.pairs.lookahead).
+    looked: Looked = field(default_factory=Looked)
     # How many input files the shards come from (for the run's first line).
     files: int = 0
     # input.format otlp: the config as the user gave it (`config` reads the assembled items)

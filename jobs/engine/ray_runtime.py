@@ -8,28 +8,34 @@ so reading `RAY_ENV` costs nothing.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import MutableMapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from jobs.core.config import JobConfig
 
-# Ray reads these when it is imported, and its workers inherit them:
-# - a local Ray stays on loopback instead of the machine's outside address;
-# - litellm uses its bundled price map instead of fetching one at import (offline-safe);
-# - Ray sends no usage statistics;
-# - Arrow allocates from jemalloc, which hands freed pages back: with the default (mimalloc)
-#   the driver's private memory in the verdict store's lookup grew with the run (measured by
-#   bench/store_bench.py: +60 MiB from 100k to 1M items; with jemalloc +8). Ray reads it
-#   when it is imported, for the buffers its own Arrow code allocates, so setting pyarrow's
-#   pool after the fact does not do it (measured too).
+R = TypeVar("R")
+Mapper = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[Any]]
+"""Runs `fn(*args)` for each args tuple, here or as Ray tasks; the results in any order."""
+
+# Ray reads these when it is imported, and its workers inherit them: a local Ray on loopback,
+# litellm's bundled price map (offline-safe), no usage statistics, and Arrow on jemalloc, which
+# hands freed pages back (with mimalloc the driver's memory grew with the run; Ray reads it at
+# import for its own Arrow buffers: docs/design-notes-engine.md).
 RAY_ENV: dict[str, str] = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "RAY_USAGE_STATS_ENABLED": "0",
     "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
 }
+
+
+# Ray's own logger in the driver: its INFO lines (a local instance started, a cluster joined)
+# are noise in a run's log. `ray.init` sets this level (importing Ray resets the logger, so the
+# console's setting cannot reach it).
+_RAY_LOG_LEVEL = logging.WARNING
 
 
 def set_env_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
@@ -66,7 +72,7 @@ def start_ray(config: JobConfig) -> None:
         # No runtime_env of our own: a Ray Job's runtime_env may set the same variables and Ray
         # refuses to merge conflicting ones. The workers need nothing from here (scorer_core
         # sets litellm's offline price map itself before importing it).
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=True, logging_level=_RAY_LOG_LEVEL)
         return
     # Our own local Ray: none of its processes may outlive this driver (jobs.engine.reaper).
     from jobs.engine.reaper import start_reaper
@@ -83,6 +89,7 @@ def start_ray(config: JobConfig) -> None:
                 _node_ip_address="127.0.0.1",
                 runtime_env={"env_vars": {key: os.environ[key] for key in RAY_ENV}},
                 log_to_driver=True,
+                logging_level=_RAY_LOG_LEVEL,
             )
             return
         except Exception as exc:
@@ -91,3 +98,34 @@ def start_ray(config: JobConfig) -> None:
             if attempt == 2 or "timed out during startup" not in str(exc):
                 raise
             ray.shutdown()
+
+
+def local_map(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:
+    """A `Mapper` running every call in this process, one after another."""
+    return (fn(*args) for args in calls)
+
+
+def ray_map(config: JobConfig, in_flight: int | None = None, **options: Any) -> Mapper:
+    """A `Mapper` running each call as a Ray task (`ray.num_cpus_per_task`, retried
+    `ray.max_task_retries` times, spread over the nodes; `options` are more of Ray's), at most
+    `in_flight` at once (None: all), yielding the results as they finish. Ray must be up."""
+    import ray
+
+    def run(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:
+        task = ray.remote(fn).options(
+            num_cpus=config.ray.num_cpus_per_task,
+            max_retries=config.ray.max_task_retries,
+            scheduling_strategy="SPREAD",
+            **options,
+        )
+        pending: list[Any] = []
+        for args in calls:
+            pending.append(task.remote(*args))
+            if in_flight is not None and len(pending) >= in_flight:
+                ready, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(ready[0])
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+
+    return run

@@ -1,27 +1,7 @@
-"""No process of a driver's local Ray outlives the driver, however the driver ends.
-
-A driver that starts Ray locally (`ray_runtime.start_ray`) owns its GCS, raylet, dashboard
-and runtime-env agents and workers. Ray stops them on a clean exit, but after a SIGKILL (an
-OOM kill, a scheduler's hard timeout) the agents stayed alive and the workers went on judging
-and staging for seconds: a rerun then raced the dead run's workers.
-
-`start_reaper` is called just before the local `ray.init`:
-
-1. it writes a token unique to this driver into the driver's environment (`RUN_TOKEN_ENV`),
-   which every process of its Ray inherits (the raylet starts the workers with its own
-   environment);
-2. it starts this module as a small watcher process in a session of its own (a kill of the
-   driver's process group does not reach it), holding the read end of a pipe whose write end
-   only the driver holds (the fd is not inheritable: Ray's processes do not get it).
-
-When the driver ends, in any way, the kernel closes its end of the pipe and the watcher's read
-returns at once: it SIGKILLs every process whose environment holds the token (read from
-/proc; Linux), a few times over so that a worker a dying raylet was starting is caught too,
-then exits. A driver that joins a cluster starts no watcher: the cluster's processes are not
-the driver's to stop (Ray ends a dead driver's job there itself).
-
-Run as `python -m jobs.engine.reaper TOKEN`; imports only the standard library.
-"""
+"""No process of a driver's local Ray outlives the driver, however it ends: a watcher process
+in a session of its own holds a pipe only the driver writes to, and when the driver's end
+closes, SIGKILLs every process whose environment carries the driver's token (Linux /proc).
+Run as `python -m jobs.engine.reaper TOKEN`; imports only the standard library."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Paths every node of a multi-node cluster must reach, checked when the driver joins it.
-
-A worker reads its shard of the input, writes its shard's results to the output's staging
-area and reads and writes the verdict cache; the driver then reads every staged shard. On one
-machine a local path is fine. On a cluster of several nodes a local path names a different disk
-on every node: a shard written on one node is missing on the driver's, and the run fails at
-publication, after the judging was paid for. So when the cluster has more than one node alive,
-a local `input.path`, `output.path` or `cache.path` is refused at start-up, before any work,
-unless `ray.shared_filesystem: true` says the path is a mount every node sees (NFS and the
-like).
-
-The check sees the nodes alive when the driver joins: a cluster that starts with its head
-alone and scales up later is not caught (give it object-store paths anyway).
-"""
+"""Paths every node of a multi-node cluster must reach: joining a cluster of several live
+nodes, a local `input.path`, `output.path` or `cache.path` is refused at start-up (a
+different disk on every node), unless `ray.shared_filesystem: true` says it is a shared mount."""
 
 from __future__ import annotations
 

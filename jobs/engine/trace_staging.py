@@ -1,26 +1,19 @@
-"""`input.format: otlp`: before the run is planned, assemble the traces into item Parquet under
-the run's staging area, then run the job on that Parquet as on any other.
-
-`stage_traces` runs `jobs.inputs.traces.assemble_traces` as Ray tasks (reading the trace files
-and assembling the partitions where the workers run), writes the report to
-`_staging/run_id=<id>/traces/DONE.json` (a resumed run reads the items and the report again
-instead of assembling twice), prints the report's line and returns the config the rest of the
-run uses: `input.format: parquet` on `<staging>/traces/items/` with the assembled items'
-columns. The report lands in the run's manifest (`traces`).
-"""
+"""`input.format: otlp`: before the run is planned, the traces are assembled into item Parquet
+under the run's staging area (Ray tasks; a resumed run reads the items and the report again)
+and the run reads them as any Parquet input."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO, TypeVar
+import logging
+from typing import Any
 
 from jobs.core.config import ColumnsConfig, JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import read_manifest
 from jobs.core.storage import Store
 from jobs.engine.fanout import RunFailed
-from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
+from jobs.engine.ray_runtime import alive_nodes, cluster_address, ray_map, start_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.inputs.traces import (
     TraceJob,
@@ -30,18 +23,18 @@ from jobs.inputs.traces import (
     trace_files,
 )
 
-R = TypeVar("R")
+logger = logging.getLogger(__name__)
 
 
 def stage_traces(
-    config: JobConfig, store: Store, location: RunLocation, out: TextIO
+    config: JobConfig, store: Store, location: RunLocation
 ) -> tuple[JobConfig, dict[str, Any]]:
     """(the config that reads the assembled items, the assembly's report)."""
     folder = f"{location.staging}/traces"
     done = store.join(folder, "DONE.json")
     if store.exists(done):
         report = TraceReport.from_dict(json.loads(store.read_bytes(done)))
-        out.write(f"{report.summary()} (assembled before: resuming)\n")
+        logger.info(f"{report.summary()} (assembled before: resuming)")
         return items_config(config, report), report.to_dict()
     if read_manifest(store, location) is not None:
         raise RunFailed(
@@ -62,9 +55,9 @@ def stage_traces(
         output_from=config.input.otlp.output,
         row_group_rows=config.ray.shard_size,
     )
-    report = assemble_traces(job, files, _ray_map(config))
+    report = assemble_traces(job, files, ray_map(config))
     store.write_bytes_atomic(done, json.dumps(report.to_dict(), indent=2).encode())
-    out.write(f"{report.summary()} ({report.seconds:.1f}s)\n")
+    logger.info(f"{report.summary()} ({report.seconds:.1f}s)")
     return items_config(config, report), report.to_dict()
 
 
@@ -88,21 +81,3 @@ def items_config(config: JobConfig, report: TraceReport) -> JobConfig:
         }
     )
     return config.model_copy(update={"input": source})
-
-
-def _ray_map(config: JobConfig) -> Callable[[Callable[..., R], Sequence[tuple[Any, ...]]], Any]:
-    """A `Mapper` running each call as a Ray task, yielding results as they finish."""
-    import ray
-
-    def run(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]]) -> Iterator[R]:
-        task = ray.remote(fn).options(
-            num_cpus=config.ray.num_cpus_per_task,
-            max_retries=config.ray.max_task_retries,
-            scheduling_strategy="SPREAD",
-        )
-        pending = [task.remote(*args) for args in calls]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(ready[0])
-
-    return run

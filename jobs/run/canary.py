@@ -9,7 +9,6 @@ import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
 
 from jobs.core.config import JobConfig
 from jobs.inputs.labels import LabelledItem, load_labels
@@ -130,15 +129,11 @@ class CanaryCheck:
 
     config: JobConfig
 
-    def judge(self, out: TextIO | None = None) -> CanaryMetrics:
+    def judge(self) -> CanaryMetrics:
         result = judge_canary(self.config)
         if result is None:
             return ()
-        # The engine hands its output stream while it has one; else the line is logged.
-        if out is not None:
-            out.write(result.describe() + "\n")
-        else:
-            logger.info(result.describe())
+        logger.info(result.describe())
         return result.metrics()
 
 

@@ -8,7 +8,6 @@ byte N" in JSONL, "row N" in Parquet) and the field; the other rows are scored a
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
@@ -123,7 +122,7 @@ def test_missing_column_fails_before_any_judge_request(
     write_lines(source, [line(row) for row in rows])
     config = config_for(source, tmp_path / "out", judge=judge(server))
     with pytest.raises(InputError) as caught:
-        run_job(config, out=io.StringIO())
+        run_job(config)
     message = str(caught.value)
     assert f"input column(s) 'answer' (output) missing in {source}" in message
     assert "'reply'" in message  # the available columns are listed
@@ -136,7 +135,7 @@ def test_missing_column_fails_before_any_judge_request(
     pq.write_table(table, parquet)
     config = config_for(parquet, tmp_path / "out", input={"format": "parquet"}, judge=judge(server))
     with pytest.raises(InputError, match=re.escape(f"'question' (input) missing in {parquet}")):
-        run_job(config, out=io.StringIO())
+        run_job(config)
 
     assert server.stats()["total_requests"] == 0
     assert not (tmp_path / "out" / "scores").exists()
@@ -156,7 +155,7 @@ def test_a_corrupt_parquet_file_among_good_ones_fails_fast_naming_it(
     broken.write_bytes(data[: len(data) // 2])
     config = config_for(folder, tmp_path / "out", input={"format": None}, judge=judge(server))
     with pytest.raises(InputError) as caught:
-        run_job(config, out=io.StringIO())
+        run_job(config)
     assert f"{broken} is not a readable Parquet file" in str(caught.value)
     assert server.stats()["total_requests"] == 0
     assert not (tmp_path / "out" / "_staging").exists()
@@ -188,7 +187,7 @@ def test_a_parquet_file_with_a_corrupt_page_fails_the_run_naming_it(
         run={"id": "bad-page", "date": "2026-11-30"},
     )
     with pytest.raises(RunFailed) as caught:
-        run_job(config, out=io.StringIO())
+        run_job(config)
     message = str(caught.value)
     assert f"{damaged} (shard 00001-" in message and "is corrupt" in message
     assert "--set run.id=bad-page" in message
@@ -247,7 +246,7 @@ def test_bad_jsonl_rows_are_errors_naming_byte_offset_and_field(
 
     out = tmp_path / "out"
     config = config_for(source, out, judge=judge(server), ray={"shard_size": 4, "workers": 2})
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
 
     scores = scores_frame(out)
     assert scores.height == len(good) + len(expected_errors)
@@ -288,7 +287,7 @@ def test_bad_parquet_rows_are_errors_naming_row_number_and_field(
     write_parquet(source, rows)
     out = tmp_path / "out"
     config = parquet_job(source, out, server)
-    run_job(config, out=io.StringIO())
+    run_job(config)
 
     scores = scores_frame(out)
     assert scores.height == 12
@@ -319,7 +318,7 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(
     write_parquet(source, rows)
     out = tmp_path / "out"
     config = parquet_job(source, out, server, find_duplicates_first=find_first)
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
 
     scores = scores_frame(out)
     assert scores.height == 12
@@ -381,7 +380,7 @@ def test_huge_context_and_thousands_of_contexts_are_truncated_and_judged_in_slic
         judge=judge(server, contexts_per_call=per_call),
         ray={"shard_size": 2, "workers": 2},
     )
-    run_job(config, out=io.StringIO())
+    run_job(config)
 
     scores = by_id(scores_frame(out))
     assert scores["huge-context"]["truncated"] is True
@@ -447,7 +446,7 @@ def test_unicode_quotes_braces_backslashes_round_trip_exactly(
     write_lines(source, [line(row) for row in rows])
     out = tmp_path / "out"
     config = config_for(source, out, judge=judge(server), ray={"shard_size": 3, "workers": 2})
-    run_job(config, out=io.StringIO())
+    run_job(config)
 
     scores = scores_frame(out)
     assert sorted(scores["query_id"].to_list()) == sorted(row["id"] for row in rows)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import io
 import json
 import os
 import signal
@@ -89,8 +88,8 @@ def batch_config(
     )
 
 
-def run(config: JobConfig, log: io.StringIO | None = None) -> RunOutcome:
-    return run_job(config, out=log or io.StringIO(), sleep=RecordingSleep())
+def run(config: JobConfig) -> RunOutcome:
+    return run_job(config, sleep=RecordingSleep())
 
 
 def one_row_each(out: Path, rows: list[dict[str, Any]], outcome: RunOutcome) -> pl.DataFrame:
@@ -109,7 +108,7 @@ def one_row_each(out: Path, rows: list[dict[str, Any]], outcome: RunOutcome) -> 
 
 
 def test_batch_run_scores_exactly_like_the_online_run(
-    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory, run_log: pytest.LogCaptureFixture
 ) -> None:
     """The same input both ways, carried columns, context ids and segments included."""
     source = tmp_path / "items.jsonl"
@@ -129,16 +128,14 @@ def test_batch_run_scores_exactly_like_the_online_run(
     server = fake_judge(batch_plan=BatchPlan(steps_per_retrieve=1))
     online_out = tmp_path / "online"
     online = run_job(
-        config_for(source, online_out, judge=llm_judge(server), ray={"shard_size": 25}, **carried),
-        out=io.StringIO(),
+        config_for(source, online_out, judge=llm_judge(server), ray={"shard_size": 25}, **carried)
     )
     online_bodies = server.requests()
     assert server.batches.stats()["uploads"] == 0
     batch_out = tmp_path / "batch"
-    log = io.StringIO()
+    run_log.clear()
     batched = run(
-        batch_config(source, batch_out, server, batch={"max_requests_per_batch": 50}, **carried),
-        log,
+        batch_config(source, batch_out, server, batch={"max_requests_per_batch": 50}, **carried)
     )
     stats = server.batches.stats()
     chat_requests = server.stats()["total_requests"]
@@ -181,7 +178,7 @@ def test_batch_run_scores_exactly_like_the_online_run(
         json.dumps(body, sort_keys=True) for body in online_bodies
     )
     assert (stats["uploads"], stats["batches_created"], stats["downloads"]) == (3, 3, 3)
-    text = log.getvalue()
+    text = run_log.text
     assert "120 request(s) from 5 shard(s) in 3 batch(es)" in text
     assert "split by the provider's limits: at most 50 requests per batch" in text
     facts = manifest(batch_out, batched)["judge"]

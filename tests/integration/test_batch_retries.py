@@ -10,7 +10,6 @@ the batches still running and asks the rest online. Nothing waits for real.
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -44,8 +43,8 @@ def batch_config(
     )
 
 
-def run(config: JobConfig, log: io.StringIO | None = None, **clocks: Any) -> RunOutcome:
-    return run_job(config, out=log or io.StringIO(), sleep=clocks.pop("sleep", RecordingSleep()))
+def run(config: JobConfig, **clocks: Any) -> RunOutcome:
+    return run_job(config, sleep=clocks.pop("sleep", RecordingSleep()))
 
 
 def exact(out: Path, rows: list[dict[str, Any]], outcome: RunOutcome) -> pl.DataFrame:
@@ -65,14 +64,13 @@ def sent_per_request(server: FakeJudgeServer) -> dict[str, int]:
 
 
 def test_failed_lines_and_a_half_answered_expired_batch_are_asked_again_until_all_are_ok(
-    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory, run_log: pytest.LogCaptureFixture
 ) -> None:
     """The issue's acceptance: 5% of lines failing with 500, one batch expiring half answered."""
     source, rows, out = sample_job(tmp_path, 120, seed=31)
     plan = BatchPlan(steps_per_retrieve=1, error_rate=0.05, first_outcomes=("expired",), seed=3)
     server = fake_judge(batch_plan=plan)
-    log = io.StringIO()
-    outcome = run(batch_config(source, out, server, "retry-1"), log)
+    outcome = run(batch_config(source, out, server, "retry-1"))
     scores = exact(out, rows, outcome)
     assert (scores["status"] == "ok").all()
     facts = manifest(out, outcome)["judge"]
@@ -83,7 +81,7 @@ def test_failed_lines_and_a_half_answered_expired_batch_are_asked_again_until_al
     assert facts["rounds"] >= 2 and facts["max_rounds"] == 4
     sent = sent_per_request(server)
     assert len(sent) == 120 and max(sent.values()) >= 2  # one request per item, some twice
-    assert "failed transiently, asked again: batch_expired 15" in log.getvalue()
+    assert "failed transiently, asked again: batch_expired 15" in run_log.text
     status = "\n".join(status_lines(open_store(str(out)), "retry-1"))
     assert "round 0: 4 batch(es), 120 requests" in status
     assert "asked again: batch_expired 15, HTTP 500" in status
@@ -144,7 +142,7 @@ def test_lines_failing_in_every_round_end_as_clear_errors_after_max_rounds(
 
 
 def test_near_the_deadline_running_batches_are_cancelled_and_the_rest_goes_online(
-    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
+    tmp_path: Path, judge_key: str, fake_judge: JudgeFactory, run_log: pytest.LogCaptureFixture
 ) -> None:
     """The batches never finish; the wall clock moves only with the driver's waits."""
     source, rows, out = sample_job(tmp_path, 60, seed=35)
@@ -165,8 +163,7 @@ def test_near_the_deadline_running_batches_are_cancelled_and_the_rest_goes_onlin
         deadline_margin_s=1800,
         max_poll_interval_s=600,
     )
-    log = io.StringIO()
-    outcome = run_job(config, out=log, sleep=sleep, wall_clock=wall)
+    outcome = run_job(config, sleep=sleep, wall_clock=wall)
     scores = exact(out, rows, outcome)
     assert (scores["status"] == "ok").all()
     # Waited until the deadline's margin (1.5 h after the start), not a second more.
@@ -179,7 +176,7 @@ def test_near_the_deadline_running_batches_are_cancelled_and_the_rest_goes_onlin
     rounds = facts["round_details"]
     assert rounds[0]["stopped_at_deadline"] == 2 and rounds[0]["retried"] == {"deadline": 60}
     assert rounds[1]["online"] is True
-    assert "is near: whatever is still unanswered is asked online" in log.getvalue()
+    assert "is near: whatever is still unanswered is asked online" in run_log.text
     status = "\n".join(status_lines(open_store(str(out)), "retry-5"))
     assert "2 cancelled at the deadline; asked again: deadline 60" in status
     assert "round 1: online (judge.batch.deadline neared)" in status
@@ -196,11 +193,11 @@ def test_a_morning_rerun_past_the_deadline_collects_the_batches_and_asks_the_res
     wall = FakeClock(start=1_800_000_000.0)
     evening = batch_config(source, out, server, "retry-6", deadline="8h", max_wait_s=0)
     with pytest.raises(BatchesStillRunning):
-        run_job(evening, out=io.StringIO(), sleep=RecordingSleep(), wall_clock=wall)
+        run_job(evening, sleep=RecordingSleep(), wall_clock=wall)
     server.batches.finish_all()
     wall.advance(9 * 3600)
     morning = batch_config(source, out, server, "retry-6", deadline="8h")
-    outcome = run_job(morning, out=io.StringIO(), sleep=RecordingSleep(), wall_clock=wall)
+    outcome = run_job(morning, sleep=RecordingSleep(), wall_clock=wall)
     scores = exact(out, rows, outcome)
     assert (scores["status"] == "ok").all()
     stats = server.batches.stats()

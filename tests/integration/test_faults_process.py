@@ -14,7 +14,6 @@ process to kill is the one at the other end of a held request's connection.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import os
 import signal
@@ -114,7 +113,7 @@ def test_ray_worker_sigkilled_mid_task_is_retried_and_its_shard_written_once(
     largest = max(shard_item_counts(source, shards).values())
     assert len(shards) >= 3
 
-    run = run_in_thread(lambda: run_job(config, out=io.StringIO()))
+    run = run_in_thread(lambda: run_job(config))
     try:
         (first, *_) = gate.wait_held(1)
         worker = kill_sender(first)
@@ -160,7 +159,7 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
         torn = Path(path).with_name(f".{Path(path).name}.tmp-k1ll3d")
         torn.write_bytes(whole[: len(whole) // 2])
 
-    outcome = run_job(config, out=io.StringIO())  # no shard left to run: no Ray needed
+    outcome = run_job(config)  # no shard left to run: no Ray needed
     assert outcome.shards_skipped == outcome.shards_total == len(shards)
     scores = assert_complete(out, rows, outcome)
     assert scores["status"].to_list() == ["ok"] * 30
@@ -173,7 +172,11 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
 
 @pytest.mark.usefixtures("ray_local")
 def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
-    tmp_path: Path, ray_tmp: str, judge_key: str, fake_judge: JudgeFactory
+    tmp_path: Path,
+    ray_tmp: str,
+    judge_key: str,
+    fake_judge: JudgeFactory,
+    run_log: pytest.LogCaptureFixture,
 ) -> None:
     source, rows, out = sample_job(tmp_path, 32, seed=37)
     run_id = "driver-kill"
@@ -242,9 +245,8 @@ def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
     # Second run: the same config file and --set, as `main` reads them (in this process,
     # on the session's Ray, to spare a second Ray start). It takes the lease over (same
     # host, dead pid) and judges exactly the items of the shards without an items file.
-    log = io.StringIO()
-    outcome = run_job(load_config(config_path, [f"run.id={run_id}"]), out=log)
-    text = log.getvalue()
+    outcome = run_job(load_config(config_path, [f"run.id={run_id}"]))
+    text = run_log.text
     requests_second = verdict_requests(server) - requests_first
 
     assert requests_second == 32 - judged_done
@@ -329,9 +331,7 @@ def test_two_run_ids_at_once_into_one_output_both_publish_complete_partitions(
         for run_id in ("twin-a", "twin-b")
     }
     leases = [out / f"_staging/run_id={run_id}/LEASE.json" for run_id in configs]
-    runs = [
-        run_in_thread(partial(run_job, config, out=io.StringIO())) for config in configs.values()
-    ]
+    runs = [run_in_thread(partial(run_job, config)) for config in configs.values()]
     try:
         # Each run judges in one Ray task at a time (one worker): requests held from two
         # processes are both runs' at once, both holding their leases.
@@ -370,7 +370,7 @@ def test_same_run_id_started_twice_at_once_exactly_one_runs(
 
     def go() -> RunOutcome:
         barrier.wait(30)
-        return run_job(config, out=io.StringIO())
+        return run_job(config)
 
     one_ended = threading.Event()
     runs = [Outcome(go, one_ended).start() for _ in range(2)]
@@ -405,11 +405,11 @@ def test_same_run_id_started_while_it_runs_is_refused_naming_the_holder(
     server = fake_judge(on_request=gate)
     config = _two_driver_config(source, out, server, "busy", workers=2)
     location = RunLocation("busy", config.run.date)
-    first = run_in_thread(lambda: run_job(config, out=io.StringIO()))
+    first = run_in_thread(lambda: run_job(config))
     try:
         gate.wait_held(1)  # the first run is judging
         with pytest.raises(RunLocked) as caught:
-            run_job(config, out=io.StringIO())
+            run_job(config)
     finally:
         gate.release()
     first.join()

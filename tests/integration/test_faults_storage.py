@@ -16,7 +16,6 @@ after the job's own retries alone.
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 from collections.abc import Iterator
@@ -156,7 +155,7 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
 
         endpoint.after(pull_the_plug)
         with pytest.raises((RunFailed, StorageError)) as caught:
-            run_job(config, out=io.StringIO())
+            run_job(config)
         assert pulled and not endpoint.reachable()
         message = str(caught.value)
         # The message names the store (the full s3:// URL) and what went wrong.
@@ -171,7 +170,7 @@ def test_endpoint_down_mid_run_fails_naming_the_store_then_rerun_completes(
         before = verdict_requests(server)
 
         # The same run id again, the store back: it completes.
-        outcome = run_job(config, out=io.StringIO())
+        outcome = run_job(config)
         rerun_requests = verdict_requests(server) - before
 
     assert outcome.run_id == run_id and outcome.shards_skipped >= 1
@@ -214,7 +213,7 @@ def test_short_outage_mid_run_is_ridden_out_by_retries(
                 endpoint.reset_next(OUTAGE)
 
         endpoint.after(blip)
-        outcome = run_job(config, out=io.StringIO())
+        outcome = run_job(config)
         met_the_outage = endpoint.resets_done
 
     assert committed, "the outage never happened"
@@ -250,7 +249,7 @@ def test_endpoint_down_during_publish_leaves_no_scores_and_rerun_publishes_witho
 
         monkeypatch.setattr(publish, "_upload_frame", upload_then_pull_the_plug)
         with pytest.raises(StorageError) as caught:
-            run_job(config, out=io.StringIO())
+            run_job(config)
         assert uploads == [location.table_file("verdicts"), location.table_file("summary")]
         message = str(caught.value)
         assert f"s3://{endpoint.bucket}/out/{location.table_file('summary')}" in message
@@ -263,7 +262,7 @@ def test_endpoint_down_during_publish_leaves_no_scores_and_rerun_publishes_witho
         staged = endpoint.fs().find(f"{endpoint.bucket}/out/{location.staging}/items")
         assert len(staged) >= 3
 
-        outcome = run_job(config, out=io.StringIO())
+        outcome = run_job(config)
         assert verdict_requests(server) == judged  # the rerun judged nothing
 
     assert outcome.shards_skipped == outcome.shards_total == len(staged)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 import subprocess
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import duckdb
@@ -56,13 +57,14 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("ray_local")]
 # -- lexical judge, end to end ---------------------------------------------------------------
 
 
-def test_lexical_run_end_to_end_every_item_exactly_once(tmp_path: Path) -> None:
+def test_lexical_run_end_to_end_every_item_exactly_once(
+    tmp_path: Path, run_log: pytest.LogCaptureFixture
+) -> None:
     source = tmp_path / "in" / "items.jsonl"
     rows = write_items(source, 300)
     out = tmp_path / "out"
     config = config_for(source, out, ray={"shard_size": 60, "workers": 2})
-    log = io.StringIO()
-    outcome = run_job(config, out=log)
+    outcome = run_job(config)
 
     spec = input_spec(config)
     assert outcome.shards_total == len(plan_shards(spec, list_input_files(spec), 60))
@@ -136,7 +138,7 @@ def test_lexical_run_end_to_end_every_item_exactly_once(tmp_path: Path) -> None:
     assert tables <= {p.name for p in out.iterdir()} <= tables | {"_staging", "_cache"}
     if (out / "_staging").exists():
         assert list((out / "_staging").iterdir()) == []
-    assert f"run {outcome.run_id}" in log.getvalue()
+    assert f"run {outcome.run_id}" in run_log.text
 
 
 # -- LLM judge through litellm against the fake server ---------------------------------------
@@ -147,7 +149,7 @@ def test_llm_judge_scores_equal_the_truth(
 ) -> None:
     source, rows, out = sample_job(tmp_path, 60, seed=11)
     config = config_for(source, out, judge=llm_judge(server))
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
 
     scores = assert_complete(out, rows, outcome)
     expected = truth(rows)
@@ -178,7 +180,7 @@ def test_llm_reasons_come_from_the_judge_when_asked(
 ) -> None:
     source, rows, out = sample_job(tmp_path, 12, seed=5)
     config = config_for(source, out, judge=llm_judge(server), scorer={"reason": "llm"})
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     scores = assert_complete(out, rows, outcome)
     assert server.stats()["by_schema"] == {
         VERDICTS_SCHEMA_NAME: 12,
@@ -209,7 +211,7 @@ def test_a_rate_limited_provider_gets_every_item_scored(
         rate_limit={"requests_per_minute": LIMIT * 60 / WINDOW_S, "headroom": 0.8},
         ray={"shard_size": 8, "workers": 3},
     )
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     stats = server.stats()
     assert stats["accepted"] == 48
     assert server.max_in_any_window() <= LIMIT
@@ -223,7 +225,7 @@ def test_a_rate_limited_provider_gets_every_item_scored(
 
 
 def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
-    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str, run_log: pytest.LogCaptureFixture
 ) -> None:
     source, rows, out = sample_job(tmp_path, 60, seed=17)
     config = config_for(
@@ -255,13 +257,12 @@ def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
     before = verdict_requests(server)
     assert before == sum(items_per_shard[:3])
 
-    log = io.StringIO()
-    outcome = run_job(config, out=log)
+    outcome = run_job(config)
     after = verdict_requests(server)
     assert after - before == items_per_shard[1] + items_per_shard[3]
     assert outcome.shards_skipped == 2
     assert outcome.shards_total == 4
-    assert "2 already done (resuming)" in log.getvalue()
+    assert "2 already done (resuming)" in run_log.text
 
     scores = assert_complete(out, rows, outcome)
     expected = truth(rows)
@@ -273,7 +274,7 @@ def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
     assert manifest(out, outcome)["status"] == "complete"
     # A published run id cannot be run again.
     with pytest.raises(Exception, match="already published"):
-        run_job(config, out=io.StringIO())
+        run_job(config)
     assert verdict_requests(server) == after
 
 
@@ -290,7 +291,7 @@ def test_cache_second_run_makes_no_requests_and_a_changed_context_is_rejudged(
         config = config_for(
             source, out, judge=llm_judge(server), run={"id": run_id}, ray={"shard_size": 10}
         )
-        return run_job(config, out=io.StringIO())
+        return run_job(config)
 
     first = run("cache-1")
     assert verdict_requests(server) == 40
@@ -338,7 +339,7 @@ def test_cache_is_not_shared_by_the_same_model_name_at_another_endpoint(
         config = config_for(
             source, out, judge=llm_judge(server), run={"id": run_id}, ray={"shard_size": 10}
         )
-        return run_job(config, out=io.StringIO())
+        return run_job(config)
 
     run("endpoint-1", first)
     assert verdict_requests(first) == 20
@@ -392,7 +393,7 @@ def test_missing_column_fails_naming_column_and_file(
         source, tmp_path / "out", judge=llm_judge(server), input={"columns": {"context": "ctxs"}}
     )
     with pytest.raises(InputError) as caught:
-        run_job(config, out=io.StringIO())
+        run_job(config)
     message = str(caught.value)
     assert "'ctxs' (context)" in message
     assert str(source) in message
@@ -412,7 +413,7 @@ def test_missing_api_key_variable_fails_naming_it(
         judge={"model": "openai/gpt-4o-mini", "api_key_env": "CTXPREC_TEST_NO_SUCH_KEY"},
     )
     with pytest.raises(ConfigError, match="CTXPREC_TEST_NO_SUCH_KEY is not set"):
-        run_job(hosted, out=io.StringIO())
+        run_job(hosted)
     # A server with api_base, and a variable explicitly named for it: needed too.
     named = config_for(
         source,
@@ -420,7 +421,7 @@ def test_missing_api_key_variable_fails_naming_it(
         judge=llm_judge(server, api_key_env="CTXPREC_TEST_NO_SUCH_KEY"),
     )
     with pytest.raises(ConfigError, match="CTXPREC_TEST_NO_SUCH_KEY is not set"):
-        run_job(named, out=io.StringIO())
+        run_job(named)
     assert server.stats()["total_requests"] == 0
 
 
@@ -435,7 +436,7 @@ def test_duplicate_query_ids_first_scored_later_ones_name_it(tmp_path: Path) -> 
     write_jsonl(source, iter(rows))
     offsets = line_offsets(source)
     out = tmp_path / "out"
-    outcome = run_job(config_for(source, out, ray={"shard_size": 10}), out=io.StringIO())
+    outcome = run_job(config_for(source, out, ray={"shard_size": 10}))
 
     scores = scores_frame(out)
     assert scores.height == 30
@@ -484,7 +485,7 @@ def test_retrieval_only_items_are_judged_against_the_query(
         input={"columns": {"output": None, "expected_output": None}},
         ray={"shard_size": 6, "workers": 2},
     )
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
 
     scores = assert_complete(out, rows, outcome)
     expected = truth(generated)
@@ -510,7 +511,7 @@ def test_the_run_records_the_form_a_server_without_json_schema_took(
     out = tmp_path / "out"
     llama_like = fake_judge(accepted_response_formats={"json_object", "text"})
     config = config_for(source, out, judge=llm_judge(llama_like), ray={"shard_size": 6})
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     stats = llama_like.stats()
     scores = assert_complete(out, rows, outcome)
     assert scores["status"].to_list() == ["ok"] * 24
@@ -535,7 +536,8 @@ def test_the_run_records_the_form_a_server_without_json_schema_took(
     assert "validation error" in dropped["reason"] and "response_format" in dropped["reason"]
     # The printed summary says it too.
     printed = io.StringIO()
-    print_outcome(outcome, str(out), out=printed)
+    with redirect_stdout(printed):
+        print_outcome(outcome, str(out))
     text = printed.getvalue()
     assert "structured output" in text and "json_object" in text
     assert "json_schema rejected: " in text

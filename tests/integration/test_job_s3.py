@@ -3,7 +3,6 @@ back through s3fs, including a publish that fails half way and the rerun that co
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -74,7 +73,7 @@ def test_lexical_run_with_input_and_output_on_s3(
     source = f"{s3_prefix}/in/items.jsonl"
     out = f"{s3_prefix}/out"
     rows = upload_items(moto_s3, tmp_path, source, 150)
-    outcome = run_job(s3_config(moto_s3, source, out), out=io.StringIO())
+    outcome = run_job(s3_config(moto_s3, source, out))
 
     assert outcome.shards_total >= 3
     assert outcome.published.scores_url.startswith(f"{out}/scores/run_date=")
@@ -121,7 +120,7 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
 
     monkeypatch.setattr(publish, "_upload_frame", failing_upload)
     with pytest.raises(StorageError, match="injected outage"):
-        run_job(config, out=io.StringIO())
+        run_job(config)
     assert uploads == [location.table_file("verdicts"), location.table_file("summary")]
 
     # Nothing under scores/ and no manifest: readers see no part of the run.
@@ -132,7 +131,7 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
     assert len(staged) == len(fs.find(f"{out}/{location.staging}/verdicts")) >= 3
 
     monkeypatch.setattr(publish, "_upload_frame", real_upload)
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     assert outcome.shards_skipped == outcome.shards_total == len(staged)
     assert read_scores(moto_s3, out) == (120, 120, ["s3-publish-1"])
     with fs.open(f"{out}/{location.table_file('scores')}", "rb") as handle:
@@ -157,6 +156,6 @@ def test_output_in_a_missing_bucket_fails_and_publishes_nothing(
     out = "s3://ctxprec-no-such-bucket/out"
     config = s3_config(moto_s3, source, out)
     with pytest.raises((StorageError, RunFailed)) as caught:
-        run_job(config, out=io.StringIO())
+        run_job(config)
     assert "ctxprec-no-such-bucket" in str(caught.value)
     assert not s3(moto_s3).exists("ctxprec-no-such-bucket")

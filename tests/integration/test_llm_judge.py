@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,7 @@ def test_the_job_against_llama_cpp(llama: LlamaServer, tmp_path: Path) -> None:
             "ray": {"shard_size": 10, "workers": 1},
         }
     )
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
 
     location = RunLocation(outcome.run_id, outcome.run_date)
     scores = pl.read_parquet(out / location.table_file("scores"))
@@ -198,7 +199,8 @@ def test_the_job_against_llama_cpp(llama: LlamaServer, tmp_path: Path) -> None:
     assert recorded["judge"]["transport"] == "http"
     assert recorded["timings_s"]["fan_out"] > 0 and recorded["seconds"] > 0
     printed = io.StringIO()
-    print_outcome(outcome, str(out), out=printed)
+    with redirect_stdout(printed):
+        print_outcome(outcome, str(out))
     assert f"{REFUSED_FORM} rejected: " in printed.getvalue()
 
 

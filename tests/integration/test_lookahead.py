@@ -1,11 +1,13 @@
-"""jobs.engine.pairs.lookahead: the ids read before judging are the ones the workers stage, row for
-row (bad rows, ids of every kind, JSONL and Parquet alike); a shard's worker writes the later
-occurrences it is given as duplicates without judging them; a resumed run reuses what the
-first attempt found instead of reading the input again."""
+"""jobs.engine.pairs.lookahead: the ids read before judging are the ones the workers stage, row
+for row (bad rows, ids of every kind, JSONL and Parquet alike, whether the pass reads a Parquet
+file's id column alone or whole items); a shard's worker writes the later occurrences it is
+given as duplicates without judging them; the pass runs as Ray tasks for a large run, and a
+resumed run reuses what the first attempt found instead of reading the input again."""
 
 from __future__ import annotations
 
-import io
+import dataclasses
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -16,13 +18,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.core.config import JobConfig, parse_config
-from jobs.core.schema import duplicate_error
+from jobs.core.run_layout import RunLocation
+from jobs.core.schema import RunSchema, duplicate_error
 from jobs.core.storage import open_store
-from jobs.engine.pairs.lookahead import find_duplicates_first, marks_path, read_marks, shard_keys
+from jobs.engine.messages import Looked
+from jobs.engine.pairs import lookahead
+from jobs.engine.pairs.lookahead import look_ahead, needs_path, read_needs, shard_keys
 from jobs.engine.pairs.repeats import KEYS, SEQ_SHIFT
+from jobs.engine.plan import RunPlan
+from jobs.engine.ray_runtime import ray_map
 from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
-from jobs.run.factory import input_spec
+from jobs.run.factory import input_spec, item_reader, run_parts
 from tests.support.job import shard_context, shard_files
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
@@ -88,8 +95,9 @@ def write_parquet(path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=4)
 
 
+@pytest.mark.parametrize("read", ["ids", "items"])
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str) -> None:
+def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str, read: str) -> None:
     source = tmp_path / f"in.{fmt}"
     (write_jsonl if fmt == "jsonl" else write_parquet)(source)
     cfg = config(source, tmp_path / "out", fmt)
@@ -102,13 +110,16 @@ def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str) 
     for number, shard in numbered:
         run_shard(shard, number, context)
 
-    read_ahead = shard_keys(spec, numbered)
+    fingerprint = "fp" if read == "items" else None  # whole items: the pairs are keyed too
+    found = shard_keys(item_reader(cfg), RunSchema(), numbered, True, fingerprint)
+    read_ahead = found.ids
     staged = pl.concat(
         pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1], columns=KEYS.names())
         for shard in shards
     )
     assert read_ahead.schema == KEYS
     assert read_ahead.equals(staged)
+    assert found.pairs.is_empty() == (read == "ids")
     ids = read_ahead["query_id"].to_list()
     assert {"a", "7", "bad-ctx", "b"} <= set(ids)
     # rows without a usable id (and a broken JSON line) are known by `source#row`
@@ -126,12 +137,15 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
     first = "/elsewhere.jsonl line at byte 0"
     seq = 2 << SEQ_SHIFT
     store.write_parquet_atomic(
-        marks_path(store, STAGING, shard.shard_id),
+        needs_path(store, STAGING, shard.shard_id, "repeats"),
         pa.table({"item_seq": [seq | 1, seq | 4], "duplicate_of": [first, first]}),
     )
-    assert read_marks(store, STAGING, shard.shard_id) == {seq | 1: first, seq | 4: first}
-    context = shard_context(cfg, STAGING, duplicates=frozenset({shard.shard_id}))
-    report = run_shard(shard, 2, context)
+    looked = Looked(with_repeats=frozenset({shard.shard_id}))
+    assert read_needs(store, STAGING, shard.shard_id, looked).later == {
+        seq | 1: first,
+        seq | 4: first,
+    }
+    report = run_shard(shard, 2, shard_context(cfg, STAGING, looked=looked))
 
     items = pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1])
     marked = items.filter(pl.col("duplicate_of").is_not_null())
@@ -143,23 +157,41 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
     assert set(verdicts["query_id"]) == {"q0", "q2", "q3", "q5"}
 
 
+def run_plan(cfg: JobConfig) -> RunPlan:
+    """The run of `cfg` as the driver plans it, finding repeated ids first."""
+    spec = input_spec(cfg)
+    shards = plan_shards(spec, list_input_files(spec), cfg.ray.shard_size)
+    parts = dataclasses.replace(run_parts(cfg), find_duplicates_first=True)
+    location = RunLocation("look", dt.date(2026, 12, 1))
+    assert location.staging == STAGING
+    return RunPlan(cfg, parts, location, open_store(cfg.output.path), shards)
+
+
 @pytest.mark.usefixtures("ray_local")
-def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
+def test_found_once_by_ray_tasks_and_reused_by_a_resumed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_log: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(lookahead, "LOCAL_ITEMS", 0)  # a large run: Ray tasks read the shards
+    monkeypatch.setattr(lookahead, "TASK_SHARDS", 1)
+    mappers: list[object] = []
+    monkeypatch.setattr(lookahead, "ray_map", lambda *a, **k: mappers.append(a) or ray_map(*a, **k))
     source = tmp_path / "in.jsonl"
     ids = ["a", "b", "c", "a", "d", "b", "e", "a", "f"]  # shards of 3: repeats in shards 1, 2
     lines = [json.dumps(good(qid, n)) + "\n" for n, qid in enumerate(ids)]
     source.write_text("".join(lines))
     at_b = len(lines[0])
     cfg = config(source, tmp_path / "out", "jsonl")
-    spec = input_spec(cfg)
-    shards = plan_shards(spec, list_input_files(spec), 3)
-    store = open_store(cfg.output.path)
-    out = io.StringIO()
-    found = find_duplicates_first(cfg, input_spec(cfg), store, STAGING, shards, out)
+    plan = run_plan(cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"workers": 1})}))
+    todo = list(enumerate(plan.shards))
+    found = look_ahead(plan, todo, shared=True)
+    assert len(mappers) == 1
 
-    assert "3 later occurrence(s) of a query_id in 2 shard(s) will not be judged" in out.getvalue()
-    by_id = {shard.shard_id: number for number, shard in enumerate(shards)}
-    marks = {by_id[shard_id]: read_marks(store, STAGING, shard_id) for shard_id in found}
+    assert "3 later occurrence(s) of a query_id in 2 shard(s) will not be judged" in run_log.text
+    by_id = {shard.shard_id: number for number, shard in enumerate(plan.shards)}
+    marks = {
+        by_id[shard_id]: read_needs(plan.store, STAGING, shard_id, found).later
+        for shard_id in found.with_repeats
+    }
     assert {number: sorted(m) for number, m in marks.items()} == {
         1: [1 << SEQ_SHIFT | 0, 1 << SEQ_SHIFT | 2],
         2: [2 << SEQ_SHIFT | 1],
@@ -169,8 +201,7 @@ def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
         1 << SEQ_SHIFT | 2: f"{source} line at byte {at_b}",
     }
     assert marks[2] == {2 << SEQ_SHIFT | 1: f"{source} line at byte 0"}
+    assert found.with_pairs == frozenset() and found.owners == {}  # the lexical judge: no cache
 
     source.unlink()  # a resumed run must not read the input again
-    assert (
-        find_duplicates_first(cfg, input_spec(cfg), store, STAGING, shards, io.StringIO()) == found
-    )
+    assert look_ahead(plan, todo[1:], shared=True) == found

@@ -6,7 +6,6 @@ retriever, a gzipped file and a malformed line; local, and on S3 (moto)."""
 from __future__ import annotations
 
 import gzip
-import io
 import random
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,7 @@ def _check_scores(scores: pl.DataFrame, expected: dict[str, Expected]) -> None:
 
 
 def test_traces_on_local_files_are_scored_exactly_with_their_attributes(
-    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str, run_log: pytest.LogCaptureFixture
 ) -> None:
     traces, expected, files = _traces()
     source = tmp_path / "traces"
@@ -88,9 +87,7 @@ def test_traces_on_local_files_are_scored_exactly_with_their_attributes(
         name, data = _encode(n, lines)
         (source / name).write_bytes(data)
     out = tmp_path / "out"
-    printed = io.StringIO()
-
-    outcome = run_job(_config(str(source), str(out), server), out=printed)
+    outcome = run_job(_config(str(source), str(out), server))
 
     _check_scores(scores_frame(out), expected)
     verdicts = verdicts_frame(out)
@@ -108,15 +105,19 @@ def test_traces_on_local_files_are_scored_exactly_with_their_attributes(
     assert report["malformed_examples"] == [
         f"{source}/traces-2.json line 2: not JSON (Expecting value)"
     ]
-    assert "4 trace(s) without a retrieval" in printed.getvalue()
-    assert "traces-2.json line 2: not JSON" in printed.getvalue()
+    assert "4 trace(s) without a retrieval" in run_log.text
+    assert "traces-2.json line 2: not JSON" in run_log.text
     assert manifest(out, outcome)["config"]["input"]["format"] == "otlp"
     location = RunLocation(outcome.run_id, outcome.run_date)
     assert not (out / location.staging).exists()
 
 
 def test_traces_on_s3_and_a_resumed_run_reads_the_assembled_items_again(
-    moto_s3: MotoS3, s3_prefix: str, server: FakeJudgeServer, judge_key: str
+    moto_s3: MotoS3,
+    s3_prefix: str,
+    server: FakeJudgeServer,
+    judge_key: str,
+    run_log: pytest.LogCaptureFixture,
 ) -> None:
     _, expected, files = _traces()
     fs = s3fs.S3FileSystem(**s3_options(moto_s3.storage_options))
@@ -130,11 +131,11 @@ def test_traces_on_s3_and_a_resumed_run_reads_the_assembled_items_again(
     # a first driver assembled the traces and stopped before judging: the rerun of the same
     # run id reads the assembled items and the report again
     store = open_store(out, moto_s3.storage_options)
-    stage_traces(config, store, resolve_location(config), io.StringIO())
-    printed = io.StringIO()
-    outcome = run_job(config, out=printed)
+    stage_traces(config, store, resolve_location(config))
+    run_log.clear()
+    outcome = run_job(config)
 
-    assert "(assembled before: resuming)" in printed.getvalue()
+    assert "(assembled before: resuming)" in run_log.text
     scores = pl.from_arrow(
         pq.read_table(outcome.published.scores_url.removeprefix("s3://"), filesystem=fs)
     )

@@ -11,7 +11,6 @@ server's verdicts imply; the others say why, and have no verdict counted for the
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import polars as pl
@@ -52,7 +51,7 @@ def test_every_fault_kind_and_an_outage(
         ),
         ray={"shard_size": 30, "workers": 2},
     )
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     stats = server.stats()
 
     scores = assert_complete(out, rows, outcome)

@@ -82,7 +82,7 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
         input_path = tmp_path / f"{run_id}.jsonl"
         rows = _e2e_rows(for_candidate=candidate)
         input_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        run_job(_e2e_config(input_path, output, run_id, threshold), out=io.StringIO())
+        run_job(_e2e_config(input_path, output, run_id, threshold))
 
     store = open_store(str(output))
     real = load_run(store, "cand")
@@ -128,7 +128,7 @@ def test_estimate_and_run_on_labelled_data(name: str, tmp_path: Path) -> None:
     assert counted["context_pairs"] == sum(len(row["contexts"]) for row in rows)
     assert counted["prompt_tokens"]["estimate"] > 0
 
-    run_job(parse_config(lexical_job_config(name, out, "base")), out=io.StringIO())
+    run_job(parse_config(lexical_job_config(name, out, "base")))
     scores = pl.read_parquet(f"{out}/scores/**/*.parquet", hive_partitioning=True)
     assert scores.filter(pl.col("run_id") == "base").height == len(rows)
     assert scores.filter(pl.col("status") != "ok").height == 0
@@ -148,7 +148,7 @@ def test_per_retriever_summary_equals_calibrate_on_trec_dl(tmp_path: Path) -> No
     raw["input"]["carry"] = ["retriever", "collection"]
     raw["summary"] = {"by": ["retriever"]}
     config = parse_config(raw)
-    run_job(config, out=io.StringIO())
+    run_job(config)
 
     run = load_run(open_store(str(tmp_path / "out")), "segments")
     segments = {s.value: s.summary for s in run.summary.segments_by("retriever")}

@@ -9,7 +9,6 @@ page between `<!-- recipe: NAME ENGINE -->` markers, with `results/` pointed at 
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shutil
@@ -80,7 +79,7 @@ def output(tmp_path_factory: pytest.TempPathFactory, ray_local: Any) -> Path:
                 "ray": {"shard_size": 50, "workers": 2},
             }
         )
-        run_job(config, out=io.StringIO())
+        run_job(config)
     return out
 
 

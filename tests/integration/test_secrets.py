@@ -48,7 +48,10 @@ def _ray_logs_dir() -> Path:
 
 
 def test_the_api_key_appears_nowhere(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_judge: JudgeFactory
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_judge: JudgeFactory,
+    run_log: pytest.LogCaptureFixture,
 ) -> None:
     data = tmp_path / "in.jsonl"
     write_jsonl(data, generate(40, seed=3, markers=True))
@@ -84,13 +87,12 @@ def test_the_api_key_appears_nowhere(
             "cache": {"enabled": False},
         }
     )
-    progress = io.StringIO()
     with pytest.raises(CtxPrecError) as refused:
-        run_job(config, out=progress)
+        run_job(config)
     assert "401" in str(refused.value) or "authentication" in str(refused.value).lower()
 
     texts = {
-        "driver output": printed.getvalue() + progress.getvalue(),
+        "driver output": printed.getvalue() + run_log.text,
         "error message": str(refused.value) + repr(refused.value),
     }
     for what, text in texts.items():

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -58,9 +57,8 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _run(source: Path, out: Path, run_id: str, **sections: Any) -> str:
-    """Run the job on `source` as run `run_id`, segmented by retriever; the printed log."""
-    log = io.StringIO()
+def _run(source: Path, out: Path, run_id: str, **sections: Any) -> None:
+    """Run the job on `source` as run `run_id`, segmented by retriever."""
     config = config_for(
         source,
         out,
@@ -69,8 +67,7 @@ def _run(source: Path, out: Path, run_id: str, **sections: Any) -> str:
         run={"id": run_id},
         **sections,
     )
-    run_job(config, out=log)
-    return log.getvalue()
+    run_job(config)
 
 
 def test_an_unchanged_pair_judged_by_a_noisy_judge_passes(
@@ -174,7 +171,7 @@ def _canary_rows(count: int) -> list[dict[str, Any]]:
 
 
 def test_a_judge_that_changed_on_the_canary_fails_compare_naming_the_judge(
-    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str
+    tmp_path: Path, fake_judge: JudgeFactory, judge_key: str, run_log: pytest.LogCaptureFixture
 ) -> None:
     changed = [False]
 
@@ -192,8 +189,8 @@ def test_a_judge_that_changed_on_the_canary_fails_compare_naming_the_judge(
         "canary": {"labels": str(labels)},
         "ray": {"shard_size": 60, "workers": 2},
     }
-    log = _run(source, out, "monday", **sections)
-    assert "canary: 80 labelled item(s) judged, kappa 1.000" in log
+    _run(source, out, "monday", **sections)
+    assert "canary: 80 labelled item(s) judged, kappa 1.000" in run_log.text
     changed[0] = True
     before = server.stats()["contexts_judged"]
     _run(source, out, "tuesday", **sections)  # the items' verdicts come from the cache
@@ -215,14 +212,16 @@ def test_a_judge_that_changed_on_the_canary_fails_compare_naming_the_judge(
     assert canary["items_b"] == 80
 
 
-def test_a_sampled_run_judges_the_planned_items_every_night(tmp_path: Path) -> None:
+def test_a_sampled_run_judges_the_planned_items_every_night(
+    tmp_path: Path, run_log: pytest.LogCaptureFixture
+) -> None:
     rows = list(generate(400, seed=8, segments=4))
     source = _write(tmp_path / "items.jsonl", rows)
     out = tmp_path / "out"
     sample = {"per_segment": 30, "by": ["retriever"], "seed": 3}
     sections = {"sample": sample, "ray": {"shard_size": 100, "workers": 2}}
-    log = _run(source, out, "sampled-1", **sections)
-    assert "sample: 30 per stratum of 400 items in 4 strata (seed 3)" in log
+    _run(source, out, "sampled-1", **sections)
+    assert "sample: 30 per stratum of 400 items in 4 strata (seed 3)" in run_log.text
     _run(source, out, "sampled-2", **sections)
 
     plan = plan_from_rows(

@@ -9,7 +9,6 @@ call), so the judge's request count is the items judged.
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import re
@@ -85,7 +84,7 @@ def wait_journaled(out: Path, config: JobConfig, rows: list[dict[str, Any]], cou
 
 @pytest.mark.usefixtures("ray_local")
 def test_moved_items_are_found_in_the_store_wherever_they_are(
-    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str, run_log: pytest.LogCaptureFixture
 ) -> None:
     """2,000 items judged once; the same items shuffled and split into two files (a new
     night's export): the rerun asks the judge nothing, and `ctxprec estimate` saw that
@@ -96,7 +95,7 @@ def test_moved_items_are_found_in_the_store_wherever_they_are(
         "judge": llm_judge(server),
         "ray": {"shard_size": 250, "workers": 2},
     }
-    first = run_job(config_for(source, out, run={"id": "night-1"}, **sections), out=io.StringIO())
+    first = run_job(config_for(source, out, run={"id": "night-1"}, **sections))
     calls_first = verdict_requests(server)
     assert calls_first == 2000 and first.published.summary.items == 2000
 
@@ -112,14 +111,14 @@ def test_moved_items_are_found_in_the_store_wherever_they_are(
     assert planned.cost_usd == 0.0 and planned.prompt_tokens.after_cache == 0
     assert planned.wall_time.seconds == 0.0
 
-    log = io.StringIO()
-    second = run_job(config, out=log)
+    run_log.clear()
+    second = run_job(config)
     calls_second = verdict_requests(server) - calls_first
     assert calls_second <= 0.01 * calls_first
     assert calls_second == 0
     assert second.published.summary.cache_hits == contexts
     # every pair the run's shards hold was found (the same pair twice in a shard counts once)
-    assert re.search(r"verdict store: ([\d,]+) of \1 pair\(s\) already judged", log.getvalue())
+    assert re.search(r"verdict store: ([\d,]+) of \1 pair\(s\) already judged", run_log.text)
     assert_all_true(out, shuffled, second)
 
 
@@ -141,7 +140,7 @@ def test_a_pair_repeated_next_to_its_first_is_judged_once(
     raw = raw_config(source, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
     raw["input"]["format"] = "parquet"
     config = parse_config(raw)
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     assert verdict_requests(server) == len(rows)
     assert outcome.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
     assert_all_true(out, doubled, outcome)
@@ -149,7 +148,7 @@ def test_a_pair_repeated_next_to_its_first_is_judged_once(
 
 @pytest.mark.usefixtures("ray_local")
 def test_items_exported_twice_in_two_files_are_judged_once(
-    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str, run_log: pytest.LogCaptureFixture
 ) -> None:
     """The same 100 items in two Parquet files (the copies under other ids; shards are exact
     row ranges, so each shard of the second file holds the pairs of one shard of the first):
@@ -167,10 +166,9 @@ def test_items_exported_twice_in_two_files_are_judged_once(
     raw = raw_config(folder, out, judge=llm_judge(server), ray={"shard_size": 50, "workers": 2})
     raw["input"]["format"] = "parquet"
     config = parse_config(raw)
-    log = io.StringIO()
-    outcome = run_job(config, out=log)
+    outcome = run_job(config)
     assert verdict_requests(server) == len(rows)
-    assert "2 shard(s) await pairs an earlier shard judges" in log.getvalue()
+    assert "2 shard(s) await pairs an earlier shard judges" in run_log.text
     assert outcome.published.summary.cache_hits == sum(len(row["contexts"]) for row in rows)
     assert_all_true(out, rows + copies, outcome)
 
@@ -194,7 +192,7 @@ def test_a_worker_killed_half_way_costs_only_its_last_seconds(
         ray={"shard_size": 50, "workers": 2, "max_task_retries": 2},
         run={"id": "kill-a-worker", "date": "2026-12-01"},
     )
-    run = run_in_thread(lambda: run_job(config, out=io.StringIO()))
+    run = run_in_thread(lambda: run_job(config))
     try:
         held = gate.wait_held(1)
         wait_journaled(out, config, rows, half)  # every reply so far is in the journal
@@ -255,8 +253,7 @@ def test_a_driver_killed_half_way_is_resumed_per_item(
     assert first.returncode == -signal.SIGKILL
     calls_first = verdict_requests(server)
 
-    log = io.StringIO()
-    outcome = run_job(config, out=log)
+    outcome = run_job(config)
     calls_second = verdict_requests(server) - calls_first
     assert calls_first + calls_second <= 1.1 * items, (calls_first, calls_second)
     assert calls_second <= items - half + 5

@@ -1,5 +1,6 @@
-"""Tests for jobs.engine.publish.aggregate (the Polars scores, their agreement with the worker's
-scorer_core scores, the run summary), jobs.core.pricing and jobs.engine.publish.summary_table.
+"""Tests for jobs.engine.publish.aggregate (the run summary), tests.support.polars_scores (the
+Polars scores the tests check the workers' scorer_core scores against), jobs.core.pricing and
+jobs.engine.publish.summary_table.
 
 Every table goes through real Parquet files in a temporary directory and is scanned back, the
 way publishing reads the tables; rows have the published tables' columns (jobs.core.schema).
@@ -29,13 +30,9 @@ from jobs.core.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERD
 from jobs.engine.publish.aggregate import (
     BANDS,
     RunSummary,
-    ScoreMethod,
     band_range,
     quantiles,
     relevance_by_position,
-    round_half_up_expr,
-    score_mismatches,
-    scores_from_verdicts,
     summarize,
 )
 from jobs.engine.publish.response_formats import RunResponseFormat
@@ -45,6 +42,12 @@ from scorer_core.precision import BANDS as LIBRARY_BANDS
 from scorer_core.precision import context_precision, score_band
 from scorer_core.response_format import DroppedForm
 from tests.support.exact import exact_average_precision
+from tests.support.polars_scores import (
+    ScoreMethod,
+    round_half_up_expr,
+    score_mismatches,
+    scores_from_verdicts,
+)
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

@@ -33,6 +33,7 @@ from jobs.tools.published_runs import (
 )
 from jobs.tools.tool_options import CompareOptions, PublishedRoot
 from scorer_core.errors import ConfigError
+from tests.support.polars_scores import score_mismatches
 from tests.support.published import (
     ADDED_ID,
     BAD_ID,
@@ -393,7 +394,7 @@ def test_support_scores_agree_with_the_job_aggregation(runs: Runs) -> None:
     store = open_store(str(runs.output))
     for run_id in (runs.base, runs.cand):
         run = load_run(store, run_id)
-        assert aggregate.score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
+        assert score_mismatches(run.scores(), run.verdicts(), 1.0).collect().is_empty()
         ok = run.scores().filter(pl.col("status") == "ok").select(pl.len()).collect().item()
         assert ok > 0
 

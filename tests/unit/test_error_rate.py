@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,8 @@ def test_a_run_over_the_limit_is_published_and_exits_1_naming_the_commonest_erro
     assert "commonest error (6 items): judge request failed: Cannot connect" in err
     # the printed summary and `ctxprec status` show it
     printed = io.StringIO()
-    print_outcome(outcome, str(tmp_path), printed)
+    with redirect_stdout(printed):
+        print_outcome(outcome, str(tmp_path))
     assert "errors: 7 of 10 items are errors (70.0%), over run.max_error_rate 0.5" in (
         printed.getvalue()
     )

@@ -101,10 +101,10 @@ def test_completions_reach_the_governor_in_the_next_report() -> None:
 
     asyncio.run(scenario())
     snap = governor.snapshot()
-    assert snap["completed"] == 2 and snap["replies"] == 1
-    assert snap["latency_p50_s"] == 0.8
+    assert snap.completed == 2 and snap.replies == 1
+    assert snap.latency_p50_s == 0.8
     assert governor.tokens_used == 300
-    assert snap["pace_token_ratio"] == 3.0  # the provider counted 3x the estimate
+    assert snap.pace_token_ratio == 3.0  # the provider counted 3x the estimate
 
 
 class FakeClient:
@@ -170,7 +170,7 @@ def test_the_judge_holds_its_gate_reports_latency_and_counts_tokens_its_way() ->
     assert client.max_in_flight <= 2
     assert counted  # prompt tokens came from the injected counter
     snap = governor.snapshot()
-    assert snap["replies"] == 6 and snap["latency_p50_s"] == pytest.approx(0.25)
+    assert snap.replies == 6 and snap.latency_p50_s == pytest.approx(0.25)
     assert governor.tokens_used == 6 * 15
 
 

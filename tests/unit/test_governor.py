@@ -42,7 +42,7 @@ def test_token_usage_settles_the_pace() -> None:
     delay, charged = governor.reserve(1000)
     assert delay == pytest.approx(2.0)  # 2,000 tokens at 1,000 tokens/s
     assert charged == 1000  # the estimate is reserved as it is; the reply settles the rest
-    assert governor.snapshot()["pace_token_ratio"] == 2.0
+    assert governor.snapshot().pace_token_ratio == 2.0
 
 
 def admitted_per_window(estimate: int, used: int, latency_s: float) -> list[int]:
@@ -115,8 +115,8 @@ def test_snapshot_reports_what_the_run_settled_on() -> None:
     governor.reserve(100)
     governor.report("w", demand=50, in_flight=40, completions=[(0.5, 100, 90), (1.5, 100, 110)])
     snap = governor.snapshot()
-    assert snap["budget"] == 40 and snap["budget_mode"] == "explicit"
-    assert snap["max_in_flight"] == 40
-    assert snap["latency_p50_s"] == 0.5 and snap["latency_p99_s"] == 1.5
-    assert snap["requests"] == 1
-    assert snap["pace_granted"] == 1
+    assert snap.budget == 40 and snap.budget_mode == "explicit"
+    assert snap.max_in_flight == 40
+    assert snap.latency_p50_s == 0.5 and snap.latency_p99_s == 1.5
+    assert snap.requests == 1
+    assert snap.pace_granted == 1

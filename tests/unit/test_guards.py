@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -166,7 +165,7 @@ def test_the_driver_checks_every_file_before_judging(tmp_path: Path) -> None:
     write_jsonl(data / "b.jsonl", [bad])
     raw = raw_config(data, tmp_path / "out", input={"columns": COLUMNS})
     with pytest.raises(InputError, match=r"b\.jsonl"):
-        run_job(parse_config(raw), out=io.StringIO())
+        run_job(parse_config(raw))
 
 
 # -- the judge's settings -----------------------------------------------------------------------

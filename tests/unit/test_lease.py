@@ -7,7 +7,6 @@ straight from the lease to publishing and never starts Ray.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,7 +118,7 @@ def staged_run(tmp_path: Path) -> tuple[JobConfig, Store, list[str]]:
 
 def test_the_driver_gives_the_lease_back_after_publishing(tmp_path: Path) -> None:
     config, store, _ = staged_run(tmp_path)
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     assert (outcome.shards_total, outcome.shards_skipped) == (3, 3)
     assert outcome.published.summary.items == 30
     location = resolve_location(config)
@@ -133,7 +132,7 @@ def test_the_driver_gives_the_lease_back_when_publishing_fails(tmp_path: Path) -
     Path(items_files[1]).write_bytes(b"not parquet")
     # Which error a corrupt staged file raises is publish's business; here only the lease is.
     with pytest.raises(Exception) as failed:
-        run_job(config, out=io.StringIO())
+        run_job(config)
     assert not isinstance(failed.value, RunLocked)
     lease = lease_at(store, "staged")
     assert not store.exists(lease.path)

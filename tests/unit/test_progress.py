@@ -3,8 +3,6 @@ finished shards for byte ranges."""
 
 from __future__ import annotations
 
-import io
-
 from jobs.engine.control.progress import ExpectedItems, ProgressLine
 
 
@@ -27,7 +25,7 @@ def test_byte_ranges_extrapolate_from_the_finished_shards() -> None:
 def test_the_line_shows_the_total_and_the_eta_once_known() -> None:
     now = [0.0]
     expected = ExpectedItems({"a": 1000, "b": 1000}, exact=False)
-    line = ProgressLine(expected.total, out=io.StringIO(), clock=lambda: now[0])
+    line = ProgressLine(expected.total, clock=lambda: now[0])
     now[0] = 10.0
     assert "ETA --:--" in line.render({"items": 5}, 0, 2)
     expected.shard_done("a", 10)

@@ -1,7 +1,6 @@
 """jobs.engine.publish.publisher on real staged shard files: the published tables carry the
-workers' own
-scores and the `duplicate_of` marks, and `verify_scores=True` catches a worker score its
-verdicts do not imply, before anything is published.
+workers' own scores, which agree with their verdicts, and the `duplicate_of` marks; a worker
+score its verdicts do not imply is published as is, and the Polars scores name it.
 
 The staged rows are built by the worker's own row builders and written as the worker writes
 them (pyarrow, `jobs.core.schema.STAGED_*`), into a local output store.
@@ -31,13 +30,14 @@ from jobs.core.schema import (
     duplicate_error,
 )
 from jobs.core.storage import Store, open_store
-from jobs.engine.publish.publisher import Published, ScoresDisagree, publish_run
+from jobs.engine.publish.publisher import Published, publish_run
 from jobs.engine.shards.shard_rows import error_row, item_row, verdict_rows
 from jobs.inputs import ItemRecord, RowError
 from jobs.tools.published_runs import summary_from_frame
 from scorer_core.precision import context_precision
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
 from tests.support.job import shard_files
+from tests.support.polars_scores import score_mismatches
 
 SOURCE = "/data/in.jsonl"
 SCALE = 10
@@ -127,14 +127,13 @@ def stage_run(store: Store, *, tampered_score: float | None = None) -> None:
     second.write(store)
 
 
-def publish(store: Store, *, verify_scores: bool = False) -> Published:
+def publish(store: Store) -> Published:
     return publish_run(
         store,
         LOCATION,
         model="lexical",
         scale=SCALE,
         manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
-        verify_scores=verify_scores,
     )
 
 
@@ -142,13 +141,10 @@ def published(out: Path, table: str) -> pl.DataFrame:
     return pl.read_parquet(out / LOCATION.table_file(table))
 
 
-@pytest.mark.parametrize("verify_scores", [False, True])
-def test_published_tables_carry_the_workers_scores_and_duplicate_marks(
-    tmp_path: Path, verify_scores: bool
-) -> None:
+def test_published_tables_carry_the_workers_scores_and_duplicate_marks(tmp_path: Path) -> None:
     store = open_store(str(tmp_path))
     stage_run(store)
-    outcome = publish(store, verify_scores=verify_scores)
+    outcome = publish(store)
 
     scores = published(tmp_path, "scores")
     assert scores.schema == PUBLISHED_SCORES.polars
@@ -201,29 +197,23 @@ def test_published_tables_carry_the_workers_scores_and_duplicate_marks(
         f"select query_id, score from read_parquet('{path}') where status = 'ok' order by 1"
     )
     assert relation.fetchall() == [("a", 8.33), ("b", 5.83), ("c", 3.33)]
+    # Every ok item's score is the one its published verdicts imply.
+    scores_table, verdicts_table = published(tmp_path, "scores"), published(tmp_path, "verdicts")
+    assert score_mismatches(scores_table, verdicts_table, SCALE).collect().is_empty()
 
 
-def test_verify_scores_names_a_worker_score_its_verdicts_do_not_imply(tmp_path: Path) -> None:
+def test_the_workers_score_is_published_as_is_and_polars_names_one_its_verdicts_deny(
+    tmp_path: Path,
+) -> None:
     store = open_store(str(tmp_path))
     stage_run(store, tampered_score=5.84)  # b's verdicts [no, yes, yes] imply 5.83
-    with pytest.raises(ScoresDisagree) as raised:
-        publish(store, verify_scores=True)
-    message = str(raised.value)
-    assert message.startswith("1 item(s) scored differently by the worker and by Polars: ")
-    assert f"b ({SOURCE} line at byte 100): worker 5.84 / 2 relevant" in message
-    assert "verdicts 5.83 / 2 relevant" in message
-    # Nothing is published and the staged shards stay for a rerun.
-    assert not (tmp_path / "scores").exists()
-    assert not (tmp_path / LOCATION.manifest).exists()
-    assert (tmp_path / LOCATION.staging).exists()
-
-
-def test_without_verification_the_workers_score_is_published_as_is(tmp_path: Path) -> None:
-    store = open_store(str(tmp_path))
-    stage_run(store, tampered_score=5.84)
     publish(store)
-    scores = published(tmp_path, "scores").filter(pl.col("query_id") == "b")
-    assert scores.filter(pl.col("status") == "ok")["score"].to_list() == [5.84]
+    scores = published(tmp_path, "scores")
+    assert scores.filter((pl.col("query_id") == "b") & (pl.col("status") == "ok"))[
+        "score"
+    ].to_list() == [5.84]
+    found = score_mismatches(scores, published(tmp_path, "verdicts"), SCALE).collect()
+    assert found.rows() == [("b", SOURCE, 100, 5.84, 5.83, 2, 2)]
 
 
 CARRIED = RunSchema(

@@ -22,8 +22,13 @@ from jobs.engine.pairs.repeats import (
     RepeatFinder,
     later_occurrences,
     mark_rows,
-    where,
 )
+
+
+def where(source: str, row: int) -> str:
+    """A row's position in the words of the input reader's messages (JSONL rows are known by
+    the byte offset of their line)."""
+    return f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
 
 
 def reference(keys: list[tuple[str, int, str, int]]) -> dict[int, tuple[str, str]]:

@@ -3,7 +3,7 @@
 `jobs.engine.publish.response_formats.combine` folding the shards' reports into the run's record,
 and
 that record in the manifest's judge facts
-(`jobs.engine.publish.manifest_builder.judge_facts_of_run`)."""
+(`jobs.engine.publish.manifest_builder.judge_record`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from jobs.core.config import parse_config
+from jobs.core.run_manifest import JudgeRecord
 from jobs.engine.messages import JudgeFacts, ShardReport
-from jobs.engine.publish.manifest_builder import judge_facts_of_run
+from jobs.engine.publish.manifest_builder import judge_record
 from jobs.engine.publish.response_formats import RunResponseFormat, combine
 from jobs.run.factory import build_judge, judge_endpoint
 from scorer_core.errors import ConfigError
@@ -149,12 +150,13 @@ def test_the_manifest_records_the_combined_form_of_every_shard() -> None:
         ShardReport("b", judge=JudgeFacts("http", report("json_schema"))),
         ShardReport("c", skipped=True),  # staged by an earlier attempt: no judge facts
     ]
-    facts = judge_facts_of_run(reports)
-    assert facts["transport"] == "http"
+    facts = judge_record(reports)
+    assert facts.transport == "http" and facts.mode is None
     combined = combine(r.judge.response_format for r in reports)
     assert combined is not None and combined.shards == 2
     # The weakest confirmed form, not whichever shard reported last.
-    assert facts["response_format"] == combined.to_dict()
+    assert facts.response_format is not None
+    assert facts.response_format.model_dump() == combined.to_dict()
     assert (combined.in_use, [d.form for d in combined.dropped]) == ("json_object", ["json_schema"])
     # The offline judge's reports carry no facts: the manifest records none.
-    assert judge_facts_of_run([ShardReport("a"), ShardReport("b")]) == {}
+    assert judge_record([ShardReport("a"), ShardReport("b")]) == JudgeRecord()

@@ -1,5 +1,6 @@
-"""Pairs a run holds in several shards (`jobs.engine.pairs.shared_pairs`), without Ray: who owns a
-pair, who awaits it, and what an awaiting shard reads from its owners' staged verdicts."""
+"""Pairs a run holds in several shards (`jobs.engine.pairs.shared_pairs`, found by the
+look-ahead), without Ray: who owns a pair, who awaits it, what the look-ahead stages for an
+awaiting shard, and what that shard reads from its owners' staged verdicts."""
 
 from __future__ import annotations
 
@@ -11,17 +12,10 @@ import pyarrow as pa
 from jobs.core.run_layout import StagingArea
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
-from jobs.core.verdict_store import partition_expr
-from jobs.engine.pairs.cache_lookup import KEYS
-from jobs.engine.pairs.shared_pairs import (
-    HIT_KEYS,
-    awaited_pairs,
-    awaited_verdicts,
-    awaits_path,
-    find_shared,
-    worth_waiting,
-)
-from jobs.engine.pairs.spill import Spill
+from jobs.engine.pairs.lookahead import Lookahead, ShardKeys, needs_path, read_needs
+from jobs.engine.pairs.repeats import KEYS as ID_KEYS
+from jobs.engine.pairs.shared_pairs import HIT_KEYS, awaited_pairs, awaited_verdicts, worth_waiting
+from jobs.engine.pairs.store_join import KEYS
 
 KEY_A, KEY_B, KEY_C, KEY_D = ("a0" + "1" * 30, "a1" + "2" * 30, "b0" + "3" * 30, "c0" + "4" * 30)
 
@@ -43,13 +37,17 @@ def test_awaits_are_staged_per_shard_and_read_from_the_owners_verdicts(tmp_path:
     store = open_store(str(tmp_path / "out"))
     staging = "_staging/run_id=r1"
     shard_ids = [f"{n:05d}" for n in range(6)]
-    keys = Spill(tmp_path / "keys", partition_expr(), KEYS, flush_bytes=10)
-    keys.add(frame([(0, KEY_A), (4, KEY_A), (1, KEY_D), (5, KEY_D), (2, KEY_C), (3, KEY_C)]))
-    hit_keys = Spill(tmp_path / "hits", partition_expr(), HIT_KEYS)
-    hit_keys.add(pl.DataFrame({"pair_key": [KEY_C]}, schema=HIT_KEYS))
-    owners = find_shared(keys, hit_keys, (store, staging), shard_ids, tmp_path)
-    assert owners == {"00004": frozenset({"00000"}), "00005": frozenset({"00001"})}
-    assert not store.exists(awaits_path(store, staging, "00003"))  # KEY_C: from the store
+    look = Lookahead(tmp_path / "look", shard_ids, ids=False)
+    keys = frame([(0, KEY_A), (4, KEY_A), (1, KEY_D), (5, KEY_D), (2, KEY_C), (3, KEY_C)])
+    look.add(ShardKeys(pl.DataFrame(schema=ID_KEYS), keys))
+    look.hit_keys.add(pl.DataFrame({"pair_key": [KEY_C]}, schema=HIT_KEYS))  # KEY_C: stored
+    look.share()
+    looked = look.stage(store, staging)
+    assert looked.owners == {"00004": frozenset({"00000"}), "00005": frozenset({"00001"})}
+    assert looked.with_pairs == {"00004", "00005"} and looked.with_repeats == frozenset()
+    assert not store.exists(needs_path(store, staging, "00003", "pairs"))
+    awaits = {n: read_needs(store, staging, n, looked).awaits for n in ("00004", "00005")}
+    assert awaits == {"00004": {"00000": [KEY_A]}, "00005": {"00001": [KEY_D]}}
 
     # the owners staged their verdicts: KEY_A judged, KEY_D's item left unscored (no verdict)
     area = StagingArea(store, staging)
@@ -60,8 +58,8 @@ def test_awaits_are_staged_per_shard_and_read_from_the_owners_verdicts(tmp_path:
         store.write_parquet_atomic(
             area.verdicts_file(shard_id), pa.Table.from_pylist([row], schema=schema)
         )
-    assert awaited_verdicts(store, staging, "00004") == {KEY_A: (True, "because")}
-    assert awaited_verdicts(store, staging, "00005") == {}  # judged again by its own worker
+    assert awaited_verdicts(store, staging, awaits["00004"]) == {KEY_A: (True, "because")}
+    assert awaited_verdicts(store, staging, awaits["00005"]) == {}  # judged again by its worker
 
 
 def test_a_shard_waits_only_for_an_owner_of_a_good_share_of_its_pairs() -> None:

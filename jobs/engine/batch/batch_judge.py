@@ -1,31 +1,8 @@
-"""The batch judge: the online judge's own code, answered from a batch's replies.
-
-`BatchJudge` is a `Judge` built on an `LLMJudge` (the online judge: prompts, the strict
-parser, re-asks with a note naming the problem, unscored reasons, the LLM reason and its
-template fallback) whose `ChatClient` is a `ReplayClient`. The client never sends a request
-itself. It answers each request from the replies ingested so far, found by custom_id:
-
-- a reply: returned as the provider's reply (its text and token counts), and the online code
-  goes on exactly as if it had come over the network: parsed, accepted or re-asked;
-- a final error (a deterministic failure such as HTTP 400, with the provider's reason): raised
-  as `BatchRequestFailed`, so the item ends as an online item whose requests failed for good
-  (status `error`, the error saying why);
-- a transient error (5xx, 429, an expired or cancelled batch, a missing line: `Reply.retry`):
-  asked again like a request with no reply, until it has failed in `judge.batch.max_rounds`
-  rounds; then it is final, the error saying so;
-- nothing yet: the request line is recorded for the next batch and `BatchPending` is raised;
-  the shard is not staged in this pass (`ReplayClient.recorded`).
-
-With `reask` set (judge.batch.reask: online), a re-ask that has no reply yet is sent online
-at once through that function (the worker's paced online judge), and its reply is kept so a
-later pass does not ask again (`ReplayClient.online_replies`). With `all_online` too (the pass
-after judge.batch.deadline neared), every request without a final reply goes online that way.
-
-Which request a call is comes from the judge call around it: `BatchJudge.judge` and `explain`
-set the item and slice (`_Asking`, in a context variable, one per asyncio task), and the
-client counts attempts by the messages it is given: the online judge re-sends the same message
-list when it retries a request and builds a new one when it re-asks.
-"""
+"""The batch judge: the online `LLMJudge` (prompts, strict parser, re-asks, unscored reasons,
+the LLM reason) over a `ReplayClient`, which answers each request from the batch replies
+ingested so far, found by custom_id: a reply as the provider's, a final error as
+`BatchRequestFailed`, a transient one (or none yet) recorded for the next batch
+(`BatchPending`); with `reask`, re-asks (and in the deadline's pass every request) go online."""
 
 from __future__ import annotations
 

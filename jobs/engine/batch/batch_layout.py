@@ -1,22 +1,6 @@
-"""Where batch mode keeps its work, under the run's staging area, and how it reads it back.
-
-    _staging/run_id=<id>/batch/
-      run.json                              the run's shards and model (for `ctxprec status`)
-      requests/round=000/<shard>.jsonl      a shard's request lines for round 0 (OpenAI format)
-      requests/round=000/<shard>.parquet    their index (`jobs.core.schema.BATCH_REQUESTS`); written
-                                            last: the shard's pass for that round is done
-      cache/<shard>.parquet                 the verdict cache entries the shard's first pass
-                                            used, so every later pass asks the same requests
-      rounds/round=000.json                 the round's batches: parts, file and batch ids,
-                                            status, counts (jobs.engine.batch.state)
-      replies/<shard>/<round>-<name>.parquet   what came back (`jobs.core.schema.BATCH_REPLIES`);
-                                            a request that failed transiently is sent again
-                                            and has one row per round it was in
-
-Everything is written through the output store (fsspec: local, s3://, gs://, az://) with its
-atomic writes, so a driver or worker killed at any point leaves files that are whole or absent.
-Publishing removes the staging area, batch folder included.
-"""
+"""Where batch mode keeps its work under the run's staging area (`batch/`: run.json, each
+round's request lines and their index, the shards' frozen cache views, the rounds' batches,
+the replies), written atomically through the output store, and how it is read back."""
 
 from __future__ import annotations
 

@@ -1,23 +1,7 @@
-"""Reading a finished batch's output and error files into replies, one per request sent.
-
-Every request of a batch ends as exactly one `Reply`, whatever happened to the batch:
-
-- a line with `response.status_code` 200 whose body is a chat completion: the reply's message
-  content and token usage (the content is judged later by the online parser, like any reply);
-- a line with another status, or with `error` set (OpenAI writes `batch_expired` and
-  `batch_cancelled` lines for requests a batch did not run): an error naming the batch and the
-  provider's answer;
-- a request with no line at all (a cancelled or failed batch, or a provider that lost it): an
-  error saying so, in the words of the batch's final status.
-
-Errors are transient or final (`Reply.retry`, what `Ingested.retried` counts by reason):
-HTTP 5xx and 429, the error codes `batch_expired`, `batch_cancelled`, `server_error` and
-`rate_limit_exceeded`, and missing lines are sent again in the next round; anything else (a
-400 with the provider's reason: a request the provider refuses will be refused again) is final.
-
-Lines are matched by custom_id, never by order. A custom_id that the batch was not sent is
-ignored (counted in `Ingested.unknown`); a custom_id seen twice keeps its first line.
-"""
+"""A finished batch's output and error files as one `Reply` per request sent, matched by
+custom_id: a chat completion's content and usage, or an error naming the batch and the
+provider's answer, transient (5xx, 429, expired, cancelled, missing: asked again next round)
+or final (e.g. a 400: asked no more)."""
 
 from __future__ import annotations
 

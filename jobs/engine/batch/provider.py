@@ -1,20 +1,6 @@
-"""The provider's Files + Batches API, through litellm, with the project's errors and retries.
-
-`LiteLLMBatches` uploads a batch input file (`litellm.acreate_file`), creates a batch
-(`acreate_batch`), retrieves one (`aretrieve_batch`), cancels one (`acancel_batch`: at
-judge.batch.deadline), finds the batch created from an uploaded
-file (`alist_batches`: how a driver killed between creating a batch and recording its id finds
-it again instead of paying twice) and downloads output and error files (`afile_content`). The
-same `judge.model`, `judge.api_base` and API key as online reach the same account; the provider
-is `judge.batch.provider` (litellm's `custom_llm_provider`).
-
-Failures are translated once, here, by the online path's own `translate_error`: a transport
-failure (429, 5xx, timeout, refused connection) is retried with the project's full-jitter
-backoff, at most `judge.max_retries` times; anything else (a bad key, an unknown model, a
-refused file) raises at once, and the key never appears in a message. litellm's own retries
-are off, and so is its cost logging on retrieval (it would download each finished batch's
-output a second time to price it).
-"""
+"""The provider's Files + Batches API through litellm (upload, create, retrieve, cancel, find
+the batch made from a file, download), with the online path's error translation and
+full-jitter retries of transport failures; the API key never appears in a message."""
 
 from __future__ import annotations
 

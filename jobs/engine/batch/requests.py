@@ -1,27 +1,6 @@
-"""What a batch request line is: its custom_id, and the body the online path would send.
-
-A line is OpenAI's batch format, one JSON object per line:
-
-    {"custom_id": "12-1834-v16-0", "method": "POST", "url": "/v1/chat/completions",
-     "body": {"model": ..., "messages": [...], "temperature": ..., "response_format": ...}}
-
-The body is built by the lean online client's own `OpenAIHTTPClient.request_body`, from the
-same prompt builders (`scorer_core.prompt`) and the same structured-output field
-(`scorer_core.response_format`): a line is the very request an online run sends. litellm
-turns the same lines into the other providers' batch formats (Azure, Vertex, Bedrock, ...).
-
-The custom_id says what the reply belongs to, so replies can come back in any order:
-`<shard number>-<item index in the shard>-<slice>-<attempt>-<judge tag>`, where the slice is
-`v<first position>` for a verdict request (a slice of `contexts_per_call` contexts) or `r` for
-an LLM reason, the attempt counts re-asks (0: the first ask), and the judge tag (8 hex) names
-the model, the provider and the endpoint (`judge_tag`): a reply from another endpoint or
-deployment, left in the run's staging by an earlier attempt, never answers a request of this
-one. At most 64 characters, as OpenAI requires.
-
-There is no per-request negotiation of the structured-output form in a batch:
-`judge.response_format: auto` means `json_schema` (what OpenAI-style providers take, and what
-litellm maps for the others); an explicit form is sent as configured.
-"""
+"""What a batch request line is: OpenAI's batch format around the body the online HTTP client
+would send, and its custom_id `<shard>-<item>-<slice>-<attempt>-<judge tag>` (at most 64
+characters), which finds its reply whatever order replies come back in."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""One shard's pass in batch mode: the judge stage `jobs.engine.shards.worker.ShardRunner` plugs in.
-
-The worker reads the shard, builds the scorer, judges every item and stages the rows exactly
-as online; only the judge differs. `ShardPass.load` gathers what the shard's pass needs from
-staging (its replies so far, and the cache view of its first pass), `judge` builds the
-`BatchJudge` over them (in the round the deadline sends online, one that asks online whatever
-has no final reply), and after the items are judged:
-
-- no request is waiting for a reply: the worker stages the shard as an online run would
-  (verdicts, items file last; its verdicts go to the journal);
-- otherwise `finish` writes the round's request lines and their index (the marker that the
-  shard's pass is done), the cache view the requests were built against, and any online
-  re-ask replies; nothing else is kept, and the shard is judged again after the next round.
-
-Why freeze the cache view: a shard's requests must be the same in every pass (their
-custom_ids find their replies), but the live cache can grow between passes as neighbouring
-shards are staged; a pair that turned into a cache hit would change which contexts a request
-asks about.
-"""
+"""One shard's pass in batch mode: the judge stage `jobs.engine.shards.worker` plugs in. It
+loads the shard's replies and the cache view its first pass froze (a shard's requests must
+be the same in every pass), and after judging records the requests still unanswered."""
 
 from __future__ import annotations
 

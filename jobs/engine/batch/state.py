@@ -1,13 +1,6 @@
-"""A round's batches as the driver records them, before anything waits on them.
-
-One JSON file per round (`BatchLayout.round_file`): the batches the round's requests were split
-into, and for each, as soon as it is known, its uploaded file id, its batch id, its last seen
-status and counts, its output and error file ids, and whether its replies are ingested. The
-driver writes the file after every change, each write atomic, so a driver killed at any point
-finds on rerun what it had submitted: a batch with an id is polled, never created again.
-
-Pure data with a JSON round trip (the file is meant to be readable: `ctxprec status` prints it).
-"""
+"""A round's batches as the driver records them (one JSON file per round, rewritten after
+every change, so a killed driver's rerun polls what it submitted and creates nothing twice),
+and the cutting of a round's requests into batches within the provider's limits."""
 
 from __future__ import annotations
 

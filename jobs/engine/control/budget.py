@@ -1,20 +1,6 @@
-"""The run-wide in-flight budget: how many judge requests may be outstanding, and where.
-
-Little's law: to send `r` requests a second while each takes `L` seconds to answer, about `r * L`
-requests must be in flight. A fixed concurrency either starves a slow judge (a 16-passage verdict
-with reasons takes seconds) or floods a fast one, so with `rate_limit.max_concurrency: auto` the
-budget is sized from the rate the provider's limits allow and the reply latency measured so far,
-with margin for the latency's spread, between a floor and a ceiling. A configured number wins.
-
-The budget belongs to the run, not to a worker: workers report how much work they have waiting
-(their demand) and get a max-min fair allowance, so a worker whose shard is draining hands its
-share to one that is busy. Until the first reply of the run arrives the budget is 1:
-the first request goes alone (a client's first call can take seconds of lazy imports and
-connection set-up), once per run.
-
-Pure logic with an injected clock; `jobs.engine.control.limiter`'s actor holds one for the run, and
-`AdjustableGate` enforces a worker's allowance locally.
-"""
+"""The run-wide in-flight budget: how many judge requests may be outstanding (configured, or
+sized from the provider's limits and the measured latency by Little's law), each worker's
+max-min fair allowance of it, and `AdjustableGate`, which enforces an allowance locally."""
 
 from __future__ import annotations
 
@@ -24,6 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobs.core.config import RateLimitConfig
 
@@ -169,7 +156,7 @@ class InFlightBudget:
             return active[worker] + spare
         return _water_fill(budget, active)[worker]
 
-    def snapshot(self) -> dict[str, float | None]:
+    def snapshot(self) -> dict[str, Any]:
         return {
             "budget": self.size(),
             "budget_max": self.max_size,

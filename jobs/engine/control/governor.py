@@ -1,18 +1,6 @@
-"""The run's flow control in one place: the shared pace and the in-flight budget.
-
-The run's coordinator actor holds one `RunGovernor` and every worker talks to it:
-
-- `reserve(tokens)` before each request when the run has a rate limit: how long to wait for
-  the request's slot in the requests- and tokens-per-minute pace, and how many tokens were
-  charged (the estimate, corrected by what earlier replies actually used);
-- `report(worker, demand, in_flight, completions)` a few times a second: the worker's demand
-  (requests waiting or in flight), and the latency and token usage of what finished since its
-  last report; the answer is the worker's allowance of the run-wide in-flight budget;
-- `refused(retry_after)` when the provider answers 429: everyone pauses.
-
-Pure logic with an injected clock (tested without Ray), held by the run's coordinator actor
-(`jobs.engine.control.coordinator`).
-"""
+"""The run's flow control in one place, held by the coordinator: the shared pace (`reserve`
+before a request, `refused` on a 429) and the in-flight budget (`report`: a worker's demand
+and finished requests in, its allowance out). Pure logic with an injected clock."""
 
 from __future__ import annotations
 
@@ -22,6 +10,7 @@ from typing import Any
 
 from jobs.engine.control.budget import BudgetSettings, InFlightBudget
 from jobs.engine.control.limiter import PacingState
+from jobs.engine.messages import FlowFacts
 
 Completion = tuple[float | None, int, int]
 """A finished request as workers report it: (latency in seconds or None when the attempt failed
@@ -69,11 +58,12 @@ class RunGovernor:
                 self.pacing.settle(reserved, used)
         return self.budget.allocate(worker, demand, in_flight)
 
-    def snapshot(self) -> dict[str, Any]:
-        """What the run settled on, for the progress line, the summary and the manifest."""
-        snap: dict[str, Any] = dict(self.budget.snapshot())
-        snap["budget_mode"] = "explicit" if self.budget.settings.explicit is not None else "auto"
-        snap["requests"] = self.requests
-        if self.pacing is not None:
-            snap.update({f"pace_{k}": v for k, v in self.pacing.snapshot().items()})
-        return snap
+    def snapshot(self) -> FlowFacts:
+        """What the run settled on, for the summary and the manifest."""
+        pace: dict[str, Any] = dict(self.pacing.snapshot()) if self.pacing is not None else {}
+        return FlowFacts(
+            **self.budget.snapshot(),
+            budget_mode="explicit" if self.budget.settings.explicit is not None else "auto",
+            requests=self.requests,
+            **{f"pace_{name}": value for name, value in pace.items()},
+        )

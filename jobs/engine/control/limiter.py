@@ -1,15 +1,6 @@
-"""One rate limit for the whole run: the pacing logic, shared by every worker through the run's
-governor actor (`jobs.engine.control.governor`).
-
-`PacingState` is the pure logic (clock injected, tested without Ray): a GCRA-style pacer that
-hands out *reservations*. A caller asks once, is told how long to wait for its slot, and sleeps
-locally; the actor never blocks, so one actor serves thousands of callers. Requests and tokens
-are paced separately and a request waits for whichever is later.
-
-When the provider answers 429, every caller is paused until `Retry-After` (or a short backoff
-when the header is missing), and the pace drops by `cut` so the run settles just under the
-provider's real limit instead of bouncing off it; it creeps back while no 429 arrives.
-"""
+"""One rate limit for the whole run: `PacingState`, a GCRA-style pacer handing out
+reservations against requests- and tokens-per-minute (a 429 pauses everyone and cuts the
+pace, which creeps back), and `LocalLimiter`, the same pace inside one process."""
 
 from __future__ import annotations
 
@@ -29,10 +20,8 @@ class PacingState:
     requests_per_minute: float
     tokens_per_minute: float = 0.0
     headroom: float = 0.98
-    # How many seconds of budget may be spent at once after an idle spell. 0 = strict pacing:
-    # a burst is sent on top of the steady rate, so any burst overflows a window shorter than
-    # about burst / (1 - headroom) of budget (providers may enforce a per-minute limit per
-    # second; 1.0 here sent 29 requests in a 2 s window limited to 20).
+    # Seconds of budget that may be spent at once after an idle spell; 0: strict pacing (a
+    # burst overflows short windows, and providers may enforce a minute's limit per second).
     burst_s: float = 0.0
     # Rate multiplier after 429s, and the recovery per quiet `recover_every_s`. The pace is cut
     # only when 429s are at least `cut_share` of the requests of the last `share_window_s`:
@@ -56,15 +45,10 @@ class PacingState:
         self._refusals = 0
         self._recent_grants: deque[float] = deque()
         self._recent_refusals: deque[float] = deque()
-        # Token reservations are estimates until the reply's usage arrives; `settle` then moves
-        # the pace by the difference, so the pace counts what the provider counted. Estimates
-        # are not rescaled by a learned ratio: with hundreds of requests in flight a ratio
-        # learned from replies charged at an older ratio feeds back on itself and swings
-        # between its bounds (measured: 4.0 and 1.7% 429s at 1 s latency). The error left is
-        # only the in-flight requests' (latency / 60 s of the window, times the estimate's
-        # bias), which the headroom covers. `_mean_tokens` (the tokens requests actually
-        # used, recent ones weighted most) turns a token limit into a request rate for the
-        # in-flight budget.
+        # Token reservations are estimates that `settle` corrects by each reply's usage (not
+        # rescaled by a learned ratio, which fed back on itself: docs/design-notes-engine.md).
+        # `_mean_tokens` (recent replies weighted most) turns a token limit into a request
+        # rate for the in-flight budget.
         self._mean_tokens = 0.0
         self._tokens_reserved = 0
         self._tokens_used = 0

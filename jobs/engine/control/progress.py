@@ -1,18 +1,16 @@
-"""Run progress: counters that workers add to (held by the run's coordinator actor) and the
-driver draws as a progress line.
-
-Workers batch their increments (at most a few actor calls per second each), so progress
-reporting costs nothing measurable even at thousands of items per second. The driver's side
-(jobs.engine.fanout) draws `ProgressLine` with the total from `ExpectedItems`.
-"""
+"""Run progress: counters the workers add to (batched, a few actor calls a second) and the
+line the driver logs from them (`ProgressLine`, its total from `ExpectedItems`)."""
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TextIO
+
+from jobs.core.console import progress_extra
+
+logger = logging.getLogger(__name__)
 
 COUNTERS = ("items", "ok", "unscored", "errors", "calls", "rate_limited", "retries", "cache_hits")
 
@@ -78,22 +76,15 @@ def _eta(seconds: float) -> str:
 
 
 class ProgressLine:
-    """Draws `items judged, items/s, 429s, ETA` on one terminal line (or plain lines in CI)."""
+    """`items judged, items/s, 429s, ETA` as one line, logged as the progress record that
+    `jobs.core.console.ConsoleHandler` draws (in place on a terminal, plain lines in CI)."""
 
     def __init__(
-        self,
-        total_items: int | None,
-        out: TextIO = sys.stderr,
-        clock: Callable[[], float] = time.monotonic,
-        plain_every_s: float = 10.0,
+        self, total_items: int | None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._total = total_items
-        self._out = out
         self._clock = clock
         self._start = clock()
-        self._tty = hasattr(out, "isatty") and out.isatty()
-        self._plain_every = plain_every_s
-        self._last_plain = float("-inf")
 
     def set_total(self, total_items: int | None) -> None:
         """Update the expected number of items (an estimate while input sizes are in bytes)."""
@@ -119,17 +110,8 @@ class ProgressLine:
             f"errors {counts.get('errors', 0):,} | ETA {eta}"
         )
 
-    def update(self, counts: dict[str, int], shards_done: int, shards_total: int) -> None:
+    def update(
+        self, counts: dict[str, int], shards_done: int, shards_total: int, *, final: bool = False
+    ) -> None:
         line = self.render(counts, shards_done, shards_total)
-        if self._tty:
-            self._out.write("\r" + line[:200].ljust(120))
-            self._out.flush()
-        elif self._clock() - self._last_plain >= self._plain_every:
-            self._out.write(line + "\n")
-            self._out.flush()
-            self._last_plain = self._clock()
-
-    def close(self, counts: dict[str, int], shards_done: int, shards_total: int) -> None:
-        line = self.render(counts, shards_done, shards_total)
-        self._out.write(("\r" + line.ljust(120) if self._tty else line) + "\n")
-        self._out.flush()
+        logger.info(line, extra=progress_extra(final))

@@ -1,25 +1,7 @@
-"""Handing shards to workers: the run's shard queue, who holds which shard, what came back.
-
-A worker is one long Ray task (`jobs.engine.shards.worker.run_worker`) with a few lanes; whenever a
-lane is free it asks the board for the next shard. So a worker reads its next shard while its
-current shard's last replies are outstanding, and the driver never waits for a task to start
-between shards. The board records each lease; when Ray retries a worker whose process died,
-the new attempt `rejoin`s first and gets its unfinished shards back (each shard is staged all
-or nothing, so a shard run twice is written once). They are kept for that worker alone: the
-new attempt answers them from its dead attempt's journal (`jobs.core.verdict_store.Journal.
-take_over`), which another worker does not read, so a shard taken by another worker would be
-judged again (seen: a retried worker still reading the journal while another worker's free
-lane took one of its shards, 48 paid calls again). A worker that dies more often than Ray
-retries fails the run, so reserved shards never wait for nobody.
-
-A shard awaiting pairs that a lower-numbered shard of the run judges first
-(`jobs.engine.pairs.shared_pairs`) is handed out once those owners are staged: a lane asking
-meanwhile gets the next shard that waits for nothing, or `WAIT` when there is none yet.
-
-The first fatal judge report or failed shard stops the board: no more shards are handed out,
-and the driver cancels the workers. Pure logic (tested without Ray), held by the run's
-coordinator actor (`jobs.engine.control.coordinator`).
-"""
+"""Handing shards to workers: the run's queue, who holds which shard, what came back. A
+restarted worker takes back the shards its dead attempt held; a shard awaiting pairs of
+earlier shards goes out once they are staged (`WAIT` meanwhile); the first failure or fatal
+judge report stops the board. Pure logic, held by the coordinator actor."""
 
 from __future__ import annotations
 

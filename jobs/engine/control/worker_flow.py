@@ -1,47 +1,21 @@
-"""A worker's side of the run governor (`jobs.engine.control.governor`).
-
-`WorkerFlow` is the `Limiter` the worker's judge uses, and the gate that holds the worker's
-allowance of the run-wide in-flight budget:
-
-- before each request, the judge takes a slot of `gate` (the allowance), then `acquire`s a
-  slot of the shared pace (one call to the governor, only when the run has a rate limit) and
-  sleeps locally until it;
-- when a request is over, `completed` notes its latency and the tokens it used;
-- `run_reports` tells the governor a few times a second how much work is waiting here and
-  what finished, and resizes the gate to the allowance it answers. The first finished request
-  of the worker is reported at once, because the run's cold start waits for it.
-
-The governor is a Ray actor handle in the job; tests pass any object with the same methods
-whose calls return awaitables (`Governor`).
-"""
+"""A worker's side of the run governor: `WorkerFlow` is the `Limiter` of the worker's judge
+(pace slots from the governor, slept for locally) and holds the worker's allowance of the
+in-flight budget (its `gate`), resized by the reports it sends a few times a second."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
-from typing import Any, Protocol
 
 from jobs.engine.control.budget import AdjustableGate
 from jobs.engine.control.governor import Completion
+from jobs.engine.messages import Governor
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
 # How often a worker tells the governor its demand: often enough that a draining worker's
 # share moves within a fraction of a reply's latency, rarely enough to cost nothing.
 REPORT_EVERY_S = 0.2
-
-
-class _Remote(Protocol):
-    def remote(self, *args: Any) -> Awaitable[Any]: ...
-
-
-class Governor(Protocol):
-    """What a worker calls on the run's governor (a Ray actor handle in the job)."""
-
-    reserve: _Remote
-    refused: _Remote
-    report: _Remote
 
 
 class WorkerFlow:

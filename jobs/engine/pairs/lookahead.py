@@ -1,132 +1,347 @@
-"""Duplicate query ids across shards, found before judging so that they are never judged.
+"""The look-ahead: one pass over the input before the fan-out, so that no pair is paid twice.
 
-Publishing marks every later occurrence of a query_id as a duplicate of its first
-(`jobs.engine.pairs.repeats`), and a worker does not judge a repeat within its own shard; but a
-repeat in another shard than its first occurrence would be judged (a worker sees one shard)
-and then dropped at publication: calls paid for nothing. With `input.find_duplicates_first`
-(auto: for an LLM judge), before the fan-out:
-
-1. every shard's query ids are read by Ray tasks (`read_query_ids`: only the id column of
-   Parquet input; a JSONL line is parsed whole), `_TASK_SHARDS` shards a task;
-2. the driver feeds them to a `RepeatFinder` (memory: one partition of keys, not the run);
-3. each shard that holds later occurrences gets a small file in the run's staging area,
-   `duplicates/<shard id>.parquet` (item_seq, duplicate_of), which its worker reads to write
-   those rows as duplicates instead of judging them (`jobs.engine.shards.worker`);
-4. `duplicates/DONE.json`, written last, lists those shards: a resumed run reads it instead
-   of looking again.
-
-The cost is one more read of the input's ids: 0.8 s of CPU per 100,000 JSONL items here
-(docs/benchmarks.md), spread over the workers, against one judged item per repeat. The
-offline judge costs less than that read, so `auto` skips it there. Publishing still finds
-every repeat itself, so a run is published right whether or not this ran.
+Each shard is read once (`shard_keys`: Ray tasks for a large run, calls in the driver for a
+small one). On the driver, in memory that does not grow with the run, `Lookahead` then finds
+the later occurrences of a query id (not judged), the pairs the verdict store holds (answered
+from it) and the new pairs several shards hold (judged by the lowest of them, awaited by the
+others), and stages one file per shard of what its worker needs (`read_needs`).
 """
 
 from __future__ import annotations
 
-import io
 import json
+import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import polars as pl
 
-from jobs.core.config import JobConfig
-from jobs.core.run_layout import SEQ_SHIFT
+from jobs.core.run_layout import item_seq
+from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
-from jobs.engine.pairs.repeats import KEYS, RepeatFinder
-from jobs.inputs import InputSpec, Shard
-from jobs.inputs.records import read_query_ids
+from jobs.core.verdict_cache import Entries, pair_key
+from jobs.core.verdict_store import VerdictStore, partition_expr
+from jobs.engine.messages import Looked
+from jobs.engine.pairs import repeats
+from jobs.engine.pairs.shared_pairs import HIT_KEYS, awaited_pairs, worth_waiting
+from jobs.engine.pairs.spill import Spill, shard_blocks
+from jobs.engine.pairs.store_join import KEYS, PACK_KEYS, join_pack, store_packs
+from jobs.engine.plan import RunPlan
+from jobs.engine.ray_runtime import Mapper, local_map, ray_map
+from jobs.inputs import RowError, Shard
+from jobs.inputs.records import ItemReader, read_query_ids
+from scorer_core.errors import InputError
 
-_TASK_SHARDS = 16
-"""Shards whose ids one Ray task reads (tasks of a few ms each would cost more than they do)."""
+logger = logging.getLogger(__name__)
+
+TASK_SHARDS = 16
+"""Shards one `shard_keys` call reads (a task of a few ms would cost more than it does)."""
+LOCAL_ITEMS = 5_000
+"""A run of at most this many items (or fewer shards than workers) is looked at in the driver."""
+
+NEEDS = pl.Schema(
+    {
+        "shard": pl.Int64(),
+        "item_seq": pl.Int64(),  # a later occurrence of a query id ...
+        "duplicate_of": pl.String(),  # ... and where its first one is
+        "pair_key": pl.String(),  # a pair the store holds, with its verdict ...
+        "relevant": pl.Boolean(),
+        "judge_reason": pl.String(),
+        "owner": pl.Int64(),  # ... or a pair an earlier shard judges (its number)
+    }
+)
 
 
-def marks_path(store: Store, staging: str, shard_id: str) -> str:
-    """The file of a shard's later occurrences (absent: none)."""
-    return store.join(staging, "duplicates", f"{shard_id}.parquet")
+@dataclass(frozen=True)
+class ShardKeys:
+    """What reading some shards gave: every row's `repeats.KEYS` and their pairs' `KEYS`."""
+
+    ids: pl.DataFrame
+    pairs: pl.DataFrame
 
 
-def read_marks(store: Store, staging: str, shard_id: str) -> dict[int, str]:
-    """A shard's later occurrences: item_seq -> where the first occurrence is."""
-    frame = pl.read_parquet(io.BytesIO(store.read_bytes(marks_path(store, staging, shard_id))))
-    return dict(zip(frame["item_seq"].to_list(), frame["duplicate_of"].to_list(), strict=True))
-
-
-def shard_keys(spec: InputSpec, numbered: Sequence[tuple[int, Shard]]) -> pl.DataFrame:
-    """The `KEYS` of every row of the given (shard number, shard) pairs, with the `item_seq`
-    their workers will give them. A Ray task body."""
-    query_ids: list[str] = []
-    seqs: list[int] = []
-    sources: list[str] = []
-    rows: list[int] = []
+def shard_keys(
+    reader: ItemReader,
+    tables: RunSchema,
+    numbered: Sequence[tuple[int, Shard]],
+    ids: bool = False,
+    fingerprint: str | None = None,
+    pairs_of: Collection[int] | None = None,
+) -> ShardKeys:
+    """The keys of `numbered` ((number, shard) pairs) as their workers will see them: with
+    `ids`, every row's query id and `item_seq`; with a `fingerprint`, the pair keys of the
+    items a worker judges, for the shards in `pairs_of` (None: all). One read a shard (ids
+    alone: a Parquet file's id column). A shard that cannot be read gets no keys: its own
+    worker fails the run naming the file. A Ray task body."""
+    id_rows: list[tuple[str, int, str, int]] = []
+    pair_rows: list[tuple[int, str]] = []
     for number, shard in numbered:
-        first = number << SEQ_SHIFT
-        for index, (query_id, source, row) in enumerate(read_query_ids(spec, shard)):
-            query_ids.append(query_id)
-            seqs.append(first + index)
-            sources.append(source)
-            rows.append(row)
-    return pl.DataFrame(
-        {"query_id": query_ids, "item_seq": seqs, "source": sources, "row": rows}, schema=KEYS
+        try:
+            if fingerprint is not None and (pairs_of is None or number in pairs_of):
+                found, keys = _read_items(reader, tables, number, shard, fingerprint)
+            elif ids:
+                found, keys = _read_ids(reader, number, shard), set()
+            else:
+                continue
+        except InputError:
+            continue
+        id_rows.extend(found if ids else ())
+        pair_rows.extend((number, key) for key in keys)
+    return ShardKeys(
+        pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row"),
+        pl.DataFrame(pair_rows, schema=KEYS, orient="row"),
     )
 
 
-def find_duplicates_first(
-    config: JobConfig,
-    spec: InputSpec,
-    store: Store,
-    staging: str,
-    shards: Sequence[Shard],
-    out: TextIO,
-) -> frozenset[str]:
-    """Stage the later occurrences of each shard in the run's `staging` folder (see the
-    module's doc); the ids of the shards that have some. Ray must be running."""
-    done = store.join(staging, "duplicates", "DONE.json")
-    if store.exists(done):
-        found: dict[str, Any] = json.loads(store.read_bytes(done))
-        return frozenset(found["shards"])
-    import ray
+def _read_ids(reader: ItemReader, number: int, shard: Shard) -> list[tuple[str, int, str, int]]:
+    rows = enumerate(read_query_ids(reader.spec, shard))
+    return [(qid, item_seq(number, i), source, row) for i, (qid, source, row) in rows]
 
-    started = time.monotonic()
-    task = ray.remote(shard_keys).options(
-        num_cpus=config.ray.num_cpus_per_task,
-        max_retries=config.ray.max_task_retries,
-        scheduling_strategy="SPREAD",
-    )
-    numbered = list(enumerate(shards))
-    groups = [numbered[i : i + _TASK_SHARDS] for i in range(0, len(numbered), _TASK_SHARDS)]
-    # Enough tasks to keep the workers' CPUs busy, few enough that the keys waiting for the
-    # driver stay small.
-    in_flight = 2 * config.ray.workers
-    with_marks: list[str] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="ctxprec-duplicates-") as tmp,
-        RepeatFinder(Path(tmp)) as finder,
-    ):
-        pending: list[Any] = []
-        for group in groups:
-            pending.append(task.remote(spec, group))
-            if len(pending) >= in_flight:
-                ready, pending = ray.wait(pending, num_returns=1)
-                finder.add(ray.get(ready[0]))
-        for ref in pending:
-            finder.add(ray.get(ref))
-        marks = finder.finish()
-        for number, later in marks.by_shard():
-            shard_id = shards[number].shard_id
-            store.write_parquet_atomic(
-                marks_path(store, staging, shard_id),
-                later.select("item_seq", "duplicate_of").to_arrow(),
+
+def _read_items(
+    reader: ItemReader, tables: RunSchema, number: int, shard: Shard, fingerprint: str
+) -> tuple[list[tuple[str, int, str, int]], set[str]]:
+    """Every row's id, and the pair keys of the rows `read_shard_records` hands the judge."""
+    ids: list[tuple[str, int, str, int]] = []
+    keys: set[str] = set()
+    first_seen: set[str] = set()
+    for index, record in enumerate(reader.read(shard, tables.carried)):
+        where = f"{record.source}#{record.row}"  # the id of a row without one (its error row)
+        query_id = where if record.query_id is None else record.query_id
+        ids.append((query_id, item_seq(number, index), record.source, record.row))
+        if isinstance(record, RowError) or not reader.keeps(record, tables.names):
+            continue
+        if query_id in first_seen:
+            continue
+        first_seen.add(query_id)
+        item = record.to_scoring_item()
+        keys.update(pair_key(fingerprint, item, p) for p in range(len(item.contexts)))
+    return ids, keys
+
+
+def _needs(frame: pl.DataFrame, **values: Any) -> pl.DataFrame:
+    """`frame` with `values` and nulls in the `NEEDS` columns it lacks."""
+    frame = frame.with_columns(**{name: pl.lit(value) for name, value in values.items()})
+    missing = [pl.lit(None, kind).alias(n) for n, kind in NEEDS.items() if n not in frame.columns]
+    return frame.with_columns(missing)
+
+
+class Lookahead:
+    """The driver's side: keys in (`add`), then `find_repeats`, `join_store`, `share`, and
+    `stage` each shard's needs. Memory: a partition's keys or a block of shards' needs;
+    `folder` is local scratch space the caller removes."""
+
+    def __init__(self, folder: Path, shard_ids: Sequence[str], ids: bool) -> None:
+        self.shard_ids = shard_ids
+        self.finder = repeats.RepeatFinder(folder / "repeats") if ids else None
+        self.keys = Spill(folder / "keys", partition_expr(), KEYS)
+        self.hit_keys = Spill(folder / "hit-keys", partition_expr(), HIT_KEYS)
+        self.needs = Spill(folder / "needs", shard_blocks(), NEEDS)
+        self.pairs = [0] * len(shard_ids)  # each shard's pairs, counted by `share`
+        self.later = self.hits = self.folded = self.with_hits = 0
+
+    def add(self, found: ShardKeys) -> None:
+        if self.finder is not None:
+            self.finder.add(found.ids)
+        self.keys.add(found.pairs)
+
+    def find_repeats(self) -> None:
+        """The later occurrences of every query id, as needs of their shards."""
+        assert self.finder is not None
+        with self.finder:
+            marks = self.finder.finish()
+            self.later = marks.count
+            for number, later in marks.by_shard():
+                self.needs.add(_needs(later, shard=number))
+
+    def join_store(self, verdicts: VerdictStore, mapper: Mapper) -> None:
+        """The pairs the store holds (its journal folded in first), as needs of their shards."""
+        self.folded = verdicts.fold_journal(writer="lookahead.fold")
+        packs = store_packs(self.keys, verdicts.files_by_partition(), PACK_KEYS)
+        for hits in mapper(join_pack, ((verdicts, files, pack) for files, pack in packs)):
+            self.needs.add(_needs(hits))
+            self.hit_keys.add(hits.select("pair_key"))
+            self.hits += hits.height
+
+    def share(self) -> None:
+        """The pairs new to the store that several shards hold, as awaited from their owner."""
+        answered = set(self.hit_keys.close())
+        for partition in self.keys.close():
+            run_keys = self.keys.read(partition)
+            known = self.hit_keys.read(partition) if partition in answered else None
+            for number, count in run_keys.group_by("shard").len().iter_rows():
+                self.pairs[number] += count
+            self.needs.add(_needs(awaited_pairs(run_keys, known)))
+
+    def stage(self, store: Store, staging: str) -> Looked:
+        """Write each shard's needs (`needs_path`): what was staged, and the owners awaited."""
+        staged: dict[str, set[str]] = {"repeats": set(), "pairs": set()}
+        owners: dict[str, frozenset[str]] = {}
+        for number, rows in self.needs.groups("shard"):
+            shard_id = self.shard_ids[number]
+            awaits = rows.filter(pl.col("owner").is_not_null())
+            kept = worth_waiting(awaits, self.pairs[number]) if awaits.height else awaits
+            owned = [self.shard_ids[n] for n in kept["owner"]]
+            if owned:
+                owners[shard_id] = frozenset(owned)
+            hits = rows.filter(pl.col("relevant").is_not_null()).unique("pair_key")
+            self.with_hits += bool(hits.height)
+            files = {
+                "repeats": rows.filter(pl.col("item_seq").is_not_null()).select(_REPEATS),
+                "pairs": pl.concat(
+                    [
+                        hits.select(*_PAIRS[:3], owner=pl.lit(None, pl.String)),
+                        kept.select(*_PAIRS[:3], owner=pl.Series(owned, dtype=pl.String)),
+                    ]
+                ),
+            }
+            for kind, table in files.items():
+                if table.height:
+                    path = needs_path(store, staging, shard_id, kind)
+                    store.write_parquet_atomic(path, table.to_arrow())
+                    staged[kind].add(shard_id)
+        return Looked(frozenset(staged["repeats"]), frozenset(staged["pairs"]), owners)
+
+    def report(self, looked: Looked, seconds: float, ids: bool, store: bool) -> None:
+        """The look-ahead's lines in the run's log."""
+        if ids:
+            assert self.finder is not None
+            logger.info(
+                f"duplicates across shards: {self.later} later occurrence(s) of a query_id in "
+                f"{len(looked.with_repeats)} shard(s) will not be judged ({self.finder.keys:,} "
+                f"ids read in {seconds:.1f}s)"
             )
-            with_marks.append(shard_id)
-    record = {"shards": with_marks, "later_occurrences": marks.count, "keys": finder.keys}
-    store.write_bytes_atomic(done, json.dumps(record).encode())
-    out.write(
-        f"duplicates across shards: {marks.count} later occurrence(s) of a query_id in "
-        f"{len(with_marks)} shard(s) will not be judged ({finder.keys:,} ids read in "
-        f"{time.monotonic() - started:.1f}s)\n"
+        if store:
+            awaiting = len(looked.owners)
+            logger.info(
+                f"verdict store: {self.hits:,} of {self.keys.rows:,} pair(s) already judged, "
+                f"found for {self.with_hits} shard(s) ({self.folded:,} journaled verdict(s) "
+                f"folded in; {seconds:.1f}s)"
+                + (f"; {awaiting} shard(s) await pairs an earlier shard judges" if awaiting else "")
+            )
+
+
+_REPEATS = ("item_seq", "duplicate_of")
+_PAIRS = ("pair_key", "relevant", "judge_reason", "owner")
+
+
+def needs_path(store: Store, staging: str, shard_id: str, kind: str) -> str:
+    """The staged file of a shard's later occurrences (`kind` "repeats") or of its pairs
+    found in the store or awaited ("pairs")."""
+    return store.join(staging, "lookahead", f"{shard_id}.{kind}.parquet")
+
+
+def _done_path(store: Store, staging: str) -> str:
+    return store.join(staging, "lookahead", "DONE.json")
+
+
+@dataclass(frozen=True)
+class ShardNeeds:
+    """What a shard's worker needs from the look-ahead: its later occurrences of a query id
+    (item_seq -> where the first one is), the verdicts the store holds for its pairs, and the
+    pairs it awaits, by owner shard id."""
+
+    later: dict[int, str] = field(default_factory=dict)
+    known: Entries = field(default_factory=dict)
+    awaits: dict[str, list[str]] = field(default_factory=dict)
+
+
+def read_needs(store: Store, staging: str, shard_id: str, looked: Looked) -> ShardNeeds:
+    """A shard's staged needs (blocking)."""
+    needs = ShardNeeds()
+    if shard_id in looked.with_repeats:
+        rows = pl.read_parquet(store.read_bytes(needs_path(store, staging, shard_id, "repeats")))
+        needs.later.update(rows.select(_REPEATS).iter_rows())
+    if shard_id in looked.with_pairs:
+        rows = pl.read_parquet(store.read_bytes(needs_path(store, staging, shard_id, "pairs")))
+        for key, relevant, reason, owner in rows.select(_PAIRS).iter_rows():
+            if owner is None:
+                needs.known[key] = (bool(relevant), reason or "")
+            else:
+                needs.awaits.setdefault(owner, []).append(key)
+    return needs
+
+
+def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -> Looked:
+    """Stage what each shard of `todo` ((number, shard) pairs) needs: its later occurrences of
+    a query id (`input.find_duplicates_first`; found once, a resumed run keeps them), and with
+    the verdict cache the verdicts the store holds for its pairs and, `shared`, the pairs it
+    awaits. Ray must be running unless the run is small (`LOCAL_ITEMS`)."""
+    store, staging, parts = plan.store, plan.location.staging, plan.parts
+    done = _read_done(store, staging) if parts.find_duplicates_first else None
+    ids = parts.find_duplicates_first and done is None
+    if parts.cache is None and not ids:
+        return Looked(with_repeats=done or frozenset())
+    started = time.monotonic()
+    numbered = list(enumerate(plan.shards)) if ids else list(todo)
+    mapper = _mapper(plan, numbered)
+    fingerprint = parts.cache.fingerprint if parts.cache is not None else None
+    todo_numbers = frozenset(number for number, _ in todo)
+    calls = (
+        (plan.reader, plan.tables, numbered[at : at + TASK_SHARDS], ids, fingerprint, todo_numbers)
+        for at in range(0, len(numbered), TASK_SHARDS)
     )
-    return frozenset(with_marks)
+    with tempfile.TemporaryDirectory(prefix="ctxprec-lookahead-") as tmp:
+        look = Lookahead(Path(tmp), [shard.shard_id for shard in plan.shards], ids)
+        for found in mapper(shard_keys, calls):
+            look.add(found)
+        if ids:
+            look.find_repeats()
+        if parts.cache is not None:
+            look.join_store(parts.cache.verdict_store(store), mapper)
+            if shared:
+                look.share()
+        looked = look.stage(store, staging)
+    look.report(looked, time.monotonic() - started, ids, parts.cache is not None)
+    if ids:
+        record = {"shards": sorted(looked.with_repeats), "later_occurrences": look.later}
+        store.write_bytes_atomic(_done_path(store, staging), json.dumps(record).encode())
+    elif done:
+        looked = Looked(done, looked.with_pairs, looked.owners)
+    return looked
+
+
+def _read_done(store: Store, staging: str) -> frozenset[str] | None:
+    """The shards with later occurrences an earlier attempt of the run found, if it did."""
+    path = _done_path(store, staging)
+    if not store.exists(path):
+        return None
+    return frozenset(json.loads(store.read_bytes(path))["shards"])
+
+
+def _mapper(plan: RunPlan, numbered: Sequence[tuple[int, Shard]]) -> Mapper:
+    """Calls in the driver for a small run (no round of Ray tasks to wait for), else Ray
+    tasks, twice as many in flight as the run has workers (the keys waiting stay small)."""
+    config = plan.config
+    items = sum(s.end - s.start if s.kind == "rows" else config.ray.shard_size for _, s in numbered)
+    if len(numbered) < config.ray.workers or items <= LOCAL_ITEMS:
+        return local_map
+    return ray_map(config, in_flight=2 * config.ray.workers)
+
+
+def stored_pair_keys(
+    reader: ItemReader,
+    tables: RunSchema,
+    fingerprint: str,
+    shards: Sequence[Shard],
+    verdicts: VerdictStore,
+    scratch: Path,
+) -> Iterator[pl.Series]:
+    """The pair keys of `shards` the store holds (its journal included), a partition at a
+    time, in this process and without writing to the store (`ctxprec estimate`). `scratch`:
+    a local folder for the spilled keys."""
+    keys = Spill(scratch / "keys", partition_expr(), KEYS)
+    for number, shard in enumerate(shards):
+        keys.add(shard_keys(reader, tables, [(number, shard)], fingerprint=fingerprint).pairs)
+    # the journal is small (each run folds it first): read once, whole
+    journal = verdicts.newest([verdicts.read_file(p) for p in verdicts.journal_files()])
+    for partition in keys.close():
+        for chunk in keys.chunks(partition, PACK_KEYS):
+            wanted = chunk["pair_key"].unique()
+            found = verdicts.lookup(partition, wanted)["pair_key"]
+            journaled = journal.filter(pl.col("pair_key").is_in(wanted.implode()))["pair_key"]
+            yield pl.concat([found, journaled]).unique()

@@ -1,23 +1,7 @@
-"""Repeated query ids across a whole run, found in bounded memory.
-
-The job scores the first occurrence of a query_id (in input order: the smallest `item_seq`)
-and marks every later one as a duplicate of it (docs/failures.md). Seeing every occurrence
-of an id side by side needs every key of the run, which a single hash table would
-hold in memory: one entry per item, on the driver. Instead:
-
-1. `RepeatFinder.add` takes the keys (`KEYS`: query_id, item_seq, source, row) a batch at a
-   time and appends them, hash-partitioned by query_id, to `FAN` Arrow IPC files on local
-   disk. A partition holds every occurrence of its ids.
-2. `RepeatFinder.finish` reads the partitions one at a time (splitting one again, by another
-   hash, while it holds more than `PARTITION_ROWS` keys) and writes the later occurrences it
-   finds (`later_occurrences`) to files by block of `BLOCK_SHARDS` shards.
-3. `RepeatMarks` gives them back shard by shard, reading one block at a time.
-
-So the memory is one partition's keys or one block's marks, whatever the size of the run (a
-single query_id repeated millions of times stays in one partition, and costs its occurrences).
-Used by publishing (`jobs.engine.publish.publisher`, over the staged items) and before the fan-out
-(`jobs.engine.pairs.lookahead`, over the input), so that later occurrences are not judged at all.
-"""
+"""Repeated query ids across a whole run, found in bounded memory: keys hash-partitioned by
+query id on local disk (split again while a partition is large), each partition's later
+occurrences (after the smallest `item_seq`) filed by block of shards and read back by shard.
+Used by the look-ahead (over the input) and by publishing (over the staged items)."""
 
 from __future__ import annotations
 
@@ -53,14 +37,9 @@ _BATCH_ROWS = 65_536
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
-def where(source: str, row: int) -> str:
-    """A row's position in the words of the input reader's messages (JSONL rows are
-    identified by the byte offset of their line, see jobs.inputs)."""
-    return f"{source} {'row' if source.endswith('.parquet') else 'line at byte'} {row}"
-
-
 def _where_expr() -> pl.Expr:
-    """`where` as a column expression over `source` and `row`."""
+    """A row's position as the input reader's messages name it, from `source` and `row`:
+    "<file> row <n>" in Parquet, "<file> line at byte <offset>" in JSONL."""
     unit = (
         pl.when(pl.col("source").str.ends_with(".parquet"))
         .then(pl.lit(" row "))

@@ -1,15 +1,6 @@
 """Rows filed by bucket on local disk and read back a bucket at a time, in memory that does
-not grow with the rows spilled (an external sort by bucket).
-
-The verdict store's lookup (`jobs.engine.pairs.cache_lookup`) files a run's pair keys by store
-partition and the hits it finds by block of shards. Keeping one open, compressing writer per
-bucket keeps the writer's compression state per bucket (measured: about 0.6 MiB a bucket once
-it has written real data), and the buckets of hits grow with the run (a 1M-item run has 63
-blocks, a 10M one 630): the driver's memory grew with the run. Here rows are buffered up to
-`flush_bytes`, then written as one *run* file, sorted by bucket, one record batch range per
-bucket, and closed: one writer at a time, whatever the number of buckets. Reading a bucket
-takes its batches from every run (memory-mapped, so only the bucket's rows are decoded).
-"""
+not grow with the rows spilled (an external sort by bucket: buffered rows written as sorted
+runs, one writer at a time; a bucket read from every run, memory-mapped)."""
 
 from __future__ import annotations
 
@@ -104,9 +95,6 @@ class Spill:
         """Stop adding; the buckets that hold rows, in order."""
         self._flush()
         return sorted(self._counts)
-
-    def rows_in(self, bucket: int) -> int:
-        return self._counts.get(bucket, 0)
 
     def batches(self, bucket: int) -> Iterator[pl.DataFrame]:
         """The rows of `bucket`, one run's share at a time (after `close`)."""

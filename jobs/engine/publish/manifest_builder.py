@@ -1,21 +1,17 @@
-"""What a run's manifest records about how the run was made.
-
-The driver builds this part; `jobs.engine.publish.publisher.publish_run` adds what publishing learns
-(counts, summary, publication time) and writes `manifest.json` next to the run's tables.
-Readers: `ctxprec compare` / `report` (through jobs.tools.published_runs) and the benchmarks, which
-read
-`timings_s`.
-"""
+"""What a run's manifest records about how the run was made, converted from the engine's
+records to the manifest's (`jobs.core.run_manifest`); `publish_run` adds what publishing
+learns and writes `manifest.json`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
-from jobs.engine.messages import ShardReport
+from jobs.engine.messages import BatchFacts, FlowFacts, ShardReport
 from jobs.engine.publish.aggregate import FLOW_METRICS
 from jobs.engine.publish.response_formats import combine as combine_response_formats
 from scorer_core.prompt import PROMPT_VERSION
@@ -29,18 +25,16 @@ def run_manifest(
     shards_reused: int,
     seconds: float,
     timings: dict[str, float],
-    flow: Mapping[str, Any] | None = None,
-    judge: Mapping[str, Any] | None = None,
+    flow: FlowFacts | None = None,
+    judge: JudgeRecord | None = None,
     nodes: Mapping[str, int] | None = None,
     traces: Mapping[str, Any] | None = None,
 ) -> RunManifest:
     """The run's identity, judge, prompt version, config (secrets redacted) and timings.
 
-    `timings` are seconds per phase (plan, ray_start, fan_out); `seconds` is the whole run so
-    far; `flow` is what the run's governor settled on (in-flight budget, latency percentiles,
-    pace); `judge` what the workers' judge settled on (transport, structured-output form:
-    `judge_facts_of_run`); `nodes` how many shards ran on each Ray node (`shards_by_node`);
-    `traces` the assembly's report of a run on OpenTelemetry traces (jobs.engine.trace_staging).
+    `timings` are seconds per phase; `seconds` the whole run so far; `flow` what the run's
+    governor settled on; `judge` what its judge settled on (`judge_record`); `nodes` how many
+    shards ran on each Ray node (`shards_by_node`); `traces` the traces' assembly report.
     """
     return RunManifest(
         run_id=location.run_id,
@@ -52,8 +46,8 @@ def run_manifest(
         seconds=round(seconds, 3),
         timings_s={phase: round(value, 3) for phase, value in timings.items()},
         shards_reused=shards_reused,
-        flow=FlowSnapshot.model_validate(dict(flow or {})),
-        judge=JudgeRecord.model_validate(dict(judge or {})),
+        flow=FlowSnapshot.model_validate(asdict(flow) if flow is not None else {}),
+        judge=judge or JudgeRecord(),
         nodes=dict(nodes or {}),
         **({"traces": dict(traces)} if traces is not None else {}),
     )
@@ -69,12 +63,13 @@ def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:
-    """The workers' judge facts (`ShardReport.judge`) for the run: the transport, and the
-    structured-output form their negotiations settled on, combined over every shard's report
-    (`jobs.engine.publish.response_formats.combine`: worker processes negotiate independently, and
-    the
-    run cannot claim a stronger form than some of its requests used)."""
+def judge_record(
+    reports: Sequence[ShardReport], batch: BatchFacts | None = None, price: str | None = None
+) -> JudgeRecord:
+    """What the run's judge settled on: the workers' transport and structured-output form,
+    combined over every shard's report (processes negotiate independently, and the run cannot
+    claim a stronger form than some of its requests used); in batch mode its batches and
+    `price` basis."""
     facts: dict[str, Any] = {}
     transports = [report.judge.transport for report in reports if report.judge.transport]
     if transports:
@@ -82,7 +77,9 @@ def judge_facts_of_run(reports: Sequence[ShardReport]) -> dict[str, Any]:
     negotiated = combine_response_formats(report.judge.response_format for report in reports)
     if negotiated is not None:
         facts["response_format"] = negotiated.to_dict()
-    return facts
+    if batch is not None:
+        facts.update(asdict(batch), price=price)
+    return JudgeRecord.model_validate(facts)
 
 
 def flow_metrics(flow: FlowSnapshot) -> list[tuple[str, float | None]]:

@@ -1,21 +1,6 @@
-"""Turning a run's staged shard files into the published tables, atomically.
-
-The run's files and their paths are `jobs.core.run_layout`'s (one module spells them).
-
-Each table of a run is one object, uploaded whole (a local rename, or one object-store PUT /
-multipart upload that becomes visible only when complete), and `scores/` is written last: a
-reader of `scores/` sees all of a run or none of it. The staging area is removed only after
-everything is published, so a failure at any point leaves a rerun able to finish the job.
-The tables' columns are `jobs.core.schema.PUBLISHED_SCORES`, `PUBLISHED_VERDICTS` and
-`PUBLISHED_SUMMARY`, the first two with the run's carried columns after ours (`RunSchema`);
-the scores are the ones the workers computed.
-
-Publishing runs on the driver in memory that does not grow with the run: the run's repeated
-query ids are found partition by partition (`jobs.engine.pairs.repeats`), the scores and verdicts
-tables are written to local files a shard at a time, in run order, with those repeats marked
-(and their verdicts dropped), the summary streams over the local files (Polars), and each file
-is then uploaded as the table's one object. Rows keep the input order.
-"""
+"""Publishing: a run's staged shard files become its scores, verdicts and summary tables and
+its manifest, all or nothing (`scores/` last), in memory that does not grow with the run
+(repeats found by partition, tables written a shard at a time to local files, then uploaded)."""
 
 from __future__ import annotations
 
@@ -40,13 +25,10 @@ from jobs.core.run_layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.core.run_manifest import ErrorRateRecord, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
-from jobs.engine.pairs.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows, where
+from jobs.engine.pairs.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows
 from jobs.engine.publish import aggregate
 from jobs.inputs.sampling import SamplePlan
-from scorer_core.errors import CtxPrecError
 
-# Mismatching items a `ScoresDisagree` message names (the count covers all of them).
-_SHOWN_MISMATCHES = 5
 # Staged shard files read ahead while publishing.
 _READ_AHEAD = 8
 # A published table's row groups: about this many bytes (in memory), at most this many rows.
@@ -59,10 +41,6 @@ _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 # Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
 # default, 1 MiB, gave up on the verdicts' reasons: +30% on that column).
 _DICTIONARY_BYTES = 8 * 2**20
-
-
-class ScoresDisagree(CtxPrecError):
-    """`publish_run(verify_scores=True)` found items whose verdicts imply another score."""
 
 
 @dataclass(frozen=True)
@@ -154,38 +132,6 @@ class _ParquetFile:
         self._writer.close()
 
 
-@dataclass
-class _Mismatches:
-    """What `verify_scores` found so far: how many, and the first few in input order."""
-
-    count: int = 0
-    shown: pl.DataFrame | None = None
-
-    def add(self, found: pl.DataFrame) -> None:
-        if found.is_empty():
-            return
-        self.count += found.height
-        if self.shown is None or self.shown.height < _SHOWN_MISMATCHES:
-            both = found if self.shown is None else pl.concat([self.shown, found])
-            self.shown = both.head(_SHOWN_MISMATCHES)
-
-    def raise_any(self) -> None:
-        """Raise `ScoresDisagree` naming the items whose verdicts imply another score."""
-        if not self.count or self.shown is None:
-            return
-        shown = "; ".join(
-            f"{row['query_id']} ({where(row['source'], row['row'])}): worker "
-            f"{row['worker_score']} / {row['worker_relevant_count']} relevant, verdicts "
-            f"{row['polars_score']} / {row['polars_relevant_count']} relevant"
-            for row in self.shown.iter_rows(named=True)
-        )
-        more = self.count - _SHOWN_MISMATCHES
-        raise ScoresDisagree(
-            f"{self.count} item(s) scored differently by the worker and by Polars: {shown}"
-            + (f"; and {more} more" if more > 0 else "")
-        )
-
-
 @dataclass(frozen=True)
 class _Written:
     """The run's tables as local Parquet files, and what writing them counted."""
@@ -202,18 +148,15 @@ def _write_tables(
     marks: RepeatMarks,
     tables: RunSchema,
     tmp: Path,
-    verify_scale: float | None,
 ) -> _Written:
     """The published scores and verdicts tables as local files, a shard at a time in run order:
     each shard's items with the run's duplicate marks applied, its verdicts without those of
-    the later occurrences. With `verify_scale`, every ok item's score is also recomputed from
-    its verdicts (`aggregate.score_mismatches`) and `ScoresDisagree` raised if one differs."""
+    the later occurrences."""
     staging = StagingArea(store, location.staging)
     verdict_files = [staging.verdicts_file_of(path) for path in items_files]
     staged_verdicts = [*tables.verdicts.names, "item_seq"]
     scores = _ParquetFile(tmp / "scores.parquet", tables.scores.polars)
     verdicts = _ParquetFile(tmp / "verdicts.parquet", tables.verdicts.polars)
-    mismatches = _Mismatches()
     duplicates = 0
     try:
         shards = zip(
@@ -229,15 +172,12 @@ def _write_tables(
             items = mark_rows(items, later)
             if not later.is_empty():
                 judged = judged.filter(~pl.col("item_seq").is_in(later["item_seq"].implode()))
-            if verify_scale is not None:
-                mismatches.add(aggregate.score_mismatches(items, judged, verify_scale).collect())
             scores.write(items.select(tables.scores.names))
             verdicts.write(judged.select(tables.verdicts.names))
             duplicates += int(items["duplicate_of"].is_not_null().sum())
     finally:
         scores.close()
         verdicts.close()
-    mismatches.raise_any()
     return _Written(scores.path, verdicts.path, duplicates)
 
 
@@ -248,7 +188,6 @@ def publish_run(
     model: str,
     scale: float,
     manifest: RunManifest,
-    verify_scores: bool = False,
     flow: Sequence[tuple[str, float | None]] = (),
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
     segment_by: Sequence[str] = (),
@@ -257,24 +196,18 @@ def publish_run(
     canary: Sequence[tuple[str, float | None]] = (),
     max_error_rate: float | None = None,
 ) -> Published:
-    """Publish the run's tables and manifest from its staged shards.
+    """Publish the run's tables (the workers' scores) and manifest from its staged shards.
 
     `tables`: the run's tables with its carried columns (as the workers wrote them);
-    `segment_by`: the carried columns the summary is also computed by (`summary.by`); the
-    scores are the workers' own. `verify_scores` recomputes every ok item's score from its
-    verdicts with Polars and raises `ScoresDisagree` before publishing anything if one differs.
+    `segment_by`: the carried columns the summary is also computed by (`summary.by`);
     `batch_price`: the cost at the model's batch price (judge.mode batch); `sample`: a sampled
-    run's plan; `canary`: the judge canary's metrics (`jobs.run.canary`); `max_error_rate`: what
-    the manifest's `error_rate` is measured against (jobs.core.error_rate). Memory does not grow
-    with the run: repeats are found partition by partition (`jobs.engine.pairs.repeats`), the tables
-    written a shard at a time to local files, the summary streamed over those files."""
+    run's plan; `canary`: the judge canary's metrics; `max_error_rate`: what the manifest's
+    `error_rate` is measured against (jobs.core.error_rate)."""
     started = time.monotonic()
     staging = StagingArea(store, location.staging)
     items_files = staging.staged_items_files()
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
-        written = _write_local_tables(
-            store, location, items_files, tables, Path(tmp), scale if verify_scores else None
-        )
+        written = _write_local_tables(store, location, items_files, tables, Path(tmp))
         summary = dataclasses.replace(
             aggregate.summarize(
                 pl.scan_parquet(written.scores),
@@ -312,14 +245,13 @@ def _write_local_tables(
     items_files: list[str],
     tables: RunSchema,
     tmp: Path,
-    verify_scale: float | None,
 ) -> _Written:
     """Find the run's repeated query ids, then write its tables to local files."""
     with RepeatFinder(tmp / "repeats") as finder:
         for keys in _read_staged(store, items_files, KEYS.names()):
             finder.add(keys)
         marks = finder.finish()
-        return _write_tables(store, location, items_files, marks, tables, tmp, verify_scale)
+        return _write_tables(store, location, items_files, marks, tables, tmp)
 
 
 def _complete(

@@ -1,19 +1,6 @@
-"""Which structured-output form a run's judge settled on, from its workers' reports.
-
-Every worker process negotiates the form with the judge's endpoint once
-(`scorer_core.response_format.shared_negotiation`, through `jobs.run.factory.build_judge`) and each
-shard reports the negotiation as it stood when the shard finished (`ShardReport.judge
-["response_format"]`). `combine` folds those reports into one `RunResponseFormat`, which the
-manifest records as `judge.response_format`
-(`jobs.engine.publish.manifest_builder.judge_facts_of_run`) and
-the summary table, `ctxprec report` and the benchmarks show: the form in use, whether the
-endpoint answered a request sent with it, and every form the endpoint rejected with its
-answer.
-
-Processes negotiate independently, so in principle they can end on different forms (a server
-that answered one process and refused another). The combined form is then the weakest one any
-process confirmed: the run cannot claim a stronger form than some of its requests used.
-"""
+"""Which structured-output form a run's judge settled on, combined from its shards' reports
+(`combine`): the weakest form any worker process confirmed, with every form the endpoint
+rejected and its answer, for the manifest, the summary table and the report."""
 
 from __future__ import annotations
 

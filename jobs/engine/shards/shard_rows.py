@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any
 
 from jobs.core.schema import STAGED_ITEMS, STAGED_VERDICTS, RunSchema, context_hash
+from jobs.core.verdict_cache import VerdictCache, pair_key
 from jobs.inputs import ItemRecord, RowError
 from jobs.inputs.shard_read import ShardRead
 from scorer_core.types import ScoreResult, Usage
@@ -135,26 +136,23 @@ class ShardRows:
     statuses: dict[str, int] = field(default_factory=dict)
 
 
-class PairKeys(Protocol):
-    """The verdict cache's view of a shard: each context's pair key, and which were cached."""
+@dataclass(frozen=True)
+class PairKeys:
+    """The verdict cache's view of a shard: each context's pair key under the run's cache
+    fingerprint, and which were known before judging (no keys without a cache)."""
+
+    cache: VerdictCache | None = None
+    fingerprint: str = ""
 
     def keys(self, record: ItemRecord) -> list[str]:
-        """Each context's pair key, by position."""
-        ...
+        if self.cache is None:
+            return []
+        item = record.to_scoring_item()
+        return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
 
-    def cached(self, keys: Sequence[str]) -> Collection[int]:
-        """The positions (of `keys`) whose verdict came from the cache."""
-        ...
-
-
-class NoCache:
-    """A run without a verdict cache: no pair keys, nothing cached."""
-
-    def keys(self, record: ItemRecord) -> list[str]:
-        return []
-
-    def cached(self, keys: Sequence[str]) -> Collection[int]:
-        return ()
+    def cached(self, keys: Sequence[str]) -> set[int]:
+        known = self.cache.known if self.cache is not None else {}
+        return {position for position, key in enumerate(keys) if key in known}
 
 
 def shard_rows(
@@ -170,9 +168,7 @@ def shard_rows(
     for (seq, record), result in zip(read.records, results, strict=True):
         rows.items.append(item_row(record, seq, result, model, tables))
         keys = pairs.keys(record)
-        rows.verdicts.extend(
-            verdict_rows(record, seq, result, keys, set(pairs.cached(keys)), tables)
-        )
+        rows.verdicts.extend(verdict_rows(record, seq, result, keys, pairs.cached(keys), tables))
         rows.usage = rows.usage + result.usage
         rows.statuses[result.status] = rows.statuses.get(result.status, 0) + 1
     if read.errors:

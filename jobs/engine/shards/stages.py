@@ -1,36 +1,25 @@
-"""A shard's judge stage: online, or one pass of a batch round.
-
-A shard goes read -> judge stage -> rows -> commit whatever the mode (`jobs.engine.shards.worker`).
-The stage is the part that differs: it gives the judge the shard's items are scored with (the
-verdict cache in front of it), counts the shard's progress its own way, and says after judging
-whether the shard can be committed now or waits for a batch round.
-
-- `OnlineStage`: the worker's judge asks the provider now; progress counts each item as it is
-  scored; verdicts judged in this shard answer its later items with the same pair.
-- `BatchPassStage` (judge.mode batch): a judge that answers from the replies of the batches
-  ingested so far and records every other request for the next round
-  (`jobs.engine.batch.shard_pass.ShardPass`); a shard with requests left is not committed, and its
-  progress counts once, when it is.
-"""
+"""A shard's judge stage, online or one pass of a batch round: the judge its items are scored
+with (the verdict cache in front), how its progress counts, and whether the shard can be
+committed after judging or waits for a batch round."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobs.core.config import JobConfig
 from jobs.core.storage import Store
-from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache, pair_key
+from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache
 from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import OnlineAsk
 from jobs.engine.batch.shard_pass import ShardPass
 from jobs.engine.control.progress import BatchedCounter
-from jobs.engine.pairs.cache_lookup import cached_verdicts
+from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
-from jobs.engine.shards.shard_rows import NoCache, PairKeys
-from jobs.inputs import ItemRecord, Shard
+from jobs.engine.shards.shard_rows import PairKeys
+from jobs.inputs import Shard
 from jobs.inputs.shard_read import ShardRead
 from scorer_core.protocols import Judge
 from scorer_core.types import ScoreResult
@@ -60,46 +49,26 @@ class JudgeStage(Protocol):
 
 @dataclass(frozen=True)
 class ShardCaches:
-    """Where a worker's shards find their verdicts: what the run's lookup staged for each
-    (`jobs.engine.pairs.cache_lookup`), the worker's journal, which every fresh verdict goes to
-    and whose recent verdicts answer the worker's later items, and the pairs the worker is
-    asking about right now, which answer its other items with the same pair."""
+    """Where a worker's shards find their verdicts: what the look-ahead staged for each, the
+    worker's journal (every fresh verdict goes to it, and its recent verdicts answer the
+    worker's later items), and the pairs the worker is asking about right now."""
 
     store: Store
     staging: str
     fingerprint: str
     journal: Journal
-    staged: frozenset[str]  # the shards with verdicts found in the store
-    awaiting: frozenset[str] = frozenset()  # the shards awaiting pairs of earlier shards
     in_flight: InFlight = field(default_factory=InFlight)
 
-    def load(self, shard: Shard, *, journaled: bool = True) -> VerdictCache:
+    def load(self, needs: ShardNeeds, *, journaled: bool = True) -> VerdictCache:
         """The shard's cache (blocking); `journaled` False (batch mode): fresh verdicts are
         kept in the shard's cache only (journaled when the shard is committed), and none
-        answers another item."""
-        known = {}
-        if shard.shard_id in self.staged:
-            known = cached_verdicts(self.store, self.staging, shard.shard_id)
-        if journaled and shard.shard_id in self.awaiting:
-            known.update(awaited_verdicts(self.store, self.staging, shard.shard_id))
+        answers another item, nor is a pair awaited from another shard."""
+        known = dict(needs.known)
         if not journaled:
             return VerdictCache(known=known)
+        if needs.awaits:
+            known.update(awaited_verdicts(self.store, self.staging, needs.awaits))
         return VerdictCache(known=known, journal=self.journal, in_flight=self.in_flight)
-
-
-@dataclass(frozen=True)
-class CachedPairs:
-    """The pair keys of a shard's contexts under a cache fingerprint, and which were known."""
-
-    cache: VerdictCache
-    fingerprint: str
-
-    def keys(self, record: ItemRecord) -> list[str]:
-        item = record.to_scoring_item()
-        return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
-
-    def cached(self, keys: Sequence[str]) -> Collection[int]:
-        return {position for position, key in enumerate(keys) if key in self.cache.known}
 
 
 def cache_in_front(
@@ -108,9 +77,10 @@ def cache_in_front(
     """The judge a shard's items are scored with (`cache` in front of `own_judge`, when the
     run has one) and the pair keys its verdict rows are written with."""
     if cache is None:
-        return own_judge, NoCache()
-    judge = CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits)
-    return judge, CachedPairs(cache, fingerprint)
+        return own_judge, PairKeys()
+    return CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits), PairKeys(
+        cache, fingerprint
+    )
 
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
@@ -154,13 +124,13 @@ class OnlineStage:
         own_judge: Judge,
         counter: BatchedCounter,
         caches: ShardCaches | None,
-        shard: Shard,
+        needs: ShardNeeds,
         read: ShardRead,
     ) -> OnlineStage:
-        """The stage for `shard`, its cached verdicts loaded (in a thread: it reads a file)."""
+        """The stage for a shard, its cached verdicts loaded (in a thread: it reads files)."""
         cache = None
         if caches is not None:
-            cache = await asyncio.to_thread(caches.load, shard)
+            cache = await asyncio.to_thread(caches.load, needs)
         count_errors(counter, read)
         return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
 
@@ -206,6 +176,7 @@ class BatchPassStage:
         reask: OnlineAsk | None,
         counter: BatchedCounter,
         caches: ShardCaches | None,
+        needs: ShardNeeds,
         shard: Shard,
         number: int,
         read: ShardRead,
@@ -217,7 +188,7 @@ class BatchPassStage:
         )
         cache = shard_pass.frozen_cache
         if cache is None and caches is not None:
-            cache = await asyncio.to_thread(caches.load, shard, journaled=False)
+            cache = caches.load(needs, journaled=False)
         own_judge = shard_pass.judge(config, reask)
         fingerprint = caches.fingerprint if caches is not None else ""
         return cls(own_judge, shard_pass, counter, cache, fingerprint)

@@ -1,30 +1,14 @@
-"""What a worker does with a shard: read -> judge stage -> rows -> commit.
-
-`ShardRunner.run_shard` is those four steps, whatever the mode: the shard is read
-(`jobs.inputs.shard_read`), judged through its stage (`jobs.engine.shards.stages`: online, or one
-pass of a batch round), turned into rows (`jobs.engine.shards.shard_rows`) and committed: its
-verdicts, then
-its items file, each written atomically; the items file is
-the shard's commit marker, so a shard is either done or redone, never half done. Each item is
-scored by `scorer_core.scoring.score_item`, the library's own scoring.
-
-A `ShardRunner` lives as long as its worker (`run_worker`, one long Ray task): the judge (and
-its connection pool) is built once, and the worker runs a few shards at a time on one event
-loop (its lanes), so its requests never pause between shards: the next shard is read (in a
-thread) and its requests queue behind the current shard's while that one's last replies are
-outstanding. Requests in flight are bounded by the worker's allowance of the run-wide budget
-(`jobs.engine.control.worker_flow`), not per shard. `run_shard` runs one shard in this process,
-without Ray.
-"""
+"""What a worker does with a shard: read -> judge stage -> rows -> commit (verdicts, then the
+items file, the shard's commit marker). A `ShardRunner` lives as long as its worker (one long
+Ray task): the judge is built once and a few lanes run shards on one event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import pyarrow as pa
 
@@ -37,8 +21,8 @@ from jobs.engine.batch.batch_judge import OnlineAsk
 from jobs.engine.control.progress import BatchedCounter
 from jobs.engine.control.shard_board import WAIT
 from jobs.engine.control.worker_flow import WorkerFlow
-from jobs.engine.messages import JudgeFacts, ShardContext, ShardReport
-from jobs.engine.pairs.lookahead import read_marks
+from jobs.engine.messages import CoordinatorHandle, JudgeFacts, ShardContext, ShardReport
+from jobs.engine.pairs.lookahead import ShardNeeds, read_needs
 from jobs.engine.shards.shard_rows import ShardRows, shard_rows
 from jobs.engine.shards.stages import BatchPassStage, JudgeStage, OnlineStage, ShardCaches
 from jobs.inputs import ItemRecord, Shard
@@ -49,6 +33,8 @@ from scorer_core.protocols import Judge
 from scorer_core.response_format import negotiation_summary
 from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult
+
+logger = logging.getLogger(__name__)
 
 _WAIT_S = 0.2
 """How long a lane waits before asking the board again when every shard left awaits a shard
@@ -123,14 +109,7 @@ class ShardRunner:
             f"{self._ctx.run_id}.{worker_id}",
             interval_s=spec.journal_interval_s,
         )
-        return ShardCaches(
-            self._store,
-            self._ctx.staging,
-            spec.fingerprint,
-            journal,
-            self._ctx.cached,
-            self._ctx.awaiting,
-        )
+        return ShardCaches(self._store, self._ctx.staging, spec.fingerprint, journal)
 
     # -- the journal ----------------------------------------------------------------------------
 
@@ -158,7 +137,7 @@ class ShardRunner:
         try:
             await asyncio.to_thread(journal.write, taken)
         except StorageError as exc:  # the store is down: these verdicts cost calls next time
-            print(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}", file=sys.stderr)
+            logger.warning(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}")
 
     # -- the worker's judge ---------------------------------------------------------------------
 
@@ -167,12 +146,13 @@ class ShardRunner:
         if self._judge is not None:
             return self._judge
         judges = self._ctx.parts.judges
-        if not self._ctx.governed:
+        coordinator = self._ctx.coordinator
+        if not self._ctx.governed or coordinator is None:
             self._judge = judges.build(judges.local_limiter(), self._ctx.api_key, None)
             return self._judge
         limits = self._config.rate_limit
         self._flow = WorkerFlow(
-            self._ctx.coordinator,
+            coordinator,
             self._worker_id,
             paced=bool(limits.requests_per_minute or limits.tokens_per_minute),
         )
@@ -211,9 +191,14 @@ class ShardRunner:
             report.skipped = True
             return report
         self._start_flushes()
-        read = await self._read(shard, number)
+        needs = ShardNeeds()
+        if shard.shard_id in self._ctx.looked.with_repeats | self._ctx.looked.with_pairs:
+            needs = await asyncio.to_thread(
+                read_needs, self._store, self._ctx.staging, shard.shard_id, self._ctx.looked
+            )
+        read = await self._read(shard, number, needs.later)
         counter = self._counter()
-        stage = await self._stage(shard, number, read, counter)
+        stage = await self._stage(shard, number, read, counter, needs)
         try:
             results = await judge_shard(
                 [record for _, record in read.records], self._scorer(stage), stage.item_done
@@ -233,13 +218,8 @@ class ShardRunner:
         report.seconds = time.monotonic() - started
         return report
 
-    async def _read(self, shard: Shard, number: int) -> ShardRead:
+    async def _read(self, shard: Shard, number: int, later: dict[int, str]) -> ShardRead:
         """The shard's rows, with the later occurrences the look-ahead found set aside."""
-        later = None
-        if shard.shard_id in self._ctx.duplicates:
-            later = await asyncio.to_thread(
-                read_marks, self._store, self._ctx.staging, shard.shard_id
-            )
         reader = self._ctx.parts.reader
         if reader is None:  # the driver assembles traces into items before any shard runs
             raise RuntimeError(f"shard {shard.shard_id}: the run's items have no reader")
@@ -254,13 +234,18 @@ class ShardRunner:
         return BatchedCounter(flush=lambda increments: coordinator.add.remote(increments))
 
     async def _stage(
-        self, shard: Shard, number: int, read: ShardRead, counter: BatchedCounter
+        self,
+        shard: Shard,
+        number: int,
+        read: ShardRead,
+        counter: BatchedCounter,
+        needs: ShardNeeds,
     ) -> JudgeStage:
         """The shard's judge stage: a batch round's pass, or the worker's judge online."""
         round_number = self._ctx.batch_round
         if round_number is None:
             stage: JudgeStage = await OnlineStage.open(
-                self._own_judge(), counter, self._caches, shard, read
+                self._own_judge(), counter, self._caches, needs, read
             )
             if self._flow is not None:
                 self._flow.wake()
@@ -273,6 +258,7 @@ class ShardRunner:
             self._online_reask(),
             counter,
             self._caches,
+            needs,
             shard,
             number,
             read,
@@ -326,7 +312,9 @@ def run_shard(shard: Shard, number: int, ctx: ShardContext) -> ShardReport:
     return asyncio.run(one())
 
 
-async def _run_lane(runner: ShardRunner, board: Any, worker_id: str, attempts: int) -> None:
+async def _run_lane(
+    runner: ShardRunner, board: CoordinatorHandle, worker_id: str, attempts: int
+) -> None:
     """Take the next shard from the board and run it, until the board has none left."""
     while True:
         lease = await board.next_shard.remote(worker_id)
@@ -359,14 +347,14 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
     until the board has none left (or the run stopped)."""
     runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
+    assert board is not None, "a worker runs with the run's coordinator"
     attempts = ctx.config.ray.max_task_retries + 1
     held = await board.rejoin.remote(worker_id)
     if held:
         taken = await runner.take_over()  # this attempt takes back the shards of a dead one
-        print(
+        logger.warning(
             f"{worker_id}: took back {held} shard(s) of its dead attempt and {taken:,} "
-            "verdict(s) it had journaled",
-            file=sys.stderr,
+            "verdict(s) it had journaled"
         )
     try:
         await asyncio.gather(*(_run_lane(runner, board, worker_id, attempts) for _ in range(lanes)))

@@ -1,5 +1,5 @@
-"""The verdict store's lookup without Ray: the run's keys packed into tasks of a fixed size,
-and each task's join finding exactly the stored verdicts of its keys, newest first."""
+"""The run's keys joined with the verdict store, without Ray: keys packed into joins of a fixed
+size, and each join finding exactly the stored verdicts of its keys, newest first."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from jobs.core.storage import open_store
 from jobs.core.verdict_store import VerdictStore, partition_expr, partition_of
-from jobs.engine.pairs import cache_lookup
-from jobs.engine.pairs.cache_lookup import HITS, KEYS, _packs, join_keys
+from jobs.engine.pairs import store_join
 from jobs.engine.pairs.spill import Spill
+from jobs.engine.pairs.store_join import HITS, KEYS, join_pack, store_packs
 
 
 def key(n: int) -> str:
@@ -40,7 +40,7 @@ def test_packs_hold_size_keys_each_and_the_files_of_their_partitions(
 ) -> None:
     keys = run_keys(3_000, shards=4)
     stored = {p: [f"p={p:03d}/f.parquet"] for p in range(0, 256, 2)}  # odd partitions: no files
-    packs = list(_packs(spilled(tmp_path, keys), stored, size))
+    packs = list(store_packs(spilled(tmp_path, keys), stored, size))
     assert all(pack.height == size for _, pack in packs[:-1])
     assert 0 < packs[-1][1].height <= size
     for files, pack in packs:
@@ -56,7 +56,7 @@ def test_packs_hold_size_keys_each_and_the_files_of_their_partitions(
 def test_a_task_finds_exactly_the_stored_verdicts_of_its_keys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cache_lookup, "_JOIN_BATCH", 5)  # a partition's keys over several batches
+    monkeypatch.setattr(store_join, "_JOIN_BATCH", 5)  # a partition's keys over several batches
     verdicts = VerdictStore(open_store(str(tmp_path / "out")), "_cache/fp")
     stored = [key(n) for n in range(0, 600, 3)]
     older = pl.DataFrame(
@@ -81,8 +81,8 @@ def test_a_task_finds_exactly_the_stored_verdicts_of_its_keys(
     files = verdicts.files_by_partition()
     hits = pl.concat(
         [
-            join_keys(verdicts, pack_files, pack)
-            for pack_files, pack in _packs(spilled(tmp_path, keys), files, 64)
+            join_pack(verdicts, pack_files, pack)
+            for pack_files, pack in store_packs(spilled(tmp_path, keys), files, 64)
         ]
     )
     assert hits.schema == HITS

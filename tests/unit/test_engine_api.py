@@ -1,0 +1,28 @@
+"""`jobs.engine`'s public names: each one resolves from the module it lives in, and importing a
+light module of the package (what the coordinator actor imports) loads no Polars or pyarrow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jobs.engine as engine
+from tests.support.paths import REPO
+
+
+def test_every_public_name_resolves_and_none_is_left_out() -> None:
+    assert sorted(engine.__all__) == sorted(engine._MODULE_OF)
+    for name in engine.__all__:
+        assert getattr(engine, name) is not None
+
+
+def test_the_coordinator_side_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, jobs.engine.messages, jobs.engine.control.coordinator;"
+        "import jobs.engine.ray_runtime;"
+        "print(sorted(m for m in ('polars', 'pyarrow', 'fsspec', 'ray') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
