@@ -169,6 +169,18 @@ def _without_times(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return frame, dropped
 
 
+RELATIVE = 1e-9
+"""Floats this close are the same number computed another way (say, scipy's t quantile)."""
+
+
+def _close(a: pl.Series, b: pl.Series) -> bool:
+    if not (a.dtype.is_float() and b.dtype.is_float()):
+        return False
+    same_nulls = a.is_null().equals(b.is_null())
+    gap = ((a - b).abs() <= RELATIVE * b.abs().clip(lower_bound=1e-300)) | (a == b)
+    return bool(same_nulls and gap.fill_null(True).all())
+
+
 def compare(before: Path, after: Path) -> int:
     left, right = dict(_tables(before)), dict(_tables(after))
     failures = []
@@ -185,11 +197,15 @@ def compare(before: Path, after: Path) -> int:
             failures.append(f"{name}: {a.height} rows != {b.height}")
             continue
         differing = [c for c in a.columns if not a[c].equals(b[c], check_names=True)]
+        close = [c for c in differing if _close(a[c], b[c])]
+        differing = [c for c in differing if c not in close]
         if differing:
             failures.append(f"{name}: columns differ: {differing}")
         print(
             f"{name}: {a.height} rows x {len(a.columns)} columns "
-            f"{'differ' if differing else 'equal'}" + (f" (left out: {dropped})" if dropped else "")
+            f"{'differ' if differing else 'equal'}"
+            + (f" ({close} equal within {RELATIVE:g} relative)" if close else "")
+            + (f" (left out: {dropped})" if dropped else "")
         )
     for (name, a_manifest), (_, b_manifest) in zip(
         _manifests(before), _manifests(after), strict=False
