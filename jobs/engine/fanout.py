@@ -45,24 +45,12 @@ def fan_out(
     if not todo:
         return [], None
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     config = plan.config
     governed = not plan.parts.capabilities.offline and (
         batch_round is None or config.judge.batch.reask == "online"
     )
-    # On the driver's node: a worker node lost mid-run takes its workers (Ray retries them
-    # elsewhere), never the run's board and counters.
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    coordinator: CoordinatorHandle = (
-        coordinator_actor_class()
-        .options(scheduling_strategy=here)
-        .remote(
-            list(todo),
-            RunGovernor.for_limits(config.rate_limit) if governed else None,
-            plan.looked.owners,
-        )
-    )
+    coordinator = _start_coordinator(plan, todo, governed)
     context = ShardContext(
         config=config,
         parts=plan.parts,
@@ -99,6 +87,26 @@ def fan_out(
             flow = ray.get(coordinator.flow.remote(), timeout=10)
         ray.kill(cast(Any, coordinator))
     return reports, flow
+
+
+def _start_coordinator(
+    plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool
+) -> CoordinatorHandle:
+    """The run's board, on the driver's node: a worker node lost mid-run takes its workers
+    (Ray retries them elsewhere), never the run's board and counters."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    limits = plan.config.rate_limit
+    return cast(
+        CoordinatorHandle,
+        coordinator_actor_class()
+        .options(scheduling_strategy=here)
+        .remote(
+            list(todo), RunGovernor.for_limits(limits) if governed else None, plan.looked.owners
+        ),
+    )
 
 
 def _watch(
