@@ -10,10 +10,9 @@ import logging
 import os
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 
 from jobs.core.config import JobConfig, deadline_at
 from jobs.core.formatting import duration
@@ -32,31 +31,15 @@ from scorer_core.retry import real_sleep
 
 logger = logging.getLogger(__name__)
 
-# The lease's heartbeat is refreshed at least this often while the driver waits.
 _HEARTBEAT_EVERY_S = 10.0
-# Batches retrieved at once when polling.
+"""The lease's heartbeat is refreshed at least this often while the driver waits."""
 _POLL_CONCURRENCY = 8
-# Batches named on the progress line.
 _SHOWN_BATCHES = 6
+"""Batches named on the progress line (`ctxprec status` lists them all)."""
 
 
 class BatchesStillRunning(CtxPrecError):
     """`judge.batch.max_wait_s` passed while batches run; the same run id collects them later."""
-
-
-@dataclass
-class BatchRunResult:
-    """What the batch rounds did, for the driver's summary and manifest."""
-
-    reports: list[ShardReport] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    facts: BatchFacts | None = None
-    # What this driver sent (a resumed run's earlier drivers sent the rest).
-    uploads: int = 0
-    created: int = 0
-
-    def add_time(self, phase: str, seconds: float) -> None:
-        self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
 
 def max_rounds(config: JobConfig) -> int:
@@ -67,7 +50,8 @@ def max_rounds(config: JobConfig) -> int:
 
 
 class BatchRounds:
-    """The driver's side of one batch-mode run (see the module doc)."""
+    """The driver's side of one batch-mode run (see the module doc): `run`, then its `reports`
+    and `timings` (seconds per phase)."""
 
     def __init__(
         self,
@@ -79,11 +63,8 @@ class BatchRounds:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self._run = plan
+        self._plan = plan
         self._config = plan.config
-        self._location = plan.location
-        self._shards = list(plan.shards)
-        self._store = plan.store
         self._heartbeat = heartbeat
         self._sleep = sleep
         self._clock = clock
@@ -93,40 +74,42 @@ class BatchRounds:
             plan.config, plan.config.judge.api_key(), sleep=sleep
         )
         self._layout = BatchLayout(plan.store, plan.location.staging)
-        self._result = BatchRunResult()
+        self.reports: list[ShardReport] = []
+        self.timings: defaultdict[str, float] = defaultdict(float)
+        # What this driver sent (a resumed run's earlier drivers sent the rest).
+        self._uploads = self._created = 0
 
-    # -- the whole thing ------------------------------------------------------------------------
-
-    def run(self) -> BatchRunResult:
+    def run(self) -> BatchFacts:
         """Every round until every shard is staged (raises `BatchesStillRunning` when the
-        wait is cut short by judge.batch.max_wait_s)."""
+        wait is cut short by judge.batch.max_wait_s); the run's batches."""
         layout = self._layout
         if layout.read_json(layout.run_file) is None:
             layout.write_json(
                 layout.run_file,
                 {
-                    "run_id": self._location.run_id,
+                    "run_id": self._plan.location.run_id,
                     "model": self._config.judge.model,
                     "provider": batch_provider(self._config),
-                    "shards": [shard.shard_id for shard in self._shards],
+                    "shards": [shard.shard_id for shard in self._plan.shards],
                     "created_at": now_iso(),
                     "started_at": self._wall_clock(),
                 },
             )
-        self._deadline = self._deadline_of(layout.read_json(layout.run_file) or {})
+        setting = self._config.judge.batch.deadline
+        if setting is not None:  # from the run's start (its first driver's)
+            started = (layout.read_json(layout.run_file) or {}).get("started_at")
+            start = float(started) if isinstance(started, int | float) else self._wall_clock()
+            self._deadline = deadline_at(setting, start)
         # One event loop for every round's provider calls: litellm keeps its HTTP client per
         # process, and a client made on one loop and used on the next can hang a call until
-        # litellm's 600 s timeout (a new loop per round did, now and then).
+        # litellm's 600 s timeout.
         with asyncio.Runner() as runner:
             self._rounds(runner)
-        self._result.facts = self.facts()
-        return self._result
+        return self.facts()
 
     def _rounds(self, runner: asyncio.Runner) -> None:
-        """Pass, plan, submit, wait and ingest, round after round, until every shard is staged."""
         layout = self._layout
-        planned = layout.rounds_planned()
-        round_number = max([*layout.rounds_built(), *planned], default=0)
+        round_number = max([*layout.rounds_built(), *layout.rounds_planned()], default=0)
         while True:
             if round_number in layout.rounds_planned() and not layout.online_round(round_number):
                 state = self._load_round(round_number)
@@ -140,32 +123,21 @@ class BatchRounds:
                         f"{len(pending)} shard(s) still have requests after {round_number} "
                         f"batch round(s) (first: {pending[0]}); this is a bug"
                     )
-                state = self._plan(round_number, pending)
+                state = self._plan_round(round_number, pending)
             runner.run(self._submit_wait_ingest(state))
             round_number += 1
 
     # -- the deadline ---------------------------------------------------------------------------
 
-    def _deadline_of(self, run_info: dict[str, Any]) -> float | None:
-        """judge.batch.deadline as epoch seconds, from the run's start (its first driver's)."""
-        setting = self._config.judge.batch.deadline
-        if setting is None:
-            return None
-        started = run_info.get("started_at")
-        start = float(started) if isinstance(started, int | float) else self._wall_clock()
-        return deadline_at(setting, start)
-
-    def _online_estimate_s(self, requests: int) -> float:
-        """Seconds `requests` online requests take at rate_limit.requests_per_minute."""
-        per_minute = self._config.rate_limit.requests_per_minute
-        return requests / per_minute * 60.0 if per_minute else 0.0
-
     def _until_online(self, unanswered: int) -> float | None:
-        """Seconds until the rest must go online (<= 0: now); None without a deadline."""
+        """Seconds until the rest must go online (<= 0: now), leaving the time `unanswered`
+        requests take online at rate_limit.requests_per_minute; None without a deadline."""
         if self._deadline is None:
             return None
+        per_minute = self._config.rate_limit.requests_per_minute
+        online_s = unanswered / per_minute * 60.0 if per_minute else 0.0
         margin = self._config.judge.batch.deadline_margin_s
-        return self._deadline - margin - self._online_estimate_s(unanswered) - self._wall_clock()
+        return self._deadline - margin - online_s - self._wall_clock()
 
     def _online_round(self, round_number: int) -> bool:
         """Whether round `round_number` goes online: it was marked so, or the deadline is near
@@ -177,14 +149,13 @@ class BatchRounds:
         # The requests the last round left to ask again: what an online pass would send now.
         previous = (
             self._layout.read_json(self._layout.round_file(round_number - 1))
-            if round_number > 0
+            if round_number
             else None
         )
         left = sum(RoundState.from_dict(previous).retried().values()) if previous else 0
         until = self._until_online(left)
         if until is None or until > 0:
             return False
-        assert self._deadline is not None
         logger.info(
             f"batch round {round_number}: judge.batch.deadline "
             f"({self._config.judge.batch.deadline}, {_iso(self._deadline)}) is near: whatever "
@@ -194,8 +165,7 @@ class BatchRounds:
         return True
 
     async def _stop_at_deadline(self, state: RoundState) -> RoundState:
-        """Cancel the round's unfinished batches (nothing more is waited for): their requests
-        go online in the next round."""
+        """Cancel the round's unfinished batches: their requests go online next round."""
         stopped = 0
         for record in state.batches:
             if record.final:
@@ -216,55 +186,40 @@ class BatchRounds:
 
     # -- pass and plan --------------------------------------------------------------------------
 
-    def _staged(self) -> set[str]:
-        return self._run.staging.staged_shards()
-
-    def _pass(self, round_number: int, online: bool = False) -> list[str]:
+    def _pass(self, round_number: int, online: bool) -> list[str]:
         """Run round `round_number`'s pass on the shards that need it; the shards left waiting
         for this round's batches, in shard order. `online`: the pass asks online whatever has
         no final reply (the workers' judge, paced by the run's governor)."""
         started = time.monotonic()
-        staged = self._staged()
+        staged = self._plan.staging.staged_shards()
         # An online pass also takes the shards that recorded this round's requests before the
         # deadline neared (a driver stopped between the pass and the plan): nothing waits.
-        indexed = set() if online else self._layout.indexed_shards(round_number)
-        todo = [
-            (n, s)
-            for n, s in enumerate(self._shards)
-            if s.shard_id not in staged and s.shard_id not in indexed
-        ]
+        skip = staged | (set() if online else self._layout.indexed_shards(round_number))
+        todo = [(n, s) for n, s in enumerate(self._plan.shards) if s.shard_id not in skip]
         if todo:
             logger.info(
                 f"batch round {round_number}: judging {len(todo)} shard(s) from "
                 + ("the cache" if round_number == 0 else "the replies so far")
-                + (
-                    "; requests without a reply are asked online"
-                    if online
-                    else "; requests without a reply are recorded"
-                )
+                + f"; requests without a reply are {'asked online' if online else 'recorded'}"
             )
             before = time.monotonic()
             start_ray(self._config)
-            self._result.add_time("ray_start", time.monotonic() - before)
+            self.timings["ray_start"] += time.monotonic() - before
             started += time.monotonic() - before
-            run = self._run
-            if online:
-                # The workers' online judge, governed as online re-asks are (ShardPass reads
-                # the round's online mark and asks every request that way).
-                run = replace(run, config=_reasks_online(run.config))
-            fanned = fan_out(run, todo, heartbeat=self._heartbeat, batch_round=round_number)
-            self._result.reports.extend(r for r in fanned.reports if not r.pending)
-            fatal = next((r.fatal for r in fanned.reports if r.fatal), None)
+            # Online: the workers' online judge, governed as online re-asks are.
+            plan = (
+                replace(self._plan, config=_reasks_online(self._config)) if online else self._plan
+            )
+            reports, _ = fan_out(plan, todo, heartbeat=self._heartbeat, batch_round=round_number)
+            self.reports.extend(r for r in reports if not r.pending)
+            fatal = next((r.fatal for r in reports if r.fatal), None)
             if fatal:  # only online re-asks can meet a judge that cannot work
                 raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
-        self._result.add_time(
-            "build" if round_number == 0 else "passes", time.monotonic() - started
-        )
-        staged = self._staged()
-        indexed = self._layout.indexed_shards(round_number)
-        return [s.shard_id for s in self._shards if s.shard_id in indexed - staged]
+        self.timings["build" if round_number == 0 else "passes"] += time.monotonic() - started
+        waiting = self._layout.indexed_shards(round_number) - self._plan.staging.staged_shards()
+        return [s.shard_id for s in self._plan.shards if s.shard_id in waiting]
 
-    def _plan(self, round_number: int, pending: Sequence[str]) -> RoundState:
+    def _plan_round(self, round_number: int, pending: list[str]) -> RoundState:
         limits = self._config.judge.batch
         shards = []
         for shard_id in pending:
@@ -309,7 +264,7 @@ class BatchRounds:
             if not record.ingested:
                 state = state.replace(await self._ingest(state.round, record))
                 self._save(state)
-        self._result.add_time("ingest", time.monotonic() - started)
+        self.timings["ingest"] += time.monotonic() - started
 
     async def _wait(self, state: RoundState) -> RoundState:
         settings = self._config.judge.batch
@@ -332,7 +287,7 @@ class BatchRounds:
                 raise BatchesStillRunning(
                     f"{len(running)} batch(es) of round {state.round} still running after "
                     f"judge.batch.max_wait_s ({settings.max_wait_s:g} s); they go on at the "
-                    f"provider: rerun with --set run.id={self._location.run_id} to collect "
+                    f"provider: rerun with --set run.id={self._plan.location.run_id} to collect "
                     "them and publish"
                 )
             pause = delay if deadline is None else max(0.0, min(delay, deadline - self._clock()))
@@ -350,12 +305,10 @@ class BatchRounds:
             await self._sleep(step)
             self._heartbeat()
             left -= step
-        self._result.add_time("waiting", time.monotonic() - started)
+        self.timings["waiting"] += time.monotonic() - started
 
     async def _poll(self, state: RoundState) -> RoundState:
         running = [b for b in state.batches if b.batch_id is not None and not b.final]
-        if not running:
-            return state
         gate = asyncio.Semaphore(_POLL_CONCURRENCY)
 
         async def one(record: BatchRecord) -> BatchInfo:
@@ -387,11 +340,12 @@ class BatchRounds:
                 break  # keeps the order: later batches wait too
             started = time.monotonic()
             state = await self._submit(state, record)
-            self._result.add_time("submit", time.monotonic() - started)
+            self.timings["submit"] += time.monotonic() - started
         return state
 
     async def _submit(self, state: RoundState, record: BatchRecord) -> RoundState:
-        run_id = self._location.run_id
+        run_id = self._plan.location.run_id
+        info = None
         if record.file_id is None:
             with tempfile.TemporaryDirectory(prefix="ctxprec-batch-") as folder:
                 path = os.path.join(folder, f"{record.name}.jsonl")
@@ -400,8 +354,7 @@ class BatchRounds:
             record = replace(record, file_id=file_id)
             state = state.replace(record)
             self._save(state)  # recorded before the batch exists
-            self._result.uploads += 1
-            info = None
+            self._uploads += 1
         else:
             # Uploaded by an earlier driver that may have created the batch without living
             # to record it: look for it before creating one.
@@ -411,7 +364,7 @@ class BatchRounds:
             info = await self._provider.create(
                 record.file_id, {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
             )
-            self._result.created += 1
+            self._created += 1
         record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
         state = state.replace(record)
         self._save(state)
@@ -440,12 +393,8 @@ class BatchRounds:
         ingested = await asyncio.to_thread(ingest_batch, record, files, sent)
         del files
         for shard_id, ids in parts:
-            await asyncio.to_thread(
-                self._layout.write_replies,
-                shard_id,
-                record.name,
-                [(request_id, ingested.replies[request_id]) for request_id in ids],
-            )
+            replies = [(request_id, ingested.replies[request_id]) for request_id in ids]
+            await asyncio.to_thread(self._layout.write_replies, shard_id, record.name, replies)
         if ingested.unknown or ingested.unreadable:
             logger.info(
                 f"batch {record.batch_id}: {ingested.unknown} line(s) for requests it was not "
@@ -453,15 +402,16 @@ class BatchRounds:
             )
         retried = ingested.retried
         if retried:
+            reasons = sorted(retried.items(), key=lambda item: (-item[1], item[0]))
             logger.info(
                 f"batch {record.batch_id or record.name}: {sum(retried.values()):,} request(s) "
-                f"failed transiently, asked again: {_reasons(retried)}"
+                "failed transiently, asked again: "
+                + ", ".join(f"{reason} {count:,}" for reason, count in reasons)
             )
         return replace(record, ingested=True, retried=retried, final_errors=ingested.final_errors)
 
     def _progress(self, state: RoundState, started: float) -> None:
-        """One line per poll: the round's requests completed and failed, then each batch's
-        (the first `_SHOWN_BATCHES` of them; `ctxprec status` lists them all)."""
+        """One line per poll: the round's requests completed and failed, then each batch's."""
         counts = state.counts()
         shown = [
             f"{b.name} {b.status or 'not submitted'} {b.completed:,}/{b.requests:,}"
@@ -477,26 +427,23 @@ class BatchRounds:
             f"{duration(self._clock() - started)} since submitting"
         )
 
-    # -- what the run did -----------------------------------------------------------------------
-
     def facts(self) -> BatchFacts:
         """The run's batches over every round (from staging: a resumed run counts them all)."""
         rounds = [self._load_round(n) for n in self._layout.rounds_planned()]
         batches = [b for state in rounds for b in state.batches]
-        statuses = Counter(record.status or "not submitted" for record in batches)
         return BatchFacts(
             provider=batch_provider(self._config),
             rounds=len(rounds),
             batches=len(batches),
-            batch_statuses=dict(statuses),
+            batch_statuses=dict(Counter(record.status or "not submitted" for record in batches)),
             requests=sum(b.requests for b in batches),
             requests_failed=sum(b.failed for b in batches),
             round_details=[state.summary() for state in rounds],
             max_rounds=self._config.judge.batch.max_rounds,
             deadline_at=None if self._deadline is None else _iso(self._deadline),
             bytes_uploaded=sum(b.bytes for b in batches),
-            uploads_by_this_driver=self._result.uploads,
-            batches_created_by_this_driver=self._result.created,
+            uploads_by_this_driver=self._uploads,
+            batches_created_by_this_driver=self._created,
         )
 
 
@@ -512,12 +459,6 @@ def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
     )
 
 
-def _reasons(counts: dict[str, int]) -> str:
-    """ "HTTP 500 12, batch_expired 30": counts by reason, the commonest first."""
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return ", ".join(f"{reason} {count:,}" for reason, count in ordered)
-
-
 def _iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
 
@@ -529,7 +470,7 @@ def _reasks_online(config: JobConfig) -> JobConfig:
     return config.model_copy(update={"judge": judge.model_copy(update={"batch": batch})})
 
 
-def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: int) -> str:
+def _limit_note(records: list[BatchRecord], max_requests: int, max_bytes: int) -> str:
     """Why the requests were split, when they were."""
     if len(records) < 2:
         return ""
@@ -542,17 +483,3 @@ def _limit_note(records: Sequence[BatchRecord], max_requests: int, max_bytes: in
         else:
             reasons.add("the enqueued-token limit (judge.batch.max_enqueued_tokens)")
     return " (split by the provider's limits: " + "; ".join(sorted(reasons)) + ")"
-
-
-def run_batches(
-    plan: RunPlan,
-    *,
-    heartbeat: Callable[[], None] = lambda: None,
-    sleep: Sleeper = real_sleep,
-    clock: Callable[[], float] = time.monotonic,
-    wall_clock: Callable[[], float] = time.time,
-) -> BatchRunResult:
-    """Batch mode's rounds for one run (see the module doc); every shard is staged after."""
-    return BatchRounds(
-        plan, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
-    ).run()

@@ -102,8 +102,10 @@ def run_job(
             + f"; judge {config.judge.model}"
         )
         plan = _look_ahead(plan, todo, timings)
-        judged = _judge(plan, todo, lease.heartbeat, timings, (sleep, clock, wall_clock))
-        _check_all_staged(plan, judged.reports)
+        reports, flow, judge = _judge(
+            plan, todo, lease.heartbeat, timings, (sleep, clock, wall_clock)
+        )
+        _check_all_staged(plan, reports)
         manifest = run_manifest(
             plan.source or config,
             plan.location,
@@ -111,9 +113,9 @@ def run_job(
             shards_reused=resuming,
             seconds=time.monotonic() - started,
             timings=timings,
-            flow=judged.flow,
-            judge=judged.judge,
-            nodes=shards_by_node(judged.reports),
+            flow=flow,
+            judge=judge,
+            nodes=shards_by_node(reports),
             traces=plan.traces,
         )
         published = _publish(plan, manifest)
@@ -218,40 +220,29 @@ def _look_ahead(plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str,
     return plan
 
 
-@dataclass(frozen=True)
-class _Judged:
-    """What judging the shards left: their reports, the flow and what the judge settled on."""
-
-    reports: list[ShardReport]
-    flow: FlowFacts | None
-    judge: JudgeRecord
-
-
 def _judge(
     plan: RunPlan,
     todo: list[tuple[int, Shard]],
     heartbeat: Callable[[], None],
     timings: dict[str, float],
     time_of: tuple[Sleeper, Callable[[], float], Callable[[], float]],
-) -> _Judged:
-    """Judge the shards left: online on the workers, or in batch mode's rounds (`time_of`:
-    their sleep, monotonic clock and wall clock)."""
+) -> tuple[list[ShardReport], FlowFacts | None, JudgeRecord]:
+    """Judge the shards left, online on the workers or in batch mode's rounds (`time_of`:
+    their sleep, monotonic clock and wall clock): the shards' reports, the flow, the judge."""
     started = time.monotonic()
     if plan.config.judge.mode != "batch":
-        fanned = fan_out(plan, todo, heartbeat=heartbeat)
+        reports, flow = fan_out(plan, todo, heartbeat=heartbeat)
         timings["fan_out"] = time.monotonic() - started
-        return _Judged(fanned.reports, fanned.flow, judge_record(fanned.reports))
-    from jobs.engine.batch_rounds import run_batches
+        return reports, flow, judge_record(reports)
+    from jobs.engine.batch_rounds import BatchRounds
 
     sleep, clock, wall_clock = time_of
-    batched = run_batches(
-        plan, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock
-    )
-    # The rounds time their passes, waits and ingests (Ray is up already).
-    for phase, seconds in batched.timings.items():
+    rounds = BatchRounds(plan, heartbeat=heartbeat, sleep=sleep, clock=clock, wall_clock=wall_clock)
+    facts = rounds.run()
+    for phase, seconds in rounds.timings.items():  # Ray is up already
         timings[phase] = timings.get(phase, 0.0) + seconds
     price = price_basis(plan.config.judge.model, batch=True)
-    return _Judged(batched.reports, None, judge_record(batched.reports, batched.facts, price))
+    return rounds.reports, None, judge_record(rounds.reports, facts, price)
 
 
 def _publish(plan: RunPlan, manifest: RunManifest) -> Published:

@@ -6,37 +6,26 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
-from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
-from jobs.engine.control.budget import budget_settings
-from jobs.engine.control.coordinator import coordinator_actor_class, make_governor
+from jobs.engine.control.coordinator import coordinator_actor_class
 from jobs.engine.control.governor import RunGovernor
-from jobs.engine.control.progress import ExpectedItems, ProgressLine
+from jobs.engine.control.progress import ProgressLine
 from jobs.engine.messages import CoordinatorHandle, FlowFacts, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.shards.worker import run_worker
 from jobs.inputs import Shard
 from scorer_core.errors import CtxPrecError
 
-# How often the driver refreshes the progress line and the lease's heartbeat.
 _DRAW_EVERY_S = 0.5
-# Shards a worker works on at once (its lanes): the current one and the next, read ahead.
+"""How often the driver refreshes the progress line and the lease's heartbeat."""
 SHARDS_PER_WORKER = 2
+"""Shards a worker works on at once (its lanes): the current one and the next, read ahead."""
 
 
 class RunFailed(CtxPrecError):
     """The run could not finish; staged shards are kept so the same run id resumes."""
-
-
-@dataclass
-class FanOutResult:
-    """The reports of the shards that ran, and what the run's flow control settled on."""
-
-    reports: list[ShardReport]
-    flow: FlowFacts | None = None
 
 
 def fan_out(
@@ -45,16 +34,16 @@ def fan_out(
     *,
     heartbeat: Callable[[], None] = lambda: None,
     batch_round: int | None = None,
-) -> FanOutResult:
-    """Run `todo` ((shard number, shard) pairs) on the workers, with progress.
+) -> tuple[list[ShardReport], FlowFacts | None]:
+    """Run `todo` ((shard number, shard) pairs) on the workers, with progress: the reports of
+    the shards that ran, and what the run's flow control settled on.
 
     Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
     `RunFailed` naming the shard when a shard fails for good. `batch_round`: the shards' pass
-    of that round in batch mode (jobs.engine.batch), which sends nothing itself unless
-    re-asks go online.
+    of that round in batch mode, which sends nothing itself unless re-asks go online.
     """
     if not todo:
-        return FanOutResult([])
+        return [], None
     import ray
 
     config = plan.config
@@ -83,128 +72,85 @@ def fan_out(
         task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
         for n in range(min(config.ray.workers, len(todo)))
     }
-    watch = _Watch(coordinator, workers, todo, plan.location)
+    line = ProgressLine(
+        {shard.shard_id: shard.end - shard.start for _, shard in todo},
+        exact=all(shard.kind == "rows" for _, shard in todo),
+    )
     try:
-        watch.until_done(heartbeat)
+        reports = _watch(coordinator, workers, plan.location, heartbeat, line)
     finally:
-        watch.close()
-    return watch.result
+        line.draw(final=True)
+        for ref in workers:
+            ray.cancel(ref)
+        flow = None
+        with contextlib.suppress(Exception):
+            flow = ray.get(coordinator.flow.remote(), timeout=10)
+        ray.kill(cast(Any, coordinator))
+    return reports, flow
 
 
 def _start_coordinator(
     plan: RunPlan, todo: Sequence[tuple[int, Shard]], governed: bool
 ) -> CoordinatorHandle:
-    """The run's coordinator actor (board, counters, governor), on the driver's node: a worker
-    node lost mid-run takes its workers (Ray retries them elsewhere), never the run's board
-    and counters."""
+    """The run's board, on the driver's node: a worker node lost mid-run takes its workers
+    (Ray retries them elsewhere), never the run's board and counters."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    handle: CoordinatorHandle = (
+    limits = plan.config.rate_limit
+    return cast(
+        CoordinatorHandle,
         coordinator_actor_class()
         .options(scheduling_strategy=here)
         .remote(
-            list(todo),
-            _governor(plan.config) if governed else None,
-            plan.looked.owners,
-        )
+            list(todo), RunGovernor.for_limits(limits) if governed else None, plan.looked.owners
+        ),
     )
-    return handle
 
 
-class _Watch:
-    """The driver's side of a fan-out: polls the board, draws progress, notices failures."""
+def _watch(
+    coordinator: CoordinatorHandle,
+    workers: dict[Any, str],
+    location: RunLocation,
+    heartbeat: Callable[[], None],
+    line: ProgressLine,
+) -> list[ShardReport]:
+    """Poll the board until every worker ended (or a fatal judge error stops the run at once),
+    drawing `line`: the shards' reports. The workers left stay in `workers`."""
+    import ray
 
-    def __init__(
-        self,
-        coordinator: CoordinatorHandle,
-        workers: dict[Any, str],
-        todo: Sequence[tuple[int, Shard]],
-        location: RunLocation,
-    ) -> None:
-        self._coordinator = coordinator
-        self._running = dict(workers)
-        self._todo = len(todo)
-        self._location = location
-        self._expected = ExpectedItems(
-            {shard.shard_id: shard.end - shard.start for _, shard in todo},
-            exact=all(shard.kind == "rows" for _, shard in todo),
-        )
-        self._line = ProgressLine(self._expected.total)
-        self._counts: dict[str, int] = {}
-        self._failure: str | None = None
-        self.result = FanOutResult([])
-
-    def until_done(self, heartbeat: Callable[[], None]) -> None:
-        """Poll until every worker ended (or a fatal judge error stops the run at once)."""
-        import ray
-
-        while True:
-            running = list(self._running)
-            ended, _ = ray.wait(running, num_returns=len(running), timeout=_DRAW_EVERY_S)
-            if self._take_news():
-                return
-            for ref in ended:
-                self._check_ended(ref)
-            heartbeat()
-            self._line.update(self._counts, len(self.result.reports), self._todo)
-            if not self._running:
-                break
-        if self._failure is not None:
-            raise RunFailed(_failed(self._failure, self._location))
-
-    def _take_news(self) -> bool:
-        """Take the board's news; True when a report says the judge cannot work."""
-        import ray
-
-        news, self._counts = ray.get(self._coordinator.poll.remote())
+    reports: list[ShardReport] = []
+    failure: str | None = None
+    while workers:
+        ended, _ = ray.wait(list(workers), num_returns=len(workers), timeout=_DRAW_EVERY_S)
+        news, line.counts = ray.get(coordinator.poll.remote())
         for report in news.reports:
-            self.result.reports.append(report)
-            self._expected.shard_done(report.shard_id, report.items)
-            self._line.set_total(self._expected.total)
+            reports.append(report)
+            line.shard_done(report.shard_id, report.items)
         # A failed shard stops the board handing out shards; the shards in progress finish
         # and stay staged for the rerun. A fatal judge error stops everything at once.
-        self._failure = self._failure or news.failure
-        return any(report.fatal for report in news.reports)
-
-    def _check_ended(self, ref: Any) -> None:
-        """A worker ended: fine, or it died more often than Ray retries (the run fails)."""
-        import ray
-
-        worker = self._running.pop(ref)
-        try:
-            ray.get(ref)
-        except Exception as exc:
-            held = ray.get(self._coordinator.held_by.remote(worker))
-            what = f"shard {held[0]}" if held else worker
-            raise RunFailed(_failed(f"{what} failed: {_root_cause(exc)}", self._location)) from None
-
-    def close(self) -> None:
-        """Draw the last progress line, cancel the workers left, keep the flow's snapshot."""
-        import ray
-
-        self._line.update(self._counts, len(self.result.reports), self._todo, final=True)
-        for ref in self._running:
-            ray.cancel(ref)
-        with contextlib.suppress(Exception):
-            self.result.flow = ray.get(self._coordinator.flow.remote(), timeout=10)
-        ray.kill(cast(Any, self._coordinator))
+        failure = failure or news.failure
+        if any(report.fatal for report in news.reports):
+            return reports
+        for ref in ended:
+            worker = workers.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as exc:  # it died more often than Ray retries: the run fails
+                held = ray.get(coordinator.held_by.remote(worker))
+                what = f"shard {held[0]}" if held else worker
+                raise RunFailed(_failed(f"{what} failed: {_root_cause(exc)}", location)) from None
+        heartbeat()
+        line.draw()
+    if failure is not None:
+        raise RunFailed(_failed(failure, location))
+    return reports
 
 
 def _failed(message: str, location: RunLocation) -> str:
     return (
         f"{message}. Finished shards are kept: rerun with --set run.id={location.run_id} to resume."
-    )
-
-
-def _governor(config: JobConfig) -> RunGovernor:
-    limits = config.rate_limit
-    return make_governor(
-        requests_per_minute=limits.requests_per_minute,
-        tokens_per_minute=limits.tokens_per_minute,
-        headroom=limits.headroom,
-        budget=budget_settings(config.rate_limit),
     )
 
 

@@ -35,7 +35,6 @@ from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome
 from jobs.engine.fanout import SHARDS_PER_WORKER
 from jobs.engine.lease import RunLocked
-from jobs.engine.shards.worker import run_shard
 from jobs.inputs import Shard, list_input_files, plan_shards
 from jobs.run.factory import input_spec
 from jobs.run.job import run_job
@@ -48,6 +47,7 @@ from tests.support.job import (
     config_for,
     line_offsets,
     raw_config,
+    run_shard,
     sample_job,
     scores_frame,
     shard_context,

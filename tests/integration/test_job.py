@@ -22,7 +22,6 @@ from jobs.core.config import load_config, parse_config
 from jobs.core.run_layout import RunLocation
 from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome, print_outcome
-from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
 from jobs.run.factory import input_spec
 from jobs.run.job import run_job
@@ -39,6 +38,7 @@ from tests.support.job import (
     llm_judge,
     manifest,
     raw_config,
+    run_shard,
     sample_item,
     sample_job,
     scores_frame,

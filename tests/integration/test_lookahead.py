@@ -27,10 +27,9 @@ from jobs.engine.pairs.lookahead import look_ahead, needs_path, read_needs, shar
 from jobs.engine.pairs.repeats import KEYS, SEQ_SHIFT
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_map
-from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
 from jobs.run.factory import input_spec, item_reader, run_parts
-from tests.support.job import shard_context, shard_files
+from tests.support.job import run_shard, shard_context, shard_files
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
 STAGING = "_staging/run_id=look"

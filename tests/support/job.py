@@ -22,7 +22,9 @@ from jobs.core.run_layout import RunLocation, StagingArea
 from jobs.core.run_manifest import RunManifest
 from jobs.core.storage import Store
 from jobs.engine.driver import RunOutcome
-from jobs.engine.messages import ShardContext
+from jobs.engine.messages import ShardContext, ShardReport
+from jobs.engine.shards.worker import ShardRunner
+from jobs.inputs import Shard
 from jobs.run.factory import run_parts
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
@@ -68,6 +70,19 @@ def truth(rows: list[dict[str, Any]]) -> dict[str, float]:
 def sample_item(row: dict[str, Any]) -> ScoringItem:
     """A sample row as the item the job scores."""
     return ScoringItem(row["question"], row["answer"], tuple(row["contexts"]), row["ground_truth"])
+
+
+def run_shard(shard: Shard, number: int, ctx: ShardContext) -> ShardReport:
+    """Run one shard in this process, without Ray."""
+
+    async def one() -> ShardReport:
+        runner = ShardRunner(ctx, "local")
+        try:
+            return await runner.run_shard(shard, number)
+        finally:
+            await runner.close()
+
+    return asyncio.run(one())
 
 
 def lexical_flags(item: ScoringItem, judge: LexicalJudge | None = None) -> list[bool]:

@@ -70,7 +70,10 @@ def test_a_log_gets_a_plain_progress_line_every_few_seconds_and_the_last(
 def test_the_engine_progress_line_reaches_the_console(logger: logging.Logger) -> None:
     screen = Terminal()
     configure_logging(stream=screen)
-    ProgressLine(100, clock=lambda: 1.0).update({"items": 50}, 1, 2)
+    line = ProgressLine({"a": 50, "b": 50}, exact=True, clock=lambda: 1.0)
+    line.shard_done("a", 50)
+    line.counts = {"items": 50}
+    line.draw()
     assert screen.getvalue().startswith("\r[############............] 50/100 items | shards 1/2")
 
 

@@ -17,13 +17,12 @@ from jobs.core.config import JobConfig, parse_config
 from jobs.core.storage import Store, open_store
 from jobs.engine.driver import resolve_location
 from jobs.engine.lease import RunLease, RunLocked
-from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
 from jobs.run.factory import input_spec
 from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import FatalJudgeError, StorageError
-from tests.support.job import shard_context, shard_files
+from tests.support.job import run_shard, shard_context, shard_files
 
 
 def lease_at(store: Store, run_id: str = "r1") -> RunLease:

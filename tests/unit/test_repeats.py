@@ -60,11 +60,10 @@ def frame(keys: list[tuple[str, int, str, int]]) -> pl.DataFrame:
 
 @pytest.fixture
 def small(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Partitions of at most 20 keys, 4 per split, blocks of 2 shards, batches of 50 keys."""
+    """Partitions of at most 20 keys, 4 per split, blocks of 2 shards."""
     monkeypatch.setattr(repeats, "FAN", 4)
     monkeypatch.setattr(repeats, "PARTITION_ROWS", 20)
     monkeypatch.setattr(repeats, "BLOCK_SHARDS", 2)
-    monkeypatch.setattr(repeats, "_BATCH_ROWS", 50)
     yield
 
 
@@ -152,7 +151,6 @@ def test_any_run_matches_the_reference(
         patch.setattr(repeats, "FAN", 3)
         patch.setattr(repeats, "PARTITION_ROWS", 15)
         patch.setattr(repeats, "BLOCK_SHARDS", 3)
-        patch.setattr(repeats, "_BATCH_ROWS", 20)
         found = find(tmp_path_factory.mktemp("run"), keys, batch=13)
     expected = reference(keys)
     assert found["by_shard"] == found["for_shard"] == expected

@@ -21,12 +21,11 @@ from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import open_store
 from jobs.core.text_safety import encodable, escaped, terminal_safe, unencodable
 from jobs.engine.publish.publisher import publish_run
-from jobs.engine.shards.worker import run_shard
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards, read_items
 from jobs.inputs.records import read_query_ids
 from jobs.run.factory import input_spec
 from tests.fake_judge import FakeJudgeServer
-from tests.support.job import llm_judge, manifest_of, shard_context
+from tests.support.job import llm_judge, manifest_of, run_shard, shard_context
 
 COLUMNS = {
     "query_id": "id",

@@ -16,7 +16,7 @@ from jobs.core.config import JobConfig, parse_config
 from jobs.core.schema import STAGED_ITEMS, STAGED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from jobs.core.storage import open_store
 from jobs.engine.shards.shard_rows import error_row, item_row, verdict_rows
-from jobs.engine.shards.worker import ShardRunner, run_shard
+from jobs.engine.shards.worker import ShardRunner
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
 from jobs.inputs import validate_record as preprocess
 from jobs.run.factory import cache_fingerprint, input_spec
@@ -25,7 +25,14 @@ from scorer_core.reasons import template_reason
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
 from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory
-from tests.support.job import COLUMNS, lexical_flags, llm_judge, shard_context, shard_files
+from tests.support.job import (
+    COLUMNS,
+    lexical_flags,
+    llm_judge,
+    run_shard,
+    shard_context,
+    shard_files,
+)
 
 
 def record(**overrides: Any) -> ItemRecord:

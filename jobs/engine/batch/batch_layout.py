@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from jobs.core.schema import BATCH_REPLIES, BATCH_REQUESTS
 from jobs.core.storage import Store
+from jobs.core.verdict_cache import VerdictCache, decode_entries
 from jobs.engine.batch.batch_judge import RecordedRequest, Reply
 
 
@@ -106,6 +107,13 @@ class BatchLayout:
                 )
                 replies[row["custom_id"]] = _better(replies.get(row["custom_id"]), reply)
         return replies
+
+    def read_frozen_cache(self, shard_id: str) -> VerdictCache | None:
+        """The cache view the shard's first pass froze, if it did."""
+        path = self.frozen_cache(shard_id)
+        if not self.store.exists(path):
+            return None
+        return VerdictCache(known=decode_entries(self.store.read_bytes(path)))
 
     def online_round(self, round_number: int) -> bool:
         """Whether round `round_number`'s pass asks online (judge.batch.deadline neared)."""

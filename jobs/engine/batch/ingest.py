@@ -6,6 +6,7 @@ or final (e.g. a 400: asked no more)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,11 +15,15 @@ from jobs.engine.batch.batch_judge import Reply
 from jobs.engine.batch.state import BatchRecord
 
 _EXCERPT = 300
+TRANSIENT_CODES = frozenset(
+    {"batch_expired", "batch_cancelled", "server_error", "rate_limit_exceeded"}
+)
+"""Error codes of an error line (or a response body) that a later batch may well not meet."""
 
 
 @dataclass
 class Ingested:
-    """A batch's replies by custom_id, and what did not fit."""
+    """A batch's replies by custom_id, and the lines that did not fit."""
 
     replies: dict[str, Reply] = field(default_factory=dict)
     unknown: int = 0
@@ -27,12 +32,7 @@ class Ingested:
     @property
     def retried(self) -> dict[str, int]:
         """The transient failures by reason: the requests the next round asks again."""
-        counts: dict[str, int] = {}
-        for reply in self.replies.values():
-            if reply.transient:
-                assert reply.retry is not None
-                counts[reply.retry] = counts.get(reply.retry, 0) + 1
-        return counts
+        return dict(Counter(str(r.retry) for r in self.replies.values() if r.transient))
 
     @property
     def final_errors(self) -> int:
@@ -40,23 +40,15 @@ class Ingested:
         return sum(1 for r in self.replies.values() if r.text is None and r.retry is None)
 
 
-#: Error codes of an error line (or a response body) that a later batch may well not meet.
-TRANSIENT_CODES = frozenset(
-    {"batch_expired", "batch_cancelled", "server_error", "rate_limit_exceeded"}
-)
-
-
-def _error_code(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        inner = value.get("error", value)
-        if isinstance(inner, Mapping):
-            code = inner.get("code") or inner.get("type")
-            return str(code) if code else None
-    return None
-
-
-def _transient_status(status: object) -> bool:
-    return isinstance(status, int) and (status == 429 or 500 <= status <= 599)
+def _error(value: Any) -> tuple[str | None, str]:
+    """(code or type, message) of an error line's error or an error response's body."""
+    inner = value.get("error", value) if isinstance(value, Mapping) else value
+    if not isinstance(inner, Mapping):
+        return None, _excerpt(str(inner))
+    code = inner.get("code") or inner.get("type")
+    message = str(inner.get("message") or "")
+    text = f"{code}: {message}" if code else message or json.dumps(inner)
+    return (str(code) if code else None), _excerpt(text)
 
 
 def _excerpt(text: str) -> str:
@@ -64,32 +56,22 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
 
 
-def _error_message(value: Any) -> str:
-    if isinstance(value, Mapping):
-        inner = value.get("error", value)
-        if isinstance(inner, Mapping):
-            code = inner.get("code") or inner.get("type")
-            message = str(inner.get("message") or "")
-            return _excerpt(f"{code}: {message}" if code else message or json.dumps(inner))
-        return _excerpt(str(inner))
-    return _excerpt(str(value))
-
-
 def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:
     """One output or error line as a reply (see the module doc)."""
     error = line.get("error")
     response = line.get("response")
     if error:
-        code = _error_code({"error": error})
+        code, message = _error(error)
         retry = code if code in TRANSIENT_CODES else None
-        return Reply(None, f"batch {batch_id}: {_error_message(error)}", retry=retry)
+        return Reply(None, f"batch {batch_id}: {message}", retry=retry)
     if not isinstance(response, Mapping):
         return Reply(None, f"batch {batch_id}: a line with neither a response nor an error")
     status = response.get("status_code")
     body = response.get("body")
     if status != 200:
-        retry = f"HTTP {status}" if _transient_status(status) else None
-        return Reply(None, f"batch {batch_id}: HTTP {status}: {_error_message(body)}", retry=retry)
+        transient = isinstance(status, int) and (status == 429 or 500 <= status <= 599)
+        message = f"batch {batch_id}: HTTP {status}: {_error(body)[1]}"
+        return Reply(None, message, retry=f"HTTP {status}" if transient else None)
     try:
         content = body["choices"][0]["message"].get("content")  # type: ignore[index]
         if content is not None and not isinstance(content, str):
@@ -110,45 +92,37 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def read_lines(data: bytes, batch_id: str, sent: set[str], into: Ingested) -> None:
-    """Add the replies of one output or error file's lines to `into`."""
-    for raw in data.splitlines():
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            into.unreadable += 1
-            continue
-        request_id = line.get("custom_id") if isinstance(line, dict) else None
-        if not isinstance(request_id, str) or request_id not in sent:
-            into.unknown += 1
-            continue
-        if request_id not in into.replies:
-            into.replies[request_id] = reply_of_line(line, batch_id)
-
-
 def missing_reason(record: BatchRecord) -> str:
     """Why a request of this (final) batch has no line, in the batch's own words."""
     batch = record.batch_id or record.name
     if record.stopped:
         return f"batch {batch} was stopped at judge.batch.deadline before this request was answered"
-    if record.status == "failed":
-        return f"batch {batch} failed validation: {record.errors or 'no reason given'}"
-    if record.status == "expired":
-        return f"batch {batch} expired before this request was answered"
-    if record.status == "cancelled":
-        return f"batch {batch} was cancelled before this request was answered"
-    return f"batch {batch} ended {record.status} without a line for this request"
+    ended = {
+        "failed": f"failed validation: {record.errors or 'no reason given'}",
+        "expired": "expired before this request was answered",
+        "cancelled": "was cancelled before this request was answered",
+    }
+    default = f"ended {record.status} without a line for this request"
+    return f"batch {batch} {ended.get(record.status or '', default)}"
 
 
 def ingest_batch(record: BatchRecord, files: Iterable[bytes], sent: Sequence[str]) -> Ingested:
-    """Every request in `sent` with its reply, from the batch's output and error files."""
+    """Every request in `sent` with its reply, from the batch's output and error files (the
+    first line for a request wins; lines for requests it was not sent are counted)."""
     wanted = set(sent)
     result = Ingested()
     batch_id = record.batch_id or record.name
-    for data in files:
-        read_lines(data, batch_id, wanted, result)
+    for raw in (raw for data in files for raw in data.splitlines() if raw.strip()):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            result.unreadable += 1
+            continue
+        request_id = line.get("custom_id") if isinstance(line, dict) else None
+        if not isinstance(request_id, str) or request_id not in wanted:
+            result.unknown += 1
+        elif request_id not in result.replies:
+            result.replies[request_id] = reply_of_line(line, batch_id)
     reason = missing_reason(record)
     why = "deadline" if record.stopped else f"missing (batch {record.status})"
     for request_id in sent:

@@ -140,46 +140,48 @@ class LiteLLMBatches:
         created = await self._call("upload a batch file", call)
         return str(created.id)
 
+    async def _batch(
+        self, what: str, call: Callable[..., Awaitable[Any]], **args: Any
+    ) -> BatchInfo:
+        return BatchInfo.of(await self._call(what, functools.partial(call, **args, **self._small)))
+
     async def create(self, file_id: str, metadata: dict[str, str]) -> BatchInfo:
         litellm = import_litellm()
-        batch = await self._call(
+        return await self._batch(
             "create a batch",
-            lambda: litellm.acreate_batch(
-                completion_window=self._completion_window,
-                endpoint=ENDPOINT,
-                input_file_id=file_id,
-                metadata=metadata,
-                **self._small,
-            ),
+            litellm.acreate_batch,
+            completion_window=self._completion_window,
+            endpoint=ENDPOINT,
+            input_file_id=file_id,
+            metadata=metadata,
         )
-        return BatchInfo.of(batch)
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
+        # without litellm's cost logging, which downloads a finished batch's output to price it
+        metadata = {"batch_ignore_default_logging": True}
         litellm = import_litellm()
-        batch = await self._call(
+        return await self._batch(
             "retrieve a batch",
-            lambda: litellm.aretrieve_batch(
-                batch_id=batch_id,
-                litellm_metadata={"batch_ignore_default_logging": True},
-                **self._small,
-            ),
+            litellm.aretrieve_batch,
+            batch_id=batch_id,
+            litellm_metadata=metadata,
         )
-        return BatchInfo.of(batch)
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         """Ask the provider to cancel a batch (it goes through `cancelling`)."""
-        litellm = import_litellm()
-        batch = await self._call(
-            "cancel a batch", lambda: litellm.acancel_batch(batch_id=batch_id, **self._small)
+        return await self._batch(
+            "cancel a batch", import_litellm().acancel_batch, batch_id=batch_id
         )
-        return BatchInfo.of(batch)
 
     async def find(self, file_id: str) -> BatchInfo | None:
         """The newest batch created from `file_id`, or None (searching the newest batches)."""
-        after: str | None = None
+        after: dict[str, str] = {}
         seen = 0
         while seen < _LIST_LIMIT:
-            page = await self._call("list batches", functools.partial(self._list_page, after))
+            call = functools.partial(
+                import_litellm().alist_batches, limit=_LIST_PAGE, **after, **self._small
+            )
+            page = await self._call("list batches", call)
             data = list(getattr(page, "data", None) or [])
             for batch in data:
                 if str(batch.input_file_id) == file_id:
@@ -187,12 +189,8 @@ class LiteLLMBatches:
             seen += len(data)
             if not data or not getattr(page, "has_more", False):
                 return None
-            after = str(data[-1].id)
+            after = {"after": str(data[-1].id)}
         return None
-
-    async def _list_page(self, after: str | None) -> Any:
-        extra = {"after": after} if after else {}
-        return await import_litellm().alist_batches(limit=_LIST_PAGE, **extra, **self._small)
 
     async def content(self, file_id: str) -> bytes:
         """The bytes of an output or error file."""

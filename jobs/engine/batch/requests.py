@@ -43,12 +43,6 @@ def judge_tag(config: JobConfig) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:8]
 
 
-def shard_number_of(custom_id: str) -> int | None:
-    """The shard number a custom_id names, or None when it is not one of ours."""
-    head, _, _ = custom_id.partition("-")
-    return int(head) if head.isdigit() else None
-
-
 def batch_provider(config: JobConfig) -> str:
     """litellm's custom_llm_provider for files and batches: `judge.batch.provider`, else the
     model's prefix; a model without one is OpenAI's."""

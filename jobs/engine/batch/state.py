@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,14 +50,9 @@ class BatchRecord:
     def final(self) -> bool:
         return self.status in FINAL_STATUSES or self.stopped
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["parts"] = [list(part) for part in self.parts]
-        return data
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BatchRecord:
-        """From `to_dict` (a round file of an older version lacks the later fields)."""
+        """From `RoundState.to_dict` (a round file of an older version lacks later fields)."""
         values = dict(data)
         values["parts"] = tuple((str(s), int(a), int(b)) for s, a, b in values["parts"])
         values["retried"] = {str(k): int(v) for k, v in (values.get("retried") or {}).items()}
@@ -79,11 +75,6 @@ class RoundState:
             self, batches=tuple(record if b.name == record.name else b for b in self.batches)
         )
 
-    @property
-    def done(self) -> bool:
-        """Every batch is final and its replies are ingested."""
-        return all(b.final and b.ingested for b in self.batches)
-
     def counts(self) -> dict[str, int]:
         """Requests in the round: total, completed and failed as last polled."""
         return {
@@ -94,11 +85,7 @@ class RoundState:
 
     def retried(self) -> dict[str, int]:
         """The round's transient failures by reason (asked again after it), as ingested."""
-        counts: dict[str, int] = {}
-        for record in self.batches:
-            for reason, count in record.retried.items():
-                counts[reason] = counts.get(reason, 0) + count
-        return dict(sorted(counts.items()))
+        return dict(sorted(sum((Counter(b.retried) for b in self.batches), Counter()).items()))
 
     def summary(self) -> dict[str, Any]:
         """The round for the manifest (`jobs.core.run_manifest.BatchRoundRecord`)."""
@@ -116,12 +103,7 @@ class RoundState:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "round": self.round,
-            "planned_at": self.planned_at,
-            "online": self.online,
-            "batches": [b.to_dict() for b in self.batches],
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundState:

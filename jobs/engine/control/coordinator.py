@@ -8,28 +8,10 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from jobs.engine.control.budget import BudgetSettings
 from jobs.engine.control.governor import Completion, RunGovernor
-from jobs.engine.control.limiter import PacingState
 from jobs.engine.control.progress import COUNTERS
 from jobs.engine.control.shard_board import BoardNews, ShardBoard
 from jobs.engine.messages import FlowFacts, Lease, ShardReport
-
-
-def make_governor(
-    *, requests_per_minute: float, tokens_per_minute: float, headroom: float, budget: BudgetSettings
-) -> RunGovernor:
-    """The run's governor: a pace when a limit is set, and the in-flight budget."""
-    pacing = (
-        PacingState(
-            requests_per_minute=requests_per_minute,
-            tokens_per_minute=tokens_per_minute,
-            headroom=headroom,
-        )
-        if requests_per_minute or tokens_per_minute
-        else None
-    )
-    return RunGovernor(pacing, budget)
 
 
 class RunCoordinator:

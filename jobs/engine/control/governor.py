@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jobs.engine.control.budget import BudgetSettings, InFlightBudget
+from jobs.core.config import RateLimitConfig
+from jobs.engine.control.budget import BudgetSettings, InFlightBudget, budget_settings
 from jobs.engine.control.limiter import PacingState
 from jobs.engine.messages import FlowFacts
 
@@ -33,6 +34,18 @@ class RunGovernor:
         self.requests = 0
         self.tokens_reserved = 0
         self.tokens_used = 0
+
+    @classmethod
+    def for_limits(cls, limits: RateLimitConfig) -> RunGovernor:
+        """The governor of `rate_limit`: a pace when a limit is set, and the in-flight budget."""
+        pacing = None
+        if limits.requests_per_minute or limits.tokens_per_minute:
+            pacing = PacingState(
+                requests_per_minute=limits.requests_per_minute,
+                tokens_per_minute=limits.tokens_per_minute,
+                headroom=limits.headroom,
+            )
+        return cls(pacing, budget_settings(limits))
 
     def reserve(self, estimated_tokens: int) -> tuple[float, int]:
         """(seconds to wait, tokens charged) for one request estimated at `estimated_tokens`."""

@@ -1,5 +1,5 @@
 """Run progress: counters the workers add to (batched, a few actor calls a second) and the
-line the driver logs from them (`ProgressLine`, its total from `ExpectedItems`)."""
+line the driver logs from them (`ProgressLine`)."""
 
 from __future__ import annotations
 
@@ -39,34 +39,6 @@ class BatchedCounter:
         self._last = self.clock()
 
 
-class ExpectedItems:
-    """How many items the shards to run hold: the progress line's total, for its bar and ETA.
-
-    `sizes` are the shards' lengths by shard id, in rows when `exact` (Parquet row ranges) or
-    in bytes (JSONL byte ranges). Bytes say nothing exact about items, so then the total is
-    extrapolated from the items per byte of the shards finished so far (unknown until one is).
-    """
-
-    def __init__(self, sizes: Mapping[str, int], *, exact: bool) -> None:
-        self._sizes = dict(sizes)
-        self._units_total = sum(self._sizes.values())
-        self._exact = exact
-        self._units_done = 0
-        self._items_done = 0
-
-    @property
-    def total(self) -> int | None:
-        if self._exact:
-            return self._units_total
-        if not self._units_done:
-            return None
-        return round(self._items_done / self._units_done * self._units_total)
-
-    def shard_done(self, shard_id: str, items: int) -> None:
-        self._units_done += self._sizes.get(shard_id, 0)
-        self._items_done += items
-
-
 def _eta(seconds: float) -> str:
     if seconds != seconds or seconds == float("inf"):
         return "--:--"
@@ -77,41 +49,62 @@ def _eta(seconds: float) -> str:
 
 class ProgressLine:
     """`items judged, items/s, 429s, ETA` as one line, logged as the progress record that
-    `jobs.core.console.ConsoleHandler` draws (in place on a terminal, plain lines in CI)."""
+    `jobs.core.console.ConsoleHandler` draws (in place on a terminal, plain lines in CI), from
+    the last `counts` polled.
+
+    `sizes` are the shards' lengths by shard id, in rows when `exact` (Parquet row ranges) or
+    in bytes (JSONL byte ranges). Bytes say nothing exact about items, so then the item total
+    is extrapolated from the items per byte of the shards finished so far (unknown until one
+    is)."""
 
     def __init__(
-        self, total_items: int | None, clock: Callable[[], float] = time.monotonic
+        self,
+        sizes: Mapping[str, int],
+        *,
+        exact: bool,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._total = total_items
+        self._sizes = dict(sizes)
+        self._units_total = sum(self._sizes.values())
+        self._exact = exact
         self._clock = clock
         self._start = clock()
+        self._units_done = self._items_done = self._shards_done = 0
+        self.counts: dict[str, int] = {}
 
-    def set_total(self, total_items: int | None) -> None:
-        """Update the expected number of items (an estimate while input sizes are in bytes)."""
-        self._total = total_items
+    @property
+    def total(self) -> int | None:
+        """The items the shards hold (an estimate while their sizes are in bytes)."""
+        if self._exact:
+            return self._units_total
+        if not self._units_done:
+            return None
+        return round(self._items_done / self._units_done * self._units_total)
 
-    def render(self, counts: dict[str, int], shards_done: int, shards_total: int) -> str:
+    def shard_done(self, shard_id: str, items: int) -> None:
+        self._shards_done += 1
+        self._units_done += self._sizes.get(shard_id, 0)
+        self._items_done += items
+
+    def render(self) -> str:
+        counts, total = self.counts, self.total
         elapsed = max(1e-6, self._clock() - self._start)
         items = counts.get("items", 0)
         rate = items / elapsed
-        if self._total:
-            share = min(1.0, items / self._total)
-            filled = int(share * 24)
+        if total:
+            filled = int(min(1.0, items / total) * 24)
             bar = "#" * filled + "." * (24 - filled)
-            eta = _eta((self._total - items) / rate if rate > 0 else float("inf"))
-            head = f"[{bar}] {items:,}/{self._total:,} items"
+            eta = _eta((total - items) / rate if rate > 0 else float("inf"))
+            head = f"[{bar}] {items:,}/{total:,} items"
         else:
             eta = "--:--"
             head = f"{items:,} items"
         return (
-            f"{head} | shards {shards_done}/{shards_total} | {rate:,.1f} items/s | "
+            f"{head} | shards {self._shards_done}/{len(self._sizes)} | {rate:,.1f} items/s | "
             f"calls {counts.get('calls', 0):,} | 429s {counts.get('rate_limited', 0):,} | "
             f"cache {counts.get('cache_hits', 0):,} | unscored {counts.get('unscored', 0):,} | "
             f"errors {counts.get('errors', 0):,} | ETA {eta}"
         )
 
-    def update(
-        self, counts: dict[str, int], shards_done: int, shards_total: int, *, final: bool = False
-    ) -> None:
-        line = self.render(counts, shards_done, shards_total)
-        logger.info(line, extra=progress_extra(final))
+    def draw(self, *, final: bool = False) -> None:
+        logger.info(self.render(), extra=progress_extra(final))

@@ -49,7 +49,7 @@ class Spill:
         self._buffer: list[pl.DataFrame] = []
         self._buffered_bytes = 0
         self._runs: list[_Run] = []
-        self._counts: dict[int, int] = {}
+        self.counts: dict[int, int] = {}  # rows by bucket
         folder.mkdir(parents=True, exist_ok=True)
 
     def add(self, rows: pl.DataFrame) -> None:
@@ -86,7 +86,7 @@ class Spill:
                     writer.write_batch(batch)
                     written += 1
                 batches[index] = (start, written)
-                self._counts[index] = self._counts.get(index, 0) + piece.height
+                self.counts[index] = self.counts.get(index, 0) + piece.height
             if writer is not None:
                 writer.close()
         self._runs.append(_Run(path, batches))
@@ -94,7 +94,7 @@ class Spill:
     def close(self) -> list[int]:
         """Stop adding; the buckets that hold rows, in order."""
         self._flush()
-        return sorted(self._counts)
+        return sorted(self.counts)
 
     def batches(self, bucket: int) -> Iterator[pl.DataFrame]:
         """The rows of `bucket`, one run's share at a time (after `close`)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -20,7 +20,7 @@ import polars as pl
 from jobs.core.formatting import optional_float
 from jobs.core.pricing import estimate_cost_usd
 from jobs.core.schema import PUBLISHED_SUMMARY
-from jobs.core.stats import Moments, StratumCell, stratified_interval, t_interval
+from jobs.core.stats import Moments, StratumCell, moments_by, stratified_interval, t_interval
 from jobs.inputs.sampling import SamplePlan, Stratum, stratum_text
 from scorer_core import precision
 
@@ -29,8 +29,6 @@ TableSource = pl.LazyFrame | pl.DataFrame | str | Path | Sequence[str | Path]
 
 
 def _summary_bands() -> tuple[tuple[str, float, float], ...]:
-    """The library's bands (`scorer_core.precision.BANDS`, best first, lower bounds only) as
-    (name, lower, upper) rows, worst first, with "none" (exactly 0) in front."""
     ascending = tuple(reversed(precision.BANDS))
     uppers = (*(lower for _, lower in ascending[1:]), math.inf)
     return (
@@ -40,15 +38,14 @@ def _summary_bands() -> tuple[tuple[str, float, float], ...]:
 
 
 BANDS: tuple[tuple[str, float, float], ...] = _summary_bands()
-"""Score bands over score / scale, worst first: (name, lower, upper), derived from
-`scorer_core.precision.BANDS` so a run's band counts use the names and edges of each item's
-`score_band`: none (exactly 0), low (above 0, below 0.35), moderate, good, excellent (0.85 and
-up).  A band is lower <= s < upper, except that "low" excludes 0 itself."""
+"""Score bands over score / scale, worst first, as (name, lower, upper): "none" (exactly 0),
+then `scorer_core.precision.BANDS` (the names and edges of each item's `score_band`). A band is
+lower <= s < upper, except that "low" excludes 0 itself."""
 
 
 def band_range(name: str) -> str:
-    """The values of score / scale band `name` holds, for people: "0", "> 0, < 0.35",
-    "0.35-0.65", ">= 0.85"; "" for a name that is not a band."""
+    """The values band `name` holds, for people: "0", "> 0, < 0.35", "0.35-0.65", ">= 0.85";
+    "" for a name that is not a band."""
     for label, lower, upper in BANDS:
         if label != name:
             continue
@@ -62,10 +59,6 @@ def band_range(name: str) -> str:
     return ""
 
 
-# --------------------------------------------------------------------------------------------
-# inputs
-
-
 def as_lazy(source: TableSource) -> pl.LazyFrame:
     """A LazyFrame over `source`: LazyFrames pass through, Parquet paths and globs are scanned."""
     if isinstance(source, pl.LazyFrame):
@@ -75,17 +68,6 @@ def as_lazy(source: TableSource) -> pl.LazyFrame:
     if isinstance(source, str | Path):
         return pl.scan_parquet(source)
     return pl.scan_parquet([str(path) for path in source])
-
-
-def _judged(verdicts: pl.LazyFrame) -> pl.LazyFrame:
-    """The verdict rows that carry a verdict (relevant not null), only the columns scoring needs."""
-    return verdicts.select("query_id", "position", "relevant").filter(
-        pl.col("relevant").is_not_null()
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +86,8 @@ CANARY_METRICS: tuple[str, ...] = (
     "canary_precision",
     "canary_recall",
 )
-"""Summary metrics of the judge canary (`canary:`): labelled items judged fresh, and Cohen's
-kappa, precision and recall of the judge's verdicts against the labels (`jobs.run.canary`)."""
+"""The judge canary's metrics (`jobs.run.canary`): labelled items judged fresh, and Cohen's
+kappa, precision and recall of the judge's verdicts against the labels."""
 
 FLOW_METRICS: tuple[str, ...] = (
     "in_flight_budget",
@@ -114,8 +96,20 @@ FLOW_METRICS: tuple[str, ...] = (
     "latency_p90_s",
     "latency_p99_s",
 )
-"""Summary metrics about the run's request flow, from the governor
-    (`jobs.engine.control.governor`)."""
+"""The run's request flow, from the governor (`jobs.engine.control.governor`)."""
+
+_COUNTS = (
+    *("items", "scored", "unscored", "errors"),
+    *("judge_calls", "prompt_tokens", "completion_tokens", "cache_hits"),
+)
+_STATISTICS = ("mean", "median", "p10", "p90", "mean_ci_low", "mean_ci_high")
+# The summary table's metrics before the flow and canary ones, in the table's order.
+_METRICS = (
+    *("scale", "items", "population", "scored", "unscored", "errors"),
+    *_STATISTICS,
+    *_COUNTS[4:],
+    "cost_usd",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,17 +137,16 @@ class RunSummary:
     completion_tokens: int
     cache_hits: int
     cost_usd: float | None
-    # How the run's requests flowed (`FLOW_METRICS`: the in-flight budget it settled on, the
-    # most in flight, reply latency percentiles); empty for the offline judge.
+    # `FLOW_METRICS`; empty for the offline judge.
     flow: tuple[tuple[str, float | None], ...] = ()
     segments: tuple[Segment, ...] = ()
-    # The 95% interval of the mean (`interval_of`): a t interval over the scored items, or for
-    # a sampled run the stratified estimator's; None below 2 scored items.
+    # The 95% interval of the mean: a t interval, or for a sampled run the stratified
+    # estimator's; None below 2 scored items.
     mean_ci_low: float | None = None
     mean_ci_high: float | None = None
     # Items in the input (a sampled run judges some of them: `items`); None when unknown.
     population: int | None = None
-    # The judge canary (`CANARY_METRICS`, the whole run only); empty without one.
+    # `CANARY_METRICS` (the whole run only); empty without a canary.
     canary: tuple[tuple[str, float | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,27 +174,8 @@ class RunSummary:
 
     def metric_rows(self) -> list[tuple[str, str | None, int | None, float | None]]:
         """(metric, band, position, value) for every value of this summary, segments aside."""
-        scalars: dict[str, float | None] = {
-            "scale": self.scale,
-            "items": self.items,
-            "population": self.population,
-            "scored": self.scored,
-            "unscored": self.unscored,
-            "errors": self.errors,
-            "mean": self.mean,
-            "median": self.median,
-            "p10": self.p10,
-            "p90": self.p90,
-            "mean_ci_low": self.mean_ci_low,
-            "mean_ci_high": self.mean_ci_high,
-            "judge_calls": self.judge_calls,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cache_hits": self.cache_hits,
-            "cost_usd": self.cost_usd,
-            **dict(self.flow),
-            **dict(self.canary),
-        }
+        scalars = {name: getattr(self, name) for name in _METRICS}
+        scalars.update({**dict(self.flow), **dict(self.canary)})
         rows: list[tuple[str, str | None, int | None, float | None]] = [
             (name, None, None, value) for name, value in scalars.items()
         ]
@@ -213,18 +187,14 @@ class RunSummary:
         return rows
 
     def to_frame(self) -> pl.DataFrame:
-        """The published summary table (`jobs.core.schema.PUBLISHED_SUMMARY`), one row per value.
-
-        The whole run's rows first (segment_by and segment null), then each segment's rows.
-        band is set on band_count rows only, position on position_* rows only; value is null
-        when undefined.
-        """
-        model = self.model
+        """The published summary table (`jobs.core.schema.PUBLISHED_SUMMARY`), one row per value:
+        the whole run's rows first (segment_by and segment null), then each segment's."""
         rows: list[tuple[str, str | None, str | None, str, str | None, int | None, float | None]]
-        rows = [(model, None, None, *row) for row in self.metric_rows()]
+        rows = [(self.model, None, None, *row) for row in self.metric_rows()]
         for segment in self.segments:
             rows.extend(
-                (model, segment.by, segment.value, *row) for row in segment.summary.metric_rows()
+                (self.model, segment.by, segment.value, *row)
+                for row in segment.summary.metric_rows()
             )
         return pl.DataFrame(rows, schema=PUBLISHED_SUMMARY.polars, orient="row")
 
@@ -238,89 +208,76 @@ class Segment:
     summary: RunSummary
 
 
+def _segment(column: str | None) -> pl.Expr:
+    """A segment's value as text (as the summary table stores it); null for the whole run."""
+    value = pl.lit(None, pl.String) if column is None else pl.col(column).cast(pl.String)
+    return value.alias("segment")
+
+
 def _band_expr(normalized: pl.Expr, lower: float, upper: float) -> pl.Expr:
-    """True where `normalized` falls in the band [lower, upper) (the "none" band: == 0)."""
     if upper == lower:
         return normalized == lower
     above = normalized > lower if lower == 0 else normalized >= lower - precision.BAND_EPSILON
     return above & (normalized < upper - precision.BAND_EPSILON)
 
 
-def _stat_columns(scale: float) -> list[pl.Expr]:
-    """Row-wise columns the statistics reduce: the ok item's score (null otherwise), one 0/1
-    column per status and per band, the usage counts."""
+_STATUSES = (("unscored", "unscored"), ("errors", "error"))
+
+
+def _stats(scores: pl.LazyFrame, column: str | None, scale: float) -> pl.LazyFrame:
+    """Per segment of `column` (one row for the whole run): item, status, band and usage
+    counts, as plain reductions of row-wise columns (a filter inside a group-by's aggregation
+    made Polars hold every group's rows)."""
     is_ok = pl.col("status") == "ok"
     ok_score = pl.when(is_ok).then(pl.col("score"))
     # With scale 0 every score is 0: it belongs to the "none" band.
     normalized = ok_score / scale if scale > 0 else ok_score * 0.0
-    return [
-        ok_score.alias("ok_score"),
+    rows = scores.select(
+        _segment(column),
         is_ok.alias("scored"),
-        (pl.col("status") == "unscored").alias("unscored"),
-        (pl.col("status") == "error").alias("errors"),
+        *((pl.col("status") == status).alias(name) for name, status in _STATUSES),
         *(
             _band_expr(normalized, lower, upper).fill_null(False).alias(f"band:{label}")
             for label, lower, upper in BANDS
         ),
         pl.col("calls").alias("judge_calls"),
-        pl.col("prompt_tokens"),
-        pl.col("completion_tokens"),
-        pl.col("cache_hits"),
-    ]
-
-
-def _stat_aggs() -> list[pl.Expr]:
-    """Status counts, band counts, usage sums, as plain reductions of `_stat_columns`: one
-    value each, over the whole frame or per group. (A filter inside a group-by's aggregation
-    made Polars hold every group's rows.) The mean and percentiles come from `_score_counts`
-    (`score_statistics`)."""
-    return [
-        pl.len().alias("items"),
-        pl.col("scored").sum(),
-        pl.col("unscored").sum(),
-        pl.col("errors").sum(),
-        *(pl.col(f"band:{label}").sum() for label, _, _ in BANDS),
-        pl.col("judge_calls").sum(),
-        pl.col("prompt_tokens").sum(),
-        pl.col("completion_tokens").sum(),
-        pl.col("cache_hits").sum(),
-    ]
-
-
-def _segment(column: str) -> pl.Expr:
-    """A segment's value as text (how the summary table stores it)."""
-    return pl.col(column).cast(pl.String).alias("segment")
-
-
-def _score_stats(scores: pl.LazyFrame, scale: float) -> pl.LazyFrame:
-    """One row: `_stat_aggs` over every item."""
-    return scores.select(_stat_columns(scale)).select(_stat_aggs())
-
-
-def _segment_stats(scores: pl.LazyFrame, column: str, scale: float) -> pl.LazyFrame:
-    """One row per value of `column` ("segment", as text): `_stat_aggs` over its items."""
-    return (
-        scores.select(_segment(column), *_stat_columns(scale))
-        .group_by("segment")
-        .agg(_stat_aggs())
-        .sort("segment", nulls_last=True)
+        *(pl.col(name) for name in _COUNTS[5:]),
     )
+    sums = [pl.len().alias("items"), pl.exclude("segment").sum()]
+    if column is None:
+        return rows.select(pl.first("segment"), *sums)
+    return rows.group_by("segment").agg(sums).sort("segment", nulls_last=True)
 
 
 def _score_counts(scores: pl.LazyFrame, column: str | None) -> pl.LazyFrame:
-    """How many ok items have each score (per value of `column`, "segment", when given).
-
-    Scores have 2 decimals, so this is at most 100 * scale + 1 rows (per segment): the
-    percentiles are computed from it (`quantiles`) instead of by a group-by quantile, which
-    holds every score of every group (+60 MiB per percentile at 1M items, 100 segments).
-    """
-    keys = [_segment(column)] if column is not None else []
+    """How many ok items have each score, per segment: at most 100 x scale + 1 rows a segment,
+    which the percentiles come from (a group-by quantile holds every score of every group)."""
     ok_score = pl.when(pl.col("status") == "ok").then(pl.col("score")).alias("ok_score")
     return (
-        scores.select(*keys, ok_score)
+        scores.select(_segment(column), ok_score)
         .drop_nulls("ok_score")
-        .group_by(*(["segment"] if column is not None else []), "ok_score")
+        .group_by("segment", "ok_score")
         .agg(pl.len().alias("count"))
+    )
+
+
+def _positions(verdicts: pl.LazyFrame, column: str | None) -> pl.LazyFrame:
+    """Per segment and position: judged (non-null verdicts) and relevant."""
+    return (
+        verdicts.select(_segment(column), "position", "relevant")
+        .filter(pl.col("relevant").is_not_null())
+        .group_by("segment", "position")
+        .agg(judged=pl.len().cast(pl.Int64), relevant=pl.col("relevant").sum().cast(pl.Int64))
+        .sort("segment", "position", nulls_last=True)
+    )
+
+
+def relevance_by_position(verdicts: TableSource) -> pl.LazyFrame:
+    """Per position: judged (non-null verdicts), relevant, rate = relevant / judged."""
+    return (
+        _positions(as_lazy(verdicts), None)
+        .drop("segment")
+        .with_columns(rate=pl.col("relevant") / pl.col("judged"))
     )
 
 
@@ -328,12 +285,10 @@ QUANTILES = (("median", 0.5), ("p10", 0.1), ("p90", 0.9))
 
 
 def score_statistics(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
-    """mean, median, p10 and p90 of the values given as (value, how many times).
+    """mean (with its t interval), median, p10 and p90 of values given as (value, how many).
 
-    The mean is exact: the sum of the values as the rationals their doubles are, over their
-    number, rounded once to the nearest double. (A float sum, Polars' or anyone's, depends
-    on the order and the chunks it adds in: the same scores gave means 1 ulp apart when the
-    file they were read from had other row groups.) Percentiles: `quantiles`."""
+    The mean is exact: the sum of the values as the rationals their doubles are, rounded once
+    (a float sum depends on the order and chunks it adds in)."""
     total = sum(count for _, count in counts)
     mean = None
     if total:
@@ -348,10 +303,8 @@ def score_statistics(counts: Sequence[tuple[float, int]]) -> dict[str, float | N
 
 
 def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
-    """median, p10 and p90 of the values given as (value, how many times), with linear
-    interpolation between the closest ranks: at q, the values v_lo and v_hi at ranks
-    floor(q * (n - 1)) and ceil(q * (n - 1)) of the n sorted values give
-    v_lo + (q * (n - 1) - floor(q * (n - 1))) * (v_hi - v_lo). None when there is no value."""
+    """median, p10 and p90 of values given as (value, how many), interpolated linearly between
+    the closest ranks floor(q * (n - 1)) and ceil(q * (n - 1)); None when there is no value."""
     ordered = sorted(counts)
     total = sum(count for _, count in ordered)
     if total == 0:
@@ -370,78 +323,28 @@ def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
     return out
 
 
-def _segment_positions(verdicts: pl.LazyFrame, column: str) -> pl.LazyFrame:
-    """Per value of `column` and position: judged, relevant (verdicts carrying `column`)."""
-    return (
-        _judged_with(verdicts, column)
-        .group_by(_segment(column), "position")
-        .agg(
-            judged=pl.len().cast(pl.Int64),
-            relevant=pl.col("relevant").sum().cast(pl.Int64),
-        )
-        .sort("segment", "position", nulls_last=True)
-    )
-
-
-def _judged_with(verdicts: pl.LazyFrame, column: str) -> pl.LazyFrame:
-    return verdicts.select("position", "relevant", column).filter(pl.col("relevant").is_not_null())
-
-
-def relevance_by_position(verdicts: TableSource) -> pl.LazyFrame:
-    """Per position: judged (non-null verdicts), relevant, rate = relevant / judged."""
-    return (
-        _judged(as_lazy(verdicts))
-        .group_by("position")
-        .agg(
-            judged=pl.len().cast(pl.Int64),
-            relevant=pl.col("relevant").sum().cast(pl.Int64),
-        )
-        .with_columns(rate=pl.col("relevant") / pl.col("judged"))
-        .sort("position")
-    )
-
-
 def _summary_of(
     stats: dict[str, Any],
-    positions: Sequence[dict[str, Any]],
+    positions: Sequence[tuple[int, int, int]],
     *,
     model: str,
     scale: float,
-    batch_price: bool = False,
+    batch_price: bool,
 ) -> RunSummary:
-    """A RunSummary from one row of `_stat_exprs` and its rows of judged / relevant by
-    position; the cost at the model's batch price when `batch_price` (judge.mode batch)."""
-    prompt_tokens = int(stats["prompt_tokens"] or 0)
-    completion_tokens = int(stats["completion_tokens"] or 0)
+    """A RunSummary from a row of `_stats` and `score_statistics` and its (position, judged,
+    relevant) rows; the cost at the model's batch price when `batch_price`."""
+    values: dict[str, Any] = {name: int(stats[name] or 0) for name in _COUNTS}
+    values.update({name: optional_float(stats[name]) for name in _STATISTICS})
     return RunSummary(
         model=model,
         scale=scale,
-        items=int(stats["items"]),
-        scored=int(stats["scored"] or 0),
-        unscored=int(stats["unscored"] or 0),
-        errors=int(stats["errors"] or 0),
-        mean=optional_float(stats["mean"]),
-        median=optional_float(stats["median"]),
-        p10=optional_float(stats["p10"]),
-        p90=optional_float(stats["p90"]),
-        mean_ci_low=optional_float(stats.get("mean_ci_low")),
-        mean_ci_high=optional_float(stats.get("mean_ci_high")),
-        population=int(stats["items"]),
+        **values,
+        population=values["items"],
         bands=tuple((label, int(stats[f"band:{label}"] or 0)) for label, _, _ in BANDS),
-        position_rates=tuple(
-            PositionRate(
-                position=int(row["position"]),
-                judged=int(row["judged"]),
-                relevant=int(row["relevant"]),
-                rate=int(row["relevant"]) / int(row["judged"]),
-            )
-            for row in positions
+        position_rates=tuple(PositionRate(p, j, r, r / j) for p, j, r in positions),
+        cost_usd=estimate_cost_usd(
+            model, values["prompt_tokens"], values["completion_tokens"], batch=batch_price
         ),
-        judge_calls=int(stats["judge_calls"] or 0),
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        cache_hits=int(stats["cache_hits"] or 0),
-        cost_usd=estimate_cost_usd(model, prompt_tokens, completion_tokens, batch=batch_price),
     )
 
 
@@ -456,113 +359,62 @@ def summarize(
     batch_price: bool = False,
     sample: SamplePlan | None = None,
 ) -> RunSummary:
-    """The run summary from the published scores and verdicts tables (`jobs.core.schema`); the
-    cost at the model's batch price when `batch_price` (judge.mode batch).
+    """The run summary from the published scores and verdicts tables (`jobs.core.schema`).
 
-    The mean is exact (`score_statistics`); percentiles use linear interpolation between
-    closest ranks (`quantiles`); bands are over score / scale.
-    `segment_by`: columns of `scores` to summarise by as well (`RunSummary.segments`, in this
-    order, each column's values sorted as text, null last); those also in `verdict_segments`
-    are columns of `verdicts` too and get their relevance by position per segment.
-    `sample`: a sampled run's plan (`jobs.inputs.sampling`): the mean and its interval, of the whole
-    run and of each segment, are then the stratified estimator's (`sampled_estimates`), and
-    `population` the plan's counts of the input.
+    Args:
+        scores, verdicts: the published tables.
+        model, scale: the judge model (for the cost) and the scorer's scale (for the bands).
+        segment_by: columns of `scores` to summarise by as well (`RunSummary.segments`, in this
+            order, each column's values sorted as text, null last); those also in
+            `verdict_segments` are columns of `verdicts` too and get their relevance by position.
+        batch_price: the cost at the model's batch price (judge.mode batch).
+        sample: a sampled run's plan: the means and intervals are then the stratified
+            estimator's (`sampled_estimates`), and `population` the plan's counts.
     """
-    scores = as_lazy(scores)
-    verdicts = as_lazy(verdicts)
-    plans = [
-        _score_stats(scores, scale),
-        _score_counts(scores, None),
-        relevance_by_position(verdicts),
-    ]
-    for column in segment_by:
-        plans += [_segment_stats(scores, column, scale), _score_counts(scores, column)]
-        if column in verdict_segments:
-            plans.append(_segment_positions(verdicts, column))
-    # One plan at a time: run together, their buffers add up (+50 MiB at 1M items).
-    frames = (plan.collect() for plan in plans)
-    stats, counts, positions = next(frames), next(frames), next(frames)
-    segments: list[Segment] = []
-    for column in segment_by:
-        segments += _segments_of(
-            column, frames, column in verdict_segments, model, scale, batch_price
+    scores, verdicts = as_lazy(scores), as_lazy(verdicts)
+    common = {"model": model, "scale": scale, "batch_price": batch_price}
+    ((_, whole),) = _summaries(scores, verdicts, None, True, **common)
+    segments = tuple(
+        Segment(column, value, summary)
+        for column in segment_by
+        for value, summary in _summaries(
+            scores, verdicts, column, column in verdict_segments, **common
         )
-    overall = _summary_of(
-        {**stats.row(0, named=True), **score_statistics(list(counts.iter_rows()))},
-        list(positions.iter_rows(named=True)),
-        model=model,
-        scale=scale,
-        batch_price=batch_price,
     )
-    summary = replace(overall, segments=tuple(segments))
-    if sample is not None:
-        summary = sampled_estimates(summary, scores, sample)
-    return summary
+    summary = replace(whole, segments=segments)
+    return summary if sample is None else sampled_estimates(summary, scores, sample)
 
 
-def _segments_of(
-    column: str,
-    frames: Iterator[pl.DataFrame],
+def _summaries(
+    scores: pl.LazyFrame,
+    verdicts: pl.LazyFrame,
+    column: str | None,
     with_positions: bool,
-    model: str,
-    scale: float,
-    batch_price: bool,
-) -> list[Segment]:
-    """The segments of `column` from its collected plans, in `summarize`'s order: its
-    statistics, its score counts and (`with_positions`) its relevance by position."""
-    per_value, per_value_counts = next(frames), next(frames)
-    by_value: dict[str | None, list[dict[str, Any]]] = {}
-    if with_positions:
-        for row in next(frames).iter_rows(named=True):
-            by_value.setdefault(row["segment"], []).append(row)
-    value_counts: dict[str | None, list[tuple[float, int]]] = {}
-    for value, score, count in per_value_counts.iter_rows():
-        value_counts.setdefault(value, []).append((score, count))
-    return [
-        Segment(
-            by=column,
-            value=row["segment"],
-            summary=_summary_of(
-                {**row, **score_statistics(value_counts.get(row["segment"], []))},
-                by_value.get(row["segment"], []),
-                model=model,
-                scale=scale,
-                batch_price=batch_price,
-            ),
-        )
-        for row in per_value.iter_rows(named=True)
-    ]
+    **common: Any,
+) -> list[tuple[str | None, RunSummary]]:
+    """(value, its summary) per segment of `column` (None: the whole run, one summary)."""
+    # One plan at a time: collected together, their buffers add up (+50 MiB at 1M items).
+    stats = _stats(scores, column, common["scale"]).collect()
+    counts = _by_segment(_score_counts(scores, column).collect())
+    positions = _by_segment(_positions(verdicts, column).collect()) if with_positions else {}
+    out = []
+    for row in stats.iter_rows(named=True):
+        value = row["segment"]
+        row.update(score_statistics(counts.get(value, [])))
+        out.append((value, _summary_of(row, positions.get(value, []), **common)))
+    return out
 
 
-def _strata_moments(
-    scores: pl.LazyFrame, by: Sequence[str], column: str | None
-) -> dict[tuple[str | None, Stratum], Moments]:
-    """(segment text of `column`, or None for the whole run; stratum) -> the Moments of the
-    ok scores there: one small group-by (strata times segments rows)."""
-    keys = [pl.col(name).alias(f"_stratum_{i}") for i, name in enumerate(by)]
-    segment = _segment(column) if column is not None else pl.lit(None, pl.String).alias("segment")
-    frame = (
-        scores.filter(pl.col("status") == "ok")
-        .select(segment, *keys, pl.col("score").cast(pl.Float64))
-        .group_by("segment", *(f"_stratum_{i}" for i in range(len(by))))
-        .agg(
-            n=pl.len(),
-            total=pl.col("score").sum(),
-            total_sq=(pl.col("score") * pl.col("score")).sum(),
-        )
-        .collect()
-    )
-    out: dict[tuple[str | None, Stratum], Moments] = {}
-    for row in frame.iter_rows():
-        stratum = tuple(stratum_text(value) for value in row[1 : 1 + len(by)])
-        out[(row[0], stratum)] = Moments(int(row[-3]), float(row[-2]), float(row[-1]))
+def _by_segment(frame: pl.DataFrame) -> dict[str | None, list[tuple[Any, ...]]]:
+    """The rows of `frame` without their first column ("segment"), by its value."""
+    out: dict[str | None, list[tuple[Any, ...]]] = {}
+    for value, *rest in frame.iter_rows():
+        out.setdefault(value, []).append(tuple(rest))
     return out
 
 
 def _stratified(
-    plan: SamplePlan,
-    sampled: Mapping[Stratum, int],
-    domain: Mapping[Stratum, Moments],
+    plan: SamplePlan, sampled: Mapping[Stratum, int], domain: Mapping[Stratum, Moments]
 ) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of one domain; None where there are too few items."""
     cells = [
@@ -578,37 +430,35 @@ def _stratified(
 def sampled_estimates(summary: RunSummary, scores: pl.LazyFrame, plan: SamplePlan) -> RunSummary:
     """`summary` of a sampled run with the stratified estimator's mean and 95% interval (the
     whole run's and each segment's, `jobs.core.stats.stratified_interval`) and the population."""
-    by = plan.config.by
-    whole = {stratum: m for (_, stratum), m in _strata_moments(scores, by, None).items()}
-    sampled = {stratum: m.n for stratum, m in whole.items()}
-    mean, low, high = _stratified(plan, sampled, whole)
-    per_column = {column: _strata_moments(scores, by, column) for column in summary.segment_columns}
-    segments = []
-    for segment in summary.segments:
-        domain = {
-            stratum: m
-            for (value, stratum), m in per_column[segment.by].items()
-            if value == segment.value
-        }
-        s_mean, s_low, s_high = _stratified(plan, sampled, domain)
-        population = plan.segments.get((segment.by, segment.value))
-        segments.append(
-            replace(
-                segment,
-                summary=replace(
-                    segment.summary,
-                    mean=s_mean,
-                    mean_ci_low=s_low,
-                    mean_ci_high=s_high,
-                    population=population,
-                ),
-            )
+    strata = [pl.col(name).alias(f"_stratum_{i}") for i, name in enumerate(plan.config.by)]
+    ok = scores.filter(pl.col("status") == "ok")
+
+    def domains(column: str | None) -> dict[str | None, dict[Stratum, Moments]]:
+        """Per segment of `column`, the Moments of its ok scores in each stratum."""
+        out: dict[str | None, dict[Stratum, Moments]] = {}
+        for (value, *stratum), moments in moments_by(
+            ok, "score", [_segment(column), *strata]
+        ).items():
+            out.setdefault(value, {})[tuple(map(stratum_text, stratum))] = moments
+        return out
+
+    whole = domains(None).get(None, {})
+    sampled = {stratum: moments.n for stratum, moments in whole.items()}
+
+    def estimated(
+        part: RunSummary, domain: Mapping[Stratum, Moments], population: int | None
+    ) -> RunSummary:
+        mean, low, high = _stratified(plan, sampled, domain)
+        return replace(part, mean=mean, mean_ci_low=low, mean_ci_high=high, population=population)
+
+    per_column = {column: domains(column) for column in summary.segment_columns}
+    segments = tuple(
+        replace(
+            s,
+            summary=estimated(
+                s.summary, per_column[s.by].get(s.value, {}), plan.segments.get((s.by, s.value))
+            ),
         )
-    return replace(
-        summary,
-        mean=mean,
-        mean_ci_low=low,
-        mean_ci_high=high,
-        population=plan.items,
-        segments=tuple(segments),
+        for s in summary.segments
     )
+    return replace(estimated(summary, whole, plan.items), segments=segments)

@@ -86,11 +86,4 @@ def flow_metrics(flow: FlowSnapshot) -> list[tuple[str, float | None]]:
     """The governor's snapshot as the summary's flow metrics (`aggregate.FLOW_METRICS`)."""
     if flow.is_empty():
         return []
-    values = {
-        "in_flight_budget": flow.in_flight_budget,
-        "max_in_flight": flow.max_in_flight,
-        "latency_p50_s": flow.latency_p50_s,
-        "latency_p90_s": flow.latency_p90_s,
-        "latency_p99_s": flow.latency_p99_s,
-    }
-    return [(name, values[name]) for name in FLOW_METRICS]
+    return [(name, getattr(flow, name)) for name in FLOW_METRICS]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
-import os
 import tempfile
 import time
 from collections import deque
@@ -25,7 +24,7 @@ from jobs.core.run_layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.core.run_manifest import ErrorRateRecord, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
-from jobs.engine.pairs.repeats import KEYS, RepeatFinder, RepeatMarks, mark_rows
+from jobs.engine.pairs.repeats import KEYS, RepeatFinder, mark_rows
 from jobs.engine.publish import aggregate
 from jobs.inputs.sampling import SamplePlan
 
@@ -54,18 +53,6 @@ class Published:
     judge: JudgeRecord = field(default_factory=JudgeRecord)
     # The share of error items against run.max_error_rate (jobs.core.error_rate).
     error_rate: ErrorRate | None = None
-
-
-def _upload_frame(store: Store, frame: pl.DataFrame | Path, path: str, tmp: str) -> None:
-    """Upload a table to `path` under the store's root, all or nothing: a frame (written to a
-    local Parquet file in `tmp` first) or a local Parquet file already written."""
-    if isinstance(frame, Path):
-        store.upload_file_atomic(str(frame), store.join(path))
-        return
-    local = os.path.join(tmp, path.replace("/", "_"))
-    frame.write_parquet(local, compression="zstd")
-    store.upload_file_atomic(local, store.join(path))
-    os.unlink(local)
 
 
 def _read_staged(
@@ -132,53 +119,45 @@ class _ParquetFile:
         self._writer.close()
 
 
-@dataclass(frozen=True)
-class _Written:
-    """The run's tables as local Parquet files, and what writing them counted."""
-
-    scores: Path
-    verdicts: Path
-    duplicates: int
-
-
 def _write_tables(
-    store: Store,
-    location: RunLocation,
-    items_files: Sequence[str],
-    marks: RepeatMarks,
-    tables: RunSchema,
-    tmp: Path,
-) -> _Written:
-    """The published scores and verdicts tables as local files, a shard at a time in run order:
-    each shard's items with the run's duplicate marks applied, its verdicts without those of
-    the later occurrences."""
+    store: Store, location: RunLocation, tables: RunSchema, tmp: Path
+) -> tuple[Path, Path, int]:
+    """The published scores and verdicts tables as local files, and the duplicates marked.
+
+    The run's repeated query ids are found first; then a shard at a time in run order, each
+    shard's items get the run's duplicate marks, and its verdicts lose those of the later
+    occurrences."""
     staging = StagingArea(store, location.staging)
+    items_files = staging.staged_items_files()
     verdict_files = [staging.verdicts_file_of(path) for path in items_files]
     staged_verdicts = [*tables.verdicts.names, "item_seq"]
     scores = _ParquetFile(tmp / "scores.parquet", tables.scores.polars)
     verdicts = _ParquetFile(tmp / "verdicts.parquet", tables.verdicts.polars)
     duplicates = 0
-    try:
-        shards = zip(
-            _read_staged(store, items_files),
-            _read_staged(store, verdict_files, staged_verdicts),
-            strict=True,
-        )
-        for items, judged in shards:
-            if items.is_empty():
-                continue
-            number = int(items["item_seq"][0]) >> SEQ_SHIFT
-            later = marks.for_shard(number)
-            items = mark_rows(items, later)
-            if not later.is_empty():
-                judged = judged.filter(~pl.col("item_seq").is_in(later["item_seq"].implode()))
-            scores.write(items.select(tables.scores.names))
-            verdicts.write(judged.select(tables.verdicts.names))
-            duplicates += int(items["duplicate_of"].is_not_null().sum())
-    finally:
-        scores.close()
-        verdicts.close()
-    return _Written(scores.path, verdicts.path, duplicates)
+    with RepeatFinder(tmp / "repeats") as finder:
+        for keys in _read_staged(store, items_files, KEYS.names()):
+            finder.add(keys)
+        marks = finder.finish()
+        try:
+            shards = zip(
+                _read_staged(store, items_files),
+                _read_staged(store, verdict_files, staged_verdicts),
+                strict=True,
+            )
+            for items, judged in shards:
+                if items.is_empty():
+                    continue
+                later = marks.for_shard(int(items["item_seq"][0]) >> SEQ_SHIFT)
+                items = mark_rows(items, later)
+                if not later.is_empty():
+                    judged = judged.filter(~pl.col("item_seq").is_in(later["item_seq"].implode()))
+                scores.write(items.select(tables.scores.names))
+                verdicts.write(judged.select(tables.verdicts.names))
+                duplicates += int(items["duplicate_of"].is_not_null().sum())
+        finally:
+            scores.close()
+            verdicts.close()
+    return scores.path, verdicts.path, duplicates
 
 
 def publish_run(
@@ -204,14 +183,13 @@ def publish_run(
     run's plan; `canary`: the judge canary's metrics; `max_error_rate`: what the manifest's
     `error_rate` is measured against (jobs.core.error_rate)."""
     started = time.monotonic()
-    staging = StagingArea(store, location.staging)
-    items_files = staging.staged_items_files()
-    with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as tmp:
-        written = _write_local_tables(store, location, items_files, tables, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as folder:
+        tmp = Path(folder)
+        scores, verdicts, duplicates = _write_tables(store, location, tables, tmp)
         summary = dataclasses.replace(
             aggregate.summarize(
-                pl.scan_parquet(written.scores),
-                pl.scan_parquet(written.verdicts),
+                pl.scan_parquet(scores),
+                pl.scan_parquet(verdicts),
                 model=model,
                 scale=scale,
                 segment_by=segment_by,
@@ -222,36 +200,22 @@ def publish_run(
             flow=tuple(flow),
             canary=tuple(canary),
         )
-        errors = measure(written.scores, summary.items, summary.errors, max_error_rate)
+        errors = measure(scores, summary.items, summary.errors, max_error_rate)
+        summary.to_frame().write_parquet(tmp / "summary.parquet", compression="zstd")
         # scores last: a reader of scores/ sees a whole run or none of it
-        _upload_frame(store, written.verdicts, location.table_file("verdicts"), tmp)
-        _upload_frame(store, summary.to_frame(), location.table_file("summary"), tmp)
-        store.upload_file_atomic(str(written.scores), store.join(location.table_file("scores")))
-    manifest = _complete(store, location, manifest, summary, written.duplicates, errors, started)
+        for table in ("verdicts", "summary", "scores"):
+            local = str(tmp / f"{table}.parquet")
+            store.upload_file_atomic(local, store.join(location.table_file(table)))
+    manifest = _complete(store, location, manifest, summary, duplicates, errors, started)
     store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
-    store.rm(staging.path(), recursive=True)
+    store.rm(StagingArea(store, location.staging).path(), recursive=True)
     return Published(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),
-        duplicates=written.duplicates,
+        duplicates=duplicates,
         judge=manifest.judge,
         error_rate=errors,
     )
-
-
-def _write_local_tables(
-    store: Store,
-    location: RunLocation,
-    items_files: list[str],
-    tables: RunSchema,
-    tmp: Path,
-) -> _Written:
-    """Find the run's repeated query ids, then write its tables to local files."""
-    with RepeatFinder(tmp / "repeats") as finder:
-        for keys in _read_staged(store, items_files, KEYS.names()):
-            finder.add(keys)
-        marks = finder.finish()
-        return _write_tables(store, location, items_files, marks, tables, tmp)
 
 
 def _complete(

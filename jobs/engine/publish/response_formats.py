@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from scorer_core.response_format import RESPONSE_FORMATS, DroppedForm, ResponseFormat
@@ -31,14 +31,7 @@ class RunResponseFormat:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible record (the manifest's `judge.response_format`)."""
-        return {
-            "endpoint": self.endpoint,
-            "setting": self.setting,
-            "in_use": self.in_use,
-            "confirmed": self.confirmed,
-            "dropped": [{"form": d.form, "reason": d.reason} for d in self.dropped],
-            "shards": self.shards,
-        }
+        return {**asdict(self), "dropped": [asdict(dropped) for dropped in self.dropped]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResponseFormat:

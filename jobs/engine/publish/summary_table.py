@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from jobs.core import formatting as fmt
@@ -40,62 +40,67 @@ def format_summary_table(
     `judge` is what the run's judge settled on (the manifest's `judge`: transport,
     structured-output form); the request flow comes from `summary.flow`."""
     rule = "-" * WIDTH
-
-    def line(label: str, value: str) -> str:
-        return table(_LINE, [(label, value)], header=False, gap="")
-
-    cost = fmt.usd(summary.cost_usd)
+    record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
+    population = summary.population
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
-        line("judge model", summary.model),
-        line("items", f"{summary.items:,}"),
-        *(
-            [line("  of population", f"{summary.population:,}")]
-            if summary.population is not None and summary.population != summary.items
-            else []
+        *_pairs(
+            ("judge model", summary.model),
+            ("items", f"{summary.items:,}"),
+            *(
+                [("  of population", f"{population:,}")]
+                if population not in (None, summary.items)
+                else []
+            ),
+            ("  scored (ok)", f"{summary.scored:,}"),
+            ("  unscored", f"{summary.unscored:,}"),
+            ("  errors", f"{summary.errors:,}"),
+            ("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
+            (
+                "mean 95% interval",
+                fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-"),
+            ),
+            ("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
         ),
-        line("  scored (ok)", f"{summary.scored:,}"),
-        line("  unscored", f"{summary.unscored:,}"),
-        line("  errors", f"{summary.errors:,}"),
-        line("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
-        line(
-            "mean 95% interval",
-            fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-"),
+        rule,
+        *_pairs(
+            ("band (score / scale)", "items"),
+            *((f"  {label} ({band_range(label)})", f"{count:,}") for label, count in summary.bands),
         ),
-        line("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
+        *_position_lines(summary, rule),
+        *_segment_lines(summary, rule),
         rule,
-        line("band (score / scale)", "items"),
-    ]
-    lines += [
-        line(f"  {label} ({band_range(label)})", f"{count:,}") for label, count in summary.bands
-    ]
-    lines += _position_lines(summary, rule)
-    lines += _segment_lines(summary, rule)
-    lines += [
+        *_pairs(
+            ("judge calls", f"{summary.judge_calls:,}"),
+            ("prompt tokens", f"{summary.prompt_tokens:,}"),
+            ("completion tokens", f"{summary.completion_tokens:,}"),
+            ("cache hits", f"{summary.cache_hits:,}"),
+            ("estimated cost", fmt.usd(summary.cost_usd)),
+            *_canary_pairs(dict(summary.canary)),
+        ),
+        *_judge_lines(dict(summary.flow), record),
         rule,
-        line("judge calls", f"{summary.judge_calls:,}"),
-        line("prompt tokens", f"{summary.prompt_tokens:,}"),
-        line("completion tokens", f"{summary.completion_tokens:,}"),
-        line("cache hits", f"{summary.cache_hits:,}"),
-        line("estimated cost", cost),
+        f"results: {where}",
     ]
-    lines += _canary_lines(summary, line)
-    record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
-    lines += _judge_lines(summary, record, line)
-    lines += [rule, f"results: {where}"]
     return "\n".join(lines)
+
+
+def _pairs(*pairs: tuple[str, str]) -> list[str]:
+    """One line per (label, value), in the table's two fixed-width columns."""
+    return table(_LINE, pairs, header=False, gap="").splitlines() if pairs else []
 
 
 def _position_lines(summary: RunSummary, rule: str) -> list[str]:
     """Relevance by position, the first `_MAX_POSITION_ROWS` positions."""
     shown = summary.position_rates[:_MAX_POSITION_ROWS]
     rows = [(r.position, f"{r.judged:,}", f"{r.relevant:,}", f"{r.rate:.3f}") for r in shown]
-    lines = [rule, table(_POSITIONS, rows, gap="")]
     hidden = len(summary.position_rates) - len(shown)
-    if hidden > 0:
-        lines.append(f"  ... {hidden} more positions")
-    return lines
+    return [rule, table(_POSITIONS, rows, gap=""), *_more(hidden, "positions")]
+
+
+def _more(hidden: int, what: str) -> list[str]:
+    return [f"  ... {hidden} more {what}"] if hidden > 0 else []
 
 
 def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
@@ -114,68 +119,60 @@ def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
             )
             for segment in segments[:_MAX_SEGMENT_ROWS]
         ]
-        lines += [rule, table(columns, rows, gap="")]
-        hidden = len(segments) - _MAX_SEGMENT_ROWS
-        if hidden > 0:
-            lines.append(f"  ... {hidden} more values")
+        lines += [
+            rule,
+            table(columns, rows, gap=""),
+            *_more(len(segments) - _MAX_SEGMENT_ROWS, "values"),
+        ]
     return lines
 
 
-def _judge_lines(
-    summary: RunSummary, judge: JudgeRecord, line: Callable[[str, str], str]
-) -> list[str]:
+def _canary_pairs(canary: dict[str, float | None]) -> list[tuple[str, str]]:
+    """The judge canary's agreement with its labels (`canary:`); nothing without one."""
+    if not canary:
+        return []
+    items, kappa = (
+        fmt.integer(canary.get("canary_items")),
+        fmt.number(canary.get("canary_kappa"), 3),
+    )
+    precision = fmt.number(canary.get("canary_precision"), 3)
+    return [
+        ("canary items / kappa", f"{items} / {kappa}"),
+        ("canary prec / recall", f"{precision} / {fmt.number(canary.get('canary_recall'), 3)}"),
+    ]
+
+
+def _judge_lines(flow: dict[str, float | None], judge: JudgeRecord) -> list[str]:
     """How the requests went: transport, structured-output form, in-flight budget, latency."""
     lines: list[str] = []
     if judge.mode == "batch":
-        lines.append(
-            line(
+        price = "ASSUMED half price" if "ASSUMED" in (judge.price or "") else "batch price"
+        lines += _pairs(
+            (
                 "mode",
                 f"batch: {fmt.integer(judge.batches)} in {fmt.integer(judge.rounds)} round(s)",
-            )
-        )
-        price = judge.price or ""
-        lines.append(
-            line("priced at", "ASSUMED half price" if "ASSUMED" in price else "batch price")
+            ),
+            ("priced at", price),
         )
     if judge.transport:
-        lines.append(line("transport", judge.transport))
+        lines += _pairs(("transport", judge.transport))
     negotiated = judge.response_format
     if negotiated is not None and negotiated.in_use:
-        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated.model_dump()), line)
-    flow = dict(summary.flow)
+        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated.model_dump()))
     if flow:
-        lines.append(
-            line(
-                "in flight: budget/max",
-                (
-                    f"{fmt.integer(flow.get('in_flight_budget'))} / "
-                    f"{fmt.integer(flow.get('max_in_flight'))}"
-                ),
-            )
-        )
-        lines.append(
-            line(
-                "latency p50/p90/p99 s",
-                (
-                    " / ".join(
-                        fmt.number(flow.get(name))
-                        for name in ("latency_p50_s", "latency_p90_s", "latency_p99_s")
-                    )
-                ),
-            )
-        )
+        budget = " / ".join(fmt.integer(flow.get(n)) for n in ("in_flight_budget", "max_in_flight"))
+        latency = " / ".join(fmt.number(flow.get(f"latency_{p}_s")) for p in ("p50", "p90", "p99"))
+        lines += _pairs(("in flight: budget/max", budget), ("latency p50/p90/p99 s", latency))
     return lines
 
 
-def _response_format_lines(
-    negotiated: RunResponseFormat, line: Callable[[str, str], str]
-) -> list[str]:
+def _response_format_lines(negotiated: RunResponseFormat) -> list[str]:
     """The form the judge's requests used, and each form the endpoint rejected with its
     answer (cut to a few lines: the manifest has it whole)."""
     form = negotiated.in_use if negotiated.confirmed else f"{negotiated.in_use} (unconfirmed)"
-    lines = [line("structured output", form)]
+    lines = _pairs(("structured output", form))
     if negotiated.setting != "auto":
-        lines.append(line("  setting", negotiated.setting))
+        lines += _pairs(("  setting", negotiated.setting))
     for dropped in negotiated.dropped:
         reason = textwrap.shorten(
             terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
@@ -187,25 +184,6 @@ def _response_format_lines(
             subsequent_indent="    ",
         )
     return lines
-
-
-def _canary_lines(summary: RunSummary, line: Callable[[str, str], str]) -> list[str]:
-    """The judge canary's agreement with its labels (`canary:`); nothing without one."""
-    canary = dict(summary.canary)
-    if not canary:
-        return []
-    return [
-        line(
-            "canary items / kappa",
-            f"{fmt.integer(canary.get('canary_items'))} / "
-            f"{fmt.number(canary.get('canary_kappa'), 3)}",
-        ),
-        line(
-            "canary prec / recall",
-            f"{fmt.number(canary.get('canary_precision'), 3)} / "
-            f"{fmt.number(canary.get('canary_recall'), 3)}",
-        ),
-    ]
 
 
 def _half_width(summary: RunSummary) -> str:

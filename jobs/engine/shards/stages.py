@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobs.core.config import JobConfig
+from jobs.core.run_layout import index_in_shard
 from jobs.core.storage import Store
-from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache
+from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache, write_entries
 from jobs.core.verdict_store import Journal
-from jobs.engine.batch.batch_judge import OnlineAsk
-from jobs.engine.batch.shard_pass import ShardPass
+from jobs.engine.batch.batch_judge import BatchJudge, OnlineAsk, ReplayClient
+from jobs.engine.batch.batch_layout import BatchLayout
+from jobs.engine.batch.requests import RequestLines, item_key
 from jobs.engine.control.progress import BatchedCounter
 from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
 from jobs.engine.shards.shard_rows import PairKeys
-from jobs.inputs import Shard
 from jobs.inputs.shard_read import ShardRead
 from scorer_core.protocols import Judge
 from scorer_core.types import ScoreResult
@@ -147,58 +148,87 @@ class OnlineStage:
 
 class BatchPassStage:
     """One pass of a batch round over a shard: answers from the batch replies ingested so far
-    and records the requests still unanswered for the next round."""
+    and records the requests still unanswered for the next round. A shard's requests must be
+    the same in every pass, so its first pass freezes the cache view it used."""
 
     def __init__(
         self,
-        own_judge: Judge,
-        shard_pass: ShardPass,
+        layout: BatchLayout,
+        round_number: int,
+        shard_id: str,
+        own_judge: BatchJudge,
         counter: BatchedCounter,
         cache: VerdictCache | None,
         fingerprint: str,
+        frozen: bool,
     ) -> None:
-        self.own_judge = own_judge
-        self._pass = shard_pass
+        self.own_judge: Judge = own_judge
+        self._client = own_judge.client
+        self._layout = layout
+        self._round = round_number
+        self._shard_id = shard_id
         self._counter = counter
         self._cache = cache
-        self._fingerprint = fingerprint
-        # A shard's requests must be the same in every pass: no fresh hits within the shard
-        # (which verdicts are fresh depends on the order replies arrive in).
+        self._frozen = frozen
+        # No fresh hits within the shard: which verdicts are fresh depends on the order
+        # replies arrive in.
         self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=False)
 
     @classmethod
     async def open(
         cls,
-        store: Store,
-        staging: str,
+        layout: BatchLayout,
         round_number: int,
         config: JobConfig,
         reask: OnlineAsk | None,
         counter: BatchedCounter,
         caches: ShardCaches | None,
         needs: ShardNeeds,
-        shard: Shard,
+        shard_id: str,
         number: int,
         read: ShardRead,
     ) -> BatchPassStage:
-        """The pass's stage for `shard`: its replies so far and the cache view it froze in
-        its first pass (else its verdicts found in the store), read in a thread."""
-        shard_pass = await asyncio.to_thread(
-            ShardPass.load, store, staging, round_number, shard, number, read.records
+        """The pass's stage for shard `number`: its replies so far and the cache view it froze
+        in its first pass (else its verdicts found in the store), read in a thread; `reask`
+        sends re-asks online (judge.batch.reask)."""
+        replies, frozen, online = await asyncio.to_thread(
+            lambda: (
+                layout.read_replies(shard_id),
+                layout.read_frozen_cache(shard_id),
+                layout.online_round(round_number),
+            )
         )
-        cache = shard_pass.frozen_cache
+        client = ReplayClient(
+            RequestLines.for_config(config),
+            replies,
+            reask=reask,
+            max_rounds=config.judge.batch.max_rounds,
+            all_online=online,
+        )
+        # Items with the same content share their requests (and replies): the last key wins,
+        # the same in every pass.
+        keys = {
+            record.to_scoring_item(): item_key(number, index_in_shard(seq))
+            for seq, record in read.records
+        }
+        judge = BatchJudge(
+            client, keys, max_reasks=config.judge.max_reasks, scale=config.scorer.scale
+        )
+        cache = frozen
         if cache is None and caches is not None:
             cache = caches.load(needs, journaled=False)
-        own_judge = shard_pass.judge(config, reask)
         fingerprint = caches.fingerprint if caches is not None else ""
-        return cls(own_judge, shard_pass, counter, cache, fingerprint)
+        return cls(
+            layout, round_number, shard_id, judge, counter, cache, fingerprint, frozen is not None
+        )
 
     def item_done(self, result: ScoreResult) -> None:
         """Counted when the shard is staged: a pass may leave it waiting."""
 
     async def finish(self, read: ShardRead, results: Sequence[ScoreResult]) -> int:
-        if self._pass.pending:
-            await asyncio.to_thread(self._pass.finish, self._cache, self._fingerprint, read.records)
+        pending = len(self._client.recorded)
+        if pending:
+            await asyncio.to_thread(self._keep, read)
             # The pass's progress: items gone through, none of them final yet.
             self._counter.add(items=len(read.records) + len(read.errors))
         else:
@@ -206,7 +236,27 @@ class BatchPassStage:
             for result in results:
                 count_item(self._counter, result)
         self._counter.drain()
-        return self._pass.pending
+        return pending
+
+    def _keep(self, read: ShardRead) -> None:
+        """Keep what the next pass needs (blocking); the request index, written last, marks
+        the shard's pass as done."""
+        client = self._client
+        if self._cache is not None and not self._frozen:
+            known = self._cache.known
+            used = {
+                key: known[key]
+                for _, record in read.records
+                for key in self.pairs.keys(record)
+                if key in known
+            }
+            write_entries(self._layout.store, self._layout.frozen_cache(self._shard_id), used)
+        if client.online_replies:
+            name = f"online-{self._round:03d}"
+            self._layout.write_replies(self._shard_id, name, sorted(client.online_replies.items()))
+        # Identical items recorded the same request once per item: one line each is enough.
+        unique = list({r.custom_id: r for r in client.recorded}.values())
+        self._layout.write_requests(self._round, self._shard_id, unique)
 
     def cache_entries(self, read: ShardRead) -> Entries | None:
         """What the batches answered for this shard (journaled when it is committed)."""

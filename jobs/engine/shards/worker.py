@@ -12,12 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pyarrow as pa
 
+from jobs.core.config import JobConfig
 from jobs.core.run_layout import StagingArea
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
 from jobs.core.verdict_cache import Entries
 from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import OnlineAsk
+from jobs.engine.batch.batch_layout import BatchLayout
 from jobs.engine.control.progress import BatchedCounter
 from jobs.engine.control.shard_board import WAIT
 from jobs.engine.control.worker_flow import WorkerFlow
@@ -42,8 +44,9 @@ in progress."""
 
 
 async def judge_shard(
+    judge: Judge,
     records: Sequence[ItemRecord],
-    score: Callable[[ItemRecord], Awaitable[ScoreResult]],
+    config: JobConfig,
     on_done: Callable[[ScoreResult], None],
 ) -> list[ScoreResult]:
     """Score every record concurrently: the judge's gate bounds the requests in flight.
@@ -53,7 +56,13 @@ async def judge_shard(
     """
 
     async def one(record: ItemRecord) -> ScoreResult:
-        result = await score(record)
+        result = await score_item(
+            judge,
+            record.to_scoring_item(),
+            scale=config.scorer.scale,
+            reason=config.scorer.reason,
+            contexts_per_call=config.judge.contexts_per_call,
+        )
         on_done(result)
         return result
 
@@ -92,24 +101,19 @@ class ShardRunner:
         self._node = node
         self._store = open_store(self._config.output.path, self._config.output.storage_options)
         self._staging = StagingArea(self._store, ctx.staging)
-        self._caches = self._shard_caches(worker_id)
+        self._caches: ShardCaches | None = None
+        if (spec := ctx.parts.cache) is not None:  # where the shards find verdicts, the journal
+            journal = Journal(
+                spec.verdict_store(self._store),
+                f"{ctx.run_id}.{worker_id}",
+                interval_s=spec.journal_interval_s,
+            )
+            self._caches = ShardCaches(self._store, ctx.staging, spec.fingerprint, journal)
         self._sleep = sleep
         self._judge: Judge | None = None
         self._flow: WorkerFlow | None = None
         self._reports: asyncio.Task[None] | None = None
         self._flushes: asyncio.Task[None] | None = None
-
-    def _shard_caches(self, worker_id: str) -> ShardCaches | None:
-        """Where the worker's shards find verdicts, and its journal (None: no cache)."""
-        spec = self._ctx.parts.cache
-        if spec is None:
-            return None
-        journal = Journal(
-            spec.verdict_store(self._store),
-            f"{self._ctx.run_id}.{worker_id}",
-            interval_s=spec.journal_interval_s,
-        )
-        return ShardCaches(self._store, self._ctx.staging, spec.fingerprint, journal)
 
     # -- the journal ----------------------------------------------------------------------------
 
@@ -200,9 +204,8 @@ class ShardRunner:
         counter = self._counter()
         stage = await self._stage(shard, number, read, counter, needs)
         try:
-            results = await judge_shard(
-                [record for _, record in read.records], self._scorer(stage), stage.item_done
-            )
+            records = [record for _, record in read.records]
+            results = await judge_shard(stage.judge, records, self._config, stage.item_done)
         except FatalJudgeError as exc:
             counter.drain()
             report.fatal = str(exc)
@@ -229,9 +232,7 @@ class ShardRunner:
 
     def _counter(self) -> BatchedCounter:
         coordinator = self._ctx.coordinator
-        if coordinator is None:
-            return BatchedCounter(flush=lambda increments: None)
-        return BatchedCounter(flush=lambda increments: coordinator.add.remote(increments))
+        return BatchedCounter(coordinator.add.remote if coordinator else lambda counts: None)
 
     async def _stage(
         self,
@@ -251,33 +252,17 @@ class ShardRunner:
                 self._flow.wake()
             return stage
         return await BatchPassStage.open(
-            self._store,
-            self._ctx.staging,
+            BatchLayout(self._store, self._ctx.staging),
             round_number,
             self._config,
             self._online_reask(),
             counter,
             self._caches,
             needs,
-            shard,
+            shard.shard_id,
             number,
             read,
         )
-
-    def _scorer(self, stage: JudgeStage) -> Callable[[ItemRecord], Awaitable[ScoreResult]]:
-        scorer = self._config.scorer
-        contexts_per_call = self._config.judge.contexts_per_call
-
-        def score(record: ItemRecord) -> Awaitable[ScoreResult]:
-            return score_item(
-                stage.judge,
-                record.to_scoring_item(),
-                scale=scorer.scale,
-                reason=scorer.reason,
-                contexts_per_call=contexts_per_call,
-            )
-
-        return score
 
     def _journal(self, entries: Entries | None) -> None:
         """Journal the verdicts the stage did not journal as they arrived (batch mode's)."""
@@ -297,19 +282,6 @@ class ShardRunner:
             self._staging.items_file(shard.shard_id),
             pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow),
         )
-
-
-def run_shard(shard: Shard, number: int, ctx: ShardContext) -> ShardReport:
-    """Run one shard in this process, without Ray (tests, tools, one-off use)."""
-
-    async def one() -> ShardReport:
-        runner = ShardRunner(ctx, "local")
-        try:
-            return await runner.run_shard(shard, number)
-        finally:
-            await runner.close()
-
-    return asyncio.run(one())
 
 
 async def _run_lane(
