@@ -65,9 +65,7 @@ class RequestRejected(JudgeError):
 
 
 class ResponseFormatRejected(RequestRejected):
-    """The endpoint refused the request's structured-output form (`response_format`) itself.
-
-    `form` is the form that was sent ("json_schema", "json_object" or "prompt")."""
+    """The endpoint refused the structured-output form `form` ("json_schema", ...) itself."""
 
     def __init__(self, message: str, form: str) -> None:
         super().__init__(message)
@@ -80,3 +78,8 @@ class FatalJudgeError(JudgeError):
 
 class StorageError(CtxPrecError):
     """Reading or writing the store failed. The message names the path."""
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, "..." marking a cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
