@@ -22,13 +22,12 @@ from scorer_core.judge_spec import (
     JudgeSpec,
     build_judge,
     choose_transport,
-    lexical_option_names,
     not_for_transport,
     unknown_options,
 )
 from scorer_core.precision import check_scale
 from scorer_core.protocols import Judge
-from scorer_core.run_shapes import resolve_call
+from scorer_core.run_shapes import texts_of, unpack_run_object
 from scorer_core.scoring import score_item
 from scorer_core.types import ReasonMode, ScoreResult, ScoringItem
 
@@ -198,18 +197,12 @@ class ContextPrecisionScorer:
             (expected_output,) = mastra_names.values()
         if input is _MISSING:
             raise InputError("run() needs an input (or a run object)")
-        single = output is _MISSING
-        call = resolve_call(
-            input, None if single else output, expected_output, single_argument=single
-        )
-        item = ScoringItem(
-            input=call.input,
-            output=call.output,
-            # The extractor sees what the caller passed, as in Mastra: strings stay strings,
-            # message lists and run shapes stay as they were.
-            contexts=self._contexts_for(call.raw_input, call.raw_output),
-            expected_output=call.expected_output,
-        )
+        if output is _MISSING:
+            input, output, expected_output = unpack_run_object(input, expected_output)
+        query, answer, reference = texts_of(input, output, expected_output)
+        # The extractor sees what the caller passed, as in Mastra: strings stay strings,
+        # message lists and run shapes stay as they were.
+        item = ScoringItem(query, answer, self._contexts_for(input, output), reference)
         validate_item(item)
         return await self.score_item(item)
 
@@ -245,10 +238,7 @@ def make_judge(model: str, **options: Any) -> Judge:
     """
     options = _snake_case(options, "make_judge")
     scale = check_scale(options.pop("scale", 1.0))
-    if capabilities_of(model).offline:
-        allowed = lexical_option_names()
-        if unknown := set(options) - allowed:
-            raise unknown_options(unknown, allowed, "the lexical judge")
+    if capabilities_of(model).offline:  # build_judge checks the lexical judge's options
         return build_judge(JudgeSpec(model, scale=scale, lexical=options))
     setting = options.pop("transport", "auto")
     transport = choose_transport(setting, model, options.get("api_base"), set(options))
