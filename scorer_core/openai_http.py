@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import email.utils
 import json
 import math
 import urllib.parse
@@ -39,6 +37,7 @@ from scorer_core.errors import (
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
+from scorer_core.retry import parse_retry_after
 from scorer_core.transports import OPENAI_STYLE_PREFIXES
 
 OPENAI_API_BASE = "https://api.openai.com/v1"
@@ -58,27 +57,6 @@ def env_proxy_for(url: str) -> str | None:
     if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
         return None
     return urllib.request.getproxies().get(parts.scheme) or None
-
-
-def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), never
-    negative; None if absent or unreadable."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return None if math.isnan(seconds) else max(0.0, seconds)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are always GMT
-        when = when.replace(tzinfo=dt.UTC)
-    return max(0.0, (when - (now or dt.datetime.now(dt.UTC))).total_seconds())
 
 
 def _error_excerpt(body: bytes) -> str:
