@@ -7,6 +7,7 @@ saying precisely what was wrong, which the judge sends back when it re-asks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -27,36 +28,23 @@ def _quote(text: str) -> str:
 
 
 def writable(text: str) -> str:
-    """`text`, with any character UTF-8 cannot encode (a lone surrogate, which a JSON reply can
-    hold as `\\udc00`) written as its escape: a reply's reason must not make its item, or
-    its shard, unwritable."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    """`text` with any character UTF-8 cannot encode (a lone surrogate, which a JSON reply can
+    hold as `\\udc00`) written as its escape: a reason must not make its shard unwritable."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in `text`: bare, fenced, or surrounded by prose."""
-    candidates = [text.strip()]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        try:
-            value = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
+    for candidate in [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]:
+        with contextlib.suppress(json.JSONDecodeError):
+            if isinstance(value := json.loads(candidate), dict):
+                return value
     # Prose around the JSON: try decoding from each opening brace.
+    decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
+        with contextlib.suppress(json.JSONDecodeError):
+            if isinstance(value := decoder.raw_decode(text, match.start())[0], dict):
+                return value
     if not text.strip():
         raise MalformedReply("the reply was empty")
     raise MalformedReply(f"the reply is not a JSON object: {_quote(text)}")
