@@ -37,7 +37,7 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default=OFFLINE_JUDGE, help="'lexical' or a litellm model string"
     )
-    parser.add_argument("--api-base", default=None, help="OpenAI-compatible server URL")
+    parser.add_argument("--api-base", help="OpenAI-compatible server URL")
     parser.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
@@ -47,7 +47,6 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-tokens",
         type=int,
-        default=None,
         help="completion token cap per judge request (default: the server's)",
     )
     parser.add_argument(

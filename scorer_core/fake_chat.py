@@ -59,15 +59,7 @@ class FakeChatClient:
         schema: dict[str, Any],
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
-        body = chat_request_body(
-            self.model,
-            messages,
-            temperature=None,
-            max_tokens=None,
-            response_format=response_format,
-            schema_name=schema_name,
-            schema=schema,
-        )
+        body = chat_request_body(self.model, messages, response_format, schema_name, schema)
         self.requests.append(body)
         reply = self._handler(body)
         if isinstance(reply, str):

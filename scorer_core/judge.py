@@ -34,11 +34,7 @@ from scorer_core.prompt import (
     with_reask,
 )
 from scorer_core.protocols import ChatClient, ChatReply, Limiter, NoLimit, Sleeper
-from scorer_core.response_format import (
-    RESPONSE_FORMATS,
-    ResponseFormat,
-    ResponseFormatNegotiation,
-)
+from scorer_core.response_format import RESPONSE_FORMATS, ResponseFormat, ResponseFormatNegotiation
 from scorer_core.retry import RetryPolicy, real_sleep
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
@@ -77,19 +73,13 @@ class LLMJudge:
     """A `Judge` backed by any chat model reachable through a `ChatClient`.
 
     Args:
-        client: sends each request.
-        retry: the retry and re-ask budget.
-        limiter: paces requests against a provider's limit (shared by many judges).
-        sleep: how the judge waits before a retry.
-        scale: the score scale, for the reason prompt.
         max_in_flight: bounds the requests in flight: a number, or a gate (an async context
             manager) shared with other judges, such as a worker's share of a run-wide budget.
-        response_format: "auto" or one form (`scorer_core.response_format`).
         negotiation: the endpoint's shared structured-output state (`shared_negotiation`);
-            its setting wins over `response_format`.
+            its setting wins over `response_format` ("auto" or one form).
         first_alone: False leaves the cold start to whoever owns the `max_in_flight` gate.
-        token_counter, completion_budget: size each request for a tokens-per-minute limiter.
-        clock: times replies for the limiter's latency statistics.
+        token_counter, completion_budget, clock: size each request for a tokens-per-minute
+            `limiter` and time its reply.
     """
 
     #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).

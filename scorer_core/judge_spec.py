@@ -166,31 +166,12 @@ def not_for_transport(names: set[str], transport: str) -> ConfigError:
 
 def _chat_client(spec: JudgeSpec, transport: Transport) -> ChatClient:
     """The client of `transport` for the spec's endpoint and request settings."""
+    names = {"api_base", "api_key", "timeout", "temperature", "max_tokens"}
+    options = {name: getattr(spec, name) for name in names | spec.given_transport_options()}
     if transport == "http":  # lean aiohttp client, OpenAI-compatible servers
-        from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient
+        from scorer_core.openai_http import OpenAIHTTPClient
 
-        pool = {
-            name: getattr(spec, name)
-            for name in TRANSPORT_ONLY_OPTIONS["http"]
-            if getattr(spec, name) is not None
-        }
-        return OpenAIHTTPClient(
-            spec.model,
-            api_base=spec.api_base or OPENAI_API_BASE,
-            api_key=spec.api_key,
-            timeout=spec.timeout,
-            temperature=spec.temperature,
-            max_tokens=spec.max_tokens,
-            **pool,
-        )
+        return OpenAIHTTPClient(spec.model, **options)
     from scorer_core.litellm_client import LiteLLMClient
 
-    return LiteLLMClient(
-        spec.model,
-        api_base=spec.api_base,
-        api_key=spec.api_key,
-        timeout=spec.timeout,
-        temperature=spec.temperature,
-        max_tokens=spec.max_tokens,
-        request_options=spec.request_options,
-    )
+    return LiteLLMClient(spec.model, **options)

@@ -76,12 +76,12 @@ def _error_excerpt(body: bytes) -> str:
 def chat_request_body(
     model: str,
     messages: Sequence[dict[str, str]],
-    *,
-    temperature: float | None,
-    max_tokens: int | None,
     response_format: ResponseFormat,
     schema_name: str,
     schema: dict[str, Any],
+    *,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The JSON body of an OpenAI chat completion for `model` (sent by its wire name) asking for
     a reply in `response_format`: what the lean client sends and the fake clients record."""
@@ -172,11 +172,11 @@ class OpenAIHTTPClient:
         return chat_request_body(
             self.model,
             messages,
+            response_format,
+            schema_name,
+            schema,
             temperature=self._temperature,
             max_tokens=self._max_tokens,
-            response_format=response_format,
-            schema_name=schema_name,
-            schema=schema,
         )
 
     async def complete(

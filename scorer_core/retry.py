@@ -27,11 +27,7 @@ _MAX_EXPONENT = 1000
 
 
 def backoff_delay(
-    attempt: int,
-    *,
-    base: float,
-    cap: float,
-    rng: Callable[[], float] = random.random,
+    attempt: int, *, base: float, cap: float, rng: Callable[[], float] = random.random
 ) -> float:
     """Full-jitter exponential backoff before retry number `attempt` (0-based): uniform in
     [0, min(cap, base * 2**attempt)]. `rng` returns a float in [0, 1); tests inject one."""

@@ -47,12 +47,7 @@ def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
 
 
 async def score_item(
-    judge: Judge,
-    item: ScoringItem,
-    *,
-    scale: float,
-    reason: ReasonMode,
-    contexts_per_call: int,
+    judge: Judge, item: ScoringItem, *, scale: float, reason: ReasonMode, contexts_per_call: int
 ) -> ScoreResult:
     """Score an item (checked by `validate_item`) with `judge`.
 

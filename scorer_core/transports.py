@@ -29,14 +29,11 @@ def resolve_transport(setting: str, model: str, api_base: str | None) -> Transpo
         raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {setting!r}")
     if setting != "auto":
         return "http" if setting == "http" else "litellm"
-    if model.startswith("openai/"):
-        return "http"
-    if api_base and model.startswith(OPENAI_STYLE_PREFIXES):
+    if model.startswith("openai/") or (api_base and model.startswith(OPENAI_STYLE_PREFIXES)):
         return "http"
     return "litellm"
 
 
 def litellm_endpoint(model: str) -> str:
     """How an endpoint litellm picks from the model string alone is named in messages."""
-    provider = model.split("/", 1)[0] if "/" in model else model
-    return f"{provider} (litellm's default endpoint)"
+    return f"{model.split('/', 1)[0]} (litellm's default endpoint)"

@@ -112,11 +112,11 @@ class FaultyChatClient:
         return chat_request_body(
             self._model,
             messages,
+            response_format,
+            schema_name,
+            schema,
             temperature=self._temperature,
             max_tokens=self._max_tokens,
-            response_format=response_format,
-            schema_name=schema_name,
-            schema=schema,
         )
 
     async def complete(
