@@ -151,14 +151,8 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """The `score` command.
-
-    Args:
-        args: parsed by a parser `add_score_arguments` set up.
-
-    Returns:
-        `EXIT_OK` when the item is scored, else `EXIT_NO_SCORE`.
-    """
+    """The `score` command (`args` from `add_score_arguments`): `EXIT_OK` when the item is
+    scored, else `EXIT_NO_SCORE`."""
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:

@@ -102,7 +102,14 @@ class LLMJudge:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._formats = negotiation or ResponseFormatNegotiation(response_format, client.endpoint)
+        self.model = client.model
+        self.endpoint = client.endpoint
+        #: Which client carries the requests ("http", "litellm", or the client's own name).
+        self.transport = str(getattr(client, "transport", type(client).__name__))
+        #: The structured-output negotiation with this judge's endpoint.
+        self.response_format = negotiation or ResponseFormatNegotiation(
+            response_format, client.endpoint
+        )
         # Bounds requests in flight (not items), so an item with thousands of contexts cannot
         # open thousands of connections at once.
         self._in_flight: contextlib.AbstractAsyncContextManager[None]
@@ -126,26 +133,8 @@ class LLMJudge:
             self._first_done.set()
 
     @property
-    def model(self) -> str:
-        return self._client.model
-
-    @property
-    def endpoint(self) -> str:
-        return self._client.endpoint
-
-    @property
-    def transport(self) -> str:
-        """Which client carries the requests ("http", "litellm", or the client's own name)."""
-        return str(getattr(self._client, "transport", type(self._client).__name__))
-
-    @property
-    def response_format(self) -> ResponseFormatNegotiation:
-        """The structured-output negotiation with this judge's endpoint."""
-        return self._formats
-
-    @property
     def response_format_in_use(self) -> ResponseFormat:
-        return self._formats.current
+        return self.response_format.current
 
     def reason_prompt(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
@@ -173,7 +162,7 @@ class LLMJudge:
         while True:
             calls += 1
             first = await self._wait_for_first()
-            form, probe = await self._formats.acquire()
+            form, probe = await self.response_format.acquire()
             try:
                 reply = await self._attempt(messages, schema_name, schema, form, tokens, first)
             except ResponseFormatRejected as exc:
@@ -181,13 +170,13 @@ class LLMJudge:
                 if form_rejections > len(RESPONSE_FORMATS):
                     raise self._fatal_rejection(exc, form) from None
                 # Raises FatalJudgeError when no weaker form is allowed.
-                self._formats.rejected(form, probe, str(exc))
+                self.response_format.rejected(form, probe, str(exc))
                 continue
             except RequestRejected as exc:
-                self._formats.released(form, probe)
+                self.response_format.released(form, probe)
                 raise self._fatal_rejection(exc, form) from None
             except TransportError as exc:
-                self._formats.released(form, probe)
+                self.response_format.released(form, probe)
                 retry_after = None
                 if isinstance(exc, RateLimited):  # also slows down every caller of the limiter
                     retry_after = exc.retry_after
@@ -199,9 +188,9 @@ class LLMJudge:
                 retries += 1
                 continue
             except BaseException:  # cancelled, or a failure no retry can mend
-                self._formats.released(form, probe)
+                self.response_format.released(form, probe)
                 raise
-            self._formats.accepted(form, probe)
+            self.response_format.accepted(form, probe)
             usage = Usage(
                 calls, reply.prompt_tokens, reply.completion_tokens, retries, rate_limited
             )

@@ -53,11 +53,8 @@ _DROPPED: frozenset[str] = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz")
 
 @functools.lru_cache(maxsize=1 << 17)
 def stem(word: str) -> str:
-    """Fold a lower-case word to a crude stem: plural s/es/ies, -ing and -ed are stripped.
-
-    Deliberately light (no dictionary): both sides of a comparison go through the same function,
-    so consistency matters more than linguistic accuracy. Numbers and short words are unchanged.
-    """
+    """A crude stem of a lower-case word: plural s/es/ies, -ing and -ed stripped, numbers and
+    short words unchanged (both sides of a comparison are stemmed alike: no dictionary)."""
     n = len(word)
     if n <= 3 or word.isdigit():
         return word

@@ -56,26 +56,18 @@ def response_format_field(
     return None
 
 
-RejectionKind = Literal["response_format", "validation", "status"]
-
-
-def classify_rejection(status: int | None, text: str) -> RejectionKind | None:
-    """Whether an error answer is a deterministic rejection, and of what: "response_format"
-    (a 4xx, or a validation error at any status, whose text names response_format),
-    "validation" (another validation error: llama-cpp-python answers them with HTTP 500),
-    "status" (another 4xx but 408/409/429; callers classify 401/403/404 as fatal first) or
-    None (retrying may help)."""
+def classify_rejection(
+    status: int | None, text: str
+) -> Literal["response_format", "request"] | None:
+    """Whether an error answer is a deterministic rejection: a 4xx but 408/409/429 (callers
+    make 401/403/404 fatal first), or a validation error at any status (llama-cpp-python
+    answers them with HTTP 500); "response_format" when its text names the form, None when
+    retrying may help."""
     if status in TRANSIENT_4XX:
         return None
-    is_4xx = status is not None and 400 <= status < 500
-    validation = _VALIDATION_ERROR.search(text) is not None
-    if (is_4xx or validation) and _RESPONSE_FORMAT.search(text):
-        return "response_format"
-    if validation:
-        return "validation"
-    if is_4xx:
-        return "status"
-    return None
+    if _VALIDATION_ERROR.search(text) is None and not (status and 400 <= status < 500):
+        return None
+    return "response_format" if _RESPONSE_FORMAT.search(text) else "request"
 
 
 @dataclass(frozen=True, slots=True)

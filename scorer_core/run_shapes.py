@@ -61,34 +61,29 @@ def _first_with_role(messages: Any, role: str) -> str | None:
     return None
 
 
+def message_text(value: Any, role: str) -> str | None:
+    """The text of a string, of the first `role` message of a list, or of one such message."""
+    if isinstance(value, str):
+        return value
+    if _is_list(value):
+        return _first_with_role(value, role)
+    if not isinstance(value, Mapping) or value.get("role") not in (None, role):
+        return None
+    return content_text(value)
+
+
 def user_text(run_input: Any) -> str | None:
     """The query from a run's input: a string, messages, or an agent/workflow input object."""
-    if isinstance(run_input, str):
-        return run_input
-    if _is_list(run_input):
-        return _first_with_role(run_input, "user")
-    if not isinstance(run_input, Mapping):
-        return None
-    for key in ("inputMessages", "messages"):
-        if (found := _first_with_role(run_input.get(key), "user")) is not None:
-            return found
-    for key in ("prompt", "text"):
-        if isinstance(run_input.get(key), str):
-            return str(run_input[key])
-    if "content" in run_input and run_input.get("role") in (None, "user"):
-        return content_text(run_input)
-    return None
-
-
-def assistant_text(run_output: Any) -> str | None:
-    """The answer from a run's output: a string, messages, or one assistant message."""
-    if isinstance(run_output, str):
-        return run_output
-    if _is_list(run_output):
-        return _first_with_role(run_output, "assistant")
-    if not isinstance(run_output, Mapping) or run_output.get("role") not in (None, "assistant"):
-        return None
-    return content_text(run_output)
+    if isinstance(run_input, Mapping):
+        for key in ("inputMessages", "messages"):
+            if (found := _first_with_role(run_input.get(key), "user")) is not None:
+                return found
+        for key in ("prompt", "text"):
+            if isinstance(run_input.get(key), str):
+                return str(run_input[key])
+        if "content" not in run_input:
+            return None
+    return message_text(run_input, "user")
 
 
 def unpack_run_object(run: Any, expected_output: Any) -> tuple[Any, Any, Any]:
@@ -115,7 +110,7 @@ def texts_of(run_input: Any, run_output: Any, expected_output: Any) -> tuple[str
             f"cannot read the query from input of type {type(run_input).__name__}: give a "
             "string, a message list with a user message, or {inputMessages: [...]}"
         )
-    answer = "" if run_output is None else assistant_text(run_output)
+    answer = "" if run_output is None else message_text(run_output, "assistant")
     if answer is None:
         raise InputError(
             f"cannot read the answer from output of type {type(run_output).__name__}: give a "
@@ -125,7 +120,7 @@ def texts_of(run_input: Any, run_output: Any, expected_output: Any) -> tuple[str
         return query, answer, None
     reference = content_text(expected_output)
     if reference is None:
-        reference = assistant_text(expected_output)
+        reference = message_text(expected_output, "assistant")
     if reference is None:
         raise InputError(
             "expected_output (groundTruth) must be a string or a message, got "

@@ -65,11 +65,8 @@ def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate_item(item: ScoringItem) -> None:
-    """Check that `item` can be scored (an empty output with no reference is retrieval-only).
-
-    Raises:
-        InputError: naming the field that cannot be scored.
-    """
+    """Check that `item` can be scored (an empty output with no reference is retrieval-only);
+    `InputError` names the field that cannot."""
     if not isinstance(item.input, str) or not item.input.strip():
         raise InputError("input (the query) is empty or not a string")
     if not isinstance(item.output, str):
