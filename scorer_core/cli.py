@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
-from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS
+from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS, negotiation_summary
 from scorer_core.scorer import REASON_MODES, create_context_precision_scorer
 from scorer_core.transports import TRANSPORTS
 from scorer_core.types import ScoreResult
@@ -33,38 +33,33 @@ _USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "retries", "reas
 
 
 def add_score_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("item", nargs="?", help="JSON file with the item (default: stdin)")
-    parser.add_argument(
-        "--model", default=OFFLINE_JUDGE, help="'lexical' or a litellm model string"
-    )
-    parser.add_argument("--api-base", help="OpenAI-compatible server URL")
-    parser.add_argument(
+    add = parser.add_argument
+    add("item", nargs="?", help="JSON file with the item (default: stdin)")
+    add("--model", default=OFFLINE_JUDGE, help="'lexical' or a litellm model string")
+    add("--api-base", help="OpenAI-compatible server URL")
+    add(
         "--api-key-env",
         default="OPENAI_API_KEY",
         help="name of the environment variable holding the API key (never the key itself)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        help="completion token cap per judge request (default: the server's)",
-    )
-    parser.add_argument(
+    add("--timeout", type=float, default=60.0, help="seconds per judge request")
+    add("--max-tokens", type=int, help="completion token cap per request (default: the server's)")
+    add(
         "--transport",
         choices=TRANSPORTS,
         default="auto",
         help="auto: the lean http client for openai/... models, litellm for other providers",
     )
-    parser.add_argument(
+    add(
         "--response-format",
         choices=RESPONSE_FORMAT_SETTINGS,
         default="auto",
         help="structured-output form; 'auto' steps down to what the server takes",
     )
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--reason", choices=REASON_MODES, default="template")
-    parser.add_argument("--contexts-per-call", type=int, default=16)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add("--scale", type=float, default=1.0)
+    add("--reason", choices=REASON_MODES, default="template")
+    add("--contexts-per-call", type=int, default=16)
+    add("--json", action="store_true", help="print the result as JSON")
 
 
 def read_item(source: TextIO, name: str) -> dict[str, Any]:
@@ -94,11 +89,7 @@ def result_to_dict(
 ) -> dict[str, Any]:
     """The `--json` output: the result, what the judge spent on it and how long it took."""
     return {
-        "score": result.score,
-        "band": result.band,
-        "status": result.status,
-        "error": result.error,
-        "reason": result.reason,
+        **{name: getattr(result, name) for name in ("score", "band", "status", "error", "reason")},
         "verdicts": [dataclasses.asdict(v) for v in result.verdicts],
         "judge_calls": result.usage.calls,
         "usage": {name: getattr(result.usage, name) for name in _USAGE_FIELDS},
@@ -173,9 +164,8 @@ def run_score(args: argparse.Namespace) -> int:
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
     seconds = time.monotonic() - started
     form = None
-    if negotiation := getattr(scorer.judge, "response_format", None):
+    if summary := negotiation_summary(scorer.judge):
         # "json_object (json_schema rejected: ...)": the form used and what was given up.
-        summary = negotiation.summary()
         dropped = "; ".join(f"{d['form']} rejected: {d['reason']}" for d in summary["dropped"])
         form = f"{summary['in_use']} ({dropped})" if dropped else str(summary["in_use"])
     if args.json:

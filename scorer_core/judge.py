@@ -112,11 +112,9 @@ class LLMJudge:
         )
         # Bounds requests in flight (not items), so an item with thousands of contexts cannot
         # open thousands of connections at once.
-        self._in_flight: contextlib.AbstractAsyncContextManager[None]
         if isinstance(max_in_flight, int):
-            self._in_flight = asyncio.Semaphore(max_in_flight)  # type: ignore[assignment]
-        else:
-            self._in_flight = max_in_flight or contextlib.nullcontext()
+            max_in_flight = asyncio.Semaphore(max_in_flight)  # type: ignore[assignment]
+        self._in_flight = max_in_flight or contextlib.nullcontext()
         self._retry = retry or RetryPolicy()
         self._limiter = limiter or NoLimit()
         self._sleep = sleep
