@@ -125,10 +125,22 @@ class LiteLLMClient:
         self.endpoint = api_base.rstrip("/") if api_base else litellm_endpoint(model)
         self._api_base = api_base or None
         self._api_key = api_key or (_PLACEHOLDER_KEY if api_base else None)
-        self._timeout = timeout
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._extra = dict(request_options or {})
+        settings: dict[str, Any] = {
+            "api_base": self._api_base,
+            "api_key": self._api_key,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+        }
+        # `acompletion`'s arguments but the model, the messages and the form; a setting given
+        # here wins over the same name in `request_options`.
+        self._arguments: dict[str, Any] = {
+            "timeout": timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+            **(request_options or {}),
+            **{name: value for name, value in settings.items() if value is not None},
+        }
 
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMClient(model={self.model!r}, api_base={self._api_base!r})"
@@ -142,23 +154,9 @@ class LiteLLMClient:
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
         litellm = import_litellm()
-        optional = {
-            "response_format": response_format_field(response_format, schema_name, schema),
-            "api_base": self._api_base,
-            "api_key": self._api_key,
-            "temperature": self._temperature,
-            "max_tokens": self._max_tokens,
-        }
-        kwargs = {
-            "model": self.model,
-            "messages": list(messages),
-            "timeout": self._timeout,
-            "num_retries": 0,
-            "max_retries": 0,
-            "drop_params": True,
-            **self._extra,
-            **{name: value for name, value in optional.items() if value is not None},
-        }
+        kwargs = {"model": self.model, "messages": list(messages), **self._arguments}
+        if field := response_format_field(response_format, schema_name, schema):
+            kwargs["response_format"] = field
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:

@@ -49,22 +49,11 @@ def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
 async def score_item(
     judge: Judge, item: ScoringItem, *, scale: float, reason: ReasonMode, contexts_per_call: int
 ) -> ScoreResult:
-    """Score an item (checked by `validate_item`) with `judge`.
-
-    Args:
-        judge: gives the verdicts (and an "llm" reason).
-        item: the item.
-        scale: scores run from 0 to this.
-        reason: "llm", "template" or "none".
-        contexts_per_call: contexts per verdict request; the requests go concurrently.
-
-    Returns:
-        The result: status "ok", "unscored" (a reply the judge could not use) or "error" (a
-        transport or judge failure).
-
-    Raises:
-        FatalJudgeError: no request can succeed.
-    """
+    """Score an item (checked by `validate_item`) with `judge`: its contexts judged
+    `contexts_per_call` per request, the requests sent concurrently, a score from 0 to `scale`
+    and a `reason` ("llm", "template" or "none"). The result's status is "ok", "unscored" (a
+    reply the judge could not use) or "error" (a transport or judge failure); a
+    `FatalJudgeError` (no request can succeed) is raised."""
     if contexts_per_call < 1:
         raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
     slices = context_slices(len(item.contexts), contexts_per_call)
