@@ -161,9 +161,9 @@ class ResponseFormatNegotiation:
             self._probing = False
             self._wake()
 
-    def rejected(self, form: ResponseFormat, probe: bool, reason: str) -> ResponseFormat:
-        """The endpoint refused `form`. Returns the form to send next; raises FatalJudgeError
-        when there is none (an explicit setting, or "prompt" refused)."""
+    def rejected(self, form: ResponseFormat, probe: bool, reason: str) -> None:
+        """The endpoint refused `form`: the next request goes with a weaker one, or, when there
+        is none (an explicit setting, or "prompt" refused), FatalJudgeError."""
         # Server tracebacks span lines; summaries do not.
         reason = shorten(" ".join(reason.split()), _REASON_CHARS)
         with self._lock:
@@ -176,7 +176,6 @@ class ResponseFormatNegotiation:
                 self._remaining.pop(0)
                 self._confirmed = self._remaining[0] == "prompt"
             self._wake()
-            current = self._remaining[0]
         if fatal:
             if self.setting == "auto":
                 advice = "even a request without response_format was refused"
@@ -189,7 +188,6 @@ class ResponseFormatNegotiation:
                 f"judge endpoint {self.endpoint or '(default)'} rejects response_format "
                 f"{form!r}: {reason}; {advice}"
             )
-        return current
 
     def _wake(self) -> None:
         """Wake every waiter (caller holds the lock); they re-check the state themselves."""
