@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# The offline judge's model string: the one place outside its own module that spells it.
-OFFLINE_JUDGE = "lexical"
+OFFLINE_JUDGE = "lexical"  # the offline judge's model string, spelled only here
 
 
 @dataclass(frozen=True)
@@ -30,27 +29,17 @@ class JudgeCapabilities:
     priced: bool
 
 
-#: The offline lexical judge's capabilities.
 OFFLINE_CAPABILITIES = JudgeCapabilities(
-    offline=True,
-    needs_api_key=False,
-    supports_batch=False,
-    negotiates_format=False,
-    priced=False,
+    offline=True, needs_api_key=False, supports_batch=False, negotiates_format=False, priced=False
 )
-#: An LLM judge's capabilities (any provider litellm or the lean HTTP client reaches).
 LLM_CAPABILITIES = JudgeCapabilities(
-    offline=False,
-    needs_api_key=True,
-    supports_batch=True,
-    negotiates_format=True,
-    priced=True,
+    offline=False, needs_api_key=True, supports_batch=True, negotiates_format=True, priced=True
 )
 
 
 def capabilities_of(model: str) -> JudgeCapabilities:
     """The capabilities of the judge `model` names: the offline lexical judge, or an LLM
-    judge reached through litellm's model strings (any provider, any `api_base`)."""
+    judge (any litellm model string)."""
     return OFFLINE_CAPABILITIES if model == OFFLINE_JUDGE else LLM_CAPABILITIES
 
 

@@ -1,12 +1,13 @@
 """`ctxprec score` / `python -m scorer_core`: score one item given as JSON, from a file or stdin
 (`{"input", "output", "expected_output", "context"}`; `query`, `contexts`, `expected_answer`
-as aliases). Also the exit codes of every command (docs/exit-codes.md) and `call_handler`,
-which turns the project's errors into them.
+as aliases). Also every command's exit codes (docs/exit-codes.md) and `call_handler`, which
+turns the project's errors into them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -16,8 +17,9 @@ from typing import Any, TextIO
 
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
-from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS
-from scorer_core.scorer import create_context_precision_scorer
+from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS, negotiation_summary
+from scorer_core.scorer import REASON_MODES, create_context_precision_scorer
+from scorer_core.transports import TRANSPORTS
 from scorer_core.types import ScoreResult
 
 EXIT_OK = 0
@@ -27,56 +29,49 @@ EXIT_NO_SCORE = 3  # `score` only: the item is unscored or failed
 
 _ALIASES = {"query": "input", "contexts": "context", "expected_answer": "expected_output"}
 _FIELDS = ("input", "output", "expected_output", "context")
+_USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "retries", "reasks")
 
 
 def add_score_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("item", nargs="?", help="JSON file with the item (default: stdin)")
-    parser.add_argument(
-        "--model", default=OFFLINE_JUDGE, help="'lexical' or a litellm model string"
-    )
-    parser.add_argument("--api-base", default=None, help="OpenAI-compatible server URL")
-    parser.add_argument(
+    add = parser.add_argument
+    add("item", nargs="?", help="JSON file with the item (default: stdin)")
+    add("--model", default=OFFLINE_JUDGE, help="'lexical' or a litellm model string")
+    add("--api-base", help="OpenAI-compatible server URL")
+    add(
         "--api-key-env",
         default="OPENAI_API_KEY",
         help="name of the environment variable holding the API key (never the key itself)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per judge request")
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        help="completion token cap per judge request (default: the server's)",
-    )
-    parser.add_argument(
+    add("--timeout", type=float, default=60.0, help="seconds per judge request")
+    add("--max-tokens", type=int, help="completion token cap per request (default: the server's)")
+    add(
         "--transport",
-        choices=["auto", "litellm", "http"],
+        choices=TRANSPORTS,
         default="auto",
         help="auto: the lean http client for openai/... models, litellm for other providers",
     )
-    parser.add_argument(
+    add(
         "--response-format",
-        choices=list(RESPONSE_FORMAT_SETTINGS),
+        choices=RESPONSE_FORMAT_SETTINGS,
         default="auto",
         help="structured-output form; 'auto' steps down to what the server takes",
     )
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--reason", choices=["llm", "template", "none"], default="template")
-    parser.add_argument("--contexts-per-call", type=int, default=16)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add("--scale", type=float, default=1.0)
+    add("--reason", choices=REASON_MODES, default="template")
+    add("--contexts-per-call", type=int, default=16)
+    add("--json", action="store_true", help="print the result as JSON")
 
 
 def read_item(source: TextIO, name: str) -> dict[str, Any]:
     """The item's fields from a JSON object, aliases resolved; InputError names the problem."""
-    text = source.read()
     try:
-        raw = json.loads(text)
+        raw = json.loads(source.read())
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{name}: expected a JSON object, got {type(raw).__name__}")
     item: dict[str, Any] = {_ALIASES.get(str(k), str(k)): v for k, v in raw.items()}
-    unknown = sorted(set(item) - set(_FIELDS))
-    if unknown:
+    if unknown := sorted(set(item) - set(_FIELDS)):
         raise InputError(f"{name}: unknown field(s) {', '.join(unknown)}; use {', '.join(_FIELDS)}")
     for required in ("input", "output", "context"):
         if required not in item:
@@ -90,35 +85,20 @@ def read_item(source: TextIO, name: str) -> dict[str, Any]:
 
 
 def result_to_dict(
-    result: ScoreResult, response_format: str | None = None, seconds: float | None = None
+    result: ScoreResult, response_format: str | None, seconds: float
 ) -> dict[str, Any]:
     """The `--json` output: the result, what the judge spent on it and how long it took."""
-    usage = result.usage
     return {
-        "score": result.score,
-        "band": result.band,
-        "status": result.status,
-        "error": result.error,
-        "reason": result.reason,
-        "verdicts": [
-            {"index": v.index, "relevant": v.relevant, "reason": v.reason} for v in result.verdicts
-        ],
-        "judge_calls": usage.calls,
-        "usage": {
-            "calls": usage.calls,
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "retries": usage.retries,
-            "reasks": usage.reasks,
-        },
-        "seconds": None if seconds is None else round(seconds, 3),
+        **{name: getattr(result, name) for name in ("score", "band", "status", "error", "reason")},
+        "verdicts": [dataclasses.asdict(v) for v in result.verdicts],
+        "judge_calls": result.usage.calls,
+        "usage": {name: getattr(result.usage, name) for name in _USAGE_FIELDS},
+        "seconds": round(seconds, 3),
         "response_format": response_format,
     }
 
 
-def render(
-    result: ScoreResult, response_format: str | None = None, seconds: float | None = None
-) -> str:
+def render(result: ScoreResult, response_format: str | None, seconds: float) -> str:
     score = result.score if result.score is not None else "-"
     band = f", {result.band}" if result.band else ""
     lines = [f"score:  {score} ({result.status}{band})"]
@@ -132,8 +112,7 @@ def render(
     if usage.calls:
         lines.append(
             f"judge:  {usage.calls} call(s), {usage.prompt_tokens} prompt / "
-            f"{usage.completion_tokens} completion tokens"
-            + (f", {seconds:.1f} s" if seconds is not None else "")
+            f"{usage.completion_tokens} completion tokens, {seconds:.1f} s"
         )
     if result.verdicts:
         lines.append("verdicts:")
@@ -142,16 +121,29 @@ def render(
     return "\n".join(lines)
 
 
-def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
-    """The `score` command.
+def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The judge's options from the command line (none for the offline judge)."""
+    if capabilities_of(args.model).offline:
+        return {}
+    options: dict[str, Any] = {
+        "timeout": args.timeout,
+        "transport": args.transport,
+        "response_format": args.response_format,
+    }
+    if args.api_base:
+        options["api_base"] = args.api_base
+    if args.max_tokens is not None:
+        if args.max_tokens < 1:
+            raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+        options["max_tokens"] = args.max_tokens
+    if key := os.environ.get(args.api_key_env):
+        options["api_key"] = key
+    return options
 
-    Args:
-        args: parsed by a parser `add_score_arguments` set up.
-        stdout: where the result goes (default: sys.stdout, looked up at call time).
 
-    Returns:
-        `EXIT_OK` when the item is scored, else `EXIT_NO_SCORE`.
-    """
+def run_score(args: argparse.Namespace) -> int:
+    """The `score` command (`args` from `add_score_arguments`): `EXIT_OK` when the item is
+    scored, else `EXIT_NO_SCORE`."""
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:
@@ -160,63 +152,38 @@ def run_score(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
             raise InputError(f"{args.item}: cannot read ({exc.strerror})") from None
     else:
         item = read_item(sys.stdin, "stdin")
-    options: dict[str, Any] = {}
-    if not capabilities_of(args.model).offline:
-        options = {
-            "timeout": args.timeout,
-            "transport": args.transport,
-            "response_format": args.response_format,
-        }
-        if args.api_base:
-            options["api_base"] = args.api_base
-        if args.max_tokens is not None:
-            if args.max_tokens < 1:
-                raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-            options["max_tokens"] = args.max_tokens
-        key = os.environ.get(args.api_key_env)
-        if key:
-            options["api_key"] = key
     scorer = create_context_precision_scorer(
         args.model,
         context=item["context"],
         scale=args.scale,
         reason=args.reason,
         contexts_per_call=args.contexts_per_call,
-        **options,
+        **_judge_options(args),
     )
     started = time.monotonic()
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
     seconds = time.monotonic() - started
-    negotiation = getattr(scorer.judge, "response_format", None)
-    form = _describe_form(negotiation.summary()) if negotiation is not None else None
-    print(
-        json.dumps(result_to_dict(result, form, seconds), ensure_ascii=False)
-        if args.json
-        else render(result, form, seconds),
-        file=stdout or sys.stdout,  # looked up now: redirect_stdout and capture apply
-    )
+    form = None
+    if summary := negotiation_summary(scorer.judge):
+        # "json_object (json_schema rejected: ...)": the form used and what was given up.
+        dropped = "; ".join(f"{d['form']} rejected: {d['reason']}" for d in summary["dropped"])
+        form = f"{summary['in_use']} ({dropped})" if dropped else str(summary["in_use"])
+    if args.json:
+        print(json.dumps(result_to_dict(result, form, seconds), ensure_ascii=False))
+    else:
+        print(render(result, form, seconds))
     return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE
-
-
-def exit_code(error: CtxPrecError) -> int:
-    """2 for a mistake of the caller's (usage, configuration, input), else 1."""
-    return EXIT_USAGE if isinstance(error, ConfigError | InputError) else EXIT_FAILED
 
 
 def call_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a command's handler; a project error is printed as one line and becomes its exit
-    code. Anything else is a bug and keeps its traceback."""
+    code (2 for a mistake of the caller's: usage, configuration, input; else 1). Anything else
+    is a bug and keeps its traceback."""
     try:
         return handler(args)
     except CtxPrecError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return exit_code(exc)
-
-
-def _describe_form(summary: dict[str, Any]) -> str:
-    """ "json_object (json_schema rejected: ...)": the form used and what was given up."""
-    dropped = "; ".join(f"{d['form']} rejected: {d['reason']}" for d in summary["dropped"])
-    return f"{summary['in_use']} ({dropped})" if dropped else str(summary["in_use"])
+        return EXIT_USAGE if isinstance(exc, ConfigError | InputError) else EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,5 +195,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m scorer_core", description="Score one item's context precision."
     )
     add_score_arguments(parser)
-    args = parser.parse_args(args_list)
-    return call_handler(run_score, args)
+    return call_handler(run_score, parser.parse_args(args_list))

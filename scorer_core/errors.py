@@ -19,44 +19,34 @@ class CtxPrecError(Exception):
     """Base class of every error this project raises on purpose."""
 
 
-class ConfigError(CtxPrecError, ValueError):
-    """A configuration value or argument is wrong. The message names the key."""
+class ConfigError(CtxPrecError, ValueError): ...
 
 
-class InputError(CtxPrecError, ValueError):
-    """An item or input file cannot be scored as given. The message names the field or row."""
+class InputError(CtxPrecError, ValueError): ...
 
 
-class JudgeError(CtxPrecError):
-    """The judge could not produce verdicts."""
+class JudgeError(CtxPrecError): ...
 
 
-class TransportError(JudgeError):
-    """A request got no usable HTTP answer; retrying may help."""
+class TransportError(JudgeError): ...
 
 
 class RateLimited(TransportError):
-    """The provider answered 429."""
-
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
 
-class ServerError(TransportError):
-    """The provider answered with a 5xx status."""
+class ServerError(TransportError): ...
 
 
-class JudgeTimeout(TransportError):
-    """The provider did not answer within the timeout."""
+class JudgeTimeout(TransportError): ...
 
 
-class ConnectionFailed(TransportError):
-    """The provider could not be reached."""
+class ConnectionFailed(TransportError): ...
 
 
-class MalformedReply(JudgeError):
-    """The provider answered, but the reply does not follow the wire contract."""
+class MalformedReply(JudgeError): ...
 
 
 class RequestRejected(JudgeError):
@@ -65,18 +55,19 @@ class RequestRejected(JudgeError):
 
 
 class ResponseFormatRejected(RequestRejected):
-    """The endpoint refused the request's structured-output form (`response_format`) itself.
-
-    `form` is the form that was sent ("json_schema", "json_object" or "prompt")."""
+    """The endpoint refused the structured-output form `form` ("json_schema", ...) itself."""
 
     def __init__(self, message: str, form: str) -> None:
         super().__init__(message)
         self.form = form
 
 
-class FatalJudgeError(JudgeError):
-    """No request can succeed (bad credentials, unknown model): the whole run should stop."""
+class FatalJudgeError(JudgeError): ...
 
 
-class StorageError(CtxPrecError):
-    """Reading or writing the store failed. The message names the path."""
+class StorageError(CtxPrecError): ...
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, "..." marking a cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

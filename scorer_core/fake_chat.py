@@ -1,6 +1,5 @@
 """`FakeChatClient`: a `ChatClient` answered in-process by a function, to test code built on the
-scorer without a model or a socket (as httpx ships `MockTransport`). docs/library.md has an
-example."""
+scorer without a model or a socket (as httpx ships `MockTransport`); see docs/library.md."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scorer_core.openai_http import chat_request_body, wire_model_name
+from scorer_core.openai_http import chat_request_body
 from scorer_core.prompt import REASON_SCHEMA_NAME
 from scorer_core.protocols import ChatReply
 from scorer_core.response_format import ResponseFormat
@@ -24,8 +23,7 @@ _SCORE = re.compile(r"^<score>\n(\S+) out of ", re.MULTILINE)
 
 def asked_contexts(body: dict[str, Any]) -> dict[int, str]:
     """Position -> text of every context a verdict request asks about, in the order asked."""
-    user = body["messages"][-1]["content"]
-    _, _, section = user.partition("<contexts>\n")
+    section = body["messages"][-1]["content"].partition("<contexts>\n")[2]
     found = _CONTEXT_LINE.findall(section.partition("\n</contexts>")[0])
     return {int(position): json.loads(text) for position, text in found}
 
@@ -36,30 +34,22 @@ def relevant_word(body: dict[str, Any]) -> list[bool]:
 
 
 class FakeChatClient:
-    """A `ChatClient` whose replies come from `handler` (default `relevant_word`).
+    """A `ChatClient` whose replies come from `handler`; `requests` holds every request body
+    received, oldest first.
 
     Args:
         handler: called with each request's body; a string is the reply as sent, a list of
             flags answers a verdict request (and a reason request with a fixed reason).
         model: the model name recorded next to every score.
-
-    `requests` holds every request body received, oldest first.
     """
 
     transport = "fake"
+    endpoint = "fake-chat (in-process)"
 
     def __init__(self, handler: Handler = relevant_word, *, model: str = "fake/judge") -> None:
         self._handler = handler
-        self._model = model
+        self.model = model
         self.requests: list[dict[str, Any]] = []
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def endpoint(self) -> str:
-        return "fake-chat (in-process)"
 
     async def complete(
         self,
@@ -69,15 +59,7 @@ class FakeChatClient:
         schema: dict[str, Any],
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
-        body = chat_request_body(
-            wire_model_name(self._model),
-            messages,
-            temperature=None,
-            max_tokens=None,
-            response_format=response_format,
-            schema_name=schema_name,
-            schema=schema,
-        )
+        body = chat_request_body(self.model, messages, response_format, schema_name, schema)
         self.requests.append(body)
         reply = self._handler(body)
         if isinstance(reply, str):

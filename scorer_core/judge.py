@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from scorer_core.capabilities import LLM_CAPABILITIES
@@ -35,21 +34,15 @@ from scorer_core.prompt import (
     with_reask,
 )
 from scorer_core.protocols import ChatClient, ChatReply, Limiter, NoLimit, Sleeper
-from scorer_core.response_format import (
-    RESPONSE_FORMATS,
-    ResponseFormat,
-    ResponseFormatNegotiation,
-)
+from scorer_core.response_format import RESPONSE_FORMATS, ResponseFormat, ResponseFormatNegotiation
 from scorer_core.retry import RetryPolicy, real_sleep
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
-#: Characters per token assumed for rate-limit accounting before the provider reports real
-#: usage (a rough rule for English text).
+#: Characters per token assumed for rate-limit accounting before the provider reports usage.
 CHARS_PER_TOKEN = 4
-#: Reply tokens expected per context verdict (index, yes/no and one short reason sentence):
-#: reserved from the rate limiter, and the output allowance of `ctxprec estimate`.
+#: Reply tokens expected per context verdict (index, yes/no, one short reason): reserved from
+#: the rate limiter, and the output allowance of `ctxprec estimate`.
 REPLY_TOKENS_PER_VERDICT = 40
-
 
 T = TypeVar("T")
 
@@ -76,27 +69,18 @@ def estimate_tokens(
     return counter(messages) + reply
 
 
-@dataclass
-class _Tally:
-    """What one logical request's attempts came to so far."""
-
-    calls: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    form_rejections: int = 0
-
-    def usage(self, reply: ChatReply) -> Usage:
-        return Usage(
-            calls=self.calls,
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            retries=self.retries,
-            rate_limited=self.rate_limited,
-        )
-
-
 class LLMJudge:
-    """A `Judge` backed by any chat model reachable through a `ChatClient`."""
+    """A `Judge` backed by any chat model reachable through a `ChatClient`.
+
+    Args:
+        max_in_flight: bounds the requests in flight: a number, or a gate (an async context
+            manager) shared with other judges, such as a worker's share of a run-wide budget.
+        negotiation: the endpoint's shared structured-output state (`shared_negotiation`);
+            its setting wins over `response_format` ("auto" or one form).
+        first_alone: False leaves the cold start to whoever owns the `max_in_flight` gate.
+        token_counter, completion_budget, clock: size each request for a tokens-per-minute
+            `limiter` and time its reply.
+    """
 
     #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).
     capabilities = LLM_CAPABILITIES
@@ -117,24 +101,20 @@ class LLMJudge:
         completion_budget: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`response_format` is "auto" or one form (see `scorer_core.response_format`);
-        `negotiation`, when given, is shared state for the endpoint (e.g. from
-        `shared_negotiation`) and its setting wins over `response_format`.
-
-        `max_in_flight` bounds the requests in flight: a number, or a gate (an async context
-        manager) shared with other judges, such as a worker's allowance of a run-wide budget.
-        `first_alone=False` leaves the cold start to whoever owns that gate. `token_counter` and
-        `completion_budget` size each request for a tokens-per-minute limiter; `clock` times
-        replies for the limiter's latency statistics."""
         self._client = client
-        self._formats = negotiation or ResponseFormatNegotiation(response_format, client.endpoint)
+        self.model = client.model
+        self.endpoint = client.endpoint
+        #: Which client carries the requests ("http", "litellm", or the client's own name).
+        self.transport = str(getattr(client, "transport", type(client).__name__))
+        #: The structured-output negotiation with this judge's endpoint.
+        self.response_format = negotiation or ResponseFormatNegotiation(
+            response_format, client.endpoint
+        )
         # Bounds requests in flight (not items), so an item with thousands of contexts cannot
         # open thousands of connections at once.
-        self._in_flight: contextlib.AbstractAsyncContextManager[None]
         if isinstance(max_in_flight, int):
-            self._in_flight = asyncio.Semaphore(max_in_flight)  # type: ignore[assignment]
-        else:
-            self._in_flight = max_in_flight or contextlib.nullcontext()
+            max_in_flight = asyncio.Semaphore(max_in_flight)  # type: ignore[assignment]
+        self._in_flight = max_in_flight or contextlib.nullcontext()
         self._retry = retry or RetryPolicy()
         self._limiter = limiter or NoLimit()
         self._sleep = sleep
@@ -151,40 +131,14 @@ class LLMJudge:
             self._first_done.set()
 
     @property
-    def model(self) -> str:
-        return self._client.model
-
-    @property
-    def endpoint(self) -> str:
-        return self._client.endpoint
-
-    @property
-    def transport(self) -> str:
-        """Which client carries the requests ("http", "litellm", or the client's own name)."""
-        return str(getattr(self._client, "transport", type(self._client).__name__))
-
-    @property
-    def response_format(self) -> ResponseFormatNegotiation:
-        """The structured-output negotiation with this judge's endpoint."""
-        return self._formats
-
-    @property
     def response_format_in_use(self) -> ResponseFormat:
-        return self._formats.current
+        return self.response_format.current
 
     def reason_prompt(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> str:
         """The user message `explain` sends first for these arguments."""
         return reason_messages(item, verdicts, score, self._scale)[-1]["content"]
-
-    def _counted_tokens(self, reply: ChatReply) -> int:
-        """The tokens a provider counts against its limit for this reply: OpenAI-style limits
-        count a request's max_tokens when it sets one, whatever the reply used."""
-        completion = reply.completion_tokens
-        if self._completion_budget:
-            completion = max(completion, self._completion_budget)
-        return reply.prompt_tokens + completion
 
     async def ask(
         self,
@@ -194,37 +148,51 @@ class LLMJudge:
         verdicts: int,
     ) -> tuple[ChatReply, Usage]:
         """One logical request, sent as every request is (batch mode's online re-asks too): per
-        attempt a form from the endpoint's negotiation, one paced call in the in-flight bound
-        (`_attempt`), and on failure a weaker form (`_step_down`) or a wait (`_back_off`)."""
+        attempt a form from the endpoint's negotiation and one paced call (`_attempt`); a
+        refused form steps down to a weaker one, a transport failure waits and retries."""
         tokens = estimate_tokens(
             messages,
             verdicts,
             counter=self._count_tokens,
             completion_budget=self._completion_budget,
         )
-        tally = _Tally()
+        calls = retries = rate_limited = form_rejections = 0
         while True:
-            tally.calls += 1
+            calls += 1
             first = await self._wait_for_first()
-            form, probe = await self._formats.acquire()
+            form, probe = await self.response_format.acquire()
             try:
                 reply = await self._attempt(messages, schema_name, schema, form, tokens, first)
             except ResponseFormatRejected as exc:
-                tally.form_rejections += 1
-                self._step_down(exc, form, probe, tally.form_rejections)
+                form_rejections += 1
+                if form_rejections > len(RESPONSE_FORMATS):
+                    raise self._fatal_rejection(exc, form) from None
+                # Raises FatalJudgeError when no weaker form is allowed.
+                self.response_format.rejected(form, probe, str(exc))
                 continue
             except RequestRejected as exc:
-                self._formats.released(form, probe)
+                self.response_format.released(form, probe)
                 raise self._fatal_rejection(exc, form) from None
             except TransportError as exc:
-                self._formats.released(form, probe)
-                await self._back_off(exc, tally)
+                self.response_format.released(form, probe)
+                retry_after = None
+                if isinstance(exc, RateLimited):  # also slows down every caller of the limiter
+                    retry_after = exc.retry_after
+                    rate_limited += 1
+                    await self._limiter.rate_limited(retry_after)
+                if retries >= self._retry.max_retries:
+                    raise type(exc)(f"gave up after {calls} attempts; last error: {exc}") from None
+                await self._sleep(self._retry.delay_for(retries, retry_after))
+                retries += 1
                 continue
             except BaseException:  # cancelled, or a failure no retry can mend
-                self._formats.released(form, probe)
+                self.response_format.released(form, probe)
                 raise
-            self._formats.accepted(form, probe)
-            return reply, tally.usage(reply)
+            self.response_format.accepted(form, probe)
+            usage = Usage(
+                calls, reply.prompt_tokens, reply.completion_tokens, retries, rate_limited
+            )
+            return reply, usage
 
     async def _wait_for_first(self) -> bool:
         """Whether this attempt is the judge's first; any other waits until the first is over
@@ -245,7 +213,7 @@ class LLMJudge:
         first: bool,
     ) -> ChatReply:
         """One call to the client in `form`, holding an in-flight slot and a rate slot; the
-        limiter hears how it went (latency, tokens charged and counted) whatever happens."""
+        limiter hears how it went whatever happens."""
         async with self._in_flight:
             # Rate slot taken only once a connection slot is ours, so slots are not hoarded by
             # waiters and then spent in a burst.
@@ -269,33 +237,18 @@ class LLMJudge:
                         self._counted_tokens(reply) if reply else 0,
                     )
 
-    def _step_down(
-        self, exc: ResponseFormatRejected, form: ResponseFormat, probe: bool, rejections: int
-    ) -> None:
-        """The endpoint refused `form` itself: the next attempt goes out with a weaker form,
-        never the same rejected request. Raises `FatalJudgeError` when no weaker form is
-        allowed, or after more rejections than there are forms."""
-        if rejections > len(RESPONSE_FORMATS):
-            raise self._fatal_rejection(exc, form) from None
-        self._formats.rejected(form, probe, str(exc))
-
-    async def _back_off(self, exc: TransportError, tally: _Tally) -> None:
-        """Wait before retrying a transport failure (a 429 also slows the shared limiter);
-        re-raises it, saying so, once `max_retries` retries are spent."""
-        retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
-        if isinstance(exc, RateLimited):
-            tally.rate_limited += 1
-            await self._limiter.rate_limited(retry_after)
-        if tally.retries >= self._retry.max_retries:
-            raise type(exc)(f"gave up after {tally.calls} attempts; last error: {exc}") from None
-        await self._sleep(self._retry.delay_for(tally.retries, retry_after))
-        tally.retries += 1
+    def _counted_tokens(self, reply: ChatReply) -> int:
+        """The tokens a provider counts against its limit: OpenAI-style limits count a
+        request's max_tokens when it sets one, whatever the reply used."""
+        budget = self._completion_budget
+        completion = max(reply.completion_tokens, budget) if budget else reply.completion_tokens
+        return reply.prompt_tokens + completion
 
     def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
         return FatalJudgeError(
             f"judge endpoint {self.endpoint} rejected the request (sent with response_format "
-            f"{form!r}); a deterministic rejection is not "
-            f"retried (every item would be refused the same way): {exc}"
+            f"{form!r}); a deterministic rejection is not retried (every item would be refused "
+            f"the same way): {exc}"
         )
 
     async def _parsed(

@@ -35,15 +35,14 @@ class JudgeSpec:
     """A judge as data. `model` is "lexical" (the offline judge, configured by `lexical`) or a
     litellm model string; every other field applies to an LLM judge only.
 
-    transport: "auto", "litellm" or "http" (see `scorer_core.transports`).
-    timeout, temperature, max_tokens: each request's (seconds; None leaves temperature or the
-        reply length to the provider).
+    transport: "auto", "litellm" or "http" (`scorer_core.transports`).
+    timeout, temperature, max_tokens: each request's (None leaves it to the provider).
     completion_budget: the reply tokens a tokens-per-minute limiter reserves per request
         (None: a short reason per verdict).
     max_retries, max_reasks: transport retries and re-asks of unusable replies per request.
     response_format: "auto" or one structured-output form (`scorer_core.response_format`).
     scale: the score scale, for the reason prompt.
-    max_connections, proxy_from_env: the HTTP client's (None: its defaults, 512 and True).
+    max_connections, proxy_from_env: the HTTP client's (None: its defaults).
     request_options: extra `litellm.acompletion` arguments, sent as given (litellm only).
     """
 
@@ -122,31 +121,30 @@ def build_judge(
         ConfigError: an option the judge or its transport does not take.
     """
     if spec.capabilities.offline:
-        return _offline_judge(spec)
+        from scorer_core.lexical import LexicalJudge
+
+        allowed = frozenset(inspect.signature(LexicalJudge).parameters)
+        if unknown := set(spec.lexical) - allowed:
+            raise unknown_options(unknown, allowed, "the lexical judge")
+        return LexicalJudge(**spec.lexical)
+    if spec.lexical:
+        raise ConfigError(f"lexical options apply to the lexical judge only, not {spec.model}")
     transport = spec.resolved_transport()
-    _check_transport_options(spec, transport)
-    policy = retry or RetryPolicy(max_retries=spec.max_retries, max_reasks=spec.max_reasks)
-    response_format = check_response_format(spec.response_format)
+    if misplaced := spec.given_transport_options() - TRANSPORT_ONLY_OPTIONS[transport]:
+        raise not_for_transport(misplaced, transport)
     return LLMJudge(
         client or _chat_client(spec, transport),
-        retry=policy,
+        retry=retry or RetryPolicy(max_retries=spec.max_retries, max_reasks=spec.max_reasks),
         limiter=limiter,
         sleep=sleep,
         scale=spec.scale,
         max_in_flight=max_in_flight,
-        response_format=response_format,
+        response_format=check_response_format(spec.response_format),
         negotiation=negotiation,
         first_alone=first_alone,
         token_counter=token_counter or count_prompt_tokens,
         completion_budget=spec.completion_budget,
     )
-
-
-def lexical_option_names() -> frozenset[str]:
-    """The options the offline lexical judge takes (its constructor's keywords)."""
-    from scorer_core.lexical import LexicalJudge
-
-    return frozenset(inspect.signature(LexicalJudge).parameters)
 
 
 def unknown_options(names: set[str], allowed: Set[str], what: str) -> ConfigError:
@@ -166,52 +164,14 @@ def not_for_transport(names: set[str], transport: str) -> ConfigError:
     )
 
 
-def _offline_judge(spec: JudgeSpec) -> Judge:
-    from scorer_core.lexical import LexicalJudge
-
-    allowed = lexical_option_names()
-    unknown = set(spec.lexical) - allowed
-    if unknown:
-        raise unknown_options(unknown, allowed, "the lexical judge")
-    return LexicalJudge(**spec.lexical)
-
-
-def _check_transport_options(spec: JudgeSpec, transport: Transport) -> None:
-    """An LLM spec may not carry the other transport's options, nor the offline judge's."""
-    if spec.lexical:
-        raise ConfigError(f"lexical options apply to the lexical judge only, not {spec.model}")
-    misplaced = spec.given_transport_options() - TRANSPORT_ONLY_OPTIONS[transport]
-    if misplaced:
-        raise not_for_transport(misplaced, transport)
-
-
 def _chat_client(spec: JudgeSpec, transport: Transport) -> ChatClient:
     """The client of `transport` for the spec's endpoint and request settings."""
+    names = {"api_base", "api_key", "timeout", "temperature", "max_tokens"}
+    options = {name: getattr(spec, name) for name in names | spec.given_transport_options()}
     if transport == "http":  # lean aiohttp client, OpenAI-compatible servers
-        from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient
+        from scorer_core.openai_http import OpenAIHTTPClient
 
-        pool: dict[str, Any] = {}
-        if spec.max_connections is not None:
-            pool["max_connections"] = spec.max_connections
-        if spec.proxy_from_env is not None:
-            pool["proxy_from_env"] = spec.proxy_from_env
-        return OpenAIHTTPClient(
-            spec.model,
-            api_base=spec.api_base or OPENAI_API_BASE,
-            api_key=spec.api_key,
-            timeout=spec.timeout,
-            temperature=spec.temperature,
-            max_tokens=spec.max_tokens,
-            **pool,
-        )
+        return OpenAIHTTPClient(spec.model, **options)
     from scorer_core.litellm_client import LiteLLMClient
 
-    return LiteLLMClient(
-        spec.model,
-        api_base=spec.api_base,
-        api_key=spec.api_key,
-        timeout=spec.timeout,
-        temperature=spec.temperature,
-        max_tokens=spec.max_tokens,
-        request_options=spec.request_options,
-    )
+    return LiteLLMClient(spec.model, **options)

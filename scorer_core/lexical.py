@@ -1,20 +1,19 @@
 """An offline, deterministic judge: IDF-weighted overlap of content words and word pairs
 with the query and the answer (the reference when given), instead of a language model.
 
-A baseline that runs anywhere, not a substitute for an LLM judge; docs/judges.md has its
+A baseline that runs anywhere, not a substitute for an LLM judge: docs/judges.md has its
 agreement with human labels, the design notes how a context is judged.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
-import threading
-from collections import OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE
 from scorer_core.errors import ConfigError
@@ -52,13 +51,10 @@ STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 _DROPPED: frozenset[str] = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
-@lru_cache(maxsize=1 << 17)
+@functools.lru_cache(maxsize=1 << 17)
 def stem(word: str) -> str:
-    """Fold a lower-case word to a crude stem: plural s/es/ies, -ing and -ed are stripped.
-
-    Deliberately light (no dictionary): both sides of a comparison go through the same function,
-    so consistency matters more than linguistic accuracy. Numbers and short words are unchanged.
-    """
+    """A crude stem of a lower-case word: plural s/es/ies, -ing and -ed stripped, numbers and
+    short words unchanged (both sides of a comparison are stemmed alike: no dictionary)."""
     n = len(word)
     if n <= 3 or word.isdigit():
         return word
@@ -76,30 +72,23 @@ def stem(word: str) -> str:
 
 
 def is_relevant(score: float, best: float, *, threshold: float, relative: float) -> bool:
-    """The verdict rule: a positive score at least `threshold` and `relative` x the item's best.
-
-    Public so that calibration can sweep `threshold` and `relative` over precomputed `scores`.
-    A score within 1e-9 of a bound counts as reaching it, so float rounding cannot flip ties.
-    """
+    """The verdict rule: a positive score at least `threshold` and `relative` x the item's best
+    (public so that calibration can sweep both over precomputed `scores`). A score within 1e-9
+    of a bound counts as reaching it, so float rounding cannot flip ties."""
     return score > 0.0 and score >= threshold - _TIE and score >= relative * best - _TIE
-
-
-def _is_content(token: str) -> bool:
-    return token not in _DROPPED
 
 
 def _tokens(text: str, max_chars: int, max_tokens: int) -> list[str]:
     """Lower-cased word tokens of the first `max_chars` characters, at most `max_tokens`."""
-    tokens = _TOKEN_RE.findall(text[:max_chars].lower())
-    return tokens[:max_tokens] if len(tokens) > max_tokens else tokens
+    return _TOKEN_RE.findall(text[:max_chars].lower())[:max_tokens]
 
 
 def content_words(
     text: str, *, max_chars: int = DEFAULT_MAX_CHARS, max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> list[str]:
-    """The content words of `text` (lower-cased, before stemming), in order, with repeats,
-    bounded as documented: what the judge matches, once each is stemmed."""
-    return [t for t in _tokens(text, max_chars, max_tokens) if _is_content(t)]
+    """The content words of `text` (lower-cased, before stemming), in order, with repeats:
+    what the judge matches, once each is stemmed."""
+    return [t for t in _tokens(text, max_chars, max_tokens) if t not in _DROPPED]
 
 
 def _pairs(terms: Sequence[str]) -> set[tuple[str, str]]:
@@ -128,6 +117,21 @@ def _context_hits(
             n_pair_hits = len(_pairs(seq) & target_pairs)
         pair_hits.append(n_pair_hits)
     return hit_sets, pair_hits
+
+
+def _check_number(name: str, value: float, upper: float) -> float:
+    """`value` as a float in [0, `upper`], and finite."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 <= value <= upper or math.isinf(value):
+        what = "a number in [0, 1]" if upper == 1 else "a finite number >= 0"
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+    return float(value)
+
+
+def _check_count(name: str, value: int, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,10 @@ class LexicalJudge:
         cache_items: how many items' statistics to keep for repeated calls (0: none).
     """
 
+    #: Offline: no network, no cost, nothing worth caching (`scorer_core.capabilities`).
+    capabilities = OFFLINE_CAPABILITIES
+    model = OFFLINE_JUDGE
+
     def __init__(
         self,
         *,
@@ -173,42 +181,16 @@ class LexicalJudge:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         cache_items: int = 16,
     ) -> None:
-        for name, value in (
-            ("threshold", threshold),
-            ("relative", relative),
-            ("phrase_weight", phrase_weight),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-                raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
-        if (
-            isinstance(answer_weight, bool)
-            or not isinstance(answer_weight, int | float)
-            or not 0 <= answer_weight < math.inf
-        ):
-            raise ConfigError(f"answer_weight must be a finite number >= 0, got {answer_weight!r}")
-        for name, ivalue, low in (
-            ("max_chars", max_chars, 1),
-            ("max_tokens", max_tokens, 1),
-            ("cache_items", cache_items, 0),
-        ):
-            if isinstance(ivalue, bool) or not isinstance(ivalue, int) or ivalue < low:
-                raise ConfigError(f"{name} must be an integer >= {low}, got {ivalue!r}")
-        self.threshold = float(threshold)
-        self.relative = float(relative)
-        self.answer_weight = float(answer_weight)
-        self.phrase_weight = float(phrase_weight)
-        self.max_chars = max_chars
-        self.max_tokens = max_tokens
-        self._cache_items = cache_items
-        self._cache: OrderedDict[ScoringItem, _ItemStats] = OrderedDict()
-        self._lock = threading.Lock()
-
-    #: Offline: no network, no cost, nothing worth caching (`scorer_core.capabilities`).
-    capabilities = OFFLINE_CAPABILITIES
-
-    @property
-    def model(self) -> str:
-        return OFFLINE_JUDGE
+        self.threshold = _check_number("threshold", threshold, 1)
+        self.relative = _check_number("relative", relative, 1)
+        self.answer_weight = _check_number("answer_weight", answer_weight, math.inf)
+        self.phrase_weight = _check_number("phrase_weight", phrase_weight, 1)
+        self.max_chars = _check_count("max_chars", max_chars, 1)
+        self.max_tokens = _check_count("max_tokens", max_tokens, 1)
+        # lru_cache is thread-safe; with maxsize 0 it caches nothing.
+        self._cached_stats = functools.lru_cache(_check_count("cache_items", cache_items, 0))(
+            self._compute
+        )
 
     def __repr__(self) -> str:
         return (
@@ -217,36 +199,17 @@ class LexicalJudge:
             f"max_chars={self.max_chars}, max_tokens={self.max_tokens})"
         )
 
-    # -- scoring -------------------------------------------------------------------------------
-
     def scores(self, item: ScoringItem) -> list[float]:
-        """The score in [0, 1] of every context of `item`, in context order (before thresholds).
-
-        All 0.0 when the query and answer have no content words at all.
-        """
+        """The score in [0, 1] of every context of `item`, in context order (before thresholds);
+        all 0.0 when the query and answer have no content words at all."""
         return list(self._stats(item).scores)
-
-    def _relevant(self, score: float, best: float) -> bool:
-        return is_relevant(score, best, threshold=self.threshold, relative=self.relative)
 
     def _stats(self, item: ScoringItem) -> _ItemStats:
         try:
             hash(item)
         except TypeError:  # e.g. contexts given as a list: correct, just not cacheable
             return self._compute(item)
-        if self._cache_items:
-            with self._lock:
-                cached = self._cache.get(item)
-                if cached is not None:
-                    self._cache.move_to_end(item)
-                    return cached
-        stats = self._compute(item)
-        if self._cache_items:
-            with self._lock:
-                self._cache[item] = stats
-                while len(self._cache) > self._cache_items:
-                    self._cache.popitem(last=False)
-        return stats
+        return self._cached_stats(item)
 
     def _compute(self, item: ScoringItem) -> _ItemStats:
         query_seq, answer_seq, display, answer_source = self._target_words(item)
@@ -255,7 +218,15 @@ class LexicalJudge:
         hit_sets, pair_hits = _context_hits(
             item.contexts, frozenset(target), target_pairs, self.max_chars, self.max_tokens
         )
-        weights = self._weights(target, hit_sets, frozenset(query_seq), len(item.contexts))
+        # Each target term's IDF over the item's contexts, times its role's weight.
+        n = len(item.contexts)
+        df = Counter(itertools.chain(*hit_sets))
+        query_set = set(query_seq)
+        weights = {
+            t: math.log1p((n - df[t] + 0.5) / (df[t] + 0.5))
+            * (1.0 if t in query_set else self.answer_weight)
+            for t in target
+        }
         hits = tuple(tuple(t for t in target if t in hit) for hit in hit_sets)
         # math.fsum is exact: scores do not depend on set order (string hashes are salted).
         total = math.fsum(weights.values())
@@ -280,15 +251,13 @@ class LexicalJudge:
     def _target_words(self, item: ScoringItem) -> tuple[list[str], list[str], dict[str, str], str]:
         """The stemmed content words of the query and of the answer (the reference when given),
         each stem's first written form, and which answer was used ("" when none counts)."""
-        mc, mt = self.max_chars, self.max_tokens
         if item.expected_output:
             answer_text, answer_source = item.expected_output, "reference answer"
         else:
             answer_text, answer_source = item.output, "answer"
-        query_raw = content_words(item.input, max_chars=mc, max_tokens=mt)
-        answer_raw: list[str] = []
-        if self.answer_weight > 0.0:
-            answer_raw = content_words(answer_text, max_chars=mc, max_tokens=mt)
+        bounds = {"max_chars": self.max_chars, "max_tokens": self.max_tokens}
+        query_raw = content_words(item.input, **bounds)
+        answer_raw = content_words(answer_text, **bounds) if self.answer_weight > 0.0 else []
         query_seq = [stem(t) for t in query_raw]
         answer_seq = [stem(t) for t in answer_raw]
         # The first surface form of each stem, so that reasons quote words, not stems.
@@ -296,24 +265,6 @@ class LexicalJudge:
         for surface, term in zip(answer_raw + query_raw, answer_seq + query_seq, strict=True):
             display.setdefault(term, surface)
         return query_seq, answer_seq, display, answer_source if answer_seq else ""
-
-    def _weights(
-        self,
-        target: Sequence[str],
-        hit_sets: Sequence[frozenset[str]],
-        query_set: frozenset[str],
-        n: int,
-    ) -> dict[str, float]:
-        """Each target term's IDF over the item's `n` contexts, times its role's weight."""
-        df = dict.fromkeys(target, 0)
-        for hit in hit_sets:
-            for t in hit:
-                df[t] += 1
-        weights: dict[str, float] = {}
-        for t in target:
-            role = 1.0 if t in query_set else self.answer_weight
-            weights[t] = math.log1p((n - df[t] + 0.5) / (df[t] + 0.5)) * role
-        return weights
 
     def _reason(self, st: _ItemStats, p: int, relevant: bool) -> str:
         if not st.target:
@@ -342,14 +293,9 @@ class LexicalJudge:
             return f"{text}; score {score:.2f} < threshold {self.threshold:.2f}"
         return f"{text}; score {score:.2f} < {self.relative:.2f} x best context's {st.best:.2f}"
 
-    # -- Judge protocol ------------------------------------------------------------------------
-
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        """One verdict per position, in the order given, with the position as its index.
-
-        Positions outside ``range(len(item.contexts))``, or none at all, make the batch unscored
-        (with `unscored_reason`), as the protocol asks, instead of raising.
-        """
+        """One verdict per position, in the order given; positions outside the item's contexts,
+        or none at all, make the batch unscored, as the protocol asks, instead of raising."""
         n = len(item.contexts)
         bad = [
             p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n
@@ -363,15 +309,16 @@ class LexicalJudge:
         st = self._stats(item)
         verdicts = []
         for p in positions:
-            relevant = self._relevant(st.scores[p], st.best)
+            relevant = is_relevant(
+                st.scores[p], st.best, threshold=self.threshold, relative=self.relative
+            )
             verdicts.append(ContextVerdict(p, relevant, self._reason(st, p, relevant)))
         return VerdictBatch(verdicts=tuple(verdicts), usage=Usage())
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
-        """A short deterministic summary of the verdicts; costs nothing. Starts "The score is
-        {score} because", like every reason."""
+        """A short deterministic summary of the verdicts, begun as every reason is."""
         if not verdicts:
             return "", Usage()
         start = reason_start(score)

@@ -24,6 +24,7 @@ from scorer_core.errors import (
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
+from scorer_core.retry import parse_retry_after
 from scorer_core.transports import litellm_endpoint
 
 # Without this litellm fetches a price map from the internet at import and stalls offline.
@@ -43,23 +44,16 @@ def import_litellm() -> Any:
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    headers: Mapping[str, str] | None = getattr(exc, "headers", None) or None
-    if not headers:
-        response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None)
-    if not headers:
-        headers = getattr(exc, "litellm_response_headers", None)
-    if not headers:
-        return None
-    for name in ("retry-after", "Retry-After"):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value))
-        except (TypeError, ValueError):
-            return None
-    return None
+    """The Retry-After of the answer `exc` stands for, wherever litellm kept its headers."""
+    response = getattr(exc, "response", None)
+    sources = (
+        getattr(exc, "headers", None),
+        getattr(response, "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+    )
+    headers = next((found for found in sources if found), None)
+    value = headers.get("retry-after", headers.get("Retry-After")) if headers else None
+    return None if value is None else parse_retry_after(str(value))
 
 
 def translate_error(
@@ -70,10 +64,10 @@ def translate_error(
 ) -> Exception:
     """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
     litellm = import_litellm()
-    full = f"{type(exc).__name__}: {exc}"
-    full = redact(full, api_key)  # in any case and its common encodings
+    full = redact(f"{type(exc).__name__}: {exc}", api_key)  # in any case and common encodings
     message = f"judge {model}: {full[:500]}"
     status = getattr(exc, "status_code", None)
+    lowered = str(exc).lower()
     if isinstance(exc, litellm.RateLimitError) or status == 429:
         return RateLimited(message, retry_after=_retry_after(exc))
     if isinstance(exc, litellm.Timeout) or status == 408:
@@ -88,11 +82,10 @@ def translate_error(
         return TransportError(message)
     if isinstance(exc, litellm.APIConnectionError) and status in (None, 500):
         # litellm reports refused connections as APIConnectionError (status 500).
-        lowered = str(exc).lower()
         if "timeout" in lowered or "timed out" in lowered:
             return JudgeTimeout(message)
         return ConnectionFailed(message)
-    if "connection error" in str(exc).lower() or "connection refused" in str(exc).lower():
+    if "connection error" in lowered or "connection refused" in lowered:
         # The OpenAI SDK reports an unreachable server as a 500 "Connection error."
         return ConnectionFailed(message)
     if isinstance(status, int) and status >= 500:
@@ -109,7 +102,13 @@ def translate_error(
 
 
 class LiteLLMClient:
-    """One chat completion per call through `litellm.acompletion`, retries left to the caller."""
+    """One chat completion per call through `litellm.acompletion`, retries left to the caller.
+
+    `request_options` are extra `litellm.acompletion` arguments (e.g. {"top_p": 0.9}), sent as
+    given: the only way to pass one, so a mistyped option is never forwarded.
+    """
+
+    transport = "litellm"
 
     def __init__(
         self,
@@ -122,30 +121,29 @@ class LiteLLMClient:
         max_tokens: int | None = None,
         request_options: Mapping[str, Any] | None = None,
     ) -> None:
-        """`request_options` are extra `litellm.acompletion` arguments (e.g. {"top_p": 0.9}),
-        sent as given: the only way to pass one, so a mistyped option is never forwarded."""
-        self._model = model
-        self._api_base = api_base
+        self.model = model
+        self.endpoint = api_base.rstrip("/") if api_base else litellm_endpoint(model)
+        self._api_base = api_base or None
         self._api_key = api_key or (_PLACEHOLDER_KEY if api_base else None)
-        self._timeout = timeout
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._extra = dict(request_options or {})
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def transport(self) -> str:
-        return "litellm"
-
-    @property
-    def endpoint(self) -> str:
-        return self._api_base.rstrip("/") if self._api_base else litellm_endpoint(self._model)
+        settings: dict[str, Any] = {
+            "api_base": self._api_base,
+            "api_key": self._api_key,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+        }
+        # `acompletion`'s arguments but the model, the messages and the form; a setting given
+        # here wins over the same name in `request_options`.
+        self._arguments: dict[str, Any] = {
+            "timeout": timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+            **(request_options or {}),
+            **{name: value for name, value in settings.items() if value is not None},
+        }
 
     def __repr__(self) -> str:  # never show the key
-        return f"LiteLLMClient(model={self._model!r}, api_base={self._api_base!r})"
+        return f"LiteLLMClient(model={self.model!r}, api_base={self._api_base!r})"
 
     async def complete(
         self,
@@ -156,34 +154,17 @@ class LiteLLMClient:
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
         litellm = import_litellm()
-        kwargs: dict[str, Any] = {
-            "model": self._model,
-            "messages": list(messages),
-            "timeout": self._timeout,
-            "num_retries": 0,
-            "max_retries": 0,
-            "drop_params": True,
-            **self._extra,
-        }
-        field = response_format_field(response_format, schema_name, schema)
-        if field is not None:
+        kwargs = {"model": self.model, "messages": list(messages), **self._arguments}
+        if field := response_format_field(response_format, schema_name, schema):
             kwargs["response_format"] = field
-        if self._api_base:
-            kwargs["api_base"] = self._api_base
-        if self._api_key:
-            kwargs["api_key"] = self._api_key
-        if self._temperature is not None:
-            kwargs["temperature"] = self._temperature
-        if self._max_tokens is not None:
-            kwargs["max_tokens"] = self._max_tokens
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
-            raise translate_error(exc, self._model, self._api_key, response_format) from None
+            raise translate_error(exc, self.model, self._api_key, response_format) from None
         try:
             text = response.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError) as exc:
-            raise MalformedReply(f"judge {self._model}: reply has no message content") from exc
+            raise MalformedReply(f"judge {self.model}: reply has no message content") from exc
         usage = getattr(response, "usage", None)
         return ChatReply(
             text=text,

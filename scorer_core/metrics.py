@@ -10,6 +10,7 @@ precision with no predicted positive, ...); correlations clamped to [-1, 1].
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -28,7 +29,7 @@ class Confusion(NamedTuple):
 
 
 class PRF(NamedTuple):
-    """Precision, recall and F1 of the positive class; ``None`` where undefined."""
+    """Precision, recall and F1 of the positive class; None where undefined."""
 
     precision: float | None
     recall: float | None
@@ -41,35 +42,23 @@ def _check_lengths(a: Sequence[object], b: Sequence[object]) -> None:
 
 
 def _check_numbers(values: Sequence[float], name: str) -> None:
-    for v in values:
-        if v != v:  # NaN is the only value not equal to itself
-            raise ValueError(f"{name} contains NaN")
+    if any(math.isnan(v) for v in values):
+        raise ValueError(f"{name} contains NaN")
 
 
 def confusion(pred: Sequence[bool], gold: Sequence[bool]) -> Confusion:
     """The confusion counts of `pred` against `gold` (truthy = positive)."""
     _check_lengths(pred, gold)
-    tp = fp = fn = tn = 0
-    for p, g in zip(pred, gold, strict=True):
-        if p:
-            if g:
-                tp += 1
-            else:
-                fp += 1
-        elif g:
-            fn += 1
-        else:
-            tn += 1
-    return Confusion(tp, fp, fn, tn)
+    counts = Counter((bool(p), bool(g)) for p, g in zip(pred, gold, strict=True))
+    return Confusion(
+        counts[True, True], counts[True, False], counts[False, True], counts[False, False]
+    )
 
 
 def precision_recall_f1(pred: Sequence[bool], gold: Sequence[bool]) -> PRF:
-    """Precision, recall and F1 of the positive class.
-
-    precision is ``None`` when nothing is predicted positive, recall is ``None`` when nothing is
-    gold positive, and F1 (= 2tp / (2tp + fp + fn)) is ``None`` only when both are empty, so a
-    judge that says "no" to everything while positives exist gets F1 0.0.
-    """
+    """Precision, recall and F1 of the positive class. F1 (2tp / (2tp + fp + fn)) is None only
+    when precision and recall both are: a judge that says "no" to everything while positives
+    exist gets 0.0."""
     c = confusion(pred, gold)
     precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
     recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
@@ -79,11 +68,8 @@ def precision_recall_f1(pred: Sequence[bool], gold: Sequence[bool]) -> PRF:
 
 
 def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
-    """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance).
-
-    ``None`` for empty input and when chance agreement is 1 (both raters used a single, identical
-    label throughout), where kappa is 0/0.
-    """
+    """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance); None
+    when chance agreement is 1 (both used one and the same label throughout)."""
     c = confusion(pred, gold)
     n = c.n
     if n == 0:
@@ -102,7 +88,7 @@ def _clamp(r: float) -> float:
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson's linear correlation. ``None`` for fewer than 2 points or a constant series."""
+    """Pearson's linear correlation."""
     _check_lengths(x, y)
     _check_numbers(x, "x")
     _check_numbers(y, "y")
@@ -131,19 +117,13 @@ def average_ranks(values: Sequence[float]) -> list[float]:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rank correlation: Pearson's r of the average ranks (ties handled).
-
-    ``None`` for fewer than 2 points or a series whose values are all equal.
-    """
+    """Spearman's rank correlation: Pearson's r of the average ranks (ties handled)."""
     _check_lengths(x, y)
     return pearson(average_ranks(x), average_ranks(y))
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Kendall's tau-b, which corrects for ties in either series (scipy's, O(n log n)).
-
-    ``None`` for fewer than 2 points or a series whose values are all equal.
-    """
+    """Kendall's tau-b, which corrects for ties in either series (scipy's, O(n log n))."""
     from scipy.stats import kendalltau  # type: ignore[import-untyped]
 
     _check_lengths(x, y)

@@ -1,19 +1,17 @@
 """A lean `ChatClient` for OpenAI-compatible servers: one aiohttp POST per request, no litellm.
 
-It sends the body `LiteLLMClient` sends to such a server to `{api_base}/chat/completions` and
-translates every failure into the project's error tree here, once. Retries, re-asks and rate
-limits are `scorer_core.judge`'s. Connections are pooled in one session per event loop, closed
-with its loop (`asyncio.run` closes it), by `aclose()`, or at the next use after a loop closed
-without either; when to choose this client over litellm is in docs/judges.md.
+It sends the body `LiteLLMClient` sends to such a server and translates every failure into the
+project's error tree, here, once; retries, re-asks and rate limits are `scorer_core.judge`'s.
+Connections are pooled in one session per event loop, closed with its loop, by `aclose()`, or at
+the next use after a loop closed without either. When to choose it: docs/judges.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import email.utils
 import json
+import math
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -34,10 +32,12 @@ from scorer_core.errors import (
     ResponseFormatRejected,
     ServerError,
     TransportError,
+    shorten,
 )
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
+from scorer_core.retry import parse_retry_after
 from scorer_core.transports import OPENAI_STYLE_PREFIXES
 
 OPENAI_API_BASE = "https://api.openai.com/v1"
@@ -45,21 +45,10 @@ _EXCERPT_CHARS = 300  # of the server's error message, in our error messages
 _CLASSIFY_CHARS = 8192  # of an error body, searched for what kind of rejection it is
 
 
-@dataclass(slots=True)
-class _Pool:
-    """The session of one event loop and the async generator that closes it with the loop."""
-
-    session: aiohttp.ClientSession
-    guard: AsyncGenerator[None, None] | None = None
-
-
 def wire_model_name(model: str) -> str:
-    """The model name sent to the server: without litellm's provider prefix ("openai/",
-    "hosted_vllm/", "lm_studio/")."""
-    for prefix in OPENAI_STYLE_PREFIXES:
-        if model.startswith(prefix):
-            return model[len(prefix) :]
-    return model
+    """`model` without litellm's provider prefix ("openai/", "hosted_vllm/", "lm_studio/")."""
+    prefix = next((p for p in OPENAI_STYLE_PREFIXES if model.startswith(p)), "")
+    return model[len(prefix) :]
 
 
 def env_proxy_for(url: str) -> str | None:
@@ -70,80 +59,67 @@ def env_proxy_for(url: str) -> str | None:
     return urllib.request.getproxies().get(parts.scheme) or None
 
 
-def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date; None if absent
-    or unreadable. Never negative."""
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if seconds == seconds else None  # NaN is unreadable
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are always GMT
-        when = when.replace(tzinfo=dt.UTC)
-    now = now or dt.datetime.now(dt.UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
 def _error_excerpt(body: bytes) -> str:
     """The server's own error message, short: OpenAI's {"error": {"message"}} or raw text."""
     text = body.decode("utf-8", errors="replace").strip()
-    try:
+    with contextlib.suppress(ValueError):
         data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        error = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        if error is not None:
-            text = error if isinstance(error, str) else json.dumps(error)
-    text = " ".join(text.split())
-    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+        if isinstance(data, dict):
+            error = data.get("error", data.get("detail", data.get("message")))
+            if isinstance(error, dict):
+                error = error.get("message", error)
+            if error is not None:
+                text = error if isinstance(error, str) else json.dumps(error)
+    return shorten(" ".join(text.split()), _EXCERPT_CHARS)
 
 
 def chat_request_body(
-    wire_model: str,
+    model: str,
     messages: Sequence[dict[str, str]],
-    *,
-    temperature: float | None,
-    max_tokens: int | None,
     response_format: ResponseFormat,
     schema_name: str,
     schema: dict[str, Any],
+    *,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of an OpenAI chat completion asking for verdicts (or a reason) in
-    `response_format`: what the lean client sends and what the fake client records."""
-    body: dict[str, Any] = {"model": wire_model, "messages": list(messages)}
-    if temperature is not None:
-        body["temperature"] = temperature
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    field = response_format_field(response_format, schema_name, schema)
-    if field is not None:
-        body["response_format"] = field
-    return body
+    """The JSON body of an OpenAI chat completion for `model` (sent by its wire name) asking for
+    a reply in `response_format`: what the lean client sends and the fake clients record."""
+    body = {
+        "model": wire_model_name(model),
+        "messages": list(messages),
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "response_format": response_format_field(response_format, schema_name, schema),
+    }
+    return {key: value for key, value in body.items() if value is not None}
+
+
+@dataclass(slots=True)
+class _Pool:
+    """One event loop's session and the async generator that closes it with the loop."""
+
+    session: aiohttp.ClientSession
+    guard: AsyncGenerator[None, None]
 
 
 class OpenAIHTTPClient:
     """One chat completion per call: POST `{api_base}/chat/completions` with aiohttp.
 
-    `api_key` is sent as `Authorization: Bearer <key>` when given (local servers need none) and
-    never appears in an error message or repr. `timeout` bounds each request as a whole
-    (connect, send, wait, read). `max_connections` caps the pooled connections per event loop;
-    callers bound their own concurrency (`LLMJudge(max_in_flight=...)`), so this is a ceiling.
-    `proxy_from_env` routes requests through the HTTP(S)_PROXY that the environment gives for
-    `api_base` (honouring NO_PROXY), looked up once here, as httpx would.
+    Args:
+        model: a litellm model string; its provider prefix is not sent.
+        api_base: the server (default OpenAI's).
+        api_key: sent as `Authorization: Bearer <key>` when given (local servers need none);
+            never in an error message or repr.
+        timeout: seconds for each request as a whole (connect, send, wait, read).
+        temperature, max_tokens: each request's (None: the server's default).
+        max_connections: pooled connections per event loop, a ceiling (callers bound their own
+            concurrency, e.g. `LLMJudge(max_in_flight=...)`).
+        proxy_from_env: send through the HTTP(S)_PROXY the environment gives for `api_base`
+            (honouring NO_PROXY), looked up once, as httpx does.
     """
+
+    transport = "http"
 
     def __init__(
         self,
@@ -161,48 +137,28 @@ class OpenAIHTTPClient:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
         if max_connections < 1:
             raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
-        self._model = model
-        self._wire_model = wire_model_name(model)
-        self._api_base = (api_base or OPENAI_API_BASE).rstrip("/")
-        self._url = f"{self._api_base}/chat/completions"
-        self._api_key = (api_key or "").strip() or None  # a key file's trailing newline
-        if self._api_key and not all(" " < ch < "\x7f" for ch in self._api_key):
+        api_key = (api_key or "").strip() or None  # a key file's trailing newline
+        if api_key and not all(" " < ch < "\x7f" for ch in api_key):
             # aiohttp would reject the header with the key in its message; say so without it.
             raise ConfigError("api_key contains whitespace, control or non-ASCII characters")
+        self.model = model
+        self.endpoint = (api_base or OPENAI_API_BASE).rstrip("/")
+        self.url = f"{self.endpoint}/chat/completions"
+        self._api_key = api_key
         self._timeout = timeout
         self._temperature = temperature
         self._max_tokens = max_tokens
         self._max_connections = max_connections
         # Looked up once: aiohttp's trust_env would do it (and read ~/.netrc) in a thread per
         # request, which halves the request rate.
-        self._proxy = env_proxy_for(self._url) if proxy_from_env else None
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        self._headers: Mapping[str, str] = headers
+        self._proxy = env_proxy_for(self.url) if proxy_from_env else None
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
 
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def url(self) -> str:
-        return self._url
-
-    @property
-    def endpoint(self) -> str:
-        return self._api_base
-
-    @property
-    def transport(self) -> str:
-        return "http"
-
     def __repr__(self) -> str:  # never show the key
-        return f"OpenAIHTTPClient(model={self._model!r}, api_base={self._api_base!r})"
-
-    # ------------------------------------------------------------------------------------
-    # the request
+        return f"OpenAIHTTPClient(model={self.model!r}, api_base={self.endpoint!r})"
 
     def request_body(
         self,
@@ -214,13 +170,13 @@ class OpenAIHTTPClient:
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
         return chat_request_body(
-            self._wire_model,
+            self.model,
             messages,
+            response_format,
+            schema_name,
+            schema,
             temperature=self._temperature,
             max_tokens=self._max_tokens,
-            response_format=response_format,
-            schema_name=schema_name,
-            schema=schema,
         )
 
     async def complete(
@@ -231,47 +187,36 @@ class OpenAIHTTPClient:
         schema: dict[str, Any],
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
-        data = json.dumps(
-            self.request_body(
-                messages, schema_name=schema_name, schema=schema, response_format=response_format
-            ),
-            ensure_ascii=False,
-        ).encode()
+        body = self.request_body(
+            messages, schema_name=schema_name, schema=schema, response_format=response_format
+        )
         session = await self._session()
         failure: JudgeError | None = None
         try:
             async with session.post(
-                self._url,
-                data=data,
+                self.url,
+                data=json.dumps(body, ensure_ascii=False).encode(),
                 headers=self._headers,
                 allow_redirects=False,
                 proxy=self._proxy,
             ) as response:
-                status = response.status
                 raw = await response.read()
-                retry_after = response.headers.get("Retry-After") if status == 429 else None
-                location = response.headers.get("Location", "") if 300 <= status < 400 else ""
         except Exception as exc:
             failure = self._translate_exception(exc)
         if failure is not None:
             # Raised outside the handler, so the aiohttp exception (which may hold request
             # headers) is not even kept as __context__.
             raise failure
-        if 200 <= status < 300:
+        if 200 <= response.status < 300:
             return self._parse_completion(raw)
-        raise status_error(status, raw, retry_after, location, response_format, self._message)
-
-    # ------------------------------------------------------------------------------------
-    # error translation (the only place that knows aiohttp's exceptions)
+        raise status_error(response.status, raw, response.headers, response_format, self._message)
 
     def _message(self, text: str) -> str:
-        if self._api_key:
-            text = redact(text, self._api_key)  # before cutting, never after
-        if len(text) > 500:
-            text = text[:497] + "..."
-        return f"judge {self._model}: {text}"
+        """`text` as an error message: the key redacted (before cutting, never after), short."""
+        return f"judge {self.model}: {shorten(redact(text, self._api_key), 500)}"
 
     def _translate_exception(self, exc: BaseException) -> JudgeError:
+        """The one place that knows aiohttp's exceptions."""
         detail = self._message(f"{type(exc).__name__}: {exc}")
         if isinstance(exc, TimeoutError):  # also aiohttp's Server/Connection/SocketTimeoutError
             return JudgeTimeout(f"{detail} (request timed out after {self._timeout:g} s)")
@@ -289,8 +234,7 @@ class OpenAIHTTPClient:
     def _parse_completion(self, raw: bytes) -> ChatReply:
         try:
             data = json.loads(raw)
-            message = data["choices"][0]["message"]
-            content = message.get("content")
+            content = data["choices"][0]["message"].get("content")
             if content is not None and not isinstance(content, str):
                 raise TypeError("message.content is not a string")
         except (ValueError, LookupError, TypeError, AttributeError) as exc:
@@ -298,53 +242,47 @@ class OpenAIHTTPClient:
             raise MalformedReply(
                 self._message(f"HTTP 200 but not a chat completion ({exc!r}): {excerpt}")
             ) from None
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if not isinstance(usage, dict):
-            usage = {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         return ChatReply(
-            text=content or "",
-            prompt_tokens=_as_int(usage.get("prompt_tokens")),
-            completion_tokens=_as_int(usage.get("completion_tokens")),
+            content or "",
+            _count(usage.get("prompt_tokens")),
+            _count(usage.get("completion_tokens")),
         )
-
-    # ------------------------------------------------------------------------------------
-    # one session per event loop
 
     async def _session(self) -> aiohttp.ClientSession:
+        """This event loop's session, made on first use."""
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
-        if pool is not None and not pool.session.closed:
+        if pool is not None:
             return pool.session
         await self._drop_closed_loops()
-        connector = aiohttp.TCPConnector(
-            limit=self._max_connections, limit_per_host=0, ttl_dns_cache=300
-        )
         session = aiohttp.ClientSession(
-            connector=connector,
+            connector=aiohttp.TCPConnector(
+                limit=self._max_connections, limit_per_host=0, ttl_dns_cache=300
+            ),
             timeout=aiohttp.ClientTimeout(total=self._timeout),
             trust_env=False,
-            raise_for_status=False,
         )
-        pool = _Pool(session)
-        self._pools[loop] = pool
         # An async generator first iterated in this loop is closed by
         # `loop.shutdown_asyncgens()` (asyncio.run calls it before closing the loop), which
         # closes the session while its loop can still run the close.
-        guard = self._close_with_loop(loop, pool)
-        pool.guard = guard
+        guard = self._close_with_loop(loop, session)
+        self._pools[loop] = _Pool(session, guard)
         await anext(guard)
         return session
 
     async def _close_with_loop(
-        self, loop: asyncio.AbstractEventLoop, pool: _Pool
+        self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
     ) -> AsyncGenerator[None, None]:
         try:
             yield
         finally:
-            if self._pools.get(loop) is pool:
+            pool = self._pools.get(loop)
+            if pool is not None and pool.session is session:
                 del self._pools[loop]
-            if not loop.is_closed() and not pool.session.closed:
-                await pool.session.close()
+            if not loop.is_closed() and not session.closed:
+                await session.close()
 
     async def _drop_closed_loops(self) -> None:
         """Forget sessions whose loop was closed without shutting down async generators."""
@@ -352,13 +290,12 @@ class OpenAIHTTPClient:
             if not loop.is_closed():
                 continue
             del self._pools[loop]
-            if pool.guard is not None:
-                # The guard does not await when its loop is closed, so this finishes at once;
-                # a guard left unfinished would be finalised later through the dead loop.
-                closing = pool.guard.aclose()
-                with contextlib.suppress(StopIteration, RuntimeError):
-                    closing.send(None)
-                closing.close()
+            # The guard does not await when its loop is closed, so this finishes at once; a
+            # guard left unfinished would be finalised later through the dead loop.
+            closing = pool.guard.aclose()
+            with contextlib.suppress(StopIteration, RuntimeError):
+                closing.send(None)
+            closing.close()
             connector = pool.session.connector
             pool.session.detach()
             if connector is not None:
@@ -369,12 +306,8 @@ class OpenAIHTTPClient:
         """Close this event loop's session (and forget those of closed loops)."""
         await self._drop_closed_loops()
         pool = self._pools.pop(asyncio.get_running_loop(), None)
-        if pool is None:
-            return
-        if pool.guard is not None:
-            await pool.guard.aclose()
-        if not pool.session.closed:
-            await pool.session.close()
+        if pool is not None:
+            await pool.guard.aclose()  # closes the session
 
     async def __aenter__(self) -> OpenAIHTTPClient:
         return self
@@ -386,25 +319,22 @@ class OpenAIHTTPClient:
 def status_error(
     status: int,
     raw: bytes,
-    retry_after: str | None,
-    location: str,
+    headers: Mapping[str, str],
     response_format: ResponseFormat,
     describe: Callable[[str], str],
 ) -> JudgeError:
-    """The client error an HTTP `status` reply means (the body `raw`, its `Retry-After` and
-    `Location` headers), its message worded by `describe`: what `OpenAIHTTPClient` raises,
-    and the in-process fake client (`tests.fake_judge.FaultyChatClient`) too."""
+    """The client error an HTTP `status` answer (its body `raw` and `headers`) means, worded by
+    `describe`: what `OpenAIHTTPClient` raises, and the fake judge's in-process client too."""
     excerpt = _error_excerpt(raw)
     detail = describe(f"HTTP {status}: {excerpt}" if excerpt else f"HTTP {status}")
     if status == 429:
-        return RateLimited(detail, retry_after=parse_retry_after(retry_after))
+        return RateLimited(detail, retry_after=parse_retry_after(headers.get("Retry-After")))
     if status == 408:  # the server gave up waiting: as retryable as our own timeout
         return JudgeTimeout(detail)
     if status in (401, 403, 404):
         return FatalJudgeError(detail)
     if status >= 400:
-        body = raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace")
-        kind = classify_rejection(status, body)
+        kind = classify_rejection(status, raw[:_CLASSIFY_CHARS].decode("utf-8", errors="replace"))
         if kind == "response_format":
             return ResponseFormatRejected(detail, response_format)
         if kind is not None:
@@ -414,17 +344,15 @@ def status_error(
     if status == 409:  # a conflict with another request in flight: may pass next time
         return TransportError(detail)
     if 300 <= status < 400:
+        location = headers.get("Location", "")
         return FatalJudgeError(
             describe(f"HTTP {status} redirect to {location!r}: set api_base to the final URL")
         )
     return MalformedReply(detail)  # 1xx: not a chat completion
 
 
-def _as_int(value: object) -> int:
-    if isinstance(value, bool):
+def _count(value: object) -> int:
+    """A token count as the server reported it; 0 when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return 0
-    if isinstance(value, int):
-        return max(0, value)
-    if isinstance(value, float) and value == value:
-        return max(0, int(value))
-    return 0
+    return max(0, int(value))

@@ -7,6 +7,7 @@ saying precisely what was wrong, which the judge sends back when it re-asks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -27,75 +28,43 @@ def _quote(text: str) -> str:
 
 
 def writable(text: str) -> str:
-    """`text`, with any character UTF-8 cannot encode (a lone surrogate, which a JSON reply can
-    hold as `\\udc00`) written as its escape: a reply's reason must not make its item, or
-    its shard, unwritable."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    """`text` with any character UTF-8 cannot encode (a lone surrogate, which a JSON reply can
+    hold as `\\udc00`) written as its escape: a reason must not make its shard unwritable."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in `text`: bare, fenced, or surrounded by prose."""
-    candidates = [text.strip()]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        try:
-            value = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
+    for candidate in [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]:
+        with contextlib.suppress(json.JSONDecodeError):
+            if isinstance(value := json.loads(candidate), dict):
+                return value
     # Prose around the JSON: try decoding from each opening brace.
+    decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
+        with contextlib.suppress(json.JSONDecodeError):
+            if isinstance(value := decoder.raw_decode(text, match.start())[0], dict):
+                return value
     if not text.strip():
         raise MalformedReply("the reply was empty")
     raise MalformedReply(f"the reply is not a JSON object: {_quote(text)}")
 
 
-def parse_verdict_word(word: object, index: int) -> bool:
-    if not isinstance(word, str) or word.strip().lower() not in _VERDICT_WORDS:
-        raise MalformedReply(
-            f'verdict for context {index} must be "yes" or "no", got {json.dumps(word)}'
-        )
-    return _VERDICT_WORDS[word.strip().lower()]
-
-
 def _parse_index(raw: object) -> int:
     # JSON numbers like 3.0 or "3" are a common slip of small models; accept exact integers.
-    if isinstance(raw, bool):
-        raise MalformedReply(f"context_index must be an integer, got {json.dumps(raw)}")
-    if isinstance(raw, int):
+    if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
-    if isinstance(raw, float) and raw.is_integer():
+    if (isinstance(raw, float) and raw.is_integer()) or (
+        isinstance(raw, str) and raw.strip().isdecimal()
+    ):
         return int(raw)
-    if isinstance(raw, str) and raw.strip().isdigit():
-        return int(raw.strip())
     raise MalformedReply(f"context_index must be an integer, got {json.dumps(raw)}")
 
 
 def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict, ...]:
-    """The verdicts of a reply.
-
-    Args:
-        text: the reply's content.
-        positions: the context positions the request asked about.
-
-    Returns:
-        One verdict per position, in position order.
-
-    Raises:
-        MalformedReply: saying what is wrong (no JSON object, a missing or extra verdict, ...).
-    """
+    """The verdicts in a reply's `text` to a request about the contexts at `positions`, one
+    per position in position order; `MalformedReply` says what is wrong (no JSON object, a
+    missing or extra verdict, ...)."""
     payload = extract_json_object(text)
     entries = payload.get("verdicts")
     if not isinstance(entries, list):
@@ -117,13 +86,14 @@ def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict,
             )
         if index in by_index:
             raise MalformedReply(f"context_index {index} appears twice")
-        relevant = parse_verdict_word(entry.get("verdict"), index)
+        word = entry.get("verdict")
+        if not isinstance(word, str) or word.strip().lower() not in _VERDICT_WORDS:
+            raise MalformedReply(
+                f'verdict for context {index} must be "yes" or "no", got {json.dumps(word)}'
+            )
         reason = entry.get("reason", "")
-        by_index[index] = ContextVerdict(
-            index=index,
-            relevant=relevant,
-            reason=writable(reason) if isinstance(reason, str) else "",
-        )
+        reason = writable(reason) if isinstance(reason, str) else ""
+        by_index[index] = ContextVerdict(index, _VERDICT_WORDS[word.strip().lower()], reason)
     return tuple(by_index[p] for p in sorted(expected))
 
 
@@ -131,19 +101,9 @@ _REASON_START = re.compile(r"^\s*The score is\s+(-?[0-9]+(?:\.[0-9]+)?)\s+becaus
 
 
 def parse_reason(text: str, score: float | None = None) -> str:
-    """The explanation in a reason reply.
-
-    Args:
-        text: the reply's content.
-        score: when given, the reason must begin "The score is <score> because" (any decimal
-            spelling of the same value): the model may not restate another score.
-
-    Returns:
-        The reason, its beginning spelled as `reason_start` spells it.
-
-    Raises:
-        MalformedReply: no non-empty reason, or one that begins otherwise.
-    """
+    """The reason in a reply's `text`; given a `score`, it must begin "The score is <score>
+    because" (any decimal spelling of that value: the model may not restate another score),
+    spelled then as `reason_start` spells it. `MalformedReply` says what is wrong."""
     payload = extract_json_object(text)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from scorer_core.errors import ConfigError
 from scorer_core.types import Band
 
-# JavaScript's Number.EPSILON: the gap between 1 and the next double.
-_JS_EPSILON = sys.float_info.epsilon
+_JS_EPSILON = sys.float_info.epsilon  # JavaScript's Number.EPSILON
 
 BANDS: tuple[tuple[Band, float], ...] = (
     ("excellent", 0.85),
@@ -26,9 +25,7 @@ BANDS: tuple[tuple[Band, float], ...] = (
 )
 """Score bands over score / scale, best first: (name, lower bound). A band holds the values at
 or above its bound and below the next band's; "low" excludes 0 itself, which is "none"."""
-
-BAND_EPSILON = 1e-9
-"""The slack band edges are compared with (here and in the job's summary): 1 ulp below one."""
+BAND_EPSILON = 1e-9  # the slack of band edges (here and in the job's summary)
 
 
 def round_score(value: float) -> float:
@@ -51,15 +48,10 @@ def round_half_up(value: float, digits: int = 2) -> float:
 
 def average_precision(verdicts: Sequence[bool | int]) -> float:
     """Unrounded average precision of relevance flags in ranked order (0 when none relevant)."""
-    relevant_so_far = 0
-    precision_sum = 0.0
-    for position, verdict in enumerate(verdicts):
-        if verdict:
-            relevant_so_far += 1
-            precision_sum += relevant_so_far / (position + 1)
-    if relevant_so_far == 0:
+    ranks = [position + 1 for position, verdict in enumerate(verdicts) if verdict]
+    if not ranks:
         return 0.0
-    return precision_sum / relevant_so_far
+    return sum(relevant / rank for relevant, rank in enumerate(ranks, 1)) / len(ranks)
 
 
 def check_scale(scale: float | None) -> float:
@@ -96,15 +88,8 @@ def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -
 
 
 def score_band(score: float, scale: float | None = 1) -> Band:
-    """The named band of `score` / `scale` (`BANDS`; "none" for 0, and for any score on scale 0).
-
-    Args:
-        score: a score from `context_precision`.
-        scale: its scale (None means 1).
-
-    Returns:
-        "none", "low", "moderate", "good" or "excellent".
-    """
+    """The named band (`BANDS`) of a `context_precision` score on `scale` (None means 1):
+    "none" for 0 and for any score on scale 0, else "low", "moderate", "good" or "excellent"."""
     factor = 1.0 if scale is None else scale
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:

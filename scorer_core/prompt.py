@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from scorer_core.errors import shorten
 from scorer_core.precision import format_score
 from scorer_core.types import ContextVerdict, ScoringItem
 
@@ -21,34 +22,29 @@ PROMPT_VERSION = "cp-2026-11-30.2"
 VERDICTS_SCHEMA_NAME = "context_precision_verdicts"
 REASON_SCHEMA_NAME = "context_precision_reason"
 
-VERDICTS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "verdicts": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "context_index": {"type": "integer"},
-                    "verdict": {"type": "string", "enum": ["yes", "no"]},
-                    "reason": {"type": "string"},
-                },
-                "required": ["context_index", "verdict", "reason"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["verdicts"],
-    "additionalProperties": False,
-}
-"""The shape of every verdict reply; `verdicts_schema` pins it to one request's passages."""
 
-REASON_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"reason": {"type": "string"}},
-    "required": ["reason"],
-    "additionalProperties": False,
-}
+def _object(**properties: Any) -> dict[str, Any]:
+    """The JSON schema of an object with exactly these properties, each required."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+#: The shape of every verdict reply; `verdicts_schema` pins it to one request's passages.
+VERDICTS_SCHEMA = _object(
+    verdicts={
+        "type": "array",
+        "items": _object(
+            context_index={"type": "integer"},
+            verdict={"type": "string", "enum": ["yes", "no"]},
+            reason={"type": "string"},
+        ),
+    }
+)
+REASON_SCHEMA = _object(reason={"type": "string"})
 
 # The reason prompt shows each context cut to this many characters, and at most this many
 # contexts: the explanation is about ranks and verdicts, and must not grow with huge items.
@@ -95,10 +91,6 @@ def encode_data(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _section(tag: str, text: str) -> str:
-    return f"<{tag}>\n{encode_data(text)}\n</{tag}>"
-
-
 def is_retrieval_only(item: ScoringItem) -> bool:
     """True when there is neither an output nor a reference: relevance is judged against the
     query alone (a retriever evaluated before any generation)."""
@@ -106,12 +98,13 @@ def is_retrieval_only(item: ScoringItem) -> bool:
 
 
 def _item_sections(item: ScoringItem) -> list[str]:
-    sections = [_section("query", item.input)]
+    """The query, the output (if any) and the reference (if any), each a prompt section."""
+    texts = [("query", item.input)]
     if item.output.strip():
-        sections.append(_section("output", item.output))
+        texts.append(("output", item.output))
     if item.expected_output:
-        sections.append(_section("reference_answer", item.expected_output))
-    return sections
+        texts.append(("reference_answer", item.expected_output))
+    return [f"<{tag}>\n{encode_data(text)}\n</{tag}>" for tag, text in texts]
 
 
 def _against(item: ScoringItem) -> str:
@@ -139,15 +132,18 @@ def verdicts_schema(positions: Sequence[int]) -> dict[str, Any]:
 
 def verdict_messages(item: ScoringItem, positions: Sequence[int]) -> list[dict[str, str]]:
     """Chat messages asking for verdicts on `item.contexts[p]` for each p in `positions`."""
-    lines = [f"[{p}] {encode_data(item.contexts[p])}" for p in positions]
+    ordered = list(positions)
+    if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        asked = f"[{ordered[0]}] to [{ordered[-1]}]"
+    else:
+        asked = ", ".join(f"[{p}]" for p in ordered)
     user = "\n".join(
         [
             *_item_sections(item),
             "<contexts>",
-            *lines,
+            *(f"[{p}] {encode_data(item.contexts[p])}" for p in positions),
             "</contexts>",
-            f"{_against(item)} Give exactly {len(positions)} verdicts, for passages "
-            f"{_describe_positions(positions)}.",
+            f"{_against(item)} Give exactly {len(positions)} verdicts, for passages {asked}.",
         ]
     )
     return [{"role": "system", "content": _VERDICT_SYSTEM}, {"role": "user", "content": user}]
@@ -176,7 +172,7 @@ def reason_messages(
     contexts, the verdicts and the score out of the scale."""
     shown = item.contexts[:REASON_MAX_CONTEXTS]
     context_lines = [
-        f"[{i}] {encode_data(_cut(text, REASON_CONTEXT_CHARS))}" for i, text in enumerate(shown)
+        f"[{i}] {encode_data(shorten(text, REASON_CONTEXT_CHARS))}" for i, text in enumerate(shown)
     ]
     if len(item.contexts) > len(shown):
         context_lines.append(f"({len(item.contexts) - len(shown)} more contexts not shown)")
@@ -199,14 +195,3 @@ def reason_messages(
         ]
     )
     return [{"role": "system", "content": _REASON_SYSTEM}, {"role": "user", "content": user}]
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _describe_positions(positions: Sequence[int]) -> str:
-    ordered = list(positions)
-    if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)):
-        return f"[{ordered[0]}] to [{ordered[-1]}]"
-    return ", ".join(f"[{p}]" for p in ordered)

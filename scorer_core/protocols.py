@@ -23,19 +23,15 @@ class Judge(Protocol):
         ...
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        """Verdicts for `item.contexts[p]` for every p in `positions` (one judge request).
-
-        Never raises for a reply it cannot use: it returns a batch with `unscored_reason`.
-        May raise `JudgeError` subclasses when the provider fails for good.
-        """
+        """Verdicts for `item.contexts[p]` for every p in `positions` (one judge request); a
+        reply it cannot use gives a batch with `unscored_reason`, a provider that fails for
+        good a `JudgeError`."""
         ...
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
-        """A human-readable reason for `score`, which is already decided and must not change.
-
-        The reason begins "The score is <score> because" (`scorer_core.prompt.reason_start`)."""
+        """A reason for the decided `score`, begun "The score is <score> because"."""
         ...
 
 
@@ -70,17 +66,15 @@ class ChatClient(Protocol):
         schema: dict[str, Any],
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
-        """`response_format` is the structured-output form to request (see
-        `scorer_core.response_format`); `schema` is the reply's JSON schema."""
+        """The reply to `messages`, asked for in the structured-output form `response_format`
+        and the JSON `schema`."""
         ...
 
 
 class Limiter(Protocol):
-    """A rate limit shared by everything that calls the same provider.
-
-    The judge calls `acquire` before each attempt, then `completed` when the attempt is over,
-    so a limiter can pace on tokens the provider really counted and learn the reply latency.
-    """
+    """A rate limit shared by everything that calls the same provider: the judge calls
+    `acquire` before each attempt and `completed` after it, so a limiter can pace on the tokens
+    the provider really counted and learn the reply latency."""
 
     async def acquire(self, tokens: int) -> int:
         """Wait until one request of about `tokens` tokens may be sent; returns the tokens
@@ -88,7 +82,7 @@ class Limiter(Protocol):
         ...
 
     async def rate_limited(self, retry_after: float | None) -> None:
-        """Tell the limiter the provider refused a request, so that every caller slows down."""
+        """The provider refused a request: every caller slows down."""
         ...
 
     def completed(self, latency_s: float | None, charged_tokens: int, used_tokens: int) -> None:

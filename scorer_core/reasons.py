@@ -19,17 +19,9 @@ def _positions(indices: Sequence[int]) -> str:
 
 
 def template_reason(verdicts: Sequence[ContextVerdict], score: float, scale: float = 1.0) -> str:
-    """A reason for `score` written from the verdicts alone, without a judge call.
-
-    Args:
-        verdicts: the item's verdicts.
-        score: the score they gave.
-        scale: the score's scale.
-
-    Returns:
-        Which contexts were relevant, where they sat and how that moved the score, starting
-        "The score is <score> because" as an LLM-written reason does.
-    """
+    """A reason for the `score` the `verdicts` gave (on `scale`), without a judge call: which
+    contexts were relevant, where they sat and how that moved the score, begun "The score is
+    <score> because" as an LLM-written reason is."""
     ordered = sorted(verdicts, key=lambda v: v.index)
     total = len(ordered)
     relevant = [v.index for v in ordered if v.relevant]

@@ -2,9 +2,8 @@
 
 A request asks for JSON as "json_schema" (OpenAI, vLLM, Ollama, LiteLLM proxy), "json_object"
 with the schema (llama.cpp constrains decoding with it) or "prompt" (no `response_format`: the
-prompt demands JSON, any chat model). "auto" starts with the strongest and steps down once per
-endpoint when the endpoint rejects the form itself; until a form is accepted once, one request
-at a time carries it, so an endpoint sees at most one rejected request per form
+prompt demands JSON). "auto" starts with the strongest and steps down once per endpoint when the
+endpoint rejects the form itself; until a form is accepted, one request at a time carries it
 (docs/judges.md).
 """
 
@@ -17,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from scorer_core.errors import ConfigError, FatalJudgeError
+from scorer_core.errors import ConfigError, FatalJudgeError, shorten
 
 ResponseFormat = Literal["json_schema", "json_object", "prompt"]
 ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "prompt"]
@@ -27,24 +26,20 @@ RESPONSE_FORMATS: tuple[ResponseFormat, ...] = ("json_schema", "json_object", "p
 
 RESPONSE_FORMAT_SETTINGS: tuple[ResponseFormatSetting, ...] = get_args(ResponseFormatSetting)
 
-# Pydantic (FastAPI, llama-cpp-python) and similar validators say "1 validation error" or
-# "validation errors for ...": a request that failed validation fails the same way every time.
+# Pydantic (FastAPI, llama-cpp-python) and similar validators say "1 validation error(s)": a
+# request that failed validation fails the same way every time.
 _VALIDATION_ERROR = re.compile(r"\bvalidation errors?\b", re.IGNORECASE)
 _RESPONSE_FORMAT = re.compile(r"response_format|response format|responseformat", re.IGNORECASE)
-# Kept of a rejection's message in summaries and errors.
-_REASON_CHARS = 400
-# Transient 4xx: request timeout, conflict, rate limit.
-TRANSIENT_4XX = frozenset({408, 409, 429})
+_REASON_CHARS = 400  # kept of a rejection's message in summaries and errors
+TRANSIENT_4XX = frozenset({408, 409, 429})  # request timeout, conflict, rate limit
 
 
 def check_response_format(value: object) -> ResponseFormatSetting:
     """Validate a `response_format` setting; ConfigError names the allowed values."""
-    for setting in RESPONSE_FORMAT_SETTINGS:
-        if value == setting:
-            return setting
-    raise ConfigError(
-        f"response_format must be one of {', '.join(RESPONSE_FORMAT_SETTINGS)}, got {value!r}"
-    )
+    if value not in RESPONSE_FORMAT_SETTINGS:
+        allowed = ", ".join(RESPONSE_FORMAT_SETTINGS)
+        raise ConfigError(f"response_format must be one of {allowed}, got {value!r}")
+    return value
 
 
 def response_format_field(
@@ -61,29 +56,18 @@ def response_format_field(
     return None
 
 
-RejectionKind = Literal["response_format", "validation", "status"]
-
-
-def classify_rejection(status: int | None, text: str) -> RejectionKind | None:
-    """Whether an error answer is a deterministic rejection, and of what.
-
-    "response_format": the endpoint refused the structured-output form (a 4xx, or a validation
-    error at any status, whose text names response_format); "validation": another validation
-    error, at any status (llama-cpp-python answers them with HTTP 500); "status": another 4xx
-    other than 408/409/429 (401/403/404 are classified as fatal before this is asked); None:
-    not deterministic, retrying may help.
-    """
+def classify_rejection(
+    status: int | None, text: str
+) -> Literal["response_format", "request"] | None:
+    """Whether an error answer is a deterministic rejection: a 4xx but 408/409/429 (callers
+    make 401/403/404 fatal first), or a validation error at any status (llama-cpp-python
+    answers them with HTTP 500); "response_format" when its text names the form, None when
+    retrying may help."""
     if status in TRANSIENT_4XX:
         return None
-    is_4xx = status is not None and 400 <= status < 500
-    validation = _VALIDATION_ERROR.search(text) is not None
-    if (is_4xx or validation) and _RESPONSE_FORMAT.search(text):
-        return "response_format"
-    if validation:
-        return "validation"
-    if is_4xx:
-        return "status"
-    return None
+    if _VALIDATION_ERROR.search(text) is None and not (status and 400 <= status < 500):
+        return None
+    return "response_format" if _RESPONSE_FORMAT.search(text) else "request"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +81,8 @@ class DroppedForm:
 class ResponseFormatNegotiation:
     """Which structured-output form to send to one endpoint, shared by all its requests.
 
-    `setting` is "auto" (strongest first, step down on rejection) or one form. `endpoint` names
-    the endpoint in messages. Use `acquire` before each request and exactly one of `accepted`,
+    `setting` is "auto" (strongest first, step down on rejection) or one form; `endpoint` names
+    the endpoint in messages. Call `acquire` before each request and exactly one of `accepted`,
     `rejected` or `released` after it.
     """
 
@@ -146,10 +130,8 @@ class ResponseFormatNegotiation:
         )
 
     async def acquire(self) -> tuple[ResponseFormat, bool]:
-        """The form to send now, and whether this request is the probe for it.
-
-        While the current form has not been accepted, only its probe is sent; other callers
-        wait here until the probe's answer settles the form (accepted, or dropped)."""
+        """The form to send now, and whether this request is the probe for it: until the form is
+        accepted only its probe is sent, and other callers wait here for the probe's answer."""
         while True:
             with self._lock:
                 if self._confirmed:
@@ -179,26 +161,21 @@ class ResponseFormatNegotiation:
             self._probing = False
             self._wake()
 
-    def rejected(self, form: ResponseFormat, probe: bool, reason: str) -> ResponseFormat:
-        """The endpoint refused `form`. Returns the form to send next; raises FatalJudgeError
-        when there is none (an explicit setting, or "prompt" refused)."""
-        reason = " ".join(reason.split())  # server tracebacks span lines; summaries do not
-        if len(reason) > _REASON_CHARS:
-            reason = reason[: _REASON_CHARS - 3] + "..."
+    def rejected(self, form: ResponseFormat, probe: bool, reason: str) -> None:
+        """The endpoint refused `form`: the next request goes with a weaker one, or, when there
+        is none (an explicit setting, or "prompt" refused), FatalJudgeError."""
+        # Server tracebacks span lines; summaries do not.
+        reason = shorten(" ".join(reason.split()), _REASON_CHARS)
         with self._lock:
             if probe:
                 self._probing = False
-            fatal = False
-            if form == self._remaining[0]:
-                if len(self._remaining) > 1:
-                    self._dropped.append(DroppedForm(form, reason))
-                    self._remaining.pop(0)
-                    self._confirmed = self._remaining[0] == "prompt"
-                else:
-                    fatal = True
-            # Otherwise another request already dropped `form`: just use the current one.
+            # A form other than the current one was dropped already: the current one is next.
+            fatal = self._remaining == [form]
+            if form == self._remaining[0] and not fatal:
+                self._dropped.append(DroppedForm(form, reason))
+                self._remaining.pop(0)
+                self._confirmed = self._remaining[0] == "prompt"
             self._wake()
-            current = self._remaining[0]
         if fatal:
             if self.setting == "auto":
                 advice = "even a request without response_format was refused"
@@ -211,7 +188,6 @@ class ResponseFormatNegotiation:
                 f"judge endpoint {self.endpoint or '(default)'} rejects response_format "
                 f"{form!r}: {reason}; {advice}"
             )
-        return current
 
     def _wake(self) -> None:
         """Wake every waiter (caller holds the lock); they re-check the state themselves."""
@@ -240,19 +216,11 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_negotiation(endpoint: str, setting: str = "auto") -> ResponseFormatNegotiation:
-    """The process-wide negotiation for an endpoint, created on first use: judges built for one
-    endpoint in a process pass it as `make_judge(..., negotiation=...)` and probe it once.
-
-    Args:
-        endpoint: the endpoint, as its client names it (`ChatClient.endpoint`).
-        setting: "auto" or one form.
-
-    Returns:
-        The negotiation every caller with these arguments shares.
-    """
+    """The process-wide negotiation for `endpoint` (as `ChatClient.endpoint` names it) and
+    `setting`, created on first use: judges built for one endpoint in a process pass it as
+    `make_judge(..., negotiation=...)` and probe it once."""
     key = (endpoint, check_response_format(setting))
     with _SHARED_LOCK:
-        negotiation = _SHARED.get(key)
-        if negotiation is None:
-            negotiation = _SHARED[key] = ResponseFormatNegotiation(setting, endpoint)
-        return negotiation
+        if key not in _SHARED:
+            _SHARED[key] = ResponseFormatNegotiation(setting, endpoint)
+        return _SHARED[key]

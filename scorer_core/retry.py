@@ -9,6 +9,9 @@ judge's budget: `max_retries` for transport failures (a 429 waits its `Retry-Aft
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import email.utils
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,11 +27,7 @@ _MAX_EXPONENT = 1000
 
 
 def backoff_delay(
-    attempt: int,
-    *,
-    base: float,
-    cap: float,
-    rng: Callable[[], float] = random.random,
+    attempt: int, *, base: float, cap: float, rng: Callable[[], float] = random.random
 ) -> float:
     """Full-jitter exponential backoff before retry number `attempt` (0-based): uniform in
     [0, min(cap, base * 2**attempt)]. `rng` returns a float in [0, 1); tests inject one."""
@@ -38,6 +37,27 @@ def backoff_delay(
 
 async def real_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
+
+
+def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), never
+    negative; None if absent or unreadable."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return None if math.isnan(seconds) else max(0.0, seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are always GMT
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - (now or dt.datetime.now(dt.UTC))).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -60,14 +80,12 @@ class RetryPolicy:
         if self.base_delay_s < 0 or self.max_delay_s < self.base_delay_s:
             raise ConfigError("retry delays must satisfy 0 <= base_delay_s <= max_delay_s")
 
-    def backoff(self, attempt: int) -> float:
-        """Full-jitter exponential backoff for the `attempt`-th retry (0-based)."""
-        return backoff_delay(
-            attempt, base=self.base_delay_s, cap=self.max_delay_s, rng=self.rng.random
-        )
-
     def delay_for(self, attempt: int, retry_after: float | None) -> float:
+        """The wait before the `attempt`-th retry (0-based): the `retry_after` a 429 gave, or
+        full-jitter exponential backoff."""
         if retry_after is not None and retry_after >= 0:
             # A little jitter on top stops every refused worker from returning at the same instant.
             return min(retry_after, self.max_retry_after_s) + self.rng.uniform(0, 0.25)
-        return self.backoff(attempt)
+        return backoff_delay(
+            attempt, base=self.base_delay_s, cap=self.max_delay_s, rng=self.rng.random
+        )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,58 +22,37 @@ from scorer_core.judge_spec import (
     JudgeSpec,
     build_judge,
     choose_transport,
-    lexical_option_names,
     not_for_transport,
     unknown_options,
 )
 from scorer_core.precision import check_scale
 from scorer_core.protocols import Judge
-from scorer_core.run_shapes import resolve_call
+from scorer_core.run_shapes import texts_of, unpack_run_object
 from scorer_core.scoring import score_item
 from scorer_core.types import ReasonMode, ScoreResult, ScoringItem
 
 ContextExtractor = Callable[[Any, Any], Sequence[str]]
 REASON_MODES: tuple[ReasonMode, ...] = ("llm", "template", "none")
 
-SCORER_ID = "context-precision-scorer"
-SCORER_NAME = "Context Precision Scorer"
-SCORER_DESCRIPTION = (
-    "A scorer that evaluates the relevance and precision of retrieved context nodes for "
-    "generating expected outputs"
-)
-
 SCORER_OPTIONS = frozenset({"context", "context_extractor", "scale", "reason", "contexts_per_call"})
 # make_judge's options that are run-time objects, passed to `build_judge` beside the spec.
-RUNTIME_JUDGE_OPTIONS = frozenset(
-    {"retry", "limiter", "sleep", "max_in_flight", "first_alone", "token_counter"}
-    | {"negotiation", "client"}
-)
+RUNTIME_JUDGE_OPTIONS = frozenset(inspect.signature(build_judge).parameters) - {"spec"}
 # An LLM judge's options: the spec's fields every transport takes, and the run-time objects.
 LLM_JUDGE_OPTIONS = RUNTIME_JUDGE_OPTIONS | (
     {f.name for f in dataclasses.fields(JudgeSpec)}
     - {"model", "scale", "lexical"}
     - ANY_TRANSPORT_ONLY
 )
-# Mastra's spelling -> ours. Both are accepted wherever an option is.
+# Mastra's camelCase spelling of every option (contextExtractor) -> ours; both are accepted.
 CAMEL_CASE = {
-    "contextExtractor": "context_extractor",
-    "contextsPerCall": "contexts_per_call",
-    "apiBase": "api_base",
-    "apiKey": "api_key",
-    "maxTokens": "max_tokens",
-    "maxRetries": "max_retries",
-    "maxReasks": "max_reasks",
-    "maxInFlight": "max_in_flight",
-    "responseFormat": "response_format",
-    "maxConnections": "max_connections",
-    "proxyFromEnv": "proxy_from_env",
-    "requestOptions": "request_options",
+    re.sub(r"_([a-z])", lambda m: m[1].upper(), name): name
+    for name in SCORER_OPTIONS | LLM_JUDGE_OPTIONS | ANY_TRANSPORT_ONLY
+    if "_" in name
 }
 
 
 def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """`options` with Mastra's camelCase names mapped to ours; a name given both ways is an
-    error."""
+    """`options` under our names; a name given both ways is an error."""
     out: dict[str, Any] = {}
     for key, value in options.items():
         if not isinstance(key, str):
@@ -84,11 +65,8 @@ def _snake_case(options: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate_item(item: ScoringItem) -> None:
-    """Check that `item` can be scored (an empty output with no reference is retrieval-only).
-
-    Raises:
-        InputError: naming the field that cannot be scored.
-    """
+    """Check that `item` can be scored (an empty output with no reference is retrieval-only);
+    `InputError` names the field that cannot."""
     if not isinstance(item.input, str) or not item.input.strip():
         raise InputError("input (the query) is empty or not a string")
     if not isinstance(item.output, str):
@@ -117,9 +95,12 @@ class ContextPrecisionScorer:
         contexts_per_call: contexts judged per request, the requests sent concurrently.
     """
 
-    id = SCORER_ID
-    name = SCORER_NAME
-    description = SCORER_DESCRIPTION
+    id = "context-precision-scorer"
+    name = "Context Precision Scorer"
+    description = (
+        "A scorer that evaluates the relevance and precision of retrieved context nodes for "
+        "generating expected outputs"
+    )
 
     def __init__(
         self,
@@ -153,23 +134,21 @@ class ContextPrecisionScorer:
         self.scale = check_scale(scale)
         self.reason_mode: ReasonMode = reason
         self.contexts_per_call = contexts_per_call
-        self._context = tuple(context) if context is not None else None
+        self._context = tuple(context) if context is not None else ()
         self._extractor = context_extractor
 
     def _contexts_for(self, input: Any, output: Any) -> tuple[str, ...]:
-        if self._extractor is not None:
-            try:
-                extracted = self._extractor(input, output)
-            except Exception as exc:
-                raise InputError(f"context_extractor failed: {type(exc).__name__}: {exc}") from exc
-            if extracted is None or isinstance(extracted, str):
-                raise InputError("context_extractor must return a list of strings")
-            contexts = tuple(extracted)
-            if not contexts:
-                raise InputError("context_extractor returned no contexts")
-            return contexts
-        assert self._context is not None
-        return self._context
+        if self._extractor is None:
+            return self._context
+        try:
+            extracted = self._extractor(input, output)
+        except Exception as exc:
+            raise InputError(f"context_extractor failed: {type(exc).__name__}: {exc}") from exc
+        if extracted is None or isinstance(extracted, str):
+            raise InputError("context_extractor must return a list of strings")
+        if not (contexts := tuple(extracted)):
+            raise InputError("context_extractor returned no contexts")
+        return contexts
 
     def run(
         self,
@@ -212,21 +191,15 @@ class ContextPrecisionScorer:
         if mastra_names:
             if expected_output is not None or len(mastra_names) > 1:
                 raise ConfigError("run() got the reference twice (expected_output/groundTruth)")
-            expected_output = next(iter(mastra_names.values()))
+            (expected_output,) = mastra_names.values()
         if input is _MISSING:
             raise InputError("run() needs an input (or a run object)")
-        single = output is _MISSING
-        call = resolve_call(
-            input, None if single else output, expected_output, single_argument=single
-        )
-        item = ScoringItem(
-            input=call.input,
-            output=call.output,
-            # The extractor sees what the caller passed, as in Mastra: strings stay strings,
-            # message lists and run shapes stay as they were.
-            contexts=self._contexts_for(call.raw_input, call.raw_output),
-            expected_output=call.expected_output,
-        )
+        if output is _MISSING:
+            input, output, expected_output = unpack_run_object(input, expected_output)
+        query, answer, reference = texts_of(input, output, expected_output)
+        # The extractor sees what the caller passed, as in Mastra: strings stay strings,
+        # message lists and run shapes stay as they were.
+        item = ScoringItem(query, answer, self._contexts_for(input, output), reference)
         validate_item(item)
         return await self.score_item(item)
 
@@ -262,38 +235,25 @@ def make_judge(model: str, **options: Any) -> Judge:
     """
     options = _snake_case(options, "make_judge")
     scale = check_scale(options.pop("scale", 1.0))
-    if capabilities_of(model).offline:
-        allowed = lexical_option_names()
-        unknown = set(options) - allowed
-        if unknown:
-            raise unknown_options(unknown, allowed, "the lexical judge")
+    if capabilities_of(model).offline:  # build_judge checks the lexical judge's options
         return build_judge(JudgeSpec(model, scale=scale, lexical=options))
-    transport = _llm_transport(model, options)
+    setting = options.pop("transport", "auto")
+    transport = choose_transport(setting, model, options.get("api_base"), set(options))
+    allowed = LLM_JUDGE_OPTIONS | TRANSPORT_ONLY_OPTIONS[transport]
+    if unknown := set(options) - allowed:
+        if unknown <= ANY_TRANSPORT_ONLY:
+            raise not_for_transport(unknown, transport)
+        raise unknown_options(unknown, allowed, f"an LLM judge (transport {transport!r})")
     runtime = {name: options.pop(name) for name in RUNTIME_JUDGE_OPTIONS & set(options)}
     return build_judge(JudgeSpec(model, scale=scale, transport=transport, **options), **runtime)
 
 
-def _llm_transport(model: str, options: dict[str, Any]) -> str:
-    """The transport `options` choose for an LLM judge (taking "transport" out of them), once
-    every option name is known to apply to it."""
-    setting = options.pop("transport", "auto")
-    transport = choose_transport(setting, model, options.get("api_base"), set(options))
-    allowed = LLM_JUDGE_OPTIONS | TRANSPORT_ONLY_OPTIONS[transport]
-    unknown = set(options) - allowed
-    if unknown:
-        if unknown <= ANY_TRANSPORT_ONLY:
-            raise not_for_transport(unknown, transport)
-        raise unknown_options(unknown, allowed, f"an LLM judge (transport {transport!r})")
-    return transport
-
-
 def _model_and_options(
     model: str | Mapping[str, Any] | None, options: Mapping[str, Any] | None
-) -> tuple[str, Mapping[str, Any] | None]:
+) -> tuple[str, Mapping[str, Any]]:
     """The model string and the options mapping, from Mastra's single argument or as given."""
     if isinstance(model, Mapping):
-        unknown = set(model) - {"model", "options"}
-        if unknown:
+        if unknown := set(model) - {"model", "options"}:
             listed = ", ".join(sorted(map(str, unknown)))
             raise ConfigError(f"unknown key(s) {listed}; use model, options")
         if options is not None and "options" in model:
@@ -304,7 +264,7 @@ def _model_and_options(
         raise ConfigError("model is required: 'lexical' or a litellm model string")
     if options is not None and not isinstance(options, Mapping):
         raise ConfigError(f"options must be a mapping, got {type(options).__name__}")
-    return model, options
+    return model, options or {}
 
 
 def create_context_precision_scorer(
@@ -318,7 +278,7 @@ def create_context_precision_scorer(
     options: Mapping[str, Any] | None = None,
     **judge_options: Any,
 ) -> ContextPrecisionScorer:
-    """Mastra's `createContextPrecisionScorer`.
+    """Mastra's `createContextPrecisionScorer`. Every name may be Mastra's camelCase.
 
     Args:
         model: "lexical" (offline) or any litellm model string; or Mastra's single argument
@@ -328,8 +288,6 @@ def create_context_precision_scorer(
         options: the same scorer options and judge options (see `make_judge`) as a mapping.
         **judge_options: judge options as keywords.
 
-    Every name may be Mastra's camelCase (`contextExtractor`).
-
     Returns:
         The scorer; `run(input, output, expected_output=None)` gives a `ScoreResult`.
 
@@ -337,30 +295,20 @@ def create_context_precision_scorer(
         ConfigError: an unknown name, or one given twice.
     """
     model, options = _model_and_options(model, options)
-    given = {
-        name: value
-        for name, value in (
-            ("context", context),
-            ("context_extractor", context_extractor),
-            ("scale", scale),
-            ("reason", reason),
-            ("contexts_per_call", contexts_per_call),
-        )
-        if value is not None
+    scorer_keywords = {
+        "context": context,
+        "context_extractor": context_extractor,
+        "scale": scale,
+        "reason": reason,
+        "contexts_per_call": contexts_per_call,
     }
-    merged = _snake_case(dict(options or {}), "options")
+    given = {name: value for name, value in scorer_keywords.items() if value is not None}
+    merged = _snake_case(options, "options")
     for name, value in {**given, **_snake_case(judge_options, "keywords")}.items():
         if name in merged:
             raise ConfigError(f"option {name!r} is given twice (as a keyword and in options)")
         merged[name] = value
-    scorer_options = {k: merged.pop(k) for k in SCORER_OPTIONS & set(merged)}
-    scale = scorer_options.get("scale")  # checked by make_judge first, then by the scorer
-    judge = make_judge(model, scale=scale, **merged)
-    return ContextPrecisionScorer(
-        judge,
-        context=scorer_options.get("context"),
-        context_extractor=scorer_options.get("context_extractor"),
-        scale=scale,
-        reason=scorer_options.get("reason", "llm"),
-        contexts_per_call=scorer_options.get("contexts_per_call", 16),
-    )
+    scorer_options = {name: merged.pop(name) for name in SCORER_OPTIONS & set(merged)}
+    # The scale is checked by make_judge first, then by the scorer.
+    judge = make_judge(model, scale=scorer_options.get("scale"), **merged)
+    return ContextPrecisionScorer(judge, **scorer_options)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from scorer_core.errors import (
@@ -26,8 +25,8 @@ from scorer_core.types import (
     ReasonMode,
     ScoreResult,
     ScoringItem,
+    Status,
     Usage,
-    VerdictBatch,
     as_verdict_flags,
 )
 
@@ -43,87 +42,47 @@ class ShowsReasonPrompt(Protocol):
 
 def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
     """Context positions 0..count-1 in slices of at most `contexts_per_call`, in order."""
-    positions = list(range(count))
-    return [
-        positions[start : start + contexts_per_call] for start in range(0, count, contexts_per_call)
-    ]
-
-
-@dataclass
-class _Gathered:
-    """The verdict requests' outcomes for one item, put together."""
-
-    usage: Usage = field(default_factory=Usage)
-    verdicts: list[ContextVerdict] = field(default_factory=list)
-    prompts: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    failure: BaseException | None = None
-
-
-def _gather(
-    slices: Sequence[Sequence[int]], outcomes: Sequence[VerdictBatch | BaseException]
-) -> _Gathered:
-    """Every slice's outcome added up. A failure other than a (non-fatal) transport or judge
-    error is raised at once: it is a bug or a stop, not this item's problem."""
-    gathered = _Gathered()
-    for part, outcome in zip(slices, outcomes, strict=True):
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, TransportError | JudgeError) or isinstance(
-                outcome, FatalJudgeError
-            ):
-                raise outcome
-            gathered.failure = gathered.failure or outcome
-            continue
-        gathered.usage = gathered.usage + outcome.usage
-        if outcome.prompt:
-            gathered.prompts.append(outcome.prompt)
-        if outcome.unscored_reason is not None:
-            gathered.problems.append(f"contexts [{part[0]}..{part[-1]}]: {outcome.unscored_reason}")
-        gathered.verdicts.extend(outcome.verdicts)
-    return gathered
+    starts = range(0, count, contexts_per_call)
+    return [list(range(start, min(start + contexts_per_call, count))) for start in starts]
 
 
 async def score_item(
-    judge: Judge,
-    item: ScoringItem,
-    *,
-    scale: float,
-    reason: ReasonMode,
-    contexts_per_call: int,
+    judge: Judge, item: ScoringItem, *, scale: float, reason: ReasonMode, contexts_per_call: int
 ) -> ScoreResult:
-    """Score an item (checked by `validate_item`) with `judge`.
-
-    Args:
-        judge: gives the verdicts (and an "llm" reason).
-        item: the item.
-        scale: scores run from 0 to this.
-        reason: "llm", "template" or "none".
-        contexts_per_call: contexts per verdict request; the requests go concurrently.
-
-    Returns:
-        The result: status "ok", "unscored" (a reply the judge could not use) or "error" (a
-        transport or judge failure).
-
-    Raises:
-        FatalJudgeError: no request can succeed.
-    """
+    """Score an item (checked by `validate_item`) with `judge`: its contexts judged
+    `contexts_per_call` per request, the requests sent concurrently, a score from 0 to `scale`
+    and a `reason` ("llm", "template" or "none"). The result's status is "ok", "unscored" (a
+    reply the judge could not use) or "error" (a transport or judge failure); a
+    `FatalJudgeError` (no request can succeed) is raised."""
     if contexts_per_call < 1:
         raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
     slices = context_slices(len(item.contexts), contexts_per_call)
     outcomes = await asyncio.gather(
         *(judge.judge(item, part) for part in slices), return_exceptions=True
     )
-    gathered = _gather(slices, outcomes)
-    sent = tuple(gathered.prompts)
-    verdicts = tuple(gathered.verdicts)
-    if gathered.failure is not None:
-        error = str(gathered.failure)
-        return ScoreResult(None, "", verdicts, "error", error, gathered.usage, analyze_prompts=sent)
-    if gathered.problems:
-        problems = "; ".join(gathered.problems)
-        return ScoreResult(
-            None, "", verdicts, "unscored", problems, gathered.usage, analyze_prompts=sent
-        )
+    usage = Usage()
+    verdicts: list[ContextVerdict] = []
+    prompts: list[str] = []
+    problems: list[str] = []
+    failure: JudgeError | None = None
+    for part, outcome in zip(slices, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            # Anything but a (non-fatal) judge error is a bug or a stop, not this item's problem.
+            if not isinstance(outcome, JudgeError) or isinstance(outcome, FatalJudgeError):
+                raise outcome
+            failure = failure or outcome
+            continue
+        usage += outcome.usage
+        if outcome.prompt:
+            prompts.append(outcome.prompt)
+        if outcome.unscored_reason is not None:
+            problems.append(f"contexts [{part[0]}..{part[-1]}]: {outcome.unscored_reason}")
+        verdicts.extend(outcome.verdicts)
+    sent = tuple(prompts)
+    if failure is not None or problems:
+        status: Status = "unscored" if failure is None else "error"
+        error = "; ".join(problems) if failure is None else str(failure)
+        return ScoreResult(None, "", tuple(verdicts), status, error, usage, analyze_prompts=sent)
     ordered = tuple(sorted(verdicts, key=lambda v: v.index))
     score = context_precision(as_verdict_flags(ordered), scale)
     text, reason_usage, reason_prompt = await explain_score(
@@ -135,7 +94,7 @@ async def score_item(
         ordered,
         "ok",
         None,
-        gathered.usage + reason_usage,
+        usage + reason_usage,
         band=score_band(score, scale),
         analyze_prompts=sent,
         reason_prompt=reason_prompt,

@@ -19,24 +19,18 @@ OPENAI_STYLE_PREFIXES = ("openai/", "hosted_vllm/", "lm_studio/")
 
 
 def resolve_transport(setting: str, model: str, api_base: str | None) -> Transport:
-    """The transport for `setting` ("auto", "litellm" or "http") and this model/endpoint.
-
-    auto: http for "openai/..." models (OpenAI itself, or any OpenAI-compatible server given
-    by `api_base`: vLLM, Ollama's /v1, llama.cpp, gateways) and for "hosted_vllm/..." or
-    "lm_studio/..." with an `api_base`; litellm otherwise.
-    """
+    """The transport for `setting` ("auto", "litellm" or "http"); "auto" is http for
+    "openai/..." models (OpenAI, or any OpenAI-compatible server at `api_base`: vLLM, Ollama's
+    /v1, llama.cpp, gateways) and "hosted_vllm/..." or "lm_studio/..." at an `api_base`."""
     if setting not in TRANSPORTS:
         raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {setting!r}")
     if setting != "auto":
         return "http" if setting == "http" else "litellm"
-    if model.startswith("openai/"):
-        return "http"
-    if api_base and model.startswith(OPENAI_STYLE_PREFIXES):
+    if model.startswith("openai/") or (api_base and model.startswith(OPENAI_STYLE_PREFIXES)):
         return "http"
     return "litellm"
 
 
 def litellm_endpoint(model: str) -> str:
     """How an endpoint litellm picks from the model string alone is named in messages."""
-    provider = model.split("/", 1)[0] if "/" in model else model
-    return f"{provider} (litellm's default endpoint)"
+    return f"{model.split('/', 1)[0]} (litellm's default endpoint)"

@@ -4,7 +4,7 @@ they can be shared between tasks and processes without copies."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Status = Literal["ok", "unscored", "error"]
@@ -44,23 +44,15 @@ class Usage:
     cache_hits: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            calls=self.calls + other.calls,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            retries=self.retries + other.retries,
-            rate_limited=self.rate_limited + other.rate_limited,
-            reasks=self.reasks + other.reasks,
-            cache_hits=self.cache_hits + other.cache_hits,
-        )
+        return Usage(*[getattr(self, name) + getattr(other, name) for name in _USAGE_FIELDS])
+
+
+_USAGE_FIELDS = tuple(f.name for f in fields(Usage))
 
 
 @dataclass(frozen=True, slots=True)
 class VerdictBatch:
-    """Verdicts for a subset of an item's contexts, or why there are none.
-
-    `verdicts` is empty exactly when `unscored_reason` is set.
-    """
+    """Verdicts for a subset of an item's contexts, or (`unscored_reason`) why there are none."""
 
     verdicts: tuple[ContextVerdict, ...]
     usage: Usage = field(default_factory=Usage)
@@ -72,12 +64,9 @@ class VerdictBatch:
 
 @dataclass(frozen=True, slots=True)
 class ScoreResult:
-    """The outcome for one item.
-
-    status "ok": `score` is the context precision implied by `verdicts`.
-    status "unscored": the judge never gave a usable answer; `error` says why, `score` is None.
-    status "error": the item itself is unusable or the judge failed for good; `error` says why.
-    """
+    """The outcome for one item: status "ok" (`score` is the context precision `verdicts`
+    imply), "unscored" (the judge never gave a usable answer) or "error" (the item is unusable
+    or the judge failed for good); `error` says why there is no score."""
 
     score: float | None
     reason: str
@@ -85,10 +74,9 @@ class ScoreResult:
     status: Status = "ok"
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
-    # The named band of `score` (see scorer_core.precision.score_band); None unless "ok".
-    band: Band | None = None
-    # The user message of each verdict request, one per slice of `contexts_per_call`
-    # contexts, and of the reason request (None when no reason was asked of a model).
+    band: Band | None = None  # of `score` (`scorer_core.precision.score_band`), if "ok"
+    # The user message of each verdict request (one per slice of `contexts_per_call`
+    # contexts) and of the reason request (None when no reason was asked of a model).
     analyze_prompts: tuple[str, ...] = ()
     reason_prompt: str | None = None
 
@@ -97,11 +85,8 @@ class ScoreResult:
         return sum(1 for v in self.verdicts if v.relevant)
 
     def to_dict(self) -> dict[str, Any]:
-        """The result in the shape of Mastra's scorer result (camelCase keys), plus ours.
-
-        `analyzeStepResult.verdicts` holds `{context_index, verdict: "yes"|"no", reason}` in
-        position order; `analyzePrompt` is the verdict prompt (slices separated by a blank
-        line when the contexts were judged in several requests)."""
+        """The result in the shape of Mastra's scorer result (camelCase keys), plus ours; the
+        verdict prompts of several requests are separated by a blank line."""
         return {
             "score": self.score,
             "reason": self.reason,

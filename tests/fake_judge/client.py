@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from scorer_core.errors import JudgeTimeout
-from scorer_core.openai_http import chat_request_body, status_error, wire_model_name
+from scorer_core.openai_http import chat_request_body, status_error
 from scorer_core.protocols import ChatReply
 from scorer_core.response_format import ResponseFormat
 from tests.fake_judge.chat import ChatJudge
@@ -110,13 +110,13 @@ class FaultyChatClient:
     ) -> dict[str, Any]:
         """The body `OpenAIHTTPClient` would send for this request."""
         return chat_request_body(
-            wire_model_name(self._model),
+            self._model,
             messages,
+            response_format,
+            schema_name,
+            schema,
             temperature=self._temperature,
             max_tokens=self._max_tokens,
-            response_format=response_format,
-            schema_name=schema_name,
-            schema=schema,
         )
 
     async def complete(
@@ -164,13 +164,10 @@ class FaultyChatClient:
 
     def _client_error(self, error: WireError, response_format: ResponseFormat) -> Exception:
         """The error `OpenAIHTTPClient` raises for the HTTP answer `error` stands for."""
-        raw = json.dumps(error.body()).encode()
-        retry_after = error.headers.get("Retry-After") if error.status == 429 else None
         return status_error(
             error.status,
-            raw,
-            retry_after,
-            "",
+            json.dumps(error.body()).encode(),
+            error.headers,
             response_format,
             lambda text: f"judge {self._model}: {text}",
         )

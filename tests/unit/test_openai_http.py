@@ -29,12 +29,7 @@ from scorer_core.errors import (
     RequestRejected,
     ServerError,
 )
-from scorer_core.openai_http import (
-    OPENAI_API_BASE,
-    OpenAIHTTPClient,
-    env_proxy_for,
-    parse_retry_after,
-)
+from scorer_core.openai_http import OPENAI_API_BASE, OpenAIHTTPClient, env_proxy_for
 from scorer_core.prompt import (
     REASON_SCHEMA_NAME,
     VERDICTS_SCHEMA,
@@ -42,6 +37,7 @@ from scorer_core.prompt import (
     verdict_messages,
 )
 from scorer_core.protocols import ChatClient
+from scorer_core.retry import parse_retry_after
 from scorer_core.scorer import make_judge
 from scorer_core.types import ScoringItem
 from tests.fake_judge import FakeJudgeServer, FaultPlan
