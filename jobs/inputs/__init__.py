@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from jobs.inputs.listing import FileInfo as FileInfo
     from jobs.inputs.listing import list_input_files as list_input_files
     from jobs.inputs.planning import plan_shards as plan_shards
-    from jobs.inputs.records import read_items as read_items
     from jobs.inputs.records import read_shard as read_shard
     from jobs.inputs.records import to_item as to_item
     from jobs.inputs.records import validate_record as validate_record
@@ -32,7 +31,7 @@ _EXPORTS = {
     "columns": "InputSchema check_schema inspect_input",
     "listing": "FileInfo list_input_files",
     "planning": "plan_shards",
-    "records": "read_items read_shard to_item validate_record",
+    "records": "read_shard to_item validate_record",
     "rows": "ItemRecord RawRow RowError",
     "shard": "Shard",
     "spec": "ColumnMap InputSpec",

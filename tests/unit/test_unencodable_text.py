@@ -22,8 +22,8 @@ from jobs.core.storage import open_store
 from jobs.core.text_safety import encodable, escaped, terminal_safe, unencodable
 from jobs.engine.publish.publisher import publish_run
 from jobs.engine.shards.worker import run_shard
-from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards, read_items
-from jobs.inputs.records import read_query_ids
+from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
+from jobs.inputs.records import ItemReader, read_query_ids
 from jobs.run.factory import input_spec
 from tests.fake_judge import FakeJudgeServer
 from tests.support.job import llm_judge, manifest_of, shard_context
@@ -76,7 +76,7 @@ def config_for(source: Path, out: Path, **judge: Any) -> JobConfig:
 def read_all(config: JobConfig) -> list[ItemRecord | RowError]:
     spec = input_spec(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
-    return list(read_items(spec, shard, carried=CARRIED))
+    return list(ItemReader(spec).read(shard, CARRIED))
 
 
 # -- the helpers -------------------------------------------------------------------------------
