@@ -22,7 +22,7 @@ from jobs.engine.pairs.lookahead import find_duplicates_first, marks_path, read_
 from jobs.engine.pairs.repeats import KEYS, SEQ_SHIFT
 from jobs.engine.shards.worker import run_shard
 from jobs.inputs import list_input_files, plan_shards
-from jobs.run.factory import input_spec
+from jobs.inputs.spec import input_spec_of
 from tests.support.job import shard_context, shard_files
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
@@ -93,7 +93,7 @@ def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str) 
     source = tmp_path / f"in.{fmt}"
     (write_jsonl if fmt == "jsonl" else write_parquet)(source)
     cfg = config(source, tmp_path / "out", fmt)
-    spec = input_spec(cfg)
+    spec = input_spec_of(cfg)
     shards = plan_shards(spec, list_input_files(spec), 3)
     assert len(shards) >= 3
     store = open_store(cfg.output.path)
@@ -120,7 +120,7 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(good(f"q{n}", n)) + "\n" for n in range(6)))
     cfg = config(source, tmp_path / "out", "jsonl", shard_size=100)
-    spec = input_spec(cfg)
+    spec = input_spec_of(cfg)
     (shard,) = plan_shards(spec, list_input_files(spec), 100)
     store = open_store(cfg.output.path)
     first = "/elsewhere.jsonl line at byte 0"
@@ -151,11 +151,11 @@ def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
     source.write_text("".join(lines))
     at_b = len(lines[0])
     cfg = config(source, tmp_path / "out", "jsonl")
-    spec = input_spec(cfg)
+    spec = input_spec_of(cfg)
     shards = plan_shards(spec, list_input_files(spec), 3)
     store = open_store(cfg.output.path)
     out = io.StringIO()
-    found = find_duplicates_first(cfg, input_spec(cfg), store, STAGING, shards, out)
+    found = find_duplicates_first(cfg, input_spec_of(cfg), store, STAGING, shards, out)
 
     assert "3 later occurrence(s) of a query_id in 2 shard(s) will not be judged" in out.getvalue()
     by_id = {shard.shard_id: number for number, shard in enumerate(shards)}
@@ -172,5 +172,6 @@ def test_found_once_and_reused_by_a_resumed_run(tmp_path: Path) -> None:
 
     source.unlink()  # a resumed run must not read the input again
     assert (
-        find_duplicates_first(cfg, input_spec(cfg), store, STAGING, shards, io.StringIO()) == found
+        find_duplicates_first(cfg, input_spec_of(cfg), store, STAGING, shards, io.StringIO())
+        == found
     )
