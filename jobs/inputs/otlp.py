@@ -12,19 +12,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import json
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
-from jobs.core.storage import retry_call
-from jobs.inputs.jsonl import lines_in_range
-from jobs.inputs.listing import open_input
-from scorer_core.errors import CtxPrecError, InputError, StorageError
+from jobs.inputs.jsonl import lines_in_range, reading
 
 RETRIEVER = "retriever"
 LLM = "llm"
@@ -81,21 +76,11 @@ def read_otlp_file(
     carry: Sequence[str],
 ) -> Iterator[SpanRow | Problem]:
     """Every span of one OTLP JSON file, in file order, and a `Problem` for each line or span
-    that cannot be read. Lines of other signals (metrics, logs) are skipped silently.
-
-    Opening is retried; a damaged gzip stream raises `InputError`, a store failure mid-stream
-    `StorageError`, each naming the file (the task is retried by Ray, then the run stops)."""
-    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
-    try:
-        with handle:
-            for number, (_, line) in enumerate(lines_in_range(handle, 0, None), start=1):
-                yield from spans_of_line(line, url, number, carry)
-    except CtxPrecError:
-        raise
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
-    except OSError as exc:
-        raise StorageError(f"reading {url} failed: {type(exc).__name__}: {exc}") from exc
+    that cannot be read; lines of other signals (metrics, logs) are skipped. A file that
+    cannot be read raises (`jobs.inputs.jsonl.reading`): Ray retries the task."""
+    with reading(fs, fs_path, url, compression, url) as handle:
+        for number, (_, line) in enumerate(lines_in_range(handle, 0, None), start=1):
+            yield from spans_of_line(line, url, number, carry)
 
 
 def spans_of_line(

@@ -95,7 +95,6 @@ def _make_shard(index: int, info: FileInfo, start: int, end: int, slot: int) -> 
         file_index=index,
         path=info.path,
         format=info.format,
-        kind="rows" if info.format == "parquet" else "bytes",
         start=start,
         end=end,
         compression=info.compression,

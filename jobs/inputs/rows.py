@@ -11,11 +11,9 @@ from scorer_core.types import ScoringItem
 
 @dataclass(frozen=True, slots=True)
 class RawRow:
-    """One input row as read, before validation: `data` or else `error` is set.
-
-    `row` is the 0-based row number within the file (Parquet, `unit == "row"`) or the byte
-    offset of the line within the (decompressed) file (JSONL, `unit == "offset"`).
-    """
+    """One input row as read, before validation: `data` or else `error` is set. `row` is the
+    row number in a Parquet file (`unit` "row") or the byte offset of the line in the
+    (decompressed) JSONL file (`unit` "offset")."""
 
     source: str
     row: int
@@ -26,20 +24,15 @@ class RawRow:
     @property
     def where(self) -> str:
         """Position for messages: "s3://b/f.parquet row 12" or "f.jsonl line at byte 345"."""
-        if self.unit == "offset":
-            return f"{self.source} line at byte {self.row}"
-        return f"{self.source} row {self.row}"
+        unit = "line at byte" if self.unit == "offset" else "row"
+        return f"{self.source} {unit} {self.row}"
 
 
 @dataclass(frozen=True, slots=True)
 class ItemRecord:
-    """A validated item, normalized, with where it came from.
-
-    truncated: some context was cut to `max_context_chars` or contexts beyond `max_contexts`
-    were dropped; `contexts_cut` and `contexts_dropped` say how many of each.
-    context_ids: one id (or None) per context, from `columns.context_ids`; None without.
-    carried: the values of the run's carried columns, in their order (`RunSchema.carried`).
-    """
+    """A validated item, normalized, with where it came from. `contexts_cut` and
+    `contexts_dropped` count what truncation did; `context_ids`: one id (or None) per context
+    (None without the column); `carried`: the run's carried values (`RunSchema.carried`)."""
 
     query_id: str
     input: str

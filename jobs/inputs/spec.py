@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from jobs.core.config import JobConfig
 
 InputFormat = Literal["jsonl", "parquet"]
-FORMATS: frozenset[str] = frozenset({"jsonl", "parquet"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +44,6 @@ class InputSpec:
     carry_to_verdicts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.format is not None and self.format not in FORMATS:
-            raise ConfigError(f"input format must be 'jsonl' or 'parquet', not {self.format!r}")
         if not self.path:
             raise ConfigError("input path is empty")
 
