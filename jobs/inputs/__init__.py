@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobs.inputs.columns import InputSchema as InputSchema
-    from jobs.inputs.columns import check_schema as check_schema
     from jobs.inputs.columns import inspect_input as inspect_input
     from jobs.inputs.listing import FileInfo as FileInfo
     from jobs.inputs.listing import list_input_files as list_input_files
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 # Imported on first use: a process that only passes shards around (the run's coordinator)
 # imports `jobs.inputs.shard` without pulling in pyarrow and fsspec through this package.
 _EXPORTS = {
-    "columns": "InputSchema check_schema inspect_input",
+    "columns": "InputSchema inspect_input",
     "listing": "FileInfo list_input_files",
     "planning": "plan_shards",
     "records": "read_shard to_item validate_record",

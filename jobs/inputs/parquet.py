@@ -4,6 +4,7 @@ the configured columns; `RawRow.row` is the row number within the file."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import IO
 
 import fsspec
 import pyarrow as pa
@@ -17,6 +18,15 @@ from jobs.inputs.spec import InputSpec, required_columns
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 PARQUET_BATCH_ROWS = 1024
+
+
+def parquet_file(handle: IO[bytes], url: str) -> pq.ParquetFile:
+    """The Parquet file behind `handle` (its footer read); `InputError` naming `url` when it is
+    not one."""
+    try:
+        return pq.ParquetFile(handle)
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{url} is not a readable Parquet file: {exc}") from exc
 
 
 def _row_groups_of(meta: pq.FileMetaData, shard: Shard) -> tuple[list[int], int | None]:
@@ -48,10 +58,7 @@ def read_parquet_shard(
     handle = retry_call(lambda: open_input(fs, fs_path), what="open", url=shard.path)
     try:
         with handle:
-            try:
-                parquet = pq.ParquetFile(handle)
-            except pa.ArrowInvalid as exc:
-                raise InputError(f"{shard.path} is not a readable Parquet file: {exc}") from exc
+            parquet = parquet_file(handle, shard.path)
             groups, first_row = _row_groups_of(parquet.metadata, shard)
             if first_row is None:
                 return

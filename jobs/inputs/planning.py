@@ -11,14 +11,12 @@ import itertools
 import math
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from jobs.core.storage import filesystem, retry_call
 from jobs.inputs.listing import FileInfo, open_input
+from jobs.inputs.parquet import parquet_file
 from jobs.inputs.shard import Shard
 from jobs.inputs.spec import InputSpec
-from scorer_core.errors import ConfigError, InputError
+from scorer_core.errors import ConfigError
 
 SAMPLE_BYTES = 64 * 1024
 """Bytes read from the start of a JSONL file to estimate bytes per row."""
@@ -107,10 +105,7 @@ def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:
 
     def read() -> list[int]:
         with open_input(fs, fs_path) as handle:
-            try:
-                meta = pq.read_metadata(handle)
-            except pa.ArrowInvalid as exc:
-                raise InputError(f"{info.path} is not a readable Parquet file: {exc}") from exc
+            meta = parquet_file(handle, info.path).metadata
         return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
 
     return retry_call(read, what="read Parquet footer of", url=info.path)
