@@ -179,11 +179,8 @@ def retry_call(
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Call `fn`, retrying transient failures; raise `StorageError` naming `url` otherwise.
-
-    `what` is a short verb phrase for the message ("read", "write", "list"). A `CtxPrecError`
-    raised inside `fn` (say an `InputError` for a corrupt file) passes through unchanged.
-    """
+    """Call `fn`, retrying transient failures; else a `StorageError` saying `what` failed on
+    `url` ("read", "write", ...). A `CtxPrecError` from `fn` passes through unchanged."""
     attempt = 0
     while True:
         attempt += 1
@@ -233,11 +230,8 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
 def filesystem(
     url: str, storage_options: Mapping[str, Any] | None = None
 ) -> tuple[fsspec.AbstractFileSystem, str, str]:
-    """(filesystem, path inside it, protocol) for `url`. Local paths become absolute.
-
-    Raises `StorageError` for an unknown protocol, a missing optional package (gcsfs for gs://,
-    adlfs for az://) or storage_options the filesystem rejects.
-    """
+    """(filesystem, path inside it, protocol) for `url`, a local path made absolute;
+    `StorageError` for an unknown protocol, a missing package or rejected storage_options."""
     protocol, _ = split_protocol(url)
     opts = dict(storage_options or {})
     if protocol in _LOCAL_PROTOCOLS:
@@ -313,9 +307,8 @@ class Store:
             self._call("write", path, lambda: self.fs.pipe_file(path, data))
 
     def upload_file_atomic(self, local_path: str, path: str) -> None:
-        """Copy the local file `local_path` to `path` all-or-nothing (on object stores one PUT,
-        or a multipart upload that appears only when it completes and that s3fs aborts on
-        failure)."""
+        """Copy the local file `local_path` to `path` all-or-nothing (object stores: one PUT, or
+        a multipart upload that appears only when complete)."""
         if self.is_local:
             self._call("write", path, lambda: _local_atomic(path, source=local_path))
         else:
@@ -356,10 +349,8 @@ class Store:
         return self._call("check", path, ask)
 
     def list(self, prefix_or_glob: str) -> builtins.list[str]:
-        """Files (not folders) matching a glob, or under a folder (recursively), sorted.
-
-        A path to one file lists that file; a path that does not exist lists nothing.
-        """
+        """Files (not folders) matching a glob, under a folder (recursively), or the one file
+        at the path; sorted; nothing when nothing is there."""
 
         def ask() -> builtins.list[str]:
             base = prefix_or_glob
@@ -385,10 +376,8 @@ def open_store(
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Store:
-    """Open the store rooted at `url`: a local folder (relative or absolute; created when
-    missing), s3://bucket/prefix, gs://bucket/prefix (needs gcsfs) or az://container/prefix
-    (needs adlfs). `storage_options` go to the fsspec filesystem (see `s3_options`).
-    Object-store buckets must already exist."""
+    """The store rooted at `url`: a local folder (created when missing), or a prefix of an
+    existing s3://, gs:// (gcsfs) or az:// (adlfs) bucket."""
     fs, root, protocol = filesystem(url, storage_options)
     store = Store(fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep)
     if store.is_local:

@@ -226,8 +226,7 @@ class CachingJudge:
     async def _wait(
         self, waiting: dict[int, asyncio.Future[Verdict | None]], verdicts: list[ContextVerdict]
     ) -> list[int]:
-        """Wait for the replies other items are getting; their verdicts join `verdicts`. The
-        positions they brought no verdict for (to ask now)."""
+        """Add the verdicts other items are getting to `verdicts`; the positions left to ask."""
         # shielded: this item being cancelled must not cancel the other item's reply
         answers = await asyncio.gather(*(asyncio.shield(f) for f in waiting.values()))
         unanswered = []
@@ -241,8 +240,7 @@ class CachingJudge:
     async def _ask(
         self, item: ScoringItem, positions: list[int], keys: dict[int, str]
     ) -> VerdictBatch:
-        """Ask the inner judge about `positions` (none: nothing to ask), telling the items
-        waiting for the same pairs what came back (nothing, when no verdict did)."""
+        """Ask the inner judge about `positions`, then tell whoever waits what came back."""
         if not positions:
             return VerdictBatch(())
         asked = [keys[p] for p in positions]

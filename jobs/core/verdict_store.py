@@ -105,8 +105,7 @@ class VerdictStore:
         return frame.with_columns(written_at=pl.lit(int(self.clock()), dtype=pl.Int64))
 
     def read_file(self, path: str, keys: pl.Series | None = None) -> pl.DataFrame:
-        """A store file's rows (only those of `keys` when given); empty when it is gone or
-        damaged."""
+        """A store file's rows (of `keys` only when given); none when it is gone or damaged."""
         table = self.read_table(path)
         return _empty() if table is None else self.rows_of(table, keys)
 
@@ -144,7 +143,7 @@ class VerdictStore:
     def lookup(
         self, partition: int, keys: pl.Series, files: Sequence[str] | None = None
     ) -> pl.DataFrame:
-        """The stored verdicts of `keys` (all in `partition`; `files`: its files as listed
+        """The stored verdicts of `keys` (all in `partition`, whose `files` may be listed
         already), one row per key found."""
         files = self.partition_files(partition) if files is None else files
         return self.newest([self.read_file(path, keys) for path in files])
@@ -152,8 +151,7 @@ class VerdictStore:
     def lookup_batches(
         self, batches: Iterable[pl.Series], files: Sequence[str]
     ) -> Iterator[pl.DataFrame]:
-        """`lookup` for each batch of keys of one partition (whose files are `files`), its
-        files read once."""
+        """`lookup` for each batch of keys of one partition, its `files` read once."""
         tables = [table for table in map(self.read_table, files) if table is not None]
         for keys in batches:
             yield self.newest([self.rows_of(table, keys) for table in tables])

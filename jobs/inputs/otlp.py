@@ -33,6 +33,14 @@ _DOCS_ATTRIBUTE = "retrieval.documents"
 _GENAI_DOCS = "gen_ai.retrieval.documents"
 _GENAI_QUERY = "gen_ai.retrieval.query.text"
 _LLM_OUTPUT = "llm.output_messages.0.message.content"
+# AnyValue kinds of one value (JSON writes a double's NaN and Infinity as strings: float reads them)
+_SCALARS: dict[str, Any] = {
+    "stringValue": str,
+    "boolValue": bool,
+    "intValue": int,
+    "doubleValue": float,
+    "bytesValue": str,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,22 +267,13 @@ def decode(value: Any) -> Any:
         return None
     kind, inner = next(iter(value.items()))
     try:
-        if kind == "stringValue":
-            return str(inner)
-        if kind == "boolValue":
-            return bool(inner)
-        if kind == "intValue":
-            return int(inner)
-        if kind == "doubleValue":
-            return float(inner)  # JSON writes NaN and Infinity as strings: float() reads them
+        if kind in _SCALARS:
+            return _SCALARS[kind](inner)
         if kind == "arrayValue":
             return [decode(item) for item in (inner or {}).get("values") or []]
         if kind == "kvlistValue":
-            return {
-                item["key"]: decode(item.get("value")) for item in (inner or {}).get("values") or []
-            }
-        if kind == "bytesValue":
-            return str(inner)
+            items = (inner or {}).get("values") or []
+            return {item["key"]: decode(item.get("value")) for item in items}
     except (TypeError, ValueError, KeyError, AttributeError):
         raise _Bad(f"an attribute's {kind} {inner!r} cannot be read") from None
     raise _Bad(f"an attribute value of unknown kind {kind!r}")
@@ -307,13 +306,8 @@ def _openinference_documents(
         number, _, field = key[len(_DOCS_PREFIX) :].partition(".")
         if field in ("document.content", "document.id") and number.isdigit():
             found.setdefault(int(number), {})[field] = decode(raw)
-    contents: list[str | None] = []
-    ids: list[str | None] = []
-    for index in sorted(found):
-        document = found[index]
-        contents.append(_as_text(document.get("document.content")))
-        ids.append(_as_id(document.get("document.id")))
-    return contents, ids
+    documents = [found[index] for index in sorted(found)]
+    return _document_objects(documents, ("document.content",), ("document.id",))
 
 
 def _genai_documents(value: Any) -> tuple[list[str | None] | None, list[str | None]]:
