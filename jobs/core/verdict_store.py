@@ -88,13 +88,11 @@ class VerdictStore:
         files = self._files(self.journal_folder)
         return [p for p in files if p.rsplit("/", 1)[-1].startswith(prefix)]
 
-    def file_name(self, writer: str) -> str:
-        """A name no other write uses: the writer, the time and a random part."""
-        return f"{writer}-{int(self.clock() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
-
     def write(self, folder: str, writer: str, frame: pl.DataFrame) -> str:
         """Write `frame` (`VERDICT_STORE` columns) as a new file in `folder`, atomically."""
-        path = posixpath.join(folder, self.file_name(writer))
+        # a name no other write uses: the writer, the time and a random part
+        name = f"{writer}-{int(self.clock() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
+        path = posixpath.join(folder, name)
         table = frame.select(VERDICT_STORE.names).cast(VERDICT_STORE.polars).to_arrow()
         self.store.write_parquet_atomic(path, table.cast(VERDICT_STORE.arrow))
         return path

@@ -82,14 +82,10 @@ def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[i
     return [(start, min(start + step, size)) for start in range(0, size, step)]
 
 
-def _shard_id(file_index: int, info: FileInfo, start: int, end: int) -> str:
-    digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
-    return f"{file_index:05d}-{start:012d}-{end:012d}-{digest}"
-
-
 def _make_shard(index: int, info: FileInfo, start: int, end: int, slot: int) -> Shard:
+    digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
     return Shard(
-        shard_id=_shard_id(index, info, start, end),
+        shard_id=f"{index:05d}-{start:012d}-{end:012d}-{digest}",
         file_index=index,
         path=info.path,
         format=info.format,

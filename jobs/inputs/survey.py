@@ -8,12 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import fsspec
-
 from jobs.core.storage import filesystem, retry_call
 from jobs.core.text_safety import encodable, escaped
 from jobs.inputs.columns import check_columns, file_columns
-from jobs.inputs.listing import FileInfo, open_input
+from jobs.inputs.listing import FileInfo
 from jobs.inputs.spec import InputSpec
 from scorer_core.errors import InputError
 
@@ -67,16 +65,14 @@ def _problem_of(spec: InputSpec, info: FileInfo) -> InputError | None:
 def _check_file(spec: InputSpec, info: FileInfo) -> None:
     if info.format != "parquet" and info.compression is None:
         fs, fs_path, _ = filesystem(info.path, spec.storage_options)
-        head = retry_call(lambda: _head(fs, fs_path), what="read", url=info.path)
-        if head.startswith(_PARQUET_MAGIC):
+        magic = len(_PARQUET_MAGIC)
+        head = retry_call(
+            lambda: fs.cat_file(fs_path, start=0, end=magic), what="read", url=info.path
+        )
+        if bytes(head).startswith(_PARQUET_MAGIC):
             raise InputError(
                 f"{info.path} is a Parquet file, but it is read as {info.format} "
                 "(input.format); move it out of the input or set input.format to null"
             )
     available, context_type, _ = file_columns(spec, info, ())
     check_columns(spec, info.path, available, context_type)
-
-
-def _head(fs: fsspec.AbstractFileSystem, fs_path: str) -> bytes:
-    with open_input(fs, fs_path) as handle:
-        return bytes(handle.read(len(_PARQUET_MAGIC)))

@@ -52,7 +52,7 @@ def test_inspect_input_skips_empty_first_file_and_broken_lines(tmp_path: Path) -
     (tmp_path / "a.jsonl").write_bytes(b"")
     (tmp_path / "b.jsonl").write_bytes(b"not json\n" + json.dumps(item(0)).encode() + b"\n")
     spec = spec_for(tmp_path)
-    assert "context" in inspect_input(spec, list_input_files(spec))
+    assert "context" in inspect_input(spec, list_input_files(spec)).columns
     (tmp_path / "b.jsonl").write_bytes(b"garbage\n[1]\n")
     with pytest.raises(InputError, match=r"no valid JSON object .* of .*b.jsonl"):
         inspect_input(spec, list_input_files(spec))
