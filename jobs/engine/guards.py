@@ -12,7 +12,7 @@ to change:
   folder, which a folder listing never enters), or the input is one file right at the
   output's root (the job writes only into folders there);
 - the files: every input file's columns (Parquet footers, the first lines of JSONL) and its
-  format, by `jobs.inputs.survey`.
+  format, by `jobs.inputs.columns`.
 """
 
 from __future__ import annotations

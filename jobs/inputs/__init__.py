@@ -20,20 +20,19 @@ if TYPE_CHECKING:
     from jobs.inputs.rows import ItemRecord as ItemRecord
     from jobs.inputs.rows import RawRow as RawRow
     from jobs.inputs.rows import RowError as RowError
-    from jobs.inputs.shard import Shard as Shard
     from jobs.inputs.spec import ColumnMap as ColumnMap
     from jobs.inputs.spec import InputSpec as InputSpec
+    from jobs.inputs.spec import Shard as Shard
 
 # Imported on first use: a process that only passes shards around (the run's coordinator)
-# imports `jobs.inputs.shard` without pulling in pyarrow and fsspec through this package.
+# imports `jobs.inputs.spec` without pulling in pyarrow and fsspec through this package.
 _EXPORTS = {
     "columns": "InputSchema inspect_input",
     "listing": "FileInfo list_input_files",
     "planning": "plan_shards",
     "records": "read_shard to_item validate_record",
     "rows": "ItemRecord RawRow RowError",
-    "shard": "Shard",
-    "spec": "ColumnMap InputSpec",
+    "spec": "ColumnMap InputSpec Shard",
 }
 _WHERE = {
     name: f"jobs.inputs.{module}" for module, names in _EXPORTS.items() for name in names.split()

@@ -1,10 +1,13 @@
 """Fail fast, before any judging, when the input lacks a configured column; decide the types of
 the columns the run carries. The driver and `ctxprec estimate` call `inspect_input` right after
-listing: a misspelled column stops the job in a second, not after an hour of failed rows."""
+listing: a misspelled column stops the job in a second, not after an hour of failed rows. The
+driver then checks every file cheaply, a few at a time (`check_every_file`): its format, its
+columns, its name."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +16,7 @@ import pyarrow as pa
 
 from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem, retry_call
+from jobs.core.text_safety import encodable, escaped
 from jobs.inputs.carry import carried_columns, decide_type, infer_json_type
 from jobs.inputs.jsonl import lines_in_range, parse_line
 from jobs.inputs.listing import FileInfo, open_input
@@ -20,6 +24,9 @@ from jobs.inputs.parquet import parquet_file
 from jobs.inputs.spec import InputSpec, load_extractor, required_columns
 from scorer_core.errors import InputError
 
+_PARQUET_MAGIC = b"PAR1"
+_SUFFIX_FORMATS = ((".parquet", "parquet"), (".jsonl", "jsonl"), (".ndjson", "jsonl"))
+MAX_THREADS = 16  # files checked at once (each costs one or two small reads)
 SCHEMA_SAMPLE_ROWS = 20  # JSON objects read from the first JSONL file to learn its columns
 SCHEMA_SAMPLE_LINES = 200  # lines at most read to find them
 
@@ -119,3 +126,60 @@ def check_columns(
             f"column {spec.columns.context!r} (context) in {path} is {context_type}, "
             "expected a list of strings; set a context_extractor to convert it"
         )
+
+
+def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
+    """`InputError` naming the first file (in listing order) of another format than the
+    configured one or lacking a configured column. Empty files are skipped."""
+    for info in files:
+        if not encodable(info.path):  # bytes that are not UTF-8 in a file name
+            raise InputError(
+                f"{escaped(info.path)}: the file name is not valid UTF-8 and cannot be written "
+                "into the results; rename the file"
+            )
+        _check_suffix(spec, info)
+    todo = [info for info in files if info.size > 0]
+    if not todo:
+        return
+    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(todo))) as pool:
+        problems = list(pool.map(lambda info: _problem_of(spec, info), todo))
+    first = next((problem for problem in problems if problem is not None), None)
+    if first is not None:
+        raise first
+
+
+def _check_suffix(spec: InputSpec, info: FileInfo) -> None:
+    if spec.format is None:
+        return
+    name = info.path.lower().removesuffix(".gz")
+    for suffix, fmt in _SUFFIX_FORMATS:
+        if name.endswith(suffix) and fmt != spec.format:
+            raise InputError(
+                f"{info.path} is a {fmt} file by its suffix, but input.format is {spec.format}: "
+                "move it out of the input or set input.format to null (each file's format "
+                "from its suffix)"
+            )
+
+
+def _problem_of(spec: InputSpec, info: FileInfo) -> InputError | None:
+    try:
+        _check_file(spec, info)
+    except InputError as exc:
+        return exc
+    return None
+
+
+def _check_file(spec: InputSpec, info: FileInfo) -> None:
+    if info.format != "parquet" and info.compression is None:
+        fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+        magic = len(_PARQUET_MAGIC)
+        head = retry_call(
+            lambda: fs.cat_file(fs_path, start=0, end=magic), what="read", url=info.path
+        )
+        if bytes(head).startswith(_PARQUET_MAGIC):
+            raise InputError(
+                f"{info.path} is a Parquet file, but it is read as {info.format} "
+                "(input.format); move it out of the input or set input.format to null"
+            )
+    available, context_type, _ = file_columns(spec, info, ())
+    check_columns(spec, info.path, available, context_type)

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from jobs.core.storage import filesystem, retry_call
 from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.parquet import parquet_file
-from jobs.inputs.shard import Shard
-from jobs.inputs.spec import InputSpec
+from jobs.inputs.spec import InputSpec, Shard
 from scorer_core.errors import ConfigError
 
 SAMPLE_BYTES = 64 * 1024

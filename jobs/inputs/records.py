@@ -20,8 +20,7 @@ from jobs.inputs.carry import conform
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
 from jobs.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.inputs.shard import Shard
-from jobs.inputs.spec import InputSpec, input_spec_of, load_extractor
+from jobs.inputs.spec import InputSpec, Shard, input_spec_of, load_extractor
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 

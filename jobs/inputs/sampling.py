@@ -21,7 +21,7 @@ from jobs.core.config import SampleConfig
 from jobs.core.schema import CarriedColumn
 from jobs.inputs.carry import check_carried
 from jobs.inputs.rows import ItemRecord, RowError
-from jobs.inputs.shard import Shard
+from jobs.inputs.spec import Shard
 
 Stratum = tuple[str | None, ...]  # the text of each `sample.by` column's value (None: null)
 

@@ -1,5 +1,7 @@
 """What to read and how: `InputSpec` and `ColumnMap`, built from the config (`input_spec_of`),
-which columns they need (`required_columns`) and the `context_extractor` they name."""
+which columns they need (`required_columns`) and the `context_extractor` they name; and the
+`Shard`, the unit of work. Light: processes that only pass shards around (the run's
+coordinator) import neither pyarrow nor fsspec through this module."""
 
 from __future__ import annotations
 
@@ -46,6 +48,26 @@ class InputSpec:
     def __post_init__(self) -> None:
         if not self.path:
             raise ConfigError("input path is empty")
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """A piece of one input file: rows `[start, end)` of a Parquet file, bytes `[start, end)` of
+    a JSONL file, or a whole gzipped JSONL file (`start == 0`, `end == compressed size`).
+    `slot`: its place among its file's shards (0, 1, ...)."""
+
+    shard_id: str
+    file_index: int
+    path: str
+    format: InputFormat
+    start: int
+    end: int
+    compression: str | None = None
+    slot: int = 0
+
+    @property
+    def kind(self) -> Literal["rows", "bytes"]:
+        return "rows" if self.format == "parquet" else "bytes"
 
 
 def required_columns(spec: InputSpec) -> list[tuple[str, str]]:
