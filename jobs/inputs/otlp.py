@@ -1,11 +1,8 @@
-"""Read OpenTelemetry trace files (OTLP JSON, as a collector's file exporter writes them, plain
-or gzipped) into compact span rows: the first step of `input.format: otlp`, before `traces`
-joins them into items (docs/traces.md has which attribute becomes which field).
-
-A span keeps only what assembly needs: its role (retriever, LLM or other, by OpenInference's
-or OpenTelemetry GenAI's attributes), a retriever's query and documents, an output, and the
-carried attributes. Nothing raises for bad data: an unreadable line or span becomes a `Problem`
-naming the file, line and span, and reading goes on.
+"""Read OpenTelemetry trace files (OTLP JSON as a collector's file exporter writes them, plain
+or gzipped) into compact span rows for `jobs.inputs.traces` (docs/traces.md has which attribute
+becomes which field): a span's role (retriever, LLM or other, by OpenInference's or GenAI's
+attributes), a retriever's query and documents, an output, the carried attributes. Bad data
+never raises: an unreadable line or span is a `Problem` naming the file, line and span.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ _SCALARS: dict[str, Any] = {
 
 @dataclass(frozen=True, slots=True)
 class SpanRow:
-    """One span as assembly needs it. `line` is the 1-based line of the file it was read from."""
+    """One span as assembly needs it; `line`: its 1-based line in `source`."""
 
     trace_id: str
     span_id: str
@@ -73,7 +70,7 @@ class Problem:
 
 
 class _Bad(Exception):
-    """A span (or value) is malformed; the message says how (internal)."""
+    """A span or value is malformed; the message says how."""
 
 
 def read_otlp_file(
@@ -94,7 +91,7 @@ def read_otlp_file(
 def spans_of_line(
     line: bytes, source: str, number: int, carry: Sequence[str]
 ) -> Iterator[SpanRow | Problem]:
-    """The spans of one line of an OTLP JSON file (see `read_otlp_file`)."""
+    """The spans of one line of an OTLP JSON file."""
     if not line.strip():
         return
     where = f"{source} line {number}"
@@ -257,8 +254,7 @@ def _nanos(value: Any, field: str, *, required: bool) -> int:
 
 
 def decode(value: Any) -> Any:
-    """An OTLP AnyValue as a Python value: str, bool, int, float, list, dict, or None for an
-    empty value. `_Bad` when it is not one."""
+    """An OTLP AnyValue as a Python value (None when empty); `_Bad` when it is not one."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -293,8 +289,8 @@ def _text(attributes: Mapping[str, Any], key: str) -> str | None:
 def _openinference_documents(
     attributes: Mapping[str, Any],
 ) -> tuple[list[str | None], list[str | None]]:
-    """`retrieval.documents.{i}.document.content` and `.document.id` in the order of i (a list
-    under `retrieval.documents` too, as some exporters write it)."""
+    """`retrieval.documents.{i}.document.content` and `.id` in the order of i, or listed under
+    `retrieval.documents` as some exporters write them."""
     if _DOCS_ATTRIBUTE in attributes:
         listed = decode(attributes[_DOCS_ATTRIBUTE])
         if isinstance(listed, list):
@@ -311,8 +307,8 @@ def _openinference_documents(
 
 
 def _genai_documents(value: Any) -> tuple[list[str | None] | None, list[str | None]]:
-    """The `content` and `id` of each object of `gen_ai.retrieval.documents` (structured, or
-    a JSON string of a list); contents None when no document has any text."""
+    """Each document's `content` and `id` (the list may be JSON text); no contents when no
+    document has any text."""
     if isinstance(value, str):
         try:
             value = json.loads(value)

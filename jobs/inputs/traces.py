@@ -1,11 +1,8 @@
-"""Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into ordinary
-item Parquet, one item per retrieval span, in bounded memory whatever the input's size.
-
-A trace's spans may be in different files and in any order, so spans are partitioned by a hash
-of their trace id: `stage_spans` (a task per group of files) appends each span to its
-partition's file, `assemble_part` (a task per partition) joins each retrieval with its trace's
-root span or the LLM span after it, and `assemble_traces` runs both through a `Mapper` (Ray
-tasks in the job, a loop in tests) and returns what was read and skipped (`TraceReport`).
+"""Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into item
+Parquet, one item per retrieval span, in bounded memory. A trace's spans may be in any files in
+any order, so `stage_spans` (a task per group of files) appends each span to the file of its
+trace id's partition, `assemble_part` (a task per partition) joins each retrieval with its
+trace's root span or the LLM span after it, and `assemble_traces` runs both through a `Mapper`.
 """
 
 from __future__ import annotations
@@ -56,8 +53,7 @@ def serial_map(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]]) -> Iterat
 
 @dataclass(frozen=True)
 class TraceJob:
-    """What every task needs (pickled to Ray tasks): where the staging folder is and how to
-    read the input."""
+    """What every task needs (pickled to Ray tasks): the staging folder and the input."""
 
     output_url: str
     output_options: dict[str, Any]
@@ -72,24 +68,9 @@ class TraceJob:
         return open_store(self.output_url, self.output_options)
 
 
-_COUNTS = (
-    "files",
-    "spans",
-    "malformed",
-    "duplicate_spans",
-    "traces",
-    "traces_without_retriever",
-    "retrievals",
-    "retrievals_without_text",
-    "items",
-    "items_without_output",
-)
-
-
 @dataclass
 class TraceReport:
-    """The whole assembly, as the run's output and manifest report it; each task reports its
-    share in one too (`add` sums them)."""
+    """The assembly as the run's output and manifest report it; each task reports its share."""
 
     files: int = 0
     spans: int = 0
@@ -140,6 +121,12 @@ class TraceReport:
         return text + f"; items at {self.items_path}"
 
 
+# What the tasks count, each its own share (`partitions` is the driver's).
+_COUNTS = [
+    f.name for f in dataclasses.fields(TraceReport) if f.type == "int" and f.name != "partitions"
+]
+
+
 # -- the driver's part ----------------------------------------------------------------------
 
 
@@ -164,8 +151,8 @@ def partitions_for(files: Sequence[FileInfo]) -> int:
 def assemble_traces(
     job: TraceJob, files: Sequence[FileInfo], mapper: Mapper[Any] = serial_map
 ) -> TraceReport:
-    """Stage the spans of `files` by partition, then assemble each partition's items (see the
-    module's doc). `InputError` when no retrieval span with documents was found."""
+    """Stage the spans of `files`, then assemble the items; `InputError` when no retrieval span
+    with documents was found."""
     started = time.monotonic()
     store = job.store()
     # a previous attempt's files (another split of the input) must not be mixed in
@@ -200,8 +187,8 @@ def assemble_traces(
 
 
 def carried_type(kinds: Iterable[str]) -> str:
-    """The column type of a carried attribute from the kinds of value it had: int64 (only
-    integers), float64 (numbers), bool, else string (text, or lists/objects as JSON)."""
+    """A carried attribute's column type from the kinds of value it had (JSON text for
+    anything but integers, numbers or booleans)."""
     found = set(kinds)
     if found and found <= {"int"}:
         return "int64"
@@ -307,8 +294,8 @@ class _PartWriters:
 def stage_spans(
     job: TraceJob, task: int, files: Sequence[FileInfo]
 ) -> tuple[TraceReport, dict[str, set[str]]]:
-    """Read `files` and append every span to its partition's file of this task (a task body):
-    what it read, and the kinds of value each carried attribute had."""
+    """Append every span of `files` to its partition's file (a task body); what it read and
+    the kinds of value each carried attribute had."""
     store = job.store()
     attributes = _attributes(job.carry)
     report = TraceReport(files=len(files))
