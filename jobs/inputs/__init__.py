@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from jobs.inputs.records import read_shard as read_shard
     from jobs.inputs.records import to_item as to_item
     from jobs.inputs.records import validate_record as validate_record
-    from jobs.inputs.rows import ItemRecord as ItemRecord
-    from jobs.inputs.rows import RawRow as RawRow
-    from jobs.inputs.rows import RowError as RowError
     from jobs.inputs.spec import ColumnMap as ColumnMap
     from jobs.inputs.spec import InputSpec as InputSpec
+    from jobs.inputs.spec import ItemRecord as ItemRecord
+    from jobs.inputs.spec import RawRow as RawRow
+    from jobs.inputs.spec import RowError as RowError
     from jobs.inputs.spec import Shard as Shard
 
 # Imported on first use: a process that only passes shards around (the run's coordinator)
@@ -31,8 +31,7 @@ _EXPORTS = {
     "listing": "FileInfo list_input_files",
     "planning": "plan_shards",
     "records": "read_shard to_item validate_record",
-    "rows": "ItemRecord RawRow RowError",
-    "spec": "ColumnMap InputSpec Shard",
+    "spec": "ColumnMap InputSpec ItemRecord RawRow RowError Shard",
 }
 _WHERE = {
     name: f"jobs.inputs.{module}" for module, names in _EXPORTS.items() for name in names.split()

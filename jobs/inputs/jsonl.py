@@ -19,8 +19,7 @@ import fsspec
 
 from jobs.core.storage import retry_call
 from jobs.inputs.listing import open_input
-from jobs.inputs.rows import RawRow
-from jobs.inputs.spec import Shard
+from jobs.inputs.spec import RawRow, Shard
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 READ_CHUNK = 1 << 20

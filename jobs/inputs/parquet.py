@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 
 from jobs.core.storage import is_transient, retry_call
 from jobs.inputs.listing import open_input
-from jobs.inputs.rows import RawRow
-from jobs.inputs.spec import InputSpec, Shard, required_columns
+from jobs.inputs.spec import InputSpec, RawRow, Shard, required_columns
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 PARQUET_BATCH_ROWS = 1024

@@ -19,8 +19,15 @@ from jobs.core.text_safety import escaped, unencodable
 from jobs.inputs.carry import conform
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
-from jobs.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.inputs.spec import InputSpec, Shard, input_spec_of, load_extractor
+from jobs.inputs.spec import (
+    InputSpec,
+    ItemRecord,
+    RawRow,
+    RowError,
+    Shard,
+    input_spec_of,
+    load_extractor,
+)
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 

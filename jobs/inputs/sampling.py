@@ -20,8 +20,7 @@ import pyarrow as pa
 from jobs.core.config import SampleConfig
 from jobs.core.schema import CarriedColumn
 from jobs.inputs.carry import check_carried
-from jobs.inputs.rows import ItemRecord, RowError
-from jobs.inputs.spec import Shard
+from jobs.inputs.spec import ItemRecord, RowError, Shard
 
 Stratum = tuple[str | None, ...]  # the text of each `sample.by` column's value (None: null)
 
