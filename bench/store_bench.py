@@ -231,7 +231,7 @@ def key_rate(items: int = 10_000) -> float:
     from jobs.core.schema import RunSchema
     from jobs.engine.pairs.lookahead import shard_keys
     from jobs.inputs import list_input_files, plan_shards
-    from jobs.run.factory import input_spec, item_reader
+    from jobs.inputs.records import ItemReader
     from jobs.tools.sample_data import generate as sample_items
     from jobs.tools.sample_data import write_jsonl
 
@@ -239,10 +239,10 @@ def key_rate(items: int = 10_000) -> float:
         data = Path(tmp) / "in.jsonl"
         write_jsonl(data, sample_items(items))
         config = parse_config(base_config(data, Path(tmp) / "out"))
-        spec = input_spec(config)
-        shards = plan_shards(spec, list_input_files(spec), 2000)
+        reader = ItemReader.for_config(config)
+        shards = plan_shards(reader.spec, list_input_files(reader.spec), 2000)
         started = time.monotonic()
-        shard_keys(item_reader(config), RunSchema(), list(enumerate(shards)), True, "fp")
+        shard_keys(reader, RunSchema(), list(enumerate(shards)), True, "fp")
         return items / (time.monotonic() - started)
 
 

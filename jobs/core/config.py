@@ -21,11 +21,8 @@ from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import ResponseFormatSetting
 
-#: What a run id may look like (checked by `RunConfig` and by `ctxprec runs`): it becomes part
-#: of object paths (`run_id=<id>`), so no '/' or spaces.
+# A run id becomes part of object paths (`run_id=<id>`): no '/' or spaces.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-# How much of an item's contexts is judged, unless input.max_context_chars / max_contexts say
-# otherwise (jobs.inputs.records applies them).
 DEFAULT_MAX_CONTEXT_CHARS = 200_000
 DEFAULT_MAX_CONTEXTS = 1000
 
@@ -69,8 +66,8 @@ class ColumnsConfig(_Strict):
     )
 
 
+# The item fields of traces assembled into items (jobs.inputs.traces.items_schema).
 _OTLP_ITEM_FIELDS = frozenset({"query_id", "input", "output", "context", "context_ids"})
-"""The item fields of traces assembled into items (jobs.inputs.traces.items_schema)."""
 
 
 class OtlpConfig(_Strict):
@@ -129,8 +126,6 @@ class InputConfig(_Strict):
         ge=1,
         description="Contexts beyond this many are dropped; the row is flagged truncated.",
     )
-    # Only keep_first is implemented (jobs.engine.pairs.repeats); "score_all" and "fail" used to be
-    # accepted here and silently ignored.
     duplicate_query_ids: Literal["keep_first"] = Field(
         "keep_first",
         description="keep_first: the first occurrence of a query_id is scored, later ones are "
@@ -162,7 +157,7 @@ class InputConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _otlp_has_no_columns(self) -> InputConfig:
+    def _consistent(self) -> InputConfig:
         # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
         if self.format == "otlp":
             own = sorted({"columns", "context_extractor"} & self.model_fields_set)
@@ -179,10 +174,6 @@ class InputConfig(_Strict):
                 )
         elif "otlp" in self.model_fields_set:
             raise ValueError("otlp settings need format: otlp")
-        return self
-
-    @model_validator(mode="after")
-    def _carry_is_consistent(self) -> InputConfig:
         not_carried = [name for name in self.carry_to_verdicts if name not in self.carry]
         if not_carried:
             raise ValueError(
@@ -288,26 +279,21 @@ class BatchConfig(_Strict):
         return value
 
 
-Deadline = tuple[Literal["time"], dt.time] | tuple[Literal["after"], dt.timedelta]
-"""judge.batch.deadline parsed: a time of day (UTC), or a duration from the run's start."""
-
 _TIME_OF_DAY = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_deadline(value: str) -> Deadline:
-    """`"06:30"` -> a time of day (UTC); `"8h"`, `"90m"`, `"1d"`, `"600s"` -> a duration;
-    ValueError otherwise (the config error names the key)."""
+def parse_deadline(value: str) -> dt.time | dt.timedelta:
+    """judge.batch.deadline: `"06:30"` a time of day (UTC); `"8h"`, `"90m"`, `"1d"`, `"600s"` a
+    duration from the run's start; ValueError otherwise (the config error names the key)."""
     text = value.strip().lower()
-    clock = _TIME_OF_DAY.fullmatch(text)
-    if clock:
-        return ("time", dt.time(int(clock.group(1)), int(clock.group(2))))
-    span = _DURATION.fullmatch(text)
-    if span:
+    if clock := _TIME_OF_DAY.fullmatch(text):
+        return dt.time(int(clock.group(1)), int(clock.group(2)))
+    if span := _DURATION.fullmatch(text):
         seconds = float(span.group(1)) * _UNIT_S[span.group(2)]
         if 0 < seconds <= 7 * 86400:
-            return ("after", dt.timedelta(seconds=seconds))
+            return dt.timedelta(seconds=seconds)
         raise ValueError(f"{value!r}: a duration must be more than 0 and at most 7 days")
     raise ValueError(
         f'{value!r} is neither a time of day in UTC (HH:MM, e.g. "06:30") nor a duration '
@@ -318,16 +304,12 @@ def parse_deadline(value: str) -> Deadline:
 def deadline_at(value: str, started: float) -> float:
     """The deadline as epoch seconds for a run that started at `started` (epoch seconds): a
     time of day is its next occurrence after the start."""
-    kind, when = parse_deadline(value)
-    if kind == "after":
-        assert isinstance(when, dt.timedelta)
+    when = parse_deadline(value)
+    if isinstance(when, dt.timedelta):
         return started + when.total_seconds()
-    assert isinstance(when, dt.time)
     start = dt.datetime.fromtimestamp(started, dt.UTC)
     moment = dt.datetime.combine(start.date(), when, tzinfo=dt.UTC)
-    if moment <= start:
-        moment += dt.timedelta(days=1)
-    return moment.timestamp()
+    return (moment if moment > start else moment + dt.timedelta(days=1)).timestamp()
 
 
 class JudgeConfig(_Strict):
@@ -595,30 +577,18 @@ class JobConfig(_Strict):
     ray: RayConfig = RayConfig()
 
     @model_validator(mode="after")
-    def _concurrency_bounds(self) -> JobConfig:
+    def _consistent(self) -> JobConfig:
         limits = self.rate_limit
         if limits.concurrency_floor > limits.concurrency_ceiling:
             raise ValueError("rate_limit.concurrency_floor must be <= concurrency_ceiling")
         if isinstance(limits.max_concurrency, int) and limits.max_concurrency < 1:
             raise ValueError("rate_limit.max_concurrency must be >= 1 or auto")
-        return self
-
-    @model_validator(mode="after")
-    def _batch_needs_an_llm(self) -> JobConfig:
         if self.judge.mode == "batch" and not capabilities_of(self.judge.model).supports_batch:
             raise ValueError(f"judge.mode batch needs an LLM judge.model, not {self.judge.model!r}")
         if self.judge.batch.max_poll_interval_s < self.judge.batch.poll_interval_s:
             raise ValueError("judge.batch.max_poll_interval_s must be >= poll_interval_s")
-        return self
-
-    @model_validator(mode="after")
-    def _lexical_options_only_for_lexical(self) -> JobConfig:
         if self.judge.model != OFFLINE_JUDGE and self.judge.lexical:
             raise ValueError(f"judge.lexical options apply only to judge.model {OFFLINE_JUDGE!r}")
-        return self
-
-    @model_validator(mode="after")
-    def _segments_and_strata_are_carried(self) -> JobConfig:
         for option, names in (("summary.by", self.summary.by), ("sample.by", self.sample.by)):
             missing = [name for name in names if name not in self.input.carry]
             if missing:
@@ -677,22 +647,6 @@ def assign_dotted(
     node[keys[-1]] = value if keep_text else plain(value)
 
 
-def apply_override(raw: dict[str, Any], assignment: str) -> None:
-    """Apply one `--set dotted.key=value` override to the raw config."""
-    assign_dotted(raw, assignment, "--set", keep_text=True)
-
-
-def _format_validation_error(source: str, exc: ValidationError) -> str:
-    lines = [f"{source}: invalid configuration"]
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        if error["type"] == "extra_forbidden":
-            lines.append(f"  {where}: unknown key (check the spelling; see docs/configuration.md)")
-        else:
-            lines.append(f"  {where}: {error['msg']}")
-    return "\n".join(lines)
-
-
 def parse_config(raw: Any, source: str = "config") -> JobConfig:
     """Validate a raw config; numbers and booleans written where text is wanted (`run.id:
     20261130`) are taken as the text the user wrote (`jobs.core.config_yaml`)."""
@@ -701,7 +655,13 @@ def parse_config(raw: Any, source: str = "config") -> JobConfig:
     try:
         return JobConfig.model_validate(resolve_user_text(raw, JobConfig))
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(source, exc)) from None
+        lines = [f"{source}: invalid configuration"]
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            unknown = error["type"] == "extra_forbidden"
+            problem = "unknown key (check the spelling; see docs/configuration.md)"
+            lines.append(f"  {where}: {problem if unknown else error['msg']}")
+        raise ConfigError("\n".join(lines)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
@@ -715,5 +675,5 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> JobConf
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     for assignment in overrides or []:
-        apply_override(raw, assignment)
+        assign_dotted(raw, assignment, "--set", keep_text=True)
     return parse_config(raw, str(path))

@@ -41,11 +41,7 @@ _Loader.yaml_implicit_resolvers = {
 
 def _keeping_text(tag: str) -> None:
     parse = yaml.SafeLoader.yaml_constructors[tag]
-
-    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> UserScalar:
-        return UserScalar(parse(loader, node), str(node.value))
-
-    _Loader.add_constructor(tag, construct)
+    _Loader.add_constructor(tag, lambda loader, node: UserScalar(parse(loader, node), node.value))
 
 
 for _tag in ("int", "float", "bool"):
@@ -62,22 +58,19 @@ def load_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{where}: YAML nested too deeply") from None
-    if _cyclic(value, set()):
+    if _cyclic(value):
         raise ConfigError(f"{where}: a YAML alias refers to the node that holds it (&a [*a])")
     return value
 
 
-def _cyclic(value: Any, holding: set[int]) -> bool:
+def _cyclic(value: Any, holding: frozenset[int] = frozenset()) -> bool:
     """Whether `value` contains itself (a recursive YAML alias)."""
     if not isinstance(value, dict | list):
         return False
     if id(value) in holding:
         return True
-    holding.add(id(value))
-    children = list(value.values()) if isinstance(value, dict) else value
-    found = any(_cyclic(child, holding) for child in children)
-    holding.discard(id(value))
-    return found
+    children = value.values() if isinstance(value, dict) else value
+    return any(_cyclic(child, holding | {id(value)}) for child in children)
 
 
 def plain(value: Any) -> Any:
@@ -109,7 +102,9 @@ def _resolve(value: Any, annotation: Any) -> Any:
     if submodel is not None and isinstance(value, dict):
         return resolve_user_text(value, submodel)
     if isinstance(value, UserScalar):
-        return value.text if _takes_text(annotation) else value.value
+        # text where every alternative is text or a date
+        takes_text = all(a in (str, dt.date) for a in _alternatives(annotation))
+        return value.text if takes_text else value.value
     if isinstance(value, list) and typing.get_origin(annotation) is list:
         (element,) = typing.get_args(annotation) or (Any,)
         return [_resolve(v, element) for v in value]
@@ -117,14 +112,10 @@ def _resolve(value: Any, annotation: Any) -> Any:
 
 
 def _alternatives(annotation: Any) -> list[Any]:
+    """The types of a field (None aside)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return [a for a in typing.get_args(annotation) if a is not type(None)]
     return [annotation]
-
-
-def _takes_text(annotation: Any) -> bool:
-    """A field whose every alternative (None aside) is text or a date."""
-    return all(a in (str, dt.date) for a in _alternatives(annotation))
 
 
 def _submodel(annotation: Any) -> type[BaseModel] | None:

@@ -11,18 +11,16 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from jobs.core.storage import Store
 
 Table = Literal["scores", "verdicts", "summary"]
 # Every published table. Publishing writes `scores/` last, so a reader of scores sees a run
 # whole or not at all (`jobs.engine.publish.publisher`).
 TABLES: tuple[Table, ...] = ("scores", "verdicts", "summary")
-
-STAGING_ROOT = "_staging"
-LEASE_FILE = "LEASE.json"
-
 SEQ_SHIFT = 32
-_INDEX_MASK = (1 << SEQ_SHIFT) - 1
 
 
 def item_seq(shard_number: int, index: int) -> int:
@@ -30,22 +28,9 @@ def item_seq(shard_number: int, index: int) -> int:
     return (shard_number << SEQ_SHIFT) | index
 
 
-def shard_number_of(seq: int) -> int:
-    """The shard (its number in the run) that item `seq` came from."""
-    return seq >> SEQ_SHIFT
-
-
 def index_in_shard(seq: int) -> int:
     """Item `seq`'s row index within its shard."""
-    return seq & _INDEX_MASK
-
-
-class _Lister(Protocol):
-    """The part of `jobs.core.storage.Store` this module needs (kept structural: no import)."""
-
-    def join(self, *parts: str) -> str: ...
-
-    def list(self, path: str) -> list[str]: ...
+    return seq & ((1 << SEQ_SHIFT) - 1)
 
 
 _PUBLISHED_FILE = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
@@ -67,11 +52,6 @@ def run_of(path: str) -> RunLocation | None:
         return None
 
 
-def staging_folder(run_id: str) -> str:
-    """A run's staging folder, relative to the output root."""
-    return f"{STAGING_ROOT}/run_id={run_id}"
-
-
 def is_hidden(name: str) -> bool:
     """Whether a file name is hidden from readers and listings (a local atomic write's
     `.<name>.tmp-*` leftover, markers such as `_SUCCESS`)."""
@@ -91,7 +71,8 @@ class RunLocation:
 
     @property
     def staging(self) -> str:
-        return staging_folder(self.run_id)
+        """The run's staging folder, relative to the output root."""
+        return f"_staging/run_id={self.run_id}"
 
     def table_file(self, table: str) -> str:
         """The published object of `table`, relative to the output root."""
@@ -108,19 +89,19 @@ class RunLocation:
 class StagingArea:
     """A run's staging folder in a store: the shards' files and what is staged so far."""
 
-    store: _Lister
-    folder: str  # relative to the store's root (`staging_folder`)
+    store: Store
+    folder: str  # relative to the store's root (`RunLocation.staging`)
 
     @classmethod
-    def of_run(cls, store: _Lister, run_id: str) -> StagingArea:
-        return cls(store, staging_folder(run_id))
+    def of_run(cls, store: Store, run_id: str) -> StagingArea:
+        return cls(store, f"_staging/run_id={run_id}")
 
     def path(self, *parts: str) -> str:
         return self.store.join(self.folder, *parts)
 
     @property
     def lease(self) -> str:
-        return self.path(LEASE_FILE)
+        return self.path("LEASE.json")
 
     def items_file(self, shard_id: str) -> str:
         """A shard's items file: written last, its presence marks the shard done."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import polars as pl
@@ -17,28 +18,11 @@ import pyarrow as pa
 
 ColumnType = Literal["string", "bool", "int32", "int64", "float64"]
 
-_ARROW_TYPES: dict[ColumnType, pa.DataType] = {
-    "string": pa.string(),
-    "bool": pa.bool_(),
-    "int32": pa.int32(),
-    "int64": pa.int64(),
-    "float64": pa.float64(),
-}
-_POLARS_TYPES: dict[ColumnType, pl.DataType] = {
-    "string": pl.String(),
-    "bool": pl.Boolean(),
-    "int32": pl.Int32(),
-    "int64": pl.Int64(),
-    "float64": pl.Float64(),
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: its name, its type and what it holds (docs/output.md shows `doc` verbatim).
-
-    `type` is one of ours (`ColumnType`), or any Arrow type for a column carried from the input.
-    """
+    """One column: its name, its type (one of ours, or any Arrow type for a column carried
+    from the input) and what it holds (docs/output.md shows `doc` verbatim)."""
 
     name: str
     type: ColumnType | pa.DataType
@@ -46,17 +30,7 @@ class Column:
 
     @property
     def arrow(self) -> pa.DataType:
-        if isinstance(self.type, pa.DataType):
-            return self.type
-        return _ARROW_TYPES[self.type]
-
-    @property
-    def polars(self) -> pl.DataType:
-        if isinstance(self.type, pa.DataType):
-            series = pl.from_arrow(pa.array([], type=self.type))
-            dtype: pl.DataType = series.dtype  # type: ignore[union-attr]
-            return dtype
-        return _POLARS_TYPES[self.type]
+        return self.type if isinstance(self.type, pa.DataType) else pa.type_for_alias(self.type)
 
 
 @dataclass(frozen=True)
@@ -74,11 +48,12 @@ class Table:
         names = tuple(column.name for column in self.columns)
         if len(set(names)) != len(names):
             raise ValueError(f"table {self.name}: a column name appears twice in {names}")
+        arrow = pa.schema([(c.name, c.arrow) for c in self.columns])
         # A frozen dataclass sets its derived fields through object.__setattr__.
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "_by_name", {column.name: column for column in self.columns})
-        object.__setattr__(self, "arrow", pa.schema([(c.name, c.arrow) for c in self.columns]))
-        object.__setattr__(self, "polars", pl.Schema([(c.name, c.polars) for c in self.columns]))
+        object.__setattr__(self, "arrow", arrow)
+        object.__setattr__(self, "polars", pl.from_arrow(arrow.empty_table()).schema)  # type: ignore[union-attr]
 
     def column(self, name: str) -> Column:
         """The column called `name` (KeyError naming the table when there is none)."""
@@ -351,37 +326,17 @@ def carry_clashes(carry: Sequence[str], into_verdicts: Sequence[str]) -> list[st
     return problems
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class RunSchema:
-    """One run's tables: ours, with the run's carried columns after our own.
+    """One run's tables: ours, with the run's carried columns after our own. Pickled (to every
+    Ray task) as its carried columns only; the tables are derived again."""
 
-    Pickled (to every Ray task) as its carried columns only; the tables are derived again.
-    """
+    carried: tuple[CarriedColumn, ...] = ()
 
-    carried: tuple[CarriedColumn, ...]
-    staged_items: Table
-    staged_verdicts: Table
-    scores: Table
-    verdicts: Table
-
-    def __init__(self, carried: Iterable[CarriedColumn] = ()) -> None:
-        carried = tuple(carried)
-        problems = carry_clashes(
-            [c.name for c in carried], [c.name for c in carried if c.into_verdicts]
-        )
+    def __post_init__(self) -> None:
+        problems = carry_clashes(self.names, self.verdict_names)
         if problems:
             raise ValueError("carried columns clash: " + "; ".join(problems))
-        to_items = [c.column for c in carried]
-        to_verdicts = [c.column for c in carried if c.into_verdicts]
-        values = {
-            "carried": carried,
-            "staged_items": STAGED_ITEMS.with_extra(to_items),
-            "staged_verdicts": STAGED_VERDICTS.with_extra(to_verdicts),
-            "scores": PUBLISHED_SCORES.with_extra(to_items),
-            "verdicts": PUBLISHED_VERDICTS.with_extra(to_verdicts),
-        }
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RunSchema, (self.carried,))
@@ -394,3 +349,19 @@ class RunSchema:
     @property
     def verdict_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.carried if c.into_verdicts)
+
+    @cached_property
+    def staged_items(self) -> Table:
+        return STAGED_ITEMS.with_extra(c.column for c in self.carried)
+
+    @cached_property
+    def staged_verdicts(self) -> Table:
+        return STAGED_VERDICTS.with_extra(c.column for c in self.carried if c.into_verdicts)
+
+    @cached_property
+    def scores(self) -> Table:
+        return PUBLISHED_SCORES.with_extra(c.column for c in self.carried)
+
+    @cached_property
+    def verdicts(self) -> Table:
+        return PUBLISHED_VERDICTS.with_extra(c.column for c in self.carried if c.into_verdicts)

@@ -15,8 +15,7 @@ from typing import Any
 
 import polars as pl
 
-LEVEL = 0.95
-"""The confidence level of every interval and the significance level 1 - LEVEL of every test."""
+LEVEL = 0.95  # the confidence level of every interval; 1 - LEVEL the level of every test
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +29,7 @@ class Moments:
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[float, int]]) -> Moments:
         """From (value, how many times) pairs (the summary's score counts)."""
-        n, total, total_sq = 0, 0.0, 0.0
-        for value, count in counts:
-            n += count
-            total += value * count
-            total_sq += value * value * count
-        return cls(n, total, total_sq)
+        return sum((cls(c, v * c, v * v * c) for v, c in counts), start=cls())
 
     def __add__(self, other: Moments) -> Moments:
         return Moments(self.n + other.n, self.total + other.total, self.total_sq + other.total_sq)
@@ -82,6 +76,12 @@ class Interval:
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
+    @classmethod
+    def around(cls, estimate: float, se: float, df: float) -> Interval:
+        """The 95% t interval of `estimate` with standard error `se`."""
+        half = _critical(df) * se
+        return cls(estimate, estimate - half, estimate + half, se, df)
+
 
 @dataclass(frozen=True, slots=True)
 class TestResult:
@@ -95,8 +95,8 @@ class TestResult:
     p_value: float
 
 
-# scipy.stats.t's own functions (t.ppf is stdtrit, t.cdf stdtr), from scipy.special, imported
-# on first use: scipy.stats takes several times as long to import (docs/design-notes-tools.md).
+# scipy.stats.t's own functions (t.ppf is stdtrit, t.cdf stdtr) from scipy.special, imported on
+# first use: scipy.stats takes several times as long to import (docs/design-notes-tools.md).
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -124,9 +124,7 @@ def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
     if mean is None or variance is None:
         return None
     se = math.sqrt(variance * max(0.0, fpc) / moments.n)
-    df = float(moments.n - 1)
-    half = _critical(df) * se
-    return Interval(mean, mean - half, mean + half, se, df)
+    return Interval.around(mean, se, float(moments.n - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +163,8 @@ def stratified_interval(cells: Sequence[StratumCell]) -> Interval | None:
         s2 = max(0.0, (sum_z2 - sum_z * sum_z / cell.sampled) / (cell.sampled - 1))
         fpc = 1.0 - cell.sampled / cell.population
         variance += cell.population**2 * fpc * s2 / cell.sampled
-    se = math.sqrt(variance) / size
     df = float(max(1, sum(c.sampled for c in used) - len(used)))
-    half = _critical(df) * se
-    return Interval(mean, mean - half, mean + half, se, df)
+    return Interval.around(mean, math.sqrt(variance) / size, df)
 
 
 def _test(method: str, n: int, diff: float, se: float, df: float) -> TestResult:

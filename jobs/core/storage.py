@@ -15,12 +15,13 @@ import errno
 import io
 import os
 import posixpath
+import re
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import fsspec
@@ -47,7 +48,6 @@ _OPTIONAL_PROTOCOLS: dict[str, tuple[str, str]] = {
 }
 _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
-_GLOB_CHARS = frozenset("*?[")
 
 #: Tries per store call (the first one included), and the backoff between them in seconds.
 DEFAULT_ATTEMPTS = 5
@@ -100,10 +100,10 @@ _PERMANENT_OS_ERRORS = (
     FileExistsError,
 )
 # Error codes of a service answer that a retry may fix: what botocore's own retries (standard
-# and legacy modes) and s3fs' retry loop treat as transient, since those layers are off.
+# and legacy modes) and s3fs' retry loop treat as transient (throttling, or a problem of the
+# service or of the payload on its way), since those layers are off.
 _TRANSIENT_CODES = frozenset(
     {
-        # throttling
         "SlowDown",
         "Throttling",
         "ThrottlingException",
@@ -118,7 +118,6 @@ _TRANSIENT_CODES = frozenset(
         "ProvisionedThroughputExceededException",
         "TransactionInProgressException",
         "EC2ThrottledException",
-        # the service, or the payload on its way, had a problem
         "ServiceUnavailable",
         "InternalError",
         "RequestTimeout",
@@ -146,17 +145,14 @@ def _classify_one(exc: BaseException) -> bool | None:
         return True
     if any(cls.__name__ in _TRANSIENT_CLASS_NAMES for cls in type(exc).__mro__):
         return True
+    statuses = [getattr(exc, attr, None) for attr in ("status", "status_code", "code")]
     response = getattr(exc, "response", None)
     if isinstance(response, Mapping):  # botocore ClientError
-        error = response.get("Error") or {}
-        if isinstance(error, Mapping) and error.get("Code") in _TRANSIENT_CODES:
+        if (response.get("Error") or {}).get("Code") in _TRANSIENT_CODES:
             return True
-        meta = response.get("ResponseMetadata") or {}
-        if isinstance(meta, Mapping) and _retryable_status(meta.get("HTTPStatusCode")):
-            return True
-    for attr in ("status", "status_code", "code"):
-        if _retryable_status(getattr(exc, attr, None)):
-            return True
+        statuses.append((response.get("ResponseMetadata") or {}).get("HTTPStatusCode"))
+    if any(map(_retryable_status, statuses)):
+        return True
     if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
         return True
     return None
@@ -182,30 +178,24 @@ def retry_call(
     url: str,
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
-    base_delay: float = DEFAULT_BASE_DELAY,
-    max_delay: float = DEFAULT_MAX_DELAY,
 ) -> T:
-    """Call `fn`, retrying transient failures; raise `StorageError` naming `url` otherwise.
-
-    `what` is a short verb phrase for the message ("read", "write", "list").
-    A `CtxPrecError` raised inside `fn` (say an `InputError` for a corrupt file) passes
-    through unchanged.
-    """
+    """Call `fn`, retrying transient failures; else a `StorageError` saying `what` failed on
+    `url` ("read", "write", ...). A `CtxPrecError` from `fn` passes through unchanged."""
     attempt = 0
     while True:
+        attempt += 1
         try:
             return fn()
         except CtxPrecError:
             raise
         except Exception as exc:
-            attempt += 1
             if not is_transient(exc):
                 raise StorageError(f"{what} {url} failed: {_describe(exc)}") from exc
             if attempt >= attempts:
                 raise StorageError(
                     f"{what} {url} failed after {attempt} attempts: {_describe(exc)}"
                 ) from exc
-            sleep(backoff_delay(attempt - 1, base=base_delay, cap=max_delay))
+            sleep(backoff_delay(attempt - 1, base=DEFAULT_BASE_DELAY, cap=DEFAULT_MAX_DELAY))
 
 
 def _describe(exc: BaseException) -> str:
@@ -215,7 +205,7 @@ def _describe(exc: BaseException) -> str:
 
 def has_glob(path: str) -> bool:
     """Whether `path` contains glob characters (`*`, `?`, `[`)."""
-    return any(ch in _GLOB_CHARS for ch in path)
+    return any(ch in path for ch in "*?[")
 
 
 def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,9 +217,7 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
     opts.setdefault("use_listings_cache", False)
     endpoint = opts.pop("endpoint_url", None)
     if endpoint is not None:
-        client_kwargs = dict(opts.get("client_kwargs") or {})
-        client_kwargs.setdefault("endpoint_url", endpoint)
-        opts["client_kwargs"] = client_kwargs
+        opts["client_kwargs"] = {"endpoint_url": endpoint, **(opts.get("client_kwargs") or {})}
     config_kwargs = dict(opts.get("config_kwargs") or {})
     retries = config_kwargs.get("retries")
     # A copy either way: botocore rewrites the dict it is given (max_attempts ->
@@ -242,11 +230,8 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
 def filesystem(
     url: str, storage_options: Mapping[str, Any] | None = None
 ) -> tuple[fsspec.AbstractFileSystem, str, str]:
-    """(filesystem, path inside it, protocol) for `url`. Local paths become absolute.
-
-    Raises `StorageError` for an unknown protocol, a missing optional package (gcsfs for gs://,
-    adlfs for az://) or storage_options the filesystem rejects.
-    """
+    """(filesystem, path inside it, protocol) for `url`, a local path made absolute;
+    `StorageError` for an unknown protocol, a missing package or rejected storage_options."""
     protocol, _ = split_protocol(url)
     opts = dict(storage_options or {})
     if protocol in _LOCAL_PROTOCOLS:
@@ -286,16 +271,14 @@ def full_url(protocol: str, path: str) -> str:
 @dataclass
 class Store:
     """A filesystem and a root folder in it. Paths passed to methods are filesystem paths,
-    as returned by `join` or `list` (not URLs, not relative to the root)."""
+    as returned by `join` or `list` (not URLs, not relative to the root). `attempts` and
+    `sleep` are how `retry_call` retries this store's calls (tests inject `sleep`)."""
 
     fs: fsspec.AbstractFileSystem
     root: str
     protocol: str
-    # How `retry_call` retries this store's calls; tests inject `sleep`.
     attempts: int = DEFAULT_ATTEMPTS
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-    base_delay: float = DEFAULT_BASE_DELAY
-    max_delay: float = DEFAULT_MAX_DELAY
 
     @property
     def is_local(self) -> bool:
@@ -311,36 +294,23 @@ class Store:
 
     def _call(self, what: str, path: str, fn: Callable[[], T]) -> T:
         return retry_call(
-            fn,
-            what=what,
-            url=self.url(path),
-            attempts=self.attempts,
-            sleep=self.sleep,
-            base_delay=self.base_delay,
-            max_delay=self.max_delay,
+            fn, what=what, url=self.url(path), attempts=self.attempts, sleep=self.sleep
         )
-
-    def _forget(self, path: str) -> None:
-        """Drop any cached listing of `path` and its parents."""
-        self.fs.invalidate_cache(path)
 
     # -- writes ---------------------------------------------------------------------------
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Write `data` to `path` all-or-nothing; readers see the old object or the new one."""
         if self.is_local:
-            self._call("write", path, lambda: _local_write_atomic(path, data))
+            self._call("write", path, lambda: _local_atomic(path, data=data))
         else:
             self._call("write", path, lambda: self.fs.pipe_file(path, data))
 
     def upload_file_atomic(self, local_path: str, path: str) -> None:
-        """Copy the local file `local_path` to `path` all-or-nothing.
-
-        Object stores: `fs.put_file` (one PUT, or a multipart upload that appears only when it
-        completes; s3fs aborts it on failure, so no partial object is left).
-        """
+        """Copy the local file `local_path` to `path` all-or-nothing (object stores: one PUT, or
+        a multipart upload that appears only when complete)."""
         if self.is_local:
-            self._call("write", path, lambda: _local_copy_atomic(local_path, path))
+            self._call("write", path, lambda: _local_atomic(path, source=local_path))
         else:
             self._call("write", path, lambda: self.fs.put_file(local_path, path))
 
@@ -359,7 +329,7 @@ class Store:
             except FileNotFoundError:
                 pass
             finally:
-                self._forget(path)
+                self.fs.invalidate_cache(path)
 
         self._call("delete", path, remove)
 
@@ -367,38 +337,33 @@ class Store:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of `path`; a missing file is a `StorageError`."""
-        data = self._call("read", path, lambda: self.fs.cat_file(path))
-        return bytes(data)
+        return bytes(self._call("read", path, lambda: self.fs.cat_file(path)))
 
     def exists(self, path: str) -> bool:
         """Whether `path` exists, asked of the store itself (never answered from a cache)."""
 
         def ask() -> bool:
-            self._forget(path)
+            self.fs.invalidate_cache(path)
             return bool(self.fs.exists(path))
 
         return self._call("check", path, ask)
 
     def list(self, prefix_or_glob: str) -> builtins.list[str]:
-        """Files (not folders) matching a glob, or under a folder (recursively), sorted.
-
-        A path to one file lists that file; a path that does not exist lists nothing.
-        """
+        """Files (not folders) matching a glob, under a folder (recursively), or the one file
+        at the path; sorted; nothing when nothing is there."""
 
         def ask() -> builtins.list[str]:
             base = prefix_or_glob
             if has_glob(base):
-                self._forget(base.split("*")[0].split("?")[0].split("[")[0])
+                self.fs.invalidate_cache(re.split(r"[*?\[]", base, maxsplit=1)[0])
                 found = self.fs.glob(base, detail=True)
                 names = [n for n, info in found.items() if info.get("type") != "directory"]
             else:
-                self._forget(base)
+                self.fs.invalidate_cache(base)
                 if self.fs.isdir(base):
                     names = builtins.list(self.fs.find(base))
-                elif self.fs.exists(base):
-                    names = [base]
                 else:
-                    names = []
+                    names = [base] if self.fs.exists(base) else []
             return sorted(str(n) for n in names)
 
         return self._call("list", prefix_or_glob, ask)
@@ -410,57 +375,34 @@ def open_store(
     *,
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
-    base_delay: float = DEFAULT_BASE_DELAY,
 ) -> Store:
-    """Open the store rooted at `url`: a local folder (relative or absolute; created when
-    missing), s3://bucket/prefix, gs://bucket/prefix (needs gcsfs) or az://container/prefix
-    (needs adlfs). `storage_options` go to the fsspec filesystem (see `s3_options`).
-    Object-store buckets must already exist."""
+    """The store rooted at `url`: a local folder (created when missing), or a prefix of an
+    existing s3://, gs:// (gcsfs) or az:// (adlfs) bucket."""
     fs, root, protocol = filesystem(url, storage_options)
-    store = Store(
-        fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep, base_delay=base_delay
-    )
+    store = Store(fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep)
     if store.is_local:
         store._call("create folder", root, lambda: os.makedirs(root, exist_ok=True))
     return store
 
 
-def _temp_sibling(path: str) -> str:
+def _local_atomic(path: str, *, data: bytes = b"", source: str | None = None) -> None:
+    """Write `data` (or copy the file `source`) to a hidden temp file beside `path`, fsync it,
+    then rename it over `path`."""
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")
-
-
-def _local_write_atomic(path: str, data: bytes) -> None:
-    folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.tmp-")
+    tmp = os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def _local_copy_atomic(source: str, path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = _temp_sibling(path)
-    try:
-        shutil.copyfile(source, tmp)
+        if source is None:
+            Path(tmp).write_bytes(data)
+        else:
+            shutil.copyfile(source, tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        _unlink_quietly(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def scan(store: Store, paths: list[str]) -> pl.LazyFrame:

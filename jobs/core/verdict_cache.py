@@ -1,8 +1,7 @@
 """The verdict cache's keys and the judge in front of it, so tomorrow's run re-judges only
 what changed. A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output,
 reference, context): change any of them and the pair is judged again. The verdicts live in the
-store (`jobs.core.verdict_store`); a worker gets its shard's hits before judging and journals
-what it judges.
+store (`jobs.core.verdict_store`).
 """
 
 from __future__ import annotations
@@ -24,21 +23,18 @@ from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.protocols import Judge
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
-CACHE_SCHEMA = VERDICT_CACHE.arrow
-
 
 def judge_fingerprint(
     model: str, options: dict[str, object] | None = None, *, endpoint: str = ""
 ) -> str:
-    """Identifies a judge configuration whose verdicts are interchangeable: the model string,
-    the prompt, the judge's options and the `endpoint` that answers
-    (`jobs.core.endpoints.endpoint_identity`: the same model name on another server is another
-    judge)."""
+    """Names a judge whose verdicts are interchangeable: the model string, the prompt, the
+    judge's options and the `endpoint` that answers (`jobs.core.endpoints.endpoint_identity`)."""
     material = repr((model, PROMPT_VERSION, sorted((options or {}).items()), endpoint))
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
 def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
+    """The cache key of the pair (item, context at `position`) for the judge `fingerprint`."""
     digest = hashlib.sha256()
     for part in (
         fingerprint,
@@ -59,11 +55,9 @@ Verdict = tuple[bool, str]
 
 class InFlight:
     """The pairs a worker is asking its judge about right now, so that another item with the
-    same pair (a repeated item, often next to the first in the input, so in the same shard and
-    in flight at the same time) waits for that reply instead of paying for it again.
-
-    Lives in the worker's event loop; a reply that brings no verdict for a pair (the item was
-    unscored, the call failed or was cancelled) hands the pair back: whoever waited asks."""
+    same pair (a repeated item, often in flight at the same time) waits for that reply instead
+    of paying for it again. Lives in the worker's event loop; a reply that brings no verdict for
+    a pair (unscored, failed, cancelled) hands the pair back: whoever waited asks."""
 
     def __init__(self) -> None:
         # a pair asked about -> the future its waiters await, made when the first one comes
@@ -94,10 +88,9 @@ class InFlight:
 
 @dataclass
 class VerdictCache:
-    """A shard's verdicts from the store (`known`: what the run's lookup found for its pairs),
-    plus what this shard judged anew (`fresh`), the worker's journal (`journal`: every fresh
-    verdict is handed to it as it arrives, and the worker's recent verdicts answer), and the
-    pairs the worker is asking about right now (`in_flight`)."""
+    """A shard's verdicts: `known` (what the run's lookup found in the store), `fresh` (judged
+    by this shard), the worker's `journal` (every fresh verdict goes to it; its recent ones
+    answer too) and the pairs the worker is asking about right now (`in_flight`)."""
 
     known: dict[str, tuple[bool, str]] = field(default_factory=dict)
     fresh: dict[str, tuple[bool, str]] = field(default_factory=dict)
@@ -125,25 +118,18 @@ def encode_entries(entries: Entries) -> pa.Table:
     return pa.table(
         {
             "pair_key": list(entries),
-            "relevant": [value[0] for value in entries.values()],
-            "judge_reason": [value[1] for value in entries.values()],
+            "relevant": [relevant for relevant, _ in entries.values()],
+            "judge_reason": [reason for _, reason in entries.values()],
         },
-        schema=CACHE_SCHEMA,
+        schema=VERDICT_CACHE.arrow,
     )
 
 
 def decode_entries(data: bytes) -> Entries:
     """A cache file's bytes as entries (raises pyarrow's errors on a damaged file)."""
-    table = pq.read_table(io.BytesIO(data))
-    return {
-        key: (bool(relevant), reason or "")
-        for key, relevant, reason in zip(
-            table.column("pair_key").to_pylist(),
-            table.column("relevant").to_pylist(),
-            table.column("judge_reason").to_pylist(),
-            strict=True,
-        )
-    }
+    columns = pq.read_table(io.BytesIO(data), columns=list(VERDICT_CACHE.names)).to_pydict()
+    rows = zip(*columns.values(), strict=True)
+    return {key: (bool(relevant), reason or "") for key, relevant, reason in rows}
 
 
 def write_entries(store: Store, path: str, entries: Entries) -> None:
@@ -154,8 +140,7 @@ def write_entries(store: Store, path: str, entries: Entries) -> None:
 @dataclass(frozen=True)
 class CacheSpec:
     """Where a run's verdict store is: its own store (`cache.path`) or a folder of the output
-    store (`url` None), the judge fingerprint its verdicts are filed under, and how long a
-    verdict is kept (`cache.max_age_days`, None: for ever). Picklable."""
+    store (`url` None), and the judge fingerprint its verdicts are filed under. Picklable."""
 
     fingerprint: str
     folder: str
@@ -179,9 +164,8 @@ class CachingJudge:
     """A `Judge` decorator: answers from the cache, asks the inner judge only for misses.
 
     `fresh_hits`: whether a verdict judged earlier in this shard, or being judged for another
-    item right now (`VerdictCache.in_flight`), answers a later item with the same pair
-    (online: it saves a call). Batch mode turns it off: a shard's requests must be the same in
-    every pass, and which verdicts are fresh depends on the order replies arrive in."""
+    item right now, answers a later item with the same pair. Batch mode turns it off: a shard's
+    requests must be the same in every pass, whatever order replies arrive in."""
 
     def __init__(
         self, inner: Judge, cache: VerdictCache, fingerprint: str, *, fresh_hits: bool = True
@@ -212,7 +196,7 @@ class CachingJudge:
         waiting = self._asked_already(misses, keys)
         # This item's own misses are asked about first; then it takes the replies other items
         # are getting, and asks about the pairs those brought no verdict for.
-        own = [p for p in misses if p not in waiting] if waiting else misses
+        own = [p for p in misses if p not in waiting]
         asked = await self._ask(item, own, keys)
         if waiting and asked.unscored_reason is None:
             before = len(verdicts)
@@ -234,22 +218,15 @@ class CachingJudge:
         self, misses: Sequence[int], keys: dict[int, str]
     ) -> dict[int, asyncio.Future[Verdict | None]]:
         """The missed positions whose pair another item of this worker is asking about."""
-        waiting: dict[int, asyncio.Future[Verdict | None]] = {}
         if self._in_flight is None:
-            return waiting
-        for position in misses:
-            future = self._in_flight.waiting_for(keys[position])
-            if future is not None:
-                waiting[position] = future
-        return waiting
+            return {}
+        futures = {p: self._in_flight.waiting_for(keys[p]) for p in misses}
+        return {p: future for p, future in futures.items() if future is not None}
 
     async def _wait(
         self, waiting: dict[int, asyncio.Future[Verdict | None]], verdicts: list[ContextVerdict]
     ) -> list[int]:
-        """Wait for the replies other items are getting; their verdicts join `verdicts`. The
-        positions they brought no verdict for (to ask now)."""
-        if not waiting:
-            return []
+        """Add the verdicts other items are getting to `verdicts`; the positions left to ask."""
         # shielded: this item being cancelled must not cancel the other item's reply
         answers = await asyncio.gather(*(asyncio.shield(f) for f in waiting.values()))
         unanswered = []
@@ -263,8 +240,7 @@ class CachingJudge:
     async def _ask(
         self, item: ScoringItem, positions: list[int], keys: dict[int, str]
     ) -> VerdictBatch:
-        """Ask the inner judge about `positions` (none: nothing to ask), telling the items
-        waiting for the same pairs what came back (nothing, when no verdict did)."""
+        """Ask the inner judge about `positions`, then tell whoever waits what came back."""
         if not positions:
             return VerdictBatch(())
         asked = [keys[p] for p in positions]

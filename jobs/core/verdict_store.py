@@ -22,14 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs.core.run_layout import is_hidden
-from jobs.core.schema import VERDICT_STORE
+from jobs.core.schema import VERDICT_CACHE, VERDICT_STORE
 from jobs.core.storage import Store
 from scorer_core.errors import StorageError
 
-PARTITIONS = 256
-"""Partitions of the store: the first two hex digits of a pair key."""
-FOLD_FILES = 64
-"""Journal files folded at a time (memory: their verdicts)."""
+PARTITIONS = 256  # the first two hex digits of a pair key
+FOLD_FILES = 64  # journal files folded at a time (memory: their verdicts)
 SECONDS_PER_DAY = 86_400
 
 Clock = Callable[[], float]
@@ -41,7 +39,7 @@ def partition_of(key: str) -> int:
 
 
 def partition_expr() -> pl.Expr:
-    """`partition_of` as a column expression over `pair_key`."""
+    """`partition_of` of the `pair_key` column, as `_partition`."""
     return pl.col("pair_key").str.slice(0, 2).str.to_integer(base=16).alias("_partition")
 
 
@@ -57,8 +55,6 @@ class VerdictStore:
     folder: str
     max_age_days: float | None = None
     clock: Clock = field(default=time.time, repr=False, compare=False)
-
-    # -- layout -----------------------------------------------------------------------------
 
     def partition_folder(self, partition: int) -> str:
         return self.store.join(self.folder, f"p={partition:03d}")
@@ -76,8 +72,7 @@ class VerdictStore:
         ]
 
     def files_by_partition(self) -> dict[int, list[str]]:
-        """Every partition's files, from one listing of the store (partitions without files
-        are absent)."""
+        """Every partition's files, from one listing of the store."""
         found: dict[int, list[str]] = {}
         for path in self._files(self.store.join(self.folder)):
             folder = path.rsplit("/", 2)[-2]
@@ -93,43 +88,22 @@ class VerdictStore:
         files = self._files(self.journal_folder)
         return [p for p in files if p.rsplit("/", 1)[-1].startswith(prefix)]
 
-    def file_name(self, writer: str) -> str:
-        """A name no other write uses: the writer, the time and a random part."""
-        return f"{writer}-{int(self.clock() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
-
-    # -- writing ----------------------------------------------------------------------------
-
     def write(self, folder: str, writer: str, frame: pl.DataFrame) -> str:
-        """Write `frame` (`VERDICT_STORE` columns) as a new file in `folder` (a path of the
-        store, as `partition_folder` gives), atomically."""
-        path = posixpath.join(folder, self.file_name(writer))
+        """Write `frame` (`VERDICT_STORE` columns) as a new file in `folder`, atomically."""
+        # a name no other write uses: the writer, the time and a random part
+        name = f"{writer}-{int(self.clock() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
+        path = posixpath.join(folder, name)
         table = frame.select(VERDICT_STORE.names).cast(VERDICT_STORE.polars).to_arrow()
         self.store.write_parquet_atomic(path, table.cast(VERDICT_STORE.arrow))
         return path
 
     def rows(self, entries: Iterable[tuple[str, bool, str]]) -> pl.DataFrame:
         """(pair key, relevant, reason) as store rows written now."""
-        keys, relevant, reasons = [], [], []
-        for key, value, reason in entries:
-            keys.append(key)
-            relevant.append(value)
-            reasons.append(reason)
-        now = int(self.clock())
-        return pl.DataFrame(
-            {
-                "pair_key": keys,
-                "relevant": relevant,
-                "judge_reason": reasons,
-                "written_at": [now] * len(keys),
-            },
-            schema=VERDICT_STORE.polars,
-        )
-
-    # -- reading ----------------------------------------------------------------------------
+        frame = pl.DataFrame(list(entries), schema=VERDICT_CACHE.polars, orient="row")
+        return frame.with_columns(written_at=pl.lit(int(self.clock()), dtype=pl.Int64))
 
     def read_file(self, path: str, keys: pl.Series | None = None) -> pl.DataFrame:
-        """A store file's rows (only those of `keys` when given); empty when it is gone or
-        damaged."""
+        """A store file's rows (of `keys` only when given); none when it is gone or damaged."""
         table = self.read_table(path)
         return _empty() if table is None else self.rows_of(table, keys)
 
@@ -154,26 +128,20 @@ class VerdictStore:
         assert isinstance(frame, pl.DataFrame)
         return frame.cast(VERDICT_STORE.polars)
 
-    def cutoff(self) -> int | None:
-        """The oldest `written_at` kept (None: no retention)."""
-        if self.max_age_days is None:
-            return None
-        return int(self.clock() - self.max_age_days * SECONDS_PER_DAY)
-
     def newest(self, frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
         """The rows of `frames` within retention, one per key (its newest)."""
         if not frames:
             return _empty()
         rows = pl.concat(frames)
-        cutoff = self.cutoff()
-        if cutoff is not None:
+        if self.max_age_days is not None:
+            cutoff = int(self.clock() - self.max_age_days * SECONDS_PER_DAY)
             rows = rows.filter(pl.col("written_at") >= cutoff)
         return rows.sort("written_at", descending=True).unique("pair_key", keep="first")
 
     def lookup(
         self, partition: int, keys: pl.Series, files: Sequence[str] | None = None
     ) -> pl.DataFrame:
-        """The stored verdicts of `keys` (all in `partition`; `files`: its files as listed
+        """The stored verdicts of `keys` (all in `partition`, whose `files` may be listed
         already), one row per key found."""
         files = self.partition_files(partition) if files is None else files
         return self.newest([self.read_file(path, keys) for path in files])
@@ -181,27 +149,20 @@ class VerdictStore:
     def lookup_batches(
         self, batches: Iterable[pl.Series], files: Sequence[str]
     ) -> Iterator[pl.DataFrame]:
-        """`lookup` for each batch of keys of one partition (whose files are `files`), its
-        files read once."""
+        """`lookup` for each batch of keys of one partition, its `files` read once."""
         tables = [table for table in map(self.read_table, files) if table is not None]
         for keys in batches:
             yield self.newest([self.rows_of(table, keys) for table in tables])
-
-    def lookup_journal(self, prefix: str) -> pl.DataFrame:
-        """Every verdict in the journal files of writers named `prefix...` (a worker taking
-        over from its dead predecessor)."""
-        return self.newest([self.read_file(path) for path in self.journal_files(prefix)])
-
-    # -- folding and compaction -------------------------------------------------------------
 
     def fold_journal(self, writer: str = "fold") -> int:
         """Move the journal's verdicts into their partitions, `FOLD_FILES` files at a time:
         the partition files are written first, the journal files deleted after (a crash
         in between leaves duplicates, which readers drop). Returns the rows folded."""
         folded = 0
-        for batch in _chunks(self.journal_files(), FOLD_FILES):
-            frames = [self.read_file(path) for path in batch]
-            rows = pl.concat(frames) if frames else _empty()
+        files = self.journal_files()
+        for start in range(0, len(files), FOLD_FILES):
+            batch = files[start : start + FOLD_FILES]
+            rows = pl.concat([self.read_file(path) for path in batch])
             for (partition,), piece in (
                 rows.with_columns(partition_expr())
                 .partition_by("_partition", as_dict=True, include_key=False)
@@ -237,16 +198,8 @@ class VerdictStore:
     def compact_all(self) -> tuple[int, int]:
         """Fold the journal, then compact every partition: (rows kept, rows dropped)."""
         self.fold_journal()
-        kept = dropped = 0
-        for partition, files in sorted(self.files_by_partition().items()):
-            k, d = self.compact(partition, files=files)
-            kept, dropped = kept + k, dropped + d
-        return kept, dropped
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+        counts = [self.compact(p, files=f) for p, f in sorted(self.files_by_partition().items())]
+        return sum(kept for kept, _ in counts), sum(dropped for _, dropped in counts)
 
 
 class Journal:
@@ -255,12 +208,7 @@ class Journal:
     `memory` of them answer the worker's later items with the same pair. Not thread-safe."""
 
     def __init__(
-        self,
-        verdicts: VerdictStore,
-        writer: str,
-        *,
-        interval_s: float = 2.0,
-        memory: int = 200_000,
+        self, verdicts: VerdictStore, writer: str, *, interval_s: float = 2.0, memory: int = 200_000
     ) -> None:
         self.verdicts = verdicts
         self.writer = writer
@@ -286,15 +234,10 @@ class Journal:
     def take_over(self) -> int:
         """Remember what this writer's earlier attempts (a worker process that died) flushed:
         their verdicts answer the shards this attempt takes back. Returns how many."""
-        rows = self.verdicts.lookup_journal(f"{self.writer}-")
-        self.remember(
-            {
-                key: (bool(relevant), reason or "")
-                for key, relevant, reason in rows.select(
-                    "pair_key", "relevant", "judge_reason"
-                ).iter_rows()
-            }
-        )
+        files = self.verdicts.journal_files(f"{self.writer}-")
+        rows = self.verdicts.newest([self.verdicts.read_file(path) for path in files])
+        found = rows.select("pair_key", "relevant", "judge_reason").iter_rows()
+        self.remember({key: (bool(relevant), reason or "") for key, relevant, reason in found})
         return rows.height
 
     @property
@@ -309,9 +252,8 @@ class Journal:
     def write(self, taken: list[tuple[str, bool, str]]) -> None:
         """Write verdicts taken from the buffer as one journal file (blocking)."""
         if taken:
-            self.verdicts.write(
-                self.verdicts.journal_folder, self.writer, self.verdicts.rows(taken)
-            )
+            verdicts = self.verdicts
+            verdicts.write(verdicts.journal_folder, self.writer, verdicts.rows(taken))
             self.flushed += len(taken)
 
     def flush(self) -> None:

@@ -40,9 +40,9 @@ from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
+from jobs.inputs.columns import check_every_file
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import SamplePlan, plan_sample
-from jobs.inputs.survey import check_every_file
 from scorer_core.errors import FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from jobs.inputs.shard import Shard
+from jobs.inputs.spec import Shard
 from scorer_core.types import Usage
 
 if TYPE_CHECKING:

@@ -10,32 +10,28 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobs.inputs.columns import InputSchema as InputSchema
-    from jobs.inputs.columns import check_schema as check_schema
     from jobs.inputs.columns import inspect_input as inspect_input
     from jobs.inputs.listing import FileInfo as FileInfo
     from jobs.inputs.listing import list_input_files as list_input_files
     from jobs.inputs.planning import plan_shards as plan_shards
-    from jobs.inputs.records import read_items as read_items
     from jobs.inputs.records import read_shard as read_shard
     from jobs.inputs.records import to_item as to_item
     from jobs.inputs.records import validate_record as validate_record
-    from jobs.inputs.rows import ItemRecord as ItemRecord
-    from jobs.inputs.rows import RawRow as RawRow
-    from jobs.inputs.rows import RowError as RowError
-    from jobs.inputs.shard import Shard as Shard
     from jobs.inputs.spec import ColumnMap as ColumnMap
     from jobs.inputs.spec import InputSpec as InputSpec
+    from jobs.inputs.spec import ItemRecord as ItemRecord
+    from jobs.inputs.spec import RawRow as RawRow
+    from jobs.inputs.spec import RowError as RowError
+    from jobs.inputs.spec import Shard as Shard
 
 # Imported on first use: a process that only passes shards around (the run's coordinator)
-# imports `jobs.inputs.shard` without pulling in pyarrow and fsspec through this package.
+# imports `jobs.inputs.spec` without pulling in pyarrow and fsspec through this package.
 _EXPORTS = {
-    "columns": "InputSchema check_schema inspect_input",
+    "columns": "InputSchema inspect_input",
     "listing": "FileInfo list_input_files",
     "planning": "plan_shards",
-    "records": "read_items read_shard to_item validate_record",
-    "rows": "ItemRecord RawRow RowError",
-    "shard": "Shard",
-    "spec": "ColumnMap InputSpec",
+    "records": "read_shard to_item validate_record",
+    "spec": "ColumnMap InputSpec ItemRecord RawRow RowError Shard",
 }
 _WHERE = {
     name: f"jobs.inputs.{module}" for module, names in _EXPORTS.items() for name in names.split()

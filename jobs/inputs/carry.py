@@ -104,39 +104,17 @@ def conform(column: CarriedColumn, value: Any) -> Any:
 def _conformer(target: pa.DataType) -> Conformer:
     """A fast check for the common scalar types; Arrow's own conversion for the others."""
     if pa.types.is_string(target) or pa.types.is_large_string(target):
-        return _isinstance(str, target)
+        return _checker(target, str)
     if pa.types.is_boolean(target):
-        return _isinstance(bool, target)
+        return _checker(target, bool)
     if pa.types.is_integer(target):
-        bits = target.bit_width
-        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-        if pa.types.is_unsigned_integer(target):
-            low, high = 0, (1 << bits) - 1
-
-        def integer(value: Any) -> Any:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(_wrong(value, target))
-            if not low <= value <= high:
-                raise ValueError(f"is {value}, out of the range of {target}")
-            return value
-
-        return integer
+        bits = target.bit_width - pa.types.is_signed_integer(target)
+        low = -(1 << bits) if pa.types.is_signed_integer(target) else 0
+        return _checker(target, int, refuse=bool, bounds=(low, (1 << bits) - 1))
     if pa.types.is_floating(target):
-
-        def floating(value: Any) -> Any:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(_wrong(value, target))
-            return float(value)
-
-        return floating
+        return _checker(target, int | float, refuse=bool, convert=float)
     if pa.types.is_date(target):
-
-        def date(value: Any) -> Any:
-            if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
-                raise ValueError(_wrong(value, target))
-            return value
-
-        return date
+        return _checker(target, dt.date, refuse=dt.datetime)
 
     def by_arrow(value: Any) -> Any:
         try:
@@ -148,11 +126,22 @@ def _conformer(target: pa.DataType) -> Conformer:
     return by_arrow
 
 
-def _isinstance(kind: type, target: pa.DataType) -> Conformer:
+def _checker(
+    target: pa.DataType,
+    takes: Any,
+    *,
+    refuse: Any = (),
+    bounds: tuple[int, int] | None = None,
+    convert: Callable[[Any], Any] | None = None,
+) -> Conformer:
+    """Values of the types `takes` (not `refuse`), within `bounds`, converted by `convert`."""
+
     def check(value: Any) -> Any:
-        if not isinstance(value, kind):
+        if isinstance(value, refuse) or not isinstance(value, takes):
             raise ValueError(_wrong(value, target))
-        return value
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise ValueError(f"is {value}, out of the range of {target}")
+        return value if convert is None else convert(value)
 
     return check
 

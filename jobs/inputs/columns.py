@@ -1,29 +1,34 @@
 """Fail fast, before any judging, when the input lacks a configured column; decide the types of
 the columns the run carries. The driver and `ctxprec estimate` call `inspect_input` right after
-listing: a misspelled column stops the job in a second, not after an hour of failed rows."""
+listing: a misspelled column stops the job in a second, not after an hour of failed rows. The
+driver then checks every file cheaply, a few at a time (`check_every_file`): its format, its
+columns, its name."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem, retry_call
+from jobs.core.text_safety import encodable, escaped
 from jobs.inputs.carry import carried_columns, decide_type, infer_json_type
 from jobs.inputs.jsonl import lines_in_range, parse_line
 from jobs.inputs.listing import FileInfo, open_input
+from jobs.inputs.parquet import parquet_file
 from jobs.inputs.spec import InputSpec, load_extractor, required_columns
 from scorer_core.errors import InputError
 
-SCHEMA_SAMPLE_ROWS = 20
-"""Valid JSON objects read from the first JSONL file to learn its columns."""
-SCHEMA_SAMPLE_LINES = 200
-"""Lines at most read from the first JSONL file to find `SCHEMA_SAMPLE_ROWS` objects."""
+_PARQUET_MAGIC = b"PAR1"
+_SUFFIX_FORMATS = ((".parquet", "parquet"), (".jsonl", "jsonl"), (".ndjson", "jsonl"))
+MAX_THREADS = 16  # files checked at once (each costs one or two small reads)
+SCHEMA_SAMPLE_ROWS = 20  # JSON objects read from the first JSONL file to learn its columns
+SCHEMA_SAMPLE_LINES = 200  # lines at most read to find them
 
 
 @dataclass(frozen=True)
@@ -32,11 +37,6 @@ class InputSchema:
 
     columns: tuple[str, ...]
     carried: tuple[CarriedColumn, ...]
-
-
-def check_schema(spec: InputSpec, files: Sequence[FileInfo]) -> tuple[str, ...]:
-    """`inspect_input(spec, files).columns`: the columns found in the first file."""
-    return inspect_input(spec, files).columns
 
 
 def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
@@ -53,9 +53,8 @@ def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
     candidates = [f for f in files if f.size > 0] or list(files)
     if not candidates:
         raise InputError(f"no input files at {spec.path}")
-    first = candidates[0]
-    available, context_type, types = file_columns(spec, first, spec.carry)
-    check_columns(spec, first.path, available, context_type)
+    available, context_type, types = file_columns(spec, candidates[0], spec.carry)
+    check_columns(spec, candidates[0].path, available, context_type)
     return InputSchema(available, carried_columns(spec.carry, spec.carry_to_verdicts, types))
 
 
@@ -69,37 +68,18 @@ def file_columns(
         available, values = retry_call(
             lambda: _sample_jsonl(fs, fs_path, info, carry), what="read", url=info.path
         )
-        return (
-            available,
-            None,
-            {
-                name: infer_json_type(name, values[name], info.path)
-                for name in carry
-                if name in available
-            },
-        )
-    schema = retry_call(
-        lambda: _read_parquet_schema(fs, fs_path, info.path), what="read", url=info.path
-    )
-    available = tuple(schema.names)
+        types = {n: infer_json_type(n, values[n], info.path) for n in carry if n in available}
+        return available, None, types
+
+    def read_schema() -> pa.Schema:
+        with open_input(fs, fs_path) as handle:
+            return parquet_file(handle, info.path).schema_arrow
+
+    schema = retry_call(read_schema, what="read", url=info.path)
     context = spec.columns.context
-    context_type = None
-    if not spec.context_extractor and context in available:
-        context_type = schema.field(context).type
-    types = {
-        name: decide_type(name, schema.field(name).type, info.path)
-        for name in carry
-        if name in available
-    }
-    return available, context_type, types
-
-
-def _read_parquet_schema(fs: fsspec.AbstractFileSystem, fs_path: str, url: str) -> pa.Schema:
-    with open_input(fs, fs_path) as handle:
-        try:
-            return pq.read_schema(handle)
-        except pa.ArrowInvalid as exc:
-            raise InputError(f"{url} is not a readable Parquet file: {exc}") from exc
+    has_context = not spec.context_extractor and context in schema.names
+    types = {n: decide_type(n, schema.field(n).type, info.path) for n in carry if n in schema.names}
+    return tuple(schema.names), schema.field(context).type if has_context else None, types
 
 
 def _sample_jsonl(
@@ -108,8 +88,7 @@ def _sample_jsonl(
     """The keys of the sampled objects, and the sampled values of each carried column."""
     keys: dict[str, None] = {}
     values: dict[str, list[Any]] = {name: [] for name in carry}
-    objects = 0
-    lines = 0
+    objects = lines = 0
     with open_input(fs, fs_path, info.compression) as handle:
         for offset, line in lines_in_range(handle, 0, None):
             raw = parse_line(info.path, offset, line)
@@ -141,12 +120,66 @@ def check_columns(
             f"input column(s) {', '.join(missing)} missing in {path}; "
             f"available columns: {sorted(available)}"
         )
-    if context_type is not None and not (
-        pa.types.is_list(context_type)
-        or pa.types.is_large_list(context_type)
-        or pa.types.is_fixed_size_list(context_type)
-    ):
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if context_type is not None and not any(is_list(context_type) for is_list in lists):
         raise InputError(
             f"column {spec.columns.context!r} (context) in {path} is {context_type}, "
             "expected a list of strings; set a context_extractor to convert it"
         )
+
+
+def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
+    """`InputError` naming the first file (in listing order) of another format than the
+    configured one or lacking a configured column. Empty files are skipped."""
+    for info in files:
+        if not encodable(info.path):  # bytes that are not UTF-8 in a file name
+            raise InputError(
+                f"{escaped(info.path)}: the file name is not valid UTF-8 and cannot be written "
+                "into the results; rename the file"
+            )
+        _check_suffix(spec, info)
+    todo = [info for info in files if info.size > 0]
+    if not todo:
+        return
+    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(todo))) as pool:
+        problems = list(pool.map(lambda info: _problem_of(spec, info), todo))
+    first = next((problem for problem in problems if problem is not None), None)
+    if first is not None:
+        raise first
+
+
+def _check_suffix(spec: InputSpec, info: FileInfo) -> None:
+    if spec.format is None:
+        return
+    name = info.path.lower().removesuffix(".gz")
+    for suffix, fmt in _SUFFIX_FORMATS:
+        if name.endswith(suffix) and fmt != spec.format:
+            raise InputError(
+                f"{info.path} is a {fmt} file by its suffix, but input.format is {spec.format}: "
+                "move it out of the input or set input.format to null (each file's format "
+                "from its suffix)"
+            )
+
+
+def _problem_of(spec: InputSpec, info: FileInfo) -> InputError | None:
+    try:
+        _check_file(spec, info)
+    except InputError as exc:
+        return exc
+    return None
+
+
+def _check_file(spec: InputSpec, info: FileInfo) -> None:
+    if info.format != "parquet" and info.compression is None:
+        fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+        magic = len(_PARQUET_MAGIC)
+        head = retry_call(
+            lambda: fs.cat_file(fs_path, start=0, end=magic), what="read", url=info.path
+        )
+        if bytes(head).startswith(_PARQUET_MAGIC):
+            raise InputError(
+                f"{info.path} is a Parquet file, but it is read as {info.format} "
+                "(input.format); move it out of the input or set input.format to null"
+            )
+    available, context_type, _ = file_columns(spec, info, ())
+    check_columns(spec, info.path, available, context_type)

@@ -7,149 +7,101 @@ UTF-8, JSON or an object becomes a `RawRow` with an error naming the file and of
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, cast
 
 import fsspec
 
 from jobs.core.storage import retry_call
 from jobs.inputs.listing import open_input
-from jobs.inputs.rows import RawRow
-from jobs.inputs.shard import Shard
+from jobs.inputs.spec import RawRow, Shard
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 READ_CHUNK = 1 << 20
 """Bytes read per request when streaming a JSONL shard."""
 
 _BOM = b"\xef\xbb\xbf"
+_JSON_KINDS = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
 
 
 def read_jsonl_shard(fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard) -> Iterator[RawRow]:
-    """The shard's rows in file order. Opening is retried; a store failure mid-stream raises
-    `StorageError` naming the file, a damaged gzip stream `InputError`."""
+    """The shard's rows in file order (errors as `reading` raises them)."""
     end = None if shard.compression else shard.end
     start = 0 if shard.compression else shard.start
     # a small shard asks for little more than its range (a long line grows the reads)
     chunk = READ_CHUNK if end is None else min(READ_CHUNK, max(end - start, 0) + 64 * 1024)
-    handle = retry_call(
-        lambda: open_input(fs, fs_path, shard.compression), what="open", url=shard.path
-    )
+    where = f"{shard.path} (shard {shard.shard_id})"
+    with reading(fs, fs_path, shard.path, shard.compression, where) as handle:
+        for offset, line in lines_in_range(handle, start, end, chunk):
+            raw = parse_line(shard.path, offset, line)
+            if raw is not None:
+                yield raw
+
+
+@contextlib.contextmanager
+def reading(
+    fs: fsspec.AbstractFileSystem, fs_path: str, url: str, compression: str | None, where: str
+) -> Iterator[IO[bytes]]:
+    """The file at `url` opened (the opening retried), its read errors named after `where`: a
+    damaged gzip stream an `InputError`, a store failure mid-stream a `StorageError`."""
+    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
     try:
         with handle:
-            for offset, line in lines_in_range(handle, start, end, chunk):
-                raw = parse_line(shard.path, offset, line)
-                if raw is not None:
-                    yield raw
+            yield handle
     except CtxPrecError:
         raise
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InputError(
-            f"{shard.path} is not a readable gzip file: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
     except OSError as exc:
-        raise StorageError(
-            f"reading {shard.path} (shard {shard.shard_id}) failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise StorageError(f"reading {where} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def lines_in_range(
     handle: IO[bytes], start: int, end: int | None, chunk: int = READ_CHUNK
 ) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) for every line starting in `[start, end)`.
-
-    With `start > 0` the reader starts one byte early and skips through the first newline: a
-    line starting exactly at `start` is kept, a line that started before belongs to the
-    previous range. A line starting before `end` is read to its end, past `end` if needed.
-    `end=None` reads to the end of the stream.
-    """
-    skip = start > 0
-    position = start - 1 if skip else 0
-    if skip:
+    """(offset, line without its newline) for every line starting in `[start, end)`, to the end
+    of the stream when `end` is None. A line starting before `start` belongs to the previous
+    range (reading starts one byte early and skips through the first newline); one starting
+    before `end` is read to its end. Reads `chunk` bytes at a time."""
+    position = max(start - 1, 0)
+    if start > 0:
         handle.seek(position)
-    buffer = b""
-    base = position  # file offset of buffer[0]
-    cursor = 0  # next unread byte in buffer
-    scan = 0  # where to resume looking for a newline
-    eof = False
-    while True:
-        newline = buffer.find(b"\n", scan)
-        if newline < 0:
-            if not skip and end is not None and base + cursor >= end:
-                return
-            if eof:
-                if not skip and cursor < len(buffer):
-                    yield base + cursor, buffer[cursor:]
-                return
-            pending = len(buffer) - cursor
-            data = handle.read(max(chunk, pending))  # grows with a long line: linear overall
-            if not data:
-                eof = True
-            buffer = buffer[cursor:] + data
-            base += cursor
-            cursor = 0
-            scan = pending
-            continue
-        line_start = base + cursor
-        line = buffer[cursor:newline]
-        cursor = scan = newline + 1
-        if skip:
-            skip = False
-            continue
-        if end is not None and line_start >= end:
+    reader = io.BufferedReader(cast(io.RawIOBase, handle), chunk)
+    if start > 0:
+        position += len(reader.readline())
+    while end is None or position < end:
+        line = reader.readline()
+        if not line:
             return
-        yield line_start, line
+        yield position, line.removesuffix(b"\n")
+        position += len(line)
 
 
 def parse_line(source: str, offset: int, line: bytes) -> RawRow | None:
     """A RawRow for one line, or None for an empty line."""
     if offset == 0 and line.startswith(_BOM):
         line = line[len(_BOM) :]
-    if line.endswith(b"\r"):
-        line = line[:-1]
+    line = line.removesuffix(b"\r")
     if not line.strip():
         return None
-    where = f"{source} line at byte {offset}"
     try:
-        text = line.decode("utf-8")
+        value = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        return RawRow(
-            source,
-            offset,
-            error=f"{where}: not valid UTF-8 (byte 0x{line[exc.start]:02x} at position "
-            f"{exc.start} of the line)",
-            unit="offset",
+        error = (
+            f"not valid UTF-8 (byte 0x{line[exc.start]:02x} at position {exc.start} of the line)"
         )
-    try:
-        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return RawRow(
-            source,
-            offset,
-            error=f"{where}: invalid JSON: {exc.msg} at column {exc.colno}",
-            unit="offset",
-        )
+        error = f"invalid JSON: {exc.msg} at column {exc.colno}"
     except RecursionError:
-        return RawRow(source, offset, error=f"{where}: JSON nested too deeply", unit="offset")
-    if not isinstance(value, dict):
-        return RawRow(
-            source,
-            offset,
-            error=f"{where}: a JSON {_json_kind(value)}, expected an object",
-            unit="offset",
-        )
-    return RawRow(source, offset, data=value, unit="offset")
-
-
-def _json_kind(value: object) -> str:
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return "null" if value is None else type(value).__name__
+        error = "JSON nested too deeply"
+    else:
+        if isinstance(value, dict):
+            return RawRow(source, offset, data=value, unit="offset")
+        kind = _JSON_KINDS.get(type(value), "null")  # JSON has no other kind
+        error = f"a JSON {kind}, expected an object"
+    return RawRow(source, offset, error=f"{source} line at byte {offset}: {error}", unit="offset")

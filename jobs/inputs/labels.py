@@ -44,34 +44,30 @@ class LabelFile:
     truncated: int
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+def _labels(row: dict[str, Any], key: str, count: int, what: str) -> list[float]:
+    values = row.get(key)
+    if not isinstance(values, list) or not all(
+        isinstance(v, int | float) and not (isinstance(v, float) and math.isnan(v)) for v in values
+    ):
+        raise InputError(f"{key} must be a list of {what}, one per context")
+    if len(values) != count:
+        raise InputError(f"{key} has {len(values)} labels for {count} contexts")
+    return values
 
 
 def _gold(row: dict[str, Any], count: int, min_grade: float | None) -> tuple[list[bool], str]:
-    relevance = row.get("relevance")
-    if not isinstance(relevance, list) or not all(_is_number(v) for v in relevance):
-        raise InputError("relevance must be a list of numbers, one per context")
-    if len(relevance) != count:
-        raise InputError(f"relevance has {len(relevance)} labels for {count} contexts")
+    relevance = _labels(row, "relevance", count, "numbers")
     if min_grade is not None:
         return [v >= min_grade for v in relevance], f"relevance >= {min_grade:g} (--min-grade)"
-    if "relevance_binary" in row and row["relevance_binary"] is not None:
-        binary = row["relevance_binary"]
-        if not isinstance(binary, list) or not all(_is_number(v) for v in binary):
-            raise InputError("relevance_binary must be a list of 0/1, one per context")
-        if len(binary) != count:
-            raise InputError(f"relevance_binary has {len(binary)} labels for {count} contexts")
-        return [bool(v) for v in binary], "relevance_binary"
+    if row.get("relevance_binary") is not None:
+        return [bool(v) for v in _labels(row, "relevance_binary", count, "0/1")], "relevance_binary"
     return [v > 0 for v in relevance], "relevance > 0"
 
 
 def _labelled_item(
-    row: dict[str, Any],
-    line: int,
-    config: JobConfig,
-    min_grade: float | None,
+    row: dict[str, Any], line: int, config: JobConfig, min_grade: float | None
 ) -> tuple[LabelledItem, bool]:
+    """The row as an item cut as the job cuts it, and whether it was cut."""
     query = row.get("query")
     if not isinstance(query, str) or not query.strip():
         raise InputError("query must be a non-empty string")
@@ -87,30 +83,24 @@ def _labelled_item(
     if answer is not None and not isinstance(answer, str):
         raise InputError("expected_answer must be a string or null")
     reference = answer if answer and answer.strip() else None
-    limit_chars = config.input.max_context_chars
-    limit_count = config.input.max_contexts
-    truncated = len(contexts) > limit_count or any(len(c) > limit_chars for c in contexts)
-    contexts = [c[:limit_chars] for c in contexts[:limit_count]]
-    gold = gold[:limit_count]
+    chars, count = config.input.max_context_chars, config.input.max_contexts
     item = ScoringItem(
         input=query,
-        output=reference if reference is not None else "",
-        contexts=tuple(contexts),
+        output=reference or "",
+        contexts=tuple(c[:chars] for c in contexts[:count]),
         expected_output=reference,
     )
     validate_item(item)
     identifier = row.get("row_id", row.get("query_id"))
     retriever = row.get("retriever")
-    return (
-        LabelledItem(
-            item_id=str(identifier) if identifier is not None else f"line {line}",
-            item=item,
-            gold=tuple(gold),
-            retriever=str(retriever) if retriever is not None else None,
-            rule=rule,
-        ),
-        truncated,
+    labelled = LabelledItem(
+        item_id=str(identifier) if identifier is not None else f"line {line}",
+        item=item,
+        gold=tuple(gold[:count]),
+        retriever=str(retriever) if retriever is not None else None,
+        rule=rule,
     )
+    return labelled, len(contexts) > count or any(len(c) > chars for c in contexts)
 
 
 def load_labels(

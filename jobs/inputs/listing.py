@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from jobs.core.storage import filesystem, full_url, has_glob, retry_call
 from jobs.inputs.spec import InputFormat, InputSpec
@@ -105,14 +106,8 @@ def open_input(
     fsspec's read-ahead blocks (design notes)."""
     if compression:
         handle: IO[bytes] = fs.open(fs_path, "rb", compression=compression)
-    elif _is_local(fs):
+    elif isinstance(fs, LocalFileSystem):
         handle = fs.open(fs_path, "rb")
     else:
         handle = fs.open(fs_path, "rb", cache_type="none")
     return handle
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocol = fs.protocol
-    names = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    return "file" in names or "local" in names

@@ -1,30 +1,22 @@
-"""Read OpenTelemetry trace files (OTLP JSON, as a collector's file exporter writes them, plain
-or gzipped) into compact span rows: the first step of `input.format: otlp`, before `traces`
-joins them into items (docs/traces.md has which attribute becomes which field).
-
-A span keeps only what assembly needs: its role (retriever, LLM or other, by OpenInference's
-or OpenTelemetry GenAI's attributes), a retriever's query and documents, an output, and the
-carried attributes. Nothing raises for bad data: an unreadable line or span becomes a `Problem`
-naming the file, line and span, and reading goes on.
+"""Read OpenTelemetry trace files (OTLP JSON as a collector's file exporter writes them, plain
+or gzipped) into compact span rows for `jobs.inputs.traces` (docs/traces.md has which attribute
+becomes which field): a span's role (retriever, LLM or other, by OpenInference's or GenAI's
+attributes), a retriever's query and documents, an output, the carried attributes. Bad data
+never raises: an unreadable line or span is a `Problem` naming the file, line and span.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import json
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
-from jobs.core.storage import retry_call
-from jobs.inputs.jsonl import lines_in_range
-from jobs.inputs.listing import open_input
-from scorer_core.errors import CtxPrecError, InputError, StorageError
+from jobs.inputs.jsonl import lines_in_range, reading
 
 RETRIEVER = "retriever"
 LLM = "llm"
@@ -38,11 +30,19 @@ _DOCS_ATTRIBUTE = "retrieval.documents"
 _GENAI_DOCS = "gen_ai.retrieval.documents"
 _GENAI_QUERY = "gen_ai.retrieval.query.text"
 _LLM_OUTPUT = "llm.output_messages.0.message.content"
+# AnyValue kinds of one value (JSON writes a double's NaN and Infinity as strings: float reads them)
+_SCALARS: dict[str, Any] = {
+    "stringValue": str,
+    "boolValue": bool,
+    "intValue": int,
+    "doubleValue": float,
+    "bytesValue": str,
+}
 
 
 @dataclass(frozen=True, slots=True)
 class SpanRow:
-    """One span as assembly needs it. `line` is the 1-based line of the file it was read from."""
+    """One span as assembly needs it; `line`: its 1-based line in `source`."""
 
     trace_id: str
     span_id: str
@@ -70,7 +70,7 @@ class Problem:
 
 
 class _Bad(Exception):
-    """A span (or value) is malformed; the message says how (internal)."""
+    """A span or value is malformed; the message says how."""
 
 
 def read_otlp_file(
@@ -81,27 +81,17 @@ def read_otlp_file(
     carry: Sequence[str],
 ) -> Iterator[SpanRow | Problem]:
     """Every span of one OTLP JSON file, in file order, and a `Problem` for each line or span
-    that cannot be read. Lines of other signals (metrics, logs) are skipped silently.
-
-    Opening is retried; a damaged gzip stream raises `InputError`, a store failure mid-stream
-    `StorageError`, each naming the file (the task is retried by Ray, then the run stops)."""
-    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
-    try:
-        with handle:
-            for number, (_, line) in enumerate(lines_in_range(handle, 0, None), start=1):
-                yield from spans_of_line(line, url, number, carry)
-    except CtxPrecError:
-        raise
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
-    except OSError as exc:
-        raise StorageError(f"reading {url} failed: {type(exc).__name__}: {exc}") from exc
+    that cannot be read; lines of other signals (metrics, logs) are skipped. A file that
+    cannot be read raises (`jobs.inputs.jsonl.reading`): Ray retries the task."""
+    with reading(fs, fs_path, url, compression, url) as handle:
+        for number, (_, line) in enumerate(lines_in_range(handle, 0, None), start=1):
+            yield from spans_of_line(line, url, number, carry)
 
 
 def spans_of_line(
     line: bytes, source: str, number: int, carry: Sequence[str]
 ) -> Iterator[SpanRow | Problem]:
-    """The spans of one line of an OTLP JSON file (see `read_otlp_file`)."""
+    """The spans of one line of an OTLP JSON file."""
     if not line.strip():
         return
     where = f"{source} line {number}"
@@ -264,8 +254,7 @@ def _nanos(value: Any, field: str, *, required: bool) -> int:
 
 
 def decode(value: Any) -> Any:
-    """An OTLP AnyValue as a Python value: str, bool, int, float, list, dict, or None for an
-    empty value. `_Bad` when it is not one."""
+    """An OTLP AnyValue as a Python value (None when empty); `_Bad` when it is not one."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -274,22 +263,13 @@ def decode(value: Any) -> Any:
         return None
     kind, inner = next(iter(value.items()))
     try:
-        if kind == "stringValue":
-            return str(inner)
-        if kind == "boolValue":
-            return bool(inner)
-        if kind == "intValue":
-            return int(inner)
-        if kind == "doubleValue":
-            return float(inner)  # JSON writes NaN and Infinity as strings: float() reads them
+        if kind in _SCALARS:
+            return _SCALARS[kind](inner)
         if kind == "arrayValue":
             return [decode(item) for item in (inner or {}).get("values") or []]
         if kind == "kvlistValue":
-            return {
-                item["key"]: decode(item.get("value")) for item in (inner or {}).get("values") or []
-            }
-        if kind == "bytesValue":
-            return str(inner)
+            items = (inner or {}).get("values") or []
+            return {item["key"]: decode(item.get("value")) for item in items}
     except (TypeError, ValueError, KeyError, AttributeError):
         raise _Bad(f"an attribute's {kind} {inner!r} cannot be read") from None
     raise _Bad(f"an attribute value of unknown kind {kind!r}")
@@ -309,8 +289,8 @@ def _text(attributes: Mapping[str, Any], key: str) -> str | None:
 def _openinference_documents(
     attributes: Mapping[str, Any],
 ) -> tuple[list[str | None], list[str | None]]:
-    """`retrieval.documents.{i}.document.content` and `.document.id` in the order of i (a list
-    under `retrieval.documents` too, as some exporters write it)."""
+    """`retrieval.documents.{i}.document.content` and `.id` in the order of i, or listed under
+    `retrieval.documents` as some exporters write them."""
     if _DOCS_ATTRIBUTE in attributes:
         listed = decode(attributes[_DOCS_ATTRIBUTE])
         if isinstance(listed, list):
@@ -322,18 +302,13 @@ def _openinference_documents(
         number, _, field = key[len(_DOCS_PREFIX) :].partition(".")
         if field in ("document.content", "document.id") and number.isdigit():
             found.setdefault(int(number), {})[field] = decode(raw)
-    contents: list[str | None] = []
-    ids: list[str | None] = []
-    for index in sorted(found):
-        document = found[index]
-        contents.append(_as_text(document.get("document.content")))
-        ids.append(_as_id(document.get("document.id")))
-    return contents, ids
+    documents = [found[index] for index in sorted(found)]
+    return _document_objects(documents, ("document.content",), ("document.id",))
 
 
 def _genai_documents(value: Any) -> tuple[list[str | None] | None, list[str | None]]:
-    """The `content` and `id` of each object of `gen_ai.retrieval.documents` (structured, or
-    a JSON string of a list); contents None when no document has any text."""
+    """Each document's `content` and `id` (the list may be JSON text); no contents when no
+    document has any text."""
     if isinstance(value, str):
         try:
             value = json.loads(value)

@@ -3,7 +3,9 @@ the configured columns; `RawRow.row` is the row number within the file."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
+from typing import IO
 
 import fsspec
 import pyarrow as pa
@@ -11,28 +13,19 @@ import pyarrow.parquet as pq
 
 from jobs.core.storage import is_transient, retry_call
 from jobs.inputs.listing import open_input
-from jobs.inputs.rows import RawRow
-from jobs.inputs.shard import Shard
-from jobs.inputs.spec import InputSpec, required_columns
+from jobs.inputs.spec import InputSpec, RawRow, Shard, required_columns
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 PARQUET_BATCH_ROWS = 1024
 
 
-def _row_groups_of(meta: pq.FileMetaData, shard: Shard) -> tuple[list[int], int | None]:
-    """The row groups holding the shard's rows, and the file's row number the first starts at
-    (None when the shard holds no rows)."""
-    groups: list[int] = []
-    first_row: int | None = None
-    offset = 0
-    for index in range(meta.num_row_groups):
-        rows = meta.row_group(index).num_rows
-        if offset < shard.end and offset + rows > shard.start:
-            groups.append(index)
-            if first_row is None:
-                first_row = offset
-        offset += rows
-    return groups, first_row
+def parquet_file(handle: IO[bytes], url: str) -> pq.ParquetFile:
+    """The Parquet file behind `handle` (its footer read); `InputError` naming `url` when it is
+    not one."""
+    try:
+        return pq.ParquetFile(handle)
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"{url} is not a readable Parquet file: {exc}") from exc
 
 
 def read_parquet_shard(
@@ -48,12 +41,15 @@ def read_parquet_shard(
     handle = retry_call(lambda: open_input(fs, fs_path), what="open", url=shard.path)
     try:
         with handle:
-            try:
-                parquet = pq.ParquetFile(handle)
-            except pa.ArrowInvalid as exc:
-                raise InputError(f"{shard.path} is not a readable Parquet file: {exc}") from exc
-            groups, first_row = _row_groups_of(parquet.metadata, shard)
-            if first_row is None:
+            parquet = parquet_file(handle, shard.path)
+            meta = parquet.metadata
+            sizes = [meta.row_group(n).num_rows for n in range(meta.num_row_groups)]
+            starts = [0, *itertools.accumulate(sizes)]
+            overlap = [
+                starts[n] < shard.end and starts[n + 1] > shard.start for n in range(len(sizes))
+            ]
+            groups = [n for n, holds_rows in enumerate(overlap) if holds_rows]
+            if not groups:
                 return
             columns = None
             names = set(parquet.schema_arrow.names)
@@ -61,7 +57,7 @@ def read_parquet_shard(
                 columns = [c for c in only if c in names]
             elif not spec.context_extractor:
                 columns = [c for _, c in required_columns(spec) if c in names]
-            row = first_row
+            row = starts[groups[0]]
             batches = parquet.iter_batches(
                 batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
             )

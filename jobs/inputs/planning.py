@@ -11,14 +11,11 @@ import itertools
 import math
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from jobs.core.storage import filesystem, retry_call
 from jobs.inputs.listing import FileInfo, open_input
-from jobs.inputs.shard import Shard
-from jobs.inputs.spec import InputSpec
-from scorer_core.errors import ConfigError, InputError
+from jobs.inputs.parquet import parquet_file
+from jobs.inputs.spec import InputSpec, Shard
+from scorer_core.errors import ConfigError
 
 SAMPLE_BYTES = 64 * 1024
 """Bytes read from the start of a JSONL file to estimate bytes per row."""
@@ -84,18 +81,13 @@ def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[i
     return [(start, min(start + step, size)) for start in range(0, size, step)]
 
 
-def _shard_id(file_index: int, info: FileInfo, start: int, end: int) -> str:
-    digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
-    return f"{file_index:05d}-{start:012d}-{end:012d}-{digest}"
-
-
 def _make_shard(index: int, info: FileInfo, start: int, end: int, slot: int) -> Shard:
+    digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
     return Shard(
-        shard_id=_shard_id(index, info, start, end),
+        shard_id=f"{index:05d}-{start:012d}-{end:012d}-{digest}",
         file_index=index,
         path=info.path,
         format=info.format,
-        kind="rows" if info.format == "parquet" else "bytes",
         start=start,
         end=end,
         compression=info.compression,
@@ -108,10 +100,7 @@ def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:
 
     def read() -> list[int]:
         with open_input(fs, fs_path) as handle:
-            try:
-                meta = pq.read_metadata(handle)
-            except pa.ArrowInvalid as exc:
-                raise InputError(f"{info.path} is not a readable Parquet file: {exc}") from exc
+            meta = parquet_file(handle, info.path).metadata
         return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
 
     return retry_call(read, what="read Parquet footer of", url=info.path)

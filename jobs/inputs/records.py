@@ -19,9 +19,15 @@ from jobs.core.text_safety import escaped, unencodable
 from jobs.inputs.carry import conform
 from jobs.inputs.jsonl import read_jsonl_shard
 from jobs.inputs.parquet import read_parquet_shard
-from jobs.inputs.rows import ItemRecord, RawRow, RowError
-from jobs.inputs.shard import Shard
-from jobs.inputs.spec import InputSpec, input_spec_of, load_extractor
+from jobs.inputs.spec import (
+    InputSpec,
+    ItemRecord,
+    RawRow,
+    RowError,
+    Shard,
+    input_spec_of,
+    load_extractor,
+)
 from scorer_core.errors import InputError
 from scorer_core.scorer import validate_item
 
@@ -31,12 +37,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ItemReader:
-    """How a run reads its items: the input and the per-item limits (picklable, for workers)."""
+    """How a run reads its items: the input and the per-item limits (picklable, for workers).
+    `sample`: a sampled run's plan, set by the driver before judging (None: every row)."""
 
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
-    # A sampled run's plan (set by the driver before judging): which rows are judged. None: all.
     sample: SamplePlan | None = None
 
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
@@ -45,45 +51,22 @@ class ItemReader:
 
     @classmethod
     def for_config(cls, config: JobConfig) -> ItemReader:
-        """How a job config's items are read (its input, its truncation limits)."""
-        return cls(
-            input_spec_of(config),
-            max_context_chars=config.input.max_context_chars,
-            max_contexts=config.input.max_contexts,
-        )
+        return cls(input_spec_of(config), config.input.max_context_chars, config.input.max_contexts)
 
     def read(
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
     ) -> Iterator[ItemRecord | RowError]:
-        """`shard`'s rows as the job judges them (`read_items`)."""
-        return read_items(
-            self.spec,
-            shard,
-            max_context_chars=self.max_context_chars,
-            max_contexts=self.max_contexts,
-            carried=carried,
-        )
-
-
-def read_items(
-    spec: InputSpec,
-    shard: Shard,
-    *,
-    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
-    max_contexts: int = DEFAULT_MAX_CONTEXTS,
-    carried: Sequence[CarriedColumn] = (),
-) -> Iterator[ItemRecord | RowError]:
-    """A shard's rows, normalised and validated, in input order (streaming); a row holding
-    text UTF-8 cannot encode is its own error (`encodable_record`)."""
-    for raw in read_shard(spec, shard):
-        item = to_item(
-            spec,
-            raw,
-            max_context_chars=max_context_chars,
-            max_contexts=max_contexts,
-            carried=carried,
-        )
-        yield validate_record(encodable_record(item, carried))
+        """`shard`'s rows, normalised and validated, in input order (streaming); a row holding
+        text UTF-8 cannot encode is its own error (`encodable_record`)."""
+        for raw in read_shard(self.spec, shard):
+            item = to_item(
+                self.spec,
+                raw,
+                max_context_chars=self.max_context_chars,
+                max_contexts=self.max_contexts,
+                carried=carried,
+            )
+            yield validate_record(encodable_record(item, carried))
 
 
 def read_shard(
@@ -100,10 +83,9 @@ def read_shard(
 
 
 def read_query_ids(spec: InputSpec, shard: Shard) -> Iterator[tuple[str, str, int]]:
-    """(query_id, source, row) of every row of `shard`, in order, one per row as `read_items`
-    yields them, with the query_id the job records for the row: its id when that is usable,
-    else `source#row` (the id of its error row), whatever the row's other fields hold. Reads
-    only the id column of a Parquet file."""
+    """(query_id, source, row) of every row of `shard`, in order, with the query_id the job
+    records for the row: its id when usable, else `source#row` (the id of its error row),
+    whatever the row's other fields hold. Reads only the id column of a Parquet file."""
     column = spec.columns.query_id
     for raw in read_shard(spec, shard, only=[column] if column else None):
         query_id = f"{raw.source}#{raw.row}"
@@ -135,46 +117,42 @@ def to_item(
     query_id: str | None = None
     try:
         query_id = _query_id(raw, cols.query_id)
-        text_input = _text(data, "input", cols.input, required=True)
+        text_input = _text(data, "input", cols.input)
         reference = _optional_text(data, cols.expected_output)
-        output = "" if cols.output is None else _text(data, "output", cols.output, required=False)
+        output = "" if cols.output is None else _text(data, "output", cols.output, empty=True)
         contexts = _contexts(spec, data)
         ids = _context_ids(data, cols.context_ids, len(contexts))
         if carry_problem is not None:
             raise _Invalid(carry_problem)
     except _Invalid as exc:
         return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
-    contexts, ids, cut, dropped = _truncate(contexts, ids, max_contexts, max_context_chars)
+    # the first `max_contexts` contexts, each at most `max_context_chars` long
+    dropped = max(0, len(contexts) - max_contexts)
+    contexts = contexts[:max_contexts]
+    cut = sum(1 for c in contexts if len(c) > max_context_chars)
     return ItemRecord(
         query_id=query_id,
         input=text_input,
         output=output,
         expected_output=reference,
-        contexts=tuple(contexts),
+        contexts=tuple(c[:max_context_chars] for c in contexts),
         source=raw.source,
         row=raw.row,
         truncated=bool(cut or dropped),
         contexts_cut=cut,
         contexts_dropped=dropped,
         where=raw.where,
-        context_ids=ids,
+        context_ids=ids[:max_contexts] if ids is not None else None,
         carried=values,
     )
 
 
-def _truncate(
-    contexts: list[str], ids: tuple[str | None, ...] | None, max_contexts: int, max_chars: int
-) -> tuple[list[str], tuple[str | None, ...] | None, int, int]:
-    """(contexts, their ids, how many were cut to `max_chars`, how many dropped past
-    `max_contexts`): the first `max_contexts` contexts, each at most `max_chars` long."""
-    dropped = max(0, len(contexts) - max_contexts)
-    if dropped:
-        contexts = contexts[:max_contexts]
-        ids = ids[:max_contexts] if ids is not None else None
-    cut = sum(1 for c in contexts if len(c) > max_chars)
-    if cut:
-        contexts = [c[:max_chars] for c in contexts]
-    return contexts, ids, cut, dropped
+def _row_error(record: ItemRecord, problem: str) -> RowError:
+    """The error row of `record`, whose `problem` is named after its position."""
+    where = record.where or f"{record.source} row {record.row}"
+    return RowError(
+        record.source, record.row, f"{where}: {problem}", record.query_id, record.carried
+    )
 
 
 def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:
@@ -184,10 +162,7 @@ def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:
     try:
         validate_item(record.to_scoring_item())
     except InputError as exc:
-        where = record.where or f"{record.source} row {record.row}"
-        return RowError(
-            record.source, record.row, f"{where}: {exc}", record.query_id, record.carried
-        )
+        return _row_error(record, str(exc))
     return record
 
 
@@ -202,17 +177,14 @@ def _carried(
             values.append(conform(column, data.get(column.name)))
         except ValueError as exc:
             values.append(None)
-            if problem is None:
-                problem = f"{column.name} (carried column) {exc}"
+            problem = problem or f"{column.name} (carried column) {exc}"
     return tuple(values), problem
 
 
 def _context_ids(
     data: Mapping[str, Any], column: str | None, count: int
 ) -> tuple[str | None, ...] | None:
-    if column is None:
-        return None
-    value = data.get(column)
+    value = None if column is None else data.get(column)
     if value is None:
         return None
     label = f"context_ids (column {column!r})"
@@ -222,52 +194,40 @@ def _context_ids(
         )
     if len(value) != count:
         raise _Invalid(f"{label} has {len(value)} ids for {count} contexts")
-    ids: list[str | None] = []
     for position, element in enumerate(value):
-        if element is None:
-            ids.append(None)
-        elif isinstance(element, bool) or not isinstance(element, str | int):
+        if isinstance(element, bool) or not isinstance(element, str | int | None):
             raise _Invalid(
                 f"{label} element {position} is a {type(element).__name__}, expected a string "
                 "or an integer"
             )
-        else:
-            ids.append(str(element))
-    return tuple(ids)
+    return tuple(None if element is None else str(element) for element in value)
 
 
 def _query_id(raw: RawRow, column: str | None) -> str:
     if column is None:
         return f"{raw.source}#{raw.row}"
     assert raw.data is not None
-    value = raw.data.get(column)
-    label = f"query_id (column {column!r})"
-    if value is None:
-        raise _Invalid(f"{label} is {'missing' if column not in raw.data else 'null'}")
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _Invalid(f"{label} is a {type(value).__name__}, expected a string or an integer")
-    text = str(value)
-    if not text.strip():
-        raise _Invalid(f"{label} is empty")
-    return text
+    return _text(raw.data, "query_id", column, integer=True)
 
 
-def _text(data: Mapping[str, Any], name: str, column: str, *, required: bool) -> str:
+def _text(
+    data: Mapping[str, Any], name: str, column: str, *, empty: bool = False, integer: bool = False
+) -> str:
+    """The text of field `name`; `empty`: it may be blank; `integer`: an integer is text too."""
     label = f"{name} (column {column!r})"
     value = data.get(column)
     if value is None:
         raise _Invalid(f"{label} is {'missing' if column not in data else 'null'}")
-    if not isinstance(value, str):
-        raise _Invalid(f"{label} is a {type(value).__name__}, expected a string")
-    if required and not value.strip():
+    if isinstance(value, bool) or not isinstance(value, str | int if integer else str):
+        expected = "a string or an integer" if integer else "a string"
+        raise _Invalid(f"{label} is a {type(value).__name__}, expected {expected}")
+    if not empty and not str(value).strip():
         raise _Invalid(f"{label} is empty")
-    return value
+    return str(value)
 
 
 def _optional_text(data: Mapping[str, Any], column: str | None) -> str | None:
-    if column is None:
-        return None
-    value = data.get(column)
+    value = None if column is None else data.get(column)
     if value is None:
         return None
     if not isinstance(value, str):
@@ -322,19 +282,22 @@ def encodable_record(
     """`record` when everything in it encodes, else its `RowError` naming the field."""
     if isinstance(record, RowError):
         return writable_error(record)
-    problem = _first_problem(record, carried)
-    if problem is None:
-        return record
-    where = record.where or f"{record.source} row {record.row}"
-    return writable_error(
-        RowError(
-            record.source,
-            record.row,
-            f"{where}: {problem} (text that cannot be encoded as UTF-8)",
-            record.query_id,
-            record.carried,
-        )
-    )
+    names = [column.name for column in carried] or [f"#{n}" for n in range(len(record.carried))]
+    fields: list[tuple[str, Any]] = [
+        ("query_id", record.query_id),
+        ("input", record.input),
+        ("output", record.output),
+        ("expected_output", record.expected_output),
+        ("context", list(record.contexts)),
+        ("context_ids", list(record.context_ids or ())),
+        *((f"{name} (carried column)", v) for name, v in zip(names, record.carried, strict=False)),
+    ]
+    for name, value in fields:
+        found = unencodable(value) if value is not None else None
+        if found is not None:
+            problem = f"{name}: {found} (text that cannot be encoded as UTF-8)"
+            return writable_error(_row_error(record, problem))
+    return record
 
 
 def writable_error(error: RowError) -> RowError:
@@ -345,24 +308,3 @@ def writable_error(error: RowError) -> RowError:
     if (query_id, carried, message) == (error.query_id, error.carried, error.message):
         return error
     return RowError(error.source, error.row, message, query_id, carried)
-
-
-def _first_problem(record: ItemRecord, carried: Sequence[CarriedColumn]) -> str | None:
-    fields: list[tuple[str, Any]] = [
-        ("query_id", record.query_id),
-        ("input", record.input),
-        ("output", record.output),
-        ("expected_output", record.expected_output),
-        ("context", list(record.contexts)),
-        ("context_ids", list(record.context_ids or ())),
-    ]
-    names = [column.name for column in carried] or [f"#{n}" for n in range(len(record.carried))]
-    fields += [
-        (f"{name} (carried column)", value)
-        for name, value in zip(names, record.carried, strict=False)
-    ]
-    for name, value in fields:
-        found = unencodable(value) if value is not None else None
-        if found is not None:
-            return f"{name}: {found}"
-    return None

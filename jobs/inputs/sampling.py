@@ -20,19 +20,15 @@ import pyarrow as pa
 from jobs.core.config import SampleConfig
 from jobs.core.schema import CarriedColumn
 from jobs.inputs.carry import check_carried
-from jobs.inputs.rows import ItemRecord, RowError
-from jobs.inputs.shard import Shard
+from jobs.inputs.spec import ItemRecord, RowError, Shard
 
-Stratum = tuple[str | None, ...]
-"""A stratum: the text of each `sample.by` column's value (None for null)."""
-
-_SCALE = float(2**64)
+Stratum = tuple[str | None, ...]  # the text of each `sample.by` column's value (None: null)
 
 
 def unit_hash(seed: int, query_id: str) -> float:
     """A number in [0, 1) that depends only on `seed` and `query_id`."""
     digest = hashlib.sha256(f"{seed}:{query_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / _SCALE
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def stratum_text(value: Any) -> str | None:
@@ -72,6 +68,14 @@ class SamplePlan:
         noun = "stratum" if strata == 1 else "strata"
         return f"{amount} {self.items:,} items in {strata} {noun} (seed {self.config.seed})"
 
+    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
+        """Whether the row `record` is judged; `names`: the run's carried columns, in the order
+        of `record.carried`."""
+        carried = _carried_dict(record, names)
+        return self.keep(
+            _record_id(record), tuple(stratum_text(carried.get(n)) for n in self.config.by)
+        )
+
     def keep(self, query_id: str, stratum: Stratum) -> bool:
         """Whether the item `query_id` of `stratum` is judged."""
         u = unit_hash(self.config.seed, query_id)
@@ -79,14 +83,6 @@ class SamplePlan:
             return u < self.config.fraction
         threshold = self.thresholds.get(stratum)
         return threshold is None or u <= threshold
-
-    def stratum_of(self, carried: Mapping[str, Any]) -> Stratum:
-        return tuple(stratum_text(carried.get(name)) for name in self.config.by)
-
-    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
-        """Whether the row `record` is judged; `names`: the run's carried columns, in the order
-        of `record.carried`."""
-        return self.keep(_record_id(record), self.stratum_of(_carried_dict(record, names)))
 
 
 def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:

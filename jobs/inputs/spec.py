@@ -1,5 +1,7 @@
-"""What to read and how: `InputSpec` and `ColumnMap`, built from the config (`input_spec_of`),
-which columns they need (`required_columns`) and the `context_extractor` they name."""
+"""The input's types: what to read and how (`InputSpec`, `ColumnMap`, from the config by
+`input_spec_of`), the `Shard` (the unit of work) and a row at each stage: `RawRow` as read, then
+`ItemRecord` (ready to judge) or `RowError` (cannot be scored). Light: processes that only pass
+shards around (the run's coordinator) import neither pyarrow nor fsspec through this module."""
 
 from __future__ import annotations
 
@@ -10,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from scorer_core.errors import ConfigError
+from scorer_core.types import ScoringItem
 
 if TYPE_CHECKING:
     from jobs.core.config import JobConfig
 
 InputFormat = Literal["jsonl", "parquet"]
-FORMATS: frozenset[str] = frozenset({"jsonl", "parquet"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +47,88 @@ class InputSpec:
     carry_to_verdicts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.format is not None and self.format not in FORMATS:
-            raise ConfigError(f"input format must be 'jsonl' or 'parquet', not {self.format!r}")
         if not self.path:
             raise ConfigError("input path is empty")
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """A piece of one input file: rows `[start, end)` of a Parquet file, bytes `[start, end)` of
+    a JSONL file, or a whole gzipped JSONL file (`start == 0`, `end == compressed size`).
+    `slot`: its place among its file's shards (0, 1, ...)."""
+
+    shard_id: str
+    file_index: int
+    path: str
+    format: InputFormat
+    start: int
+    end: int
+    compression: str | None = None
+    slot: int = 0
+
+    @property
+    def kind(self) -> Literal["rows", "bytes"]:
+        return "rows" if self.format == "parquet" else "bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class RawRow:
+    """One input row as read, before validation: `data` or else `error` is set. `row` is the
+    row number in a Parquet file (`unit` "row") or the byte offset of the line in the
+    (decompressed) JSONL file (`unit` "offset")."""
+
+    source: str
+    row: int
+    data: dict[str, Any] | None = None
+    error: str | None = None
+    unit: Literal["row", "offset"] = "row"
+
+    @property
+    def where(self) -> str:
+        """Position for messages: "s3://b/f.parquet row 12" or "f.jsonl line at byte 345"."""
+        unit = "line at byte" if self.unit == "offset" else "row"
+        return f"{self.source} {unit} {self.row}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """A validated item, normalized, with where it came from. `contexts_cut` and
+    `contexts_dropped` count what truncation did; `context_ids`: one id (or None) per context
+    (None without the column); `carried`: the run's carried values (`RunSchema.carried`)."""
+
+    query_id: str
+    input: str
+    output: str
+    expected_output: str | None
+    contexts: tuple[str, ...]
+    source: str
+    row: int
+    truncated: bool = False
+    contexts_cut: int = 0
+    contexts_dropped: int = 0
+    where: str = ""  # position for messages, as RawRow.where
+    context_ids: tuple[str | None, ...] | None = None
+    carried: tuple[Any, ...] = ()
+
+    def to_scoring_item(self) -> ScoringItem:
+        return ScoringItem(
+            input=self.input,
+            output=self.output,
+            contexts=self.contexts,
+            expected_output=self.expected_output,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    """A row that cannot be scored; `message` names the position and the field. `carried`:
+    the values of the carried columns that could be read (None where not), or () for none."""
+
+    source: str
+    row: int
+    message: str
+    query_id: str | None = None
+    carried: tuple[Any, ...] = ()
 
 
 def required_columns(spec: InputSpec) -> list[tuple[str, str]]:

@@ -1,11 +1,8 @@
-"""Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into ordinary
-item Parquet, one item per retrieval span, in bounded memory whatever the input's size.
-
-A trace's spans may be in different files and in any order, so spans are partitioned by a hash
-of their trace id: `stage_spans` (a task per group of files) appends each span to its
-partition's file, `assemble_part` (a task per partition) joins each retrieval with its trace's
-root span or the LLM span after it, and `assemble_traces` runs both through a `Mapper` (Ray
-tasks in the job, a loop in tests) and returns what was read and skipped (`TraceReport`).
+"""Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into item
+Parquet, one item per retrieval span, in bounded memory. A trace's spans may be in any files in
+any order, so `stage_spans` (a task per group of files) appends each span to the file of its
+trace id's partition, `assemble_part` (a task per partition) joins each retrieval with its
+trace's root span or the LLM span after it, and `assemble_traces` runs both through a `Mapper`.
 """
 
 from __future__ import annotations
@@ -35,19 +32,14 @@ from scorer_core.errors import InputError
 
 OutputFrom = Literal["root", "next_llm", "none"]
 
+# Columns of the assembled items besides the item's fields; `input.carry` may name them.
 BUILTIN_COLUMNS: tuple[str, ...] = ("trace_id", "span_name", "start_time", "otlp_source")
-"""Columns of the assembled items besides the item's fields; `input.carry` may name them."""
-PART_BYTES = 16 << 20
-"""Input bytes (uncompressed, estimated) per partition: what one assembly task holds."""
-TASK_BYTES = 32 << 20
-"""Input bytes (estimated) read by one span-staging task (at least one whole file)."""
-GZIP_RATIO = 8
-"""Estimated uncompressed bytes per gzipped byte of OTLP JSON (it compresses 8-12x)."""
-FLUSH_ROWS = 4096
-"""Span rows a staging task buffers before appending them to its partition files."""
+PART_BYTES = 16 << 20  # input bytes (uncompressed, estimated) per partition: one assembly task
+TASK_BYTES = 32 << 20  # input bytes (estimated) one span-staging task reads (at least one file)
+GZIP_RATIO = 8  # estimated uncompressed bytes per gzipped byte of OTLP JSON (it does 8-12x)
+FLUSH_ROWS = 4096  # span rows a staging task buffers before appending them to partition files
 MAX_PARTS = 4096
-EXAMPLES = 10
-"""Problems quoted in the report (all are counted)."""
+EXAMPLES = 10  # problems quoted in the report (all are counted)
 
 R = TypeVar("R")
 Mapper = Callable[[Callable[..., R], Sequence[tuple[Any, ...]]], Iterator[R]]
@@ -61,8 +53,7 @@ def serial_map(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]]) -> Iterat
 
 @dataclass(frozen=True)
 class TraceJob:
-    """What every task needs (pickled to Ray tasks): where the staging folder is and how to
-    read the input."""
+    """What every task needs (pickled to Ray tasks): the staging folder and the input."""
 
     output_url: str
     output_options: dict[str, Any]
@@ -78,35 +69,8 @@ class TraceJob:
 
 
 @dataclass
-class SpanStats:
-    """What a span-staging task read."""
-
-    files: int = 0
-    spans: int = 0
-    problems: int = 0
-    examples: list[str] = field(default_factory=list)
-    kinds: dict[str, list[str]] = field(default_factory=dict)
-    peak_rss_mb: float = 0.0
-
-
-@dataclass
-class PartStats:
-    """What an assembly task joined."""
-
-    spans: int = 0
-    duplicate_spans: int = 0
-    traces: int = 0
-    traces_without_retriever: int = 0
-    retrievals: int = 0
-    retrievals_without_text: int = 0
-    items: int = 0
-    items_without_output: int = 0
-    peak_rss_mb: float = 0.0
-
-
-@dataclass
 class TraceReport:
-    """The whole assembly, as the run's output and manifest report it."""
+    """The assembly as the run's output and manifest report it; each task reports its share."""
 
     files: int = 0
     spans: int = 0
@@ -132,6 +96,14 @@ class TraceReport:
     def from_dict(cls, data: dict[str, Any]) -> TraceReport:
         return cls(**data)
 
+    def add(self, task: TraceReport) -> None:
+        """Count in what a task found: its counts, its first examples, its peak memory."""
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(task, name))
+        self.malformed_examples = [*self.malformed_examples, *task.malformed_examples][:EXAMPLES]
+        for phase, peak in task.peak_rss_mb.items():
+            self.peak_rss_mb[phase] = max(self.peak_rss_mb.get(phase, 0.0), peak)
+
     def summary(self) -> str:
         """One line for the run's output."""
         text = (
@@ -147,6 +119,12 @@ class TraceReport:
         if self.items_without_output:
             text += f"; {self.items_without_output:,} item(s) without an output (row errors)"
         return text + f"; items at {self.items_path}"
+
+
+# What the tasks count, each its own share (`partitions` is the driver's).
+_COUNTS = [
+    f.name for f in dataclasses.fields(TraceReport) if f.type == "int" and f.name != "partitions"
+]
 
 
 # -- the driver's part ----------------------------------------------------------------------
@@ -173,31 +151,28 @@ def partitions_for(files: Sequence[FileInfo]) -> int:
 def assemble_traces(
     job: TraceJob, files: Sequence[FileInfo], mapper: Mapper[Any] = serial_map
 ) -> TraceReport:
-    """Stage the spans of `files` by partition, then assemble each partition's items (see the
-    module's doc). `InputError` when no retrieval span with documents was found."""
+    """Stage the spans of `files`, then assemble the items; `InputError` when no retrieval span
+    with documents was found."""
     started = time.monotonic()
     store = job.store()
     # a previous attempt's files (another split of the input) must not be mixed in
     store.rm(store.join(job.folder), recursive=True)
-    report = TraceReport(files=len(files), partitions=job.parts)
+    report = TraceReport(partitions=job.parts)
     kinds: dict[str, set[str]] = {name: set() for name in _attributes(job.carry)}
     groups = list(_task_groups(files))
-    for stats in mapper(stage_spans, [(job, n, group) for n, group in enumerate(groups)]):
-        report.spans += stats.spans
-        report.malformed += stats.problems
-        room = EXAMPLES - len(report.malformed_examples)
-        report.malformed_examples.extend(stats.examples[:room])
-        for name, found in stats.kinds.items():
-            kinds[name].update(found)
-        _peak(report, "read", stats.peak_rss_mb)
-    _check_found(kinds, report)
-    types = {name: carried_type(found) for name, found in kinds.items()}
-    report.carried_types = types
-    counted = [f.name for f in dataclasses.fields(PartStats)][1:-1]  # not spans nor peak_rss_mb
-    for part in mapper(assemble_part, [(job, n, types) for n in range(job.parts)]):
-        for name in counted:
-            setattr(report, name, getattr(report, name) + getattr(part, name))
-        _peak(report, "assemble", part.peak_rss_mb)
+    for staged, found in mapper(stage_spans, [(job, n, group) for n, group in enumerate(groups)]):
+        report.add(staged)
+        for name, values in found.items():
+            kinds[name].update(values)
+    missing = [name for name, found in kinds.items() if not found]
+    if missing and report.spans:  # a typo, most likely, as a missing carried column would be
+        raise InputError(
+            f"carried attribute(s) {missing} found on no retrieval or root span (nor on their "
+            f"resources) in {report.spans:,} span(s); check input.carry (docs/traces.md)"
+        )
+    report.carried_types = {name: carried_type(found) for name, found in kinds.items()}
+    for part in mapper(assemble_part, [(job, n, report.carried_types) for n in range(job.parts)]):
+        report.add(part)
     store.rm(store.join(job.folder, "spans"), recursive=True)
     report.items_path = store.url(store.join(job.folder, "items"))
     report.seconds = round(time.monotonic() - started, 3)
@@ -211,28 +186,15 @@ def assemble_traces(
     return report
 
 
-def _check_found(kinds: dict[str, set[str]], report: TraceReport) -> None:
-    """`InputError` for a carried attribute that no retrieval or root span has (a typo, most
-    likely: a carried column missing from the input fails at start-up too)."""
-    missing = [name for name, found in kinds.items() if not found]
-    if missing and report.spans:
-        raise InputError(
-            f"carried attribute(s) {missing} found on no retrieval or root span (nor on their "
-            f"resources) in {report.spans:,} span(s); check input.carry (docs/traces.md)"
-        )
-
-
 def carried_type(kinds: Iterable[str]) -> str:
-    """The column type of a carried attribute from the kinds of value it had: int64 (only
-    integers), float64 (numbers), bool, else string (text, or lists/objects as JSON)."""
+    """A carried attribute's column type from the kinds of value it had (JSON text for
+    anything but integers, numbers or booleans)."""
     found = set(kinds)
     if found and found <= {"int"}:
         return "int64"
     if found and found <= {"int", "float"}:
         return "float64"
-    if found == {"bool"}:
-        return "bool"
-    return "string"
+    return "bool" if found == {"bool"} else "string"
 
 
 def _attributes(carry: Sequence[str]) -> list[str]:
@@ -257,13 +219,9 @@ def _task_groups(files: Sequence[FileInfo]) -> Iterator[list[FileInfo]]:
         yield group
 
 
-def _peak(report: TraceReport, phase: str, value: float) -> None:
-    report.peak_rss_mb[phase] = max(report.peak_rss_mb.get(phase, 0.0), round(value, 1))
-
-
-def _peak_rss_mb() -> float:
+def _peak_rss_mb(phase: str) -> dict[str, float]:
     # ru_maxrss is in KiB on Linux: this process's peak, tasks before this one included
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {phase: round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 # -- step 1: spans to partitions -------------------------------------------------------------
@@ -290,8 +248,7 @@ def _span_schema(carried: int) -> pa.Schema:
     )
 
 
-_SPAN_FIELDS = tuple(_span_schema(0).names)
-"""The span file's columns that are `SpanRow` fields of the same name."""
+_SPAN_FIELDS = tuple(_span_schema(0).names)  # the columns that are `SpanRow` fields
 
 
 class _PartWriters:
@@ -322,12 +279,9 @@ class _PartWriters:
         self._rows, self._buffered = {}, 0
 
     def _table(self, rows: list[SpanRow]) -> pa.Table:
-        columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-        for row in rows:
-            for name in _SPAN_FIELDS:
-                columns[name].append(getattr(row, name))
-            for n in range(self.carried):
-                columns[f"carry_{n}"].append(row.carried[n] if row.carried else None)
+        columns = {name: [getattr(row, name) for row in rows] for name in _SPAN_FIELDS}
+        for n in range(self.carried):
+            columns[f"carry_{n}"] = [row.carried[n] if row.carried else None for row in rows]
         return pa.table(columns, schema=self.schema)
 
     def close(self) -> dict[int, Path]:
@@ -337,24 +291,26 @@ class _PartWriters:
         return {part: self.folder / f"part-{part:05d}.parquet" for part in self._writers}
 
 
-def stage_spans(job: TraceJob, task: int, files: Sequence[FileInfo]) -> SpanStats:
-    """Read `files` and append every span to its partition's file of this task (a task body)."""
+def stage_spans(
+    job: TraceJob, task: int, files: Sequence[FileInfo]
+) -> tuple[TraceReport, dict[str, set[str]]]:
+    """Append every span of `files` to its partition's file (a task body); what it read and
+    the kinds of value each carried attribute had."""
     store = job.store()
     attributes = _attributes(job.carry)
-    stats = SpanStats(kinds={name: [] for name in attributes})
+    report = TraceReport(files=len(files))
     kinds: dict[str, set[str]] = {name: set() for name in attributes}
     with tempfile.TemporaryDirectory(prefix="ctxprec-spans-") as tmp:
         writers = _PartWriters(Path(tmp), job.parts, len(attributes))
         for info in files:
-            stats.files += 1
             fs, fs_path, _ = filesystem(info.path, job.input_options)
             for found in read_otlp_file(fs, fs_path, info.path, info.compression, attributes):
                 if isinstance(found, Problem):
-                    stats.problems += 1
-                    if len(stats.examples) < EXAMPLES:
-                        stats.examples.append(found.message)
+                    report.malformed += 1
+                    if len(report.malformed_examples) < EXAMPLES:
+                        report.malformed_examples.append(found.message)
                     continue
-                stats.spans += 1
+                report.spans += 1
                 for name, value in zip(attributes, found.carried, strict=False):
                     if value is not None:
                         kinds[name].add(_json_kind(value))
@@ -362,9 +318,8 @@ def stage_spans(job: TraceJob, task: int, files: Sequence[FileInfo]) -> SpanStat
         for part, local in sorted(writers.close().items()):
             target = store.join(job.folder, "spans", f"part-{part:05d}", f"t-{task:05d}.parquet")
             store.upload_file_atomic(str(local), target)
-    stats.kinds = {name: sorted(found) for name, found in kinds.items()}
-    stats.peak_rss_mb = _peak_rss_mb()
-    return stats
+    report.peak_rss_mb = _peak_rss_mb("read")
+    return report, kinds
 
 
 def _json_kind(text: str) -> str:
@@ -382,44 +337,34 @@ def _json_kind(text: str) -> str:
 # -- step 2: a partition's spans to items ----------------------------------------------------
 
 
-def _read_part(store: Store, folder: str) -> pl.DataFrame | None:
-    frames = []
-    for path in store.list(folder):
-        frame = pl.read_parquet(io.BytesIO(store.read_bytes(path)))
-        frames.append(frame)
-    return pl.concat(frames) if frames else None
-
-
-def assemble_part(job: TraceJob, part: int, types: dict[str, str]) -> PartStats:
+def assemble_part(job: TraceJob, part: int, types: dict[str, str]) -> TraceReport:
     """Join partition `part`'s spans into items and write its items file (a task body)."""
     store = job.store()
-    stats = PartStats()
-    spans = _read_part(store, store.join(job.folder, "spans", f"part-{part:05d}"))
-    if spans is None:
-        stats.peak_rss_mb = _peak_rss_mb()
-        return stats
-    stats.spans = spans.height
-    spans = spans.unique(subset=["trace_id", "span_id"], keep="first", maintain_order=True)
-    stats.duplicate_spans = stats.spans - spans.height
-    stats.traces = spans["trace_id"].n_unique()
+    report = TraceReport(peak_rss_mb=_peak_rss_mb("assemble"))
+    paths = store.list(store.join(job.folder, "spans", f"part-{part:05d}"))
+    if not paths:
+        return report
+    staged = pl.concat([pl.read_parquet(io.BytesIO(store.read_bytes(path))) for path in paths])
+    spans = staged.unique(subset=["trace_id", "span_id"], keep="first", maintain_order=True)
+    report.duplicate_spans = staged.height - spans.height
+    report.traces = spans["trace_id"].n_unique()
     retrievals = spans.filter(pl.col("role") == RETRIEVER)
-    stats.retrievals = retrievals.height
-    stats.traces_without_retriever = stats.traces - retrievals["trace_id"].n_unique()
+    report.retrievals = retrievals.height
+    report.traces_without_retriever = report.traces - retrievals["trace_id"].n_unique()
     items = retrievals.filter(pl.col("documents").is_not_null())
-    stats.retrievals_without_text = retrievals.height - items.height
+    report.retrievals_without_text = retrievals.height - items.height
     items = _with_output(items, spans, job.output_from)
-    stats.items = items.height
+    report.items = items.height
     if job.output_from != "none":
-        stats.items_without_output = items["output"].null_count()
+        report.items_without_output = items["output"].null_count()
     if items.height:
         table = _items_table(items, _attributes(job.carry), types)
         sink = io.BytesIO()
         pq.write_table(table, sink, compression="zstd", row_group_size=job.row_group_rows)
-        store.write_bytes_atomic(
-            store.join(job.folder, "items", f"part-{part:05d}.parquet"), sink.getvalue()
-        )
-    stats.peak_rss_mb = _peak_rss_mb()
-    return stats
+        target = store.join(job.folder, "items", f"part-{part:05d}.parquet")
+        store.write_bytes_atomic(target, sink.getvalue())
+    report.peak_rss_mb = _peak_rss_mb("assemble")
+    return report
 
 
 def _with_output(items: pl.DataFrame, spans: pl.DataFrame, output_from: OutputFrom) -> pl.DataFrame:
@@ -458,14 +403,6 @@ def _with_output(items: pl.DataFrame, spans: pl.DataFrame, output_from: OutputFr
     )
 
 
-_CARRIED_TYPES: dict[str, pa.DataType] = {
-    "int64": pa.int64(),
-    "float64": pa.float64(),
-    "bool": pa.bool_(),
-    "string": pa.string(),
-}
-
-
 def items_schema(attributes: Sequence[str], types: dict[str, str]) -> pa.Schema:
     """The assembled items' columns: the item's fields, `BUILTIN_COLUMNS`, then one column per
     carried attribute with its decided type."""
@@ -480,34 +417,27 @@ def items_schema(attributes: Sequence[str], types: dict[str, str]) -> pa.Schema:
             ("span_name", pa.string()),
             ("start_time", pa.timestamp("us", tz="UTC")),
             ("otlp_source", pa.string()),
-            *((name, _CARRIED_TYPES[types.get(name, "string")]) for name in attributes),
+            *((name, pa.type_for_alias(types.get(name, "string"))) for name in attributes),
         ]
     )
 
 
 def _items_table(items: pl.DataFrame, attributes: Sequence[str], types: dict[str, str]) -> pa.Table:
     items = items.sort("start_ns", "span_id")
-    columns: dict[str, Any] = {
-        "query_id": items["span_id"].to_list(),
-        "input": items["input"].to_list(),
-        "output": items["output"].to_list(),
-        "context": items["documents"].to_list(),
-        "context_ids": items["document_ids"].to_list(),
-        "trace_id": items["trace_id"].to_list(),
-        "span_name": items["name"].to_list(),
-        "start_time": [ns // 1000 for ns in items["start_ns"].to_list()],
-        "otlp_source": [
-            f"{source} line {line}"
-            for source, line in zip(items["source"], items["line"], strict=True)
-        ],
-    }
+    columns = items.select(
+        query_id="span_id",
+        input="input",
+        output="output",
+        context="documents",
+        context_ids="document_ids",
+        trace_id="trace_id",
+        span_name="name",
+        start_time=pl.col("start_ns") // 1000,
+        otlp_source=pl.format("{} line {}", "source", "line"),
+    ).to_dict(as_series=False)
     for n, name in enumerate(attributes):
-        own = items[f"carry_{n}"].to_list()
-        root = items[f"root_carry_{n}"].to_list()
-        kind = types.get(name, "string")
-        columns[name] = [
-            _carried_value(a if a is not None else b, kind) for a, b in zip(own, root, strict=True)
-        ]
+        texts = items.select(pl.coalesce(f"carry_{n}", f"root_carry_{n}")).to_series()
+        columns[name] = [_carried_value(text, types.get(name, "string")) for text in texts]
     return pa.table(columns, schema=items_schema(attributes, types))
 
 

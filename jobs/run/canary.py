@@ -21,8 +21,9 @@ from scorer_core.types import ScoreResult, as_verdict_flags
 
 logger = logging.getLogger(__name__)
 
+# The canary as a run's summary holds it (`jobs.engine.CANARY_METRICS`): name and value.
 CanaryMetrics = tuple[tuple[str, float | None], ...]
-"""The canary as a run's summary holds it (`jobs.engine.CANARY_METRICS`, name and value)."""
+_MEASURES = ("items", "kappa", "precision", "recall")
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,7 @@ class CanaryResult:
 
     def metrics(self) -> CanaryMetrics:
         """The summary's canary metrics."""
-        return (
-            ("canary_items", self.items),
-            ("canary_kappa", self.kappa),
-            ("canary_precision", self.precision),
-            ("canary_recall", self.recall),
-        )
+        return tuple((f"canary_{name}", getattr(self, name)) for name in _MEASURES)
 
     @classmethod
     def of_metrics(cls, metrics: Iterable[tuple[str, float | None]]) -> CanaryResult | None:
@@ -51,12 +47,8 @@ class CanaryResult:
         values = dict(metrics)
         if not values:
             return None
-        return cls(
-            items=values.get("canary_items"),
-            kappa=values.get("canary_kappa"),
-            precision=values.get("canary_precision"),
-            recall=values.get("canary_recall"),
-        )
+        items, kappa, precision, recall = (values.get(f"canary_{name}") for name in _MEASURES)
+        return cls(items, kappa, precision, recall)
 
     def describe(self) -> str:
         kappa = "-" if self.kappa is None else f"{self.kappa:.3f}"
@@ -68,9 +60,8 @@ async def judge_labelled(
     config: JobConfig, items: Sequence[LabelledItem]
 ) -> tuple[list[ScoreResult], Judge]:
     """Judge every labelled item with `config`'s judge in this process, concurrently (at most
-    `rate_limit.max_concurrency` in flight; 64 under auto, which has no run-wide governor to
-    size it in a single process), scale 1, no reasons, no cache. The results and the judge."""
-    # One process plays every worker: the whole concurrency budget is this judge's.
+    `rate_limit.max_concurrency` in flight; 64 under auto), scale 1, no reasons, no cache.
+    The results and the judge."""
     in_flight = factory.single_process_concurrency(config)
     judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
     per_call = config.judge.contexts_per_call
@@ -124,8 +115,7 @@ def judge_canary(config: JobConfig) -> CanaryResult | None:
 
 @dataclass(frozen=True)
 class CanaryCheck:
-    """What the engine runs for the canary (`jobs.engine.parts.CanaryJudge`; picklable, as
-    every run part)."""
+    """What the engine runs for the canary (`jobs.engine.parts.CanaryJudge`; picklable)."""
 
     config: JobConfig
 
@@ -135,8 +125,3 @@ class CanaryCheck:
             return ()
         logger.info(result.describe())
         return result.metrics()
-
-
-def canary_check(config: JobConfig) -> CanaryCheck | None:
-    """The run's judge canary, None without `canary.labels`."""
-    return CanaryCheck(config) if config.canary.labels is not None else None

@@ -5,7 +5,6 @@ nowhere else, so one config means one judge, one reading path and one cache ever
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,11 +12,8 @@ from dataclasses import dataclass
 from jobs.core.config import JobConfig
 from jobs.core.endpoints import endpoint_identity, judge_endpoint
 from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
-from jobs.engine import BudgetSettings, CanaryJudge, Gate, RunParts
-from jobs.engine import budget_settings as engine_budget_settings
-from jobs.inputs import InputSpec
+from jobs.engine import CanaryJudge, Gate, RunParts, budget_settings
 from jobs.inputs.records import ItemReader
-from jobs.inputs.spec import input_spec_of
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.judge_spec import JudgeSpec
@@ -42,41 +38,25 @@ def check_api_key(config: JobConfig) -> None:
         )
 
 
-def input_spec(config: JobConfig) -> InputSpec:
-    """Where the items are and which columns hold which field."""
-    return input_spec_of(config)
-
-
-def item_reader(config: JobConfig) -> ItemReader:
-    """How the job reads its items: the input, and the per-item limits (truncation)."""
-    return ItemReader.for_config(config)
-
-
 def build_judge(
     config: JobConfig,
     limiter: Limiter | None,
     api_key: str | None = None,
     *,
-    gate: contextlib.AbstractAsyncContextManager[None] | None = None,
+    gate: Gate | None = None,
     max_in_flight: int | None = None,
 ) -> Judge:
-    """The configured judge.
-
-    Requests in flight are bounded by `gate` (a worker's allowance of the run-wide budget: the
-    run's governor then owns the cold start too), else by `max_in_flight`, else by the
-    configured `rate_limit.max_concurrency` (64 under auto) in this one process.
+    """The configured judge. Requests in flight are bounded by `gate` (a worker's allowance of
+    the run-wide budget: the run's governor then owns the cold start too), else by
+    `max_in_flight`, else by `rate_limit.max_concurrency` (64 under auto) in this one process.
     """
     judge_config = config.judge
     if capabilities_of(judge_config.model).offline:
         return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
-    bound: int | contextlib.AbstractAsyncContextManager[None]
+    bound: int | Gate = max_in_flight or single_process_concurrency(config)
     if gate is not None:
         bound = gate
-    elif max_in_flight is not None:
-        bound = max_in_flight
-    else:
-        bound = single_process_concurrency(config)
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
     spec = JudgeSpec(
         judge_config.model,
@@ -114,9 +94,8 @@ def build_judge(
 
 
 def workers_import_litellm(config: JobConfig) -> bool:
-    """Whether each worker imports litellm before its first request (seconds of start-up):
-    it counts prompt tokens for a tokens-per-minute limit, or it is the judge's transport.
-    The offline lexical judge imports neither."""
+    """Whether each worker imports litellm before its first request (seconds of start-up): to
+    count prompt tokens for a tokens-per-minute limit, or as the judge's transport."""
     judge_config = config.judge
     if capabilities_of(judge_config.model).offline:
         return False
@@ -125,8 +104,7 @@ def workers_import_litellm(config: JobConfig) -> bool:
 
 
 def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int]:
-    """Counts a request's prompt tokens the provider's way (litellm's tokenizer for `model`),
-    for a tokens-per-minute limit. Imports litellm on first use."""
+    """Counts a request's prompt tokens with litellm's tokenizer for `model`."""
     from scorer_core.litellm_client import import_litellm
 
     litellm = import_litellm()
@@ -140,13 +118,8 @@ def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int
 def single_process_concurrency(config: JobConfig) -> int:
     """Requests in flight for a judge working alone in one process: the configured number, or
     under auto (no run-wide governor to measure latency) the budget's default."""
-    settings = budget_settings(config)
+    settings = budget_settings(config.rate_limit)
     return settings.explicit or settings.unlimited
-
-
-def budget_settings(config: JobConfig) -> BudgetSettings:
-    """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
-    return engine_budget_settings(config.rate_limit)
 
 
 def local_limiter(config: JobConfig) -> Limiter | None:
@@ -165,21 +138,8 @@ def local_limiter(config: JobConfig) -> Limiter | None:
     )
 
 
-def find_duplicates_first(config: JobConfig) -> bool:
-    """Whether the run looks for duplicate query ids across shards before judging
-    (`input.find_duplicates_first`)."""
-    wanted = config.input.find_duplicates_first
-    return not capabilities(config).offline if wanted == "auto" else bool(wanted)
-
-
-def use_cache(config: JobConfig) -> bool:
-    """Whether the run reads and writes the verdict cache (never for the offline judge)."""
-    return config.cache.enabled and not capabilities(config).offline
-
-
 def cache_fingerprint(config: JobConfig) -> str:
-    """The cache namespace of this config's judge: verdicts are shared only within it (the
-    same model string at another endpoint is another judge)."""
+    """The cache namespace of this config's judge: verdicts are shared only within it."""
     return judge_fingerprint(
         config.judge.model, dict(config.judge.lexical), endpoint=endpoint_identity(config)
     )
@@ -194,14 +154,14 @@ def cache_url(config: JobConfig) -> tuple[str, str]:
 
 
 def cache_spec(config: JobConfig) -> CacheSpec | None:
-    """Where the run's verdict cache is, or None when the run uses none."""
-    if not use_cache(config):
+    """Where the run's verdict cache is, or None when the run uses none (the offline judge
+    never does)."""
+    if not config.cache.enabled or capabilities(config).offline:
         return None
-    url, folder = cache_url(config)
     return CacheSpec(
         fingerprint=cache_fingerprint(config),
-        folder=folder,
-        url=url if config.cache.path else None,
+        folder="" if config.cache.path else "_cache",
+        url=config.cache.path or None,
         storage_options=dict(config.output.storage_options),
         max_age_days=config.cache.max_age_days,
         journal_interval_s=config.cache.journal_interval_s,
@@ -231,13 +191,15 @@ def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
     canary, `jobs.run.canary`, which builds its judge here). Checks the API key first: a run
     whose judge needs a key that is not set fails before anything starts."""
     check_api_key(config)
+    duplicates_first = config.input.find_duplicates_first
     return RunParts(
-        # traces are assembled into items by the run before they are read
-        # (jobs.engine.trace_staging)
-        reader=None if config.input.format == "otlp" else item_reader(config),
+        # traces are assembled into items before they are read (jobs.engine.trace_staging)
+        reader=None if config.input.format == "otlp" else ItemReader.for_config(config),
         judges=ConfiguredJudges(config),
         capabilities=capabilities(config),
         cache=cache_spec(config),
-        find_duplicates_first=find_duplicates_first(config),
+        find_duplicates_first=(
+            not capabilities(config).offline if duplicates_first == "auto" else duplicates_first
+        ),
         canary=canary,
     )

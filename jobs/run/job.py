@@ -12,13 +12,14 @@ from jobs.core.storage import open_store
 from jobs.engine import BatchesStillRunning, RunOutcome, exit_code_of, print_outcome
 from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
-from jobs.run.canary import canary_check
+from jobs.run.canary import CanaryCheck
 
 
 def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     """Run (or resume) `config`'s scoring run end to end (`jobs.engine.driver.run_job`'s
     keyword options: `out`, `sleep`, `clock`, `wall_clock`)."""
-    return run_parts_job(config, factory.run_parts(config, canary_check(config)), **options)
+    canary = CanaryCheck(config) if config.canary.labels is not None else None
+    return run_parts_job(config, factory.run_parts(config, canary), **options)
 
 
 def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:

@@ -35,6 +35,7 @@ from jobs.engine import (
     BatchPacker,
     BudgetSettings,
     RequestLines,
+    budget_settings,
     custom_id,
     item_key,
     stored_pair_keys,
@@ -42,7 +43,6 @@ from jobs.engine import (
 from jobs.inputs import (
     RowError,
     Shard,
-    check_schema,
     inspect_input,
     list_input_files,
     plan_shards,
@@ -448,11 +448,11 @@ def estimate(
     """The estimate (see the module docstring); makes no judge calls."""
     if sample < 1:
         raise CtxPrecError(f"--sample must be at least 1, not {sample}")
-    spec = factory.input_spec(config)
+    reader = ItemReader.for_config(config)
+    spec = reader.spec
     files = list_input_files(spec)
-    check_schema(spec, files)
+    inspect_input(spec, files)
     shards = plan_shards(spec, files, config.ray.shard_size)
-    reader = factory.item_reader(config)
     carried: tuple[CarriedColumn, ...] = ()
     if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
         carried = inspect_input(spec, files).carried
@@ -640,7 +640,7 @@ def _wall_time(
     it, taking `latency_s` as the reply latency), plus the workers' start, one latency for the
     run's first request (it goes alone) and `TAIL_LATENCIES` for the slowest last replies."""
     limits = config.rate_limit
-    settings = factory.budget_settings(config)
+    settings = budget_settings(config.rate_limit)
     pacing = Pacing(
         requests_per_minute=limits.requests_per_minute,
         tokens_per_minute=limits.tokens_per_minute,

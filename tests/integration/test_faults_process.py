@@ -36,7 +36,7 @@ from jobs.engine.driver import RunOutcome
 from jobs.engine.fanout import SHARDS_PER_WORKER
 from jobs.engine.lease import RunLocked
 from jobs.inputs import Shard, list_input_files, plan_shards
-from jobs.run.factory import input_spec
+from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job
 from tests.fake_judge import Arrival, FakeJudgeServer
 from tests.support.fakes import JudgeFactory
@@ -108,7 +108,7 @@ def test_ray_worker_sigkilled_mid_task_is_retried_and_its_shard_written_once(
         ray={"shard_size": 6, "workers": 2, "max_task_retries": 2},
         run={"id": "kill-worker", "date": "2026-11-30"},
     )
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     largest = max(shard_item_counts(source, shards).values())
     assert len(shards) >= 3
@@ -144,7 +144,7 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
     config = config_for(
         source, out, run={"id": "torn-write", "date": "2026-11-30"}, ray={"shard_size": 10}
     )
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), 10)
     location = RunLocation("torn-write", config.run.date)  # type: ignore[arg-type]
     store = open_store(config.output.path)
@@ -190,7 +190,7 @@ def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
         run={"date": "2026-11-30"},
     )
     config = config_for(source, out, **{k: v for k, v in raw.items() if k != "input"})
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     per_shard = shard_item_counts(source, shards)
     assert sum(per_shard.values()) == 32 and len(shards) >= 6

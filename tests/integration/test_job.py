@@ -23,7 +23,7 @@ from jobs.core.run_layout import RunLocation
 from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome, print_outcome
 from jobs.inputs import list_input_files, plan_shards
-from jobs.run.factory import input_spec
+from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
@@ -66,7 +66,7 @@ def test_lexical_run_end_to_end_every_item_exactly_once(
     config = config_for(source, out, ray={"shard_size": 60, "workers": 2})
     outcome = run_job(config)
 
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     assert outcome.shards_total == len(plan_shards(spec, list_input_files(spec), 60))
     assert outcome.shards_total >= 4
     assert outcome.shards_skipped == 0
@@ -236,7 +236,7 @@ def test_resume_judges_only_the_shards_a_killed_run_left_unfinished(
         cache={"enabled": False},  # resume alone, no help from the verdict cache
         ray={"shard_size": 15, "workers": 2},
     )
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     assert len(shards) == 4
     location = RunLocation("resume-1", config.run.date)  # type: ignore[arg-type]

@@ -28,7 +28,9 @@ from jobs.engine.pairs.repeats import KEYS, SEQ_SHIFT
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_map
 from jobs.inputs import list_input_files, plan_shards
-from jobs.run.factory import input_spec, item_reader, run_parts
+from jobs.inputs.records import ItemReader
+from jobs.inputs.spec import input_spec_of
+from jobs.run.factory import run_parts
 from tests.support.job import run_shard, shard_context, shard_files
 
 COLUMNS = {"query_id": "id", "input": "q", "output": "a", "context": "ctx"}
@@ -100,7 +102,7 @@ def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str, 
     source = tmp_path / f"in.{fmt}"
     (write_jsonl if fmt == "jsonl" else write_parquet)(source)
     cfg = config(source, tmp_path / "out", fmt)
-    spec = input_spec(cfg)
+    spec = input_spec_of(cfg)
     shards = plan_shards(spec, list_input_files(spec), 3)
     assert len(shards) >= 3
     store = open_store(cfg.output.path)
@@ -110,7 +112,7 @@ def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str, 
         run_shard(shard, number, context)
 
     fingerprint = "fp" if read == "items" else None  # whole items: the pairs are keyed too
-    found = shard_keys(item_reader(cfg), RunSchema(), numbered, True, fingerprint)
+    found = shard_keys(ItemReader.for_config(cfg), RunSchema(), numbered, True, fingerprint)
     read_ahead = found.ids
     staged = pl.concat(
         pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1], columns=KEYS.names())
@@ -130,7 +132,7 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(good(f"q{n}", n)) + "\n" for n in range(6)))
     cfg = config(source, tmp_path / "out", "jsonl", shard_size=100)
-    spec = input_spec(cfg)
+    spec = input_spec_of(cfg)
     (shard,) = plan_shards(spec, list_input_files(spec), 100)
     store = open_store(cfg.output.path)
     first = "/elsewhere.jsonl line at byte 0"
@@ -158,7 +160,7 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
 
 def run_plan(cfg: JobConfig) -> RunPlan:
     """The run of `cfg` as the driver plans it, finding repeated ids first."""
-    spec = input_spec(cfg)
+    spec = input_spec_of(cfg)
     shards = plan_shards(spec, list_input_files(spec), cfg.ray.shard_size)
     parts = dataclasses.replace(run_parts(cfg), find_duplicates_first=True)
     location = RunLocation("look", dt.date(2026, 12, 1))

@@ -229,9 +229,9 @@ def test_the_deadline_round_asks_every_unanswered_request_online() -> None:
 
 
 def test_a_deadline_is_a_time_of_day_or_a_duration() -> None:
-    assert parse_deadline("06:30") == ("time", dt.time(6, 30))
-    assert parse_deadline("8h") == ("after", dt.timedelta(hours=8))
-    assert parse_deadline("90m") == ("after", dt.timedelta(minutes=90))
+    assert parse_deadline("06:30") == dt.time(6, 30)
+    assert parse_deadline("8h") == dt.timedelta(hours=8)
+    assert parse_deadline("90m") == dt.timedelta(minutes=90)
     evening = dt.datetime(2026, 3, 1, 22, 0, tzinfo=dt.UTC).timestamp()
     morning = dt.datetime(2026, 3, 2, 6, 30, tzinfo=dt.UTC).timestamp()
     assert deadline_at("06:30", evening) == morning  # the next 06:30 after the start

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from jobs import cli
 from jobs.cli.arguments import parse_storage_options
-from jobs.core.config import JobConfig, apply_override, load_config, parse_config
+from jobs.core.config import JobConfig, assign_dotted, load_config, parse_config
 from jobs.engine.guards import check_judge_settings
 from scorer_core.errors import ConfigError
 
@@ -148,7 +148,7 @@ def test_any_value_of_any_key_is_valid_or_a_config_error(key: str, value: str) -
 
 
 def parse_config_with(raw: dict[str, object], assignment: str) -> JobConfig:
-    apply_override(raw, assignment)
+    assign_dotted(raw, assignment, "--set", keep_text=True)
     return parse_config(raw)
 
 

@@ -14,7 +14,6 @@ def shard(n: int) -> Shard:
         shard_id=f"s{n}",
         file_index=0,
         path="in.jsonl",
-        kind="rows",
         format="jsonl",
         start=n,
         end=n + 1,

@@ -21,7 +21,8 @@ from jobs.core.verdict_cache import pair_key
 from jobs.core.verdict_store import VerdictStore, partition_expr
 from jobs.inputs import RowError, list_input_files, plan_shards, read_shard, to_item
 from jobs.inputs import validate_record as preprocess
-from jobs.run.factory import cache_fingerprint, input_spec
+from jobs.inputs.spec import input_spec_of
+from jobs.run.factory import cache_fingerprint
 from jobs.tools.estimation import (
     LITELLM_IMPORT_S,
     OUTPUT_TOKENS_PER_REASON,
@@ -209,7 +210,7 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
     """Write the verdicts a run would have stored for this input (a file of the store, as its
     partitions hold them)."""
     config = load_config(config_path, ["judge.model=openai/gpt-4o-mini"])
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
     fingerprint = cache_fingerprint(config)

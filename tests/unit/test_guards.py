@@ -1,4 +1,4 @@
-"""Start-up guards (jobs.engine.guards, jobs.inputs.survey): refused before Ray starts, exit 2."""
+"""Start-up guards (jobs.engine.guards, jobs.inputs.columns): refused before Ray starts, exit 2."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from jobs import cli
 from jobs.core.config import JobConfig, parse_config
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.inputs import list_input_files
-from jobs.inputs.survey import check_every_file
+from jobs.inputs.columns import check_every_file
 from jobs.run.job import run_job
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import item, spec_for, write_jsonl, write_parquet

@@ -22,10 +22,10 @@ from jobs.inputs import (
     inspect_input,
     list_input_files,
     plan_shards,
-    read_items,
     to_item,
 )
 from jobs.inputs.carry import check_segment_columns, conform, infer_json_type
+from jobs.inputs.records import ItemReader
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import item, raw, spec_for, write_jsonl
 
@@ -238,9 +238,8 @@ def test_read_items_carries_parquet_values_as_read(tmp_path: Path) -> None:
     spec = carried_spec(path, "retriever", "day", context_ids="ids")
     files = list_input_files(spec)
     carried = inspect_input(spec, files).carried
-    records = [
-        r for shard in plan_shards(spec, files, 2) for r in read_items(spec, shard, carried=carried)
-    ]
+    reader = ItemReader(spec)
+    records = [r for shard in plan_shards(spec, files, 2) for r in reader.read(shard, carried)]
     assert all(isinstance(r, ItemRecord) for r in records)
     assert [r.carried for r in records] == [  # type: ignore[union-attr]
         (row["retriever"], row["day"]) for row in rows

@@ -153,13 +153,17 @@ class CountingHandle(io.RawIOBase):
         self.reads = 0
         self.fail_after = fail_after
 
-    def read(self, size: int = -1) -> bytes:
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
         self.reads += 1
         if self.fail_after is not None and self.reads > self.fail_after:
             raise ConnectionResetError("connection reset by peer")
-        data: bytes = self.inner.read(size)
+        data: bytes = self.inner.read(len(buffer))
+        buffer[: len(data)] = data
         self.bytes_read += len(data)
-        return data
+        return len(data)
 
     def seek(self, offset: int, whence: int = 0) -> int:
         return int(self.inner.seek(offset, whence))

@@ -14,7 +14,7 @@ import s3fs
 from jobs.inputs import (
     InputSpec,
     ItemRecord,
-    check_schema,
+    inspect_input,
     list_input_files,
     plan_shards,
     to_item,
@@ -56,7 +56,7 @@ def test_s3_jsonl_and_parquet_end_to_end(moto_s3: MotoS3, s3_prefix: str, tmp_pa
         f"{s3_prefix}/in/{n}" for n in ("a.jsonl", "b.parquet", "c.jsonl.gz")
     ]
     assert files[0].size == len(content)
-    check_schema(spec, files)
+    inspect_input(spec, files)
     for shard_size in (1, 9, 1000):
         shards = plan_shards(spec, files, shard_size)
         got = read_all(spec, shards)

@@ -384,11 +384,11 @@ def test_a_damaged_gzip_file_fails_naming_it(tmp_path: Path) -> None:
 
 
 def test_other_commands_than_run_refuse_traces_naming_why() -> None:
-    from jobs.run import factory
+    from jobs.inputs.spec import input_spec_of
 
     config = parse_config({"input": {"path": "t/", "format": "otlp"}})
     with pytest.raises(ConfigError, match="assembled into items by `ctxprec run` only"):
-        factory.input_spec(config)
+        input_spec_of(config)
 
 
 def test_the_run_reads_the_assembled_items_with_their_columns() -> None:

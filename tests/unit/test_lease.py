@@ -18,7 +18,7 @@ from jobs.core.storage import Store, open_store
 from jobs.engine.driver import resolve_location
 from jobs.engine.lease import RunLease, RunLocked
 from jobs.inputs import list_input_files, plan_shards
-from jobs.run.factory import input_spec
+from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import FatalJudgeError, StorageError
@@ -102,7 +102,7 @@ def staged_run(tmp_path: Path) -> tuple[JobConfig, Store, list[str]]:
             "ray": {"shard_size": 10},
         }
     )
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     assert len(shards) == 3
     location = resolve_location(config)

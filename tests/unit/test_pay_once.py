@@ -22,7 +22,8 @@ from jobs.engine.pairs.lookahead import look_ahead, read_needs
 from jobs.engine.plan import RunPlan
 from jobs.inputs import Shard, list_input_files, plan_shards
 from jobs.inputs import records as input_records
-from jobs.run.factory import input_spec, run_parts
+from jobs.inputs.spec import input_spec_of
+from jobs.run.factory import run_parts
 from scorer_core.types import ScoringItem
 
 FINGERPRINT = "fp"
@@ -65,7 +66,7 @@ def plan(tmp_path: Path) -> RunPlan:
             "ray": {"shard_size": 2, "workers": 1},
         }
     )
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     # JSONL shards are byte ranges: cut exactly at every second line
     offsets = [0, *(sum(map(len, lines[: n + 1])) for n in range(len(lines)))]
     shards = [

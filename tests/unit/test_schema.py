@@ -20,7 +20,7 @@ from jobs.core.schema import (
     Table,
     duplicate_error,
 )
-from jobs.core.verdict_cache import CACHE_SCHEMA
+from jobs.core.verdict_cache import encode_entries
 from jobs.engine.publish.aggregate import BANDS, PositionRate, RunSummary
 from tests.support.paths import REPO
 
@@ -85,7 +85,7 @@ def test_the_cache_files_keep_their_format() -> None:
         [("pair_key", pa.string()), ("relevant", pa.bool_()), ("judge_reason", pa.string())]
     )
     assert VERDICT_CACHE.arrow == existing
-    assert CACHE_SCHEMA is VERDICT_CACHE.arrow
+    assert encode_entries({}).schema == VERDICT_CACHE.arrow
 
 
 def test_build_row_orders_by_the_schema_and_rejects_missing_or_unknown_columns() -> None:

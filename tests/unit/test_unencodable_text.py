@@ -21,9 +21,9 @@ from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import open_store
 from jobs.core.text_safety import encodable, escaped, terminal_safe, unencodable
 from jobs.engine.publish.publisher import publish_run
-from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards, read_items
-from jobs.inputs.records import read_query_ids
-from jobs.run.factory import input_spec
+from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
+from jobs.inputs.records import ItemReader, read_query_ids
+from jobs.inputs.spec import input_spec_of
 from tests.fake_judge import FakeJudgeServer
 from tests.support.job import llm_judge, manifest_of, run_shard, shard_context
 
@@ -73,9 +73,9 @@ def config_for(source: Path, out: Path, **judge: Any) -> JobConfig:
 
 
 def read_all(config: JobConfig) -> list[ItemRecord | RowError]:
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
-    return list(read_items(spec, shard, carried=CARRIED))
+    return list(ItemReader(spec).read(shard, CARRIED))
 
 
 # -- the helpers -------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_a_row_with_unencodable_text_is_its_own_error_naming_the_field(
     # unwritable carried values are null on the error row, the others kept
     assert error.carried == ((None,) if field.startswith("tenant") else ("acme",))
     # the duplicate look-ahead reads the same id the error row has
-    spec = input_spec(config_for(source, tmp_path / "out"))
+    spec = input_spec_of(config_for(source, tmp_path / "out"))
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
     assert [qid for qid, _, _ in read_query_ids(spec, shard)][1] == error.query_id
 
@@ -154,7 +154,7 @@ BAD_ROWS = [
 
 
 def check_shard(config: JobConfig, tmp_path: Path) -> pl.DataFrame:
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
     tables = RunSchema(CARRIED)
     report = run_shard(shard, 0, shard_context(config, "_staging/run_id=u", tables=tables))
@@ -236,7 +236,7 @@ def test_arbitrary_unicode_reads_judges_stages_and_publishes(
     rows = [{**r, "id": f"{n}:{r['id']}", "ids": None} for n, r in enumerate(rows)]
     source = write(tmp_path / "in.jsonl", rows)
     config = config_for(source, tmp_path / "out")
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
     tables = RunSchema(CARRIED)
     report = run_shard(shard, 0, shard_context(config, "_staging/run_id=p", tables=tables))

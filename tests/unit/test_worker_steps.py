@@ -19,7 +19,8 @@ from jobs.engine.shards.shard_rows import error_row, item_row, verdict_rows
 from jobs.engine.shards.worker import ShardRunner
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
 from jobs.inputs import validate_record as preprocess
-from jobs.run.factory import cache_fingerprint, input_spec
+from jobs.inputs.spec import input_spec_of
+from jobs.run.factory import cache_fingerprint
 from scorer_core.precision import context_precision
 from scorer_core.reasons import template_reason
 from scorer_core.types import ContextVerdict, ScoreResult, Usage
@@ -251,7 +252,7 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
     source = tmp_path / "in.jsonl"
     lines, offsets = write_input(source, 40)
     config = lexical_config(source, tmp_path / "out", shard_size)
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     files = list_input_files(spec)
     shards = plan_shards(spec, files, shard_size)
     assert (len(shards) == 1) == (shard_size == 1000)
@@ -351,7 +352,7 @@ def test_run_shard_redoes_a_shard_whose_items_file_is_missing(tmp_path: Path) ->
     source = tmp_path / "in.jsonl"
     write_input(source, 12)
     config = lexical_config(source, tmp_path / "out", 1000)
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
     store = open_store(config.output.path)
     context = shard_context(config, "_staging/run_id=t2")
@@ -385,7 +386,7 @@ def test_duplicates_within_a_shard_are_not_sent_to_the_judge(
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = http_judge_config(source, tmp_path / "out", server, cache=False)
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 100)
     report = run_shard(shard, 0, shard_context(config, "_staging/run_id=dup"))
     assert server.stats()["total_requests"] == 2
@@ -414,7 +415,7 @@ def test_shards_of_one_process_share_one_negotiation_and_report_it(
     source.write_text("".join(json.dumps(good_item(n)) + "\n" for n in range(6)))
     server = fake_judge(accepted_response_formats={"json_object", "text"})
     config = http_judge_config(source, tmp_path / "out", server, cache=True)
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     shards = plan_shards(spec, list_input_files(spec), 3)
     assert len(shards) == 2
     context = shard_context(config, "_staging/run_id=forms")
@@ -456,7 +457,7 @@ def test_run_shard_writes_the_carried_columns_with_their_types(tmp_path: Path) -
             "judge": {"model": "lexical"},
         }
     )
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     files = list_input_files(spec)
     tables = RunSchema(
         [
@@ -500,7 +501,7 @@ def test_a_worker_flushes_its_journal_every_interval_and_when_it_stops(
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(good_item(n)) + "\n" for n in range(6)))
     config = http_judge_config(source, tmp_path / "out", server, cache=True)
-    spec = input_spec(config)
+    spec = input_spec_of(config)
     first, second = plan_shards(spec, list_input_files(spec), 3)
     context = shard_context(config, "_staging/run_id=journal", run_id="journal")
     journal = tmp_path / "out" / "_cache" / cache_fingerprint(config) / "journal"
