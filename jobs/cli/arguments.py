@@ -1,25 +1,42 @@
-"""What the commands' parsers share: the `Command` record, and the options of every command that
-reads a job config (--config, --set) or published runs (--output, --storage-option)."""
+"""A command's arguments from its options record and back (`jobs.tools.tool_options`): one
+argument per field as the field declares it, --config and --set for a `config` field, --output
+and --storage-option for a `root` field; and the `Command` record every command is."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import Any, TypeVar
 
-from jobs.tools.tool_options import ConfigSource, PublishedRoot
+from jobs.tools.tool_options import ConfigSource, PublishedRoot, check_minimum, flag_of
+from scorer_core.errors import ConfigError
+
+Options = TypeVar("Options")
+# Keywords of `tool_options.option` that are ours, not `ArgumentParser.add_argument`'s.
+_OURS = ("help", "flag", "positional", "older", "older_help", "minimum")
 
 
 @dataclass(frozen=True)
 class Command:
-    """A `ctxprec` command: its name and help, its options, and what runs it (the parsed
+    """A `ctxprec` command: its name and help, its arguments, and what runs it (the parsed
     arguments in, the exit code out; it imports the command's tool only when called)."""
 
     name: str
     summary: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+
+
+def tool_command(name: str, summary: str, options: type, tool: str) -> Command:
+    """The command that runs `tool`'s `run` (a module name) on its `options` record."""
+    return Command(name, summary, partial(add_options, options), partial(run_tool, tool, options))
+
+
+def run_tool(tool: str, options: type, args: argparse.Namespace) -> int:
+    return int(importlib.import_module(tool).run(options_of(options, args)))
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,10 +49,6 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set rate_limit.requests_per_minute=600",
     )
-
-
-def config_source(args: argparse.Namespace) -> ConfigSource:
-    return ConfigSource(args.config, tuple(args.set))
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,10 +70,6 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def published_root(args: argparse.Namespace) -> PublishedRoot:
-    return PublishedRoot(args.output, parse_storage_options(args.storage_option))
-
-
 def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:
     """KEY=VALUE strings into fsspec storage options; dotted keys nest, values parsed as YAML."""
     from jobs.core.config import assign_dotted
@@ -69,3 +78,51 @@ def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:
     for assignment in assignments:
         assign_dotted(options, assignment, "--storage-option", empty="")
     return options
+
+
+def add_options(options: type, parser: argparse.ArgumentParser) -> None:
+    """The arguments the fields of the record `options` declare, in their order."""
+    for f in fields(options):
+        if f.name in ("config", "root"):
+            (add_config_arguments if f.name == "config" else add_output_arguments)(parser)
+            continue
+        declared = f.metadata
+        argument = {key: value for key, value in declared.items() if key not in _OURS}
+        text = declared["help"].format(default=f.default)
+        if declared.get("positional"):
+            parser.add_argument(f.name, help=text, **argument)
+            continue
+        # None when not given: the record's default then applies
+        parser.add_argument(
+            flag_of(f.name, declared), dest=f.name, default=None, help=text, **argument
+        )
+        if "older" in declared:
+            older = {"dest": f"older_{f.name}", "default": None, "help": declared["older_help"]}
+            parser.add_argument(declared["older"], **older, **argument)
+
+
+def options_of(options: type[Options], args: argparse.Namespace) -> Options:
+    """The record `options` from the parsed arguments."""
+    values: dict[str, Any] = {}
+    for f in fields(options):  # type: ignore[arg-type]
+        if f.name == "config":
+            values["config"] = ConfigSource(args.config, tuple(args.set))
+        elif f.name == "root":
+            values["root"] = PublishedRoot(args.output, parse_storage_options(args.storage_option))
+        elif (value := _given(f.name, f.metadata, args)) is not None:
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return options(**values)
+
+
+def _given(name: str, declared: Any, args: argparse.Namespace) -> Any:
+    """The field's value as given: under its flag or its older one (the same value if both)."""
+    older = declared.get("older")
+    if older is None:
+        return getattr(args, name)
+    given = {flag_of(name, declared): getattr(args, name), older: getattr(args, f"older_{name}")}
+    given = {flag: value for flag, value in given.items() if value is not None}
+    if len(set(given.values())) > 1:
+        raise ConfigError(f"{' and '.join(given)} are the same setting; give one")
+    for flag, value in given.items():
+        check_minimum(flag, value, declared.get("minimum"))
+    return next(iter(given.values()), None)

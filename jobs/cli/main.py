@@ -1,9 +1,10 @@
-"""`ctxprec`: the parser of every command, and the dispatch to the command's module.
+"""`ctxprec`: every command's parser, and the dispatch to the command.
 
-Each command is a module of this package (its options, and the call of its tool); they import
-nothing heavy until a command runs, so `ctxprec --help` never loads Polars, pyarrow, fsspec,
-litellm or Ray. Errors and exit codes follow one policy for every command,
-`scorer_core.cli.call_handler`: 0 success, 1 failed, 2 bad usage/config/input, 3 no score.
+A command that runs a tool is a row of `COMMANDS`: its name, help, options record (whose fields
+declare its arguments, `jobs.tools.tool_options`) and tool module. Nothing heavy is imported
+until a command runs, so `ctxprec --help` never loads Polars, pyarrow, fsspec, litellm or Ray.
+Errors and exit codes follow one policy for every command, `scorer_core.cli.call_handler`: 0
+success, 1 failed, 2 bad usage/config/input, 3 no score.
 """
 
 from __future__ import annotations
@@ -12,13 +13,71 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from jobs.cli import cache, calibrate, compare, estimate, report, run, score, status
-from jobs.cli.arguments import Command
+from jobs.cli.arguments import Command, add_config_arguments, tool_command
 from jobs.core.console import configure_logging
-from scorer_core.cli import call_handler
+from jobs.tools.tool_options import (
+    CacheOptions,
+    CalibrateOptions,
+    CompareOptions,
+    EstimateOptions,
+    ReportOptions,
+    StatusOptions,
+)
+from scorer_core.cli import add_score_arguments, call_handler, run_score
 
-COMMANDS: tuple[Command, ...] = tuple(
-    module.COMMAND for module in (score, run, estimate, calibrate, compare, report, status, cache)
+
+def _run_job(args: argparse.Namespace) -> int:
+    from jobs.run.job import run_command
+
+    return run_command(args.config, args.set)
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "score", "score one item given as JSON (a file, or stdin)", add_score_arguments, run_score
+    ),
+    Command(
+        "run",
+        "run the scoring job on a dataset (Ray); the same as python -m jobs.context_precision",
+        add_config_arguments,
+        _run_job,
+    ),
+    tool_command(
+        "estimate",
+        "count items, judge calls, tokens, cost and time of a run, without running it",
+        EstimateOptions,
+        "jobs.tools.estimation",
+    ),
+    tool_command(
+        "calibrate",
+        "measure the configured judge against human relevance labels",
+        CalibrateOptions,
+        "jobs.tools.calibration",
+    ),
+    tool_command(
+        "compare",
+        "compare two published runs; exit 1 on a significant drop or a changed judge",
+        CompareOptions,
+        "jobs.tools.comparison",
+    ),
+    tool_command(
+        "report",
+        "write a self-contained HTML report of a published run",
+        ReportOptions,
+        "jobs.tools.report",
+    ),
+    tool_command(
+        "status",
+        "where a run stands: shards staged, batches and their counts (asks no judge)",
+        StatusOptions,
+        "jobs.tools.run_status",
+    ),
+    tool_command(
+        "cache",
+        "compact the verdict store: merge small files, drop expired and duplicate verdicts",
+        CacheOptions,
+        "jobs.tools.store_maintenance",
+    ),
 )
 
 

@@ -17,7 +17,6 @@ import textwrap
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TextIO
 
 from pydantic import BaseModel, ConfigDict
@@ -29,15 +28,8 @@ from jobs.inputs.labels import LabelledItem, load_labels
 from jobs.run import factory
 from jobs.run.canary import judge_labelled
 from jobs.tools.tool_options import CalibrateOptions
+from scorer_core import metrics
 from scorer_core.errors import InputError
-from scorer_core.metrics import (
-    cohen_kappa,
-    confusion,
-    kendall_tau_b,
-    pearson,
-    precision_recall_f1,
-    spearman,
-)
 from scorer_core.precision import context_precision
 from scorer_core.response_format import negotiation_summary
 from scorer_core.types import ScoreResult, Usage, as_verdict_flags
@@ -174,97 +166,19 @@ def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-@dataclass
-class _Tally:
-    """The scored items' verdicts and scores, gathered for the metrics."""
-
-    statuses: Counter[str] = field(default_factory=Counter)
-    problems: list[str] = field(default_factory=list)
-    pred: list[bool] = field(default_factory=list)
-    gold: list[bool] = field(default_factory=list)
-    judge_scores: list[float] = field(default_factory=list)
-    label_scores: list[float] = field(default_factory=list)
-    by_retriever: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
-
-    def add(self, labelled: LabelledItem, result: ScoreResult) -> None:
-        self.statuses[result.status] += 1
-        self.usage = self.usage + result.usage
-        if result.status != "ok":
-            if len(self.problems) < _MAX_INVALID_EXAMPLES:
-                self.problems.append(f"{labelled.item_id}: {result.status}: {result.error}")
-            return
-        flags = as_verdict_flags(result.verdicts)
-        self.pred.extend(flags)
-        self.gold.extend(labelled.gold)
-        judge_score = context_precision(flags)
-        label_score = context_precision(labelled.gold)
-        self.judge_scores.append(judge_score)
-        self.label_scores.append(label_score)
-        if labelled.retriever is not None:
-            pair = self.by_retriever.setdefault(labelled.retriever, ([], []))
-            pair[0].append(judge_score)
-            pair[1].append(label_score)
-
-
-def _per_context(pred: list[bool], gold: list[bool]) -> ContextAgreement:
-    prf = precision_recall_f1(pred, gold)
-    counts = confusion(pred, gold)
-    return ContextAgreement(
-        contexts=len(pred),
-        human_yes_rate=(sum(gold) / len(gold)) if gold else None,
-        judge_yes_rate=(sum(pred) / len(pred)) if pred else None,
-        tp=counts.tp,
-        fp=counts.fp,
-        fn=counts.fn,
-        tn=counts.tn,
-        precision=prf.precision,
-        recall=prf.recall,
-        f1=prf.f1,
-        cohen_kappa=cohen_kappa(pred, gold),
-    )
-
-
-def _per_item(judge_scores: list[float], label_scores: list[float]) -> ItemAgreement:
-    return ItemAgreement(
-        items=len(judge_scores),
-        pearson=pearson(judge_scores, label_scores),
-        spearman=spearman(judge_scores, label_scores),
-        mean_judge=_mean(judge_scores),
-        mean_labels=_mean(label_scores),
-    )
-
-
-def _retrievers(
-    by_retriever: dict[str, tuple[list[float], list[float]]],
-) -> tuple[tuple[RetrieverMeans, ...], float | None]:
-    """Each retriever's means, and Kendall's tau-b between the two rankings (2+ retrievers)."""
-    means = tuple(
-        RetrieverMeans(
-            retriever=name,
-            items=len(scores[0]),
-            mean_judge=_mean(scores[0]),
-            mean_labels=_mean(scores[1]),
-        )
-        for name, scores in sorted(by_retriever.items())
-    )
-    tau = None
-    if len(means) >= 2:
-        tau = kendall_tau_b(
-            [_mean(s[0]) or 0.0 for s in by_retriever.values()],
-            [_mean(s[1]) or 0.0 for s in by_retriever.values()],
-        )
-    return means, tau
-
-
 def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> Agreement:
     """Metrics over the items the judge scored (`status == "ok"`); the rest are counted."""
-    tally = _Tally()
-    for labelled, result in zip(items, results, strict=True):
-        tally.add(labelled, result)
-    statuses = tally.statuses
-    retrievers, tau = _retrievers(tally.by_retriever)
-    usage = tally.usage
+    pairs = list(zip(items, results, strict=True))
+    statuses = Counter(result.status for result in results)
+    usage = sum((result.usage for result in results), Usage())
+    problems = [f"{i.item_id}: {r.status}: {r.error}" for i, r in pairs if r.status != "ok"]
+    scored = [(i, as_verdict_flags(r.verdicts)) for i, r in pairs if r.status == "ok"]
+    pred = [flag for _, flags in scored for flag in flags]
+    gold = [flag for labelled, _ in scored for flag in labelled.gold]
+    # each scored item's score by the judge's verdicts and by the labels, and its retriever
+    scores = [(context_precision(f), context_precision(i.gold), i.retriever) for i, f in scored]
+    judge, labels = [s[0] for s in scores], [s[1] for s in scores]
+    retrievers, tau = _retrievers(scores)
     return Agreement(
         items=ItemStatuses(
             judged=len(results),
@@ -273,19 +187,49 @@ def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> 
             error=statuses["error"],
             excluded=len(results) - statuses["ok"],
         ),
-        excluded_examples=tuple(tally.problems),
-        per_context=_per_context(tally.pred, tally.gold),
-        per_item=_per_item(tally.judge_scores, tally.label_scores),
+        excluded_examples=tuple(problems[:_MAX_INVALID_EXAMPLES]),
+        per_context=ContextAgreement(
+            contexts=len(pred),
+            human_yes_rate=(sum(gold) / len(gold)) if gold else None,
+            judge_yes_rate=(sum(pred) / len(pred)) if pred else None,
+            **metrics.confusion(pred, gold)._asdict(),
+            **metrics.precision_recall_f1(pred, gold)._asdict(),
+            cohen_kappa=metrics.cohen_kappa(pred, gold),
+        ),
+        per_item=ItemAgreement(
+            items=len(judge),
+            pearson=metrics.pearson(judge, labels),
+            spearman=metrics.spearman(judge, labels),
+            mean_judge=_mean(judge),
+            mean_labels=_mean(labels),
+        ),
         retrievers=retrievers,
         retriever_kendall_tau_b=tau,
-        usage=JudgeUsage(
-            calls=usage.calls,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            retries=usage.retries,
-            reasks=usage.reasks,
-        ),
+        usage=JudgeUsage(**{name: getattr(usage, name) for name in JudgeUsage.model_fields}),
     )
+
+
+def _retrievers(
+    scores: Sequence[tuple[float, float, str | None]],
+) -> tuple[tuple[RetrieverMeans, ...], float | None]:
+    """Each retriever's means, and Kendall's tau-b between the two rankings (2+ retrievers)."""
+    by_retriever: dict[str, list[tuple[float, float]]] = {}
+    for judge, label, retriever in scores:
+        if retriever is not None:
+            by_retriever.setdefault(retriever, []).append((judge, label))
+    means = tuple(
+        RetrieverMeans(
+            retriever=name,
+            items=len(pairs),
+            mean_judge=_mean([judge for judge, _ in pairs]),
+            mean_labels=_mean([label for _, label in pairs]),
+        )
+        for name, pairs in sorted(by_retriever.items())
+    )
+    if len(means) < 2:
+        return means, None
+    ranked_by_judge = [m.mean_judge or 0.0 for m in means]
+    return means, metrics.kendall_tau_b(ranked_by_judge, [m.mean_labels or 0.0 for m in means])
 
 
 def calibrate(

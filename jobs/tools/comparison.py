@@ -21,12 +21,11 @@ from jobs.core.stats import LEVEL, Moments, holm, moments_by, paired_test, welch
 from jobs.core.text_safety import terminal_safe
 from jobs.engine import band_range, relevance_by_position
 from jobs.run.canary import CanaryResult
-from jobs.tools.published_runs import PublishedRun, load_run, write_parquet_file
+from jobs.tools.published_runs import PublishedRun, load_run, write_file
 from jobs.tools.tool_options import CompareOptions
 from scorer_core.errors import ConfigError
 
-# Means are averages of 2-decimal scores; a difference below this is float noise.
-_EPSILON = 1e-9
+_EPSILON = 1e-9  # means are averages of 2-decimal scores: a difference below this is float noise
 _STATUSES = ("ok", "unscored", "error")
 _KEYS = ("score", "status", "relevant_count")
 
@@ -42,6 +41,10 @@ TABLE_COLUMNS = (
     "relevant_count_b",
 )
 """The per-query table's columns, before one column per segment column."""
+
+PAIRED_SHARE = 0.5
+"""The runs are compared paired by query when the queries scored ok in both are at least this
+share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,10 @@ class ScoreStats:
 
 @dataclass(frozen=True)
 class SegmentShift:
-    """How one segment's scores moved (or the whole run's, `by` ""), with its test.
-
-    Paired: the mean of its per-query differences B - A over its queries scored ok in both
-    runs; unpaired: over its queries scored ok in each run. `p_adjusted` is Holm's across the
-    gated tests (None for a segment not gated); `gated`: big enough to fail the gate;
-    `failed`: it did (a significant drop of at least the minimum effect)."""
+    """How one segment's scores moved (or the whole run's, `by` ""), with its test: paired, over
+    its queries scored ok in both runs; unpaired, over its queries scored ok in each run.
+    `p_adjusted`: Holm's across the gated tests; `failed`: a significant drop of at least the
+    minimum effect."""
 
     by: str  # the segment column ("" for the whole run)
     value: str | None  # its value in run B, as text (None: null)
@@ -80,7 +81,7 @@ class SegmentShift:
     p_value: float | None = None
     p_adjusted: float | None = None
     significant: bool = False
-    gated: bool = False
+    gated: bool = False  # big enough to fail the gate
     failed: bool = False
 
     @property
@@ -117,13 +118,12 @@ class Comparison:
     unchanged: int
     regressed: int
     lost: int  # ok in A, present in B but not ok there
-    # Items per score band (name, count) from each run's summary: all its items scored ok.
-    bands_a: tuple[tuple[str, int], ...] = ()
+    bands_a: tuple[tuple[str, int], ...] = ()  # (band, items) from each run's summary
     bands_b: tuple[tuple[str, int], ...] = ()
     segments: tuple[SegmentShift, ...] = ()  # per segment column, values sorted, null last
     segment_columns: tuple[str, ...] = ()
     unsegmented: tuple[str, ...] = ()  # B's summary columns that run A's scores lack
-    overall: SegmentShift | None = None  # the whole run's shift and test
+    overall: SegmentShift | None = None
     method: str = "paired"  # or "unpaired" when the runs share too few queries
     canary_a: CanaryResult | None = None  # each run's judge canary (None: it judged none)
     canary_b: CanaryResult | None = None
@@ -196,52 +196,41 @@ class Gate:
 # computation
 
 
-def _one_row_per_query(scores: pl.LazyFrame, extra: Sequence[str] = ()) -> pl.LazyFrame:
-    """The scored row of each query_id: later duplicates (status error, "duplicate query_id")
-    are dropped so a join cannot multiply rows."""
-    is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
-    return (
-        scores.filter(~is_duplicate)
-        .select("query_id", *_KEYS, *extra)
-        .unique(subset="query_id", keep="first", maintain_order=True)
-    )
-
-
 def comparison_table(
     scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
 ) -> pl.LazyFrame:
     """Per query_id: both runs' scores, statuses and relevant counts, delta and presence, and
-    the value of each `segment_by` column (B's, else A's; as text when the runs' types differ)."""
-    schema_a = scores_a.collect_schema()
-    schema_b = scores_b.collect_schema()
-    same_type = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
+    the value of each `segment_by` column (B's, else A's; as text when the runs' types differ).
+    A later duplicate query_id (status error) is dropped so the join cannot multiply rows."""
+    same_type = {
+        c: scores_a.collect_schema().get(c) == scores_b.collect_schema().get(c) for c in segment_by
+    }
+    is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
 
     def side(scores: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
-        return _one_row_per_query(scores, segment_by).select(
-            "query_id",
-            *(pl.col(k).alias(f"{k}_{suffix}") for k in _KEYS),
-            *(
-                (pl.col(c) if same_type[c] else pl.col(c).cast(pl.String)).alias(f"{c}_{suffix}")
-                for c in segment_by
-            ),
-            pl.lit(True).alias(f"_in_{suffix}"),
+        return (
+            scores.filter(~is_duplicate)
+            .unique(subset="query_id", keep="first", maintain_order=True)
+            .select(
+                "query_id",
+                *(pl.col(k).alias(f"{k}_{suffix}") for k in _KEYS),
+                *(
+                    (pl.col(c) if same_type[c] else pl.col(c).cast(pl.String)).alias(
+                        f"{c}_{suffix}"
+                    )
+                    for c in segment_by
+                ),
+                pl.lit(True).alias(f"_in_{suffix}"),
+            )
         )
 
-    a = side(scores_a, "a")
-    b = side(scores_b, "b")
-    in_a = pl.col("_in_a").fill_null(False)
-    in_b = pl.col("_in_b").fill_null(False)
-    presence = (
-        pl.when(in_a & in_b)
-        .then(pl.lit("both"))
-        .when(in_a)
-        .then(pl.lit("only_a"))
-        .otherwise(pl.lit("only_b"))
-    )
+    in_a, in_b = pl.col("_in_a").fill_null(False), pl.col("_in_b").fill_null(False)
+    presence = pl.when(in_a & in_b).then(pl.lit("both")).when(in_a).then(pl.lit("only_a"))
     return (
-        a.join(b, on="query_id", how="full", coalesce=True)
+        side(scores_a, "a")
+        .join(side(scores_b, "b"), on="query_id", how="full", coalesce=True)
         .with_columns(
-            presence.alias("presence"),
+            presence.otherwise(pl.lit("only_b")).alias("presence"),
             (pl.col("score_b") - pl.col("score_a")).round(6).alias("delta"),
             *(pl.coalesce(f"{c}_b", f"{c}_a").alias(c) for c in segment_by),
         )
@@ -255,23 +244,9 @@ def score_stats(scores: pl.Series) -> ScoreStats:
     values = scores.drop_nulls().cast(pl.Float64)
     if values.is_empty():
         return ScoreStats(0, None, None, None, None)
-
-    number = fmt.optional_float
-    return ScoreStats(
-        count=values.len(),
-        mean=number(values.mean()),
-        median=number(values.median()),
-        p10=number(values.quantile(0.1, interpolation="linear")),
-        p90=number(values.quantile(0.9, interpolation="linear")),
-    )
-
-
-def status_counts(table: pl.DataFrame, column: str) -> dict[str, int]:
-    """Rows per status value in `column` (ok, unscored, error first; nulls not counted)."""
-    counts = {status: 0 for status in _STATUSES}
-    for status, count in table.get_column(column).drop_nulls().value_counts().iter_rows():
-        counts[str(status)] = int(count)
-    return counts
+    quantile = [values.quantile(q, interpolation="linear") for q in (0.1, 0.9)]
+    figures = [values.mean(), values.median(), *quantile]
+    return ScoreStats(values.len(), *(fmt.optional_float(v) for v in figures))
 
 
 def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.LazyFrame:
@@ -279,11 +254,8 @@ def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.La
     delta (rate_b - rate_a; null where a run has no judged context at that position)."""
 
     def side(verdicts: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
-        return relevance_by_position(verdicts).select(
-            "position",
-            pl.col("judged").alias(f"judged_{suffix}"),
-            pl.col("rate").alias(f"rate_{suffix}"),
-        )
+        rates = relevance_by_position(verdicts)
+        return rates.select("position", pl.col("judged", "rate").name.suffix(f"_{suffix}"))
 
     return (
         side(verdicts_a, "a")
@@ -301,62 +273,74 @@ def segment_columns(
     `asked` (--by): those columns, each of which both runs' scores must have (`ConfigError`
     naming the run that lacks it); None: the columns B's summary is segmented by.
     """
-    columns_a = set(run_a.scores().collect_schema().names())
-    columns_b = set(run_b.scores().collect_schema().names())
-    if asked:
-        for column in asked:
-            if column in TABLE_COLUMNS:
+    runs = (run_a, run_b)
+    names = [set(run.scores().collect_schema().names()) for run in runs]
+    for column in asked or ():
+        if column in TABLE_COLUMNS:
+            raise ConfigError(
+                f"--by {column}: a column of the comparison table itself; segment by a "
+                "carried column (input.carry)"
+            )
+        for run, columns in zip(runs, names, strict=True):
+            if column not in columns:
                 raise ConfigError(
-                    f"--by {column}: a column of the comparison table itself; segment by a "
-                    "carried column (input.carry)"
+                    f"--by {column}: run {run.run_id}'s scores have no column {column!r} "
+                    "(segment by a column both runs carry, input.carry)"
                 )
-            for run, columns in ((run_a, columns_a), (run_b, columns_b)):
-                if column not in columns:
-                    raise ConfigError(
-                        f"--by {column}: run {run.run_id}'s scores have no column {column!r} "
-                        "(segment by a column both runs carry, input.carry)"
-                    )
+    if asked:
         return tuple(dict.fromkeys(asked)), ()
     default = run_b.summary.segment_columns
-    usable = tuple(
-        c for c in default if c in columns_a and c in columns_b and c not in TABLE_COLUMNS
-    )
+    usable = tuple(c for c in default if c in names[0] & names[1] and c not in TABLE_COLUMNS)
     return usable, tuple(c for c in default if c not in usable)
 
 
-PAIRED_SHARE = 0.5
-"""The runs are compared paired by query when the queries scored ok in both are at least this
-share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
+def _both_ok() -> pl.Expr:
+    ok = (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok")
+    return ok & pl.col("delta").is_not_null()
 
 
 def choose_method(table: pl.DataFrame) -> str:
-    """How to compare: paired when the runs share enough queries scored ok in both
-    (`PAIRED_SHARE`), else unpaired."""
-    ok_a = table.filter(pl.col("status_a") == "ok").height
-    ok_b = table.filter(pl.col("status_b") == "ok").height
+    """Paired when the runs share enough queries scored ok in both (`PAIRED_SHARE`), else
+    unpaired."""
+    ok_a, ok_b = (table.filter(pl.col(f"status_{x}") == "ok").height for x in "ab")
     both = table.filter(_both_ok()).height
     return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
 
 
-def _both_ok() -> pl.Expr:
-    return (
-        (pl.col("status_a") == "ok") & (pl.col("status_b") == "ok") & pl.col("delta").is_not_null()
-    )
+def _shifts(table: pl.DataFrame, method: str, column: str | None) -> list[SegmentShift]:
+    """The shift and test of the whole run (`column` None) or of each value of `column` (as
+    text, sorted, null last; paired, only the values with a query scored ok in both runs)."""
+    keys = [pl.col(column).cast(pl.String)] if column else []
+    paired = table.filter(_both_ok())
+    if method == "paired":
+        sides = {"a": (paired, "score_a"), "b": (paired, "score_b")}
+    else:
+        sides = {x: (table.filter(pl.col(f"status_{x}") == "ok"), f"score_{x}") for x in "ab"}
+    sides["d"] = (paired, "delta")
+    moments: dict[tuple[Any, ...], dict[str, Moments]] = {}
+    for name, (frame, score) in sides.items():
+        for key, found in moments_by(frame, score, keys).items():
+            moments.setdefault(key, {})[name] = found
+    fell = moments_by(paired.filter(pl.col("delta") < -_EPSILON), "delta", keys)
+    shown = [key for key, m in moments.items() if "d" in m or method != "paired"]
+    return [
+        _shift(column or "", key, method, moments[key], fell.get(key, Moments()).n)
+        for key in sorted(shown, key=lambda key: [(v is None, v or "") for v in key])
+    ]
 
 
 def _shift(
-    by: str, value: str | None, method: str, moments: dict[str, Moments], regressed: int
+    by: str, key: tuple[Any, ...], method: str, moments: dict[str, Moments], regressed: int
 ) -> SegmentShift:
-    """One segment's (or the run's) shift and test from its Moments: "a", "b" (scores) and "d"
-    (paired differences)."""
-    a, b, d = moments.get("a", Moments()), moments.get("b", Moments()), moments.get("d", Moments())
+    """The shift and test of segment `key` (`()`: the run) from the Moments of its scores "a",
+    "b" and differences "d"."""
+    a, b, d = (moments.get(x, Moments()) for x in "abd")
     test = paired_test(d) if method == "paired" else welch_test(a, b)
-    queries = d.n if method == "paired" else min(a.n, b.n)
     diff = test.diff if test else (d.mean if method == "paired" else _diff(a.mean, b.mean))
     return SegmentShift(
         by=by,
-        value=value,
-        paired=queries,
+        value=key[0] if key else None,
+        paired=d.n if method == "paired" else min(a.n, b.n),
         mean_a=a.mean,
         mean_b=b.mean,
         regressed=regressed,
@@ -368,56 +352,16 @@ def _shift(
     )
 
 
-def _side_moments(
-    table: pl.DataFrame, method: str, keys: Sequence[str]
-) -> dict[tuple[Any, ...], dict[str, Moments]]:
-    """Per value of `keys`: the Moments of "a" and "b" scores (both ok, paired; each run's ok
-    queries, unpaired) and of the paired differences "d"."""
-    paired = table.filter(_both_ok())
-    if method == "paired":
-        sides = {"a": (paired, "score_a"), "b": (paired, "score_b"), "d": (paired, "delta")}
-    else:
-        sides = {
-            "a": (table.filter(pl.col("status_a") == "ok"), "score_a"),
-            "b": (table.filter(pl.col("status_b") == "ok"), "score_b"),
-            "d": (paired, "delta"),
-        }
-    out: dict[tuple[Any, ...], dict[str, Moments]] = {}
-    for name, (frame, column) in sides.items():
-        for key, moments in moments_by(frame, column, [pl.col(k) for k in keys]).items():
-            out.setdefault(key, {})[name] = moments
-    return out
-
-
-def overall_shift(table: pl.DataFrame, method: str, regressed: int) -> SegmentShift:
+def overall_shift(table: pl.DataFrame, method: str) -> SegmentShift:
     """The whole run's shift and test."""
-    return _shift("", None, method, _side_moments(table, method, []).get((), {}), regressed)
+    return _shifts(table, method, None)[0]
 
 
 def segment_shifts(
     table: pl.DataFrame, segment_by: Sequence[str], method: str = "paired"
 ) -> tuple[SegmentShift, ...]:
-    """Per value of each column (as text, sorted, null last): the shift and its test (paired:
-    over its queries scored ok in both runs). Segments with no such query are left out."""
-    paired = table.filter(_both_ok())
-    shifts: list[SegmentShift] = []
-    for column in segment_by:
-        keyed = table.with_columns(pl.col(column).cast(pl.String).alias("segment"))
-        moments = _side_moments(keyed, method, ["segment"])
-        regressed = dict(
-            paired.group_by(pl.col(column).cast(pl.String).alias("segment"))
-            .agg((pl.col("delta") < -_EPSILON).sum().alias("regressed"))
-            .iter_rows()
-        )
-        values = sorted(
-            (key[0] for key, m in moments.items() if m.get("d", Moments()).n or method != "paired"),
-            key=lambda v: (v is None, v or ""),
-        )
-        shifts.extend(
-            _shift(column, value, method, moments[(value,)], int(regressed.get(value) or 0))
-            for value in values
-        )
-    return tuple(shifts)
+    """Per value of each column: the shift and its test."""
+    return tuple(shift for column in segment_by for shift in _shifts(table, method, column))
 
 
 def compare_runs(
@@ -434,39 +378,41 @@ def compare_runs(
     )
     paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
-    regressed = int((deltas < -_EPSILON).sum())
     method = choose_method(table)
-    lost = table.filter(
+    lost = (
         (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
-    ).height
-    presence = {
-        name: table.filter(pl.col("presence") == name).height
-        for name in ("both", "only_a", "only_b")
+    )
+    statuses = {
+        x: {status: 0 for status in _STATUSES}
+        | dict(table[f"status_{x}"].drop_nulls().value_counts().iter_rows())
+        for x in "ab"
     }
     return Comparison(
         run_a=run_a.run_id,
         run_b=run_b.run_id,
         table=table,
         positions=positions,
-        status_a=status_counts(table, "status_a"),
-        status_b=status_counts(table, "status_b"),
-        presence=presence,
+        status_a=statuses["a"],
+        status_b=statuses["b"],
+        presence={
+            p: table.filter(pl.col("presence") == p).height for p in ("both", "only_a", "only_b")
+        },
         stats_a=score_stats(paired.get_column("score_a")),
         stats_b=score_stats(paired.get_column("score_b")),
         stats_delta=score_stats(deltas),
         improved=int((deltas > _EPSILON).sum()),
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
-        regressed=regressed,
-        lost=lost,
+        regressed=int((deltas < -_EPSILON).sum()),
+        lost=table.filter(lost).height,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
         segments=segment_shifts(table, columns, method),
         segment_columns=columns,
-        overall=overall_shift(table, method, regressed),
+        unsegmented=unsegmented,
+        overall=overall_shift(table, method),
         method=method,
         canary_a=CanaryResult.of_metrics(run_a.summary.canary),
         canary_b=CanaryResult.of_metrics(run_b.summary.canary),
-        unsegmented=unsegmented,
     )
 
 
@@ -497,10 +443,8 @@ def adjust(
     gated = [
         i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
     ]
-    family = [overall.p_value if overall.p_value is not None else 1.0] + [
-        float(segments[i].p_value or 0.0) for i in gated
-    ]
-    adjusted = holm(family)
+    family = [1.0 if overall.p_value is None else overall.p_value]
+    adjusted = holm(family + [float(segments[i].p_value or 0.0) for i in gated])
     out = list(segments)
     for rank, index in enumerate(gated, start=1):
         out[index] = _tested(segments[index], adjusted[rank], min_effect)
@@ -516,8 +460,9 @@ def canary_change(
         return None
     a, b = a or CanaryResult(), b or CanaryResult()
     change = None if a.kappa is None or b.kappa is None else b.kappa - a.kappa
-    failed = change is not None and change < -max_drop - _EPSILON
-    return CanaryChange(a, b, change, max_drop, failed)
+    return CanaryChange(
+        a, b, change, max_drop, change is not None and change < -max_drop - _EPSILON
+    )
 
 
 def _p(value: float | None) -> str:
@@ -540,8 +485,7 @@ def _why(shift: SegmentShift, min_effect: float) -> str:
     return "significant rise" if shift.diff else "no change"
 
 
-def _overall_line(overall: SegmentShift, failed: bool, min_effect: float) -> str:
-    o = overall
+def _overall_line(o: SegmentShift, failed: bool, min_effect: float) -> str:
     stats = (
         f"(from {o.mean_a:.4f} to {o.mean_b:.4f}; 95% CI {_ci(o)}, p {_p(o.p_adjusted)} after "
         f"Holm, {o.method} over {o.paired:,} queries)"
@@ -581,15 +525,9 @@ def gate(
     """Fail on a drop, overall or in a segment with at least `min_segment_size` queries, that
     is significant after Holm's correction across them and at least `min_effect`; or when the
     canary's kappa fell more than `max_canary_drop` (the judge changed)."""
-    canary = canary_change(comparison.canary_a, comparison.canary_b, max_canary_drop)
-    return decide(
-        comparison.overall,
-        comparison.segments,
-        comparison.method,
-        min_effect,
-        min_segment_size,
-        canary,
-    )
+    c = comparison
+    canary = canary_change(c.canary_a, c.canary_b, max_canary_drop)
+    return decide(c.overall, c.segments, c.method, min_effect, min_segment_size, canary)
 
 
 def decide(
@@ -602,12 +540,8 @@ def decide(
 ) -> Gate:
     """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
     if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
-        return Gate(
-            False,
-            "FAIL: no query is scored ok in both runs; nothing to compare",
-            segments=tuple(segments),
-            canary=canary,
-        )
+        message = "FAIL: no query is scored ok in both runs; nothing to compare"
+        return Gate(False, message, segments=tuple(segments), canary=canary)
     overall, tested = adjust(overall, segments, min_effect, min_segment_size)
     failed = tuple(s for s in tested if s.failed)
     passed = not overall.failed and not failed and not (canary and canary.failed)
@@ -656,10 +590,7 @@ def format_shift(comparison: Comparison) -> str:
     columns = _change_columns(Column(align="<", width=24))
     labels = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}
     counts = [_counts("items", sum(c.status_a.values()), sum(c.status_b.values()))]
-    counts += [
-        _counts(labels[status], c.status_a.get(status, 0), c.status_b.get(status, 0))
-        for status in _STATUSES
-    ]
+    counts += [_counts(labels[s], c.status_a.get(s, 0), c.status_b.get(s, 0)) for s in _STATUSES]
     a, b = c.stats_a.as_dict(), c.stats_b.as_dict()
     stats = [
         (
@@ -697,17 +628,23 @@ def format_bands(comparison: Comparison) -> str:
         )
         for name in dict.fromkeys([*a, *b])
     ]
-    return table(
-        _change_columns(Column("band", "<", 22)),
-        rows,
-        title="score bands (score / scale; all items scored ok in each run):",
-        indent="  ",
-        gap="",
-    )
+    title = "score bands (score / scale; all items scored ok in each run):"
+    return table(_change_columns(Column("band", "<", 22)), rows, title=title, indent="  ", gap="")
 
 
-def _count(value: object) -> str:
-    return "-" if value is None else str(value)
+def _change_rows(
+    rows: pl.DataFrame, key: str, value: str, count: str, digits: int
+) -> list[tuple[object, ...]]:
+    """Per row: its `key`, both runs' `value`, the delta, both runs' `count` ("-" for null)."""
+    return [
+        (
+            row[key],
+            *(fmt.number(row[f"{value}_{x}"], digits) for x in "ab"),
+            fmt.number(row["delta"], digits, signed=True),
+            *("-" if row[f"{count}_{x}"] is None else str(row[f"{count}_{x}"]) for x in "ab"),
+        )
+        for row in rows.iter_rows(named=True)
+    ]
 
 
 _REGRESSIONS = (
@@ -715,27 +652,6 @@ _REGRESSIONS = (
     *(Column(name, width=9) for name in ("score A", "score B", "delta")),
     *(Column(name, width=7) for name in ("rel A", "rel B")),
 )
-
-
-def format_regressions(comparison: Comparison, top: int) -> str:
-    rows = comparison.regressions(top)
-    if rows.is_empty():
-        return "regressions: none"
-    cells = [
-        (
-            row["query_id"],
-            fmt.number(row["score_a"], 2),
-            fmt.number(row["score_b"], 2),
-            fmt.number(row["delta"], 2, signed=True),
-            _count(row["relevant_count_a"]),
-            _count(row["relevant_count_b"]),
-        )
-        for row in rows.iter_rows(named=True)
-    ]
-    title = f"top {rows.height} regressions (most negative delta first):"
-    return table(_REGRESSIONS, cells, title=title, indent="  ", gap="")
-
-
 _POSITIONS = (
     Column("position", "<", 10),
     *(Column(name, width=9) for name in ("rate A", "rate B", "delta")),
@@ -743,19 +659,18 @@ _POSITIONS = (
 )
 
 
+def format_regressions(comparison: Comparison, top: int) -> str:
+    rows = comparison.regressions(top)
+    if rows.is_empty():
+        return "regressions: none"
+    cells = _change_rows(rows, "query_id", "score", "relevant_count", 2)
+    title = f"top {rows.height} regressions (most negative delta first):"
+    return table(_REGRESSIONS, cells, title=title, indent="  ", gap="")
+
+
 def format_positions(comparison: Comparison, limit: int = 20) -> str:
     rows = comparison.positions
-    cells = [
-        (
-            row["position"],
-            fmt.number(row["rate_a"], 3),
-            fmt.number(row["rate_b"], 3),
-            fmt.number(row["delta"], 3, signed=True),
-            _count(row["judged_a"]),
-            _count(row["judged_b"]),
-        )
-        for row in rows.head(limit).iter_rows(named=True)
-    ]
+    cells = _change_rows(rows.head(limit), "position", "rate", "judged", 3)
     text = table(_POSITIONS, cells, title="relevance rate by position:", indent="  ", gap="")
     if rows.height > limit:
         text += f"\n  ... {rows.height - limit} more positions (all are in the table)"
@@ -773,10 +688,14 @@ _SEGMENT_FIGURES = (
 )
 
 
+def gate_word(shift: SegmentShift) -> str:
+    """What the gate did with a segment: failed it, checked it ("ok"), or left it out ("small")."""
+    return "FAIL" if shift.failed else "ok" if shift.gated else "small"
+
+
 def format_segments(comparison: Comparison, verdict: Gate) -> str:
     """Per segment column: each value's queries, means, the change with its 95% interval and
-    Holm-adjusted p-value, and whether the gate failed it ("FAIL"), checked it ("ok") or left
-    it out for its size ("small")."""
+    Holm-adjusted p-value, and its `gate_word`."""
     tested = {(s.by, s.value): s for s in verdict.segments}
     over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
     blocks = []
@@ -793,7 +712,7 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
                 _ci(s),
                 _p(s.p_adjusted),
                 f"{s.regressed:,}",
-                "FAIL" if s.failed else "ok" if s.gated else "small",
+                gate_word(s),
             )
             for s in segments[:_MAX_SEGMENT_LINES]
         ]
@@ -826,10 +745,6 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
     )
 
 
-# --------------------------------------------------------------------------------------------
-# the command
-
-
 def run(options: CompareOptions, out: TextIO | None = None) -> int:
     """`ctxprec compare`: compare, write the per-query table, print, gate.
 
@@ -841,21 +756,15 @@ def run(options: CompareOptions, out: TextIO | None = None) -> int:
         1 when the gate fails (a significant drop of at least the minimum effect, overall or
         in a gated segment, or a changed judge), else 0.
     """
-    out = out if out is not None else sys.stdout
+    out = out or sys.stdout
     store = options.root.store()
-    run_a = load_run(store, options.run_a)
-    run_b = load_run(store, options.run_b)
+    run_a, run_b = load_run(store, options.run_a), load_run(store, options.run_b)
     comparison = compare_runs(run_a, run_b, options.by)
-    written = write_parquet_file(
-        store,
-        options.out_table,
-        f"comparisons/{run_a.run_id}__vs__{run_b.run_id}.parquet",
-        comparison.table,
-        options.root.storage_options,
-    )
-    verdict = gate(
-        comparison, options.min_effect, options.min_segment_size, options.max_canary_drop
-    )
+    default = f"comparisons/{run_a.run_id}__vs__{run_b.run_id}.parquet"
+    storage_options = options.root.storage_options
+    written = write_file(store, options.out_table, default, comparison.table, storage_options)
+    thresholds = (options.min_effect, options.min_segment_size, options.max_canary_drop)
+    verdict = gate(comparison, *thresholds)
     if options.as_json:
         out.write(json.dumps(verdict.to_json()) + "\n")
     else:

@@ -16,7 +16,7 @@ import json
 import math
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
@@ -24,7 +24,7 @@ from typing import Literal, TextIO
 from pydantic import BaseModel, ConfigDict
 
 from jobs.core import formatting as fmt
-from jobs.core.config import JobConfig, RateLimitConfig
+from jobs.core.config import JobConfig
 from jobs.core.formatting import Column, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
 from jobs.core.schema import CarriedColumn, RunSchema
@@ -33,20 +33,13 @@ from jobs.core.verdict_cache import pair_key
 from jobs.core.verdict_store import VerdictStore
 from jobs.engine import (
     BatchPacker,
-    BudgetSettings,
     RequestLines,
     budget_settings,
     custom_id,
     item_key,
     stored_pair_keys,
 )
-from jobs.inputs import (
-    RowError,
-    Shard,
-    inspect_input,
-    list_input_files,
-    plan_shards,
-)
+from jobs.inputs import RowError, Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import plan_sample
 from jobs.run import factory
@@ -206,71 +199,43 @@ class Estimate(_Record):
     cache: CacheShare
 
     def to_json(self) -> str:
-        """The `--json` output."""
         return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
-# -- prompts ----------------------------------------------------------------------------------
+# -- one pass over the input ------------------------------------------------------------------
+
+Messages = list[dict[str, str]]
 
 
-def _messages_chars(messages: Sequence[dict[str, str]]) -> int:
-    return sum(len(m["content"]) for m in messages)
-
-
-def _reason_prompt(item: ScoringItem, scale: float) -> list[dict[str, str]]:
-    verdicts = [
-        ContextVerdict(p, False, _PLACEHOLDER_VERDICT_REASON) for p in range(len(item.contexts))
-    ]
-    return reason_messages(item, verdicts, 0.0, scale)
-
-
-def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[list[dict[str, str]], int]]:
-    """(messages, verdicts asked) for every request the job would send for `item`."""
+def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[Messages, list[int]]]:
+    """(messages, context positions asked) of every request the job would send for `item`;
+    the LLM reason's asks about none."""
     prompts = [
-        (verdict_messages(item, part), len(part))
+        (verdict_messages(item, part), part)
         for part in context_slices(len(item.contexts), config.judge.contexts_per_call)
     ]
     if config.scorer.reason == "llm":
-        prompts.append((_reason_prompt(item, config.scorer.scale), 1))
+        placeholder = _PLACEHOLDER_VERDICT_REASON
+        verdicts = [ContextVerdict(p, False, placeholder) for p in range(len(item.contexts))]
+        prompts.append((reason_messages(item, verdicts, 0.0, config.scorer.scale), []))
     return prompts
 
 
-def _sample_key(query_id: str, item: ScoringItem) -> bytes:
-    digest = hashlib.blake2b(digest_size=12)
-    for part in (query_id, item.input, *item.contexts[:1]):
-        encoded = part.encode("utf-8", "surrogatepass")
-        digest.update(len(encoded).to_bytes(8, "little"))
-        digest.update(encoded)
-    return digest.digest()
-
-
-def _count_tokens(model: str, prompts: Iterable[list[dict[str, str]]]) -> int:
-    litellm = import_litellm()
-    return sum(int(litellm.token_counter(model=model, messages=m)) for m in prompts)
-
-
-# -- the verdict cache --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _CacheProbe:
-    """The pair keys of the input the verdict store holds (about 100 bytes a cached pair)."""
-
-    fingerprint: str
-    known: set[str]
+def _chars(messages: Messages) -> int:
+    return sum(len(m["content"]) for m in messages)
 
 
 def _cache_probe(
     config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
-) -> tuple[_CacheProbe | None, str]:
-    """The input's pairs this config's verdict store holds, read a partition at a time as the
-    run's lookup reads them (`jobs.engine.stored_pair_keys`); or None with the reason there is
-    nothing to look up."""
+) -> tuple[str, set[str] | None, str]:
+    """(fingerprint, the input's pair keys the config's verdict store holds, what was looked
+    up); the keys are read a partition at a time as the run's lookup reads them, None when
+    there is nothing to look up."""
     if factory.capabilities(config).offline:
-        return None, "not used: the lexical judge is offline and never uses the verdict cache"
+        return "", None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
     if spec is None:
-        return None, "not used: cache.enabled is false"
+        return "", None, "not used: cache.enabled is false"
     # Not `open_store` (nor `CacheSpec.verdict_store`): estimating must not create the output
     # folder.
     fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
@@ -278,7 +243,7 @@ def _cache_probe(
     verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
-        return None, f"no verdict store yet at {where}"
+        return spec.fingerprint, None, f"no verdict store yet at {where}"
     known: set[str] = set()
     schema = RunSchema(tuple(carried))
     with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
@@ -286,10 +251,7 @@ def _cache_probe(
             reader, schema, spec.fingerprint, shards, verdicts, Path(scratch)
         ):
             known.update(keys.to_list())
-    return _CacheProbe(spec.fingerprint, known), f"the verdict store at {where}"
-
-
-# -- one pass over the input ------------------------------------------------------------------
+    return spec.fingerprint, known, f"the verdict store at {where}"
 
 
 @dataclass
@@ -303,8 +265,8 @@ class _Counts:
     prompt_chars: int = 0
     limiter_tokens: int = 0
     cached_pairs: int = 0
+    # the requests the verdict cache does not answer
     calls_after_cache: int = 0
-    # what the requests the cache does not answer hold
     prompt_chars_sent: int = 0
     limiter_tokens_sent: int = 0
     invalid_examples: list[str] = field(default_factory=list)
@@ -317,17 +279,13 @@ class _Scan:
     def __init__(
         self,
         config: JobConfig,
-        probe: _CacheProbe | None,
+        reader: ItemReader,  # the run's: with a sampled run's plan, only the rows it keeps
+        carried: Sequence[CarriedColumn],
+        cache: tuple[str, set[str] | None],  # the fingerprint and the stored pair keys
         sample: int,
-        reader: ItemReader,
-        carried: Sequence[CarriedColumn] = (),
     ) -> None:
-        self.config = config
-        # the run's reader: with a sampled run's plan, only the rows it keeps are counted
-        self.reader = reader
-        self.carried = carried
-        self.probe = probe
-        self.sample = sample
+        self.config, self.reader, self.carried, self.sample = config, reader, carried, sample
+        self.fingerprint, self.known = cache
         self.counts = _Counts()
         # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
         self._heap: list[tuple[bytes, int, ScoringItem]] = []
@@ -345,11 +303,12 @@ class _Scan:
         return [entry[2] for entry in self._heap]
 
     def shard(self, number: int, shard: Shard) -> None:
-        """Count shard `shard`, the `number`-th of the run."""
-        known = self.probe.known if self.probe is not None else set()
-        line_number = 0
+        """Count shard `shard`, the `number`-th of the run; in batch mode pack the first
+        round's lines: every verdict request the cache does not answer (its whole slice: a
+        partly cached slice asks less, so this is an upper bound)."""
         names = [column.name for column in self.carried]
-        for row_index, record in enumerate(self.reader.read(shard, self.carried)):
+        line = 0
+        for row, record in enumerate(self.reader.read(shard, self.carried)):
             if not self.reader.keeps(record, names):
                 continue
             if isinstance(record, RowError):
@@ -359,77 +318,48 @@ class _Scan:
                 continue
             item = record.to_scoring_item()
             self.counts.truncated += int(record.truncated)
-            prompts = _item_prompts(item, self.config)
-            parts, hits = self._count(item, prompts, known)
-            if self._lines is not None:
-                request_item = item_key(number, row_index)
-                line_number = self._batch_lines(
-                    shard, request_item, parts, prompts, hits, line_number
-                )
+            for messages, part in self._count(item):
+                if self._lines is not None and part:
+                    ask = custom_id(item_key(number, row), f"v{part[0]}", 0)
+                    schema = verdicts_schema(part)
+                    data, tokens = self._lines.line(ask, messages, VERDICTS_SCHEMA_NAME, schema)
+                    self.packer.add(shard.shard_id, line, len(data), tokens)
+                    line += 1
             self._keep_sample(record.query_id, item)
 
-    def _count(
-        self,
-        item: ScoringItem,
-        prompts: list[tuple[list[dict[str, str]], int]],
-        known: set[str],
-    ) -> tuple[list[list[int]], set[int]]:
-        """Count one valid item; returns its verdict requests' positions and the positions
-        the cache answers."""
-        counts = self.counts
-        contexts = len(item.contexts)
+    def _count(self, item: ScoringItem) -> list[tuple[Messages, list[int]]]:
+        """Count one valid item; returns the requests the verdict cache does not answer (the
+        LLM reason's is never cached)."""
+        counts, contexts = self.counts, len(item.contexts)
+        prompts = _item_prompts(item, self.config)
         counts.valid += 1
         counts.pairs += contexts
-        parts = context_slices(contexts, self.config.judge.contexts_per_call)
-        llm_reason = self.config.scorer.reason == "llm"
-        counts.verdict_calls += len(parts)
-        counts.reason_calls += int(llm_reason)
+        reasons = int(self.config.scorer.reason == "llm")
+        counts.reason_calls += reasons
+        counts.verdict_calls += len(prompts) - reasons
         hits: set[int] = set()
-        if known:
-            fingerprint = self.probe.fingerprint if self.probe is not None else ""
-            hits = {p for p in range(contexts) if pair_key(fingerprint, item, p) in known}
+        if self.known:
+            hits = {p for p in range(contexts) if pair_key(self.fingerprint, item, p) in self.known}
             counts.cached_pairs += len(hits)
-        # the verdict requests in `parts`' order, then the LLM reason's (never cached)
-        sent = [not hits.issuperset(part) for part in parts] + [True] * int(llm_reason)
-        for (messages, verdicts), asked in zip(prompts, sent, strict=True):
-            chars, tokens = _messages_chars(messages), estimate_tokens(messages, verdicts)
+        sent = []
+        for messages, part in prompts:
+            chars, tokens = _chars(messages), estimate_tokens(messages, len(part) or 1)
             counts.prompt_chars += chars
             counts.limiter_tokens += tokens
-            if asked:
+            if not part or not hits.issuperset(part):
+                sent.append((messages, part))
                 counts.calls_after_cache += 1
                 counts.prompt_chars_sent += chars
                 counts.limiter_tokens_sent += tokens
-        return parts, hits
-
-    def _batch_lines(
-        self,
-        shard: Shard,
-        request_item: str,
-        parts: list[list[int]],
-        prompts: list[tuple[list[dict[str, str]], int]],
-        hits: set[int],
-        line_number: int,
-    ) -> int:
-        """Pack the item's first-round lines: every verdict request the cache does not answer
-        (its whole slice: a partly cached slice asks less, so this is an upper bound).
-        Returns the shard's line count so far."""
-        assert self._lines is not None
-        for part, (messages, _) in zip(parts, prompts, strict=False):
-            if hits.issuperset(part):
-                continue
-            data, tokens = self._lines.line(
-                custom_id(request_item, f"v{part[0]}", 0),
-                messages,
-                VERDICTS_SCHEMA_NAME,
-                verdicts_schema(part),
-            )
-            self.packer.add(shard.shard_id, line_number, len(data), tokens)
-            line_number += 1
-        return line_number
+        return sent
 
     def _keep_sample(self, query_id: str, item: ScoringItem) -> None:
-        key = _sample_key(query_id, item)
-        entry = (bytes(255 - b for b in key), self.counts.valid, item)
+        digest = hashlib.blake2b(digest_size=12)
+        for part in (query_id, item.input, *item.contexts[:1]):
+            encoded = part.encode("utf-8", "surrogatepass")
+            digest.update(len(encoded).to_bytes(8, "little"))
+            digest.update(encoded)
+        entry = (bytes(255 - b for b in digest.digest()), self.counts.valid, item)
         if len(self._heap) < self.sample:
             heapq.heappush(self._heap, entry)
         elif entry[0] > self._heap[0][0]:
@@ -448,37 +378,35 @@ def estimate(
     """The estimate (see the module docstring); makes no judge calls."""
     if sample < 1:
         raise CtxPrecError(f"--sample must be at least 1, not {sample}")
-    reader = ItemReader.for_config(config)
-    spec = reader.spec
-    files = list_input_files(spec)
-    inspect_input(spec, files)
-    shards = plan_shards(spec, files, config.ray.shard_size)
-    carried: tuple[CarriedColumn, ...] = ()
-    if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
-        carried = inspect_input(spec, files).carried
-        plan = plan_sample(
-            config.sample, shards, lambda shard: reader.read(shard, carried), carried
-        )
-        reader = dataclasses.replace(reader, sample=plan)
-    probe, cache_note = _cache_probe(config, reader, carried, shards)
-    scan = _Scan(config, probe, sample, reader, carried)
-    for number, shard in enumerate(shards):
-        scan.shard(number, shard)
-    scan.packer.close()
-    counts = scan.counts
-    calls = counts.verdict_calls + counts.reason_calls
+    scan, facts, cache_note = _scan_input(config, sample)
+    c, used = scan.counts, scan.known is not None
+    calls = c.verdict_calls + c.reason_calls
     batch_mode = config.judge.mode == "batch"
     prompt_tokens = _prompt_tokens(config, scan)
-    output_tokens = _output_tokens(counts)
+    output_tokens = _output_tokens(c)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
-    if counts.cached_pairs:
+    if c.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
     return Estimate(
         model=config.judge.model,
-        input=InputFacts(path=config.input.path, files=len(files), shards=len(shards)),
-        items=_item_counts(counts),
-        context_pairs=counts.pairs,
-        judge_calls=_judge_calls(config, counts),
+        input=facts,
+        items=ItemCounts(
+            valid=c.valid,
+            invalid=c.invalid,
+            total=c.valid + c.invalid,
+            truncated=c.truncated,
+            invalid_examples=tuple(c.invalid_examples),
+        ),
+        context_pairs=c.pairs,
+        judge_calls=JudgeCalls(
+            total=calls,
+            verdict_calls=c.verdict_calls,
+            reason_calls=c.reason_calls,
+            contexts_per_call=config.judge.contexts_per_call,
+            reason=config.scorer.reason,
+            sends_requests=not factory.capabilities(config).offline,
+            note="retries and re-asks not included",
+        ),
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         cost_usd=cost,
@@ -486,13 +414,38 @@ def estimate(
         wall_time=(
             _batch_wall_time(config)
             if batch_mode
-            else _wall_time(
-                config, counts.calls_after_cache, counts.limiter_tokens_sent, assumed_latency_s
-            )
+            else _wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s)
         ),
         batch=_batches(config, scan.packer) if batch_mode else None,
-        cache=_cache_share(probe, cache_note, counts, calls),
+        cache=CacheShare(
+            used=used,
+            note=cache_note,
+            cached_pairs=c.cached_pairs,
+            share=c.cached_pairs / c.pairs if c.pairs and used else 0.0,
+            calls_after_cache=c.calls_after_cache if used else calls,
+        ),
     )
+
+
+def _scan_input(config: JobConfig, sample: int) -> tuple[_Scan, InputFacts, str]:
+    """The input streamed once (`_Scan`), its facts, and where the cache probe looked."""
+    reader = ItemReader.for_config(config)
+    spec = reader.spec
+    files = list_input_files(spec)
+    schema = inspect_input(spec, files)  # checks the columns, as the run does first
+    carried = schema.carried if config.sample.enabled else ()
+    shards = plan_shards(spec, files, config.ray.shard_size)
+    if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
+        read = reader.read
+        plan = plan_sample(config.sample, shards, lambda shard: read(shard, carried), carried)
+        reader = dataclasses.replace(reader, sample=plan)
+    fingerprint, known, cache_note = _cache_probe(config, reader, carried, shards)
+    scan = _Scan(config, reader, carried, (fingerprint, known), sample)
+    for number, shard in enumerate(shards):
+        scan.shard(number, shard)
+    scan.packer.close()
+    facts = InputFacts(path=config.input.path, files=len(files), shards=len(shards))
+    return scan, facts, cache_note
 
 
 def _output_tokens(counts: _Counts) -> OutputTokens:
@@ -506,36 +459,17 @@ def _output_tokens(counts: _Counts) -> OutputTokens:
     )
 
 
-def _item_counts(counts: _Counts) -> ItemCounts:
-    return ItemCounts(
-        valid=counts.valid,
-        invalid=counts.invalid,
-        total=counts.valid + counts.invalid,
-        truncated=counts.truncated,
-        invalid_examples=tuple(counts.invalid_examples),
-    )
-
-
-def _judge_calls(config: JobConfig, counts: _Counts) -> JudgeCalls:
-    return JudgeCalls(
-        total=counts.verdict_calls + counts.reason_calls,
-        verdict_calls=counts.verdict_calls,
-        reason_calls=counts.reason_calls,
-        contexts_per_call=config.judge.contexts_per_call,
-        reason=config.scorer.reason,
-        sends_requests=not factory.capabilities(config).offline,
-        note="retries and re-asks not included",
-    )
-
-
 def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
     """Tokens of every prompt: the sample's counted exactly, the rest by characters."""
     offline = factory.capabilities(config).offline
     tokenizer_model = "" if offline else config.judge.model
     sampled = scan.sampled
-    sample_prompts = [m for item in sampled for m, _ in _item_prompts(item, config)]
-    sample_chars = sum(_messages_chars(m) for m in sample_prompts)
-    sample_tokens = _count_tokens(tokenizer_model, sample_prompts) if sample_prompts else 0
+    prompts = [messages for item in sampled for messages, _ in _item_prompts(item, config)]
+    sample_chars = sum(_chars(m) for m in prompts)
+    sample_tokens = 0
+    if prompts:
+        count = import_litellm().token_counter
+        sample_tokens = sum(int(count(model=tokenizer_model, messages=m)) for m in prompts)
     total_chars = scan.counts.prompt_chars
     exact = len(sampled) == scan.counts.valid
     if offline:
@@ -570,17 +504,6 @@ def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[fl
     return cost, price_basis(model, batch=batch)
 
 
-def _cache_share(probe: _CacheProbe | None, note: str, counts: _Counts, calls: int) -> CacheShare:
-    used = probe is not None
-    return CacheShare(
-        used=used,
-        note=note,
-        cached_pairs=counts.cached_pairs,
-        share=counts.cached_pairs / counts.pairs if counts.pairs and used else 0.0,
-        calls_after_cache=counts.calls_after_cache if used else calls,
-    )
-
-
 def _batch_wall_time(config: JobConfig) -> BatchWallTime:
     window = config.judge.batch.completion_window
     return BatchWallTime(
@@ -594,8 +517,7 @@ def _batch_wall_time(config: JobConfig) -> BatchWallTime:
 
 def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
     """The first round's batches as the run would cut them."""
-    limits = config.judge.batch
-    records = packer.batches
+    limits, records = config.judge.batch, packer.batches
     return BatchPlan(
         batches=len(records),
         requests=sum(r.requests for r in records),
@@ -611,95 +533,74 @@ def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
 # -- wall time --------------------------------------------------------------------------------
 
 
-def _paced_rate(limits: RateLimitConfig, calls: int, limiter_tokens: int) -> float | None:
-    """Requests per second the limits allow at headroom (None: no limit)."""
+def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> int:
+    """The in-flight budget the run would settle on: as set, or under auto as the governor
+    sizes it (Little's law at the rate the limits allow at headroom and `latency_s`; its
+    default without a limit)."""
+    settings, limits = budget_settings(config.rate_limit), config.rate_limit
+    if settings.explicit is not None:
+        return settings.explicit
     rates = []
     if limits.requests_per_minute:
         rates.append(limits.requests_per_minute * limits.headroom / 60.0)
     if limits.tokens_per_minute and calls and limiter_tokens:
         rates.append(limits.tokens_per_minute * limits.headroom / 60.0 / (limiter_tokens / calls))
-    return min(rates) if rates else None
-
-
-def _concurrency(settings: BudgetSettings, rate: float | None, latency_s: float) -> int:
-    """The in-flight budget the run would settle on: as set, or under auto as the governor
-    sizes it (Little's law at `rate` and `latency_s`; its default without a limit)."""
-    if settings.explicit is not None:
-        return settings.explicit
-    if rate is None:
+    if not rates:
         return settings.unlimited
-    needed = math.ceil(rate * latency_s * settings.margin)
+    needed = math.ceil(min(rates) * latency_s * settings.margin)
     return max(settings.floor, min(settings.ceiling, needed))
 
 
 def _wall_time(
     config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
 ) -> OfflineWallTime | PacedWallTime:
-    """The fan-out's wall time as the run would pace it: the rate the limits allow, the
-    in-flight budget the run would settle on (Little's law under auto, as the governor sizes
-    it, taking `latency_s` as the reply latency), plus the workers' start, one latency for the
-    run's first request (it goes alone) and `TAIL_LATENCIES` for the slowest last replies."""
+    """The fan-out's wall time as the run would pace it: the slowest of the request rate, the
+    token rate and the in-flight budget (taking `latency_s` as the reply latency), plus the
+    workers' start, one latency for the run's first request (it goes alone) and
+    `TAIL_LATENCIES` for the slowest last replies. `basis` says which bound and what was
+    assumed."""
     limits = config.rate_limit
-    settings = budget_settings(config.rate_limit)
+    rpm, tpm, headroom = limits.requests_per_minute, limits.tokens_per_minute, limits.headroom
+    concurrency = _concurrency(config, calls, limiter_tokens, latency_s)
+    explicit = budget_settings(config.rate_limit).explicit is not None
     pacing = Pacing(
-        requests_per_minute=limits.requests_per_minute,
-        tokens_per_minute=limits.tokens_per_minute,
-        headroom=limits.headroom,
+        requests_per_minute=rpm,
+        tokens_per_minute=tpm,
+        headroom=headroom,
         limiter_tokens=limiter_tokens,
-        concurrency=_concurrency(settings, _paced_rate(limits, calls, limiter_tokens), latency_s),
-        concurrency_mode="explicit" if settings.explicit is not None else "auto",
+        concurrency=concurrency,
+        concurrency_mode="explicit" if explicit else "auto",
         assumed_latency_s=latency_s,
-    )
+    ).model_dump()
     if factory.capabilities(config).offline:
-        return OfflineWallTime(
-            **pacing.model_dump(),
-            basis="offline lexical judge: no API calls, no rate limit (CPU-bound)",
-        )
-    # the workers' start, the first request (it goes alone), the slowest of the last replies
-    worker_start = WORKER_START_S + (
-        LITELLM_IMPORT_S if factory.workers_import_litellm(config) else 0.0
-    )
-    return _paced(pacing, calls, worker_start)
-
-
-def _paced(pacing: Pacing, calls: int, worker_start: float) -> PacedWallTime:
-    """The slowest of the request rate, the token rate and the in-flight budget, plus the
-    run's edges; `basis` says which bound and what was assumed."""
-    latency_s, concurrency = pacing.assumed_latency_s, pacing.concurrency
-    rpm, tpm = pacing.requests_per_minute, pacing.tokens_per_minute
-    by_requests = calls / (rpm * pacing.headroom) * 60.0 if rpm else None
-    by_tokens = pacing.limiter_tokens / (tpm * pacing.headroom) * 60.0 if tpm else None
+        basis = "offline lexical judge: no API calls, no rate limit (CPU-bound)"
+        return OfflineWallTime(**pacing, basis=basis)
+    by_requests = calls / (rpm * headroom) * 60.0 if rpm else None
+    by_tokens = limiter_tokens / (tpm * headroom) * 60.0 if tpm else None
     by_concurrency = calls / concurrency * latency_s if calls else 0.0
-    edges = worker_start + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
-    assumed = f"ASSUMED {latency_s:g} s per request"
-    if by_requests is None and by_tokens is None:
-        seconds = by_concurrency + edges
+    litellm_s = LITELLM_IMPORT_S if factory.workers_import_litellm(config) else 0.0
+    edges = WORKER_START_S + litellm_s + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
+    bound = max((v for v in (by_requests, by_tokens) if v is not None), default=None)
+    if bound is None:
         basis = (
             f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
             f"{concurrency} requests in flight"
         )
     else:
-        bound = max(v for v in (by_requests, by_tokens) if v is not None)
         which = "requests_per_minute" if bound == by_requests else "tokens_per_minute"
-        if by_concurrency > bound:
-            seconds = by_concurrency + edges
-            basis = (
-                f"concurrency-bound: {concurrency} in flight at an {assumed} is slower than "
-                f"the rate limit ({which})"
-            )
-        else:
-            seconds = bound + edges
-            basis = (
-                f"rate limit: {which} at headroom {pacing.headroom:g}, {concurrency} in flight "
-                f"at an {assumed}"
-            )
+        assumed = f"{concurrency} in flight at an ASSUMED {latency_s:g} s per request"
+        basis = (
+            f"concurrency-bound: {assumed} is slower than the rate limit ({which})"
+            if by_concurrency > bound
+            else f"rate limit: {which} at headroom {headroom:g}, {assumed}"
+        )
     return PacedWallTime(
-        **pacing.model_dump(),
+        **pacing,
         by_requests_s=by_requests,
         by_tokens_s=by_tokens,
         by_concurrency_s=by_concurrency,
-        worker_start_s=worker_start,
-        seconds=seconds,
+        worker_start_s=WORKER_START_S + litellm_s,
+        seconds=max(by_concurrency, bound or 0.0) + edges,
         basis=basis,
     )
 
@@ -707,21 +608,10 @@ def _paced(pacing: Pacing, calls: int, worker_start: float) -> PacedWallTime:
 # -- output ---------------------------------------------------------------------------------
 
 
-def _batch_rows(batch: BatchPlan | None) -> list[tuple[str, str]]:
-    if batch is None:
-        return []
-    tokens = batch.max_enqueued_tokens
-    return [
-        (
-            "batches",
-            f"{batch.batches:,} ({batch.requests:,} requests, "
-            f"{batch.bytes / 1e6:,.1f} MB, ~{batch.tokens:,} prompt tokens; at most "
-            f"{batch.max_requests_per_batch:,} requests and "
-            f"{batch.max_bytes_per_batch / 1e6:,.0f} MB per batch"
-            + (f", {tokens:,} tokens enqueued" if tokens else "")
-            + f"; {batch.note})",
-        )
-    ]
+def _after_cache(estimate: int, after_cache: int) -> str:
+    return f"{estimate:,}" + (
+        f", {after_cache:,} after the cache" if after_cache != estimate else ""
+    )
 
 
 def _calls_text(calls: JudgeCalls) -> str:
@@ -729,10 +619,7 @@ def _calls_text(calls: JudgeCalls) -> str:
     if calls.reason_calls:
         detail += f" + {calls.reason_calls:,} LLM-reason"
     detail += f"; contexts_per_call {calls.contexts_per_call}, reason {calls.reason}"
-    if not calls.sends_requests:
-        detail += "; offline judge, no requests sent"
-    else:
-        detail += f"; {calls.note}"
+    detail += f"; {calls.note}" if calls.sends_requests else "; offline judge, no requests sent"
     return f"{calls.total:,} ({detail})"
 
 
@@ -746,10 +633,18 @@ def _tokens_text(tokens: PromptTokens) -> str:
         )
     if tokens.chars_per_token:
         detail += f", {tokens.chars_per_token:.2f} chars/token"
-    left = (
-        f", {tokens.after_cache:,} after the cache" if tokens.after_cache != tokens.estimate else ""
+    return f"{_after_cache(tokens.estimate, tokens.after_cache)} ({detail}; {tokens.note})"
+
+
+def _batch_text(batch: BatchPlan) -> str:
+    tokens = batch.max_enqueued_tokens
+    return (
+        f"{batch.batches:,} ({batch.requests:,} requests, {batch.bytes / 1e6:,.1f} MB, "
+        f"~{batch.tokens:,} prompt tokens; at most {batch.max_requests_per_batch:,} requests "
+        f"and {batch.max_bytes_per_batch / 1e6:,.0f} MB per batch"
+        + (f", {tokens:,} tokens enqueued" if tokens else "")
+        + f"; {batch.note})"
     )
-    return f"{tokens.estimate:,}{left} ({detail}; {tokens.note})"
 
 
 def _cache_text(cache: CacheShare) -> str:
@@ -763,50 +658,30 @@ def _cache_text(cache: CacheShare) -> str:
 
 def format_estimate(result: Estimate) -> str:
     """The estimate as `ctxprec estimate` prints it: one row per figure, with its basis."""
-    items, output = result.items, result.output_tokens
+    items, output, source = result.items, result.output_tokens, result.input
+    truncated = f" ({items.truncated:,} truncated)" if items.truncated else ""
     rows = [
         ("judge", result.model),
-        (
-            "input",
-            f"{result.input.path}: {result.input.files} file(s), {result.input.shards} shard(s)",
-        ),
-        (
-            "items",
-            f"{items.valid:,} valid / {items.invalid:,} invalid"
-            + (f" ({items.truncated:,} truncated)" if items.truncated else ""),
-        ),
+        ("input", f"{source.path}: {source.files} file(s), {source.shards} shard(s)"),
+        ("items", f"{items.valid:,} valid / {items.invalid:,} invalid{truncated}"),
         ("context pairs", f"{result.context_pairs:,}"),
         ("judge calls", _calls_text(result.judge_calls)),
         ("prompt tokens", _tokens_text(result.prompt_tokens)),
         (
             "output tokens",
-            f"{output.estimate:,}"
-            + (
-                f", {output.after_cache:,} after the cache"
-                if output.after_cache != output.estimate
-                else ""
-            )
-            + f" (allowance: {output.per_verdict} per verdict, "
-            f"{output.per_reason_call} per LLM reason)",
+            f"{_after_cache(output.estimate, output.after_cache)} (allowance: "
+            f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason)",
         ),
         ("estimated cost", f"{fmt.usd(result.cost_usd)} ({result.cost_note})"),
-        (
-            "wall time",
-            f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})",
-        ),
-        *_batch_rows(result.batch),
+        ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
+        *([("batches", _batch_text(result.batch))] if result.batch else []),
         ("verdict cache", _cache_text(result.cache)),
     ]
     title = "ctxprec estimate (no judge calls made)"
-    lines = [table(_FIGURES, rows, title=title, indent="  ", header=False)]
+    figures = (Column(align="<"), Column(align="<"))
+    lines = [table(figures, rows, title=title, indent="  ", header=False)]
     lines += [f"  invalid row: {example}" for example in items.invalid_examples]
     return "\n".join(lines)
-
-
-_FIGURES = (Column(align="<"), Column(align="<"))
-
-
-# -- command --------------------------------------------------------------------------------
 
 
 def run(options: EstimateOptions, out: TextIO | None = None) -> int:
@@ -827,10 +702,9 @@ def run(options: EstimateOptions, out: TextIO | None = None) -> int:
 
         by = config.summary.by or config.sample.by
         planned = target_ci(previous_run(config, options.run), options.target_ci, by)
-        out.write(
-            (json.dumps(planned, indent=2) if options.as_json else format_target(planned)) + "\n"
-        )
-        return 0
-    result = estimate(config, sample=options.sample, assumed_latency_s=options.assumed_latency_s)
-    out.write((result.to_json() if options.as_json else format_estimate(result)) + "\n")
+        text = json.dumps(planned, indent=2) if options.as_json else format_target(planned)
+    else:
+        found = estimate(config, sample=options.sample, assumed_latency_s=options.assumed_latency_s)
+        text = found.to_json() if options.as_json else format_estimate(found)
+    out.write(text + "\n")
     return 0

@@ -73,17 +73,11 @@ def _lease(store: Store, staging: StagingArea) -> str:
     )
 
 
-def _why_retried(retried: dict[str, int], final_errors: int) -> str:
-    """ "; asked again: HTTP 500 12, batch_expired 30; 2 failed for good"."""
-    ordered = sorted(retried.items(), key=lambda item: (-item[1], item[0]))
-    text = "; asked again: " + ", ".join(f"{k} {v:,}" for k, v in ordered) if ordered else ""
-    return text + (f"; {final_errors:,} failed for good" if final_errors else "")
-
-
 def _round_line(record: BatchRoundRecord) -> str:
-    """A published run's round, from its manifest."""
+    """A round's counts, and why lines were asked again (from a manifest, or a round's state)."""
     if record.online:
         return f"  round {record.round}: online (judge.batch.deadline neared)"
+    retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
     return (
         f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
         f"{record.completed:,} completed, {record.failed:,} failed"
@@ -92,36 +86,27 @@ def _round_line(record: BatchRoundRecord) -> str:
             if record.stopped_at_deadline
             else ""
         )
-        + _why_retried(record.retried, record.final_errors)
+        + ("; asked again: " + ", ".join(f"{k} {v:,}" for k, v in retried) if retried else "")
+        + (f"; {record.final_errors:,} failed for good" if record.final_errors else "")
     )
 
 
 def _batch_lines(round_state: RoundState) -> list[str]:
+    """A round in progress: its counts and each batch as the driver last polled it."""
+    line = _round_line(BatchRoundRecord.model_validate(round_state.summary()))
     if round_state.online:
-        return [f"  round {round_state.round}: online (judge.batch.deadline neared)"]
-    summary = BatchRoundRecord.model_validate(round_state.summary())
+        return [line]
     rows = []
     for record in round_state.batches:
         state = record.status or "not submitted"
-        if record.stopped:
-            state += ", stopped at the deadline"
-        if record.ingested:
-            state += ", ingested"
-        rows.append(
-            (
-                record.name,
-                record.batch_id or "-",
-                f"{state}: {record.completed:,}/{record.requests:,} completed, "
-                f"{record.failed:,} failed"
-                + (f"  (polled {record.polled_at})" if record.polled_at else "")
-                + (f"  errors: {record.errors}" if record.errors else ""),
-            )
-        )
+        state += ", stopped at the deadline" if record.stopped else ""
+        state += ", ingested" if record.ingested else ""
+        polled = f"  (polled {record.polled_at})" if record.polled_at else ""
+        errors = f"  errors: {record.errors}" if record.errors else ""
+        counts = f"{record.completed:,}/{record.requests:,} completed, {record.failed:,} failed"
+        rows.append((record.name, record.batch_id or "-", f"{state}: {counts}{polled}{errors}"))
     batches = table([Column(align="<")] * 3, rows, indent="    ", header=False)
-    return [
-        _round_line(summary) + f" (planned {round_state.planned_at})",
-        *([batches] if rows else []),
-    ]
+    return [line + f" (planned {round_state.planned_at})", *([batches] if rows else [])]
 
 
 def status_lines(store: Store, run_id: str) -> list[str]:

@@ -13,6 +13,7 @@ bytes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
@@ -39,6 +40,17 @@ _KINDS: dict[str, list[tuple[str, str, list[str]]]] = {
         ("weight", "How much does the {e} weigh?", ["340 grams", "1.2 kilograms", "95 grams"]),
     ],
 }
+_FACTS = {  # a passage that states an attribute's value
+    "river": "The {v} river flows through {e}, dividing its old town.",
+    "founded": "{e} was founded in {v} by merchants from the coast.",
+    "mayor": "{v} was elected mayor of {e} after a close race.",
+    "born": "{e} was born in {v}, a small port town.",
+    "field": "{e} studied {v} at the university for six years.",
+    "prize": "{e} won the {v} for work published early in their career.",
+    "maker": "The {e} is made by {v}, which designs it in-house.",
+    "battery": "The {e} battery lasts about {v} on a single charge.",
+    "weight": "The {e} weighs {v}, lighter than its predecessor.",
+}
 _FILLER = [
     "Local archives describe a long period of trade and slow growth.",
     "Visitors often mention the mild weather in spring.",
@@ -50,21 +62,6 @@ _FILLER = [
 
 def _entity(rng: random.Random) -> str:
     return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
-
-
-def _fact(entity: str, kind: str, attribute: str, value: str) -> str:
-    phrases = {
-        "river": f"The {value} river flows through {entity}, dividing its old town.",
-        "founded": f"{entity} was founded in {value} by merchants from the coast.",
-        "mayor": f"{value} was elected mayor of {entity} after a close race.",
-        "born": f"{entity} was born in {value}, a small port town.",
-        "field": f"{entity} studied {value} at the university for six years.",
-        "prize": f"{entity} won the {value} for work published early in their career.",
-        "maker": f"The {entity} is made by {value}, which designs it in-house.",
-        "battery": f"The {entity} battery lasts about {value} on a single charge.",
-        "weight": f"The {entity} weighs {value}, lighter than its predecessor.",
-    }
-    return phrases[attribute]
 
 
 def generate(
@@ -83,16 +80,16 @@ def generate(
         contexts: list[tuple[str, bool]] = []
         for _ in range(rng.choice([1, 1, 2])):
             contexts.append(
-                (f"{_fact(entity, kind, attribute, answer)} {rng.choice(_FILLER)}", True)
+                (f"{_FACTS[attribute].format(e=entity, v=answer)} {rng.choice(_FILLER)}", True)
             )
         for _ in range(rng.randint(2, 7)):
             if rng.random() < 0.5:
                 other_attr, _, other_answers = rng.choice(
                     [a for a in _KINDS[kind] if a[0] != attribute]
                 )
-                text = _fact(entity, kind, other_attr, rng.choice(other_answers))
+                text = _FACTS[other_attr].format(e=entity, v=rng.choice(other_answers))
             else:
-                text = _fact(_entity(rng), kind, attribute, rng.choice(answers))
+                text = _FACTS[attribute].format(e=_entity(rng), v=rng.choice(answers))
             contexts.append((f"{text} {rng.choice(_FILLER)}", False))
         rng.shuffle(contexts)
         if markers:
@@ -125,26 +122,14 @@ def write_parquet(path: Path, rows: Iterator[dict[str, Any]], batch: int = 50_00
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer: pq.ParquetWriter | None = None
-    count = 0
-    buffer: list[dict[str, Any]] = []
-    try:
-        for row in rows:
-            buffer.append(row)
-            if len(buffer) >= batch:
-                table = pa.Table.from_pylist(buffer)
-                writer = writer or pq.ParquetWriter(path, table.schema, compression="zstd")
-                writer.write_table(table, row_group_size=10_000)
-                count += len(buffer)
-                buffer = []
-        if buffer or writer is None:
-            table = pa.Table.from_pylist(buffer)
-            writer = writer or pq.ParquetWriter(path, table.schema, compression="zstd")
-            writer.write_table(table, row_group_size=10_000)
-            count += len(buffer)
-    finally:
-        if writer is not None:
-            writer.close()
+    chunks = iter(lambda: list(itertools.islice(rows, batch)), [])
+    first = pa.Table.from_pylist(next(chunks, []))
+    count: int = first.num_rows
+    with pq.ParquetWriter(path, first.schema, compression="zstd") as writer:
+        writer.write_table(first, row_group_size=10_000)
+        for chunk in chunks:
+            writer.write_table(pa.Table.from_pylist(chunk), row_group_size=10_000)
+            count += len(chunk)
     return count
 
 

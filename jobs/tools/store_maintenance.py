@@ -7,6 +7,7 @@ per-region folders of earlier versions deleted. Safe while runs write (docs/runn
 
 from __future__ import annotations
 
+import posixpath
 import re
 import sys
 from typing import TextIO
@@ -27,9 +28,7 @@ def fingerprints(store: Store, folder: str) -> list[str]:
         return []
     entries = store.fs.ls(root, detail=True)
     return sorted(
-        str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
-        for entry in entries
-        if entry.get("type") == "directory"
+        posixpath.basename(e["name"].rstrip("/")) for e in entries if e["type"] == "directory"
     )
 
 
@@ -39,17 +38,15 @@ def compact_store(store: Store, folder: str, max_age_days: float | None, out: Te
     if not found:
         out.write(f"no verdict store at {store.url(store.join(folder))}\n")
     for fingerprint in found:
-        sub = "/".join(part for part in (folder, fingerprint) if part)
-        verdicts = VerdictStore(store, sub, max_age_days)
-        kept, dropped = verdicts.compact_all()
+        sub = posixpath.join(folder, fingerprint)
+        kept, dropped = VerdictStore(store, sub, max_age_days).compact_all()
         legacy = [name for name in fingerprints(store, sub) if _LEGACY_REGION.fullmatch(name)]
         for name in legacy:
             store.rm(store.join(sub, name), recursive=True)
+        deleted = f", {len(legacy)} old per-region folder(s) deleted" if legacy else ""
         out.write(
             f"{store.url(store.join(sub))}: {kept:,} verdict(s) kept, {dropped:,} dropped "
-            "(expired or duplicate)"
-            + (f", {len(legacy)} old per-region folder(s) deleted" if legacy else "")
-            + "\n"
+            f"(expired or duplicate){deleted}\n"
         )
 
 

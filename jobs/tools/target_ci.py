@@ -40,12 +40,8 @@ def previous_run(config: JobConfig, run_id: str | None) -> PublishedRun:
 def _row(
     by: str | None, segment: str | None, moments: Moments, population: int | None, half_width: float
 ) -> dict[str, Any]:
-    variance = moments.variance
-    sd = math.sqrt(variance) if variance is not None else None
+    sd = None if moments.variance is None else math.sqrt(moments.variance)
     now = t_interval(moments)
-    needed = None
-    if sd is not None:
-        needed = items_for_half_width(sd, half_width, population)
     return {
         "by": by,
         "segment": segment,
@@ -53,7 +49,7 @@ def _row(
         "judged": moments.n,
         "sd": sd,
         "half_width_now": now.half_width if now else None,
-        "needed": needed,
+        "needed": None if sd is None else items_for_half_width(sd, half_width, population),
     }
 
 
@@ -68,22 +64,15 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
     """The items a half-width of `half_width` needs, overall and per segment of `by`."""
     if not 0 < half_width < 1:
         raise ConfigError(f"--target-ci must be between 0 and 1 (a half-width), got {half_width}")
-    summary = run.summary
-    columns = [c for c in by if c in run.scores().collect_schema().names()]
-    overall = _row(
-        None,
-        None,
-        _moments(run.scores(), None).get(None, Moments()),
-        summary.population,
-        half_width,
-    )
+    summary, scores = run.summary, run.scores()
+    columns = [c for c in by if c in scores.collect_schema().names()]
+    overall = _row(None, None, _moments(scores, None)[None], summary.population, half_width)
     segments = []
     for column in columns:
         populations = {s.value: s.summary.population for s in summary.segments_by(column)}
-        for value, moments in sorted(
-            _moments(run.scores(), column).items(), key=lambda kv: (kv[0] is None, kv[0] or "")
-        ):
-            segments.append(_row(column, value, moments, populations.get(value), half_width))
+        found = _moments(scores, column)
+        for value in sorted(found, key=lambda value: (value is None, value or "")):
+            segments.append(_row(column, value, found[value], populations.get(value), half_width))
     needed = [s["needed"] for s in segments if s["needed"] is not None]
     return {
         "run": run.run_id,

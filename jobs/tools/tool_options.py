@@ -1,14 +1,13 @@
-"""The typed options of the commands that run a tool, with their defaults in one place.
-
-`jobs.cli` turns each command's parsed arguments into one of these (and shows the defaults in
-`--help` from here), and the tool's `run` takes it. Light on purpose: importing this module
-loads no Polars, fsspec or config model, so `ctxprec --help` stays instant.
+"""The typed options of the commands that run a tool: each option's default, command-line flag
+and help in one place. `jobs.cli` builds a command's parser from its record and turns the parsed
+arguments into one; the tool's `run` takes it. Light on purpose: importing this module loads no
+Polars, fsspec or config model, so `ctxprec --help` stays instant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from scorer_core.errors import ConfigError
@@ -18,10 +17,32 @@ if TYPE_CHECKING:
     from jobs.core.storage import Store
 
 
+def option(default: Any = MISSING, help: str = "", **argument: Any) -> Any:
+    """A field of an options record with its command-line argument: `help` (where "{default}"
+    is the field's default) and the keywords of `ArgumentParser.add_argument`, plus `flag`
+    (default --the-field-name), `positional`, `older` (an older flag of the same option) with
+    `older_help`, and `minimum` (the smallest value allowed)."""
+    return field(default=default, metadata={"help": help, **argument})
+
+
+def flag_of(name: str, metadata: Mapping[str, Any]) -> str:
+    """The flag of a field's argument: its `flag`, else --the-field-name."""
+    return str(metadata.get("flag") or "--" + name.replace("_", "-"))
+
+
+def check_minimum(flag: str, value: Any, minimum: float | None) -> None:
+    if minimum is not None and value is not None and value < minimum:
+        raise ConfigError(f"{flag} must be >= {minimum}, got {value}")
+
+
+def _json(help: str = "print a JSON object") -> Any:
+    return option(False, help, flag="--json", action="store_true")
+
+
 @dataclass(frozen=True)
 class PublishedRoot:
     """Where published runs are: an output root (a folder or any fsspec URL) and its fsspec
-    storage options (dotted keys already nested)."""
+    storage options (dotted keys already nested); --output and --storage-option."""
 
     output: str = "results/"
     storage_options: Mapping[str, Any] = field(default_factory=dict)
@@ -34,7 +55,7 @@ class PublishedRoot:
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """A job config file and its `--set KEY=VALUE` overrides."""
+    """A job config file and its `--set KEY=VALUE` overrides; --config and --set."""
 
     path: str
     overrides: tuple[str, ...] = ()
@@ -49,42 +70,75 @@ class ConfigSource:
 class CompareOptions:
     """`ctxprec compare`: run A (baseline) against run B, and the gate's thresholds."""
 
-    run_a: str
-    run_b: str
+    run_a: str = option(help="baseline run id", positional=True, metavar="RUN_A")
+    run_b: str = option(help="candidate run id", positional=True, metavar="RUN_B")
     root: PublishedRoot = field(default_factory=PublishedRoot)
-    out_table: str | None = None  # default <output>/comparisons/A__vs__B.parquet
-    min_effect: float = 0.01
-    max_canary_drop: float = 0.1
-    as_json: bool = False
-    by: tuple[str, ...] | None = None  # None: the columns B's summary is segmented by
-    min_segment_size: int = 30
-    top: int = 10
+    out_table: str | None = option(
+        None,
+        "where to write the per-query table (default <output>/comparisons/A__vs__B.parquet)",
+        metavar="PATH",
+    )
+    min_effect: float = option(
+        0.01,
+        "exit 1 on a drop of the mean, overall or in a segment, that is significant "
+        "(95%%, Holm-corrected across segments) and at least X (default {default})",
+        type=float,
+        metavar="X",
+        older="--max-mean-drop",
+        older_help="the same as --min-effect X (its older name)",
+        minimum=0,
+    )
+    max_canary_drop: float = option(
+        0.1,
+        "exit 1 when the judge canary's kappa fell by more than K: the judge changed "
+        "(default {default})",
+        type=float,
+        metavar="K",
+        minimum=0,
+    )
+    as_json: bool = _json("print one JSON object (gate, overall, segments, canary)")
+    by: tuple[str, ...] | None = option(
+        None,
+        "compare per value of this carried column (repeatable; default: the columns run B's "
+        "summary is segmented by, summary.by)",
+        action="append",
+        metavar="COLUMN",
+    )
+    min_segment_size: int = option(
+        30,
+        "gate a segment only when at least N of its queries are scored ok in both runs "
+        "(default {default})",
+        type=int,
+        metavar="N",
+        minimum=1,
+    )
+    top: int = option(
+        10, "regressions to list (default {default})", type=int, metavar="N", minimum=0
+    )
 
     def __post_init__(self) -> None:
-        # min_effect is checked where its two names (--min-effect, --max-mean-drop) are known
-        if self.max_canary_drop < 0:
-            raise ConfigError(f"--max-canary-drop must be >= 0, got {self.max_canary_drop}")
-        if self.top < 0:
-            raise ConfigError(f"--top must be >= 0, got {self.top}")
-        if self.min_segment_size < 1:
-            raise ConfigError(f"--min-segment-size must be >= 1, got {self.min_segment_size}")
+        for f in fields(self):
+            minimum = f.metadata.get("minimum")
+            check_minimum(flag_of(f.name, f.metadata), getattr(self, f.name), minimum)
 
 
 @dataclass(frozen=True)
 class ReportOptions:
     """`ctxprec report`: the run, an optional baseline, where the page goes."""
 
-    run: str
-    baseline: str | None = None
+    run: str = option(help="run id to report on", positional=True, metavar="RUN")
+    baseline: str | None = option(None, "also compare with this run id", metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
-    html: str | None = None  # default <output>/reports/<run>.html
+    html: str | None = option(
+        None, "where to write the page (default <output>/reports/<run>.html)", metavar="PATH"
+    )
 
 
 @dataclass(frozen=True)
 class StatusOptions:
     """`ctxprec status`: the run to look at."""
 
-    run: str
+    run: str = option(help="run id (published, running or stopped)", positional=True, metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
 
 
@@ -94,11 +148,30 @@ class EstimateOptions:
     run needs for intervals of that half-width (from run `run`'s spread)."""
 
     config: ConfigSource
-    sample: int = 2000  # items whose prompts are tokenized exactly
-    assumed_latency_s: float = 2.0  # per request, when no rate limit bounds the run
-    target_ci: float | None = None
-    run: str | None = None  # default: the latest published under output.path
-    as_json: bool = False
+    sample: int = option(
+        2000, "items whose prompts are tokenized exactly (default {default})", type=int
+    )
+    assumed_latency_s: float = option(
+        2.0,
+        "per-request latency assumed when no rate limit bounds the run (default {default:g})",
+        flag="--assumed-latency",
+        type=float,
+        metavar="SECONDS",
+    )
+    target_ci: float | None = option(
+        None,
+        "instead: how many items per segment a 95%% interval of half-width W needs, from the "
+        "spread of a previous run's scores (sample.per_segment)",
+        type=float,
+        metavar="W",
+    )
+    run: str | None = option(
+        None,
+        "with --target-ci: the run to take the spread from (default: the latest published "
+        "under output.path)",
+        metavar="RUN",
+    )
+    as_json: bool = _json()
 
 
 @dataclass(frozen=True)
@@ -106,10 +179,15 @@ class CalibrateOptions:
     """`ctxprec calibrate`: the config's judge against the labels of `labels`."""
 
     config: ConfigSource
-    labels: str
-    limit: int | None = None
-    min_grade: float | None = None
-    as_json: bool = False
+    labels: str = option(help="labelled JSONL (query, contexts, ...)", required=True)
+    limit: int | None = option(None, "judge the first N valid rows", type=int)
+    min_grade: float | None = option(
+        None,
+        "gold = relevance >= G (default: relevance_binary when present, else relevance > 0)",
+        type=float,
+        metavar="G",
+    )
+    as_json: bool = _json()
 
 
 @dataclass(frozen=True)
@@ -117,4 +195,10 @@ class CacheOptions:
     """`ctxprec cache`: what to do with the config's verdict store."""
 
     config: ConfigSource
-    action: Literal["compact"] = "compact"
+    action: Literal["compact"] = option(
+        "compact",
+        "compact: fold the journal, merge each partition's files, drop verdicts older than "
+        "cache.max_age_days and duplicates",
+        positional=True,
+        choices=["compact"],
+    )

@@ -356,25 +356,25 @@ def segmented_runs(store: Store) -> tuple[str, str]:
 
 def run_compare(output: Path, *argv: str) -> tuple[int, str]:
     """`ctxprec compare RUN_A RUN_B [options] --output <output>`: (exit code, printed)."""
-    from jobs.cli import build_parser
-    from jobs.cli import compare as command
+    from jobs.cli import build_parser, options_of
     from jobs.tools import comparison as compare
+    from jobs.tools.tool_options import CompareOptions
 
     args = build_parser().parse_args(["compare", *argv[:2], "--output", str(output), *argv[2:]])
     out = io.StringIO()
-    code = compare.run(command.options(args), out=out)
+    code = compare.run(options_of(CompareOptions, args), out=out)
     return code, out.getvalue()
 
 
 def run_report(output: Path, *argv: str) -> tuple[str, str]:
     """`ctxprec report RUN [options] --output <output>`: (the page, printed)."""
-    from jobs.cli import build_parser
-    from jobs.cli import report as command
+    from jobs.cli import build_parser, options_of
     from jobs.tools import report
+    from jobs.tools.tool_options import ReportOptions
 
     args = build_parser().parse_args(["report", *argv, "--output", str(output)])
     out = io.StringIO()
-    assert report.run(command.options(args), out=out) == 0
+    assert report.run(options_of(ReportOptions, args), out=out) == 0
     printed = out.getvalue()
     page = Path(printed.removeprefix("report: ").strip())
     return page.read_text(encoding="utf-8"), printed

@@ -10,8 +10,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cli import build_parser
-from jobs.cli import calibrate as calibrate_command
+from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.core.config import load_config
 from jobs.tools.calibration import (
@@ -364,7 +363,7 @@ def test_ctxprec_calibrate_parses_the_options_as_the_tool_reads_them() -> None:
             "2",
         ]
     )
-    assert calibrate_command.options(args) == CalibrateOptions(
+    assert options_of(CalibrateOptions, args) == CalibrateOptions(
         ConfigSource("c.yaml"), "l.jsonl", limit=5, min_grade=2.0
     )
 

@@ -16,8 +16,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from jobs.cli import build_parser
-from jobs.cli import compare as compare_command
+from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.cli.arguments import parse_storage_options
 from jobs.core.run_layout import RunLocation
@@ -260,7 +259,7 @@ def test_out_table_path(runs: Runs, tmp_path: Path) -> None:
 
 def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
     def parsed(*argv: str) -> CompareOptions:
-        return compare_command.options(build_parser().parse_args(["compare", "a", "b", *argv]))
+        return options_of(CompareOptions, build_parser().parse_args(["compare", "a", "b", *argv]))
 
     assert parsed("--top", "3") == CompareOptions("a", "b", top=3)
     defaults = parsed()
@@ -297,7 +296,7 @@ def test_compare_runs_on_s3(moto_s3: Any, s3_prefix: str) -> None:
     ]
     args = build_parser().parse_args(["compare", base, cand, "--output", s3_prefix, *options])
     out = io.StringIO()
-    assert compare.run(compare_command.options(args), out=out) == 0
+    assert compare.run(options_of(CompareOptions, args), out=out) == 0
     written = f"{s3_prefix}/comparisons/base__vs__cand.parquet"
     assert written in out.getvalue()
     fs, _, _ = filesystem(s3_prefix, moto_s3.storage_options)

@@ -12,8 +12,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from jobs.cli import build_parser
-from jobs.cli import estimate as estimate_command
+from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.core.config import load_config
 from jobs.core.storage import open_store
@@ -310,13 +309,13 @@ def test_cli_table_json_and_no_secret(
 
 def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
-    assert estimate_command.options(args) == EstimateOptions(
+    assert options_of(EstimateOptions, args) == EstimateOptions(
         ConfigSource("c.yaml"), sample=5, as_json=True
     )
     args = build_parser().parse_args(
         ["estimate", "--config", "c.yaml", "--set", "a.b=1", "--target-ci", "0.02", "--run", "r"]
     )
-    assert estimate_command.options(args) == EstimateOptions(
+    assert options_of(EstimateOptions, args) == EstimateOptions(
         ConfigSource("c.yaml", ("a.b=1",)), target_ci=0.02, run="r"
     )
 

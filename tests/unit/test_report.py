@@ -16,9 +16,8 @@ import polars as pl
 import pytest
 from markupsafe import escape
 
-from jobs.cli import build_parser
+from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
-from jobs.cli import report as report_command
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import BANDS
 from jobs.engine.publish.response_formats import RunResponseFormat
@@ -196,7 +195,7 @@ def test_html_path_and_unknown_baseline(
 
 def test_ctxprec_report_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["report", "r1", "--baseline", "r0"])
-    assert report_command.options(args) == ReportOptions("r1", "r0")
+    assert options_of(ReportOptions, args) == ReportOptions("r1", "r0")
 
 
 def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:

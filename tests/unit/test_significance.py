@@ -26,8 +26,7 @@ import polars as pl
 import pytest
 import yaml
 
-from jobs.cli import build_parser
-from jobs.cli import estimate as estimate_command
+from jobs.cli import build_parser, options_of
 from jobs.core.config import SampleConfig, parse_config
 from jobs.core.stats import (
     Moments,
@@ -51,7 +50,7 @@ from jobs.tools import comparison as compare
 from jobs.tools import estimation as estimate
 from jobs.tools.published_runs import load_run
 from jobs.tools.sample_data import generate, write_jsonl
-from jobs.tools.tool_options import CompareOptions
+from jobs.tools.tool_options import CompareOptions, EstimateOptions
 from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
 from tests.support.published import (
@@ -202,7 +201,7 @@ def _gate(a: pl.LazyFrame, b: pl.LazyFrame) -> tuple[compare.Gate, bool]:
     a mean, overall or of a segment of 30+ queries, fell by more than 0.02)."""
     table = compare.comparison_table(a, b, ["segment"]).collect()
     method = compare.choose_method(table)
-    overall = compare.overall_shift(table, method, 0)
+    overall = compare.overall_shift(table, method)
     segments = compare.segment_shifts(table, ["segment"], method)
     verdict = compare.decide(overall, segments, method, CompareOptions.min_effect, 30)
     old_fails = any(
@@ -428,7 +427,7 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
         ["estimate", "--config", str(config), "--target-ci", "0.02", "--run", SEG_A, "--json"]
     )
     printed = io.StringIO()
-    assert estimate.run(estimate_command.options(args), out=printed) == 0
+    assert estimate.run(options_of(EstimateOptions, args), out=printed) == 0
     result = json.loads(printed.getvalue())
     assert result["run"] == SEG_A and result["by"] == ["retriever"]
     run = load_run(store, SEG_A)
@@ -443,7 +442,7 @@ def test_estimate_target_ci_from_a_previous_runs_spread(tmp_path: Path) -> None:
     assert result["per_segment"] == max(s["needed"] for s in result["segments"])
     args = build_parser().parse_args(["estimate", "--config", str(config), "--target-ci", "0.02"])
     printed = io.StringIO()
-    assert estimate.run(estimate_command.options(args), out=printed) == 0  # the latest run
+    assert estimate.run(options_of(EstimateOptions, args), out=printed) == 0  # the latest run
     assert "items needed for a 95% interval of half-width 0.02" in printed.getvalue()
     assert "sample: {per_segment:" in printed.getvalue()
 

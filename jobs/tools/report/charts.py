@@ -142,14 +142,13 @@ def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: 
     at the bar boundaries when `spec.edge_labels` is given."""
     labels = list(spec.edge_labels) if spec.edge_labels else list(categories)
     offset = 0.0 if spec.edge_labels else 0.5
-    longest = max((len(label) for label in labels), default=1)
-    plot_w = group * max(1, len(categories))
-    step = max(1, math.ceil(len(labels) * (longest * _CHAR_PX + 6) / plot_w))
-    parts = []
     subs = list(spec.sublabels or [])
+    widest: float = max((len(label) for label in labels), default=1)
     if subs:
-        widest = max(longest, max(len(sub) for sub in subs) * 0.85)
-        step = max(1, math.ceil(len(labels) * (widest * _CHAR_PX + 6) / plot_w))
+        widest = max(widest, max(len(sub) for sub in subs) * 0.85)
+    plot_w = group * max(1, len(categories))
+    step = max(1, math.ceil(len(labels) * (widest * _CHAR_PX + 6) / plot_w))
+    parts = []
     for i, label in enumerate(labels):
         if i % step == 0:
             x = _MARGIN_LEFT + group * (i + offset)
