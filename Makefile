@@ -57,8 +57,11 @@ score-example: install
 	$(BIN)/ctxprec score examples/item.json
 
 # The real-model tests (marker llm) run when the llm extra is installed and skip otherwise.
+# The unit tests (no Ray) go over both cores; the integration tests, which start Ray and real
+# servers, one at a time. Both parts run even when the first fails, each with its summary.
 test: install
-	$(BIN)/pytest
+	@status=0; $(BIN)/pytest tests/unit -n 2 || status=$$?; \
+		$(BIN)/pytest tests/integration || status=$$?; exit $$status
 
 # The unit tests alone (no Ray), spread over the cores.
 test-unit: install
