@@ -73,6 +73,11 @@ class LLMJudge:
     """A `Judge` backed by any chat model reachable through a `ChatClient`.
 
     Args:
+        client: carries each request (`OpenAIHTTPClient`, `LiteLLMClient`, `FakeChatClient`).
+        retry: transport retries and re-asks of unusable replies.
+        limiter: paces requests against a provider's limit (shared by many judges).
+        sleep: how the judge waits (tests inject one).
+        scale: the score scale, for the reason prompt.
         max_in_flight: bounds the requests in flight: a number, or a gate (an async context
             manager) shared with other judges, such as a worker's share of a run-wide budget.
         negotiation: the endpoint's shared structured-output state (`shared_negotiation`);

@@ -100,22 +100,9 @@ def build_judge(
     sleep: Sleeper = real_sleep,
     client: ChatClient | None = None,
 ) -> Judge:
-    """The judge `spec` describes, wired to the run-time objects given (the offline judge
-    takes none of them).
-
-    Args:
-        spec: the judge.
-        limiter: paces requests against a provider's limit (shared by many judges).
-        max_in_flight: bounds the requests in flight: a number, or a gate shared with others.
-        first_alone: False leaves the cold start to whoever owns that gate.
-        token_counter: counts a request's prompt tokens for a tokens-per-minute limit.
-        negotiation: an endpoint's shared structured-output state (`shared_negotiation`).
-        retry: a whole policy, instead of the spec's `max_retries` and `max_reasks`.
-        sleep: how the judge waits (tests inject one).
-        client: a ready `ChatClient`; the spec's endpoint and request settings are then its.
-
-    Returns:
-        The `Judge`: an `LLMJudge`, or the `LexicalJudge` for model "lexical".
+    """The `LLMJudge` (or, for model "lexical", the `LexicalJudge`) `spec` describes, wired
+    to the run-time objects `LLMJudge` documents; `retry` replaces the spec's `max_retries` and
+    `max_reasks`, a ready `client` its endpoint and request settings.
 
     Raises:
         ConfigError: an option the judge or its transport does not take.

@@ -12,10 +12,11 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE
+from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE, JudgeCapabilities
 from scorer_core.errors import ConfigError
 from scorer_core.prompt import reason_start
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
@@ -128,12 +129,6 @@ def _check_number(name: str, value: float, upper: float) -> float:
     return float(value)
 
 
-def _check_count(name: str, value: int, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class _ItemStats:
     """Everything the verdicts on one item need, computed once for all of its contexts."""
@@ -149,6 +144,7 @@ class _ItemStats:
     display: dict[str, str]  # stem -> the word as first written in the answer or query
 
 
+@dataclass(kw_only=True, eq=False)
 class LexicalJudge:
     """A `Judge` that calls a context relevant when it covers enough of the query and answer.
 
@@ -166,38 +162,28 @@ class LexicalJudge:
         cache_items: how many items' statistics to keep for repeated calls (0: none).
     """
 
-    #: Offline: no network, no cost, nothing worth caching (`scorer_core.capabilities`).
-    capabilities = OFFLINE_CAPABILITIES
-    model = OFFLINE_JUDGE
+    capabilities: ClassVar[JudgeCapabilities] = OFFLINE_CAPABILITIES
+    model: ClassVar[str] = OFFLINE_JUDGE
 
-    def __init__(
-        self,
-        *,
-        threshold: float = DEFAULT_THRESHOLD,
-        relative: float = DEFAULT_RELATIVE,
-        answer_weight: float = DEFAULT_ANSWER_WEIGHT,
-        phrase_weight: float = DEFAULT_PHRASE_WEIGHT,
-        max_chars: int = DEFAULT_MAX_CHARS,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        cache_items: int = 16,
-    ) -> None:
-        self.threshold = _check_number("threshold", threshold, 1)
-        self.relative = _check_number("relative", relative, 1)
-        self.answer_weight = _check_number("answer_weight", answer_weight, math.inf)
-        self.phrase_weight = _check_number("phrase_weight", phrase_weight, 1)
-        self.max_chars = _check_count("max_chars", max_chars, 1)
-        self.max_tokens = _check_count("max_tokens", max_tokens, 1)
+    threshold: float = DEFAULT_THRESHOLD
+    relative: float = DEFAULT_RELATIVE
+    answer_weight: float = DEFAULT_ANSWER_WEIGHT
+    phrase_weight: float = DEFAULT_PHRASE_WEIGHT
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    cache_items: int = field(default=16, repr=False)
+    _cached_stats: Callable[[ScoringItem], _ItemStats] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, upper in (("threshold", 1), ("relative", 1), ("phrase_weight", 1)):
+            setattr(self, name, _check_number(name, getattr(self, name), upper))
+        self.answer_weight = _check_number("answer_weight", self.answer_weight, math.inf)
+        for name, low in (("max_chars", 1), ("max_tokens", 1), ("cache_items", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
         # lru_cache is thread-safe; with maxsize 0 it caches nothing.
-        self._cached_stats = functools.lru_cache(_check_count("cache_items", cache_items, 0))(
-            self._compute
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"LexicalJudge(threshold={self.threshold}, relative={self.relative}, "
-            f"answer_weight={self.answer_weight}, phrase_weight={self.phrase_weight}, "
-            f"max_chars={self.max_chars}, max_tokens={self.max_tokens})"
-        )
+        self._cached_stats = functools.lru_cache(self.cache_items)(self._compute)
 
     def scores(self, item: ScoringItem) -> list[float]:
         """The score in [0, 1] of every context of `item`, in context order (before thresholds);

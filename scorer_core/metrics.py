@@ -10,6 +10,7 @@ precision with no predicted positive, ...); correlations clamped to [-1, 1].
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -83,28 +84,26 @@ def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
     return _clamp((observed - chance) / (1.0 - chance))
 
 
+def _correlatable(x: Sequence[float], y: Sequence[float]) -> bool:
+    """Whether a correlation is defined: two values or more, neither series constant."""
+    _check_lengths(x, y)
+    _check_numbers(x, "x")
+    _check_numbers(y, "y")
+    return len(x) >= 2 and min(x) != max(x) and min(y) != max(y)
+
+
 def _clamp(r: float) -> float:
     return max(-1.0, min(1.0, r))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Pearson's linear correlation."""
-    _check_lengths(x, y)
-    _check_numbers(x, "x")
-    _check_numbers(y, "y")
-    n = len(x)
-    if n < 2 or min(x) == max(x) or min(y) == max(y):
+    if not _correlatable(x, y):
         return None
-    mx = math.fsum(x) / n
-    my = math.fsum(y) / n
-    dx = [v - mx for v in x]
-    dy = [v - my for v in y]
-    sxy = math.fsum(a * b for a, b in zip(dx, dy, strict=True))
-    sxx = math.fsum(a * a for a in dx)
-    syy = math.fsum(b * b for b in dy)
-    if sxx <= 0.0 or syy <= 0.0:
+    try:
+        return _clamp(statistics.correlation(x, y))
+    except statistics.StatisticsError:  # a variance that underflows to 0
         return None
-    return _clamp(sxy / math.sqrt(sxx * syy))
 
 
 def average_ranks(values: Sequence[float]) -> list[float]:
@@ -126,9 +125,6 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Kendall's tau-b, which corrects for ties in either series (scipy's, O(n log n))."""
     from scipy.stats import kendalltau  # type: ignore[import-untyped]
 
-    _check_lengths(x, y)
-    _check_numbers(x, "x")
-    _check_numbers(y, "y")
-    if len(x) < 2 or min(x) == max(x) or min(y) == max(y):
+    if not _correlatable(x, y):
         return None
     return _clamp(float(kendalltau(x, y, variant="b").statistic))

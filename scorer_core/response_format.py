@@ -107,11 +107,6 @@ class ResponseFormatNegotiation:
         with self._lock:
             return self._remaining[0]
 
-    @property
-    def dropped(self) -> tuple[DroppedForm, ...]:
-        with self._lock:
-            return tuple(self._dropped)
-
     def summary(self) -> dict[str, Any]:
         """A JSON-compatible record for run summaries."""
         with self._lock:
