@@ -38,8 +38,7 @@ LLM_CAPABILITIES = JudgeCapabilities(
 
 
 def capabilities_of(model: str) -> JudgeCapabilities:
-    """The capabilities of the judge `model` names: the offline lexical judge, or an LLM
-    judge (any litellm model string)."""
+    """What the judge `model` names can do: the offline lexical judge, or an LLM judge."""
     return OFFLINE_CAPABILITIES if model == OFFLINE_JUDGE else LLM_CAPABILITIES
 
 
@@ -49,8 +48,7 @@ def is_offline(model: str) -> bool:
 
 
 def judge_capabilities(judge: Any) -> JudgeCapabilities:
-    """What `judge` can do: its own `capabilities` attribute (every judge of this library has
-    one), else what its `model` string names (a user's own `Judge` implementation)."""
+    """`judge.capabilities` (every judge of this library has one), else its model's."""
     own = getattr(judge, "capabilities", None)
     if isinstance(own, JudgeCapabilities):
         return own

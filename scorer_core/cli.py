@@ -142,8 +142,7 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """The `score` command (`args` from `add_score_arguments`): `EXIT_OK` when the item is
-    scored, else `EXIT_NO_SCORE`."""
+    """The `score` command: `EXIT_OK` when the item is scored, else `EXIT_NO_SCORE`."""
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:
@@ -177,8 +176,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 def call_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a command's handler; a project error is printed as one line and becomes its exit
-    code (2 for a mistake of the caller's: usage, configuration, input; else 1). Anything else
-    is a bug and keeps its traceback."""
+    code (`EXIT_USAGE` or `EXIT_FAILED`); anything else is a bug and keeps its traceback."""
     try:
         return handler(args)
     except CtxPrecError as exc:

@@ -79,8 +79,7 @@ class JudgeSpec:
 
 
 def choose_transport(setting: str, model: str, api_base: str | None, given: Set[str]) -> Transport:
-    """The transport for `setting`: under "auto" an option in `given` that only one client
-    takes decides for it; otherwise `resolve_transport` does."""
+    """`resolve_transport`, but under "auto" an option in `given` only one client takes wins."""
     if setting == "auto":
         for name, names in TRANSPORT_ONLY_OPTIONS.items():
             if given & names:

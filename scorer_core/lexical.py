@@ -30,6 +30,12 @@ DEFAULT_MAX_TOKENS = 5_000
 DEFAULT_MAX_CHARS = 50_000
 
 _TIE = 1e-9
+_WEIGHT_BOUNDS = {
+    "threshold": 1.0,
+    "relative": 1.0,
+    "answer_weight": math.inf,
+    "phrase_weight": 1.0,
+}
 
 # Unicode word characters without the underscore: letters and digits of any script.
 _TOKEN_RE = re.compile(r"[^\W_]+")
@@ -87,8 +93,7 @@ def _tokens(text: str, max_chars: int, max_tokens: int) -> list[str]:
 def content_words(
     text: str, *, max_chars: int = DEFAULT_MAX_CHARS, max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> list[str]:
-    """The content words of `text` (lower-cased, before stemming), in order, with repeats:
-    what the judge matches, once each is stemmed."""
+    """The content words of `text` (lower-cased, not stemmed), in order, with repeats."""
     return [t for t in _tokens(text, max_chars, max_tokens) if t not in _DROPPED]
 
 
@@ -118,15 +123,6 @@ def _context_hits(
             n_pair_hits = len(_pairs(seq) & target_pairs)
         pair_hits.append(n_pair_hits)
     return hit_sets, pair_hits
-
-
-def _check_number(name: str, value: float, upper: float) -> float:
-    """`value` as a float in [0, `upper`], and finite."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not 0 <= value <= upper or math.isinf(value):
-        what = "a number in [0, 1]" if upper == 1 else "a finite number >= 0"
-        raise ConfigError(f"{name} must be {what}, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +171,13 @@ class LexicalJudge:
     _cached_stats: Callable[[ScoringItem], _ItemStats] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, upper in (("threshold", 1), ("relative", 1), ("phrase_weight", 1)):
-            setattr(self, name, _check_number(name, getattr(self, name), upper))
-        self.answer_weight = _check_number("answer_weight", self.answer_weight, math.inf)
+        for name, upper in _WEIGHT_BOUNDS.items():
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not 0 <= value <= upper or math.isinf(value):
+                what = "a number in [0, 1]" if upper == 1 else "a finite number >= 0"
+                raise ConfigError(f"{name} must be {what}, got {value!r}")
+            setattr(self, name, float(value))
         for name, low in (("max_chars", 1), ("max_tokens", 1), ("cache_items", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -186,8 +186,7 @@ class LexicalJudge:
         self._cached_stats = functools.lru_cache(self.cache_items)(self._compute)
 
     def scores(self, item: ScoringItem) -> list[float]:
-        """The score in [0, 1] of every context of `item`, in context order (before thresholds);
-        all 0.0 when the query and answer have no content words at all."""
+        """The score in [0, 1] of every context of `item`, in order, before thresholds."""
         return list(self._stats(item).scores)
 
     def _stats(self, item: ScoringItem) -> _ItemStats:
@@ -280,8 +279,7 @@ class LexicalJudge:
         return f"{text}; score {score:.2f} < {self.relative:.2f} x best context's {st.best:.2f}"
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        """One verdict per position, in the order given; positions outside the item's contexts,
-        or none at all, make the batch unscored, as the protocol asks, instead of raising."""
+        """One verdict per position, in the order given; bad or no positions: unscored."""
         n = len(item.contexts)
         bad = [
             p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n

@@ -1,6 +1,6 @@
 """Agreement metrics between a judge and human labels, for `ctxprec calibrate`, the canary and
 the benchmarks: binary agreement of verdicts (precision, recall, F1, Cohen's kappa) and
-correlation of scores (Pearson, Spearman, Kendall's tau-b; ranks and tau from scipy).
+correlation of scores (Pearson, Spearman, Kendall's tau-b; the last two from scipy).
 
 Two sequences of one length in, a `ValueError` for a length mismatch or a NaN; `None` where a
 statistic is undefined (empty input, a constant series, kappa with perfect chance agreement,
@@ -23,10 +23,6 @@ class Confusion(NamedTuple):
     fp: int
     fn: int
     tn: int
-
-    @property
-    def n(self) -> int:
-        return self.tp + self.fp + self.fn + self.tn
 
 
 class PRF(NamedTuple):
@@ -69,10 +65,9 @@ def precision_recall_f1(pred: Sequence[bool], gold: Sequence[bool]) -> PRF:
 
 
 def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
-    """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance); None
-    when chance agreement is 1 (both used one and the same label throughout)."""
+    """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance)."""
     c = confusion(pred, gold)
-    n = c.n
+    n = sum(c)
     if n == 0:
         return None
     observed = (c.tp + c.tn) / n
@@ -106,25 +101,16 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
         return None
 
 
-def average_ranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks of `values`, ties sharing the average of the ranks they span."""
-    # scipy.stats takes a second to import: only when used
-    from scipy.stats import rankdata  # type: ignore[import-untyped]
-
-    _check_numbers(values, "values")
-    return [float(rank) for rank in rankdata(values)] if values else []
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Spearman's rank correlation: Pearson's r of the average ranks (ties handled)."""
-    _check_lengths(x, y)
-    return pearson(average_ranks(x), average_ranks(y))
+    # scipy.stats takes a second to import: only when used
+    from scipy.stats import spearmanr  # type: ignore[import-untyped]
+
+    return _clamp(float(spearmanr(x, y).statistic)) if _correlatable(x, y) else None
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Kendall's tau-b, which corrects for ties in either series (scipy's, O(n log n))."""
-    from scipy.stats import kendalltau  # type: ignore[import-untyped]
+    from scipy.stats import kendalltau
 
-    if not _correlatable(x, y):
-        return None
-    return _clamp(float(kendalltau(x, y, variant="b").statistic))
+    return _clamp(float(kendalltau(x, y, variant="b").statistic)) if _correlatable(x, y) else None

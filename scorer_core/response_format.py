@@ -193,8 +193,7 @@ class ResponseFormatNegotiation:
 
 
 def negotiation_summary(judge: object) -> dict[str, Any] | None:
-    """A judge's structured-output negotiation as `ResponseFormatNegotiation.summary()`
-    reports it; None for a judge that negotiates nothing (the offline lexical judge)."""
+    """`judge.response_format.summary()`; None for a judge that negotiates nothing."""
     negotiation = getattr(judge, "response_format", None)
     if isinstance(negotiation, ResponseFormatNegotiation):
         return negotiation.summary()

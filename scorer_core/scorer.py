@@ -219,16 +219,9 @@ def make_judge(model: str, **options: Any) -> Judge:
 
     Args:
         model: "lexical" (offline) or any litellm model string.
-        **options: an LLM judge's `api_base`, `api_key`, `timeout`, `temperature`,
-            `max_tokens`, `max_retries`, `max_reasks` (or a `retry` policy), `limiter`,
-            `sleep`, `max_in_flight` (a number or a shared gate), `first_alone`,
-            `token_counter`, `completion_budget`, `transport` ("auto", "litellm", "http"), a
-            ready `client`, `response_format` or a shared `negotiation`; with litellm also
-            `request_options`, with http `max_connections` and `proxy_from_env`. The lexical
-            judge's own (`threshold`, ...). `scale` for the reason prompt.
-
-    Returns:
-        The `Judge` (`build_judge` of a `JudgeSpec` and the run-time objects).
+        **options: an LLM judge's are `JudgeSpec`'s fields (`transport` only those of the
+            transport chosen) and `build_judge`'s run-time objects; the lexical judge's are
+            `LexicalJudge`'s. `scale` for the reason prompt.
 
     Raises:
         ConfigError: an unknown option, or one the judge or transport does not take.
@@ -287,9 +280,6 @@ def create_context_precision_scorer(
             `ContextPrecisionScorer` takes them.
         options: the same scorer options and judge options (see `make_judge`) as a mapping.
         **judge_options: judge options as keywords.
-
-    Returns:
-        The scorer; `run(input, output, expected_output=None)` gives a `ScoreResult`.
 
     Raises:
         ConfigError: an unknown name, or one given twice.
