@@ -72,19 +72,13 @@ class JudgeSpec:
         return {name for name in ANY_TRANSPORT_ONLY if getattr(self, name) is not None}
 
     def resolved_transport(self) -> Transport:
-        """The client that carries this judge's requests (`choose_transport`)."""
-        return choose_transport(
-            self.transport, self.model, self.api_base, self.given_transport_options()
-        )
-
-
-def choose_transport(setting: str, model: str, api_base: str | None, given: Set[str]) -> Transport:
-    """`resolve_transport`, but under "auto" an option in `given` only one client takes wins."""
-    if setting == "auto":
-        for name, names in TRANSPORT_ONLY_OPTIONS.items():
-            if given & names:
-                setting = name
-    return resolve_transport(setting, model, api_base)
+        """`resolve_transport`, but under "auto" an option only one client takes chooses it."""
+        setting = self.transport
+        if setting == "auto":
+            for name, names in TRANSPORT_ONLY_OPTIONS.items():
+                if self.given_transport_options() & names:
+                    setting = name
+        return resolve_transport(setting, self.model, self.api_base)
 
 
 def build_judge(
