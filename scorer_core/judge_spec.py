@@ -1,9 +1,8 @@
 """A judge described by typed data (`JudgeSpec`) and built from it (`build_judge`).
 
-A spec is everything about a judge that can be written down (frozen, no live objects: a job
-derives it from its config, a test compares two); what exists only at run time (a shared
-limiter, an in-flight gate, an endpoint's negotiation, a ready client) goes to `build_judge`
-beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
+A spec is everything about a judge that can be written down (a job derives it from its config);
+what exists only at run time (a shared limiter, an in-flight gate, a ready client) goes to
+`build_judge` beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """An offline, deterministic judge: IDF-weighted overlap of content words and word pairs
 with the query and the answer (the reference when given), instead of a language model.
 
-A baseline that runs anywhere, not a substitute for an LLM judge: docs/judges.md has its
-agreement with human labels, the design notes how a context is judged.
+A baseline that runs anywhere, not a substitute for an LLM judge (docs/judges.md).
 """
 
 from __future__ import annotations
@@ -191,10 +190,9 @@ class LexicalJudge:
 
     def _stats(self, item: ScoringItem) -> _ItemStats:
         try:
-            hash(item)
-        except TypeError:  # e.g. contexts given as a list: correct, just not cacheable
+            return self._cached_stats(item)
+        except TypeError:  # unhashable, e.g. contexts given as a list: correct, not cacheable
             return self._compute(item)
-        return self._cached_stats(item)
 
     def _compute(self, item: ScoringItem) -> _ItemStats:
         query_seq, answer_seq, display, answer_source = self._target_words(item)

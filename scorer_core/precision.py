@@ -85,10 +85,7 @@ def score_band(score: float, scale: float | None = 1) -> Band:
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:
         return "none"
-    for name, lower in BANDS:
-        if normalized >= lower - BAND_EPSILON:
-            return name
-    return "low"
+    return next((name for name, lower in BANDS if normalized >= lower - BAND_EPSILON), "low")
 
 
 def format_score(score: float) -> str:

@@ -1,8 +1,7 @@
 """Which client carries an LLM judge's requests: the lean HTTP client or litellm.
 
-"auto" sends requests through `scorer_core.openai_http` wherever the endpoint speaks OpenAI chat
-completions (the same work at a fraction of the CPU) and through litellm for every provider
-whose wire format litellm translates (Anthropic, Bedrock, Vertex, Azure deployments, ...).
+"auto" takes `scorer_core.openai_http` wherever the endpoint speaks OpenAI chat completions (a
+fraction of the CPU) and litellm for every provider whose wire format litellm translates.
 """
 
 from __future__ import annotations
