@@ -14,8 +14,7 @@ OFFLINE_JUDGE = "lexical"  # the offline judge's model string, spelled only here
 class JudgeCapabilities:
     """What a judge is and can do.
 
-    offline: answers in-process, makes no network call and costs nothing; its verdicts are
-        cheaper to recompute than to cache, and no rate limit or budget applies to it.
+    offline: answers in-process at no cost: cheaper to recompute than to cache, never paced.
     needs_api_key: sends requests to a provider that may want a key.
     supports_batch: can be asked through a provider's Files + Batches API (judge.mode batch).
     negotiates_format: negotiates a structured-output form with its endpoint.

@@ -125,20 +125,17 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
     """The judge's options from the command line (none for the offline judge)."""
     if capabilities_of(args.model).offline:
         return {}
-    options: dict[str, Any] = {
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    options = {
         "timeout": args.timeout,
         "transport": args.transport,
         "response_format": args.response_format,
+        "api_base": args.api_base or None,
+        "max_tokens": args.max_tokens,
+        "api_key": os.environ.get(args.api_key_env) or None,
     }
-    if args.api_base:
-        options["api_base"] = args.api_base
-    if args.max_tokens is not None:
-        if args.max_tokens < 1:
-            raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-        options["max_tokens"] = args.max_tokens
-    if key := os.environ.get(args.api_key_env):
-        options["api_key"] = key
-    return options
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def run_score(args: argparse.Namespace) -> int:

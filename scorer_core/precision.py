@@ -73,8 +73,6 @@ def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -
         Average precision times `scale`, rounded to 2 decimals (0 without a relevant context):
         [True, False, True, False] scores 0.83.
     """
-    if not verdicts:
-        return 0.0
     return round_score(average_precision(verdicts) * (1.0 if scale is None else scale))
 
 
