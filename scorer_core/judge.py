@@ -241,9 +241,7 @@ class LLMJudge:
     def _counted_tokens(self, reply: ChatReply) -> int:
         """The tokens a provider counts against its limit: OpenAI-style limits count a
         request's max_tokens when it sets one, whatever the reply used."""
-        budget = self._completion_budget
-        completion = max(reply.completion_tokens, budget) if budget else reply.completion_tokens
-        return reply.prompt_tokens + completion
+        return reply.prompt_tokens + max(reply.completion_tokens, self._completion_budget or 0)
 
     def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
         return FatalJudgeError(
