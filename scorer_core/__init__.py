@@ -2,10 +2,6 @@
 
 The pure library: prompts, verdict parsing, the precision maths and the judge interface. It
 imports no Ray, fsspec or Polars, and litellm only when an LLM judge is used.
-
-    >>> from scorer_core import context_precision
-    >>> context_precision([True, False, True, False])
-    0.83
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ OFFLINE_JUDGE = "lexical"  # the offline judge's model string, spelled only here
 class JudgeCapabilities:
     """What a judge is and can do.
 
-    offline: answers in-process, makes no network call and costs nothing; its verdicts are
-        cheaper to recompute than to cache, and no rate limit or budget applies to it.
+    offline: answers in-process at no cost: cheaper to recompute than to cache, never paced.
     needs_api_key: sends requests to a provider that may want a key.
     supports_batch: can be asked through a provider's Files + Batches API (judge.mode batch).
     negotiates_format: negotiates a structured-output form with its endpoint.
@@ -38,8 +37,7 @@ LLM_CAPABILITIES = JudgeCapabilities(
 
 
 def capabilities_of(model: str) -> JudgeCapabilities:
-    """The capabilities of the judge `model` names: the offline lexical judge, or an LLM
-    judge (any litellm model string)."""
+    """What the judge `model` names can do: the offline lexical judge, or an LLM judge."""
     return OFFLINE_CAPABILITIES if model == OFFLINE_JUDGE else LLM_CAPABILITIES
 
 
@@ -49,8 +47,7 @@ def is_offline(model: str) -> bool:
 
 
 def judge_capabilities(judge: Any) -> JudgeCapabilities:
-    """What `judge` can do: its own `capabilities` attribute (every judge of this library has
-    one), else what its `model` string names (a user's own `Judge` implementation)."""
+    """`judge.capabilities` (every judge of this library has one), else its model's."""
     own = getattr(judge, "capabilities", None)
     if isinstance(own, JudgeCapabilities):
         return own

@@ -125,25 +125,21 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
     """The judge's options from the command line (none for the offline judge)."""
     if capabilities_of(args.model).offline:
         return {}
-    options: dict[str, Any] = {
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    options = {
         "timeout": args.timeout,
         "transport": args.transport,
         "response_format": args.response_format,
+        "api_base": args.api_base or None,
+        "max_tokens": args.max_tokens,
+        "api_key": os.environ.get(args.api_key_env) or None,
     }
-    if args.api_base:
-        options["api_base"] = args.api_base
-    if args.max_tokens is not None:
-        if args.max_tokens < 1:
-            raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-        options["max_tokens"] = args.max_tokens
-    if key := os.environ.get(args.api_key_env):
-        options["api_key"] = key
-    return options
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """The `score` command (`args` from `add_score_arguments`): `EXIT_OK` when the item is
-    scored, else `EXIT_NO_SCORE`."""
+    """The `score` command: `EXIT_OK` when the item is scored, else `EXIT_NO_SCORE`."""
     if args.item and args.item != "-":
         try:
             with open(args.item, encoding="utf-8") as handle:
@@ -177,8 +173,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 def call_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a command's handler; a project error is printed as one line and becomes its exit
-    code (2 for a mistake of the caller's: usage, configuration, input; else 1). Anything else
-    is a bug and keeps its traceback."""
+    code (`EXIT_USAGE` or `EXIT_FAILED`); anything else is a bug and keeps its traceback."""
     try:
         return handler(args)
     except CtxPrecError as exc:

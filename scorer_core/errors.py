@@ -50,8 +50,7 @@ class MalformedReply(JudgeError): ...
 
 
 class RequestRejected(JudgeError):
-    """The provider refused the request deterministically (a 4xx other than 408/409/429, or a
-    validation error whatever the status): sending it again gets the same answer."""
+    """A 4xx other than 408/409/429, or a validation error whatever the status."""
 
 
 class ResponseFormatRejected(RequestRejected):

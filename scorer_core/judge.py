@@ -62,9 +62,8 @@ def estimate_tokens(
     counter: TokenCounter = count_prompt_tokens,
     completion_budget: int | None = None,
 ) -> int:
-    """Prompt plus expected reply tokens, for the rate limiter and the cost estimate: the
-    reply's `completion_budget` (the request's max_tokens) when set, else a short reason per
-    verdict."""
+    """Prompt plus expected reply tokens (`completion_budget` when set, else a short reason per
+    verdict), for the rate limiter and the cost estimate."""
     reply = completion_budget or REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
     return counter(messages) + reply
 
@@ -73,6 +72,11 @@ class LLMJudge:
     """A `Judge` backed by any chat model reachable through a `ChatClient`.
 
     Args:
+        client: carries each request (`OpenAIHTTPClient`, `LiteLLMClient`, `FakeChatClient`).
+        retry: transport retries and re-asks of unusable replies.
+        limiter: paces requests against a provider's limit (shared by many judges).
+        sleep: how the judge waits (tests inject one).
+        scale: the score scale, for the reason prompt.
         max_in_flight: bounds the requests in flight: a number, or a gate (an async context
             manager) shared with other judges, such as a worker's share of a run-wide budget.
         negotiation: the endpoint's shared structured-output state (`shared_negotiation`);
@@ -147,9 +151,8 @@ class LLMJudge:
         schema: dict[str, object],
         verdicts: int,
     ) -> tuple[ChatReply, Usage]:
-        """One logical request, sent as every request is (batch mode's online re-asks too): per
-        attempt a form from the endpoint's negotiation and one paced call (`_attempt`); a
-        refused form steps down to a weaker one, a transport failure waits and retries."""
+        """One logical request (batch mode's online re-asks too): a refused structured-output
+        form steps down to a weaker one, a transport failure waits and retries."""
         tokens = estimate_tokens(
             messages,
             verdicts,
@@ -195,8 +198,7 @@ class LLMJudge:
             return reply, usage
 
     async def _wait_for_first(self) -> bool:
-        """Whether this attempt is the judge's first; any other waits until the first is over
-        (see `first_alone`)."""
+        """Whether this attempt is the judge's first; any other waits until it is over."""
         first = not self._first_taken
         self._first_taken = True
         if not first and not self._first_done.is_set():
@@ -212,8 +214,7 @@ class LLMJudge:
         tokens: int,
         first: bool,
     ) -> ChatReply:
-        """One call to the client in `form`, holding an in-flight slot and a rate slot; the
-        limiter hears how it went whatever happens."""
+        """One call to the client in `form`, holding an in-flight slot and a rate slot."""
         async with self._in_flight:
             # Rate slot taken only once a connection slot is ours, so slots are not hoarded by
             # waiters and then spent in a burst.
@@ -240,9 +241,7 @@ class LLMJudge:
     def _counted_tokens(self, reply: ChatReply) -> int:
         """The tokens a provider counts against its limit: OpenAI-style limits count a
         request's max_tokens when it sets one, whatever the reply used."""
-        budget = self._completion_budget
-        completion = max(reply.completion_tokens, budget) if budget else reply.completion_tokens
-        return reply.prompt_tokens + completion
+        return reply.prompt_tokens + max(reply.completion_tokens, self._completion_budget or 0)
 
     def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
         return FatalJudgeError(
@@ -259,8 +258,8 @@ class LLMJudge:
         verdicts: int,
         parse: Callable[[str], T],
     ) -> tuple[T | None, Usage, str]:
-        """`parse` of the reply to `base`, re-asked with the problem while replies are unusable:
-        (the parsed reply or None, the usage of every attempt, the last problem)."""
+        """`parse` of the reply to `base`, re-asked while unusable: (parsed or None, usage, the
+        last problem)."""
         messages, usage, problem = base, Usage(), ""
         for attempt in range(self._retry.max_reasks + 1):
             if attempt:

@@ -1,9 +1,8 @@
 """A judge described by typed data (`JudgeSpec`) and built from it (`build_judge`).
 
-A spec is everything about a judge that can be written down (frozen, no live objects: a job
-derives it from its config, a test compares two); what exists only at run time (a shared
-limiter, an in-flight gate, an endpoint's negotiation, a ready client) goes to `build_judge`
-beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
+A spec is everything about a judge that can be written down (a job derives it from its config);
+what exists only at run time (a shared limiter, an in-flight gate, a ready client) goes to
+`build_judge` beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
 """
 
 from __future__ import annotations
@@ -72,20 +71,13 @@ class JudgeSpec:
         return {name for name in ANY_TRANSPORT_ONLY if getattr(self, name) is not None}
 
     def resolved_transport(self) -> Transport:
-        """The client that carries this judge's requests (`choose_transport`)."""
-        return choose_transport(
-            self.transport, self.model, self.api_base, self.given_transport_options()
-        )
-
-
-def choose_transport(setting: str, model: str, api_base: str | None, given: Set[str]) -> Transport:
-    """The transport for `setting`: under "auto" an option in `given` that only one client
-    takes decides for it; otherwise `resolve_transport` does."""
-    if setting == "auto":
-        for name, names in TRANSPORT_ONLY_OPTIONS.items():
-            if given & names:
-                setting = name
-    return resolve_transport(setting, model, api_base)
+        """`resolve_transport`, but under "auto" an option only one client takes chooses it."""
+        setting = self.transport
+        if setting == "auto":
+            for name, names in TRANSPORT_ONLY_OPTIONS.items():
+                if self.given_transport_options() & names:
+                    setting = name
+        return resolve_transport(setting, self.model, self.api_base)
 
 
 def build_judge(
@@ -100,22 +92,9 @@ def build_judge(
     sleep: Sleeper = real_sleep,
     client: ChatClient | None = None,
 ) -> Judge:
-    """The judge `spec` describes, wired to the run-time objects given (the offline judge
-    takes none of them).
-
-    Args:
-        spec: the judge.
-        limiter: paces requests against a provider's limit (shared by many judges).
-        max_in_flight: bounds the requests in flight: a number, or a gate shared with others.
-        first_alone: False leaves the cold start to whoever owns that gate.
-        token_counter: counts a request's prompt tokens for a tokens-per-minute limit.
-        negotiation: an endpoint's shared structured-output state (`shared_negotiation`).
-        retry: a whole policy, instead of the spec's `max_retries` and `max_reasks`.
-        sleep: how the judge waits (tests inject one).
-        client: a ready `ChatClient`; the spec's endpoint and request settings are then its.
-
-    Returns:
-        The `Judge`: an `LLMJudge`, or the `LexicalJudge` for model "lexical".
+    """The `LLMJudge` (or, for model "lexical", the `LexicalJudge`) `spec` describes, wired
+    to the run-time objects `LLMJudge` documents; `retry` replaces the spec's `max_retries` and
+    `max_reasks`, a ready `client` its endpoint and request settings.
 
     Raises:
         ConfigError: an option the judge or its transport does not take.

@@ -1,8 +1,7 @@
 """An offline, deterministic judge: IDF-weighted overlap of content words and word pairs
 with the query and the answer (the reference when given), instead of a language model.
 
-A baseline that runs anywhere, not a substitute for an LLM judge: docs/judges.md has its
-agreement with human labels, the design notes how a context is judged.
+A baseline that runs anywhere, not a substitute for an LLM judge (docs/judges.md).
 """
 
 from __future__ import annotations
@@ -12,10 +11,11 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE
+from scorer_core.capabilities import OFFLINE_CAPABILITIES, OFFLINE_JUDGE, JudgeCapabilities
 from scorer_core.errors import ConfigError
 from scorer_core.prompt import reason_start
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
@@ -29,6 +29,12 @@ DEFAULT_MAX_TOKENS = 5_000
 DEFAULT_MAX_CHARS = 50_000
 
 _TIE = 1e-9
+_WEIGHT_BOUNDS = {
+    "threshold": 1.0,
+    "relative": 1.0,
+    "answer_weight": math.inf,
+    "phrase_weight": 1.0,
+}
 
 # Unicode word characters without the underscore: letters and digits of any script.
 _TOKEN_RE = re.compile(r"[^\W_]+")
@@ -86,8 +92,7 @@ def _tokens(text: str, max_chars: int, max_tokens: int) -> list[str]:
 def content_words(
     text: str, *, max_chars: int = DEFAULT_MAX_CHARS, max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> list[str]:
-    """The content words of `text` (lower-cased, before stemming), in order, with repeats:
-    what the judge matches, once each is stemmed."""
+    """The content words of `text` (lower-cased, not stemmed), in order, with repeats."""
     return [t for t in _tokens(text, max_chars, max_tokens) if t not in _DROPPED]
 
 
@@ -119,21 +124,6 @@ def _context_hits(
     return hit_sets, pair_hits
 
 
-def _check_number(name: str, value: float, upper: float) -> float:
-    """`value` as a float in [0, `upper`], and finite."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not 0 <= value <= upper or math.isinf(value):
-        what = "a number in [0, 1]" if upper == 1 else "a finite number >= 0"
-        raise ConfigError(f"{name} must be {what}, got {value!r}")
-    return float(value)
-
-
-def _check_count(name: str, value: int, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class _ItemStats:
     """Everything the verdicts on one item need, computed once for all of its contexts."""
@@ -149,6 +139,7 @@ class _ItemStats:
     display: dict[str, str]  # stem -> the word as first written in the answer or query
 
 
+@dataclass(kw_only=True, eq=False)
 class LexicalJudge:
     """A `Judge` that calls a context relevant when it covers enough of the query and answer.
 
@@ -166,50 +157,42 @@ class LexicalJudge:
         cache_items: how many items' statistics to keep for repeated calls (0: none).
     """
 
-    #: Offline: no network, no cost, nothing worth caching (`scorer_core.capabilities`).
-    capabilities = OFFLINE_CAPABILITIES
-    model = OFFLINE_JUDGE
+    capabilities: ClassVar[JudgeCapabilities] = OFFLINE_CAPABILITIES
+    model: ClassVar[str] = OFFLINE_JUDGE
 
-    def __init__(
-        self,
-        *,
-        threshold: float = DEFAULT_THRESHOLD,
-        relative: float = DEFAULT_RELATIVE,
-        answer_weight: float = DEFAULT_ANSWER_WEIGHT,
-        phrase_weight: float = DEFAULT_PHRASE_WEIGHT,
-        max_chars: int = DEFAULT_MAX_CHARS,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        cache_items: int = 16,
-    ) -> None:
-        self.threshold = _check_number("threshold", threshold, 1)
-        self.relative = _check_number("relative", relative, 1)
-        self.answer_weight = _check_number("answer_weight", answer_weight, math.inf)
-        self.phrase_weight = _check_number("phrase_weight", phrase_weight, 1)
-        self.max_chars = _check_count("max_chars", max_chars, 1)
-        self.max_tokens = _check_count("max_tokens", max_tokens, 1)
+    threshold: float = DEFAULT_THRESHOLD
+    relative: float = DEFAULT_RELATIVE
+    answer_weight: float = DEFAULT_ANSWER_WEIGHT
+    phrase_weight: float = DEFAULT_PHRASE_WEIGHT
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    cache_items: int = field(default=16, repr=False)
+    _cached_stats: Callable[[ScoringItem], _ItemStats] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, upper in _WEIGHT_BOUNDS.items():
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not 0 <= value <= upper or math.isinf(value):
+                what = "a number in [0, 1]" if upper == 1 else "a finite number >= 0"
+                raise ConfigError(f"{name} must be {what}, got {value!r}")
+            setattr(self, name, float(value))
+        for name, low in (("max_chars", 1), ("max_tokens", 1), ("cache_items", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
         # lru_cache is thread-safe; with maxsize 0 it caches nothing.
-        self._cached_stats = functools.lru_cache(_check_count("cache_items", cache_items, 0))(
-            self._compute
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"LexicalJudge(threshold={self.threshold}, relative={self.relative}, "
-            f"answer_weight={self.answer_weight}, phrase_weight={self.phrase_weight}, "
-            f"max_chars={self.max_chars}, max_tokens={self.max_tokens})"
-        )
+        self._cached_stats = functools.lru_cache(self.cache_items)(self._compute)
 
     def scores(self, item: ScoringItem) -> list[float]:
-        """The score in [0, 1] of every context of `item`, in context order (before thresholds);
-        all 0.0 when the query and answer have no content words at all."""
+        """The score in [0, 1] of every context of `item`, in order, before thresholds."""
         return list(self._stats(item).scores)
 
     def _stats(self, item: ScoringItem) -> _ItemStats:
         try:
-            hash(item)
-        except TypeError:  # e.g. contexts given as a list: correct, just not cacheable
+            return self._cached_stats(item)
+        except TypeError:  # unhashable, e.g. contexts given as a list: correct, not cacheable
             return self._compute(item)
-        return self._cached_stats(item)
 
     def _compute(self, item: ScoringItem) -> _ItemStats:
         query_seq, answer_seq, display, answer_source = self._target_words(item)
@@ -294,8 +277,7 @@ class LexicalJudge:
         return f"{text}; score {score:.2f} < {self.relative:.2f} x best context's {st.best:.2f}"
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        """One verdict per position, in the order given; positions outside the item's contexts,
-        or none at all, make the batch unscored, as the protocol asks, instead of raising."""
+        """One verdict per position, in the order given; bad or no positions: unscored."""
         n = len(item.contexts)
         bad = [
             p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n

@@ -1,6 +1,6 @@
 """Agreement metrics between a judge and human labels, for `ctxprec calibrate`, the canary and
 the benchmarks: binary agreement of verdicts (precision, recall, F1, Cohen's kappa) and
-correlation of scores (Pearson, Spearman, Kendall's tau-b; ranks and tau from scipy).
+correlation of scores (Pearson, Spearman, Kendall's tau-b; the last two from scipy).
 
 Two sequences of one length in, a `ValueError` for a length mismatch or a NaN; `None` where a
 statistic is undefined (empty input, a constant series, kappa with perfect chance agreement,
@@ -10,6 +10,7 @@ precision with no predicted positive, ...); correlations clamped to [-1, 1].
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -22,10 +23,6 @@ class Confusion(NamedTuple):
     fp: int
     fn: int
     tn: int
-
-    @property
-    def n(self) -> int:
-        return self.tp + self.fp + self.fn + self.tn
 
 
 class PRF(NamedTuple):
@@ -68,10 +65,9 @@ def precision_recall_f1(pred: Sequence[bool], gold: Sequence[bool]) -> PRF:
 
 
 def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
-    """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance); None
-    when chance agreement is 1 (both used one and the same label throughout)."""
+    """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance)."""
     c = confusion(pred, gold)
-    n = c.n
+    n = sum(c)
     if n == 0:
         return None
     observed = (c.tp + c.tn) / n
@@ -83,52 +79,38 @@ def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
     return _clamp((observed - chance) / (1.0 - chance))
 
 
+def _correlatable(x: Sequence[float], y: Sequence[float]) -> bool:
+    """Whether a correlation is defined: two values or more, neither series constant."""
+    _check_lengths(x, y)
+    _check_numbers(x, "x")
+    _check_numbers(y, "y")
+    return len(x) >= 2 and min(x) != max(x) and min(y) != max(y)
+
+
 def _clamp(r: float) -> float:
     return max(-1.0, min(1.0, r))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Pearson's linear correlation."""
-    _check_lengths(x, y)
-    _check_numbers(x, "x")
-    _check_numbers(y, "y")
-    n = len(x)
-    if n < 2 or min(x) == max(x) or min(y) == max(y):
+    if not _correlatable(x, y):
         return None
-    mx = math.fsum(x) / n
-    my = math.fsum(y) / n
-    dx = [v - mx for v in x]
-    dy = [v - my for v in y]
-    sxy = math.fsum(a * b for a, b in zip(dx, dy, strict=True))
-    sxx = math.fsum(a * a for a in dx)
-    syy = math.fsum(b * b for b in dy)
-    if sxx <= 0.0 or syy <= 0.0:
+    try:
+        return _clamp(statistics.correlation(x, y))
+    except statistics.StatisticsError:  # a variance that underflows to 0
         return None
-    return _clamp(sxy / math.sqrt(sxx * syy))
-
-
-def average_ranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks of `values`, ties sharing the average of the ranks they span."""
-    # scipy.stats takes a second to import: only when used
-    from scipy.stats import rankdata  # type: ignore[import-untyped]
-
-    _check_numbers(values, "values")
-    return [float(rank) for rank in rankdata(values)] if values else []
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Spearman's rank correlation: Pearson's r of the average ranks (ties handled)."""
-    _check_lengths(x, y)
-    return pearson(average_ranks(x), average_ranks(y))
+    # scipy.stats takes a second to import: only when used
+    from scipy.stats import spearmanr  # type: ignore[import-untyped]
+
+    return _clamp(float(spearmanr(x, y).statistic)) if _correlatable(x, y) else None
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Kendall's tau-b, which corrects for ties in either series (scipy's, O(n log n))."""
-    from scipy.stats import kendalltau  # type: ignore[import-untyped]
+    from scipy.stats import kendalltau
 
-    _check_lengths(x, y)
-    _check_numbers(x, "x")
-    _check_numbers(y, "y")
-    if len(x) < 2 or min(x) == max(x) or min(y) == max(y):
-        return None
-    return _clamp(float(kendalltau(x, y, variant="b").statistic))
+    return _clamp(float(kendalltau(x, y, variant="b").statistic)) if _correlatable(x, y) else None

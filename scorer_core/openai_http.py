@@ -1,9 +1,8 @@
 """A lean `ChatClient` for OpenAI-compatible servers: one aiohttp POST per request, no litellm.
 
-It sends the body `LiteLLMClient` sends to such a server and translates every failure into the
-project's error tree, here, once; retries, re-asks and rate limits are `scorer_core.judge`'s.
-Connections are pooled in one session per event loop, closed with its loop, by `aclose()`, or at
-the next use after a loop closed without either. When to choose it: docs/judges.md.
+It sends the body `LiteLLMClient` sends and translates every failure into the project's error
+tree, once; retries and rate limits are `scorer_core.judge`'s. One connection pool per event
+loop, closed with its loop, by `aclose()`, or at the next use after its loop closed.
 """
 
 from __future__ import annotations
@@ -83,8 +82,7 @@ def chat_request_body(
     temperature: float | None = None,
     max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of an OpenAI chat completion for `model` (sent by its wire name) asking for
-    a reply in `response_format`: what the lean client sends and the fake clients record."""
+    """The JSON body of an OpenAI chat completion asking for a reply in `response_format`."""
     body = {
         "model": wire_model_name(model),
         "messages": list(messages),

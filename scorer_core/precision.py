@@ -29,16 +29,13 @@ BAND_EPSILON = 1e-9  # the slack of band edges (here and in the job's summary)
 
 
 def round_score(value: float) -> float:
-    """`value` rounded to 2 decimals exactly as Mastra's `roundToTwoDecimals` does.
-
-    Each step an IEEE double operation: y = (value + 2**-52) * 100; n = the integer nearest to
-    y, ties towards +infinity (JavaScript's Math.round); result = n / 100.
-    """
+    """`value` rounded to 2 decimals exactly as Mastra's `roundToTwoDecimals` does."""
     return round_half_up(value, 2)
 
 
 def round_half_up(value: float, digits: int = 2) -> float:
-    """Round half up by `round_score`'s steps, with 10**digits in place of 100."""
+    """Mastra's rounding to `digits` decimals, each step an IEEE double operation:
+    y = (value + 2**-52) * 10**digits, ties towards +infinity (JavaScript's Math.round)."""
     factor = 10.0**digits
     scaled = (value + _JS_EPSILON) * factor
     floor = math.floor(scaled)
@@ -73,17 +70,9 @@ def context_precision(verdicts: Sequence[bool | int], scale: float | None = 1) -
         scale: scores run from 0 to this (None means 1); checked where options come in.
 
     Returns:
-        Average precision times `scale`, rounded to 2 decimals (0 without a relevant context).
-
-    >>> context_precision([True, False, True, False])
-    0.83
-    >>> context_precision([0, 1, 1])
-    0.58
-    >>> context_precision([])
-    0.0
+        Average precision times `scale`, rounded to 2 decimals (0 without a relevant context):
+        [True, False, True, False] scores 0.83.
     """
-    if not verdicts:
-        return 0.0
     return round_score(average_precision(verdicts) * (1.0 if scale is None else scale))
 
 
@@ -94,10 +83,7 @@ def score_band(score: float, scale: float | None = 1) -> Band:
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:
         return "none"
-    for name, lower in BANDS:
-        if normalized >= lower - BAND_EPSILON:
-            return name
-    return "low"
+    return next((name for name, lower in BANDS if normalized >= lower - BAND_EPSILON), "low")
 
 
 def format_score(score: float) -> str:

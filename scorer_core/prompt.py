@@ -92,8 +92,7 @@ def encode_data(text: str) -> str:
 
 
 def is_retrieval_only(item: ScoringItem) -> bool:
-    """True when there is neither an output nor a reference: relevance is judged against the
-    query alone (a retriever evaluated before any generation)."""
+    """Neither an output nor a reference: relevance is judged against the query alone."""
     return not item.output.strip() and not (item.expected_output or "").strip()
 
 
@@ -150,8 +149,8 @@ def verdict_messages(item: ScoringItem, positions: Sequence[int]) -> list[dict[s
 
 
 def with_reask(messages: list[dict[str, str]], problem: str) -> list[dict[str, str]]:
-    """The same request again, its user message ending with what was wrong with the reply
-    (not the bad reply replayed as a turn: the request stays as small as the first)."""
+    """The request again, its user message ending with what was wrong with the reply (not the
+    reply replayed as a turn: the request stays as small as the first)."""
     system, user = messages
     note = (
         f"\n\nYour previous reply could not be used: {problem}. Reply with JSON only, in "
@@ -168,8 +167,7 @@ def reason_start(score: float) -> str:
 def reason_messages(
     item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float, scale: float
 ) -> list[dict[str, str]]:
-    """Chat messages asking the model to explain an already computed score: it sees the
-    contexts, the verdicts and the score out of the scale."""
+    """Chat messages asking the model to explain an already computed score."""
     shown = item.contexts[:REASON_MAX_CONTEXTS]
     context_lines = [
         f"[{i}] {encode_data(shorten(text, REASON_CONTEXT_CHARS))}" for i, text in enumerate(shown)

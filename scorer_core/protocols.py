@@ -1,7 +1,5 @@
-"""The pluggable parts of the scorer, one `Protocol` each: a `Judge` (verdicts for an item's
-contexts, LLM or offline), a `ChatClient` (one chat request, no retries), a `Limiter` (asked
-before every request, so many judges can share a provider's limit) and a `Sleeper` (injected
-wherever the code waits)."""
+"""The pluggable parts of the scorer, one `Protocol` each: `Judge`, `ChatClient`, `Limiter` and
+`Sleeper` (injected wherever the code waits)."""
 
 from __future__ import annotations
 
@@ -20,19 +18,16 @@ class Judge(Protocol):
     @property
     def model(self) -> str:
         """The model name recorded next to every score."""
-        ...
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         """Verdicts for `item.contexts[p]` for every p in `positions` (one judge request); a
         reply it cannot use gives a batch with `unscored_reason`, a provider that fails for
         good a `JudgeError`."""
-        ...
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
         """A reason for the decided `score`, begun "The score is <score> because"."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +51,6 @@ class ChatClient(Protocol):
     @property
     def endpoint(self) -> str:
         """Where requests go (the API base URL, or the provider's name), for messages."""
-        ...
 
     async def complete(
         self,
@@ -68,7 +62,6 @@ class ChatClient(Protocol):
     ) -> ChatReply:
         """The reply to `messages`, asked for in the structured-output form `response_format`
         and the JSON `schema`."""
-        ...
 
 
 class Limiter(Protocol):
@@ -79,16 +72,13 @@ class Limiter(Protocol):
     async def acquire(self, tokens: int) -> int:
         """Wait until one request of about `tokens` tokens may be sent; returns the tokens
         charged for it (the limiter may correct the estimate)."""
-        ...
 
     async def rate_limited(self, retry_after: float | None) -> None:
         """The provider refused a request: every caller slows down."""
-        ...
 
     def completed(self, latency_s: float | None, charged_tokens: int, used_tokens: int) -> None:
         """An attempt is over: its reply latency (None when it failed without a reply), the
         tokens `acquire` charged and the tokens the provider reported (0 when unknown)."""
-        ...
 
 
 class Sleeper(Protocol):

@@ -107,11 +107,6 @@ class ResponseFormatNegotiation:
         with self._lock:
             return self._remaining[0]
 
-    @property
-    def dropped(self) -> tuple[DroppedForm, ...]:
-        with self._lock:
-            return tuple(self._dropped)
-
     def summary(self) -> dict[str, Any]:
         """A JSON-compatible record for run summaries."""
         with self._lock:
@@ -198,8 +193,7 @@ class ResponseFormatNegotiation:
 
 
 def negotiation_summary(judge: object) -> dict[str, Any] | None:
-    """A judge's structured-output negotiation as `ResponseFormatNegotiation.summary()`
-    reports it; None for a judge that negotiates nothing (the offline lexical judge)."""
+    """`judge.response_format.summary()`; None for a judge that negotiates nothing."""
     negotiation = getattr(judge, "response_format", None)
     if isinstance(negotiation, ResponseFormatNegotiation):
         return negotiation.summary()

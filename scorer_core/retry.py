@@ -1,14 +1,13 @@
 """How the job waits before trying again: bounded, jittered, polite to `Retry-After`.
 
-`backoff_delay` is the project's one full-jitter exponential backoff, used by the judge
-(`RetryPolicy`) and the object store (`jobs.core.storage.retry_call`). `RetryPolicy` is the
-judge's budget: `max_retries` for transport failures (a 429 waits its `Retry-After`, capped),
-`max_reasks` for replies that break the wire contract.
+`backoff_delay` is the project's one full-jitter exponential backoff, used by the judge's
+`RetryPolicy` and the object store (`jobs.core.storage.retry_call`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import email.utils
 import math
@@ -40,16 +39,10 @@ async def real_sleep(seconds: float) -> None:
 
 
 def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), never
-    negative; None if absent or unreadable."""
+    """Seconds to wait from a Retry-After header (seconds or an HTTP date); None if unreadable."""
     value = (value or "").strip()
-    if not value:
-        return None
-    try:
+    with contextlib.suppress(ValueError):
         seconds = float(value)
-    except ValueError:
-        pass
-    else:
         return None if math.isnan(seconds) else max(0.0, seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -81,8 +74,7 @@ class RetryPolicy:
             raise ConfigError("retry delays must satisfy 0 <= base_delay_s <= max_delay_s")
 
     def delay_for(self, attempt: int, retry_after: float | None) -> float:
-        """The wait before the `attempt`-th retry (0-based): the `retry_after` a 429 gave, or
-        full-jitter exponential backoff."""
+        """The wait before retry `attempt` (0-based): a 429's `retry_after`, or backoff."""
         if retry_after is not None and retry_after >= 0:
             # A little jitter on top stops every refused worker from returning at the same instant.
             return min(retry_after, self.max_retry_after_s) + self.rng.uniform(0, 0.25)

@@ -16,15 +16,7 @@ from typing import Any
 
 from scorer_core.capabilities import capabilities_of
 from scorer_core.errors import ConfigError, InputError
-from scorer_core.judge_spec import (
-    ANY_TRANSPORT_ONLY,
-    TRANSPORT_ONLY_OPTIONS,
-    JudgeSpec,
-    build_judge,
-    choose_transport,
-    not_for_transport,
-    unknown_options,
-)
+from scorer_core.judge_spec import JudgeSpec, build_judge, unknown_options
 from scorer_core.precision import check_scale
 from scorer_core.protocols import Judge
 from scorer_core.run_shapes import texts_of, unpack_run_object
@@ -37,16 +29,14 @@ REASON_MODES: tuple[ReasonMode, ...] = ("llm", "template", "none")
 SCORER_OPTIONS = frozenset({"context", "context_extractor", "scale", "reason", "contexts_per_call"})
 # make_judge's options that are run-time objects, passed to `build_judge` beside the spec.
 RUNTIME_JUDGE_OPTIONS = frozenset(inspect.signature(build_judge).parameters) - {"spec"}
-# An LLM judge's options: the spec's fields every transport takes, and the run-time objects.
+# An LLM judge's options: the spec's fields and the run-time objects.
 LLM_JUDGE_OPTIONS = RUNTIME_JUDGE_OPTIONS | (
-    {f.name for f in dataclasses.fields(JudgeSpec)}
-    - {"model", "scale", "lexical"}
-    - ANY_TRANSPORT_ONLY
+    {f.name for f in dataclasses.fields(JudgeSpec)} - {"model", "scale", "lexical"}
 )
 # Mastra's camelCase spelling of every option (contextExtractor) -> ours; both are accepted.
 CAMEL_CASE = {
     re.sub(r"_([a-z])", lambda m: m[1].upper(), name): name
-    for name in SCORER_OPTIONS | LLM_JUDGE_OPTIONS | ANY_TRANSPORT_ONLY
+    for name in SCORER_OPTIONS | LLM_JUDGE_OPTIONS
     if "_" in name
 }
 
@@ -219,16 +209,9 @@ def make_judge(model: str, **options: Any) -> Judge:
 
     Args:
         model: "lexical" (offline) or any litellm model string.
-        **options: an LLM judge's `api_base`, `api_key`, `timeout`, `temperature`,
-            `max_tokens`, `max_retries`, `max_reasks` (or a `retry` policy), `limiter`,
-            `sleep`, `max_in_flight` (a number or a shared gate), `first_alone`,
-            `token_counter`, `completion_budget`, `transport` ("auto", "litellm", "http"), a
-            ready `client`, `response_format` or a shared `negotiation`; with litellm also
-            `request_options`, with http `max_connections` and `proxy_from_env`. The lexical
-            judge's own (`threshold`, ...). `scale` for the reason prompt.
-
-    Returns:
-        The `Judge` (`build_judge` of a `JudgeSpec` and the run-time objects).
+        **options: an LLM judge's are `JudgeSpec`'s fields (`transport` only those of the
+            transport chosen) and `build_judge`'s run-time objects; the lexical judge's are
+            `LexicalJudge`'s. `scale` for the reason prompt.
 
     Raises:
         ConfigError: an unknown option, or one the judge or transport does not take.
@@ -237,15 +220,11 @@ def make_judge(model: str, **options: Any) -> Judge:
     scale = check_scale(options.pop("scale", 1.0))
     if capabilities_of(model).offline:  # build_judge checks the lexical judge's options
         return build_judge(JudgeSpec(model, scale=scale, lexical=options))
-    setting = options.pop("transport", "auto")
-    transport = choose_transport(setting, model, options.get("api_base"), set(options))
-    allowed = LLM_JUDGE_OPTIONS | TRANSPORT_ONLY_OPTIONS[transport]
-    if unknown := set(options) - allowed:
-        if unknown <= ANY_TRANSPORT_ONLY:
-            raise not_for_transport(unknown, transport)
-        raise unknown_options(unknown, allowed, f"an LLM judge (transport {transport!r})")
+    if unknown := set(options) - LLM_JUDGE_OPTIONS:
+        raise unknown_options(unknown, LLM_JUDGE_OPTIONS, "an LLM judge")
     runtime = {name: options.pop(name) for name in RUNTIME_JUDGE_OPTIONS & set(options)}
-    return build_judge(JudgeSpec(model, scale=scale, transport=transport, **options), **runtime)
+    # build_judge checks that the transport chosen takes its transport-only options.
+    return build_judge(JudgeSpec(model, scale=scale, **options), **runtime)
 
 
 def _model_and_options(
@@ -287,9 +266,6 @@ def create_context_precision_scorer(
             `ContextPrecisionScorer` takes them.
         options: the same scorer options and judge options (see `make_judge`) as a mapping.
         **judge_options: judge options as keywords.
-
-    Returns:
-        The scorer; `run(input, output, expected_output=None)` gives a `ScoreResult`.
 
     Raises:
         ConfigError: an unknown name, or one given twice.

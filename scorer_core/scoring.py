@@ -110,8 +110,8 @@ async def explain_score(
     scale: float,
     reason: ReasonMode,
 ) -> tuple[str, Usage, str | None]:
-    """The reason for a decided `score` as `reason` asks: (text, usage, the prompt sent for it
-    or None). An LLM reason that cannot be had falls back to the template, marked as such."""
+    """(reason, usage, the prompt sent for it or None); an LLM reason that cannot be had falls
+    back to the template, marked as such."""
     if reason == "none":
         return "", Usage(), None
     if reason == "template":

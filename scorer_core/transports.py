@@ -1,8 +1,7 @@
 """Which client carries an LLM judge's requests: the lean HTTP client or litellm.
 
-"auto" sends requests through `scorer_core.openai_http` wherever the endpoint speaks OpenAI chat
-completions (the same work at a fraction of the CPU) and through litellm for every provider
-whose wire format litellm translates (Anthropic, Bedrock, Vertex, Azure deployments, ...).
+"auto" takes `scorer_core.openai_http` wherever the endpoint speaks OpenAI chat completions (a
+fraction of the CPU) and litellm for every provider whose wire format litellm translates.
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ OPENAI_STYLE_PREFIXES = ("openai/", "hosted_vllm/", "lm_studio/")
 
 
 def resolve_transport(setting: str, model: str, api_base: str | None) -> Transport:
-    """The transport for `setting` ("auto", "litellm" or "http"); "auto" is http for
-    "openai/..." models (OpenAI, or any OpenAI-compatible server at `api_base`: vLLM, Ollama's
-    /v1, llama.cpp, gateways) and "hosted_vllm/..." or "lm_studio/..." at an `api_base`."""
+    """The transport for `setting`; "auto" is http for "openai/..." models, and for
+    "hosted_vllm/..." or "lm_studio/..." at an `api_base`."""
     if setting not in TRANSPORTS:
         raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {setting!r}")
     if setting != "auto":

@@ -57,9 +57,7 @@ class VerdictBatch:
     verdicts: tuple[ContextVerdict, ...]
     usage: Usage = field(default_factory=Usage)
     unscored_reason: str | None = None
-    # The user message of the first request sent for these verdicts ("" when none was sent,
-    # e.g. the offline judge or a cache hit).
-    prompt: str = ""
+    prompt: str = ""  # the user message of the first request sent ("" when none was)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +73,8 @@ class ScoreResult:
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
     band: Band | None = None  # of `score` (`scorer_core.precision.score_band`), if "ok"
-    # The user message of each verdict request (one per slice of `contexts_per_call`
-    # contexts) and of the reason request (None when no reason was asked of a model).
-    analyze_prompts: tuple[str, ...] = ()
-    reason_prompt: str | None = None
+    analyze_prompts: tuple[str, ...] = ()  # the user message of each verdict request
+    reason_prompt: str | None = None  # of the reason request, if a model was asked
 
     @property
     def relevant_count(self) -> int:
