@@ -1,8 +1,6 @@
-"""The job's configuration: YAML in, validated pydantic models out, unknown keys rejected.
-
-Every model forbids extra keys, so a typo such as `rate_limit.request_per_minute` fails at
-start-up with the key's full path, not an hour into the night. `--set dotted.key=value`
-overrides are applied to the raw YAML before validation, values parsed as YAML scalars.
+"""The job's configuration: YAML in, validated pydantic models out, unknown keys rejected (a
+typo fails at start-up with the key's full path). `--set dotted.key=value` overrides are
+applied to the raw YAML before validation.
 """
 
 from __future__ import annotations
@@ -285,8 +283,7 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_deadline(value: str) -> dt.time | dt.timedelta:
-    """judge.batch.deadline: `"06:30"` a time of day (UTC); `"8h"`, `"90m"`, `"1d"`, `"600s"` a
-    duration from the run's start; ValueError otherwise (the config error names the key)."""
+    """judge.batch.deadline as a time of day (UTC) or a duration; ValueError otherwise."""
     text = value.strip().lower()
     if clock := _TIME_OF_DAY.fullmatch(text):
         return dt.time(int(clock.group(1)), int(clock.group(2)))
@@ -302,8 +299,7 @@ def parse_deadline(value: str) -> dt.time | dt.timedelta:
 
 
 def deadline_at(value: str, started: float) -> float:
-    """The deadline as epoch seconds for a run that started at `started` (epoch seconds): a
-    time of day is its next occurrence after the start."""
+    """The deadline in epoch seconds for a run started at `started` (a time of day: the next)."""
     when = parse_deadline(value)
     if isinstance(when, dt.timedelta):
         return started + when.total_seconds()
@@ -628,12 +624,7 @@ def assign_dotted(
     *,
     keep_text: bool = False,
 ) -> None:
-    """Apply `dotted.key=value` to nested dicts, the value parsed as YAML (`empty` when blank).
-
-    `option` names the command-line option in error messages (e.g. "--set"). No value is ever
-    a date; `keep_text`: a number or boolean stays a `UserScalar` that remembers its text
-    (`parse_config` gives text fields the text), else it is its parsed value.
-    """
+    """Apply `dotted.key=value` to nested dicts, the value parsed as YAML (`empty` when blank)."""
     dotted, sep, text = assignment.partition("=")
     keys = dotted.strip().split(".")
     if not sep or not all(keys):
@@ -648,8 +639,7 @@ def assign_dotted(
 
 
 def parse_config(raw: Any, source: str = "config") -> JobConfig:
-    """Validate a raw config; numbers and booleans written where text is wanted (`run.id:
-    20261130`) are taken as the text the user wrote (`jobs.core.config_yaml`)."""
+    """Validate a raw config (a number written where text is wanted is taken as its text)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:

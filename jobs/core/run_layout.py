@@ -1,9 +1,6 @@
 """Where a run's files are, and how its items are numbered: the one module that knows.
-
-Published tables are hive-partitioned, one Parquet object per run and table
-(`<table>/run_date=.../run_id=.../part-00000.parquet`, docs/output.md), with a manifest beside
-them; work in progress is under `_staging/run_id=<id>/`, hidden from readers. Items are
-numbered across the run by `item_seq = shard number << SEQ_SHIFT | index in the shard`.
+Published tables are hive-partitioned, one object per run and table, with a manifest beside
+them (docs/output.md); work in progress is under `_staging/run_id=<id>/`, hidden from readers.
 """
 
 from __future__ import annotations
@@ -53,8 +50,7 @@ def run_of(path: str) -> RunLocation | None:
 
 
 def is_hidden(name: str) -> bool:
-    """Whether a file name is hidden from readers and listings (a local atomic write's
-    `.<name>.tmp-*` leftover, markers such as `_SUCCESS`)."""
+    """Whether a file name is hidden from readers (`.<name>.tmp-*` leftovers, `_SUCCESS`)."""
     return name.startswith((".", "_"))
 
 
@@ -111,8 +107,7 @@ class StagingArea:
         return self.path("verdicts", f"{shard_id}.parquet")
 
     def staged_items_files(self) -> list[str]:
-        """The staged shards' items files in run order (shard ids sort as the shards run),
-        without the leftovers of a write that was killed before its rename."""
+        """The staged shards' items files in run order, without the leftovers of killed writes."""
         return sorted(
             path
             for path in self.store.list(self.path("items"))

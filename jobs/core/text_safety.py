@@ -19,8 +19,7 @@ def encodable(text: str) -> bool:
 
 
 def escaped(text: str) -> str:
-    """`text` unchanged when encodable, else backslashes doubled and every unencodable
-    character as `\\uXXXX`: encodable, and lossless (the escapes can be undone)."""
+    """`text`, or when unencodable its lossless escape (backslashes doubled, `\\uXXXX`)."""
     if encodable(text):
         return text
     return text.replace("\\", "\\\\").encode("utf-8", "backslashreplace").decode("utf-8")
@@ -53,8 +52,7 @@ def unencodable(value: Any) -> str | None:
 
 
 def terminal_safe(value: object) -> str:
-    """`str(value)` with every control, format or unencodable character escaped (`\\x1b`,
-    `\\r`, `\\n`, `\\u202e`, ...): one line that prints as it reads."""
+    """`str(value)` as one printable line: control and unencodable characters escaped."""
     text = str(value)
     if text.isprintable() and encodable(text):
         return text

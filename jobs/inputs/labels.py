@@ -1,10 +1,8 @@
 """Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read.
 
-One object per line: `query`, `contexts`, `relevance` (a number per context: 0/1 or a grade),
-optional `relevance_binary` (0/1), `expected_answer`, `retriever`, and `row_id` or `query_id`.
-A context's gold label is relevance >= `min_grade` when given, else `relevance_binary`, else
-relevance > 0. Contexts are cut as the job cuts them. A bad row is counted with an example
-(`LabelFile`), never raised.
+One object per line: `query`, `contexts`, `relevance` (a number per context), optional
+`relevance_binary`, `expected_answer`, `retriever`, and `row_id` or `query_id` (docs/commands.md
+has the gold rule). Contexts are cut as the job cuts them; a bad row is counted, never raised.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Which files are the input, and how every step opens one (`open_input`).
-
-A file, a folder or a glob; each file's format from `InputSpec.format` or its suffix (.parquet,
-.jsonl, .ndjson, and either gzipped). In a folder, names starting with `_` or `.` and unknown
-suffixes are skipped.
+"""Which files are the input (a file, a folder or a glob, each file's format from
+`InputSpec.format` or its suffix), and how every step opens one (`open_input`).
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ _SUFFIXES: tuple[tuple[str, InputFormat, str | None], ...] = (
 
 
 def list_input_files(spec: InputSpec) -> list[FileInfo]:
-    """The input files, sorted by path. `InputError` naming the path when nothing matches or a
-    file's format is unknown; `StorageError` when the store cannot be read."""
+    """The input files, sorted by path; `InputError` when none matches or a format is unknown."""
     fs, path, protocol = filesystem(spec.path, spec.storage_options)
 
     def listing() -> tuple[bool, dict[str, dict[str, Any]]]:
@@ -102,8 +98,7 @@ def _is_hidden(name: str, root: str | None) -> bool:
 def open_input(
     fs: fsspec.AbstractFileSystem, fs_path: str, compression: str | None = None
 ) -> IO[bytes]:
-    """Open for reading; on object stores with exact ranged GETs (`cache_type="none"`), not
-    fsspec's read-ahead blocks (design notes)."""
+    """Open for reading (on object stores with exact ranged GETs, not read-ahead blocks)."""
     if compression:
         handle: IO[bytes] = fs.open(fs_path, "rb", compression=compression)
     elif isinstance(fs, LocalFileSystem):

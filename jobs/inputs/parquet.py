@@ -20,8 +20,7 @@ PARQUET_BATCH_ROWS = 1024
 
 
 def parquet_file(handle: IO[bytes], url: str) -> pq.ParquetFile:
-    """The Parquet file behind `handle` (its footer read); `InputError` naming `url` when it is
-    not one."""
+    """The Parquet file behind `handle`; `InputError` naming `url` when it is not one."""
     try:
         return pq.ParquetFile(handle)
     except pa.ArrowInvalid as exc:
@@ -35,9 +34,7 @@ def read_parquet_shard(
     shard: Shard,
     only: Sequence[str] | None = None,
 ) -> Iterator[RawRow]:
-    """The shard's rows in file order. Opening is retried; a file that is not Parquet or
-    cannot be decoded raises `InputError`, a store failure mid-stream `StorageError`.
-    `only`: read just these columns (those the file has), whatever the spec needs."""
+    """The shard's rows in file order (`only`: just these columns, those the file has)."""
     handle = retry_call(lambda: open_input(fs, fs_path), what="open", url=shard.path)
     try:
         with handle:

@@ -1,7 +1,6 @@
-"""Cut the input files into shards of about `shard_size` rows without reading them: Parquet
-by row ranges from the footers, JSON Lines by byte ranges sized from a 64 KiB sample (a line
-belongs to the range it starts in), a gzipped file whole. Shard ids are stable for the same
-files and change when a file's size does.
+"""Cut the input files into shards of about `shard_size` rows without reading them: Parquet by
+row ranges from the footers, JSON Lines by byte ranges sized from a sample, a gzipped file
+whole. Shard ids are stable for the same files.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ SAMPLE_BYTES = 64 * 1024
 
 
 def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> list[Shard]:
-    """Shards of about `shard_size` rows each, in file order, reading only Parquet footers and
-    the first `SAMPLE_BYTES` of each JSONL file. Deterministic for the same files."""
+    """Shards of about `shard_size` rows each, in file order, from footers and samples only."""
     if shard_size < 1:
         raise ConfigError(f"shard_size must be at least 1, not {shard_size}")
     shards: list[Shard] = []
@@ -42,8 +40,7 @@ def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> 
 
 
 def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[tuple[int, int]]:
-    """Row ranges covering every row once: consecutive small row groups are packed together
-    up to `shard_size` rows; a row group larger than `shard_size` is split evenly."""
+    """Row ranges covering every row once: small row groups packed, large ones split evenly."""
     ranges: list[tuple[int, int]] = []
     pack_start = 0
     pack_rows = 0
@@ -71,8 +68,7 @@ def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[
 
 
 def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `shard_size` lines each, from the bytes per line in `sample` (the
-    start of the file). Without a newline in the sample, lines are at least that long."""
+    """Byte ranges of about `shard_size` lines each, from the line length in `sample`."""
     if size <= 0:
         return []
     newlines = sample.count(b"\n")

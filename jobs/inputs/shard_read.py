@@ -39,10 +39,8 @@ def read_shard_records(
     tables: RunSchema,
     later: Mapping[int, str] | None = None,
 ) -> ShardRead:
-    """Read and validate a shard's rows; repeats of a query_id within it become errors (not
-    worth a judge call: publishing keeps only the first occurrence, and finds repeats across
-    shards itself), and so do the rows in `later` (item_seq -> where the first occurrence is,
-    in another shard: jobs.engine.pairs.lookahead)."""
+    """Read and validate a shard's rows; repeats of a query_id become errors, within the shard
+    and those in `later` (item_seq -> where the first occurrence is, in another shard)."""
     read = ShardRead([], [])
     first_seen: dict[str, ItemRecord] = {}
     later = later or {}

@@ -1,7 +1,5 @@
-"""The input's types: what to read and how (`InputSpec`, `ColumnMap`, from the config by
-`input_spec_of`), the `Shard` (the unit of work) and a row at each stage: `RawRow` as read, then
-`ItemRecord` (ready to judge) or `RowError` (cannot be scored). Light: processes that only pass
-shards around (the run's coordinator) import neither pyarrow nor fsspec through this module."""
+"""The input's types: what to read (`InputSpec`, `ColumnMap`), the `Shard`, and a row at each
+stage (`RawRow`, then `ItemRecord` or `RowError`). Light: imports neither pyarrow nor fsspec."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ InputFormat = Literal["jsonl", "parquet"]
 
 @dataclass(frozen=True, slots=True)
 class ColumnMap:
-    """Which input column holds each field (`input.columns`); None: there is no such column (a
-    missing `query_id` makes the id `source#row`)."""
+    """Which input column holds each field (`input.columns`); None: there is none."""
 
     query_id: str | None = "query_id"
     input: str = "input"
@@ -35,8 +32,7 @@ class ColumnMap:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """Where the items are and how to read them: `input.path`, `format` (None: by suffix),
-    `columns`, `storage_options`, `context_extractor`, `carry` and `carry_to_verdicts`."""
+    """Where the items are and how to read them (the `input` section)."""
 
     path: str
     format: InputFormat | None = None
@@ -121,8 +117,7 @@ class ItemRecord:
 
 @dataclass(frozen=True, slots=True)
 class RowError:
-    """A row that cannot be scored; `message` names the position and the field. `carried`:
-    the values of the carried columns that could be read (None where not), or () for none."""
+    """A row that cannot be scored; `message` names the position and the field."""
 
     source: str
     row: int
@@ -132,8 +127,7 @@ class RowError:
 
 
 def required_columns(spec: InputSpec) -> list[tuple[str, str]]:
-    """(field, column) for every column the spec reads; the context column is not read when a
-    `context_extractor` builds the contexts. Carried columns are named by the field "carry"."""
+    """(field, column) for every column the spec reads (carried ones under "carry")."""
     cols = spec.columns
     wanted: list[tuple[str, str | None]] = [
         ("query_id", cols.query_id),
