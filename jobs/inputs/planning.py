@@ -33,9 +33,7 @@ def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> 
             ranges = [(0, info.size)] if info.size > 0 else []
         else:
             ranges = jsonl_byte_ranges(info.size, _jsonl_sample(spec, info), shard_size)
-        shards.extend(
-            _make_shard(index, info, start, end, slot) for slot, (start, end) in enumerate(ranges)
-        )
+        shards.extend(_make_shard(index, info, start, end) for start, end in ranges)
     return shards
 
 
@@ -77,17 +75,15 @@ def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[i
     return [(start, min(start + step, size)) for start in range(0, size, step)]
 
 
-def _make_shard(index: int, info: FileInfo, start: int, end: int, slot: int) -> Shard:
+def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
     digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
     return Shard(
         shard_id=f"{index:05d}-{start:012d}-{end:012d}-{digest}",
-        file_index=index,
         path=info.path,
         format=info.format,
         start=start,
         end=end,
         compression=info.compression,
-        slot=slot,
     )
 
 

@@ -117,20 +117,17 @@ def to_item(
     except _Invalid as exc:
         return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
     # the first `max_contexts` contexts, each at most `max_context_chars` long
-    dropped = max(0, len(contexts) - max_contexts)
-    contexts = contexts[:max_contexts]
-    cut = sum(1 for c in contexts if len(c) > max_context_chars)
+    kept = contexts[:max_contexts]
+    truncated = len(contexts) > max_contexts or any(len(c) > max_context_chars for c in kept)
     return ItemRecord(
         query_id=query_id,
         input=text_input,
         output=output,
         expected_output=reference,
-        contexts=tuple(c[:max_context_chars] for c in contexts),
+        contexts=tuple(c[:max_context_chars] for c in kept),
         source=raw.source,
         row=raw.row,
-        truncated=bool(cut or dropped),
-        contexts_cut=cut,
-        contexts_dropped=dropped,
+        truncated=truncated,
         where=raw.where,
         context_ids=ids[:max_contexts] if ids is not None else None,
         carried=values,

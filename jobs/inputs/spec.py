@@ -50,17 +50,14 @@ class InputSpec:
 @dataclass(frozen=True, slots=True)
 class Shard:
     """A piece of one input file: rows `[start, end)` of a Parquet file, bytes `[start, end)` of
-    a JSONL file, or a whole gzipped JSONL file (`start == 0`, `end == compressed size`).
-    `slot`: its place among its file's shards (0, 1, ...)."""
+    a JSONL file, or a whole gzipped JSONL file (`start == 0`, `end == compressed size`)."""
 
     shard_id: str
-    file_index: int
     path: str
     format: InputFormat
     start: int
     end: int
     compression: str | None = None
-    slot: int = 0
 
     @property
     def kind(self) -> Literal["rows", "bytes"]:
@@ -88,9 +85,8 @@ class RawRow:
 
 @dataclass(frozen=True, slots=True)
 class ItemRecord:
-    """A validated item, normalized, with where it came from. `contexts_cut` and
-    `contexts_dropped` count what truncation did; `context_ids`: one id (or None) per context
-    (None without the column); `carried`: the run's carried values (`RunSchema.carried`)."""
+    """A validated item, normalized, with where it came from. `context_ids`: one id (or None)
+    per context; `carried`: the run's carried values (`RunSchema.carried`)."""
 
     query_id: str
     input: str
@@ -100,8 +96,6 @@ class ItemRecord:
     source: str
     row: int
     truncated: bool = False
-    contexts_cut: int = 0
-    contexts_dropped: int = 0
     where: str = ""  # position for messages, as RawRow.where
     context_ids: tuple[str | None, ...] | None = None
     carried: tuple[Any, ...] = ()
