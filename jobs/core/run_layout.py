@@ -49,9 +49,14 @@ def run_of(path: str) -> RunLocation | None:
         return None
 
 
-def is_hidden(name: str) -> bool:
-    """Whether a file name is hidden from readers (`.<name>.tmp-*` leftovers, `_SUCCESS`)."""
-    return name.startswith((".", "_"))
+def parquet_files(store: Store, folder: str) -> list[str]:
+    """The Parquet files under `folder`, sorted, without hidden ones (leftovers of killed writes,
+    `.<name>.tmp-*`, and markers such as `_SUCCESS`)."""
+    return [
+        path
+        for path in store.list(folder)
+        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith((".", "_"))
+    ]
 
 
 @dataclass(frozen=True)
@@ -107,12 +112,8 @@ class StagingArea:
         return self.path("verdicts", f"{shard_id}.parquet")
 
     def staged_items_files(self) -> list[str]:
-        """The staged shards' items files in run order, without the leftovers of killed writes."""
-        return sorted(
-            path
-            for path in self.store.list(self.path("items"))
-            if path.endswith(".parquet") and not is_hidden(path.rsplit("/", 1)[-1])
-        )
+        """The staged shards' items files in run order (shard ids sort as the shards run)."""
+        return parquet_files(self.store, self.path("items"))
 
     def staged_shards(self) -> set[str]:
         """The ids of the shards whose results are complete in staging."""

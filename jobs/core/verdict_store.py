@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.core.run_layout import is_hidden
+from jobs.core.run_layout import parquet_files
 from jobs.core.schema import VERDICT_CACHE, VERDICT_STORE
 from jobs.core.storage import Store
 from scorer_core.errors import StorageError
@@ -61,29 +61,21 @@ class VerdictStore:
     def journal_folder(self) -> str:
         return self.store.join(self.folder, "journal")
 
-    def _files(self, folder: str) -> list[str]:
-        """The complete files of a folder (not the leftovers of a write killed mid-way)."""
-        return [
-            path
-            for path in self.store.list(folder)
-            if path.endswith(".parquet") and not is_hidden(path.rsplit("/", 1)[-1])
-        ]
-
     def files_by_partition(self) -> dict[int, list[str]]:
         """Every partition's files, from one listing of the store."""
         found: dict[int, list[str]] = {}
-        for path in self._files(self.store.join(self.folder)):
+        for path in parquet_files(self.store, self.store.join(self.folder)):
             folder = path.rsplit("/", 2)[-2]
             if folder.startswith("p=") and folder[2:].isdigit():
                 found.setdefault(int(folder[2:]), []).append(path)
         return found
 
     def partition_files(self, partition: int) -> list[str]:
-        return self._files(self.partition_folder(partition))
+        return parquet_files(self.store, self.partition_folder(partition))
 
     def journal_files(self, prefix: str = "") -> list[str]:
         """Journal files, those of writers whose name starts with `prefix` when given."""
-        files = self._files(self.journal_folder)
+        files = parquet_files(self.store, self.journal_folder)
         return [p for p in files if p.rsplit("/", 1)[-1].startswith(prefix)]
 
     def write(self, folder: str, writer: str, frame: pl.DataFrame) -> str:

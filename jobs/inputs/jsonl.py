@@ -5,20 +5,15 @@ that is not UTF-8, JSON or an object becomes a `RawRow` with an error naming the
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import io
 import json
-import zlib
 from collections.abc import Iterator
 from typing import IO, cast
 
 import fsspec
 
-from jobs.core.storage import retry_call
-from jobs.inputs.listing import open_input
+from jobs.inputs.listing import reading
 from jobs.inputs.spec import RawRow, Shard
-from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 READ_CHUNK = 1 << 20
 """Bytes read per request when streaming a JSONL shard."""
@@ -39,23 +34,6 @@ def read_jsonl_shard(fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard) 
             raw = parse_line(shard.path, offset, line)
             if raw is not None:
                 yield raw
-
-
-@contextlib.contextmanager
-def reading(
-    fs: fsspec.AbstractFileSystem, fs_path: str, url: str, compression: str | None, where: str
-) -> Iterator[IO[bytes]]:
-    """The file at `url` opened (retried), its read errors named after `where`."""
-    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
-    try:
-        with handle:
-            yield handle
-    except CtxPrecError:
-        raise
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
-    except OSError as exc:
-        raise StorageError(f"reading {where} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def lines_in_range(

@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -12,7 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from jobs.core.storage import filesystem, full_url, has_glob, retry_call
 from jobs.inputs.spec import InputFormat, InputSpec
-from scorer_core.errors import InputError
+from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +110,20 @@ def open_input(
     else:
         handle = fs.open(fs_path, "rb", cache_type="none")
     return handle
+
+
+@contextlib.contextmanager
+def reading(
+    fs: fsspec.AbstractFileSystem, fs_path: str, url: str, compression: str | None, where: str
+) -> Iterator[IO[bytes]]:
+    """The file at `url` opened (retried), its read errors named after `where`."""
+    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
+    try:
+        with handle:
+            yield handle
+    except CtxPrecError:
+        raise
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
+    except OSError as exc:
+        raise StorageError(f"reading {where} failed: {type(exc).__name__}: {exc}") from exc

@@ -15,7 +15,8 @@ from typing import Any
 
 import fsspec
 
-from jobs.inputs.jsonl import lines_in_range, reading
+from jobs.inputs.jsonl import lines_in_range
+from jobs.inputs.listing import reading
 
 RETRIEVER = "retriever"
 LLM = "llm"
