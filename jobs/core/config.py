@@ -25,6 +25,14 @@ DEFAULT_MAX_CONTEXT_CHARS = 200_000
 DEFAULT_MAX_CONTEXTS = 1000
 
 
+def _all_carried(option: str, names: list[str], carry: list[str]) -> None:
+    missing = [name for name in names if name not in carry]
+    if missing:
+        raise ValueError(
+            f"{option} names {missing}, which input.carry does not carry; add them to input.carry"
+        )
+
+
 def _names_once(value: list[str]) -> list[str]:
     repeated = sorted({name for name in value if value.count(name) > 1})
     if repeated:
@@ -172,12 +180,7 @@ class InputConfig(_Strict):
                 )
         elif "otlp" in self.model_fields_set:
             raise ValueError("otlp settings need format: otlp")
-        not_carried = [name for name in self.carry_to_verdicts if name not in self.carry]
-        if not_carried:
-            raise ValueError(
-                f"carry_to_verdicts names {not_carried}, which input.carry does not carry; "
-                "add them to input.carry"
-            )
+        _all_carried("carry_to_verdicts", self.carry_to_verdicts, self.carry)
         if self.carry:
             # jobs.core.schema imports Polars: only a config that carries columns pays for it.
             from jobs.core.schema import carry_clashes
@@ -543,7 +546,6 @@ class RayConfig(_Strict):
         description="null: RAY_ADDRESS when set (inside a Ray Job), else a local Ray on 127.0.0.1.",
     )
     shard_size: int = Field(2000, ge=1, description="Items per task.")
-    # Ray tasks in flight at once: each judges one shard with asyncio.
     workers: int = Field(4, ge=1, description="Tasks in flight at once.")
     num_cpus_per_task: float = Field(0.5, gt=0, description="Ray CPUs reserved per task.")
     max_task_retries: int = Field(
@@ -585,13 +587,8 @@ class JobConfig(_Strict):
             raise ValueError("judge.batch.max_poll_interval_s must be >= poll_interval_s")
         if self.judge.model != OFFLINE_JUDGE and self.judge.lexical:
             raise ValueError(f"judge.lexical options apply only to judge.model {OFFLINE_JUDGE!r}")
-        for option, names in (("summary.by", self.summary.by), ("sample.by", self.sample.by)):
-            missing = [name for name in names if name not in self.input.carry]
-            if missing:
-                raise ValueError(
-                    f"{option} names {missing}, which input.carry does not carry; add them to "
-                    "input.carry"
-                )
+        _all_carried("summary.by", self.summary.by, self.input.carry)
+        _all_carried("sample.by", self.sample.by, self.input.carry)
         return self
 
     def redacted(self) -> dict[str, Any]:

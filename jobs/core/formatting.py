@@ -83,8 +83,7 @@ def cut(text: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """A text table's column: as wide as its widest cell and at least `width` (with `grow`
-    False: `width` wide, a longer cell overflows its line); cells beyond `limit` are cut."""
+    """A text table's column: at least `width` wide (exactly, unless `grow`), cut at `limit`."""
 
     header: str = ""
     align: Literal["<", ">"] = ">"

@@ -50,8 +50,7 @@ def run_of(path: str) -> RunLocation | None:
 
 
 def parquet_files(store: Store, folder: str) -> list[str]:
-    """The Parquet files under `folder`, sorted, without hidden ones (leftovers of killed writes,
-    `.<name>.tmp-*`, and markers such as `_SUCCESS`)."""
+    """The Parquet files under `folder`, sorted, without hidden ones (killed writes' leftovers)."""
     return [
         path
         for path in store.list(folder)

@@ -124,9 +124,7 @@ def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
 
 @dataclass(frozen=True, slots=True)
 class StratumCell:
-    """One stratum of a stratified sample seen from one domain (the run, or a segment): its
-    items in the input (N_h), its items judged and scored (n_h), the moments of those of them
-    in the domain."""
+    """One stratum seen from a domain: its items (N_h), those judged (n_h), the domain's moments."""
 
     population: int
     sampled: int

@@ -173,8 +173,7 @@ def retry_call(
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Call `fn`, retrying transient failures; else a `StorageError` saying `what` failed on
-    `url`. A `CtxPrecError` from `fn` passes through unchanged."""
+    """Call `fn`, retrying transient failures; else a `StorageError` saying `what` failed."""
     attempt = 0
     while True:
         attempt += 1

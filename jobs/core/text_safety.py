@@ -26,9 +26,7 @@ def escaped(text: str) -> str:
 
 
 def unencodable(value: Any) -> str | None:
-    """Where in `value` (a string, or lists and mappings of them) there is text UTF-8 cannot
-    encode, e.g. "a lone surrogate U+DC00 at character 3"; "element 2: ..." inside a list;
-    None when everything encodes."""
+    """Where in `value` (text, lists, mappings) UTF-8 cannot encode ("element 2: a lone ...")."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")  # the common case, at C speed

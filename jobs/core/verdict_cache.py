@@ -52,8 +52,7 @@ Verdict = tuple[bool, str]
 
 
 class InFlight:
-    """The pairs a worker is asking about right now: another item with the same pair waits for
-    that reply instead of paying again; a reply without a verdict hands the pair back."""
+    """The pairs a worker is asking about now: an item with the same pair waits for the reply."""
 
     def __init__(self) -> None:
         # a pair asked about -> the future its waiters await, made when the first one comes

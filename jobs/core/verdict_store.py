@@ -128,12 +128,9 @@ class VerdictStore:
             rows = rows.filter(pl.col("written_at") >= cutoff)
         return rows.sort("written_at", descending=True).unique("pair_key", keep="first")
 
-    def lookup(
-        self, partition: int, keys: pl.Series, files: Sequence[str] | None = None
-    ) -> pl.DataFrame:
+    def lookup(self, partition: int, keys: pl.Series) -> pl.DataFrame:
         """The stored verdicts of `keys` (all in `partition`), one row per key found."""
-        files = self.partition_files(partition) if files is None else files
-        return self.newest([self.read_file(path, keys) for path in files])
+        return self.newest([self.read_file(path, keys) for path in self.partition_files(partition)])
 
     def lookup_batches(
         self, batches: Iterable[pl.Series], files: Sequence[str]

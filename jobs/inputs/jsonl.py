@@ -39,8 +39,7 @@ def read_jsonl_shard(fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard) 
 def lines_in_range(
     handle: IO[bytes], start: int, end: int | None, chunk: int = READ_CHUNK
 ) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) for every line starting in `[start, end)` (`end`
-    None: to the end); reading starts one byte early and skips through the first newline."""
+    """(offset, line without its newline) for every line starting in `[start, end)`."""
     position = max(start - 1, 0)
     if start > 0:
         handle.seek(position)

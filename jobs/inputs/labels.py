@@ -70,11 +70,7 @@ def _labelled_item(
     if not isinstance(query, str) or not query.strip():
         raise InputError("query must be a non-empty string")
     contexts = row.get("contexts")
-    if (
-        not isinstance(contexts, list)
-        or not contexts
-        or not all(isinstance(c, str) for c in contexts)
-    ):
+    if not (isinstance(contexts, list) and contexts and all(isinstance(c, str) for c in contexts)):
         raise InputError("contexts must be a non-empty list of strings")
     gold, rule = _gold(row, len(contexts), min_grade)
     answer = row.get("expected_answer")
@@ -102,11 +98,7 @@ def _labelled_item(
 
 
 def load_labels(
-    path: str,
-    config: JobConfig,
-    *,
-    min_grade: float | None = None,
-    limit: int | None = None,
+    path: str, config: JobConfig, *, min_grade: float | None = None, limit: int | None = None
 ) -> LabelFile:
     """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
     result = LabelFile([], 0, 0, [], 0)

@@ -116,7 +116,6 @@ def to_item(
             raise _Invalid(carry_problem)
     except _Invalid as exc:
         return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
-    # the first `max_contexts` contexts, each at most `max_context_chars` long
     kept = contexts[:max_contexts]
     truncated = len(contexts) > max_contexts or any(len(c) > max_context_chars for c in kept)
     return ItemRecord(

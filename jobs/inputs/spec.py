@@ -49,8 +49,7 @@ class InputSpec:
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """A piece of one input file: rows `[start, end)` of a Parquet file, bytes `[start, end)` of
-    a JSONL file, or a whole gzipped JSONL file (`start == 0`, `end == compressed size`)."""
+    """A piece of one input file: rows or bytes `[start, end)`, or a whole gzipped JSONL file."""
 
     shard_id: str
     path: str
@@ -85,8 +84,7 @@ class RawRow:
 
 @dataclass(frozen=True, slots=True)
 class ItemRecord:
-    """A validated item, normalized, with where it came from. `context_ids`: one id (or None)
-    per context; `carried`: the run's carried values (`RunSchema.carried`)."""
+    """A validated item, normalized, with where it came from and its carried values."""
 
     query_id: str
     input: str

@@ -93,11 +93,7 @@ def agreement(
 
 
 def judge_canary(config: JobConfig) -> CanaryResult | None:
-    """Judge `config.canary.labels` with the run's judge (None without a canary).
-
-    Raises:
-        InputError: naming the file, when none of its rows is usable.
-    """
+    """Judge `config.canary.labels` (None without); `InputError` when no row is usable."""
     labels = config.canary.labels
     if labels is None:
         return None
