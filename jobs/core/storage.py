@@ -38,11 +38,8 @@ T = TypeVar("T")
 
 #: Protocols that need an optional package, with the extra that installs it.
 _OPTIONAL_PROTOCOLS: dict[str, tuple[str, str]] = {
-    "gs": ("gcsfs", "gcs"),
-    "gcs": ("gcsfs", "gcs"),
-    "az": ("adlfs", "azure"),
-    "abfs": ("adlfs", "azure"),
-    "abfss": ("adlfs", "azure"),
+    **dict.fromkeys(("gs", "gcs"), ("gcsfs", "gcs")),
+    **dict.fromkeys(("az", "abfs", "abfss"), ("adlfs", "azure")),
 }
 _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
