@@ -1,8 +1,6 @@
-"""The job's configuration: YAML in, validated pydantic models out, unknown keys rejected.
-
-Every model forbids extra keys, so a typo such as `rate_limit.request_per_minute` fails at
-start-up with the key's full path, not an hour into the night. `--set dotted.key=value`
-overrides are applied to the raw YAML before validation, values parsed as YAML scalars.
+"""The job's configuration: YAML in, validated pydantic models out, unknown keys rejected (a
+typo fails at start-up with the key's full path). `--set dotted.key=value` overrides are
+applied to the raw YAML before validation.
 """
 
 from __future__ import annotations
@@ -25,6 +23,14 @@ from scorer_core.response_format import ResponseFormatSetting
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 DEFAULT_MAX_CONTEXT_CHARS = 200_000
 DEFAULT_MAX_CONTEXTS = 1000
+
+
+def _all_carried(option: str, names: list[str], carry: list[str]) -> None:
+    missing = [name for name in names if name not in carry]
+    if missing:
+        raise ValueError(
+            f"{option} names {missing}, which input.carry does not carry; add them to input.carry"
+        )
 
 
 def _names_once(value: list[str]) -> list[str]:
@@ -174,12 +180,7 @@ class InputConfig(_Strict):
                 )
         elif "otlp" in self.model_fields_set:
             raise ValueError("otlp settings need format: otlp")
-        not_carried = [name for name in self.carry_to_verdicts if name not in self.carry]
-        if not_carried:
-            raise ValueError(
-                f"carry_to_verdicts names {not_carried}, which input.carry does not carry; "
-                "add them to input.carry"
-            )
+        _all_carried("carry_to_verdicts", self.carry_to_verdicts, self.carry)
         if self.carry:
             # jobs.core.schema imports Polars: only a config that carries columns pays for it.
             from jobs.core.schema import carry_clashes
@@ -285,8 +286,7 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_deadline(value: str) -> dt.time | dt.timedelta:
-    """judge.batch.deadline: `"06:30"` a time of day (UTC); `"8h"`, `"90m"`, `"1d"`, `"600s"` a
-    duration from the run's start; ValueError otherwise (the config error names the key)."""
+    """judge.batch.deadline as a time of day (UTC) or a duration; ValueError otherwise."""
     text = value.strip().lower()
     if clock := _TIME_OF_DAY.fullmatch(text):
         return dt.time(int(clock.group(1)), int(clock.group(2)))
@@ -302,8 +302,7 @@ def parse_deadline(value: str) -> dt.time | dt.timedelta:
 
 
 def deadline_at(value: str, started: float) -> float:
-    """The deadline as epoch seconds for a run that started at `started` (epoch seconds): a
-    time of day is its next occurrence after the start."""
+    """The deadline in epoch seconds for a run started at `started` (a time of day: the next)."""
     when = parse_deadline(value)
     if isinstance(when, dt.timedelta):
         return started + when.total_seconds()
@@ -547,7 +546,6 @@ class RayConfig(_Strict):
         description="null: RAY_ADDRESS when set (inside a Ray Job), else a local Ray on 127.0.0.1.",
     )
     shard_size: int = Field(2000, ge=1, description="Items per task.")
-    # Ray tasks in flight at once: each judges one shard with asyncio.
     workers: int = Field(4, ge=1, description="Tasks in flight at once.")
     num_cpus_per_task: float = Field(0.5, gt=0, description="Ray CPUs reserved per task.")
     max_task_retries: int = Field(
@@ -589,13 +587,8 @@ class JobConfig(_Strict):
             raise ValueError("judge.batch.max_poll_interval_s must be >= poll_interval_s")
         if self.judge.model != OFFLINE_JUDGE and self.judge.lexical:
             raise ValueError(f"judge.lexical options apply only to judge.model {OFFLINE_JUDGE!r}")
-        for option, names in (("summary.by", self.summary.by), ("sample.by", self.sample.by)):
-            missing = [name for name in names if name not in self.input.carry]
-            if missing:
-                raise ValueError(
-                    f"{option} names {missing}, which input.carry does not carry; add them to "
-                    "input.carry"
-                )
+        _all_carried("summary.by", self.summary.by, self.input.carry)
+        _all_carried("sample.by", self.sample.by, self.input.carry)
         return self
 
     def redacted(self) -> dict[str, Any]:
@@ -628,12 +621,7 @@ def assign_dotted(
     *,
     keep_text: bool = False,
 ) -> None:
-    """Apply `dotted.key=value` to nested dicts, the value parsed as YAML (`empty` when blank).
-
-    `option` names the command-line option in error messages (e.g. "--set"). No value is ever
-    a date; `keep_text`: a number or boolean stays a `UserScalar` that remembers its text
-    (`parse_config` gives text fields the text), else it is its parsed value.
-    """
+    """Apply `dotted.key=value` to nested dicts, the value parsed as YAML (`empty` when blank)."""
     dotted, sep, text = assignment.partition("=")
     keys = dotted.strip().split(".")
     if not sep or not all(keys):
@@ -648,8 +636,7 @@ def assign_dotted(
 
 
 def parse_config(raw: Any, source: str = "config") -> JobConfig:
-    """Validate a raw config; numbers and booleans written where text is wanted (`run.id:
-    20261130`) are taken as the text the user wrote (`jobs.core.config_yaml`)."""
+    """Validate a raw config (a number written where text is wanted is taken as its text)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:

@@ -1,8 +1,5 @@
-"""YAML for configs that keeps the user's meaning: text stays the text the user wrote.
-
-No scalar is ever a date, and every number or boolean remembers its text (`UserScalar`), so
-`run.id: 2026-11-30` or `20261130` is an id, not a date or a number: `resolve_user_text` gives
-a field that takes text the text, every other place the parsed value.
+"""YAML for configs that keeps the user's meaning: no scalar is ever a date, and numbers and
+booleans remember their text (`UserScalar`), so `run.id: 20261130` is an id, not a number.
 """
 
 from __future__ import annotations
@@ -85,8 +82,7 @@ def plain(value: Any) -> Any:
 
 
 def resolve_user_text(raw: Any, model: type[BaseModel]) -> Any:
-    """The raw config with each `UserScalar` as the text the user wrote where `model` takes
-    text there, else as its parsed value."""
+    """The raw config, each `UserScalar` as its text where `model` takes text, else its value."""
     if not isinstance(raw, dict):
         return plain(raw)
     resolved: dict[Any, Any] = {}

@@ -1,9 +1,6 @@
-"""What the commands show on stderr: logging configured once, and the progress line.
-
-`configure_logging` is called once by the CLI: message-only lines on stderr, our packages at
-the level of a flag or `CTXPREC_LOG_LEVEL` (default INFO), everyone else's chatter at WARNING.
-The engine logs its progress line as records marked `PROGRESS`; `ConsoleHandler` redraws it in
-place on a terminal and writes it as a plain line every `plain_every_s` seconds otherwise.
+"""What the commands show on stderr: logging configured once (`configure_logging`), and the
+progress line, which `ConsoleHandler` redraws in place on a terminal and writes as a plain
+line every `plain_every_s` seconds otherwise.
 """
 
 from __future__ import annotations
@@ -30,9 +27,7 @@ def progress_extra(final: bool = False) -> dict[str, str]:
 
 
 class ConsoleHandler(logging.Handler):
-    """Writes each record's message as one line; progress records as a redrawn line on a
-    terminal, else as a plain line at most every `plain_every_s` (the final one always).
-    `stream` None: whatever `sys.stderr` is when a record comes (tests redirect it)."""
+    """Writes each record as a line; a progress line redrawn on a terminal, else plain."""
 
     def __init__(
         self,

@@ -1,6 +1,5 @@
-"""Which endpoint answers a judge config: what besides the model string decides the model. The
-verdict cache and batch mode's request ids key on it, and the structured-output negotiation is
-shared per endpoint."""
+"""Which endpoint answers a judge config: what besides the model string decides the model
+(keyed on by the verdict cache, batch request ids and the structured-output negotiation)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from scorer_core.transports import litellm_endpoint, resolve_transport
 
 
 def judge_endpoint(config: JobConfig) -> str:
-    """The endpoint the configured LLM judge talks to, named as its client names it
-    (`Judge.endpoint`): the key of its shared structured-output negotiation."""
+    """The endpoint the LLM judge talks to, as its client names it (`Judge.endpoint`)."""
     judge_config = config.judge
     if judge_config.api_base:
         return judge_config.api_base.rstrip("/")
@@ -26,9 +24,7 @@ def judge_endpoint(config: JobConfig) -> str:
 
 
 def endpoint_identity(config: JobConfig) -> str:
-    """Whatever besides the model string decides which model answers: the endpoint
-    (`judge.api_base`, else the provider's default, or the base URL litellm takes from the
-    provider's environment variables), and an explicit batch provider."""
+    """Whatever besides the model string decides which model answers (endpoint, batch provider)."""
     judge = config.judge
     parts = [judge_endpoint(config)]
     if judge.batch.provider:

@@ -1,9 +1,5 @@
-"""How every command prints: numbers, a missing value, and text tables.
-
-The run's summary, `estimate`, `compare`, `calibrate`, `status` and the HTML report print
-through these functions, so an undefined value (no scored items, a model without a price) reads
-the same everywhere (`MISSING`), and every table is laid out by `table`, its cells made
-terminal-safe (a carried value cannot move the cursor or forge a row).
+"""How every command prints numbers, a missing value (`MISSING`) and text tables (`table`),
+so that every tool reads the same and every cell is terminal-safe.
 """
 
 from __future__ import annotations
@@ -87,11 +83,7 @@ def cut(text: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """A column of a text table: its header, alignment and width.
-
-    A column is as wide as its widest cell and at least `width`; with `grow` False it is
-    `width` wide, and a longer cell overflows its own line only (a fixed-width layout).
-    Cells longer than `limit` are cut."""
+    """A text table's column: at least `width` wide (exactly, unless `grow`), cut at `limit`."""
 
     header: str = ""
     align: Literal["<", ">"] = ">"

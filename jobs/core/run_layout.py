@@ -1,9 +1,6 @@
 """Where a run's files are, and how its items are numbered: the one module that knows.
-
-Published tables are hive-partitioned, one Parquet object per run and table
-(`<table>/run_date=.../run_id=.../part-00000.parquet`, docs/output.md), with a manifest beside
-them; work in progress is under `_staging/run_id=<id>/`, hidden from readers. Items are
-numbered across the run by `item_seq = shard number << SEQ_SHIFT | index in the shard`.
+Published tables are hive-partitioned, one object per run and table, with a manifest beside
+them (docs/output.md); work in progress is under `_staging/run_id=<id>/`, hidden from readers.
 """
 
 from __future__ import annotations
@@ -52,10 +49,13 @@ def run_of(path: str) -> RunLocation | None:
         return None
 
 
-def is_hidden(name: str) -> bool:
-    """Whether a file name is hidden from readers and listings (a local atomic write's
-    `.<name>.tmp-*` leftover, markers such as `_SUCCESS`)."""
-    return name.startswith((".", "_"))
+def parquet_files(store: Store, folder: str) -> list[str]:
+    """The Parquet files under `folder`, sorted, without hidden ones (killed writes' leftovers)."""
+    return [
+        path
+        for path in store.list(folder)
+        if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith((".", "_"))
+    ]
 
 
 @dataclass(frozen=True)
@@ -111,13 +111,8 @@ class StagingArea:
         return self.path("verdicts", f"{shard_id}.parquet")
 
     def staged_items_files(self) -> list[str]:
-        """The staged shards' items files in run order (shard ids sort as the shards run),
-        without the leftovers of a write that was killed before its rename."""
-        return sorted(
-            path
-            for path in self.store.list(self.path("items"))
-            if path.endswith(".parquet") and not is_hidden(path.rsplit("/", 1)[-1])
-        )
+        """The staged shards' items files in run order (shard ids sort as the shards run)."""
+        return parquet_files(self.store, self.path("items"))
 
     def staged_shards(self) -> set[str]:
         """The ids of the shards whose results are complete in staging."""

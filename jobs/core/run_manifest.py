@@ -1,6 +1,5 @@
-"""A run's manifest (`manifest.json` beside its tables), typed: one strict pydantic model for
-the engine that writes it and the tools and benchmarks that read it. `RunManifest.read` reads
-the manifests of older versions too (the keys this version no longer knows are dropped).
+"""A run's manifest (`manifest.json` beside its tables) as strict pydantic models, for the
+engine that writes it and the tools that read it; `RunManifest.read` reads older versions too.
 """
 
 from __future__ import annotations
@@ -8,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from scorer_core.errors import CtxPrecError
 
@@ -16,17 +15,23 @@ if TYPE_CHECKING:
     from jobs.core.run_layout import RunLocation
     from jobs.core.storage import Store
 
-# A removed key's error leaves at most this many retries before a manifest is called unreadable.
-_MAX_DROPPED = 200
+_READING = {"read": "manifest"}  # the validation context of `RunManifest.read`
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        """In `RunManifest.read`, drop the keys of older versions that this one no longer knows."""
+        if info.context == _READING and isinstance(data, dict):
+            return {key: value for key, value in data.items() if key in cls.model_fields}
+        return data
+
 
 class FlowSnapshot(_Record):
-    """What the run's governor settled on (`RunGovernor.snapshot`): the in-flight budget,
-    latencies, the pace of a rate-limited run; empty without one (offline judge, batch mode)."""
+    """What the run's governor settled on (`RunGovernor.snapshot`); empty without one."""
 
     budget: float | None = None
     budget_max: float | None = None
@@ -73,9 +78,7 @@ class ResponseFormatRecord(_Record):
 
 
 class BatchRoundRecord(_Record):
-    """One batch round (`jobs.engine.batch.state.RoundState.summary`): its batches and
-    requests, the requests that failed transiently by reason (asked again after it) and those
-    that failed for good; `online` when the deadline sent the round's pass online."""
+    """One batch round (`RoundState.summary`): its batches, requests and retries by reason."""
 
     round: int
     batches: int = 0
@@ -89,8 +92,7 @@ class BatchRoundRecord(_Record):
 
 
 class JudgeRecord(_Record):
-    """What the run's judge was and settled on: its transport and structured-output form, and
-    in batch mode (`mode` "batch") the run's batches over every round and the price basis."""
+    """What the run's judge was and settled on, and in batch mode the run's batches."""
 
     transport: str | None = None
     response_format: ResponseFormatRecord | None = None
@@ -112,8 +114,7 @@ class JudgeRecord(_Record):
 
 
 class ErrorRateRecord(_Record):
-    """The share of the run's items that are errors, against `run.max_error_rate`, and the
-    commonest error (`jobs.core.error_rate.ErrorRate`)."""
+    """The run's error rate against `run.max_error_rate` (`jobs.core.error_rate.ErrorRate`)."""
 
     items: int
     errors: int
@@ -125,8 +126,7 @@ class ErrorRateRecord(_Record):
 
 
 class RunManifest(_Record):
-    """A run's manifest: who made it with what (config with secrets redacted, judge, prompt
-    version), how it went (shards, timings, flow, nodes) and, once published, what it holds."""
+    """A run's manifest: who made it with what, how it went, and once published what it holds."""
 
     run_id: str
     run_date: str  # ISO date
@@ -159,30 +159,12 @@ class RunManifest(_Record):
     @classmethod
     def read(cls, raw: bytes | str | dict[str, Any]) -> RunManifest:
         """A manifest from its file (or its parsed JSON), whatever version wrote it."""
-        data = json.loads(raw) if isinstance(raw, bytes | str) else dict(raw)
-        for _ in range(_MAX_DROPPED):
-            try:
-                return cls.model_validate(data)
-            except ValidationError as exc:
-                unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
-                if not unknown or len(unknown) != len(exc.errors()):
-                    raise
-                for loc in unknown:
-                    _drop(data, loc)
-        return cls.model_validate(data)
-
-
-def _drop(data: dict[str, Any], loc: tuple[int | str, ...]) -> None:
-    """Remove the key at `loc` (a path of keys) from nested dicts."""
-    node: Any = data
-    for key in loc[:-1]:
-        node = node[key]
-    node.pop(loc[-1], None)
+        data = json.loads(raw) if isinstance(raw, bytes | str) else raw
+        return cls.model_validate(data, context=_READING)
 
 
 def read_manifest(store: Store, location: RunLocation) -> RunManifest | None:
-    """The run's manifest, or None when it has none (not published, or published by a version
-    without manifests). Raises `CtxPrecError` naming the file when it is not a manifest."""
+    """The run's manifest (None without one); `CtxPrecError` naming the file when unreadable."""
     path = store.join(location.manifest)
     if not store.exists(path):
         return None

@@ -1,8 +1,6 @@
-"""Every table the job writes, its columns' names, types and meanings written once: the staged
-shard files, the published tables (their projections, so a column has one type from shard to
-reader), the verdict cache and store, and batch mode's staging. `RunSchema` is a run's tables
-with its carried input columns. Workers write with the Arrow schemas, publishing reads with the
-Polars ones; docs/output.md shows the published columns (tests/unit/test_schema.py checks it).
+"""Every table the job writes, its columns' names, types and meanings written once: staged shard
+files, published tables, the verdict cache and store, batch mode's staging. `RunSchema` is a
+run's tables with its carried columns; docs/output.md shows the published columns.
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ ColumnType = Literal["string", "bool", "int32", "int64", "float64"]
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: its name, its type (one of ours, or any Arrow type for a column carried
-    from the input) and what it holds (docs/output.md shows `doc` verbatim)."""
+    """One column: its name, its type (ours, or any Arrow type when carried) and its `doc`."""
 
     name: str
     type: ColumnType | pa.DataType
@@ -313,8 +310,7 @@ class CarriedColumn:
 
 
 def carry_clashes(carry: Sequence[str], into_verdicts: Sequence[str]) -> list[str]:
-    """Why each carried name cannot be used: it is one of our columns of a table it would
-    land in, or a hive partition column. Empty when every name is free."""
+    """Why each carried name cannot be used (one of our columns, or a partition column)."""
     problems = []
     for name in carry:
         if name in HIVE_COLUMNS:
@@ -328,8 +324,7 @@ def carry_clashes(carry: Sequence[str], into_verdicts: Sequence[str]) -> list[st
 
 @dataclass(frozen=True)
 class RunSchema:
-    """One run's tables: ours, with the run's carried columns after our own. Pickled (to every
-    Ray task) as its carried columns only; the tables are derived again."""
+    """One run's tables with its carried columns; pickled as its carried columns only."""
 
     carried: tuple[CarriedColumn, ...] = ()
 

@@ -1,9 +1,6 @@
-"""The statistics behind "is the drop real?": intervals, tests and sample sizes.
-
-Every function takes sufficient statistics (`Moments`: count, sum, sum of squares), which one
-streaming group-by gives (`moments_by`): memory stays bounded per segment, and the maths is
-checked on seeded simulations in milliseconds (docs/is-the-drop-real.md says why t intervals).
-The t distribution is scipy's.
+"""The statistics behind "is the drop real?": intervals, tests and sample sizes, all from
+sufficient statistics (`Moments`) that one streaming group-by gives (`moments_by`), so memory
+stays bounded per segment. docs/is-the-drop-real.md says why t intervals; the t is scipy's.
 """
 
 from __future__ import annotations
@@ -50,8 +47,7 @@ class Moments:
 def moments_by(
     frame: pl.LazyFrame | pl.DataFrame, value: str, keys: Sequence[pl.Expr] = ()
 ) -> dict[tuple[Any, ...], Moments]:
-    """Per value of `keys` (or `()` for the whole frame): the `Moments` of the non-null values
-    of column `value`, from one group-by of count, sum and sum of squares."""
+    """The `Moments` of the non-null values of `value` per value of `keys`, from one group-by."""
     values = frame.filter(pl.col(value).is_not_null())
     score = pl.col(value).cast(pl.Float64)
     aggs = [pl.len().alias("_n"), score.sum().alias("_total"), (score * score).sum().alias("_sq")]
@@ -118,8 +114,7 @@ def _critical(df: float) -> float:
 
 
 def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
-    """The 95% t interval of the mean of `moments`; `fpc` multiplies the variance of the mean
-    (1 - n / N for a simple random sample of n out of N). None below 2 values."""
+    """The 95% t interval of the mean (`fpc`: 1 - n / N for a sample); None below 2 values."""
     mean, variance = moments.mean, moments.variance
     if mean is None or variance is None:
         return None
@@ -129,9 +124,7 @@ def t_interval(moments: Moments, fpc: float = 1.0) -> Interval | None:
 
 @dataclass(frozen=True, slots=True)
 class StratumCell:
-    """One stratum of a stratified sample seen from one domain (the run, or a segment): its
-    items in the input (N_h), its items judged and scored (n_h), the moments of those of them
-    in the domain."""
+    """One stratum seen from a domain: its items (N_h), those judged (n_h), the domain's moments."""
 
     population: int
     sampled: int
@@ -177,8 +170,7 @@ def _test(method: str, n: int, diff: float, se: float, df: float) -> TestResult:
 
 
 def paired_test(differences: Moments) -> TestResult | None:
-    """The mean of per-query differences (B - A), its 95% interval and the two-sided p-value of
-    a one-sample t test against 0. None below 2 pairs."""
+    """The mean of per-query differences (B - A), one-sample t test against 0; None below 2."""
     interval = t_interval(differences)
     if interval is None:
         return None
@@ -186,8 +178,7 @@ def paired_test(differences: Moments) -> TestResult | None:
 
 
 def welch_test(a: Moments, b: Moments) -> TestResult | None:
-    """mean(B) - mean(A) of two independent samples, Welch's t test (two-sided) with the
-    Welch-Satterthwaite degrees of freedom. None when either has fewer than 2 values."""
+    """mean(B) - mean(A) of two independent samples by Welch's t test; None below 2 values."""
     if a.mean is None or b.mean is None or a.variance is None or b.variance is None:
         return None
     va, vb = a.variance / a.n, b.variance / b.n
@@ -198,8 +189,7 @@ def welch_test(a: Moments, b: Moments) -> TestResult | None:
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the given order: the k-th smallest p of m is
-    multiplied by (m - k + 1), made non-decreasing, capped at 1."""
+    """Holm's step-down adjusted p-values, in the given order."""
     m = len(p_values)
     order = sorted(range(m), key=lambda i: p_values[i])
     adjusted = [0.0] * m

@@ -1,10 +1,8 @@
-"""Small, typed helpers over fsspec for the job's store: local folders, s3://, gs://, az://.
+"""Typed helpers over fsspec for the job's store: local folders, s3://, gs://, az://.
 
-Every store call goes through `retry_call`, the only retry layer (botocore's and s3fs' own are
-turned off): transient failures are retried with the project's backoff, anything else becomes
-one `StorageError` naming the URL and the operation. Writes are all-or-nothing (a temp file and
-`os.replace` locally, one PUT or multipart upload on object stores), and listings are never
-answered from a cache.
+Every store call goes through `retry_call`, the only retry layer (botocore's and s3fs' are off);
+any other failure is one `StorageError` naming the URL and the operation. Writes are
+all-or-nothing, and listings are never answered from a cache.
 """
 
 from __future__ import annotations
@@ -40,11 +38,8 @@ T = TypeVar("T")
 
 #: Protocols that need an optional package, with the extra that installs it.
 _OPTIONAL_PROTOCOLS: dict[str, tuple[str, str]] = {
-    "gs": ("gcsfs", "gcs"),
-    "gcs": ("gcsfs", "gcs"),
-    "az": ("adlfs", "azure"),
-    "abfs": ("adlfs", "azure"),
-    "abfss": ("adlfs", "azure"),
+    **dict.fromkeys(("gs", "gcs"), ("gcsfs", "gcs")),
+    **dict.fromkeys(("az", "abfs", "abfss"), ("adlfs", "azure")),
 }
 _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
@@ -54,14 +49,12 @@ DEFAULT_ATTEMPTS = 5
 DEFAULT_BASE_DELAY = 0.2
 DEFAULT_MAX_DELAY = 10.0
 
-# botocore's retry settings for every s3 client the job opens: one attempt, so that
-# `retry_call` is the only retry layer. The mode is named so that AWS_RETRY_MODE=adaptive in
-# the environment cannot add botocore's client-side throttling sleeps underneath.
+# One attempt, so that `retry_call` is the only retry layer; the mode is named so that
+# AWS_RETRY_MODE=adaptive cannot add botocore's client-side throttling sleeps underneath.
 _BOTOCORE_SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
 
-# Exception class names (anywhere in the MRO) that mean "the request did not get a usable
-# answer; trying again may work". Matched by name so that botocore/aiohttp/azure need not be
-# importable here.
+# Exception class names (anywhere in the MRO) of failures a retry may fix, matched by name so
+# that botocore, aiohttp and azure need not be importable here.
 _TRANSIENT_CLASS_NAMES = frozenset(
     {
         "EndpointConnectionError",
@@ -99,9 +92,7 @@ _PERMANENT_OS_ERRORS = (
     NotADirectoryError,
     FileExistsError,
 )
-# Error codes of a service answer that a retry may fix: what botocore's own retries (standard
-# and legacy modes) and s3fs' retry loop treat as transient (throttling, or a problem of the
-# service or of the payload on its way), since those layers are off.
+# Error codes botocore's and s3fs' own retries (off) treat as transient.
 _TRANSIENT_CODES = frozenset(
     {
         "SlowDown",
@@ -179,8 +170,7 @@ def retry_call(
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Call `fn`, retrying transient failures; else a `StorageError` saying `what` failed on
-    `url` ("read", "write", ...). A `CtxPrecError` from `fn` passes through unchanged."""
+    """Call `fn`, retrying transient failures; else a `StorageError` saying `what` failed."""
     attempt = 0
     while True:
         attempt += 1
@@ -209,10 +199,9 @@ def has_glob(path: str) -> bool:
 
 
 def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """s3fs options with the project's defaults: no listings cache (a stale listing makes a
-    resume miss finished work), a top-level `endpoint_url` moved into `client_kwargs` (an
-    explicit one there wins), and botocore's retries at one attempt unless `config_kwargs`
-    sets its own (which then also wins over AWS_MAX_ATTEMPTS / AWS_RETRY_MODE)."""
+    """s3fs options with our defaults: no listings cache (a stale listing makes a resume miss
+    finished work), `endpoint_url` moved into `client_kwargs`, botocore at one attempt unless
+    `config_kwargs` sets its own retries."""
     opts = dict(storage_options)
     opts.setdefault("use_listings_cache", False)
     endpoint = opts.pop("endpoint_url", None)
@@ -220,8 +209,7 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
         opts["client_kwargs"] = {"endpoint_url": endpoint, **(opts.get("client_kwargs") or {})}
     config_kwargs = dict(opts.get("config_kwargs") or {})
     retries = config_kwargs.get("retries")
-    # A copy either way: botocore rewrites the dict it is given (max_attempts ->
-    # total_max_attempts), which must not reach the caller's storage_options.
+    # A copy: botocore rewrites the dict it is given, which must not reach storage_options.
     config_kwargs["retries"] = dict(retries if retries is not None else _BOTOCORE_SINGLE_ATTEMPT)
     opts["config_kwargs"] = config_kwargs
     return opts
@@ -230,8 +218,7 @@ def s3_options(storage_options: Mapping[str, Any]) -> dict[str, Any]:
 def filesystem(
     url: str, storage_options: Mapping[str, Any] | None = None
 ) -> tuple[fsspec.AbstractFileSystem, str, str]:
-    """(filesystem, path inside it, protocol) for `url`, a local path made absolute;
-    `StorageError` for an unknown protocol, a missing package or rejected storage_options."""
+    """(filesystem, path inside it, protocol) for `url`; `StorageError` when it cannot open."""
     protocol, _ = split_protocol(url)
     opts = dict(storage_options or {})
     if protocol in _LOCAL_PROTOCOLS:
@@ -270,9 +257,7 @@ def full_url(protocol: str, path: str) -> str:
 
 @dataclass
 class Store:
-    """A filesystem and a root folder in it. Paths passed to methods are filesystem paths,
-    as returned by `join` or `list` (not URLs, not relative to the root). `attempts` and
-    `sleep` are how `retry_call` retries this store's calls (tests inject `sleep`)."""
+    """A filesystem and a root folder in it; methods take filesystem paths (`join`, `list`)."""
 
     fs: fsspec.AbstractFileSystem
     root: str
@@ -297,31 +282,28 @@ class Store:
             fn, what=what, url=self.url(path), attempts=self.attempts, sleep=self.sleep
         )
 
-    # -- writes ---------------------------------------------------------------------------
-
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        """Write `data` to `path` all-or-nothing; readers see the old object or the new one."""
+        """Write `data` to `path` all-or-nothing."""
         if self.is_local:
             self._call("write", path, lambda: _local_atomic(path, data=data))
         else:
             self._call("write", path, lambda: self.fs.pipe_file(path, data))
 
     def upload_file_atomic(self, local_path: str, path: str) -> None:
-        """Copy the local file `local_path` to `path` all-or-nothing (object stores: one PUT, or
-        a multipart upload that appears only when complete)."""
+        """Copy the local file `local_path` to `path` all-or-nothing."""
         if self.is_local:
             self._call("write", path, lambda: _local_atomic(path, source=local_path))
         else:
             self._call("write", path, lambda: self.fs.put_file(local_path, path))
 
     def write_parquet_atomic(self, path: str, table: pa.Table, compression: str = "zstd") -> None:
-        """Serialize `table` in memory, then `write_bytes_atomic`. Meant for shard-sized tables."""
+        """Write a shard-sized `table` all-or-nothing (serialized in memory)."""
         sink = io.BytesIO()
         pq.write_table(table, sink, compression=compression)
         self.write_bytes_atomic(path, sink.getvalue())
 
     def rm(self, path: str, recursive: bool = False) -> None:
-        """Delete `path` (a folder needs `recursive=True`). Deleting nothing is not an error."""
+        """Delete `path`, if it is there (a folder needs `recursive=True`)."""
 
         def remove() -> None:
             try:
@@ -332,8 +314,6 @@ class Store:
                 self.fs.invalidate_cache(path)
 
         self._call("delete", path, remove)
-
-    # -- reads ----------------------------------------------------------------------------
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of `path`; a missing file is a `StorageError`."""
@@ -349,8 +329,7 @@ class Store:
         return self._call("check", path, ask)
 
     def list(self, prefix_or_glob: str) -> builtins.list[str]:
-        """Files (not folders) matching a glob, under a folder (recursively), or the one file
-        at the path; sorted; nothing when nothing is there."""
+        """Files matching a glob, under a folder (recursively), or the one file, sorted."""
 
         def ask() -> builtins.list[str]:
             base = prefix_or_glob
@@ -376,8 +355,7 @@ def open_store(
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Store:
-    """The store rooted at `url`: a local folder (created when missing), or a prefix of an
-    existing s3://, gs:// (gcsfs) or az:// (adlfs) bucket."""
+    """The store rooted at `url`: a local folder (created when missing) or a bucket prefix."""
     fs, root, protocol = filesystem(url, storage_options)
     store = Store(fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep)
     if store.is_local:
@@ -386,8 +364,7 @@ def open_store(
 
 
 def _local_atomic(path: str, *, data: bytes = b"", source: str | None = None) -> None:
-    """Write `data` (or copy the file `source`) to a hidden temp file beside `path`, fsync it,
-    then rename it over `path`."""
+    """Write `data` (or copy `source`) to a hidden temp file, fsync it, rename it to `path`."""
     folder, name = os.path.split(path)
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")

@@ -19,17 +19,14 @@ def encodable(text: str) -> bool:
 
 
 def escaped(text: str) -> str:
-    """`text` unchanged when encodable, else backslashes doubled and every unencodable
-    character as `\\uXXXX`: encodable, and lossless (the escapes can be undone)."""
+    """`text`, or when unencodable its lossless escape (backslashes doubled, `\\uXXXX`)."""
     if encodable(text):
         return text
     return text.replace("\\", "\\\\").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def unencodable(value: Any) -> str | None:
-    """Where in `value` (a string, or lists and mappings of them) there is text UTF-8 cannot
-    encode, e.g. "a lone surrogate U+DC00 at character 3"; "element 2: ..." inside a list;
-    None when everything encodes."""
+    """Where in `value` (text, lists, mappings) UTF-8 cannot encode ("element 2: a lone ...")."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")  # the common case, at C speed
@@ -53,8 +50,7 @@ def unencodable(value: Any) -> str | None:
 
 
 def terminal_safe(value: object) -> str:
-    """`str(value)` with every control, format or unencodable character escaped (`\\x1b`,
-    `\\r`, `\\n`, `\\u202e`, ...): one line that prints as it reads."""
+    """`str(value)` as one printable line: control and unencodable characters escaped."""
     text = str(value)
     if text.isprintable() and encodable(text):
         return text

@@ -1,7 +1,6 @@
-"""The verdict cache's keys and the judge in front of it, so tomorrow's run re-judges only
-what changed. A verdict is keyed by sha256 of (judge fingerprint, prompt version, query, output,
-reference, context): change any of them and the pair is judged again. The verdicts live in the
-store (`jobs.core.verdict_store`).
+"""The verdict cache's keys and the judge in front of it: a verdict is keyed by sha256 of (judge
+fingerprint, prompt version, query, output, reference, context), so a change to any of them
+judges the pair again. The verdicts live in `jobs.core.verdict_store`.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 def judge_fingerprint(
     model: str, options: dict[str, object] | None = None, *, endpoint: str = ""
 ) -> str:
-    """Names a judge whose verdicts are interchangeable: the model string, the prompt, the
-    judge's options and the `endpoint` that answers (`jobs.core.endpoints.endpoint_identity`)."""
+    """Names a judge whose verdicts are interchangeable: model, prompt, options, endpoint."""
     material = repr((model, PROMPT_VERSION, sorted((options or {}).items()), endpoint))
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
@@ -54,10 +52,7 @@ Verdict = tuple[bool, str]
 
 
 class InFlight:
-    """The pairs a worker is asking its judge about right now, so that another item with the
-    same pair (a repeated item, often in flight at the same time) waits for that reply instead
-    of paying for it again. Lives in the worker's event loop; a reply that brings no verdict for
-    a pair (unscored, failed, cancelled) hands the pair back: whoever waited asks."""
+    """The pairs a worker is asking about now: an item with the same pair waits for the reply."""
 
     def __init__(self) -> None:
         # a pair asked about -> the future its waiters await, made when the first one comes
@@ -88,9 +83,7 @@ class InFlight:
 
 @dataclass
 class VerdictCache:
-    """A shard's verdicts: `known` (what the run's lookup found in the store), `fresh` (judged
-    by this shard), the worker's `journal` (every fresh verdict goes to it; its recent ones
-    answer too) and the pairs the worker is asking about right now (`in_flight`)."""
+    """A shard's verdicts: found in the store, judged by this shard, in the worker's journal."""
 
     known: dict[str, tuple[bool, str]] = field(default_factory=dict)
     fresh: dict[str, tuple[bool, str]] = field(default_factory=dict)
@@ -139,8 +132,7 @@ def write_entries(store: Store, path: str, entries: Entries) -> None:
 
 @dataclass(frozen=True)
 class CacheSpec:
-    """Where a run's verdict store is: its own store (`cache.path`) or a folder of the output
-    store (`url` None), and the judge fingerprint its verdicts are filed under. Picklable."""
+    """Where a run's verdict store is (`url` None: in the output store), and its fingerprint."""
 
     fingerprint: str
     folder: str
@@ -162,10 +154,8 @@ class CacheSpec:
 
 class CachingJudge:
     """A `Judge` decorator: answers from the cache, asks the inner judge only for misses.
-
-    `fresh_hits`: whether a verdict judged earlier in this shard, or being judged for another
-    item right now, answers a later item with the same pair. Batch mode turns it off: a shard's
-    requests must be the same in every pass, whatever order replies arrive in."""
+    `fresh_hits` False (batch mode, whose requests must be the same in every pass): only what
+    the store held answers, not this shard's own or in-flight verdicts."""
 
     def __init__(
         self, inner: Judge, cache: VerdictCache, fingerprint: str, *, fresh_hits: bool = True

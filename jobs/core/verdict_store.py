@@ -1,10 +1,8 @@
-"""The content-addressed verdict store: every verdict ever judged, found wherever its pair
-appears again, and the journal workers fill it through as replies arrive.
-
-Under `<cache>/<fingerprint>/`, verdicts sit in `p=<NNN>/` by the first two hex digits of their
-pair key and in `journal/` until folded there. Every file is written once, atomically, under a
-name no other writer uses, and never modified: a key in several files is read as its newest
-row, and a file that vanishes or cannot be read costs calls, never a wrong verdict.
+"""The content-addressed verdict store: every verdict ever judged, and the journal workers fill
+it through. Under `<cache>/<fingerprint>/`, verdicts sit in `p=<NNN>/` by the first two hex
+digits of their pair key and in `journal/` until folded there. Files are written once, under
+names no other writer uses: a key in several files is read as its newest row, and a lost file
+costs calls, never a wrong verdict.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.core.run_layout import is_hidden
+from jobs.core.run_layout import parquet_files
 from jobs.core.schema import VERDICT_CACHE, VERDICT_STORE
 from jobs.core.storage import Store
 from scorer_core.errors import StorageError
@@ -63,29 +61,21 @@ class VerdictStore:
     def journal_folder(self) -> str:
         return self.store.join(self.folder, "journal")
 
-    def _files(self, folder: str) -> list[str]:
-        """The complete files of a folder (not the leftovers of a write killed mid-way)."""
-        return [
-            path
-            for path in self.store.list(folder)
-            if path.endswith(".parquet") and not is_hidden(path.rsplit("/", 1)[-1])
-        ]
-
     def files_by_partition(self) -> dict[int, list[str]]:
         """Every partition's files, from one listing of the store."""
         found: dict[int, list[str]] = {}
-        for path in self._files(self.store.join(self.folder)):
+        for path in parquet_files(self.store, self.store.join(self.folder)):
             folder = path.rsplit("/", 2)[-2]
             if folder.startswith("p=") and folder[2:].isdigit():
                 found.setdefault(int(folder[2:]), []).append(path)
         return found
 
     def partition_files(self, partition: int) -> list[str]:
-        return self._files(self.partition_folder(partition))
+        return parquet_files(self.store, self.partition_folder(partition))
 
     def journal_files(self, prefix: str = "") -> list[str]:
         """Journal files, those of writers whose name starts with `prefix` when given."""
-        files = self._files(self.journal_folder)
+        files = parquet_files(self.store, self.journal_folder)
         return [p for p in files if p.rsplit("/", 1)[-1].startswith(prefix)]
 
     def write(self, folder: str, writer: str, frame: pl.DataFrame) -> str:
@@ -138,13 +128,9 @@ class VerdictStore:
             rows = rows.filter(pl.col("written_at") >= cutoff)
         return rows.sort("written_at", descending=True).unique("pair_key", keep="first")
 
-    def lookup(
-        self, partition: int, keys: pl.Series, files: Sequence[str] | None = None
-    ) -> pl.DataFrame:
-        """The stored verdicts of `keys` (all in `partition`, whose `files` may be listed
-        already), one row per key found."""
-        files = self.partition_files(partition) if files is None else files
-        return self.newest([self.read_file(path, keys) for path in files])
+    def lookup(self, partition: int, keys: pl.Series) -> pl.DataFrame:
+        """The stored verdicts of `keys` (all in `partition`), one row per key found."""
+        return self.newest([self.read_file(path, keys) for path in self.partition_files(partition)])
 
     def lookup_batches(
         self, batches: Iterable[pl.Series], files: Sequence[str]
@@ -155,9 +141,7 @@ class VerdictStore:
             yield self.newest([self.rows_of(table, keys) for table in tables])
 
     def fold_journal(self, writer: str = "fold") -> int:
-        """Move the journal's verdicts into their partitions, `FOLD_FILES` files at a time:
-        the partition files are written first, the journal files deleted after (a crash
-        in between leaves duplicates, which readers drop). Returns the rows folded."""
+        """Move the journal's verdicts into their partitions (a crash leaves duplicates): rows."""
         folded = 0
         files = self.journal_files()
         for start in range(0, len(files), FOLD_FILES):
@@ -177,10 +161,7 @@ class VerdictStore:
     def compact(
         self, partition: int, writer: str = "compact", files: Sequence[str] | None = None
     ) -> tuple[int, int]:
-        """Merge a partition's files (`files`: as listed already) into one, without expired
-        rows or duplicate keys. Returns (rows kept, rows dropped). The merged file is written
-        before the inputs are deleted; files another writer adds meanwhile are not among the
-        inputs, so nothing is lost when runs write (or compact) at once."""
+        """Merge a partition's files into one without expired or repeated keys: (kept, dropped)."""
         files = self.partition_files(partition) if files is None else files
         if not files:
             return 0, 0
@@ -203,9 +184,8 @@ class VerdictStore:
 
 
 class Journal:
-    """A worker's verdicts as they arrive, written to the store's journal as small files (the
-    worker's timer calls `take` and `write` every `interval_s`, `flush` at the end); the last
-    `memory` of them answer the worker's later items with the same pair. Not thread-safe."""
+    """A worker's verdicts, written to the store's journal as small files every `interval_s`;
+    the last `memory` of them answer its later items with the same pair. Not thread-safe."""
 
     def __init__(
         self, verdicts: VerdictStore, writer: str, *, interval_s: float = 2.0, memory: int = 200_000
@@ -232,8 +212,7 @@ class Journal:
         return self.recent.get(key)
 
     def take_over(self) -> int:
-        """Remember what this writer's earlier attempts (a worker process that died) flushed:
-        their verdicts answer the shards this attempt takes back. Returns how many."""
+        """Remember what this writer's earlier (dead) attempts flushed; how many verdicts."""
         files = self.verdicts.journal_files(f"{self.writer}-")
         rows = self.verdicts.newest([self.verdicts.read_file(path) for path in files])
         found = rows.select("pair_key", "relevant", "judge_reason").iter_rows()

@@ -1,9 +1,5 @@
-"""Input files: find them, check their columns, plan shards without loading them, read a shard.
-
-`listing` finds the files, `columns` checks them before any judging, `planning` cuts shards
-(Parquet row ranges, JSON Lines byte ranges), and on workers `records` reads a shard through
-`jsonl` or `parquet` into checked items. Traces (`input.format: otlp`) are joined into item
-Parquet first by `otlp` and `traces`. docs/layout.md draws the whole job.
+"""Input files: list them (`listing`), check their columns (`columns`), plan shards (`planning`),
+read a shard into checked items (`records`); traces are joined into items by `traces`.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,7 +1,6 @@
 """The input columns a run carries into its tables (`input.carry`): their Arrow types, decided
-once at start-up from the first file (a Parquet schema, or the JSON values of its first rows),
-and every row's values checked against them on the worker (`conform`): nothing is cast
-silently, a value of another type is that row's error naming the column.
+once from the first file, and every row's values checked against them (`conform`): nothing
+is cast silently, a value of another type is that row's error naming the column.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ def carried_columns(
 
 
 def decide_type(name: str, found: pa.DataType, where: str) -> pa.DataType:
-    """The type to carry column `name` as, from its type `found` in the input at `where`;
-    `InputError` when the published tables (Polars) cannot hold it."""
+    """The type to carry column `name` as; `InputError` when the published tables cannot hold it."""
     if pa.types.is_dictionary(found):
         found = found.value_type
     if pa.types.is_null(found):
@@ -48,8 +46,7 @@ def decide_type(name: str, found: pa.DataType, where: str) -> pa.DataType:
 
 
 def infer_json_type(name: str, values: Sequence[Any], where: str) -> pa.DataType:
-    """The type of column `name` from its non-null JSON values in a sample (string when
-    there are none); `InputError` when they are of different kinds."""
+    """The type of column `name` from its sampled JSON values; `InputError` when they differ."""
     present = [value for value in values if value is not None]
     if not present:
         return pa.string()
@@ -82,8 +79,7 @@ def check_carried(
     usable: Callable[[pa.DataType], bool],
     need: str,
 ) -> None:
-    """`ConfigError` naming `option` unless every column of `names` is carried with a type
-    `usable` takes (`need` says which)."""
+    """`ConfigError` naming `option` unless every column of `names` is carried and `usable`."""
     types = {column.name: column.type for column in carried}
     for name in names:
         found = types.get(name)

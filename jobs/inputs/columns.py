@@ -1,8 +1,6 @@
-"""Fail fast, before any judging, when the input lacks a configured column; decide the types of
-the columns the run carries. The driver and `ctxprec estimate` call `inspect_input` right after
-listing: a misspelled column stops the job in a second, not after an hour of failed rows. The
-driver then checks every file cheaply, a few at a time (`check_every_file`): its format, its
-columns, its name."""
+"""Fail fast, before any judging, when the input lacks a configured column, and decide the
+types of the carried columns; then check every file cheaply (`check_every_file`).
+"""
 
 from __future__ import annotations
 
@@ -40,14 +38,9 @@ class InputSchema:
 
 
 def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
-    """The first non-empty file's columns and the types of the carried ones (`jobs.inputs.carry`),
-    after importing the `context_extractor`.
-
-    Reads a Parquet file's footer, or up to `SCHEMA_SAMPLE_ROWS` objects of a JSONL file (whose
-    first rows must spell out every configured column, even as null). Raises `InputError`
-    naming the missing column(s), the file and the columns it has, or a context column that is
-    not a list.
-    """
+    """The first non-empty file's columns (a Parquet footer, or the first JSONL objects, which
+    must spell out every configured column) and the carried columns' types; `InputError` naming
+    the file when a column is missing or the context column is not a list."""
     if spec.context_extractor:
         load_extractor(spec.context_extractor)
     candidates = [f for f in files if f.size > 0] or list(files)
@@ -61,8 +54,7 @@ def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
 def file_columns(
     spec: InputSpec, info: FileInfo, carry: Sequence[str]
 ) -> tuple[tuple[str, ...], pa.DataType | None, dict[str, pa.DataType]]:
-    """A file's columns, its context column's type (Parquet only) and the types of the `carry`
-    columns it has."""
+    """A file's columns, its context column's type (Parquet only) and its `carry` columns' types."""
     fs, fs_path, _ = filesystem(info.path, spec.storage_options)
     if info.format != "parquet":
         available, values = retry_call(
@@ -112,8 +104,7 @@ def _sample_jsonl(
 def check_columns(
     spec: InputSpec, path: str, available: Collection[str], context_type: pa.DataType | None
 ) -> None:
-    """`InputError` naming `path` when a column the spec reads is missing from `available`,
-    or when the context column's type (`context_type`, from a Parquet schema) is not a list."""
+    """`InputError` naming `path` when a column is missing or the context column not a list."""
     missing = [f"{col!r} ({fld})" for fld, col in required_columns(spec) if col not in available]
     if missing:
         raise InputError(
@@ -129,8 +120,7 @@ def check_columns(
 
 
 def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
-    """`InputError` naming the first file (in listing order) of another format than the
-    configured one or lacking a configured column. Empty files are skipped."""
+    """`InputError` naming the first file of another format or lacking a configured column."""
     for info in files:
         if not encodable(info.path):  # bytes that are not UTF-8 in a file name
             raise InputError(
@@ -163,23 +153,19 @@ def _check_suffix(spec: InputSpec, info: FileInfo) -> None:
 
 def _problem_of(spec: InputSpec, info: FileInfo) -> InputError | None:
     try:
-        _check_file(spec, info)
+        if info.format != "parquet" and info.compression is None:
+            fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+            magic = len(_PARQUET_MAGIC)
+            head = retry_call(
+                lambda: fs.cat_file(fs_path, start=0, end=magic), what="read", url=info.path
+            )
+            if bytes(head).startswith(_PARQUET_MAGIC):
+                raise InputError(
+                    f"{info.path} is a Parquet file, but it is read as {info.format} "
+                    "(input.format); move it out of the input or set input.format to null"
+                )
+        available, context_type, _ = file_columns(spec, info, ())
+        check_columns(spec, info.path, available, context_type)
     except InputError as exc:
         return exc
     return None
-
-
-def _check_file(spec: InputSpec, info: FileInfo) -> None:
-    if info.format != "parquet" and info.compression is None:
-        fs, fs_path, _ = filesystem(info.path, spec.storage_options)
-        magic = len(_PARQUET_MAGIC)
-        head = retry_call(
-            lambda: fs.cat_file(fs_path, start=0, end=magic), what="read", url=info.path
-        )
-        if bytes(head).startswith(_PARQUET_MAGIC):
-            raise InputError(
-                f"{info.path} is a Parquet file, but it is read as {info.format} "
-                "(input.format); move it out of the input or set input.format to null"
-            )
-    available, context_type, _ = file_columns(spec, info, ())
-    check_columns(spec, info.path, available, context_type)

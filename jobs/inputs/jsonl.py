@@ -1,26 +1,19 @@
-"""Read one JSON Lines shard: a byte range of a plain file, or a whole gzipped file.
-
-Every line is read by exactly one shard, the one its first byte falls in (the Hadoop rule), and
-`RawRow.row` is that byte's offset (in the decompressed stream for gzip). A line that is not
-UTF-8, JSON or an object becomes a `RawRow` with an error naming the file and offset.
+"""Read one JSON Lines shard: a byte range of a plain file, or a whole gzipped file. A line
+belongs to the shard its first byte falls in, and `RawRow.row` is that byte's offset; a line
+that is not UTF-8, JSON or an object becomes a `RawRow` with an error naming the file and offset.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import io
 import json
-import zlib
 from collections.abc import Iterator
 from typing import IO, cast
 
 import fsspec
 
-from jobs.core.storage import retry_call
-from jobs.inputs.listing import open_input
+from jobs.inputs.listing import reading
 from jobs.inputs.spec import RawRow, Shard
-from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 READ_CHUNK = 1 << 20
 """Bytes read per request when streaming a JSONL shard."""
@@ -43,31 +36,10 @@ def read_jsonl_shard(fs: fsspec.AbstractFileSystem, fs_path: str, shard: Shard) 
                 yield raw
 
 
-@contextlib.contextmanager
-def reading(
-    fs: fsspec.AbstractFileSystem, fs_path: str, url: str, compression: str | None, where: str
-) -> Iterator[IO[bytes]]:
-    """The file at `url` opened (the opening retried), its read errors named after `where`: a
-    damaged gzip stream an `InputError`, a store failure mid-stream a `StorageError`."""
-    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
-    try:
-        with handle:
-            yield handle
-    except CtxPrecError:
-        raise
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
-    except OSError as exc:
-        raise StorageError(f"reading {where} failed: {type(exc).__name__}: {exc}") from exc
-
-
 def lines_in_range(
     handle: IO[bytes], start: int, end: int | None, chunk: int = READ_CHUNK
 ) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) for every line starting in `[start, end)`, to the end
-    of the stream when `end` is None. A line starting before `start` belongs to the previous
-    range (reading starts one byte early and skips through the first newline); one starting
-    before `end` is read to its end. Reads `chunk` bytes at a time."""
+    """(offset, line without its newline) for every line starting in `[start, end)`."""
     position = max(start - 1, 0)
     if start > 0:
         handle.seek(position)

@@ -1,10 +1,8 @@
 """Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read.
 
-One object per line: `query`, `contexts`, `relevance` (a number per context: 0/1 or a grade),
-optional `relevance_binary` (0/1), `expected_answer`, `retriever`, and `row_id` or `query_id`.
-A context's gold label is relevance >= `min_grade` when given, else `relevance_binary`, else
-relevance > 0. Contexts are cut as the job cuts them. A bad row is counted with an example
-(`LabelFile`), never raised.
+One object per line: `query`, `contexts`, `relevance` (a number per context), optional
+`relevance_binary`, `expected_answer`, `retriever`, and `row_id` or `query_id` (docs/commands.md
+has the gold rule). Contexts are cut as the job cuts them; a bad row is counted, never raised.
 """
 
 from __future__ import annotations
@@ -72,11 +70,7 @@ def _labelled_item(
     if not isinstance(query, str) or not query.strip():
         raise InputError("query must be a non-empty string")
     contexts = row.get("contexts")
-    if (
-        not isinstance(contexts, list)
-        or not contexts
-        or not all(isinstance(c, str) for c in contexts)
-    ):
+    if not (isinstance(contexts, list) and contexts and all(isinstance(c, str) for c in contexts)):
         raise InputError("contexts must be a non-empty list of strings")
     gold, rule = _gold(row, len(contexts), min_grade)
     answer = row.get("expected_answer")
@@ -104,11 +98,7 @@ def _labelled_item(
 
 
 def load_labels(
-    path: str,
-    config: JobConfig,
-    *,
-    min_grade: float | None = None,
-    limit: int | None = None,
+    path: str, config: JobConfig, *, min_grade: float | None = None, limit: int | None = None
 ) -> LabelFile:
     """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
     result = LabelFile([], 0, 0, [], 0)

@@ -1,12 +1,13 @@
-"""Which files are the input, and how every step opens one (`open_input`).
-
-A file, a folder or a glob; each file's format from `InputSpec.format` or its suffix (.parquet,
-.jsonl, .ndjson, and either gzipped). In a folder, names starting with `_` or `.` and unknown
-suffixes are skipped.
+"""Which files are the input (a file, a folder or a glob, each file's format from
+`InputSpec.format` or its suffix), and how every step opens one (`open_input`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -15,7 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from jobs.core.storage import filesystem, full_url, has_glob, retry_call
 from jobs.inputs.spec import InputFormat, InputSpec
-from scorer_core.errors import InputError
+from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +39,7 @@ _SUFFIXES: tuple[tuple[str, InputFormat, str | None], ...] = (
 
 
 def list_input_files(spec: InputSpec) -> list[FileInfo]:
-    """The input files, sorted by path. `InputError` naming the path when nothing matches or a
-    file's format is unknown; `StorageError` when the store cannot be read."""
+    """The input files, sorted by path; `InputError` when none matches or a format is unknown."""
     fs, path, protocol = filesystem(spec.path, spec.storage_options)
 
     def listing() -> tuple[bool, dict[str, dict[str, Any]]]:
@@ -102,8 +102,7 @@ def _is_hidden(name: str, root: str | None) -> bool:
 def open_input(
     fs: fsspec.AbstractFileSystem, fs_path: str, compression: str | None = None
 ) -> IO[bytes]:
-    """Open for reading; on object stores with exact ranged GETs (`cache_type="none"`), not
-    fsspec's read-ahead blocks (design notes)."""
+    """Open for reading (on object stores with exact ranged GETs, not read-ahead blocks)."""
     if compression:
         handle: IO[bytes] = fs.open(fs_path, "rb", compression=compression)
     elif isinstance(fs, LocalFileSystem):
@@ -111,3 +110,20 @@ def open_input(
     else:
         handle = fs.open(fs_path, "rb", cache_type="none")
     return handle
+
+
+@contextlib.contextmanager
+def reading(
+    fs: fsspec.AbstractFileSystem, fs_path: str, url: str, compression: str | None, where: str
+) -> Iterator[IO[bytes]]:
+    """The file at `url` opened (retried), its read errors named after `where`."""
+    handle = retry_call(lambda: open_input(fs, fs_path, compression), what="open", url=url)
+    try:
+        with handle:
+            yield handle
+    except CtxPrecError:
+        raise
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"{url} is not a readable gzip file: {type(exc).__name__}: {exc}") from exc
+    except OSError as exc:
+        raise StorageError(f"reading {where} failed: {type(exc).__name__}: {exc}") from exc

@@ -1,8 +1,7 @@
-"""Read OpenTelemetry trace files (OTLP JSON as a collector's file exporter writes them, plain
-or gzipped) into compact span rows for `jobs.inputs.traces` (docs/traces.md has which attribute
-becomes which field): a span's role (retriever, LLM or other, by OpenInference's or GenAI's
-attributes), a retriever's query and documents, an output, the carried attributes. Bad data
-never raises: an unreadable line or span is a `Problem` naming the file, line and span.
+"""Read OpenTelemetry trace files (OTLP JSON, plain or gzipped) into compact span rows for
+`jobs.inputs.traces`: a span's role (by OpenInference's or GenAI's attributes), a retriever's
+query and documents, an output, the carried attributes (docs/traces.md). Bad data never
+raises: an unreadable line or span is a `Problem` naming the file, line and span.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from typing import Any
 
 import fsspec
 
-from jobs.inputs.jsonl import lines_in_range, reading
+from jobs.inputs.jsonl import lines_in_range
+from jobs.inputs.listing import reading
 
 RETRIEVER = "retriever"
 LLM = "llm"
@@ -80,9 +80,7 @@ def read_otlp_file(
     compression: str | None,
     carry: Sequence[str],
 ) -> Iterator[SpanRow | Problem]:
-    """Every span of one OTLP JSON file, in file order, and a `Problem` for each line or span
-    that cannot be read; lines of other signals (metrics, logs) are skipped. A file that
-    cannot be read raises (`jobs.inputs.jsonl.reading`): Ray retries the task."""
+    """Every span of one OTLP JSON file, a `Problem` for each that cannot be read."""
     with reading(fs, fs_path, url, compression, url) as handle:
         for number, (_, line) in enumerate(lines_in_range(handle, 0, None), start=1):
             yield from spans_of_line(line, url, number, carry)
@@ -289,8 +287,7 @@ def _text(attributes: Mapping[str, Any], key: str) -> str | None:
 def _openinference_documents(
     attributes: Mapping[str, Any],
 ) -> tuple[list[str | None], list[str | None]]:
-    """`retrieval.documents.{i}.document.content` and `.id` in the order of i, or listed under
-    `retrieval.documents` as some exporters write them."""
+    """`retrieval.documents.{i}.document.content` and `.id`, or the `retrieval.documents` list."""
     if _DOCS_ATTRIBUTE in attributes:
         listed = decode(attributes[_DOCS_ATTRIBUTE])
         if isinstance(listed, list):
@@ -307,8 +304,7 @@ def _openinference_documents(
 
 
 def _genai_documents(value: Any) -> tuple[list[str | None] | None, list[str | None]]:
-    """Each document's `content` and `id` (the list may be JSON text); no contents when no
-    document has any text."""
+    """Each document's `content` and `id`; no contents when no document has text."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -330,13 +326,10 @@ def _document_objects(
     for document in documents:
         if not isinstance(document, dict):
             raise _Bad("a retrieved document is not an object")
-        contents.append(_as_text(next((document[k] for k in content_keys if k in document), None)))
+        content = next((document[k] for k in content_keys if k in document), None)
+        contents.append(content if isinstance(content, str) else None)
         ids.append(_as_id(next((document[k] for k in id_keys if k in document), None)))
     return contents, ids
-
-
-def _as_text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _as_id(value: Any) -> str | None:

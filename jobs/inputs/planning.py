@@ -1,7 +1,6 @@
-"""Cut the input files into shards of about `shard_size` rows without reading them: Parquet
-by row ranges from the footers, JSON Lines by byte ranges sized from a 64 KiB sample (a line
-belongs to the range it starts in), a gzipped file whole. Shard ids are stable for the same
-files and change when a file's size does.
+"""Cut the input files into shards of about `shard_size` rows without reading them: Parquet by
+row ranges from the footers, JSON Lines by byte ranges sized from a sample, a gzipped file
+whole. Shard ids are stable for the same files.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ SAMPLE_BYTES = 64 * 1024
 
 
 def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> list[Shard]:
-    """Shards of about `shard_size` rows each, in file order, reading only Parquet footers and
-    the first `SAMPLE_BYTES` of each JSONL file. Deterministic for the same files."""
+    """Shards of about `shard_size` rows each, in file order, from footers and samples only."""
     if shard_size < 1:
         raise ConfigError(f"shard_size must be at least 1, not {shard_size}")
     shards: list[Shard] = []
@@ -35,15 +33,12 @@ def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> 
             ranges = [(0, info.size)] if info.size > 0 else []
         else:
             ranges = jsonl_byte_ranges(info.size, _jsonl_sample(spec, info), shard_size)
-        shards.extend(
-            _make_shard(index, info, start, end, slot) for slot, (start, end) in enumerate(ranges)
-        )
+        shards.extend(_make_shard(index, info, start, end) for start, end in ranges)
     return shards
 
 
 def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[tuple[int, int]]:
-    """Row ranges covering every row once: consecutive small row groups are packed together
-    up to `shard_size` rows; a row group larger than `shard_size` is split evenly."""
+    """Row ranges covering every row once: small row groups packed, large ones split evenly."""
     ranges: list[tuple[int, int]] = []
     pack_start = 0
     pack_rows = 0
@@ -71,8 +66,7 @@ def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[
 
 
 def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[int, int]]:
-    """Byte ranges of about `shard_size` lines each, from the bytes per line in `sample` (the
-    start of the file). Without a newline in the sample, lines are at least that long."""
+    """Byte ranges of about `shard_size` lines each, from the line length in `sample`."""
     if size <= 0:
         return []
     newlines = sample.count(b"\n")
@@ -81,17 +75,15 @@ def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[i
     return [(start, min(start + step, size)) for start in range(0, size, step)]
 
 
-def _make_shard(index: int, info: FileInfo, start: int, end: int, slot: int) -> Shard:
+def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
     digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
     return Shard(
         shard_id=f"{index:05d}-{start:012d}-{end:012d}-{digest}",
-        file_index=index,
         path=info.path,
         format=info.format,
         start=start,
         end=end,
         compression=info.compression,
-        slot=slot,
     )
 
 

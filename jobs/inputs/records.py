@@ -1,8 +1,6 @@
 """A shard's rows as items: read by format, then normalised, truncated and checked (`to_item`).
-
 Bad data never raises here: a row that cannot be scored becomes a `RowError` naming its
-position and the field, and reading goes on. The row policies (which values a field takes, how
-contexts and ids are cut) are in the design notes.
+position and the field, and reading goes on.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ItemReader:
-    """How a run reads its items: the input and the per-item limits (picklable, for workers).
-    `sample`: a sampled run's plan, set by the driver before judging (None: every row)."""
+    """How a run reads its items: the input, the per-item limits and a sampled run's plan."""
 
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
@@ -56,8 +53,7 @@ class ItemReader:
     def read(
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
     ) -> Iterator[ItemRecord | RowError]:
-        """`shard`'s rows, normalised and validated, in input order (streaming); a row holding
-        text UTF-8 cannot encode is its own error (`encodable_record`)."""
+        """`shard`'s rows, normalised and validated, in input order."""
         for raw in read_shard(self.spec, shard):
             item = to_item(
                 self.spec,
@@ -72,10 +68,7 @@ class ItemReader:
 def read_shard(
     spec: InputSpec, shard: Shard, only: Sequence[str] | None = None
 ) -> Iterator[RawRow]:
-    """Stream the rows of `shard`. A broken row becomes a `RawRow` with `error` (naming the
-    file and position) and reading goes on. Opening is retried; a store failure mid-stream
-    raises `StorageError` naming the file (the caller retries the whole shard).
-    `only`: of a Parquet file, read just these columns (a JSONL line is read whole)."""
+    """Stream the rows of `shard` (`only`: of a Parquet file, just these columns)."""
     fs, fs_path, _ = filesystem(shard.path, spec.storage_options)
     if shard.format == "parquet":
         return read_parquet_shard(spec, fs, fs_path, shard, only)
@@ -83,9 +76,7 @@ def read_shard(
 
 
 def read_query_ids(spec: InputSpec, shard: Shard) -> Iterator[tuple[str, str, int]]:
-    """(query_id, source, row) of every row of `shard`, in order, with the query_id the job
-    records for the row: its id when usable, else `source#row` (the id of its error row),
-    whatever the row's other fields hold. Reads only the id column of a Parquet file."""
+    """(query_id, source, row) of every row of `shard`, the id as the job records it."""
     column = spec.columns.query_id
     for raw in read_shard(spec, shard, only=[column] if column else None):
         query_id = f"{raw.source}#{raw.row}"
@@ -107,8 +98,7 @@ def to_item(
     max_contexts: int = DEFAULT_MAX_CONTEXTS,
     carried: Sequence[CarriedColumn] = (),
 ) -> ItemRecord | RowError:
-    """One row checked and normalised by the row policies, or its `RowError` naming the position
-    and the field (never raises for bad data)."""
+    """One row checked and normalised, or its `RowError` naming the position and the field."""
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
     data = raw.data
@@ -126,21 +116,17 @@ def to_item(
             raise _Invalid(carry_problem)
     except _Invalid as exc:
         return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
-    # the first `max_contexts` contexts, each at most `max_context_chars` long
-    dropped = max(0, len(contexts) - max_contexts)
-    contexts = contexts[:max_contexts]
-    cut = sum(1 for c in contexts if len(c) > max_context_chars)
+    kept = contexts[:max_contexts]
+    truncated = len(contexts) > max_contexts or any(len(c) > max_context_chars for c in kept)
     return ItemRecord(
         query_id=query_id,
         input=text_input,
         output=output,
         expected_output=reference,
-        contexts=tuple(c[:max_context_chars] for c in contexts),
+        contexts=tuple(c[:max_context_chars] for c in kept),
         source=raw.source,
         row=raw.row,
-        truncated=bool(cut or dropped),
-        contexts_cut=cut,
-        contexts_dropped=dropped,
+        truncated=truncated,
         where=raw.where,
         context_ids=ids[:max_contexts] if ids is not None else None,
         carried=values,

@@ -1,9 +1,6 @@
-"""Sampled runs (`sample:`): which items are judged, and how many each stratum had.
-
-An item is judged when `unit_hash(seed, query_id)` is below `fraction`, or among the
-`per_segment` smallest of its stratum (the values of `sample.by`, as the summary writes them),
-so the same queries are chosen night after night. The driver reads every row's id and stratum
-once before judging (`plan_sample`); the workers skip what the plan does not keep.
+"""Sampled runs (`sample:`): which items are judged, and how many each stratum had. An item is
+judged when `unit_hash(seed, query_id)` is below `fraction`, or among the `per_segment`
+smallest of its stratum, so the same queries are chosen night after night.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ def unit_hash(seed: int, query_id: str) -> float:
 
 
 def stratum_text(value: Any) -> str | None:
-    """A value as the summary table writes a segment's value: booleans `true`/`false`, dates
-    ISO, numbers and text as they print; None stays None."""
+    """A value as the summary writes a segment's: `true`/`false`, dates ISO, else as it prints."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -69,8 +65,7 @@ class SamplePlan:
         return f"{amount} {self.items:,} items in {strata} {noun} (seed {self.config.seed})"
 
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
-        """Whether the row `record` is judged; `names`: the run's carried columns, in the order
-        of `record.carried`."""
+        """Whether the row `record` is judged (`names`: the run's carried columns, in order)."""
         carried = _carried_dict(record, names)
         return self.keep(
             _record_id(record), tuple(stratum_text(carried.get(n)) for n in self.config.by)
@@ -86,8 +81,7 @@ class SamplePlan:
 
 
 def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:
-    """`ConfigError` unless every `sample.by` column is carried, of text, integer, boolean or
-    date type (whose text is the same in Python and in the summary table)."""
+    """`ConfigError` unless every `sample.by` column is carried with a stratum's type."""
     check_carried(
         "sample.by",
         sample.by,
@@ -146,8 +140,7 @@ def plan_sample(
     carried: Sequence[CarriedColumn],
     segment_by: Sequence[str] = (),
 ) -> SamplePlan:
-    """The plan from every row of `shards`, read with `read` (the run's `ItemReader`), before
-    judging; `carried`: the run's carried columns, in their order."""
+    """The plan from every row of `shards`, read with `read` before judging."""
     if not sample.enabled:
         raise ValueError("plan_sample needs sample.fraction or sample.per_segment")
     check_strata_columns(sample, carried)

@@ -23,13 +23,8 @@ class ShardRead:
 
 def _repeat(record: ItemRecord, first: str) -> RowError:
     """The error row of a repeat of a query id whose first occurrence is at `first`."""
-    return RowError(
-        record.source,
-        record.row,
-        duplicate_error(record.query_id, first),
-        record.query_id,
-        record.carried,
-    )
+    message = duplicate_error(record.query_id, first)
+    return RowError(record.source, record.row, message, record.query_id, record.carried)
 
 
 def read_shard_records(
@@ -39,12 +34,10 @@ def read_shard_records(
     tables: RunSchema,
     later: Mapping[int, str] | None = None,
 ) -> ShardRead:
-    """Read and validate a shard's rows; repeats of a query_id within it become errors (not
-    worth a judge call: publishing keeps only the first occurrence, and finds repeats across
-    shards itself), and so do the rows in `later` (item_seq -> where the first occurrence is,
-    in another shard: jobs.engine.pairs.lookahead)."""
+    """Read and validate a shard's rows; repeats of a query_id become errors, within the shard
+    and those in `later` (item_seq -> where the first occurrence is, in another shard)."""
     read = ShardRead([], [])
-    first_seen: dict[str, ItemRecord] = {}
+    first_seen: dict[str, str] = {}  # query_id -> where its first occurrence is
     later = later or {}
     for index, record in enumerate(reader.read(shard, tables.carried)):
         seq = item_seq(number, index)
@@ -52,12 +45,11 @@ def read_shard_records(
             continue  # a sampled run (jobs.inputs.sampling): not chosen, not judged, not published
         if isinstance(record, RowError):
             read.errors.append((seq, record, None))
-        elif seq in later:
-            read.errors.append((seq, _repeat(record, later[seq]), later[seq]))
-        elif record.query_id in first_seen:
-            first = first_seen[record.query_id].where
-            read.errors.append((seq, _repeat(record, first), first))
-        else:
-            first_seen[record.query_id] = record
+            continue
+        first = later.get(seq) or first_seen.get(record.query_id)
+        if first is None:
+            first_seen[record.query_id] = record.where
             read.records.append((seq, record))
+        else:
+            read.errors.append((seq, _repeat(record, first), first))
     return read

@@ -1,7 +1,5 @@
-"""The input's types: what to read and how (`InputSpec`, `ColumnMap`, from the config by
-`input_spec_of`), the `Shard` (the unit of work) and a row at each stage: `RawRow` as read, then
-`ItemRecord` (ready to judge) or `RowError` (cannot be scored). Light: processes that only pass
-shards around (the run's coordinator) import neither pyarrow nor fsspec through this module."""
+"""The input's types: what to read (`InputSpec`, `ColumnMap`), the `Shard`, and a row at each
+stage (`RawRow`, then `ItemRecord` or `RowError`). Light: imports neither pyarrow nor fsspec."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ InputFormat = Literal["jsonl", "parquet"]
 
 @dataclass(frozen=True, slots=True)
 class ColumnMap:
-    """Which input column holds each field (`input.columns`); None: there is no such column (a
-    missing `query_id` makes the id `source#row`)."""
+    """Which input column holds each field (`input.columns`); None: there is none."""
 
     query_id: str | None = "query_id"
     input: str = "input"
@@ -35,8 +32,7 @@ class ColumnMap:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """Where the items are and how to read them: `input.path`, `format` (None: by suffix),
-    `columns`, `storage_options`, `context_extractor`, `carry` and `carry_to_verdicts`."""
+    """Where the items are and how to read them (the `input` section)."""
 
     path: str
     format: InputFormat | None = None
@@ -53,18 +49,14 @@ class InputSpec:
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """A piece of one input file: rows `[start, end)` of a Parquet file, bytes `[start, end)` of
-    a JSONL file, or a whole gzipped JSONL file (`start == 0`, `end == compressed size`).
-    `slot`: its place among its file's shards (0, 1, ...)."""
+    """A piece of one input file: rows or bytes `[start, end)`, or a whole gzipped JSONL file."""
 
     shard_id: str
-    file_index: int
     path: str
     format: InputFormat
     start: int
     end: int
     compression: str | None = None
-    slot: int = 0
 
     @property
     def kind(self) -> Literal["rows", "bytes"]:
@@ -92,9 +84,7 @@ class RawRow:
 
 @dataclass(frozen=True, slots=True)
 class ItemRecord:
-    """A validated item, normalized, with where it came from. `contexts_cut` and
-    `contexts_dropped` count what truncation did; `context_ids`: one id (or None) per context
-    (None without the column); `carried`: the run's carried values (`RunSchema.carried`)."""
+    """A validated item, normalized, with where it came from and its carried values."""
 
     query_id: str
     input: str
@@ -104,8 +94,6 @@ class ItemRecord:
     source: str
     row: int
     truncated: bool = False
-    contexts_cut: int = 0
-    contexts_dropped: int = 0
     where: str = ""  # position for messages, as RawRow.where
     context_ids: tuple[str | None, ...] | None = None
     carried: tuple[Any, ...] = ()
@@ -121,8 +109,7 @@ class ItemRecord:
 
 @dataclass(frozen=True, slots=True)
 class RowError:
-    """A row that cannot be scored; `message` names the position and the field. `carried`:
-    the values of the carried columns that could be read (None where not), or () for none."""
+    """A row that cannot be scored; `message` names the position and the field."""
 
     source: str
     row: int
@@ -132,8 +119,7 @@ class RowError:
 
 
 def required_columns(spec: InputSpec) -> list[tuple[str, str]]:
-    """(field, column) for every column the spec reads; the context column is not read when a
-    `context_extractor` builds the contexts. Carried columns are named by the field "carry"."""
+    """(field, column) for every column the spec reads (carried ones under "carry")."""
     cols = spec.columns
     wanted: list[tuple[str, str | None]] = [
         ("query_id", cols.query_id),

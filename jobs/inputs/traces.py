@@ -1,14 +1,14 @@
 """Traces in, items out: join the spans of OTLP JSON files (`jobs.inputs.otlp`) into item
-Parquet, one item per retrieval span, in bounded memory. A trace's spans may be in any files in
-any order, so `stage_spans` (a task per group of files) appends each span to the file of its
-trace id's partition, `assemble_part` (a task per partition) joins each retrieval with its
-trace's root span or the LLM span after it, and `assemble_traces` runs both through a `Mapper`.
+Parquet, one item per retrieval span, in bounded memory. `stage_spans` (a task per group of
+files) files each span under its trace id's partition, `assemble_part` (a task per partition)
+joins each retrieval with its trace's root or next LLM span; `assemble_traces` runs both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import math
 import resource
@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import polars as pl
 import pyarrow as pa
@@ -41,19 +41,13 @@ FLUSH_ROWS = 4096  # span rows a staging task buffers before appending them to p
 MAX_PARTS = 4096
 EXAMPLES = 10  # problems quoted in the report (all are counted)
 
-R = TypeVar("R")
-Mapper = Callable[[Callable[..., R], Sequence[tuple[Any, ...]]], Iterator[R]]
+Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], Iterator[Any]]
 """Runs `fn(*args)` for each args tuple, anywhere, and yields the results in any order."""
-
-
-def serial_map(fn: Callable[..., R], calls: Sequence[tuple[Any, ...]]) -> Iterator[R]:
-    """A `Mapper` that runs every call here, one after another."""
-    return (fn(*args) for args in calls)
 
 
 @dataclass(frozen=True)
 class TraceJob:
-    """What every task needs (pickled to Ray tasks): the staging folder and the input."""
+    """What every task needs (pickled): the staging folder and the input."""
 
     output_url: str
     output_options: dict[str, Any]
@@ -70,7 +64,7 @@ class TraceJob:
 
 @dataclass
 class TraceReport:
-    """The assembly as the run's output and manifest report it; each task reports its share."""
+    """What the assembly found, for the run's output and manifest; each task adds its share."""
 
     files: int = 0
     spans: int = 0
@@ -97,7 +91,6 @@ class TraceReport:
         return cls(**data)
 
     def add(self, task: TraceReport) -> None:
-        """Count in what a task found: its counts, its first examples, its peak memory."""
         for name in _COUNTS:
             setattr(self, name, getattr(self, name) + getattr(task, name))
         self.malformed_examples = [*self.malformed_examples, *task.malformed_examples][:EXAMPLES]
@@ -131,8 +124,7 @@ _COUNTS = [
 
 
 def trace_files(path: str, storage_options: dict[str, Any]) -> list[FileInfo]:
-    """The OTLP JSON files at `path` (a file, folder or glob): every file, whatever its suffix
-    (a collector names them freely), gzipped when it ends in `.gz`; `_`/`.` names skipped."""
+    """Every OTLP JSON file at `path` whatever its suffix (gzipped when it ends in `.gz`)."""
     try:
         return list_input_files(
             InputSpec(path=path, format="jsonl", storage_options=storage_options)
@@ -149,10 +141,9 @@ def partitions_for(files: Sequence[FileInfo]) -> int:
 
 
 def assemble_traces(
-    job: TraceJob, files: Sequence[FileInfo], mapper: Mapper[Any] = serial_map
+    job: TraceJob, files: Sequence[FileInfo], mapper: Mapper = itertools.starmap
 ) -> TraceReport:
-    """Stage the spans of `files`, then assemble the items; `InputError` when no retrieval span
-    with documents was found."""
+    """Stage the spans of `files`, then assemble the items; `InputError` when there are none."""
     started = time.monotonic()
     store = job.store()
     # a previous attempt's files (another split of the input) must not be mixed in
@@ -187,8 +178,7 @@ def assemble_traces(
 
 
 def carried_type(kinds: Iterable[str]) -> str:
-    """A carried attribute's column type from the kinds of value it had (JSON text for
-    anything but integers, numbers or booleans)."""
+    """A carried attribute's column type from its kinds of value (else JSON text)."""
     found = set(kinds)
     if found and found <= {"int"}:
         return "int64"
@@ -198,7 +188,6 @@ def carried_type(kinds: Iterable[str]) -> str:
 
 
 def _attributes(carry: Sequence[str]) -> list[str]:
-    """The carried names that are span or resource attributes (not our built-in columns)."""
     return [name for name in carry if name not in BUILTIN_COLUMNS]
 
 
@@ -294,8 +283,7 @@ class _PartWriters:
 def stage_spans(
     job: TraceJob, task: int, files: Sequence[FileInfo]
 ) -> tuple[TraceReport, dict[str, set[str]]]:
-    """Append every span of `files` to its partition's file (a task body); what it read and
-    the kinds of value each carried attribute had."""
+    """Stage every span of `files` under its partition (a task body); carried value kinds."""
     store = job.store()
     attributes = _attributes(job.carry)
     report = TraceReport(files=len(files))
@@ -323,7 +311,7 @@ def stage_spans(
 
 
 def _json_kind(text: str) -> str:
-    """The kind of a JSON-encoded value, from its text (cheaper than decoding it)."""
+    """The kind of a JSON-encoded value, from its text (cheaper than decoding)."""
     first = text[0]
     if first == '"':
         return "str"
@@ -404,8 +392,7 @@ def _with_output(items: pl.DataFrame, spans: pl.DataFrame, output_from: OutputFr
 
 
 def items_schema(attributes: Sequence[str], types: dict[str, str]) -> pa.Schema:
-    """The assembled items' columns: the item's fields, `BUILTIN_COLUMNS`, then one column per
-    carried attribute with its decided type."""
+    """The assembled items' columns: the item's, `BUILTIN_COLUMNS`, then the carried ones."""
     return pa.schema(
         [
             ("query_id", pa.string()),

@@ -1,6 +1,5 @@
 """The judge canary (`canary: {labels: FILE}`): labelled items the run's judge answers fresh in
-every run, so that a silently changed judge shows as a drop of agreement, not as a score shift
-(docs/is-the-drop-real.md). `judge_labelled` is `ctxprec calibrate`'s judging too.
+every run, so that a changed judge shows as a drop of agreement (docs/is-the-drop-real.md).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ _MEASURES = ("items", "kappa", "precision", "recall")
 
 @dataclass(frozen=True)
 class CanaryResult:
-    """The canary's agreement with its labels: the items the judge scored, and Cohen's kappa,
-    precision and recall of its verdicts per context (as `ctxprec calibrate` reports them)."""
+    """The canary's agreement with its labels, as `ctxprec calibrate` reports it."""
 
     items: float | None = None
     kappa: float | None = None
@@ -59,9 +57,7 @@ class CanaryResult:
 async def judge_labelled(
     config: JobConfig, items: Sequence[LabelledItem]
 ) -> tuple[list[ScoreResult], Judge]:
-    """Judge every labelled item with `config`'s judge in this process, concurrently (at most
-    `rate_limit.max_concurrency` in flight; 64 under auto), scale 1, no reasons, no cache.
-    The results and the judge."""
+    """Judge every labelled item with `config`'s judge in this process, concurrently, no cache."""
     in_flight = factory.single_process_concurrency(config)
     judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
     per_call = config.judge.contexts_per_call
@@ -97,11 +93,7 @@ def agreement(
 
 
 def judge_canary(config: JobConfig) -> CanaryResult | None:
-    """Judge `config.canary.labels` with the run's judge (None without a canary).
-
-    Raises:
-        InputError: naming the file, when none of its rows is usable.
-    """
+    """Judge `config.canary.labels` (None without); `InputError` when no row is usable."""
     labels = config.canary.labels
     if labels is None:
         return None

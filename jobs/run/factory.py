@@ -1,6 +1,5 @@
-"""A job config turned into the objects that do the work: input spec, reader, judge, limiter,
-cache location, and the API-key check. The Ray workers and the tools get these from here and
-nowhere else, so one config means one judge, one reading path and one cache everywhere.
+"""A job config turned into the objects that do the work: input reader, judge, limiter, cache
+location, the API-key check. Workers and tools get them from here only: one config, one judge.
 """
 
 from __future__ import annotations
@@ -46,10 +45,8 @@ def build_judge(
     gate: Gate | None = None,
     max_in_flight: int | None = None,
 ) -> Judge:
-    """The configured judge. Requests in flight are bounded by `gate` (a worker's allowance of
-    the run-wide budget: the run's governor then owns the cold start too), else by
-    `max_in_flight`, else by `rate_limit.max_concurrency` (64 under auto) in this one process.
-    """
+    """The configured judge, its requests in flight bounded by `gate` (a worker's share of the
+    run's budget), else `max_in_flight`, else `rate_limit.max_concurrency` in this process."""
     judge_config = config.judge
     if capabilities_of(judge_config.model).offline:
         return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
@@ -94,8 +91,7 @@ def build_judge(
 
 
 def workers_import_litellm(config: JobConfig) -> bool:
-    """Whether each worker imports litellm before its first request (seconds of start-up): to
-    count prompt tokens for a tokens-per-minute limit, or as the judge's transport."""
+    """Whether workers import litellm (seconds of start-up): for tokens per minute or transport."""
     judge_config = config.judge
     if capabilities_of(judge_config.model).offline:
         return False
@@ -116,8 +112,7 @@ def prompt_token_counter(model: str) -> Callable[[Sequence[dict[str, str]]], int
 
 
 def single_process_concurrency(config: JobConfig) -> int:
-    """Requests in flight for a judge working alone in one process: the configured number, or
-    under auto (no run-wide governor to measure latency) the budget's default."""
+    """Requests in flight for a judge alone in one process (under auto: the budget's default)."""
     settings = budget_settings(config.rate_limit)
     return settings.explicit or settings.unlimited
 
@@ -146,16 +141,14 @@ def cache_fingerprint(config: JobConfig) -> str:
 
 
 def cache_url(config: JobConfig) -> tuple[str, str]:
-    """(store URL, folder under it) of the verdict cache: `cache.path`, else
-    `<output.path>/_cache`."""
+    """(store URL, folder under it) of the verdict cache."""
     if config.cache.path:
         return config.cache.path, ""
     return config.output.path, "_cache"
 
 
 def cache_spec(config: JobConfig) -> CacheSpec | None:
-    """Where the run's verdict cache is, or None when the run uses none (the offline judge
-    never does)."""
+    """Where the run's verdict cache is; None without one (the offline judge never has one)."""
     if not config.cache.enabled or capabilities(config).offline:
         return None
     return CacheSpec(
@@ -187,9 +180,7 @@ class ConfiguredJudges:
 
 
 def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
-    """What the engine runs for `config`: its input, judge, cache and `canary` (the judge
-    canary, `jobs.run.canary`, which builds its judge here). Checks the API key first: a run
-    whose judge needs a key that is not set fails before anything starts."""
+    """What the engine runs for `config` (input, judge, cache, `canary`), the API key checked."""
     check_api_key(config)
     duplicates_first = config.input.find_duplicates_first
     return RunParts(

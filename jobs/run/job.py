@@ -16,8 +16,7 @@ from jobs.run.canary import CanaryCheck
 
 
 def run_job(config: JobConfig, **options: Any) -> RunOutcome:
-    """Run (or resume) `config`'s scoring run end to end (`jobs.engine.driver.run_job`'s
-    keyword options: `out`, `sleep`, `clock`, `wall_clock`)."""
+    """Run (or resume) `config`'s scoring run end to end."""
     canary = CanaryCheck(config) if config.canary.labels is not None else None
     return run_parts_job(config, factory.run_parts(config, canary), **options)
 

@@ -12,7 +12,6 @@ from jobs.inputs import Shard
 def shard(n: int) -> Shard:
     return Shard(
         shard_id=f"s{n}",
-        file_index=0,
         path="in.jsonl",
         format="jsonl",
         start=n,

@@ -19,8 +19,8 @@ from jobs.inputs import (
     FileInfo,
     RawRow,
     RowError,
-    jsonl,
     list_input_files,
+    listing,
     plan_shards,
     read_shard,
     to_item,
@@ -178,13 +178,13 @@ def test_jsonl_shard_reads_about_its_range(tmp_path: Path, monkeypatch: pytest.M
     spec = spec_for(path)
     shards = plan_shards(spec, list_input_files(spec), 500)
     handles: list[CountingHandle] = []
-    real = jsonl.open_input
+    real = listing.open_input
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         handles.append(CountingHandle(real(*args, **kwargs)))
         return handles[-1]
 
-    monkeypatch.setattr(jsonl, "open_input", counting)
+    monkeypatch.setattr(listing, "open_input", counting)
     middle = shards[len(shards) // 2]
     rows = list(read_shard(spec, middle))
     assert 450 <= len(rows) <= 550
@@ -199,9 +199,9 @@ def test_failure_mid_shard_is_storage_error_naming_file(
     path = write_jsonl(tmp_path / "f.jsonl", [item(i, pad="p" * 1000) for i in range(3000)])
     spec = spec_for(path)
     (shard,) = plan_shards(spec, list_input_files(spec), 100_000)
-    real = jsonl.open_input
+    real = listing.open_input
     monkeypatch.setattr(
-        jsonl, "open_input", lambda *a, **k: CountingHandle(real(*a, **k), fail_after=1)
+        listing, "open_input", lambda *a, **k: CountingHandle(real(*a, **k), fail_after=1)
     )
     got: list[RawRow] = []
     with pytest.raises(StorageError, match=rf"reading {path} \(shard {shard.shard_id}\) failed"):
