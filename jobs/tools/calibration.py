@@ -42,15 +42,12 @@ class _Record(BaseModel):
 
 
 class RejectedForm(_Record):
-    """A structured-output form the judge's endpoint rejected, with its answer."""
-
     form: str
     reason: str
 
 
 class FormNegotiation(_Record):
-    """The structured-output form the judge settled on with its endpoint
-    (`ResponseFormatNegotiation.summary()`)."""
+    """The structured-output form the judge settled on (`ResponseFormatNegotiation.summary`)."""
 
     endpoint: str
     setting: str
@@ -106,8 +103,6 @@ class ItemAgreement(_Record):
 
 
 class RetrieverMeans(_Record):
-    """One retriever's mean item score by the judge and by the labels."""
-
     retriever: str
     items: int
     mean_judge: float | None
@@ -115,8 +110,6 @@ class RetrieverMeans(_Record):
 
 
 class JudgeUsage(_Record):
-    """What the judge's requests cost."""
-
     calls: int
     prompt_tokens: int
     completion_tokens: int
@@ -137,8 +130,6 @@ class Agreement(_Record):
 
 
 class _Judged(_Record):
-    """What was judged how."""
-
     labels: str
     model: str
     gold_rule: tuple[str, ...]
@@ -148,18 +139,13 @@ class _Judged(_Record):
 
 
 class Calibration(Agreement, _Judged):
-    """What `ctxprec calibrate` found: what was judged how, the `Agreement`, the time taken
-    (`--json` prints it field for field, in this order: pydantic puts the later base's
-    fields first)."""
+    """What `ctxprec calibrate` found; `--json` prints it field for field (pydantic puts the
+    later base's fields first)."""
 
     seconds: float
 
     def to_json(self) -> str:
-        """The `--json` output."""
         return json.dumps(self.model_dump(mode="json"), indent=2)
-
-
-# -- metrics ----------------------------------------------------------------------------------
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -275,9 +261,6 @@ def calibrate(
     )
 
 
-# -- output -----------------------------------------------------------------------------------
-
-
 def _header(result: Calibration) -> list[str]:
     rows, items = result.rows, result.items
     return [
@@ -363,9 +346,6 @@ def format_report(result: Calibration) -> str:
     lines += _retriever_table(result)
     lines += _notes(result)
     return "\n".join(lines)
-
-
-# -- command ----------------------------------------------------------------------------------
 
 
 def run(options: CalibrateOptions, out: TextIO | None = None) -> int:

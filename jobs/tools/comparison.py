@@ -29,22 +29,12 @@ _EPSILON = 1e-9  # means are averages of 2-decimal scores: a difference below th
 _STATUSES = ("ok", "unscored", "error")
 _KEYS = ("score", "status", "relevant_count")
 
-TABLE_COLUMNS = (
-    "query_id",
-    "presence",
-    "score_a",
-    "score_b",
-    "delta",
-    "status_a",
-    "status_b",
-    "relevant_count_a",
-    "relevant_count_b",
-)
-"""The per-query table's columns, before one column per segment column."""
-
+# The per-query table's columns, then one per segment column.
+_PER_RUN = tuple(f"{key}_{x}" for key in ("status", "relevant_count") for x in "ab")
+TABLE_COLUMNS = ("query_id", "presence", "score_a", "score_b", "delta", *_PER_RUN)
+# Paired by query when the queries ok in both runs are at least 2 and at least this share of
+# the queries ok in the run with fewer; else unpaired.
 PAIRED_SHARE = 0.5
-"""The runs are compared paired by query when the queries scored ok in both are at least this
-share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +53,8 @@ class ScoreStats:
 
 @dataclass(frozen=True)
 class SegmentShift:
-    """How one segment's scores moved (or the whole run's, `by` ""), with its test: paired, over
-    its queries scored ok in both runs; unpaired, over its queries scored ok in each run.
-    `p_adjusted`: Holm's across the gated tests; `failed`: a significant drop of at least the
-    minimum effect."""
+    """How one segment's scores moved (the whole run's: `by` ""), with its test (paired over
+    its queries ok in both runs, else unpaired) and Holm's adjusted p across the gated tests."""
 
     by: str  # the segment column ("" for the whole run)
     value: str | None  # its value in run B, as text (None: null)
@@ -93,7 +81,6 @@ class SegmentShift:
         return f"{self.by}={'(null)' if self.value is None else self.value}"
 
     def to_json(self) -> dict[str, Any]:
-        """The object `ctxprec compare --json` prints for it."""
         head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
         internal = {"by", "value", "paired", "regressed", "method", "failed"}
         fields = [f.name for f in dataclasses.fields(self) if f.name not in internal]
@@ -128,9 +115,6 @@ class Comparison:
     canary_a: CanaryResult | None = None  # each run's judge canary (None: it judged none)
     canary_b: CanaryResult | None = None
 
-    def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
-        return tuple(segment for segment in self.segments if segment.by == by)
-
     @property
     def paired(self) -> int:
         return self.stats_delta.count
@@ -156,16 +140,9 @@ class CanaryChange:
     failed: bool
 
     def to_json(self) -> dict[str, Any]:
-        """The object `ctxprec compare --json` prints for it."""
-        names = ("items", "kappa", "precision", "recall")
-        sides = {
-            f"{n}_{x}": getattr(run, n) for n in names for x, run in (("a", self.a), ("b", self.b))
-        }
-        return sides | {
-            "kappa_change": self.kappa_change,
-            "max_drop": self.max_drop,
-            "failed": self.failed,
-        }
+        names, runs = ("items", "kappa", "precision", "recall"), {"a": self.a, "b": self.b}
+        sides = {f"{n}_{x}": getattr(r, n) for n in names for x, r in runs.items()}
+        return sides | {n: getattr(self, n) for n in ("kappa_change", "max_drop", "failed")}
 
 
 @dataclass(frozen=True)
@@ -179,6 +156,9 @@ class Gate:
     overall: SegmentShift | None = None
     segments: tuple[SegmentShift, ...] = ()
     canary: CanaryChange | None = None
+
+    def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
+        return tuple(segment for segment in self.segments if segment.by == by)
 
     def to_json(self) -> dict[str, Any]:
         """The object `ctxprec compare --json` prints."""
@@ -300,8 +280,7 @@ def _both_ok() -> pl.Expr:
 
 
 def choose_method(table: pl.DataFrame) -> str:
-    """Paired when the runs share enough queries scored ok in both (`PAIRED_SHARE`), else
-    unpaired."""
+    """Paired when the runs share enough queries ok in both (`PAIRED_SHARE`), else unpaired."""
     ok_a, ok_b = (table.filter(pl.col(f"status_{x}") == "ok").height for x in "ab")
     both = table.filter(_both_ok()).height
     return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
@@ -332,8 +311,7 @@ def _shifts(table: pl.DataFrame, method: str, column: str | None) -> list[Segmen
 def _shift(
     by: str, key: tuple[Any, ...], method: str, moments: dict[str, Moments], regressed: int
 ) -> SegmentShift:
-    """The shift and test of segment `key` (`()`: the run) from the Moments of its scores "a",
-    "b" and differences "d"."""
+    """Segment `key`'s shift and test from the Moments of its scores "a", "b" and deltas "d"."""
     a, b, d = (moments.get(x, Moments()) for x in "abd")
     test = paired_test(d) if method == "paired" else welch_test(a, b)
     diff = test.diff if test else (d.mean if method == "paired" else _diff(a.mean, b.mean))
@@ -364,6 +342,10 @@ def segment_shifts(
     return tuple(shift for column in segment_by for shift in _shifts(table, method, column))
 
 
+def _tally(column: pl.Series, names: Sequence[str]) -> dict[str, int]:
+    return dict.fromkeys(names, 0) | dict(column.drop_nulls().value_counts().iter_rows())
+
+
 def compare_runs(
     run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] | None = None
 ) -> Comparison:
@@ -382,21 +364,14 @@ def compare_runs(
     lost = (
         (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
     )
-    statuses = {
-        x: {status: 0 for status in _STATUSES}
-        | dict(table[f"status_{x}"].drop_nulls().value_counts().iter_rows())
-        for x in "ab"
-    }
     return Comparison(
         run_a=run_a.run_id,
         run_b=run_b.run_id,
         table=table,
         positions=positions,
-        status_a=statuses["a"],
-        status_b=statuses["b"],
-        presence={
-            p: table.filter(pl.col("presence") == p).height for p in ("both", "only_a", "only_b")
-        },
+        status_a=_tally(table["status_a"], _STATUSES),
+        status_b=_tally(table["status_b"], _STATUSES),
+        presence=_tally(table["presence"], ("both", "only_a", "only_b")),
         stats_a=score_stats(paired.get_column("score_a")),
         stats_b=score_stats(paired.get_column("score_b")),
         stats_delta=score_stats(deltas),
@@ -454,8 +429,7 @@ def adjust(
 def canary_change(
     a: CanaryResult | None, b: CanaryResult | None, max_drop: float
 ) -> CanaryChange | None:
-    """Both runs' canary metrics and kappa's change; `failed` when it fell more than
-    `max_drop`. None when neither run judged a canary."""
+    """The `CanaryChange` (None when neither run judged a canary)."""
     if a is None and b is None:
         return None
     a, b = a or CanaryResult(), b or CanaryResult()
@@ -499,9 +473,7 @@ def _overall_line(o: SegmentShift, failed: bool, min_effect: float) -> str:
 def _canary_line(canary: CanaryChange) -> str:
     a, b = canary.a.kappa, canary.b.kappa
     if a is None or b is None:
-        which = (
-            "run A" if b is None and a is not None else "run B" if a is None and b else "neither"
-        )
+        which = "neither" if a is None and b is None else "run A" if b is None else "run B"
         return f"canary: kappa only in {which}; the judge is not compared"
     items = int(canary.b.items or 0)
     if canary.failed:
@@ -696,11 +668,10 @@ def gate_word(shift: SegmentShift) -> str:
 def format_segments(comparison: Comparison, verdict: Gate) -> str:
     """Per segment column: each value's queries, means, the change with its 95% interval and
     Holm-adjusted p-value, and its `gate_word`."""
-    tested = {(s.by, s.value): s for s in verdict.segments}
     over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
     blocks = []
     for column in comparison.segment_columns:
-        segments = [tested.get((s.by, s.value), s) for s in comparison.segments_by(column)]
+        segments = verdict.segments_by(column)
         name = Column("value", "<", max(10, min(len(column) + 1, 30)), limit=30)
         rows = [
             (
@@ -730,8 +701,7 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
 
 
 def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
-    """What `ctxprec compare` prints: the shift, bands, segments, regressions, positions and
-    the gate's verdict."""
+    """What `ctxprec compare` prints, the gate's verdict last."""
     segments = format_segments(comparison, verdict)
     return "\n\n".join(
         [

@@ -98,10 +98,8 @@ class JudgeCalls(_Record):
 
 
 class PromptTokens(_Record):
-    """`after_cache`: those of the requests the verdict cache does not answer."""
-
     estimate: int
-    after_cache: int
+    after_cache: int  # of the requests the verdict cache does not answer
     method: Literal["exact", "sample extrapolated by characters"]
     sampled_items: int
     sample_tokens: int
@@ -120,16 +118,13 @@ class OutputTokens(_Record):
 
 
 class BatchWallTime(_Record):
-    """Batch mode: the provider's completion window bounds the time."""
-
     seconds: None = None
     completion_window: str
     basis: str
 
 
 class Pacing(_Record):
-    """The limits (as the config holds them), the limiter tokens the run would reserve and the
-    in-flight budget it would settle on."""
+    """The limits as the config holds them, and the tokens and in-flight budget of the run."""
 
     requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
     tokens_per_minute: int | float
@@ -141,16 +136,11 @@ class Pacing(_Record):
 
 
 class OfflineWallTime(Pacing):
-    """The offline judge: CPU-bound, no estimate."""
-
     seconds: None = None
     basis: str
 
 
 class PacedWallTime(Pacing):
-    """An LLM judge online: the slowest of the request rate, the token rate and the in-flight
-    budget at the assumed latency, plus the run's edges."""
-
     by_requests_s: float | None
     by_tokens_s: float | None
     by_concurrency_s: float
@@ -202,14 +192,11 @@ class Estimate(_Record):
         return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
-# -- one pass over the input ------------------------------------------------------------------
-
 Messages = list[dict[str, str]]
 
 
 def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[Messages, list[int]]]:
-    """(messages, context positions asked) of every request the job would send for `item`;
-    the LLM reason's asks about none."""
+    """(messages, context positions asked) of every request the job would send for `item`."""
     prompts = [
         (verdict_messages(item, part), part)
         for part in context_slices(len(item.contexts), config.judge.contexts_per_call)
@@ -228,9 +215,8 @@ def _chars(messages: Messages) -> int:
 def _cache_probe(
     config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
 ) -> tuple[str, set[str] | None, str]:
-    """(fingerprint, the input's pair keys the config's verdict store holds, what was looked
-    up); the keys are read a partition at a time as the run's lookup reads them, None when
-    there is nothing to look up."""
+    """(fingerprint, the input's pair keys the verdict store holds or None, what was looked
+    up), read a partition at a time as the run's lookup reads them."""
     if factory.capabilities(config).offline:
         return "", None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
@@ -303,9 +289,8 @@ class _Scan:
         return [entry[2] for entry in self._heap]
 
     def shard(self, number: int, shard: Shard) -> None:
-        """Count shard `shard`, the `number`-th of the run; in batch mode pack the first
-        round's lines: every verdict request the cache does not answer (its whole slice: a
-        partly cached slice asks less, so this is an upper bound)."""
+        """Count the run's `number`-th shard; in batch mode pack the first round's lines (each
+        uncached slice whole: an upper bound)."""
         names = [column.name for column in self.carried]
         line = 0
         for row, record in enumerate(self.reader.read(shard, self.carried)):
@@ -328,8 +313,7 @@ class _Scan:
             self._keep_sample(record.query_id, item)
 
     def _count(self, item: ScoringItem) -> list[tuple[Messages, list[int]]]:
-        """Count one valid item; returns the requests the verdict cache does not answer (the
-        LLM reason's is never cached)."""
+        """Count one valid item; returns the requests the verdict cache does not answer."""
         counts, contexts = self.counts, len(item.contexts)
         prompts = _item_prompts(item, self.config)
         counts.valid += 1
@@ -364,9 +348,6 @@ class _Scan:
             heapq.heappush(self._heap, entry)
         elif entry[0] > self._heap[0][0]:
             heapq.heapreplace(self._heap, entry)
-
-
-# -- the estimate -----------------------------------------------------------------------------
 
 
 def estimate(
@@ -506,37 +487,30 @@ def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[fl
 
 def _batch_wall_time(config: JobConfig) -> BatchWallTime:
     window = config.judge.batch.completion_window
-    return BatchWallTime(
-        completion_window=window,
-        basis=(
-            f"batch mode: the provider answers within its completion window ({window}), "
-            "usually far sooner; rate_limit does not pace it"
-        ),
+    basis = (
+        f"batch mode: the provider answers within its completion window ({window}), usually "
+        "far sooner; rate_limit does not pace it"
     )
+    return BatchWallTime(completion_window=window, basis=basis)
 
 
 def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
     """The first round's batches as the run would cut them."""
-    limits, records = config.judge.batch, packer.batches
+    limits = ("max_requests_per_batch", "max_bytes_per_batch", "max_enqueued_tokens")
     return BatchPlan(
-        batches=len(records),
-        requests=sum(r.requests for r in records),
-        bytes=sum(r.bytes for r in records),
-        tokens=sum(r.tokens for r in records),
-        max_requests_per_batch=limits.max_requests_per_batch,
-        max_bytes_per_batch=limits.max_bytes_per_batch,
-        max_enqueued_tokens=limits.max_enqueued_tokens,
+        batches=len(packer.batches),
+        **{
+            name: sum(getattr(r, name) for r in packer.batches)
+            for name in ("requests", "bytes", "tokens")
+        },
+        **config.judge.batch.model_dump(include=set(limits)),
         note="round 0 only: re-asks and LLM reasons go in later rounds",
     )
 
 
-# -- wall time --------------------------------------------------------------------------------
-
-
 def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> int:
-    """The in-flight budget the run would settle on: as set, or under auto as the governor
-    sizes it (Little's law at the rate the limits allow at headroom and `latency_s`; its
-    default without a limit)."""
+    """The in-flight budget: as set, or as the governor sizes it (Little's law at the rate the
+    limits allow and `latency_s`)."""
     settings, limits = budget_settings(config.rate_limit), config.rate_limit
     if settings.explicit is not None:
         return settings.explicit
@@ -554,11 +528,8 @@ def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: 
 def _wall_time(
     config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
 ) -> OfflineWallTime | PacedWallTime:
-    """The fan-out's wall time as the run would pace it: the slowest of the request rate, the
-    token rate and the in-flight budget (taking `latency_s` as the reply latency), plus the
-    workers' start, one latency for the run's first request (it goes alone) and
-    `TAIL_LATENCIES` for the slowest last replies. `basis` says which bound and what was
-    assumed."""
+    """The slowest of the request rate, the token rate and the in-flight budget at `latency_s`,
+    plus the workers' start, the first request (alone) and `TAIL_LATENCIES`."""
     limits = config.rate_limit
     rpm, tpm, headroom = limits.requests_per_minute, limits.tokens_per_minute, limits.headroom
     concurrency = _concurrency(config, calls, limiter_tokens, latency_s)
@@ -603,9 +574,6 @@ def _wall_time(
         seconds=max(by_concurrency, bound or 0.0) + edges,
         basis=basis,
     )
-
-
-# -- output ---------------------------------------------------------------------------------
 
 
 def _after_cache(estimate: int, after_cache: int) -> str:
@@ -685,8 +653,7 @@ def format_estimate(result: Estimate) -> str:
 
 
 def run(options: EstimateOptions, out: TextIO | None = None) -> int:
-    """`ctxprec estimate`: print the estimate, or with `target_ci` the items a sampled run
-    needs (`jobs.tools.target_ci`).
+    """`ctxprec estimate`: the estimate, or with `target_ci` the items a sampled run needs.
 
     Args:
         options: the config, the sample to tokenize, the assumed latency, the output form.

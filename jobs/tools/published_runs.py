@@ -50,8 +50,7 @@ class RunNotFound(ConfigError):
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """One published run: where it is, its manifest (None: a run published before runs had
-    one), and lazy scans of its tables."""
+    """One published run: where it is, its manifest (None: published before manifests)."""
 
     store: Store
     location: RunLocation
@@ -71,7 +70,6 @@ class PublishedRun:
         return recorded or self.summary.model
 
     def scan(self, table: str) -> pl.LazyFrame:
-        """A lazy scan of one of the run's tables (`jobs.core.run_layout.TABLES`)."""
         return scan(self.store, [self.store.join(self.location.table_file(table))])
 
     def read(self, table: str) -> pl.DataFrame:
@@ -85,19 +83,16 @@ class PublishedRun:
 
     @cached_property
     def summary(self) -> RunSummary:
-        """The run summary, rebuilt from the published summary table (read once)."""
         return summary_from_frame(self.read("summary"))
 
     @property
     def response_format(self) -> RunResponseFormat | None:
-        """The structured-output form the run's judge settled on (the manifest's
-        `judge.response_format`; None for the offline judge or a run that recorded none)."""
+        """The structured-output form the run's judge settled on, as the manifest recorded it."""
         recorded = self.manifest.judge.response_format if self.manifest is not None else None
         return RunResponseFormat.from_dict(recorded.model_dump()) if recorded else None
 
     @property
     def seconds(self) -> float | None:
-        """Wall-clock seconds of the run, from the manifest (None when unknown)."""
         if self.manifest is None or "seconds" not in self.manifest.model_fields_set:
             return None
         return self.manifest.seconds
@@ -119,10 +114,7 @@ def _available_ids(store: Store) -> str:
 
 
 def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunLocation:
-    """Where run `run_id` is published; the newest date when the id was used on several days.
-
-    Raises `RunNotFound` naming the id and the root, listing the ids that do exist.
-    """
+    """Where run `run_id` is published (its newest date); `RunNotFound` lists the ids there."""
     root = store.url(store.root)
     if not RUN_ID_PATTERN.fullmatch(run_id):
         raise RunNotFound(
@@ -148,8 +140,7 @@ def load_run(store: Store, run_id: str, run_date: dt.date | None = None) -> Publ
 
 
 def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
-    """The `RunSummary` back from its published table (`RunSummary.to_frame`), segments too (a
-    table published before segments existed has no segment columns)."""
+    """The `RunSummary` back from its published table (`RunSummary.to_frame`), segments too."""
     if frame.is_empty():
         raise CtxPrecError("the run's summary table is empty")
     model = str(frame["model"][0])
@@ -167,7 +158,6 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
 
 
 def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
-    """The summary of one set of metric rows (the whole run's, or one segment's)."""
     is_scalar = pl.col("band").is_null() & pl.col("position").is_null()
     scalars = dict(frame.filter(is_scalar).select("metric", "value").iter_rows())
     values: dict[str, Any] = {name: scalars.get(name) for name in _VALUES}

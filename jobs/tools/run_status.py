@@ -74,7 +74,7 @@ def _lease(store: Store, staging: StagingArea) -> str:
 
 
 def _round_line(record: BatchRoundRecord) -> str:
-    """A round's counts, and why lines were asked again (from a manifest, or a round's state)."""
+    """A round's counts, and why lines were asked again."""
     if record.online:
         return f"  round {record.round}: online (judge.batch.deadline neared)"
     retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
@@ -152,7 +152,7 @@ def status_lines(store: Store, run_id: str) -> list[str]:
 
 
 def run(options: StatusOptions, out: TextIO | None = None) -> int:
-    """`ctxprec status`: print where the run stands.
+    """`ctxprec status`: where the run stands.
 
     Args:
         options: the run, and where runs are published.

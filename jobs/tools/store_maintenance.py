@@ -17,12 +17,10 @@ from jobs.core.verdict_store import VerdictStore
 from jobs.run import factory
 from jobs.tools.tool_options import CacheOptions
 
-_LEGACY_REGION = re.compile(r"^\d{5}$")
-"""A folder of the per-region cache (one per input file index), replaced by the store."""
+_LEGACY_REGION = re.compile(r"^\d{5}$")  # a folder of the per-region cache before the store
 
 
 def fingerprints(store: Store, folder: str) -> list[str]:
-    """The judge fingerprint folders under the cache folder."""
     root = store.join(folder)
     if not store.exists(root):
         return []
@@ -33,7 +31,6 @@ def fingerprints(store: Store, folder: str) -> list[str]:
 
 
 def compact_store(store: Store, folder: str, max_age_days: float | None, out: TextIO) -> None:
-    """Compact every fingerprint's verdict store under `folder` (see the module's doc)."""
     found = fingerprints(store, folder)
     if not found:
         out.write(f"no verdict store at {store.url(store.join(folder))}\n")

@@ -224,10 +224,9 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, 
     defaults of `ctxprec compare` (`rows`), and a chart of the largest drops with their 95%
     intervals."""
     verdict = gate(c, CompareOptions.min_effect, min_segment_size)
-    tested = {(s.by, s.value): s for s in verdict.segments}
     views = []
     for column in c.segment_columns:
-        shifts = [tested.get((s.by, s.value), s) for s in c.segments_by(column)]
+        shifts = verdict.segments_by(column)
         drawn = sorted(
             (s for s in shifts if s.shift is not None),
             key=lambda s: (s.shift or 0.0, _segment_name(s.value)),
