@@ -32,11 +32,11 @@ class Command:
 
 def tool_command(name: str, summary: str, options: type, tool: str) -> Command:
     """The command that runs `tool`'s `run` (a module name) on its `options` record."""
-    return Command(name, summary, partial(add_options, options), partial(run_tool, tool, options))
 
+    def run(args: argparse.Namespace) -> int:
+        return int(importlib.import_module(tool).run(options_of(options, args)))
 
-def run_tool(tool: str, options: type, args: argparse.Namespace) -> int:
-    return int(importlib.import_module(tool).run(options_of(options, args)))
+    return Command(name, summary, partial(add_options, options), run)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -349,15 +349,7 @@ def format_report(result: Calibration) -> str:
 
 
 def run(options: CalibrateOptions, out: TextIO | None = None) -> int:
-    """`ctxprec calibrate`: judge the labelled rows and print the agreement.
-
-    Args:
-        options: the config, the labels, how many rows, the gold rule, the output form.
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
+    """`ctxprec calibrate`: judge the labelled rows, print the agreement; returns 0."""
     out = out or sys.stdout
     config = options.config.load()
     result = calibrate(config, options.labels, limit=options.limit, min_grade=options.min_grade)

@@ -182,9 +182,9 @@ def comparison_table(
     """Per query_id: both runs' scores, statuses and relevant counts, delta and presence, and
     the value of each `segment_by` column (B's, else A's; as text when the runs' types differ).
     A later duplicate query_id (status error) is dropped so the join cannot multiply rows."""
-    same_type = {
-        c: scores_a.collect_schema().get(c) == scores_b.collect_schema().get(c) for c in segment_by
-    }
+    schema_a, schema_b = scores_a.collect_schema(), scores_b.collect_schema()
+    same = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
+    segments = [pl.col(c) if same[c] else pl.col(c).cast(pl.String) for c in segment_by]
     is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
 
     def side(scores: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
@@ -193,13 +193,8 @@ def comparison_table(
             .unique(subset="query_id", keep="first", maintain_order=True)
             .select(
                 "query_id",
-                *(pl.col(k).alias(f"{k}_{suffix}") for k in _KEYS),
-                *(
-                    (pl.col(c) if same_type[c] else pl.col(c).cast(pl.String)).alias(
-                        f"{c}_{suffix}"
-                    )
-                    for c in segment_by
-                ),
+                pl.col(*_KEYS).name.suffix(f"_{suffix}"),
+                *(segment.name.suffix(f"_{suffix}") for segment in segments),
                 pl.lit(True).alias(f"_in_{suffix}"),
             )
         )
@@ -248,11 +243,8 @@ def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.La
 def segment_columns(
     run_a: PublishedRun, run_b: PublishedRun, asked: Sequence[str] | None = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(columns to compare segments by, B's summary columns skipped because A lacks them).
-
-    `asked` (--by): those columns, each of which both runs' scores must have (`ConfigError`
-    naming the run that lacks it); None: the columns B's summary is segmented by.
-    """
+    """(columns to compare segments by, B's summary columns skipped because A lacks them):
+    `asked` (--by; both runs must have them), else those B's summary is segmented by."""
     runs = (run_a, run_b)
     names = [set(run.scores().collect_schema().names()) for run in runs]
     for column in asked or ():
@@ -592,14 +584,8 @@ def format_shift(comparison: Comparison) -> str:
 def format_bands(comparison: Comparison) -> str:
     """Items per score band in A and B (each run's summary), with B - A."""
     a, b = dict(comparison.bands_a), dict(comparison.bands_b)
-    rows = [
-        _counts(
-            f"{name} ({band_range(name)})" if band_range(name) else name,
-            a.get(name, 0),
-            b.get(name, 0),
-        )
-        for name in dict.fromkeys([*a, *b])
-    ]
+    labels = {name: f"{name} ({band_range(name)})" if band_range(name) else name for name in a | b}
+    rows = [_counts(label, a.get(name, 0), b.get(name, 0)) for name, label in labels.items()]
     title = "score bands (score / scale; all items scored ok in each run):"
     return table(_change_columns(Column("band", "<", 22)), rows, title=title, indent="  ", gap="")
 
@@ -716,16 +702,8 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
 
 
 def run(options: CompareOptions, out: TextIO | None = None) -> int:
-    """`ctxprec compare`: compare, write the per-query table, print, gate.
-
-    Args:
-        options: the runs and the gate's thresholds.
-        out: where to print (default stdout).
-
-    Returns:
-        1 when the gate fails (a significant drop of at least the minimum effect, overall or
-        in a gated segment, or a changed judge), else 0.
-    """
+    """`ctxprec compare`: compare, write the per-query table, print; returns 1 when the gate
+    fails (a significant drop of at least the minimum effect, or a changed judge), else 0."""
     out = out or sys.stdout
     store = options.root.store()
     run_a, run_b = load_run(store, options.run_a), load_run(store, options.run_b)

@@ -222,21 +222,17 @@ def _cache_probe(
     spec = factory.cache_spec(config)
     if spec is None:
         return "", None, "not used: cache.enabled is false"
-    # Not `open_store` (nor `CacheSpec.verdict_store`): estimating must not create the output
-    # folder.
+    # Not `open_store`: estimating must not create the output folder.
     fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
     store = Store(fs=fs, root=root, protocol=protocol)
     verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return spec.fingerprint, None, f"no verdict store yet at {where}"
-    known: set[str] = set()
     schema = RunSchema(tuple(carried))
     with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
-        for keys in stored_pair_keys(
-            reader, schema, spec.fingerprint, shards, verdicts, Path(scratch)
-        ):
-            known.update(keys.to_list())
+        found = stored_pair_keys(reader, schema, spec.fingerprint, shards, verdicts, Path(scratch))
+        known = {key for keys in found for key in keys.to_list()}
     return spec.fingerprint, known, f"the verdict store at {where}"
 
 
@@ -362,7 +358,6 @@ def estimate(
     scan, facts, cache_note = _scan_input(config, sample)
     c, used = scan.counts, scan.known is not None
     calls = c.verdict_calls + c.reason_calls
-    batch_mode = config.judge.mode == "batch"
     prompt_tokens = _prompt_tokens(config, scan)
     output_tokens = _output_tokens(c)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
@@ -392,12 +387,8 @@ def estimate(
         output_tokens=output_tokens,
         cost_usd=cost,
         cost_note=cost_note,
-        wall_time=(
-            _batch_wall_time(config)
-            if batch_mode
-            else _wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s)
-        ),
-        batch=_batches(config, scan.packer) if batch_mode else None,
+        wall_time=_wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s),
+        batch=_batches(config, scan.packer) if config.judge.mode == "batch" else None,
         cache=CacheShare(
             used=used,
             note=cache_note,
@@ -485,15 +476,6 @@ def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[fl
     return cost, price_basis(model, batch=batch)
 
 
-def _batch_wall_time(config: JobConfig) -> BatchWallTime:
-    window = config.judge.batch.completion_window
-    basis = (
-        f"batch mode: the provider answers within its completion window ({window}), usually "
-        "far sooner; rate_limit does not pace it"
-    )
-    return BatchWallTime(completion_window=window, basis=basis)
-
-
 def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
     """The first round's batches as the run would cut them."""
     limits = ("max_requests_per_batch", "max_bytes_per_batch", "max_enqueued_tokens")
@@ -525,19 +507,22 @@ def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: 
     return max(settings.floor, min(settings.ceiling, needed))
 
 
-def _wall_time(
-    config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
-) -> OfflineWallTime | PacedWallTime:
+def _wall_time(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> WallTime:
     """The slowest of the request rate, the token rate and the in-flight budget at `latency_s`,
     plus the workers' start, the first request (alone) and `TAIL_LATENCIES`."""
+    if config.judge.mode == "batch":
+        window = config.judge.batch.completion_window
+        basis = (
+            f"batch mode: the provider answers within its completion window ({window}), "
+            "usually far sooner; rate_limit does not pace it"
+        )
+        return BatchWallTime(completion_window=window, basis=basis)
     limits = config.rate_limit
     rpm, tpm, headroom = limits.requests_per_minute, limits.tokens_per_minute, limits.headroom
     concurrency = _concurrency(config, calls, limiter_tokens, latency_s)
     explicit = budget_settings(config.rate_limit).explicit is not None
     pacing = Pacing(
-        requests_per_minute=rpm,
-        tokens_per_minute=tpm,
-        headroom=headroom,
+        **limits.model_dump(include={"requests_per_minute", "tokens_per_minute", "headroom"}),
         limiter_tokens=limiter_tokens,
         concurrency=concurrency,
         concurrency_mode="explicit" if explicit else "auto",
@@ -653,15 +638,8 @@ def format_estimate(result: Estimate) -> str:
 
 
 def run(options: EstimateOptions, out: TextIO | None = None) -> int:
-    """`ctxprec estimate`: the estimate, or with `target_ci` the items a sampled run needs.
-
-    Args:
-        options: the config, the sample to tokenize, the assumed latency, the output form.
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
+    """`ctxprec estimate`: print the estimate, or with `target_ci` the items a sampled run
+    needs; returns 0 (errors raise)."""
     out = out or sys.stdout
     config = options.config.load()
     if options.target_ci is not None:

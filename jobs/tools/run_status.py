@@ -32,8 +32,7 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     manifest = read_manifest(store, location) or RunManifest(
         run_id=run_id, run_date=location.run_date.isoformat()
     )
-    summary = manifest.summary
-    judge = manifest.judge
+    summary, judge = manifest.summary, manifest.judge
     mode = judge.mode or "online"
     lines = [
         f"run {run_id} ({location.run_date}): published {manifest.published_at or ''}, "
@@ -152,15 +151,7 @@ def status_lines(store: Store, run_id: str) -> list[str]:
 
 
 def run(options: StatusOptions, out: TextIO | None = None) -> int:
-    """`ctxprec status`: where the run stands.
-
-    Args:
-        options: the run, and where runs are published.
-        out: where to print (default stdout).
-
-    Returns:
-        0; an unknown run raises `RunNotFound` (exit 2).
-    """
+    """`ctxprec status`: print where the run stands; returns 0 (an unknown run exits 2)."""
     out = out if out is not None else sys.stdout
     out.write("\n".join(status_lines(options.root.store(), options.run)) + "\n")
     return 0

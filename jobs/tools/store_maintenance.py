@@ -30,7 +30,14 @@ def fingerprints(store: Store, folder: str) -> list[str]:
     )
 
 
-def compact_store(store: Store, folder: str, max_age_days: float | None, out: TextIO) -> None:
+def run(options: CacheOptions, out: TextIO | None = None) -> int:
+    """`ctxprec cache compact`: compact the config's verdict store, a line per fingerprint;
+    returns 0."""
+    out = out or sys.stdout
+    config = options.config.load()
+    url, folder = factory.cache_url(config)
+    store = open_store(url, config.output.storage_options)
+    max_age_days = config.cache.max_age_days
     found = fingerprints(store, folder)
     if not found:
         out.write(f"no verdict store at {store.url(store.join(folder))}\n")
@@ -45,21 +52,4 @@ def compact_store(store: Store, folder: str, max_age_days: float | None, out: Te
             f"{store.url(store.join(sub))}: {kept:,} verdict(s) kept, {dropped:,} dropped "
             f"(expired or duplicate){deleted}\n"
         )
-
-
-def run(options: CacheOptions, out: TextIO | None = None) -> int:
-    """`ctxprec cache compact`: compact the config's verdict store, a line per fingerprint.
-
-    Args:
-        options: the job config (and the action, "compact").
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
-    out = out or sys.stdout
-    config = options.config.load()
-    url, folder = factory.cache_url(config)
-    store = open_store(url, config.output.storage_options)
-    compact_store(store, folder, config.cache.max_age_days, out)
     return 0

@@ -19,15 +19,7 @@ __all__ = ["render_report", "run"]
 
 
 def run(options: ReportOptions, out: TextIO | None = None) -> int:
-    """`ctxprec report`: write the page and print where it is.
-
-    Args:
-        options: the run, its baseline, where the page goes.
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
+    """`ctxprec report`: write the page and print where it is; returns 0."""
     out = out if out is not None else sys.stdout
     store = options.root.store()
     published = load_run(store, options.run)

@@ -78,11 +78,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 def _axis_range(spec: ChartSpec, series: Sequence[Series]) -> tuple[float, float, list[float]]:
     values = [v for s in series for v in s.values if v is not None]
     values += [v for s in series for e in (s.errors or ()) if e is not None for v in e]
-    low = min([spec.y_min, *values]) if values else spec.y_min
     high = spec.y_max if spec.y_max is not None else max([0.0, *values]) * 1.12
-    if high <= low:
-        high = low + 1.0
-    ticks = nice_ticks(low, high)
+    ticks = nice_ticks(min([spec.y_min, *values]), high)
     return ticks[0], ticks[-1], ticks
 
 
@@ -104,37 +101,40 @@ def chart(categories: Sequence[str], series: Sequence[Series], spec: ChartSpec) 
         f"<title>{escape(spec.title)}</title>",
     ]
     for tick in ticks:
-        ty = y(tick)
-        parts.append(
-            f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" '
-            f'y1="{ty:.1f}" y2="{ty:.1f}"/>'
-            f'<text class="tick" x="{_MARGIN_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">'
-            f"{escape(spec.value_format(tick))}</text>"
-        )
+        parts.append(_rule("grid", width, y(tick)))
+        parts.append(_text("tick", _MARGIN_LEFT - 6, y(tick) + 4, spec.value_format(tick), "end"))
     zero = y(0.0) if low <= 0 <= high else y(low)
-    parts.append(
-        f'<line class="axis" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" '
-        f'y1="{zero:.1f}" y2="{zero:.1f}"/>'
-    )
+    parts.append(_rule("axis", width, zero))
     parts.extend(_x_labels(categories, spec, group, _MARGIN_TOP + plot_h))
     marks = _bars if spec.kind == "bar" else _lines
     parts.extend(marks(categories, series, spec, y, group, zero))
-    parts.append(
-        f'<text class="label" x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{height - 8}" '
-        f'text-anchor="middle">{escape(spec.x_label)}</text>'
-        f'<text class="label" x="14" y="{_MARGIN_TOP + plot_h / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2:.1f})">{escape(spec.y_label)}</text>'
-    )
+    middle = _MARGIN_TOP + plot_h / 2
+    parts.append(_text("label", _MARGIN_LEFT + plot_w / 2, height - 8, spec.x_label))
+    rotate = f' transform="rotate(-90 14 {middle:.1f})"'
+    parts.append(_text("label", 14, middle, spec.y_label, rotate=rotate))
     if len(series) > 1:
         parts.append(_legend(series, width))
     if not categories:
-        parts.append(
-            f'<text class="label" x="{width / 2}" y="{_MARGIN_TOP + plot_h / 2}" '
-            f'text-anchor="middle">no data</text>'
-        )
+        parts.append(_text("label", width / 2, middle, "no data"))
     parts.append("</svg>")
     # Every part above is markup written here, with each text from outside escaped.
     return Markup("".join(parts))
+
+
+def _text(
+    kind: str, x: float, y: float, text: str, anchor: str = "middle", rotate: str = ""
+) -> str:
+    """A `<text>` element of class `kind` (the text escaped)."""
+    return (
+        f'<text class="{kind}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{rotate}>'
+        f"{escape(text)}</text>"
+    )
+
+
+def _rule(kind: str, width: int, y: float) -> str:
+    """A horizontal line across the plot."""
+    x2 = width - _MARGIN_RIGHT
+    return f'<line class="{kind}" x1="{_MARGIN_LEFT}" x2="{x2}" y1="{y:.1f}" y2="{y:.1f}"/>'
 
 
 def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: float) -> list[str]:
@@ -152,15 +152,9 @@ def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: 
     for i, label in enumerate(labels):
         if i % step == 0:
             x = _MARGIN_LEFT + group * (i + offset)
-            parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{base_y + 16:.1f}" text-anchor="middle">'
-                f"{escape(label)}</text>"
-            )
+            parts.append(_text("tick", x, base_y + 16, label))
             if i < len(subs):
-                parts.append(
-                    f'<text class="sub" x="{x:.1f}" y="{base_y + 29:.1f}" '
-                    f'text-anchor="middle">{escape(subs[i])}</text>'
-                )
+                parts.append(_text("sub", x, base_y + 29, subs[i]))
     return parts
 
 
@@ -186,9 +180,7 @@ def _bars(
                 continue
             x = _MARGIN_LEFT + group * i + group * 0.11 + bar * s_index
             top, bottom = sorted((y(value), zero))
-            color = s.color
-            if spec.diverging:
-                color = COLOR_UP if value > 0 else COLOR_DOWN
+            color = (COLOR_UP if value > 0 else COLOR_DOWN) if spec.diverging else s.color
             parts.append(
                 f'<rect x="{x:.1f}" y="{top:.1f}" width="{bar:.1f}" '
                 f'height="{max(bottom - top, 0.5):.1f}" fill="{escape(color)}">'
@@ -199,10 +191,8 @@ def _bars(
                 parts.append(_error_bar(x + bar / 2, y(error[0]), y(error[1]), bar))
             text = spec.value_format(value)
             if error is None and len(text) * _CHAR_PX * 0.9 <= bar + 4:
-                ty = top - 4 if value >= 0 else bottom + 12
                 parts.append(
-                    f'<text class="value" x="{x + bar / 2:.1f}" y="{ty:.1f}" '
-                    f'text-anchor="middle">{escape(text)}</text>'
+                    _text("value", x + bar / 2, top - 4 if value >= 0 else bottom + 12, text)
                 )
     return parts
 
@@ -247,10 +237,7 @@ def _lines(
                 f"{_mark_title(spec, categories[i], s.name, value, i)}</circle>"
             )
             if label_room:
-                parts.append(
-                    f'<text class="value" x="{px:.1f}" y="{py - 8:.1f}" text-anchor="middle">'
-                    f"{escape(spec.value_format(value))}</text>"
-                )
+                parts.append(_text("value", px, py - 8, spec.value_format(value)))
     return parts
 
 

@@ -56,7 +56,6 @@ class Card:
 
 
 def _recorded(run: PublishedRun, name: str) -> str:
-    """A manifest field as text, "–" when the run did not record it."""
     manifest = run.manifest
     if manifest is None or name not in manifest.model_fields_set:
         return "–"
@@ -139,9 +138,8 @@ def _rate_spec(top: float, **spec: Any) -> ChartSpec:
 
 
 def positions_view(run: PublishedRun) -> dict[str, Any]:
-    """The relevance rate by position (the first MAX_CHART_POSITIONS positions drawn): the
-    chart, the rate at position 0, the positions drawn and the contexts judged at the others
-    (None when all are drawn)."""
+    """The relevance rate by position: a chart of the first MAX_CHART_POSITIONS, and the
+    contexts judged at the others (None when all are drawn)."""
     rates = run.summary.position_rates
     shown = rates[:MAX_CHART_POSITIONS]
     svg = chart(
@@ -176,15 +174,12 @@ def _error(low: float | None, high: float | None) -> tuple[float, float] | None:
 
 
 def _segment_chart(names: list[str], series: Series, counts: list[int], **spec: Any) -> Markup:
-    """A bar chart of one value per segment, with its count under each bar."""
     sublabels = [f"n={n:,}" for n in counts]
     return chart(names, [series], ChartSpec(width=1090, height=310, sublabels=sublabels, **spec))
 
 
 def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
-    """Per `summary.by` column: its segments (`rows`, as in the summary: values sorted as text,
-    null last), a bar chart of their mean scores (the MAX_CHART_SEGMENTS lowest, lowest first)
-    and how many it leaves out (`undrawn`)."""
+    """Per `summary.by` column: its segments, and a chart of the lowest mean scores."""
     views = []
     for column in summary.segment_columns:
         rows = summary.segments_by(column)
@@ -220,9 +215,8 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
 
 
 def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, Any]]:
-    """Per segment column of the comparison: each value's shift with its gate word at the
-    defaults of `ctxprec compare` (`rows`), and a chart of the largest drops with their 95%
-    intervals."""
+    """Per segment column: each value's shift with its gate word at the defaults of `ctxprec
+    compare`, and a chart of the largest drops."""
     verdict = gate(c, CompareOptions.min_effect, min_segment_size)
     views = []
     for column in c.segment_columns:
@@ -291,8 +285,7 @@ def cost_view(run: PublishedRun) -> dict[str, Any]:
 
 
 def baseline_view(c: Comparison) -> dict[str, Any]:
-    """The comparison with the baseline run: cards, statistics, position charts, segments,
-    regressions."""
+    """The comparison with the baseline run: cards, statistics, charts, segments, regressions."""
     shift = c.mean_shift
     verdict = gate(c, CompareOptions.min_effect, CompareOptions.min_segment_size)
     o = verdict.overall
@@ -337,7 +330,6 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
 
 
 def _position_compare_charts(c: Comparison) -> tuple[Markup, Markup]:
-    """Both runs' relevance rate by position, and its change."""
     change = c.positions.head(MAX_CHART_POSITIONS)
     categories = [str(p) for p in change["position"]]
     rate_a, rate_b, delta = (change[name].to_list() for name in ("rate_a", "rate_b", "delta"))
@@ -390,8 +382,7 @@ def _environment() -> jinja2.Environment:
 def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> str:
     """The whole report page as one HTML string (with a baseline section when given one)."""
     summary = run.summary
-    # The stylesheet goes in a <style> element, where entities are not decoded: it must not be
-    # escaped (it is the package's own file).
+    # Not escaped: a <style> element does not decode entities (and the file is our own).
     css = resources.files(PACKAGE).joinpath(STYLESHEET).read_text(encoding="utf-8")
     context: dict[str, Any] = {
         "css": Markup(css),
