@@ -30,13 +30,14 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-def tool_command(name: str, summary: str, options: type, tool: str) -> Command:
-    """The command that runs `tool`'s `run` (a module name) on its `options` record."""
+def tool_command(name: str, options: Any, tool: str) -> Command:
+    """The command that runs `tool`'s `run` (a module name) on its `options` record, with the
+    record's `summary` as its help."""
 
     def run(args: argparse.Namespace) -> int:
         return int(importlib.import_module(tool).run(options_of(options, args)))
 
-    return Command(name, summary, partial(add_options, options), run)
+    return Command(name, options.summary, partial(add_options, options), run)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

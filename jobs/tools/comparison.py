@@ -47,9 +47,6 @@ class ScoreStats:
     p10: float | None
     p90: float | None
 
-    def as_dict(self) -> dict[str, float | None]:
-        return {**dataclasses.asdict(self), "count": float(self.count)}
-
 
 @dataclass(frozen=True)
 class SegmentShift:
@@ -122,6 +119,11 @@ class Comparison:
     @property
     def mean_shift(self) -> float | None:
         return _diff(self.stats_a.mean, self.stats_b.mean)
+
+    def stat_rows(self) -> list[tuple[str, float | None, float | None, float | None, int]]:
+        """(statistic, A's, B's, B - A, digits) per `ScoreStats` figure."""
+        a, b = dataclasses.asdict(self.stats_a), dataclasses.asdict(self.stats_b)
+        return [(n, a[n], b[n], _diff(a[n], b[n]), 0 if n == "count" else 3) for n in a]
 
     def regressions(self, top: int) -> pl.DataFrame:
         """The `top` queries whose score fell the most (most negative delta first)."""
@@ -555,15 +557,9 @@ def format_shift(comparison: Comparison) -> str:
     labels = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}
     counts = [_counts("items", sum(c.status_a.values()), sum(c.status_b.values()))]
     counts += [_counts(labels[s], c.status_a.get(s, 0), c.status_b.get(s, 0)) for s in _STATUSES]
-    a, b = c.stats_a.as_dict(), c.stats_b.as_dict()
     stats = [
-        (
-            f"  {name}",
-            fmt.number(a[name], digits := 0 if name == "count" else 3),
-            fmt.number(b[name], digits),
-            fmt.number(_diff(a[name], b[name]), digits, signed=True),
-        )
-        for name in ("count", "mean", "median", "p10", "p90")
+        (f"  {name}", *(fmt.number(v, digits) for v in (a, b)), fmt.number(d, digits, signed=True))
+        for name, a, b, d, digits in c.stat_rows()
     ]
     d = c.stats_delta
     over = f"scores over the {c.paired:,} queries scored ok in both runs:"

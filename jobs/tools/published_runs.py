@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import posixpath
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -120,12 +121,11 @@ def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunL
         raise RunNotFound(
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
-    pattern = store.join(
-        published_glob("scores", run_id, run_date.isoformat() if run_date else "*")
-    )
+    day = run_date.isoformat() if run_date else "*"
+    pattern = store.join(published_glob("scores", run_id, day))
     runs = [run for path in store.list(pattern) if (run := run_of(path)) and run.run_id == run_id]
     if not runs:
-        when = f" on {run_date.isoformat()}" if run_date else ""
+        when = f" on {day}" if run_date else ""
         raise RunNotFound(
             f"run {run_id!r}{when} not found under {root} (no scores/run_date=*/run_id={run_id}/)"
             f"; {_available_ids(store)}"
@@ -147,11 +147,11 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
     frame = frame.with_columns(pl.col("value").fill_nan(None))
     if "segment_by" not in frame.columns:
         return _summary_from_rows(frame, model)
+    groups = frame.filter(pl.col("segment_by").is_not_null()).group_by(
+        "segment_by", "segment", maintain_order=True
+    )
     segments = tuple(
-        Segment(by, value, _summary_from_rows(rows, model))
-        for (by, value), rows in frame.filter(pl.col("segment_by").is_not_null()).group_by(
-            "segment_by", "segment", maintain_order=True
-        )
+        Segment(by, value, _summary_from_rows(rows, model)) for (by, value), rows in groups
     )
     overall = _summary_from_rows(frame.filter(pl.col("segment_by").is_null()), model)
     return replace(overall, segments=segments)
@@ -193,16 +193,12 @@ def _position_rates(frame: pl.DataFrame) -> tuple[PositionRate, ...]:
 
 def _bands(frame: pl.DataFrame) -> tuple[tuple[str, int], ...]:
     """Items per band, the known bands first in their order (older labels renamed)."""
-    counts: dict[str, int] = {}
-    for band, value in (
-        frame.filter(pl.col("metric") == "band_count").select("band", "value").rows()
-    ):
-        label = LEGACY_BAND_LABELS.get(str(band), str(band))
-        counts[label] = counts.get(label, 0) + int(value or 0)
+    rows = frame.filter(pl.col("metric") == "band_count").select("band", "value").rows()
+    counts: Counter[str] = Counter()
+    for band, value in rows:
+        counts[LEGACY_BAND_LABELS.get(str(band), str(band))] += int(value or 0)
     known = [label for label, _, _ in BANDS if label in counts]
-    return tuple(
-        (label, counts[label]) for label in [*known, *(b for b in counts if b not in known)]
-    )
+    return tuple((b, counts[b]) for b in [*known, *(b for b in counts if b not in known)])
 
 
 def write_file(

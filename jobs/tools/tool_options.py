@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from scorer_core.errors import ConfigError
 
@@ -70,6 +70,9 @@ class ConfigSource:
 class CompareOptions:
     """`ctxprec compare`: run A (baseline) against run B, and the gate's thresholds."""
 
+    summary: ClassVar[str] = (
+        "compare two published runs; exit 1 on a significant drop or a changed judge"
+    )
     run_a: str = option(help="baseline run id", positional=True, metavar="RUN_A")
     run_b: str = option(help="candidate run id", positional=True, metavar="RUN_B")
     root: PublishedRoot = field(default_factory=PublishedRoot)
@@ -126,6 +129,7 @@ class CompareOptions:
 class ReportOptions:
     """`ctxprec report`: the run, an optional baseline, where the page goes."""
 
+    summary: ClassVar[str] = "write a self-contained HTML report of a published run"
     run: str = option(help="run id to report on", positional=True, metavar="RUN")
     baseline: str | None = option(None, "also compare with this run id", metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
@@ -138,6 +142,10 @@ class ReportOptions:
 class StatusOptions:
     """`ctxprec status`: the run to look at."""
 
+    summary: ClassVar[str] = (
+        "where a run stands: shards staged, batches and their counts (asks no judge)"
+    )
+
     run: str = option(help="run id (published, running or stopped)", positional=True, metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
 
@@ -147,6 +155,9 @@ class EstimateOptions:
     """`ctxprec estimate`: the run's cost and time, or with `target_ci` the items a sampled
     run needs for intervals of that half-width (from run `run`'s spread)."""
 
+    summary: ClassVar[str] = (
+        "count items, judge calls, tokens, cost and time of a run, without running it"
+    )
     config: ConfigSource
     sample: int = option(
         2000, "items whose prompts are tokenized exactly (default {default})", type=int
@@ -178,6 +189,7 @@ class EstimateOptions:
 class CalibrateOptions:
     """`ctxprec calibrate`: the config's judge against the labels of `labels`."""
 
+    summary: ClassVar[str] = "measure the configured judge against human relevance labels"
     config: ConfigSource
     labels: str = option(help="labelled JSONL (query, contexts, ...)", required=True)
     limit: int | None = option(None, "judge the first N valid rows", type=int)
@@ -194,6 +206,9 @@ class CalibrateOptions:
 class CacheOptions:
     """`ctxprec cache`: what to do with the config's verdict store."""
 
+    summary: ClassVar[str] = (
+        "compact the verdict store: merge small files, drop expired and duplicate verdicts"
+    )
     config: ConfigSource
     action: Literal["compact"] = option(
         "compact",

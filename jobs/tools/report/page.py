@@ -311,14 +311,8 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
         Card("regressed", fmt.integer(c.regressed), tone="bad" if c.regressed else ""),
         Card("unchanged", fmt.integer(c.unchanged)),
     ]
-    a, b = c.stats_a.as_dict(), c.stats_b.as_dict()
-    stats = []
-    for name in ("count", "mean", "median", "p10", "p90"):
-        before, after = a[name], b[name]
-        change = None if before is None or after is None else after - before
-        digits = 0 if name == "count" else 3
-        row = {"baseline": before, "this_run": after, "change": change, "digits": digits}
-        stats.append({"name": name, **row})
+    keys = ("name", "baseline", "this_run", "change", "digits")
+    stats = [dict(zip(keys, row, strict=True)) for row in c.stat_rows()]
     return {
         "comparison": c,
         "cards": cards,
