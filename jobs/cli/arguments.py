@@ -21,8 +21,8 @@ _OURS = ("help", "flag", "positional", "older", "older_help", "minimum")
 
 @dataclass(frozen=True)
 class Command:
-    """A `ctxprec` command: its name and help, its arguments, and what runs it (the parsed
-    arguments in, the exit code out; it imports the command's tool only when called)."""
+    """A `ctxprec` command: its name and help, its arguments, and what runs it (args in, exit
+    code out)."""
 
     name: str
     summary: str
@@ -31,8 +31,7 @@ class Command:
 
 
 def tool_command(name: str, options: Any, tool: str) -> Command:
-    """The command that runs `tool`'s `run` (a module name) on its `options` record, with the
-    record's `summary` as its help."""
+    """The command that runs module `tool`'s `run` on its `options` record (imported when run)."""
 
     def run(args: argparse.Namespace) -> int:
         return int(importlib.import_module(tool).run(options_of(options, args)))

@@ -132,8 +132,7 @@ class Comparison:
 
 @dataclass(frozen=True)
 class CanaryChange:
-    """Both runs' canary (an empty one for a run without) and kappa's change; `failed` when it
-    fell more than `max_drop` (the judge changed)."""
+    """Both runs' canary and kappa's change; `failed` when it fell more than `max_drop`."""
 
     a: CanaryResult
     b: CanaryResult
@@ -149,8 +148,7 @@ class CanaryChange:
 
 @dataclass(frozen=True)
 class Gate:
-    """The gate's verdict: `overall` and `segments` with their Holm-adjusted tests, the
-    segments that failed, and the canary's change (None when neither run has a canary)."""
+    """The gate's verdict, with the Holm-adjusted tests it made."""
 
     passed: bool
     message: str
@@ -227,8 +225,7 @@ def score_stats(scores: pl.Series) -> ScoreStats:
 
 
 def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.LazyFrame:
-    """Relevance rate by position in both runs: position, judged_a, rate_a, judged_b, rate_b,
-    delta (rate_b - rate_a; null where a run has no judged context at that position)."""
+    """Relevance rate by position in both runs, and its delta (rate_b - rate_a)."""
 
     def side(verdicts: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
         rates = relevance_by_position(verdicts)
@@ -280,9 +277,8 @@ def choose_method(table: pl.DataFrame) -> str:
     return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
 
 
-def _shifts(table: pl.DataFrame, method: str, column: str | None) -> list[SegmentShift]:
-    """The shift and test of the whole run (`column` None) or of each value of `column` (as
-    text, sorted, null last; paired, only the values with a query scored ok in both runs)."""
+def shifts(table: pl.DataFrame, method: str, column: str | None = None) -> list[SegmentShift]:
+    """The shift and test of the whole run, or of each value of `column` (sorted, null last)."""
     keys = [pl.col(column).cast(pl.String)] if column else []
     paired = table.filter(_both_ok())
     if method == "paired":
@@ -324,18 +320,6 @@ def _shift(
     )
 
 
-def overall_shift(table: pl.DataFrame, method: str) -> SegmentShift:
-    """The whole run's shift and test."""
-    return _shifts(table, method, None)[0]
-
-
-def segment_shifts(
-    table: pl.DataFrame, segment_by: Sequence[str], method: str = "paired"
-) -> tuple[SegmentShift, ...]:
-    """Per value of each column: the shift and its test."""
-    return tuple(shift for column in segment_by for shift in _shifts(table, method, column))
-
-
 def _tally(column: pl.Series, names: Sequence[str]) -> dict[str, int]:
     return dict.fromkeys(names, 0) | dict(column.drop_nulls().value_counts().iter_rows())
 
@@ -343,8 +327,7 @@ def _tally(column: pl.Series, names: Sequence[str]) -> dict[str, int]:
 def compare_runs(
     run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] | None = None
 ) -> Comparison:
-    """Compare two published runs (A is the baseline, B the candidate), overall and per
-    segment (`segment_columns` says which)."""
+    """Compare two published runs (A the baseline, B the candidate), overall and per segment."""
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
     table, positions = pl.collect_all(
         [
@@ -375,10 +358,10 @@ def compare_runs(
         lost=table.filter(lost).height,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
-        segments=segment_shifts(table, columns, method),
+        segments=tuple(shift for column in columns for shift in shifts(table, method, column)),
         segment_columns=columns,
         unsegmented=unsegmented,
-        overall=overall_shift(table, method),
+        overall=shifts(table, method)[0],
         method=method,
         canary_a=CanaryResult.of_metrics(run_a.summary.canary),
         canary_b=CanaryResult.of_metrics(run_b.summary.canary),
@@ -407,8 +390,7 @@ def adjust(
     min_effect: float,
     min_segment_size: int,
 ) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
-    """The run's and the segments' tests with Holm's adjustment across the gated ones: the run,
-    and every segment with at least `min_segment_size` queries and a p-value."""
+    """Holm's adjustment across the run and every segment of `min_segment_size` queries."""
     gated = [
         i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
     ]
@@ -488,9 +470,8 @@ def gate(
     min_segment_size: int = CompareOptions.min_segment_size,
     max_canary_drop: float = CompareOptions.max_canary_drop,
 ) -> Gate:
-    """Fail on a drop, overall or in a segment with at least `min_segment_size` queries, that
-    is significant after Holm's correction across them and at least `min_effect`; or when the
-    canary's kappa fell more than `max_canary_drop` (the judge changed)."""
+    """Fail on a significant drop (Holm) of at least `min_effect`, overall or in a segment of
+    `min_segment_size` queries, or when the canary's kappa fell more than `max_canary_drop`."""
     c = comparison
     canary = canary_change(c.canary_a, c.canary_b, max_canary_drop)
     return decide(c.overall, c.segments, c.method, min_effect, min_segment_size, canary)
@@ -504,7 +485,7 @@ def decide(
     min_segment_size: int = CompareOptions.min_segment_size,
     canary: CanaryChange | None = None,
 ) -> Gate:
-    """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
+    """`gate` on the tests themselves (`shifts`, `canary_change`)."""
     if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
         message = "FAIL: no query is scored ok in both runs; nothing to compare"
         return Gate(False, message, segments=tuple(segments), canary=canary)
@@ -648,8 +629,7 @@ def gate_word(shift: SegmentShift) -> str:
 
 
 def format_segments(comparison: Comparison, verdict: Gate) -> str:
-    """Per segment column: each value's queries, means, the change with its 95% interval and
-    Holm-adjusted p-value, and its `gate_word`."""
+    """Per segment column: each value's means, change, interval, p-value and `gate_word`."""
     over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
     blocks = []
     for column in comparison.segment_columns:

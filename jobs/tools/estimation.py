@@ -255,8 +255,7 @@ class _Counts:
 
 
 class _Scan:
-    """Streams the input once: counts items, calls, characters and cached pairs, keeps the
-    token sample, and in batch mode cuts the first round's request lines into batches."""
+    """Streams the input once: counts, the token sample and (batch mode) the first batches."""
 
     def __init__(
         self,
@@ -491,8 +490,7 @@ def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
 
 
 def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> int:
-    """The in-flight budget: as set, or as the governor sizes it (Little's law at the rate the
-    limits allow and `latency_s`)."""
+    """The in-flight budget: as set, or as the governor sizes it (Little's law)."""
     settings, limits = budget_settings(config.rate_limit), config.rate_limit
     if settings.explicit is not None:
         return settings.explicit

@@ -77,14 +77,11 @@ def _round_line(record: BatchRoundRecord) -> str:
     if record.online:
         return f"  round {record.round}: online (judge.batch.deadline neared)"
     retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
+    stopped = record.stopped_at_deadline
     return (
         f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
         f"{record.completed:,} completed, {record.failed:,} failed"
-        + (
-            f", {record.stopped_at_deadline} cancelled at the deadline"
-            if record.stopped_at_deadline
-            else ""
-        )
+        + (f", {stopped} cancelled at the deadline" if stopped else "")
         + ("; asked again: " + ", ".join(f"{k} {v:,}" for k, v in retried) if retried else "")
         + (f"; {record.final_errors:,} failed for good" if record.final_errors else "")
     )

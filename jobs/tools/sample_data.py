@@ -65,9 +65,8 @@ def _entity(rng: random.Random) -> str:
 def generate(
     items: int, seed: int = 7, markers: bool = False, segments: int = 0
 ) -> Iterator[dict[str, Any]]:
-    """Yield `items` synthetic items with per-context ground-truth `relevance`; with
-    `segments`, a `retriever` column with that many values (item n has retriever n % segments,
-    so the rest of each item is the same as without it)."""
+    """Yield `items` synthetic items; with `segments`, a `retriever` column (n % segments) that
+    leaves the rest of each item as it is without it."""
     rng = random.Random(seed)
     for number in range(items):
         kind = rng.choice(list(_KINDS))

@@ -31,8 +31,7 @@ def fingerprints(store: Store, folder: str) -> list[str]:
 
 
 def run(options: CacheOptions, out: TextIO | None = None) -> int:
-    """`ctxprec cache compact`: compact the config's verdict store, a line per fingerprint;
-    returns 0."""
+    """`ctxprec cache compact`: compact the verdict store, a line per fingerprint; returns 0."""
     out = out or sys.stdout
     config = options.config.load()
     url, folder = factory.cache_url(config)

@@ -18,10 +18,9 @@ if TYPE_CHECKING:
 
 
 def option(default: Any = MISSING, help: str = "", **argument: Any) -> Any:
-    """A field of an options record with its command-line argument: `help` (where "{default}"
-    is the field's default) and the keywords of `ArgumentParser.add_argument`, plus `flag`
-    (default --the-field-name), `positional`, `older` (an older flag of the same option) with
-    `older_help`, and `minimum` (the smallest value allowed)."""
+    """A field with its argument: `help` ("{default}" in it is the default), `add_argument`'s
+    keywords, and ours: `flag`, `positional`, `older` (an older flag) with `older_help`,
+    `minimum`."""
     return field(default=default, metadata={"help": help, **argument})
 
 
@@ -152,8 +151,7 @@ class StatusOptions:
 
 @dataclass(frozen=True)
 class EstimateOptions:
-    """`ctxprec estimate`: the run's cost and time, or with `target_ci` the items a sampled
-    run needs for intervals of that half-width (from run `run`'s spread)."""
+    """`ctxprec estimate`: the run's cost and time, or the items `target_ci` needs."""
 
     summary: ClassVar[str] = (
         "count items, judge calls, tokens, cost and time of a run, without running it"

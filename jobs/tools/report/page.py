@@ -56,10 +56,8 @@ class Card:
 
 
 def _recorded(run: PublishedRun, name: str) -> str:
-    manifest = run.manifest
-    if manifest is None or name not in manifest.model_fields_set:
-        return "–"
-    return str(getattr(manifest, name))
+    recorded = run.manifest is not None and name in run.manifest.model_fields_set
+    return str(getattr(run.manifest, name)) if recorded else "–"
 
 
 def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
@@ -79,20 +77,16 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
 
 def header_cards(s: RunSummary) -> list[Card]:
     sampled = s.population is not None and s.population != s.items
-    canary = CanaryResult.of_metrics(s.canary)
+    sample = f"judged of {fmt.integer(s.population)} (a sample)" if sampled else ""
     cards = [
-        Card(
-            "items",
-            fmt.integer(s.items),
-            f"judged of {fmt.integer(s.population)} (a sample)" if sampled else "",
-        ),
+        Card("items", fmt.integer(s.items), sample),
         Card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
         Card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
         Card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
         Card("mean", fmt.number(s.mean), f"95% CI {fmt.interval(s.mean_ci_low, s.mean_ci_high)}"),
         Card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
     ]
-    if canary:
+    if canary := CanaryResult.of_metrics(s.canary):
         judged = f"judge vs labels on {fmt.integer(canary.items)} items"
         cards.append(Card("canary kappa", fmt.number(canary.kappa, 3), judged))
     return cards
@@ -113,7 +107,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
             y_label="queries",
             width=620,
             edge_labels=[f"{i / bins:g}" for i in range(bins + 1)],
-            value_format=lambda v: f"{v:,.0f}",
+            value_format=fmt.integer,
         ),
     )
     bands = chart(
@@ -125,7 +119,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
             sublabels=[band_range(label) for label, _ in s.bands],
             y_label="queries",
             width=440,
-            value_format=lambda v: f"{v:,.0f}",
+            value_format=fmt.integer,
         ),
     )
     return hist, bands
@@ -138,8 +132,7 @@ def _rate_spec(top: float, **spec: Any) -> ChartSpec:
 
 
 def positions_view(run: PublishedRun) -> dict[str, Any]:
-    """The relevance rate by position: a chart of the first MAX_CHART_POSITIONS, and the
-    contexts judged at the others (None when all are drawn)."""
+    """The relevance rate by position: a chart of the first MAX_CHART_POSITIONS, and more."""
     rates = run.summary.position_rates
     shown = rates[:MAX_CHART_POSITIONS]
     svg = chart(

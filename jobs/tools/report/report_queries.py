@@ -56,8 +56,7 @@ def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
 
 
 def failed_items(run: PublishedRun, n: int = FAILED_ITEMS) -> list[dict[str, Any]]:
-    """The first `n` items not scored ok, by status then query_id: query_id, status, why (the
-    error, or the reason when there is no error)."""
+    """The first `n` items not scored ok, by status then query_id, with the error or reason."""
     return (
         run.scores()
         .filter(pl.col("status") != "ok")
