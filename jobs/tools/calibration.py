@@ -1,10 +1,9 @@
 """`ctxprec calibrate`: how well the configured judge agrees with human relevance labels.
 
-The config's judge, built as the job builds it (real calls for an LLM judge, paced by
-`rate_limit` in this process), judges a labelled JSONL file (`jobs.inputs.labels`); reported:
-per-context precision, recall, F1 and Cohen's kappa, item-score correlations, and per retriever
-the mean scores and Kendall's tau-b between the rankings (docs/judges.md). Unscored and failed
-items are counted and left out; no reasons, no verdict cache. The result is a `Calibration`.
+The config's judge, built as the job builds it, judges a labelled JSONL file: per-context
+precision, recall, F1 and Cohen's kappa, item-score correlations, and per retriever the means
+and Kendall's tau-b between the rankings (docs/judges.md). Unscored and failed items are left
+out; no reasons, no verdict cache.
 """
 
 from __future__ import annotations

@@ -73,10 +73,6 @@ class SegmentShift:
     def shift(self) -> float | None:
         return self.diff if self.diff is not None else _diff(self.mean_a, self.mean_b)
 
-    @property
-    def label(self) -> str:
-        return f"{self.by}={'(null)' if self.value is None else self.value}"
-
     def to_json(self) -> dict[str, Any]:
         head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
         internal = {"by", "value", "paired", "regressed", "method", "failed"}
@@ -499,13 +495,12 @@ def decide(
             f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
         )
     lines += [
-        f"FAIL: segment {terminal_safe(s.label)}: mean fell by {-(s.diff or 0.0):.4f} "
-        f"(from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} queries; "
-        f"95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
+        f"FAIL: segment {terminal_safe(f'{s.by}={_name(s.value)}')}: mean fell by "
+        f"{-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} "
+        f"queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
         for s in failed
     ]
-    small = sum(1 for s in tested if not s.gated)
-    if small:
+    if small := sum(1 for s in tested if not s.gated):
         lines.append(
             f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
             "not gated (--min-segment-size)"
@@ -517,6 +512,10 @@ def decide(
 
 # --------------------------------------------------------------------------------------------
 # text output
+
+
+def _name(value: str | None) -> str:
+    return "(null)" if value is None else value
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -637,7 +636,7 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
         name = Column("value", "<", max(10, min(len(column) + 1, 30)), limit=30)
         rows = [
             (
-                "(null)" if s.value is None else s.value,
+                _name(s.value),
                 f"{s.paired:,}",
                 fmt.number(s.mean_a, 3),
                 fmt.number(s.mean_b, 3),
@@ -664,17 +663,10 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
 
 def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
     """What `ctxprec compare` prints, the gate's verdict last."""
-    segments = format_segments(comparison, verdict)
-    return "\n\n".join(
-        [
-            format_shift(comparison),
-            format_bands(comparison),
-            *([segments] if segments else []),
-            format_regressions(comparison, top),
-            format_positions(comparison),
-            verdict.message,
-        ]
-    )
+    c = comparison
+    parts = [format_shift(c), format_bands(c), format_segments(c, verdict)]
+    parts += [format_regressions(c, top), format_positions(c), verdict.message]
+    return "\n\n".join(part for part in parts if part)
 
 
 def run(options: CompareOptions, out: TextIO | None = None) -> int:

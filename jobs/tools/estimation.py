@@ -1,10 +1,8 @@
 """`ctxprec estimate`: what a run would cost before it runs (no judge calls, no Ray).
 
-Streams the input once through the job's own reading path (a sampled run's plan too) and counts
-items, pairs and judge calls; builds every real prompt, counts tokens exactly on a bottom-k
-sample and extrapolates by characters; looks every pair key up in the verdict store; in batch
-mode cuts the first round's request lines into batches; and paces the rest as the run would.
-The result is a typed `Estimate`; docs/commands.md says how each figure is reached.
+Streams the input once as the run reads it, building every real prompt: counts items, pairs and
+calls, tokens (exact on a bottom-k sample, extrapolated by characters), the pairs the verdict
+store holds, the first round's batches, and paces the rest as the run would (docs/commands.md).
 """
 
 from __future__ import annotations

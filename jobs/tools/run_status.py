@@ -1,8 +1,7 @@
 """`ctxprec status RUN`: where a run stands, from what it recorded, asking nothing of the judge.
 
-A published run: when, its counts, the mean, the cost, where the scores are. A run in progress
-or stopped: its shards staged and, in batch mode, each round's batches as the driver last polled
-them (counts, and why lines were asked again), and whether a driver holds the run's lease.
+A published run: when, its counts, mean and cost. A run in progress or stopped: its shards
+staged, in batch mode each round's batches as last polled, and who holds the run's lease.
 """
 
 from __future__ import annotations

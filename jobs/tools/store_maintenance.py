@@ -1,8 +1,7 @@
 """`ctxprec cache compact --config FILE`: keep the verdict store small and fast to look up.
 
-For every judge fingerprint under the config's cache path: the journal folded, each partition's
-files merged without expired or duplicate verdicts (`VerdictStore.compact_all`), and the
-per-region folders of earlier versions deleted. Safe while runs write (docs/running.md).
+Per judge fingerprint: the journal folded, each partition's files merged without expired or
+duplicate verdicts, old per-region folders deleted. Safe while runs write (docs/running.md).
 """
 
 from __future__ import annotations

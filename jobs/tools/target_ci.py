@@ -1,9 +1,8 @@
 """`ctxprec estimate --config FILE --target-ci W [--run RUN]`: how many items to judge.
 
-From the spread of a previous run's ok scores, the items a 95% interval of half-width W needs,
-for the whole run and every segment of `summary.by` (else `sample.by`), with the previous run's
-populations for the finite-population correction (`jobs.core.stats.items_for_half_width`), and
-the `sample.per_segment` that gives every segment that many (docs/is-the-drop-real.md).
+From the spread of a previous run's ok scores and its populations, the items a 95% interval of
+half-width W needs, overall and per segment of `summary.by` (else `sample.by`), and the
+`sample.per_segment` that gives every segment that many (docs/is-the-drop-real.md).
 """
 
 from __future__ import annotations

@@ -67,8 +67,6 @@ class ConfigSource:
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """`ctxprec compare`: run A (baseline) against run B, and the gate's thresholds."""
-
     summary: ClassVar[str] = (
         "compare two published runs; exit 1 on a significant drop or a changed judge"
     )
@@ -126,8 +124,6 @@ class CompareOptions:
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """`ctxprec report`: the run, an optional baseline, where the page goes."""
-
     summary: ClassVar[str] = "write a self-contained HTML report of a published run"
     run: str = option(help="run id to report on", positional=True, metavar="RUN")
     baseline: str | None = option(None, "also compare with this run id", metavar="RUN")
@@ -139,20 +135,15 @@ class ReportOptions:
 
 @dataclass(frozen=True)
 class StatusOptions:
-    """`ctxprec status`: the run to look at."""
-
     summary: ClassVar[str] = (
         "where a run stands: shards staged, batches and their counts (asks no judge)"
     )
-
     run: str = option(help="run id (published, running or stopped)", positional=True, metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
 
 
 @dataclass(frozen=True)
 class EstimateOptions:
-    """`ctxprec estimate`: the run's cost and time, or the items `target_ci` needs."""
-
     summary: ClassVar[str] = (
         "count items, judge calls, tokens, cost and time of a run, without running it"
     )
@@ -185,8 +176,6 @@ class EstimateOptions:
 
 @dataclass(frozen=True)
 class CalibrateOptions:
-    """`ctxprec calibrate`: the config's judge against the labels of `labels`."""
-
     summary: ClassVar[str] = "measure the configured judge against human relevance labels"
     config: ConfigSource
     labels: str = option(help="labelled JSONL (query, contexts, ...)", required=True)
@@ -202,8 +191,6 @@ class CalibrateOptions:
 
 @dataclass(frozen=True)
 class CacheOptions:
-    """`ctxprec cache`: what to do with the config's verdict store."""
-
     summary: ClassVar[str] = (
         "compact the verdict store: merge small files, drop expired and duplicate verdicts"
     )

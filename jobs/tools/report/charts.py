@@ -2,9 +2,8 @@
 
     svg = chart(["0", "1"], [Series("rate", [0.4, 0.2], COLOR_RUN)], ChartSpec("t", "x", "y"))
 
-Every piece of text that lands in the SVG (title, axis labels, tick and value labels,
-tooltips, legend) goes through `markupsafe.escape`; a chart comes back as `markupsafe.Markup`,
-so the autoescaping page template inserts it as it is and escapes everything else.
+Every text in the SVG goes through `markupsafe.escape`; a chart comes back as `Markup`, which
+the autoescaping page template inserts as it is.
 """
 
 from __future__ import annotations

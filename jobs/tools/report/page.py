@@ -1,9 +1,8 @@
 """The report page: each section's data and charts, laid out by the `report.html.j2` template.
 
-`render_report(run, baseline)` returns the whole page as one string. The template is rendered
-with autoescape on, so every string from the data (query ids, reasons, errors, run ids) is
-escaped there; the only markup inserted as it is are the charts (`charts.chart` escapes its
-own text) and the package's stylesheet `report.css`, inlined so the page stays one file.
+`render_report(run, baseline)` returns the whole page as one string. The template autoescapes
+every string from the data; only the charts (which escape their own text) and the package's
+stylesheet go in as they are.
 """
 
 from __future__ import annotations
