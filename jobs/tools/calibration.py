@@ -167,10 +167,8 @@ def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> 
     return Agreement(
         items=ItemStatuses(
             judged=len(results),
-            ok=statuses["ok"],
-            unscored=statuses["unscored"],
-            error=statuses["error"],
             excluded=len(results) - statuses["ok"],
+            **{status: statuses[status] for status in ("ok", "unscored", "error")},
         ),
         excluded_examples=tuple(problems[:_MAX_INVALID_EXAMPLES]),
         per_context=ContextAgreement(
@@ -250,10 +248,10 @@ def calibrate(
         response_format=None if negotiated is None else FormNegotiation.model_validate(negotiated),
         rows=RowCounts(
             read=loaded.rows_read,
-            invalid=loaded.invalid,
-            truncated=loaded.truncated,
-            invalid_examples=tuple(loaded.invalid_examples),
             limit=limit,
+            **{
+                name: getattr(loaded, name) for name in ("invalid", "truncated", "invalid_examples")
+            },
         ),
         **dict(report),  # the `Agreement` fields, in their order
         seconds=round(seconds, 3),

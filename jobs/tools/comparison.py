@@ -168,10 +168,6 @@ class Gate:
         }
 
 
-# --------------------------------------------------------------------------------------------
-# computation
-
-
 def comparison_table(
     scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
 ) -> pl.LazyFrame:
@@ -334,9 +330,7 @@ def compare_runs(
     paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
     method = choose_method(table)
-    lost = (
-        (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
-    )
+    ok_a_only = (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
     return Comparison(
         run_a=run_a.run_id,
         run_b=run_b.run_id,
@@ -351,7 +345,7 @@ def compare_runs(
         improved=int((deltas > _EPSILON).sum()),
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
         regressed=int((deltas < -_EPSILON).sum()),
-        lost=table.filter(lost).height,
+        lost=table.filter(ok_a_only, pl.col("presence") == "both").height,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
         segments=tuple(shift for column in columns for shift in shifts(table, method, column)),
@@ -362,10 +356,6 @@ def compare_runs(
         canary_a=CanaryResult.of_metrics(run_a.summary.canary),
         canary_b=CanaryResult.of_metrics(run_b.summary.canary),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# the gate
 
 
 def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
@@ -508,10 +498,6 @@ def decide(
     if canary is not None:
         lines.append(_canary_line(canary))
     return Gate(passed, "\n".join(lines), failed, overall, tested, canary)
-
-
-# --------------------------------------------------------------------------------------------
-# text output
 
 
 def _name(value: str | None) -> str:

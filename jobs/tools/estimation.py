@@ -356,7 +356,13 @@ def estimate(
     c, used = scan.counts, scan.known is not None
     calls = c.verdict_calls + c.reason_calls
     prompt_tokens = _prompt_tokens(config, scan)
-    output_tokens = _output_tokens(c)
+    reasons = c.reason_calls * OUTPUT_TOKENS_PER_REASON  # replies: these, and a verdict per pair
+    output_tokens = OutputTokens(
+        estimate=c.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        after_cache=(c.pairs - c.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
+    )
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
     if c.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
@@ -415,17 +421,6 @@ def _scan_input(config: JobConfig, sample: int) -> tuple[_Scan, InputFacts, str]
     scan.packer.close()
     facts = InputFacts(path=config.input.path, files=len(files), shards=len(shards))
     return scan, facts, cache_note
-
-
-def _output_tokens(counts: _Counts) -> OutputTokens:
-    """The replies' tokens: a verdict's for every pair, a reason's for every reason call."""
-    reasons = counts.reason_calls * OUTPUT_TOKENS_PER_REASON
-    return OutputTokens(
-        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        after_cache=(counts.pairs - counts.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
-        per_reason_call=OUTPUT_TOKENS_PER_REASON,
-    )
 
 
 def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
@@ -558,9 +553,8 @@ def _wall_time(config: JobConfig, calls: int, limiter_tokens: int, latency_s: fl
 
 
 def _after_cache(estimate: int, after_cache: int) -> str:
-    return f"{estimate:,}" + (
-        f", {after_cache:,} after the cache" if after_cache != estimate else ""
-    )
+    cached = f", {after_cache:,} after the cache" if after_cache != estimate else ""
+    return f"{estimate:,}{cached}"
 
 
 def _calls_text(calls: JudgeCalls) -> str:

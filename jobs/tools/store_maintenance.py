@@ -35,13 +35,12 @@ def run(options: CacheOptions, out: TextIO | None = None) -> int:
     config = options.config.load()
     url, folder = factory.cache_url(config)
     store = open_store(url, config.output.storage_options)
-    max_age_days = config.cache.max_age_days
     found = fingerprints(store, folder)
     if not found:
         out.write(f"no verdict store at {store.url(store.join(folder))}\n")
     for fingerprint in found:
         sub = posixpath.join(folder, fingerprint)
-        kept, dropped = VerdictStore(store, sub, max_age_days).compact_all()
+        kept, dropped = VerdictStore(store, sub, config.cache.max_age_days).compact_all()
         legacy = [name for name in fingerprints(store, sub) if _LEGACY_REGION.fullmatch(name)]
         for name in legacy:
             store.rm(store.join(sub, name), recursive=True)

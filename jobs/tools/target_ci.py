@@ -84,14 +84,8 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
     }
 
 
-_TARGETS = (
-    Column("segment", "<", 26, limit=27),
-    Column("population", width=12),
-    Column("judged", width=7),
-    Column("sd", width=6),
-    Column("± now", width=6),
-    Column("needed", width=7),
-)
+_WIDTHS = {"population": 12, "judged": 7, "sd": 6, "± now": 6, "needed": 7}
+_TARGETS = (Column("segment", "<", 26, limit=27), *(Column(h, width=w) for h, w in _WIDTHS.items()))
 
 
 def format_target(result: dict[str, Any]) -> str:

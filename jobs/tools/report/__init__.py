@@ -26,12 +26,7 @@ def run(options: ReportOptions, out: TextIO | None = None) -> int:
     baseline = load_run(store, options.baseline) if options.baseline else None
     if baseline is not None and baseline.location == published.location:
         raise ConfigError(f"--baseline {options.baseline} is the run itself")
-    written = write_file(
-        store,
-        options.html,
-        f"reports/{published.run_id}.html",
-        render_report(published, baseline).encode("utf-8"),
-        options.root.storage_options,
-    )
+    page, default = render_report(published, baseline), f"reports/{published.run_id}.html"
+    written = write_file(store, options.html, default, page.encode(), options.root.storage_options)
     out.write(f"report: {written}\n")
     return 0

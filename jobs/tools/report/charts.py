@@ -197,7 +197,7 @@ def _bars(
 
 
 def _error_bar(x: float, low: float, high: float, bar: float) -> str:
-    """A vertical line from `low` to `high` (pixels) with caps: a 95% interval."""
+    """A 95% interval: a vertical line from `low` to `high` (pixels) with caps."""
     cap = min(bar * 0.3, 6.0)
     return (
         f'<path class="errorbar" d="M{x:.1f},{low:.1f}V{high:.1f}'
@@ -244,8 +244,7 @@ def _legend(series: Sequence[Series], width: int) -> str:
     parts = []
     x = float(width - _MARGIN_RIGHT)
     for s in reversed(series):
-        text_w = len(s.name) * _CHAR_PX
-        x -= text_w + 22
+        x -= len(s.name) * _CHAR_PX + 22
         parts.append(
             f'<rect x="{x:.1f}" y="8" width="12" height="12" fill="{escape(s.color)}"/>'
             f'<text class="tick" x="{x + 16:.1f}" y="18">{escape(s.name)}</text>'

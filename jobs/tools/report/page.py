@@ -61,16 +61,14 @@ def _recorded(run: PublishedRun, name: str) -> str:
 
 def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
     negotiated = run.response_format  # the form the judge used, the forms the endpoint rejected
+    form = "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
     return [
         ("date", run.run_date.isoformat()),
         ("judge model", run.judge_model),
         ("prompt version", _recorded(run, "prompt_version")),
         ("published", _recorded(run, "published_at")),
         ("score scale", f"{run.summary.scale:g}"),
-        (
-            "structured output",
-            "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS),
-        ),
+        ("structured output", form),
     ]
 
 
