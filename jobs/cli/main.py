@@ -1,11 +1,8 @@
 """`ctxprec`: every command's parser, and the dispatch to the command.
 
-A command that runs a tool is a row of `COMMANDS`: its name, options record (whose `summary`
-and fields declare its help and arguments, `jobs.tools.tool_options`) and tool module. Nothing
-heavy is imported until a command runs, so `ctxprec --help` never loads Polars, pyarrow, fsspec,
-litellm or Ray.
-Errors and exit codes follow one policy for every command, `scorer_core.cli.call_handler`: 0
-success, 1 failed, 2 bad usage/config/input, 3 no score.
+A command that runs a tool is a row of `COMMANDS`: its name, options record (its help and
+arguments, `jobs.tools.tool_options`) and tool module, imported only when the command runs.
+Every command's errors and exit codes follow `scorer_core.cli.call_handler` (docs/exit-codes.md).
 """
 
 from __future__ import annotations

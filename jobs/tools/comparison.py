@@ -171,9 +171,8 @@ class Gate:
 def comparison_table(
     scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
 ) -> pl.LazyFrame:
-    """Per query_id: both runs' scores, statuses and relevant counts, delta and presence, and
-    the value of each `segment_by` column (B's, else A's; as text when the runs' types differ).
-    A later duplicate query_id (status error) is dropped so the join cannot multiply rows."""
+    """Per query_id: both runs' scores, statuses, relevant counts, delta, presence and segment
+    values (B's, else A's); a later duplicate query_id is dropped so rows cannot multiply."""
     schema_a, schema_b = scores_a.collect_schema(), scores_b.collect_schema()
     same = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
     segments = [pl.col(c) if same[c] else pl.col(c).cast(pl.String) for c in segment_by]
@@ -396,9 +395,8 @@ def canary_change(
         return None
     a, b = a or CanaryResult(), b or CanaryResult()
     change = None if a.kappa is None or b.kappa is None else b.kappa - a.kappa
-    return CanaryChange(
-        a, b, change, max_drop, change is not None and change < -max_drop - _EPSILON
-    )
+    failed = change is not None and change < -max_drop - _EPSILON
+    return CanaryChange(a, b, change, max_drop, failed)
 
 
 def _p(value: float | None) -> str:

@@ -221,8 +221,7 @@ def _cache_probe(
     if spec is None:
         return "", None, "not used: cache.enabled is false"
     # Not `open_store`: estimating must not create the output folder.
-    fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
-    store = Store(fs=fs, root=root, protocol=protocol)
+    store = Store(*filesystem(spec.url or config.output.path, spec.storage_options))
     verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
@@ -267,7 +266,7 @@ class _Scan:
         self.fingerprint, self.known = cache
         self.counts = _Counts()
         # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
-        self._heap: list[tuple[bytes, int, ScoringItem]] = []
+        self.heap: list[tuple[bytes, int, ScoringItem]] = []
         limits = config.judge.batch
         self.packer = BatchPacker(
             0,
@@ -276,10 +275,6 @@ class _Scan:
             max_tokens=limits.max_enqueued_tokens,
         )
         self._lines = RequestLines.for_config(config) if config.judge.mode == "batch" else None
-
-    @property
-    def sampled(self) -> list[ScoringItem]:
-        return [entry[2] for entry in self._heap]
 
     def shard(self, number: int, shard: Shard) -> None:
         """Count the run's `number`-th shard; in batch mode pack the first round's lines (each
@@ -337,10 +332,10 @@ class _Scan:
             digest.update(len(encoded).to_bytes(8, "little"))
             digest.update(encoded)
         entry = (bytes(255 - b for b in digest.digest()), self.counts.valid, item)
-        if len(self._heap) < self.sample:
-            heapq.heappush(self._heap, entry)
-        elif entry[0] > self._heap[0][0]:
-            heapq.heapreplace(self._heap, entry)
+        if len(self.heap) < self.sample:
+            heapq.heappush(self.heap, entry)
+        elif entry[0] > self.heap[0][0]:
+            heapq.heapreplace(self.heap, entry)
 
 
 def estimate(
@@ -427,7 +422,7 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
     """Tokens of every prompt: the sample's counted exactly, the rest by characters."""
     offline = factory.capabilities(config).offline
     tokenizer_model = "" if offline else config.judge.model
-    sampled = scan.sampled
+    sampled = [item for _, _, item in scan.heap]
     prompts = [messages for item in sampled for messages, _ in _item_prompts(item, config)]
     sample_chars = sum(_chars(m) for m in prompts)
     sample_tokens = 0
@@ -436,11 +431,9 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
         sample_tokens = sum(int(count(model=tokenizer_model, messages=m)) for m in prompts)
     total_chars = scan.counts.prompt_chars
     exact = len(sampled) == scan.counts.valid
+    note = "verdict prompts" + (" and LLM-reason prompts" if config.scorer.reason == "llm" else "")
     if offline:
         note = "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
-    else:
-        llm_reason = config.scorer.reason == "llm"
-        note = "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
     tokens = sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
     sent = scan.counts.prompt_chars_sent
     return PromptTokens(

@@ -49,6 +49,7 @@ class ChartSpec:
     sublabels: Sequence[str] | None = None  # a second, smaller line under each category label
 
 
+_Y = Callable[[float], float]  # a value's y in the plot
 _MARGIN_LEFT = 60
 _MARGIN_RIGHT = 16
 _MARGIN_TOP = 30
@@ -163,36 +164,29 @@ def _mark_title(spec: ChartSpec, category: str, name: str, value: float, index: 
 
 
 def _bars(
-    categories: Sequence[str],
-    series: Sequence[Series],
-    spec: ChartSpec,
-    y: Callable[[float], float],
-    group: float,
-    zero: float,
+    names: Sequence[str], series: Sequence[Series], spec: ChartSpec, y: _Y, slot: float, zero: float
 ) -> list[str]:
     parts: list[str] = []
-    count = max(1, len(series))
-    bar = group * 0.78 / count
+    bar = slot * 0.78 / max(1, len(series))
     for s_index, s in enumerate(series):
         for i, value in enumerate(s.values):
-            if value is None or i >= len(categories):
+            if value is None or i >= len(names):
                 continue
-            x = _MARGIN_LEFT + group * i + group * 0.11 + bar * s_index
+            x = _MARGIN_LEFT + slot * i + slot * 0.11 + bar * s_index
             top, bottom = sorted((y(value), zero))
             color = (COLOR_UP if value > 0 else COLOR_DOWN) if spec.diverging else s.color
             parts.append(
                 f'<rect x="{x:.1f}" y="{top:.1f}" width="{bar:.1f}" '
                 f'height="{max(bottom - top, 0.5):.1f}" fill="{escape(color)}">'
-                f"{_mark_title(spec, categories[i], s.name, value, i)}</rect>"
+                f"{_mark_title(spec, names[i], s.name, value, i)}</rect>"
             )
             error = s.errors[i] if s.errors and i < len(s.errors) else None
             if error is not None:
                 parts.append(_error_bar(x + bar / 2, y(error[0]), y(error[1]), bar))
             text = spec.value_format(value)
             if error is None and len(text) * _CHAR_PX * 0.9 <= bar + 4:
-                parts.append(
-                    _text("value", x + bar / 2, top - 4 if value >= 0 else bottom + 12, text)
-                )
+                ty = top - 4 if value >= 0 else bottom + 12
+                parts.append(_text("value", x + bar / 2, ty, text))
     return parts
 
 
@@ -207,20 +201,15 @@ def _error_bar(x: float, low: float, high: float, bar: float) -> str:
 
 
 def _lines(
-    categories: Sequence[str],
-    series: Sequence[Series],
-    spec: ChartSpec,
-    y: Callable[[float], float],
-    group: float,
-    zero: float,
+    names: Sequence[str], series: Sequence[Series], spec: ChartSpec, y: _Y, slot: float, zero: float
 ) -> list[str]:
     parts: list[str] = []
-    label_room = group >= 34 and len(series) == 1
+    label_room = slot >= 34 and len(series) == 1
     for s in series:
         points = [
-            (i, _MARGIN_LEFT + group * (i + 0.5), y(value), value)
+            (i, _MARGIN_LEFT + slot * (i + 0.5), y(value), value)
             for i, value in enumerate(s.values)
-            if value is not None and i < len(categories)
+            if value is not None and i < len(names)
         ]
         if not points:
             continue
@@ -233,7 +222,7 @@ def _lines(
         for i, px, py, value in points:
             parts.append(
                 f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.6" fill="{color}">'
-                f"{_mark_title(spec, categories[i], s.name, value, i)}</circle>"
+                f"{_mark_title(spec, names[i], s.name, value, i)}</circle>"
             )
             if label_room:
                 parts.append(_text("value", px, py - 8, spec.value_format(value)))

@@ -29,9 +29,8 @@ def histogram(scores: pl.LazyFrame, scale: float, bins: int = HISTOGRAM_BINS) ->
 
 
 def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
-    """`rows`: the `n` lowest-scored ok queries (ties by query_id), each with its `verdicts` in
-    position order (position, relevant: None when not judged, reason); `lowest_tied`: how many
-    ok queries share the lowest score (the page says so when that is more than it lists)."""
+    """`rows`: the `n` lowest-scored ok queries (ties by query_id) with their `verdicts` by
+    position; `lowest_tied`: how many ok queries share the lowest score."""
     ok = run.scores().filter(pl.col("status") == "ok")
     worst = (
         ok.select("query_id", "score", "relevant_count", "context_count", "reason")
