@@ -21,8 +21,7 @@ _OURS = ("help", "flag", "positional", "older", "older_help", "minimum")
 
 @dataclass(frozen=True)
 class Command:
-    """A `ctxprec` command: its name and help, its arguments, and what runs it (args in, exit
-    code out)."""
+    """A `ctxprec` command: its name, help, arguments, and what runs it (args in, exit code out)."""
 
     name: str
     summary: str

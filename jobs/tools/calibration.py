@@ -318,8 +318,7 @@ def _retriever_table(result: Calibration) -> list[str]:
 def _notes(result: Calibration) -> list[str]:
     """The structured-output form, the rows and items left out, and the judge's usage."""
     lines = []
-    negotiated = result.response_format
-    if negotiated:
+    if negotiated := result.response_format:
         dropped = "".join(
             f"; {d.form} rejected: {textwrap.shorten(d.reason, 200, placeholder='...')}"
             for d in negotiated.dropped

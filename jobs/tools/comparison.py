@@ -50,8 +50,7 @@ class ScoreStats:
 
 @dataclass(frozen=True)
 class SegmentShift:
-    """How one segment's scores moved (the whole run's: `by` ""), with its test (paired over
-    its queries ok in both runs, else unpaired) and Holm's adjusted p across the gated tests."""
+    """How one segment's scores moved (the whole run's: `by` ""), with its test."""
 
     by: str  # the segment column ("" for the whole run)
     value: str | None  # its value in run B, as text (None: null)
@@ -654,8 +653,7 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
 
 
 def run(options: CompareOptions, out: TextIO | None = None) -> int:
-    """`ctxprec compare`: compare, write the per-query table, print; returns 1 when the gate
-    fails (a significant drop of at least the minimum effect, or a changed judge), else 0."""
+    """`ctxprec compare`: compare, write the table, print; returns 1 when the gate fails."""
     out = out or sys.stdout
     store = options.root.store()
     run_a, run_b = load_run(store, options.run_a), load_run(store, options.run_b)

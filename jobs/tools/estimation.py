@@ -213,8 +213,7 @@ def _chars(messages: Messages) -> int:
 def _cache_probe(
     config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
 ) -> tuple[str, set[str] | None, str]:
-    """(fingerprint, the input's pair keys the verdict store holds or None, what was looked
-    up), read a partition at a time as the run's lookup reads them."""
+    """(fingerprint, the input's pair keys the verdict store holds or None, where it looked)."""
     if factory.capabilities(config).offline:
         return "", None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
@@ -277,8 +276,7 @@ class _Scan:
         self._lines = RequestLines.for_config(config) if config.judge.mode == "batch" else None
 
     def shard(self, number: int, shard: Shard) -> None:
-        """Count the run's `number`-th shard; in batch mode pack the first round's lines (each
-        uncached slice whole: an upper bound)."""
+        """Count the run's `number`-th shard; in batch mode pack its uncached requests' lines."""
         names = [column.name for column in self.carried]
         line = 0
         for row, record in enumerate(self.reader.read(shard, self.carried)):
@@ -621,8 +619,7 @@ def format_estimate(result: Estimate) -> str:
 
 
 def run(options: EstimateOptions, out: TextIO | None = None) -> int:
-    """`ctxprec estimate`: print the estimate, or with `target_ci` the items a sampled run
-    needs; returns 0 (errors raise)."""
+    """`ctxprec estimate`: the estimate, or the items `target_ci` needs; returns 0."""
     out = out or sys.stdout
     config = options.config.load()
     if options.target_ci is not None:

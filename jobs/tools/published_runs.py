@@ -208,8 +208,7 @@ def write_file(
     data: bytes | pl.DataFrame,
     storage_options: Mapping[str, Any],
 ) -> str:
-    """Write `data` (a frame as Parquet) atomically to `path`, else to `default` under the
-    store's root; returns the URL."""
+    """Write `data` (a frame as Parquet) atomically to `path`, else `default` in the store."""
     if path is not None:
         parent, name = posixpath.split(path)
         if not name:

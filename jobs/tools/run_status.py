@@ -136,12 +136,11 @@ def status_lines(store: Store, run_id: str) -> list[str]:
         data = layout.read_json(layout.round_file(number))
         if data is not None:
             lines += _batch_lines(RoundState.from_dict(data))
-    for number in layout.rounds_built():
-        if number not in planned:
-            built = len(layout.indexed_shards(number))
-            lines.append(
-                f"  round {number}: requests being built ({built} shard(s) done), not submitted"
-            )
+    for number in (n for n in layout.rounds_built() if n not in planned):
+        built = len(layout.indexed_shards(number))
+        lines.append(
+            f"  round {number}: requests being built ({built} shard(s) done), not submitted"
+        )
     lines.append(f"  {_lease(store, staging)}")
     return lines
 

@@ -18,9 +18,8 @@ if TYPE_CHECKING:
 
 
 def option(default: Any = MISSING, help: str = "", **argument: Any) -> Any:
-    """A field with its argument: `help` ("{default}" in it is the default), `add_argument`'s
-    keywords, and ours: `flag`, `positional`, `older` (an older flag) with `older_help`,
-    `minimum`."""
+    """A field with its argument: `help` ("{default}" is the default), `add_argument`'s keywords,
+    and ours: `flag`, `positional`, `older` (an older flag) with `older_help`, `minimum`."""
     return field(default=default, metadata={"help": help, **argument})
 
 
@@ -40,8 +39,7 @@ def _json(help: str = "print a JSON object") -> Any:
 
 @dataclass(frozen=True)
 class PublishedRoot:
-    """Where published runs are: an output root (a folder or any fsspec URL) and its fsspec
-    storage options (dotted keys already nested); --output and --storage-option."""
+    """Where published runs are (a folder or any fsspec URL) and its storage options."""
 
     output: str = "results/"
     storage_options: Mapping[str, Any] = field(default_factory=dict)

@@ -1,8 +1,6 @@
 """`ctxprec report RUN [--baseline RUN]`: one self-contained HTML page about a run (inline CSS,
-SVG charts, no script: it can be mailed or opened offline; docs/report.md shows its sections).
-
-From data to page: `report_queries` (Polars over a run or a comparison -> plain typed data),
-`charts` (the SVG kit), `page` (each section's view -> the `report.html.j2` template).
+SVG charts, no script; docs/report.md). From data to page: `report_queries` (Polars -> plain
+data), `charts` (the SVG kit), `page` (each section's view -> the `report.html.j2` template).
 """
 
 from __future__ import annotations

@@ -138,8 +138,7 @@ def _rule(kind: str, width: int, y: float) -> str:
 
 
 def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: float) -> list[str]:
-    """Category labels under the bars (every k-th when they would overlap), or bin-edge labels
-    at the bar boundaries when `spec.edge_labels` is given."""
+    """Category (or bin-edge) labels under the bars, every k-th when they would overlap."""
     labels = list(spec.edge_labels) if spec.edge_labels else list(categories)
     offset = 0.0 if spec.edge_labels else 0.5
     subs = list(spec.sublabels or [])

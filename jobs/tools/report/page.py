@@ -205,8 +205,7 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
 
 
 def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, Any]]:
-    """Per segment column: each value's shift with its gate word at the defaults of `ctxprec
-    compare`, and a chart of the largest drops."""
+    """Per segment column: each value's shift and gate word, and a chart of the largest drops."""
     verdict = gate(c, CompareOptions.min_effect, min_segment_size)
     views = []
     for column in c.segment_columns:
