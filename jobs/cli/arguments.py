@@ -21,8 +21,7 @@ _OURS = ("help", "flag", "positional", "older", "older_help", "minimum")
 
 @dataclass(frozen=True)
 class Command:
-    """A `ctxprec` command: its name and help, its arguments, and what runs it (the parsed
-    arguments in, the exit code out; it imports the command's tool only when called)."""
+    """A `ctxprec` command: its name, help, arguments, and what runs it (args in, exit code out)."""
 
     name: str
     summary: str
@@ -30,13 +29,13 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-def tool_command(name: str, summary: str, options: type, tool: str) -> Command:
-    """The command that runs `tool`'s `run` (a module name) on its `options` record."""
-    return Command(name, summary, partial(add_options, options), partial(run_tool, tool, options))
+def tool_command(name: str, options: Any, tool: str) -> Command:
+    """The command that runs module `tool`'s `run` on its `options` record (imported when run)."""
 
+    def run(args: argparse.Namespace) -> int:
+        return int(importlib.import_module(tool).run(options_of(options, args)))
 
-def run_tool(tool: str, options: type, args: argparse.Namespace) -> int:
-    return int(importlib.import_module(tool).run(options_of(options, args)))
+    return Command(name, options.summary, partial(add_options, options), run)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,8 @@
 """`ctxprec`: every command's parser, and the dispatch to the command.
 
-A command that runs a tool is a row of `COMMANDS`: its name, help, options record (whose fields
-declare its arguments, `jobs.tools.tool_options`) and tool module. Nothing heavy is imported
-until a command runs, so `ctxprec --help` never loads Polars, pyarrow, fsspec, litellm or Ray.
-Errors and exit codes follow one policy for every command, `scorer_core.cli.call_handler`: 0
-success, 1 failed, 2 bad usage/config/input, 3 no score.
+A command that runs a tool is a row of `COMMANDS`: its name, options record (its help and
+arguments, `jobs.tools.tool_options`) and tool module, imported only when the command runs.
+Every command's errors and exit codes follow `scorer_core.cli.call_handler` (docs/exit-codes.md).
 """
 
 from __future__ import annotations
@@ -42,42 +40,12 @@ COMMANDS: tuple[Command, ...] = (
         add_config_arguments,
         _run_job,
     ),
-    tool_command(
-        "estimate",
-        "count items, judge calls, tokens, cost and time of a run, without running it",
-        EstimateOptions,
-        "jobs.tools.estimation",
-    ),
-    tool_command(
-        "calibrate",
-        "measure the configured judge against human relevance labels",
-        CalibrateOptions,
-        "jobs.tools.calibration",
-    ),
-    tool_command(
-        "compare",
-        "compare two published runs; exit 1 on a significant drop or a changed judge",
-        CompareOptions,
-        "jobs.tools.comparison",
-    ),
-    tool_command(
-        "report",
-        "write a self-contained HTML report of a published run",
-        ReportOptions,
-        "jobs.tools.report",
-    ),
-    tool_command(
-        "status",
-        "where a run stands: shards staged, batches and their counts (asks no judge)",
-        StatusOptions,
-        "jobs.tools.run_status",
-    ),
-    tool_command(
-        "cache",
-        "compact the verdict store: merge small files, drop expired and duplicate verdicts",
-        CacheOptions,
-        "jobs.tools.store_maintenance",
-    ),
+    tool_command("estimate", EstimateOptions, "jobs.tools.estimation"),
+    tool_command("calibrate", CalibrateOptions, "jobs.tools.calibration"),
+    tool_command("compare", CompareOptions, "jobs.tools.comparison"),
+    tool_command("report", ReportOptions, "jobs.tools.report"),
+    tool_command("status", StatusOptions, "jobs.tools.run_status"),
+    tool_command("cache", CacheOptions, "jobs.tools.store_maintenance"),
 )
 
 

@@ -1,10 +1,9 @@
 """`ctxprec calibrate`: how well the configured judge agrees with human relevance labels.
 
-The config's judge, built as the job builds it (real calls for an LLM judge, paced by
-`rate_limit` in this process), judges a labelled JSONL file (`jobs.inputs.labels`); reported:
-per-context precision, recall, F1 and Cohen's kappa, item-score correlations, and per retriever
-the mean scores and Kendall's tau-b between the rankings (docs/judges.md). Unscored and failed
-items are counted and left out; no reasons, no verdict cache. The result is a `Calibration`.
+The config's judge, built as the job builds it, judges a labelled JSONL file: per-context
+precision, recall, F1 and Cohen's kappa, item-score correlations, and per retriever the means
+and Kendall's tau-b between the rankings (docs/judges.md). Unscored and failed items are left
+out; no reasons, no verdict cache.
 """
 
 from __future__ import annotations
@@ -42,15 +41,12 @@ class _Record(BaseModel):
 
 
 class RejectedForm(_Record):
-    """A structured-output form the judge's endpoint rejected, with its answer."""
-
     form: str
     reason: str
 
 
 class FormNegotiation(_Record):
-    """The structured-output form the judge settled on with its endpoint
-    (`ResponseFormatNegotiation.summary()`)."""
+    """The structured-output form the judge settled on (`ResponseFormatNegotiation.summary`)."""
 
     endpoint: str
     setting: str
@@ -106,8 +102,6 @@ class ItemAgreement(_Record):
 
 
 class RetrieverMeans(_Record):
-    """One retriever's mean item score by the judge and by the labels."""
-
     retriever: str
     items: int
     mean_judge: float | None
@@ -115,8 +109,6 @@ class RetrieverMeans(_Record):
 
 
 class JudgeUsage(_Record):
-    """What the judge's requests cost."""
-
     calls: int
     prompt_tokens: int
     completion_tokens: int
@@ -137,8 +129,6 @@ class Agreement(_Record):
 
 
 class _Judged(_Record):
-    """What was judged how."""
-
     labels: str
     model: str
     gold_rule: tuple[str, ...]
@@ -148,18 +138,13 @@ class _Judged(_Record):
 
 
 class Calibration(Agreement, _Judged):
-    """What `ctxprec calibrate` found: what was judged how, the `Agreement`, the time taken
-    (`--json` prints it field for field, in this order: pydantic puts the later base's
-    fields first)."""
+    """What `ctxprec calibrate` found; `--json` prints it field for field (pydantic puts the
+    later base's fields first)."""
 
     seconds: float
 
     def to_json(self) -> str:
-        """The `--json` output."""
         return json.dumps(self.model_dump(mode="json"), indent=2)
-
-
-# -- metrics ----------------------------------------------------------------------------------
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -182,10 +167,8 @@ def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> 
     return Agreement(
         items=ItemStatuses(
             judged=len(results),
-            ok=statuses["ok"],
-            unscored=statuses["unscored"],
-            error=statuses["error"],
             excluded=len(results) - statuses["ok"],
+            **{status: statuses[status] for status in ("ok", "unscored", "error")},
         ),
         excluded_examples=tuple(problems[:_MAX_INVALID_EXAMPLES]),
         per_context=ContextAgreement(
@@ -265,17 +248,14 @@ def calibrate(
         response_format=None if negotiated is None else FormNegotiation.model_validate(negotiated),
         rows=RowCounts(
             read=loaded.rows_read,
-            invalid=loaded.invalid,
-            truncated=loaded.truncated,
-            invalid_examples=tuple(loaded.invalid_examples),
             limit=limit,
+            **{
+                name: getattr(loaded, name) for name in ("invalid", "truncated", "invalid_examples")
+            },
         ),
         **dict(report),  # the `Agreement` fields, in their order
         seconds=round(seconds, 3),
     )
-
-
-# -- output -----------------------------------------------------------------------------------
 
 
 def _header(result: Calibration) -> list[str]:
@@ -338,8 +318,7 @@ def _retriever_table(result: Calibration) -> list[str]:
 def _notes(result: Calibration) -> list[str]:
     """The structured-output form, the rows and items left out, and the judge's usage."""
     lines = []
-    negotiated = result.response_format
-    if negotiated:
+    if negotiated := result.response_format:
         dropped = "".join(
             f"; {d.form} rejected: {textwrap.shorten(d.reason, 200, placeholder='...')}"
             for d in negotiated.dropped
@@ -365,19 +344,8 @@ def format_report(result: Calibration) -> str:
     return "\n".join(lines)
 
 
-# -- command ----------------------------------------------------------------------------------
-
-
 def run(options: CalibrateOptions, out: TextIO | None = None) -> int:
-    """`ctxprec calibrate`: judge the labelled rows and print the agreement.
-
-    Args:
-        options: the config, the labels, how many rows, the gold rule, the output form.
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
+    """`ctxprec calibrate`: judge the labelled rows, print the agreement; returns 0."""
     out = out or sys.stdout
     config = options.config.load()
     result = calibrate(config, options.labels, limit=options.limit, min_grade=options.min_grade)

@@ -29,22 +29,12 @@ _EPSILON = 1e-9  # means are averages of 2-decimal scores: a difference below th
 _STATUSES = ("ok", "unscored", "error")
 _KEYS = ("score", "status", "relevant_count")
 
-TABLE_COLUMNS = (
-    "query_id",
-    "presence",
-    "score_a",
-    "score_b",
-    "delta",
-    "status_a",
-    "status_b",
-    "relevant_count_a",
-    "relevant_count_b",
-)
-"""The per-query table's columns, before one column per segment column."""
-
+# The per-query table's columns, then one per segment column.
+_PER_RUN = tuple(f"{key}_{x}" for key in ("status", "relevant_count") for x in "ab")
+TABLE_COLUMNS = ("query_id", "presence", "score_a", "score_b", "delta", *_PER_RUN)
+# Paired by query when the queries ok in both runs are at least 2 and at least this share of
+# the queries ok in the run with fewer; else unpaired.
 PAIRED_SHARE = 0.5
-"""The runs are compared paired by query when the queries scored ok in both are at least this
-share of the queries scored ok in the run with fewer (and at least 2); else unpaired."""
 
 
 @dataclass(frozen=True)
@@ -57,16 +47,10 @@ class ScoreStats:
     p10: float | None
     p90: float | None
 
-    def as_dict(self) -> dict[str, float | None]:
-        return {**dataclasses.asdict(self), "count": float(self.count)}
-
 
 @dataclass(frozen=True)
 class SegmentShift:
-    """How one segment's scores moved (or the whole run's, `by` ""), with its test: paired, over
-    its queries scored ok in both runs; unpaired, over its queries scored ok in each run.
-    `p_adjusted`: Holm's across the gated tests; `failed`: a significant drop of at least the
-    minimum effect."""
+    """How one segment's scores moved (the whole run's: `by` ""), with its test."""
 
     by: str  # the segment column ("" for the whole run)
     value: str | None  # its value in run B, as text (None: null)
@@ -88,12 +72,7 @@ class SegmentShift:
     def shift(self) -> float | None:
         return self.diff if self.diff is not None else _diff(self.mean_a, self.mean_b)
 
-    @property
-    def label(self) -> str:
-        return f"{self.by}={'(null)' if self.value is None else self.value}"
-
     def to_json(self) -> dict[str, Any]:
-        """The object `ctxprec compare --json` prints for it."""
         head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
         internal = {"by", "value", "paired", "regressed", "method", "failed"}
         fields = [f.name for f in dataclasses.fields(self) if f.name not in internal]
@@ -128,9 +107,6 @@ class Comparison:
     canary_a: CanaryResult | None = None  # each run's judge canary (None: it judged none)
     canary_b: CanaryResult | None = None
 
-    def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
-        return tuple(segment for segment in self.segments if segment.by == by)
-
     @property
     def paired(self) -> int:
         return self.stats_delta.count
@@ -139,6 +115,11 @@ class Comparison:
     def mean_shift(self) -> float | None:
         return _diff(self.stats_a.mean, self.stats_b.mean)
 
+    def stat_rows(self) -> list[tuple[str, float | None, float | None, float | None, int]]:
+        """(statistic, A's, B's, B - A, digits) per `ScoreStats` figure."""
+        a, b = dataclasses.asdict(self.stats_a), dataclasses.asdict(self.stats_b)
+        return [(n, a[n], b[n], _diff(a[n], b[n]), 0 if n == "count" else 3) for n in a]
+
     def regressions(self, top: int) -> pl.DataFrame:
         """The `top` queries whose score fell the most (most negative delta first)."""
         return self.table.filter(pl.col("delta") < -_EPSILON).sort(["delta", "query_id"]).head(top)
@@ -146,8 +127,7 @@ class Comparison:
 
 @dataclass(frozen=True)
 class CanaryChange:
-    """Both runs' canary (an empty one for a run without) and kappa's change; `failed` when it
-    fell more than `max_drop` (the judge changed)."""
+    """Both runs' canary and kappa's change; `failed` when it fell more than `max_drop`."""
 
     a: CanaryResult
     b: CanaryResult
@@ -156,22 +136,14 @@ class CanaryChange:
     failed: bool
 
     def to_json(self) -> dict[str, Any]:
-        """The object `ctxprec compare --json` prints for it."""
-        names = ("items", "kappa", "precision", "recall")
-        sides = {
-            f"{n}_{x}": getattr(run, n) for n in names for x, run in (("a", self.a), ("b", self.b))
-        }
-        return sides | {
-            "kappa_change": self.kappa_change,
-            "max_drop": self.max_drop,
-            "failed": self.failed,
-        }
+        names, runs = ("items", "kappa", "precision", "recall"), {"a": self.a, "b": self.b}
+        sides = {f"{n}_{x}": getattr(r, n) for n in names for x, r in runs.items()}
+        return sides | {n: getattr(self, n) for n in ("kappa_change", "max_drop", "failed")}
 
 
 @dataclass(frozen=True)
 class Gate:
-    """The gate's verdict: `overall` and `segments` with their Holm-adjusted tests, the
-    segments that failed, and the canary's change (None when neither run has a canary)."""
+    """The gate's verdict, with the Holm-adjusted tests it made."""
 
     passed: bool
     message: str
@@ -179,6 +151,9 @@ class Gate:
     overall: SegmentShift | None = None
     segments: tuple[SegmentShift, ...] = ()
     canary: CanaryChange | None = None
+
+    def segments_by(self, by: str) -> tuple[SegmentShift, ...]:
+        return tuple(segment for segment in self.segments if segment.by == by)
 
     def to_json(self) -> dict[str, Any]:
         """The object `ctxprec compare --json` prints."""
@@ -192,19 +167,14 @@ class Gate:
         }
 
 
-# --------------------------------------------------------------------------------------------
-# computation
-
-
 def comparison_table(
     scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
 ) -> pl.LazyFrame:
-    """Per query_id: both runs' scores, statuses and relevant counts, delta and presence, and
-    the value of each `segment_by` column (B's, else A's; as text when the runs' types differ).
-    A later duplicate query_id (status error) is dropped so the join cannot multiply rows."""
-    same_type = {
-        c: scores_a.collect_schema().get(c) == scores_b.collect_schema().get(c) for c in segment_by
-    }
+    """Per query_id: both runs' scores, statuses, relevant counts, delta, presence and segment
+    values (B's, else A's); a later duplicate query_id is dropped so rows cannot multiply."""
+    schema_a, schema_b = scores_a.collect_schema(), scores_b.collect_schema()
+    same = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
+    segments = [pl.col(c) if same[c] else pl.col(c).cast(pl.String) for c in segment_by]
     is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
 
     def side(scores: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
@@ -213,13 +183,8 @@ def comparison_table(
             .unique(subset="query_id", keep="first", maintain_order=True)
             .select(
                 "query_id",
-                *(pl.col(k).alias(f"{k}_{suffix}") for k in _KEYS),
-                *(
-                    (pl.col(c) if same_type[c] else pl.col(c).cast(pl.String)).alias(
-                        f"{c}_{suffix}"
-                    )
-                    for c in segment_by
-                ),
+                pl.col(*_KEYS).name.suffix(f"_{suffix}"),
+                *(segment.name.suffix(f"_{suffix}") for segment in segments),
                 pl.lit(True).alias(f"_in_{suffix}"),
             )
         )
@@ -250,8 +215,7 @@ def score_stats(scores: pl.Series) -> ScoreStats:
 
 
 def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.LazyFrame:
-    """Relevance rate by position in both runs: position, judged_a, rate_a, judged_b, rate_b,
-    delta (rate_b - rate_a; null where a run has no judged context at that position)."""
+    """Relevance rate by position in both runs, and its delta (rate_b - rate_a)."""
 
     def side(verdicts: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
         rates = relevance_by_position(verdicts)
@@ -268,11 +232,8 @@ def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.La
 def segment_columns(
     run_a: PublishedRun, run_b: PublishedRun, asked: Sequence[str] | None = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(columns to compare segments by, B's summary columns skipped because A lacks them).
-
-    `asked` (--by): those columns, each of which both runs' scores must have (`ConfigError`
-    naming the run that lacks it); None: the columns B's summary is segmented by.
-    """
+    """(columns to compare segments by, B's summary columns skipped because A lacks them):
+    `asked` (--by; both runs must have them), else those B's summary is segmented by."""
     runs = (run_a, run_b)
     names = [set(run.scores().collect_schema().names()) for run in runs]
     for column in asked or ():
@@ -300,16 +261,14 @@ def _both_ok() -> pl.Expr:
 
 
 def choose_method(table: pl.DataFrame) -> str:
-    """Paired when the runs share enough queries scored ok in both (`PAIRED_SHARE`), else
-    unpaired."""
+    """Paired when the runs share enough queries ok in both (`PAIRED_SHARE`), else unpaired."""
     ok_a, ok_b = (table.filter(pl.col(f"status_{x}") == "ok").height for x in "ab")
     both = table.filter(_both_ok()).height
     return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
 
 
-def _shifts(table: pl.DataFrame, method: str, column: str | None) -> list[SegmentShift]:
-    """The shift and test of the whole run (`column` None) or of each value of `column` (as
-    text, sorted, null last; paired, only the values with a query scored ok in both runs)."""
+def shifts(table: pl.DataFrame, method: str, column: str | None = None) -> list[SegmentShift]:
+    """The shift and test of the whole run, or of each value of `column` (sorted, null last)."""
     keys = [pl.col(column).cast(pl.String)] if column else []
     paired = table.filter(_both_ok())
     if method == "paired":
@@ -332,8 +291,7 @@ def _shifts(table: pl.DataFrame, method: str, column: str | None) -> list[Segmen
 def _shift(
     by: str, key: tuple[Any, ...], method: str, moments: dict[str, Moments], regressed: int
 ) -> SegmentShift:
-    """The shift and test of segment `key` (`()`: the run) from the Moments of its scores "a",
-    "b" and differences "d"."""
+    """Segment `key`'s shift and test from the Moments of its scores "a", "b" and deltas "d"."""
     a, b, d = (moments.get(x, Moments()) for x in "abd")
     test = paired_test(d) if method == "paired" else welch_test(a, b)
     diff = test.diff if test else (d.mean if method == "paired" else _diff(a.mean, b.mean))
@@ -352,23 +310,14 @@ def _shift(
     )
 
 
-def overall_shift(table: pl.DataFrame, method: str) -> SegmentShift:
-    """The whole run's shift and test."""
-    return _shifts(table, method, None)[0]
-
-
-def segment_shifts(
-    table: pl.DataFrame, segment_by: Sequence[str], method: str = "paired"
-) -> tuple[SegmentShift, ...]:
-    """Per value of each column: the shift and its test."""
-    return tuple(shift for column in segment_by for shift in _shifts(table, method, column))
+def _tally(column: pl.Series, names: Sequence[str]) -> dict[str, int]:
+    return dict.fromkeys(names, 0) | dict(column.drop_nulls().value_counts().iter_rows())
 
 
 def compare_runs(
     run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] | None = None
 ) -> Comparison:
-    """Compare two published runs (A is the baseline, B the candidate), overall and per
-    segment (`segment_columns` says which)."""
+    """Compare two published runs (A the baseline, B the candidate), overall and per segment."""
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
     table, positions = pl.collect_all(
         [
@@ -379,45 +328,32 @@ def compare_runs(
     paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
     method = choose_method(table)
-    lost = (
-        (pl.col("presence") == "both") & (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
-    )
-    statuses = {
-        x: {status: 0 for status in _STATUSES}
-        | dict(table[f"status_{x}"].drop_nulls().value_counts().iter_rows())
-        for x in "ab"
-    }
+    ok_a_only = (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
     return Comparison(
         run_a=run_a.run_id,
         run_b=run_b.run_id,
         table=table,
         positions=positions,
-        status_a=statuses["a"],
-        status_b=statuses["b"],
-        presence={
-            p: table.filter(pl.col("presence") == p).height for p in ("both", "only_a", "only_b")
-        },
+        status_a=_tally(table["status_a"], _STATUSES),
+        status_b=_tally(table["status_b"], _STATUSES),
+        presence=_tally(table["presence"], ("both", "only_a", "only_b")),
         stats_a=score_stats(paired.get_column("score_a")),
         stats_b=score_stats(paired.get_column("score_b")),
         stats_delta=score_stats(deltas),
         improved=int((deltas > _EPSILON).sum()),
         unchanged=int((deltas.abs() <= _EPSILON).sum()),
         regressed=int((deltas < -_EPSILON).sum()),
-        lost=table.filter(lost).height,
+        lost=table.filter(ok_a_only, pl.col("presence") == "both").height,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
-        segments=segment_shifts(table, columns, method),
+        segments=tuple(shift for column in columns for shift in shifts(table, method, column)),
         segment_columns=columns,
         unsegmented=unsegmented,
-        overall=overall_shift(table, method),
+        overall=shifts(table, method)[0],
         method=method,
         canary_a=CanaryResult.of_metrics(run_a.summary.canary),
         canary_b=CanaryResult.of_metrics(run_b.summary.canary),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# the gate
 
 
 def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
@@ -438,8 +374,7 @@ def adjust(
     min_effect: float,
     min_segment_size: int,
 ) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
-    """The run's and the segments' tests with Holm's adjustment across the gated ones: the run,
-    and every segment with at least `min_segment_size` queries and a p-value."""
+    """Holm's adjustment across the run and every segment of `min_segment_size` queries."""
     gated = [
         i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
     ]
@@ -454,15 +389,13 @@ def adjust(
 def canary_change(
     a: CanaryResult | None, b: CanaryResult | None, max_drop: float
 ) -> CanaryChange | None:
-    """Both runs' canary metrics and kappa's change; `failed` when it fell more than
-    `max_drop`. None when neither run judged a canary."""
+    """The `CanaryChange` (None when neither run judged a canary)."""
     if a is None and b is None:
         return None
     a, b = a or CanaryResult(), b or CanaryResult()
     change = None if a.kappa is None or b.kappa is None else b.kappa - a.kappa
-    return CanaryChange(
-        a, b, change, max_drop, change is not None and change < -max_drop - _EPSILON
-    )
+    failed = change is not None and change < -max_drop - _EPSILON
+    return CanaryChange(a, b, change, max_drop, failed)
 
 
 def _p(value: float | None) -> str:
@@ -499,9 +432,7 @@ def _overall_line(o: SegmentShift, failed: bool, min_effect: float) -> str:
 def _canary_line(canary: CanaryChange) -> str:
     a, b = canary.a.kappa, canary.b.kappa
     if a is None or b is None:
-        which = (
-            "run A" if b is None and a is not None else "run B" if a is None and b else "neither"
-        )
+        which = "neither" if a is None and b is None else "run A" if b is None else "run B"
         return f"canary: kappa only in {which}; the judge is not compared"
     items = int(canary.b.items or 0)
     if canary.failed:
@@ -522,9 +453,8 @@ def gate(
     min_segment_size: int = CompareOptions.min_segment_size,
     max_canary_drop: float = CompareOptions.max_canary_drop,
 ) -> Gate:
-    """Fail on a drop, overall or in a segment with at least `min_segment_size` queries, that
-    is significant after Holm's correction across them and at least `min_effect`; or when the
-    canary's kappa fell more than `max_canary_drop` (the judge changed)."""
+    """Fail on a significant drop (Holm) of at least `min_effect`, overall or in a segment of
+    `min_segment_size` queries, or when the canary's kappa fell more than `max_canary_drop`."""
     c = comparison
     canary = canary_change(c.canary_a, c.canary_b, max_canary_drop)
     return decide(c.overall, c.segments, c.method, min_effect, min_segment_size, canary)
@@ -538,7 +468,7 @@ def decide(
     min_segment_size: int = CompareOptions.min_segment_size,
     canary: CanaryChange | None = None,
 ) -> Gate:
-    """`gate` on the tests themselves (`overall_shift`, `segment_shifts`; `canary_change`)."""
+    """`gate` on the tests themselves (`shifts`, `canary_change`)."""
     if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
         message = "FAIL: no query is scored ok in both runs; nothing to compare"
         return Gate(False, message, segments=tuple(segments), canary=canary)
@@ -552,13 +482,12 @@ def decide(
             f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
         )
     lines += [
-        f"FAIL: segment {terminal_safe(s.label)}: mean fell by {-(s.diff or 0.0):.4f} "
-        f"(from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} queries; "
-        f"95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
+        f"FAIL: segment {terminal_safe(f'{s.by}={_name(s.value)}')}: mean fell by "
+        f"{-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} "
+        f"queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
         for s in failed
     ]
-    small = sum(1 for s in tested if not s.gated)
-    if small:
+    if small := sum(1 for s in tested if not s.gated):
         lines.append(
             f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
             "not gated (--min-segment-size)"
@@ -568,8 +497,8 @@ def decide(
     return Gate(passed, "\n".join(lines), failed, overall, tested, canary)
 
 
-# --------------------------------------------------------------------------------------------
-# text output
+def _name(value: str | None) -> str:
+    return "(null)" if value is None else value
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -591,15 +520,9 @@ def format_shift(comparison: Comparison) -> str:
     labels = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}
     counts = [_counts("items", sum(c.status_a.values()), sum(c.status_b.values()))]
     counts += [_counts(labels[s], c.status_a.get(s, 0), c.status_b.get(s, 0)) for s in _STATUSES]
-    a, b = c.stats_a.as_dict(), c.stats_b.as_dict()
     stats = [
-        (
-            f"  {name}",
-            fmt.number(a[name], digits := 0 if name == "count" else 3),
-            fmt.number(b[name], digits),
-            fmt.number(_diff(a[name], b[name]), digits, signed=True),
-        )
-        for name in ("count", "mean", "median", "p10", "p90")
+        (f"  {name}", *(fmt.number(v, digits) for v in (a, b)), fmt.number(d, digits, signed=True))
+        for name, a, b, d, digits in c.stat_rows()
     ]
     d = c.stats_delta
     over = f"scores over the {c.paired:,} queries scored ok in both runs:"
@@ -620,14 +543,8 @@ def format_shift(comparison: Comparison) -> str:
 def format_bands(comparison: Comparison) -> str:
     """Items per score band in A and B (each run's summary), with B - A."""
     a, b = dict(comparison.bands_a), dict(comparison.bands_b)
-    rows = [
-        _counts(
-            f"{name} ({band_range(name)})" if band_range(name) else name,
-            a.get(name, 0),
-            b.get(name, 0),
-        )
-        for name in dict.fromkeys([*a, *b])
-    ]
+    labels = {name: f"{name} ({band_range(name)})" if band_range(name) else name for name in a | b}
+    rows = [_counts(label, a.get(name, 0), b.get(name, 0)) for name, label in labels.items()]
     title = "score bands (score / scale; all items scored ok in each run):"
     return table(_change_columns(Column("band", "<", 22)), rows, title=title, indent="  ", gap="")
 
@@ -694,17 +611,15 @@ def gate_word(shift: SegmentShift) -> str:
 
 
 def format_segments(comparison: Comparison, verdict: Gate) -> str:
-    """Per segment column: each value's queries, means, the change with its 95% interval and
-    Holm-adjusted p-value, and its `gate_word`."""
-    tested = {(s.by, s.value): s for s in verdict.segments}
+    """Per segment column: each value's means, change, interval, p-value and `gate_word`."""
     over = "scored ok in both runs" if comparison.method == "paired" else "scored ok (unpaired)"
     blocks = []
     for column in comparison.segment_columns:
-        segments = [tested.get((s.by, s.value), s) for s in comparison.segments_by(column)]
+        segments = verdict.segments_by(column)
         name = Column("value", "<", max(10, min(len(column) + 1, 30)), limit=30)
         rows = [
             (
-                "(null)" if s.value is None else s.value,
+                _name(s.value),
                 f"{s.paired:,}",
                 fmt.number(s.mean_a, 3),
                 fmt.number(s.mean_b, 3),
@@ -730,32 +645,15 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
 
 
 def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
-    """What `ctxprec compare` prints: the shift, bands, segments, regressions, positions and
-    the gate's verdict."""
-    segments = format_segments(comparison, verdict)
-    return "\n\n".join(
-        [
-            format_shift(comparison),
-            format_bands(comparison),
-            *([segments] if segments else []),
-            format_regressions(comparison, top),
-            format_positions(comparison),
-            verdict.message,
-        ]
-    )
+    """What `ctxprec compare` prints, the gate's verdict last."""
+    c = comparison
+    parts = [format_shift(c), format_bands(c), format_segments(c, verdict)]
+    parts += [format_regressions(c, top), format_positions(c), verdict.message]
+    return "\n\n".join(part for part in parts if part)
 
 
 def run(options: CompareOptions, out: TextIO | None = None) -> int:
-    """`ctxprec compare`: compare, write the per-query table, print, gate.
-
-    Args:
-        options: the runs and the gate's thresholds.
-        out: where to print (default stdout).
-
-    Returns:
-        1 when the gate fails (a significant drop of at least the minimum effect, overall or
-        in a gated segment, or a changed judge), else 0.
-    """
+    """`ctxprec compare`: compare, write the table, print; returns 1 when the gate fails."""
     out = out or sys.stdout
     store = options.root.store()
     run_a, run_b = load_run(store, options.run_a), load_run(store, options.run_b)

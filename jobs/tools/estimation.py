@@ -1,10 +1,8 @@
 """`ctxprec estimate`: what a run would cost before it runs (no judge calls, no Ray).
 
-Streams the input once through the job's own reading path (a sampled run's plan too) and counts
-items, pairs and judge calls; builds every real prompt, counts tokens exactly on a bottom-k
-sample and extrapolates by characters; looks every pair key up in the verdict store; in batch
-mode cuts the first round's request lines into batches; and paces the rest as the run would.
-The result is a typed `Estimate`; docs/commands.md says how each figure is reached.
+Streams the input once as the run reads it, building every real prompt: counts items, pairs and
+calls, tokens (exact on a bottom-k sample, extrapolated by characters), the pairs the verdict
+store holds, the first round's batches, and paces the rest as the run would (docs/commands.md).
 """
 
 from __future__ import annotations
@@ -98,10 +96,8 @@ class JudgeCalls(_Record):
 
 
 class PromptTokens(_Record):
-    """`after_cache`: those of the requests the verdict cache does not answer."""
-
     estimate: int
-    after_cache: int
+    after_cache: int  # of the requests the verdict cache does not answer
     method: Literal["exact", "sample extrapolated by characters"]
     sampled_items: int
     sample_tokens: int
@@ -120,16 +116,13 @@ class OutputTokens(_Record):
 
 
 class BatchWallTime(_Record):
-    """Batch mode: the provider's completion window bounds the time."""
-
     seconds: None = None
     completion_window: str
     basis: str
 
 
 class Pacing(_Record):
-    """The limits (as the config holds them), the limiter tokens the run would reserve and the
-    in-flight budget it would settle on."""
+    """The limits as the config holds them, and the tokens and in-flight budget of the run."""
 
     requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
     tokens_per_minute: int | float
@@ -141,16 +134,11 @@ class Pacing(_Record):
 
 
 class OfflineWallTime(Pacing):
-    """The offline judge: CPU-bound, no estimate."""
-
     seconds: None = None
     basis: str
 
 
 class PacedWallTime(Pacing):
-    """An LLM judge online: the slowest of the request rate, the token rate and the in-flight
-    budget at the assumed latency, plus the run's edges."""
-
     by_requests_s: float | None
     by_tokens_s: float | None
     by_concurrency_s: float
@@ -202,14 +190,11 @@ class Estimate(_Record):
         return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
-# -- one pass over the input ------------------------------------------------------------------
-
 Messages = list[dict[str, str]]
 
 
 def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[Messages, list[int]]]:
-    """(messages, context positions asked) of every request the job would send for `item`;
-    the LLM reason's asks about none."""
+    """(messages, context positions asked) of every request the job would send for `item`."""
     prompts = [
         (verdict_messages(item, part), part)
         for part in context_slices(len(item.contexts), config.judge.contexts_per_call)
@@ -228,29 +213,22 @@ def _chars(messages: Messages) -> int:
 def _cache_probe(
     config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
 ) -> tuple[str, set[str] | None, str]:
-    """(fingerprint, the input's pair keys the config's verdict store holds, what was looked
-    up); the keys are read a partition at a time as the run's lookup reads them, None when
-    there is nothing to look up."""
+    """(fingerprint, the input's pair keys the verdict store holds or None, where it looked)."""
     if factory.capabilities(config).offline:
         return "", None, "not used: the lexical judge is offline and never uses the verdict cache"
     spec = factory.cache_spec(config)
     if spec is None:
         return "", None, "not used: cache.enabled is false"
-    # Not `open_store` (nor `CacheSpec.verdict_store`): estimating must not create the output
-    # folder.
-    fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
-    store = Store(fs=fs, root=root, protocol=protocol)
+    # Not `open_store`: estimating must not create the output folder.
+    store = Store(*filesystem(spec.url or config.output.path, spec.storage_options))
     verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return spec.fingerprint, None, f"no verdict store yet at {where}"
-    known: set[str] = set()
     schema = RunSchema(tuple(carried))
     with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
-        for keys in stored_pair_keys(
-            reader, schema, spec.fingerprint, shards, verdicts, Path(scratch)
-        ):
-            known.update(keys.to_list())
+        found = stored_pair_keys(reader, schema, spec.fingerprint, shards, verdicts, Path(scratch))
+        known = {key for keys in found for key in keys.to_list()}
     return spec.fingerprint, known, f"the verdict store at {where}"
 
 
@@ -273,8 +251,7 @@ class _Counts:
 
 
 class _Scan:
-    """Streams the input once: counts items, calls, characters and cached pairs, keeps the
-    token sample, and in batch mode cuts the first round's request lines into batches."""
+    """Streams the input once: counts, the token sample and (batch mode) the first batches."""
 
     def __init__(
         self,
@@ -288,7 +265,7 @@ class _Scan:
         self.fingerprint, self.known = cache
         self.counts = _Counts()
         # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
-        self._heap: list[tuple[bytes, int, ScoringItem]] = []
+        self.heap: list[tuple[bytes, int, ScoringItem]] = []
         limits = config.judge.batch
         self.packer = BatchPacker(
             0,
@@ -298,14 +275,8 @@ class _Scan:
         )
         self._lines = RequestLines.for_config(config) if config.judge.mode == "batch" else None
 
-    @property
-    def sampled(self) -> list[ScoringItem]:
-        return [entry[2] for entry in self._heap]
-
     def shard(self, number: int, shard: Shard) -> None:
-        """Count shard `shard`, the `number`-th of the run; in batch mode pack the first
-        round's lines: every verdict request the cache does not answer (its whole slice: a
-        partly cached slice asks less, so this is an upper bound)."""
+        """Count the run's `number`-th shard; in batch mode pack its uncached requests' lines."""
         names = [column.name for column in self.carried]
         line = 0
         for row, record in enumerate(self.reader.read(shard, self.carried)):
@@ -328,8 +299,7 @@ class _Scan:
             self._keep_sample(record.query_id, item)
 
     def _count(self, item: ScoringItem) -> list[tuple[Messages, list[int]]]:
-        """Count one valid item; returns the requests the verdict cache does not answer (the
-        LLM reason's is never cached)."""
+        """Count one valid item; returns the requests the verdict cache does not answer."""
         counts, contexts = self.counts, len(item.contexts)
         prompts = _item_prompts(item, self.config)
         counts.valid += 1
@@ -360,13 +330,10 @@ class _Scan:
             digest.update(len(encoded).to_bytes(8, "little"))
             digest.update(encoded)
         entry = (bytes(255 - b for b in digest.digest()), self.counts.valid, item)
-        if len(self._heap) < self.sample:
-            heapq.heappush(self._heap, entry)
-        elif entry[0] > self._heap[0][0]:
-            heapq.heapreplace(self._heap, entry)
-
-
-# -- the estimate -----------------------------------------------------------------------------
+        if len(self.heap) < self.sample:
+            heapq.heappush(self.heap, entry)
+        elif entry[0] > self.heap[0][0]:
+            heapq.heapreplace(self.heap, entry)
 
 
 def estimate(
@@ -381,9 +348,14 @@ def estimate(
     scan, facts, cache_note = _scan_input(config, sample)
     c, used = scan.counts, scan.known is not None
     calls = c.verdict_calls + c.reason_calls
-    batch_mode = config.judge.mode == "batch"
     prompt_tokens = _prompt_tokens(config, scan)
-    output_tokens = _output_tokens(c)
+    reasons = c.reason_calls * OUTPUT_TOKENS_PER_REASON  # replies: these, and a verdict per pair
+    output_tokens = OutputTokens(
+        estimate=c.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        after_cache=(c.pairs - c.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
+        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
+    )
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
     if c.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
@@ -411,12 +383,8 @@ def estimate(
         output_tokens=output_tokens,
         cost_usd=cost,
         cost_note=cost_note,
-        wall_time=(
-            _batch_wall_time(config)
-            if batch_mode
-            else _wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s)
-        ),
-        batch=_batches(config, scan.packer) if batch_mode else None,
+        wall_time=_wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s),
+        batch=_batches(config, scan.packer) if config.judge.mode == "batch" else None,
         cache=CacheShare(
             used=used,
             note=cache_note,
@@ -448,22 +416,11 @@ def _scan_input(config: JobConfig, sample: int) -> tuple[_Scan, InputFacts, str]
     return scan, facts, cache_note
 
 
-def _output_tokens(counts: _Counts) -> OutputTokens:
-    """The replies' tokens: a verdict's for every pair, a reason's for every reason call."""
-    reasons = counts.reason_calls * OUTPUT_TOKENS_PER_REASON
-    return OutputTokens(
-        estimate=counts.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        after_cache=(counts.pairs - counts.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
-        per_reason_call=OUTPUT_TOKENS_PER_REASON,
-    )
-
-
 def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
     """Tokens of every prompt: the sample's counted exactly, the rest by characters."""
     offline = factory.capabilities(config).offline
     tokenizer_model = "" if offline else config.judge.model
-    sampled = scan.sampled
+    sampled = [item for _, _, item in scan.heap]
     prompts = [messages for item in sampled for messages, _ in _item_prompts(item, config)]
     sample_chars = sum(_chars(m) for m in prompts)
     sample_tokens = 0
@@ -472,11 +429,9 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
         sample_tokens = sum(int(count(model=tokenizer_model, messages=m)) for m in prompts)
     total_chars = scan.counts.prompt_chars
     exact = len(sampled) == scan.counts.valid
+    note = "verdict prompts" + (" and LLM-reason prompts" if config.scorer.reason == "llm" else "")
     if offline:
         note = "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
-    else:
-        llm_reason = config.scorer.reason == "llm"
-        note = "verdict prompts" + (" and LLM-reason prompts" if llm_reason else "")
     tokens = sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
     sent = scan.counts.prompt_chars_sent
     return PromptTokens(
@@ -504,39 +459,22 @@ def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[fl
     return cost, price_basis(model, batch=batch)
 
 
-def _batch_wall_time(config: JobConfig) -> BatchWallTime:
-    window = config.judge.batch.completion_window
-    return BatchWallTime(
-        completion_window=window,
-        basis=(
-            f"batch mode: the provider answers within its completion window ({window}), "
-            "usually far sooner; rate_limit does not pace it"
-        ),
-    )
-
-
 def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
     """The first round's batches as the run would cut them."""
-    limits, records = config.judge.batch, packer.batches
+    limits = ("max_requests_per_batch", "max_bytes_per_batch", "max_enqueued_tokens")
     return BatchPlan(
-        batches=len(records),
-        requests=sum(r.requests for r in records),
-        bytes=sum(r.bytes for r in records),
-        tokens=sum(r.tokens for r in records),
-        max_requests_per_batch=limits.max_requests_per_batch,
-        max_bytes_per_batch=limits.max_bytes_per_batch,
-        max_enqueued_tokens=limits.max_enqueued_tokens,
+        batches=len(packer.batches),
+        **{
+            name: sum(getattr(r, name) for r in packer.batches)
+            for name in ("requests", "bytes", "tokens")
+        },
+        **config.judge.batch.model_dump(include=set(limits)),
         note="round 0 only: re-asks and LLM reasons go in later rounds",
     )
 
 
-# -- wall time --------------------------------------------------------------------------------
-
-
 def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> int:
-    """The in-flight budget the run would settle on: as set, or under auto as the governor
-    sizes it (Little's law at the rate the limits allow at headroom and `latency_s`; its
-    default without a limit)."""
+    """The in-flight budget: as set, or as the governor sizes it (Little's law)."""
     settings, limits = budget_settings(config.rate_limit), config.rate_limit
     if settings.explicit is not None:
         return settings.explicit
@@ -551,22 +489,22 @@ def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: 
     return max(settings.floor, min(settings.ceiling, needed))
 
 
-def _wall_time(
-    config: JobConfig, calls: int, limiter_tokens: int, latency_s: float
-) -> OfflineWallTime | PacedWallTime:
-    """The fan-out's wall time as the run would pace it: the slowest of the request rate, the
-    token rate and the in-flight budget (taking `latency_s` as the reply latency), plus the
-    workers' start, one latency for the run's first request (it goes alone) and
-    `TAIL_LATENCIES` for the slowest last replies. `basis` says which bound and what was
-    assumed."""
+def _wall_time(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> WallTime:
+    """The slowest of the request rate, the token rate and the in-flight budget at `latency_s`,
+    plus the workers' start, the first request (alone) and `TAIL_LATENCIES`."""
+    if config.judge.mode == "batch":
+        window = config.judge.batch.completion_window
+        basis = (
+            f"batch mode: the provider answers within its completion window ({window}), "
+            "usually far sooner; rate_limit does not pace it"
+        )
+        return BatchWallTime(completion_window=window, basis=basis)
     limits = config.rate_limit
     rpm, tpm, headroom = limits.requests_per_minute, limits.tokens_per_minute, limits.headroom
     concurrency = _concurrency(config, calls, limiter_tokens, latency_s)
     explicit = budget_settings(config.rate_limit).explicit is not None
     pacing = Pacing(
-        requests_per_minute=rpm,
-        tokens_per_minute=tpm,
-        headroom=headroom,
+        **limits.model_dump(include={"requests_per_minute", "tokens_per_minute", "headroom"}),
         limiter_tokens=limiter_tokens,
         concurrency=concurrency,
         concurrency_mode="explicit" if explicit else "auto",
@@ -605,13 +543,9 @@ def _wall_time(
     )
 
 
-# -- output ---------------------------------------------------------------------------------
-
-
 def _after_cache(estimate: int, after_cache: int) -> str:
-    return f"{estimate:,}" + (
-        f", {after_cache:,} after the cache" if after_cache != estimate else ""
-    )
+    cached = f", {after_cache:,} after the cache" if after_cache != estimate else ""
+    return f"{estimate:,}{cached}"
 
 
 def _calls_text(calls: JudgeCalls) -> str:
@@ -685,16 +619,7 @@ def format_estimate(result: Estimate) -> str:
 
 
 def run(options: EstimateOptions, out: TextIO | None = None) -> int:
-    """`ctxprec estimate`: print the estimate, or with `target_ci` the items a sampled run
-    needs (`jobs.tools.target_ci`).
-
-    Args:
-        options: the config, the sample to tokenize, the assumed latency, the output form.
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
+    """`ctxprec estimate`: the estimate, or the items `target_ci` needs; returns 0."""
     out = out or sys.stdout
     config = options.config.load()
     if options.target_ci is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import posixpath
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -50,8 +51,7 @@ class RunNotFound(ConfigError):
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """One published run: where it is, its manifest (None: a run published before runs had
-    one), and lazy scans of its tables."""
+    """One published run: where it is, its manifest (None: published before manifests)."""
 
     store: Store
     location: RunLocation
@@ -71,7 +71,6 @@ class PublishedRun:
         return recorded or self.summary.model
 
     def scan(self, table: str) -> pl.LazyFrame:
-        """A lazy scan of one of the run's tables (`jobs.core.run_layout.TABLES`)."""
         return scan(self.store, [self.store.join(self.location.table_file(table))])
 
     def read(self, table: str) -> pl.DataFrame:
@@ -85,19 +84,16 @@ class PublishedRun:
 
     @cached_property
     def summary(self) -> RunSummary:
-        """The run summary, rebuilt from the published summary table (read once)."""
         return summary_from_frame(self.read("summary"))
 
     @property
     def response_format(self) -> RunResponseFormat | None:
-        """The structured-output form the run's judge settled on (the manifest's
-        `judge.response_format`; None for the offline judge or a run that recorded none)."""
+        """The structured-output form the run's judge settled on, as the manifest recorded it."""
         recorded = self.manifest.judge.response_format if self.manifest is not None else None
         return RunResponseFormat.from_dict(recorded.model_dump()) if recorded else None
 
     @property
     def seconds(self) -> float | None:
-        """Wall-clock seconds of the run, from the manifest (None when unknown)."""
         if self.manifest is None or "seconds" not in self.manifest.model_fields_set:
             return None
         return self.manifest.seconds
@@ -119,21 +115,17 @@ def _available_ids(store: Store) -> str:
 
 
 def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunLocation:
-    """Where run `run_id` is published; the newest date when the id was used on several days.
-
-    Raises `RunNotFound` naming the id and the root, listing the ids that do exist.
-    """
+    """Where run `run_id` is published (its newest date); `RunNotFound` lists the ids there."""
     root = store.url(store.root)
     if not RUN_ID_PATTERN.fullmatch(run_id):
         raise RunNotFound(
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
-    pattern = store.join(
-        published_glob("scores", run_id, run_date.isoformat() if run_date else "*")
-    )
+    day = run_date.isoformat() if run_date else "*"
+    pattern = store.join(published_glob("scores", run_id, day))
     runs = [run for path in store.list(pattern) if (run := run_of(path)) and run.run_id == run_id]
     if not runs:
-        when = f" on {run_date.isoformat()}" if run_date else ""
+        when = f" on {day}" if run_date else ""
         raise RunNotFound(
             f"run {run_id!r}{when} not found under {root} (no scores/run_date=*/run_id={run_id}/)"
             f"; {_available_ids(store)}"
@@ -148,26 +140,24 @@ def load_run(store: Store, run_id: str, run_date: dt.date | None = None) -> Publ
 
 
 def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
-    """The `RunSummary` back from its published table (`RunSummary.to_frame`), segments too (a
-    table published before segments existed has no segment columns)."""
+    """The `RunSummary` back from its published table (`RunSummary.to_frame`), segments too."""
     if frame.is_empty():
         raise CtxPrecError("the run's summary table is empty")
     model = str(frame["model"][0])
     frame = frame.with_columns(pl.col("value").fill_nan(None))
     if "segment_by" not in frame.columns:
         return _summary_from_rows(frame, model)
+    groups = frame.filter(pl.col("segment_by").is_not_null()).group_by(
+        "segment_by", "segment", maintain_order=True
+    )
     segments = tuple(
-        Segment(by, value, _summary_from_rows(rows, model))
-        for (by, value), rows in frame.filter(pl.col("segment_by").is_not_null()).group_by(
-            "segment_by", "segment", maintain_order=True
-        )
+        Segment(by, value, _summary_from_rows(rows, model)) for (by, value), rows in groups
     )
     overall = _summary_from_rows(frame.filter(pl.col("segment_by").is_null()), model)
     return replace(overall, segments=segments)
 
 
 def _summary_from_rows(frame: pl.DataFrame, model: str) -> RunSummary:
-    """The summary of one set of metric rows (the whole run's, or one segment's)."""
     is_scalar = pl.col("band").is_null() & pl.col("position").is_null()
     scalars = dict(frame.filter(is_scalar).select("metric", "value").iter_rows())
     values: dict[str, Any] = {name: scalars.get(name) for name in _VALUES}
@@ -203,16 +193,12 @@ def _position_rates(frame: pl.DataFrame) -> tuple[PositionRate, ...]:
 
 def _bands(frame: pl.DataFrame) -> tuple[tuple[str, int], ...]:
     """Items per band, the known bands first in their order (older labels renamed)."""
-    counts: dict[str, int] = {}
-    for band, value in (
-        frame.filter(pl.col("metric") == "band_count").select("band", "value").rows()
-    ):
-        label = LEGACY_BAND_LABELS.get(str(band), str(band))
-        counts[label] = counts.get(label, 0) + int(value or 0)
+    rows = frame.filter(pl.col("metric") == "band_count").select("band", "value").rows()
+    counts: Counter[str] = Counter()
+    for band, value in rows:
+        counts[LEGACY_BAND_LABELS.get(str(band), str(band))] += int(value or 0)
     known = [label for label, _, _ in BANDS if label in counts]
-    return tuple(
-        (label, counts[label]) for label in [*known, *(b for b in counts if b not in known)]
-    )
+    return tuple((b, counts[b]) for b in [*known, *(b for b in counts if b not in known)])
 
 
 def write_file(
@@ -222,8 +208,7 @@ def write_file(
     data: bytes | pl.DataFrame,
     storage_options: Mapping[str, Any],
 ) -> str:
-    """Write `data` (a frame as zstd Parquet) all-or-nothing to `path` (any local path or URL,
-    opened with `storage_options`), or to `default` under the store's root; returns the URL."""
+    """Write `data` (a frame as Parquet) atomically to `path`, else `default` in the store."""
     if path is not None:
         parent, name = posixpath.split(path)
         if not name:

@@ -1,8 +1,7 @@
 """`ctxprec status RUN`: where a run stands, from what it recorded, asking nothing of the judge.
 
-A published run: when, its counts, the mean, the cost, where the scores are. A run in progress
-or stopped: its shards staged and, in batch mode, each round's batches as the driver last polled
-them (counts, and why lines were asked again), and whether a driver holds the run's lease.
+A published run: when, its counts, mean and cost. A run in progress or stopped: its shards
+staged, in batch mode each round's batches as last polled, and who holds the run's lease.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     manifest = read_manifest(store, location) or RunManifest(
         run_id=run_id, run_date=location.run_date.isoformat()
     )
-    summary = manifest.summary
-    judge = manifest.judge
+    summary, judge = manifest.summary, manifest.judge
     mode = judge.mode or "online"
     lines = [
         f"run {run_id} ({location.run_date}): published {manifest.published_at or ''}, "
@@ -74,18 +72,15 @@ def _lease(store: Store, staging: StagingArea) -> str:
 
 
 def _round_line(record: BatchRoundRecord) -> str:
-    """A round's counts, and why lines were asked again (from a manifest, or a round's state)."""
+    """A round's counts, and why lines were asked again."""
     if record.online:
         return f"  round {record.round}: online (judge.batch.deadline neared)"
     retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
+    stopped = record.stopped_at_deadline
     return (
         f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
         f"{record.completed:,} completed, {record.failed:,} failed"
-        + (
-            f", {record.stopped_at_deadline} cancelled at the deadline"
-            if record.stopped_at_deadline
-            else ""
-        )
+        + (f", {stopped} cancelled at the deadline" if stopped else "")
         + ("; asked again: " + ", ".join(f"{k} {v:,}" for k, v in retried) if retried else "")
         + (f"; {record.final_errors:,} failed for good" if record.final_errors else "")
     )
@@ -141,26 +136,17 @@ def status_lines(store: Store, run_id: str) -> list[str]:
         data = layout.read_json(layout.round_file(number))
         if data is not None:
             lines += _batch_lines(RoundState.from_dict(data))
-    for number in layout.rounds_built():
-        if number not in planned:
-            built = len(layout.indexed_shards(number))
-            lines.append(
-                f"  round {number}: requests being built ({built} shard(s) done), not submitted"
-            )
+    for number in (n for n in layout.rounds_built() if n not in planned):
+        built = len(layout.indexed_shards(number))
+        lines.append(
+            f"  round {number}: requests being built ({built} shard(s) done), not submitted"
+        )
     lines.append(f"  {_lease(store, staging)}")
     return lines
 
 
 def run(options: StatusOptions, out: TextIO | None = None) -> int:
-    """`ctxprec status`: print where the run stands.
-
-    Args:
-        options: the run, and where runs are published.
-        out: where to print (default stdout).
-
-    Returns:
-        0; an unknown run raises `RunNotFound` (exit 2).
-    """
+    """`ctxprec status`: print where the run stands; returns 0 (an unknown run exits 2)."""
     out = out if out is not None else sys.stdout
     out.write("\n".join(status_lines(options.root.store(), options.run)) + "\n")
     return 0

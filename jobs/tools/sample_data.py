@@ -1,11 +1,9 @@
 """Writes a synthetic, labelled sample dataset, so the job runs offline on a fresh machine.
 
-Every item asks about one attribute of an invented place, person or product; its retrieved
-contexts mix passages that answer it with passages about other attributes or other entities,
-in a seeded random order. `relevance` holds the generator's own ground truth per context.
-`--markers` adds the words RELEVANT / IRRELEVANT to each passage, which is what the fake judge
-server used by the tests keys on. Streaming and seeded: 1M items take seconds, same seed same
-bytes.
+Every item asks about one attribute of an invented place, person or product; its contexts mix
+passages that answer it with others, shuffled; `relevance` is the ground truth per context.
+`--markers` adds RELEVANT / IRRELEVANT to each passage (what the tests' fake judge keys on).
+Streaming and seeded: same seed, same bytes.
 
     python -m jobs.tools.sample_data --out data/sample.jsonl --items 500
 """
@@ -67,9 +65,8 @@ def _entity(rng: random.Random) -> str:
 def generate(
     items: int, seed: int = 7, markers: bool = False, segments: int = 0
 ) -> Iterator[dict[str, Any]]:
-    """Yield `items` synthetic items with per-context ground-truth `relevance`; with
-    `segments`, a `retriever` column with that many values (item n has retriever n % segments,
-    so the rest of each item is the same as without it)."""
+    """Yield `items` synthetic items; with `segments`, a `retriever` column (n % segments) that
+    leaves the rest of each item as it is without it."""
     rng = random.Random(seed)
     for number in range(items):
         kind = rng.choice(list(_KINDS))
@@ -77,11 +74,8 @@ def generate(
         entity = _entity(rng)
         answer = rng.choice(answers)
         question = template.format(e=entity)
-        contexts: list[tuple[str, bool]] = []
-        for _ in range(rng.choice([1, 1, 2])):
-            contexts.append(
-                (f"{_FACTS[attribute].format(e=entity, v=answer)} {rng.choice(_FILLER)}", True)
-            )
+        fact = _FACTS[attribute].format(e=entity, v=answer)
+        contexts = [(f"{fact} {rng.choice(_FILLER)}", True) for _ in range(rng.choice([1, 1, 2]))]
         for _ in range(rng.randint(2, 7)):
             if rng.random() < 0.5:
                 other_attr, _, other_answers = rng.choice(

@@ -1,8 +1,7 @@
 """`ctxprec cache compact --config FILE`: keep the verdict store small and fast to look up.
 
-For every judge fingerprint under the config's cache path: the journal folded, each partition's
-files merged without expired or duplicate verdicts (`VerdictStore.compact_all`), and the
-per-region folders of earlier versions deleted. Safe while runs write (docs/running.md).
+Per judge fingerprint: the journal folded, each partition's files merged without expired or
+duplicate verdicts, old per-region folders deleted. Safe while runs write (docs/running.md).
 """
 
 from __future__ import annotations
@@ -17,12 +16,10 @@ from jobs.core.verdict_store import VerdictStore
 from jobs.run import factory
 from jobs.tools.tool_options import CacheOptions
 
-_LEGACY_REGION = re.compile(r"^\d{5}$")
-"""A folder of the per-region cache (one per input file index), replaced by the store."""
+_LEGACY_REGION = re.compile(r"^\d{5}$")  # a folder of the per-region cache before the store
 
 
 def fingerprints(store: Store, folder: str) -> list[str]:
-    """The judge fingerprint folders under the cache folder."""
     root = store.join(folder)
     if not store.exists(root):
         return []
@@ -32,14 +29,18 @@ def fingerprints(store: Store, folder: str) -> list[str]:
     )
 
 
-def compact_store(store: Store, folder: str, max_age_days: float | None, out: TextIO) -> None:
-    """Compact every fingerprint's verdict store under `folder` (see the module's doc)."""
+def run(options: CacheOptions, out: TextIO | None = None) -> int:
+    """`ctxprec cache compact`: compact the verdict store, a line per fingerprint; returns 0."""
+    out = out or sys.stdout
+    config = options.config.load()
+    url, folder = factory.cache_url(config)
+    store = open_store(url, config.output.storage_options)
     found = fingerprints(store, folder)
     if not found:
         out.write(f"no verdict store at {store.url(store.join(folder))}\n")
     for fingerprint in found:
         sub = posixpath.join(folder, fingerprint)
-        kept, dropped = VerdictStore(store, sub, max_age_days).compact_all()
+        kept, dropped = VerdictStore(store, sub, config.cache.max_age_days).compact_all()
         legacy = [name for name in fingerprints(store, sub) if _LEGACY_REGION.fullmatch(name)]
         for name in legacy:
             store.rm(store.join(sub, name), recursive=True)
@@ -48,21 +49,4 @@ def compact_store(store: Store, folder: str, max_age_days: float | None, out: Te
             f"{store.url(store.join(sub))}: {kept:,} verdict(s) kept, {dropped:,} dropped "
             f"(expired or duplicate){deleted}\n"
         )
-
-
-def run(options: CacheOptions, out: TextIO | None = None) -> int:
-    """`ctxprec cache compact`: compact the config's verdict store, a line per fingerprint.
-
-    Args:
-        options: the job config (and the action, "compact").
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
-    out = out or sys.stdout
-    config = options.config.load()
-    url, folder = factory.cache_url(config)
-    store = open_store(url, config.output.storage_options)
-    compact_store(store, folder, config.cache.max_age_days, out)
     return 0

@@ -1,9 +1,8 @@
 """`ctxprec estimate --config FILE --target-ci W [--run RUN]`: how many items to judge.
 
-From the spread of a previous run's ok scores, the items a 95% interval of half-width W needs,
-for the whole run and every segment of `summary.by` (else `sample.by`), with the previous run's
-populations for the finite-population correction (`jobs.core.stats.items_for_half_width`), and
-the `sample.per_segment` that gives every segment that many (docs/is-the-drop-real.md).
+From the spread of a previous run's ok scores and its populations, the items a 95% interval of
+half-width W needs, overall and per segment of `summary.by` (else `sample.by`), and the
+`sample.per_segment` that gives every segment that many (docs/is-the-drop-real.md).
 """
 
 from __future__ import annotations
@@ -85,14 +84,8 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
     }
 
 
-_TARGETS = (
-    Column("segment", "<", 26, limit=27),
-    Column("population", width=12),
-    Column("judged", width=7),
-    Column("sd", width=6),
-    Column("± now", width=6),
-    Column("needed", width=7),
-)
+_WIDTHS = {"population": 12, "judged": 7, "sd": 6, "± now": 6, "needed": 7}
+_TARGETS = (Column("segment", "<", 26, limit=27), *(Column(h, width=w) for h, w in _WIDTHS.items()))
 
 
 def format_target(result: dict[str, Any]) -> str:

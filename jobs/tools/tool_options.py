@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from scorer_core.errors import ConfigError
 
@@ -18,10 +18,8 @@ if TYPE_CHECKING:
 
 
 def option(default: Any = MISSING, help: str = "", **argument: Any) -> Any:
-    """A field of an options record with its command-line argument: `help` (where "{default}"
-    is the field's default) and the keywords of `ArgumentParser.add_argument`, plus `flag`
-    (default --the-field-name), `positional`, `older` (an older flag of the same option) with
-    `older_help`, and `minimum` (the smallest value allowed)."""
+    """A field with its argument: `help` ("{default}" is the default), `add_argument`'s keywords,
+    and ours: `flag`, `positional`, `older` (an older flag) with `older_help`, `minimum`."""
     return field(default=default, metadata={"help": help, **argument})
 
 
@@ -41,8 +39,7 @@ def _json(help: str = "print a JSON object") -> Any:
 
 @dataclass(frozen=True)
 class PublishedRoot:
-    """Where published runs are: an output root (a folder or any fsspec URL) and its fsspec
-    storage options (dotted keys already nested); --output and --storage-option."""
+    """Where published runs are (a folder or any fsspec URL) and its storage options."""
 
     output: str = "results/"
     storage_options: Mapping[str, Any] = field(default_factory=dict)
@@ -68,8 +65,9 @@ class ConfigSource:
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """`ctxprec compare`: run A (baseline) against run B, and the gate's thresholds."""
-
+    summary: ClassVar[str] = (
+        "compare two published runs; exit 1 on a significant drop or a changed judge"
+    )
     run_a: str = option(help="baseline run id", positional=True, metavar="RUN_A")
     run_b: str = option(help="candidate run id", positional=True, metavar="RUN_B")
     root: PublishedRoot = field(default_factory=PublishedRoot)
@@ -124,8 +122,7 @@ class CompareOptions:
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """`ctxprec report`: the run, an optional baseline, where the page goes."""
-
+    summary: ClassVar[str] = "write a self-contained HTML report of a published run"
     run: str = option(help="run id to report on", positional=True, metavar="RUN")
     baseline: str | None = option(None, "also compare with this run id", metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
@@ -136,17 +133,18 @@ class ReportOptions:
 
 @dataclass(frozen=True)
 class StatusOptions:
-    """`ctxprec status`: the run to look at."""
-
+    summary: ClassVar[str] = (
+        "where a run stands: shards staged, batches and their counts (asks no judge)"
+    )
     run: str = option(help="run id (published, running or stopped)", positional=True, metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
 
 
 @dataclass(frozen=True)
 class EstimateOptions:
-    """`ctxprec estimate`: the run's cost and time, or with `target_ci` the items a sampled
-    run needs for intervals of that half-width (from run `run`'s spread)."""
-
+    summary: ClassVar[str] = (
+        "count items, judge calls, tokens, cost and time of a run, without running it"
+    )
     config: ConfigSource
     sample: int = option(
         2000, "items whose prompts are tokenized exactly (default {default})", type=int
@@ -176,8 +174,7 @@ class EstimateOptions:
 
 @dataclass(frozen=True)
 class CalibrateOptions:
-    """`ctxprec calibrate`: the config's judge against the labels of `labels`."""
-
+    summary: ClassVar[str] = "measure the configured judge against human relevance labels"
     config: ConfigSource
     labels: str = option(help="labelled JSONL (query, contexts, ...)", required=True)
     limit: int | None = option(None, "judge the first N valid rows", type=int)
@@ -192,8 +189,9 @@ class CalibrateOptions:
 
 @dataclass(frozen=True)
 class CacheOptions:
-    """`ctxprec cache`: what to do with the config's verdict store."""
-
+    summary: ClassVar[str] = (
+        "compact the verdict store: merge small files, drop expired and duplicate verdicts"
+    )
     config: ConfigSource
     action: Literal["compact"] = option(
         "compact",

@@ -201,8 +201,8 @@ def _gate(a: pl.LazyFrame, b: pl.LazyFrame) -> tuple[compare.Gate, bool]:
     a mean, overall or of a segment of 30+ queries, fell by more than 0.02)."""
     table = compare.comparison_table(a, b, ["segment"]).collect()
     method = compare.choose_method(table)
-    overall = compare.overall_shift(table, method)
-    segments = compare.segment_shifts(table, ["segment"], method)
+    overall = compare.shifts(table, method)[0]
+    segments = compare.shifts(table, method, "segment")
     verdict = compare.decide(overall, segments, method, CompareOptions.min_effect, 30)
     old_fails = any(
         s.shift is not None and s.shift < -0.02 for s in (overall, *segments) if s.paired >= 30

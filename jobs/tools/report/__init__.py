@@ -1,8 +1,6 @@
 """`ctxprec report RUN [--baseline RUN]`: one self-contained HTML page about a run (inline CSS,
-SVG charts, no script: it can be mailed or opened offline; docs/report.md shows its sections).
-
-From data to page: `report_queries` (Polars over a run or a comparison -> plain typed data),
-`charts` (the SVG kit), `page` (each section's view -> the `report.html.j2` template).
+SVG charts, no script; docs/report.md). From data to page: `report_queries` (Polars -> plain
+data), `charts` (the SVG kit), `page` (each section's view -> the `report.html.j2` template).
 """
 
 from __future__ import annotations
@@ -19,27 +17,14 @@ __all__ = ["render_report", "run"]
 
 
 def run(options: ReportOptions, out: TextIO | None = None) -> int:
-    """`ctxprec report`: write the page and print where it is.
-
-    Args:
-        options: the run, its baseline, where the page goes.
-        out: where to print (default stdout).
-
-    Returns:
-        0 (errors raise, and exit as every command's do).
-    """
+    """`ctxprec report`: write the page and print where it is; returns 0."""
     out = out if out is not None else sys.stdout
     store = options.root.store()
     published = load_run(store, options.run)
     baseline = load_run(store, options.baseline) if options.baseline else None
     if baseline is not None and baseline.location == published.location:
         raise ConfigError(f"--baseline {options.baseline} is the run itself")
-    written = write_file(
-        store,
-        options.html,
-        f"reports/{published.run_id}.html",
-        render_report(published, baseline).encode("utf-8"),
-        options.root.storage_options,
-    )
+    page, default = render_report(published, baseline), f"reports/{published.run_id}.html"
+    written = write_file(store, options.html, default, page.encode(), options.root.storage_options)
     out.write(f"report: {written}\n")
     return 0

@@ -2,9 +2,8 @@
 
     svg = chart(["0", "1"], [Series("rate", [0.4, 0.2], COLOR_RUN)], ChartSpec("t", "x", "y"))
 
-Every piece of text that lands in the SVG (title, axis labels, tick and value labels,
-tooltips, legend) goes through `markupsafe.escape`; a chart comes back as `markupsafe.Markup`,
-so the autoescaping page template inserts it as it is and escapes everything else.
+Every text in the SVG goes through `markupsafe.escape`; a chart comes back as `Markup`, which
+the autoescaping page template inserts as it is.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ class ChartSpec:
     sublabels: Sequence[str] | None = None  # a second, smaller line under each category label
 
 
+_Y = Callable[[float], float]  # a value's y in the plot
 _MARGIN_LEFT = 60
 _MARGIN_RIGHT = 16
 _MARGIN_TOP = 30
@@ -78,11 +78,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 def _axis_range(spec: ChartSpec, series: Sequence[Series]) -> tuple[float, float, list[float]]:
     values = [v for s in series for v in s.values if v is not None]
     values += [v for s in series for e in (s.errors or ()) if e is not None for v in e]
-    low = min([spec.y_min, *values]) if values else spec.y_min
     high = spec.y_max if spec.y_max is not None else max([0.0, *values]) * 1.12
-    if high <= low:
-        high = low + 1.0
-    ticks = nice_ticks(low, high)
+    ticks = nice_ticks(min([spec.y_min, *values]), high)
     return ticks[0], ticks[-1], ticks
 
 
@@ -104,42 +101,44 @@ def chart(categories: Sequence[str], series: Sequence[Series], spec: ChartSpec) 
         f"<title>{escape(spec.title)}</title>",
     ]
     for tick in ticks:
-        ty = y(tick)
-        parts.append(
-            f'<line class="grid" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" '
-            f'y1="{ty:.1f}" y2="{ty:.1f}"/>'
-            f'<text class="tick" x="{_MARGIN_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">'
-            f"{escape(spec.value_format(tick))}</text>"
-        )
+        parts.append(_rule("grid", width, y(tick)))
+        parts.append(_text("tick", _MARGIN_LEFT - 6, y(tick) + 4, spec.value_format(tick), "end"))
     zero = y(0.0) if low <= 0 <= high else y(low)
-    parts.append(
-        f'<line class="axis" x1="{_MARGIN_LEFT}" x2="{width - _MARGIN_RIGHT}" '
-        f'y1="{zero:.1f}" y2="{zero:.1f}"/>'
-    )
+    parts.append(_rule("axis", width, zero))
     parts.extend(_x_labels(categories, spec, group, _MARGIN_TOP + plot_h))
     marks = _bars if spec.kind == "bar" else _lines
     parts.extend(marks(categories, series, spec, y, group, zero))
-    parts.append(
-        f'<text class="label" x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{height - 8}" '
-        f'text-anchor="middle">{escape(spec.x_label)}</text>'
-        f'<text class="label" x="14" y="{_MARGIN_TOP + plot_h / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {_MARGIN_TOP + plot_h / 2:.1f})">{escape(spec.y_label)}</text>'
-    )
+    middle = _MARGIN_TOP + plot_h / 2
+    parts.append(_text("label", _MARGIN_LEFT + plot_w / 2, height - 8, spec.x_label))
+    rotate = f' transform="rotate(-90 14 {middle:.1f})"'
+    parts.append(_text("label", 14, middle, spec.y_label, rotate=rotate))
     if len(series) > 1:
         parts.append(_legend(series, width))
     if not categories:
-        parts.append(
-            f'<text class="label" x="{width / 2}" y="{_MARGIN_TOP + plot_h / 2}" '
-            f'text-anchor="middle">no data</text>'
-        )
+        parts.append(_text("label", width / 2, middle, "no data"))
     parts.append("</svg>")
     # Every part above is markup written here, with each text from outside escaped.
     return Markup("".join(parts))
 
 
+def _text(
+    kind: str, x: float, y: float, text: str, anchor: str = "middle", rotate: str = ""
+) -> str:
+    """A `<text>` element of class `kind` (the text escaped)."""
+    return (
+        f'<text class="{kind}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{rotate}>'
+        f"{escape(text)}</text>"
+    )
+
+
+def _rule(kind: str, width: int, y: float) -> str:
+    """A horizontal line across the plot."""
+    x2 = width - _MARGIN_RIGHT
+    return f'<line class="{kind}" x1="{_MARGIN_LEFT}" x2="{x2}" y1="{y:.1f}" y2="{y:.1f}"/>'
+
+
 def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: float) -> list[str]:
-    """Category labels under the bars (every k-th when they would overlap), or bin-edge labels
-    at the bar boundaries when `spec.edge_labels` is given."""
+    """Category (or bin-edge) labels under the bars, every k-th when they would overlap."""
     labels = list(spec.edge_labels) if spec.edge_labels else list(categories)
     offset = 0.0 if spec.edge_labels else 0.5
     subs = list(spec.sublabels or [])
@@ -152,15 +151,9 @@ def _x_labels(categories: Sequence[str], spec: ChartSpec, group: float, base_y: 
     for i, label in enumerate(labels):
         if i % step == 0:
             x = _MARGIN_LEFT + group * (i + offset)
-            parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{base_y + 16:.1f}" text-anchor="middle">'
-                f"{escape(label)}</text>"
-            )
+            parts.append(_text("tick", x, base_y + 16, label))
             if i < len(subs):
-                parts.append(
-                    f'<text class="sub" x="{x:.1f}" y="{base_y + 29:.1f}" '
-                    f'text-anchor="middle">{escape(subs[i])}</text>'
-                )
+                parts.append(_text("sub", x, base_y + 29, subs[i]))
     return parts
 
 
@@ -170,29 +163,21 @@ def _mark_title(spec: ChartSpec, category: str, name: str, value: float, index: 
 
 
 def _bars(
-    categories: Sequence[str],
-    series: Sequence[Series],
-    spec: ChartSpec,
-    y: Callable[[float], float],
-    group: float,
-    zero: float,
+    names: Sequence[str], series: Sequence[Series], spec: ChartSpec, y: _Y, slot: float, zero: float
 ) -> list[str]:
     parts: list[str] = []
-    count = max(1, len(series))
-    bar = group * 0.78 / count
+    bar = slot * 0.78 / max(1, len(series))
     for s_index, s in enumerate(series):
         for i, value in enumerate(s.values):
-            if value is None or i >= len(categories):
+            if value is None or i >= len(names):
                 continue
-            x = _MARGIN_LEFT + group * i + group * 0.11 + bar * s_index
+            x = _MARGIN_LEFT + slot * i + slot * 0.11 + bar * s_index
             top, bottom = sorted((y(value), zero))
-            color = s.color
-            if spec.diverging:
-                color = COLOR_UP if value > 0 else COLOR_DOWN
+            color = (COLOR_UP if value > 0 else COLOR_DOWN) if spec.diverging else s.color
             parts.append(
                 f'<rect x="{x:.1f}" y="{top:.1f}" width="{bar:.1f}" '
                 f'height="{max(bottom - top, 0.5):.1f}" fill="{escape(color)}">'
-                f"{_mark_title(spec, categories[i], s.name, value, i)}</rect>"
+                f"{_mark_title(spec, names[i], s.name, value, i)}</rect>"
             )
             error = s.errors[i] if s.errors and i < len(s.errors) else None
             if error is not None:
@@ -200,15 +185,12 @@ def _bars(
             text = spec.value_format(value)
             if error is None and len(text) * _CHAR_PX * 0.9 <= bar + 4:
                 ty = top - 4 if value >= 0 else bottom + 12
-                parts.append(
-                    f'<text class="value" x="{x + bar / 2:.1f}" y="{ty:.1f}" '
-                    f'text-anchor="middle">{escape(text)}</text>'
-                )
+                parts.append(_text("value", x + bar / 2, ty, text))
     return parts
 
 
 def _error_bar(x: float, low: float, high: float, bar: float) -> str:
-    """A vertical line from `low` to `high` (pixels) with caps: a 95% interval."""
+    """A 95% interval: a vertical line from `low` to `high` (pixels) with caps."""
     cap = min(bar * 0.3, 6.0)
     return (
         f'<path class="errorbar" d="M{x:.1f},{low:.1f}V{high:.1f}'
@@ -218,20 +200,15 @@ def _error_bar(x: float, low: float, high: float, bar: float) -> str:
 
 
 def _lines(
-    categories: Sequence[str],
-    series: Sequence[Series],
-    spec: ChartSpec,
-    y: Callable[[float], float],
-    group: float,
-    zero: float,
+    names: Sequence[str], series: Sequence[Series], spec: ChartSpec, y: _Y, slot: float, zero: float
 ) -> list[str]:
     parts: list[str] = []
-    label_room = group >= 34 and len(series) == 1
+    label_room = slot >= 34 and len(series) == 1
     for s in series:
         points = [
-            (i, _MARGIN_LEFT + group * (i + 0.5), y(value), value)
+            (i, _MARGIN_LEFT + slot * (i + 0.5), y(value), value)
             for i, value in enumerate(s.values)
-            if value is not None and i < len(categories)
+            if value is not None and i < len(names)
         ]
         if not points:
             continue
@@ -244,13 +221,10 @@ def _lines(
         for i, px, py, value in points:
             parts.append(
                 f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.6" fill="{color}">'
-                f"{_mark_title(spec, categories[i], s.name, value, i)}</circle>"
+                f"{_mark_title(spec, names[i], s.name, value, i)}</circle>"
             )
             if label_room:
-                parts.append(
-                    f'<text class="value" x="{px:.1f}" y="{py - 8:.1f}" text-anchor="middle">'
-                    f"{escape(spec.value_format(value))}</text>"
-                )
+                parts.append(_text("value", px, py - 8, spec.value_format(value)))
     return parts
 
 
@@ -258,8 +232,7 @@ def _legend(series: Sequence[Series], width: int) -> str:
     parts = []
     x = float(width - _MARGIN_RIGHT)
     for s in reversed(series):
-        text_w = len(s.name) * _CHAR_PX
-        x -= text_w + 22
+        x -= len(s.name) * _CHAR_PX + 22
         parts.append(
             f'<rect x="{x:.1f}" y="8" width="12" height="12" fill="{escape(s.color)}"/>'
             f'<text class="tick" x="{x + 16:.1f}" y="18">{escape(s.name)}</text>'

@@ -1,9 +1,8 @@
 """The report page: each section's data and charts, laid out by the `report.html.j2` template.
 
-`render_report(run, baseline)` returns the whole page as one string. The template is rendered
-with autoescape on, so every string from the data (query ids, reasons, errors, run ids) is
-escaped there; the only markup inserted as it is are the charts (`charts.chart` escapes its
-own text) and the package's stylesheet `report.css`, inlined so the page stays one file.
+`render_report(run, baseline)` returns the whole page as one string. The template autoescapes
+every string from the data; only the charts (which escape their own text) and the package's
+stylesheet go in as they are.
 """
 
 from __future__ import annotations
@@ -56,44 +55,35 @@ class Card:
 
 
 def _recorded(run: PublishedRun, name: str) -> str:
-    """A manifest field as text, "–" when the run did not record it."""
-    manifest = run.manifest
-    if manifest is None or name not in manifest.model_fields_set:
-        return "–"
-    return str(getattr(manifest, name))
+    recorded = run.manifest is not None and name in run.manifest.model_fields_set
+    return str(getattr(run.manifest, name)) if recorded else "–"
 
 
 def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
     negotiated = run.response_format  # the form the judge used, the forms the endpoint rejected
+    form = "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS)
     return [
         ("date", run.run_date.isoformat()),
         ("judge model", run.judge_model),
         ("prompt version", _recorded(run, "prompt_version")),
         ("published", _recorded(run, "published_at")),
         ("score scale", f"{run.summary.scale:g}"),
-        (
-            "structured output",
-            "–" if negotiated is None else negotiated.describe(max_reason_chars=_REASON_CHARS),
-        ),
+        ("structured output", form),
     ]
 
 
 def header_cards(s: RunSummary) -> list[Card]:
     sampled = s.population is not None and s.population != s.items
-    canary = CanaryResult.of_metrics(s.canary)
+    sample = f"judged of {fmt.integer(s.population)} (a sample)" if sampled else ""
     cards = [
-        Card(
-            "items",
-            fmt.integer(s.items),
-            f"judged of {fmt.integer(s.population)} (a sample)" if sampled else "",
-        ),
+        Card("items", fmt.integer(s.items), sample),
         Card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
         Card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
         Card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
         Card("mean", fmt.number(s.mean), f"95% CI {fmt.interval(s.mean_ci_low, s.mean_ci_high)}"),
         Card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
     ]
-    if canary:
+    if canary := CanaryResult.of_metrics(s.canary):
         judged = f"judge vs labels on {fmt.integer(canary.items)} items"
         cards.append(Card("canary kappa", fmt.number(canary.kappa, 3), judged))
     return cards
@@ -114,7 +104,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
             y_label="queries",
             width=620,
             edge_labels=[f"{i / bins:g}" for i in range(bins + 1)],
-            value_format=lambda v: f"{v:,.0f}",
+            value_format=fmt.integer,
         ),
     )
     bands = chart(
@@ -126,7 +116,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
             sublabels=[band_range(label) for label, _ in s.bands],
             y_label="queries",
             width=440,
-            value_format=lambda v: f"{v:,.0f}",
+            value_format=fmt.integer,
         ),
     )
     return hist, bands
@@ -139,9 +129,7 @@ def _rate_spec(top: float, **spec: Any) -> ChartSpec:
 
 
 def positions_view(run: PublishedRun) -> dict[str, Any]:
-    """The relevance rate by position (the first MAX_CHART_POSITIONS positions drawn): the
-    chart, the rate at position 0, the positions drawn and the contexts judged at the others
-    (None when all are drawn)."""
+    """The relevance rate by position: a chart of the first MAX_CHART_POSITIONS, and more."""
     rates = run.summary.position_rates
     shown = rates[:MAX_CHART_POSITIONS]
     svg = chart(
@@ -176,15 +164,12 @@ def _error(low: float | None, high: float | None) -> tuple[float, float] | None:
 
 
 def _segment_chart(names: list[str], series: Series, counts: list[int], **spec: Any) -> Markup:
-    """A bar chart of one value per segment, with its count under each bar."""
     sublabels = [f"n={n:,}" for n in counts]
     return chart(names, [series], ChartSpec(width=1090, height=310, sublabels=sublabels, **spec))
 
 
 def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
-    """Per `summary.by` column: its segments (`rows`, as in the summary: values sorted as text,
-    null last), a bar chart of their mean scores (the MAX_CHART_SEGMENTS lowest, lowest first)
-    and how many it leaves out (`undrawn`)."""
+    """Per `summary.by` column: its segments, and a chart of the lowest mean scores."""
     views = []
     for column in summary.segment_columns:
         rows = summary.segments_by(column)
@@ -220,14 +205,11 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
 
 
 def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, Any]]:
-    """Per segment column of the comparison: each value's shift with its gate word at the
-    defaults of `ctxprec compare` (`rows`), and a chart of the largest drops with their 95%
-    intervals."""
+    """Per segment column: each value's shift and gate word, and a chart of the largest drops."""
     verdict = gate(c, CompareOptions.min_effect, min_segment_size)
-    tested = {(s.by, s.value): s for s in verdict.segments}
     views = []
     for column in c.segment_columns:
-        shifts = [tested.get((s.by, s.value), s) for s in c.segments_by(column)]
+        shifts = verdict.segments_by(column)
         drawn = sorted(
             (s for s in shifts if s.shift is not None),
             key=lambda s: (s.shift or 0.0, _segment_name(s.value)),
@@ -292,8 +274,7 @@ def cost_view(run: PublishedRun) -> dict[str, Any]:
 
 
 def baseline_view(c: Comparison) -> dict[str, Any]:
-    """The comparison with the baseline run: cards, statistics, position charts, segments,
-    regressions."""
+    """The comparison with the baseline run: cards, statistics, charts, segments, regressions."""
     shift = c.mean_shift
     verdict = gate(c, CompareOptions.min_effect, CompareOptions.min_segment_size)
     o = verdict.overall
@@ -319,14 +300,8 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
         Card("regressed", fmt.integer(c.regressed), tone="bad" if c.regressed else ""),
         Card("unchanged", fmt.integer(c.unchanged)),
     ]
-    a, b = c.stats_a.as_dict(), c.stats_b.as_dict()
-    stats = []
-    for name in ("count", "mean", "median", "p10", "p90"):
-        before, after = a[name], b[name]
-        change = None if before is None or after is None else after - before
-        digits = 0 if name == "count" else 3
-        row = {"baseline": before, "this_run": after, "change": change, "digits": digits}
-        stats.append({"name": name, **row})
+    keys = ("name", "baseline", "this_run", "change", "digits")
+    stats = [dict(zip(keys, row, strict=True)) for row in c.stat_rows()]
     return {
         "comparison": c,
         "cards": cards,
@@ -338,7 +313,6 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
 
 
 def _position_compare_charts(c: Comparison) -> tuple[Markup, Markup]:
-    """Both runs' relevance rate by position, and its change."""
     change = c.positions.head(MAX_CHART_POSITIONS)
     categories = [str(p) for p in change["position"]]
     rate_a, rate_b, delta = (change[name].to_list() for name in ("rate_a", "rate_b", "delta"))
@@ -391,8 +365,7 @@ def _environment() -> jinja2.Environment:
 def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> str:
     """The whole report page as one HTML string (with a baseline section when given one)."""
     summary = run.summary
-    # The stylesheet goes in a <style> element, where entities are not decoded: it must not be
-    # escaped (it is the package's own file).
+    # Not escaped: a <style> element does not decode entities (and the file is our own).
     css = resources.files(PACKAGE).joinpath(STYLESHEET).read_text(encoding="utf-8")
     context: dict[str, Any] = {
         "css": Markup(css),

@@ -29,9 +29,8 @@ def histogram(scores: pl.LazyFrame, scale: float, bins: int = HISTOGRAM_BINS) ->
 
 
 def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
-    """`rows`: the `n` lowest-scored ok queries (ties by query_id), each with its `verdicts` in
-    position order (position, relevant: None when not judged, reason); `lowest_tied`: how many
-    ok queries share the lowest score (the page says so when that is more than it lists)."""
+    """`rows`: the `n` lowest-scored ok queries (ties by query_id) with their `verdicts` by
+    position; `lowest_tied`: how many ok queries share the lowest score."""
     ok = run.scores().filter(pl.col("status") == "ok")
     worst = (
         ok.select("query_id", "score", "relevant_count", "context_count", "reason")
@@ -56,8 +55,7 @@ def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
 
 
 def failed_items(run: PublishedRun, n: int = FAILED_ITEMS) -> list[dict[str, Any]]:
-    """The first `n` items not scored ok, by status then query_id: query_id, status, why (the
-    error, or the reason when there is no error)."""
+    """The first `n` items not scored ok, by status then query_id, with the error or reason."""
     return (
         run.scores()
         .filter(pl.col("status") != "ok")
