@@ -92,7 +92,7 @@ class TestResult:
 
 
 # scipy.stats.t's own functions (t.ppf is stdtrit, t.cdf stdtr) from scipy.special, imported on
-# first use: scipy.stats takes several times as long to import (docs/design-notes-tools.md).
+# first use: scipy.stats takes several times as long to import (docs/design.md).
 
 
 def t_quantile(p: float, df: float) -> float:

@@ -57,7 +57,7 @@ from scorer_core.types import ContextVerdict, ScoringItem
 # Reply tokens per verdict: the allowance the LLM judge itself reserves; per LLM reason.
 OUTPUT_TOKENS_PER_VERDICT = REPLY_TOKENS_PER_VERDICT
 OUTPUT_TOKENS_PER_REASON = 100
-# The run's edges, measured (docs/design-notes-tools.md): the slowest last reply as a multiple
+# The run's edges, measured (docs/design.md): the slowest last reply as a multiple
 # of the mean latency, the workers' start, and what importing litellm adds to it.
 TAIL_LATENCIES = 5.0
 WORKER_START_S = 3.0
