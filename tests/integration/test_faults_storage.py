@@ -239,15 +239,15 @@ def test_endpoint_down_during_publish_leaves_no_scores_and_rerun_publishes_witho
         config = s3_job(endpoint, source, server, run_id, ray={"shard_size": 4, "workers": 2})
         location = RunLocation(run_id, config.run.date)  # type: ignore[arg-type]
 
-        real_upload = publish._upload_frame
+        real_upload = publish._upload_table
         uploads: list[str] = []
 
-        def upload_then_pull_the_plug(store: Any, frame: Any, path: str, tmp: str) -> None:
+        def upload_then_pull_the_plug(store: Any, local: str, path: str) -> None:
             uploads.append(path)
-            real_upload(store, frame, path, tmp)
+            real_upload(store, local, path)
             endpoint.stop()  # right after the first table (verdicts) is up
 
-        monkeypatch.setattr(publish, "_upload_frame", upload_then_pull_the_plug)
+        monkeypatch.setattr(publish, "_upload_table", upload_then_pull_the_plug)
         with pytest.raises(StorageError) as caught:
             run_job(config)
         assert uploads == [location.table_file("verdicts"), location.table_file("summary")]
@@ -256,7 +256,7 @@ def test_endpoint_down_during_publish_leaves_no_scores_and_rerun_publishes_witho
         judged = verdict_requests(server)
         assert judged == len(rows)
 
-        monkeypatch.setattr(publish, "_upload_frame", real_upload)
+        monkeypatch.setattr(publish, "_upload_table", real_upload)
         endpoint.start()
         assert_nothing_published(endpoint, location)
         staged = endpoint.fs().find(f"{endpoint.bucket}/out/{location.staging}/items")

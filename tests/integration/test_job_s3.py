@@ -109,16 +109,16 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
     fs = s3(moto_s3)
 
     # Publication fails after the verdicts table is uploaded, before summary and scores.
-    real_upload = publish._upload_frame
+    real_upload = publish._upload_table
     uploads: list[str] = []
 
-    def failing_upload(store: Any, frame: Any, path: str, tmp: str) -> None:
+    def failing_upload(store: Any, local: str, path: str) -> None:
         uploads.append(path)
         if path.startswith("summary/"):
             raise StorageError(f"write {path} failed: injected outage")
-        real_upload(store, frame, path, tmp)
+        real_upload(store, local, path)
 
-    monkeypatch.setattr(publish, "_upload_frame", failing_upload)
+    monkeypatch.setattr(publish, "_upload_table", failing_upload)
     with pytest.raises(StorageError, match="injected outage"):
         run_job(config)
     assert uploads == [location.table_file("verdicts"), location.table_file("summary")]
@@ -130,7 +130,7 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
     staged = fs.find(f"{out}/{location.staging}/items")
     assert len(staged) == len(fs.find(f"{out}/{location.staging}/verdicts")) >= 3
 
-    monkeypatch.setattr(publish, "_upload_frame", real_upload)
+    monkeypatch.setattr(publish, "_upload_table", real_upload)
     outcome = run_job(config)
     assert outcome.shards_skipped == outcome.shards_total == len(staged)
     assert read_scores(moto_s3, out) == (120, 120, ["s3-publish-1"])
