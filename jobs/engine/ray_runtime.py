@@ -1,9 +1,6 @@
-"""Ray for the job: the environment it needs and how the driver starts or joins it.
-
-`RAY_ENV` is the one place those variables are written in Python: the driver, the tests'
-conftest and the benchmarks take them from here (the Makefile and .ci/run export the same
-values in shell, before any Python starts). This module imports Ray only inside `start_ray`,
-so reading `RAY_ENV` costs nothing.
+"""Ray for the job: the environment it needs, how the driver starts (and stops) or joins it.
+`RAY_ENV` is the one place those variables are written in Python (the Makefile and .ci/run
+export them in shell); Ray is imported only inside the functions, so reading it costs nothing.
 """
 
 from __future__ import annotations
@@ -33,9 +30,8 @@ RAY_ENV: dict[str, str] = {
 }
 
 
-# Ray's own logger in the driver: its INFO lines (a local instance started, a cluster joined)
-# are noise in a run's log. `ray.init` sets this level (importing Ray resets the logger, so the
-# console's setting cannot reach it).
+# Ray's INFO lines in the driver (a local instance started, a cluster joined) are noise in a
+# run's log; `ray.init` sets this level (importing Ray resets its logger: ours cannot reach it).
 _RAY_LOG_LEVEL = logging.WARNING
 
 
@@ -63,16 +59,14 @@ def start_ray(config: JobConfig) -> None:
     """Join the configured cluster (or the one a Ray Job runs in), else start Ray locally."""
     address = cluster_address(config)
     if not address:
-        # Ray reads these when it is imported: set them first.
-        set_env_defaults()
+        set_env_defaults()  # Ray reads these when it is imported
     import ray
 
     if ray.is_initialized():
         return
     if address:
-        # No runtime_env of our own: a Ray Job's runtime_env may set the same variables and Ray
-        # refuses to merge conflicting ones. The workers need nothing from here (scorer_core
-        # sets litellm's offline price map itself before importing it).
+        # No runtime_env of our own: a Ray Job's may set the same variables and Ray refuses to
+        # merge conflicting ones (scorer_core sets litellm's offline price map itself).
         ray.init(address=address, log_to_driver=True, logging_level=_RAY_LOG_LEVEL)
         return
     # Our own local Ray: none of its processes may outlive this driver (jobs.engine.reaper).
