@@ -194,13 +194,8 @@ def _sample(
     reader = parts.reader
     if reader is None:  # traces are assembled into items before planning
         raise RuntimeError("the run's items have no reader: traces not assembled yet")
-    sample = plan_sample(
-        config.sample,
-        shards,
-        lambda shard: reader.read(shard, tables.carried),
-        tables.carried,
-        config.summary.by,
-    )
+    read = functools.partial(reader.read, carried=tables.carried)
+    sample = plan_sample(config.sample, shards, read, tables.carried, config.summary.by)
     logger.info(f"sample: {sample.describe()}")
     return dataclasses.replace(parts, reader=dataclasses.replace(reader, sample=sample)), sample
 

@@ -100,10 +100,9 @@ def _stop_local_ray() -> None:
     """Stop our local Ray at exit without Ray's waits there: a 0.5 s pause, then a second for
     its autoscaler monitor, which outlasts SIGTERM (a run's driver has no use for it)."""
     import ray
-    from ray._private import ray_constants, worker
 
-    node: Any = worker._global_node
-    for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node else []:
+    node: Any = ray._private.worker._global_node  # its processes by type: a private attribute
+    for info in node.all_processes.get("monitor", []) if node else []:
         info.process.kill()
     ray.shutdown()
 
