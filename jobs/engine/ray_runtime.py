@@ -18,10 +18,9 @@ R = TypeVar("R")
 Mapper = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[Any]]
 """Runs `fn(*args)` for each args tuple, here or as Ray tasks; the results in any order."""
 
-# Ray reads these when it is imported, and its workers inherit them: a local Ray on loopback,
-# litellm's bundled price map (offline-safe), no usage statistics, and Arrow on jemalloc, which
-# hands freed pages back (with mimalloc the driver's memory grew with the run; Ray reads it at
-# import for its own Arrow buffers: docs/design-notes-engine.md).
+# Ray reads these at import and its workers inherit them: a local Ray on loopback, litellm's
+# bundled price map (offline-safe), no usage statistics, Arrow on jemalloc, which hands freed
+# pages back (with mimalloc the driver grew with the run: docs/design-notes-engine.md).
 RAY_ENV: dict[str, str] = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -81,8 +80,9 @@ def start_ray(config: JobConfig) -> None:
                 address="local",
                 num_cpus=max(2, os.cpu_count() or 2),
                 include_dashboard=False,
+                # no runtime_env: its processes inherit this one's environment, and a runtime_env
+                # (even env_vars alone) costs a run's first tasks seconds of worker start
                 _node_ip_address="127.0.0.1",
-                runtime_env={"env_vars": {key: os.environ[key] for key in RAY_ENV}},
                 log_to_driver=True,
                 logging_level=_RAY_LOG_LEVEL,
             )
