@@ -80,7 +80,7 @@ def _timings(out: Path) -> dict[str, float]:
     manifests = list(out.glob("**/manifest.json"))
     if not manifests:
         return {}
-    timings = json.loads(manifests[0].read_text()).get("timings") or {}
+    timings = json.loads(manifests[0].read_text()).get("timings_s") or {}
     return {k: float(v) for k, v in timings.items() if isinstance(v, int | float)}
 
 

@@ -1,9 +1,14 @@
 """What judge tokens cost, from litellm's bundled price map: online at the model's price, batch
-at its batch price, else half the online price ASSUMED (`price_basis` says which)."""
+at its batch price, else half the online price ASSUMED (`price_basis` says which). The map is
+read as the file litellm ships: importing litellm would cost the driver seconds."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from scorer_core.capabilities import capabilities_of
@@ -13,36 +18,44 @@ BATCH_DISCOUNT_ASSUMED = 0.5
 price for the model (OpenAI, Azure OpenAI, Vertex and Bedrock all charge about half)."""
 
 
+@functools.cache
+def _price_map() -> dict[str, Any]:
+    spec = importlib.util.find_spec("litellm")  # the package's folder, without importing it
+    folder = Path(spec.origin or "").parent if spec else Path()
+    return dict(json.loads((folder / "model_prices_and_context_window_backup.json").read_text()))
+
+
 def _model_info(model: str) -> dict[str, Any] | None:
-    from scorer_core.litellm_client import import_litellm
+    """The map's entry for `model`, as litellm finds it: the whole string, else the name after
+    a provider prefix when the entry is that provider's."""
+    provider, _, name = model.partition("/")
+    info = _price_map().get(model)
+    if info is None and name:
+        info = _price_map().get(name)
+        if info is not None and info.get("litellm_provider") != provider:
+            return None
+    return info if isinstance(info, dict) else None
 
-    try:
-        info = import_litellm().get_model_info(model=model)
-    except Exception:  # litellm raises several types for an unknown model; none are fatal here
+
+def _rates(model: str, suffix: str = "") -> tuple[float, float] | None:
+    """(input, output) price per token of `model` (`suffix` "_batches": in batch mode)."""
+    info = _model_info(model) or {}
+    rates = [info.get(f"{side}_cost_per_token{suffix}") for side in ("input", "output")]
+    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in rates):
         return None
-    return dict(info) if info else None
-
-
-def _rate(info: dict[str, Any], key: str) -> float | None:
-    value = info.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return float(rates[0]), float(rates[1])  # type: ignore[arg-type]
 
 
 def _batch_rates(model: str) -> tuple[float, float, bool] | None:
     """(input, output price per token, whether litellm knows them) in batch mode; None when
     there is no price at all."""
-    info = _model_info(model)
-    if info is None:
+    batch = _rates(model, "_batches")
+    if batch is not None:
+        return *batch, True
+    online = _rates(model)
+    if online is None or not any(online):
         return None
-    batch_in = _rate(info, "input_cost_per_token_batches")
-    batch_out = _rate(info, "output_cost_per_token_batches")
-    if batch_in is not None and batch_out is not None:
-        return batch_in, batch_out, True
-    online_in = _rate(info, "input_cost_per_token")
-    online_out = _rate(info, "output_cost_per_token")
-    if online_in is None or online_out is None or not (online_in or online_out):
-        return None
-    return online_in * BATCH_DISCOUNT_ASSUMED, online_out * BATCH_DISCOUNT_ASSUMED, False
+    return online[0] * BATCH_DISCOUNT_ASSUMED, online[1] * BATCH_DISCOUNT_ASSUMED, False
 
 
 def estimate_cost_usd(
@@ -52,21 +65,10 @@ def estimate_cost_usd(
     for the offline judge or a model without a price."""
     if not model or not capabilities_of(model).priced:
         return None
-    if batch:
-        rates = _batch_rates(model)
-        if rates is None:
-            return None
-        cost = prompt_tokens * rates[0] + completion_tokens * rates[1]
-        return cost if math.isfinite(cost) else None
-    from scorer_core.litellm_client import import_litellm
-
-    try:
-        prompt_cost, completion_cost = import_litellm().cost_per_token(
-            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-        )
-        cost = float(prompt_cost) + float(completion_cost)
-    except Exception:  # litellm raises several types for an unknown model; none are fatal here
+    rates = _batch_rates(model) if batch else _rates(model)
+    if rates is None:
         return None
+    cost = prompt_tokens * rates[0] + completion_tokens * rates[1]
     return cost if math.isfinite(cost) else None
 
 

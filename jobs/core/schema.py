@@ -50,7 +50,7 @@ class Table:
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "_by_name", {column.name: column for column in self.columns})
         object.__setattr__(self, "arrow", arrow)
-        object.__setattr__(self, "polars", pl.from_arrow(arrow.empty_table()).schema)  # type: ignore[union-attr]
+        object.__setattr__(self, "polars", pl.from_arrow(pa.Table.from_batches([], arrow)).schema)  # type: ignore[union-attr]
 
     def column(self, name: str) -> Column:
         """The column called `name` (KeyError naming the table when there is none)."""

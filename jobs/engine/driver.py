@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from jobs.core.config import JobConfig
@@ -26,7 +28,7 @@ from jobs.engine.fanout import fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
 from jobs.engine.messages import FlowFacts, ShardReport
-from jobs.engine.pairs.lookahead import look_ahead
+from jobs.engine.pairs.lookahead import in_driver, look_ahead
 from jobs.engine.parts import RunParts
 from jobs.engine.plan import RunPlan
 from jobs.engine.publish.manifest_builder import (
@@ -192,31 +194,29 @@ def _sample(
     reader = parts.reader
     if reader is None:  # traces are assembled into items before planning
         raise RuntimeError("the run's items have no reader: traces not assembled yet")
-    sample = plan_sample(
-        config.sample,
-        shards,
-        lambda shard: reader.read(shard, tables.carried),
-        tables.carried,
-        config.summary.by,
-    )
+    read = functools.partial(reader.read, carried=tables.carried)
+    sample = plan_sample(config.sample, shards, read, tables.carried, config.summary.by)
     logger.info(f"sample: {sample.describe()}")
     return dataclasses.replace(parts, reader=dataclasses.replace(reader, sample=sample)), sample
 
 
 def _look_ahead(plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str, float]) -> RunPlan:
-    """Start Ray when there is work, and look ahead (`jobs.engine.pairs.lookahead`) when the
-    run finds repeated query ids first or uses the verdict cache: the plan with what it staged."""
+    """Start Ray when there is work, and look ahead (`jobs.engine.pairs.lookahead`; a small run's
+    in the driver, while Ray starts) for repeated ids or the verdict cache: the plan with it."""
     if not todo:
         return plan
     started = time.monotonic()
-    start_ray(plan.config)
-    ready = time.monotonic()
-    timings["ray_start"] += ready - started
-    if plan.parts.find_duplicates_first or plan.parts.cache is not None:
-        # a batch round's requests are fixed per pass: no shard waits for another's replies
-        looked = look_ahead(plan, todo, shared=plan.config.judge.mode != "batch")
-        plan = dataclasses.replace(plan, looked=looked)
-        timings["lookahead"] = time.monotonic() - ready
+    # a batch round's requests are fixed per pass: no shard waits for another's replies
+    look = functools.partial(look_ahead, plan, todo, shared=plan.config.judge.mode != "batch")
+    wanted = plan.parts.find_duplicates_first or plan.parts.cache is not None
+    with ThreadPoolExecutor(1) as pool:
+        early = pool.submit(look) if wanted and in_driver(plan, plan.shards) else None
+        start_ray(plan.config)
+        ready = time.monotonic()
+        timings["ray_start"] += ready - started
+        if wanted:
+            plan = dataclasses.replace(plan, looked=early.result() if early else look())
+            timings["lookahead"] = time.monotonic() - ready  # what it took beyond Ray's start
     return plan
 
 
@@ -246,8 +246,7 @@ def _judge(
 
 
 def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
-    """Publish the staged shards (it removes the staging area, lease file included, once the
-    run is out)."""
+    """Publish the staged shards (and remove the staging area, lease file included)."""
     config = plan.config
     return publish_run(
         plan.store,
@@ -285,14 +284,12 @@ def print_outcome(outcome: RunOutcome, store_root: str) -> None:
     DuckDB query to read them."""
     from jobs.engine.publish.summary_table import format_summary_table
 
-    where = outcome.published.scores_url
-    summary = outcome.published.summary
-    errors = outcome.published.error_rate
-    print(format_summary_table(summary, where, outcome.published.judge))
+    published, errors = outcome.published, outcome.published.error_rate
+    print(format_summary_table(published.summary, published.scores_url, published.judge))
     print(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
-        f"duplicates {outcome.published.duplicates}\n"
+        f"duplicates {published.duplicates}\n"
         + (f"errors: {errors.describe()}\n" if errors and errors.errors else "")
         + f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
         f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"",

@@ -98,14 +98,12 @@ def _start_coordinator(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    limits = plan.config.rate_limit
+    governor = RunGovernor.for_limits(plan.config.rate_limit) if governed else None
     return cast(
         CoordinatorHandle,
         coordinator_actor_class()
         .options(scheduling_strategy=here)
-        .remote(
-            list(todo), RunGovernor.for_limits(limits) if governed else None, plan.looked.owners
-        ),
+        .remote(list(todo), governor, plan.looked.owners),
     )
 
 

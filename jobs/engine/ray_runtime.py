@@ -1,13 +1,11 @@
-"""Ray for the job: the environment it needs and how the driver starts or joins it.
-
-`RAY_ENV` is the one place those variables are written in Python: the driver, the tests'
-conftest and the benchmarks take them from here (the Makefile and .ci/run export the same
-values in shell, before any Python starts). This module imports Ray only inside `start_ray`,
-so reading `RAY_ENV` costs nothing.
+"""Ray for the job: the environment it needs, how the driver starts (and stops) or joins it.
+`RAY_ENV` is the one place those variables are written in Python (the Makefile and .ci/run
+export them in shell); Ray is imported only inside the functions, so reading it costs nothing.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
@@ -20,10 +18,9 @@ R = TypeVar("R")
 Mapper = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[Any]]
 """Runs `fn(*args)` for each args tuple, here or as Ray tasks; the results in any order."""
 
-# Ray reads these when it is imported, and its workers inherit them: a local Ray on loopback,
-# litellm's bundled price map (offline-safe), no usage statistics, and Arrow on jemalloc, which
-# hands freed pages back (with mimalloc the driver's memory grew with the run; Ray reads it at
-# import for its own Arrow buffers: docs/design-notes-engine.md).
+# Ray reads these at import and its workers inherit them: a local Ray on loopback, litellm's
+# bundled price map (offline-safe), no usage statistics, Arrow on jemalloc, which hands freed
+# pages back (with mimalloc the driver grew with the run: docs/design-notes-engine.md).
 RAY_ENV: dict[str, str] = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -32,9 +29,8 @@ RAY_ENV: dict[str, str] = {
 }
 
 
-# Ray's own logger in the driver: its INFO lines (a local instance started, a cluster joined)
-# are noise in a run's log. `ray.init` sets this level (importing Ray resets the logger, so the
-# console's setting cannot reach it).
+# Ray's INFO lines in the driver (a local instance started, a cluster joined) are noise in a
+# run's log; `ray.init` sets this level (importing Ray resets its logger: ours cannot reach it).
 _RAY_LOG_LEVEL = logging.WARNING
 
 
@@ -62,16 +58,14 @@ def start_ray(config: JobConfig) -> None:
     """Join the configured cluster (or the one a Ray Job runs in), else start Ray locally."""
     address = cluster_address(config)
     if not address:
-        # Ray reads these when it is imported: set them first.
-        set_env_defaults()
+        set_env_defaults()  # Ray reads these when it is imported
     import ray
 
     if ray.is_initialized():
         return
     if address:
-        # No runtime_env of our own: a Ray Job's runtime_env may set the same variables and Ray
-        # refuses to merge conflicting ones. The workers need nothing from here (scorer_core
-        # sets litellm's offline price map itself before importing it).
+        # No runtime_env of our own: a Ray Job's may set the same variables and Ray refuses to
+        # merge conflicting ones (scorer_core sets litellm's offline price map itself).
         ray.init(address=address, log_to_driver=True, logging_level=_RAY_LOG_LEVEL)
         return
     # Our own local Ray: none of its processes may outlive this driver (jobs.engine.reaper).
@@ -86,11 +80,13 @@ def start_ray(config: JobConfig) -> None:
                 address="local",
                 num_cpus=max(2, os.cpu_count() or 2),
                 include_dashboard=False,
+                # no runtime_env: its processes inherit this one's environment, and a runtime_env
+                # (even env_vars alone) costs a run's first tasks seconds of worker start
                 _node_ip_address="127.0.0.1",
-                runtime_env={"env_vars": {key: os.environ[key] for key in RAY_ENV}},
                 log_to_driver=True,
                 logging_level=_RAY_LOG_LEVEL,
             )
+            atexit.register(_stop_local_ray)  # before Ray's own exit handler (last in, first out)
             return
         except Exception as exc:
             # On an overloaded machine a local node can miss Ray's start-up deadline; a second
@@ -98,6 +94,17 @@ def start_ray(config: JobConfig) -> None:
             if attempt == 2 or "timed out during startup" not in str(exc):
                 raise
             ray.shutdown()
+
+
+def _stop_local_ray() -> None:
+    """Stop our local Ray at exit without Ray's waits there: a 0.5 s pause, then a second for
+    its autoscaler monitor, which outlasts SIGTERM (a run's driver has no use for it)."""
+    import ray
+
+    node: Any = ray._private.worker._global_node  # its processes by type: a private attribute
+    for info in node.all_processes.get("monitor", []) if node else []:
+        info.process.kill()
+    ray.shutdown()
 
 
 def local_map(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:

@@ -63,14 +63,11 @@ def marked_processes(token: str) -> list[int]:
     return found
 
 
-def sweep(token: str) -> int:
-    """SIGKILL every marked process; how many were signalled."""
-    killed = 0
+def sweep(token: str) -> None:
+    """SIGKILL every marked process."""
     for pid in marked_processes(token):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-            killed += 1
-    return killed
 
 
 def watch(token: str, pipe: IO[bytes]) -> None:
@@ -79,8 +76,7 @@ def watch(token: str, pipe: IO[bytes]) -> None:
         while pipe.read(4096):
             pass
     for attempt in range(SWEEPS):
-        if attempt:
-            time.sleep(SWEEP_GAP_S)
+        time.sleep(SWEEP_GAP_S if attempt else 0)
         sweep(token)
 
 

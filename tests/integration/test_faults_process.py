@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -55,8 +56,10 @@ from tests.support.job import (
     verdict_requests,
     verdicts_frame,
 )
+from tests.support.paths import REPO
 from tests.support.processes import (
     Outcome,
+    driver_env,
     kill_group_and_ray,
     kill_sender,
     lean_judge,
@@ -300,6 +303,31 @@ def test_after_the_driver_is_sigkilled_no_process_of_its_ray_lives_on(
     finally:
         kill_group_and_ray(driver, ray_tmp)
         gate.release()
+
+
+def test_a_finished_run_stops_its_ray_at_exit_and_leaves_no_process(
+    tmp_path: Path, ray_tmp: str
+) -> None:
+    """The driver stops its own Ray at exit without Ray's waits (issue 30): it exits 0 with no
+    error from its exit handlers, and no process of its Ray outlives it for long."""
+    source, _, out = sample_job(tmp_path, 30, seed=43)
+    config_path = tmp_path / "job.yaml"
+    config_path.write_text(yaml.safe_dump(raw_config(source, out)))
+    command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
+    done = subprocess.run(
+        command, cwd=REPO, env=driver_env(ray_tmp), capture_output=True, text=True, timeout=300
+    )
+    try:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Error in atexit" not in done.stderr and "Traceback" not in done.stderr
+        deadline = time.monotonic() + 10  # the reaper's last sweeps run after the driver's end
+        while ray_processes(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [(p.pid, p.cmdline()[:3]) for p in ray_processes(ray_tmp)]
+        assert left == [], f"processes of the finished driver's Ray still alive: {left}"
+    finally:
+        for other in ray_processes(ray_tmp):
+            other.kill()
 
 
 # -- two drivers at once ----------------------------------------------------------------------

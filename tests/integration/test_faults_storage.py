@@ -28,9 +28,8 @@ import s3fs
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
-from jobs.core.storage import filesystem
+from jobs.core.storage import Store, filesystem
 from jobs.engine.driver import RunFailed
-from jobs.engine.publish import publisher as publish
 from jobs.run.job import run_job
 from scorer_core.errors import StorageError
 from tests.fake_judge import FakeJudgeServer, FaultPlan
@@ -239,15 +238,15 @@ def test_endpoint_down_during_publish_leaves_no_scores_and_rerun_publishes_witho
         config = s3_job(endpoint, source, server, run_id, ray={"shard_size": 4, "workers": 2})
         location = RunLocation(run_id, config.run.date)  # type: ignore[arg-type]
 
-        real_upload = publish._upload_table
+        real_upload = Store.upload_file_atomic
         uploads: list[str] = []
 
-        def upload_then_pull_the_plug(store: Any, local: str, path: str) -> None:
-            uploads.append(path)
-            real_upload(store, local, path)
+        def upload_then_pull_the_plug(store: Store, local_path: str, path: str) -> None:
+            uploads.append(path.split("/out/", 1)[-1])  # the path in the output folder
+            real_upload(store, local_path, path)
             endpoint.stop()  # right after the first table (verdicts) is up
 
-        monkeypatch.setattr(publish, "_upload_table", upload_then_pull_the_plug)
+        monkeypatch.setattr(Store, "upload_file_atomic", upload_then_pull_the_plug)
         with pytest.raises(StorageError) as caught:
             run_job(config)
         assert uploads == [location.table_file("verdicts"), location.table_file("summary")]
@@ -256,7 +255,7 @@ def test_endpoint_down_during_publish_leaves_no_scores_and_rerun_publishes_witho
         judged = verdict_requests(server)
         assert judged == len(rows)
 
-        monkeypatch.setattr(publish, "_upload_table", real_upload)
+        monkeypatch.setattr(Store, "upload_file_atomic", real_upload)
         endpoint.start()
         assert_nothing_published(endpoint, location)
         staged = endpoint.fs().find(f"{endpoint.bucket}/out/{location.staging}/items")

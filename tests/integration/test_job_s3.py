@@ -14,9 +14,8 @@ import s3fs
 
 from jobs.core.config import JobConfig, parse_config
 from jobs.core.run_layout import RunLocation
-from jobs.core.storage import s3_options
+from jobs.core.storage import Store, s3_options
 from jobs.engine.driver import RunFailed
-from jobs.engine.publish import publisher as publish
 from jobs.run.job import run_job
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import StorageError
@@ -109,16 +108,17 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
     fs = s3(moto_s3)
 
     # Publication fails after the verdicts table is uploaded, before summary and scores.
-    real_upload = publish._upload_table
+    real_upload = Store.upload_file_atomic
     uploads: list[str] = []
 
-    def failing_upload(store: Any, local: str, path: str) -> None:
-        uploads.append(path)
-        if path.startswith("summary/"):
-            raise StorageError(f"write {path} failed: injected outage")
-        real_upload(store, local, path)
+    def failing_upload(store: Store, local_path: str, path: str) -> None:
+        table = path.split(f"{out}/"[5:], 1)[-1]  # the path in the output folder
+        uploads.append(table)
+        if table.startswith("summary/"):
+            raise StorageError(f"write {table} failed: injected outage")
+        real_upload(store, local_path, path)
 
-    monkeypatch.setattr(publish, "_upload_table", failing_upload)
+    monkeypatch.setattr(Store, "upload_file_atomic", failing_upload)
     with pytest.raises(StorageError, match="injected outage"):
         run_job(config)
     assert uploads == [location.table_file("verdicts"), location.table_file("summary")]
@@ -130,7 +130,7 @@ def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(
     staged = fs.find(f"{out}/{location.staging}/items")
     assert len(staged) == len(fs.find(f"{out}/{location.staging}/verdicts")) >= 3
 
-    monkeypatch.setattr(publish, "_upload_table", real_upload)
+    monkeypatch.setattr(Store, "upload_file_atomic", real_upload)
     outcome = run_job(config)
     assert outcome.shards_skipped == outcome.shards_total == len(staged)
     assert read_scores(moto_s3, out) == (120, 120, ["s3-publish-1"])

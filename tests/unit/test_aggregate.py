@@ -12,6 +12,8 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -580,9 +582,22 @@ def test_cost() -> None:
     assert estimate_cost_usd("lexical", 1000, 100) is None
     assert estimate_cost_usd("", 1000, 100) is None
     assert estimate_cost_usd("no-such-provider/no-such-model-xyz", 1000, 100) is None
-    cost = estimate_cost_usd("openai/gpt-4o-mini", 1_000_000, 100_000)
-    assert cost is not None
-    assert cost > 0
+    # litellm's price for gpt-4o-mini: $0.15 per million prompt tokens, $0.60 per million out
+    assert estimate_cost_usd("openai/gpt-4o-mini", 1_000_000, 100_000) == pytest.approx(0.21)
+    assert estimate_cost_usd("gpt-4o-mini", 1_000_000, 0) == pytest.approx(0.15)
+    # the name after a provider prefix is priced only when the entry is that provider's
+    assert estimate_cost_usd("anthropic/gpt-4o-mini", 1000, 100) is None
+
+
+def test_pricing_reads_the_price_map_without_importing_litellm() -> None:
+    # importing litellm costs a run's driver seconds (issue 30): the price map is a file
+    code = (
+        "import sys; from jobs.core.pricing import estimate_cost_usd, price_basis; "
+        "assert estimate_cost_usd('openai/gpt-4o-mini', 10, 1) > 0; "
+        "assert 'batch price' in price_basis('openai/gpt-4o-mini', batch=True); "
+        "assert 'litellm' not in sys.modules, 'litellm imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_summary_cost_for_a_priced_model() -> None:

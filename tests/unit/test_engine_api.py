@@ -1,5 +1,6 @@
 """`jobs.engine`'s public names: each one resolves from the module it lives in, and importing a
-light module of the package (what the coordinator actor imports) loads no Polars or pyarrow."""
+light module of the package (what the coordinator actor imports) loads no Polars or pyarrow,
+and the driver and the workers load neither litellm nor pandas."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ def test_the_coordinator_side_imports_nothing_heavy() -> None:
         "import sys, jobs.engine.messages, jobs.engine.control.coordinator;"
         "import jobs.engine.ray_runtime;"
         "print(sorted(m for m in ('polars', 'pyarrow', 'fsspec', 'ray') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_driver_and_the_workers_import_neither_litellm_nor_pandas() -> None:
+    # litellm costs seconds and pandas a few tenths in every process that imports it (issue 30):
+    # the lean HTTP transport, the offline judge and the prices need neither
+    code = (
+        "import sys, jobs.engine.driver, jobs.engine.shards.worker, jobs.run.factory;"
+        "print(sorted(m for m in ('litellm', 'pandas') if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True

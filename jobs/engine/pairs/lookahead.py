@@ -313,14 +313,19 @@ def _read_done(store: Store, staging: str) -> frozenset[str] | None:
     return frozenset(json.loads(store.read_bytes(path))["shards"])
 
 
+def in_driver(plan: RunPlan, shards: Sequence[Shard]) -> bool:
+    """Whether `shards` are looked at in the driver (no Ray needed): a small run."""
+    size = plan.config.ray.shard_size
+    items = sum(s.end - s.start if s.kind == "rows" else size for s in shards)
+    return len(shards) < plan.config.ray.workers or items <= LOCAL_ITEMS
+
+
 def _mapper(plan: RunPlan, numbered: Sequence[tuple[int, Shard]]) -> Mapper:
     """Calls in the driver for a small run (no round of Ray tasks to wait for), else Ray
     tasks, twice as many in flight as the run has workers (the keys waiting stay small)."""
-    config = plan.config
-    items = sum(s.end - s.start if s.kind == "rows" else config.ray.shard_size for _, s in numbered)
-    if len(numbered) < config.ray.workers or items <= LOCAL_ITEMS:
+    if in_driver(plan, [shard for _, shard in numbered]):
         return local_map
-    return ray_map(config, in_flight=2 * config.ray.workers)
+    return ray_map(plan.config, in_flight=2 * plan.config.ray.workers)
 
 
 def stored_pair_keys(

@@ -90,11 +90,8 @@ CANARY_METRICS: tuple[str, ...] = (
 kappa, precision and recall of the judge's verdicts against the labels."""
 
 FLOW_METRICS: tuple[str, ...] = (
-    "in_flight_budget",
-    "max_in_flight",
-    "latency_p50_s",
-    "latency_p90_s",
-    "latency_p99_s",
+    *("in_flight_budget", "max_in_flight"),
+    *("latency_p50_s", "latency_p90_s", "latency_p99_s"),
 )
 """The run's request flow, from the governor (`jobs.engine.control.governor`)."""
 

@@ -4,6 +4,7 @@ learns and writes `manifest.json`."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -56,10 +57,7 @@ def run_manifest(
 def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
     """How many of the shards this driver ran (not those it found staged) ran on each Ray
     node, by node id."""
-    counts: dict[str, int] = {}
-    for report in reports:
-        if report.node and not report.skipped:
-            counts[report.node] = counts.get(report.node, 0) + 1
+    counts = Counter(report.node for report in reports if report.node and not report.skipped)
     return dict(sorted(counts.items()))
 
 

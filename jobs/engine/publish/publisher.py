@@ -204,7 +204,8 @@ def publish_run(
         summary.to_frame().write_parquet(tmp / "summary.parquet", compression="zstd")
         # scores last: a reader of scores/ sees a whole run or none of it
         for table in ("verdicts", "summary", "scores"):
-            _upload_table(store, str(tmp / f"{table}.parquet"), location.table_file(table))
+            local = str(tmp / f"{table}.parquet")
+            store.upload_file_atomic(local, store.join(location.table_file(table)))
     manifest = _complete(store, location, manifest, summary, duplicates, errors, started)
     store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
     store.rm(StagingArea(store, location.staging).path(), recursive=True)
@@ -215,11 +216,6 @@ def publish_run(
         judge=manifest.judge,
         error_rate=errors,
     )
-
-
-def _upload_table(store: Store, local: str, path: str) -> None:
-    """One written table into the store at `path` (the tests' seam for a failing store)."""
-    store.upload_file_atomic(local, store.join(path))
 
 
 def _complete(
