@@ -318,6 +318,12 @@ def compare_runs(
     run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] | None = None
 ) -> Comparison:
     """Compare two published runs (A the baseline, B the candidate), overall and per segment."""
+    scales = (run_a.summary.scale, run_b.summary.scale)
+    if all(scales) and scales[0] != scales[1]:
+        raise ConfigError(
+            f"runs {run_a.run_id} and {run_b.run_id} were scored on different scales "
+            f"(scorer.scale {scales[0]:g} and {scales[1]:g}): compare runs of one scale"
+        )
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
     table, positions = pl.collect_all(
         [

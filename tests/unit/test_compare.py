@@ -434,3 +434,17 @@ def test_bands_by_name_also_for_a_run_published_before_bands_had_names(tmp_path:
     assert "excellent (>= 0.85)" in text
     _, printed = run_compare(tmp_path, "old", "new")
     assert text in printed
+
+
+def test_runs_on_different_scales_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = open_store(str(tmp_path))
+    queries = [Query(f"q{i}", [True, False, i % 2 == 0]) for i in range(20)]
+    publish(store, "on-ten", queries, scale=10.0)
+    publish(store, "on-one", queries, scale=1.0)
+    code = ctxprec(["compare", "on-ten", "on-one", "--output", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "on-ten and on-one were scored on different scales" in err
+    assert "scorer.scale 10 and 1" in err
