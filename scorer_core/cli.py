@@ -127,13 +127,20 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    key = os.environ.get(args.api_key_env) or None
+    if key is None and not args.api_base and capabilities_of(args.model).needs_api_key:
+        raise ConfigError(  # as `run` does: before any call, not after the retries
+            f"--api-key-env: environment variable {args.api_key_env} is not set (model "
+            f"{args.model} needs an API key; name the variable that holds it, or give "
+            "--api-base for a local server)"
+        )
     options = {
         "timeout": args.timeout,
         "transport": args.transport,
         "response_format": args.response_format,
         "api_base": args.api_base or None,
         "max_tokens": args.max_tokens,
-        "api_key": os.environ.get(args.api_key_env) or None,
+        "api_key": key,
     }
     return {name: value for name, value in options.items() if value is not None}
 

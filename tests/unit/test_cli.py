@@ -291,3 +291,15 @@ def test_status_of_an_unknown_run_exits_2_and_of_a_staged_one_says_where_it_stan
     out = capsys.readouterr().out
     assert "run nightly-9: not published; 1 shard(s) staged (an online run)" in out
     assert "no driver holds the run" in out
+
+
+def test_score_without_its_key_exits_2_at_once_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CTXPREC_TEST_UNSET_KEY", raising=False)
+    item = {"input": "q", "output": "o", "context": ["a", "b"]}
+    argv = ["--model", "openai/gpt-4o-mini", "--api-key-env", "CTXPREC_TEST_UNSET_KEY"]
+    code = score_from_stdin(item, [*argv, "--timeout", "2"], monkeypatch)
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE, err
+    assert "environment variable CTXPREC_TEST_UNSET_KEY is not set" in err
