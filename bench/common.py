@@ -15,6 +15,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
+# What the benches that run the job in processes of its own give it: Ray on loopback, litellm's
+# local price map, Arrow on jemalloc, and a judge key that is not a secret.
+KEY_ENV = "BENCH_JUDGE_KEY"
+ENV = {
+    **os.environ,
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+    KEY_ENV: "bench-not-a-secret",
+}
+# The generated sample's column names (jobs.tools.sample_data) as a job config maps them.
+COLUMNS = {
+    "query_id": "id",
+    "input": "question",
+    "output": "answer",
+    "expected_output": "ground_truth",
+    "context": "contexts",
+}
 
 
 def machine() -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,25 +27,9 @@ from typing import Any
 import polars as pl
 import yaml
 
-from bench.common import serving
+from bench.common import COLUMNS, ENV, KEY_ENV, serving
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY_ENV = "BENCH_JUDGE_KEY"
-ENV = {
-    **os.environ,
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
-    KEY_ENV: "bench-not-a-secret",
-}
-COLUMNS = {
-    "query_id": "id",
-    "input": "question",
-    "output": "answer",
-    "expected_output": "ground_truth",
-    "context": "contexts",
-}
 # Columns that hold times or durations: they differ from run to run by nature.
 TIMED = {"seconds", "written_at", "latency_s", "started_at", "finished_at", "published_at"}
 # The summary's metrics that are times or rates over time.

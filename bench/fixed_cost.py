@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -27,26 +26,10 @@ from typing import Any
 
 import yaml
 
-from bench.common import DOCS, header, serving, show_and_write
+from bench.common import COLUMNS, DOCS, ENV, KEY_ENV, header, serving, show_and_write
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY_ENV = "BENCH_JUDGE_KEY"
-ENV = {
-    **os.environ,
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
-    KEY_ENV: "bench-not-a-secret",
-}
 BARE_RAY = "import ray; ray.init(num_cpus=2, include_dashboard=False); ray.shutdown()"
-COLUMNS = {
-    "query_id": "id",
-    "input": "question",
-    "output": "answer",
-    "expected_output": "ground_truth",
-    "context": "contexts",
-}
 
 
 def _timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
