@@ -57,11 +57,12 @@ score-example: install
 	$(BIN)/ctxprec score examples/item.json
 
 # The real-model tests (marker llm) run when the llm extra is installed and skip otherwise.
-# The unit tests (no Ray) go over both cores; the integration tests, which start Ray and real
-# servers, one at a time. Both parts run even when the first fails, each with its summary.
+# Three pytest-xdist workers, each given whole files (an integration module starts its servers
+# once): the integration files mostly wait on servers and subprocesses, so the CPU-bound unit
+# tests run in their gaps. Every test runs in a worker process, so a test whose Ray ends its
+# process fails alone and the summary still prints.
 test: install
-	@status=0; $(BIN)/pytest tests/unit -n 2 || status=$$?; \
-		$(BIN)/pytest tests/integration || status=$$?; exit $$status
+	$(BIN)/pytest tests -n 3 --dist loadfile
 
 # The unit tests alone (no Ray), spread over the cores.
 test-unit: install
