@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from jobs.core.config import JobConfig
 from jobs.core.pricing import price_basis
-from jobs.core.run_layout import RunLocation, StagingArea, manifests_glob
+from jobs.core.run_layout import RunLocation, StagingArea, manifests_glob, published_glob
 from jobs.core.run_manifest import JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store
@@ -358,13 +358,21 @@ def print_outcome(outcome: RunOutcome, store_root: str) -> None:
 
     published, errors = outcome.published, outcome.published.error_rate
     print(format_summary_table(published.summary, published.scores_url, published.judge))
+    cut = published.truncated
+    scores = published_glob("scores", outcome.run_id, outcome.run_date.isoformat())
     print(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
         f"duplicates {published.duplicates}\n"
         + (f"errors: {errors.describe()}\n" if errors and errors.errors else "")
+        + (
+            f"truncated: {cut:,} item(s) had contexts cut (input.max_context_chars or "
+            "input.max_contexts; column truncated)\n"
+            if cut
+            else ""
+        )
         + f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
-        f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"",
+        f"'{store_root.rstrip('/')}/{scores}', hive_partitioning=true)\"",
         flush=True,
     )
 

@@ -15,6 +15,7 @@ import yaml
 
 from jobs import cli
 from jobs.core.config import JobConfig
+from jobs.engine import print_outcome
 from jobs.run.job import run_job
 from tests.unit.test_lease import staged_run
 
@@ -65,5 +66,32 @@ def test_a_resumed_run_given_another_date_is_refused(tmp_path: Path) -> None:
     moved = config.model_copy(
         update={"run": config.run.model_copy(update={"date": dt.date(2026, 12, 2)})}
     )
-    with pytest.raises(Exception, match="run staged started as run.date 2026-11-30"):
+    with pytest.raises(Exception, match=r"run staged started as run\.date 2026-11-30"):
         run_job(moved)
+
+
+def test_the_printed_summary_queries_the_runs_own_folder_and_counts_truncated_items(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _store, _ = staged_run(tmp_path, max_contexts=2)
+    out = tmp_path / "out"
+    print_outcome(run_job(config), str(out))
+    printed = capsys.readouterr().out
+    folder = f"{out}/scores/run_date=2026-11-30/run_id=staged/*.parquet"
+    assert f"read_parquet('{folder}', hive_partitioning=true)" in printed
+    cut = [line for line in printed.splitlines() if line.startswith("truncated: ")]
+    assert len(cut) == 1 and int(cut[0].split()[1]) > 0, printed
+
+
+def test_a_run_that_fails_its_checks_leaves_no_output_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, _store, _ = staged_run(tmp_path)
+    raw = config.model_dump(mode="json", exclude_defaults=True)
+    raw["input"]["columns"]["input"] = "no_such_column"
+    raw["output"]["path"] = str(tmp_path / "results")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert cli.main(["run", "--config", str(path)]) == 2
+    assert "no_such_column" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
