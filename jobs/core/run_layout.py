@@ -38,6 +38,11 @@ def published_glob(table: Table, run_id: str = "*", run_date: str = "*") -> str:
     return f"{table}/run_date={run_date}/run_id={run_id}/*.parquet"
 
 
+def manifests_glob(run_id: str) -> str:
+    """A glob of run `run_id`'s manifests, on any date, under the root."""
+    return f"manifests/run_date=*/run_id={run_id}/manifest.json"
+
+
 def run_of(path: str) -> RunLocation | None:
     """The run a published table file belongs to (None for any other path)."""
     match = _PUBLISHED_FILE.search(path)
@@ -102,6 +107,11 @@ class StagingArea:
     @property
     def lease(self) -> str:
         return self.path("LEASE.json")
+
+    @property
+    def date_file(self) -> str:
+        """The run's date, written when it first starts: a resumed run keeps it."""
+        return self.path("RUN_DATE")
 
     def items_file(self, shard_id: str) -> str:
         """A shard's items file: written last, its presence marks the shard done."""

@@ -354,11 +354,13 @@ def open_store(
     *,
     attempts: int = DEFAULT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    create: bool = True,
 ) -> Store:
-    """The store rooted at `url`: a local folder (created when missing) or a bucket prefix."""
+    """The store rooted at `url`: a local folder (created when missing, with `create`; writes
+    create their folders) or a bucket prefix."""
     fs, root, protocol = filesystem(url, storage_options)
     store = Store(fs=fs, root=root, protocol=protocol, attempts=attempts, sleep=sleep)
-    if store.is_local:
+    if store.is_local and create:
         store._call("create folder", root, lambda: os.makedirs(root, exist_ok=True))
     return store
 

@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from jobs.engine.batch_rounds import BatchesStillRunning
     from jobs.engine.control.budget import BudgetSettings, budget_settings
     from jobs.engine.control.limiter import LocalLimiter, PacingState
-    from jobs.engine.driver import RunFailed, RunOutcome, exit_code_of, print_outcome, run_job
+    from jobs.engine.driver import (
+        RunFailed,
+        RunInterrupted,
+        RunOutcome,
+        exit_code_of,
+        print_outcome,
+        run_job,
+    )
     from jobs.engine.pairs.lookahead import stored_pair_keys
     from jobs.engine.parts import CanaryJudge, Gate, JudgeMaker, RunParts
     from jobs.engine.publish.aggregate import (
@@ -31,7 +38,14 @@ if TYPE_CHECKING:
 
 # where each public name lives, by module of the package
 _WHERE = {
-    "driver": ("RunFailed", "RunOutcome", "exit_code_of", "print_outcome", "run_job"),
+    "driver": (
+        "RunFailed",
+        "RunInterrupted",
+        "RunOutcome",
+        "exit_code_of",
+        "print_outcome",
+        "run_job",
+    ),
     "parts": ("CanaryJudge", "Gate", "JudgeMaker", "RunParts"),
     "batch_rounds": ("BatchesStillRunning",),
     "control.budget": ("BudgetSettings", "budget_settings"),
@@ -64,6 +78,7 @@ __all__ = [
     "RequestLines",
     "RoundState",
     "RunFailed",
+    "RunInterrupted",
     "RunOutcome",
     "RunParts",
     "RunResponseFormat",

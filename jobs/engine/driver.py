@@ -6,23 +6,26 @@ draws it. Rerunning with the same `run.id` resumes: shards already staged are no
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
 import logging
+import signal
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from jobs.core.config import JobConfig
 from jobs.core.pricing import price_basis
-from jobs.core.run_layout import RunLocation
-from jobs.core.run_manifest import JudgeRecord, RunManifest, read_manifest
+from jobs.core.run_layout import RunLocation, StagingArea, manifests_glob, published_glob
+from jobs.core.run_manifest import JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
-from jobs.core.storage import open_store
+from jobs.core.storage import Store, open_store
 from jobs.engine.fanout import RunFailed as RunFailed
 from jobs.engine.fanout import fan_out
 from jobs.engine.guards import check_judge_settings, check_paths_apart
@@ -38,14 +41,14 @@ from jobs.engine.publish.manifest_builder import (
     shards_by_node,
 )
 from jobs.engine.publish.publisher import Published, publish_run
-from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray
+from jobs.engine.ray_runtime import alive_nodes, cluster_address, start_ray, stop_ray
 from jobs.engine.shared_paths import check_shared_paths
 from jobs.inputs import Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.carry import check_segment_columns
 from jobs.inputs.columns import check_every_file
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import SamplePlan, plan_sample
-from scorer_core.errors import FatalJudgeError
+from scorer_core.errors import ConfigError, FatalJudgeError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
@@ -64,11 +67,70 @@ class RunOutcome:
     seconds: float
 
 
-def resolve_location(config: JobConfig) -> RunLocation:
-    """The run's id and date: from the config, else today (UTC) and a fresh id."""
-    run_date = config.run.date or dt.datetime.now(dt.UTC).date()
+class RunInterrupted(Exception):
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM: Ray is shut down, the staged shards are
+    kept and the same run id resumes; `exit_code` is the shell's, 128 + the signal."""
+
+    def __init__(self, run_id: str, signum: int) -> None:
+        super().__init__(
+            f"run {run_id} stopped by {signal.Signals(signum).name}; the shards staged so far "
+            f"are kept: rerun with --set run.id={run_id} to resume"
+        )
+        self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def _signals_stop(run_id: str) -> Iterator[None]:
+    """SIGINT and SIGTERM, whenever they come, shut Ray down and raise `RunInterrupted`."""
+    terms: list[int] = []
+
+    def terminate(signum: int, frame: object) -> None:
+        terms.append(signum)  # Ray's waits re-raise a signal's exception as a new one
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main else None
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # Ray's own SIGTERM handler, in place while ray.init runs, exits with the signal's number
+        term = bool(terms) or getattr(exc, "code", None) == signal.SIGTERM
+        if isinstance(exc, SystemExit) and not term:
+            raise
+        stop_ray()
+        raise RunInterrupted(run_id, signal.SIGTERM if term else signal.SIGINT) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def resolve_location(
+    config: JobConfig, store: Store | None = None, today: dt.date | None = None
+) -> RunLocation:
+    """The run's id and date: the config's, else a fresh id and today (UTC). With `store`, the
+    id names one run there: a published one is refused (`ConfigError`, on any date), and a
+    resumed run keeps the date it started with."""
+    run_date = config.run.date or today or dt.datetime.now(dt.UTC).date()
     run_id = config.run.id or f"{run_date:%Y%m%d}-{uuid.uuid4().hex[:8]}"
-    return RunLocation(run_id=run_id, run_date=run_date)
+    if store is None:
+        return RunLocation(run_id=run_id, run_date=run_date)
+    published = store.list(store.join(manifests_glob(run_id)))
+    if published:
+        raise ConfigError(
+            f"run.id: run {run_id} is already published, for run.date "
+            f"{published[0].split('run_date=')[1][:10]} ({store.url(published[0])}); a run id "
+            "names one run: choose another run.id"
+        )
+    date_file = StagingArea.of_run(store, run_id).date_file
+    if not store.exists(date_file):
+        return RunLocation(run_id=run_id, run_date=run_date)
+    started = dt.date.fromisoformat(store.read_bytes(date_file).decode())
+    if config.run.date not in (None, started):
+        raise ConfigError(
+            f"run.date: run {run_id} started as run.date {started}, not {config.run.date}; "
+            "resume it with that date (or none), or choose another run.id"
+        )
+    return RunLocation(run_id=run_id, run_date=started)
 
 
 def run_job(
@@ -89,28 +151,43 @@ def run_job(
 
     Returns:
         Where the results are, and how the run went. Raises `RunFailed` (staged shards are
-        kept: the same run id resumes), `FatalJudgeError`, or in batch mode
-        `BatchesStillRunning` when judge.batch.max_wait_s cut the wait short.
+        kept: the same run id resumes), `FatalJudgeError`, `RunInterrupted` on SIGINT or
+        SIGTERM, or in batch mode `BatchesStillRunning` when judge.batch.max_wait_s cut the
+        wait short.
     """
+    store = open_store(config.output.path, config.output.storage_options, create=False)
+    today = dt.datetime.fromtimestamp(wall_clock(), dt.UTC).date()
+    location = resolve_location(config, store, today)
+    with _signals_stop(location.run_id):
+        return _run(config, parts, location, store, (sleep, clock, wall_clock))
+
+
+def _run(
+    config: JobConfig,
+    parts: RunParts,
+    location: RunLocation,
+    store: Store,
+    time_of: tuple[Sleeper, Callable[[], float], Callable[[], float]],
+) -> RunOutcome:
     started = time.monotonic()
-    plan, timings = _plan(config, parts)
+    plan, timings = _plan(config, parts, location, store)
     done = plan.staging.staged_shards()
     with RunLease(plan.store, plan.staging.lease) as lease:
+        if not store.exists(plan.staging.date_file):
+            store.write_bytes_atomic(plan.staging.date_file, location.run_date.isoformat().encode())
         todo = [(n, s) for n, s in enumerate(plan.shards) if s.shard_id not in done]
         resuming = len(plan.shards) - len(todo)
         logger.info(
-            f"run {plan.location.run_id}: {plan.files} file(s), {len(plan.shards)} shard(s)"
+            f"run {location.run_id}: {plan.files} file(s), {len(plan.shards)} shard(s)"
             + (f", {resuming} already done (resuming)" if resuming else "")
             + f"; judge {config.judge.model}"
         )
         plan = _look_ahead(plan, todo, timings)
-        reports, flow, judge = _judge(
-            plan, todo, lease.heartbeat, timings, (sleep, clock, wall_clock)
-        )
+        reports, flow, judge = _judge(plan, todo, lease.heartbeat, timings, time_of)
         _check_all_staged(plan, reports)
         manifest = run_manifest(
             plan.source or config,
-            plan.location,
+            location,
             shards=len(plan.shards),
             shards_reused=resuming,
             seconds=time.monotonic() - started,
@@ -122,8 +199,8 @@ def run_job(
         )
         published = _publish(plan, manifest)
     return RunOutcome(
-        run_id=plan.location.run_id,
-        run_date=plan.location.run_date,
+        run_id=location.run_id,
+        run_date=location.run_date,
         published=published,
         shards_total=len(plan.shards),
         shards_skipped=resuming,
@@ -131,12 +208,12 @@ def run_job(
     )
 
 
-def _plan(config: JobConfig, parts: RunParts) -> tuple[RunPlan, dict[str, float]]:
+def _plan(
+    config: JobConfig, parts: RunParts, location: RunLocation, store: Store
+) -> tuple[RunPlan, dict[str, float]]:
     """Check the input, join the cluster if there is one, and plan the shards. Fails before
-    anything is judged: a missing column, a path other nodes cannot reach, a published run."""
+    anything is judged: a missing column, a path other nodes cannot reach."""
     started = time.monotonic()
-    location = resolve_location(config)
-    store = open_store(config.output.path, config.output.storage_options)
     # the judge and the paths before anything starts (assembling traces starts Ray)
     check_judge_settings(config)
     check_paths_apart(config)
@@ -163,11 +240,6 @@ def _plan(config: JobConfig, parts: RunParts) -> tuple[RunPlan, dict[str, float]
     parts, sample = _sample(config, parts, shards, tables)
     # the judge canary, judged fresh before the items: a broken judge or label file stops here
     canary = parts.canary.judge() if parts.canary is not None else ()
-    if read_manifest(store, location) is not None:
-        raise RunFailed(
-            f"run {location.run_id} is already published at "
-            f"{store.url(store.join(location.manifest))}; choose another run.id"
-        )
     plan = RunPlan(
         config,
         parts,
@@ -286,13 +358,21 @@ def print_outcome(outcome: RunOutcome, store_root: str) -> None:
 
     published, errors = outcome.published, outcome.published.error_rate
     print(format_summary_table(published.summary, published.scores_url, published.judge))
+    cut = published.truncated
+    scores = published_glob("scores", outcome.run_id, outcome.run_date.isoformat())
     print(
         f"run {outcome.run_id} ({outcome.run_date}) done in {outcome.seconds:.1f}s; "
         f"{outcome.shards_skipped} of {outcome.shards_total} shard(s) reused; "
         f"duplicates {published.duplicates}\n"
         + (f"errors: {errors.describe()}\n" if errors and errors.errors else "")
+        + (
+            f"truncated: {cut:,} item(s) had contexts cut (input.max_context_chars or "
+            "input.max_contexts; column truncated)\n"
+            if cut
+            else ""
+        )
         + f'query it: .venv/bin/duckdb -c "select count(*), avg(score) from read_parquet('
-        f"'{store_root.rstrip('/')}/scores/**/*.parquet', hive_partitioning=true)\"",
+        f"'{store_root.rstrip('/')}/{scores}', hive_partitioning=true)\"",
         flush=True,
     )
 

@@ -6,8 +6,12 @@ export them in shell); Ray is imported only inside the functions, so reading it 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,6 +36,9 @@ RAY_ENV: dict[str, str] = {
 # Ray's INFO lines in the driver (a local instance started, a cluster joined) are noise in a
 # run's log; `ray.init` sets this level (importing Ray resets its logger: ours cannot reach it).
 _RAY_LOG_LEVEL = logging.WARNING
+# Our local Ray keeps Ray's default token authentication; its warning saying so, on every run,
+# says nothing a user can act on.
+_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def set_env_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
@@ -63,6 +70,26 @@ def start_ray(config: JobConfig) -> None:
 
     if ray.is_initialized():
         return
+    with _keep_sigterm_handler():
+        _init_ray(address)
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """Keep the driver's SIGTERM handler: `ray.init` puts its own (an exit) in its place, and a
+    scheduler's SIGTERM must stop the run as Ctrl-C does (`jobs.engine.driver`)."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _init_ray(address: str | None) -> None:
+    import ray
+
     if address:
         # No runtime_env of our own: a Ray Job's may set the same variables and Ray refuses to
         # merge conflicting ones (scorer_core sets litellm's offline price map itself).
@@ -72,6 +99,7 @@ def start_ray(config: JobConfig) -> None:
     from jobs.engine.reaper import start_reaper
 
     start_reaper()
+    logging.getLogger(_AUTH_LOGGER).setLevel(logging.ERROR)
     for attempt in (1, 2):
         try:
             ray.init(
@@ -86,7 +114,7 @@ def start_ray(config: JobConfig) -> None:
                 log_to_driver=True,
                 logging_level=_RAY_LOG_LEVEL,
             )
-            atexit.register(_stop_local_ray)  # before Ray's own exit handler (last in, first out)
+            atexit.register(stop_ray)  # before Ray's own exit handler (last in, first out)
             return
         except Exception as exc:
             # On an overloaded machine a local node can miss Ray's start-up deadline; a second
@@ -96,11 +124,12 @@ def start_ray(config: JobConfig) -> None:
             ray.shutdown()
 
 
-def _stop_local_ray() -> None:
-    """Stop our local Ray at exit without Ray's waits there: a 0.5 s pause, then a second for
-    its autoscaler monitor, which outlasts SIGTERM (a run's driver has no use for it)."""
-    import ray
-
+def stop_ray() -> None:
+    """Stop (or leave) Ray, if this process started it, without Ray's waits at exit: a 0.5 s
+    pause, then a second for its autoscaler monitor, which outlasts SIGTERM."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
     node: Any = ray._private.worker._global_node  # its processes by type: a private attribute
     for info in node.all_processes.get("monitor", []) if node else []:
         info.process.kill()

@@ -9,7 +9,13 @@ from typing import Any
 
 from jobs.core.config import JobConfig, load_config
 from jobs.core.storage import open_store
-from jobs.engine import BatchesStillRunning, RunOutcome, exit_code_of, print_outcome
+from jobs.engine import (
+    BatchesStillRunning,
+    RunInterrupted,
+    RunOutcome,
+    exit_code_of,
+    print_outcome,
+)
 from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
 from jobs.run.canary import CanaryCheck
@@ -29,7 +35,8 @@ def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
         overrides: `--set dotted.key=value` assignments.
 
     Returns:
-        The exit code: 0, or 1 when the published run's errors exceed `run.max_error_rate`.
+        The exit code: 0, 1 when the published run's errors exceed `run.max_error_rate`, or
+        130 / 143 when SIGINT / SIGTERM stopped it (the same run id resumes).
     """
     config = load_config(config_path, list(overrides))
     try:
@@ -38,6 +45,9 @@ def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
         # Not a failure: the evening half of a nightly batch run (docs/batch.md).
         print(f"batches submitted, not finished: {exc}", file=sys.stderr)
         return 0
+    except RunInterrupted as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return exc.exit_code
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
     return exit_code_of(outcome)

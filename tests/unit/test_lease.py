@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,15 +88,15 @@ def test_a_failing_release_does_not_hide_the_runs_own_error(store: Store) -> Non
 # -- the driver ----------------------------------------------------------------------------------
 
 
-def staged_run(tmp_path: Path) -> tuple[JobConfig, Store, list[str]]:
-    """A config whose 3 shards are all judged and staged already; returns (config, store,
-    items files of the staged shards)."""
+def staged_run(tmp_path: Path, **inputs: Any) -> tuple[JobConfig, Store, list[str]]:
+    """A config (`inputs`: more of its input section) whose 3 shards are all judged and staged
+    already; returns (config, store, items files of the staged shards)."""
     data = tmp_path / "items.jsonl"
     write_jsonl(data, generate(30))
     columns = {"query_id": "id", "input": "question", "output": "answer", "context": "contexts"}
     config = parse_config(
         {
-            "input": {"path": str(data), "columns": columns},
+            "input": {"path": str(data), "columns": columns, **inputs},
             "output": {"path": str(tmp_path / "out")},
             "judge": {"model": "lexical"},
             "run": {"id": "staged", "date": "2026-11-30"},

@@ -53,6 +53,7 @@ class Published:
     judge: JudgeRecord = field(default_factory=JudgeRecord)
     # The share of error items against run.max_error_rate (jobs.core.error_rate).
     error_rate: ErrorRate | None = None
+    truncated: int = 0  # items whose contexts were cut (input.max_context_chars, max_contexts)
 
 
 def _read_staged(
@@ -201,6 +202,7 @@ def publish_run(
             canary=tuple(canary),
         )
         errors = measure(scores, summary.items, summary.errors, max_error_rate)
+        truncated = pl.scan_parquet(scores).select(pl.col("truncated").sum()).collect().item()
         summary.to_frame().write_parquet(tmp / "summary.parquet", compression="zstd")
         # scores last: a reader of scores/ sees a whole run or none of it
         for table in ("verdicts", "summary", "scores"):
@@ -215,6 +217,7 @@ def publish_run(
         duplicates=duplicates,
         judge=manifest.judge,
         error_rate=errors,
+        truncated=truncated or 0,
     )
 
 
