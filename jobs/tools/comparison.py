@@ -100,13 +100,14 @@ class RunFacts:
         return terminal_safe(f"{self.run_id} ({facts})")
 
 
-def differences(a: RunFacts, b: RunFacts) -> list[str]:
-    """A warning per difference of judge or prompt version between the runs."""
+def differences(a: RunFacts, b: RunFacts, names: tuple[str, str] = ("A", "B")) -> list[str]:
+    """A warning per difference of judge or prompt version between the runs (called `names`)."""
     found = []
     if a.judge != b.judge:
-        found.append(f"the judges differ (A {a.judge}, B {b.judge})")
+        found.append(f"the judges differ ({names[0]} {a.judge}, {names[1]} {b.judge})")
     if a.prompt_version and b.prompt_version and a.prompt_version != b.prompt_version:
-        found.append(f"the prompt versions differ (A {a.prompt_version}, B {b.prompt_version})")
+        versions = f"{names[0]} {a.prompt_version}, {names[1]} {b.prompt_version}"
+        found.append(f"the prompt versions differ ({versions})")
     why = "score shifts between these runs may be the judge's, not retrieval's"
     return [terminal_safe(f"WARNING: {difference}: {why}") for difference in found]
 

@@ -315,7 +315,8 @@ def test_the_baseline_section_names_both_runs_and_warns_of_another_judge(tmp_pat
     judge = "openai/m2 at http://127.0.0.1:9/v1"
     assert f"<b>baseline</b> before (2026-01-02; judge lexical; prompt {PROMPT_VERSION})" in section
     assert f"<b>this run</b> after (2026-01-02; judge {judge}; prompt {PROMPT_VERSION})" in section
-    assert f'<p class="alert">WARNING: the judges differ (A lexical, B {judge})' in section
+    warning = f"WARNING: the judges differ (baseline lexical, this run {judge})"
+    assert f'<p class="alert">{warning}' in section
     assert "sk-1" not in page
 
 

@@ -20,7 +20,7 @@ from jobs.core import formatting as fmt
 from jobs.core.error_rate import ErrorRate
 from jobs.engine import RunSummary, band_range
 from jobs.run.canary import CanaryResult
-from jobs.tools.comparison import Comparison, compare_runs, gate, gate_word
+from jobs.tools.comparison import Comparison, compare_runs, differences, gate, gate_word
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
 from jobs.tools.report.charts import (
@@ -319,7 +319,7 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
     return {
         "comparison": c,
         "runs": {"baseline": c.facts_a.describe(), "this run": c.facts_b.describe()},
-        "warnings": c.warnings,
+        "warnings": differences(c.facts_a, c.facts_b, ("baseline", "this run")),
         "cards": cards,
         "stats": stats,
         "position_charts": _position_compare_charts(c),
