@@ -80,11 +80,46 @@ class SegmentShift:
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """What a comparison names of each run: its date, judge and prompt version."""
+
+    run_id: str
+    run_date: str
+    judge: str  # the model, and "at <endpoint>" when the run set judge.api_base
+    prompt_version: str  # "" when the run did not record it
+
+    @classmethod
+    def of(cls, run: PublishedRun) -> RunFacts:
+        endpoint = f" at {run.judge_endpoint}" if run.judge_endpoint else ""
+        date = run.run_date.isoformat()
+        return cls(run.run_id, date, run.judge_model + endpoint, run.prompt_version)
+
+    def describe(self) -> str:
+        prompt = self.prompt_version or "not recorded"
+        facts = f"{self.run_date}; judge {self.judge}; prompt {prompt}"
+        return terminal_safe(f"{self.run_id} ({facts})")
+
+
+def differences(a: RunFacts, b: RunFacts, names: tuple[str, str] = ("A", "B")) -> list[str]:
+    """A warning per difference of judge or prompt version between the runs (called `names`)."""
+    found = []
+    if a.judge != b.judge:
+        found.append(f"the judges differ ({names[0]} {a.judge}, {names[1]} {b.judge})")
+    if a.prompt_version and b.prompt_version and a.prompt_version != b.prompt_version:
+        versions = f"{names[0]} {a.prompt_version}, {names[1]} {b.prompt_version}"
+        found.append(f"the prompt versions differ ({versions})")
+    why = "score shifts between these runs may be the judge's, not retrieval's"
+    return [terminal_safe(f"WARNING: {difference}: {why}") for difference in found]
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Everything `ctxprec compare` (and the report's baseline section) shows."""
 
     run_a: str
     run_b: str
+    facts_a: RunFacts
+    facts_b: RunFacts
     table: pl.DataFrame  # TABLE_COLUMNS + segment columns, one row per query_id, by query_id
     positions: pl.DataFrame  # position, judged_a, rate_a, judged_b, rate_b, delta
     status_a: dict[str, int]
@@ -110,6 +145,10 @@ class Comparison:
     @property
     def paired(self) -> int:
         return self.stats_delta.count
+
+    @property
+    def warnings(self) -> list[str]:
+        return differences(self.facts_a, self.facts_b)
 
     @property
     def mean_shift(self) -> float | None:
@@ -338,6 +377,8 @@ def compare_runs(
     return Comparison(
         run_a=run_a.run_id,
         run_b=run_b.run_id,
+        facts_a=RunFacts.of(run_a),
+        facts_b=RunFacts.of(run_b),
         table=table,
         positions=positions,
         status_a=_tally(table["status_a"], _STATUSES),
@@ -534,7 +575,8 @@ def format_shift(comparison: Comparison) -> str:
     over = f"scores over the {c.paired:,} queries scored ok in both runs:"
     return "\n".join(
         [
-            f"A = {c.run_a}   B = {c.run_b}",
+            f"A = {c.facts_a.describe()}",
+            f"B = {c.facts_b.describe()}",
             table(columns, counts, gap=""),
             table(columns, stats, title=over, header=False, gap=""),
             f"per-query delta: median {fmt.number(d.median, 3, signed=True)}, "
@@ -654,7 +696,7 @@ def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str
     """What `ctxprec compare` prints, the gate's verdict last."""
     c = comparison
     parts = [format_shift(c), format_bands(c), format_segments(c, verdict)]
-    parts += [format_regressions(c, top), format_positions(c), verdict.message]
+    parts += [format_regressions(c, top), format_positions(c), *c.warnings, verdict.message]
     return "\n\n".join(part for part in parts if part)
 
 
@@ -670,7 +712,10 @@ def run(options: CompareOptions, out: TextIO | None = None) -> int:
     thresholds = (options.min_effect, options.min_segment_size, options.max_canary_drop)
     verdict = gate(comparison, *thresholds)
     if options.as_json:
-        out.write(json.dumps(verdict.to_json()) + "\n")
+        facts = {"a": comparison.facts_a, "b": comparison.facts_b}
+        runs = {side: dataclasses.asdict(run) for side, run in facts.items()}
+        extra = {"runs": runs, "warnings": comparison.warnings}
+        out.write(json.dumps(verdict.to_json() | extra) + "\n")
     else:
         out.write(format_comparison(comparison, top=options.top, verdict=verdict) + "\n")
         out.write(f"per-query table: {written}\n")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import polars as pl
 
@@ -69,6 +70,18 @@ class PublishedRun:
     def judge_model(self) -> str:
         recorded = self.manifest.judge_model if self.manifest is not None else ""
         return recorded or self.summary.model
+
+    @property
+    def judge_endpoint(self) -> str:
+        """The run's judge.api_base without user, password or query (keys hide there); or ""."""
+        judge = self.manifest.config.get("judge", {}) if self.manifest is not None else {}
+        parts = urlsplit(str(judge.get("api_base") or ""))
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=host, query="", fragment=""))
+
+    @property
+    def prompt_version(self) -> str:
+        return self.manifest.prompt_version if self.manifest is not None else ""
 
     def scan(self, table: str) -> pl.LazyFrame:
         return scan(self.store, [self.store.join(self.location.table_file(table))])

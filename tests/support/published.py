@@ -168,12 +168,17 @@ def publish(
     carried: Sequence[CarriedColumn] = (),
     segment_by: Sequence[str] = (),
     response_format: RunResponseFormat | None = None,
+    api_base: str | None = None,
+    prompt_version: str = PROMPT_VERSION,
+    error_rate: ErrorRate | None = None,
 ) -> RunLocation:
     """Write run `run_id` of `queries` under `store` as the job publishes one; its location.
 
     `carried`: the run's carried columns (values from each `Query.carried`); `segment_by`: the
     columns its summary is segmented by (`summary.by`); `response_format`: what the workers'
-    judges would have settled on (the manifest's `judge.response_format`)."""
+    judges would have settled on (the manifest's `judge.response_format`); `api_base`: the
+    config's judge.api_base; `error_rate`: the manifest's (default: the summary's errors
+    against a limit of 0.5, no commonest error)."""
     location = RunLocation(run_id=run_id, run_date=run_date)
     schema = RunSchema(carried)
     scores = pl.DataFrame(
@@ -202,10 +207,10 @@ def publish(
         "run_id": run_id,
         "run_date": run_date.isoformat(),
         "judge_model": model,
-        "prompt_version": PROMPT_VERSION,
+        "prompt_version": prompt_version,
         "config": {
             "input": {"carry": schema.names, "carry_to_verdicts": schema.verdict_names},
-            "judge": {"model": model},
+            "judge": {"model": model, "api_base": api_base},
             "scorer": {"scale": scale},
             "summary": {"by": list(segment_by)},
         },
@@ -219,7 +224,7 @@ def publish(
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": 0,
-        "error_rate": ErrorRate(summary.items, summary.errors, 0.5).to_dict(),
+        "error_rate": (error_rate or ErrorRate(summary.items, summary.errors, 0.5)).to_dict(),
         "published_at": f"{run_date.isoformat()}T06:00:00+00:00",
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }

@@ -8,7 +8,9 @@ tests/integration/test_real_runs.py's.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from jobs.tools.published_runs import (
 )
 from jobs.tools.tool_options import CompareOptions, PublishedRoot
 from scorer_core.errors import ConfigError
+from scorer_core.prompt import PROMPT_VERSION
 from tests.support.polars_scores import score_mismatches
 from tests.support.published import (
     ADDED_ID,
@@ -448,3 +451,51 @@ def test_runs_on_different_scales_are_refused_naming_both(
     assert code == 2
     assert "on-ten and on-one were scored on different scales" in err
     assert "scorer.scale 10 and 1" in err
+
+
+def test_compare_names_each_runs_date_judge_and_prompt_and_warns_when_they_differ(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    queries = [Query(f"q{i}", [i % 3 == 0, True, i % 2 == 0]) for i in range(20)]
+    publish(store, "monday", queries)
+    keyed = "http://judge:sk-in-the-url@127.0.0.1:9/v1?api-key=sk-in-the-query"
+    later = dt.date(2026, 1, 3)
+    publish(store, "tuesday", queries, run_date=later, model="openai/m2", api_base=keyed)
+    publish(store, "retold", queries, run_date=later, prompt_version="cp-2025-01-01.1")
+
+    code, printed = run_compare(tmp_path, "monday", "tuesday")
+    assert code == 0
+    assert f"A = monday (2026-01-02; judge lexical; prompt {PROMPT_VERSION})" in printed
+    judge_b = "openai/m2 at http://127.0.0.1:9/v1"
+    assert f"B = tuesday (2026-01-03; judge {judge_b}; prompt {PROMPT_VERSION})" in printed
+    warning = f"WARNING: the judges differ (A lexical, B {judge_b}): score shifts between"
+    assert warning in printed and "sk-in-the" not in printed
+    assert printed.index(warning) < printed.index("OK: mean shift")  # beside the verdict
+    assert "prompt versions differ" not in printed
+
+    result = json.loads(run_compare(tmp_path, "monday", "retold", "--json")[1])
+    assert result["runs"] == {
+        "a": {
+            "run_id": "monday",
+            "run_date": "2026-01-02",
+            "judge": "lexical",
+            "prompt_version": PROMPT_VERSION,
+        },
+        "b": {
+            "run_id": "retold",
+            "run_date": "2026-01-03",
+            "judge": "lexical",
+            "prompt_version": "cp-2025-01-01.1",
+        },
+    }
+    assert result["warnings"] == [
+        f"WARNING: the prompt versions differ (A {PROMPT_VERSION}, B cp-2025-01-01.1): "
+        "score shifts between these runs may be the judge's, not retrieval's"
+    ]
+
+
+def test_runs_of_one_judge_and_prompt_compare_without_a_warning(runs: Runs) -> None:
+    _, printed = _compare(runs, runs.base, runs.cand)
+    assert "WARNING" not in printed
+    assert json.loads(_compare(runs, runs.base, runs.cand, "--json")[1])["warnings"] == []

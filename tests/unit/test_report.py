@@ -18,6 +18,7 @@ from markupsafe import escape
 
 from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
+from jobs.core.error_rate import ErrorRate
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import BANDS
 from jobs.engine.publish.response_formats import RunResponseFormat
@@ -25,6 +26,7 @@ from jobs.tools.published_runs import load_run
 from jobs.tools.report import charts
 from jobs.tools.report.report_queries import WORST_QUERIES
 from jobs.tools.tool_options import ReportOptions
+from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.response_format import DroppedForm
 from tests.support.published import (
     BAD_ID,
@@ -126,7 +128,7 @@ def test_worst_queries_are_listed_with_verdict_chips(runs: Runs, page: str) -> N
         load_run(open_store(str(runs.output)), runs.cand)
         .read("scores")
         .filter(pl.col("status") == "ok")
-        .sort(["score", "query_id"])
+        .sort(["score", "context_count", "query_id"], descending=[False, True, False])
         .head(WORST_QUERIES)
     )
     section = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
@@ -212,7 +214,7 @@ def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
     assert "a-wide" in first_row
     assert first_row.count('class="chip no" title=') == 40
     assert '<span class="more">+5 more</span>' in first_row
-    assert "25 scored items share the lowest score, 0.00; these are the first 20" in worst
+    assert "25 queries tie at 0.00; showing the 20 with most contexts." in worst
     positions = page.split('<section id="positions">', 1)[1].split("</section>", 1)[0]
     assert "Positions 40 and later are not drawn (5 judged contexts)" in positions
     assert 'id="failed"' not in page  # nothing unscored or failed
@@ -256,6 +258,68 @@ def test_segments_section_shows_each_segments_summary_and_shift(tmp_path: Path) 
     assert "Shift by retriever" in shifts
 
 
+def test_worst_queries_lowest_score_first_then_most_contexts(tmp_path: Path) -> None:
+    zeros = [Query(f"a-zero-{n}", [False] * (1 + n % 3)) for n in range(6)]
+    queries = [*zeros, Query("b-low", [False, True]), Query("z-zero-wide", [False] * 9)]
+    publish(open_store(str(tmp_path)), "ties", queries)
+    page, _ = run_report(tmp_path, "ties")
+    worst = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
+    order = re.findall(r'<span class="qid">([^<]*)</span>', worst)
+    assert order == [
+        "z-zero-wide",
+        "a-zero-2",
+        "a-zero-5",
+        "a-zero-1",
+        "a-zero-4",
+        "a-zero-0",
+        "a-zero-3",
+        "b-low",
+    ]
+    assert "Lowest score first; among equal scores, most contexts first." in worst
+    assert "tie at" not in worst  # all of them are listed
+
+
+def test_a_failed_runs_report_says_it_failed_and_its_charts_stay_readable(
+    tmp_path: Path,
+) -> None:
+    error = "context (column 'contexts') is null"
+    failed = [Query(f"q{n}", status="error", error=f"in.jsonl row {n}: {error}") for n in range(7)]
+    rate = ErrorRate(items=7, errors=7, limit=0.05, commonest=error, commonest_items=7)
+    publish(open_store(str(tmp_path)), "dead", failed, error_rate=rate)
+    page, _ = run_report(tmp_path, "dead")
+    header = page.split("</header>", 1)[0]
+    assert f'<p class="alert"><b>This run FAILED:</b> {escape(rate.describe())}</p>' in header
+    assert "over run.max_error_rate 0.05; commonest error (7 items): context" in header
+    assert "No item was scored ok: the charts below are empty." in page
+    distribution = page.split('<section id="distribution">', 1)[1].split("</section>", 1)[0]
+    for svg in re.findall(r"<svg.*?</svg>", distribution, re.S):
+        ticks = re.findall(r'<text class="tick" x="54.0"[^>]*>([^<]*)<', svg)
+        assert ticks == ["0", "1"], ticks  # was 0, 0, 0, 1, 1, 1: fractions shown as counts
+        assert ">no item scored ok</text>" in svg
+    assert "<h2>Worst queries</h2>" in page and "No item was scored ok." in page
+
+
+def test_a_run_within_its_error_rate_says_so_without_failing(runs: Runs, page: str) -> None:
+    header = page.split("</header>", 1)[0]
+    assert '<p class="muted">1 of 61 items are errors (1.6%), within run.max_error_rate' in header
+    assert "FAILED" not in header
+
+
+def test_the_baseline_section_names_both_runs_and_warns_of_another_judge(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    queries = [Query(f"q{n}", [n % 2 == 0, True]) for n in range(10)]
+    publish(store, "before", queries)
+    publish(store, "after", queries, model="openai/m2", api_base="http://k:sk-1@127.0.0.1:9/v1")
+    page, _ = run_report(tmp_path, "after", "--baseline", "before")
+    section = page.split('<section id="baseline">', 1)[1].split("</section>", 1)[0]
+    judge = "openai/m2 at http://127.0.0.1:9/v1"
+    assert f"<b>baseline</b> before (2026-01-02; judge lexical; prompt {PROMPT_VERSION})" in section
+    assert f"<b>this run</b> after (2026-01-02; judge {judge}; prompt {PROMPT_VERSION})" in section
+    warning = f"WARNING: the judges differ (baseline lexical, this run {judge})"
+    assert f'<p class="alert">{warning}' in section
+    assert "sk-1" not in page
+
+
 # --------------------------------------------------------------------------------------------
 # the SVG helpers, without runs
 
@@ -270,6 +334,13 @@ def test_chart_escapes_labels_and_handles_empty_and_negative() -> None:
     assert charts.COLOR_DOWN in svg and charts.COLOR_UP in svg
     empty = charts.chart([], [], charts.ChartSpec(title="e", x_label="x", y_label="y"))
     assert "no data" in empty and empty.startswith("<svg")
+
+
+def test_count_axes_tick_at_whole_numbers() -> None:
+    for high in (0.0, 2.24, 11.2, 112.0):
+        ticks = charts.nice_ticks(0.0, high, min_step=1.0)
+        assert ticks[-1] >= high and len(ticks) >= 2
+        assert all(t == int(t) for t in ticks), ticks
 
 
 def test_nice_ticks_cover_the_range() -> None:

@@ -497,7 +497,7 @@ def test_runs_sharing_few_queries_are_compared_unpaired_and_say_so(tmp_path: Pat
         "significant",
         "gated",
     }
-    assert set(result) == {"gate", "method", "overall", "segments", "canary"}
+    assert set(result) == {"gate", "method", "overall", "segments", "canary", "runs", "warnings"}
     assert result["method"] == "unpaired" and overall["significant"] and overall["diff"] < -0.05
     assert result["gate"] == "fail" and result["segments"] == [] and result["canary"] is None
 

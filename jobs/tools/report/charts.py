@@ -47,6 +47,8 @@ class ChartSpec:
     diverging: bool = False  # bars colored by sign (up green, down red)
     edge_labels: Sequence[str] | None = None  # len(categories) + 1 labels at the bin edges
     sublabels: Sequence[str] | None = None  # a second, smaller line under each category label
+    whole: bool = False  # ticks at whole numbers (counts)
+    note: str = ""  # said across the plot (with no category: "no data")
 
 
 _Y = Callable[[float], float]  # a value's y in the plot
@@ -57,13 +59,15 @@ _MARGIN_BOTTOM = 50
 _CHAR_PX = 6.2  # average glyph width at font-size 11
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering [low, high] (about `count` of them)."""
+def nice_ticks(low: float, high: float, count: int = 5, min_step: float = 0.0) -> list[float]:
+    """Round tick values covering [low, high] (about `count` of them; multiples of `min_step`)."""
     if high <= low:
         high = low + 1.0
     raw = (high - low) / max(1, count)
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    if min_step:
+        step = math.ceil(step / min_step - 1e-9) * min_step
     start = math.floor(low / step + 1e-9) * step
     ticks = []
     value = start
@@ -79,7 +83,7 @@ def _axis_range(spec: ChartSpec, series: Sequence[Series]) -> tuple[float, float
     values = [v for s in series for v in s.values if v is not None]
     values += [v for s in series for e in (s.errors or ()) if e is not None for v in e]
     high = spec.y_max if spec.y_max is not None else max([0.0, *values]) * 1.12
-    ticks = nice_ticks(min([spec.y_min, *values]), high)
+    ticks = nice_ticks(min([spec.y_min, *values]), high, min_step=1.0 if spec.whole else 0.0)
     return ticks[0], ticks[-1], ticks
 
 
@@ -114,8 +118,8 @@ def chart(categories: Sequence[str], series: Sequence[Series], spec: ChartSpec) 
     parts.append(_text("label", 14, middle, spec.y_label, rotate=rotate))
     if len(series) > 1:
         parts.append(_legend(series, width))
-    if not categories:
-        parts.append(_text("label", width / 2, middle, "no data"))
+    if note := spec.note or ("" if categories else "no data"):
+        parts.append(_text("label", width / 2, middle, note))
     parts.append("</svg>")
     # Every part above is markup written here, with each text from outside escaped.
     return Markup("".join(parts))

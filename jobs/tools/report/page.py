@@ -17,9 +17,10 @@ import jinja2
 from markupsafe import Markup
 
 from jobs.core import formatting as fmt
+from jobs.core.error_rate import ErrorRate
 from jobs.engine import RunSummary, band_range
 from jobs.run.canary import CanaryResult
-from jobs.tools.comparison import Comparison, compare_runs, gate, gate_word
+from jobs.tools.comparison import Comparison, compare_runs, differences, gate, gate_word
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
 from jobs.tools.report.charts import (
@@ -72,6 +73,14 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
     ]
 
 
+def error_rate(run: PublishedRun) -> tuple[str, bool] | None:
+    """The recorded error rate as `ctxprec status` says it, and whether it failed the run."""
+    record = run.manifest.error_rate if run.manifest is not None else None
+    if record is None or not record.errors:
+        return None
+    return ErrorRate.from_dict(record.model_dump()).describe(), record.exceeded
+
+
 def header_cards(s: RunSummary) -> list[Card]:
     sampled = s.population is not None and s.population != s.items
     sample = f"judged of {fmt.integer(s.population)} (a sample)" if sampled else ""
@@ -92,6 +101,7 @@ def header_cards(s: RunSummary) -> list[Card]:
 def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
     """The score histogram (10 bins over score / scale) and the summary's score bands."""
     s = run.summary
+    empty = "" if s.scored else "no item scored ok"
     counts = queries.histogram(run.scores(), s.scale)
     bins = len(counts)
     x_label = "score" if s.scale == 1 else "score / scale"
@@ -105,6 +115,8 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
             width=620,
             edge_labels=[f"{i / bins:g}" for i in range(bins + 1)],
             value_format=fmt.integer,
+            whole=True,
+            note=empty,
         ),
     )
     bands = chart(
@@ -117,6 +129,8 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
             y_label="queries",
             width=440,
             value_format=fmt.integer,
+            whole=True,
+            note=empty,
         ),
     )
     return hist, bands
@@ -304,6 +318,8 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
     stats = [dict(zip(keys, row, strict=True)) for row in c.stat_rows()]
     return {
         "comparison": c,
+        "runs": {"baseline": c.facts_a.describe(), "this run": c.facts_b.describe()},
+        "warnings": differences(c.facts_a, c.facts_b, ("baseline", "this run")),
         "cards": cards,
         "stats": stats,
         "position_charts": _position_compare_charts(c),
@@ -372,6 +388,7 @@ def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> st
         "run_id": run.run_id,
         "meta": header_meta(run),
         "header_cards": header_cards(summary),
+        "error_rate": error_rate(run),
         "summary": summary,
         "baseline": baseline_view(compare_runs(baseline, run)) if baseline else None,
         "distribution_charts": distribution_charts(run),

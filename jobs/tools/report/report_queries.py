@@ -29,12 +29,12 @@ def histogram(scores: pl.LazyFrame, scale: float, bins: int = HISTOGRAM_BINS) ->
 
 
 def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
-    """`rows`: the `n` lowest-scored ok queries (ties by query_id) with their `verdicts` by
-    position; `lowest_tied`: how many ok queries share the lowest score."""
+    """`rows`: the `n` lowest-scored ok queries (ties: most contexts first, then query_id) with
+    their `verdicts` by position; `lowest_tied`: how many ok queries share the lowest score."""
     ok = run.scores().filter(pl.col("status") == "ok")
     worst = (
         ok.select("query_id", "score", "relevant_count", "context_count", "reason")
-        .sort(["score", "query_id"])
+        .sort(["score", "context_count", "query_id"], descending=[False, True, False])
         .head(n)
     )
     verdicts = (
