@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from jobs.core.text_safety import terminal_safe
+from scorer_core.capabilities import is_offline
 
 MISSING = "n/a"
+FREE = "free (offline judge)"
 
 
 def number(value: float | None, digits: int = 2, *, signed: bool = False) -> str:
@@ -54,6 +56,11 @@ def usd(value: float | None) -> str:
     if value is None or value != value:
         return MISSING
     return f"${value:,.2f}" if value >= 1 else f"${value:.6f}"
+
+
+def cost(value: float | None, model: str | None) -> str:
+    """A run's judge cost: `FREE` for the offline judge (one word wherever a cost shows)."""
+    return FREE if model and is_offline(model) else usd(value)
 
 
 def duration(seconds: float | None) -> str:

@@ -451,7 +451,7 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
 def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[float | None, str]:
     """The cost in USD (None: no price known) and what it is based on."""
     if factory.capabilities(config).offline:
-        return 0.0, "lexical judge: offline, no API cost"
+        return 0.0, "no API cost"
     if not prompt_tokens and not output_tokens:
         return 0.0, "nothing to ask: the verdict cache answers every request"
     model, batch = config.judge.model, config.judge.mode == "batch"
@@ -606,7 +606,7 @@ def format_estimate(result: Estimate) -> str:
             f"{_after_cache(output.estimate, output.after_cache)} (allowance: "
             f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason)",
         ),
-        ("estimated cost", f"{fmt.usd(result.cost_usd)} ({result.cost_note})"),
+        ("estimated cost", f"{fmt.cost(result.cost_usd, result.model)} ({result.cost_note})"),
         ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
         *([("batches", _batch_text(result.batch))] if result.batch else []),
         ("verdict cache", _cache_text(result.cache)),

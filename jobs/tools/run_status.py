@@ -39,7 +39,7 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         f"  items {fmt.integer(summary.get('items'))}: ok {fmt.integer(summary.get('scored'))}, "
         f"unscored {fmt.integer(summary.get('unscored'))}, errors "
         f"{fmt.integer(summary.get('errors'))}; mean {fmt.number(summary.get('mean'))}; "
-        f"estimated cost {fmt.usd(summary.get('cost_usd'))}",
+        f"estimated cost {fmt.cost(summary.get('cost_usd'), manifest.judge_model)}",
     ]
     if mode == "batch":
         lines.append(

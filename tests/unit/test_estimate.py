@@ -14,6 +14,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
+from jobs.core import formatting as fmt
 from jobs.core.config import load_config
 from jobs.core.storage import open_store
 from jobs.core.verdict_cache import pair_key
@@ -137,6 +138,8 @@ def test_cost_lexical_zero_priced_model_positive_unknown_model(
     config = write_config(data.parent.parent, data)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # estimate needs no key
     assert run(config).cost_usd == 0.0
+    assert ctxprec(["estimate", "--config", str(config)]) == 0
+    assert f"estimated cost  {fmt.FREE} (no API cost)" in capsys.readouterr().out
     priced = run(config, "judge.model=openai/gpt-4o-mini")
     assert priced.cost_usd is not None and priced.cost_usd > 0
     unknown = run(config, "judge.model=openai/no-such-model-xyz")

@@ -18,6 +18,7 @@ from markupsafe import escape
 
 from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
+from jobs.core import formatting as fmt
 from jobs.core.error_rate import ErrorRate
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import BANDS
@@ -161,6 +162,7 @@ def test_failed_items_and_cost_sections(runs: Runs, page: str) -> None:
     cost = page.split('<section id="cost">', 1)[1].split("</section>", 1)[0]
     for label in ("judge calls", "prompt tokens", "estimated cost", "seconds", "items / s"):
         assert label in cost
+    assert fmt.FREE in cost  # the offline judge's cost, as the summary, status and estimate say
     run = load_run(open_store(str(runs.output)), runs.cand)
     assert run.seconds is not None
     assert f"{run.summary.items / run.seconds:,.1f}" in cost

@@ -76,7 +76,7 @@ def format_summary_table(
             ("prompt tokens", f"{summary.prompt_tokens:,}"),
             ("completion tokens", f"{summary.completion_tokens:,}"),
             ("cache hits", f"{summary.cache_hits:,}"),
-            ("estimated cost", fmt.usd(summary.cost_usd)),
+            ("estimated cost", fmt.cost(summary.cost_usd, summary.model)),
             *_canary_pairs(dict(summary.canary)),
         ),
         *_judge_lines(dict(summary.flow), record),

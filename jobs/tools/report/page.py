@@ -267,7 +267,7 @@ def cost_view(run: PublishedRun) -> dict[str, Any]:
     if s.cost_usd is not None:
         cost, note = fmt.usd(s.cost_usd), "from litellm's price map"
     elif is_offline(run.judge_model):
-        cost, note = fmt.usd(0.0), "offline lexical judge"
+        cost, note = fmt.FREE, "no API cost"
     else:
         cost, note = fmt.MISSING, "model not in litellm's price map"
     if s.cost_usd and s.items:
