@@ -493,7 +493,7 @@ class CanaryConfig(_Strict):
     labels: str | None = Field(
         None,
         description="null: no canary. Labelled JSONL in the format `ctxprec calibrate` reads "
-        "(query, contexts, relevance per context); a local path or any fsspec URL "
+        "(docs/commands.md); a local path or any fsspec URL "
         "(input.storage_options apply). Judged by the run's judge in every run, never from the "
         "verdict cache.",
     )

@@ -240,7 +240,7 @@ def calibrate(
         model=judge.model,
         gold_rule=tuple(sorted({i.rule for i in loaded.items})),
         judge_output=(
-            f"expected_answer for {with_reference} item(s); none for "
+            f"the reference answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
             "judged against the query)"
         ),
