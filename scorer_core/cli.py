@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from typing import Any, TextIO
 
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
+from scorer_core.judge_access import JudgeAccess
 from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS, negotiation_summary
 from scorer_core.scorer import REASON_MODES, create_context_precision_scorer
 from scorer_core.transports import TRANSPORTS
@@ -29,6 +29,7 @@ EXIT_NO_SCORE = 3  # `score` only: the item is unscored or failed
 
 _ALIASES = {"query": "input", "contexts": "context", "expected_answer": "expected_output"}
 _FIELDS = ("input", "output", "expected_output", "context")
+CLI_OPTIONS = ("--model", "--api-base", "--api-key-env")
 _USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "retries", "reasks")
 
 
@@ -39,8 +40,8 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     add("--api-base", help="OpenAI-compatible server URL")
     add(
         "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="name of the environment variable holding the API key (never the key itself)",
+        help="name of the environment variable holding the API key (never the key itself; "
+        "default: the provider's own, e.g. OPENAI_API_KEY, ANTHROPIC_API_KEY)",
     )
     add("--timeout", type=float, default=60.0, help="seconds per judge request")
     add("--max-tokens", type=int, help="completion token cap per request (default: the server's)")
@@ -127,13 +128,9 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    key = os.environ.get(args.api_key_env) or None
-    if key is None and not args.api_base and capabilities_of(args.model).needs_api_key:
-        raise ConfigError(  # as `run` does: before any call, not after the retries
-            f"--api-key-env: environment variable {args.api_key_env} is not set (model "
-            f"{args.model} needs an API key; name the variable that holds it, or give "
-            "--api-base for a local server)"
-        )
+    access = JudgeAccess(args.model, args.api_base, args.transport, args.api_key_env, CLI_OPTIONS)
+    access.check()  # as `run` does: before any call, not after the retries
+    key = access.api_key()
     options = {
         "timeout": args.timeout,
         "transport": args.transport,

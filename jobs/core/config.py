@@ -6,7 +6,6 @@ applied to the raw YAML before validation.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from jobs.core.config_yaml import load_yaml, plain, resolve_user_text
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
+from scorer_core.judge_access import JudgeAccess
 from scorer_core.response_format import ResponseFormatSetting
 
 # A run id becomes part of object paths (`run_id=<id>`): no '/' or spaces.
@@ -329,8 +329,10 @@ class JudgeConfig(_Strict):
         "provider; litellm or http to choose.",
     )
     api_key_env: str | None = Field(
-        "OPENAI_API_KEY",
-        description="NAME of the environment variable holding the API key, never the key.",
+        None,
+        description="NAME of the environment variable holding the API key, never the key. "
+        "null: the provider's own (OPENAI_API_KEY, ANTHROPIC_API_KEY, ... as litellm knows "
+        "them), needed only without an api_base.",
     )
     contexts_per_call: int = Field(
         16, ge=1, le=256, description="Long context lists are split into calls of this many."
@@ -389,9 +391,13 @@ class JudgeConfig(_Strict):
             )
         return value
 
+    def access(self) -> JudgeAccess:
+        """The judge's model, endpoint and key variable, for the start-up check and its key."""
+        return JudgeAccess(self.model, self.api_base, self.transport, self.api_key_env)
+
     def api_key(self) -> str | None:
         """The key from the environment, read at the moment it is needed, never stored."""
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
+        return self.access().api_key()
 
 
 class RateLimitConfig(_Strict):
@@ -487,7 +493,7 @@ class CanaryConfig(_Strict):
     labels: str | None = Field(
         None,
         description="null: no canary. Labelled JSONL in the format `ctxprec calibrate` reads "
-        "(query, contexts, relevance per context); a local path or any fsspec URL "
+        "(docs/commands.md); a local path or any fsspec URL "
         "(input.storage_options apply). Judged by the run's judge in every run, never from the "
         "verdict cache.",
     )

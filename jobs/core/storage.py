@@ -369,6 +369,7 @@ def _local_atomic(path: str, *, data: bytes = b"", source: str | None = None) ->
     """Write `data` (or copy `source`) to a hidden temp file, fsync it, rename it to `path`."""
     folder, name = os.path.split(path)
     os.makedirs(folder, exist_ok=True)
+    # not tempfile.mkstemp: its 0600 would survive the rename; shared files get the umask's mode
     tmp = os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")
     try:
         if source is None:

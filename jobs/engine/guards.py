@@ -15,7 +15,6 @@ from jobs.core.config import JobConfig
 from jobs.core.storage import has_glob
 from scorer_core.capabilities import is_offline
 from scorer_core.errors import ConfigError
-from scorer_core.transports import resolve_transport
 
 _LOCAL = {None, "file", "local"}
 _ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
@@ -32,19 +31,9 @@ def check_judge_settings(config: JobConfig) -> None:
         from jobs.engine.batch.requests import batch_provider
 
         batch_provider(config)
-    if resolve_transport(judge.transport, judge.model, judge.api_base) == "http":
-        return  # the OpenAI-compatible endpoint takes any model name as it is
-    from scorer_core.litellm_client import import_litellm
-
-    litellm = import_litellm()
-    try:
-        litellm.get_llm_provider(model=judge.model, api_base=judge.api_base)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(
-            f"judge.model: litellm cannot route {judge.model!r} ({reason[:300]}); use a "
-            "provider prefix such as openai/, anthropic/, azure/, hosted_vllm/"
-        ) from None
+    access = judge.access()
+    if not access.routes_by_http():  # an OpenAI-compatible endpoint takes any model name
+        access.provider()
 
 
 def _location(url: str, options: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -19,7 +19,7 @@ from jobs.inputs.carry import carried_columns, decide_type, infer_json_type
 from jobs.inputs.jsonl import lines_in_range, parse_line
 from jobs.inputs.listing import FileInfo, open_input
 from jobs.inputs.parquet import parquet_file
-from jobs.inputs.spec import InputSpec, load_extractor, required_columns
+from jobs.inputs.spec import InputSpec, RawRow, load_extractor, required_columns
 from scorer_core.errors import InputError
 
 _PARQUET_MAGIC = b"PAR1"
@@ -81,12 +81,16 @@ def _sample_jsonl(
     keys: dict[str, None] = {}
     values: dict[str, list[Any]] = {name: [] for name in carry}
     objects = lines = 0
+    first: RawRow | None = None
     with open_input(fs, fs_path, info.compression) as handle:
         for offset, line in lines_in_range(handle, 0, None):
+            if offset == 0 and line.startswith(_PARQUET_MAGIC):
+                raise InputError(_parquet_read_as_jsonl(info))
             raw = parse_line(info.path, offset, line)
             if raw is None:
                 continue
             lines += 1
+            first = first or raw
             if raw.data is not None:
                 keys.update(dict.fromkeys(raw.data))
                 for name, found in values.items():
@@ -94,9 +98,12 @@ def _sample_jsonl(
                 objects += 1
             if objects >= SCHEMA_SAMPLE_ROWS or lines >= SCHEMA_SAMPLE_LINES:
                 break
+    if first is None:
+        raise InputError(f"{info.path} is empty: it has no JSON Lines (one item per line)")
     if objects == 0:
         raise InputError(
-            f"no valid JSON object in the first {lines} line(s) of {info.path}; is it JSON Lines?"
+            f"no valid JSON object in the first {lines} line(s) of {info.path}; is it JSON "
+            f"Lines? The first: {first.error}"
         )
     return tuple(keys), values
 
@@ -127,7 +134,8 @@ def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
                 f"{escaped(info.path)}: the file name is not valid UTF-8 and cannot be written "
                 "into the results; rename the file"
             )
-        _check_suffix(spec, info)
+        if not (spec.format == "parquet" and _is_parquet(spec, info)):
+            _check_suffix(spec, info)  # a Parquet file of any name may be read as Parquet
     todo = [info for info in files if info.size > 0]
     if not todo:
         return
@@ -136,6 +144,13 @@ def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
     first = next((problem for problem in problems if problem is not None), None)
     if first is not None:
         raise first
+
+
+def _parquet_read_as_jsonl(info: FileInfo) -> str:
+    return (
+        f"{info.path} is a Parquet file (it starts with PAR1), but it is read as JSON Lines "
+        "(its name or input.format): rename it to .parquet, or set input.format: parquet"
+    )
 
 
 def _check_suffix(spec: InputSpec, info: FileInfo) -> None:
@@ -151,19 +166,18 @@ def _check_suffix(spec: InputSpec, info: FileInfo) -> None:
             )
 
 
+def _is_parquet(spec: InputSpec, info: FileInfo) -> bool:
+    """Whether the file starts as Parquet files do (the suffix aside)."""
+    fs, fs_path, _ = filesystem(info.path, spec.storage_options)
+    end = len(_PARQUET_MAGIC)
+    head = retry_call(lambda: fs.cat_file(fs_path, start=0, end=end), what="read", url=info.path)
+    return bytes(head).startswith(_PARQUET_MAGIC)
+
+
 def _problem_of(spec: InputSpec, info: FileInfo) -> InputError | None:
     try:
-        if info.format != "parquet" and info.compression is None:
-            fs, fs_path, _ = filesystem(info.path, spec.storage_options)
-            magic = len(_PARQUET_MAGIC)
-            head = retry_call(
-                lambda: fs.cat_file(fs_path, start=0, end=magic), what="read", url=info.path
-            )
-            if bytes(head).startswith(_PARQUET_MAGIC):
-                raise InputError(
-                    f"{info.path} is a Parquet file, but it is read as {info.format} "
-                    "(input.format); move it out of the input or set input.format to null"
-                )
+        if info.format != "parquet" and info.compression is None and _is_parquet(spec, info):
+            raise InputError(_parquet_read_as_jsonl(info))
         available, context_type, _ = file_columns(spec, info, ())
         check_columns(spec, info.path, available, context_type)
     except InputError as exc:

@@ -65,7 +65,8 @@ def parse_line(source: str, offset: int, line: bytes) -> RawRow | None:
         value = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
         error = (
-            f"not valid UTF-8 (byte 0x{line[exc.start]:02x} at position {exc.start} of the line)"
+            f"not valid UTF-8 (byte 0x{line[exc.start]:02x} at position {exc.start} of the line; "
+            "is the file Latin-1 or another encoding? The input must be UTF-8)"
         )
     except json.JSONDecodeError as exc:
         error = f"invalid JSON: {exc.msg} at column {exc.colno}"

@@ -1,8 +1,9 @@
 """Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read.
 
-One object per line: `query`, `contexts`, `relevance` (a number per context), optional
-`relevance_binary`, `expected_answer`, `retriever`, and `row_id` or `query_id` (docs/commands.md
-has the gold rule). Contexts are cut as the job cuts them; a bad row is counted, never raised.
+One object per line: the query, contexts and reference answer under the config's
+`input.columns` names (else `query`, `contexts`, `expected_answer`), `relevance` (a number per
+context), optional `relevance_binary`, `retriever`, and `row_id` (else the query_id column)
+(docs/commands.md). Contexts are cut as the job cuts them; a bad row is counted, never raised.
 """
 
 from __future__ import annotations
@@ -62,20 +63,29 @@ def _gold(row: dict[str, Any], count: int, min_grade: float | None) -> tuple[lis
     return [v > 0 for v in relevance], "relevance > 0"
 
 
+def _field(row: dict[str, Any], *names: str | None) -> tuple[str, Any]:
+    """(name, value) of the first of `names` the row has: the config's column, else the
+    labels' own name; the config's name and None when it has none."""
+    given = [name for name in names if name]
+    found = next((name for name in given if name in row), given[0])
+    return found, row.get(found)
+
+
 def _labelled_item(
     row: dict[str, Any], line: int, config: JobConfig, min_grade: float | None
 ) -> tuple[LabelledItem, bool]:
     """The row as an item cut as the job cuts it, and whether it was cut."""
-    query = row.get("query")
+    columns = config.input.columns
+    name, query = _field(row, columns.input, "query")
     if not isinstance(query, str) or not query.strip():
-        raise InputError("query must be a non-empty string")
-    contexts = row.get("contexts")
+        raise InputError(f"{name} (the query) must be a non-empty string")
+    name, contexts = _field(row, columns.context, "contexts")
     if not (isinstance(contexts, list) and contexts and all(isinstance(c, str) for c in contexts)):
-        raise InputError("contexts must be a non-empty list of strings")
+        raise InputError(f"{name} (the contexts) must be a non-empty list of strings")
     gold, rule = _gold(row, len(contexts), min_grade)
-    answer = row.get("expected_answer")
+    name, answer = _field(row, columns.expected_output, "expected_answer")
     if answer is not None and not isinstance(answer, str):
-        raise InputError("expected_answer must be a string or null")
+        raise InputError(f"{name} (the reference answer) must be a string or null")
     reference = answer if answer and answer.strip() else None
     chars, count = config.input.max_context_chars, config.input.max_contexts
     item = ScoringItem(
@@ -85,7 +95,7 @@ def _labelled_item(
         expected_output=reference,
     )
     validate_item(item)
-    identifier = row.get("row_id", row.get("query_id"))
+    _, identifier = _field(row, "row_id", columns.query_id, "query_id")
     retriever = row.get("retriever")
     labelled = LabelledItem(
         item_id=str(identifier) if identifier is not None else f"line {line}",

@@ -1,10 +1,9 @@
 """A job config turned into the objects that do the work: input reader, judge, limiter, cache
-location, the API-key check. Workers and tools get them from here only: one config, one judge.
+location. Workers and tools get them from here only: one config, one judge.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -14,27 +13,11 @@ from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
 from jobs.engine import CanaryJudge, Gate, RunParts, budget_settings
 from jobs.inputs.records import ItemReader
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
-from scorer_core.errors import ConfigError
 from scorer_core.judge_spec import JudgeSpec
 from scorer_core.judge_spec import build_judge as build_core_judge
 from scorer_core.protocols import Judge, Limiter
 from scorer_core.response_format import shared_negotiation
 from scorer_core.transports import resolve_transport
-
-
-def check_api_key(config: JobConfig) -> None:
-    """Fail before any judge call when the judge needs a key and its variable is not set."""
-    judge = config.judge
-    if not capabilities_of(judge.model).needs_api_key or not judge.api_key_env:
-        return
-    if judge.api_base and "api_key_env" not in judge.model_fields_set:
-        return  # a local server needs no key, unless a variable was named for it explicitly
-    if not os.environ.get(judge.api_key_env):
-        raise ConfigError(
-            f"judge.api_key_env: environment variable {judge.api_key_env} is not set "
-            f"(model {judge.model} needs an API key; set judge.api_key_env to the variable that "
-            "holds it, or judge.api_base for a local server)"
-        )
 
 
 def build_judge(
@@ -181,7 +164,7 @@ class ConfiguredJudges:
 
 def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
     """What the engine runs for `config` (input, judge, cache, `canary`), the API key checked."""
-    check_api_key(config)
+    config.judge.access().check()
     duplicates_first = config.input.find_duplicates_first
     return RunParts(
         # traces are assembled into items before they are read (jobs.engine.trace_staging)

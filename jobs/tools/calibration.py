@@ -24,7 +24,6 @@ from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
 from jobs.core.formatting import Column, table
 from jobs.inputs.labels import LabelledItem, load_labels
-from jobs.run import factory
 from jobs.run.canary import judge_labelled
 from jobs.tools.tool_options import CalibrateOptions
 from scorer_core import metrics
@@ -225,7 +224,7 @@ def calibrate(
     """Judge the labelled rows of `labels` with `config`'s judge and measure agreement."""
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be at least 1, not {limit}")
-    factory.check_api_key(config)
+    config.judge.access().check()
     loaded = load_labels(labels, config, min_grade=min_grade, limit=limit)
     if not loaded.items:
         detail = f"; first problem: {loaded.invalid_examples[0]}" if loaded.invalid_examples else ""
@@ -241,7 +240,7 @@ def calibrate(
         model=judge.model,
         gold_rule=tuple(sorted({i.rule for i in loaded.items})),
         judge_output=(
-            f"expected_answer for {with_reference} item(s); none for "
+            f"the reference answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
             "judged against the query)"
         ),

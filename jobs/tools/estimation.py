@@ -622,6 +622,7 @@ def run(options: EstimateOptions, out: TextIO | None = None) -> int:
     """`ctxprec estimate`: the estimate, or the items `target_ci` needs; returns 0."""
     out = out or sys.stdout
     config = options.config.load()
+    config.judge.access().check()  # as `run` checks: the estimate is of a run that can start
     if options.target_ci is not None:
         from jobs.tools.target_ci import format_target, previous_run, target_ci
 

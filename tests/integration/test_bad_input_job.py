@@ -225,7 +225,8 @@ def test_bad_jsonl_rows_are_errors_naming_byte_offset_and_field(
         (bad("q-empty", question=""), "q-empty", f"{INPUT} is empty"),
         (bad("q-blank", question="  \t "), "q-blank", f"{INPUT} is empty"),
         (b'{"id": "not-utf8", "question": "caf\xe9?", "answer": "x", "contexts": ["y"]}\n',
-         None, "not valid UTF-8 (byte 0xe9 at position 35 of the line)"),
+         None, "not valid UTF-8 (byte 0xe9 at position 35 of the line; is the file Latin-1 or "
+         "another encoding? The input must be UTF-8)"),
         (b'{"id": "broken-json", "question": "Where?", "contexts": ["a"\n', None,
          "invalid JSON: Expecting ',' delimiter at column 61"),
         (b"[1, 2, 3]\n", None, "a JSON array, expected an object"),

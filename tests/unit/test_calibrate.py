@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.core.config import load_config
+from jobs.tools import sample_data
 from jobs.tools.calibration import (
     Agreement,
     Calibration,
@@ -28,7 +30,7 @@ from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
 from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.job import lexical_flags
-from tests.support.paths import SHARED_DATA
+from tests.support.paths import REPO, SHARED_DATA
 
 DATA_DIR = SHARED_DATA
 KEY_VAR = "CTXPREC_TEST_CALIBRATE_KEY"
@@ -323,6 +325,32 @@ def test_gold_rules_and_invalid_rows(tmp_path: Path) -> None:
     # the output given to the judge: expected_answer, else none (retrieval-only)
     assert default.items[0].item.output == ""
     assert default.items[0].item.expected_output is None
+
+
+def test_make_runs_sample_calibrates_as_is_through_the_configs_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """configs/local.yaml names the sample's columns (question, contexts, ground_truth, id)."""
+    sample = tmp_path / "sample.jsonl"
+    assert sample_data.main(["--out", str(sample), "--items", "30"]) == 0
+    local = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
+    local["input"]["path"] = str(sample)
+    config = tmp_path / "local.yaml"
+    config.write_text(yaml.safe_dump(local))
+    assert ctxprec(["calibrate", "--config", str(config), "--labels", str(sample), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["rows"]["invalid"] == 0 and found["items"]["ok"] == 30
+    rows = [json.loads(line) for line in sample.read_text().splitlines()]
+    loaded = load_labels(str(sample), load_config(config))
+    assert [i.item_id for i in loaded.items] == [r["id"] for r in rows]
+    assert [i.item.expected_output for i in loaded.items] == [r["ground_truth"] for r in rows]
+    assert [i.item.input for i in loaded.items] == [r["question"] for r in rows]
+    # a bad row names the config's column
+    sample.write_text(json.dumps({**rows[0], "question": ""}) + "\n")
+    assert (
+        "question (the query) must be"
+        in load_labels(str(sample), load_config(config)).invalid_examples[0]
+    )
 
 
 def test_unscored_and_error_items_are_excluded() -> None:

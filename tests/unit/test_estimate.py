@@ -136,7 +136,7 @@ def test_cost_lexical_zero_priced_model_positive_unknown_model(
 ) -> None:
     data, _ = sample
     config = write_config(data.parent.parent, data)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # estimate needs no key
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the estimate itself needs no key
     assert run(config).cost_usd == 0.0
     assert ctxprec(["estimate", "--config", str(config)]) == 0
     assert f"estimated cost  {fmt.FREE} (no API cost)" in capsys.readouterr().out
@@ -145,12 +145,12 @@ def test_cost_lexical_zero_priced_model_positive_unknown_model(
     unknown = run(config, "judge.model=openai/no-such-model-xyz")
     assert unknown.cost_usd is None
 
-    assert (
-        ctxprec(
-            ["estimate", "--config", str(config), "--set", "judge.model=openai/no-such-model-xyz"]
-        )
-        == 0
-    )
+    argv = ["estimate", "--config", str(config), "--set", "judge.model=openai/no-such-model-xyz"]
+    # ...but the command checks what `run` checks: a run without its key would not start
+    assert ctxprec(argv) == 2
+    assert "OPENAI_API_KEY is not set" in capsys.readouterr().err
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-sent")
+    assert ctxprec(argv) == 0
     text = capsys.readouterr().out
     assert "estimated cost  n/a" in text
 
@@ -324,8 +324,11 @@ def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
 
 
 def test_batch_mode_is_priced_at_the_batch_price_and_counts_its_batches(
-    sample: tuple[Path, list[dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+    sample: tuple[Path, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-sent")
     data, rows = sample
     config = write_config(data.parent.parent, data)
     model = "judge.model=openai/gpt-4o-mini"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.inputs import ColumnMap, inspect_input, list_input_files
+from jobs.inputs import ColumnMap, inspect_input, list_input_files, plan_shards, read_shard
+from jobs.inputs.columns import check_every_file
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import (
     item,
@@ -74,3 +75,52 @@ def test_inspect_input_with_extractor(tmp_path: Path, monkeypatch: pytest.Monkey
     bad = spec_for(path, context_extractor="no_such_module_xyz:f")
     with pytest.raises(ConfigError, match=r"'no_such_module_xyz:f'.*cannot import"):
         inspect_input(bad, list_input_files(bad))
+
+
+# -- files a newcomer gets wrong: each named, with what is wrong (issue 31) ---------------------
+
+
+@pytest.mark.parametrize("fmt", [None, "jsonl"])
+def test_an_empty_file_is_said_to_be_empty(tmp_path: Path, fmt: str | None) -> None:
+    (tmp_path / "empty.jsonl").write_text("\n  \n")
+    spec = spec_for(tmp_path / "empty.jsonl", format=fmt)
+    with pytest.raises(InputError, match=r"empty\.jsonl is empty: it has no JSON Lines"):
+        inspect_input(spec, list_input_files(spec))
+
+
+def test_a_latin1_file_is_said_to_be_in_another_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "latin.jsonl"
+    text = json.dumps(item(1) | {"input": "café au lait"}, ensure_ascii=False) + "\n"
+    path.write_bytes(text.encode("latin-1"))
+    spec = spec_for(path)
+    with pytest.raises(InputError) as caught:
+        inspect_input(spec, list_input_files(spec))
+    message = str(caught.value)
+    assert str(path) in message and "not valid UTF-8 (byte 0xe9" in message
+    assert "is the file Latin-1 or another encoding? The input must be UTF-8" in message
+
+
+@pytest.mark.parametrize("fmt", [None, "jsonl"])
+def test_a_parquet_file_named_jsonl_says_so(tmp_path: Path, fmt: str | None) -> None:
+    path = write_parquet(tmp_path / "items.jsonl", [item(1), item(2)], 10)
+    spec = spec_for(path, format=fmt)
+    expected = r"items\.jsonl is a Parquet file \(it starts with PAR1\).*rename it to \.parquet"
+    with pytest.raises(InputError, match=expected):
+        inspect_input(spec, list_input_files(spec))
+    with pytest.raises(InputError, match=expected):
+        check_every_file(spec, list_input_files(spec))
+
+
+def test_a_parquet_file_named_jsonl_reads_as_input_format_parquet(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "items.jsonl", [item(1), item(2)], 10)
+    spec = spec_for(path, format="parquet")
+    files = list_input_files(spec)
+    check_every_file(spec, files)
+    assert "context" in inspect_input(spec, files).columns
+    rows = [r for shard in plan_shards(spec, files, 10) for r in read_shard(spec, shard)]
+    assert [r.data["query_id"] for r in rows if r.data] == ["q1", "q2"]
+    # a JSON Lines file read as Parquet is still refused by its name
+    write_jsonl(tmp_path / "other.jsonl", [item(3)])
+    folder = spec_for(tmp_path, format="parquet")
+    with pytest.raises(InputError, match=r"other\.jsonl is a jsonl file by its suffix"):
+        check_every_file(folder, list_input_files(folder))
