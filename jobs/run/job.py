@@ -38,9 +38,12 @@ def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
         The exit code: 0, 1 when the published run's errors exceed `run.max_error_rate`, or
         130 / 143 when SIGINT / SIGTERM stopped it (the same run id resumes).
     """
-    config = load_config(config_path, list(overrides))
     try:
+        config = load_config(config_path, list(overrides))
         outcome = run_job(config)
+    except KeyboardInterrupt:  # before the run's own handler: nothing is staged yet
+        print("stopped: by SIGINT before the run began; nothing was staged", file=sys.stderr)
+        return 130
     except BatchesStillRunning as exc:
         # Not a failure: the evening half of a nightly batch run (docs/batch.md).
         print(f"batches submitted, not finished: {exc}", file=sys.stderr)

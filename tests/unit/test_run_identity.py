@@ -95,3 +95,15 @@ def test_a_run_that_fails_its_checks_leaves_no_output_folder(
     assert cli.main(["run", "--config", str(path)]) == 2
     assert "no_such_column" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+def test_ctrl_c_before_the_run_began_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*_: object) -> JobConfig:
+        raise KeyboardInterrupt  # as Ctrl-C lands while the config is read
+
+    monkeypatch.setattr("jobs.run.job.load_config", interrupted)
+    assert cli.main(["run", "--config", "job.yaml"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "stopped: by SIGINT before the run began; nothing was staged"
