@@ -57,12 +57,13 @@ score-example: install
 	$(BIN)/ctxprec score examples/item.json
 
 # The real-model tests (marker llm) run when the llm extra is installed and skip otherwise.
-# Three pytest-xdist workers, each given whole files (an integration module starts its servers
-# once): the integration files mostly wait on servers and subprocesses, so the CPU-bound unit
-# tests run in their gaps. Every test runs in a worker process, so a test whose Ray ends its
-# process fails alone and the summary still prints.
+# The unit tests (no Ray) over both cores, then the integration tests over two pytest-xdist
+# workers, each given whole files (a module starts its servers once; the files mostly wait on
+# servers and subprocesses). Every test runs in a worker process, so a test whose Ray ends its
+# process fails alone and the summary still prints. Both parts run, each with its summary.
 test: install
-	$(BIN)/pytest tests -n 3 --dist loadfile
+	@status=0; $(BIN)/pytest tests/unit -n 2 || status=$$?; \
+		$(BIN)/pytest tests/integration -n 2 --dist loadfile || status=$$?; exit $$status
 
 # The unit tests alone (no Ray), spread over the cores.
 test-unit: install

@@ -10,9 +10,10 @@
     moto_s3       the session's moto S3 server, with bucket MOTO_BUCKET; s3_prefix: a fresh
                   prefix in it
     faulty_s3     an S3 endpoint of the test's own that it may break (tests.support.s3_faults)
-    ray_local     the session's local Ray (2 CPUs, loopback), started by the first test that
-                  asks; only tests under tests/integration may ask, and a unit test that
-                  starts Ray some other way fails
+    ray_local     a local Ray (2 CPUs, loopback) shared by consecutive modules that ask for
+                  it, stopped before a module that does not (idle, it costs 7% of a core);
+                  only tests under tests/integration may ask, and a unit test that starts
+                  Ray some other way fails
 
 Helpers that are more than fixtures live in tests/support.
 """
@@ -51,18 +52,31 @@ set_env_defaults()
 UNIT = Path(__file__).resolve().parent / "unit"
 # Fixtures a unit test must not use: they start Ray.
 _RAY_FIXTURES = {"ray_local"}
+# The modules with a test that uses ray_local, and the environment it set for Ray's processes.
+_RAY_MODULES: set[Path] = set()
+_RAY_ENVIRONMENT = pytest.MonkeyPatch()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Unit tests run without Ray: one that asks for it belongs in tests/integration."""
     for item in items:
-        if item.path.is_relative_to(UNIT):
-            uses = _RAY_FIXTURES & set(getattr(item, "fixturenames", ()))
-            if uses:
-                raise pytest.UsageError(
-                    f"{item.nodeid} uses {sorted(uses)}: tests that need Ray go in "
-                    "tests/integration"
-                )
+        uses = _RAY_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses and item.path.is_relative_to(UNIT):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {sorted(uses)}: tests that need Ray go in tests/integration"
+            )
+        if uses:
+            _RAY_MODULES.add(item.path)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop ray_local's Ray after its module's fixtures, unless the next module uses it too."""
+    yield
+    moving_on = nextitem is None or nextitem.path != item.path
+    if moving_on and _ray_running() and (nextitem is None or nextitem.path not in _RAY_MODULES):
+        sys.modules["ray"].shutdown()
+        _RAY_ENVIRONMENT.undo()
 
 
 def _ray_running() -> bool:
@@ -178,28 +192,22 @@ def ray_tmp() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def ray_local() -> Iterator[Any]:
-    """`ray` initialised with 2 CPUs on 127.0.0.1, shut down at the end of the session.
+@pytest.fixture(scope="module")
+def ray_local() -> Any:
+    """`ray` initialised with 2 CPUs on 127.0.0.1, or the one an earlier module left running.
 
     `jobs.engine.ray_runtime.start_ray` sees `ray.is_initialized()` and reuses it. The job's
     environment is set before `ray.init` so the raylet and every worker inherit it.
     """
     import ray
 
-    with pytest.MonkeyPatch.context() as patch:
+    if not ray.is_initialized():
         for name, value in RAY_ENV.items():
-            patch.setenv(name, value)
-        if ray.is_initialized():  # pragma: no cover - someone else started it
-            yield ray
-            return
+            _RAY_ENVIRONMENT.setenv(name, value)
         ray.init(
             address="local",  # never a cluster left running on this machine
             num_cpus=2,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
         )
-        try:
-            yield ray
-        finally:
-            ray.shutdown()
+    return ray

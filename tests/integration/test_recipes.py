@@ -162,6 +162,15 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+    # stop() leaves the JVM running, and busy, until this process ends: end it now
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown()
+        gateway.proc.kill()
+        gateway.proc.wait()
+        SparkContext._gateway = SparkContext._jvm = None
 
 
 def _code(name: str, engine: str, output: Path) -> str:
