@@ -60,6 +60,7 @@ from tests.support.paths import REPO
 from tests.support.processes import (
     Outcome,
     driver_env,
+    held_run_config,
     kill_group_and_ray,
     kill_sender,
     lean_judge,
@@ -275,17 +276,7 @@ def test_after_the_driver_is_sigkilled_no_process_of_its_ray_lives_on(
     location = RunLocation(run_id, dt.date(2026, 11, 30))
     gate = HoldRequests(when=lambda arrival: len(items_done(out, location)) >= 1)
     server = fake_judge(on_request=gate)
-    raw = raw_config(
-        source,
-        out,
-        judge=lean_judge(server),
-        rate_limit={"max_concurrency": 2},
-        cache={"enabled": False},
-        ray={"shard_size": 4, "workers": 2},
-        run={"id": run_id, "date": "2026-11-30"},
-    )
-    config_path = tmp_path / "job.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
+    config_path = held_run_config(tmp_path, source, out, server, id=run_id, date="2026-11-30")
     command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
     driver = start_driver(command, tmp_path / "driver.log", ray_tmp, gate)
     try:

@@ -25,7 +25,7 @@ from jobs.run.job import run_job
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import assert_complete, raw_config, sample_job
-from tests.support.processes import kill_group_and_ray, lean_judge, ray_processes, start_driver
+from tests.support.processes import held_run_config, kill_group_and_ray, ray_processes, start_driver
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -78,17 +78,7 @@ def test_a_signal_mid_fan_out_keeps_staged_shards_and_the_rerun_finishes(
     run_id = f"stop-{signal.Signals(signum).name.lower()}"
     gate = HoldRequests(when=lambda arrival: len(items_staged(out, run_id)) >= 2)
     server = fake_judge(on_request=gate)
-    raw = raw_config(
-        source,
-        out,
-        judge=lean_judge(server),
-        rate_limit={"max_concurrency": 2},
-        cache={"enabled": False},
-        ray={"shard_size": 4, "workers": 2},
-        run={"date": RUN_DATE},
-    )
-    config_path = tmp_path / "job.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
+    config_path = held_run_config(tmp_path, source, out, server, date=RUN_DATE)
     log = tmp_path / "driver.log"
     driver = start_driver(driver_command(config_path, run_id), log, ray_tmp, gate)
     try:

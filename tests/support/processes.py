@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
+import yaml
 
 from jobs.engine.driver import RunOutcome
 from jobs.engine.ray_runtime import RAY_ENV
 from tests.fake_judge import Arrival, FakeJudgeServer
 from tests.support.hooks import HoldRequests
-from tests.support.job import KEY_ENV, KEY_VALUE, llm_judge
+from tests.support.job import KEY_ENV, KEY_VALUE, llm_judge, raw_config
 from tests.support.paths import REPO
 
 # How long a held request may wait: as long as the test needs, never retried meanwhile.
@@ -30,6 +31,26 @@ def lean_judge(server: FakeJudgeServer) -> dict[str, Any]:
     timeout is long: a held request waits as long as the test needs (a Ray worker's start on
     a busy machine, say), and must not be retried meanwhile."""
     return llm_judge(server, transport="http", timeout_s=HOLD_TIMEOUT_S)
+
+
+def held_run_config(
+    tmp_path: Path, source: Path, out: Path, server: FakeJudgeServer, **run: str
+) -> Path:
+    """The YAML config of a driver to stop mid-run: the lean judge held by `server`, two
+    requests in flight, no cache (resume alone decides what is judged again), shards of 4 over
+    2 workers; `run` is its run section (id, date)."""
+    raw = raw_config(
+        source,
+        out,
+        judge=lean_judge(server),
+        rate_limit={"max_concurrency": 2},
+        cache={"enabled": False},
+        ray={"shard_size": 4, "workers": 2},
+        run=run,
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 def process_on_port(port: int) -> psutil.Process:
