@@ -26,14 +26,6 @@ ENV = {
     "ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
     KEY_ENV: "bench-not-a-secret",
 }
-# The generated sample's column names (jobs.tools.sample_data) as a job config maps them.
-COLUMNS = {
-    "query_id": "id",
-    "input": "question",
-    "output": "answer",
-    "expected_output": "ground_truth",
-    "context": "contexts",
-}
 
 
 def machine() -> str:

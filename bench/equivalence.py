@@ -27,7 +27,8 @@ from typing import Any
 import polars as pl
 import yaml
 
-from bench.common import COLUMNS, ENV, KEY_ENV, serving
+from bench.common import ENV, KEY_ENV, serving
+from tests.support.job import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Columns that hold times or durations: they differ from run to run by nature.

@@ -26,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from bench.common import COLUMNS, DOCS, ENV, KEY_ENV, header, serving, show_and_write
+from bench.common import DOCS, ENV, KEY_ENV, header, serving, show_and_write
+from tests.support.job import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_RAY = "import ray; ray.init(num_cpus=2, include_dashboard=False); ray.shutdown()"

@@ -116,8 +116,6 @@ def differences(a: RunFacts, b: RunFacts, names: tuple[str, str] = ("A", "B")) -
 class Comparison:
     """Everything `ctxprec compare` (and the report's baseline section) shows."""
 
-    run_a: str
-    run_b: str
     facts_a: RunFacts
     facts_b: RunFacts
     table: pl.DataFrame  # TABLE_COLUMNS + segment columns, one row per query_id, by query_id
@@ -145,6 +143,14 @@ class Comparison:
     @property
     def paired(self) -> int:
         return self.stats_delta.count
+
+    @property
+    def run_a(self) -> str:
+        return self.facts_a.run_id
+
+    @property
+    def run_b(self) -> str:
+        return self.facts_b.run_id
 
     @property
     def warnings(self) -> list[str]:
@@ -375,8 +381,6 @@ def compare_runs(
     method = choose_method(table)
     ok_a_only = (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
     return Comparison(
-        run_a=run_a.run_id,
-        run_b=run_b.run_id,
         facts_a=RunFacts.of(run_a),
         facts_b=RunFacts.of(run_b),
         table=table,
