@@ -264,12 +264,13 @@ def cost_view(run: PublishedRun) -> dict[str, Any]:
     """Cards of the calls, tokens, cost and time; the manifest's stage timings; its shards."""
     s, seconds = run.summary, run.seconds
     rate = s.items / seconds if seconds else None
-    if s.cost_usd is not None:
-        cost, note = fmt.usd(s.cost_usd), "from litellm's price map"
-    elif is_offline(run.judge_model):
-        cost, note = fmt.FREE, "no API cost"
+    cost = fmt.cost(s.cost_usd, run.judge_model)  # the offline judge's reads as everywhere
+    if is_offline(run.judge_model):
+        note = "no API cost"
+    elif s.cost_usd is not None:
+        note = "from litellm's price map"
     else:
-        cost, note = fmt.MISSING, "model not in litellm's price map"
+        note = "model not in litellm's price map"
     if s.cost_usd and s.items:
         note = f"${s.cost_usd / s.items * 1000:,.4f} per 1,000 items"
     hit_rate = fmt.percent(s.cache_hits / s.judge_calls) if s.judge_calls else ""
