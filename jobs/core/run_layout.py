@@ -30,7 +30,9 @@ def index_in_shard(seq: int) -> int:
     return seq & ((1 << SEQ_SHIFT) - 1)
 
 
-_PUBLISHED_FILE = re.compile(r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/[^/]+\.parquet$")
+_PUBLISHED_FILE = re.compile(
+    r"run_date=(\d{4}-\d{2}-\d{2})/run_id=([^/]+)/(?:[^/]+\.parquet|manifest\.json)$"
+)
 
 
 def published_glob(table: Table, run_id: str = "*", run_date: str = "*") -> str:
@@ -44,7 +46,7 @@ def manifests_glob(run_id: str) -> str:
 
 
 def run_of(path: str) -> RunLocation | None:
-    """The run a published table file belongs to (None for any other path)."""
+    """The run a published table file or manifest belongs to (None for any other path)."""
     match = _PUBLISHED_FILE.search(path)
     if match is None:
         return None

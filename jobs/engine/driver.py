@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 from jobs.core.config import JobConfig
 from jobs.core.pricing import price_basis
-from jobs.core.run_layout import RunLocation, StagingArea, manifests_glob, published_glob
+from jobs.core.run_layout import (
+    RunLocation,
+    StagingArea,
+    manifests_glob,
+    published_glob,
+    run_of,
+)
 from jobs.core.run_manifest import JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store
@@ -114,13 +120,13 @@ def resolve_location(
     run_id = config.run.id or f"{run_date:%Y%m%d}-{uuid.uuid4().hex[:8]}"
     if store is None:
         return RunLocation(run_id=run_id, run_date=run_date)
-    published = store.list(store.join(manifests_glob(run_id)))
-    if published:
-        raise ConfigError(
-            f"run.id: run {run_id} is already published, for run.date "
-            f"{published[0].split('run_date=')[1][:10]} ({store.url(published[0])}); a run id "
-            "names one run: choose another run.id"
-        )
+    for path in store.list(store.join(manifests_glob(run_id))):
+        if (published := run_of(path)) is not None:
+            raise ConfigError(
+                f"run.id: run {run_id} is already published, for run.date "
+                f"{published.run_date} ({store.url(path)}); a run id names one run: choose "
+                "another run.id"
+            )
     date_file = StagingArea.of_run(store, run_id).date_file
     if not store.exists(date_file):
         return RunLocation(run_id=run_id, run_date=run_date)
