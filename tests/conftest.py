@@ -67,6 +67,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             )
         if uses:
             _RAY_MODULES.add(item.path)
+    # The modules without ray_local first, then those sharing it: a worker that runs them in a
+    # row starts Ray once (`make test` keeps this order: --no-loadscope-reorder). Each Ray start
+    # costs this 2-core machine 8-13 CPU-seconds.
+    items.sort(key=lambda item: item.path in _RAY_MODULES)
 
 
 @pytest.hookimpl(hookwrapper=True)
