@@ -381,10 +381,11 @@ class BatchRounds:
                 handle.writelines(lines[start:end])
 
     async def _ingest(self, round_number: int, record: BatchRecord) -> BatchRecord:
-        files = []
-        for file_id in (record.output_file_id, record.error_file_id):
-            if file_id is not None and not record.stopped:
-                files.append(await self._provider.content(file_id))
+        files = [
+            await self._provider.content(file_id)
+            for file_id in (record.output_file_id, record.error_file_id)
+            if file_id is not None and not record.stopped
+        ]
         parts = []
         for shard_id, start, end in record.parts:
             index = self._layout.read_index(round_number, shard_id)
@@ -447,16 +448,11 @@ class BatchRounds:
         )
 
 
+_INFO_FIELDS = ("status", "completed", "failed", "output_file_id", "error_file_id", "errors")
+
+
 def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
-    return replace(
-        record,
-        status=info.status,
-        completed=info.completed,
-        failed=info.failed,
-        output_file_id=info.output_file_id,
-        error_file_id=info.error_file_id,
-        errors=info.errors,
-    )
+    return replace(record, **{name: getattr(info, name) for name in _INFO_FIELDS})
 
 
 def _iso(epoch: float) -> str:
