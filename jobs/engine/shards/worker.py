@@ -287,7 +287,9 @@ async def _run_lane(
                 # the store's own retries are spent: a later attempt may find it back
                 if isinstance(exc, StorageError) and attempt < attempts:
                     continue
-                await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
+                await board.failed.remote(
+                    worker_id, shard.shard_id, f"shard {shard.shard_id} failed: {one_line(exc)}"
+                )
                 return
             await board.done.remote(worker_id, report)
             if report.fatal:
@@ -314,11 +316,11 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
         await runner.close()
 
 
-def _failure(shard: Shard, exc: BaseException) -> str:
-    """Which shard failed and the exception's whole message on one line (pyarrow's run over
-    several; the first often names the file)."""
+def one_line(exc: BaseException) -> str:
+    """The exception's whole message on one line (pyarrow's run over several; the first often
+    names the file)."""
     text = " ".join(part.strip() for part in str(exc).strip().splitlines())
-    return f"shard {shard.shard_id} failed: {text or type(exc).__name__}"
+    return text or type(exc).__name__
 
 
 def run_worker(ctx: ShardContext, worker_id: str, lanes: int) -> None:
