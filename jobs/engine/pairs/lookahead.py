@@ -72,11 +72,10 @@ def shard_keys(
     fingerprint: str | None = None,
     pairs_of: Collection[int] | None = None,
 ) -> ShardKeys:
-    """The keys of `numbered` ((number, shard) pairs) as their workers will see them: with
-    `ids`, every row's query id and `item_seq`; with a `fingerprint`, the pair keys of the
-    items a worker judges, for the shards in `pairs_of` (None: all). One read a shard (ids
-    alone: a Parquet file's id column). A shard that cannot be read gets no keys: its own
-    worker fails the run naming the file. A Ray task body."""
+    """A Ray task body: the keys of `numbered` ((number, shard) pairs) as their workers will
+    see them: with `ids`, every row's query id and `item_seq`; with a `fingerprint`, the pair
+    keys of the items judged in the shards of `pairs_of` (None: all). An unreadable shard gets
+    no keys (its own worker fails the run naming the file)."""
     id_rows: list[tuple[str, int, str, int]] = []
     pair_rows: list[tuple[int, str]] = []
     for number, shard in numbered:
@@ -230,8 +229,7 @@ _PAIRS = ("pair_key", "relevant", "judge_reason", "owner")
 
 
 def needs_path(store: Store, staging: str, shard_id: str, kind: str) -> str:
-    """The staged file of a shard's later occurrences (`kind` "repeats") or of its pairs
-    found in the store or awaited ("pairs")."""
+    """The staged file of a shard's later occurrences ("repeats") or pairs ("pairs")."""
     return store.join(staging, "lookahead", f"{shard_id}.{kind}.parquet")
 
 
@@ -267,10 +265,8 @@ def read_needs(store: Store, staging: str, shard_id: str, looked: Looked) -> Sha
 
 
 def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -> Looked:
-    """Stage what each shard of `todo` ((number, shard) pairs) needs: its later occurrences of
-    a query id (`input.find_duplicates_first`; found once, a resumed run keeps them), and with
-    the verdict cache the verdicts the store holds for its pairs and, `shared`, the pairs it
-    awaits. Ray must be running unless the run is small (`LOCAL_ITEMS`)."""
+    """Stage what each shard of `todo` ((number, shard) pairs) needs (`ShardNeeds`; the pairs
+    it awaits only when `shared`). Ray must be running unless the run is small."""
     store, staging, parts = plan.store, plan.location.staging, plan.parts
     done = _read_done(store, staging) if parts.find_duplicates_first else None
     ids = parts.find_duplicates_first and done is None

@@ -24,10 +24,8 @@ def shard_blocks() -> pl.Expr:
 
 
 class Spill:
-    """Rows (of `schema`) filed by the integer bucket that `bucket` computes from them.
-
-    `add` rows in any order, `close`, then `read` or `chunks` a bucket at a time. `folder` is
-    local scratch space the caller removes."""
+    """Rows (of `schema`) filed by the integer bucket that `bucket` computes: `add` in any
+    order, `close`, then `read` or `chunks` a bucket at a time (`folder`: the caller's)."""
 
     def __init__(
         self, folder: Path, bucket: pl.Expr, schema: pl.Schema, flush_bytes: int = FLUSH_BYTES

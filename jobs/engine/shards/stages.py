@@ -61,9 +61,8 @@ class ShardCaches:
     in_flight: InFlight = field(default_factory=InFlight)
 
     def load(self, needs: ShardNeeds, *, journaled: bool = True) -> VerdictCache:
-        """The shard's cache (blocking); `journaled` False (batch mode): fresh verdicts are
-        kept in the shard's cache only (journaled when the shard is committed), and none
-        answers another item, nor is a pair awaited from another shard."""
+        """The shard's cache (blocking); not `journaled` (batch mode): fresh verdicts stay in it
+        (journaled at commit), answer no other item, and no pair is awaited."""
         known = dict(needs.known)
         if not journaled:
             return VerdictCache(known=known)
@@ -99,11 +98,6 @@ def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
     )
 
 
-def count_errors(counter: BatchedCounter, read: ShardRead) -> None:
-    """Add the shard's rows that are errors (not judged) to the progress counters."""
-    counter.add(items=len(read.errors), errors=len(read.errors))
-
-
 class OnlineStage:
     """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
     found in the store, and the worker's journal, which gets every fresh verdict."""
@@ -132,7 +126,7 @@ class OnlineStage:
         cache = None
         if caches is not None:
             cache = await asyncio.to_thread(caches.load, needs)
-        count_errors(counter, read)
+        counter.add(items=len(read.errors), errors=len(read.errors))
         return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
 
     def item_done(self, result: ScoreResult) -> None:
@@ -188,9 +182,8 @@ class BatchPassStage:
         number: int,
         read: ShardRead,
     ) -> BatchPassStage:
-        """The pass's stage for shard `number`: its replies so far and the cache view it froze
-        in its first pass (else its verdicts found in the store), read in a thread; `reask`
-        sends re-asks online (judge.batch.reask)."""
+        """The pass's stage for shard `number`: its replies so far and the cache view its first
+        pass froze (else found in the store); `reask` sends re-asks online."""
         replies, frozen, online = await asyncio.to_thread(
             lambda: (
                 layout.read_replies(shard_id),
@@ -232,7 +225,7 @@ class BatchPassStage:
             # The pass's progress: items gone through, none of them final yet.
             self._counter.add(items=len(read.records) + len(read.errors))
         else:
-            count_errors(self._counter, read)
+            self._counter.add(items=len(read.errors), errors=len(read.errors))
             for result in results:
                 count_item(self._counter, result)
         self._counter.drain()
