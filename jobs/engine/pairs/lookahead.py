@@ -83,7 +83,9 @@ def shard_keys(
             if fingerprint is not None and (pairs_of is None or number in pairs_of):
                 found, keys = _read_items(reader, tables, number, shard, fingerprint)
             elif ids:
-                found, keys = _read_ids(reader, number, shard), set()
+                rows = enumerate(read_query_ids(reader.spec, shard))
+                found = [(qid, item_seq(number, i), where, n) for i, (qid, where, n) in rows]
+                keys = set()
             else:
                 continue
         except InputError:
@@ -94,11 +96,6 @@ def shard_keys(
         pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row"),
         pl.DataFrame(pair_rows, schema=KEYS, orient="row"),
     )
-
-
-def _read_ids(reader: ItemReader, number: int, shard: Shard) -> list[tuple[str, int, str, int]]:
-    rows = enumerate(read_query_ids(reader.spec, shard))
-    return [(qid, item_seq(number, i), source, row) for i, (qid, source, row) in rows]
 
 
 def _read_items(
@@ -274,7 +271,11 @@ def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -
         return Looked(with_repeats=done or frozenset())
     started = time.monotonic()
     numbered = list(enumerate(plan.shards)) if ids else list(todo)
-    mapper = _mapper(plan, numbered)
+    # calls in the driver for a small run (no round of Ray tasks to wait for), else Ray tasks,
+    # twice as many in flight as the run has workers (the keys waiting stay small)
+    mapper: Mapper = local_map
+    if not in_driver(plan, [shard for _, shard in numbered]):
+        mapper = ray_map(plan.config, in_flight=2 * plan.config.ray.workers)
     fingerprint = parts.cache.fingerprint if parts.cache is not None else None
     todo_numbers = frozenset(number for number, _ in todo)
     calls = (
@@ -314,14 +315,6 @@ def in_driver(plan: RunPlan, shards: Sequence[Shard]) -> bool:
     size = plan.config.ray.shard_size
     items = sum(s.end - s.start if s.kind == "rows" else size for s in shards)
     return len(shards) < plan.config.ray.workers or items <= LOCAL_ITEMS
-
-
-def _mapper(plan: RunPlan, numbered: Sequence[tuple[int, Shard]]) -> Mapper:
-    """Calls in the driver for a small run (no round of Ray tasks to wait for), else Ray
-    tasks, twice as many in flight as the run has workers (the keys waiting stay small)."""
-    if in_driver(plan, [shard for _, shard in numbered]):
-        return local_map
-    return ray_map(plan.config, in_flight=2 * plan.config.ray.workers)
 
 
 def stored_pair_keys(

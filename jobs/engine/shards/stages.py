@@ -98,20 +98,15 @@ def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
     )
 
 
+@dataclass
 class OnlineStage:
     """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
     found in the store, and the worker's journal, which gets every fresh verdict."""
 
-    def __init__(
-        self,
-        own_judge: Judge,
-        counter: BatchedCounter,
-        cache: VerdictCache | None,
-        fingerprint: str,
-    ) -> None:
-        self.own_judge = own_judge
-        self._counter = counter
-        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
+    own_judge: Judge
+    judge: Judge
+    pairs: PairKeys
+    _counter: BatchedCounter
 
     @classmethod
     async def open(
@@ -127,7 +122,9 @@ class OnlineStage:
         if caches is not None:
             cache = await asyncio.to_thread(caches.load, needs)
         counter.add(items=len(read.errors), errors=len(read.errors))
-        return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
+        fingerprint = caches.fingerprint if caches else ""
+        judge, pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
+        return cls(own_judge, judge, pairs, counter)
 
     def item_done(self, result: ScoreResult) -> None:
         count_item(self._counter, result)
@@ -140,33 +137,22 @@ class OnlineStage:
         return None  # every fresh verdict went to the journal as it arrived
 
 
+@dataclass
 class BatchPassStage:
     """One pass of a batch round over a shard: answers from the batch replies ingested so far
     and records the requests still unanswered for the next round. A shard's requests must be
     the same in every pass, so its first pass freezes the cache view it used."""
 
-    def __init__(
-        self,
-        layout: BatchLayout,
-        round_number: int,
-        shard_id: str,
-        own_judge: BatchJudge,
-        counter: BatchedCounter,
-        cache: VerdictCache | None,
-        fingerprint: str,
-        frozen: bool,
-    ) -> None:
-        self.own_judge: Judge = own_judge
-        self._client = own_judge.client
-        self._layout = layout
-        self._round = round_number
-        self._shard_id = shard_id
-        self._counter = counter
-        self._cache = cache
-        self._frozen = frozen
-        # No fresh hits within the shard: which verdicts are fresh depends on the order
-        # replies arrive in.
-        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=False)
+    own_judge: Judge
+    judge: Judge
+    pairs: PairKeys
+    _client: ReplayClient
+    _layout: BatchLayout
+    _round: int
+    _shard_id: str
+    _counter: BatchedCounter
+    _cache: VerdictCache | None
+    _frozen: bool
 
     @classmethod
     async def open(
@@ -211,8 +197,20 @@ class BatchPassStage:
         if cache is None and caches is not None:
             cache = caches.load(needs, journaled=False)
         fingerprint = caches.fingerprint if caches is not None else ""
+        # No fresh hits within the shard: which verdicts are fresh depends on the order
+        # replies arrive in.
+        judged, pairs = cache_in_front(judge, cache, fingerprint, fresh_hits=False)
         return cls(
-            layout, round_number, shard_id, judge, counter, cache, fingerprint, frozen is not None
+            judge,
+            judged,
+            pairs,
+            client,
+            layout,
+            round_number,
+            shard_id,
+            counter,
+            cache,
+            frozen is not None,
         )
 
     def item_done(self, result: ScoreResult) -> None:
