@@ -116,7 +116,8 @@ def _watch(
     failure: str | None = None
     while workers:
         ended, _ = ray.wait(list(workers), num_returns=len(workers), timeout=_DRAW_EVERY_S)
-        news, line.counts = ray.get(coordinator.poll.remote())
+        news = ray.get(coordinator.poll.remote())
+        line.counts = news.counts
         for report in news.reports:
             reports.append(report)
             line.shard_done(report.shard_id, report.items)
