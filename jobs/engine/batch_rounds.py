@@ -127,8 +127,6 @@ class BatchRounds:
             runner.run(self._submit_wait_ingest(state))
             round_number += 1
 
-    # -- the deadline ---------------------------------------------------------------------------
-
     def _until_online(self, unanswered: int) -> float | None:
         """Seconds until the rest must go online (<= 0: now), leaving the time `unanswered`
         requests take online at rate_limit.requests_per_minute; None without a deadline."""
@@ -183,8 +181,6 @@ class BatchRounds:
             "batch(es) cancelled; their requests go online"
         )
         return state
-
-    # -- pass and plan --------------------------------------------------------------------------
 
     def _pass(self, round_number: int, online: bool) -> list[str]:
         """Run round `round_number`'s pass on the shards that need it; the shards left waiting
@@ -254,8 +250,6 @@ class BatchRounds:
 
     def _save(self, state: RoundState) -> None:
         self._layout.write_json(self._layout.round_file(state.round), state.to_dict())
-
-    # -- submit, wait, ingest -------------------------------------------------------------------
 
     async def _submit_wait_ingest(self, state: RoundState) -> None:
         state = await self._wait(state)

@@ -49,8 +49,6 @@ class BatchLayout:
     def replies_file(self, shard_id: str, name: str) -> str:
         return self.path("replies", shard_id, f"{name}.parquet")
 
-    # -- reading ------------------------------------------------------------------------------
-
     def indexed_shards(self, round_number: int) -> set[str]:
         """The shards whose requests for `round_number` are complete (their index exists)."""
         folder = self.path("requests", _round(round_number))
@@ -120,8 +118,6 @@ class BatchLayout:
 
     def read_json(self, path: str) -> dict[str, Any] | None:
         return json.loads(self.store.read_bytes(path)) if self.store.exists(path) else None
-
-    # -- writing ------------------------------------------------------------------------------
 
     def write_requests(
         self, round_number: int, shard_id: str, requests: Sequence[RecordedRequest]

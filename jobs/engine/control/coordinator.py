@@ -26,7 +26,6 @@ class RunCoordinator(ShardBoard):
         super().__init__(deque(leases), owners or {})
         self._governor = governor
 
-    # the governor
     def reserve(self, estimated_tokens: int) -> tuple[float, int]:
         assert self._governor is not None
         return self._governor.reserve(estimated_tokens)

@@ -109,8 +109,6 @@ class ShardRunner:
         self._reports: asyncio.Task[None] | None = None
         self._flushes: asyncio.Task[None] | None = None
 
-    # -- the journal ----------------------------------------------------------------------------
-
     async def take_over(self) -> int:
         """A retried worker: remember what its dead attempt journaled (the verdicts of the
         shards it held, which this attempt takes back). Returns how many."""
@@ -130,8 +128,6 @@ class ShardRunner:
             await asyncio.to_thread(journal.write, taken)
         except StorageError as exc:  # the store is down: these verdicts cost calls next time
             logger.warning(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}")
-
-    # -- the worker's judge ---------------------------------------------------------------------
 
     def _own_judge(self) -> Judge:
         """The worker's judge, built on first use inside the worker's event loop."""
@@ -171,8 +167,6 @@ class ShardRunner:
         self._reports = self._flushes = None
         if self._caches is not None:
             await self._flush(self._caches.journal)
-
-    # -- one shard ------------------------------------------------------------------------------
 
     async def run_shard(self, shard: Shard, number: int) -> ShardReport:
         """Judge one shard and stage its files. `number` is the shard's place in the run."""
