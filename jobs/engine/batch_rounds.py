@@ -21,11 +21,11 @@ from jobs.engine.batch.ingest import ingest_batch
 from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
-from jobs.engine.fanout import RunFailed, fan_out
+from jobs.engine.fanout import RunFailed, fan_out, raise_if_fatal
 from jobs.engine.messages import BatchFacts, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
-from scorer_core.errors import CtxPrecError, FatalJudgeError
+from scorer_core.errors import CtxPrecError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
@@ -208,9 +208,7 @@ class BatchRounds:
             )
             reports, _ = fan_out(plan, todo, heartbeat=self._heartbeat, batch_round=round_number)
             self.reports.extend(r for r in reports if not r.pending)
-            fatal = next((r.fatal for r in reports if r.fatal), None)
-            if fatal:  # only online re-asks can meet a judge that cannot work
-                raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+            raise_if_fatal(reports)  # only online re-asks can meet a judge that cannot work
         self.timings["build" if round_number == 0 else "passes"] += time.monotonic() - started
         waiting = self._layout.indexed_shards(round_number) - self._plan.staging.staged_shards()
         return [s.shard_id for s in self._plan.shards if s.shard_id in waiting]

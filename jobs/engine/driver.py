@@ -33,7 +33,7 @@ from jobs.core.run_manifest import JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store
 from jobs.engine.fanout import RunFailed as RunFailed
-from jobs.engine.fanout import fan_out
+from jobs.engine.fanout import fan_out, raise_if_fatal
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
 from jobs.engine.messages import FlowFacts, ShardReport
@@ -54,7 +54,7 @@ from jobs.inputs.carry import check_segment_columns
 from jobs.inputs.columns import check_every_file
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import SamplePlan, plan_sample
-from scorer_core.errors import ConfigError, FatalJudgeError
+from scorer_core.errors import ConfigError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
@@ -347,9 +347,7 @@ def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
 def _check_all_staged(plan: RunPlan, reports: list[ShardReport]) -> None:
     """Raise unless every shard is staged: `FatalJudgeError` when the judge cannot work,
     else `RunFailed` naming the first shard without results. Nothing is published then."""
-    fatal = next((r.fatal for r in reports if r.fatal), None)
-    if fatal:
-        raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+    raise_if_fatal(reports)
     staged = plan.staging.staged_shards()
     missing = [shard.shard_id for shard in plan.shards if shard.shard_id not in staged]
     if missing:

@@ -17,7 +17,7 @@ from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_task
 from jobs.engine.shards.worker import one_line, run_worker
 from jobs.inputs import Shard
-from scorer_core.errors import CtxPrecError
+from scorer_core.errors import CtxPrecError, FatalJudgeError
 
 _DRAW_EVERY_S = 0.5
 """How often the driver refreshes the progress line and the lease's heartbeat."""
@@ -27,6 +27,13 @@ SHARDS_PER_WORKER = 2
 
 class RunFailed(CtxPrecError):
     """The run could not finish; staged shards are kept so the same run id resumes."""
+
+
+def raise_if_fatal(reports: Sequence[ShardReport]) -> None:
+    """`FatalJudgeError` naming the first fatal judge error among `reports`, if any."""
+    fatal = next((r.fatal for r in reports if r.fatal), None)
+    if fatal:
+        raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
 
 
 def fan_out(

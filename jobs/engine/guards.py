@@ -57,12 +57,9 @@ def _within(inner: str, outer: str) -> str | None:
 
 def _static_root(path: str) -> str:
     """The folder a glob's matches are all under (the path itself when not a glob)."""
-    if not has_glob(path):
-        return path
-    head = path
-    while has_glob(head):
-        head = posixpath.dirname(head)
-    return head
+    while has_glob(path):
+        path = posixpath.dirname(path)
+    return path
 
 
 def check_paths_apart(config: JobConfig) -> None:
