@@ -1,11 +1,8 @@
 """The look-ahead: one pass over the input before the fan-out, so that no pair is paid twice.
-
-Each shard is read once (`shard_keys`: Ray tasks for a large run, calls in the driver for a
-small one). On the driver, in memory that does not grow with the run, `Lookahead` then finds
-the later occurrences of a query id (not judged), the pairs the verdict store holds (answered
-from it) and the new pairs several shards hold (judged by the lowest of them, awaited by the
-others), and stages one file per shard of what its worker needs (`read_needs`).
-"""
+Each shard is read once (`shard_keys`); then `Lookahead`, on the driver in bounded memory,
+finds the later occurrences of a query id, the pairs the verdict store holds and the new pairs
+several shards hold (judged by the lowest, awaited by the others), and stages per shard what
+its worker needs (`read_needs`)."""
 
 from __future__ import annotations
 
