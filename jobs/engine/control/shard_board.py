@@ -1,7 +1,7 @@
-"""Handing shards to workers: the run's queue, who holds which shard, what came back. A
-restarted worker takes back the shards its dead attempt held; a shard awaiting pairs of
-earlier shards goes out once they are staged (`WAIT` meanwhile); the first failure or fatal
-judge report stops the board. Pure logic, held by the coordinator actor."""
+"""Handing shards to workers: the run's queue, who holds which shard, what came back (reports
+and the progress counters). A restarted worker takes back the shards its dead attempt held; a
+shard awaiting pairs of earlier shards goes out once they are staged (`WAIT` meanwhile); the
+first failure or fatal judge report stops the board. Pure logic, held by the coordinator."""
 
 from __future__ import annotations
 
