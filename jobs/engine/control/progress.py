@@ -13,7 +13,8 @@ from jobs.core.console import progress_extra
 
 logger = logging.getLogger(__name__)
 
-COUNTERS = ("items", "ok", "unscored", "errors", "calls", "rate_limited", "retries", "cache_hits")
+USAGE_COUNTERS = ("calls", "rate_limited", "retries", "cache_hits")  # `Usage` fields
+COUNTERS = ("items", "ok", "unscored", "errors", *USAGE_COUNTERS)
 
 
 @dataclass

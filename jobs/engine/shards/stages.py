@@ -17,7 +17,7 @@ from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import BatchJudge, OnlineAsk, ReplayClient
 from jobs.engine.batch.batch_layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
-from jobs.engine.control.progress import BatchedCounter
+from jobs.engine.control.progress import USAGE_COUNTERS, BatchedCounter
 from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
 from jobs.engine.shards.shard_rows import PairKeys
@@ -85,16 +85,12 @@ def cache_in_front(
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
     """Add one scored item to the progress counters."""
-    u = result.usage
     counter.add(
         items=1,
         ok=int(result.status == "ok"),
         unscored=int(result.status == "unscored"),
         errors=int(result.status == "error"),
-        calls=u.calls,
-        rate_limited=u.rate_limited,
-        retries=u.retries,
-        cache_hits=u.cache_hits,
+        **{name: getattr(result.usage, name) for name in USAGE_COUNTERS},
     )
 
 
