@@ -21,11 +21,11 @@ from jobs.engine.batch.ingest import ingest_batch
 from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
-from jobs.engine.fanout import RunFailed, fan_out
+from jobs.engine.fanout import RunFailed, fan_out, raise_if_fatal
 from jobs.engine.messages import BatchFacts, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
-from scorer_core.errors import CtxPrecError, FatalJudgeError
+from scorer_core.errors import CtxPrecError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
@@ -127,8 +127,6 @@ class BatchRounds:
             runner.run(self._submit_wait_ingest(state))
             round_number += 1
 
-    # -- the deadline ---------------------------------------------------------------------------
-
     def _until_online(self, unanswered: int) -> float | None:
         """Seconds until the rest must go online (<= 0: now), leaving the time `unanswered`
         requests take online at rate_limit.requests_per_minute; None without a deadline."""
@@ -184,8 +182,6 @@ class BatchRounds:
         )
         return state
 
-    # -- pass and plan --------------------------------------------------------------------------
-
     def _pass(self, round_number: int, online: bool) -> list[str]:
         """Run round `round_number`'s pass on the shards that need it; the shards left waiting
         for this round's batches, in shard order. `online`: the pass asks online whatever has
@@ -212,9 +208,7 @@ class BatchRounds:
             )
             reports, _ = fan_out(plan, todo, heartbeat=self._heartbeat, batch_round=round_number)
             self.reports.extend(r for r in reports if not r.pending)
-            fatal = next((r.fatal for r in reports if r.fatal), None)
-            if fatal:  # only online re-asks can meet a judge that cannot work
-                raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+            raise_if_fatal(reports)  # only online re-asks can meet a judge that cannot work
         self.timings["build" if round_number == 0 else "passes"] += time.monotonic() - started
         waiting = self._layout.indexed_shards(round_number) - self._plan.staging.staged_shards()
         return [s.shard_id for s in self._plan.shards if s.shard_id in waiting]
@@ -254,8 +248,6 @@ class BatchRounds:
 
     def _save(self, state: RoundState) -> None:
         self._layout.write_json(self._layout.round_file(state.round), state.to_dict())
-
-    # -- submit, wait, ingest -------------------------------------------------------------------
 
     async def _submit_wait_ingest(self, state: RoundState) -> None:
         state = await self._wait(state)
@@ -381,10 +373,11 @@ class BatchRounds:
                 handle.writelines(lines[start:end])
 
     async def _ingest(self, round_number: int, record: BatchRecord) -> BatchRecord:
-        files = []
-        for file_id in (record.output_file_id, record.error_file_id):
-            if file_id is not None and not record.stopped:
-                files.append(await self._provider.content(file_id))
+        files = [
+            await self._provider.content(file_id)
+            for file_id in (record.output_file_id, record.error_file_id)
+            if file_id is not None and not record.stopped
+        ]
         parts = []
         for shard_id, start, end in record.parts:
             index = self._layout.read_index(round_number, shard_id)
@@ -447,16 +440,11 @@ class BatchRounds:
         )
 
 
+_INFO_FIELDS = ("status", "completed", "failed", "output_file_id", "error_file_id", "errors")
+
+
 def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
-    return replace(
-        record,
-        status=info.status,
-        completed=info.completed,
-        failed=info.failed,
-        output_file_id=info.output_file_id,
-        error_file_id=info.error_file_id,
-        errors=info.errors,
-    )
+    return replace(record, **{name: getattr(info, name) for name in _INFO_FIELDS})
 
 
 def _iso(epoch: float) -> str:

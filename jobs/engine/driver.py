@@ -33,7 +33,7 @@ from jobs.core.run_manifest import JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store
 from jobs.engine.fanout import RunFailed as RunFailed
-from jobs.engine.fanout import fan_out
+from jobs.engine.fanout import fan_out, raise_if_fatal
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
 from jobs.engine.messages import FlowFacts, ShardReport
@@ -54,7 +54,7 @@ from jobs.inputs.carry import check_segment_columns
 from jobs.inputs.columns import check_every_file
 from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import SamplePlan, plan_sample
-from scorer_core.errors import ConfigError, FatalJudgeError
+from scorer_core.errors import ConfigError
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import real_sleep
 
@@ -230,7 +230,8 @@ def _plan(
 
         config, traces = stage_traces(config, store, location)
         parts = dataclasses.replace(parts, reader=ItemReader.for_config(config))
-    spec = RunPlan(config, parts, location, store, ()).reader.spec
+    reader = RunPlan(config, parts, location, store, ()).reader
+    spec = reader.spec
     files = list_input_files(spec)
     check_every_file(spec, files)  # every file's format and columns, not just the first's
     # the types of the carried columns, decided once so that every shard writes the same ones
@@ -243,7 +244,7 @@ def _plan(
         check_shared_paths(config, alive_nodes())
         joined = time.monotonic() - started
     shards = plan_shards(spec, files, config.ray.shard_size)
-    parts, sample = _sample(config, parts, shards, tables)
+    parts, sample = _sample(config, parts, reader, shards, tables)
     # the judge canary, judged fresh before the items: a broken judge or label file stops here
     canary = parts.canary.judge() if parts.canary is not None else ()
     plan = RunPlan(
@@ -263,15 +264,16 @@ def _plan(
 
 
 def _sample(
-    config: JobConfig, parts: RunParts, shards: Sequence[Shard], tables: RunSchema
+    config: JobConfig,
+    parts: RunParts,
+    reader: ItemReader,
+    shards: Sequence[Shard],
+    tables: RunSchema,
 ) -> tuple[RunParts, SamplePlan | None]:
-    """A sampled run's plan (`jobs.inputs.sampling`), from every row's id and stratum, and the parts
-    with a reader that carries it to the workers; the parts as they are otherwise."""
+    """A sampled run's plan, from every row's id and stratum, and the parts with a reader that
+    carries it to the workers; the parts as they are otherwise."""
     if not config.sample.enabled:
         return parts, None
-    reader = parts.reader
-    if reader is None:  # traces are assembled into items before planning
-        raise RuntimeError("the run's items have no reader: traces not assembled yet")
     read = functools.partial(reader.read, carried=tables.carried)
     sample = plan_sample(config.sample, shards, read, tables.carried, config.summary.by)
     logger.info(f"sample: {sample.describe()}")
@@ -345,9 +347,7 @@ def _publish(plan: RunPlan, manifest: RunManifest) -> Published:
 def _check_all_staged(plan: RunPlan, reports: list[ShardReport]) -> None:
     """Raise unless every shard is staged: `FatalJudgeError` when the judge cannot work,
     else `RunFailed` naming the first shard without results. Nothing is published then."""
-    fatal = next((r.fatal for r in reports if r.fatal), None)
-    if fatal:
-        raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+    raise_if_fatal(reports)
     staged = plan.staging.staged_shards()
     missing = [shard.shard_id for shard in plan.shards if shard.shard_id not in staged]
     if missing:

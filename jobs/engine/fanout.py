@@ -14,9 +14,10 @@ from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ProgressLine
 from jobs.engine.messages import CoordinatorHandle, FlowFacts, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
-from jobs.engine.shards.worker import run_worker
+from jobs.engine.ray_runtime import ray_task
+from jobs.engine.shards.worker import one_line, run_worker
 from jobs.inputs import Shard
-from scorer_core.errors import CtxPrecError
+from scorer_core.errors import CtxPrecError, FatalJudgeError
 
 _DRAW_EVERY_S = 0.5
 """How often the driver refreshes the progress line and the lease's heartbeat."""
@@ -28,6 +29,13 @@ class RunFailed(CtxPrecError):
     """The run could not finish; staged shards are kept so the same run id resumes."""
 
 
+def raise_if_fatal(reports: Sequence[ShardReport]) -> None:
+    """`FatalJudgeError` naming the first fatal judge error among `reports`, if any."""
+    fatal = next((r.fatal for r in reports if r.fatal), None)
+    if fatal:
+        raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
+
+
 def fan_out(
     plan: RunPlan,
     todo: Sequence[tuple[int, Shard]],
@@ -35,13 +43,10 @@ def fan_out(
     heartbeat: Callable[[], None] = lambda: None,
     batch_round: int | None = None,
 ) -> tuple[list[ShardReport], FlowFacts | None]:
-    """Run `todo` ((shard number, shard) pairs) on the workers, with progress: the reports of
-    the shards that ran, and what the run's flow control settled on.
-
-    Stops early (cancelling the workers) at the first report with a fatal judge error. Raises
-    `RunFailed` naming the shard when a shard fails for good. `batch_round`: the shards' pass
-    of that round in batch mode, which sends nothing itself unless re-asks go online.
-    """
+    """Run `todo` ((shard number, shard) pairs) on the workers, with progress: the shards'
+    reports and the run's flow. Stops at the first fatal judge error; `RunFailed` names a shard
+    that failed for good. `batch_round`: a batch round's pass (sends nothing unless re-asks go
+    online)."""
     if not todo:
         return [], None
     import ray
@@ -63,11 +68,7 @@ def fan_out(
         run_id=plan.location.run_id,
         batch_round=batch_round,
     )
-    task = ray.remote(run_worker).options(
-        num_cpus=config.ray.num_cpus_per_task,
-        max_retries=config.ray.max_task_retries,
-        scheduling_strategy="SPREAD",
-    )
+    task = ray_task(config, run_worker)
     workers = {
         task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
         for n in range(min(config.ray.workers, len(todo)))
@@ -122,7 +123,8 @@ def _watch(
     failure: str | None = None
     while workers:
         ended, _ = ray.wait(list(workers), num_returns=len(workers), timeout=_DRAW_EVERY_S)
-        news, line.counts = ray.get(coordinator.poll.remote())
+        news = ray.get(coordinator.poll.remote())
+        line.counts = news.counts
         for report in news.reports:
             reports.append(report)
             line.shard_done(report.shard_id, report.items)
@@ -154,10 +156,7 @@ def _failed(message: str, location: RunLocation) -> str:
 
 def _root_cause(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None)
-    if cause is not None:
-        # The task's own exception: keep all of its message (its first line names the file or
-        # URL; pyarrow's messages continue on further lines).
-        text = " ".join(part.strip() for part in str(cause).strip().splitlines())
-        return text or type(cause).__name__
+    if cause is not None:  # the task's own exception
+        return one_line(cause)
     lines = str(exc).strip().splitlines()  # a Ray error with a traceback: its last line
     return lines[-1] if lines else type(exc).__name__

@@ -57,12 +57,9 @@ def _within(inner: str, outer: str) -> str | None:
 
 def _static_root(path: str) -> str:
     """The folder a glob's matches are all under (the path itself when not a glob)."""
-    if not has_glob(path):
-        return path
-    head = path
-    while has_glob(head):
-        head = posixpath.dirname(head)
-    return head
+    while has_glob(path):
+        path = posixpath.dirname(path)
+    return path
 
 
 def check_paths_apart(config: JobConfig) -> None:
@@ -70,8 +67,7 @@ def check_paths_apart(config: JobConfig) -> None:
     input inside the output: a rerun would read the job's own tables as items. Allowed: the
     output under a `_` or `.` folder of an input folder (a listing never enters it), and an
     input file right at the output's root (the job writes only into folders there)."""
-    where_in = _location(config.input.path, config.input.storage_options)
-    kind_in, endpoint_in, path_in = where_in
+    kind_in, endpoint_in, path_in = _location(config.input.path, config.input.storage_options)
     root_in = _static_root(path_in)
     is_folder = kind_in == "file" and os.path.isdir(path_in)
     is_file = kind_in == "file" and os.path.isfile(path_in)

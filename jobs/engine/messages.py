@@ -94,9 +94,8 @@ class BatchFacts:
 
 @dataclass(frozen=True)
 class Looked:
-    """What the look-ahead staged for the workers (`jobs.engine.pairs.lookahead`): the shards
-    with later occurrences of a query id, those with pairs found in the store or awaited, and
-    the owners each awaiting shard waits for (none in batch mode)."""
+    """What the look-ahead staged: the shards with later occurrences of a query id, those with
+    pairs found in the store or awaited, and the owners each awaiting shard waits for."""
 
     with_repeats: frozenset[str] = frozenset()
     with_pairs: frozenset[str] = frozenset()
@@ -105,9 +104,8 @@ class Looked:
 
 @dataclass(frozen=True)
 class JudgeFacts:
-    """What a worker's judge settled on, for the run's summary and manifest: its transport
-    ("http", "litellm"; None for the offline judge) and its structured-output negotiation as
-    `ResponseFormatNegotiation.summary()` reports it (None when it negotiates nothing)."""
+    """What a worker's judge settled on: its transport (None: offline) and its structured-output
+    negotiation (`ResponseFormatNegotiation.summary()`; None: nothing negotiated)."""
 
     transport: str | None = None
     response_format: Mapping[str, Any] | None = None

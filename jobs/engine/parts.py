@@ -1,10 +1,6 @@
-"""What the engine is handed to run a config: the engine's whole contract with `jobs.run.factory`.
-
-The factory turns a job config into these parts (the input and how to read it, how to build
-the judge in each worker, where the verdict cache is, what the judge can do); the engine runs
-them and never builds a judge or reads a config's judge settings itself. Everything here is
-picklable: the parts travel to every Ray worker inside the `ShardContext`.
-"""
+"""What the engine is handed to run a config, its whole contract with `jobs.run.factory`: the
+input, how each worker builds the judge, the verdict cache, what the judge can do. The engine
+never builds a judge itself; the parts are picklable (they travel in the `ShardContext`)."""
 
 from __future__ import annotations
 
@@ -51,8 +47,7 @@ class RunParts:
     capabilities: JudgeCapabilities
     # The verdict cache, or None when the run does not use one.
     cache: CacheSpec | None
-    # Whether repeated query ids across shards are found before judging
-    # (jobs.engine.pairs.lookahead).
+    # Whether repeated query ids across shards are found before judging (the look-ahead).
     find_duplicates_first: bool
     # The judge canary (jobs.run.canary), judged by the driver before the items; None: none.
     canary: CanaryJudge | None = None

@@ -36,9 +36,8 @@ class RunPlan:
     # and the assembly's report, both for the manifest.
     source: JobConfig | None = None
     traces: dict[str, Any] | None = None
-    # A sampled run's plan (jobs.inputs.sampling; the reader carries it to the workers) and the
-    # judge
-    # canary's metrics (jobs.run.canary), both for the summary.
+    # A sampled run's plan (the reader carries it to the workers) and the judge canary's
+    # metrics (jobs.run.canary), both for the summary.
     sample: SamplePlan | None = None
     canary: tuple[tuple[str, float | None], ...] = ()
 

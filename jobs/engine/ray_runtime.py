@@ -141,19 +141,26 @@ def local_map(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterato
     return (fn(*args) for args in calls)
 
 
+def ray_task(config: JobConfig, fn: Callable[..., Any], **options: Any) -> Any:
+    """`fn` as a Ray task: `ray.num_cpus_per_task`, retried `ray.max_task_retries` times, spread
+    over the nodes; `options` are more of Ray's. Ray must be up."""
+    import ray
+
+    return ray.remote(fn).options(
+        num_cpus=config.ray.num_cpus_per_task,
+        max_retries=config.ray.max_task_retries,
+        scheduling_strategy="SPREAD",
+        **options,
+    )
+
+
 def ray_map(config: JobConfig, in_flight: int | None = None, **options: Any) -> Mapper:
-    """A `Mapper` running each call as a Ray task (`ray.num_cpus_per_task`, retried
-    `ray.max_task_retries` times, spread over the nodes; `options` are more of Ray's), at most
-    `in_flight` at once (None: all), yielding the results as they finish. Ray must be up."""
+    """A `Mapper` running each call as a `ray_task`, at most `in_flight` at once (None: all),
+    yielding the results as they finish."""
     import ray
 
     def run(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:
-        task = ray.remote(fn).options(
-            num_cpus=config.ray.num_cpus_per_task,
-            max_retries=config.ray.max_task_retries,
-            scheduling_strategy="SPREAD",
-            **options,
-        )
+        task = ray_task(config, fn, **options)
         pending: list[Any] = []
         for args in calls:
             pending.append(task.remote(*args))

@@ -63,21 +63,16 @@ def marked_processes(token: str) -> list[int]:
     return found
 
 
-def sweep(token: str) -> None:
-    """SIGKILL every marked process."""
-    for pid in marked_processes(token):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def watch(token: str, pipe: IO[bytes]) -> None:
-    """Block until the driver's end of `pipe` closes, then sweep its Ray away."""
+    """Block until the driver's end of `pipe` closes, then SIGKILL its marked processes."""
     with contextlib.suppress(OSError):
         while pipe.read(4096):
             pass
     for attempt in range(SWEEPS):
         time.sleep(SWEEP_GAP_S if attempt else 0)
-        sweep(token)
+        for pid in marked_processes(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:

@@ -26,9 +26,8 @@ def is_local(path: str) -> bool:
 
 
 def check_shared_paths(config: JobConfig, nodes: int) -> None:
-    """Raise `ConfigError` when a cluster of `nodes` nodes would see a local path of the run
-    (its input, output and, when it uses the cache, cache path) as a different disk on every
-    node (not with `ray.shared_filesystem: true`)."""
+    """`ConfigError` when a cluster of `nodes` nodes would see a local path of the run as a
+    different disk on every node (unless `ray.shared_filesystem: true`)."""
     if nodes <= 1 or config.ray.shared_filesystem:
         return
     paths = {"input.path": config.input.path, "output.path": config.output.path}

@@ -4,6 +4,7 @@ and the run reads them as any Parquet input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -33,9 +34,9 @@ def stage_traces(
     folder = f"{location.staging}/traces"
     done = store.join(folder, "DONE.json")
     if store.exists(done):
-        report = TraceReport.from_dict(json.loads(store.read_bytes(done)))
+        report = TraceReport(**json.loads(store.read_bytes(done)))
         logger.info(f"{report.summary()} (assembled before: resuming)")
-        return items_config(config, report), report.to_dict()
+        return items_config(config, report), dataclasses.asdict(report)
     if read_manifest(store, location) is not None:
         raise RunFailed(
             f"run {location.run_id} is already published at "
@@ -56,18 +57,18 @@ def stage_traces(
         row_group_rows=config.ray.shard_size,
     )
     report = assemble_traces(job, files, ray_map(config))
-    store.write_bytes_atomic(done, json.dumps(report.to_dict(), indent=2).encode())
+    facts = dataclasses.asdict(report)
+    store.write_bytes_atomic(done, json.dumps(facts, indent=2).encode())
     logger.info(f"{report.summary()} ({report.seconds:.1f}s)")
-    return items_config(config, report), report.to_dict()
+    return items_config(config, report), facts
 
 
 def items_config(config: JobConfig, report: TraceReport) -> JobConfig:
     """`config` reading the assembled items (`jobs.inputs.traces.items_schema`) instead."""
-    no_output = config.input.otlp.output == "none"
     columns = ColumnsConfig(
         query_id="query_id",
         input="input",
-        output=None if no_output else "output",
+        output=None if config.input.otlp.output == "none" else "output",
         context="context",
         context_ids="context_ids",
     )

@@ -136,12 +136,9 @@ def check_every_file(spec: InputSpec, files: Sequence[FileInfo]) -> None:
             )
         if not (spec.format == "parquet" and _is_parquet(spec, info)):
             _check_suffix(spec, info)  # a Parquet file of any name may be read as Parquet
-    todo = [info for info in files if info.size > 0]
-    if not todo:
-        return
-    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(todo))) as pool:
-        problems = list(pool.map(lambda info: _problem_of(spec, info), todo))
-    first = next((problem for problem in problems if problem is not None), None)
+    with ThreadPoolExecutor(max_workers=MAX_THREADS) as pool:  # threads made as needed
+        todo = [info for info in files if info.size > 0]
+        first = next(filter(None, pool.map(lambda info: _problem_of(spec, info), todo)), None)
     if first is not None:
         raise first
 

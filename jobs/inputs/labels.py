@@ -1,10 +1,6 @@
-"""Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read.
-
-One object per line: the query, contexts and reference answer under the config's
-`input.columns` names (else `query`, `contexts`, `expected_answer`), `relevance` (a number per
-context), optional `relevance_binary`, `retriever`, and `row_id` (else the query_id column)
-(docs/commands.md). Contexts are cut as the job cuts them; a bad row is counted, never raised.
-"""
+"""Human relevance labels: the labelled JSONL `ctxprec calibrate` and the judge canary read
+(the fields: docs/commands.md). Contexts are cut as the job cuts them; a bad row is counted,
+never raised."""
 
 from __future__ import annotations
 

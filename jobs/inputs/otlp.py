@@ -208,8 +208,7 @@ def _span_row(
 def _role(attributes: Mapping[str, Any]) -> str:
     kind = _text(attributes, _OI_KIND)
     if kind is not None:
-        kind = kind.upper()
-        return RETRIEVER if kind == "RETRIEVER" else LLM if kind == "LLM" else OTHER
+        return {"RETRIEVER": RETRIEVER, "LLM": LLM}.get(kind.upper(), OTHER)
     operation = _text(attributes, _GENAI_OPERATION)
     if operation == "retrieval":
         return RETRIEVER
@@ -275,13 +274,8 @@ def decode(value: Any) -> Any:
 
 def _text(attributes: Mapping[str, Any], key: str) -> str | None:
     """A string attribute; a value of another kind is written as JSON (or absent: None)."""
-    raw = attributes.get(key)
-    if raw is None:
-        return None
-    value = decode(raw)
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value)
+    value = decode(attributes.get(key))
+    return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
 def _openinference_documents(
@@ -340,7 +334,5 @@ def _as_id(value: Any) -> str | None:
 
 def _carried(name: str, attributes: Mapping[str, Any], resource: Mapping[str, Any]) -> str | None:
     raw = attributes.get(name)
-    if raw is None:
-        raw = resource.get(name)
-    value = decode(raw)
+    value = decode(resource.get(name) if raw is None else raw)
     return None if value is None else json.dumps(value)

@@ -214,14 +214,12 @@ def _text(
 
 def _optional_text(data: Mapping[str, Any], column: str | None) -> str | None:
     value = None if column is None else data.get(column)
-    if value is None:
-        return None
-    if not isinstance(value, str):
+    if value is not None and not isinstance(value, str):
         raise _Invalid(
             f"expected_output (column {column!r}) is a {type(value).__name__}, "
             "expected a string or null"
         )
-    return value if value.strip() else None
+    return value if value and value.strip() else None
 
 
 def _contexts(spec: InputSpec, data: dict[str, Any]) -> list[str]:

@@ -98,8 +98,7 @@ def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn])
 
 
 def _carried_dict(record: ItemRecord | RowError, names: Sequence[str]) -> dict[str, Any]:
-    values = record.carried or ()
-    return dict(zip(names, values, strict=False))
+    return dict(zip(names, record.carried or (), strict=False))
 
 
 def plan_from_rows(
@@ -155,5 +154,4 @@ def plan_sample(
 
 
 def _record_id(record: ItemRecord | RowError) -> str:
-    query_id = record.query_id
-    return query_id if query_id else f"{record.source}#{record.row}"
+    return record.query_id or f"{record.source}#{record.row}"

@@ -65,9 +65,8 @@ class Shard:
 
 @dataclass(frozen=True, slots=True)
 class RawRow:
-    """One input row as read, before validation: `data` or else `error` is set. `row` is the
-    row number in a Parquet file (`unit` "row") or the byte offset of the line in the
-    (decompressed) JSONL file (`unit` "offset")."""
+    """One input row as read, before validation: `data` or else `error` is set; `row` is a
+    Parquet file's row number (`unit` "row") or a JSONL line's byte offset ("offset")."""
 
     source: str
     row: int
@@ -145,13 +144,12 @@ def load_extractor(ref: str) -> Callable[[dict[str, Any]], Any]:
         raise ConfigError(
             f"context_extractor {ref!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
         ) from exc
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError as exc:
-            raise ConfigError(
-                f"context_extractor {ref!r}: {module_name!r} has no attribute {attr!r}"
-            ) from exc
+    try:
+        target = functools.reduce(getattr, attr.split("."), target)
+    except AttributeError as exc:
+        raise ConfigError(
+            f"context_extractor {ref!r}: {module_name!r} has no attribute {attr!r}"
+        ) from exc
     if not callable(target):
         raise ConfigError(f"context_extractor {ref!r} is not callable")
     extractor: Callable[[dict[str, Any]], Any] = target

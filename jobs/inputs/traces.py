@@ -83,13 +83,6 @@ class TraceReport:
     seconds: float = 0.0
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TraceReport:
-        return cls(**data)
-
     def add(self, task: TraceReport) -> None:
         for name in _COUNTS:
             setattr(self, name, getattr(self, name) + getattr(task, name))

@@ -1,5 +1,6 @@
-"""The lazily imported packages' public names (`scorer_core`, `jobs.inputs`): the lazy table and
-the typed imports list the same names from the same modules, and every one of them resolves."""
+"""The lazily imported packages' public names (`scorer_core`, `jobs.inputs`, `jobs.engine`): the
+lazy table and the typed imports list the same names from the same modules, and every one of
+them resolves."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from tests.support.paths import REPO
 
-PACKAGES = ["scorer_core", "jobs.inputs"]
+PACKAGES = ["scorer_core", "jobs.inputs", "jobs.engine"]
 
 
 def typed_imports(package: str) -> dict[str, str]:

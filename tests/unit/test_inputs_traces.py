@@ -4,6 +4,7 @@ Parquet (jobs.inputs.traces) with the serial mapper, on files written from the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -299,7 +300,7 @@ def test_repeated_spans_and_malformed_lines_are_counted_with_examples(tmp_path: 
         == json.loads(lines[0])["resourceSpans"][0]["scopeSpans"][0]["spans"].__len__()
     )
     assert report.items == len(_expected(traces))
-    assert TraceReport.from_dict(report.to_dict()) == report
+    assert TraceReport(**dataclasses.asdict(report)) == report
     assert "1 malformed line(s)/span(s) (first:" in report.summary()
 
 

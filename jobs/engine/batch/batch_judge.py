@@ -40,11 +40,8 @@ class BatchRequestFailed(JudgeError):
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What came back for one request: its text, or (text None) the error saying why not.
-
-    `retry` names why an error is transient (e.g. "HTTP 500", "batch_expired", "missing
-    (batch cancelled)"): the request is sent again in the next round; None: the reply is final.
-    `tries` counts the rounds in which the request failed transiently so far (summed over the
-    reply files by `BatchLayout.read_replies`)."""
+    `retry`: why an error is transient ("HTTP 500", "batch_expired"; asked again next round);
+    `tries`: the rounds in which it failed transiently so far."""
 
     text: str | None
     error: str | None = None
@@ -110,7 +107,6 @@ class ReplayClient:
 
     @property
     def form(self) -> ResponseFormat:
-        """The structured-output form of every line."""
         return self._lines.form
 
     @property
@@ -171,14 +167,13 @@ class ReplayClient:
             chat, usage = await self._reask(messages, schema_name, schema, _verdicts_asked(schema))
         except TransportError as exc:  # retried online and still failing: the item's error
             reply = Reply(None, f"online re-ask failed: {exc}")
-            self.online_replies[request_id] = reply
-            return reply
-        reply = Reply(chat.text, None, chat.prompt_tokens, chat.completion_tokens)
+        else:
+            reply = Reply(chat.text, None, chat.prompt_tokens, chat.completion_tokens)
+            # The replay counts one call with these tokens; the online judge's retries are extra.
+            asking.extra = asking.extra + dataclasses.replace(
+                usage, calls=usage.calls - 1, prompt_tokens=0, completion_tokens=0
+            )
         self.online_replies[request_id] = reply
-        # The replay counts one call with these tokens; the online judge's retries are extra.
-        asking.extra = asking.extra + dataclasses.replace(
-            usage, calls=usage.calls - 1, prompt_tokens=0, completion_tokens=0
-        )
         return reply
 
 
@@ -189,11 +184,8 @@ def _verdicts_asked(schema: dict[str, Any]) -> int:
 
 
 class BatchJudge:
-    """A `Judge` answering from batch replies through the online judge's code (module doc).
-
-    `keys` maps each item of the shard (by content) to its `item_key`: the part of a custom_id
-    that names the item.
-    """
+    """A `Judge` answering from batch replies through the online judge's code (module doc);
+    `keys`: each item of the shard (by content) -> its `item_key`."""
 
     def __init__(
         self,

@@ -49,8 +49,6 @@ class BatchLayout:
     def replies_file(self, shard_id: str, name: str) -> str:
         return self.path("replies", shard_id, f"{name}.parquet")
 
-    # -- reading ------------------------------------------------------------------------------
-
     def indexed_shards(self, round_number: int) -> set[str]:
         """The shards whose requests for `round_number` are complete (their index exists)."""
         folder = self.path("requests", _round(round_number))
@@ -87,9 +85,7 @@ class BatchLayout:
         return data.splitlines(keepends=True)
 
     def read_replies(self, shard_id: str) -> dict[str, Reply]:
-        """Every reply of the shard so far, by custom_id: a text wins over any error, a final
-        error over a transient one (and the first of equals wins); a request that only failed
-        transiently carries in `tries` how many rounds it failed in."""
+        """Every reply of the shard so far, by custom_id (the best of several: `_better`)."""
         replies: dict[str, Reply] = {}
         for path in sorted(self.store.list(self.path("replies", shard_id))):
             name = path.rsplit("/", 1)[-1]
@@ -121,12 +117,7 @@ class BatchLayout:
         return bool(data and data.get("online"))
 
     def read_json(self, path: str) -> dict[str, Any] | None:
-        if not self.store.exists(path):
-            return None
-        data: dict[str, Any] = json.loads(self.store.read_bytes(path))
-        return data
-
-    # -- writing ------------------------------------------------------------------------------
+        return json.loads(self.store.read_bytes(path)) if self.store.exists(path) else None
 
     def write_requests(
         self, round_number: int, shard_id: str, requests: Sequence[RecordedRequest]
@@ -167,7 +158,8 @@ class BatchLayout:
 
 
 def _better(kept: Reply | None, new: Reply) -> Reply:
-    """The reply that answers a request seen twice (`BatchLayout.read_replies`)."""
+    """The reply that answers a request seen twice: a text over any error, a final error over
+    a transient one, else the first; transient failures add up their `tries`."""
     if kept is None:
         return new
     if kept.transient and new.transient:

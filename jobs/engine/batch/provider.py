@@ -146,10 +146,9 @@ class LiteLLMBatches:
         return BatchInfo.of(await self._call(what, functools.partial(call, **args, **self._small)))
 
     async def create(self, file_id: str, metadata: dict[str, str]) -> BatchInfo:
-        litellm = import_litellm()
         return await self._batch(
             "create a batch",
-            litellm.acreate_batch,
+            import_litellm().acreate_batch,
             completion_window=self._completion_window,
             endpoint=ENDPOINT,
             input_file_id=file_id,
@@ -157,14 +156,12 @@ class LiteLLMBatches:
         )
 
     async def retrieve(self, batch_id: str) -> BatchInfo:
-        # without litellm's cost logging, which downloads a finished batch's output to price it
-        metadata = {"batch_ignore_default_logging": True}
-        litellm = import_litellm()
         return await self._batch(
             "retrieve a batch",
-            litellm.aretrieve_batch,
+            import_litellm().aretrieve_batch,
             batch_id=batch_id,
-            litellm_metadata=metadata,
+            # without litellm's cost logging, which downloads a finished batch's output
+            litellm_metadata={"batch_ignore_default_logging": True},
         )
 
     async def cancel(self, batch_id: str) -> BatchInfo:
@@ -194,9 +191,6 @@ class LiteLLMBatches:
 
     async def content(self, file_id: str) -> bytes:
         """The bytes of an output or error file."""
-        litellm = import_litellm()
-        response = await self._call(
-            "download a batch result file",
-            lambda: litellm.afile_content(file_id=file_id, **self._common),
-        )
+        call = functools.partial(import_litellm().afile_content, file_id=file_id, **self._common)
+        response = await self._call("download a batch result file", call)
         return bytes(response.content)

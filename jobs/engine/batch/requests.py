@@ -72,10 +72,8 @@ class RequestLines:
         judge = config.judge
         setting = judge.response_format
         form: ResponseFormat = "json_schema" if setting == "auto" else setting
-        provider = batch_provider(config)
-        model = judge.model
-        if model.startswith(f"{provider}/"):
-            model = model[len(provider) + 1 :]  # the body names the model as the provider does
+        # the body names the model as the provider does
+        model = judge.model.removeprefix(f"{batch_provider(config)}/")
         client = OpenAIHTTPClient(model, temperature=judge.temperature, max_tokens=judge.max_tokens)
         return cls(form, client, judge_tag(config))
 

@@ -120,12 +120,8 @@ def now_iso() -> str:
 
 
 class BatchPacker:
-    """Cuts request lines into batches within the provider's limits, one line at a time.
-
-    A batch takes lines until one more would pass `max_requests`, `max_bytes` or (when not 0)
-    `max_tokens`; a shard's lines may span two batches. `add` raises ValueError for a line
-    that fits in no batch. Call `close` after the last line.
-    """
+    """Cuts request lines into batches within the provider's limits (`max_tokens` 0: none),
+    one line at a time (a shard's lines may span two batches); `close` after the last line."""
 
     def __init__(
         self, round_number: int, *, max_requests: int, max_bytes: int, max_tokens: int
@@ -141,8 +137,7 @@ class BatchPacker:
         self._count = self._bytes = self._tokens = 0
 
     def add(self, shard_id: str, index: int, nbytes: int, ntokens: int) -> None:
-        """Line `index` of shard `shard_id` (a shard's lines come in order, one after the
-        other)."""
+        """Line `index` of shard `shard_id`, in order; ValueError when it fits in no batch."""
         max_tokens = self._max_tokens
         if nbytes > self._max_bytes or (max_tokens and ntokens > max_tokens):
             raise ValueError(

@@ -72,11 +72,8 @@ class _Holder:
 
 
 class InFlightBudget:
-    """The run's budget and each worker's allowance of it.
-
-    `request_rate()` gives the requests per second the provider's limits allow right now (None
-    when nothing is limited): the pacer knows it, including a token limit's share.
-    """
+    """The run's budget and each worker's allowance of it. `request_rate()`: the requests per
+    second the provider's limits allow now, a token limit's share included (None: unlimited)."""
 
     def __init__(
         self,
@@ -127,14 +124,10 @@ class InFlightBudget:
         return size
 
     def allocate(self, worker: str, demand: int, in_flight: int) -> int:
-        """Record `worker`'s demand (requests waiting or in flight) and return its allowance.
-
-        While every worker's demand fits, each gets its demand plus an even share of what is
-        left (so new work does not wait for the next report); otherwise shares are in
-        max-min fair (small demands met in full, the rest split evenly), at least one for
-        anyone with demand (except while the run's first request is out: then nobody else
-        gets one).
-        """
+        """Record `worker`'s demand (requests waiting or in flight); its allowance: its demand
+        plus an even share of what is left while every demand fits (new work need not wait for
+        the next report), else a max-min fair share. While the run's first request is out,
+        nobody else gets one."""
         now = self._clock()
         self._holders[worker] = _Holder(max(0, demand), max(0, in_flight), now)
         for name in [n for n, h in self._holders.items() if now - h.seen > self._stale_after]:
@@ -152,8 +145,7 @@ class InFlightBudget:
             return 0
         total = sum(active.values())
         if total <= budget:
-            spare = (budget - total) // len(active)
-            return active[worker] + spare
+            return active[worker] + (budget - total) // len(active)
         return _water_fill(budget, active)[worker]
 
     def snapshot(self) -> dict[str, Any]:
@@ -194,16 +186,11 @@ def _water_fill(budget: int, demands: dict[str, int]) -> dict[str, int]:
 
 
 class AdjustableGate:
-    """An asyncio semaphore whose capacity can change while requests hold it.
-
-    Lowering the capacity never interrupts a request in flight: new ones wait until enough have
-    finished. Waiters are served in arrival order, so the items of the shard that started first
-    go first and a read-ahead shard fills in behind them.
-    """
+    """An asyncio semaphore whose capacity can change while requests hold it (a lower one
+    interrupts nothing in flight). Waiters go in arrival order, so the shard that started first
+    goes first. `on_wait` is called when a request finds the gate full (to ask for more now)."""
 
     def __init__(self, capacity: int, on_wait: Callable[[], None] | None = None) -> None:
-        """`on_wait` is called when a request finds the gate full, e.g. to ask for a larger
-        allowance now rather than at the next periodic report."""
         self._capacity = max(0, capacity)
         self._held = 0
         self._waiters: deque[asyncio.Future[None]] = deque()

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from jobs.engine.control.governor import Completion, RunGovernor
-from jobs.engine.control.progress import COUNTERS
-from jobs.engine.control.shard_board import BoardNews, ShardBoard
-from jobs.engine.messages import FlowFacts, Lease, ShardReport
+from jobs.engine.control.shard_board import ShardBoard
+from jobs.engine.messages import FlowFacts, Lease
 
 
-class RunCoordinator:
-    """The actor's body (`coordinator_actor_class`); every call is cheap and never blocks."""
+class RunCoordinator(ShardBoard):
+    """The actor's body (`coordinator_actor_class`): the board's calls and counters
+    (`ShardBoard`) and the governor's; every call is cheap and never blocks."""
 
     def __init__(
         self,
@@ -23,30 +23,9 @@ class RunCoordinator:
         governor: RunGovernor | None,
         owners: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
-        self._board = ShardBoard(deque(leases), owners or {})
+        super().__init__(deque(leases), owners or {})
         self._governor = governor
-        self._counts = dict.fromkeys(COUNTERS, 0)
 
-    # the board
-    def rejoin(self, worker: str) -> int:
-        return self._board.rejoin(worker)
-
-    def next_shard(self, worker: str) -> Lease | Literal["wait"] | None:
-        return self._board.next_shard(worker)
-
-    def done(self, worker: str, report: ShardReport) -> None:
-        self._board.done(worker, report)
-
-    def failed(self, worker: str, shard_id: str, message: str) -> None:
-        self._board.failed(worker, shard_id, message)
-
-    def held_by(self, worker: str) -> list[str]:
-        return self._board.held_by(worker)
-
-    def poll(self) -> tuple[BoardNews, dict[str, int]]:
-        return self._board.poll(), dict(self._counts)
-
-    # the governor
     def reserve(self, estimated_tokens: int) -> tuple[float, int]:
         assert self._governor is not None
         return self._governor.reserve(estimated_tokens)
@@ -63,11 +42,6 @@ class RunCoordinator:
 
     def flow(self) -> FlowFacts | None:
         return self._governor.snapshot() if self._governor is not None else None
-
-    # the progress counters
-    def add(self, increments: dict[str, int]) -> None:
-        for key, value in increments.items():
-            self._counts[key] = self._counts.get(key, 0) + value
 
 
 def coordinator_actor_class() -> Any:

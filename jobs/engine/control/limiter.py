@@ -68,6 +68,12 @@ class PacingState:
             while recent and recent[0] < horizon:
                 recent.popleft()
 
+    def _slot(self, start: float, tat: float, cost: float) -> tuple[float, float]:
+        """The earliest slot from `start` on a pace whose next arrival is at `tat`, and the
+        pace's next arrival after it (`burst_s` of budget may be spent at once)."""
+        slot = max(start, tat - max(0.0, self.burst_s - cost))
+        return slot, max(tat, slot) + cost
+
     def reserve(self, tokens: int = 0) -> float:
         """Reserve a slot for one request of `tokens` tokens; returns seconds to wait first."""
         now = self.clock()
@@ -75,17 +81,10 @@ class PacingState:
         start = max(now, self._paused_until)
         if self.requests_per_minute > 0:
             interval = 1.0 / self._rate(self.requests_per_minute)
-            tolerance = max(0.0, self.burst_s - interval)
-            slot = max(start, self._request_tat - tolerance)
-            self._request_tat = max(self._request_tat, slot) + interval
-            start = slot
+            start, self._request_tat = self._slot(start, self._request_tat, interval)
         if self.tokens_per_minute > 0 and tokens > 0:
-            token_rate = self._rate(self.tokens_per_minute)
-            cost = tokens / token_rate
-            tolerance = max(0.0, self.burst_s - cost)
-            slot = max(start, self._token_tat - tolerance)
-            self._token_tat = max(self._token_tat, slot) + cost
-            start = slot
+            cost = tokens / self._rate(self.tokens_per_minute)
+            start, self._token_tat = self._slot(start, self._token_tat, cost)
         self._granted += 1
         self._recent_grants.append(now)
         if len(self._recent_grants) > 4096:

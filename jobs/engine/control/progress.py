@@ -4,6 +4,7 @@ line the driver logs from them (`ProgressLine`)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ from jobs.core.console import progress_extra
 
 logger = logging.getLogger(__name__)
 
-COUNTERS = ("items", "ok", "unscored", "errors", "calls", "rate_limited", "retries", "cache_hits")
+USAGE_COUNTERS = ("calls", "rate_limited", "retries", "cache_hits")  # `Usage` fields
+COUNTERS = ("items", "ok", "unscored", "errors", *USAGE_COUNTERS)
 
 
 @dataclass
@@ -40,7 +42,7 @@ class BatchedCounter:
 
 
 def _eta(seconds: float) -> str:
-    if seconds != seconds or seconds == float("inf"):
+    if not math.isfinite(seconds):
         return "--:--"
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -48,14 +50,9 @@ def _eta(seconds: float) -> str:
 
 
 class ProgressLine:
-    """`items judged, items/s, 429s, ETA` as one line, logged as the progress record that
-    `jobs.core.console.ConsoleHandler` draws (in place on a terminal, plain lines in CI), from
-    the last `counts` polled.
-
-    `sizes` are the shards' lengths by shard id, in rows when `exact` (Parquet row ranges) or
-    in bytes (JSONL byte ranges). Bytes say nothing exact about items, so then the item total
-    is extrapolated from the items per byte of the shards finished so far (unknown until one
-    is)."""
+    """`items judged, items/s, 429s, ETA` from the last `counts` polled, logged as the progress
+    record `jobs.core.console.ConsoleHandler` draws. `sizes`: the shards' lengths, in rows when
+    `exact`, else in bytes (the item total then extrapolated from the shards finished)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
-"""Handing shards to workers: the run's queue, who holds which shard, what came back. A
-restarted worker takes back the shards its dead attempt held; a shard awaiting pairs of
-earlier shards goes out once they are staged (`WAIT` meanwhile); the first failure or fatal
-judge report stops the board. Pure logic, held by the coordinator actor."""
+"""Handing shards to workers: the run's queue, who holds which shard, what came back (reports
+and the progress counters). A restarted worker takes back the shards its dead attempt held; a
+shard awaiting pairs of earlier shards goes out once they are staged (`WAIT` meanwhile); the
+first failure or fatal judge report stops the board. Pure logic, held by the coordinator."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from jobs.engine.control.progress import COUNTERS
 from jobs.engine.messages import Lease, ShardReport
 
 WAIT: Literal["wait"] = "wait"
@@ -18,12 +19,13 @@ WAIT: Literal["wait"] = "wait"
 
 @dataclass(frozen=True)
 class BoardNews:
-    """What the driver learns at each poll."""
+    """What the driver learns at each poll (`counts`: the progress counters' totals)."""
 
     reports: list[ShardReport]
     failure: str | None
     waiting: int
     leased: int
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -44,6 +46,7 @@ class ShardBoard:
     _new_reports: list[ShardReport] = field(default_factory=list)
     failure: str | None = None
     stopped: bool = False
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
 
     def rejoin(self, worker: str) -> int:
         """A (re)started worker: the shards its dead attempts held are kept for it, handed
@@ -100,4 +103,9 @@ class ShardBoard:
         reports, self._new_reports = self._new_reports, []
         leased = sum(len(held) for held in self._leases.values())
         waiting = len(self.todo) + sum(len(kept) for kept in self._reserved.values())
-        return BoardNews(reports, self.failure, waiting, leased)
+        return BoardNews(reports, self.failure, waiting, leased, dict(self.counts))
+
+    def add(self, increments: dict[str, int]) -> None:
+        """Add to the progress counters (`jobs.engine.control.progress.BatchedCounter`)."""
+        for key, value in increments.items():
+            self.counts[key] = self.counts.get(key, 0) + value

@@ -42,8 +42,6 @@ class WorkerFlow:
         self._news = asyncio.Event()
         self._reported_any = False
 
-    # -- the Limiter protocol ----------------------------------------------------------------
-
     async def acquire(self, tokens: int) -> int:
         if not self._paced:
             return tokens
@@ -59,8 +57,6 @@ class WorkerFlow:
         self._completions.append((latency_s, charged_tokens, used_tokens))
         if not self._reported_any:
             self._news.set()  # the run's cold start may be waiting for this one
-
-    # -- reporting ---------------------------------------------------------------------------
 
     @property
     def demand(self) -> int:

@@ -1,11 +1,8 @@
 """The look-ahead: one pass over the input before the fan-out, so that no pair is paid twice.
-
-Each shard is read once (`shard_keys`: Ray tasks for a large run, calls in the driver for a
-small one). On the driver, in memory that does not grow with the run, `Lookahead` then finds
-the later occurrences of a query id (not judged), the pairs the verdict store holds (answered
-from it) and the new pairs several shards hold (judged by the lowest of them, awaited by the
-others), and stages one file per shard of what its worker needs (`read_needs`).
-"""
+Each shard is read once (`shard_keys`); then `Lookahead`, on the driver in bounded memory,
+finds the later occurrences of a query id, the pairs the verdict store holds and the new pairs
+several shards hold (judged by the lowest, awaited by the others), and stages per shard what
+its worker needs (`read_needs`)."""
 
 from __future__ import annotations
 
@@ -72,11 +69,10 @@ def shard_keys(
     fingerprint: str | None = None,
     pairs_of: Collection[int] | None = None,
 ) -> ShardKeys:
-    """The keys of `numbered` ((number, shard) pairs) as their workers will see them: with
-    `ids`, every row's query id and `item_seq`; with a `fingerprint`, the pair keys of the
-    items a worker judges, for the shards in `pairs_of` (None: all). One read a shard (ids
-    alone: a Parquet file's id column). A shard that cannot be read gets no keys: its own
-    worker fails the run naming the file. A Ray task body."""
+    """A Ray task body: the keys of `numbered` ((number, shard) pairs) as their workers will
+    see them: with `ids`, every row's query id and `item_seq`; with a `fingerprint`, the pair
+    keys of the items judged in the shards of `pairs_of` (None: all). An unreadable shard gets
+    no keys (its own worker fails the run naming the file)."""
     id_rows: list[tuple[str, int, str, int]] = []
     pair_rows: list[tuple[int, str]] = []
     for number, shard in numbered:
@@ -84,7 +80,9 @@ def shard_keys(
             if fingerprint is not None and (pairs_of is None or number in pairs_of):
                 found, keys = _read_items(reader, tables, number, shard, fingerprint)
             elif ids:
-                found, keys = _read_ids(reader, number, shard), set()
+                rows = enumerate(read_query_ids(reader.spec, shard))
+                found = [(qid, item_seq(number, i), where, n) for i, (qid, where, n) in rows]
+                keys = set()
             else:
                 continue
         except InputError:
@@ -95,11 +93,6 @@ def shard_keys(
         pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row"),
         pl.DataFrame(pair_rows, schema=KEYS, orient="row"),
     )
-
-
-def _read_ids(reader: ItemReader, number: int, shard: Shard) -> list[tuple[str, int, str, int]]:
-    rows = enumerate(read_query_ids(reader.spec, shard))
-    return [(qid, item_seq(number, i), source, row) for i, (qid, source, row) in rows]
 
 
 def _read_items(
@@ -230,8 +223,7 @@ _PAIRS = ("pair_key", "relevant", "judge_reason", "owner")
 
 
 def needs_path(store: Store, staging: str, shard_id: str, kind: str) -> str:
-    """The staged file of a shard's later occurrences (`kind` "repeats") or of its pairs
-    found in the store or awaited ("pairs")."""
+    """The staged file of a shard's later occurrences ("repeats") or pairs ("pairs")."""
     return store.join(staging, "lookahead", f"{shard_id}.{kind}.parquet")
 
 
@@ -267,10 +259,8 @@ def read_needs(store: Store, staging: str, shard_id: str, looked: Looked) -> Sha
 
 
 def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -> Looked:
-    """Stage what each shard of `todo` ((number, shard) pairs) needs: its later occurrences of
-    a query id (`input.find_duplicates_first`; found once, a resumed run keeps them), and with
-    the verdict cache the verdicts the store holds for its pairs and, `shared`, the pairs it
-    awaits. Ray must be running unless the run is small (`LOCAL_ITEMS`)."""
+    """Stage what each shard of `todo` ((number, shard) pairs) needs (`ShardNeeds`; the pairs
+    it awaits only when `shared`). Ray must be running unless the run is small."""
     store, staging, parts = plan.store, plan.location.staging, plan.parts
     done = _read_done(store, staging) if parts.find_duplicates_first else None
     ids = parts.find_duplicates_first and done is None
@@ -278,7 +268,11 @@ def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -
         return Looked(with_repeats=done or frozenset())
     started = time.monotonic()
     numbered = list(enumerate(plan.shards)) if ids else list(todo)
-    mapper = _mapper(plan, numbered)
+    # calls in the driver for a small run (no round of Ray tasks to wait for), else Ray tasks,
+    # twice as many in flight as the run has workers (the keys waiting stay small)
+    mapper: Mapper = local_map
+    if not in_driver(plan, [shard for _, shard in numbered]):
+        mapper = ray_map(plan.config, in_flight=2 * plan.config.ray.workers)
     fingerprint = parts.cache.fingerprint if parts.cache is not None else None
     todo_numbers = frozenset(number for number, _ in todo)
     calls = (
@@ -318,14 +312,6 @@ def in_driver(plan: RunPlan, shards: Sequence[Shard]) -> bool:
     size = plan.config.ray.shard_size
     items = sum(s.end - s.start if s.kind == "rows" else size for s in shards)
     return len(shards) < plan.config.ray.workers or items <= LOCAL_ITEMS
-
-
-def _mapper(plan: RunPlan, numbered: Sequence[tuple[int, Shard]]) -> Mapper:
-    """Calls in the driver for a small run (no round of Ray tasks to wait for), else Ray
-    tasks, twice as many in flight as the run has workers (the keys waiting stay small)."""
-    if in_driver(plan, [shard for _, shard in numbered]):
-        return local_map
-    return ray_map(plan.config, in_flight=2 * plan.config.ray.workers)
 
 
 def stored_pair_keys(

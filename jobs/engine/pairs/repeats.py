@@ -68,10 +68,8 @@ def later_occurrences(keys: pl.DataFrame) -> pl.DataFrame:
 
 
 def mark_rows(items: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
-    """Apply the duplicate policy to staged items rows: every row in `marks` becomes a status
-    "error" row whose `duplicate_of` and `error` name the first occurrence, without a score.
-    Other columns are kept as staged (a repeat within a shard was already marked by its
-    worker, naming the first occurrence in that shard; the run's first one wins here)."""
+    """Staged items rows with every row in `marks` an "error" row without a score, whose
+    `duplicate_of` and `error` name the run's first occurrence; other columns as staged."""
     if marks.is_empty():
         return items
     seqs = marks["item_seq"]
@@ -98,9 +96,8 @@ def _partition(level: int) -> pl.Expr:
 
 
 class RepeatFinder:
-    """Collects a run's keys (`add`), then finds its later occurrences (`finish`).
-
-    `folder` is local scratch space (removed by `close`); a context manager."""
+    """Collects a run's keys (`add`), then finds its later occurrences (`finish`); `folder` is
+    scratch space, removed by `close` (a context manager)."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
@@ -145,10 +142,8 @@ class RepeatFinder:
 
 
 class RepeatMarks:
-    """The later occurrences of a run's query ids (`MARKS`), read back by shard.
-
-    `count` is how many there are. `for_shard` is meant to be called with shard numbers in
-    increasing order: it keeps one block of marks in memory at a time."""
+    """The later occurrences of a run's query ids (`MARKS`, `count` of them), read back by
+    shard; `for_shard` keeps one block in memory, so call it in increasing shard order."""
 
     def __init__(self, marks: Spill) -> None:
         self._marks = marks

@@ -5,7 +5,6 @@ runs, one writer at a time; a bucket read from every run, memory-mapped)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -24,19 +23,9 @@ def shard_blocks() -> pl.Expr:
     return pl.col("shard") // SHARDS_A_BLOCK
 
 
-@dataclass(frozen=True)
-class _Run:
-    """One written run: its file and, per bucket, its record batches [start, stop)."""
-
-    path: Path
-    batches: dict[int, tuple[int, int]]
-
-
 class Spill:
-    """Rows (of `schema`) filed by the integer bucket that `bucket` computes from them.
-
-    `add` rows in any order, `close`, then `read` or `chunks` a bucket at a time. `folder` is
-    local scratch space the caller removes."""
+    """Rows (of `schema`) filed by the integer bucket that `bucket` computes: `add` in any
+    order, `close`, then `read` or `chunks` a bucket at a time (`folder`: the caller's)."""
 
     def __init__(
         self, folder: Path, bucket: pl.Expr, schema: pl.Schema, flush_bytes: int = FLUSH_BYTES
@@ -48,7 +37,8 @@ class Spill:
         self._flush_bytes = flush_bytes
         self._buffer: list[pl.DataFrame] = []
         self._buffered_bytes = 0
-        self._runs: list[_Run] = []
+        # the written runs: each file and, per bucket, its record batches [start, stop)
+        self._runs: list[tuple[Path, dict[int, tuple[int, int]]]] = []
         self.counts: dict[int, int] = {}  # rows by bucket
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -89,7 +79,7 @@ class Spill:
                 self.counts[index] = self.counts.get(index, 0) + piece.height
             if writer is not None:
                 writer.close()
-        self._runs.append(_Run(path, batches))
+        self._runs.append((path, batches))
 
     def close(self) -> list[int]:
         """Stop adding; the buckets that hold rows, in order."""
@@ -98,11 +88,11 @@ class Spill:
 
     def batches(self, bucket: int) -> Iterator[pl.DataFrame]:
         """The rows of `bucket`, one run's share at a time (after `close`)."""
-        for run in self._runs:
-            if bucket not in run.batches:
+        for path, batches in self._runs:
+            if bucket not in batches:
                 continue
-            start, stop = run.batches[bucket]
-            with pa.memory_map(str(run.path)) as source:
+            start, stop = batches[bucket]
+            with pa.memory_map(str(path)) as source:
                 reader = pa.ipc.open_file(source)
                 table = pa.Table.from_batches([reader.get_batch(i) for i in range(start, stop)])
                 frame = pl.from_arrow(table)
@@ -123,9 +113,8 @@ class Spill:
             yield pl.concat(held)
 
     def groups(self, column: str) -> Iterator[tuple[int, pl.DataFrame]]:
-        """Stop adding; then (value, its rows without `column`) for every value of the integer
-        `column`, a bucket at a time: each value's rows must share a bucket (say, shards
-        filed by block of shards)."""
+        """Stop adding; (value, its rows without `column`) for every value of the integer
+        `column`, a bucket at a time (each value's rows must share a bucket)."""
         for bucket in self.close():
             for (value,), rows in (
                 self.read(bucket).partition_by(column, as_dict=True, include_key=False).items()

@@ -28,13 +28,11 @@ from jobs.engine.pairs.repeats import KEYS, RepeatFinder, mark_rows
 from jobs.engine.publish import aggregate
 from jobs.inputs.sampling import SamplePlan
 
-# Staged shard files read ahead while publishing.
-_READ_AHEAD = 8
+_READ_AHEAD = 8  # staged shard files read ahead
 # A published table's row groups: about this many bytes (in memory), at most this many rows.
 _ROW_GROUP_BYTES = 8 * 2**20
 _ROW_GROUP_ROWS = 128 * 1024
-# Polars' level, which the published tables were written with before.
-_ZSTD_LEVEL = 3
+_ZSTD_LEVEL = 3  # Polars' level, which the published tables were written with before
 # Columns whose values rarely repeat within a table: written without a dictionary.
 _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 # Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
@@ -49,10 +47,8 @@ class Published:
     summary: aggregate.RunSummary
     scores_url: str
     duplicates: int
-    # What the run's judge settled on (the manifest's "judge": transport, response format).
-    judge: JudgeRecord = field(default_factory=JudgeRecord)
-    # The share of error items against run.max_error_rate (jobs.core.error_rate).
-    error_rate: ErrorRate | None = None
+    judge: JudgeRecord = field(default_factory=JudgeRecord)  # the manifest's "judge"
+    error_rate: ErrorRate | None = None  # against run.max_error_rate
     truncated: int = 0  # items whose contexts were cut (input.max_context_chars, max_contexts)
 
 
@@ -77,9 +73,8 @@ def _read_staged(
 
 
 class _ParquetFile:
-    """A local Parquet file written a row group at a time (zstd, with Polars' Arrow types):
-    frames are buffered up to `_ROW_GROUP_BYTES` (or `_ROW_GROUP_ROWS`), then written as one
-    row group, without copying them into one block first."""
+    """A local Parquet file (zstd, Polars' Arrow types) whose frames are buffered up to
+    `_ROW_GROUP_BYTES` or `_ROW_GROUP_ROWS`, then written as one row group, uncopied."""
 
     def __init__(self, path: Path, schema: pl.Schema) -> None:
         self.path = path
@@ -123,11 +118,9 @@ class _ParquetFile:
 def _write_tables(
     store: Store, location: RunLocation, tables: RunSchema, tmp: Path
 ) -> tuple[Path, Path, int]:
-    """The published scores and verdicts tables as local files, and the duplicates marked.
-
-    The run's repeated query ids are found first; then a shard at a time in run order, each
-    shard's items get the run's duplicate marks, and its verdicts lose those of the later
-    occurrences."""
+    """The published scores and verdicts tables as local files, and the duplicates marked: the
+    run's repeated query ids found first, then a shard at a time, its items marked and its
+    verdicts without those of the later occurrences."""
     staging = StagingArea(store, location.staging)
     items_files = staging.staged_items_files()
     verdict_files = [staging.verdicts_file_of(path) for path in items_files]
@@ -176,13 +169,9 @@ def publish_run(
     canary: Sequence[tuple[str, float | None]] = (),
     max_error_rate: float | None = None,
 ) -> Published:
-    """Publish the run's tables (the workers' scores) and manifest from its staged shards.
-
-    `tables`: the run's tables with its carried columns (as the workers wrote them);
-    `segment_by`: the carried columns the summary is also computed by (`summary.by`);
-    `batch_price`: the cost at the model's batch price (judge.mode batch); `sample`: a sampled
-    run's plan; `canary`: the judge canary's metrics; `max_error_rate`: what the manifest's
-    `error_rate` is measured against (jobs.core.error_rate)."""
+    """Publish the run's tables and manifest from its staged shards. `tables`: with the carried
+    columns; `segment_by`: summary.by; `batch_price`: judge.mode batch; `sample`: a sampled
+    run's plan; `canary`: its metrics; `max_error_rate`: run.max_error_rate."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as folder:
         tmp = Path(folder)

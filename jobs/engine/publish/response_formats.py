@@ -14,13 +14,10 @@ from scorer_core.response_format import RESPONSE_FORMATS, DroppedForm, ResponseF
 
 @dataclass(frozen=True, slots=True)
 class RunResponseFormat:
-    """The structured-output form of a run's judge requests.
-
-    `setting` is `judge.response_format`; `in_use` the form requests were sent with at the
-    end; `confirmed` whether the endpoint answered a request sent with it (False when every
-    item was answered by the cache, or every request failed); `dropped` the forms the endpoint
-    rejected, strongest first, with its answer; `shards` how many shard reports this combines.
-    """
+    """The structured-output form of a run's judge requests: `setting` (judge.response_format),
+    `in_use` (the form sent at the end), `confirmed` (the endpoint answered one sent with it:
+    not when the cache answered every item or every request failed), `dropped` (the forms the
+    endpoint rejected, strongest first, with its answer), from `shards` shard reports."""
 
     endpoint: str
     setting: str
@@ -49,8 +46,7 @@ class RunResponseFormat:
         )
 
     def describe(self, max_reason_chars: int | None = None) -> str:
-        """One line: "json_object (json_schema rejected: <the server's answer>)", each answer
-        cut to `max_reason_chars` when given."""
+        """One line: "json_object (json_schema rejected: <the server's answer, cut>)"."""
         form = self.in_use if self.confirmed else f"{self.in_use} (not confirmed)"
         if not self.dropped:
             return form
@@ -66,9 +62,8 @@ def _cut(text: str, limit: int | None) -> str:
 
 def _form(value: object) -> ResponseFormat:
     """`value` as a form name; ValueError naming it when it is none."""
-    for form in RESPONSE_FORMATS:
-        if value == form:
-            return form
+    if value in RESPONSE_FORMATS:
+        return value
     raise ValueError(f"unknown response format {value!r}; expected one of {RESPONSE_FORMATS}")
 
 

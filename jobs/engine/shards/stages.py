@@ -17,7 +17,7 @@ from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import BatchJudge, OnlineAsk, ReplayClient
 from jobs.engine.batch.batch_layout import BatchLayout
 from jobs.engine.batch.requests import RequestLines, item_key
-from jobs.engine.control.progress import BatchedCounter
+from jobs.engine.control.progress import USAGE_COUNTERS, BatchedCounter
 from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
 from jobs.engine.shards.shard_rows import PairKeys
@@ -61,9 +61,8 @@ class ShardCaches:
     in_flight: InFlight = field(default_factory=InFlight)
 
     def load(self, needs: ShardNeeds, *, journaled: bool = True) -> VerdictCache:
-        """The shard's cache (blocking); `journaled` False (batch mode): fresh verdicts are
-        kept in the shard's cache only (journaled when the shard is committed), and none
-        answers another item, nor is a pair awaited from another shard."""
+        """The shard's cache (blocking); not `journaled` (batch mode): fresh verdicts stay in it
+        (journaled at commit), answer no other item, and no pair is awaited."""
         known = dict(needs.known)
         if not journaled:
             return VerdictCache(known=known)
@@ -86,38 +85,24 @@ def cache_in_front(
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
     """Add one scored item to the progress counters."""
-    u = result.usage
     counter.add(
         items=1,
         ok=int(result.status == "ok"),
         unscored=int(result.status == "unscored"),
         errors=int(result.status == "error"),
-        calls=u.calls,
-        rate_limited=u.rate_limited,
-        retries=u.retries,
-        cache_hits=u.cache_hits,
+        **{name: getattr(result.usage, name) for name in USAGE_COUNTERS},
     )
 
 
-def count_errors(counter: BatchedCounter, read: ShardRead) -> None:
-    """Add the shard's rows that are errors (not judged) to the progress counters."""
-    counter.add(items=len(read.errors), errors=len(read.errors))
-
-
+@dataclass
 class OnlineStage:
     """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
     found in the store, and the worker's journal, which gets every fresh verdict."""
 
-    def __init__(
-        self,
-        own_judge: Judge,
-        counter: BatchedCounter,
-        cache: VerdictCache | None,
-        fingerprint: str,
-    ) -> None:
-        self.own_judge = own_judge
-        self._counter = counter
-        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
+    own_judge: Judge
+    judge: Judge
+    pairs: PairKeys
+    _counter: BatchedCounter
 
     @classmethod
     async def open(
@@ -132,8 +117,10 @@ class OnlineStage:
         cache = None
         if caches is not None:
             cache = await asyncio.to_thread(caches.load, needs)
-        count_errors(counter, read)
-        return cls(own_judge, counter, cache, caches.fingerprint if caches else "")
+        counter.add(items=len(read.errors), errors=len(read.errors))
+        fingerprint = caches.fingerprint if caches else ""
+        judge, pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
+        return cls(own_judge, judge, pairs, counter)
 
     def item_done(self, result: ScoreResult) -> None:
         count_item(self._counter, result)
@@ -146,33 +133,22 @@ class OnlineStage:
         return None  # every fresh verdict went to the journal as it arrived
 
 
+@dataclass
 class BatchPassStage:
     """One pass of a batch round over a shard: answers from the batch replies ingested so far
     and records the requests still unanswered for the next round. A shard's requests must be
     the same in every pass, so its first pass freezes the cache view it used."""
 
-    def __init__(
-        self,
-        layout: BatchLayout,
-        round_number: int,
-        shard_id: str,
-        own_judge: BatchJudge,
-        counter: BatchedCounter,
-        cache: VerdictCache | None,
-        fingerprint: str,
-        frozen: bool,
-    ) -> None:
-        self.own_judge: Judge = own_judge
-        self._client = own_judge.client
-        self._layout = layout
-        self._round = round_number
-        self._shard_id = shard_id
-        self._counter = counter
-        self._cache = cache
-        self._frozen = frozen
-        # No fresh hits within the shard: which verdicts are fresh depends on the order
-        # replies arrive in.
-        self.judge, self.pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=False)
+    own_judge: Judge
+    judge: Judge
+    pairs: PairKeys
+    _client: ReplayClient
+    _layout: BatchLayout
+    _round: int
+    _shard_id: str
+    _counter: BatchedCounter
+    _cache: VerdictCache | None
+    _frozen: bool
 
     @classmethod
     async def open(
@@ -188,9 +164,8 @@ class BatchPassStage:
         number: int,
         read: ShardRead,
     ) -> BatchPassStage:
-        """The pass's stage for shard `number`: its replies so far and the cache view it froze
-        in its first pass (else its verdicts found in the store), read in a thread; `reask`
-        sends re-asks online (judge.batch.reask)."""
+        """The pass's stage for shard `number`: its replies so far and the cache view its first
+        pass froze (else found in the store); `reask` sends re-asks online."""
         replies, frozen, online = await asyncio.to_thread(
             lambda: (
                 layout.read_replies(shard_id),
@@ -218,8 +193,20 @@ class BatchPassStage:
         if cache is None and caches is not None:
             cache = caches.load(needs, journaled=False)
         fingerprint = caches.fingerprint if caches is not None else ""
+        # No fresh hits within the shard: which verdicts are fresh depends on the order
+        # replies arrive in.
+        judged, pairs = cache_in_front(judge, cache, fingerprint, fresh_hits=False)
         return cls(
-            layout, round_number, shard_id, judge, counter, cache, fingerprint, frozen is not None
+            judge,
+            judged,
+            pairs,
+            client,
+            layout,
+            round_number,
+            shard_id,
+            counter,
+            cache,
+            frozen is not None,
         )
 
     def item_done(self, result: ScoreResult) -> None:
@@ -232,7 +219,7 @@ class BatchPassStage:
             # The pass's progress: items gone through, none of them final yet.
             self._counter.add(items=len(read.records) + len(read.errors))
         else:
-            count_errors(self._counter, read)
+            self._counter.add(items=len(read.errors), errors=len(read.errors))
             for result in results:
                 count_item(self._counter, result)
         self._counter.drain()

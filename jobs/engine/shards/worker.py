@@ -16,7 +16,6 @@ from jobs.core.config import JobConfig
 from jobs.core.run_layout import StagingArea
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
-from jobs.core.verdict_cache import Entries
 from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import OnlineAsk
 from jobs.engine.batch.batch_layout import BatchLayout
@@ -39,8 +38,7 @@ from scorer_core.types import ScoreResult
 logger = logging.getLogger(__name__)
 
 _WAIT_S = 0.2
-"""How long a lane waits before asking the board again when every shard left awaits a shard
-in progress."""
+"""A lane's pause when every shard left awaits a shard in progress."""
 
 
 async def judge_shard(
@@ -49,11 +47,8 @@ async def judge_shard(
     config: JobConfig,
     on_done: Callable[[ScoreResult], None],
 ) -> list[ScoreResult]:
-    """Score every record concurrently: the judge's gate bounds the requests in flight.
-
-    A `FatalJudgeError` (no request can succeed) cancels the shard's other items at once, so
-    nothing keeps judging and paying for a run that is stopping.
-    """
+    """Score every record concurrently (the judge's gate bounds the requests in flight); a
+    `FatalJudgeError` cancels the shard's other items at once, so nothing more is paid for."""
 
     async def one(record: ItemRecord) -> ScoreResult:
         result = await score_item(
@@ -75,9 +70,8 @@ async def judge_shard(
 
 
 def judge_facts(judge: Judge) -> JudgeFacts:
-    """What a worker's own judge settled on: its transport and structured-output negotiation
-    (`jobs.engine.publish.response_formats` combines them over the run's shards); empty for the
-    offline judge. Not the CachingJudge around it, which hides the negotiation."""
+    """The transport and structured-output negotiation of a worker's own judge (not of the
+    CachingJudge around it, which hides the negotiation); empty for the offline judge."""
     return JudgeFacts(
         transport=getattr(judge, "transport", None) or None,
         response_format=negotiation_summary(judge),
@@ -115,8 +109,6 @@ class ShardRunner:
         self._reports: asyncio.Task[None] | None = None
         self._flushes: asyncio.Task[None] | None = None
 
-    # -- the journal ----------------------------------------------------------------------------
-
     async def take_over(self) -> int:
         """A retried worker: remember what its dead attempt journaled (the verdicts of the
         shards it held, which this attempt takes back). Returns how many."""
@@ -124,14 +116,8 @@ class ShardRunner:
             return 0
         return await asyncio.to_thread(self._caches.journal.take_over)
 
-    def _start_flushes(self) -> None:
+    async def _flush_loop(self, journal: Journal) -> None:
         """Flush the journal every `cache.journal_interval_s` while the worker runs."""
-        if self._caches is not None and self._flushes is None:
-            self._flushes = asyncio.get_running_loop().create_task(self._flush_loop())
-
-    async def _flush_loop(self) -> None:
-        assert self._caches is not None
-        journal = self._caches.journal
         while True:
             await self._sleep(journal.interval_s)
             await self._flush(journal)
@@ -142,8 +128,6 @@ class ShardRunner:
             await asyncio.to_thread(journal.write, taken)
         except StorageError as exc:  # the store is down: these verdicts cost calls next time
             logger.warning(f"verdict journal: {len(taken)} verdict(s) not kept: {exc}")
-
-    # -- the worker's judge ---------------------------------------------------------------------
 
     def _own_judge(self) -> Judge:
         """The worker's judge, built on first use inside the worker's event loop."""
@@ -184,8 +168,6 @@ class ShardRunner:
         if self._caches is not None:
             await self._flush(self._caches.journal)
 
-    # -- one shard ------------------------------------------------------------------------------
-
     async def run_shard(self, shard: Shard, number: int) -> ShardReport:
         """Judge one shard and stage its files. `number` is the shard's place in the run."""
         started = time.monotonic()
@@ -194,14 +176,17 @@ class ShardRunner:
         if await asyncio.to_thread(self._store.exists, items_file):
             report.skipped = True
             return report
-        self._start_flushes()
+        if self._caches is not None and self._flushes is None:
+            loop = asyncio.get_running_loop()
+            self._flushes = loop.create_task(self._flush_loop(self._caches.journal))
         needs = ShardNeeds()
         if shard.shard_id in self._ctx.looked.with_repeats | self._ctx.looked.with_pairs:
             needs = await asyncio.to_thread(
                 read_needs, self._store, self._ctx.staging, shard.shard_id, self._ctx.looked
             )
         read = await self._read(shard, number, needs.later)
-        counter = self._counter()
+        coordinator = self._ctx.coordinator
+        counter = BatchedCounter(coordinator.add.remote if coordinator else lambda counts: None)
         stage = await self._stage(shard, number, read, counter, needs)
         try:
             records = [record for _, record in read.records]
@@ -215,7 +200,10 @@ class ShardRunner:
         report.pending = await stage.finish(read, results)
         if not report.pending:
             rows = shard_rows(read, results, stage.own_judge.model, self._tables, stage.pairs)
-            self._journal(stage.cache_entries(read))
+            entries = stage.cache_entries(read)  # batch mode's, not journaled as they came
+            if entries and self._caches is not None:
+                for key, (relevant, reason) in entries.items():
+                    self._caches.journal.add(key, relevant, reason)
             await asyncio.to_thread(self._commit, shard, rows)
             report.items, report.usage, report.statuses = len(rows.items), rows.usage, rows.statuses
         report.seconds = time.monotonic() - started
@@ -229,10 +217,6 @@ class ShardRunner:
         return await asyncio.to_thread(
             read_shard_records, reader, shard, number, self._tables, later
         )
-
-    def _counter(self) -> BatchedCounter:
-        coordinator = self._ctx.coordinator
-        return BatchedCounter(coordinator.add.remote if coordinator else lambda counts: None)
 
     async def _stage(
         self,
@@ -264,12 +248,6 @@ class ShardRunner:
             read,
         )
 
-    def _journal(self, entries: Entries | None) -> None:
-        """Journal the verdicts the stage did not journal as they arrived (batch mode's)."""
-        if entries and self._caches is not None:
-            for key, (relevant, reason) in entries.items():
-                self._caches.journal.add(key, relevant, reason)
-
     def _commit(self, shard: Shard, rows: ShardRows) -> None:
         """Stage the shard's files (blocking): verdicts, then the items file, whose presence
         marks the shard done for resume."""
@@ -299,14 +277,13 @@ async def _run_lane(
         for attempt in range(1, attempts + 1):
             try:
                 report = await runner.run_shard(shard, number)
-            except StorageError as exc:
-                # The store's own retries are spent; a later attempt may find it back.
-                if attempt < attempts:
-                    continue
-                await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
-                return
             except Exception as exc:  # a bad file, a bug: the run stops, naming the shard
-                await board.failed.remote(worker_id, shard.shard_id, _failure(shard, exc))
+                # the store's own retries are spent: a later attempt may find it back
+                if isinstance(exc, StorageError) and attempt < attempts:
+                    continue
+                await board.failed.remote(
+                    worker_id, shard.shard_id, f"shard {shard.shard_id} failed: {one_line(exc)}"
+                )
                 return
             await board.done.remote(worker_id, report)
             if report.fatal:
@@ -315,8 +292,7 @@ async def _run_lane(
 
 
 async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = "") -> None:
-    """A worker's life: `lanes` loops that each take the next shard from the board and run it,
-    until the board has none left (or the run stopped)."""
+    """A worker's life: `lanes` loops of `_run_lane`."""
     runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
     assert board is not None, "a worker runs with the run's coordinator"
@@ -334,18 +310,16 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
         await runner.close()
 
 
-def _failure(shard: Shard, exc: BaseException) -> str:
-    """Which shard failed and all of the exception's message on one line (its first line often
-    names the file; a pyarrow message goes on over several)."""
+def one_line(exc: BaseException) -> str:
+    """The exception's whole message on one line (pyarrow's run over several; the first often
+    names the file)."""
     text = " ".join(part.strip() for part in str(exc).strip().splitlines())
-    return f"shard {shard.shard_id} failed: {text or type(exc).__name__}"
+    return text or type(exc).__name__
 
 
 def run_worker(ctx: ShardContext, worker_id: str, lanes: int) -> None:
-    """The Ray task body of one worker: run shards from the run's board (held by the
-    coordinator, `jobs.engine.control.shard_board`) until there are none left. Ray retries it when
-    the
-    worker process dies; the new attempt takes back the shards the dead one held."""
+    """The Ray task body of one worker: run shards from the run's board until there are none
+    left. Ray retries it when the process dies; the new attempt takes back the dead one's."""
     import ray
 
     node = ray.get_runtime_context().get_node_id()
