@@ -228,12 +228,14 @@ class Gate:
 
 
 def comparison_table(
-    run_a: PublishedRun, run_b: PublishedRun, segment_by: Sequence[str] = ()
+    scores_a: pl.LazyFrame,
+    scores_b: pl.LazyFrame,
+    segment_by: Sequence[str] = (),
+    verdicts: tuple[pl.LazyFrame, pl.LazyFrame] | None = None,
 ) -> pl.LazyFrame:
-    """Per query_id: both runs' scores, statuses, relevant counts, delta, presence, `moved` and
-    segment values (B's, else A's); a later duplicate query_id is dropped so rows cannot
-    multiply."""
-    scores_a, scores_b = run_a.scores(), run_b.scores()
+    """Per query_id: both runs' scores, statuses, relevant counts, delta, presence, `moved`
+    (null without both runs' `verdicts`) and segment values (B's, else A's); a later duplicate
+    query_id is dropped so rows cannot multiply."""
     schema_a, schema_b = scores_a.collect_schema(), scores_b.collect_schema()
     same = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
     segments = [pl.col(c) if same[c] else pl.col(c).cast(pl.String) for c in segment_by]
@@ -262,12 +264,11 @@ def comparison_table(
             *(pl.coalesce(f"{c}_b", f"{c}_a").alias(c) for c in segment_by),
         )
     )
-    moved = moved_queries(scored, run_a.verdicts(), run_b.verdicts())
-    return (
-        scored.join(moved, on="query_id", how="left")
-        .select(*TABLE_COLUMNS, *segment_by)
-        .sort("query_id")
-    )
+    if verdicts is None:
+        scored = scored.with_columns(moved=pl.lit(None, pl.String))
+    else:
+        scored = scored.join(moved_queries(scored, *verdicts), on="query_id", how="left")
+    return scored.select(*TABLE_COLUMNS, *segment_by).sort("query_id")
 
 
 def moved_queries(
@@ -439,10 +440,11 @@ def compare_runs(
             f"(scorer.scale {scales[0]:g} and {scales[1]:g}): compare runs of one scale"
         )
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
+    verdicts = (run_a.verdicts(), run_b.verdicts())
     table, positions = pl.collect_all(
         [
-            comparison_table(run_a, run_b, columns),
-            position_change(run_a.verdicts(), run_b.verdicts()),
+            comparison_table(run_a.scores(), run_b.scores(), columns, verdicts),
+            position_change(*verdicts),
         ]
     )
     paired = table.filter(_both_ok())
