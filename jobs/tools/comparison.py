@@ -1,6 +1,7 @@
 """`ctxprec compare RUN_A RUN_B`: how scores moved from run A (baseline) to run B, overall and
 per segment, and whether the move is real: a paired t test per segment (Welch's when the runs
-share too few queries), Holm-adjusted across segments, and the judge canary's change. The gate
+share too few queries), Holm-adjusted across segments, and the judge canary's change; and per
+query whose score changed, whether its retrieval or only the judge's verdicts moved. The gate
 is the exit code (docs/report.md, docs/is-the-drop-real.md).
 """
 
@@ -31,7 +32,7 @@ _KEYS = ("score", "status", "relevant_count")
 
 # The per-query table's columns, then one per segment column.
 _PER_RUN = tuple(f"{key}_{x}" for key in ("status", "relevant_count") for x in "ab")
-TABLE_COLUMNS = ("query_id", "presence", "score_a", "score_b", "delta", *_PER_RUN)
+TABLE_COLUMNS = ("query_id", "presence", "score_a", "score_b", "delta", *_PER_RUN, "moved")
 # Paired by query when the queries ok in both runs are at least 2 and at least this share of
 # the queries ok in the run with fewer; else unpaired.
 PAIRED_SHARE = 0.5
@@ -58,6 +59,9 @@ class SegmentShift:
     mean_a: float | None
     mean_b: float | None
     regressed: int
+    changed: int = 0  # of the queries ok in both runs, those whose score changed
+    moved_retrieval: int = 0  # of those, the ones that returned other passages
+    moved_judge: int = 0  # the ones with only another verdict on the same passages
     method: str = "paired"
     diff: float | None = None
     ci_low: float | None = None
@@ -72,9 +76,20 @@ class SegmentShift:
     def shift(self) -> float | None:
         return self.diff if self.diff is not None else _diff(self.mean_a, self.mean_b)
 
+    def moves(self) -> str:
+        """Why its queries moved: how many returned other passages, how many only got another
+        verdict on the same passages in the same order."""
+        unknown = self.changed - self.moved_retrieval - self.moved_judge
+        rest = f"; {unknown:,} have no verdicts to tell" if unknown else ""
+        return (
+            f"{self.changed:,} queries scored in both runs changed score ({self.regressed:,} "
+            f"fell, {self.changed - self.regressed:,} rose): {self.moved_retrieval:,} returned "
+            f"other passages, {self.moved_judge:,} got another verdict on the same ones{rest}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
-        internal = {"by", "value", "paired", "regressed", "method", "failed"}
+        internal = {"by", "value", "paired", "regressed", "changed", "method", "failed"}
         fields = [f.name for f in dataclasses.fields(self) if f.name not in internal]
         return head | {name: getattr(self, name) for name in fields}
 
@@ -213,10 +228,14 @@ class Gate:
 
 
 def comparison_table(
-    scores_a: pl.LazyFrame, scores_b: pl.LazyFrame, segment_by: Sequence[str] = ()
+    scores_a: pl.LazyFrame,
+    scores_b: pl.LazyFrame,
+    segment_by: Sequence[str] = (),
+    verdicts: tuple[pl.LazyFrame, pl.LazyFrame] | None = None,
 ) -> pl.LazyFrame:
-    """Per query_id: both runs' scores, statuses, relevant counts, delta, presence and segment
-    values (B's, else A's); a later duplicate query_id is dropped so rows cannot multiply."""
+    """Per query_id: both runs' scores, statuses, relevant counts, delta, presence, `moved`
+    (null without both runs' `verdicts`) and segment values (B's, else A's); a later duplicate
+    query_id is dropped so rows cannot multiply."""
     schema_a, schema_b = scores_a.collect_schema(), scores_b.collect_schema()
     same = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
     segments = [pl.col(c) if same[c] else pl.col(c).cast(pl.String) for c in segment_by]
@@ -236,7 +255,7 @@ def comparison_table(
 
     in_a, in_b = pl.col("_in_a").fill_null(False), pl.col("_in_b").fill_null(False)
     presence = pl.when(in_a & in_b).then(pl.lit("both")).when(in_a).then(pl.lit("only_a"))
-    return (
+    scored = (
         side(scores_a, "a")
         .join(side(scores_b, "b"), on="query_id", how="full", coalesce=True)
         .with_columns(
@@ -244,8 +263,43 @@ def comparison_table(
             (pl.col("score_b") - pl.col("score_a")).round(6).alias("delta"),
             *(pl.coalesce(f"{c}_b", f"{c}_a").alias(c) for c in segment_by),
         )
-        .select(*TABLE_COLUMNS, *segment_by)
-        .sort("query_id")
+    )
+    if verdicts is None:
+        scored = scored.with_columns(moved=pl.lit(None, pl.String))
+    else:
+        scored = scored.join(moved_queries(scored, *verdicts), on="query_id", how="left")
+    return scored.select(*TABLE_COLUMNS, *segment_by).sort("query_id")
+
+
+def moved_queries(
+    table: pl.LazyFrame, verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame
+) -> pl.LazyFrame:
+    """query_id and `moved` of each query ok in both runs whose score changed: "retrieval" when
+    its passages differ in B (added, removed or moved; matched by context_id when both runs give
+    every one, else by context_hash), "judge" when only verdicts on the same passages in the
+    same order differ; null when a run has no verdict rows for it."""
+    changed = table.filter(_both_ok() & (pl.col("delta").abs() > _EPSILON)).select("query_id")
+
+    def passages(verdicts: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
+        listed = pl.col("context_id", "context_hash", "relevant").sort_by("position")
+        return (
+            verdicts.join(changed, on="query_id", how="semi")
+            .with_columns(pl.col("relevant").fill_null(False))  # as the score counts it
+            .group_by("query_id")
+            .agg(listed.name.suffix(f"_{suffix}"))
+        )
+
+    def same(column: str) -> pl.Expr:
+        return pl.col(f"{column}_a") == pl.col(f"{column}_b")
+
+    ids = [pl.col(f"context_id_{x}") for x in "ab"]
+    every_id = pl.all_horizontal(c.list.drop_nulls().list.len() == c.list.len() for c in ids)
+    same_passages = pl.when(every_id).then(same("context_id")).otherwise(same("context_hash"))
+    moved = pl.when(~same_passages).then(pl.lit("retrieval"))
+    return (
+        passages(verdicts_a, "a")
+        .join(passages(verdicts_b, "b"), on="query_id")
+        .select("query_id", moved.when(~same("relevant")).then(pl.lit("judge")).alias("moved"))
     )
 
 
@@ -325,16 +379,29 @@ def shifts(table: pl.DataFrame, method: str, column: str | None = None) -> list[
     for name, (frame, score) in sides.items():
         for key, found in moments_by(frame, score, keys).items():
             moments.setdefault(key, {})[name] = found
-    fell = moments_by(paired.filter(pl.col("delta") < -_EPSILON), "delta", keys)
+    delta, moved = pl.col("delta"), pl.col("moved")
+    subsets = {
+        "regressed": delta < -_EPSILON,
+        "changed": delta.abs() > _EPSILON,
+        "moved_retrieval": moved == "retrieval",
+        "moved_judge": moved == "judge",
+    }
+    counted = {name: moments_by(paired.filter(c), "delta", keys) for name, c in subsets.items()}
     shown = [key for key, m in moments.items() if "d" in m or method != "paired"]
     return [
-        _shift(column or "", key, method, moments[key], fell.get(key, Moments()).n)
+        _shift(
+            column or "",
+            key,
+            method,
+            moments[key],
+            {name: found.get(key, Moments()).n for name, found in counted.items()},
+        )
         for key in sorted(shown, key=lambda key: [(v is None, v or "") for v in key])
     ]
 
 
 def _shift(
-    by: str, key: tuple[Any, ...], method: str, moments: dict[str, Moments], regressed: int
+    by: str, key: tuple[Any, ...], method: str, moments: dict[str, Moments], counts: dict[str, int]
 ) -> SegmentShift:
     """Segment `key`'s shift and test from the Moments of its scores "a", "b" and deltas "d"."""
     a, b, d = (moments.get(x, Moments()) for x in "abd")
@@ -346,7 +413,10 @@ def _shift(
         paired=d.n if method == "paired" else min(a.n, b.n),
         mean_a=a.mean,
         mean_b=b.mean,
-        regressed=regressed,
+        regressed=counts["regressed"],
+        changed=counts["changed"],
+        moved_retrieval=counts["moved_retrieval"],
+        moved_judge=counts["moved_judge"],
         method=method,
         diff=diff,
         ci_low=test.low if test else None,
@@ -370,10 +440,11 @@ def compare_runs(
             f"(scorer.scale {scales[0]:g} and {scales[1]:g}): compare runs of one scale"
         )
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
+    verdicts = (run_a.verdicts(), run_b.verdicts())
     table, positions = pl.collect_all(
         [
-            comparison_table(run_a.scores(), run_b.scores(), columns),
-            position_change(run_a.verdicts(), run_b.verdicts()),
+            comparison_table(run_a.scores(), run_b.scores(), columns, verdicts),
+            position_change(*verdicts),
         ]
     )
     paired = table.filter(_both_ok())
@@ -527,17 +598,19 @@ def decide(
     failed = tuple(s for s in tested if s.failed)
     passed = not overall.failed and not failed and not (canary and canary.failed)
     lines = [_overall_line(overall, not passed, min_effect)]
+    lines += [f"  {overall.moves()}"] if overall.failed else []
     if method == "unpaired":
         lines.append(
             f"compared UNPAIRED (Welch): the runs share too few queries scored ok in both "
             f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
         )
-    lines += [
-        f"FAIL: segment {terminal_safe(f'{s.by}={_name(s.value)}')}: mean fell by "
-        f"{-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} "
-        f"queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}"
-        for s in failed
-    ]
+    for s in failed:
+        lines += [
+            f"FAIL: segment {terminal_safe(f'{s.by}={_name(s.value)}')}: mean fell by "
+            f"{-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} "
+            f"queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}",
+            f"  {s.moves()}",
+        ]
     if small := sum(1 for s in tested if not s.gated):
         lines.append(
             f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "

@@ -17,8 +17,9 @@ checks the columns against a run published by the real job.
 
 `base_and_candidate` writes the two runs the tests of compare and report share;
 `segmented_runs` two runs that carry a `retriever` column and are summarised by it, where one
-retriever got worse; `run_compare` and `run_report` run those commands on published runs as
-`ctxprec` parses them.
+retriever got worse; `two_causes` two runs where the retriever reordered some queries'
+passages and the judge changed a verdict on others; `run_compare` and `run_report` run those
+commands on published runs as `ctxprec` parses them.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Query:
     reason: str | None = None  # None: the scorer's template reason (ok) or "" (otherwise)
     error: str | None = None
     judge_reasons: Sequence[str] | None = None  # per position; None: "relevant" / "not relevant"
+    contexts: Sequence[str] | None = None  # per position the passage's id; None: doc-<position>
     carried: Mapping[str, Any] = field(default_factory=dict)  # carried column -> value
 
     def __post_init__(self) -> None:
@@ -87,6 +89,8 @@ class Query:
             raise ValueError(f"{self.query_id}: an error item has no contexts")
         if self.judge_reasons is not None and len(self.judge_reasons) != len(self.verdicts):
             raise ValueError(f"{self.query_id}: one judge reason per context")
+        if self.contexts is not None and len(self.contexts) != len(self.verdicts):
+            raise ValueError(f"{self.query_id}: one context id per context")
 
     @property
     def flags(self) -> list[bool]:
@@ -128,18 +132,20 @@ def _score_row(
     return {**base, **{name: query.carried.get(name) for name in tables.names}}
 
 
-def _verdict_rows(query: Query, tables: RunSchema) -> list[dict[str, Any]]:
+def _verdict_rows(query: Query, tables: RunSchema, with_ids: bool) -> list[dict[str, Any]]:
+    """The query's verdict rows; a passage's text (its hash) is "<its id> of <query_id>"."""
     reasons = query.judge_reasons or [
         "" if v is None else "relevant" if v else "not relevant" for v in query.verdicts
     ]
+    ids = query.contexts or [f"doc-{position}" for position in range(len(query.verdicts))]
     carried = {name: query.carried.get(name) for name in tables.verdict_names}
     return [
         {
             **PUBLISHED_VERDICTS.build_row(
                 query_id=query.query_id,
                 position=position,
-                context_id=f"doc-{position}",
-                context_hash=context_hash(f"context {position} of {query.query_id}"),
+                context_id=ids[position] if with_ids else None,
+                context_hash=context_hash(f"{ids[position]} of {query.query_id}"),
                 relevant=verdict,
                 judge_reason=reasons[position],
                 cached=False,
@@ -171,6 +177,7 @@ def publish(
     api_base: str | None = None,
     prompt_version: str = PROMPT_VERSION,
     error_rate: ErrorRate | None = None,
+    context_ids: bool = True,
 ) -> RunLocation:
     """Write run `run_id` of `queries` under `store` as the job publishes one; its location.
 
@@ -178,7 +185,8 @@ def publish(
     columns its summary is segmented by (`summary.by`); `response_format`: what the workers'
     judges would have settled on (the manifest's `judge.response_format`); `api_base`: the
     config's judge.api_base; `error_rate`: the manifest's (default: the summary's errors
-    against a limit of 0.5, no commonest error)."""
+    against a limit of 0.5, no commonest error); `context_ids`: False for a run whose input
+    gave none (null context_id)."""
     location = RunLocation(run_id=run_id, run_date=run_date)
     schema = RunSchema(carried)
     scores = pl.DataFrame(
@@ -187,7 +195,7 @@ def publish(
         orient="row",
     )
     verdicts = pl.DataFrame(
-        [row for q in queries for row in _verdict_rows(q, schema)],
+        [row for q in queries for row in _verdict_rows(q, schema, context_ids)],
         schema=schema.verdicts.polars,
         orient="row",
     )
@@ -334,7 +342,7 @@ def segmented_runs(store: Store) -> tuple[str, str]:
     """Publish SEG_A and SEG_B, each with PER_RETRIEVER queries per retriever of RETRIEVERS
     and 3 of TINY, carrying `retriever` (into the verdicts too), summarised by it. Every
     query's first context is relevant in SEG_A; in SEG_B only WORSE's first two contexts are
-    swapped (and TINY's relevant ones vanish); the rest is as in SEG_A."""
+    swapped, passages and verdicts (and TINY's relevant ones vanish); the rest is as in SEG_A."""
     rng = random.Random(5)
     before: list[Query] = []
     after: list[Query] = []
@@ -346,14 +354,55 @@ def segmented_runs(store: Store) -> tuple[str, str]:
             query_id = f"{retriever}/q{n:03d}"
             values = {"retriever": retriever}
             before.append(Query(query_id, flags, carried=values))
-            if retriever == WORSE:
-                flags = [flags[1], flags[0], *flags[2:]]  # the first two swapped
+            ids = [f"doc-{position}" for position in range(len(flags))]
+            if retriever == WORSE:  # the first two swapped
+                flags, ids = [flags[1], flags[0], *flags[2:]], [ids[1], ids[0], *ids[2:]]
             elif retriever == TINY:
                 flags = [False] * len(flags)
-            after.append(Query(query_id, flags, carried=values))
+            after.append(Query(query_id, flags, carried=values, contexts=ids))
     for run_id, queries in ((SEG_A, before), (SEG_B, after)):
         publish(store, run_id, queries, carried=[RETRIEVER], segment_by=["retriever"])
     return SEG_A, SEG_B
+
+
+# two runs of 400 queries: the retriever reordered 40 queries' passages, the judge flipped one
+# verdict on 40 others
+
+TWO_CAUSES = ("causes-a", "causes-b")
+REORDERED = frozenset(range(0, 160, 4))  # query numbers: the first two passages swapped
+FLIPPED = frozenset(range(200, 400, 5))  # a verdict flipped: every other one rises, the rest fall
+CAUSE_SEGMENTS = {"low": range(100), "mid": range(100, 250), "high": range(250, 400)}
+
+
+def two_causes(store: Store, context_ids: bool = True) -> tuple[str, str]:
+    """Publish TWO_CAUSES, 400 queries "c000".. carrying `retriever` (its CAUSE_SEGMENTS name),
+    5 passages each, the first relevant, the second not, the last relevant. In the second run,
+    REORDERED's first two passages swap (verdicts with them), and FLIPPED get one verdict
+    flipped on the same passages: the second passage found relevant (the score rises) when
+    the query number is even, else the first one not (it falls). Every one of them changes."""
+    rng = random.Random(29)
+    runs: tuple[list[Query], list[Query]] = ([], [])
+    for segment, numbers in CAUSE_SEGMENTS.items():
+        for n in numbers:
+            flags = [True, False, *(rng.random() < 0.5 for _ in range(2)), True]
+            ids = [f"doc-{n}-{position}" for position in range(5)]
+            query = Query(f"c{n:03d}", flags, carried={"retriever": segment}, contexts=ids)
+            runs[0].append(query)
+            if n in REORDERED:
+                flags, ids = [flags[1], flags[0], *flags[2:]], [ids[1], ids[0], *ids[2:]]
+            elif n in FLIPPED:
+                flags = [True, True, *flags[2:]] if n % 2 == 0 else [False, *flags[1:]]
+            runs[1].append(Query(query.query_id, flags, carried=query.carried, contexts=ids))
+    for run_id, queries in zip(TWO_CAUSES, runs, strict=True):
+        publish(
+            store,
+            run_id,
+            queries,
+            carried=[RETRIEVER],
+            segment_by=["retriever"],
+            context_ids=context_ids,
+        )
+    return TWO_CAUSES
 
 
 # the commands on published runs

@@ -22,6 +22,7 @@ from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.cli.arguments import parse_storage_options
 from jobs.core.run_layout import RunLocation
+from jobs.core.schema import context_hash
 from jobs.core.storage import filesystem, open_store
 from jobs.engine.publish import aggregate
 from jobs.engine.publish.aggregate import Segment, relevance_by_position
@@ -39,9 +40,12 @@ from tests.support.polars_scores import score_mismatches
 from tests.support.published import (
     ADDED_ID,
     BAD_ID,
+    CAUSE_SEGMENTS,
+    FLIPPED,
     ITEMS,
     PER_RETRIEVER,
     REMOVED_ID,
+    REORDERED,
     RUN_DATE,
     TINY,
     UNSCORED_ID,
@@ -53,6 +57,7 @@ from tests.support.published import (
     publish,
     run_compare,
     segmented_runs,
+    two_causes,
 )
 
 
@@ -499,3 +504,96 @@ def test_runs_of_one_judge_and_prompt_compare_without_a_warning(runs: Runs) -> N
     _, printed = _compare(runs, runs.base, runs.cand)
     assert "WARNING" not in printed
     assert json.loads(_compare(runs, runs.base, runs.cand, "--json")[1])["warnings"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# why each query moved: its retrieval, or only the judge's verdicts
+
+# (moved_retrieval, moved_judge) of `two_causes`, overall (None) and per retriever segment
+CAUSES = {None: (40, 40), "high": (0, 30), "low": (25, 0), "mid": (15, 10)}
+WHY_MOVED = {
+    "FAIL: mean fell by": "80 queries scored in both runs changed score (60 fell, 20 rose): "
+    "40 returned other passages, 40 got another verdict on the same ones",
+    "FAIL: segment retriever=low:": "25 queries scored in both runs changed score (25 fell, "
+    "0 rose): 25 returned other passages, 0 got another verdict on the same ones",
+    "FAIL: segment retriever=mid:": "25 queries scored in both runs changed score (20 fell, "
+    "5 rose): 15 returned other passages, 10 got another verdict on the same ones",
+}
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["by-context-id", "by-context-hash"])
+def causes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    output = tmp_path_factory.mktemp("causes")
+    a, b = two_causes(open_store(str(output)), context_ids=request.param)
+    return Runs(output, a, b)
+
+
+def test_the_counts_of_each_cause_are_exact_overall_and_per_segment(causes: Runs) -> None:
+    assert {
+        name: (len(REORDERED & set(numbers)), len(FLIPPED & set(numbers)))
+        for name, numbers in CAUSE_SEGMENTS.items()
+    } == {name: CAUSES[name] for name in CAUSE_SEGMENTS}  # the numbers below, from the runs
+    code, printed = _compare(causes, causes.base, causes.cand, "--json")
+    result = json.loads(printed)
+    shifts = [result["overall"], *result["segments"]]
+    assert {s["segment"]: (s["moved_retrieval"], s["moved_judge"]) for s in shifts} == CAUSES
+    assert code == 1 and "changed" not in result["overall"]
+
+    table = pl.read_parquet(causes.output / "comparisons" / "causes-a__vs__causes-b.parquet")
+    assert tuple(table.columns) == (*compare.TABLE_COLUMNS, "retriever")
+    moved = table.group_by("moved").agg(pl.col("query_id").sort())
+    assert dict(moved.iter_rows()) == {
+        "retrieval": [f"c{n:03d}" for n in sorted(REORDERED)],
+        "judge": [f"c{n:03d}" for n in sorted(FLIPPED)],
+        None: sorted(set(table["query_id"]) - {f"c{n:03d}" for n in REORDERED | FLIPPED}),
+    }
+
+
+def test_each_failed_line_is_followed_by_why_its_queries_moved(causes: Runs) -> None:
+    code, printed = _compare(causes, causes.base, causes.cand)
+    lines = printed.splitlines()
+    fails = {line: lines[i + 1] for i, line in enumerate(lines) if line.startswith("FAIL")}
+    assert code == 1 and len(fails) == len(WHY_MOVED)  # retriever=high did not fail
+    for start, why in WHY_MOVED.items():
+        assert [f"  {why}"] == [after for line, after in fails.items() if line.startswith(start)]
+
+
+def _verdicts(passages: dict[str, tuple[str, list[str | None], list[bool]]]) -> pl.LazyFrame:
+    """Verdict rows from {query_id: (texts, context ids, verdicts)}, in position order."""
+    rows = [
+        (query, position, ids[position], context_hash(text), verdicts[position])
+        for query, (texts, ids, verdicts) in passages.items()
+        for position, text in enumerate(texts)
+    ]
+    names = ["query_id", "position", "context_id", "context_hash", "relevant"]
+    return pl.LazyFrame(rows, schema=names, orient="row")
+
+
+def test_a_passage_added_removed_or_replaced_is_retrieval_and_ids_win_over_texts() -> None:
+    xy = (["x", "y"], ["id-x", "id-y"], [True, False])
+    a = {q: xy for q in ("added", "removed", "replaced", "flipped", "no ids", "edited", "same")}
+    b = {
+        "added": (["x", "y", "z"], ["id-x", "id-y", "id-z"], [True, False, False]),
+        "removed": (["x"], ["id-x"], [True]),
+        "replaced": (["x", "w"], ["id-x", "id-w"], [True, False]),
+        "flipped": (["x", "y"], ["id-x", "id-y"], [True, True]),
+        "no ids": (["x", "y"], [None, None], [False, False]),  # matched by text: B has no ids
+        "edited": (["x!", "y!"], ["id-x", "id-y"], [False, False]),  # the same ids: the same
+        "same": xy,
+    }
+    changed = [*a, "missing"]  # "missing" has no verdict rows in either run
+    table = pl.LazyFrame({"query_id": changed, "delta": [-0.5] * len(changed)})
+    table = table.with_columns(
+        pl.when(pl.col("query_id") == "same").then(0.0).otherwise("delta").alias("delta"),
+        status_a=pl.lit("ok"),
+        status_b=pl.lit("ok"),
+    )
+    moved = compare.moved_queries(table, _verdicts(a), _verdicts(b)).collect()
+    assert dict(moved.iter_rows()) == {
+        "added": "retrieval",
+        "removed": "retrieval",
+        "replaced": "retrieval",
+        "flipped": "judge",
+        "no ids": "judge",
+        "edited": "judge",
+    }  # "same" did not change score

@@ -40,6 +40,7 @@ from tests.support.published import (
     publish,
     run_report,
     segmented_runs,
+    two_causes,
 )
 
 CHARTS = 3  # score histogram, score bands, relevance rate by position
@@ -258,6 +259,20 @@ def test_segments_section_shows_each_segments_summary_and_shift(tmp_path: Path) 
     tiny_row = shifts.split('<span class="qid">tiny</span>', 1)[1].split("</tr>")[0]
     assert tiny_row.endswith("<td>small</td>")
     assert "Shift by retriever" in shifts
+
+
+def test_the_baseline_section_says_why_each_failed_segment_fell(tmp_path: Path) -> None:
+    before, after = two_causes(open_store(str(tmp_path)))
+    page, _ = run_report(tmp_path, after, "--baseline", before)
+    shifts = page.split('<section id="baseline">', 1)[1].split("</section>", 1)[0]
+    assert re.findall(r'<p class="alert">([^<]*)</p>', shifts) == [
+        "The mean fell: 80 queries scored in both runs changed score (60 fell, 20 rose): 40 "
+        "returned other passages, 40 got another verdict on the same ones.",
+        "Segment retriever=low fell: 25 queries scored in both runs changed score (25 fell, 0 "
+        "rose): 25 returned other passages, 0 got another verdict on the same ones.",
+        "Segment retriever=mid fell: 25 queries scored in both runs changed score (20 fell, 5 "
+        "rose): 15 returned other passages, 10 got another verdict on the same ones.",
+    ]  # retriever=high fell too, but not significantly: no sentence
 
 
 def test_worst_queries_lowest_score_first_then_most_contexts(tmp_path: Path) -> None:

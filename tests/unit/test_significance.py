@@ -502,6 +502,8 @@ def test_runs_sharing_few_queries_are_compared_unpaired_and_say_so(tmp_path: Pat
         "queries",
         "mean_a",
         "mean_b",
+        "moved_retrieval",
+        "moved_judge",
         "diff",
         "ci_low",
         "ci_high",

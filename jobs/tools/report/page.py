@@ -317,10 +317,16 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
     ]
     keys = ("name", "baseline", "this_run", "change", "digits")
     stats = [dict(zip(keys, row, strict=True)) for row in c.stat_rows()]
+    failed = [s for s in (o, *verdict.failed_segments) if s is not None and s.failed]
     return {
         "comparison": c,
         "runs": {"baseline": c.facts_a.describe(), "this run": c.facts_b.describe()},
         "warnings": differences(c.facts_a, c.facts_b, ("baseline", "this run")),
+        "moved": [
+            f"{f'Segment {s.by}={_segment_name(s.value)}' if s.by else 'The mean'} fell: "
+            f"{s.moves()}."
+            for s in failed
+        ],
         "cards": cards,
         "stats": stats,
         "position_charts": _position_compare_charts(c),
