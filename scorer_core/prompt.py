@@ -9,11 +9,12 @@ Bump `PROMPT_VERSION` whenever the wording changes: it is part of the verdict ca
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from scorer_core.errors import shorten
+from scorer_core.errors import InputError, shorten
 from scorer_core.precision import format_score
 from scorer_core.types import ContextVerdict, ScoringItem
 
@@ -94,6 +95,29 @@ def encode_data(text: str) -> str:
 def is_retrieval_only(item: ScoringItem) -> bool:
     """Neither an output nor a reference: relevance is judged against the query alone."""
     return not item.output.strip() and not (item.expected_output or "").strip()
+
+
+Against = Literal["all", "auto", "reference", "output", "query"]
+"""What verdicts are judged against: "all" sends the output and the reference, as Mastra does;
+"auto" the reference when the item has one, else the output, else the query."""
+
+
+def judged_item(item: ScoringItem, against: Against = "all") -> ScoringItem:
+    """`item` holding only what its prompt carries under `against`: built from it, the prompt
+    and the verdict store's key hold the same texts. InputError when the item lacks it."""
+    reference, output = item.expected_output or "", item.output.strip()
+    if against == "auto":
+        against = "reference" if reference else "output" if output else "query"
+    if against in ("reference", "output") and not (reference if against == "reference" else output):
+        field = "expected_output" if against == "reference" else "output"
+        raise InputError(f"judge.against is {against!r} but the item has no {field}")
+    if against == "all":
+        return item
+    return dataclasses.replace(
+        item,
+        output=item.output if against == "output" else "",
+        expected_output=item.expected_output if against == "reference" else None,
+    )
 
 
 def _item_sections(item: ScoringItem) -> list[str]:

@@ -35,7 +35,7 @@ from jobs.tools.estimation import (
 )
 from jobs.tools.sample_data import generate, write_jsonl
 from jobs.tools.tool_options import ConfigSource, EstimateOptions
-from scorer_core.prompt import verdict_messages
+from scorer_core.prompt import judged_item, verdict_messages
 from scorer_core.types import ScoringItem
 
 ITEMS = 60
@@ -223,7 +223,7 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
             record = preprocess(to_item(spec, raw))
             if isinstance(record, RowError):
                 continue
-            item = record.to_scoring_item()
+            item = judged_item(record.to_scoring_item(), config.judge.against)
             keys += [pair_key(fingerprint, item, p) for p in range(len(item.contexts))]
         rows = verdicts.rows((key, True, "r") for key in keys)
         for (partition,), piece in (
