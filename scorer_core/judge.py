@@ -84,6 +84,7 @@ class LLMJudge:
         first_alone: False leaves the cold start to whoever owns the `max_in_flight` gate.
         token_counter, completion_budget, clock: size each request for a tokens-per-minute
             `limiter` and time its reply.
+        verdict_reasons: False asks for verdicts alone, without a reason each.
     """
 
     #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).
@@ -104,8 +105,10 @@ class LLMJudge:
         token_counter: TokenCounter = count_prompt_tokens,
         completion_budget: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        verdict_reasons: bool = True,
     ) -> None:
         self._client = client
+        self._reasons = verdict_reasons
         self.model = client.model
         self.endpoint = client.endpoint
         #: Which client carries the requests ("http", "litellm", or the client's own name).
@@ -274,9 +277,9 @@ class LLMJudge:
         return None, usage, problem
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        base = verdict_messages(item, positions)
+        base = verdict_messages(item, positions, self._reasons)
         prompt = base[-1]["content"]
-        schema = verdicts_schema(positions)
+        schema = verdicts_schema(positions, self._reasons)
         verdicts, usage, problem = await self._parsed(
             base,
             VERDICTS_SCHEMA_NAME,

@@ -344,6 +344,11 @@ class JudgeConfig(_Strict):
         "output then costs nothing), else the output, else the query; reference or output: "
         "an item without it is an error row.",
     )
+    verdict_reasons: bool = Field(
+        True,
+        description="true: each verdict comes with one short clause saying why (in the verdicts "
+        "table's reason); false: verdicts alone, a shorter reply (reason null).",
+    )
     timeout_s: float = Field(60.0, gt=0, description="Seconds per request.")
     max_retries: int = Field(
         6,

@@ -202,6 +202,7 @@ class BatchJudge:
         *,
         max_reasks: int,
         scale: float,
+        verdict_reasons: bool = True,
     ) -> None:
         form = client.form
         negotiation = ResponseFormatNegotiation(form, client.endpoint)
@@ -215,6 +216,7 @@ class BatchJudge:
             scale=scale,
             negotiation=negotiation,
             first_alone=False,
+            verdict_reasons=verdict_reasons,
         )
 
     @property
