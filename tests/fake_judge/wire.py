@@ -246,7 +246,7 @@ def asks_reasons(body: dict[str, Any]) -> bool:
         entry = schema.get("properties", {}).get("verdicts", {}).get("items", {})
         if entry.get("properties"):
             return "reason" in entry["properties"]
-    shapes = [text_of(m) for m in body.get("messages", []) if '"context_index"' in text_of(m)]
+    shapes = [text_of(m) for m in body.get("messages", []) if '"verdicts"' in text_of(m)]
     return not shapes or any('"reason"' in shape for shape in shapes)
 
 
@@ -271,7 +271,7 @@ def verdicts_for(
     verdicts: list[dict[str, Any]] = []
     for index, context in contexts:
         relevant = verdict_fn(context, query)
-        verdict = {"context_index": index, "verdict": "yes" if relevant else "no"}
+        verdict = {"i": index, "v": "yes" if relevant else "no"}
         if reasons:
             verdict["reason"] = f"Context {index} is {'' if relevant else 'not '}useful here."
         verdicts.append(verdict)
