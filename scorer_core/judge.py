@@ -40,9 +40,10 @@ from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 #: Characters per token assumed for rate-limit accounting before the provider reports usage.
 CHARS_PER_TOKEN = 4
-#: Reply tokens expected per context verdict (index, yes/no, one short reason): reserved from
-#: the rate limiter, and the output allowance of `ctxprec estimate`.
-REPLY_TOKENS_PER_VERDICT = 40
+#: Reply tokens expected per context verdict (index, yes/no, a reason under 60 characters; or
+#: without the reason): reserved from the rate limiter, the output allowance of `estimate`.
+REPLY_TOKENS_PER_VERDICT = 20
+REPLY_TOKENS_PER_BARE_VERDICT = 6
 
 T = TypeVar("T")
 
@@ -61,10 +62,12 @@ def estimate_tokens(
     *,
     counter: TokenCounter = count_prompt_tokens,
     completion_budget: int | None = None,
+    reasons: bool = True,
 ) -> int:
-    """Prompt plus expected reply tokens (`completion_budget` when set, else a short reason per
-    verdict), for the rate limiter and the cost estimate."""
-    reply = completion_budget or REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
+    """Prompt plus expected reply tokens (`completion_budget` when set, else a verdict with or
+    without a short reason each), for the rate limiter and the cost estimate."""
+    per_verdict = REPLY_TOKENS_PER_VERDICT if reasons else REPLY_TOKENS_PER_BARE_VERDICT
+    reply = completion_budget or per_verdict * max(1, verdicts)
     return counter(messages) + reply
 
 
@@ -161,6 +164,7 @@ class LLMJudge:
             verdicts,
             counter=self._count_tokens,
             completion_budget=self._completion_budget,
+            reasons=self._reasons,
         )
         calls = retries = rate_limited = form_rejections = 0
         while True:
