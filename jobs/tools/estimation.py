@@ -361,16 +361,7 @@ def estimate(
     c, used = scan.counts, scan.known is not None
     calls = c.verdict_calls + c.reason_calls
     prompt_tokens = _prompt_tokens(config, scan)
-    reasons = c.reason_calls * OUTPUT_TOKENS_PER_REASON  # replies: these, and a verdict per pair
-    per_verdict = OUTPUT_TOKENS_PER_VERDICT
-    if not config.judge.verdict_reasons:
-        per_verdict = REPLY_TOKENS_PER_BARE_VERDICT
-    output_tokens = OutputTokens(
-        estimate=c.pairs * per_verdict + reasons,
-        after_cache=(c.pairs - c.cached_pairs) * per_verdict + reasons,
-        per_verdict=per_verdict,
-        per_reason_call=OUTPUT_TOKENS_PER_REASON,
-    )
+    output_tokens = _output_tokens(config, c.pairs, c.cached_pairs, c.reason_calls)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
     reply_chars = output_tokens.after_cache * CHARS_PER_TOKEN
     if c.cached_pairs:
@@ -410,6 +401,20 @@ def estimate(
             share=c.cached_pairs / c.pairs if c.pairs and used else 0.0,
             calls_after_cache=c.calls_after_cache if used else calls,
         ),
+    )
+
+
+def _output_tokens(config: JobConfig, pairs: int, cached: int, reason_calls: int) -> OutputTokens:
+    """The replies' allowance: a verdict per pair (the cache's excepted), each LLM reason."""
+    reasons = reason_calls * OUTPUT_TOKENS_PER_REASON
+    per_verdict = OUTPUT_TOKENS_PER_VERDICT
+    if not config.judge.verdict_reasons:
+        per_verdict = REPLY_TOKENS_PER_BARE_VERDICT
+    return OutputTokens(
+        estimate=pairs * per_verdict + reasons,
+        after_cache=(pairs - cached) * per_verdict + reasons,
+        per_verdict=per_verdict,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
     )
 
 
