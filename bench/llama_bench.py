@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import sys
 import tempfile
@@ -115,7 +114,7 @@ def run_the_job(
             "ray": {"shard_size": 1000, "workers": 1},
         }
     )
-    outcome = run_job(config, out=io.StringIO())
+    outcome = run_job(config)
     location = RunLocation(outcome.run_id, outcome.run_date)
     manifest: dict[str, Any] = json.loads((out / location.manifest).read_text())
     return outcome, manifest, pl.read_parquet(out / location.table_file("scores"))

@@ -69,7 +69,7 @@ class FakeChatClient:
             text = f"The score is {score.group(1) if score else '0'} because of the verdicts."
             return ChatReply(json.dumps({"reason": text}))
         verdicts = [
-            {"context_index": position, "verdict": "yes" if flag else "no", "reason": ""}
+            {"i": position, "v": "yes" if flag else "no"}
             for position, flag in zip(asked_contexts(body), reply, strict=True)
         ]
         return ChatReply(json.dumps({"verdicts": verdicts}))

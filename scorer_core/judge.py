@@ -40,9 +40,10 @@ from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 #: Characters per token assumed for rate-limit accounting before the provider reports usage.
 CHARS_PER_TOKEN = 4
-#: Reply tokens expected per context verdict (index, yes/no, one short reason): reserved from
-#: the rate limiter, and the output allowance of `ctxprec estimate`.
-REPLY_TOKENS_PER_VERDICT = 40
+#: Reply tokens expected per context verdict (index, yes/no, a reason under 60 characters; or
+#: without the reason): reserved from the rate limiter, the output allowance of `estimate`.
+REPLY_TOKENS_PER_VERDICT = 20
+REPLY_TOKENS_PER_BARE_VERDICT = 6
 
 T = TypeVar("T")
 
@@ -61,10 +62,12 @@ def estimate_tokens(
     *,
     counter: TokenCounter = count_prompt_tokens,
     completion_budget: int | None = None,
+    reasons: bool = True,
 ) -> int:
-    """Prompt plus expected reply tokens (`completion_budget` when set, else a short reason per
-    verdict), for the rate limiter and the cost estimate."""
-    reply = completion_budget or REPLY_TOKENS_PER_VERDICT * max(1, verdicts)
+    """Prompt plus expected reply tokens (`completion_budget` when set, else a verdict with or
+    without a short reason each), for the rate limiter and the cost estimate."""
+    per_verdict = REPLY_TOKENS_PER_VERDICT if reasons else REPLY_TOKENS_PER_BARE_VERDICT
+    reply = completion_budget or per_verdict * max(1, verdicts)
     return counter(messages) + reply
 
 
@@ -84,6 +87,7 @@ class LLMJudge:
         first_alone: False leaves the cold start to whoever owns the `max_in_flight` gate.
         token_counter, completion_budget, clock: size each request for a tokens-per-minute
             `limiter` and time its reply.
+        verdict_reasons: False asks for verdicts alone, without a reason each.
     """
 
     #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).
@@ -104,8 +108,10 @@ class LLMJudge:
         token_counter: TokenCounter = count_prompt_tokens,
         completion_budget: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        verdict_reasons: bool = True,
     ) -> None:
         self._client = client
+        self._reasons = verdict_reasons
         self.model = client.model
         self.endpoint = client.endpoint
         #: Which client carries the requests ("http", "litellm", or the client's own name).
@@ -158,6 +164,7 @@ class LLMJudge:
             verdicts,
             counter=self._count_tokens,
             completion_budget=self._completion_budget,
+            reasons=self._reasons,
         )
         calls = retries = rate_limited = form_rejections = 0
         while True:
@@ -274,9 +281,9 @@ class LLMJudge:
         return None, usage, problem
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        base = verdict_messages(item, positions)
+        base = verdict_messages(item, positions, self._reasons)
         prompt = base[-1]["content"]
-        schema = verdicts_schema(positions)
+        schema = verdicts_schema(positions, self._reasons)
         verdicts, usage, problem = await self._parsed(
             base,
             VERDICTS_SCHEMA_NAME,

@@ -41,6 +41,7 @@ class JudgeSpec:
     max_retries, max_reasks: transport retries and re-asks of unusable replies per request.
     response_format: "auto" or one structured-output form (`scorer_core.response_format`).
     scale: the score scale, for the reason prompt.
+    verdict_reasons: False asks for verdicts without a reason each (a cheaper reply).
     max_connections, proxy_from_env: the HTTP client's (None: its defaults).
     request_options: extra `litellm.acompletion` arguments, sent as given (litellm only).
     """
@@ -57,6 +58,7 @@ class JudgeSpec:
     max_reasks: int = 2
     response_format: str = "auto"
     scale: float = 1.0
+    verdict_reasons: bool = True
     max_connections: int | None = None
     proxy_from_env: bool | None = None
     request_options: Mapping[str, Any] | None = None
@@ -123,6 +125,7 @@ def build_judge(
         first_alone=first_alone,
         token_counter=token_counter or count_prompt_tokens,
         completion_budget=spec.completion_budget,
+        verdict_reasons=spec.verdict_reasons,
     )
 
 

@@ -1,8 +1,8 @@
 """Judge replies to verdicts and reasons, strictly, by the wire contract.
 
 A reply holds a JSON object (bare, fenced, or in prose) whose "verdicts" list has exactly one
-entry per context asked about, mapped by `context_index`; anything else raises `MalformedReply`
-saying precisely what was wrong, which the judge sends back when it re-asks.
+entry per context asked about, `{"i": <position>, "v": "yes"|"no"}`; anything else raises
+`MalformedReply` saying precisely what was wrong, which the judge sends back when it re-asks.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _parse_index(raw: object) -> int:
         isinstance(raw, str) and raw.strip().isdecimal()
     ):
         return int(raw)
-    raise MalformedReply(f"context_index must be an integer, got {json.dumps(raw)}")
+    raise MalformedReply(f'"i" (the passage number) must be an integer, got {json.dumps(raw)}')
 
 
 def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict, ...]:
@@ -76,17 +76,17 @@ def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict,
     for entry in entries:
         if not isinstance(entry, dict):
             raise MalformedReply(f"each verdict must be an object, got {_quote(str(entry))}")
-        if "context_index" not in entry:
-            raise MalformedReply("a verdict has no context_index")
-        index = _parse_index(entry["context_index"])
+        if "i" not in entry:
+            raise MalformedReply('a verdict has no "i" (its passage number)')
+        index = _parse_index(entry["i"])
         if index not in expected:
             raise MalformedReply(
-                f"context_index {index} is not one of the passages asked about "
+                f"passage {index} is not one of the passages asked about "
                 f"({min(expected)}..{max(expected)})"
             )
         if index in by_index:
-            raise MalformedReply(f"context_index {index} appears twice")
-        word = entry.get("verdict")
+            raise MalformedReply(f"passage {index} appears twice")
+        word = entry.get("v")
         if not isinstance(word, str) or word.strip().lower() not in _VERDICT_WORDS:
             raise MalformedReply(
                 f'verdict for context {index} must be "yes" or "no", got {json.dumps(word)}'

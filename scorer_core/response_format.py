@@ -49,11 +49,19 @@ def response_format_field(
     if form == "json_schema":
         return {
             "type": "json_schema",
-            "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+            "json_schema": {"name": schema_name, "schema": _strict(schema), "strict": True},
         }
     if form == "json_object":
         return {"type": "json_object", "schema": schema}
     return None
+
+
+def _strict(schema: Any) -> Any:
+    """`schema` without `maxLength`, which strict endpoints (OpenAI, Azure) refuse: there the
+    prompt caps a string; llama.cpp's grammar and vLLM honour it in the other forms."""
+    if isinstance(schema, dict):
+        return {key: _strict(value) for key, value in schema.items() if key != "maxLength"}
+    return [_strict(value) for value in schema] if isinstance(schema, list) else schema
 
 
 def classify_rejection(

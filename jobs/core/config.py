@@ -337,6 +337,18 @@ class JudgeConfig(_Strict):
     contexts_per_call: int = Field(
         16, ge=1, le=256, description="Long context lists are split into calls of this many."
     )
+    against: Literal["auto", "reference", "output", "query"] = Field(
+        "auto",
+        description="What each passage is judged against; the prompt and the verdict store's "
+        "key hold only it. auto: the reference answer when the item has one (a regenerated "
+        "output then costs nothing), else the output, else the query; reference or output: "
+        "an item without it is an error row.",
+    )
+    verdict_reasons: bool = Field(
+        True,
+        description="true: each verdict comes with one short clause saying why (in the verdicts "
+        "table's reason); false: verdicts alone, a shorter reply (reason null).",
+    )
     timeout_s: float = Field(60.0, gt=0, description="Seconds per request.")
     max_retries: int = Field(
         6,

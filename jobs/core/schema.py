@@ -163,7 +163,7 @@ STAGED_VERDICTS = Table(
             "bool",
             "the judge's verdict; null where none was obtained (item not `ok`)",
         ),
-        Column("judge_reason", "string", "the judge's one-line reason for the verdict"),
+        Column("judge_reason", "string", "the judge's short reason; null if none was asked"),
         Column("pair_key", "string", "the verdict cache key; empty when the cache is off"),
         Column("cached", "bool", "the verdict came from the cache"),
     ),

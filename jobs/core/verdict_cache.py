@@ -1,6 +1,8 @@
 """The verdict cache's keys and the judge in front of it: a verdict is keyed by sha256 of (judge
-fingerprint, prompt version, query, output, reference, context), so a change to any of them
-judges the pair again. The verdicts live in `jobs.core.verdict_store`.
+fingerprint, prompt version, query, output, reference, context) of the item as the prompt
+carries it (`judge.against` drops the rest when the item is read), so a change to any text the
+judge saw judges the pair again, and no other change does. The verdicts live in
+`jobs.core.verdict_store`.
 """
 
 from __future__ import annotations

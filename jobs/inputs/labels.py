@@ -13,6 +13,7 @@ import fsspec
 
 from jobs.core.config import JobConfig
 from scorer_core.errors import InputError
+from scorer_core.prompt import judged_item
 from scorer_core.scorer import validate_item
 from scorer_core.types import ScoringItem
 
@@ -90,7 +91,7 @@ def _labelled_item(
         contexts=tuple(c[:chars] for c in contexts[:count]),
         expected_output=reference,
     )
-    validate_item(item)
+    validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")
     retriever = row.get("retriever")
     labelled = LabelledItem(

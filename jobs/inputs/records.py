@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS, JobConfig
@@ -27,6 +27,7 @@ from jobs.inputs.spec import (
     load_extractor,
 )
 from scorer_core.errors import InputError
+from scorer_core.prompt import Against, judged_item
 from scorer_core.scorer import validate_item
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class ItemReader:
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
     sample: SamplePlan | None = None
+    against: Against = "all"  # what the items are judged against (`judge.against`)
 
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
         """Whether the run judges `record` (`names`: its carried columns, in order)."""
@@ -48,7 +50,8 @@ class ItemReader:
 
     @classmethod
     def for_config(cls, config: JobConfig) -> ItemReader:
-        return cls(input_spec_of(config), config.input.max_context_chars, config.input.max_contexts)
+        limits = (config.input.max_context_chars, config.input.max_contexts)
+        return cls(input_spec_of(config), *limits, against=config.judge.against)
 
     def read(
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
@@ -62,7 +65,7 @@ class ItemReader:
                 max_contexts=self.max_contexts,
                 carried=carried,
             )
-            yield validate_record(encodable_record(item, carried))
+            yield validate_record(encodable_record(item, carried), self.against)
 
 
 def read_shard(
@@ -141,15 +144,21 @@ def _row_error(record: ItemRecord, problem: str) -> RowError:
     )
 
 
-def validate_record(record: ItemRecord | RowError) -> ItemRecord | RowError:
-    """Reject items the scorer cannot take, with the row's position in the message."""
+def validate_record(
+    record: ItemRecord | RowError, against: Against = "all"
+) -> ItemRecord | RowError:
+    """Reject items the scorer cannot take, with the row's position in the message; keep of
+    output and reference only what the item is judged `against`."""
     if isinstance(record, RowError):
         return record
     try:
-        validate_item(record.to_scoring_item())
+        item = judged_item(record.to_scoring_item(), against)
+        validate_item(item)
     except InputError as exc:
         return _row_error(record, str(exc))
-    return record
+    if against == "all":
+        return record
+    return replace(record, output=item.output, expected_output=item.expected_output)
 
 
 def _carried(

@@ -51,6 +51,7 @@ def build_judge(
         max_reasks=judge_config.max_reasks,
         response_format=judge_config.response_format,
         scale=config.scorer.scale,
+        verdict_reasons=judge_config.verdict_reasons,
         # The run's budget bounds requests in flight; the pool must not bound them lower.
         max_connections=max(
             limits.concurrency_ceiling,
@@ -118,9 +119,8 @@ def local_limiter(config: JobConfig) -> Limiter | None:
 
 def cache_fingerprint(config: JobConfig) -> str:
     """The cache namespace of this config's judge: verdicts are shared only within it."""
-    return judge_fingerprint(
-        config.judge.model, dict(config.judge.lexical), endpoint=endpoint_identity(config)
-    )
+    options = {**config.judge.lexical, "verdict_reasons": config.judge.verdict_reasons}
+    return judge_fingerprint(config.judge.model, options, endpoint=endpoint_identity(config))
 
 
 def cache_url(config: JobConfig) -> tuple[str, str]:

@@ -3,7 +3,8 @@
 The config's judge, built as the job builds it, judges a labelled JSONL file: per-context
 precision, recall, F1 and Cohen's kappa, item-score correlations, and per retriever the means
 and Kendall's tau-b between the rankings (docs/judges.md). Unscored and failed items are left
-out; no reasons, no verdict cache.
+out; no reasons, no verdict cache. An LLM judge judges twice, with and without a reason per
+verdict (`judge.verdict_reasons`), so the cheaper setting's agreement is measured, not guessed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from jobs.inputs.labels import LabelledItem, load_labels
 from jobs.run.canary import judge_labelled
 from jobs.tools.tool_options import CalibrateOptions
 from scorer_core import metrics
+from scorer_core.capabilities import capabilities_of
 from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
 from scorer_core.response_format import negotiation_summary
@@ -130,6 +132,9 @@ class Agreement(_Record):
 class _Judged(_Record):
     labels: str
     model: str
+    verdict_reasons: bool
+    # the same judge with the other `verdict_reasons` setting (None: the offline judge)
+    other_reasons: Agreement | None
     gold_rule: tuple[str, ...]
     judge_output: str
     response_format: FormNegotiation | None
@@ -231,6 +236,15 @@ def calibrate(
         raise InputError(f"no usable labelled rows in {labels}{detail}")
     started = time.monotonic()
     results, judge = asyncio.run(judge_labelled(config, loaded.items))
+    other = None
+    if not capabilities_of(config.judge.model).offline:
+        flipped = config.judge.model_copy(
+            update={"verdict_reasons": not config.judge.verdict_reasons}
+        )
+        other_results, _ = asyncio.run(
+            judge_labelled(config.model_copy(update={"judge": flipped}), loaded.items)
+        )
+        other = agreement(loaded.items, other_results)
     seconds = time.monotonic() - started
     negotiated = negotiation_summary(judge)  # None for the offline judge
     report = agreement(loaded.items, results)
@@ -238,6 +252,8 @@ def calibrate(
     return Calibration(
         labels=labels,
         model=judge.model,
+        verdict_reasons=config.judge.verdict_reasons,
+        other_reasons=other,
         gold_rule=tuple(sorted({i.rule for i in loaded.items})),
         judge_output=(
             f"the reference answer for {with_reference} item(s); none for "
@@ -271,21 +287,29 @@ def _header(result: Calibration) -> list[str]:
     ]
 
 
-def _agreement_tables(ctx: ContextAgreement, per_item: ItemAgreement) -> list[str]:
-    contexts = ("contexts", "human yes", "judge yes", "precision", "recall", "F1")
-    per_context = [
-        (
-            "judge vs labels",
-            f"{ctx.contexts:,}",
-            fmt.number(ctx.human_yes_rate, 2),
-            fmt.number(ctx.judge_yes_rate, 2),
-            *(fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa)),
-            f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}",
+def _agreement_tables(result: Calibration) -> list[str]:
+    """A row per `verdict_reasons` setting judged: the config's first ("judge vs labels")."""
+    judged: list[tuple[str, Agreement]] = [("judge vs labels", result)]
+    if result.other_reasons is not None:
+        other = f"verdict_reasons: {str(not result.verdict_reasons).lower()}"
+        judged.append((other, result.other_reasons))
+    per_context, per_items = [], []
+    for label, found in judged:
+        ctx, per_item = found.per_context, found.per_item
+        per_context.append(
+            (
+                label,
+                f"{ctx.contexts:,}",
+                fmt.number(ctx.human_yes_rate, 2),
+                fmt.number(ctx.judge_yes_rate, 2),
+                *(fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa)),
+                f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}",
+            )
         )
-    ]
+        figures = (per_item.pearson, per_item.spearman, per_item.mean_judge, per_item.mean_labels)
+        per_items.append((label, f"{per_item.items:,}", *(fmt.number(v, 3) for v in figures)))
+    contexts = ("contexts", "human yes", "judge yes", "precision", "recall", "F1")
     items = ("items", "Pearson", "Spearman", "mean judge", "mean labels")
-    figures = (per_item.pearson, per_item.spearman, per_item.mean_judge, per_item.mean_labels)
-    per_items = [("judge vs labels", f"{per_item.items:,}", *(fmt.number(v, 3) for v in figures))]
     return [
         "",
         _markdown(["per context", *contexts, "Cohen's kappa", "tp / fp / fn / tn"], per_context),
@@ -325,19 +349,21 @@ def _notes(result: Calibration) -> list[str]:
         lines.append(f"\nstructured output: {negotiated.in_use}{dropped}")
     lines += [f"  invalid row: {example}" for example in result.rows.invalid_examples]
     lines += [f"  excluded item: {example}" for example in result.excluded_examples]
-    usage = result.usage
-    lines.append(
-        f"\njudge usage: {usage.calls:,} calls, {usage.prompt_tokens:,} prompt / "
-        f"{usage.completion_tokens:,} completion tokens, {usage.retries} retries, "
-        f"{usage.reasks} re-asks; {result.seconds:.1f} s"
-    )
+    for label, found in (("", result), (" (other setting)", result.other_reasons)):
+        if (usage := found.usage if found else None) is not None:
+            lines.append(
+                f"\njudge usage{label}: {usage.calls:,} calls, {usage.prompt_tokens:,} prompt / "
+                f"{usage.completion_tokens:,} completion tokens, {usage.retries} retries, "
+                f"{usage.reasks} re-asks"
+            )
+    lines.append(f"judged in {result.seconds:.1f} s")
     return lines
 
 
 def format_report(result: Calibration) -> str:
     """The calibration as `ctxprec calibrate` prints it: Markdown tables and notes."""
     lines = _header(result)
-    lines += _agreement_tables(result.per_context, result.per_item)
+    lines += _agreement_tables(result)
     lines += _retriever_table(result)
     lines += _notes(result)
     return "\n".join(lines)

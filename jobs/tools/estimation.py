@@ -43,7 +43,12 @@ from jobs.inputs.sampling import plan_sample
 from jobs.run import factory
 from jobs.tools.tool_options import EstimateOptions
 from scorer_core.errors import CtxPrecError
-from scorer_core.judge import REPLY_TOKENS_PER_VERDICT, estimate_tokens
+from scorer_core.judge import (
+    CHARS_PER_TOKEN,
+    REPLY_TOKENS_PER_BARE_VERDICT,
+    REPLY_TOKENS_PER_VERDICT,
+    estimate_tokens,
+)
 from scorer_core.litellm_client import import_litellm
 from scorer_core.prompt import (
     VERDICTS_SCHEMA_NAME,
@@ -182,6 +187,9 @@ class Estimate(_Record):
     output_tokens: OutputTokens
     cost_usd: float | None
     cost_note: str
+    # after the cache, per 1,000 valid items; judge characters: prompt and expected reply
+    cost_per_1000_items_usd: float | None
+    judge_chars_per_item: float
     wall_time: WallTime
     batch: BatchPlan | None
     cache: CacheShare
@@ -196,7 +204,7 @@ Messages = list[dict[str, str]]
 def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[Messages, list[int]]]:
     """(messages, context positions asked) of every request the job would send for `item`."""
     prompts = [
-        (verdict_messages(item, part), part)
+        (verdict_messages(item, part, config.judge.verdict_reasons), part)
         for part in context_slices(len(item.contexts), config.judge.contexts_per_call)
     ]
     if config.scorer.reason == "llm":
@@ -292,7 +300,7 @@ class _Scan:
             for messages, part in self._count(item):
                 if self._lines is not None and part:
                     ask = custom_id(item_key(number, row), f"v{part[0]}", 0)
-                    schema = verdicts_schema(part)
+                    schema = verdicts_schema(part, self.config.judge.verdict_reasons)
                     data, tokens = self._lines.line(ask, messages, VERDICTS_SCHEMA_NAME, schema)
                     self.packer.add(shard.shard_id, line, len(data), tokens)
                     line += 1
@@ -313,7 +321,11 @@ class _Scan:
             counts.cached_pairs += len(hits)
         sent = []
         for messages, part in prompts:
-            chars, tokens = _chars(messages), estimate_tokens(messages, len(part) or 1)
+            reasons = self.config.judge.verdict_reasons
+            chars, tokens = (
+                _chars(messages),
+                estimate_tokens(messages, len(part) or 1, reasons=reasons),
+            )
             counts.prompt_chars += chars
             counts.limiter_tokens += tokens
             if not part or not hits.issuperset(part):
@@ -349,14 +361,9 @@ def estimate(
     c, used = scan.counts, scan.known is not None
     calls = c.verdict_calls + c.reason_calls
     prompt_tokens = _prompt_tokens(config, scan)
-    reasons = c.reason_calls * OUTPUT_TOKENS_PER_REASON  # replies: these, and a verdict per pair
-    output_tokens = OutputTokens(
-        estimate=c.pairs * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        after_cache=(c.pairs - c.cached_pairs) * OUTPUT_TOKENS_PER_VERDICT + reasons,
-        per_verdict=OUTPUT_TOKENS_PER_VERDICT,
-        per_reason_call=OUTPUT_TOKENS_PER_REASON,
-    )
+    output_tokens = _output_tokens(config, c.pairs, c.cached_pairs, c.reason_calls)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
+    reply_chars = output_tokens.after_cache * CHARS_PER_TOKEN
     if c.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
     return Estimate(
@@ -383,6 +390,8 @@ def estimate(
         output_tokens=output_tokens,
         cost_usd=cost,
         cost_note=cost_note,
+        cost_per_1000_items_usd=None if cost is None or not c.valid else cost / c.valid * 1000,
+        judge_chars_per_item=(c.prompt_chars_sent + reply_chars) / c.valid if c.valid else 0.0,
         wall_time=_wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s),
         batch=_batches(config, scan.packer) if config.judge.mode == "batch" else None,
         cache=CacheShare(
@@ -392,6 +401,20 @@ def estimate(
             share=c.cached_pairs / c.pairs if c.pairs and used else 0.0,
             calls_after_cache=c.calls_after_cache if used else calls,
         ),
+    )
+
+
+def _output_tokens(config: JobConfig, pairs: int, cached: int, reason_calls: int) -> OutputTokens:
+    """The replies' allowance: a verdict per pair (the cache's excepted), each LLM reason."""
+    reasons = reason_calls * OUTPUT_TOKENS_PER_REASON
+    per_verdict = OUTPUT_TOKENS_PER_VERDICT
+    if not config.judge.verdict_reasons:
+        per_verdict = REPLY_TOKENS_PER_BARE_VERDICT
+    return OutputTokens(
+        estimate=pairs * per_verdict + reasons,
+        after_cache=(pairs - cached) * per_verdict + reasons,
+        per_verdict=per_verdict,
+        per_reason_call=OUTPUT_TOKENS_PER_REASON,
     )
 
 
@@ -607,6 +630,11 @@ def format_estimate(result: Estimate) -> str:
             f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason)",
         ),
         ("estimated cost", f"{fmt.cost(result.cost_usd, result.model)} ({result.cost_note})"),
+        (
+            "per item",
+            f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items; "
+            f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)",
+        ),
         ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
         *([("batches", _batch_text(result.batch))] if result.batch else []),
         ("verdict cache", _cache_text(result.cache)),

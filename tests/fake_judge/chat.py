@@ -30,6 +30,7 @@ from tests.fake_judge.wire import (
     VERDICTS_SCHEMA_NAME,
     VerdictFn,
     WireError,
+    asks_reasons,
     bad_request,
     chat_completion,
     default_verdict_fn,
@@ -38,6 +39,7 @@ from tests.fake_judge.wire import (
     rate_limit_error,
     reason_text,
     request_kind,
+    text_of,
     token_counts,
     verdicts_for,
 )
@@ -127,6 +129,8 @@ class ChatJudge:
         self.in_flight = 0
         self.max_in_flight = 0
         self.contexts_judged = 0
+        # characters of the messages sent and of the replies' content, as a bill counts them
+        self.prompt_chars = self.reply_chars = 0
         self.by_form: Counter[str] = Counter()
         self.form_rejections: Counter[str] = Counter()
         self.log: deque[dict[str, Any]] = deque(maxlen=self._max_logged_requests)
@@ -159,6 +163,8 @@ class ChatJudge:
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "contexts_judged": self.contexts_judged,
+                "prompt_chars": self.prompt_chars,
+                "reply_chars": self.reply_chars,
                 "by_response_format": dict(self.by_form),
                 "response_format_rejections": dict(self.form_rejections),
                 "fault_plan": self._draws.plan.to_dict(),
@@ -222,7 +228,7 @@ class ChatJudge:
         # The reply is decided before admission so that the token limit counts what the reply
         # will report, as a provider counts prompt plus completion tokens.
         content, judged, prompt_tokens, completion_tokens = self._reply_content(
-            messages, schema, fault
+            messages, schema, fault, asks_reasons(body)
         )
         max_tokens = body.get("max_tokens")
         budget = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
@@ -272,7 +278,7 @@ class ChatJudge:
             if fault == "server_error":
                 raise WireError(500, "fake judge injected HTTP 500", "server_error", outcome=fault)
             content, judged, prompt_tokens, completion_tokens = self._reply_content(
-                messages, schema, fault
+                messages, schema, fault, asks_reasons(body)
             )
             with self.lock:
                 self.contexts_judged += judged
@@ -322,12 +328,12 @@ class ChatJudge:
             return fault, draws.plan
 
     def _reply_content(
-        self, messages: list[Any], schema: str, fault: str | None
+        self, messages: list[Any], schema: str, fault: str | None, reasons: bool = True
     ) -> tuple[str, int, int, int]:
         """The reply's content to a verdicts or reason request (with the drawn content fault,
         if any), the contexts it judged, and its prompt and completion tokens."""
         if schema == VERDICTS_SCHEMA_NAME:
-            verdicts = verdicts_for(messages, self._verdict_fn)
+            verdicts = verdicts_for(messages, self._verdict_fn, reasons)
             if fault is not None and fault in CONTENT_FAULTS:
                 with self.lock:
                     content = apply_content_fault(fault, verdicts, self._draws.rng)
@@ -336,7 +342,11 @@ class ChatJudge:
             judged = len(verdicts)
         else:
             content, judged = json.dumps({"reason": reason_text(messages)}), 0
-        return content, judged, *token_counts(messages, content)
+        prompt_tokens, completion_tokens = token_counts(messages, content)
+        with self.lock:
+            self.prompt_chars += sum(len(text_of(m)) for m in messages)
+            self.reply_chars += len(content)
+        return content, judged, prompt_tokens, completion_tokens
 
     def _admit(self, tokens: int) -> dict[str, str]:
         """The rate windows' verdict on a request of `tokens`, counted."""

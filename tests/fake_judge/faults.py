@@ -45,7 +45,7 @@ VALID_CONTENT_FAULTS: frozenset[str] = frozenset({"shuffled", "case_and_space"})
 # Correct verdicts wrapped in extra text: a lenient parser may recover them, a strict one re-asks.
 WRAPPED_CONTENT_FAULTS: frozenset[str] = frozenset({"code_fence", "text_around"})
 
-_MALFORMED_CONTENT = '{"verdicts": [ {"context_index": 0, "verd'
+_MALFORMED_CONTENT = '{"verdicts": [ {"i": 0, "v'
 
 
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
@@ -86,7 +86,7 @@ class FaultPlan:
     text_around: float = 0.0  # correct JSON with prose before and after
     wrong_count: float = 0.0  # one verdict dropped, or one extra added
     unknown_verdict_word: float = 0.0  # one verdict is "maybe"
-    duplicate_index: float = 0.0  # two entries share a context_index
+    duplicate_index: float = 0.0  # two entries share a passage number
     out_of_range_index: float = 0.0  # one entry names a context that was not asked for
     shuffled: float = 0.0  # VALID: correct verdicts in another list order
     case_and_space: float = 0.0  # VALID: verdict words like " Yes " / "NO"
@@ -194,7 +194,7 @@ _CASE_VARIANTS = {"yes": (" Yes ", "YES", "Yes", " yes"), "no": (" No ", "NO", "
 def apply_content_fault(fault: str, verdicts: list[dict[str, Any]], rng: random.Random) -> str:
     """Serialise `verdicts` damaged (or harmlessly altered) as `fault` says. The caller holds
     the lock that guards the shared generator."""
-    indices = [v["context_index"] for v in verdicts]
+    indices = [v["i"] for v in verdicts]
     if fault == "malformed_json":
         return _MALFORMED_CONTENT
     if fault == "truncated_json":
@@ -213,26 +213,26 @@ def apply_content_fault(fault: str, verdicts: list[dict[str, Any]], rng: random.
             del verdicts[rng.randrange(len(verdicts))]
         else:
             extra = max(indices, default=-1) + 1
-            verdicts.append({"context_index": extra, "verdict": "no", "reason": "Extra."})
+            verdicts.append({"i": extra, "v": "no", "reason": "Extra."})
     elif fault == "unknown_verdict_word":
         if verdicts:
-            verdicts[rng.randrange(len(verdicts))]["verdict"] = "maybe"
+            verdicts[rng.randrange(len(verdicts))]["v"] = "maybe"
         else:
-            verdicts.append({"context_index": 0, "verdict": "maybe", "reason": "Unsure."})
+            verdicts.append({"i": 0, "v": "maybe", "reason": "Unsure."})
     elif fault == "duplicate_index":
         if len(verdicts) >= 2:
             i, j = rng.sample(range(len(verdicts)), 2)
-            verdicts[j]["context_index"] = verdicts[i]["context_index"]
+            verdicts[j]["i"] = verdicts[i]["i"]
         elif verdicts:
             verdicts.append(dict(verdicts[0]))
         else:
-            verdicts += [{"context_index": 0, "verdict": "no", "reason": "Dup."}] * 2
+            verdicts += [{"i": 0, "v": "no", "reason": "Dup."}] * 2
     elif fault == "out_of_range_index":
         bad = rng.choice((-1, max(indices, default=0) + 1000))
         if verdicts:
-            verdicts[rng.randrange(len(verdicts))]["context_index"] = bad
+            verdicts[rng.randrange(len(verdicts))]["i"] = bad
         else:
-            verdicts.append({"context_index": bad, "verdict": "no", "reason": "Out of range."})
+            verdicts.append({"i": bad, "v": "no", "reason": "Out of range."})
     elif fault == "shuffled":
         if len(verdicts) >= 2:
             original = list(verdicts)
@@ -241,7 +241,7 @@ def apply_content_fault(fault: str, verdicts: list[dict[str, Any]], rng: random.
                 verdicts.append(verdicts.pop(0))
     elif fault == "case_and_space":
         for v in verdicts:
-            v["verdict"] = rng.choice(_CASE_VARIANTS[v["verdict"]])
+            v["v"] = rng.choice(_CASE_VARIANTS[v["v"]])
     else:
         raise ValueError(f"unknown content fault {fault!r}")
     return json.dumps({"verdicts": verdicts})

@@ -201,7 +201,7 @@ def _kind_of(messages: list[Any]) -> str | None:
 
 def token_counts(messages: list[Any], content: str) -> tuple[int, int]:
     """(prompt, completion) tokens as this fake counts and reports them: 4 characters each."""
-    prompt_chars = sum(len(_text_of(m)) for m in messages)
+    prompt_chars = sum(len(text_of(m)) for m in messages)
     return prompt_chars // 4 + 1, len(content) // 4 + 1
 
 
@@ -216,7 +216,7 @@ def _schema_name(body: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _text_of(message: Any) -> str:
+def text_of(message: Any) -> str:
     if not isinstance(message, dict):
         return ""
     content = message.get("content")
@@ -230,12 +230,31 @@ def _text_of(message: Any) -> str:
 def last_user_text(messages: list[Any]) -> str:
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
-            return _text_of(message)
+            return text_of(message)
     raise bad_request("fake judge: no user message")
 
 
-def verdicts_for(messages: list[Any], verdict_fn: VerdictFn) -> list[dict[str, Any]]:
-    """One verdict per context line of the last user message, in the order asked."""
+def asks_reasons(body: dict[str, Any]) -> bool:
+    """Whether a verdict request asks for a reason per verdict, as a model reads it: from the
+    schema's verdict entry, else from the reply shape the instructions show (a request that
+    shows neither gets reasons)."""
+    fmt = body.get("response_format")
+    schema = fmt.get("schema") if isinstance(fmt, dict) else None
+    if isinstance(fmt, dict) and isinstance(fmt.get("json_schema"), dict):
+        schema = fmt["json_schema"].get("schema")
+    if isinstance(schema, dict):
+        entry = schema.get("properties", {}).get("verdicts", {}).get("items", {})
+        if entry.get("properties"):
+            return "reason" in entry["properties"]
+    shapes = [text_of(m) for m in body.get("messages", []) if '"verdicts"' in text_of(m)]
+    return not shapes or any('"reason"' in shape for shape in shapes)
+
+
+def verdicts_for(
+    messages: list[Any], verdict_fn: VerdictFn, reasons: bool = True
+) -> list[dict[str, Any]]:
+    """One verdict per context line of the last user message, in the order asked; with
+    `reasons`, a short clause each (what a model writes when the schema asks for one)."""
     text = last_user_text(messages)
     query_match = _QUERY_RE.search(text)
     block = _CONTEXTS_RE.search(text)
@@ -252,13 +271,10 @@ def verdicts_for(messages: list[Any], verdict_fn: VerdictFn) -> list[dict[str, A
     verdicts: list[dict[str, Any]] = []
     for index, context in contexts:
         relevant = verdict_fn(context, query)
-        verdicts.append(
-            {
-                "context_index": index,
-                "verdict": "yes" if relevant else "no",
-                "reason": f"Context {index} is {'' if relevant else 'not '}useful here.",
-            }
-        )
+        verdict = {"i": index, "v": "yes" if relevant else "no"}
+        if reasons:
+            verdict["reason"] = f"Context {index} is {'' if relevant else 'not '}useful here."
+        verdicts.append(verdict)
     return verdicts
 
 

@@ -47,7 +47,7 @@ def test_runs_as_its_own_process() -> None:
             assert response.status_code == 200, response.text
             content = response.json()["choices"][0]["message"]["content"]
             verdicts = json.loads(content)["verdicts"]
-            assert {v["context_index"]: v["verdict"] for v in verdicts} == {
+            assert {v["i"]: v["v"] for v in verdicts} == {
                 0: "yes",
                 1: "no",
                 2: "yes",

@@ -122,6 +122,45 @@ def test_moved_items_are_found_in_the_store_wherever_they_are(
     assert_all_true(out, shuffled, second)
 
 
+# -- answers regenerated every night ------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_regenerated_answer_costs_nothing_a_new_passage_one_call(
+    tmp_path: Path, server: FakeJudgeServer, judge_key: str
+) -> None:
+    """Issue 28's two nights: night 2 rewords every system answer and gives 10% of the items
+    one new passage. Judged against the reference (`judge.against: auto`), the reworded
+    answers cost nothing and a changed item costs one call, about its new passage alone."""
+    source, rows, out = sample_job(tmp_path, 400, seed=28)
+    sections: dict[str, Any] = {"judge": llm_judge(server), "ray": {"shard_size": 100}}
+    run_job(config_for(source, out, run={"id": "night-1"}, **sections))
+    assert verdict_requests(server) == 400
+
+    rng = random.Random(28)
+    changed = set(rng.sample(range(len(rows)), 40))
+    night2 = []
+    for number, row in enumerate(rows):
+        row = {**row, "answer": f"Regenerated tonight: {row['answer']}"}
+        if number in changed:
+            at = rng.randint(0, len(row["contexts"]))
+            relevant = rng.random() < 0.5
+            passage = f"New passage {number} {'RELEVANT' if relevant else 'IRRELEVANT'}"
+            row["contexts"] = [*row["contexts"][:at], passage, *row["contexts"][at:]]
+            row["relevance"] = [*row["relevance"][:at], int(relevant), *row["relevance"][at:]]
+        night2.append(row)
+    source2 = tmp_path / "night2.jsonl"
+    write_jsonl(source2, iter(night2))
+    server.reset_stats()
+    second = run_job(config_for(source2, out, run={"id": "night-2"}, **sections))
+    assert verdict_requests(server) <= 1.2 * len(changed)
+    asked = [body["messages"][-1]["content"] for body in server.requests()]
+    assert all(content.count("\n[") == 1 for content in asked)  # the new passage alone
+    scores = assert_all_true(out, night2, second)
+    calls = dict(zip(scores["query_id"], scores["calls"], strict=True))
+    assert {q for q, n in calls.items() if n} <= {night2[i]["id"] for i in changed}
+
+
 # -- a pair repeated within a run ----------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from jobs.run.factory import run_parts
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.lexical import LexicalJudge
+from scorer_core.prompt import judged_item
 from scorer_core.types import ScoringItem, as_verdict_flags
 from tests.fake_judge import VERDICTS_SCHEMA_NAME, FakeJudgeServer
 
@@ -68,8 +69,9 @@ def truth(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def sample_item(row: dict[str, Any]) -> ScoringItem:
-    """A sample row as the item the job scores."""
-    return ScoringItem(row["question"], row["answer"], tuple(row["contexts"]), row["ground_truth"])
+    """A sample row as the item the job scores (judged against its reference: `auto`)."""
+    item = ScoringItem(row["question"], row["answer"], tuple(row["contexts"]), row["ground_truth"])
+    return judged_item(item, "auto")
 
 
 def run_shard(shard: Shard, number: int, ctx: ShardContext) -> ShardReport:

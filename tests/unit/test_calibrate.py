@@ -210,11 +210,16 @@ def test_llm_judge_through_the_fake_server(
     assert ctx["precision"] == ctx["recall"] == ctx["f1"] == 1.0
     assert perfect["per_item"]["pearson"] == pytest.approx(1.0)
     assert perfect["model"] == "openai/fake"
-    # 4 contexts at 3 per call: 2 verdict requests per item, no reason requests
-    assert perfect["usage"]["calls"] == 6
+    # 4 contexts at 3 per call: 2 verdict requests per item, no reason requests; the same
+    # again without a reason per verdict, which agrees as well here, with a shorter reply
+    assert perfect["usage"]["calls"] == perfect["other_reasons"]["usage"]["calls"] == 6
+    assert perfect["verdict_reasons"] is True
+    assert perfect["other_reasons"]["per_context"]["cohen_kappa"] == 1.0
+    other = perfect["other_reasons"]["usage"]["completion_tokens"]
+    assert 0 < other < perfect["usage"]["completion_tokens"]
     stats = server.stats()
-    assert stats["total_requests"] == 6
-    assert stats["by_schema"] == {"context_precision_verdicts": 6}
+    assert stats["total_requests"] == 12
+    assert stats["by_schema"] == {"context_precision_verdicts": 12}
     assert stats["authorization_headers"] == [f"Bearer {SECRET}"]  # the key was sent
     assert perfect["response_format"] == {
         "endpoint": server.url,
@@ -224,7 +229,7 @@ def test_llm_judge_through_the_fake_server(
         "dropped": [],
     }
     # Item C has no reference: it is judged against the query, and the request says so.
-    prompts = [r["messages"][-1]["content"] for r in server.requests()]
+    prompts = [r["messages"][-1]["content"] for r in server.requests()[:6]]
     retrieval_only = [p for p in prompts if "retrieval-only" in p]
     assert len(retrieval_only) == 2 and all("question C?" in p for p in retrieval_only)
     assert not any("<output>" in p for p in retrieval_only)
@@ -253,6 +258,8 @@ def test_the_form_a_server_without_json_schema_takes_is_reported(
     assert "validation error" in text
     # every item scored after the step down
     assert per_context_row(text)[:2] == ["judge vs labels", "12"]
+    assert "| verdict_reasons: false " in text  # both settings measured, the config's first
+    assert "judge usage (other setting): 6 calls" in text
 
 
 def test_llm_judge_with_a_rate_limit_and_limit(

@@ -32,10 +32,11 @@ from jobs.tools.estimation import (
     Estimate,
     PacedWallTime,
     estimate,
+    format_estimate,
 )
 from jobs.tools.sample_data import generate, write_jsonl
 from jobs.tools.tool_options import ConfigSource, EstimateOptions
-from scorer_core.prompt import verdict_messages
+from scorer_core.prompt import judged_item, verdict_messages
 from scorer_core.types import ScoringItem
 
 ITEMS = 60
@@ -223,7 +224,7 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
             record = preprocess(to_item(spec, raw))
             if isinstance(record, RowError):
                 continue
-            item = record.to_scoring_item()
+            item = judged_item(record.to_scoring_item(), config.judge.against)
             keys += [pair_key(fingerprint, item, p) for p in range(len(item.contexts))]
         rows = verdicts.rows((key, True, "r") for key in keys)
         for (partition,), piece in (
@@ -390,3 +391,21 @@ judge:
     assert all("retrieval-only" in messages[-1]["content"] for messages in prompts)
     chars = sum(len(m["content"]) for messages in prompts for m in messages)
     assert result.prompt_tokens.total_chars == chars
+
+
+def test_verdicts_without_reasons_and_the_cost_per_item(
+    sample: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    data, rows = sample
+    config = write_config(data.parent.parent, data)
+    model = "judge.model=openai/gpt-4o-mini"
+    with_reasons = run(config, model)
+    bare = run(config, model, "judge.verdict_reasons=false")
+    assert bare.output_tokens.per_verdict < with_reasons.output_tokens.per_verdict
+    assert bare.prompt_tokens.estimate < with_reasons.prompt_tokens.estimate  # shorter shape
+    assert bare.judge_chars_per_item < with_reasons.judge_chars_per_item
+    for found in (with_reasons, bare):
+        assert found.cost_usd is not None and found.cost_per_1000_items_usd is not None
+        assert found.cost_per_1000_items_usd == pytest.approx(found.cost_usd / len(rows) * 1000)
+    assert "per 1,000 items; " in format_estimate(bare)
+    assert "judge characters (prompt and expected reply)" in format_estimate(bare)

@@ -111,7 +111,7 @@ def test_lifecycle_moves_only_when_the_test_says_and_answers_with_the_fake_judge
     for line in output:
         assert line["response"]["status_code"] == 200 and line["error"] is None
         verdicts = json.loads(line["response"]["body"]["choices"][0]["message"]["content"])
-        assert [v["verdict"] for v in verdicts["verdicts"]] == ["yes", "no"]
+        assert [v["v"] for v in verdicts["verdicts"]] == ["yes", "no"]
     after = server.batches.stats()
     assert (after["uploads"], after["batches_created"]) == (1, 1)
 

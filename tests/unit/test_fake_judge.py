@@ -84,8 +84,8 @@ def test_verdicts_follow_the_relevant_word(server: FakeJudgeServer, client: http
     assert payload["choices"][0]["finish_reason"] == "stop"
     assert payload["choices"][0]["message"]["role"] == "assistant"
     verdicts = json.loads(_content(response))["verdicts"]
-    assert {v["context_index"]: v["verdict"] for v in verdicts} == EXPECTED
-    assert [v["context_index"] for v in verdicts] == [3, 4, 5, 6, 7]
+    assert {v["i"]: v["v"] for v in verdicts} == EXPECTED
+    assert [v["i"] for v in verdicts] == [3, 4, 5, 6, 7]
     assert all(isinstance(v["reason"], str) and v["reason"] for v in verdicts)
 
     usage = payload["usage"]
@@ -113,7 +113,7 @@ def test_prompt_helper_escapes_tags_and_custom_verdict_fn(client: httpx.Client) 
     with FakeJudgeServer(verdict_fn=by_query) as s:
         body = _body(contexts=["about cats", "about dogs", hostile], start=0, query="cats")
         verdicts = json.loads(_content(_post(client, s, body)))["verdicts"]
-    assert [(v["context_index"], v["verdict"]) for v in verdicts] == [
+    assert [(v["i"], v["v"]) for v in verdicts] == [
         (0, "yes"),
         (1, "no"),
         (2, "no"),
@@ -161,7 +161,7 @@ def test_weaker_forms_are_answered_by_the_prompt_sections(
     if response_format is not None:
         body["response_format"] = response_format
     reply = json.loads(_content(_post(client, server, body)))
-    assert {v["context_index"]: v["verdict"] for v in reply["verdicts"]} == EXPECTED
+    assert {v["i"]: v["v"] for v in reply["verdicts"]} == EXPECTED
     reason = _body(None)
     reason["messages"][-1]["content"] += "\n<verdicts>\n[3] yes\n</verdicts>"
     reason["messages"][-1]["content"] += "\n<score>\n0.5 out of 1\n</score>"
@@ -315,10 +315,10 @@ def test_each_content_fault_has_its_shape(client: httpx.Client, fault: str) -> N
             json.loads(content)
         content = content[content.index("{") : content.rindex("}") + 1]
     verdicts = _loads_verdicts(content)
-    indices = [v["context_index"] for v in verdicts]
-    words = [v["verdict"] for v in verdicts]
+    indices = [v["i"] for v in verdicts]
+    words = [v["v"] for v in verdicts]
     if fault in ("code_fence", "text_around"):
-        assert {v["context_index"]: v["verdict"] for v in verdicts} == EXPECTED
+        assert {v["i"]: v["v"] for v in verdicts} == EXPECTED
     elif fault == "wrong_count":
         assert len(verdicts) != len(EXPECTED)
     elif fault == "unknown_verdict_word":
@@ -329,7 +329,7 @@ def test_each_content_fault_has_its_shape(client: httpx.Client, fault: str) -> N
         assert set(indices) - set(EXPECTED)
     elif fault == "shuffled":
         assert indices != sorted(indices)
-        assert {v["context_index"]: v["verdict"] for v in verdicts} == EXPECTED
+        assert {v["i"]: v["v"] for v in verdicts} == EXPECTED
     elif fault == "case_and_space":
         assert {i: w.strip().lower() for i, w in zip(indices, words, strict=True)} == EXPECTED
         assert any(w not in ("yes", "no") for w in words)

@@ -128,7 +128,7 @@ class FakeClient:
         self.in_flight -= 1
         text = messages[-1]["content"]
         positions = [int(part.split("]")[0]) for part in text.split("\n[")[1:]]
-        verdicts = [{"context_index": p, "verdict": "yes", "reason": "r"} for p in positions]
+        verdicts = [{"i": p, "v": "yes", "reason": "r"} for p in positions]
         import json
 
         return ChatReply(json.dumps({"verdicts": verdicts}), 10, 5)

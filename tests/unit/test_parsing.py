@@ -11,9 +11,7 @@ from scorer_core.types import ContextVerdict
 
 
 def reply(*entries: tuple[object, object]) -> str:
-    return json.dumps(
-        {"verdicts": [{"context_index": i, "verdict": v, "reason": f"r{i}"} for i, v in entries]}
-    )
+    return json.dumps({"verdicts": [{"i": i, "v": v, "reason": f"r{i}"} for i, v in entries]})
 
 
 def test_well_formed_reply() -> None:
@@ -53,21 +51,21 @@ def test_json_in_code_fences_or_prose_is_accepted(text: str) -> None:
     [
         ("", [0], "empty"),
         ("not json at all", [0], "not a JSON object"),
-        ('{"verdicts": [{"context_index": 0, "verd', [0], "not a JSON object"),
+        ('{"verdicts": [{"i": 0, "v', [0], "not a JSON object"),
         ("[1, 2]", [0], "not a JSON object"),
         ('{"answers": []}', [0], 'no "verdicts" list'),
         ('{"verdicts": "yes"}', [0], 'no "verdicts" list'),
         (reply((0, "yes")), [0, 1], "expected 2 verdicts, got 1"),
         (reply((0, "yes"), (1, "no"), (2, "no")), [0, 1], "expected 2 verdicts, got 3"),
-        (reply((0, "yes"), (0, "no")), [0, 1], "context_index 0 appears twice"),
-        (reply((0, "yes"), (5, "no")), [0, 1], "context_index 5 is not one of"),
-        (reply((-1, "yes")), [0], "context_index -1 is not one of"),
+        (reply((0, "yes"), (0, "no")), [0, 1], "passage 0 appears twice"),
+        (reply((0, "yes"), (5, "no")), [0, 1], "passage 5 is not one of"),
+        (reply((-1, "yes")), [0], "passage -1 is not one of"),
         (reply((0, "maybe")), [0], 'must be "yes" or "no", got "maybe"'),
         (reply((0, True)), [0], 'must be "yes" or "no", got true'),
         (reply((0, None)), [0], 'must be "yes" or "no", got null'),
-        (reply(("zero", "yes")), [0], "context_index must be an integer"),
-        (reply((True, "yes")), [0], "context_index must be an integer"),
-        ('{"verdicts": [{"verdict": "yes"}]}', [0], "no context_index"),
+        (reply(("zero", "yes")), [0], "(the passage number) must be an integer"),
+        (reply((True, "yes")), [0], "(the passage number) must be an integer"),
+        ('{"verdicts": [{"v": "yes"}]}', [0], 'no "i" (its passage number)'),
         ('{"verdicts": ["yes"]}', [0], "each verdict must be an object"),
     ],
 )
@@ -83,8 +81,8 @@ def test_integral_float_and_numeric_string_indices_are_accepted() -> None:
     text = json.dumps(
         {
             "verdicts": [
-                {"context_index": 0.0, "verdict": "yes", "reason": ""},
-                {"context_index": "1", "verdict": "no", "reason": ""},
+                {"i": 0.0, "v": "yes", "reason": ""},
+                {"i": "1", "v": "no", "reason": ""},
             ]
         }
     )
@@ -92,7 +90,7 @@ def test_integral_float_and_numeric_string_indices_are_accepted() -> None:
 
 
 def test_missing_reason_is_tolerated_as_empty() -> None:
-    text = json.dumps({"verdicts": [{"context_index": 0, "verdict": "yes"}]})
+    text = json.dumps({"verdicts": [{"i": 0, "v": "yes"}]})
     assert parse_verdicts(text, [0])[0].reason == ""
 
 
@@ -133,7 +131,7 @@ def test_a_reason_that_restates_another_score_or_none_is_malformed(text: str) ->
 
 def test_a_reason_with_a_lone_surrogate_is_written_escaped() -> None:
     # valid JSON ("\udc00" escapes a lone surrogate); the reason must stay writable as UTF-8
-    text = '{"verdicts": [{"context_index": 0, "verdict": "yes", "reason": "odd \\udc00 a\\\\b"}]}'
+    text = '{"verdicts": [{"i": 0, "v": "yes", "reason": "odd \\udc00 a\\\\b"}]}'
     (verdict,) = parse_verdicts(text, [0])
     assert verdict.reason == "odd \\udc00 a\\b"
     verdict.reason.encode("utf-8")

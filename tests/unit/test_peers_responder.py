@@ -138,7 +138,7 @@ def test_our_requests_are_answered_by_the_fake(peers_server: PeersJudgeServer) -
         },
     )
     verdicts = content(response)["verdicts"]
-    assert [(v["context_index"], v["verdict"]) for v in verdicts] == [(4, "yes"), (5, "no")]
+    assert [(v["i"], v["v"]) for v in verdicts] == [(4, "yes"), (5, "no")]
 
 
 def test_unknown_prompt_is_a_400_and_counted(peers_server: PeersJudgeServer) -> None:

@@ -128,7 +128,7 @@ def test_verdict_rows_one_per_position_with_keys_and_cache_flags() -> None:
     assert [r["position"] for r in rows] == [0, 1, 2]
     assert all(list(r) == list(STAGED_VERDICTS.names) for r in rows)
     assert [r["relevant"] for r in rows] == [False, None, True]  # position 1 got no verdict
-    assert [r["judge_reason"] for r in rows] == ["r0", "", "r2"]
+    assert [r["judge_reason"] for r in rows] == ["r0", None, "r2"]
     assert [r["pair_key"] for r in rows] == ["k0", "k1", "k2"]
     assert [r["cached"] for r in rows] == [False, False, True]
     assert {r["query_id"] for r in rows} == {"q1"}

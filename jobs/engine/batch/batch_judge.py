@@ -194,6 +194,7 @@ class BatchJudge:
         *,
         max_reasks: int,
         scale: float,
+        verdict_reasons: bool = True,
     ) -> None:
         form = client.form
         negotiation = ResponseFormatNegotiation(form, client.endpoint)
@@ -207,6 +208,7 @@ class BatchJudge:
             scale=scale,
             negotiation=negotiation,
             first_alone=False,
+            verdict_reasons=verdict_reasons,
         )
 
     @property

@@ -118,7 +118,7 @@ def verdict_rows(
             context_id=ids[position] if ids is not None else None,
             context_hash=context_hash(text),
             relevant=verdict.relevant if (verdict and usable) else None,
-            judge_reason=verdict.reason if verdict else "",
+            judge_reason=verdict.reason or None if verdict else None,  # null: none was asked
             pair_key=keys[position] if keys else "",
             cached=position in cached,
         )

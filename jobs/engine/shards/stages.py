@@ -187,7 +187,11 @@ class BatchPassStage:
             for seq, record in read.records
         }
         judge = BatchJudge(
-            client, keys, max_reasks=config.judge.max_reasks, scale=config.scorer.scale
+            client,
+            keys,
+            max_reasks=config.judge.max_reasks,
+            scale=config.scorer.scale,
+            verdict_reasons=config.judge.verdict_reasons,
         )
         cache = frozen
         if cache is None and caches is not None:
