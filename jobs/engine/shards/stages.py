@@ -180,19 +180,7 @@ class BatchPassStage:
             max_rounds=config.judge.batch.max_rounds,
             all_online=online,
         )
-        # Items with the same content share their requests (and replies): the last key wins,
-        # the same in every pass.
-        keys = {
-            record.to_scoring_item(): item_key(number, index_in_shard(seq))
-            for seq, record in read.records
-        }
-        judge = BatchJudge(
-            client,
-            keys,
-            max_reasks=config.judge.max_reasks,
-            scale=config.scorer.scale,
-            verdict_reasons=config.judge.verdict_reasons,
-        )
+        judge = _batch_judge(client, config, number, read)
         cache = frozen
         if cache is None and caches is not None:
             cache = caches.load(needs, journaled=False)
@@ -252,3 +240,19 @@ class BatchPassStage:
     def cache_entries(self, read: ShardRead) -> Entries | None:
         """What the batches answered for this shard (journaled when it is committed)."""
         return dict(self._cache.fresh) if self._cache is not None else None
+
+
+def _batch_judge(client: ReplayClient, config: JobConfig, number: int, read: ShardRead) -> Judge:
+    """The batch judge of shard `number`. Items with the same content share their requests
+    (and replies): the last key wins, the same in every pass."""
+    keys = {
+        record.to_scoring_item(): item_key(number, index_in_shard(seq))
+        for seq, record in read.records
+    }
+    return BatchJudge(
+        client,
+        keys,
+        max_reasks=config.judge.max_reasks,
+        scale=config.scorer.scale,
+        verdict_reasons=config.judge.verdict_reasons,
+    )
