@@ -287,20 +287,51 @@ def _population(seed: int = 4) -> list[tuple[str, str, float]]:
     return out
 
 
-def _sampled_interval(
+CHECKED_SEEDS = 25
+"""Seeds whose selection is also made by the job's own plan (`plan_from_rows`, `plan.keep`)
+and must be the same item for item; the other seeds hash each query once."""
+
+
+def _selected(
     population: Sequence[tuple[str, str, float]], sample: SampleConfig
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Which items a sampled run judges (a mask) and each stratum's population: the job's rule
+    (a query is kept when `unit_hash(seed, query_id)` is below `fraction`, or among the
+    `per_segment` smallest of its stratum), every hash computed once. For the first seeds the
+    job's plan decides too, and the two must agree."""
+    hashes = np.array([unit_hash(sample.seed, q) for q, _, _ in population])
+    strata = np.array([s for _, s, _ in population])
+    sizes = {str(s): int(n) for s, n in zip(*np.unique(strata, return_counts=True), strict=True)}
+    if sample.fraction is not None:
+        kept = hashes < sample.fraction
+    else:
+        kept = np.zeros(len(population), dtype=bool)
+        for stratum in sizes:
+            members = np.flatnonzero(strata == stratum)
+            kept[members[np.argsort(hashes[members])[: sample.per_segment]]] = True
+    if sample.seed < CHECKED_SEEDS:
+        plan = plan_from_rows(sample, ((q, {"stratum": s}) for q, s, _ in population))
+        assert [plan.keep(q, (s,)) for q, s, _ in population] == kept.tolist()
+        assert {s: plan.population[(s,)] for s in sizes} == sizes
+    return kept, sizes
+
+
+def _stratified(
+    population: Sequence[tuple[str, str, float]], sample: SampleConfig, domain: np.ndarray
 ) -> tuple[float, float, int]:
-    """The stratified interval of one sampled run: which items are judged as the job decides
-    (`jobs.inputs.sampling`), then the estimator."""
-    plan = plan_from_rows(sample, ((q, {"stratum": s}) for q, s, _ in population))
-    judged: dict[str, list[float]] = {}
-    for query_id, stratum, score in population:
-        if plan.keep(query_id, (stratum,)):
-            judged.setdefault(stratum, []).append(score)
-    cells = [StratumCell(plan.population[(s,)], len(v), moments_of(v)) for s, v in judged.items()]
+    """The stratified interval of the mean over `domain` (a mask) of one sampled run: its
+    items chosen as the job chooses them, then the job's estimator."""
+    kept, sizes = _selected(population, sample)
+    scores = np.array([v for _, _, v in population])
+    strata = np.array([s for _, s, _ in population])
+    cells = []
+    for stratum, size in sizes.items():
+        sampled = kept & (strata == stratum)
+        values = scores[sampled & domain].tolist()
+        cells.append(StratumCell(size, int(sampled.sum()), moments_of(values)))
     interval = stratified_interval(cells)
     assert interval is not None
-    return interval.low, interval.high, sum(len(v) for v in judged.values())
+    return interval.low, interval.high, int(kept.sum())
 
 
 @pytest.mark.parametrize(
@@ -308,11 +339,12 @@ def _sampled_interval(
 )
 def test_a_sampled_runs_interval_covers_the_population_mean(size: dict[str, Any]) -> None:
     population = _population()
+    everyone = np.ones(len(population), dtype=bool)
     true_mean = sum(score for _, _, score in population) / len(population)
     seeds, covered = 1000, 0
     for seed in range(seeds):
         sample = SampleConfig(by=["stratum"], seed=seed, **size)
-        low, high, judged = _sampled_interval(population, sample)
+        low, high, judged = _stratified(population, sample, everyone)
         covered += low <= true_mean <= high
     assert judged < len(population) / 10
     print(f"sampled ({size}) coverage: {covered / seeds:.1%} over {seeds} seeds")
@@ -324,28 +356,15 @@ def test_a_segment_across_strata_is_covered_too() -> None:
     shares) is estimated as a domain: its interval covers its population mean as often."""
     population = _population()
     # the domain: about a third of stratum a's items, half of b's, all of c's
-    domain = {
-        q for n, (q, s, _) in enumerate(population) if s == "c" or n % (3 if s == "a" else 2) == 0
-    }
-    true_mean = sum(v for q, _, v in population if q in domain) / len(domain)
+    domain = np.array(
+        [s == "c" or n % (3 if s == "a" else 2) == 0 for n, (_, s, _) in enumerate(population)]
+    )
+    true_mean = float(np.array([v for _, _, v in population])[domain].mean())
     seeds, covered = 1000, 0
     for seed in range(seeds):
         sample = SampleConfig(per_segment=90, by=["stratum"], seed=seed)
-        plan = plan_from_rows(sample, ((q, {"stratum": s}) for q, s, _ in population))
-        sampled: dict[str, int] = {}
-        in_domain: dict[str, list[float]] = {}
-        for query_id, stratum, score in population:
-            if plan.keep(query_id, (stratum,)):
-                sampled[stratum] = sampled.get(stratum, 0) + 1
-                if query_id in domain:
-                    in_domain.setdefault(stratum, []).append(score)
-        cells = [
-            StratumCell(plan.population[(s,)], n, moments_of(in_domain.get(s, [])))
-            for s, n in sampled.items()
-        ]
-        interval = stratified_interval(cells)
-        assert interval is not None
-        covered += interval.low <= true_mean <= interval.high
+        low, high, _ = _stratified(population, sample, domain)
+        covered += low <= true_mean <= high
     print(f"sampled domain coverage: {covered / seeds:.1%} over {seeds} seeds")
     assert 0.93 <= covered / seeds <= 0.97
 
@@ -404,7 +423,7 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
     )
     summary = summarize(scores, verdicts, model="m", scale=1, segment_by=["stratum"], sample=plan)
     assert (summary.items, summary.population) == (300, 3000)
-    low, high, _ = _sampled_interval(population, sample)
+    low, high, _ = _stratified(population, sample, np.ones(len(population), dtype=bool))
     assert (summary.mean_ci_low, summary.mean_ci_high) == (pytest.approx(low), pytest.approx(high))
     by_value = {s.value: s.summary for s in summary.segments}
     assert by_value["a"].population == 1800 and by_value["a"].items == 100
