@@ -336,10 +336,9 @@ def test_methods_agree_on_any_rows(
 
 @settings(max_examples=150, deadline=None)
 @given(flags=flag_lists, scale=scales)
-def test_agrees_with_scorer_core(
-    tmp_path_factory: pytest.TempPathFactory, flags: list[bool], scale: float
-) -> None:
-    source = write_verdicts(tmp_path_factory.mktemp("v"), verdict_rows("q", flags))
+def test_agrees_with_scorer_core(flags: list[bool], scale: float) -> None:
+    # In memory: reading verdict files is what test_agrees_with_fraction_reference covers.
+    source = pl.DataFrame(verdict_rows("q", flags), schema=PUBLISHED_VERDICTS.polars)
     expected = context_precision(flags, scale)
     assert expected == reference_score(dict(enumerate(flags)), scale)
     for method in METHODS:
