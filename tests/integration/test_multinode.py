@@ -83,10 +83,16 @@ def two_node_cluster(barrier: NodeBarrier) -> Iterator[tuple[str, subprocess.Pop
 
 
 @pytest.fixture(scope="module")
-def cluster(barrier: NodeBarrier) -> Iterator[str]:
-    """The address of a two-node cluster whose workers know the barrier's address."""
-    with two_node_cluster(barrier) as (address, _):
-        yield address
+def cluster_and_harness(barrier: NodeBarrier) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The module's two-node cluster whose workers know the barrier's address: its address and
+    its process (the last test of the module takes its second node away)."""
+    with two_node_cluster(barrier) as started:
+        yield started
+
+
+@pytest.fixture
+def cluster(cluster_and_harness: tuple[str, subprocess.Popen[str]]) -> str:
+    return cluster_and_harness[0]
 
 
 def run_driver(tmp_path: Path, config: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -184,16 +190,10 @@ def test_on_s3_the_run_succeeds_with_shards_on_both_nodes(
     assert dict(zip(scores["query_id"], scores["score"], strict=True)) == lexical_truth(rows)
 
 
-@pytest.fixture
-def losable_cluster(barrier: NodeBarrier) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """A two-node cluster of this test's own (its second node is lost mid-run): its address
-    and its process, which takes `LOSE NODE` on stdin."""
-    with two_node_cluster(barrier) as started:
-        yield started
-
-
+# Last in the module: it loses the module cluster's second node (a cluster of its own would
+# cost a start and a stop of two nodes).
 def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
-    losable_cluster: tuple[str, subprocess.Popen[str]],
+    cluster_and_harness: tuple[str, subprocess.Popen[str]],
     tmp_path: Path,
     judge_key: str,
     fake_judge: JudgeFactory,
@@ -202,7 +202,7 @@ def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
     killed: Ray retries its worker on the head node, which takes over the dead worker's
     journal, so the run asks at most 1.05 x the items in all. (Both nodes on 127.0.0.1 share
     a disk: `ray.shared_filesystem`.)"""
-    address, harness = losable_cluster
+    address, harness = cluster_and_harness
     items, half = 200, 100
     source, rows, out = sample_job(tmp_path, items, seed=67)
     gate = HoldRequests(when=lambda arrival: arrival.number > half)

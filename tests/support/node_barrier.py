@@ -12,6 +12,7 @@ other node's worker gets some before anyone judges anything. A read that waits l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -78,6 +79,8 @@ class NodeBarrier:
                 self._waiting = []
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the blocked accept(), which close() does not
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         for waiting in self._waiting:
             waiting.close()
