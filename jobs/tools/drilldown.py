@@ -56,7 +56,7 @@ class ItemView:
     run_id: str
     status: str | None
     score: float | None
-    query: str | None
+    query: str | None  # the query, answer and reference the judge saw (judge.against)
     answer: str | None
     reference: str | None
     contexts: tuple[Passage, ...]
@@ -82,10 +82,12 @@ def _rows(run: PublishedRun, query_ids: Sequence[str]) -> tuple[pl.DataFrame, pl
 def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
     """The run's input row at `source` / `row` read as the run read it, or why it cannot be."""
     try:
-        config = parse_config(run.manifest.config if run.manifest else {}, "the run's config")
-        if config.input.format == "otlp":
+        recorded = run.manifest.config if run.manifest else {}
+        section = dict(recorded.get("input") or {})
+        if section.get("format") == "otlp":
             return "the run read traces (input.format otlp): its assembled items are gone"
-        reader = ItemReader.for_config(config)
+        section.pop("otlp", None)  # the manifest records defaults too: it would read as set
+        reader = ItemReader.for_config(parse_config(recorded | {"input": section}, "its config"))
         kept = {k: v for k, v in reader.spec.storage_options.items() if v != "***"}
         spec = replace(reader.spec, path=source, storage_options=kept)
         reader = replace(reader, spec=spec)
@@ -230,7 +232,7 @@ def item_views(
                 status=row["status"],
                 score=row["score"],
                 query=record.input if record else None,
-                answer=record.output if record else None,
+                answer=record.output or None if record else None,
                 reference=record.expected_output if record else None,
                 contexts=passages(
                     ours.listed(query_id), theirs.listed(query_id) if theirs else None, texts
