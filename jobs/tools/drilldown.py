@@ -201,9 +201,8 @@ def _moved(ours: _Side, theirs: _Side) -> dict[str, str | None]:
         f"status_{x}": [s.scores[q]["status"] for q in both]
         for x, s in (("a", theirs), ("b", ours))
     }
-    frame = pl.LazyFrame(
-        {"query_id": both, **status, "delta": delta}, schema_overrides={"delta": pl.Float64}
-    )
+    columns = {"query_id": both, **status, "delta": delta}
+    frame = pl.LazyFrame(columns, schema=dict.fromkeys(columns, pl.String) | {"delta": pl.Float64})
     moved = moved_queries(frame, theirs.verdicts.lazy(), ours.verdicts.lazy()).collect()
     return dict(moved.iter_rows())
 
