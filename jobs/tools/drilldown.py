@@ -21,17 +21,12 @@ from jobs.core.formatting import Column, table
 from jobs.core.schema import context_hash
 from jobs.inputs import ItemRecord, Shard, list_input_files
 from jobs.inputs.records import ItemReader
-from jobs.tools.comparison import moved_queries
 from jobs.tools.published_runs import PublishedRun, load_run
 from jobs.tools.tool_options import ShowOptions
 from scorer_core.errors import ConfigError, CtxPrecError
 
 TERMINAL_CHARS = 100  # a text's length in the terminal view (the JSON has it whole)
-_VERDICT_COLUMNS = ("query_id", "position", "context_id", "context_hash", "relevant")
-
-
-class QueryNotFound(ConfigError):
-    """No scores row with the asked query_id in the run (a wrong argument: exit 2)."""
+_WORDS: dict[Any, str] = {True: "yes", False: "no"}  # a verdict as shown; None: not judged
 
 
 @dataclass(frozen=True)
@@ -60,23 +55,10 @@ class ItemView:
     answer: str | None
     reference: str | None
     contexts: tuple[Passage, ...]
-    texts: str  # why some texts are missing ("" when none is)
+    texts: str | None  # why some texts are missing
     baseline_run: str | None = None
     baseline_score: float | None = None
     moved: str | None = None  # as `ctxprec compare` says it: "retrieval", "judge" or None
-
-    def to_json(self) -> dict[str, Any]:
-        head = {name: getattr(self, name) for name in ("query_id", "score", "baseline_score")}
-        rest = asdict(self) | {"texts": self.texts or None}
-        return head | {"contexts": [asdict(p) for p in self.contexts]} | rest
-
-
-def _rows(run: PublishedRun, query_ids: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The first scores row of each query (a repeat is an error row) and its verdict rows."""
-    asked = pl.col("query_id").is_in(list(query_ids))
-    scores = run.scores().filter(asked & pl.col("duplicate_of").is_null()).collect()
-    verdicts = run.verdicts().filter(asked).select(*_VERDICT_COLUMNS, "judge_reason")
-    return scores.unique("query_id", keep="first"), verdicts.sort("position").collect()
 
 
 def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
@@ -89,60 +71,40 @@ def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
         section.pop("otlp", None)  # the manifest records defaults too: it would read as set
         reader = ItemReader.for_config(parse_config(recorded | {"input": section}, "its config"))
         kept = {k: v for k, v in reader.spec.storage_options.items() if v != "***"}
-        spec = replace(reader.spec, path=source, storage_options=kept)
-        reader = replace(reader, spec=spec)
-        [info] = list_input_files(spec)
+        reader = replace(reader, spec=replace(reader.spec, path=source, storage_options=kept))
+        [info] = list_input_files(reader.spec)
         start, end = (0, info.size) if info.compression else (row, row + 1)
         shard = Shard("show", info.path, info.format, start, end, info.compression)
         found = next((r for r in reader.read(shard) if r.row == row), None)
     except CtxPrecError as exc:
         return f"the run's input cannot be read ({exc})"
-    if found is None:
-        return f"{source} has no row {row} any more"
-    return found if isinstance(found, ItemRecord) else f"{source} row {row} is unreadable"
+    return found if isinstance(found, ItemRecord) else f"{source} has no readable row {row}"
 
 
-def _readable(run: PublishedRun, score: dict[str, Any], verdicts: pl.DataFrame) -> ItemRecord | str:
+def _readable(run: PublishedRun, score: dict[str, Any], judged: list[dict[str, Any]]) -> Any:
     """The item read back when it is the one judged (its id, every passage's hash), else why not."""
-    if score.get("source") is None:
-        return "the scores row names no input"
     item = input_item(run, score["source"], score["row"])
-    if isinstance(item, str):
+    hashes = {v["context_hash"] for v in judged}
+    if isinstance(item, str) or (
+        item.query_id == score["query_id"] and hashes <= {context_hash(c) for c in item.contexts}
+    ):
         return item
-    judged = set(verdicts["context_hash"])
-    if item.query_id != score["query_id"] or not judged <= {context_hash(c) for c in item.contexts}:
-        return f"the input at {score['source']} row {score['row']} changed since run {run.run_id}"
-    return item
+    return f"the input at {score['source']} row {score['row']} changed since run {run.run_id}"
 
 
-def _word(relevant: bool | None) -> str | None:
-    return None if relevant is None else "yes" if relevant else "no"
-
-
-def _passage(
-    ours: dict[str, Any] | None,
-    theirs: dict[str, Any] | None,
-    texts: dict[str, str],
-    compared: bool,
-) -> Passage:
-    row = ours or theirs or {}
-    marks: tuple[tuple[str, bool], ...] = ()
-    if compared and ours is not None and theirs is not None:  # a null verdict counts as "no"
+def _passage(ours: Any, theirs: Any, texts: dict[str, str], compared: bool) -> Passage:
+    """A passage from its verdict rows in either run (dicts; None where a run lacks it)."""
+    change = ""
+    if compared and ours and theirs:  # a null verdict counts as "no", as in the score
         flipped = bool(ours["relevant"]) != bool(theirs["relevant"])
         marks = (("moved", ours["position"] != theirs["position"]), ("flipped", flipped))
-    change = ", ".join(word for word, differs in marks if differs)
-    if compared and (ours is None or theirs is None):
+        change = ", ".join(word for word, differs in marks if differs)
+    elif compared:
         change = "added" if theirs is None else "removed"
-    return Passage(
-        position=ours["position"] if ours else None,
-        context_id=row["context_id"],
-        text=texts.get(row["context_hash"]),
-        verdict=_word(ours["relevant"]) if ours else None,
-        reason=ours["judge_reason"] if ours else None,
-        baseline_position=theirs["position"] if theirs else None,
-        baseline_verdict=_word(theirs["relevant"]) if theirs else None,
-        change=change,
-    )
+    mine, base, row = ours or {}, theirs or {}, ours or theirs
+    found = (row["context_id"], texts.get(row["context_hash"]), _WORDS.get(mine.get("relevant")))
+    sides = (mine.get("judge_reason"), base.get("position"), _WORDS.get(base.get("relevant")))
+    return Passage(mine.get("position"), *found, *sides, change)
 
 
 def passages(
@@ -155,117 +117,75 @@ def passages(
         return tuple(_passage(v, None, texts, False) for v in ours)
     by_id = all(v["context_id"] is not None for v in ours + theirs)
     key = "context_id" if by_id else "context_hash"
-    left: dict[str, list[dict[str, Any]]] = {}
+    left: dict[str, list[Any]] = {}
     for v in theirs:
         left.setdefault(v[key], []).append(v)
-    found = [
-        _passage(v, left[v[key]].pop(0) if left.get(v[key]) else None, texts, True) for v in ours
-    ]
+    found = [_passage(v, (left.get(v[key]) or [None]).pop(0), texts, True) for v in ours]
     return (*found, *(_passage(None, v, texts, True) for rows in left.values() for v in rows))
 
 
-@dataclass(frozen=True)
-class _Side:
-    """One run's rows of the asked queries: scores and verdicts by query_id, items read back."""
-
-    run: PublishedRun
-    scores: dict[str, dict[str, Any]]
-    verdicts: pl.DataFrame
-    items: dict[str, ItemRecord | str]
-
-    @classmethod
-    def read(cls, run: PublishedRun, query_ids: Sequence[str]) -> _Side:
-        scores, verdicts = _rows(run, query_ids)
-        rows = {row["query_id"]: row for row in scores.iter_rows(named=True)}
-        judged = verdicts.partition_by("query_id", as_dict=True)
-        items = {
-            query_id: _readable(run, row, judged.get((query_id,), verdicts.clear()))
-            for query_id, row in rows.items()
-        }
-        return cls(run, rows, verdicts, items)
-
-    def listed(self, query_id: str) -> list[dict[str, Any]]:
-        return self.verdicts.filter(pl.col("query_id") == query_id).to_dicts()
-
-    def texts(self, query_id: str) -> dict[str, str]:
-        item = self.items.get(query_id)
-        return {context_hash(c): c for c in item.contexts} if isinstance(item, ItemRecord) else {}
+def _moved(view: ItemView, ours: dict[str, Any], theirs: dict[str, Any] | None) -> str | None:
+    """`moved` as `ctxprec compare` says it (`moved_queries`), from the passages' changes."""
+    both_ok = theirs is not None and ours["status"] == theirs["status"] == "ok"
+    if not both_ok or abs(ours["score"] - theirs["score"]) <= 1e-9:  # type: ignore[index]
+        return None
+    changes = {p.change for p in view.contexts} - {"", "flipped"}
+    return "retrieval" if changes else "judge"
 
 
-def _moved(ours: _Side, theirs: _Side) -> dict[str, str | None]:
-    """`ctxprec compare`'s `moved` of each query both runs have."""
-    both = [q for q in ours.scores if q in theirs.scores]
-    score = {q: (theirs.scores[q]["score"], ours.scores[q]["score"]) for q in both}
-    delta = [None if None in score[q] else round(score[q][1] - score[q][0], 6) for q in both]
-    status = {
-        f"status_{x}": [s.scores[q]["status"] for q in both]
-        for x, s in (("a", theirs), ("b", ours))
-    }
-    columns = {"query_id": both, **status, "delta": delta}
-    frame = pl.LazyFrame(columns, schema=dict.fromkeys(columns, pl.String) | {"delta": pl.Float64})
-    moved = moved_queries(frame, theirs.verdicts.lazy(), ours.verdicts.lazy()).collect()
-    return dict(moved.iter_rows())
+def _side(run: PublishedRun, query_ids: Sequence[str]) -> tuple[dict[str, Any], ...]:
+    """Per asked query `run` has: its first scores row (a repeat is an error row), its verdict
+    rows and its item read back (or why not); only those rows are read (pushed down)."""
+    asked = pl.col("query_id").is_in(list(query_ids))
+    scores = run.scores().filter(asked & pl.col("duplicate_of").is_null()).collect()
+    verdicts = run.verdicts().filter(asked).sort("position").collect()
+    rows = {row["query_id"]: row for row in scores.iter_rows(named=True)}
+    listed = {q: verdicts.filter(pl.col("query_id") == q).to_dicts() for q in rows}
+    return rows, listed, {q: _readable(run, row, listed[q]) for q, row in rows.items()}
 
 
 def item_views(
     run: PublishedRun, query_ids: Sequence[str], baseline: PublishedRun | None = None
 ) -> list[ItemView]:
     """The view of each of `query_ids` that `run` has, in that order, beside `baseline`'s."""
-    ours = _Side.read(run, query_ids)
-    theirs = _Side.read(baseline, query_ids) if baseline is not None else None
-    moved = _moved(ours, theirs) if theirs is not None else {}
+    rows, listed, items = _side(run, query_ids)
+    base = _side(baseline, query_ids) if baseline is not None else ({}, {}, {})
     views = []
-    for query_id in (q for q in dict.fromkeys(query_ids) if q in ours.scores):
-        item, row = ours.items[query_id], ours.scores[query_id]
-        texts = ours.texts(query_id) | (theirs.texts(query_id) if theirs else {})
-        sides = [
-            (run.run_id, item),
-            *([(theirs.run.run_id, theirs.items.get(query_id))] if theirs else []),
-        ]
-        notes = [f"run {run_id}: {why}" for run_id, why in sides if isinstance(why, str)]
-        record = item if isinstance(item, ItemRecord) else None
-        views.append(
-            ItemView(
-                query_id=query_id,
-                run_id=run.run_id,
-                status=row["status"],
-                score=row["score"],
-                query=record.input if record else None,
-                answer=record.output or None if record else None,
-                reference=record.expected_output if record else None,
-                contexts=passages(
-                    ours.listed(query_id), theirs.listed(query_id) if theirs else None, texts
-                ),
-                texts="; ".join(notes),
-                baseline_run=theirs.run.run_id if theirs else None,
-                baseline_score=(theirs.scores.get(query_id) or {}).get("score") if theirs else None,
-                moved=moved.get(query_id),
-            )
+    for q in (q for q in dict.fromkeys(query_ids) if q in rows):
+        sides = [(run.run_id, items[q]), (baseline.run_id if baseline else "", base[2].get(q))]
+        why = "; ".join(f"run {r}: {why}" for r, why in sides if isinstance(why, str)) or None
+        record = items[q] if isinstance(items[q], ItemRecord) else None
+        read = [item for item in (items[q], base[2].get(q)) if isinstance(item, ItemRecord)]
+        texts = {context_hash(c): c for item in read for c in item.contexts}
+        view = ItemView(
+            query_id=q,
+            run_id=run.run_id,
+            status=rows[q]["status"],
+            score=rows[q]["score"],
+            query=record.input if record else None,
+            answer=record.output or None if record else None,
+            reference=record.expected_output if record else None,
+            contexts=passages(listed[q], base[1].get(q, []) if baseline else None, texts),
+            texts=why,
+            baseline_run=baseline.run_id if baseline else None,
+            baseline_score=base[0].get(q, {}).get("score"),
         )
+        views.append(replace(view, moved=_moved(view, rows[q], base[0].get(q))))
     return views
-
-
-_MOVED = {
-    "retrieval": "moved: it returned other passages (added, removed or moved)",
-    "judge": "moved: the judge gave another verdict on the same passages",
-}
-
-
-def _dash(value: object) -> object:
-    return "-" if value is None else value
 
 
 def format_view(view: ItemView, chars: int = TERMINAL_CHARS) -> str:
     """The terminal view: the item's fields, then a line per passage (texts cut to `chars`)."""
-    score = f"{view.status}, score {fmt.number(view.score)}"
-    if view.baseline_run is not None:
-        score += f"; baseline {view.baseline_run}: {fmt.number(view.baseline_score)}"
+    compared = view.baseline_run is not None
+    then = f"; baseline {view.baseline_run}: {fmt.number(view.baseline_score)}" if compared else ""
+    score = f"{view.status}, score {fmt.number(view.score)}{then}"
     lines = [f"query {view.query_id} in run {view.run_id} ({score})"]
-    lines += [_MOVED[view.moved]] if view.moved else []
+    if view.moved:
+        other = "passages" if view.moved == "retrieval" else "verdicts on the same passages"
+        lines.append(f"moved ({view.moved}): it got other {other}")
     fields = ("query", view.query), ("answer", view.answer), ("reference", view.reference)
     lines += [f"{name}: {fmt.cut(text, chars)}" for name, text in fields if text is not None]
     lines += [f"texts unavailable: {view.texts}"] if view.texts else []
-    compared = view.baseline_run is not None
     columns = [Column("pos"), Column("context_id", "<", limit=24), Column("verdict", "<")]
     columns += [Column("base pos"), Column("base", "<"), Column("change", "<")] if compared else []
     columns += [Column("text", "<", limit=chars), Column("reason", "<", limit=chars)]
@@ -273,24 +193,18 @@ def format_view(view: ItemView, chars: int = TERMINAL_CHARS) -> str:
     for p in view.contexts:
         base = (p.baseline_position, p.baseline_verdict, p.change) if compared else ()
         text = "(unavailable)" if p.text is None else p.text
-        rows.append(
-            [_dash(v) for v in (p.position, p.context_id, p.verdict, *base, text, p.reason)]
-        )
+        cells = (p.position, p.context_id, p.verdict, *base, text, p.reason)
+        rows.append(["-" if v is None else v for v in cells])
     return "\n".join([*lines, table(columns, rows) if rows else "no passages judged"])
 
 
 def run(options: ShowOptions, out: TextIO | None = None) -> int:
     """`ctxprec show`: print the query's view (or its JSON); returns 0."""
-    out = out if out is not None else sys.stdout
-    store = options.root.store()
+    out, store = out or sys.stdout, options.root.store()
     published = load_run(store, options.run)
     baseline = load_run(store, options.baseline) if options.baseline else None
     views = item_views(published, [options.query_id], baseline)
     if not views:
-        raise QueryNotFound(
-            f"query_id {options.query_id!r} not found in run {published.run_id} "
-            f"(its scores table has no such row)"
-        )
-    text = json.dumps(views[0].to_json()) if options.as_json else format_view(views[0])
-    out.write(text + "\n")
+        raise ConfigError(f"query_id {options.query_id!r} not found in run {published.run_id}")
+    out.write((json.dumps(asdict(views[0])) if options.as_json else format_view(views[0])) + "\n")
     return 0

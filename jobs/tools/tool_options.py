@@ -133,14 +133,10 @@ class ReportOptions:
 
 @dataclass(frozen=True)
 class ShowOptions:
-    summary: ClassVar[str] = (
-        "one query as the judge saw it: passages, verdicts, reasons; beside a baseline's"
-    )
+    summary: ClassVar[str] = "one query as the judge saw it: passages, verdicts, reasons"
     run: str = option(help="run id", positional=True, metavar="RUN")
     query_id: str = option(help="the query's query_id", positional=True, metavar="QUERY_ID")
-    baseline: str | None = option(
-        None, "also show this run's verdicts, changes marked", metavar="RUN"
-    )
+    baseline: str | None = option(None, "beside this run's verdicts, changes marked", metavar="RUN")
     root: PublishedRoot = field(default_factory=PublishedRoot)
     as_json: bool = _json("print one JSON object (texts whole)")
 

@@ -9,15 +9,18 @@ real job published is tests/integration/test_real_runs.py's.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from jobs.cli import main as ctxprec
 from jobs.core.storage import open_store
-from jobs.tools.drilldown import ItemView, Passage, format_view, passages
-from tests.support.published import FLIPPED, REORDERED, Runs, two_causes
+from jobs.tools.drilldown import ItemView, Passage, format_view, item_views, passages
+from jobs.tools.published_runs import load_run
+from tests.support.published import FLIPPED, REORDERED, Runs, run_compare, two_causes
 
 CONTEXT_KEYS = {"position", "context_id", "text", "verdict", "reason"}
 CONTEXT_KEYS |= {"baseline_position", "baseline_verdict", "change"}
@@ -75,7 +78,7 @@ def test_a_retrieval_moved_item_has_the_same_verdicts_at_other_positions(
 def test_the_json_has_the_issues_shape(causes: Runs, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _show(causes.output, capsys, causes.cand, "c001", "--json")
     shown = json.loads(out)
-    assert code == 0 and list(shown)[:4] == ["query_id", "score", "baseline_score", "contexts"]
+    assert code == 0 and {"query_id", "score", "baseline_score", "contexts"} <= set(shown)
     assert shown["query_id"] == "c001" and shown["baseline_score"] is None
     assert all(set(c) == CONTEXT_KEYS for c in shown["contexts"])
     assert {c["baseline_verdict"] for c in shown["contexts"]} == {None}
@@ -88,7 +91,7 @@ def test_the_terminal_view_lists_each_passage_with_both_verdicts(
     code, out, _ = _show(causes.output, capsys, causes.cand, f"c{n:03d}", "--baseline", causes.base)
     lines = out.splitlines()
     assert code == 0 and lines[0].startswith(f"query c{n:03d} in run {causes.cand} (ok, score")
-    assert "the judge gave another verdict on the same passages" in lines[1]
+    assert "moved (judge): it got other verdicts on the same passages" in lines[1]
     flipped = [line for line in lines if "flipped" in line]
     assert len(flipped) == 1 and f"doc-{n}-1 of c{n:03d}" in flipped[0]
 
@@ -98,7 +101,7 @@ def test_long_texts_are_cut_in_the_terminal_and_whole_in_the_json() -> None:
     view = ItemView("q", "r", "ok", 1.0, "why " * 100, "", None, (passage,), "")
     printed = format_view(view, chars=60)
     assert max(len(line) for line in printed.splitlines()) < 200 and "…" in printed
-    assert view.to_json()["contexts"][0]["text"] == "word " * 200
+    assert asdict(view)["contexts"][0]["text"] == "word " * 200
 
 
 def test_a_passage_only_one_run_has_gets_nulls_for_the_other_side() -> None:
@@ -153,3 +156,13 @@ def test_a_changed_or_missing_input_shows_no_text_and_says_why(
     assert out.count("(unavailable)") == 5
     shown = json.loads(_show(tmp_path, capsys, b, "c002", "--json")[1])
     assert shown["score"] is not None and {c["text"] for c in shown["contexts"]} == {None}
+
+
+def test_show_says_why_each_query_moved_as_compare_does(causes: Runs) -> None:
+    code, _ = run_compare(causes.output, causes.base, causes.cand)
+    table = pl.read_parquet(causes.output / "comparisons" / "causes-a__vs__causes-b.parquet")
+    store = open_store(str(causes.output))
+    run, baseline = load_run(store, causes.cand), load_run(store, causes.base)
+    views = item_views(run, table["query_id"].to_list(), baseline)
+    assert code == 1 and len(views) == table.height == 400
+    assert {v.query_id: v.moved for v in views} == dict(table.select("query_id", "moved").rows())
