@@ -66,8 +66,6 @@ def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
     try:
         recorded = run.manifest.config if run.manifest else {}
         section = dict(recorded.get("input") or {})
-        if section.get("format") == "otlp":
-            return "the run read traces (input.format otlp): its assembled items are gone"
         section.pop("otlp", None)  # the manifest records defaults too: it would read as set
         reader = ItemReader.for_config(parse_config(recorded | {"input": section}, "its config"))
         kept = {k: v for k, v in reader.spec.storage_options.items() if v != "***"}
@@ -113,14 +111,13 @@ def passages(
     """Ours in order, each beside the baseline's same passage (matched as `moved_queries`
     matches: by context_id when both runs give every one, else by hash), then the baseline's
     passages we lack."""
-    if theirs is None:
-        return tuple(_passage(v, None, texts, False) for v in ours)
+    compared, theirs = theirs is not None, theirs or []
     by_id = all(v["context_id"] is not None for v in ours + theirs)
     key = "context_id" if by_id else "context_hash"
     left: dict[str, list[Any]] = {}
     for v in theirs:
         left.setdefault(v[key], []).append(v)
-    found = [_passage(v, (left.get(v[key]) or [None]).pop(0), texts, True) for v in ours]
+    found = [_passage(v, (left.get(v[key]) or [None]).pop(0), texts, compared) for v in ours]
     return (*found, *(_passage(None, v, texts, True) for rows in left.values() for v in rows))
 
 
@@ -129,8 +126,7 @@ def _moved(view: ItemView, ours: dict[str, Any], theirs: dict[str, Any] | None) 
     both_ok = theirs is not None and ours["status"] == theirs["status"] == "ok"
     if not both_ok or abs(ours["score"] - theirs["score"]) <= 1e-9:  # type: ignore[index]
         return None
-    changes = {p.change for p in view.contexts} - {"", "flipped"}
-    return "retrieval" if changes else "judge"
+    return "retrieval" if {p.change for p in view.contexts} - {"", "flipped"} else "judge"
 
 
 def _side(run: PublishedRun, query_ids: Sequence[str]) -> tuple[dict[str, Any], ...]:

@@ -1,0 +1,262 @@
+"""Benchmark of `ctxprec show` and the report's drilled items on a published run of 1M items.
+
+    .venv/bin/python -m bench.show_bench --items 1000000
+
+Writes two synthetic runs (a baseline and a candidate whose retriever swapped the first two
+passages of 5% of the items and whose judge flipped a verdict on 5% others) the way the job
+publishes them: each run's input as Parquet (the texts), its scores and verdicts tables through
+the publisher's own writer (`_ParquetFile`, row groups as the job writes them) a shard of
+`--shard-size` items at a time in input order, its summary and its manifest (the run's config,
+so `show` reads the input back as the run did). Query ids are hash-like and unordered, as most
+real ids are. Then, each in a fresh process: `ctxprec show` of a few query ids beside the
+baseline (wall time, peak RSS), and `ctxprec report --baseline` (wall time, peak RSS, page
+size). Also counts, for each asked id, the verdicts table's row groups whose query_id min/max
+statistics hold it (the groups a reader cannot skip). Writes its section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from bench import common
+from jobs.core.config import parse_config
+from jobs.core.run_layout import RunLocation
+from jobs.core.run_manifest import RunManifest
+from jobs.core.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS
+from jobs.core.storage import open_store
+from jobs.engine.publish import aggregate
+from jobs.engine.publish.publisher import _ParquetFile
+from tests.support.polars_scores import scores_from_verdicts
+
+SECTION = "## Reading one query: `ctxprec show` and the report's drilled items (issue 29)"
+RUN_DATE = "2026-12-01"
+PASSAGES = 5
+FILLER = " It was described in the archive at some length, with dates and names." * 2
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _items(count: int, changed: bool) -> pl.DataFrame:
+    """One row per item: query_id, its passages' texts in retrieved order, their verdicts."""
+    n = pl.int_range(0, count, dtype=pl.Int64, eager=True)
+    frame = pl.DataFrame({"n": n}).with_columns(
+        query_id=pl.format("q-{}", pl.col("n").hash(seed=7).cast(pl.String).str.slice(0, 14)),
+        original=pl.int_ranges(0, PASSAGES, dtype=pl.Int32),
+    )
+    frame = frame.explode("original").with_columns(
+        text=pl.format("passage {} of item {}.", "original", "n") + pl.lit(FILLER),
+        relevant=(pl.col("n") * 7 + pl.col("original") * 3).hash(seed=1) % 3 == 0,
+    )
+    if changed:  # 5% reordered (first two swapped), 5% another verdict on the first passage
+        swap = (pl.col("n") % 20 == 0) & (pl.col("original") < 2)
+        flip = (pl.col("n") % 20 == 10) & (pl.col("original") == 0)
+        frame = frame.with_columns(
+            position=pl.when(swap).then(1 - pl.col("original")).otherwise("original"),
+            relevant=pl.when(flip).then(~pl.col("relevant")).otherwise("relevant"),
+        ).sort("n", "position")
+    else:
+        frame = frame.with_columns(position=pl.col("original"))
+    return frame.with_columns(context_hash=pl.Series([_hash(t) for t in frame["text"]]))
+
+
+def _publish(folder: Path, run_id: str, items: pl.DataFrame, shard_size: int) -> None:
+    """The run's input, tables and manifest under `folder`, as the job would write them."""
+    source = folder / "inputs" / f"{run_id}.parquet"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    grouped = items.group_by("n", "query_id", maintain_order=True).agg(
+        "text", "relevant", "context_hash"
+    )
+    inputs = grouped.select(
+        "query_id",
+        input=pl.format("question of {}", "query_id"),
+        output=pl.lit("an answer"),
+        context="text",
+    )
+    pq.write_table(inputs.to_arrow(), source, row_group_size=10_000, compression="zstd")
+    config = parse_config(
+        {
+            "input": {"path": str(source), "format": "parquet"},
+            "output": {"path": str(folder / "out")},
+            "run": {"id": run_id, "date": RUN_DATE},
+        }
+    )
+    verdicts = items.select(
+        "query_id",
+        "position",
+        context_id=pl.lit(None, pl.String),
+        context_hash="context_hash",
+        relevant="relevant",
+        judge_reason=pl.format("passage {} {} the question", "position", "relevant"),
+        cached=pl.lit(False),
+    )
+    scored = scores_from_verdicts(verdicts.lazy(), 1.0).collect()
+    scores = (
+        grouped.with_row_index("row")
+        .join(scored, on="query_id", maintain_order="left")
+        .select(
+            "query_id",
+            "score",
+            reason=pl.lit("synthetic"),
+            status=pl.lit("ok"),
+            error=pl.lit(None, pl.String),
+            relevant_count="relevant_count",
+            context_count=pl.lit(PASSAGES, pl.Int32),
+            judge_model=pl.lit("lexical"),
+            calls=pl.lit(1, pl.Int64),
+            prompt_tokens=pl.lit(900, pl.Int64),
+            completion_tokens=pl.lit(60, pl.Int64),
+            cache_hits=pl.lit(0, pl.Int64),
+            source=pl.lit(str(source)),
+            row=pl.col("row").cast(pl.Int64),
+            truncated=pl.lit(False),
+            duplicate_of=pl.lit(None, pl.String),
+        )
+        .cast(dict(PUBLISHED_SCORES.polars))
+    )
+    verdicts = verdicts.cast(dict(PUBLISHED_VERDICTS.polars))
+    _write_tables(folder / "out", run_id, scores, verdicts, config.redacted(), shard_size)
+
+
+def _write_tables(
+    out: Path,
+    run_id: str,
+    scores: pl.DataFrame,
+    verdicts: pl.DataFrame,
+    config: dict[str, object],
+    shard_size: int,
+) -> None:
+    store = open_store(str(out))
+    location = RunLocation(run_id=run_id, run_date=pl.Series([RUN_DATE]).str.to_date()[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {
+            "scores": _ParquetFile(Path(tmp) / "scores.parquet", PUBLISHED_SCORES.polars),
+            "verdicts": _ParquetFile(Path(tmp) / "verdicts.parquet", PUBLISHED_VERDICTS.polars),
+        }
+        for start in range(0, scores.height, shard_size):  # a shard at a time, as the job
+            files["scores"].write(scores.slice(start, shard_size))
+            files["verdicts"].write(verdicts.slice(start * PASSAGES, shard_size * PASSAGES))
+        for file in files.values():
+            file.close()
+        summary = aggregate.summarize(
+            pl.scan_parquet(files["scores"].path),
+            pl.scan_parquet(files["verdicts"].path),
+            model="lexical",
+            scale=1.0,
+        )
+        summary_path = Path(tmp) / "summary.parquet"
+        summary.to_frame().write_parquet(summary_path)
+        for table, path in (*((t, f.path) for t, f in files.items()), ("summary", summary_path)):
+            store.upload_file_atomic(str(path), store.join(location.table_file(table)))
+    manifest = RunManifest(
+        run_id=run_id,
+        run_date=RUN_DATE,
+        judge_model="lexical",
+        config=config,
+        status="complete",
+        summary=summary.to_dict(),
+    )
+    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
+
+
+def _timed(argv: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MiB, stdout) of `argv` run in a fresh process."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak RSS (KiB)
+        seconds = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if process.returncode != 0:
+            printed = f"{len(out.read())} characters printed"
+            raise SystemExit(
+                f"{shlex.join(argv)} exit {process.returncode}, {printed}:\n{err.read()}"
+            )
+        return seconds, usage.ru_maxrss / 1024, out.read()
+
+
+def _groups_holding(path: Path, query_id: str) -> tuple[int, int]:
+    """(row groups whose query_id min/max hold `query_id`, row groups) of a Parquet file."""
+    meta = pq.ParquetFile(path).metadata
+    column = meta.schema.names.index("query_id")
+    stats = [meta.row_group(g).column(column).statistics for g in range(meta.num_row_groups)]
+    held = sum(1 for s in stats if s is None or not s.has_min_max or s.min <= query_id <= s.max)
+    return held, meta.num_row_groups
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--shard-size", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=3, help="query ids shown")
+    parser.add_argument("--dir", help="where to write the runs (default: a temporary folder)")
+    parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
+    args = parser.parse_args()
+    folder = Path(args.dir or tempfile.mkdtemp(prefix="show-bench-"))
+    started = time.perf_counter()
+    cand = _items(args.items, changed=True)
+    if not (folder / "out").exists():  # else: the runs of an earlier call, reused
+        _publish(folder, "show-a", _items(args.items, changed=False), args.shard_size)
+        _publish(folder, "show-b", cand, args.shard_size)
+    generated = time.perf_counter() - started
+    ids = cand.filter(pl.col("n") % 20 == 10)["query_id"].unique(maintain_order=True)
+    asked = [*ids[: args.queries - 1], cand["query_id"][-1]]
+    out = str(folder / "out")
+    ctxprec = [str(Path(sys.executable).parent / "ctxprec")]
+    verdicts = next((folder / "out" / "verdicts").rglob("*.parquet"))
+    rows = []
+    for query_id in asked:
+        argv = [*ctxprec, "show", "show-b", query_id, "--baseline", "show-a", "--output", out]
+        seconds, rss, printed = _timed([*argv, "--json"])
+        assert '"moved"' in printed and '"text": null' not in printed, printed[:500]
+        held, groups = _groups_holding(verdicts, query_id)
+        rows.append((query_id, f"{seconds:.2f}", f"{rss:,.0f}", f"{held} of {groups}"))
+    page = folder / "report.html"
+    argv = [*ctxprec, "report", "show-b", "--baseline", "show-a", "--output", out]
+    report_seconds, report_rss, _ = _timed([*argv, "--html", str(page)])
+    size = page.stat().st_size
+    lines = [
+        "| query id | `show --baseline --json` wall s | peak RSS MiB | verdict row groups "
+        "whose min/max hold the id |",
+        "|---|---|---|---|",
+        *(f"| `{r[0]}` | {r[1]} | {r[2]} | {r[3]} |" for r in rows),
+    ]
+    section = "\n".join(
+        [
+            SECTION,
+            "",
+            common.header(f"python -m bench.show_bench --items {args.items}"),
+            "",
+            f"Two synthetic published runs of {args.items:,} items ({PASSAGES} passages each, "
+            f"{args.items * PASSAGES:,} verdict rows per run; hash-like unordered query ids), "
+            f"written with the publisher's own Parquet writer a shard of {args.shard_size:,} "
+            f"items at a time, their inputs as Parquet (generated in {generated:.0f} s). Each "
+            "command runs in a fresh process (wall time includes the interpreter and imports; "
+            "RSS is the process's peak).",
+            "",
+            *lines,
+            "",
+            f"`ctxprec report show-b --baseline show-a` (the comparison of both runs, then the "
+            f"first 10 regressions opened onto their passages): {report_seconds:.1f} s, peak RSS "
+            f"{report_rss:,.0f} MiB, page {size / 2**20:.2f} MiB ({size:,} bytes).",
+        ]
+    )
+    common.show_and_write(SECTION, section, common.DOCS, not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
