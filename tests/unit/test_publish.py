@@ -17,7 +17,6 @@ from typing import Any
 import duckdb
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from jobs.core.run_layout import RunLocation
@@ -198,12 +197,6 @@ def test_published_tables_carry_the_workers_scores_and_duplicate_marks(tmp_path:
         f"select query_id, score from read_parquet('{path}') where status = 'ok' order by 1"
     )
     assert relation.fetchall() == [("a", 8.33), ("b", 5.83), ("c", 3.33)]
-    # Each row group of scores and verdicts has a Bloom filter of its query ids, so a reader
-    # looking for one query (ctxprec show) skips the others whatever the ids' order.
-    for table in ("scores", "verdicts"):
-        meta = pq.ParquetFile(tmp_path / LOCATION.table_file(table)).metadata
-        assert meta.row_group(0).column(0).path_in_schema == "query_id"
-        assert meta.row_group(0).column(0).bloom_filter_offset is not None, table
     # Every ok item's score is the one its published verdicts imply.
     scores_table, verdicts_table = published(tmp_path, "scores"), published(tmp_path, "verdicts")
     assert score_mismatches(scores_table, verdicts_table, SCALE).collect().is_empty()

@@ -38,8 +38,6 @@ _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 # Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
 # default, 1 MiB, gave up on the verdicts' reasons: +30% on that column).
 _DICTIONARY_BYTES = 8 * 2**20
-# Query ids are rarely in order, so no row group's min/max rules one out: a Bloom filter does.
-_BLOOM = {"query_id": {"ndv": _ROW_GROUP_ROWS, "fpp": 0.01}}
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,6 @@ class _ParquetFile:
             # A dictionary of values that (nearly) never repeat only costs space.
             use_dictionary=[name for name in schema.names() if name not in _UNIQUE_COLUMNS],
             dictionary_pagesize_limit=_DICTIONARY_BYTES,
-            bloom_filter_options=_BLOOM,
         )
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
