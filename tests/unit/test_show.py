@@ -166,3 +166,21 @@ def test_show_says_why_each_query_moved_as_compare_does(causes: Runs) -> None:
     views = item_views(run, table["query_id"].to_list(), baseline)
     assert code == 1 and len(views) == table.height == 400
     assert {v.query_id: v.moved for v in views} == dict(table.select("query_id", "moved").rows())
+
+
+def test_a_run_of_traces_shows_its_verdicts_and_says_its_texts_are_gone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    _, b = two_causes(open_store(str(tmp_path)), inputs=inputs)
+    manifest = next(tmp_path.glob(f"manifests/*/run_id={b}/manifest.json"))
+    recorded = json.loads(manifest.read_text())
+    recorded["config"]["input"] |= {"format": "otlp", "otlp": {"output": "root"}}
+    manifest.write_text(json.dumps(recorded))
+    shown = json.loads(_show(tmp_path, capsys, b, "c001", "--json")[1])
+    assert {c["text"] for c in shown["contexts"]} == {None} and shown["query"] is None
+    assert shown["texts"] == f"run {b}: the run read traces (input.format otlp), whose " + (
+        "items publishing removed"
+    )
+    assert [c["verdict"] for c in shown["contexts"]] != [None] * 5
