@@ -110,6 +110,10 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
     assert escape(SCRIPT_ID) in page and "<script" not in page.lower()
     assert "<b>sea</b>" not in page
     assert 'id="failed"' in page and BAD_ID in page
+    # the largest regression opens onto its passages, their texts read back from the input
+    worst = table.drop_nulls("delta").sort("delta").row(0, named=True)["query_id"]
+    texts = next(row for row in rows if row["id"] == worst)["contexts"]
+    assert all(str(escape(text)) in page for text in texts)
     _show_reads_the_real_runs_texts_back(output, rows, table)
 
 
