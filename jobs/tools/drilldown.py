@@ -76,7 +76,7 @@ def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
         start, end = (0, info.size) if info.compression else (row, row + 1)
         shard = Shard("show", info.path, info.format, start, end, info.compression)
         found = next((r for r in reader.read(shard) if r.row == row), None)
-    except CtxPrecError as exc:
+    except (CtxPrecError, OSError, ValueError) as exc:  # ValueError: a glob matched 2 files
         return f"the run's input cannot be read ({exc})"
     return found if isinstance(found, ItemRecord) else f"{source} has no readable row {row}"
 
