@@ -20,6 +20,7 @@ from jobs.cli import main as ctxprec
 from jobs.core.storage import open_store
 from jobs.tools.drilldown import ItemView, Passage, format_view, item_views, passages
 from jobs.tools.published_runs import load_run
+from tests.support.moto import MotoS3
 from tests.support.published import FLIPPED, REORDERED, Runs, run_compare, two_causes
 
 CONTEXT_KEYS = {"position", "context_id", "text", "verdict", "reason"}
@@ -34,7 +35,9 @@ def causes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return Runs(output, a, b)
 
 
-def _show(output: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+def _show(
+    output: Path | str, capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[int, str, str]:
     code = ctxprec(["show", *argv, "--output", str(output)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
@@ -184,3 +187,18 @@ def test_a_run_of_traces_shows_its_verdicts_and_says_its_texts_are_gone(
         "items publishing removed"
     )
     assert [c["verdict"] for c in shown["contexts"]] != [None] * 5
+
+
+def test_show_reads_a_run_published_on_an_object_store(
+    moto_s3: MotoS3, s3_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tables on S3 (moto) are read through a pyarrow dataset, filtered on query_id."""
+    a, b = two_causes(open_store(s3_prefix, moto_s3.storage_options), inputs=tmp_path)
+    options = [
+        f"{key}={value}" for key, value in moto_s3.storage_options.items() if key != "client_kwargs"
+    ]
+    argv = [b, "c001", "--baseline", a, "--json", *(f"--storage-option={o}" for o in options)]
+    code, out, err = _show(s3_prefix, capsys, *argv)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert [c["text"] for c in shown["contexts"]] == [f"doc-1-{p} of c001" for p in range(5)]
