@@ -1,6 +1,6 @@
-"""Benchmark of `ctxprec show` and the report's drilled items on a published run of 1M items.
+"""Benchmark of `ctxprec show` and the report's drilled items on published runs of 20K and 1M items.
 
-    .venv/bin/python -m bench.show_bench --items 1000000
+    .venv/bin/python -m bench.show_bench --items 20000 1000000
 
 Writes two synthetic runs (a baseline and a candidate whose retriever swapped the first two
 passages of 5% of the items and whose judge flipped a verdict on 5% others) the way the job
@@ -213,69 +213,80 @@ def _groups_holding(path: Path, query_id: str) -> tuple[int, int]:
     return held, meta.num_row_groups
 
 
+def _measure(folder: Path, items: int, shard_size: int, queries: int) -> list[tuple[str, ...]]:
+    """Publish the two runs of `items` under `folder` (unless there), then one table row per
+    command: items, command, query id, wall s, peak RSS MiB, row groups holding the id, the
+    pyarrow dataset read s, page bytes."""
+    cand = _items(items, changed=True)
+    if not (folder / "out").exists():  # else: the runs of an earlier call, reused
+        _publish(folder, "show-a", _items(items, changed=False), shard_size)
+        _publish(folder, "show-b", cand, shard_size)
+    ids = cand.filter(pl.col("n") % 20 == 10)["query_id"].unique(maintain_order=True)
+    asked = [*ids[: queries - 1], cand["query_id"][-1]]
+    del cand, ids
+    out = str(folder / "out")
+    verdicts = next((folder / "out" / "verdicts").rglob("*.parquet"))
+    rows = []
+    for query_id in asked:
+        argv = ["show", "show-b", query_id, "--baseline", "show-a", "--output", out, "--json"]
+        seconds, rss, printed = _timed(argv)
+        assert '"moved"' in printed and '"text": null' not in printed, printed[:500]
+        held, groups = _groups_holding(verdicts, query_id)
+        scan = f"{_pyarrow_scan(verdicts, query_id):.2f}"
+        timed = (f"{seconds:.2f}", f"{rss:,.0f}", f"{held} of {groups}", scan, "")
+        rows.append((f"{items:,}", "`show --baseline --json`", f"`{query_id}`", *timed))
+    page = folder / "report.html"
+    argv = ["report", "show-b", "--baseline", "show-a", "--output", out, "--html", str(page)]
+    seconds, rss, _ = _timed(argv)
+    timed = (f"{seconds:.2f}", f"{rss:,.0f}", "", "", f"{page.stat().st_size:,}")
+    return [*rows, (f"{items:,}", "`report --baseline`", "", *timed)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--items", type=int, nargs="+", default=[20_000, 1_000_000])
     parser.add_argument("--shard-size", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=3, help="query ids shown")
     parser.add_argument("--dir", help="where to write the runs (default: a temporary folder)")
     parser.add_argument("--no-write", action="store_true", help="print, do not write the doc")
     args = parser.parse_args()
     folder = Path(args.dir or tempfile.mkdtemp(prefix="show-bench-"))
-    started = time.perf_counter()
-    cand = _items(args.items, changed=True)
-    if not (folder / "out").exists():  # else: the runs of an earlier call, reused
-        _publish(folder, "show-a", _items(args.items, changed=False), args.shard_size)
-        _publish(folder, "show-b", cand, args.shard_size)
-    generated = time.perf_counter() - started
-    ids = cand.filter(pl.col("n") % 20 == 10)["query_id"].unique(maintain_order=True)
-    asked = [*ids[: args.queries - 1], cand["query_id"][-1]]
-    del cand, ids
-    out = str(folder / "out")
-    verdicts = next((folder / "out" / "verdicts").rglob("*.parquet"))
-    rows = []
-    for query_id in asked:
-        argv = ["show", "show-b", query_id, "--baseline", "show-a", "--output", out]
-        seconds, rss, printed = _timed([*argv, "--json"])
-        assert '"moved"' in printed and '"text": null' not in printed, printed[:500]
-        held, groups = _groups_holding(verdicts, query_id)
-        scan = f"{_pyarrow_scan(verdicts, query_id):.2f}"
-        rows.append((query_id, f"{seconds:.2f}", f"{rss:,.0f}", f"{held} of {groups}", scan))
-    page = folder / "report.html"
-    argv = ["report", "show-b", "--baseline", "show-a", "--output", out]
-    report_seconds, report_rss, _ = _timed([*argv, "--html", str(page)])
-    size = page.stat().st_size
-    lines = [
-        "| query id | `show --baseline --json` wall s | peak RSS MiB | verdict row groups "
-        "whose min/max hold the id | its verdicts through a pyarrow dataset, s |",
-        "|---|---|---|---|---|",
-        *(f"| `{r[0]}` | {' | '.join(r[1:])} |" for r in rows),
+    rows = [
+        row
+        for items in args.items
+        for row in _measure(folder / str(items), items, args.shard_size, args.queries)
     ]
+    lines = [
+        "| items | command | query id | wall s | peak RSS MiB | verdict row groups whose "
+        "min/max hold the id | its verdicts through a pyarrow dataset, s | page bytes |",
+        "|---|---|---|---|---|---|---|---|",
+        *(f"| {' | '.join(row)} |" for row in rows),
+    ]
+    sizes = " ".join(str(n) for n in args.items)
     section = "\n".join(
         [
             SECTION,
             "",
-            common.header(f"python -m bench.show_bench --items {args.items}"),
+            common.header(f"python -m bench.show_bench --items {sizes}"),
             "",
-            f"Two synthetic published runs of {args.items:,} items ({PASSAGES} passages each, "
-            f"{args.items * PASSAGES:,} verdict rows per run; hash-like unordered query ids), "
-            f"written with the publisher's own Parquet writer a shard of {args.shard_size:,} "
-            f"items at a time, their inputs as Parquet (generated in {generated:.0f} s). Each "
-            "command runs in a fresh process (wall time includes the interpreter and imports; "
-            "RSS is the process's peak, VmHWM). Query ids in input order are rarely sorted, so "
-            "every row group's query_id min/max holds any asked id: statistics skip nothing "
-            "(a smaller row group would not change that; sorting the tables by query_id would, "
-            "at the cost of a sort of the whole run when publishing). `show` is fast anyway: "
-            "Polars' scan of a local file decodes the query_id column and the other columns "
-            "only where it matched. The last column times, in this process, the read of one "
+            f"For each size, two synthetic published runs ({PASSAGES} passages an item; "
+            "hash-like unordered query ids; the candidate's retriever swapped the first two "
+            "passages of 5% of the items, its judge flipped a verdict on 5% others), written "
+            f"with the publisher's own Parquet writer a shard of {args.shard_size:,} items at "
+            "a time, their inputs as Parquet. Each command runs in a fresh process (wall time "
+            "includes the interpreter and imports; RSS is the process's peak, VmHWM). Query "
+            "ids in input order are rarely sorted, so every row group's query_id min/max holds "
+            "any asked id: statistics skip nothing (a smaller row group would not change that; "
+            "sorting the tables by query_id would, at the cost of a sort of the whole run when "
+            "publishing). `show` is fast anyway, and its memory does not grow with the run: "
+            "Polars' scan of a local file decodes the query_id column, and the other columns "
+            "only where it matched. The pyarrow column times, in this process, the read of one "
             "query's verdicts through a pyarrow dataset, what `show` uses on an object store "
-            "(`jobs.core.storage.scan`), here on the local file.",
+            "(`jobs.core.storage.scan`), here on the local file. The report compares the two "
+            "runs whole (as `ctxprec compare` does), then opens its first 10 regressions onto "
+            "their passages: its page stays the same size whatever the run's.",
             "",
             *lines,
-            "",
-            f"`ctxprec report show-b --baseline show-a` (the comparison of both runs, then the "
-            f"first 10 regressions opened onto their passages): {report_seconds:.1f} s, peak RSS "
-            f"{report_rss:,.0f} MiB, page {size / 2**20:.2f} MiB ({size:,} bytes).",
         ]
     )
     common.show_and_write(SECTION, section, common.DOCS, not args.no_write)
