@@ -19,6 +19,7 @@ from jobs.tools.tool_options import (
     CompareOptions,
     EstimateOptions,
     ReportOptions,
+    ShowOptions,
     StatusOptions,
 )
 from scorer_core.cli import add_score_arguments, call_handler, run_score
@@ -44,6 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     tool_command("calibrate", CalibrateOptions, "jobs.tools.calibration"),
     tool_command("compare", CompareOptions, "jobs.tools.comparison"),
     tool_command("report", ReportOptions, "jobs.tools.report"),
+    tool_command("show", ShowOptions, "jobs.tools.drilldown"),
     tool_command("status", StatusOptions, "jobs.tools.run_status"),
     tool_command("cache", CacheOptions, "jobs.tools.store_maintenance"),
 )

@@ -132,6 +132,16 @@ class ReportOptions:
 
 
 @dataclass(frozen=True)
+class ShowOptions:
+    summary: ClassVar[str] = "one query as the judge saw it: passages, verdicts, reasons"
+    run: str = option(help="run id", positional=True, metavar="RUN")
+    query_id: str = option(help="the query's query_id", positional=True, metavar="QUERY_ID")
+    baseline: str | None = option(None, "beside this run's verdicts, changes marked", metavar="RUN")
+    root: PublishedRoot = field(default_factory=PublishedRoot)
+    as_json: bool = _json("print one JSON object (texts whole)")
+
+
+@dataclass(frozen=True)
 class StatusOptions:
     summary: ClassVar[str] = (
         "where a run stands: shards staged, batches and their counts (asks no judge)"

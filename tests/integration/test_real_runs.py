@@ -80,7 +80,7 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
     output = tmp_path / "out"
     for run_id, candidate, threshold in (("base", False, None), ("cand", True, 0.35)):
         input_path = tmp_path / f"{run_id}.jsonl"
-        rows = _e2e_rows(for_candidate=candidate)
+        rows = _e2e_rows(for_candidate=candidate)  # the candidate's stay in `rows`
         input_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         run_job(_e2e_config(input_path, output, run_id, threshold))
 
@@ -110,6 +110,35 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
     assert escape(SCRIPT_ID) in page and "<script" not in page.lower()
     assert "<b>sea</b>" not in page
     assert 'id="failed"' in page and BAD_ID in page
+    # the largest regression opens onto its passages, their texts read back from the input
+    worst = table.drop_nulls("delta").sort("delta").row(0, named=True)["query_id"]
+    texts = next(row for row in rows if row["id"] == worst)["contexts"]
+    assert all(str(escape(text)) in page for text in texts)
+    _show_reads_the_real_runs_texts_back(output, rows, table)
+
+
+def _show_reads_the_real_runs_texts_back(
+    output: Path, rows: list[dict[str, Any]], table: pl.DataFrame
+) -> None:
+    """`ctxprec show` of the real run's most regressed query: the input's texts as judged, the
+    verdicts of the published table, both runs' verdicts side by side."""
+    query_id = table.drop_nulls("delta").sort("delta").row(0, named=True)["query_id"]
+    out = io.StringIO()
+    argv = ["show", "cand", query_id, "--baseline", "base", "--output", str(output), "--json"]
+    with redirect_stdout(out):
+        assert ctxprec(argv) == 0
+    shown = json.loads(out.getvalue())
+    row = next(r for r in rows if r["id"] == query_id)
+    # judged against the reference (judge.against auto): the judge saw no answer
+    seen = (shown["query"], shown["answer"], shown["reference"], shown["texts"])
+    assert seen == (row["question"], None, row["ground_truth"], None)
+    assert [c["text"] for c in shown["contexts"]] == row["contexts"]
+    verdicts = load_run(open_store(str(output)), "cand").verdicts()
+    published = verdicts.filter(pl.col("query_id") == query_id).sort("position").collect()
+    words = ["yes" if v else "no" for v in published["relevant"]]
+    assert [c["verdict"] for c in shown["contexts"]] == words
+    assert shown["moved"] == "judge" and shown["score"] < shown["baseline_score"]
+    assert any(c["change"] == "flipped" for c in shown["contexts"])
 
 
 @needs_the_files

@@ -101,7 +101,7 @@ class Query:
 
 
 def _score_row(
-    query: Query, row: int, model: str, scale: float, tables: RunSchema
+    query: Query, where: tuple[str, int], model: str, scale: float, tables: RunSchema
 ) -> dict[str, Any]:
     contexts = len(query.verdicts)
     score = query.score(scale)
@@ -124,20 +124,47 @@ def _score_row(
         prompt_tokens=PROMPT_TOKENS_PER_CONTEXT * contexts,
         completion_tokens=COMPLETION_TOKENS_PER_CONTEXT * contexts,
         cache_hits=0,
-        source="input.jsonl",
-        row=row,
+        source=where[0],
+        row=where[1],
         truncated=False,
         duplicate_of=None,
     )
     return {**base, **{name: query.carried.get(name) for name in tables.names}}
 
 
+def _ids(query: Query) -> list[str]:
+    return list(query.contexts or [f"doc-{position}" for position in range(len(query.verdicts))])
+
+
+def passage_text(query: Query, position: int) -> str:
+    """The text of a query's passage (what its context_hash is of): "<its id> of <query_id>"."""
+    return f"{_ids(query)[position]} of {query.query_id}"
+
+
+def _write_input(path: Path, queries: Sequence[Query], with_ids: bool) -> list[tuple[str, int]]:
+    """The run's input as JSON Lines at `path` (the job's default columns); each row's
+    (source, byte offset)."""
+    where, lines, offset = [], [], 0
+    for query in queries:
+        texts = [passage_text(query, p) for p in range(len(query.verdicts))]
+        row = {"query_id": query.query_id, "input": f"question of {query.query_id}"}
+        row |= {"output": f"answer of {query.query_id}", "context": texts, **query.carried}
+        line = (
+            json.dumps(row | ({"context_ids": _ids(query)} if with_ids else {})) + "\n"
+        ).encode()
+        where.append((str(path), offset))
+        lines.append(line)
+        offset += len(line)
+    path.write_bytes(b"".join(lines))
+    return where
+
+
 def _verdict_rows(query: Query, tables: RunSchema, with_ids: bool) -> list[dict[str, Any]]:
-    """The query's verdict rows; a passage's text (its hash) is "<its id> of <query_id>"."""
+    """The query's verdict rows; a passage's text (its hash) is `passage_text`."""
     reasons = query.judge_reasons or [
         "" if v is None else "relevant" if v else "not relevant" for v in query.verdicts
     ]
-    ids = query.contexts or [f"doc-{position}" for position in range(len(query.verdicts))]
+    ids = _ids(query)
     carried = {name: query.carried.get(name) for name in tables.verdict_names}
     return [
         {
@@ -145,7 +172,7 @@ def _verdict_rows(query: Query, tables: RunSchema, with_ids: bool) -> list[dict[
                 query_id=query.query_id,
                 position=position,
                 context_id=ids[position] if with_ids else None,
-                context_hash=context_hash(f"{ids[position]} of {query.query_id}"),
+                context_hash=context_hash(passage_text(query, position)),
                 relevant=verdict,
                 judge_reason=reasons[position],
                 cached=False,
@@ -178,6 +205,7 @@ def publish(
     prompt_version: str = PROMPT_VERSION,
     error_rate: ErrorRate | None = None,
     context_ids: bool = True,
+    inputs: Path | None = None,
 ) -> RunLocation:
     """Write run `run_id` of `queries` under `store` as the job publishes one; its location.
 
@@ -186,11 +214,15 @@ def publish(
     judges would have settled on (the manifest's `judge.response_format`); `api_base`: the
     config's judge.api_base; `error_rate`: the manifest's (default: the summary's errors
     against a limit of 0.5, no commonest error); `context_ids`: False for a run whose input
-    gave none (null context_id)."""
+    gave none (null context_id); `inputs`: where to write the run's input as JSON Lines (its
+    passages' texts `passage_text`), which the scores rows then point to."""
     location = RunLocation(run_id=run_id, run_date=run_date)
     schema = RunSchema(carried)
+    where = [("input.jsonl", row) for row in range(len(queries))]
+    if inputs is not None:
+        where = _write_input(inputs, queries, context_ids)
     scores = pl.DataFrame(
-        [_score_row(q, row, model, scale, schema) for row, q in enumerate(queries)],
+        [_score_row(q, at, model, scale, schema) for at, q in zip(where, queries, strict=True)],
         schema=schema.scores.polars,
         orient="row",
     )
@@ -217,7 +249,13 @@ def publish(
         "judge_model": model,
         "prompt_version": prompt_version,
         "config": {
-            "input": {"carry": schema.names, "carry_to_verdicts": schema.verdict_names},
+            "input": {
+                "path": str(inputs or "input.jsonl"),
+                "columns": {"context_ids": "context_ids" if context_ids else None},
+                "carry": schema.names,
+                "carry_to_verdicts": schema.verdict_names,
+            },
+            "output": {"path": store.url(store.root)},
             "judge": {"model": model, "api_base": api_base},
             "scorer": {"scale": scale},
             "summary": {"by": list(segment_by)},
@@ -374,12 +412,15 @@ FLIPPED = frozenset(range(200, 400, 5))  # a verdict flipped: every other one ri
 CAUSE_SEGMENTS = {"low": range(100), "mid": range(100, 250), "high": range(250, 400)}
 
 
-def two_causes(store: Store, context_ids: bool = True) -> tuple[str, str]:
+def two_causes(
+    store: Store, context_ids: bool = True, inputs: Path | None = None
+) -> tuple[str, str]:
     """Publish TWO_CAUSES, 400 queries "c000".. carrying `retriever` (its CAUSE_SEGMENTS name),
     5 passages each, the first relevant, the second not, the last relevant. In the second run,
     REORDERED's first two passages swap (verdicts with them), and FLIPPED get one verdict
     flipped on the same passages: the second passage found relevant (the score rises) when
-    the query number is even, else the first one not (it falls). Every one of them changes."""
+    the query number is even, else the first one not (it falls). Every one of them changes.
+    `inputs`: a folder to write each run's input to (`publish`)."""
     rng = random.Random(29)
     runs: tuple[list[Query], list[Query]] = ([], [])
     for segment, numbers in CAUSE_SEGMENTS.items():
@@ -401,6 +442,7 @@ def two_causes(store: Store, context_ids: bool = True) -> tuple[str, str]:
             carried=[RETRIEVER],
             segment_by=["retriever"],
             context_ids=context_ids,
+            inputs=inputs / f"{run_id}.jsonl" if inputs is not None else None,
         )
     return TWO_CAUSES
 

@@ -26,7 +26,7 @@ from tests.support.paths import REPO
 
 ENV = {**os.environ, **RAY_ENV}
 HEAVY = ("polars", "pyarrow", "fsspec", "ray", "litellm")
-COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report", "status", "cache")
+COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report", "show", "status", "cache")
 
 
 def run(
@@ -219,6 +219,7 @@ REQUIRED = {
     "calibrate": ["--config", "c.yaml", "--labels", "l.jsonl"],
     "compare": ["a", "b"],
     "report": ["r"],
+    "show": ["r", "q"],
     "status": ["r"],
     "cache": ["compact", "--config", "c.yaml"],
 }

@@ -25,12 +25,14 @@ from jobs.engine.publish.aggregate import BANDS
 from jobs.engine.publish.response_formats import RunResponseFormat
 from jobs.tools.published_runs import load_run
 from jobs.tools.report import charts
+from jobs.tools.report.page import DRILLED
 from jobs.tools.report.report_queries import WORST_QUERIES
 from jobs.tools.tool_options import ReportOptions
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.response_format import DroppedForm
 from tests.support.published import (
     BAD_ID,
+    FLIPPED,
     SCRIPT_ID,
     UNSCORED_ID,
     WORSE,
@@ -366,3 +368,47 @@ def test_nice_ticks_cover_the_range() -> None:
     assert all(b > a for a, b in itertools.pairwise(ticks))
     symmetric = charts.nice_ticks(-0.3, 0.3)
     assert [f"{t:+.1f}" for t in symmetric if t == 0] == ["+0.0"]  # no "-0.0" label
+
+
+def test_with_a_baseline_each_regression_opens_onto_its_passages_and_both_verdicts(
+    tmp_path: Path,
+) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    a, b = two_causes(open_store(str(tmp_path / "out")), inputs=inputs)
+    page, _ = run_report(tmp_path / "out", b, "--baseline", a)
+    regressions = page.split("<h3>Largest regressions", 1)[1].split("</section>", 1)[0]
+    assert regressions.count("<details>") == DRILLED
+    assert f"The first {DRILLED} open onto their passages" in regressions
+    n = min(q for q in FLIPPED if q % 2 == 1)  # its first passage no longer relevant
+    drilled = regressions.split(f'<span class="qid">c{n:03d}</span>', 1)[1].split("</details>")[0]
+    changed = [row for row in drilled.split("<tr") if 'class="changed"' in row]
+    assert len(changed) == 1 and f"doc-{n}-0 of c{n:03d}" in changed[0]
+    chips = re.findall(r'<span class="chip (\w+)">', changed[0])
+    assert chips == ["no", "yes"] and "<td>flipped</td>" in changed[0]
+
+
+def test_without_a_baseline_the_worst_queries_open_onto_their_passages(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    _, b = two_causes(open_store(str(tmp_path / "out")), inputs=inputs)
+    page, _ = run_report(tmp_path / "out", b)
+    worst = page.split('<section id="worst">', 1)[1].split("</section>", 1)[0]
+    assert worst.count("passages and verdicts</summary>") == DRILLED
+    first = re.search(r'<span class="qid">(c\d+)</span>', worst)
+    assert first is not None and f"doc-{int(first[1][1:])}-0 of {first[1]}</div>" in worst
+
+
+def test_passages_and_query_ids_are_escaped_in_the_drilled_items(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    store = open_store(str(tmp_path / "out"))
+    ids = ["<script>alert(2)</script>", "doc-1"]
+    hostile = [Query(SCRIPT_ID, [True, False], contexts=ids), Query("q1", [True])]
+    publish(store, "hostile-a", hostile, inputs=inputs / "a.jsonl")
+    worse = [Query(SCRIPT_ID, [False, True], contexts=ids), Query("q1", [True])]
+    publish(store, "hostile-b", worse, inputs=inputs / "b.jsonl")
+    page, _ = run_report(tmp_path / "out", "hostile-b", "--baseline", "hostile-a")
+    assert "<script" not in page.lower() and page.count("passages and verdicts") >= 1
+    assert str(escape(f"<script>alert(2)</script> of {SCRIPT_ID}")) in page  # the text
+    assert str(escape(SCRIPT_ID)) in page

@@ -21,6 +21,7 @@ from jobs.core.error_rate import ErrorRate
 from jobs.engine import RunSummary, band_range
 from jobs.run.canary import CanaryResult
 from jobs.tools.comparison import Comparison, compare_runs, differences, gate, gate_word
+from jobs.tools.drilldown import item_views
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
 from jobs.tools.report.charts import (
@@ -39,6 +40,8 @@ MAX_CHIPS = 40
 MAX_CHART_POSITIONS = 40
 MAX_CHART_SEGMENTS = 30  # a chart draws the lowest-scoring ones; the table lists them all
 REGRESSIONS = 20
+DRILLED = 10  # the first regressions (else worst queries) open onto `ctxprec show`'s view
+PASSAGE_CHARS = 300  # a passage's text on the page is cut there
 PACKAGE = "jobs.tools.report"  # where the template and the stylesheet are
 TEMPLATE = "report.html.j2"
 STYLESHEET = "report.css"
@@ -388,6 +391,10 @@ def _environment() -> jinja2.Environment:
 def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> str:
     """The whole report page as one HTML string (with a baseline section when given one)."""
     summary = run.summary
+    compared = baseline_view(compare_runs(baseline, run)) if baseline else None
+    worst = queries.worst_queries(run)
+    rows = compared["regressions"] if compared else worst["rows"]
+    drilled = item_views(run, [row["query_id"] for row in rows[:DRILLED]], baseline)
     # Not escaped: a <style> element does not decode entities (and the file is our own).
     css = resources.files(PACKAGE).joinpath(STYLESHEET).read_text(encoding="utf-8")
     context: dict[str, Any] = {
@@ -397,13 +404,15 @@ def render_report(run: PublishedRun, baseline: PublishedRun | None = None) -> st
         "header_cards": header_cards(summary),
         "error_rate": error_rate(run),
         "summary": summary,
-        "baseline": baseline_view(compare_runs(baseline, run)) if baseline else None,
+        "baseline": compared,
         "distribution_charts": distribution_charts(run),
         "segments": segments_view(summary),
         "min_segment_size": CompareOptions.min_segment_size,
         "positions": positions_view(run),
         "cost": cost_view(run),
-        "worst": queries.worst_queries(run),
+        "worst": worst,
+        "drilled": {view.query_id: view for view in drilled},
+        "drilled_limits": (DRILLED, PASSAGE_CHARS),
         "failed": queries.failed_items(run) if summary.unscored or summary.errors else [],
         "max_chips": MAX_CHIPS,
         "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
