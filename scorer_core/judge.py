@@ -200,7 +200,13 @@ class LLMJudge:
                 raise
             self.response_format.accepted(form, probe)
             usage = Usage(
-                calls, reply.prompt_tokens, reply.completion_tokens, retries, rate_limited
+                calls,
+                reply.prompt_tokens,
+                reply.completion_tokens,
+                retries,
+                rate_limited,
+                cached_prompt_tokens=reply.cached_prompt_tokens,
+                cache_creation_tokens=reply.cache_creation_tokens,
             )
             return reply, usage
 
