@@ -125,8 +125,16 @@ STAGED_ITEMS = Table(
         Column("rate_limited", "int64", "requests refused with HTTP 429"),
         Column("reasks", "int64", "replies re-asked because they were unusable"),
         Column("cache_hits", "int64", "verdicts answered by the verdict cache"),
-        Column("cached_prompt_tokens", "int64", "of prompt_tokens, read from the provider's cache"),
-        Column("cache_creation_tokens", "int64", "of prompt_tokens, written to its cache"),
+        Column(
+            "cached_prompt_tokens",
+            "int64",
+            "of `prompt_tokens`, those the provider read from its prompt cache (its cache rate)",
+        ),
+        Column(
+            "cache_creation_tokens",
+            "int64",
+            "of `prompt_tokens`, those written to the provider's prompt cache (Anthropic)",
+        ),
         Column("source", "string", "the input file"),
         Column(
             "row",
