@@ -367,7 +367,7 @@ def estimate(
     calls = c.verdict_calls + c.reason_calls
     prompt_tokens = _prompt_tokens(config, scan)
     output_tokens = _output_tokens(config, c.pairs, c.cached_pairs, c.reason_calls)
-    instructions, cached, cache_note = _prompt_cache(config, c.calls_after_cache)
+    instructions, cached, caching = _prompt_cache(config, c.calls_after_cache)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache, cached)
     reply_chars = output_tokens.after_cache * CHARS_PER_TOKEN
     if c.cached_pairs:
@@ -399,7 +399,7 @@ def estimate(
         cost_per_1000_items_usd=None if cost is None or not c.valid else cost / c.valid * 1000,
         judge_chars_per_item=(c.prompt_chars_sent + reply_chars) / c.valid if c.valid else 0.0,
         instruction_tokens=instructions,
-        prompt_cache=cache_note,
+        prompt_cache=caching,
         wall_time=_wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s),
         batch=_batches(config, scan.packer) if config.judge.mode == "batch" else None,
         cache=CacheShare(

@@ -290,9 +290,9 @@ class ChatJudge:
         read, written = (tokens, 0) if prefix in self._cached_prefixes else (0, tokens)
         self._cached_prefixes.add(prefix)
         self.cached_tokens += read
-        self.cache_creation_tokens += written
         if self._prompt_cache == "openai":
             return {"prompt_tokens_details": {"cached_tokens": read}}
+        self.cache_creation_tokens += written
         return {"cache_read_input_tokens": read, "cache_creation_input_tokens": written}
 
     def answer_line(self, body: Any) -> tuple[int, dict[str, Any]]:

@@ -409,3 +409,20 @@ def test_verdicts_without_reasons_and_the_cost_per_item(
         assert found.cost_per_1000_items_usd == pytest.approx(found.cost_usd / len(rows) * 1000)
     assert "per 1,000 items; " in format_estimate(bare)
     assert "judge characters (prompt and expected reply)" in format_estimate(bare)
+
+
+def test_the_estimate_says_whether_the_provider_would_cache_the_instructions(
+    sample: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    data, _ = sample
+    config = write_config(data.parent.parent, data)
+    found = run(config, "judge.model=openai/gpt-5-mini")
+    assert 0 < found.instruction_tokens < 1024  # the instructions, counted by the tokenizer
+    assert found.prompt_cache == (
+        f"instructions: {found.instruction_tokens:,} tokens, below OpenAI's 1,024-token cache "
+        "minimum: no prompt caching"
+    )
+    assert f"prompt cache    {found.prompt_cache}" in format_estimate(found)
+    haiku = run(config, "judge.model=anthropic/claude-haiku-4-5")
+    assert "below Anthropic's 4,096-token cache minimum" in haiku.prompt_cache  # litellm's map
+    assert run(config).prompt_cache == "none: the offline judge sends no prompts"
