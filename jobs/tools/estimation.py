@@ -489,7 +489,7 @@ def _prompt_cache(config: JobConfig, calls: int) -> tuple[int, int, str]:
     model, litellm = config.judge.model, import_litellm()
     text = VERDICT_INSTRUCTIONS[config.judge.verdict_reasons]
     tokens = int(litellm.token_counter(model=model, text=text))
-    minimum = get_prompt_cache_min_tokens(model)  # litellm's default for a model it lacks
+    minimum = int(get_prompt_cache_min_tokens(model))  # litellm's default for others
     try:
         provider = get_llm_provider(model)[1]
     except Exception:  # litellm does not know the model's provider
