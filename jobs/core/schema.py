@@ -125,16 +125,8 @@ STAGED_ITEMS = Table(
         Column("rate_limited", "int64", "requests refused with HTTP 429"),
         Column("reasks", "int64", "replies re-asked because they were unusable"),
         Column("cache_hits", "int64", "verdicts answered by the verdict cache"),
-        Column(
-            "cached_prompt_tokens",
-            "int64",
-            "of `prompt_tokens`, those the provider read from its prompt cache (its cache rate)",
-        ),
-        Column(
-            "cache_creation_tokens",
-            "int64",
-            "of `prompt_tokens`, those written to the provider's prompt cache (Anthropic)",
-        ),
+        Column("cached_prompt_tokens", "int64", "prompt tokens read from the provider's cache"),
+        Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
         Column("source", "string", "the input file"),
         Column(
             "row",
@@ -298,8 +290,8 @@ BATCH_REPLIES = Table(
         Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
         Column("completion_tokens", "int64", "completion tokens the provider reported"),
         Column("retry", "string", "why an error is transient (asked again); null: final"),
-        Column("cached_prompt_tokens", "int64", "of prompt_tokens, read from the cache"),
-        Column("cache_creation_tokens", "int64", "of prompt_tokens, written to the cache"),
+        Column("cached_prompt_tokens", "int64", "prompt tokens read from the provider's cache"),
+        Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
     ),
 )
 """One row per answered (or failed) request of a shard: a batch's output and error lines,
