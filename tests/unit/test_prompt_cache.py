@@ -189,3 +189,17 @@ def test_the_summary_prints_the_cache_the_cost_per_1000_items_and_tokens_per_ite
     assert any(line.split() == ["from", "prompt", "cache", "120,000"] for line in lines)
     assert any(line.split() == ["per", "1,000", "items", "$1.25"] for line in lines), lines
     assert any(line.split() == ["judge", "tokens", "per", "item", "1,550"] for line in lines)
+
+
+def test_litellms_usage_of_an_anthropic_reply_reads_both_cache_counts() -> None:
+    from litellm.types.utils import Usage as LiteLLMUsage
+
+    # as litellm's Anthropic transformation builds it: cache tokens inside prompt_tokens
+    usage = LiteLLMUsage(
+        prompt_tokens=170,
+        completion_tokens=12,
+        cache_read_input_tokens=100,
+        cache_creation_input_tokens=50,
+    )
+    reply = ChatReply.from_usage("{}", usage.model_dump())
+    assert reply == ChatReply("{}", 170, 12, 100, 50)
