@@ -52,10 +52,10 @@ class ChatReply:
         read = details.get("cached_tokens") or usage.get("cache_read_input_tokens")
         written = usage.get("cache_creation_input_tokens") or details.get("cache_write_tokens")
         counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"), read, written)
-        return cls(text, *map(token_count, counts))
+        return cls(text, *map(_token_count, counts))
 
 
-def token_count(value: object) -> int:
+def _token_count(value: object) -> int:
     """A token count as the provider reported it; 0 when absent or not a number."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return 0
