@@ -15,6 +15,13 @@ after the other:
      `ragas.evaluate()` (the older one);
   5. DeepEval's ContextualPrecisionMetric through `deepeval.evaluate()` (the slowest, last).
 
+`--bill` measures what the judge would be billed instead: prompt and reply tokens per item
+and the cost per 1,000 items at two published price points (litellm's map), for our job with
+`judge.verdict_reasons` true and false, RAGAS (`abatch_score`) and DeepEval, on the same items
+(the responder counts every request's tokens); it writes BILL_SECTION.
+
+    .venv/bin/python -m bench.peers_bench --bill --items 200
+
 DeepEval and RAGAS run in a throwaway venv outside the repo (`--venv`, made on first use with
 `python -m venv` and pip from the registry; never in the project's venv or uv.lock), through the
 drivers in bench/peers/, which say which settings they use. Their telemetry is off
@@ -90,6 +97,8 @@ class Result:
     scored: int
     phases: tuple[tuple[str, float], ...] = ()  # our job: the manifest's timings_s
     finished: bool = True  # False: stopped at the bench's time limit (`--peer-timeout`)
+    prompt_tokens: int = 0  # billed, as the responder counts them with --count-tokens
+    reply_tokens: int = 0
 
     @property
     def rate(self) -> float:
@@ -144,8 +153,9 @@ def agreement(expected: dict[str, float], scores: dict[str, float | None]) -> tu
 
 
 @contextlib.contextmanager
-def responder(max_seconds: float) -> Iterator[str]:
+def responder(max_seconds: float, count_tokens: bool = False) -> Iterator[str]:
     command = [sys.executable, "-m", "bench.peers.responder", "--max-seconds", f"{max_seconds:.0f}"]
+    command += ["--count-tokens"] if count_tokens else []
     with serving(command, "the peers responder", ENV) as url:
         yield url
 
@@ -168,6 +178,8 @@ class Served:
     statuses: dict[str, int]
     first_at: float  # time.monotonic() of the first request (the same clock in every process)
     last_at: float
+    prompt_tokens: int = 0  # billed (the responder's --count-tokens)
+    reply_tokens: int = 0
 
     @property
     def span_s(self) -> float:
@@ -182,6 +194,8 @@ def served(url: str) -> Served:
         dict(stats["by_status"]),
         float("nan") if first is None else float(first),
         float("nan") if last is None else float(last),
+        int(stats.get("billed_prompt_tokens", 0)),
+        int(stats.get("billed_reply_tokens", 0)),
     )
 
 
@@ -223,6 +237,8 @@ class Timed:
             *agreed,
             phases,
             self.finished,
+            seen.prompt_tokens,
+            seen.reply_tokens,
         )
 
 
@@ -251,7 +267,7 @@ def run_timed(
 
 
 def run_ours(
-    name: str, items_path: Path, work: Path, url: str, expected: dict[str, float], **judge: str
+    name: str, items_path: Path, work: Path, url: str, expected: dict[str, float], **judge: Any
 ) -> Result:
     import polars as pl
     import yaml
@@ -668,6 +684,119 @@ def render(
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------
+# the judge bill side by side (--bill)
+
+BILL_SECTION = "## The judge bill side by side with DeepEval and RAGAS"
+PRICE_POINTS = (("GPT-5-mini", "gpt-5-mini"), ("Claude Haiku 4.5", "claude-haiku-4-5"))
+"""Two published price points: (the name shown, the model's key in litellm's price map)."""
+
+
+def price_map_date() -> str:
+    """The day the litellm whose bundled price map prices the bill was released (the upload
+    time of its sdist in uv.lock)."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))
+    package = next(p for p in lock["package"] if p["name"] == "litellm")
+    return str(package["sdist"]["upload-time"])[:10]
+
+
+def per_1000_items(result: Result, model: str) -> float:
+    """The contender's bill per 1,000 items at `model`'s price in litellm's map."""
+    from jobs.core.pricing import estimate_cost_usd
+
+    cost = estimate_cost_usd(model, result.prompt_tokens, result.reply_tokens)
+    return float("nan") if cost is None else cost / result.items * 1000
+
+
+def bill_steps(
+    python: Path, items_path: Path, work: Path, url: str, expected: dict[str, float], limit: float
+) -> list[Callable[[], Result]]:
+    """Our job with each `judge.verdict_reasons`, RAGAS (its 0.4 API) and DeepEval."""
+
+    def peer(name: str, driver: str, args: list[str]) -> Callable[[], Result]:
+        return lambda: run_peer(name, python, driver, args, items_path, work, url, expected, limit)
+
+    return [
+        lambda: run_ours(OURS_DEFAULT, items_path, work, url, expected),
+        lambda: run_ours(
+            "our job, no reasons", items_path, work, url, expected, verdict_reasons=False
+        ),
+        peer("RAGAS, abatch_score", "ragas_driver.py", ["--entry", "collections"]),
+        peer("DeepEval", "deepeval_driver.py", []),
+    ]
+
+
+def render_bill(
+    results: list[Result], command: str, versions: dict[str, str], loads: str, dated: str
+) -> str:
+    """The bill section: tokens per item and the cost per 1,000 items at each price point."""
+    from jobs.core.pricing import estimate_cost_usd
+
+    rates = []
+    for shown, model in PRICE_POINTS:
+        per_million = [estimate_cost_usd(model, *tokens) for tokens in ((10**6, 0), (0, 10**6))]
+        rates.append(f"{shown} ${per_million[0]:.2f} in / ${per_million[1]:.2f} out")
+    prices = " and ".join(f"$ / 1,000 items, {shown}" for shown, _ in PRICE_POINTS)
+    lines = [
+        BILL_SECTION,
+        "",
+        header(command),
+        "",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}. Load average "
+        f"(1/5/15 min) at the start: {loads}.",
+        "",
+        "What each contender's judge requests would be billed for the same seeded items (a "
+        "query, an answer, a reference answer, 3 to 9 contexts; the same server and markers as "
+        "the section above, every score checked). The responder counts every request it "
+        "answers, ours and the peers' alike (`bench.peers.responder --count-tokens`): prompt "
+        "tokens are the messages with their per-message overhead, plus the JSON schema of a "
+        "`json_schema` request (ours; RAGAS asks for `json_object`, DeepEval for no format); "
+        "reply tokens are the reply's content, each as the server shaped it for that tool's "
+        "schema, its reasons a few words each (about 25 characters): a model writes longer ones "
+        "where nothing caps them (DeepEval's and RAGAS's reasons, DeepEval's summary), ours are "
+        "capped at 60 characters or absent, so the peers' reply columns are lower bounds. One "
+        "tokenizer for all: GPT-5-mini's (o200k, through litellm); Claude's is not public and "
+        "usually counts somewhat more tokens for the same English text, so its column "
+        "approximates, for every contender alike. Prices: litellm "
+        f"{versions.get('litellm', '')}'s bundled map (released {dated}), per million tokens: "
+        f"{'; '.join(rates)}; no prompt-cache discount (no contender's static prefix reaches a "
+        "provider's minimum).",
+        "",
+        f"| contender | settings | calls / item | prompt tokens / item | reply tokens / item "
+        f"| {prices.replace(' and ', ' | ')} | scores right |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        costs = " | ".join(f"{per_1000_items(r, model):,.4f}" for _, model in PRICE_POINTS)
+        scored = f"{r.agree}/{r.items}" if r.finished else "did not finish"
+        lines.append(
+            f"| {r.name} | {r.settings} | {r.calls / r.items:,.2f} | "
+            f"{r.prompt_tokens / r.items:,.0f} | {r.reply_tokens / r.items:,.0f} | {costs} | "
+            f"{scored} |"
+        )
+    lines += ["", *bill_reading(results)]
+    return "\n".join(lines) + "\n"
+
+
+def bill_reading(results: list[Result]) -> list[str]:
+    """Each of our settings against the cheaper peer, at each price point."""
+    peers = [r for r in results if r.finished and r.name.startswith(("DeepEval", "RAGAS"))]
+    lines = []
+    for ours in (r for r in results if r.name.startswith("our job")):
+        for shown, model in PRICE_POINTS:
+            if not peers:
+                continue
+            cheaper = min(peers, key=lambda r: per_1000_items(r, model))
+            mine, theirs = per_1000_items(ours, model), per_1000_items(cheaper, model)
+            lines.append(
+                f"- {ours.name} at {shown} prices: ${mine:,.4f} per 1,000 items, "
+                f"{mine / theirs:.0%} of the cheaper peer's ${theirs:,.4f} ({cheaper.name})."
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peers_bench", description=__doc__)
     parser.add_argument("--items", type=int, default=600)
@@ -684,6 +813,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ray-probe", action="store_true", help="only print Ray's fixed costs as JSON"
     )
+    parser.add_argument(
+        "--bill",
+        action="store_true",
+        help="measure the judge bill (tokens per item, cost per 1,000 items) instead of speed",
+    )
     args = parser.parse_args(argv)
     if args.ray_probe:
         print(json.dumps(ray_probe()))
@@ -692,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     python = ensure_venv(args.venv)
     versions = {"litellm": importlib.metadata.version("litellm"), **peer_versions(python)}
     loads = load_average()
+    if args.bill:
+        return bill(args, command, python, versions, loads)
     results: list[Result] = []
     with (
         tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp,
@@ -772,6 +908,35 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         write_section(SECTION, section)
         print(f"wrote section {SECTION!r} of docs/benchmarks.md")
+    return 0
+
+
+def bill(
+    args: argparse.Namespace, command: str, python: Path, versions: dict[str, str], loads: str
+) -> int:
+    """`--bill`: every contender's billed tokens on the same items, written to BILL_SECTION."""
+    results: list[Result] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="peers-bill-") as tmp,
+        responder(3 * args.peer_timeout + 3600.0, count_tokens=True) as url,
+    ):
+        work = Path(tmp)
+        items_path = work / "items.jsonl"
+        expected = write_items(items_path, args.items)
+        for step in bill_steps(python, items_path, work, url, expected, args.peer_timeout):
+            result = step()
+            results.append(result)
+            print(
+                f"{result.name}: {result.calls} calls, {result.prompt_tokens:,} prompt / "
+                f"{result.reply_tokens:,} reply tokens, {result.agree}/{result.items} right",
+                flush=True,
+            )
+    section = render_bill(results, command, versions, loads, price_map_date())
+    print()
+    print(section)
+    if not args.no_write:
+        write_section(BILL_SECTION, section)
+        print(f"wrote section {BILL_SECTION!r} of docs/benchmarks.md")
     return 0
 
 

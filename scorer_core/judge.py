@@ -199,10 +199,10 @@ class LLMJudge:
                 self.response_format.released(form, probe)
                 raise
             self.response_format.accepted(form, probe)
-            usage = Usage(
-                calls, reply.prompt_tokens, reply.completion_tokens, retries, rate_limited
-            )
-            return reply, usage
+            used = (reply.prompt_tokens, reply.completion_tokens)
+            cache = (reply.cached_prompt_tokens, reply.cache_creation_tokens)
+            # no re-asks and no verdict-cache hits at this level: 0, 0
+            return reply, Usage(calls, *used, retries, rate_limited, 0, 0, *cache)
 
     async def _wait_for_first(self) -> bool:
         """Whether this attempt is the judge's first; any other waits until it is over."""

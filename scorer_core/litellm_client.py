@@ -165,9 +165,6 @@ class LiteLLMClient:
             text = response.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError) as exc:
             raise MalformedReply(f"judge {self.model}: reply has no message content") from exc
-        usage = getattr(response, "usage", None)
-        return ChatReply(
-            text=text,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        )
+        usage: Any = getattr(response, "usage", None)
+        usage = usage.model_dump() if hasattr(usage, "model_dump") else usage
+        return ChatReply.from_usage(text, usage)

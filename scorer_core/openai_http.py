@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -240,13 +239,7 @@ class OpenAIHTTPClient:
             raise MalformedReply(
                 self._message(f"HTTP 200 but not a chat completion ({exc!r}): {excerpt}")
             ) from None
-        usage = data.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
-        return ChatReply(
-            content or "",
-            _count(usage.get("prompt_tokens")),
-            _count(usage.get("completion_tokens")),
-        )
+        return ChatReply.from_usage(content or "", data.get("usage"))
 
     async def _session(self) -> aiohttp.ClientSession:
         """This event loop's session, made on first use."""
@@ -347,10 +340,3 @@ def status_error(
             describe(f"HTTP {status} redirect to {location!r}: set api_base to the final URL")
         )
     return MalformedReply(detail)  # 1xx: not a chat completion
-
-
-def _count(value: object) -> int:
-    """A token count as the server reported it; 0 when absent or not a number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return 0
-    return max(0, int(value))

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,6 +38,28 @@ class ChatReply:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens: read from the provider's prompt cache
+    cache_creation_tokens: int = 0  # of prompt_tokens: written to it (Anthropic)
+
+    @classmethod
+    def from_usage(cls, text: str, usage: object) -> ChatReply:
+        """`text` with the counts of an OpenAI-style `usage` (JSON, or litellm's dumped): cache
+        reads from `prompt_tokens_details.cached_tokens` or Anthropic's
+        `cache_read_input_tokens`, writes from `cache_creation_input_tokens`."""
+        usage = usage if isinstance(usage, Mapping) else {}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, Mapping) else {}
+        read = details.get("cached_tokens") or usage.get("cache_read_input_tokens")
+        written = usage.get("cache_creation_input_tokens") or details.get("cache_write_tokens")
+        counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"), read, written)
+        return cls(text, *map(_token_count, counts))
+
+
+def _token_count(value: object) -> int:
+    """A token count as the provider reported it; 0 when absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return max(0, int(value))
 
 
 class ChatClient(Protocol):

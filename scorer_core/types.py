@@ -42,6 +42,8 @@ class Usage:
     rate_limited: int = 0
     reasks: int = 0
     cache_hits: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens: read from the provider's prompt cache
+    cache_creation_tokens: int = 0  # of prompt_tokens: written to it (Anthropic)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(*[getattr(self, name) + getattr(other, name) for name in _USAGE_FIELDS])

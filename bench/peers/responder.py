@@ -13,6 +13,10 @@ recognised by their prompt text and answered in the JSON shape each tool parses:
 - RAGAS context precision (one request per context): the last `input: {...}` object of the
   prompt holds `question`, `context`, `answer`; reply `{"reason": ..., "verdict": 1|0}`.
 
+With `--count-tokens` it counts the prompt and reply tokens of every request it answers, ours
+and the peers' alike (GET /stats: billed_prompt_tokens, billed_reply_tokens), for the bill's
+side by side (`python -m bench.peers_bench --bill`).
+
 Relevance is the fake's rule for every contender (a context is relevant iff it contains the
 uppercase word RELEVANT), so all tools must arrive at the same scores. Kept in bench/ so the
 fake the tests rely on stays about our contract only.
@@ -51,6 +55,7 @@ _DEEPEVAL_CONTEXTS = re.compile(r"^Retrieval Context\s*\((\d+) documents?\):\n",
 _DEEPEVAL_SCORE = "Contextual Precision Score:\n"
 _RAGAS_MARK = "verify if the context was useful in arriving at the given answer"
 _RAGAS_INPUT = "\ninput: "
+TOKENIZER = "gpt-5-mini"  # whose tokenizer counts the billed tokens (`billed_tokens`)
 
 
 class PeerPromptError(ValueError):
@@ -131,11 +136,28 @@ def peer_reply(body: dict[str, Any]) -> tuple[str, str, int]:
     raise PeerPromptError("not a DeepEval or RAGAS context-precision prompt")
 
 
-class PeersJudgeServer(FakeJudgeServer):
-    """`FakeJudgeServer` that also answers DeepEval's and RAGAS's context-precision prompts."""
+def billed_tokens(body: dict[str, Any], content: str) -> tuple[int, int]:
+    """(prompt, reply) tokens of one request as a provider bills them, by GPT-5-mini's tokenizer
+    (o200k, through litellm, offline): the messages with their per-message overhead plus the
+    JSON schema a `json_schema` request carries; the reply's content."""
+    from litellm import token_counter
 
-    def __init__(self, port: int = 0, **kwargs: Any) -> None:
+    spec = body.get("response_format") or {}
+    schema = spec.get("json_schema", {}).get("schema") if isinstance(spec, dict) else None
+    prompt = token_counter(model=TOKENIZER, messages=body.get("messages") or [])
+    if schema:
+        prompt += token_counter(model=TOKENIZER, text=json.dumps(schema))
+    return prompt, token_counter(model=TOKENIZER, text=content, count_response_tokens=True)
+
+
+class PeersJudgeServer(FakeJudgeServer):
+    """`FakeJudgeServer` that also answers DeepEval's and RAGAS's context-precision prompts;
+    with `count_tokens`, it counts every answered request's tokens (`billed_tokens`)."""
+
+    def __init__(self, port: int = 0, *, count_tokens: bool = False, **kwargs: Any) -> None:
         super().__init__(port, **kwargs)
+        self._count_tokens = count_tokens
+        self._billed = [0, 0]  # prompt and reply tokens of the answered requests
         self._peer_requests: Counter[str] = Counter()
         self._peer_contexts: Counter[str] = Counter()
         self._peer_counter = 0
@@ -148,12 +170,14 @@ class PeersJudgeServer(FakeJudgeServer):
             self._peer_requests = Counter()
             self._peer_contexts = Counter()
             self._first_seen = self._last_seen = None
+            self._billed = [0, 0]
 
     def stats(self) -> dict[str, Any]:
         snapshot = super().stats()
         with self._lock:
             snapshot["peer_requests"] = dict(self._peer_requests)
             snapshot["peer_contexts_judged"] = dict(self._peer_contexts)
+            snapshot["billed_prompt_tokens"], snapshot["billed_reply_tokens"] = self._billed
             first, last = self._first_seen, self._last_seen
         # From the first request to the last, ours and the peers' alike: the time a client
         # spent sending, its start-up and shut-down left out.
@@ -172,7 +196,11 @@ class PeersJudgeServer(FakeJudgeServer):
             self._last_seen = now
         raw = await request.read()  # aiohttp keeps the body: the fake reads it again
         if any(mark in raw for mark in _OURS):
-            return await super()._answer(request, number)
+            response = await super()._answer(request, number)
+            if self._count_tokens and isinstance(response.body, bytes):
+                reply = json.loads(response.body)["choices"][0]["message"]["content"]
+                self._bill(json.loads(raw), reply)
+            return response
         try:
             body = json.loads(raw)
             if not isinstance(body, dict):
@@ -187,6 +215,8 @@ class PeersJudgeServer(FakeJudgeServer):
                 {"error": {"message": f"peers responder: {exc}", "type": "invalid_request_error"}},
                 status=400,
             )
+        if self._count_tokens:
+            self._bill(body, content)
         with self._lock:
             self._peer_requests[kind] += 1
             self._peer_contexts[kind] += judged
@@ -198,13 +228,20 @@ class PeersJudgeServer(FakeJudgeServer):
         reply = chat_completion(reply_id, model, content, prompt_tokens, completion_tokens)
         return web.Response(body=json.dumps(reply).encode(), content_type="application/json")
 
+    def _bill(self, body: dict[str, Any], content: str) -> None:
+        prompt, reply = billed_tokens(body, content)
+        with self._lock:
+            self._billed[0] += prompt
+            self._billed[1] += reply
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peers.responder", description=__doc__)
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free port")
     parser.add_argument("--max-seconds", type=float, default=1800.0, help="exit after this long")
+    parser.add_argument("--count-tokens", action="store_true", help="count billed tokens")
     args = parser.parse_args(argv)
-    server = PeersJudgeServer(args.port).start()
+    server = PeersJudgeServer(args.port, count_tokens=args.count_tokens).start()
     try:
         serve_until_stopped(server.url, args.max_seconds)
     finally:

@@ -37,38 +37,53 @@ def _model_info(model: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def _rates(model: str, suffix: str = "") -> tuple[float, float] | None:
-    """(input, output) price per token of `model` (`suffix` "_batches": in batch mode)."""
+_RATES = (
+    *("input_cost_per_token", "output_cost_per_token"),
+    *("cache_read_input_token_cost", "cache_creation_input_token_cost"),
+)
+
+
+def _rates(model: str, suffix: str = "") -> tuple[float, ...] | None:
+    """(input, output, cache read, cache write) price per token of `model` (`suffix`
+    "_batches": in batch mode); a cache rate the map does not have is the input rate."""
     info = _model_info(model) or {}
-    rates = [info.get(f"{side}_cost_per_token{suffix}") for side in ("input", "output")]
-    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in rates):
+    found = [info.get(f"{name}{suffix}") for name in _RATES]
+    rates = [float(r) if isinstance(r, int | float) else None for r in found]
+    if rates[0] is None or rates[1] is None:
         return None
-    return float(rates[0]), float(rates[1])  # type: ignore[arg-type]
+    return tuple(rates[0] if rate is None else rate for rate in rates)
 
 
-def _batch_rates(model: str) -> tuple[float, float, bool] | None:
-    """(input, output price per token, whether litellm knows them) in batch mode; None when
-    there is no price at all."""
+def _batch_rates(model: str) -> tuple[tuple[float, ...], bool] | None:
+    """(the rates in batch mode, whether litellm knows them); None without any price."""
     batch = _rates(model, "_batches")
     if batch is not None:
-        return *batch, True
+        return batch, True
     online = _rates(model)
     if online is None or not any(online):
         return None
-    return online[0] * BATCH_DISCOUNT_ASSUMED, online[1] * BATCH_DISCOUNT_ASSUMED, False
+    return tuple(rate * BATCH_DISCOUNT_ASSUMED for rate in online), False
 
 
 def estimate_cost_usd(
-    model: str, prompt_tokens: int, completion_tokens: int, *, batch: bool = False
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    *,
+    batch: bool = False,
+    cached: tuple[int, int] = (0, 0),
 ) -> float | None:
-    """Cost in USD from litellm's bundled price map (at the batch price when `batch`); None
-    for the offline judge or a model without a price."""
+    """Cost in USD from litellm's bundled price map (at the batch price when `batch`), the
+    `cached` (read, written) part of `prompt_tokens` at the provider's cache rates; None for
+    the offline judge or a model without a price."""
     if not model or not capabilities_of(model).priced:
         return None
-    rates = _batch_rates(model) if batch else _rates(model)
-    if rates is None:
+    found = _batch_rates(model) if batch else (_rates(model), True)
+    if found is None or found[0] is None:
         return None
-    cost = prompt_tokens * rates[0] + completion_tokens * rates[1]
+    rates, (read, written) = found[0], cached
+    tokens = (prompt_tokens - read - written, completion_tokens, read, written)
+    cost = sum(count * rate for count, rate in zip(tokens, rates, strict=True))
     return cost if math.isfinite(cost) else None
 
 
@@ -83,7 +98,7 @@ def price_basis(model: str, *, batch: bool) -> str:
     rates = _batch_rates(model)
     if rates is None:
         return f"unknown: litellm has no price for {model}"
-    if rates[2]:
+    if rates[1]:
         return f"at litellm's batch price for {model}"
     return (
         f"ASSUMED: half of litellm's online price for {model} (litellm has no batch price for it)"

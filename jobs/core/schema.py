@@ -125,6 +125,8 @@ STAGED_ITEMS = Table(
         Column("rate_limited", "int64", "requests refused with HTTP 429"),
         Column("reasks", "int64", "replies re-asked because they were unusable"),
         Column("cache_hits", "int64", "verdicts answered by the verdict cache"),
+        Column("cached_prompt_tokens", "int64", "prompt tokens read from the provider's cache"),
+        Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
         Column("source", "string", "the input file"),
         Column(
             "row",
@@ -187,6 +189,8 @@ PUBLISHED_SCORES = STAGED_ITEMS.project(
         "prompt_tokens",
         "completion_tokens",
         "cache_hits",
+        "cached_prompt_tokens",
+        "cache_creation_tokens",
         "source",
         "row",
         "truncated",
@@ -221,7 +225,8 @@ PUBLISHED_SUMMARY = Table(
             "string",
             "`scale`, `items`, `population`, `scored`, `unscored`, `errors`, `mean`, "
             "`median`, `p10`, `p90`, `mean_ci_low`, `mean_ci_high`, `judge_calls`, "
-            "`prompt_tokens`, `completion_tokens`, `cache_hits`, `cost_usd`, `band_count`, "
+            "`prompt_tokens`, `completion_tokens`, `cache_hits`, `cached_prompt_tokens`, "
+            "`cache_creation_tokens`, `cost_usd`, `band_count`, "
             "`position_judged`, `position_relevant`, `position_rate`; with a judge canary "
             "also canary_items, canary_kappa, canary_precision and canary_recall (the whole "
             "run's rows). mean_ci_low / mean_ci_high: the 95% interval of the mean; "
@@ -285,6 +290,8 @@ BATCH_REPLIES = Table(
         Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
         Column("completion_tokens", "int64", "completion tokens the provider reported"),
         Column("retry", "string", "why an error is transient (asked again); null: final"),
+        Column("cached_prompt_tokens", "int64", "prompt tokens read from the provider's cache"),
+        Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
     ),
 )
 """One row per answered (or failed) request of a shard: a batch's output and error lines,

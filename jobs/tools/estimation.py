@@ -51,6 +51,7 @@ from scorer_core.judge import (
 )
 from scorer_core.litellm_client import import_litellm
 from scorer_core.prompt import (
+    VERDICT_INSTRUCTIONS,
     VERDICTS_SCHEMA_NAME,
     reason_messages,
     verdict_messages,
@@ -70,6 +71,7 @@ LITELLM_IMPORT_S = 3.5
 # Stands in for the judge's per-verdict reason when sizing LLM-reason prompts.
 _PLACEHOLDER_VERDICT_REASON = "The passage states the fact that the query asks about, so it helps."
 _MAX_INVALID_EXAMPLES = 5
+_PROVIDERS = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
 
 
 class _Record(BaseModel):
@@ -190,6 +192,9 @@ class Estimate(_Record):
     # after the cache, per 1,000 valid items; judge characters: prompt and expected reply
     cost_per_1000_items_usd: float | None
     judge_chars_per_item: float
+    # the verdict instructions, every request's static prefix, against the provider's minimum
+    instruction_tokens: int
+    prompt_cache: str
     wall_time: WallTime
     batch: BatchPlan | None
     cache: CacheShare
@@ -362,7 +367,8 @@ def estimate(
     calls = c.verdict_calls + c.reason_calls
     prompt_tokens = _prompt_tokens(config, scan)
     output_tokens = _output_tokens(config, c.pairs, c.cached_pairs, c.reason_calls)
-    cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache)
+    instructions, cached, caching = _prompt_cache(config, c.calls_after_cache)
+    cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache, cached)
     reply_chars = output_tokens.after_cache * CHARS_PER_TOKEN
     if c.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
@@ -392,6 +398,8 @@ def estimate(
         cost_note=cost_note,
         cost_per_1000_items_usd=None if cost is None or not c.valid else cost / c.valid * 1000,
         judge_chars_per_item=(c.prompt_chars_sent + reply_chars) / c.valid if c.valid else 0.0,
+        instruction_tokens=instructions,
+        prompt_cache=caching,
         wall_time=_wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s),
         batch=_batches(config, scan.packer) if config.judge.mode == "batch" else None,
         cache=CacheShare(
@@ -471,14 +479,39 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
     )
 
 
-def _cost(config: JobConfig, prompt_tokens: int, output_tokens: int) -> tuple[float | None, str]:
-    """The cost in USD (None: no price known) and what it is based on."""
+def _prompt_cache(config: JobConfig, calls: int) -> tuple[int, int, str]:
+    """(the verdict instructions' tokens, prompt tokens a provider's cache would read over
+    `calls` requests, and whether it caches them, in words)."""
+    if factory.capabilities(config).offline:
+        return 0, 0, "none: the offline judge sends no prompts"
+    from litellm.utils import get_llm_provider, get_prompt_cache_min_tokens
+
+    model, litellm = config.judge.model, import_litellm()
+    text = VERDICT_INSTRUCTIONS[config.judge.verdict_reasons]
+    tokens = int(litellm.token_counter(model=model, text=text))
+    minimum = int(get_prompt_cache_min_tokens(model))  # litellm's default for others
+    try:
+        provider = get_llm_provider(model)[1]
+    except Exception:  # litellm does not know the model's provider
+        provider = "the provider"
+    name = _PROVIDERS.get(provider, provider)
+    said = f"instructions: {tokens:,} tokens, {{}} {name}'s {minimum:,}-token cache minimum"
+    if tokens < minimum:
+        return tokens, 0, said.format("below") + ": no prompt caching"
+    return tokens, tokens * max(calls - 1, 0), said.format("above") + ": cached after one call"
+
+
+def _cost(
+    config: JobConfig, prompt_tokens: int, output_tokens: int, cached: int = 0
+) -> tuple[float | None, str]:
+    """The cost in USD (None: no price known; `cached` prompt tokens at the cache rate) and
+    what it is based on."""
     if factory.capabilities(config).offline:
         return 0.0, "no API cost"
     if not prompt_tokens and not output_tokens:
         return 0.0, "nothing to ask: the verdict cache answers every request"
     model, batch = config.judge.model, config.judge.mode == "batch"
-    cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch)
+    cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch, cached=(cached, 0))
     return cost, price_basis(model, batch=batch)
 
 
@@ -635,6 +668,7 @@ def format_estimate(result: Estimate) -> str:
             f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items; "
             f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)",
         ),
+        ("prompt cache", result.prompt_cache),
         ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
         *([("batches", _batch_text(result.batch))] if result.batch else []),
         ("verdict cache", _cache_text(result.cache)),

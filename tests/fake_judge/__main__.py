@@ -73,6 +73,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="steps a fake batch stays in_progress (answering an even share each)",
     )
     parser.add_argument(
+        "--prompt-cache",
+        choices=("openai", "anthropic"),
+        default=None,
+        help="report a prompt cache in this provider's usage keys (default: none)",
+    )
+    parser.add_argument(
+        "--cache-min-tokens", type=int, default=1024, help="the prompt cache's minimum prefix"
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=1800.0, help="exit after this long (default 30 min)"
     )
     return parser.parse_args(argv)
@@ -114,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             steps_per_retrieve=args.batch_steps_per_retrieve,
             in_progress_steps=args.batch_in_progress_steps,
         ),
+        prompt_cache=args.prompt_cache,
+        cache_min_tokens=args.cache_min_tokens,
     ).start()
     try:
         serve_until_stopped(server.url, args.max_seconds)

@@ -15,7 +15,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tests.fake_judge.faults import (
     CONTENT_FAULTS,
@@ -43,6 +43,10 @@ from tests.fake_judge.wire import (
     token_counts,
     verdicts_for,
 )
+
+PromptCache = Literal["openai", "anthropic"]
+"""Whose usage a prompt cache is reported in: OpenAI's `prompt_tokens_details.cached_tokens`,
+or the `cache_read_input_tokens` / `cache_creation_input_tokens` Anthropic's usage has."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class ChatJudge:
         max_logged_requests: int = 1000,
         max_timestamps: int = 200_000,
         clock: Callable[[], float] = time.monotonic,
+        prompt_cache: PromptCache | None = None,
+        cache_min_tokens: int = 1024,
     ) -> None:
         self.accepted_forms = frozenset(accepted_response_formats)
         unknown_forms = self.accepted_forms - set(RESPONSE_FORM_NAMES)
@@ -88,6 +94,8 @@ class ChatJudge:
         self._clock = clock
         self._draws = FaultDraws(fault_plan or FaultPlan())
         self._reply_counter = 0
+        self._prompt_cache, self._cache_min_tokens = prompt_cache, cache_min_tokens
+        self._cached_prefixes: set[str] = set()  # kept across reset_stats, as a provider's
         self.init_stats()
 
     # -- settings ----------------------------------------------------------------------------
@@ -131,6 +139,8 @@ class ChatJudge:
         self.contexts_judged = 0
         # characters of the messages sent and of the replies' content, as a bill counts them
         self.prompt_chars = self.reply_chars = 0
+        # prompt tokens the replies reported as read from the prompt cache, and as written to it
+        self.cached_tokens = self.cache_creation_tokens = 0
         self.by_form: Counter[str] = Counter()
         self.form_rejections: Counter[str] = Counter()
         self.log: deque[dict[str, Any]] = deque(maxlen=self._max_logged_requests)
@@ -165,6 +175,8 @@ class ChatJudge:
                 "contexts_judged": self.contexts_judged,
                 "prompt_chars": self.prompt_chars,
                 "reply_chars": self.reply_chars,
+                "cached_prompt_tokens": self.cached_tokens,
+                "cache_creation_tokens": self.cache_creation_tokens,
                 "by_response_format": dict(self.by_form),
                 "response_format_rejections": dict(self.form_rejections),
                 "fault_plan": self._draws.plan.to_dict(),
@@ -261,8 +273,27 @@ class ChatJudge:
         with self.lock:
             self._reply_counter += 1
             reply_id = f"chatcmpl-fake{self._reply_counter}"
+            cache = self._cache_usage(body.get("messages"))
         model = body.get("model", "fake-judge")
-        return chat_completion(reply_id, model, content, prompt_tokens, completion_tokens)
+        reply = chat_completion(reply_id, model, content, prompt_tokens, completion_tokens)
+        reply["usage"].update(cache)
+        return reply
+
+    def _cache_usage(self, messages: Any) -> dict[str, Any]:
+        """The usage keys a provider with a prompt cache adds (the caller holds the lock): the
+        leading message, at least `cache_min_tokens` long, is read from the cache once seen
+        before, and written to it the first time (which only Anthropic's usage reports)."""
+        prefix = text_of(messages[0]) if isinstance(messages, list) and messages else ""
+        tokens = len(prefix) // 4
+        if self._prompt_cache is None or not prefix or tokens < self._cache_min_tokens:
+            return {}
+        read, written = (tokens, 0) if prefix in self._cached_prefixes else (0, tokens)
+        self._cached_prefixes.add(prefix)
+        self.cached_tokens += read
+        if self._prompt_cache == "openai":
+            return {"prompt_tokens_details": {"cached_tokens": read}}
+        self.cache_creation_tokens += written
+        return {"cache_read_input_tokens": read, "cache_creation_input_tokens": written}
 
     def answer_line(self, body: Any) -> tuple[int, dict[str, Any]]:
         """One chat-completions body answered with the same verdicts, reasons, content faults

@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fake_judge.batches import MAX_BYTES, BatchPlan, FakeBatchAPI
-from tests.fake_judge.chat import ChatJudge, Prepared
+from tests.fake_judge.chat import ChatJudge, Prepared, PromptCache
 from tests.fake_judge.faults import (
     CONTENT_FAULTS,
     FAULT_KINDS,
@@ -117,6 +117,8 @@ class FakeJudgeServer:
     `tpm` is the number of tokens admitted per `window_s` (0 = unlimited; see `set_tpm`).
     `rpm` is the number of requests admitted per `window_s` seconds (0 = unlimited); it is
     called rpm because the window defaults to 60 s, and tests shrink both proportionally.
+    `prompt_cache` ("openai" or "anthropic") reports a provider's prompt cache in that
+    provider's usage keys: the leading message, once seen and at least `cache_min_tokens` long.
 
         with FakeJudgeServer(rpm=600, fault_plan=FaultPlan(server_error=0.1)) as server:
             client = OpenAI(base_url=server.url, api_key="x")
@@ -142,6 +144,8 @@ class FakeJudgeServer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_request: Callable[[Arrival], None] | None = None,
         batch_plan: BatchPlan | None = None,
+        prompt_cache: PromptCache | None = None,
+        cache_min_tokens: int = 1024,
     ) -> None:
         # The answering rules, faults, rate windows and statistics (tests.fake_judge.chat).
         self._chat = ChatJudge(
@@ -153,6 +157,8 @@ class FakeJudgeServer:
             max_logged_requests=max_logged_requests,
             max_timestamps=max_timestamps,
             clock=clock,
+            prompt_cache=prompt_cache,
+            cache_min_tokens=cache_min_tokens,
         )
         self.set_rpm(rpm, window_s)
         self.set_tpm(tpm)

@@ -124,6 +124,8 @@ def _score_row(
         prompt_tokens=PROMPT_TOKENS_PER_CONTEXT * contexts,
         completion_tokens=COMPLETION_TOKENS_PER_CONTEXT * contexts,
         cache_hits=0,
+        cached_prompt_tokens=0,
+        cache_creation_tokens=0,
         source=where[0],
         row=where[1],
         truncated=False,

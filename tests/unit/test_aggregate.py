@@ -110,6 +110,8 @@ def item_row(query_id: str, status: str = "ok", **overrides: object) -> dict[str
         "prompt_tokens": 100,
         "completion_tokens": 20,
         "cache_hits": 0,
+        "cached_prompt_tokens": 0,
+        "cache_creation_tokens": 0,
         "source": "input.jsonl",
         "row": 0,
         "truncated": False,

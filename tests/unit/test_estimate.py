@@ -409,3 +409,53 @@ def test_verdicts_without_reasons_and_the_cost_per_item(
         assert found.cost_per_1000_items_usd == pytest.approx(found.cost_usd / len(rows) * 1000)
     assert "per 1,000 items; " in format_estimate(bare)
     assert "judge characters (prompt and expected reply)" in format_estimate(bare)
+
+
+def test_the_estimate_says_whether_the_provider_would_cache_the_instructions(
+    sample: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    data, _ = sample
+    config = write_config(data.parent.parent, data)
+    found = run(config, "judge.model=openai/gpt-5-mini")
+    assert 0 < found.instruction_tokens < 1024  # the instructions, counted by the tokenizer
+    assert found.prompt_cache == (
+        f"instructions: {found.instruction_tokens:,} tokens, below OpenAI's 1,024-token cache "
+        "minimum: no prompt caching"
+    )
+    assert f"prompt cache    {found.prompt_cache}" in format_estimate(found)
+    haiku = run(config, "judge.model=anthropic/claude-haiku-4-5")
+    assert "below Anthropic's 4,096-token cache minimum" in haiku.prompt_cache  # litellm's map
+    assert run(config).prompt_cache == "none: the offline judge sends no prompts"
+
+
+def test_above_the_providers_minimum_the_instructions_are_priced_as_cached(
+    sample: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    import subprocess
+
+    from jobs.core.pricing import estimate_cost_usd
+    from tests.support.paths import VENV_BIN
+
+    data, _ = sample
+    config = write_config(data.parent.parent, data)
+    model = "openai/gpt-5-mini"
+    plain = run(config, f"judge.model={model}")
+    # litellm's own override of every model's minimum, read when litellm is imported
+    env = {**os.environ, "MINIMUM_PROMPT_CACHE_TOKEN_COUNT": "100", "OPENAI_API_KEY": SECRET}
+    args = ["estimate", "--config", str(config), "--set", f"judge.model={model}", "--json"]
+    done = subprocess.run(
+        [str(VENV_BIN / "ctxprec"), *args], env=env, capture_output=True, text=True, check=True
+    )
+    cached = Estimate.model_validate_json(done.stdout)
+    tokens = cached.instruction_tokens
+    assert tokens == plain.instruction_tokens > 100
+    assert cached.prompt_cache == (
+        f"instructions: {tokens:,} tokens, above OpenAI's 100-token cache minimum: cached after "
+        "one call"
+    )
+    calls = cached.cache.calls_after_cache
+    after = (cached.prompt_tokens.after_cache, cached.output_tokens.after_cache)
+    assert cached.cost_usd == pytest.approx(
+        estimate_cost_usd(model, *after, cached=(tokens * (calls - 1), 0))
+    )
+    assert plain.cost_usd is not None and cached.cost_usd < plain.cost_usd

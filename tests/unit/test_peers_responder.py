@@ -174,3 +174,34 @@ def test_stats_count_each_kind_and_reset_forgets(peers_server: PeersJudgeServer)
     peers_server.reset_stats()
     assert peers_server.stats()["peer_requests"] == {}
     assert peers_server.stats()["request_span_s"] == 0
+
+
+def test_with_count_tokens_every_answered_request_is_billed_alike() -> None:
+    from bench.peers.responder import billed_tokens
+
+    ours = build_verdict_prompt_for_tests("q", "a", ["x RELEVANT", "y"], start=0)
+    schema = {"type": "object", "properties": {"verdicts": {"type": "array"}}}
+    form = {"type": "json_schema", "json_schema": {"name": VERDICTS_SCHEMA_NAME, "schema": schema}}
+    with PeersJudgeServer(count_tokens=True) as server:
+        asked = [
+            (ours, {"response_format": form}),
+            (DEEPEVAL_VERDICTS, {}),
+            (ragas_prompt("RELEVANT"), {"response_format": {"type": "json_object"}}),
+        ]
+        expected = [0, 0]
+        for prompt, extra in asked:
+            response = ask(server, prompt, **extra)
+            body = {"model": "judge", "messages": [{"role": "user", "content": prompt}], **extra}
+            billed = billed_tokens(body, response.json()["choices"][0]["message"]["content"])
+            expected = [total + part for total, part in zip(expected, billed, strict=True)]
+        ask(server, "Tell me a joke.")  # refused: nothing billed
+        stats = server.stats()
+    assert [stats["billed_prompt_tokens"], stats["billed_reply_tokens"]] == expected
+    # our schema is billed with our prompt: the same prompt without it costs less
+    bare = billed_tokens({"messages": [{"role": "user", "content": ours}]}, "")[0]
+    assert (
+        bare
+        < billed_tokens(
+            {"messages": [{"role": "user", "content": ours}], "response_format": form}, ""
+        )[0]
+    )

@@ -163,7 +163,8 @@ def test_failed_items_and_cost_sections(runs: Runs, page: str) -> None:
     assert UNSCORED_ID in failed and "judge reply unusable" in failed
     assert "1 unscored, 1 errors; the first 2 of 2:" in failed
     cost = page.split('<section id="cost">', 1)[1].split("</section>", 1)[0]
-    for label in ("judge calls", "prompt tokens", "estimated cost", "seconds", "items / s"):
+    labels = ("judge calls", "prompt tokens", "estimated cost", "seconds", "items / s")
+    for label in (*labels, "judge tokens per item", "cached"):
         assert label in cost
     assert fmt.FREE in cost  # the offline judge's cost, as the summary, status and estimate say
     run = load_run(open_store(str(runs.output)), runs.cand)

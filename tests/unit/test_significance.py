@@ -414,6 +414,8 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
             "prompt_tokens": [0] * len(kept),
             "completion_tokens": [0] * len(kept),
             "cache_hits": [0] * len(kept),
+            "cached_prompt_tokens": [0] * len(kept),
+            "cache_creation_tokens": [0] * len(kept),
             "stratum": [s for _, s, _ in kept],
         }
     )

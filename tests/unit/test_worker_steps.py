@@ -94,6 +94,7 @@ def test_preprocess_uses_the_records_own_position_text() -> None:
 def test_item_row_has_every_column_of_the_items_schema() -> None:
     verdicts = (ContextVerdict(0, True, "yes"), ContextVerdict(1, False), ContextVerdict(2, True))
     usage = Usage(calls=2, prompt_tokens=100, completion_tokens=20, retries=1, rate_limited=1)
+    usage = usage + Usage(cached_prompt_tokens=64, cache_creation_tokens=8)
     result = ScoreResult(0.83, "why", verdicts, "ok", None, usage)
     row = item_row(record(truncated=True), 5 << 32 | 3, result, "openai/x")
     assert list(row) == list(STAGED_ITEMS.names)
@@ -115,6 +116,8 @@ def test_item_row_has_every_column_of_the_items_schema() -> None:
         "rate_limited": 1,
         "reasks": 0,
         "cache_hits": 0,
+        "cached_prompt_tokens": 64,
+        "cache_creation_tokens": 8,
         "source": "/data/in.jsonl",
         "row": 120,
         "duplicate_of": None,

@@ -49,6 +49,18 @@ class Reply:
     completion_tokens: int = 0
     retry: str | None = None
     tries: int = 0
+    cached_prompt_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    @classmethod
+    def answered(cls, chat: ChatReply) -> Reply:
+        counts = (chat.prompt_tokens, chat.completion_tokens)
+        cache = (chat.cached_prompt_tokens, chat.cache_creation_tokens)
+        return cls(chat.text, None, *counts, None, 0, *cache)
+
+    def chat(self) -> ChatReply:
+        cache = (self.cached_prompt_tokens, self.cache_creation_tokens)
+        return ChatReply(self.text or "", self.prompt_tokens, self.completion_tokens, *cache)
 
     @property
     def transient(self) -> bool:
@@ -141,7 +153,7 @@ class ReplayClient:
             raise BatchPending(request_id)
         if reply.text is None:
             raise BatchRequestFailed(reply.error or f"request {request_id} has no reply")
-        return ChatReply(reply.text, reply.prompt_tokens, reply.completion_tokens)
+        return reply.chat()
 
     def _after_transient(self, reply: Reply) -> Reply | None:
         """A transient failure: asked again (None) while rounds are left or the deadline's
@@ -168,10 +180,11 @@ class ReplayClient:
         except TransportError as exc:  # retried online and still failing: the item's error
             reply = Reply(None, f"online re-ask failed: {exc}")
         else:
-            reply = Reply(chat.text, None, chat.prompt_tokens, chat.completion_tokens)
+            reply = Reply.answered(chat)
             # The replay counts one call with these tokens; the online judge's retries are extra.
+            tokens = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
             asking.extra = asking.extra + dataclasses.replace(
-                usage, calls=usage.calls - 1, prompt_tokens=0, completion_tokens=0
+                usage, calls=usage.calls - 1, cache_creation_tokens=0, **dict.fromkeys(tokens, 0)
             )
         self.online_replies[request_id] = reply
         return reply

@@ -100,6 +100,8 @@ class BatchLayout:
                     int(row["completion_tokens"] or 0),
                     row.get("retry"),  # reply files of older versions have no retry column
                     1 if row.get("retry") and row["text"] is None else 0,
+                    int(row.get("cached_prompt_tokens") or 0),
+                    int(row.get("cache_creation_tokens") or 0),
                 )
                 replies[row["custom_id"]] = _better(replies.get(row["custom_id"]), reply)
         return replies
@@ -145,6 +147,8 @@ class BatchLayout:
                 prompt_tokens=reply.prompt_tokens,
                 completion_tokens=reply.completion_tokens,
                 retry=reply.retry,
+                cached_prompt_tokens=reply.cached_prompt_tokens,
+                cache_creation_tokens=reply.cache_creation_tokens,
             )
             for request_id, reply in replies
         ]

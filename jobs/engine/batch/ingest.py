@@ -13,6 +13,7 @@ from typing import Any
 
 from jobs.engine.batch.batch_judge import Reply
 from jobs.engine.batch.state import BatchRecord
+from scorer_core.protocols import ChatReply
 
 _EXCERPT = 300
 TRANSIENT_CODES = frozenset(
@@ -79,17 +80,7 @@ def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:
     except (LookupError, TypeError, AttributeError) as exc:
         return Reply(None, f"batch {batch_id}: HTTP 200 but not a chat completion ({exc!r})")
     usage = body.get("usage") if isinstance(body, Mapping) else None
-    usage = usage if isinstance(usage, Mapping) else {}
-    return Reply(
-        content or "",
-        None,
-        _count(usage.get("prompt_tokens")),
-        _count(usage.get("completion_tokens")),
-    )
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return Reply.answered(ChatReply.from_usage(content or "", usage))
 
 
 def missing_reason(record: BatchRecord) -> str:

@@ -98,6 +98,7 @@ FLOW_METRICS: tuple[str, ...] = (
 _COUNTS = (
     *("items", "scored", "unscored", "errors"),
     *("judge_calls", "prompt_tokens", "completion_tokens", "cache_hits"),
+    *("cached_prompt_tokens", "cache_creation_tokens"),
 )
 _STATISTICS = ("mean", "median", "p10", "p90", "mean_ci_low", "mean_ci_high")
 # The summary table's metrics before the flow and canary ones, in the table's order.
@@ -145,6 +146,18 @@ class RunSummary:
     population: int | None = None
     # `CANARY_METRICS` (the whole run only); empty without a canary.
     canary: tuple[tuple[str, float | None], ...] = ()
+    # Of prompt_tokens: read from the provider's prompt cache, and written to it (Anthropic).
+    cached_prompt_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    @property
+    def cost_per_1000_items(self) -> float | None:
+        return None if self.cost_usd is None or not self.items else self.cost_usd / self.items * 1e3
+
+    @property
+    def tokens_per_item(self) -> float | None:
+        """The judge's prompt and completion tokens per item."""
+        return (self.prompt_tokens + self.completion_tokens) / self.items if self.items else None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (bands as an ordered {label: count}, positions as a list of dicts,
@@ -340,7 +353,11 @@ def _summary_of(
         bands=tuple((label, int(stats[f"band:{label}"] or 0)) for label, _, _ in BANDS),
         position_rates=tuple(PositionRate(p, j, r, r / j) for p, j, r in positions),
         cost_usd=estimate_cost_usd(
-            model, values["prompt_tokens"], values["completion_tokens"], batch=batch_price
+            model,
+            values["prompt_tokens"],
+            values["completion_tokens"],
+            batch=batch_price,
+            cached=(values["cached_prompt_tokens"], values["cache_creation_tokens"]),
         ),
     )
 

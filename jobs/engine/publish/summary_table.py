@@ -74,9 +74,12 @@ def format_summary_table(
         *_pairs(
             ("judge calls", f"{summary.judge_calls:,}"),
             ("prompt tokens", f"{summary.prompt_tokens:,}"),
+            ("  from prompt cache", f"{summary.cached_prompt_tokens:,}"),
             ("completion tokens", f"{summary.completion_tokens:,}"),
             ("cache hits", f"{summary.cache_hits:,}"),
             ("estimated cost", fmt.cost(summary.cost_usd, summary.model)),
+            ("  per 1,000 items", fmt.cost(summary.cost_per_1000_items, summary.model)),
+            ("judge tokens per item", fmt.integer(summary.tokens_per_item)),
             *_canary_pairs(dict(summary.canary)),
         ),
         *_judge_lines(dict(summary.flow), record),

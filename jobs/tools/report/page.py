@@ -275,14 +275,15 @@ def cost_view(run: PublishedRun) -> dict[str, Any]:
     else:
         note = "model not in litellm's price map"
     if s.cost_usd and s.items:
-        note = f"${s.cost_usd / s.items * 1000:,.4f} per 1,000 items"
+        note = f"${s.cost_per_1000_items:,.4f} per 1,000 items"
     hit_rate = fmt.percent(s.cache_hits / s.judge_calls) if s.judge_calls else ""
     timings = run.manifest.timings_s if run.manifest is not None else {}
     cards = [
         Card("judge calls", fmt.integer(s.judge_calls)),
         Card("cache hits", fmt.integer(s.cache_hits), f"{hit_rate} of calls" if hit_rate else ""),
-        Card("prompt tokens", fmt.integer(s.prompt_tokens)),
+        Card("prompt tokens", fmt.integer(s.prompt_tokens), f"{s.cached_prompt_tokens:,} cached"),
         Card("completion tokens", fmt.integer(s.completion_tokens)),
+        Card("judge tokens per item", fmt.integer(s.tokens_per_item), "prompt and completion"),
         Card("estimated cost", cost, note),
         Card("seconds", "–" if seconds is None else f"{seconds:,.1f}", "wall clock"),
         Card("items / s", "–" if rate is None else f"{rate:,.1f}"),
