@@ -5,6 +5,7 @@ engine that writes it and the tools that read it; `RunManifest.read` reads older
 from __future__ import annotations
 
 import json
+from textwrap import shorten
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
@@ -67,7 +68,10 @@ class DroppedFormRecord(_Record):
 
 
 class ResponseFormatRecord(_Record):
-    """The structured-output form the run's judge settled on (`RunResponseFormat.to_dict`)."""
+    """The structured-output form of a run's judge requests, from `shards` shard reports:
+    `setting` (judge.response_format), `in_use` (the form sent at the end), `confirmed` (the
+    endpoint answered one sent with it: not when the cache answered every item or every request
+    failed), `dropped` (the forms the endpoint rejected, strongest first, with its answer)."""
 
     endpoint: str = ""
     setting: str = ""
@@ -75,6 +79,20 @@ class ResponseFormatRecord(_Record):
     confirmed: bool = False
     dropped: list[DroppedFormRecord] = Field(default_factory=list)
     shards: int = 0
+
+    def describe(self, max_reason_chars: int | None = None) -> str:
+        """One line: "json_object (json_schema rejected: <the server's answer, cut>)"."""
+        form = self.in_use if self.confirmed else f"{self.in_use} (not confirmed)"
+        if not self.dropped:
+            return form
+        rejected = "; ".join(
+            f"{d.form} rejected: {_cut(d.reason, max_reason_chars)}" for d in self.dropped
+        )
+        return f"{form} ({rejected})"
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None else shorten(text, limit, placeholder="...")
 
 
 class BatchRoundRecord(_Record):

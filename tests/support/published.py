@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from jobs.core.error_rate import ErrorRate
 from jobs.core.run_layout import TABLES, RunLocation
+from jobs.core.run_manifest import ResponseFormatRecord
 from jobs.core.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_VERDICTS,
@@ -47,7 +48,6 @@ from jobs.core.schema import (
 )
 from jobs.core.storage import Store, open_store
 from jobs.engine.publish import aggregate
-from jobs.engine.publish.response_formats import RunResponseFormat
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason
@@ -202,7 +202,7 @@ def publish(
     seconds: float = 12.5,
     carried: Sequence[CarriedColumn] = (),
     segment_by: Sequence[str] = (),
-    response_format: RunResponseFormat | None = None,
+    response_format: ResponseFormatRecord | None = None,
     api_base: str | None = None,
     prompt_version: str = PROMPT_VERSION,
     error_rate: ErrorRate | None = None,
@@ -266,7 +266,7 @@ def publish(
         "shards_reused": 0,
         "nodes": {"local": 1},
         "flow": {},
-        "judge": {"response_format": response_format.to_dict()} if response_format else {},
+        "judge": {"response_format": response_format.model_dump()} if response_format else {},
         "seconds": seconds,
         "timings_s": {"plan": 0.2, "ray_start": 2.0, "fan_out": round(seconds - 2.2, 3)},
         "status": "complete",

@@ -74,7 +74,7 @@ def judge_record(
         facts["transport"] = transports[-1]
     negotiated = combine_response_formats(report.judge.response_format for report in reports)
     if negotiated is not None:
-        facts["response_format"] = negotiated.to_dict()
+        facts["response_format"] = negotiated.model_dump()
     if batch is not None:
         facts.update(asdict(batch), price=price)
     return JudgeRecord.model_validate(facts)
