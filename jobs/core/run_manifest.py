@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from jobs.core.text_safety import terminal_safe
 from scorer_core.errors import CtxPrecError
 
 if TYPE_CHECKING:
@@ -132,7 +133,8 @@ class JudgeRecord(_Record):
 
 
 class ErrorRateRecord(_Record):
-    """The run's error rate against `run.max_error_rate` (`jobs.core.error_rate.ErrorRate`)."""
+    """`errors` of `items` were errors (`rate`); `limit` is run.max_error_rate (None: not
+    checked), `commonest` the commonest error (`jobs.core.error_rate.measure`)."""
 
     items: int
     errors: int
@@ -141,6 +143,39 @@ class ErrorRateRecord(_Record):
     commonest_items: int = 0
     rate: float = 0.0
     exceeded: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        items: int,
+        errors: int,
+        limit: float | None,
+        commonest: str | None = None,
+        commonest_items: int = 0,
+    ) -> ErrorRateRecord:
+        rate = errors / items if items else 0.0
+        return cls(
+            items=items,
+            errors=errors,
+            limit=limit,
+            commonest=commonest,
+            commonest_items=commonest_items,
+            rate=round(rate, 6),
+            exceeded=limit is not None and rate > limit,
+        )
+
+    def describe(self) -> str:
+        """One line: the share of errors, against the limit, and the commonest error."""
+        rate = self.errors / self.items if self.items else 0.0
+        text = f"{self.errors:,} of {self.items:,} items are errors ({rate:.1%})"
+        if self.limit is not None:
+            text += f", {'over' if self.exceeded else 'within'} run.max_error_rate {self.limit:g}"
+        if self.commonest:
+            text += (
+                f"; commonest error ({self.commonest_items:,} items): "
+                f"{terminal_safe(self.commonest)[:300]}"
+            )
+        return text
 
 
 class RunManifest(_Record):

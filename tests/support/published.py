@@ -36,9 +36,8 @@ from typing import Any, NamedTuple
 import polars as pl
 import pyarrow as pa
 
-from jobs.core.error_rate import ErrorRate
 from jobs.core.run_layout import TABLES, RunLocation
-from jobs.core.run_manifest import ResponseFormatRecord
+from jobs.core.run_manifest import ErrorRateRecord, ResponseFormatRecord
 from jobs.core.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_VERDICTS,
@@ -205,7 +204,7 @@ def publish(
     response_format: ResponseFormatRecord | None = None,
     api_base: str | None = None,
     prompt_version: str = PROMPT_VERSION,
-    error_rate: ErrorRate | None = None,
+    error_rate: ErrorRateRecord | None = None,
     context_ids: bool = True,
     inputs: Path | None = None,
 ) -> RunLocation:
@@ -272,7 +271,9 @@ def publish(
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": 0,
-        "error_rate": (error_rate or ErrorRate(summary.items, summary.errors, 0.5)).to_dict(),
+        "error_rate": (
+            error_rate or ErrorRateRecord.of(summary.items, summary.errors, 0.5)
+        ).model_dump(),
         "published_at": f"{run_date.isoformat()}T06:00:00+00:00",
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }

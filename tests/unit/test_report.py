@@ -19,8 +19,7 @@ from markupsafe import escape
 from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.core import formatting as fmt
-from jobs.core.error_rate import ErrorRate
-from jobs.core.run_manifest import DroppedFormRecord, ResponseFormatRecord
+from jobs.core.run_manifest import DroppedFormRecord, ErrorRateRecord, ResponseFormatRecord
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import BANDS
 from jobs.tools.published_runs import load_run
@@ -307,7 +306,7 @@ def test_a_failed_runs_report_says_it_failed_and_its_charts_stay_readable(
 ) -> None:
     error = "context (column 'contexts') is null"
     failed = [Query(f"q{n}", status="error", error=f"in.jsonl row {n}: {error}") for n in range(7)]
-    rate = ErrorRate(items=7, errors=7, limit=0.05, commonest=error, commonest_items=7)
+    rate = ErrorRateRecord.of(items=7, errors=7, limit=0.05, commonest=error, commonest_items=7)
     publish(open_store(str(tmp_path)), "dead", failed, error_rate=rate)
     page, _ = run_report(tmp_path, "dead")
     header = page.split("</header>", 1)[0]
