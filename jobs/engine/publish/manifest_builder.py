@@ -12,7 +12,7 @@ from typing import Any
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
-from jobs.engine.messages import BatchFacts, FlowFacts, ShardReport
+from jobs.engine.messages import BatchFacts, ShardReport
 from jobs.engine.publish.aggregate import FLOW_METRICS
 from jobs.engine.publish.response_formats import combine as combine_response_formats
 from scorer_core.prompt import PROMPT_VERSION
@@ -26,7 +26,7 @@ def run_manifest(
     shards_reused: int,
     seconds: float,
     timings: dict[str, float],
-    flow: FlowFacts | None = None,
+    flow: FlowSnapshot | None = None,
     judge: JudgeRecord | None = None,
     nodes: Mapping[str, int] | None = None,
     traces: Mapping[str, Any] | None = None,
@@ -47,7 +47,7 @@ def run_manifest(
         seconds=round(seconds, 3),
         timings_s={phase: round(value, 3) for phase, value in timings.items()},
         shards_reused=shards_reused,
-        flow=FlowSnapshot.model_validate(asdict(flow) if flow is not None else {}),
+        flow=FlowSnapshot.model_validate(flow.model_dump() if flow is not None else {}),
         judge=judge or JudgeRecord(),
         nodes=dict(nodes or {}),
         **({"traces": dict(traces)} if traces is not None else {}),
