@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
-from jobs.engine.messages import BatchFacts, ShardReport
+from jobs.engine.messages import ShardReport
 from jobs.engine.publish.aggregate import FLOW_METRICS
 from jobs.engine.publish.response_formats import combine as combine_response_formats
 from scorer_core.prompt import PROMPT_VERSION
@@ -62,7 +61,7 @@ def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
 
 
 def judge_record(
-    reports: Sequence[ShardReport], batch: BatchFacts | None = None, price: str | None = None
+    reports: Sequence[ShardReport], batch: JudgeRecord | None = None, price: str | None = None
 ) -> JudgeRecord:
     """What the run's judge settled on: the workers' transport and structured-output form,
     combined over every shard's report (processes negotiate independently, and the run cannot
@@ -76,7 +75,7 @@ def judge_record(
     if negotiated is not None:
         facts["response_format"] = negotiated.model_dump()
     if batch is not None:
-        facts.update(asdict(batch), price=price)
+        facts.update(batch.model_dump(exclude_unset=True), price=price)
     return JudgeRecord.model_validate(facts)
 
 
