@@ -5,10 +5,12 @@ engine that writes it and the tools that read it; `RunManifest.read` reads older
 from __future__ import annotations
 
 import json
+from textwrap import shorten
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from jobs.core.text_safety import terminal_safe
 from scorer_core.errors import CtxPrecError
 
 if TYPE_CHECKING:
@@ -67,7 +69,10 @@ class DroppedFormRecord(_Record):
 
 
 class ResponseFormatRecord(_Record):
-    """The structured-output form the run's judge settled on (`RunResponseFormat.to_dict`)."""
+    """The structured-output form of a run's judge requests, from `shards` shard reports:
+    `setting` (judge.response_format), `in_use` (the form sent at the end), `confirmed` (the
+    endpoint answered one sent with it: not when the cache answered every item or every request
+    failed), `dropped` (the forms the endpoint rejected, strongest first, with its answer)."""
 
     endpoint: str = ""
     setting: str = ""
@@ -75,6 +80,20 @@ class ResponseFormatRecord(_Record):
     confirmed: bool = False
     dropped: list[DroppedFormRecord] = Field(default_factory=list)
     shards: int = 0
+
+    def describe(self, max_reason_chars: int | None = None) -> str:
+        """One line: "json_object (json_schema rejected: <the server's answer, cut>)"."""
+        form = self.in_use if self.confirmed else f"{self.in_use} (not confirmed)"
+        if not self.dropped:
+            return form
+        rejected = "; ".join(
+            f"{d.form} rejected: {_cut(d.reason, max_reason_chars)}" for d in self.dropped
+        )
+        return f"{form} ({rejected})"
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None else shorten(text, limit, placeholder="...")
 
 
 class BatchRoundRecord(_Record):
@@ -114,7 +133,8 @@ class JudgeRecord(_Record):
 
 
 class ErrorRateRecord(_Record):
-    """The run's error rate against `run.max_error_rate` (`jobs.core.error_rate.ErrorRate`)."""
+    """`errors` of `items` were errors (`rate`); `limit` is run.max_error_rate (None: not
+    checked), `commonest` the commonest error (`jobs.core.error_rate.measure`)."""
 
     items: int
     errors: int
@@ -123,6 +143,39 @@ class ErrorRateRecord(_Record):
     commonest_items: int = 0
     rate: float = 0.0
     exceeded: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        items: int,
+        errors: int,
+        limit: float | None,
+        commonest: str | None = None,
+        commonest_items: int = 0,
+    ) -> ErrorRateRecord:
+        rate = errors / items if items else 0.0
+        return cls(
+            items=items,
+            errors=errors,
+            limit=limit,
+            commonest=commonest,
+            commonest_items=commonest_items,
+            rate=round(rate, 6),
+            exceeded=limit is not None and rate > limit,
+        )
+
+    def describe(self) -> str:
+        """One line: the share of errors, against the limit, and the commonest error."""
+        rate = self.errors / self.items if self.items else 0.0
+        text = f"{self.errors:,} of {self.items:,} items are errors ({rate:.1%})"
+        if self.limit is not None:
+            text += f", {'over' if self.exceeded else 'within'} run.max_error_rate {self.limit:g}"
+        if self.commonest:
+            text += (
+                f"; commonest error ({self.commonest_items:,} items): "
+                f"{terminal_safe(self.commonest)[:300]}"
+            )
+        return text
 
 
 class RunManifest(_Record):

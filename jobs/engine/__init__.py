@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from jobs.engine.publish.aggregate import Segment as Segment
     from jobs.engine.publish.aggregate import band_range as band_range
     from jobs.engine.publish.aggregate import relevance_by_position as relevance_by_position
-    from jobs.engine.publish.response_formats import RunResponseFormat as RunResponseFormat
 
 
 _EXPORTS = {
@@ -49,7 +48,6 @@ _EXPORTS = {
     "control.limiter": "LocalLimiter PacingState",
     "publish.aggregate": "BANDS CANARY_METRICS PositionRate RunSummary Segment band_range "
     "relevance_by_position",
-    "publish.response_formats": "RunResponseFormat",
     "batch.batch_layout": "BatchLayout",
     "batch.state": "BatchPacker RoundState",
     "batch.requests": "RequestLines custom_id item_key",

@@ -16,13 +16,14 @@ from dataclasses import replace
 
 from jobs.core.config import JobConfig, deadline_at
 from jobs.core.formatting import duration
+from jobs.core.run_manifest import JudgeRecord
 from jobs.engine.batch.batch_layout import BatchLayout
 from jobs.engine.batch.ingest import ingest_batch
 from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
 from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
 from jobs.engine.fanout import RunFailed, fan_out, raise_if_fatal
-from jobs.engine.messages import BatchFacts, ShardReport
+from jobs.engine.messages import ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
 from scorer_core.errors import CtxPrecError
@@ -79,7 +80,7 @@ class BatchRounds:
         # What this driver sent (a resumed run's earlier drivers sent the rest).
         self._uploads = self._created = 0
 
-    def run(self) -> BatchFacts:
+    def run(self) -> JudgeRecord:
         """Every round until every shard is staged (raises `BatchesStillRunning` when the
         wait is cut short by judge.batch.max_wait_s); the run's batches."""
         layout = self._layout
@@ -420,11 +421,12 @@ class BatchRounds:
             f"{duration(self._clock() - started)} since submitting"
         )
 
-    def facts(self) -> BatchFacts:
+    def facts(self) -> JudgeRecord:
         """The run's batches over every round (from staging: a resumed run counts them all)."""
         rounds = [self._load_round(n) for n in self._layout.rounds_planned()]
         batches = [b for state in rounds for b in state.batches]
-        return BatchFacts(
+        return JudgeRecord(
+            mode="batch",
             provider=batch_provider(self._config),
             rounds=len(rounds),
             batches=len(batches),

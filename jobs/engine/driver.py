@@ -29,14 +29,14 @@ from jobs.core.run_layout import (
     published_glob,
     run_of,
 )
-from jobs.core.run_manifest import JudgeRecord, RunManifest
+from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store
 from jobs.engine.fanout import RunFailed as RunFailed
 from jobs.engine.fanout import fan_out, raise_if_fatal
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
-from jobs.engine.messages import FlowFacts, ShardReport
+from jobs.engine.messages import ShardReport
 from jobs.engine.pairs.lookahead import in_driver, look_ahead
 from jobs.engine.parts import RunParts
 from jobs.engine.plan import RunPlan
@@ -306,7 +306,7 @@ def _judge(
     heartbeat: Callable[[], None],
     timings: dict[str, float],
     time_of: tuple[Sleeper, Callable[[], float], Callable[[], float]],
-) -> tuple[list[ShardReport], FlowFacts | None, JudgeRecord]:
+) -> tuple[list[ShardReport], FlowSnapshot | None, JudgeRecord]:
     """Judge the shards left, online on the workers or in batch mode's rounds (`time_of`:
     their sleep, monotonic clock and wall clock): the shards' reports, the flow, the judge."""
     started = time.monotonic()

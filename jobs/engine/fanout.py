@@ -9,10 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from jobs.core.run_layout import RunLocation
+from jobs.core.run_manifest import FlowSnapshot
 from jobs.engine.control.coordinator import coordinator_actor_class
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ProgressLine
-from jobs.engine.messages import CoordinatorHandle, FlowFacts, ShardContext, ShardReport
+from jobs.engine.messages import CoordinatorHandle, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_task
 from jobs.engine.shards.worker import one_line, run_worker
@@ -42,7 +43,7 @@ def fan_out(
     *,
     heartbeat: Callable[[], None] = lambda: None,
     batch_round: int | None = None,
-) -> tuple[list[ShardReport], FlowFacts | None]:
+) -> tuple[list[ShardReport], FlowSnapshot | None]:
     """Run `todo` ((shard number, shard) pairs) on the workers, with progress: the shards'
     reports and the run's flow. Stops at the first fatal judge error; `RunFailed` names a shard
     that failed for good. `batch_round`: a batch round's pass (sends nothing unless re-asks go

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobs.inputs.spec import Shard
 from scorer_core.types import Usage
@@ -47,49 +47,6 @@ class CoordinatorHandle(Governor, Protocol):
     poll: Remote
     flow: Remote
     add: Remote
-
-
-@dataclass(frozen=True)
-class FlowFacts:
-    """What the run's governor settled on (`RunGovernor.snapshot`; the manifest's `flow`): the
-    in-flight budget and its peak, the latencies, and the pace of a rate-limited run."""
-
-    budget: int
-    budget_max: int
-    budget_mode: Literal["auto", "explicit"]
-    max_in_flight: int
-    latency_p50_s: float | None
-    latency_p90_s: float | None
-    latency_p99_s: float | None
-    latency_mean_s: float | None
-    replies: int
-    completed: int
-    requests: int
-    pace_granted: float | None = None
-    pace_refusals: float | None = None
-    pace_factor: float | None = None
-    pace_token_ratio: float | None = None
-    pace_requests_per_second: float | None = None
-
-
-@dataclass(frozen=True)
-class BatchFacts:
-    """A batch-mode run's batches over every round, for the manifest's `judge` (counted from
-    staging: a resumed run's earlier drivers' too, but for the last two fields)."""
-
-    provider: str
-    rounds: int
-    batches: int
-    batch_statuses: dict[str, int]
-    requests: int
-    requests_failed: int
-    round_details: list[dict[str, Any]]  # `RoundState.summary` of each round
-    max_rounds: int
-    deadline_at: str | None
-    bytes_uploaded: int
-    uploads_by_this_driver: int
-    batches_created_by_this_driver: int
-    mode: Literal["batch"] = "batch"
 
 
 @dataclass(frozen=True)

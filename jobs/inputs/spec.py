@@ -98,12 +98,7 @@ class ItemRecord:
     carried: tuple[Any, ...] = ()
 
     def to_scoring_item(self) -> ScoringItem:
-        return ScoringItem(
-            input=self.input,
-            output=self.output,
-            contexts=self.contexts,
-            expected_output=self.expected_output,
-        )
+        return ScoringItem(self.input, self.output, self.contexts, self.expected_output)
 
 
 @dataclass(frozen=True, slots=True)

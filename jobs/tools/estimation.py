@@ -324,13 +324,10 @@ class _Scan:
         if self.known:
             hits = {p for p in range(contexts) if pair_key(self.fingerprint, item, p) in self.known}
             counts.cached_pairs += len(hits)
-        sent = []
+        sent, verdict_reasons = [], self.config.judge.verdict_reasons
         for messages, part in prompts:
-            reasons = self.config.judge.verdict_reasons
-            chars, tokens = (
-                _chars(messages),
-                estimate_tokens(messages, len(part) or 1, reasons=reasons),
-            )
+            chars = _chars(messages)
+            tokens = estimate_tokens(messages, len(part) or 1, reasons=verdict_reasons)
             counts.prompt_chars += chars
             counts.limiter_tokens += tokens
             if not part or not hits.issuperset(part):

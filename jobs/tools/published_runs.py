@@ -22,9 +22,9 @@ import polars as pl
 
 from jobs.core.config import RUN_ID_PATTERN
 from jobs.core.run_layout import RunLocation, published_glob, run_of
-from jobs.core.run_manifest import RunManifest, read_manifest
+from jobs.core.run_manifest import ResponseFormatRecord, RunManifest, read_manifest
 from jobs.core.storage import Store, open_store, scan
-from jobs.engine import BANDS, CANARY_METRICS, PositionRate, RunResponseFormat, RunSummary, Segment
+from jobs.engine import BANDS, CANARY_METRICS, PositionRate, RunSummary, Segment
 from scorer_core.errors import ConfigError, CtxPrecError
 
 _MAX_LISTED_IDS = 30
@@ -100,10 +100,9 @@ class PublishedRun:
         return summary_from_frame(self.read("summary"))
 
     @property
-    def response_format(self) -> RunResponseFormat | None:
+    def response_format(self) -> ResponseFormatRecord | None:
         """The structured-output form the run's judge settled on, as the manifest recorded it."""
-        recorded = self.manifest.judge.response_format if self.manifest is not None else None
-        return RunResponseFormat.from_dict(recorded.model_dump()) if recorded else None
+        return self.manifest.judge.response_format if self.manifest is not None else None
 
     @property
     def seconds(self) -> float | None:

@@ -13,7 +13,6 @@ from typing import Any, TextIO
 
 from jobs.core import formatting as fmt
 from jobs.core.config import RUN_ID_PATTERN
-from jobs.core.error_rate import ErrorRate
 from jobs.core.formatting import Column, table
 from jobs.core.run_layout import StagingArea
 from jobs.core.run_manifest import BatchRoundRecord, RunManifest, read_manifest
@@ -50,8 +49,7 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         lines += [_round_line(r) for r in judge.round_details]
     errors = manifest.error_rate
     if errors is not None and errors.errors:
-        described = ErrorRate.from_dict(errors.model_dump()).describe()
-        lines.append(f"  {'FAILED: ' if errors.exceeded else ''}{described}")
+        lines.append(f"  {'FAILED: ' if errors.exceeded else ''}{errors.describe()}")
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines
 

@@ -11,7 +11,6 @@ ratelimit` (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -99,7 +98,7 @@ def test_ray_tasks_take_their_slots_from_one_pace(ray_local: Any, server: FakeJu
         refs = [send.remote(server.url, limiter, body, PER_TASK, CONCURRENCY) for _ in range(TASKS)]
         results = ray.get(refs, timeout=180)
         flow = ray.get(limiter.flow.remote())
-        snapshot = {k.removeprefix("pace_"): v for k, v in dataclasses.asdict(flow).items()}
+        snapshot = {k.removeprefix("pace_"): v for k, v in flow.model_dump().items()}
     finally:
         ray.kill(limiter)
 

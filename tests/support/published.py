@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 import polars as pl
 import pyarrow as pa
 
-from jobs.core.error_rate import ErrorRate
 from jobs.core.run_layout import TABLES, RunLocation
+from jobs.core.run_manifest import ErrorRateRecord, ResponseFormatRecord
 from jobs.core.schema import (
     PUBLISHED_SCORES,
     PUBLISHED_VERDICTS,
@@ -47,7 +47,6 @@ from jobs.core.schema import (
 )
 from jobs.core.storage import Store, open_store
 from jobs.engine.publish import aggregate
-from jobs.engine.publish.response_formats import RunResponseFormat
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason
@@ -202,10 +201,10 @@ def publish(
     seconds: float = 12.5,
     carried: Sequence[CarriedColumn] = (),
     segment_by: Sequence[str] = (),
-    response_format: RunResponseFormat | None = None,
+    response_format: ResponseFormatRecord | None = None,
     api_base: str | None = None,
     prompt_version: str = PROMPT_VERSION,
-    error_rate: ErrorRate | None = None,
+    error_rate: ErrorRateRecord | None = None,
     context_ids: bool = True,
     inputs: Path | None = None,
 ) -> RunLocation:
@@ -266,13 +265,15 @@ def publish(
         "shards_reused": 0,
         "nodes": {"local": 1},
         "flow": {},
-        "judge": {"response_format": response_format.to_dict()} if response_format else {},
+        "judge": {"response_format": response_format.model_dump()} if response_format else {},
         "seconds": seconds,
         "timings_s": {"plan": 0.2, "ray_start": 2.0, "fan_out": round(seconds - 2.2, 3)},
         "status": "complete",
         "summary": summary.to_dict(),
         "duplicates": 0,
-        "error_rate": (error_rate or ErrorRate(summary.items, summary.errors, 0.5)).to_dict(),
+        "error_rate": (
+            error_rate or ErrorRateRecord.of(summary.items, summary.errors, 0.5)
+        ).model_dump(),
         "published_at": f"{run_date.isoformat()}T06:00:00+00:00",
         "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
     }

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from hypothesis import strategies as st
 
 from jobs.core import formatting as fmt
 from jobs.core.pricing import estimate_cost_usd, price_basis
+from jobs.core.run_manifest import DroppedFormRecord, ResponseFormatRecord
 from jobs.core.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERDICTS, context_hash
 from jobs.engine.publish.aggregate import (
     BANDS,
@@ -38,12 +38,10 @@ from jobs.engine.publish.aggregate import (
     relevance_by_position,
     summarize,
 )
-from jobs.engine.publish.response_formats import RunResponseFormat
 from jobs.engine.publish.summary_table import WIDTH, format_summary_table
 from scorer_core.errors import ConfigError
 from scorer_core.precision import BANDS as LIBRARY_BANDS
 from scorer_core.precision import context_precision, score_band
-from scorer_core.response_format import DroppedForm
 from tests.support.exact import exact_average_precision
 from tests.support.polars_scores import (
     ScoreMethod,
@@ -706,17 +704,17 @@ def test_summary_table_says_which_form_the_judge_used_and_why_others_were_droppe
     tmp_path: Path,
 ) -> None:
     refused = "HTTP 500: 1 validation error for Request ('body', 'response_format', 'type') " * 4
-    negotiated = RunResponseFormat(
+    negotiated = ResponseFormatRecord(
         endpoint="http://127.0.0.1:8080/v1",
         setting="auto",
         in_use="json_object",
         confirmed=True,
-        dropped=(DroppedForm("json_schema", refused.strip()),),
+        dropped=[DroppedFormRecord(form="json_schema", reason=refused.strip())],
         shards=3,
     )
     summary = sample_summary(tmp_path)
     # The form reaches the table as the manifest records it (`judge.response_format`).
-    judge = {"transport": "http", "response_format": negotiated.to_dict()}
+    judge = {"transport": "http", "response_format": negotiated.model_dump()}
     lines = format_summary_table(summary, "/results/run-1", judge).splitlines()
     assert all(len(line) <= WIDTH for line in lines[:-1])
     form = lines.index(next(line for line in lines if line.startswith("structured output")))
@@ -725,11 +723,13 @@ def test_summary_table_says_which_form_the_judge_used_and_why_others_were_droppe
     rejected = " ".join(line.strip() for line in lines[form + 1 : -2])
     assert rejected.startswith("json_schema rejected: HTTP 500: 1 validation error")
     assert rejected.endswith("...") and len(rejected) < len(refused)  # the manifest has it all
-    unconfirmed = replace(negotiated, confirmed=False, dropped=(), setting="json_object")
-    text = format_summary_table(summary, "x", {"response_format": unconfirmed.to_dict()})
+    unconfirmed = negotiated.model_copy(
+        update={"confirmed": False, "dropped": [], "setting": "json_object"}
+    )
+    text = format_summary_table(summary, "x", {"response_format": unconfirmed.model_dump()})
     assert "json_object (unconfirmed)" in text and "setting" in text
-    record = json.loads(json.dumps(negotiated.to_dict()))
-    assert RunResponseFormat.from_dict(record) == negotiated
+    record = json.loads(json.dumps(negotiated.model_dump()))
+    assert ResponseFormatRecord.model_validate(record) == negotiated
 
 
 def test_polars_rounding_is_mastras_at_exact_ties() -> None:

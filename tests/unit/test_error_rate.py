@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobs.core.config import parse_config
-from jobs.core.error_rate import ErrorRate
+from jobs.core.run_manifest import ErrorRateRecord
 from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome, exit_code_of, print_outcome
 from jobs.engine.publish.publisher import publish_run
@@ -92,9 +92,8 @@ def test_the_limit_is_a_config_field_with_a_default() -> None:
     assert (
         parse_config({"input": {"path": "x"}, "run": {"max_error_rate": 1}}).run.max_error_rate == 1
     )
-    assert ErrorRate(4, 4, 1.0).exceeded is False  # 1: never
-    assert ErrorRate(0, 0, 0.0).exceeded is False  # an empty run has no errors
-    assert ErrorRate(4, 1, 0.0).exceeded is True
-    assert ErrorRate.from_dict(ErrorRate(4, 1, 0.2, "x", 1).to_dict()) == ErrorRate(
-        4, 1, 0.2, "x", 1
-    )
+    assert ErrorRateRecord.of(4, 4, 1.0).exceeded is False  # 1: never
+    assert ErrorRateRecord.of(0, 0, 0.0).exceeded is False  # an empty run has no errors
+    assert ErrorRateRecord.of(4, 1, 0.0).exceeded is True
+    rate = ErrorRateRecord.of(4, 1, 0.2, "x", 1)
+    assert ErrorRateRecord.model_validate(rate.model_dump()) == rate

@@ -19,17 +19,15 @@ from markupsafe import escape
 from jobs.cli import build_parser, options_of
 from jobs.cli import main as ctxprec
 from jobs.core import formatting as fmt
-from jobs.core.error_rate import ErrorRate
+from jobs.core.run_manifest import DroppedFormRecord, ErrorRateRecord, ResponseFormatRecord
 from jobs.core.storage import open_store
 from jobs.engine.publish.aggregate import BANDS
-from jobs.engine.publish.response_formats import RunResponseFormat
 from jobs.tools.published_runs import load_run
 from jobs.tools.report import charts
 from jobs.tools.report.page import DRILLED
 from jobs.tools.report.report_queries import WORST_QUERIES
 from jobs.tools.tool_options import ReportOptions
 from scorer_core.prompt import PROMPT_VERSION
-from scorer_core.response_format import DroppedForm
 from tests.support.published import (
     BAD_ID,
     FLIPPED,
@@ -94,12 +92,16 @@ def test_header_shows_run_and_counts(runs: Runs, page: str) -> None:
 def test_bands_by_name_and_the_structured_output_form_in_the_header(tmp_path: Path) -> None:
     store = open_store(str(tmp_path))
     queries = [Query(f"q{n}", flags) for n, flags in enumerate(ONE_PER_BAND)]
-    negotiated = RunResponseFormat(
+    negotiated = ResponseFormatRecord(
         endpoint="http://127.0.0.1:8080/v1",
         setting="auto",
         in_use="json_object",
         confirmed=True,
-        dropped=(DroppedForm("json_schema", "HTTP 500: 1 validation error " + "x" * 300),),
+        dropped=[
+            DroppedFormRecord(
+                form="json_schema", reason="HTTP 500: 1 validation error " + "x" * 300
+            )
+        ],
         shards=1,
     )
     publish(store, "llama", queries, response_format=negotiated)
@@ -304,7 +306,7 @@ def test_a_failed_runs_report_says_it_failed_and_its_charts_stay_readable(
 ) -> None:
     error = "context (column 'contexts') is null"
     failed = [Query(f"q{n}", status="error", error=f"in.jsonl row {n}: {error}") for n in range(7)]
-    rate = ErrorRate(items=7, errors=7, limit=0.05, commonest=error, commonest_items=7)
+    rate = ErrorRateRecord.of(items=7, errors=7, limit=0.05, commonest=error, commonest_items=7)
     publish(open_store(str(tmp_path)), "dead", failed, error_rate=rate)
     page, _ = run_report(tmp_path, "dead")
     header = page.split("</header>", 1)[0]

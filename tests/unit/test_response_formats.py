@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from jobs.core.config import parse_config
-from jobs.core.run_manifest import JudgeRecord
+from jobs.core.run_manifest import DroppedFormRecord, JudgeRecord, ResponseFormatRecord
 from jobs.engine.messages import JudgeFacts, ShardReport
 from jobs.engine.publish.manifest_builder import judge_record
-from jobs.engine.publish.response_formats import RunResponseFormat, combine
+from jobs.engine.publish.response_formats import combine
 from jobs.run.factory import build_judge, judge_endpoint
 from scorer_core.errors import ConfigError
-from scorer_core.response_format import DroppedForm, negotiation_summary
+from scorer_core.response_format import negotiation_summary
 
 REFUSED = "HTTP 500: 1 validation error for Request ('body', 'response_format', 'type')"
 
@@ -94,12 +94,12 @@ def test_nothing_reported_is_no_record() -> None:
 def test_shards_that_agree_give_their_form_and_each_rejection_once() -> None:
     dropped = (("json_schema", REFUSED),)
     combined = combine([report("json_object", dropped=dropped)] * 3 + [None])
-    assert combined == RunResponseFormat(
+    assert combined == ResponseFormatRecord(
         endpoint="http://127.0.0.1:9/v1",
         setting="auto",
         in_use="json_object",
         confirmed=True,
-        dropped=(DroppedForm("json_schema", REFUSED),),
+        dropped=[DroppedFormRecord(form="json_schema", reason=REFUSED)],
         shards=3,
     )
     assert combined.describe() == f"json_object (json_schema rejected: {REFUSED})"
@@ -107,7 +107,7 @@ def test_shards_that_agree_give_their_form_and_each_rejection_once() -> None:
         combined.describe(max_reason_chars=20)
         == "json_object (json_schema rejected: HTTP 500: 1...)"
     )
-    assert RunResponseFormat.from_dict(combined.to_dict()) == combined
+    assert ResponseFormatRecord.model_validate(combined.model_dump()) == combined
 
 
 def test_processes_that_disagree_give_the_weakest_form_any_of_them_confirmed() -> None:
@@ -156,7 +156,7 @@ def test_the_manifest_records_the_combined_form_of_every_shard() -> None:
     assert combined is not None and combined.shards == 2
     # The weakest confirmed form, not whichever shard reported last.
     assert facts.response_format is not None
-    assert facts.response_format.model_dump() == combined.to_dict()
+    assert facts.response_format == combined
     assert (combined.in_use, [d.form for d in combined.dropped]) == ("json_object", ["json_schema"])
     # The offline judge's reports carry no facts: the manifest records none.
     assert judge_record([ShardReport("a"), ShardReport("b")]) == JudgeRecord()

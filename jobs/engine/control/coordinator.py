@@ -8,9 +8,10 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from jobs.core.run_manifest import FlowSnapshot
 from jobs.engine.control.governor import Completion, RunGovernor
 from jobs.engine.control.shard_board import ShardBoard
-from jobs.engine.messages import FlowFacts, Lease
+from jobs.engine.messages import Lease
 
 
 class RunCoordinator(ShardBoard):
@@ -40,7 +41,7 @@ class RunCoordinator(ShardBoard):
         assert self._governor is not None
         return self._governor.report(worker, demand, in_flight, completions)
 
-    def flow(self) -> FlowFacts | None:
+    def flow(self) -> FlowSnapshot | None:
         return self._governor.snapshot() if self._governor is not None else None
 
 

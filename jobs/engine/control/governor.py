@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from jobs.core.config import RateLimitConfig
+from jobs.core.run_manifest import FlowSnapshot
 from jobs.engine.control.budget import BudgetSettings, InFlightBudget, budget_settings
 from jobs.engine.control.limiter import PacingState
-from jobs.engine.messages import FlowFacts
 
 Completion = tuple[float | None, int, int]
 """A finished request as workers report it: (latency in seconds or None when the attempt failed
@@ -71,10 +71,10 @@ class RunGovernor:
                 self.pacing.settle(reserved, used)
         return self.budget.allocate(worker, demand, in_flight)
 
-    def snapshot(self) -> FlowFacts:
+    def snapshot(self) -> FlowSnapshot:
         """What the run settled on, for the summary and the manifest."""
         pace: dict[str, Any] = dict(self.pacing.snapshot()) if self.pacing is not None else {}
-        return FlowFacts(
+        return FlowSnapshot(
             **self.budget.snapshot(),
             budget_mode="explicit" if self.budget.settings.explicit is not None else "auto",
             requests=self.requests,

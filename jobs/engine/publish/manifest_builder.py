@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
-from jobs.engine.messages import BatchFacts, FlowFacts, ShardReport
+from jobs.engine.messages import ShardReport
 from jobs.engine.publish.aggregate import FLOW_METRICS
 from jobs.engine.publish.response_formats import combine as combine_response_formats
 from scorer_core.prompt import PROMPT_VERSION
@@ -26,7 +25,7 @@ def run_manifest(
     shards_reused: int,
     seconds: float,
     timings: dict[str, float],
-    flow: FlowFacts | None = None,
+    flow: FlowSnapshot | None = None,
     judge: JudgeRecord | None = None,
     nodes: Mapping[str, int] | None = None,
     traces: Mapping[str, Any] | None = None,
@@ -47,7 +46,7 @@ def run_manifest(
         seconds=round(seconds, 3),
         timings_s={phase: round(value, 3) for phase, value in timings.items()},
         shards_reused=shards_reused,
-        flow=FlowSnapshot.model_validate(asdict(flow) if flow is not None else {}),
+        flow=FlowSnapshot.model_validate(flow.model_dump() if flow is not None else {}),
         judge=judge or JudgeRecord(),
         nodes=dict(nodes or {}),
         **({"traces": dict(traces)} if traces is not None else {}),
@@ -62,7 +61,7 @@ def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:
 
 
 def judge_record(
-    reports: Sequence[ShardReport], batch: BatchFacts | None = None, price: str | None = None
+    reports: Sequence[ShardReport], batch: JudgeRecord | None = None, price: str | None = None
 ) -> JudgeRecord:
     """What the run's judge settled on: the workers' transport and structured-output form,
     combined over every shard's report (processes negotiate independently, and the run cannot
@@ -74,9 +73,9 @@ def judge_record(
         facts["transport"] = transports[-1]
     negotiated = combine_response_formats(report.judge.response_format for report in reports)
     if negotiated is not None:
-        facts["response_format"] = negotiated.to_dict()
+        facts["response_format"] = negotiated.model_dump()
     if batch is not None:
-        facts.update(asdict(batch), price=price)
+        facts.update(batch.model_dump(exclude_unset=True), price=price)
     return JudgeRecord.model_validate(facts)
 
 

@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.core.error_rate import ErrorRate, measure
+from jobs.core.error_rate import measure
 from jobs.core.run_layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.core.run_manifest import ErrorRateRecord, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
@@ -48,7 +48,7 @@ class Published:
     scores_url: str
     duplicates: int
     judge: JudgeRecord = field(default_factory=JudgeRecord)  # the manifest's "judge"
-    error_rate: ErrorRate | None = None  # against run.max_error_rate
+    error_rate: ErrorRateRecord | None = None  # against run.max_error_rate
     truncated: int = 0  # items whose contexts were cut (input.max_context_chars, max_contexts)
 
 
@@ -216,7 +216,7 @@ def _complete(
     manifest: RunManifest,
     summary: aggregate.RunSummary,
     duplicates: int,
-    errors: ErrorRate,
+    errors: ErrorRateRecord,
     started: float,
 ) -> RunManifest:
     """The driver's manifest with what publishing learnt."""
@@ -227,7 +227,7 @@ def _complete(
             "status": "complete",
             "summary": summary.to_dict(),
             "duplicates": duplicates,
-            "error_rate": ErrorRateRecord.model_validate(errors.to_dict()),
+            "error_rate": errors,
             "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
         }

@@ -8,10 +8,9 @@ from typing import Any
 
 from jobs.core import formatting as fmt
 from jobs.core.formatting import Column, table
-from jobs.core.run_manifest import JudgeRecord
+from jobs.core.run_manifest import JudgeRecord, ResponseFormatRecord
 from jobs.core.text_safety import terminal_safe
 from jobs.engine.publish.aggregate import RunSummary, band_range
-from jobs.engine.publish.response_formats import RunResponseFormat
 
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
@@ -161,7 +160,7 @@ def _judge_lines(flow: dict[str, float | None], judge: JudgeRecord) -> list[str]
         lines += _pairs(("transport", judge.transport))
     negotiated = judge.response_format
     if negotiated is not None and negotiated.in_use:
-        lines += _response_format_lines(RunResponseFormat.from_dict(negotiated.model_dump()))
+        lines += _response_format_lines(negotiated)
     if flow:
         budget = " / ".join(fmt.integer(flow.get(n)) for n in ("in_flight_budget", "max_in_flight"))
         latency = " / ".join(fmt.number(flow.get(f"latency_{p}_s")) for p in ("p50", "p90", "p99"))
@@ -169,7 +168,7 @@ def _judge_lines(flow: dict[str, float | None], judge: JudgeRecord) -> list[str]
     return lines
 
 
-def _response_format_lines(negotiated: RunResponseFormat) -> list[str]:
+def _response_format_lines(negotiated: ResponseFormatRecord) -> list[str]:
     """The form the judge's requests used, and each form the endpoint rejected with its
     answer (cut to a few lines: the manifest has it whole)."""
     form = negotiated.in_use if negotiated.confirmed else f"{negotiated.in_use} (unconfirmed)"

@@ -27,14 +27,9 @@ def _with_carried(
     return row
 
 
-_NO_USAGE = Usage()
-# The items table names its judging-cost columns after `Usage`'s fields, in the same order.
-_USAGE_COLUMNS = tuple(f.name for f in fields(Usage))
-
-
 def _usage_columns(usage: Usage) -> dict[str, int]:
-    """The items table's judging-cost columns of a row (all 0 for a row not judged)."""
-    return {name: getattr(usage, name) for name in _USAGE_COLUMNS}
+    """The items table's judging-cost columns, named after `Usage`'s fields, in their order."""
+    return {f.name: getattr(usage, f.name) for f in fields(usage)}
 
 
 def error_row(
@@ -56,7 +51,7 @@ def error_row(
         relevant_count=0,
         truncated=False,
         judge_model=model,
-        **_usage_columns(_NO_USAGE),
+        **_usage_columns(Usage()),  # not judged: all 0
         source=error.source,
         row=error.row,
         duplicate_of=duplicate_of,

@@ -17,7 +17,6 @@ import jinja2
 from markupsafe import Markup
 
 from jobs.core import formatting as fmt
-from jobs.core.error_rate import ErrorRate
 from jobs.engine import RunSummary, band_range
 from jobs.run.canary import CanaryResult
 from jobs.tools.comparison import Comparison, compare_runs, differences, gate, gate_word
@@ -81,7 +80,7 @@ def error_rate(run: PublishedRun) -> tuple[str, bool] | None:
     record = run.manifest.error_rate if run.manifest is not None else None
     if record is None or not record.errors:
         return None
-    return ErrorRate.from_dict(record.model_dump()).describe(), record.exceeded
+    return record.describe(), record.exceeded
 
 
 def header_cards(s: RunSummary) -> list[Card]:
