@@ -202,6 +202,30 @@ def test_published_tables_carry_the_workers_scores_and_duplicate_marks(tmp_path:
     assert score_mismatches(scores_table, verdicts_table, SCALE).collect().is_empty()
 
 
+def test_a_shard_staged_before_a_column_existed_publishes_it_null(tmp_path: Path) -> None:
+    """A run staged in part by an older version (resumed after an upgrade): the columns its
+    shards lack are null in their rows, the other shards' values are kept."""
+    store = open_store(str(tmp_path))
+    stage_run(store)
+    _, items_path = shard_files(store, LOCATION.staging, "shard-00000")
+    newer = ["cached_prompt_tokens", "cache_creation_tokens"]
+    old = pl.read_parquet(items_path)
+    assert set(newer) <= set(old.columns)
+    store.write_parquet_atomic(items_path, old.drop(newer).to_arrow())
+    publish(store)
+
+    scores = published(tmp_path, "scores")
+    assert scores.schema == PUBLISHED_SCORES.polars
+    by_row = {r["row"]: r for r in scores.iter_rows(named=True)}
+    assert [by_row[row]["cached_prompt_tokens"] for row in (0, 100, 500, 600)] == [
+        None,
+        None,
+        0,
+        0,
+    ]
+    assert by_row[0]["score"] == 8.33 and by_row[600]["score"] == 3.33
+
+
 def test_the_workers_score_is_published_as_is_and_polars_names_one_its_verdicts_deny(
     tmp_path: Path,
 ) -> None:

@@ -96,8 +96,11 @@ class _ParquetFile:
     def write(self, frame: pl.DataFrame) -> None:
         if frame.is_empty():
             return
-        table = frame.to_arrow()
-        self._buffer.append(table)
+        # A column a shard staged by an older version lacks (a run resumed after an upgrade)
+        # is published null.
+        missing = [pl.lit(None).alias(name) for name in self._schema.names if name not in frame]
+        table = frame.with_columns(missing).select(self._schema.names).to_arrow()
+        self._buffer.append(table.cast(self._schema))
         self._buffered_rows += table.num_rows
         self._buffered_bytes += table.nbytes
         if self._buffered_rows >= _ROW_GROUP_ROWS or self._buffered_bytes >= _ROW_GROUP_BYTES:
@@ -105,7 +108,7 @@ class _ParquetFile:
 
     def _flush(self) -> None:
         if self._buffer:
-            group = pa.concat_tables(self._buffer).cast(self._schema)
+            group = pa.concat_tables(self._buffer)
             self._writer.write_table(group, row_group_size=group.num_rows)
             self.rows += group.num_rows
         self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
@@ -145,8 +148,8 @@ def _write_tables(
                 items = mark_rows(items, later)
                 if not later.is_empty():
                     judged = judged.filter(~pl.col("item_seq").is_in(later["item_seq"].implode()))
-                scores.write(items.select(tables.scores.names))
-                verdicts.write(judged.select(tables.verdicts.names))
+                scores.write(items)
+                verdicts.write(judged)
                 duplicates += int(items["duplicate_of"].is_not_null().sum())
         finally:
             scores.close()
