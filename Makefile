@@ -57,14 +57,16 @@ score-example: install
 	$(BIN)/ctxprec score examples/item.json
 
 # The real-model tests (marker llm) run when the llm extra is installed and skip otherwise.
-# The unit tests (no Ray) over both cores, then the integration tests over two pytest-xdist
-# workers, each given whole files (a module starts its servers once; the files mostly wait on
-# servers and subprocesses) in the order tests/conftest.py sets, so a worker starts one Ray for
-# the files that share it. Every test runs in a worker process, so a test whose Ray ends its
+# The integration tests over two pytest-xdist workers, each given whole files (a module starts
+# its servers once) in the order tests/conftest.py sets, so a worker starts one Ray for the
+# files that share it; beside them, niced, the unit tests (no Ray) in one worker, which takes
+# the CPU the integration files leave while they wait on servers and subprocesses. Its report
+# is printed after theirs. Every test runs in a worker process, so a test whose Ray ends its
 # process fails alone and the summary still prints. Both parts run, each with its summary.
 test: install
-	@status=0; $(BIN)/pytest tests/unit -n 2 || status=$$?; \
-		$(BIN)/pytest tests/integration -n 2 --dist loadfile --no-loadscope-reorder || status=$$?; exit $$status
+	@status=0; nice -n 10 $(BIN)/pytest tests/unit -n 1 > .unit-tests.log 2>&1 & unit=$$!; \
+		$(BIN)/pytest tests/integration -n 2 --dist loadfile --no-loadscope-reorder || status=$$?; \
+		wait $$unit || status=1; cat .unit-tests.log; exit $$status
 
 # The unit tests alone (no Ray), spread over the cores.
 test-unit: install
