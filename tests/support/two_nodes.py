@@ -44,6 +44,7 @@ def lose(cluster: Any, node: Any) -> int:
 
 def main() -> None:
     set_env_defaults()  # before Ray is imported: its processes stay on 127.0.0.1
+    import ray._common.utils
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
@@ -61,6 +62,9 @@ def main() -> None:
         # At once, as `LOSE NODE` does: a graceful stop waits on the workers of the last run.
         for node in [*cluster.worker_nodes, cluster.head_node]:
             cluster.remove_node(node, allow_graceful=False)
+        # As `Cluster.shutdown` does: else a later bare `ray.init()` on this machine looks for
+        # the dead cluster that /tmp/ray/ray_current_cluster still names.
+        ray._common.utils.reset_ray_address()
     sys.stdout.flush()
     os._exit(0)  # Ray's exit handlers would spend about 10 s trying the killed GCS
 
