@@ -51,9 +51,8 @@ RUN_ID = "cluster-test"
 # inherits.
 CLUSTER_ENV_VARS = RAY_ENV
 # Job-level variables passed with --runtime-env-json (the way docs/cluster.md passes
-# credentials). Not the RAY_ENV ones: the driver's `start_ray` passes those to its own
-# `ray.init(runtime_env=...)`, and Ray refuses to merge a job whose runtime_env names the same
-# variable (see test_job_level_env_vars_the_driver_also_sets).
+# credentials). The successful submission below also sets one of the RAY_ENV ones, which the
+# driver sets too: a driver that joins a cluster has no runtime_env of its own to merge.
 JOB_ENV_VARS = {"POLARS_MAX_THREADS": "1"}  # 2 shared cores: keep Polars from oversubscribing
 
 
@@ -360,7 +359,13 @@ def test_submitted_job_succeeds_and_publishes_one_row_per_item(ray_cluster: RayC
     source = _sample(ray_cluster)
     out = ray_cluster.work / "out"
     submission_id = f"ctxprec-ok-{uuid.uuid4().hex[:8]}"
-    submitted = _submit(ray_cluster, submission_id, source, out, f"run.id={RUN_ID}")
+    # The job's runtime_env sets a variable the driver's start_ray also sets: start_ray joins a
+    # cluster without a runtime_env of its own, so Ray has nothing to merge ("Failed to merge
+    # the Job's runtime env" otherwise).
+    env_vars = {**JOB_ENV_VARS, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    submitted = _submit(
+        ray_cluster, submission_id, source, out, f"run.id={RUN_ID}", env_vars=env_vars
+    )
     output = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, output
     assert _status(ray_cluster, submission_id) == "SUCCEEDED"
@@ -401,25 +406,6 @@ def test_submitted_job_with_a_mistyped_key_fails_with_the_config_error(
     assert "rate_limit.request_per_minute" in logs, logs
     assert "unknown key" in logs, logs
     assert not (ray_cluster.work / "out-bad" / "scores").exists()
-
-
-@pytest.mark.cluster
-@pytest.mark.timeout(600)
-def test_job_level_env_vars_the_driver_also_sets(ray_cluster: RayCluster) -> None:
-    source = _sample(ray_cluster)
-    submission_id = f"ctxprec-env-{uuid.uuid4().hex[:8]}"
-    submitted = _submit(
-        ray_cluster,
-        submission_id,
-        source,
-        ray_cluster.work / "out-env",
-        env_vars={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-    )
-    output = submitted.stdout + submitted.stderr
-    # start_ray joins a cluster without a runtime_env of its own, so a job's runtime_env that
-    # sets the same variables does not conflict ("Failed to merge the Job's runtime env").
-    assert submitted.returncode == 0, output
-    assert _status(ray_cluster, submission_id) == "SUCCEEDED"
 
 
 @pytest.mark.cluster

@@ -49,7 +49,9 @@ REFUSED_FORM = "json_schema"  # llama-cpp-python's server takes only "text" and 
 
 @pytest.fixture(scope="module")
 def llama() -> Iterator[LlamaServer]:
-    with LlamaServer(MODEL, n_threads=2, n_ctx=4096, startup_timeout_s=600) as server:
+    # One thread: under `make test` the other core is busy, and llama.cpp's second thread spun
+    # waiting for it (the module took 1.4x as long with two).
+    with LlamaServer(MODEL, n_threads=1, n_ctx=4096, startup_timeout_s=600) as server:
         yield server
 
 

@@ -41,8 +41,8 @@ def test_rayjob_is_a_well_formed_kuberay_rayjob() -> None:
     assert isinstance(spec["ttlSecondsAfterFinished"], int)
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["working_dir"].endswith(".zip")
-    # The driver's start_ray sets these itself; the same key in the job's runtime_env makes
-    # Ray refuse to start the driver (see test_job_level_env_vars_the_driver_also_sets).
+    # The nodes' environment carries these (the RayJob's containers): the job's runtime_env
+    # need not repeat them.
     assert not set(runtime_env.get("env_vars", {})) & set(RAY_ENV)
     assert all(re.search(r"==\d", dep) for dep in runtime_env["pip"]), runtime_env["pip"]
     cluster = spec["rayClusterSpec"]
