@@ -87,18 +87,83 @@ class OtlpConfig(_Strict):
     )
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class PhoenixAccess(_Strict):
+    """A Phoenix server and project; the key is read from the environment, never stored."""
+
+    endpoint: str = Field(description="Phoenix's URL, e.g. http://127.0.0.1:6006. Required.")
+    project: str = Field(description="The Phoenix project holding the spans. Required.")
+    api_key_env: str = Field(
+        "PHOENIX_API_KEY",
+        pattern=_ENV_NAME.pattern,
+        description="The environment variable holding Phoenix's API key (a bearer token); "
+        "unset: no key is sent.",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra HTTP headers (redacted in the manifest)."
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:6006")
+        return value.rstrip("/")
+
+
+class PhoenixInputConfig(PhoenixAccess):
+    """Which spans `input.format: phoenix` pulls (docs/traces.md): a window of start times."""
+
+    start: dt.datetime | None = Field(None, description="ISO 8601; null: from the first span.")
+    end: dt.datetime | None = Field(None, description="ISO 8601, exclusive; null: up to now.")
+    last_hours: float | None = Field(
+        None, gt=0, description="Instead of start and end: the hours up to now (nightly runs)."
+    )
+
+    @model_validator(mode="after")
+    def _one_window(self) -> PhoenixInputConfig:
+        if self.last_hours is not None and (self.start or self.end):
+            raise ValueError("give last_hours or start/end, not both")
+        return self
+
+
+class PhoenixExportConfig(PhoenixAccess):
+    """`ctxprec export phoenix` run once the run is published."""
+
+    name: str = Field(
+        "context_precision_relevance",
+        description="The document annotations' name; the span annotations' is derived.",
+    )
+    span_id_column: str = Field(
+        "query_id", description="The column holding the span id (query_id for traces)."
+    )
+    batch_size: int = Field(500, ge=1, description="Annotations per request.")
+
+
+class ExportConfig(_Strict):
+    """Where the verdicts go once the run is published; a failed export keeps it published."""
+
+    phoenix: PhoenixExportConfig | None = Field(
+        None, description="Annotations on the spans in Phoenix (docs/traces.md)."
+    )
+
+
 class InputConfig(_Strict):
     """Where the items are and how to read them."""
 
     path: str = Field(
+        "",
         description="A file, a folder (every file under it) or a glob; a local path or an "
-        "s3://, gs:// or az:// URL. Required."
+        "s3://, gs:// or az:// URL. Required but with format phoenix.",
     )
-    format: Literal["jsonl", "parquet", "otlp"] | None = Field(
+    format: Literal["jsonl", "parquet", "otlp", "phoenix"] | None = Field(
         None,
         description="jsonl or parquet; null: from each file's suffix. otlp: OpenTelemetry "
         "trace files (OTLP JSON, as a collector's file exporter writes them), assembled into "
-        "items first (docs/traces.md).",
+        "items first (docs/traces.md). phoenix: spans pulled from Phoenix (input.phoenix).",
     )
     columns: ColumnsConfig = Field(
         ColumnsConfig(), description="Which input column holds each field."
@@ -138,7 +203,10 @@ class InputConfig(_Strict):
         "errors naming it.",
     )
     otlp: OtlpConfig = Field(
-        OtlpConfig(), description="How traces become items (input.format otlp only)."
+        OtlpConfig(), description="How traces become items (input.format otlp, phoenix)."
+    )
+    phoenix: PhoenixInputConfig | None = Field(
+        None, description="The Phoenix server, project and window (input.format phoenix)."
     )
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
@@ -165,11 +233,15 @@ class InputConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> InputConfig:
         # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
-        if self.format == "otlp":
+        if (self.format == "phoenix") != (self.phoenix is not None):
+            raise ValueError("format phoenix and the phoenix settings go together")
+        if not self.path and self.format != "phoenix":
+            raise ValueError("path: required (a file, a folder or a glob)")
+        if self.format in ("otlp", "phoenix"):
             own = sorted({"columns", "context_extractor"} & self.model_fields_set)
             if own:
                 raise ValueError(
-                    f"format otlp reads spans, not columns: remove {', '.join(own)} "
+                    f"format {self.format} reads spans, not columns: remove {', '.join(own)} "
                     "(docs/traces.md says which span attribute becomes which field)"
                 )
             taken = [name for name in self.carry if name in _OTLP_ITEM_FIELDS]
@@ -179,7 +251,7 @@ class InputConfig(_Strict):
                     "attributes that can be carried (docs/traces.md)"
                 )
         elif "otlp" in self.model_fields_set:
-            raise ValueError("otlp settings need format: otlp")
+            raise ValueError("otlp settings need format: otlp or phoenix")
         _all_carried("carry_to_verdicts", self.carry_to_verdicts, self.carry)
         if self.carry:
             # jobs.core.schema imports Polars: only a config that carries columns pays for it.
@@ -591,6 +663,7 @@ class JobConfig(_Strict):
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
+    export: ExportConfig = ExportConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
@@ -614,6 +687,9 @@ class JobConfig(_Strict):
         data = self.model_dump(mode="json")
         for section in ("input", "output"):
             data[section]["storage_options"] = _redact(data[section]["storage_options"])
+        for phoenix in (data["input"]["phoenix"], data["export"]["phoenix"]):
+            if phoenix:
+                phoenix["headers"] = dict.fromkeys(phoenix["headers"], "***")
         return data
 
 

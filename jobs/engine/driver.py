@@ -224,7 +224,7 @@ def _plan(
     check_judge_settings(config)
     check_paths_apart(config)
     source, traces = config, None
-    if config.input.format == "otlp":
+    if config.input.format in ("otlp", "phoenix"):
         # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
         from jobs.engine.trace_staging import stage_traces
 

@@ -168,7 +168,9 @@ def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
     duplicates_first = config.input.find_duplicates_first
     return RunParts(
         # traces are assembled into items before they are read (jobs.engine.trace_staging)
-        reader=None if config.input.format == "otlp" else ItemReader.for_config(config),
+        reader=None
+        if config.input.format in ("otlp", "phoenix")
+        else ItemReader.for_config(config),
         judges=ConfiguredJudges(config),
         capabilities=capabilities(config),
         cache=cache_spec(config),

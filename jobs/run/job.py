@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jobs.core.config import JobConfig, load_config
@@ -27,12 +27,17 @@ def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     return run_parts_job(config, factory.run_parts(config, canary), **options)
 
 
-def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
+def run_command(
+    config_path: str,
+    overrides: Sequence[str] = (),
+    after: Callable[[JobConfig, RunOutcome], int] | None = None,
+) -> int:
     """`ctxprec run`: load the config, run it, print where the results are.
 
     Args:
         config_path: the YAML job config.
         overrides: `--set dotted.key=value` assignments.
+        after: run once the run is published (the export); its exit code, when not 0, wins.
 
     Returns:
         The exit code: 0, 1 when the published run's errors exceed `run.max_error_rate`, or
@@ -53,4 +58,4 @@ def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
         return exc.exit_code
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
-    return exit_code_of(outcome)
+    return max(exit_code_of(outcome), after(config, outcome) if after else 0)

@@ -66,8 +66,9 @@ def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
     try:
         recorded = run.manifest.config if run.manifest else {}
         section = dict(recorded.get("input") or {})
-        if section.get("format") == "otlp":
-            return "the run read traces (input.format otlp), whose items publishing removed"
+        if section.get("format") in ("otlp", "phoenix"):
+            fmt = section["format"]
+            return f"the run read traces (input.format {fmt}), whose items publishing removed"
         section.pop("otlp", None)  # the manifest records defaults too: it would read as set
         reader = ItemReader.for_config(parse_config(recorded | {"input": section}, "its config"))
         kept = {k: v for k, v in reader.spec.storage_options.items() if v != "***"}

@@ -210,3 +210,57 @@ class CacheOptions:
         positional=True,
         choices=["compact"],
     )
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    summary: ClassVar[str] = (
+        "send a published run's verdicts and scores to Phoenix as annotations on its spans"
+    )
+    target: Literal["phoenix"] = option(
+        help="where to: phoenix", positional=True, choices=["phoenix"]
+    )
+    run: str = option(help="run id", positional=True, metavar="RUN")
+    endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
+    project: str = option(help="the Phoenix project holding the spans", required=True)
+    root: PublishedRoot = field(default_factory=PublishedRoot)
+    name: str = option(
+        "context_precision_relevance",
+        "the document annotations' name; the span annotations' is derived (without "
+        "_relevance, else with _precision added) (default {default})",
+    )
+    span_id_column: str = option(
+        "query_id",
+        "the column holding the span id, in the scores and verdicts (default {default}: "
+        "the span id for OTLP and Phoenix inputs)",
+        metavar="COLUMN",
+    )
+    batch_size: int = option(
+        500, "annotations per request (default {default})", type=int, metavar="N", minimum=1
+    )
+    in_flight: int = option(
+        4, "requests at a time (default {default})", type=int, metavar="N", minimum=1
+    )
+    retry_seconds: float = option(
+        120.0,
+        "retry a request refused with 429 or 5xx or not answered for up to S seconds "
+        "(default {default:g})",
+        type=float,
+        metavar="S",
+        minimum=0,
+    )
+    api_key_env: str = option(
+        "PHOENIX_API_KEY",
+        "the environment variable holding the API key, sent as a bearer token (default {default})",
+        metavar="NAME",
+    )
+    headers: tuple[str, ...] = option(
+        (), "an extra HTTP header NAME=VALUE (repeatable)", action="append", metavar="NAME=VALUE"
+    )
+    as_json: bool = _json("print one JSON object (the counts)")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_minimum(
+                flag_of(f.name, f.metadata), getattr(self, f.name), f.metadata.get("minimum")
+            )
