@@ -87,68 +87,34 @@ class OtlpConfig(_Strict):
     )
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 class PhoenixAccess(_Strict):
-    """A Phoenix server and project; the key is read from the environment, never stored."""
+    """A Phoenix server and project; its API key is read from the environment when needed."""
 
-    endpoint: str = Field(description="Phoenix's URL, e.g. http://127.0.0.1:6006. Required.")
-    project: str = Field(description="The Phoenix project holding the spans. Required.")
+    endpoint: str = Field(pattern=r"^https?://[^/?#]+", description="e.g. http://127.0.0.1:6006")
+    project: str = Field(description="The Phoenix project holding the spans.")
     api_key_env: str = Field(
-        "PHOENIX_API_KEY",
-        pattern=_ENV_NAME.pattern,
-        description="The environment variable holding Phoenix's API key (a bearer token); "
-        "unset: no key is sent.",
+        "PHOENIX_API_KEY", pattern=r"^[A-Za-z_]\w*$", description="The API key's variable."
     )
-    headers: dict[str, str] = Field(
-        default_factory=dict, description="Extra HTTP headers (redacted in the manifest)."
-    )
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint_is_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:6006")
-        return value.rstrip("/")
+    headers: dict[str, str] = Field({}, description="Extra HTTP headers (never recorded).")
 
 
 class PhoenixInputConfig(PhoenixAccess):
-    """Which spans `input.format: phoenix` pulls (docs/traces.md): a window of start times."""
+    """The spans `input.format: phoenix` pulls: started in [start, end) or the last hours."""
 
     start: dt.datetime | None = Field(None, description="ISO 8601; null: from the first span.")
-    end: dt.datetime | None = Field(None, description="ISO 8601, exclusive; null: up to now.")
-    last_hours: float | None = Field(
-        None, gt=0, description="Instead of start and end: the hours up to now (nightly runs)."
-    )
-
-    @model_validator(mode="after")
-    def _one_window(self) -> PhoenixInputConfig:
-        if self.last_hours is not None and (self.start or self.end):
-            raise ValueError("give last_hours or start/end, not both")
-        return self
+    end: dt.datetime | None = Field(None, description="ISO 8601; null: now.")
+    last_hours: float | None = Field(None, gt=0, description="Or: the hours up to now.")
 
 
 class PhoenixExportConfig(PhoenixAccess):
-    """`ctxprec export phoenix` run once the run is published."""
+    """`ctxprec export phoenix` once the run is published (docs/traces.md)."""
 
-    name: str = Field(
-        "context_precision_relevance",
-        description="The document annotations' name; the span annotations' is derived.",
-    )
-    span_id_column: str = Field(
-        "query_id", description="The column holding the span id (query_id for traces)."
-    )
-    batch_size: int = Field(500, ge=1, description="Annotations per request.")
+    name: str = Field("context_precision_relevance", description="The annotations' name.")
+    span_id_column: str = Field("query_id", description="The column holding the span id.")
 
 
 class ExportConfig(_Strict):
-    """Where the verdicts go once the run is published; a failed export keeps it published."""
-
-    phoenix: PhoenixExportConfig | None = Field(
-        None, description="Annotations on the spans in Phoenix (docs/traces.md)."
-    )
+    phoenix: PhoenixExportConfig | None = Field(None, description="Annotations in Phoenix.")
 
 
 class InputConfig(_Strict):

@@ -5,6 +5,7 @@ and the run reads them as any Parquet input."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 from typing import Any
@@ -16,6 +17,7 @@ from jobs.core.storage import Store
 from jobs.engine.fanout import RunFailed
 from jobs.engine.ray_runtime import alive_nodes, cluster_address, ray_map, start_ray
 from jobs.engine.shared_paths import check_shared_paths
+from jobs.inputs.phoenix_spans import pull_spans
 from jobs.inputs.traces import (
     TraceJob,
     TraceReport,
@@ -42,6 +44,16 @@ def stage_traces(
             f"run {location.run_id} is already published at "
             f"{store.url(store.join(location.manifest))}; choose another run.id"
         )
+    if config.input.phoenix is not None:  # its spans pulled as OTLP files into the staging area
+        path = pull_spans(
+            config.input.phoenix,
+            config.input.otlp.output,
+            store,
+            f"{location.staging}/phoenix",
+            dt.datetime.now(dt.UTC),
+        )
+        update = {"path": store.url(path), "storage_options": config.output.storage_options}
+        config = config.model_copy(update={"input": config.input.model_copy(update=update)})
     files = trace_files(config.input.path, config.input.storage_options)
     start_ray(config)
     if cluster_address(config):

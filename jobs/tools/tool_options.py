@@ -214,48 +214,23 @@ class CacheOptions:
 
 @dataclass(frozen=True)
 class ExportOptions:
-    summary: ClassVar[str] = (
-        "send a published run's verdicts and scores to Phoenix as annotations on its spans"
-    )
-    target: Literal["phoenix"] = option(
-        help="where to: phoenix", positional=True, choices=["phoenix"]
-    )
+    summary: ClassVar[str] = "send a run's verdicts and scores to Phoenix, on the spans"
+    target: Literal["phoenix"] = option(help="phoenix", positional=True, choices=["phoenix"])
     run: str = option(help="run id", positional=True, metavar="RUN")
     endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
     project: str = option(help="the Phoenix project holding the spans", required=True)
     root: PublishedRoot = field(default_factory=PublishedRoot)
     name: str = option(
         "context_precision_relevance",
-        "the document annotations' name; the span annotations' is derived (without "
-        "_relevance, else with _precision added) (default {default})",
+        "the document annotations' name; the span annotations' is it without _relevance, "
+        "else with _precision (default {default})",
     )
     span_id_column: str = option(
-        "query_id",
-        "the column holding the span id, in the scores and verdicts (default {default}: "
-        "the span id for OTLP and Phoenix inputs)",
-        metavar="COLUMN",
+        "query_id", "the span id's column (default {default})", metavar="COLUMN"
     )
-    batch_size: int = option(
-        500, "annotations per request (default {default})", type=int, metavar="N", minimum=1
-    )
-    in_flight: int = option(
-        4, "requests at a time (default {default})", type=int, metavar="N", minimum=1
-    )
+    batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
     retry_seconds: float = option(
-        120.0,
-        "retry a request refused with 429 or 5xx or not answered for up to S seconds "
-        "(default {default:g})",
-        type=float,
-        metavar="S",
-        minimum=0,
-    )
-    api_key_env: str = option(
-        "PHOENIX_API_KEY",
-        "the environment variable holding the API key, sent as a bearer token (default {default})",
-        metavar="NAME",
-    )
-    headers: tuple[str, ...] = option(
-        (), "an extra HTTP header NAME=VALUE (repeatable)", action="append", metavar="NAME=VALUE"
+        120.0, "retry 429, 5xx, no answer for S s (default {default:g})", type=float, minimum=0
     )
     as_json: bool = _json("print one JSON object (the counts)")
 

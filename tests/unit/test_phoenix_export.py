@@ -20,12 +20,10 @@ from jobs.tools.phoenix_export import (
     Annotation,
     ExportReport,
     PhoenixSink,
-    SinkRefused,
-    SinkUnavailable,
+    SinkFailed,
     UnknownSpans,
     deliver,
     export_run,
-    header_map,
     retryable,
     span_annotation_name,
 )
@@ -52,7 +50,7 @@ class FakeSink:
         with self.lock:
             self.requests += 1
             if self.fail_after is not None and self.requests > self.fail_after:
-                raise SinkUnavailable("fake sink at fake://here unreachable")
+                raise SinkFailed("fake sink at fake://here unreachable")
             if any(a.span_id not in self.spans for a in annotations):
                 raise UnknownSpans("unknown")
             self.received.extend(annotations)
@@ -73,7 +71,7 @@ QUERIES = [
 
 def _options(**changes: object) -> ExportOptions:
     base = ExportOptions(target="phoenix", run="r1", endpoint="http://x", project="p")
-    return replace(base, **{"batch_size": 7, "in_flight": 3, **changes})  # type: ignore[arg-type]
+    return replace(base, **{"batch_size": 7, **changes})  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -110,7 +108,6 @@ def test_every_verdict_and_score_reaches_the_sink_and_unknown_spans_are_listed(
     # the unscored item's two verdicts and its score, the error item's score: skipped, counted
     assert (report.skipped_verdicts, report.skipped_items) == (2, 2)
     assert report.documents_sent == 37 * 3 and report.spans_sent == 37 and report.left == 0
-    assert report.unknown_annotations == 3 * 3 + 3
 
 
 def test_bisection_sends_the_known_spans_of_a_refused_batch_in_few_requests() -> None:
@@ -127,11 +124,12 @@ def test_bisection_sends_the_known_spans_of_a_refused_batch_in_few_requests() ->
 def test_an_outage_midway_counts_what_was_not_sent_as_left(run_store: object) -> None:
     sink = FakeSink({_span(n) for n in range(42)}, fail_after=5)
     report = ExportReport("r1", "fake")
-    export_run(run_store, sink, report, _options(in_flight=1))  # type: ignore[arg-type]
-    sendable = 40 * 3 + 40
-    assert report.documents_sent + report.spans_sent == len(sink.received) == 5 * 7
-    assert report.left == sendable - 35 and report.error is not None
-    assert "fake://here" in report.error and "NOT SENT: 125" in report.summary()
+    export_run(run_store, sink, report, _options())  # type: ignore[arg-type]
+    sent = report.documents_sent + report.spans_sent
+    # never more counted sent than arrived; what is not counted sent is left
+    assert sent <= len(sink.received) == 5 * 7
+    assert report.left == 40 * 3 + 40 - sent and report.error is not None
+    assert "fake://here" in report.error and f"NOT SENT: {report.left}" in report.summary()
 
 
 def test_a_span_id_column_the_run_lacks_is_named(run_store: object) -> None:
@@ -145,9 +143,6 @@ def test_names_headers_and_retry_decisions() -> None:
     assert span_annotation_name("context_precision_relevance") == "context_precision"
     assert span_annotation_name("nightly") == "nightly_precision"
     assert span_annotation_name("_relevance") == "_relevance_precision"
-    assert header_map(["X-Team=rag", "X-A=b=c"]) == {"X-Team": "rag", "X-A": "b=c"}
-    with pytest.raises(ConfigError, match="'nope'"):
-        header_map(["nope"])
     assert [retryable(s) for s in (None, 429, 500, 503, 200, 404, 401, 422)] == [
         True,
         True,
@@ -223,7 +218,7 @@ def test_the_sink_stops_at_once_on_401_and_raises_unknown_spans_on_404(
     url = f"http://127.0.0.1:{answers.server_address[1]}"
     sink, waits = _sink(url)
     answers.statuses[:] = [401]  # type: ignore[attr-defined]
-    with pytest.raises(SinkRefused, match=f"Phoenix at {url} refused POST /v1/span_annotations"):
+    with pytest.raises(SinkFailed, match=f"Phoenix at {url} refused POST /v1/span_annotations"):
         sink.send([Annotation("00000000000000aa", "n", 0.5, None, None)])
     answers.statuses[:] = [404]  # type: ignore[attr-defined]
     with pytest.raises(UnknownSpans):
@@ -241,6 +236,6 @@ def _free_port() -> int:
 def test_an_unreachable_endpoint_is_named_once_the_deadline_passes() -> None:
     port = _free_port()
     sink, waits = _sink(f"http://127.0.0.1:{port}", retry_seconds=0.0)
-    with pytest.raises(SinkUnavailable, match=f"Phoenix at http://127.0.0.1:{port} unreachable"):
+    with pytest.raises(SinkFailed, match=f"Phoenix at http://127.0.0.1:{port} unreachable"):
         sink.check()
     assert waits == []
