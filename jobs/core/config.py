@@ -6,6 +6,7 @@ applied to the raw YAML before validation.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -97,6 +98,10 @@ class PhoenixAccess(_Strict):
     )
     headers: dict[str, str] = Field({}, description="Extra HTTP headers (never recorded).")
 
+    def http_headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env)
+        return self.headers | ({"Authorization": f"Bearer {key}"} if key else {})
+
 
 class PhoenixInputConfig(PhoenixAccess):
     """The spans `input.format: phoenix` pulls: started in [start, end) or the last hours."""
@@ -171,9 +176,7 @@ class InputConfig(_Strict):
     otlp: OtlpConfig = Field(
         OtlpConfig(), description="How traces become items (input.format otlp, phoenix)."
     )
-    phoenix: PhoenixInputConfig | None = Field(
-        None, description="The Phoenix server, project and window (input.format phoenix)."
-    )
+    phoenix: PhoenixInputConfig | None = Field(None, description="For input.format phoenix.")
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "

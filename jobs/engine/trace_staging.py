@@ -5,7 +5,6 @@ and the run reads them as any Parquet input."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import logging
 from typing import Any
@@ -45,15 +44,7 @@ def stage_traces(
             f"{store.url(store.join(location.manifest))}; choose another run.id"
         )
     if config.input.phoenix is not None:  # its spans pulled as OTLP files into the staging area
-        path = pull_spans(
-            config.input.phoenix,
-            config.input.otlp.output,
-            store,
-            f"{location.staging}/phoenix",
-            dt.datetime.now(dt.UTC),
-        )
-        update = {"path": store.url(path), "storage_options": config.output.storage_options}
-        config = config.model_copy(update={"input": config.input.model_copy(update=update)})
+        config = pull_spans(config, store, f"{location.staging}/phoenix")
     files = trace_files(config.input.path, config.input.storage_options)
     start_ray(config)
     if cluster_address(config):

@@ -229,9 +229,6 @@ class ExportOptions:
         "query_id", "the span id's column (default {default})", metavar="COLUMN"
     )
     batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
-    retry_seconds: float = option(
-        120.0, "retry 429, 5xx, no answer for S s (default {default:g})", type=float, minimum=0
-    )
     as_json: bool = _json("print one JSON object (the counts)")
 
     def __post_init__(self) -> None:

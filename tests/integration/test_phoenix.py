@@ -18,17 +18,25 @@ from typing import Any
 import pytest
 
 from jobs.cli.main import main
-from jobs.core.config import parse_config
+from jobs.core.config import ExportConfig, PhoenixExportConfig, parse_config
 from jobs.core.storage import open_store
+from jobs.engine import RunOutcome
 from jobs.run.job import run_job
-from jobs.tools.phoenix_export import Annotation, ExportReport, PhoenixSink, export_run
+from jobs.tools.phoenix_export import (
+    Annotation,
+    ExportReport,
+    PhoenixSink,
+    export_after_run,
+    export_run,
+)
 from jobs.tools.published_runs import load_run
 from jobs.tools.tool_options import ExportOptions, PublishedRoot
+from scorer_core.errors import CtxPrecError
 from tests.fake_judge import FakeJudgeServer
 from tests.support import phoenix as ph
 from tests.support.job import llm_judge, scores_frame, verdict_requests, verdicts_frame
 from tests.support.otlp import Expected, export_line, span
-from tests.support.published import Query, publish
+from tests.support.published import RUN_DATE, Query, publish
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]
 PROJECT = "rag-nightly"
@@ -74,15 +82,17 @@ def _export(out: Path, run_id: str, url: str, *extra: str) -> tuple[int, dict[st
     return code, json.loads(stdout.getvalue().splitlines()[0])
 
 
+def _raw_config(out: Path, server: FakeJudgeServer, **input_: Any) -> dict[str, Any]:
+    return {
+        "input": {"carry": ["tenant", "trace_id"], **input_},
+        "output": {"path": str(out)},
+        "judge": llm_judge(server),
+        "ray": {"shard_size": 100, "workers": 2},
+    }
+
+
 def _config(out: Path, server: FakeJudgeServer, **input_: Any) -> Any:
-    return parse_config(
-        {
-            "input": {"carry": ["tenant", "trace_id"], **input_},
-            "output": {"path": str(out)},
-            "judge": llm_judge(server),
-            "ray": {"shard_size": 100, "workers": 2},
-        }
-    )
+    return parse_config(_raw_config(out, server, **input_))
 
 
 def _check_documents(
@@ -176,7 +186,7 @@ def _otlp_files(folder: Path, items: Sequence[Expected]) -> None:
     (folder / "traces.json").write_text("\n".join(lines) + "\n")
 
 
-def test_otlp_files_of_the_same_spans_exported_under_another_name_land_on_them(
+def test_a_nightly_run_of_otlp_files_of_the_same_spans_exports_onto_them(
     phoenix: ph.PhoenixServer,
     sent: list[Expected],
     tmp_path: Path,
@@ -185,10 +195,18 @@ def test_otlp_files_of_the_same_spans_exported_under_another_name_land_on_them(
 ) -> None:
     items = sent[:40]
     _otlp_files(tmp_path / "traces", items)
-    out = tmp_path / "out"
-    outcome = run_job(_config(out, server, format="otlp", path=str(tmp_path / "traces")))
-    code, report = _export(out, outcome.run_id, phoenix.url, "--name", "from_files_relevance")
-    assert code == 0 and report["spans_sent"] == len(items)
+    out, config = tmp_path / "out", tmp_path / "nightly.yaml"
+    raw = _raw_config(out, server, format="otlp", path=str(tmp_path / "traces"))
+    raw["export"] = {
+        "phoenix": {"endpoint": phoenix.url, "project": PROJECT, "name": "from_files_relevance"}
+    }
+    config.write_text(json.dumps(raw))  # JSON is YAML
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main(["run", "--config", str(config)]) == 0
+    documents = sum(len(i.relevance) for i in items)
+    sent = f"{documents} document and {len(items)} span annotation(s) sent"
+    assert f"to Phoenix at {phoenix.url} ({PROJECT}): {sent}" in stderr.getvalue()
     _check_documents(ph.document_annotations(phoenix.url, PROJECT), "from_files_relevance", items)
     spans = ph.span_annotations(phoenix.url, PROJECT, [item.query_id for item in items])
     assert {a["span_id"] for a in spans if a["name"] == "from_files"} == {i.query_id for i in items}
@@ -233,8 +251,6 @@ def test_an_absent_phoenix_fails_fast_naming_its_endpoint(
                 url,
                 "--project",
                 PROJECT,
-                "--retry-seconds",
-                "1",
             ]
         )
     assert code == 1 and f"Phoenix at {url} unreachable" in stderr.getvalue()
@@ -243,6 +259,18 @@ def test_an_absent_phoenix_fails_fast_naming_its_endpoint(
     with pytest.raises(Exception, match=f"Phoenix at {url} \\(project '{PROJECT}'\\) unreachable"):
         run_job(_config(tmp_path / "out2", server, format="phoenix", phoenix=window))
     assert verdict_requests(server) == 0 and time.monotonic() - started < 60
+    # a nightly run's export that fails leaves the run published and names the command
+    config = _config(out, server, path="unused.jsonl")
+    config = config.model_copy(
+        update={"export": ExportConfig(phoenix=PhoenixExportConfig(endpoint=url, project=PROJECT))}
+    )
+    lonely = RunOutcome("lonely", RUN_DATE, None, 1, 0, 1.0)  # type: ignore[arg-type]
+    with pytest.raises(
+        CtxPrecError,
+        match=f"run lonely is published, its export is not .*unreachable.*complete it: "
+        f"ctxprec export phoenix lonely --output {out} --endpoint {url}",
+    ):
+        export_after_run(config, lonely)
 
 
 class _Restarting:
@@ -279,7 +307,7 @@ def test_an_export_across_a_phoenix_restart_ends_with_everything_sent(
     options = ExportOptions("phoenix", "restart", phoenix.url, PROJECT, PublishedRoot(str(out)))
     options = ExportOptions(**{**options.__dict__, "name": "restart_relevance", "batch_size": 20})
     sink = _Restarting(PhoenixSink(phoenix.url, PROJECT, {}, {"run_id": "restart"}, 120.0), phoenix)
-    report = ExportReport("restart", "phoenix")
+    report = ExportReport("phoenix")
     export_run(run, sink, report, options)
     assert sink.restart is not None
     sink.restart.join()

@@ -24,7 +24,6 @@ from jobs.tools.phoenix_export import (
     UnknownSpans,
     deliver,
     export_run,
-    retryable,
     span_annotation_name,
 )
 from jobs.tools.published_runs import load_run
@@ -86,7 +85,7 @@ def test_every_verdict_and_score_reaches_the_sink_and_unknown_spans_are_listed(
 ) -> None:
     unknown = {_span(3), _span(17), _span(29)}
     sink = FakeSink({_span(n) for n in range(42)} - unknown)
-    report = ExportReport("r1", "fake")
+    report = ExportReport("fake")
     found = export_run(run_store, sink, report, _options())  # type: ignore[arg-type]
 
     assert set(found) == unknown and report.unknown_spans == 3
@@ -98,7 +97,7 @@ def test_every_verdict_and_score_reaches_the_sink_and_unknown_spans_are_listed(
                 assert got is None
                 continue
             assert got is not None and got.name == "context_precision_relevance"
-            assert (got.label, got.score) == (("relevant", 1.0) if verdict else ("unrelated", 0.0))
+            assert got.score == (1.0 if verdict else 0.0)
             assert got.explanation == (query.judge_reasons or [])[position]
     assert not documents
     spans = {a.span_id: a for a in sink.received if a.position is None}
@@ -106,14 +105,12 @@ def test_every_verdict_and_score_reaches_the_sink_and_unknown_spans_are_listed(
     assert {a.name for a in spans.values()} == {"context_precision"}
     assert spans[_span(0)].score == pytest.approx(QUERIES[0].score(1.0))
     # the unscored item's two verdicts and its score, the error item's score: skipped, counted
-    assert (report.skipped_verdicts, report.skipped_items) == (2, 2)
+    assert (report.skipped_verdicts, report.skipped_scores) == (2, 2)
     assert report.documents_sent == 37 * 3 and report.spans_sent == 37 and report.left == 0
 
 
 def test_bisection_sends_the_known_spans_of_a_refused_batch_in_few_requests() -> None:
-    batch = [
-        Annotation(_span(n), "x", 1.0, None, None, position=p) for n in range(64) for p in (0, 1)
-    ]
+    batch = [Annotation(_span(n), "x", 1.0, None, p) for n in range(64) for p in (0, 1)]
     sink = FakeSink({_span(n) for n in range(64) if n != 37})
     sent, unknown = deliver(sink, batch)
     assert (sent, unknown) == (126, [_span(37)])
@@ -123,7 +120,7 @@ def test_bisection_sends_the_known_spans_of_a_refused_batch_in_few_requests() ->
 
 def test_an_outage_midway_counts_what_was_not_sent_as_left(run_store: object) -> None:
     sink = FakeSink({_span(n) for n in range(42)}, fail_after=5)
-    report = ExportReport("r1", "fake")
+    report = ExportReport("fake")
     export_run(run_store, sink, report, _options())  # type: ignore[arg-type]
     sent = report.documents_sent + report.spans_sent
     # never more counted sent than arrived; what is not counted sent is left
@@ -134,25 +131,13 @@ def test_an_outage_midway_counts_what_was_not_sent_as_left(run_store: object) ->
 
 def test_a_span_id_column_the_run_lacks_is_named(run_store: object) -> None:
     with pytest.raises(ConfigError, match="--span-id-column span: run r1's verdicts table"):
-        export_run(
-            run_store, FakeSink(set()), ExportReport("r1", "f"), _options(span_id_column="span")
-        )  # type: ignore[arg-type]
+        export_run(run_store, FakeSink(set()), ExportReport("f"), _options(span_id_column="span"))  # type: ignore[arg-type]
 
 
-def test_names_headers_and_retry_decisions() -> None:
+def test_the_span_annotation_name_is_derived_from_the_documents() -> None:
     assert span_annotation_name("context_precision_relevance") == "context_precision"
     assert span_annotation_name("nightly") == "nightly_precision"
     assert span_annotation_name("_relevance") == "_relevance_precision"
-    assert [retryable(s) for s in (None, 429, 500, 503, 200, 404, 401, 422)] == [
-        True,
-        True,
-        True,
-        True,
-        False,
-        False,
-        False,
-        False,
-    ]
 
 
 class _Answers(http.server.BaseHTTPRequestHandler):
@@ -194,7 +179,7 @@ def _sink(url: str, retry_seconds: float = 30.0) -> tuple[PhoenixSink, list[floa
 def test_the_sink_retries_429_and_5xx_then_sends(answers: http.server.ThreadingHTTPServer) -> None:
     answers.statuses[:] = [503, 429, 502]  # type: ignore[attr-defined]
     sink, waits = _sink(f"http://127.0.0.1:{answers.server_address[1]}")
-    sink.send([Annotation("00000000000000aa", "n", 0.0, "unrelated", "why", position=2)])
+    sink.send([Annotation("00000000000000aa", "n", 0.0, "why", 2)])
     assert waits == [0.25, 0.5, 1.0]
     key, body = answers.seen[-1]  # type: ignore[attr-defined]
     assert key == "Bearer k" and len(answers.seen) == 4  # type: ignore[attr-defined]
@@ -219,10 +204,10 @@ def test_the_sink_stops_at_once_on_401_and_raises_unknown_spans_on_404(
     sink, waits = _sink(url)
     answers.statuses[:] = [401]  # type: ignore[attr-defined]
     with pytest.raises(SinkFailed, match=f"Phoenix at {url} refused POST /v1/span_annotations"):
-        sink.send([Annotation("00000000000000aa", "n", 0.5, None, None)])
+        sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
     answers.statuses[:] = [404]  # type: ignore[attr-defined]
     with pytest.raises(UnknownSpans):
-        sink.send([Annotation("00000000000000aa", "n", 0.5, None, None)])
+        sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
     assert waits == []
 
 
