@@ -119,7 +119,13 @@ class PhoenixExportConfig(PhoenixAccess):
 
 
 class ExportConfig(_Strict):
-    phoenix: PhoenixExportConfig | None = Field(None, description="Annotations in Phoenix.")
+    """Where the verdicts go once published."""
+
+    phoenix: PhoenixExportConfig | None = Field(
+        None,
+        description="{endpoint, project, name, span_id_column, api_key_env, headers}: "
+        "annotations on the spans in Phoenix (docs/commands.md).",
+    )
 
 
 class InputConfig(_Strict):
@@ -176,7 +182,11 @@ class InputConfig(_Strict):
     otlp: OtlpConfig = Field(
         OtlpConfig(), description="How traces become items (input.format otlp, phoenix)."
     )
-    phoenix: PhoenixInputConfig | None = Field(None, description="For input.format phoenix.")
+    phoenix: PhoenixInputConfig | None = Field(
+        None,
+        description="format phoenix: {endpoint, project, start, end | last_hours, "
+        "api_key_env, headers} (docs/traces.md#phoenix-in-and-out).",
+    )
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "

@@ -205,8 +205,8 @@ def test_a_nightly_run_of_otlp_files_of_the_same_spans_exports_onto_them(
     with contextlib.redirect_stderr(stderr):
         assert main(["run", "--config", str(config)]) == 0
     documents = sum(len(i.relevance) for i in items)
-    sent = f"{documents} document and {len(items)} span annotation(s) sent"
-    assert f"to Phoenix at {phoenix.url} ({PROJECT}): {sent}" in stderr.getvalue()
+    line = f"{documents} document and {len(items)} span annotation(s) sent"
+    assert f"to Phoenix at {phoenix.url} ({PROJECT}): {line}" in stderr.getvalue()
     _check_documents(ph.document_annotations(phoenix.url, PROJECT), "from_files_relevance", items)
     spans = ph.span_annotations(phoenix.url, PROJECT, [item.query_id for item in items])
     assert {a["span_id"] for a in spans if a["name"] == "from_files"} == {i.query_id for i in items}
