@@ -24,6 +24,7 @@ from scorer_core.response_format import ResponseFormatSetting
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 DEFAULT_MAX_CONTEXT_CHARS = 200_000
 DEFAULT_MAX_CONTEXTS = 1000
+TRACES = ("otlp", "phoenix")  # the formats whose spans are assembled into items first
 
 
 def _all_carried(option: str, names: list[str], carry: list[str]) -> None:
@@ -88,14 +89,15 @@ class OtlpConfig(_Strict):
     )
 
 
+_PX = "docs/traces.md#phoenix-in-and-out: {endpoint, project, api_key_env, headers, "
+
+
 class PhoenixAccess(_Strict):
     """A Phoenix server and project; its API key is read from the environment when needed."""
 
     endpoint: str = Field(pattern=r"^https?://[^/?#]+", description="e.g. http://127.0.0.1:6006")
     project: str = Field(description="The Phoenix project holding the spans.")
-    api_key_env: str = Field(
-        "PHOENIX_API_KEY", pattern=r"^[A-Za-z_]\w*$", description="The API key's variable."
-    )
+    api_key_env: str = Field("PHOENIX_API_KEY", pattern=r"^[A-Za-z_]\w*$")  # a bearer token
     headers: dict[str, str] = Field({}, description="Extra HTTP headers (never recorded).")
 
     def http_headers(self) -> dict[str, str]:
@@ -121,11 +123,7 @@ class PhoenixExportConfig(PhoenixAccess):
 class ExportConfig(_Strict):
     """Where the verdicts go once published."""
 
-    phoenix: PhoenixExportConfig | None = Field(
-        None,
-        description="{endpoint, project, name, span_id_column, api_key_env, headers}: "
-        "annotations on the spans in Phoenix (docs/commands.md).",
-    )
+    phoenix: PhoenixExportConfig | None = Field(None, description=_PX + "name, span_id_column}")
 
 
 class InputConfig(_Strict):
@@ -182,11 +180,7 @@ class InputConfig(_Strict):
     otlp: OtlpConfig = Field(
         OtlpConfig(), description="How traces become items (input.format otlp, phoenix)."
     )
-    phoenix: PhoenixInputConfig | None = Field(
-        None,
-        description="format phoenix: {endpoint, project, start, end | last_hours, "
-        "api_key_env, headers} (docs/traces.md#phoenix-in-and-out).",
-    )
+    phoenix: PhoenixInputConfig | None = Field(None, description=_PX + "start, end, last_hours}")
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "
@@ -216,7 +210,7 @@ class InputConfig(_Strict):
             raise ValueError("format phoenix and the phoenix settings go together")
         if not self.path and self.format != "phoenix":
             raise ValueError("path: required (a file, a folder or a glob)")
-        if self.format in ("otlp", "phoenix"):
+        if self.format in TRACES:
             own = sorted({"columns", "context_extractor"} & self.model_fields_set)
             if own:
                 raise ValueError(

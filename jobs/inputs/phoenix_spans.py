@@ -51,11 +51,8 @@ def _get(client: httpx.Client, source: PhoenixInputConfig, path: str, **query: A
     return answer.json()
 
 
-_PULLS = {  # the spans each pull asks for (the roots: the retrievals' answers)
-    "retriever": {"attribute": f"{_KIND}:RETRIEVER"},
-    "root": {"parent_id": "null"},
-    "next_llm": {"attribute": f"{_KIND}:LLM"},
-}
+_PULLS = {"retriever": {"attribute": f"{_KIND}:RETRIEVER"}, "root": {"parent_id": "null"}}
+_PULLS["next_llm"] = {"attribute": f"{_KIND}:LLM"}  # what each pull asks Phoenix for
 
 
 def pull_spans(config: JobConfig, store: Store, folder: str) -> JobConfig:

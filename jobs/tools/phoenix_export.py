@@ -94,24 +94,23 @@ class PhoenixSink:
             raise CtxPrecError(f"{self.endpoint}{path}: HTTP {answer.status_code}: {answer.text}")
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        deadline, wait_s = time.monotonic() + self.retry_seconds, 0.25
+        deadline, wait_s, at = time.monotonic() + self.retry_seconds, 0.25, f"{method} {path}"
         while True:
             try:
                 answer = self.client.request(method, path, **kwargs)
                 why = f"HTTP {answer.status_code}"
-                if answer.status_code in (401, 403):
+                if answer.status_code in (401, 403):  # the key: PHOENIX_API_KEY or api_key_env
                     raise SinkFailed(
-                        f"Phoenix at {self.endpoint} refused {method} {path} ({why}): check "
-                        "the API key's variable (api_key_env, default PHOENIX_API_KEY)"
+                        f"Phoenix at {self.endpoint} refused {at} ({why}): check the key"
                     )
                 if answer.status_code != 429 and answer.status_code < 500:
                     return answer  # else worth asking again, as when there is no answer
             except httpx.TransportError as exc:
                 why = f"{type(exc).__name__}: {exc}"
             if time.monotonic() + wait_s > deadline:
+                limit = f"{self.retry_seconds:g}s"
                 raise SinkFailed(
-                    f"Phoenix at {self.endpoint} unreachable for {self.retry_seconds:g}s "
-                    f"({method} {path}: {why})"
+                    f"Phoenix at {self.endpoint} unreachable for {limit} ({at}: {why})"
                 )
             self.sleep(wait_s)
             wait_s = min(wait_s * 2, 5.0)
@@ -152,13 +151,13 @@ class ExportReport:
 
     def summary(self) -> str:
         listed = f" (listed in {self.unknown_spans_file})" if self.unknown_spans_file else ""
-        left = f"; NOT SENT: {self.left:,} annotation(s) ({self.error})" if self.left else ""
-        return (
-            f"{self.target}: {self.documents_sent:,} document and {self.spans_sent:,} span "
-            f"annotation(s) sent; skipped {self.skipped_verdicts:,} verdict(s) not obtained, "
-            f"{self.skipped_scores:,} item(s) not scored; {self.unknown_spans:,} span(s) not "
-            f"found{listed}{left}; {self.seconds:.1f}s"
+        text = f"{self.target}: {self.documents_sent:,} document and {self.spans_sent:,} span "
+        text += f"annotation(s) sent; skipped {self.skipped_verdicts:,} verdict(s) not obtained, "
+        text += f"{self.skipped_scores:,} item(s) not scored; {self.unknown_spans:,} span(s) not "
+        text += f"found{listed}" + (
+            f"; NOT SENT: {self.left:,} ({self.error})" if self.left else ""
         )
+        return text + f"; {self.seconds:.1f}s"
 
 
 _TABLES = (("verdicts", "relevant", "judge_reason"), ("scores", "score", "reason"))

@@ -220,19 +220,10 @@ class ExportOptions:
     endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
     project: str = option(help="the Phoenix project holding the spans", required=True)
     root: PublishedRoot = field(default_factory=PublishedRoot)
-    name: str = option(
-        "context_precision_relevance",
-        "the document annotations' name; the span annotations' is it without _relevance, "
-        "else with _precision (default {default})",
-    )
-    span_id_column: str = option(
-        "query_id", "the span id's column (default {default})", metavar="COLUMN"
-    )
+    name: str = option("context_precision_relevance", "the annotations' name (default {default})")
+    span_id_column: str = option("query_id", "the span ids' column (default {default})")
     batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
     as_json: bool = _json("print one JSON object (the counts)")
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            check_minimum(
-                flag_of(f.name, f.metadata), getattr(self, f.name), f.metadata.get("minimum")
-            )
+        check_minimum("--batch-size", self.batch_size, 1)
