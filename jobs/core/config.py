@@ -105,17 +105,13 @@ class PhoenixAccess(_Strict):
         return self.headers | ({"Authorization": f"Bearer {key}"} if key else {})
 
 
-class PhoenixInputConfig(PhoenixAccess):
-    """The spans `input.format: phoenix` pulls: started in [start, end) or the last hours."""
-
+class PhoenixInputConfig(PhoenixAccess):  # the spans started in [start, end) or the last hours
     start: dt.datetime | None = Field(None, description="ISO 8601; null: from the first span.")
     end: dt.datetime | None = Field(None, description="ISO 8601; null: now.")
     last_hours: float | None = Field(None, gt=0, description="Or: the hours up to now.")
 
 
-class PhoenixExportConfig(PhoenixAccess):
-    """`ctxprec export phoenix` once the run is published (docs/traces.md)."""
-
+class PhoenixExportConfig(PhoenixAccess):  # `ctxprec export phoenix` once the run is published
     name: str = Field("context_precision_relevance", description="The annotations' name.")
     span_id_column: str = Field("query_id", description="The column holding the span id.")
 

@@ -20,6 +20,8 @@ from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
 from jobs.run.canary import CanaryCheck
 
+After = Callable[[JobConfig, RunOutcome], int] | None  # run once published: the export
+
 
 def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     """Run (or resume) `config`'s scoring run end to end."""
@@ -27,17 +29,12 @@ def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     return run_parts_job(config, factory.run_parts(config, canary), **options)
 
 
-def run_command(
-    config_path: str,
-    overrides: Sequence[str] = (),
-    after: Callable[[JobConfig, RunOutcome], int] | None = None,
-) -> int:
+def run_command(config_path: str, overrides: Sequence[str] = (), after: After = None) -> int:
     """`ctxprec run`: load the config, run it, print where the results are.
 
     Args:
         config_path: the YAML job config.
         overrides: `--set dotted.key=value` assignments.
-        after: run once the run is published (the export); its exit code, when not 0, wins.
 
     Returns:
         The exit code: 0, 1 when the published run's errors exceed `run.max_error_rate`, or

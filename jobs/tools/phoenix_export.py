@@ -23,7 +23,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from jobs.core.console import progress_extra
 from jobs.tools.published_runs import PublishedRun, load_run, write_file
-from jobs.tools.tool_options import ExportOptions, PublishedRoot
+from jobs.tools.tool_options import ExportOptions, PublishedRoot, check_minimum
 from scorer_core.errors import ConfigError, CtxPrecError
 
 if TYPE_CHECKING:
@@ -34,12 +34,7 @@ logger = logging.getLogger(__name__)
 IN_FLIGHT = 4  # batches sent at a time
 
 
-class SinkFailed(CtxPrecError):
-    """Refused (credentials, unknown project) or not answering: nothing more is sent."""
-
-
-class UnknownSpans(Exception):
-    """The batch names a span the sink does not hold: the whole batch was refused."""
+class SinkFailed(CtxPrecError): ...  # refused (the key, the project) or not answering: stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +47,12 @@ class Annotation:
     explanation: str | None
     position: int | None = None
 
+    @property
+    def label(self) -> str | None:  # as Phoenix's own relevance evals write it
+        return None if self.position is None else ("relevant" if self.score else "unrelated")
 
-class AnnotationSink(Protocol):
+
+class AnnotationSink(Protocol):  # `send` raises LookupError for a batch naming an unknown span
     def check(self) -> None: ...
     def send(self, annotations: Sequence[Annotation]) -> None: ...
 
@@ -72,8 +71,7 @@ class PhoenixSink:
     def __post_init__(self) -> None:
         self.client = httpx.Client(base_url=self.endpoint, headers=self.headers, timeout=30.0)
 
-    def check(self) -> None:
-        """The project is there: asked once, so that an absent Phoenix fails at once."""
+    def check(self) -> None:  # the project is there; asked once: an absent Phoenix fails at once
         sink = replace(self, retry_seconds=0.0)
         if sink._request("GET", f"/v1/projects/{quote(self.project, safe='')}").status_code == 404:
             raise SinkFailed(f"Phoenix at {self.endpoint} has no project {self.project!r}")
@@ -83,13 +81,13 @@ class PhoenixSink:
         meta = self.metadata
         data = [
             {"span_id": a.span_id, "name": a.name, "annotator_kind": "LLM", "metadata": meta}
-            | {"result": {"label": _label(a), "score": a.score, "explanation": a.explanation}}
+            | {"result": {"label": a.label, "score": a.score, "explanation": a.explanation}}
             | ({} if a.position is None else {"document_position": a.position})
             for a in annotations
         ]
         answer = self._request("POST", path, params={"sync": "true"}, json={"data": data})
         if answer.status_code == 404:
-            raise UnknownSpans(answer.text[:200])
+            raise LookupError(answer.text[:200])
         if answer.status_code >= 400:
             raise CtxPrecError(f"{self.endpoint}{path}: HTTP {answer.status_code}: {answer.text}")
 
@@ -116,16 +114,12 @@ class PhoenixSink:
             wait_s = min(wait_s * 2, 5.0)
 
 
-def _label(a: Annotation) -> str | None:  # as Phoenix's own relevance evals write it
-    return None if a.position is None else ("relevant" if a.score else "unrelated")
-
-
 def deliver(sink: AnnotationSink, batch: Sequence[Annotation]) -> tuple[int, list[str]]:
     """(sent, spans the sink lacks): a refused batch halved between spans, the rest sent."""
     try:
         sink.send(batch)
         return len(batch), []
-    except UnknownSpans:
+    except LookupError:  # the batch names a span the sink lacks: all of it was refused
         spans = list(dict.fromkeys(a.span_id for a in batch))
         if len(spans) == 1:
             return 0, spans
@@ -222,6 +216,7 @@ def span_annotation_name(name: str) -> str:
 
 def export(options: ExportOptions, headers: dict[str, str], out: TextIO) -> int:
     """Send the run's annotations as `options` say: 0 when all were, else 1 naming the rest."""
+    check_minimum("--batch-size", options.batch_size, 1)
     started, published = time.monotonic(), load_run(options.root.store(), options.run)
     report = ExportReport(f"run {options.run} to Phoenix at {options.endpoint} ({options.project})")
     metadata = {"run_id": options.run, "judge_model": published.judge_model}

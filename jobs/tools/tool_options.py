@@ -224,6 +224,3 @@ class ExportOptions:
     span_id_column: str = option("query_id", "the span ids' column (default {default})")
     batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
     as_json: bool = _json("print one JSON object (the counts)")
-
-    def __post_init__(self) -> None:
-        check_minimum("--batch-size", self.batch_size, 1)

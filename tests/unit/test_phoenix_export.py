@@ -21,7 +21,6 @@ from jobs.tools.phoenix_export import (
     ExportReport,
     PhoenixSink,
     SinkFailed,
-    UnknownSpans,
     deliver,
     export_run,
     span_annotation_name,
@@ -51,7 +50,7 @@ class FakeSink:
             if self.fail_after is not None and self.requests > self.fail_after:
                 raise SinkFailed("fake sink at fake://here unreachable")
             if any(a.span_id not in self.spans for a in annotations):
-                raise UnknownSpans("unknown")
+                raise LookupError("unknown")
             self.received.extend(annotations)
 
 
@@ -206,7 +205,7 @@ def test_the_sink_stops_at_once_on_401_and_raises_unknown_spans_on_404(
     with pytest.raises(SinkFailed, match=f"Phoenix at {url} refused POST /v1/span_annotations"):
         sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
     answers.statuses[:] = [404]  # type: ignore[attr-defined]
-    with pytest.raises(UnknownSpans):
+    with pytest.raises(LookupError):
         sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
     assert waits == []
 
