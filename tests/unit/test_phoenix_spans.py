@@ -5,8 +5,11 @@ is not there failing before anything is staged, naming its endpoint and project.
 from __future__ import annotations
 
 import datetime as dt
+import http.server
 import json
 import socket
+import threading
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,74 @@ def test_an_absent_phoenix_fails_naming_it_and_stages_nothing(
     assert f"Phoenix at http://127.0.0.1:{port} (project 'rag') unreachable" in message
     assert "phx-secret-key" not in message
     assert not (tmp_path / "staging" / "phoenix" / "DONE.json").exists()
+
+
+class _Phoenix(http.server.BaseHTTPRequestHandler):
+    """Phoenix's project and spans/otlpv1 endpoints: retrievals in two pages, then a root page
+    holding a root and a root that is itself a retrieval (already pulled: left out)."""
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        self.server.asked.append((url.path, query))  # type: ignore[attr-defined]
+        root = {**PHOENIX_SPAN, "span_id": "00000000000000a1", "parent_span_id": None}
+        if url.path == "/v1/projects/rag":
+            page: dict[str, object] = {"data": {"name": "rag"}}
+        elif query.get("parent_id") == ["null"]:
+            page = {"data": [root, {**root, "attributes": []}], "next_cursor": None}
+        elif query.get("cursor") == ["c1"]:
+            page = {"data": [{**PHOENIX_SPAN, "span_id": "00000000000000b2"}], "next_cursor": None}
+        else:
+            page = {"data": [PHOENIX_SPAN], "next_cursor": "c1"}
+        body = json.dumps(page).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_spans_are_pulled_page_by_page_once_and_a_resumed_run_asks_nothing(
+    tmp_path: Path,
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Phoenix)
+    server.asked = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        config = _config(endpoint=url, start="2026-12-01T00:00:00Z")
+        store = open_store(str(tmp_path), {})
+        pulled = pull_spans(config, store, "staging/phoenix")  # type: ignore[arg-type]
+    finally:
+        server.shutdown()
+        server.server_close()
+    folder = tmp_path / "staging" / "phoenix" / "spans"
+    assert pulled.input.path == str(folder) and pulled.input.format == "phoenix"
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == [
+        "retriever-000000000000.json",
+        "retriever-000000000001.json",
+        "root-000000000000.json",
+    ]
+    roots = json.loads((folder / "root-000000000000.json").read_text())
+    [kept] = roots["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert "parentSpanId" not in kept and kept["attributes"] == []
+    spans_asked = [query for path, query in server.asked if path.endswith("/otlpv1")]  # type: ignore[attr-defined]
+    assert [q.get("attribute", q.get("parent_id")) for q in spans_asked] == [
+        ["openinference.span.kind:RETRIEVER"],
+        ["openinference.span.kind:RETRIEVER"],
+        ["null"],
+    ]
+    assert all(
+        q["limit"] == ["1000"] and q["start_time"] == ["2026-12-01T00:00:00+00:00"]
+        for q in spans_asked
+    )
+    assert json.loads((tmp_path / "staging" / "phoenix" / "DONE.json").read_text()) == {
+        "retriever": 2,
+        "root": 1,
+    }
+    # resumed: the marker is there, nothing is asked (the server is gone)
+    again = pull_spans(config, store, "staging/phoenix")  # type: ignore[arg-type]
+    assert again.input.path == pulled.input.path
