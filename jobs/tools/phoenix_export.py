@@ -89,7 +89,7 @@ class PhoenixSink:
         if answer.status_code == 404:
             raise LookupError(answer.text[:200])
         if answer.status_code >= 400:
-            raise CtxPrecError(f"{self.endpoint}{path}: HTTP {answer.status_code}: {answer.text}")
+            raise SinkFailed(f"{self.endpoint}{path}: HTTP {answer.status_code}: {answer.text}")
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         deadline, wait_s, at = time.monotonic() + self.retry_seconds, 0.25, f"{method} {path}"

@@ -204,6 +204,9 @@ def test_the_sink_stops_at_once_on_401_and_raises_unknown_spans_on_404(
     answers.statuses[:] = [401]  # type: ignore[attr-defined]
     with pytest.raises(SinkFailed, match=f"Phoenix at {url} refused POST /v1/span_annotations"):
         sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
+    answers.statuses[:] = [422]  # type: ignore[attr-defined]
+    with pytest.raises(SinkFailed, match=f"{url}/v1/span_annotations: HTTP 422"):
+        sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
     answers.statuses[:] = [404]  # type: ignore[attr-defined]
     with pytest.raises(LookupError):
         sink.send([Annotation("00000000000000aa", "n", 0.5, None)])
