@@ -97,7 +97,7 @@ def send_rag_traces(url: str, project: str, count: int, seed: int = 3) -> list[E
     provider = TracerProvider(resource=Resource({"openinference.project.name": project}))
     exporter = OTLPSpanExporter(f"{url}/v1/traces")
     # a queue that holds every span: the default (2,048) drops spans of a larger burst
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=2 * count + 64))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=max(2048, 2 * count)))
     tracer = provider.get_tracer("ctxprec.tests")
     expected = []
     for n in range(count):
