@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from jobs.core import formatting as fmt
-from jobs.core.config import TRACES, parse_config
+from jobs.core.config import parse_config
 from jobs.core.formatting import Column, table
 from jobs.core.schema import context_hash
 from jobs.inputs import ItemRecord, Shard, list_input_files
@@ -66,8 +66,8 @@ def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
     try:
         recorded = run.manifest.config if run.manifest else {}
         section = dict(recorded.get("input") or {})
-        if section.get("format") in TRACES:
-            return "the run read traces (input.format otlp or phoenix): its items are not kept"
+        if section.get("format") == "otlp":
+            return "the run read traces (input.format otlp), whose items publishing removed"
         section.pop("otlp", None)  # the manifest records defaults too: it would read as set
         reader = ItemReader.for_config(parse_config(recorded | {"input": section}, "its config"))
         kept = {k: v for k, v in reader.spec.storage_options.items() if v != "***"}
