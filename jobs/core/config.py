@@ -204,6 +204,8 @@ class InputConfig(_Strict):
         # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
         if (self.format == "phoenix") != (self.phoenix is not None):
             raise ValueError("format phoenix and the phoenix settings go together")
+        if self.phoenix and self.phoenix.last_hours and (self.phoenix.start or self.phoenix.end):
+            raise ValueError("phoenix: give last_hours or start/end, not both")
         if not self.path and self.format != "phoenix":
             raise ValueError("path: required (a file, a folder or a glob)")
         if self.format in TRACES:

@@ -60,8 +60,7 @@ def pull_spans(config: JobConfig, store: Store, folder: str) -> JobConfig:
     DONE marker there, a resumed run asks Phoenix nothing), as OTLP files."""
     source, spans, done = config.input.phoenix, f"{folder}/spans", store.join(folder, "DONE.json")
     assert source is not None
-    options = config.output.storage_options
-    update = {"path": store.url(store.join(spans)), "storage_options": options}
+    update = dict(path=store.url(store.join(spans)), storage_options=config.output.storage_options)
     config = config.model_copy(update={"input": config.input.model_copy(update=update)})
     if store.exists(done):
         logger.info(f"phoenix: spans pulled before: {store.read_bytes(done).decode()}")

@@ -88,6 +88,8 @@ def test_the_window_is_start_end_or_the_last_hours() -> None:
 def test_the_config_needs_format_and_settings_together_and_hides_headers() -> None:
     with pytest.raises(ConfigError, match="format phoenix and the phoenix settings go together"):
         parse_config({"input": {"format": "phoenix"}})
+    with pytest.raises(ConfigError, match="phoenix: give last_hours or start/end, not both"):
+        _config(last_hours=24, start="2026-12-01T00:00:00Z")
     with pytest.raises(ConfigError, match=r"input\.phoenix\.endpoint"):
         _config(endpoint="phoenix:6006")
     with pytest.raises(ConfigError, match=r"input: Value error, path: required"):
