@@ -111,6 +111,7 @@ bench: install
 	$(BIN)/python -m bench.peers_bench --items 6000 --peer-timeout 1200
 	$(BIN)/python -m bench.batch_bench --items 100000
 	$(BIN)/python -m bench.show_bench --items 20000 1000000
+	$(BIN)/python -m bench.phoenix_bench --traces 2000 --memory 10000 100000 1000000
 
 # A real judge (llama.cpp, Gemma 3 270M) on 52 items of ../shared/data (the job) and 20 per
 # file (calibrate); writes its section of docs/benchmarks.md. About an hour on 2 cores.

@@ -18,6 +18,7 @@ from jobs.tools.tool_options import (
     CalibrateOptions,
     CompareOptions,
     EstimateOptions,
+    ExportOptions,
     ReportOptions,
     ShowOptions,
     StatusOptions,
@@ -27,8 +28,9 @@ from scorer_core.cli import add_score_arguments, call_handler, run_score
 
 def _run_job(args: argparse.Namespace) -> int:
     from jobs.run.job import run_command
+    from jobs.tools.phoenix_export import export_after_run
 
-    return run_command(args.config, args.set)
+    return run_command(args.config, args.set, after=export_after_run)
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -48,6 +50,7 @@ COMMANDS: tuple[Command, ...] = (
     tool_command("show", ShowOptions, "jobs.tools.drilldown"),
     tool_command("status", StatusOptions, "jobs.tools.run_status"),
     tool_command("cache", CacheOptions, "jobs.tools.store_maintenance"),
+    tool_command("export", ExportOptions, "jobs.tools.phoenix_export"),
 )
 
 

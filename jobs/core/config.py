@@ -6,6 +6,7 @@ applied to the raw YAML before validation.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from scorer_core.response_format import ResponseFormatSetting
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 DEFAULT_MAX_CONTEXT_CHARS = 200_000
 DEFAULT_MAX_CONTEXTS = 1000
+TRACES = ("otlp", "phoenix")  # the formats whose spans are assembled into items first
 
 
 def _all_carried(option: str, names: list[str], carry: list[str]) -> None:
@@ -87,18 +89,52 @@ class OtlpConfig(_Strict):
     )
 
 
+_PX = "docs/traces.md#phoenix-in-and-out: {endpoint, project, api_key_env, headers, "
+
+
+class PhoenixAccess(_Strict):
+    """A Phoenix server and project; its API key is read from the environment when needed."""
+
+    endpoint: str = Field(pattern=r"^https?://[^/?#]+", description="e.g. http://127.0.0.1:6006")
+    project: str = Field(description="The Phoenix project holding the spans.")
+    api_key_env: str = Field("PHOENIX_API_KEY", pattern=r"^[A-Za-z_]\w*$")  # a bearer token
+    headers: dict[str, str] = Field({}, description="Extra HTTP headers (never recorded).")
+
+    def http_headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env)
+        return self.headers | ({"Authorization": f"Bearer {key}"} if key else {})
+
+
+class PhoenixInputConfig(PhoenixAccess):  # the spans started in [start, end) or the last hours
+    start: dt.datetime | None = Field(None, description="ISO 8601; null: from the first span.")
+    end: dt.datetime | None = Field(None, description="ISO 8601; null: now.")
+    last_hours: float | None = Field(None, gt=0, description="Or: the hours up to now.")
+
+
+class PhoenixExportConfig(PhoenixAccess):  # `ctxprec export phoenix` once the run is published
+    name: str = Field("context_precision_relevance", description="The annotations' name.")
+    span_id_column: str = Field("query_id", description="The column holding the span id.")
+
+
+class ExportConfig(_Strict):
+    """Where the verdicts go once published."""
+
+    phoenix: PhoenixExportConfig | None = Field(None, description=_PX + "name, span_id_column}")
+
+
 class InputConfig(_Strict):
     """Where the items are and how to read them."""
 
     path: str = Field(
+        "",
         description="A file, a folder (every file under it) or a glob; a local path or an "
-        "s3://, gs:// or az:// URL. Required."
+        "s3://, gs:// or az:// URL. Required but with format phoenix.",
     )
-    format: Literal["jsonl", "parquet", "otlp"] | None = Field(
+    format: Literal["jsonl", "parquet", "otlp", "phoenix"] | None = Field(
         None,
         description="jsonl or parquet; null: from each file's suffix. otlp: OpenTelemetry "
         "trace files (OTLP JSON, as a collector's file exporter writes them), assembled into "
-        "items first (docs/traces.md).",
+        "items first (docs/traces.md). phoenix: spans pulled from Phoenix (input.phoenix).",
     )
     columns: ColumnsConfig = Field(
         ColumnsConfig(), description="Which input column holds each field."
@@ -138,8 +174,9 @@ class InputConfig(_Strict):
         "errors naming it.",
     )
     otlp: OtlpConfig = Field(
-        OtlpConfig(), description="How traces become items (input.format otlp only)."
+        OtlpConfig(), description="How traces become items (input.format otlp, phoenix)."
     )
+    phoenix: PhoenixInputConfig | None = Field(None, description=_PX + "start, end, last_hours}")
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "
@@ -165,11 +202,17 @@ class InputConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> InputConfig:
         # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
-        if self.format == "otlp":
+        if (self.format == "phoenix") != (self.phoenix is not None):
+            raise ValueError("format phoenix and the phoenix settings go together")
+        if self.phoenix and self.phoenix.last_hours and (self.phoenix.start or self.phoenix.end):
+            raise ValueError("phoenix: give last_hours or start/end, not both")
+        if not self.path and self.format != "phoenix":
+            raise ValueError("path: required (a file, a folder or a glob)")
+        if self.format in TRACES:
             own = sorted({"columns", "context_extractor"} & self.model_fields_set)
             if own:
                 raise ValueError(
-                    f"format otlp reads spans, not columns: remove {', '.join(own)} "
+                    f"format {self.format} reads spans, not columns: remove {', '.join(own)} "
                     "(docs/traces.md says which span attribute becomes which field)"
                 )
             taken = [name for name in self.carry if name in _OTLP_ITEM_FIELDS]
@@ -179,7 +222,7 @@ class InputConfig(_Strict):
                     "attributes that can be carried (docs/traces.md)"
                 )
         elif "otlp" in self.model_fields_set:
-            raise ValueError("otlp settings need format: otlp")
+            raise ValueError("otlp settings need format: otlp or phoenix")
         _all_carried("carry_to_verdicts", self.carry_to_verdicts, self.carry)
         if self.carry:
             # jobs.core.schema imports Polars: only a config that carries columns pays for it.
@@ -591,6 +634,7 @@ class JobConfig(_Strict):
     run: RunConfig = RunConfig()
     cache: CacheConfig = CacheConfig()
     ray: RayConfig = RayConfig()
+    export: ExportConfig = ExportConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
@@ -614,6 +658,9 @@ class JobConfig(_Strict):
         data = self.model_dump(mode="json")
         for section in ("input", "output"):
             data[section]["storage_options"] = _redact(data[section]["storage_options"])
+        for phoenix in (data["input"]["phoenix"], data["export"]["phoenix"]):
+            if phoenix:
+                phoenix["headers"] = dict.fromkeys(phoenix["headers"], "***")
         return data
 
 

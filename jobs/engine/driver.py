@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from jobs.core.config import JobConfig
+from jobs.core.config import TRACES, JobConfig
 from jobs.core.pricing import price_basis
 from jobs.core.run_layout import (
     RunLocation,
@@ -224,7 +224,7 @@ def _plan(
     check_judge_settings(config)
     check_paths_apart(config)
     source, traces = config, None
-    if config.input.format == "otlp":
+    if config.input.format in TRACES:
         # traces are assembled into item Parquet first, then read like any input (docs/traces.md)
         from jobs.engine.trace_staging import stage_traces
 

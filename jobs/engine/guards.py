@@ -67,6 +67,8 @@ def check_paths_apart(config: JobConfig) -> None:
     input inside the output: a rerun would read the job's own tables as items. Allowed: the
     output under a `_` or `.` folder of an input folder (a listing never enters it), and an
     input file right at the output's root (the job writes only into folders there)."""
+    if config.input.format == "phoenix":
+        return  # the spans are pulled into the run's staging area
     kind_in, endpoint_in, path_in = _location(config.input.path, config.input.storage_options)
     root_in = _static_root(path_in)
     is_folder = kind_in == "file" and os.path.isdir(path_in)

@@ -16,6 +16,7 @@ from jobs.core.storage import Store
 from jobs.engine.fanout import RunFailed
 from jobs.engine.ray_runtime import alive_nodes, cluster_address, ray_map, start_ray
 from jobs.engine.shared_paths import check_shared_paths
+from jobs.inputs.phoenix_spans import pull_spans
 from jobs.inputs.traces import (
     TraceJob,
     TraceReport,
@@ -42,6 +43,8 @@ def stage_traces(
             f"run {location.run_id} is already published at "
             f"{store.url(store.join(location.manifest))}; choose another run.id"
         )
+    if config.input.phoenix is not None:  # its spans pulled as OTLP files into the staging area
+        config = pull_spans(config, store, f"{location.staging}/phoenix")
     files = trace_files(config.input.path, config.input.storage_options)
     start_ray(config)
     if cluster_address(config):

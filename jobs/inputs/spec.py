@@ -154,9 +154,9 @@ def load_extractor(ref: str) -> Callable[[dict[str, Any]], Any]:
 def input_spec_of(config: JobConfig) -> InputSpec:
     """The input a job config reads: where the items are and which columns hold which field."""
     fmt = config.input.format
-    if fmt == "otlp":
+    if fmt == "otlp" or fmt == "phoenix":
         raise ConfigError(
-            "input.format otlp: traces are assembled into items by `ctxprec run` only; "
+            f"input.format {fmt}: traces are assembled into items by `ctxprec run` only; "
             "this command reads items (docs/traces.md)"
         )
     return InputSpec(

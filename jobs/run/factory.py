@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from jobs.core.config import JobConfig
+from jobs.core.config import TRACES, JobConfig
 from jobs.core.endpoints import endpoint_identity, judge_endpoint
 from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
 from jobs.engine import CanaryJudge, Gate, RunParts, budget_settings
@@ -168,7 +168,7 @@ def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
     duplicates_first = config.input.find_duplicates_first
     return RunParts(
         # traces are assembled into items before they are read (jobs.engine.trace_staging)
-        reader=None if config.input.format == "otlp" else ItemReader.for_config(config),
+        reader=None if config.input.format in TRACES else ItemReader.for_config(config),
         judges=ConfiguredJudges(config),
         capabilities=capabilities(config),
         cache=cache_spec(config),

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jobs.core.config import JobConfig, load_config
@@ -20,6 +20,8 @@ from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
 from jobs.run.canary import CanaryCheck
 
+After = Callable[[JobConfig, RunOutcome], int] | None  # run once published: the export
+
 
 def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     """Run (or resume) `config`'s scoring run end to end."""
@@ -27,7 +29,7 @@ def run_job(config: JobConfig, **options: Any) -> RunOutcome:
     return run_parts_job(config, factory.run_parts(config, canary), **options)
 
 
-def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
+def run_command(config_path: str, overrides: Sequence[str] = (), after: After = None) -> int:
     """`ctxprec run`: load the config, run it, print where the results are.
 
     Args:
@@ -53,4 +55,4 @@ def run_command(config_path: str, overrides: Sequence[str] = ()) -> int:
         return exc.exit_code
     store = open_store(config.output.path, config.output.storage_options)
     print_outcome(outcome, store.url(store.root))
-    return exit_code_of(outcome)
+    return max(exit_code_of(outcome), after(config, outcome) if after else 0)

@@ -210,3 +210,17 @@ class CacheOptions:
         positional=True,
         choices=["compact"],
     )
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    summary: ClassVar[str] = "send a run's verdicts and scores to Phoenix, on the spans"
+    target: Literal["phoenix"] = option(help="phoenix", positional=True, choices=["phoenix"])
+    run: str = option(help="run id", positional=True, metavar="RUN")
+    endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
+    project: str = option(help="the Phoenix project holding the spans", required=True)
+    root: PublishedRoot = field(default_factory=PublishedRoot)
+    name: str = option("context_precision_relevance", "the annotations' name (default {default})")
+    span_id_column: str = option("query_id", "the span ids' column (default {default})")
+    batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
+    as_json: bool = _json("print one JSON object (the counts)")

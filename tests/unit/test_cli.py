@@ -26,7 +26,18 @@ from tests.support.paths import REPO
 
 ENV = {**os.environ, **RAY_ENV}
 HEAVY = ("polars", "pyarrow", "fsspec", "ray", "litellm")
-COMMANDS = ("score", "run", "estimate", "calibrate", "compare", "report", "show", "status", "cache")
+COMMANDS = (
+    "score",
+    "run",
+    "estimate",
+    "calibrate",
+    "compare",
+    "report",
+    "show",
+    "status",
+    "cache",
+    "export",
+)
 
 
 def run(
@@ -222,6 +233,7 @@ REQUIRED = {
     "show": ["r", "q"],
     "status": ["r"],
     "cache": ["compact", "--config", "c.yaml"],
+    "export": ["phoenix", "r", "--endpoint", "http://127.0.0.1:6006", "--project", "p"],
 }
 
 

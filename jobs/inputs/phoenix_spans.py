@@ -1,0 +1,91 @@
+"""`input.format: phoenix`: the window's spans pulled from Phoenix's `spans/otlpv1`, a page
+at a time, each page written as an OTLP JSON file under the run's staging area, which
+`jobs.inputs.traces` then assembles as it assembles any OTLP file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from jobs.core.config import JobConfig, PhoenixInputConfig
+from jobs.core.storage import Store
+from scorer_core.errors import InputError
+
+logger = logging.getLogger(__name__)
+PAGE = 1000  # spans a page (Phoenix's largest)
+_KIND = "openinference.span.kind"
+
+
+def otlp_json(value: Any) -> Any:
+    """Phoenix's OTLP in snake_case with null members as OTLP JSON (camelCase, none null)."""
+    if isinstance(value, list):
+        return [otlp_json(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    camel = {re.sub(r"_([a-z])", lambda m: m[1].upper(), k): v for k, v in value.items()}
+    return {key: otlp_json(item) for key, item in camel.items() if item is not None}
+
+
+def window(source: PhoenixInputConfig, now: dt.datetime) -> dict[str, str]:
+    """The start/end query of the configured window (`last_hours`: the hours up to `now`)."""
+    start, end = source.start, source.end
+    if source.last_hours is not None:
+        start, end = now - dt.timedelta(hours=source.last_hours), now
+    return {k: v.isoformat() for k, v in (("start_time", start), ("end_time", end)) if v}
+
+
+def _get(client: httpx.Client, source: PhoenixInputConfig, path: str, **query: Any) -> Any:
+    where = f"input.phoenix: Phoenix at {source.endpoint} (project {source.project!r})"
+    try:
+        answer = client.get(path, params=query)
+    except httpx.TransportError as exc:
+        raise InputError(f"{where} unreachable: {exc}") from None
+    if answer.status_code != 200:  # 404: no such project; 401, 403: the key (api_key_env)
+        raise InputError(f"{where} answered {answer.status_code} to {path}: {answer.text[:200]}")
+    return answer.json()
+
+
+_PULLS = {"retriever": {"attribute": f"{_KIND}:RETRIEVER"}, "root": {"parent_id": "null"}}
+_PULLS["next_llm"] = {"attribute": f"{_KIND}:LLM"}  # what each pull asks Phoenix for
+
+
+def pull_spans(config: JobConfig, store: Store, folder: str) -> JobConfig:
+    """`config` reading the window's spans, pulled a page a file under `folder`/spans (once: a
+    DONE marker there, a resumed run asks Phoenix nothing), as OTLP files."""
+    source, spans, done = config.input.phoenix, f"{folder}/spans", store.join(folder, "DONE.json")
+    assert source is not None
+    update = dict(path=store.url(store.join(spans)), storage_options=config.output.storage_options)
+    config = config.model_copy(update={"input": config.input.model_copy(update=update)})
+    if store.exists(done):
+        logger.info(f"phoenix: spans pulled before: {store.read_bytes(done).decode()}")
+        return config
+    store.rm(store.join(spans), recursive=True)
+    counts = dict.fromkeys([k for k in _PULLS if k in ("retriever", config.input.otlp.output)], 0)
+    project, query_window = quote(source.project, safe=""), window(source, dt.datetime.now(dt.UTC))
+    with httpx.Client(base_url=source.endpoint, headers=source.http_headers(), timeout=120) as http:
+        _get(http, source, f"/v1/projects/{project}")
+        for kind in counts:
+            cursor: dict[str, str] | None = {}
+            while cursor is not None:
+                query = _PULLS[kind] | query_window | {"limit": PAGE} | cursor
+                page = _get(http, source, f"/v1/projects/{project}/spans/otlpv1", **query)
+                found = [s for s in page["data"] if kind != "root" or _kind(s) != "RETRIEVER"]
+                export = {"resourceSpans": [{"scopeSpans": [{"spans": otlp_json(found)}]}]}
+                name = store.join(spans, f"{kind}-{counts[kind]:012d}.json")
+                store.write_bytes_atomic(name, json.dumps(export).encode())
+                counts[kind] += len(found)
+                cursor = {"cursor": page["next_cursor"]} if page.get("next_cursor") else None
+    store.write_bytes_atomic(done, json.dumps(counts).encode())
+    logger.info(f"phoenix: pulled {counts} span(s) from {source.endpoint}")
+    return config
+
+
+def _kind(span: dict[str, Any]) -> Any:
+    found = [a.get("value") or {} for a in span.get("attributes") or [] if a.get("key") == _KIND]
+    return found[0].get("string_value") if found else None
