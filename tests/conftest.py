@@ -58,6 +58,7 @@ _RAY_ENVIRONMENT = pytest.MonkeyPatch()
 # Seconds a module took in a `make test` run (the slowest; the rest take under 15 s each).
 _SLOW_MODULES = {
     "test_llm_judge": 90,
+    "test_phoenix": 80,
     "test_job": 100,
     "test_cluster_submit": 70,
     "test_prompt_cache_job": 65,
