@@ -20,6 +20,7 @@ from scorer_core.errors import InputError
 logger = logging.getLogger(__name__)
 PAGE = 1000  # spans a page (Phoenix's largest)
 _KIND = "openinference.span.kind"
+ANSWER_MARGIN_H = 1  # hours around the window in which the retrievals' answers are looked for
 
 
 def otlp_json(value: Any) -> Any:
@@ -32,12 +33,15 @@ def otlp_json(value: Any) -> Any:
     return {key: otlp_json(item) for key, item in camel.items() if item is not None}
 
 
-def window(source: PhoenixInputConfig, now: dt.datetime) -> dict[str, str]:
-    """The start/end query of the configured window (`last_hours`: the hours up to `now`)."""
+def window(source: PhoenixInputConfig, now: dt.datetime, margin: float = 0) -> dict[str, str]:
+    """The start/end query of the configured window (`last_hours`: the hours up to `now`),
+    widened by `margin` hours on each side."""
     start, end = source.start, source.end
     if source.last_hours is not None:
         start, end = now - dt.timedelta(hours=source.last_hours), now
-    return {k: v.isoformat() for k, v in (("start_time", start), ("end_time", end)) if v}
+    wide = dt.timedelta(hours=margin)
+    bounds = (("start_time", start and start - wide), ("end_time", end and end + wide))
+    return {k: v.isoformat() for k, v in bounds if v}
 
 
 def _get(client: httpx.Client, source: PhoenixInputConfig, path: str, **query: Any) -> Any:
@@ -67,13 +71,16 @@ def pull_spans(config: JobConfig, store: Store, folder: str) -> JobConfig:
         return config
     store.rm(store.join(spans), recursive=True)
     counts = dict.fromkeys([k for k in _PULLS if k in ("retriever", config.input.otlp.output)], 0)
-    project, query_window = quote(source.project, safe=""), window(source, dt.datetime.now(dt.UTC))
+    project, now = quote(source.project, safe=""), dt.datetime.now(dt.UTC)
     with httpx.Client(base_url=source.endpoint, headers=source.http_headers(), timeout=120) as http:
         _get(http, source, f"/v1/projects/{project}")
         for kind in counts:
             cursor: dict[str, str] | None = {}
             while cursor is not None:
-                query = _PULLS[kind] | query_window | {"limit": PAGE} | cursor
+                # a root starts before its retrieval, an LLM span after it ends: both may lie
+                # outside the window that holds the retrieval
+                span_window = window(source, now, 0 if kind == "retriever" else ANSWER_MARGIN_H)
+                query = _PULLS[kind] | span_window | {"limit": PAGE} | cursor
                 page = _get(http, source, f"/v1/projects/{project}/spans/otlpv1", **query)
                 found = [s for s in page["data"] if kind != "root" or _kind(s) != "RETRIEVER"]
                 export = {"resourceSpans": [{"scopeSpans": [{"spans": otlp_json(found)}]}]}

@@ -83,6 +83,10 @@ def test_the_window_is_start_end_or_the_last_hours() -> None:
         "start_time": "2026-12-03T03:00:00+00:00",
         "end_time": "2026-12-04T03:00:00+00:00",
     }
+    assert window(nightly, now, margin=1) == {  # where the answers of those retrievals are
+        "start_time": "2026-12-03T02:00:00+00:00",
+        "end_time": "2026-12-04T04:00:00+00:00",
+    }
 
 
 def test_the_config_needs_format_and_settings_together_and_hides_headers() -> None:
@@ -174,10 +178,12 @@ def test_spans_are_pulled_page_by_page_once_and_a_resumed_run_asks_nothing(
         ["openinference.span.kind:RETRIEVER"],
         ["null"],
     ]
-    assert all(
-        q["limit"] == ["1000"] and q["start_time"] == ["2026-12-01T00:00:00+00:00"]
-        for q in spans_asked
-    )
+    # the retrievals from the window's start, their roots from an hour before it
+    assert [(q["limit"], q["start_time"]) for q in spans_asked] == [
+        (["1000"], ["2026-12-01T00:00:00+00:00"]),
+        (["1000"], ["2026-12-01T00:00:00+00:00"]),
+        (["1000"], ["2026-11-30T23:00:00+00:00"]),
+    ]
     assert json.loads((tmp_path / "staging" / "phoenix" / "DONE.json").read_text()) == {
         "retriever": 2,
         "root": 1,
