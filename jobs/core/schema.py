@@ -161,9 +161,7 @@ STAGED_VERDICTS = Table(
             "truncation): `left(sha256(text), 32)` in DuckDB",
         ),
         Column(
-            "relevant",
-            "bool",
-            "the judge's verdict; null where none was obtained (item not `ok`)",
+            "relevant", "bool", "the judge's verdict; null where none was obtained (item not `ok`)"
         ),
         Column("judge_reason", "string", "the judge's short reason; null if none was asked"),
         Column("pair_key", "string", "the verdict cache key; empty when the cache is off"),
@@ -177,23 +175,9 @@ STAGED_VERDICTS = Table(
 PUBLISHED_SCORES = STAGED_ITEMS.project(
     "scores",
     (
-        "query_id",
-        "score",
-        "reason",
-        "status",
-        "error",
-        "relevant_count",
-        "context_count",
-        "judge_model",
-        "calls",
-        "prompt_tokens",
-        "completion_tokens",
-        "cache_hits",
-        "cached_prompt_tokens",
-        "cache_creation_tokens",
-        "source",
-        "row",
-        "truncated",
+        *("query_id", "score", "reason", "status", "error", "relevant_count", "context_count"),
+        *("judge_model", "calls", "prompt_tokens", "completion_tokens", "cache_hits"),
+        *("cached_prompt_tokens", "cache_creation_tokens", "source", "row", "truncated"),
         "duplicate_of",
     ),
 )
