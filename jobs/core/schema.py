@@ -129,9 +129,7 @@ STAGED_ITEMS = Table(
         Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
         Column("source", "string", "the input file"),
         Column(
-            "row",
-            "int64",
-            "row number in a Parquet file; byte offset of the line in a JSONL file",
+            "row", "int64", "row number in a Parquet file; byte offset of the line in a JSONL file"
         ),
         Column(
             "duplicate_of",

@@ -31,13 +31,8 @@ SECONDS_PER_DAY = 86_400
 Clock = Callable[[], float]
 
 
-def partition_of(key: str) -> int:
-    """The store partition of a pair key."""
-    return int(key[:2], 16)
-
-
 def partition_expr() -> pl.Expr:
-    """`partition_of` of the `pair_key` column, as `_partition`."""
+    """The store partition of the `pair_key` column (its first two hex digits), as `_partition`."""
     return pl.col("pair_key").str.slice(0, 2).str.to_integer(base=16).alias("_partition")
 
 

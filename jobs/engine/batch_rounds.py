@@ -292,12 +292,11 @@ class BatchRounds:
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds`, keeping the run's lease alive."""
         started = time.monotonic()
-        left = seconds
-        while left > 0:
-            step = min(left, _HEARTBEAT_EVERY_S)
+        while seconds > 0:
+            step = min(seconds, _HEARTBEAT_EVERY_S)
             await self._sleep(step)
             self._heartbeat()
-            left -= step
+            seconds -= step
         self.timings["waiting"] += time.monotonic() - started
 
     async def _poll(self, state: RoundState) -> RoundState:
@@ -310,15 +309,14 @@ class BatchRounds:
                 return await self._provider.retrieve(record.batch_id)
 
         infos = await asyncio.gather(*(one(r) for r in running))
-        changed = False
+        polled = state
         for record, info in zip(running, infos, strict=True):
             updated = _with_info(record, info)
             if updated != record:
-                changed = True
-                state = state.replace(replace(updated, polled_at=now_iso()))
-        if changed:
-            self._save(state)
-        return state
+                polled = polled.replace(replace(updated, polled_at=now_iso()))
+        if polled is not state:
+            self._save(polled)
+        return polled
 
     async def _submit_ready(self, state: RoundState) -> RoundState:
         """Submit, in order, the batches that fit under the enqueued-token limit."""

@@ -22,13 +22,7 @@ from dataclasses import dataclass
 
 from jobs.core.config import JobConfig
 from jobs.core.pricing import price_basis
-from jobs.core.run_layout import (
-    RunLocation,
-    StagingArea,
-    manifests_glob,
-    published_glob,
-    run_of,
-)
+from jobs.core.run_layout import RunLocation, StagingArea, manifests_glob, published_glob, run_of
 from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store

@@ -220,11 +220,7 @@ def _retrievers(
 
 
 def calibrate(
-    config: JobConfig,
-    labels: str,
-    *,
-    limit: int | None = None,
-    min_grade: float | None = None,
+    config: JobConfig, labels: str, *, limit: int | None = None, min_grade: float | None = None
 ) -> Calibration:
     """Judge the labelled rows of `labels` with `config`'s judge and measure agreement."""
     if limit is not None and limit < 1:

@@ -480,14 +480,8 @@ def compare_runs(
 
 def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
     significant = p_adjusted < 1.0 - LEVEL
-    drop = shift.diff is not None and shift.diff <= -min_effect + _EPSILON
-    return replace(
-        shift,
-        p_adjusted=p_adjusted,
-        significant=significant,
-        gated=True,
-        failed=significant and drop,
-    )
+    failed = significant and shift.diff is not None and shift.diff <= -min_effect + _EPSILON
+    return replace(shift, p_adjusted=p_adjusted, significant=significant, gated=True, failed=failed)
 
 
 def adjust(

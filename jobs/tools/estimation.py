@@ -412,9 +412,8 @@ def estimate(
 def _output_tokens(config: JobConfig, pairs: int, cached: int, reason_calls: int) -> OutputTokens:
     """The replies' allowance: a verdict per pair (the cache's excepted), each LLM reason."""
     reasons = reason_calls * OUTPUT_TOKENS_PER_REASON
-    per_verdict = OUTPUT_TOKENS_PER_VERDICT
-    if not config.judge.verdict_reasons:
-        per_verdict = REPLY_TOKENS_PER_BARE_VERDICT
+    bare = not config.judge.verdict_reasons
+    per_verdict = REPLY_TOKENS_PER_BARE_VERDICT if bare else OUTPUT_TOKENS_PER_VERDICT
     return OutputTokens(
         estimate=pairs * per_verdict + reasons,
         after_cache=(pairs - cached) * per_verdict + reasons,

@@ -166,9 +166,7 @@ def budget_settings(limits: RateLimitConfig) -> BudgetSettings:
     """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
     explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
     return BudgetSettings(
-        explicit=explicit,
-        floor=limits.concurrency_floor,
-        ceiling=limits.concurrency_ceiling,
+        explicit=explicit, floor=limits.concurrency_floor, ceiling=limits.concurrency_ceiling
     )
 
 

@@ -55,11 +55,7 @@ class ProgressLine:
     `exact`, else in bytes (the item total then extrapolated from the shards finished)."""
 
     def __init__(
-        self,
-        sizes: Mapping[str, int],
-        *,
-        exact: bool,
-        clock: Callable[[], float] = time.monotonic,
+        self, sizes: Mapping[str, int], *, exact: bool, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._sizes = dict(sizes)
         self._units_total = sum(self._sizes.values())

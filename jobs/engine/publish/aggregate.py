@@ -61,9 +61,7 @@ def band_range(name: str) -> str:
 
 def as_lazy(source: TableSource) -> pl.LazyFrame:
     """A LazyFrame over `source`: LazyFrames pass through, Parquet paths and globs are scanned."""
-    if isinstance(source, pl.LazyFrame):
-        return source
-    if isinstance(source, pl.DataFrame):
+    if isinstance(source, pl.LazyFrame | pl.DataFrame):
         return source.lazy()
     if isinstance(source, str | Path):
         return pl.scan_parquet(source)
@@ -80,12 +78,7 @@ class PositionRate:
     rate: float
 
 
-CANARY_METRICS: tuple[str, ...] = (
-    "canary_items",
-    "canary_kappa",
-    "canary_precision",
-    "canary_recall",
-)
+CANARY_METRICS = ("canary_items", "canary_kappa", "canary_precision", "canary_recall")
 """The judge canary's metrics (`jobs.run.canary`): labelled items judged fresh, and Cohen's
 kappa, precision and recall of the judge's verdicts against the labels."""
 
@@ -300,9 +293,7 @@ def score_statistics(counts: Sequence[tuple[float, int]]) -> dict[str, float | N
     The mean is exact: the sum of the values as the rationals their doubles are, rounded once
     (a float sum depends on the order and chunks it adds in)."""
     total = sum(count for _, count in counts)
-    mean = None
-    if total:
-        mean = float(sum(Fraction(value) * count for value, count in counts) / total)
+    mean = float(sum(Fraction(value) * count for value, count in counts) / total) if total else None
     interval = t_interval(Moments.from_counts(counts))
     return {
         "mean": mean,

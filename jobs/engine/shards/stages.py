@@ -114,9 +114,7 @@ class OnlineStage:
         read: ShardRead,
     ) -> OnlineStage:
         """The stage for a shard, its cached verdicts loaded (in a thread: it reads files)."""
-        cache = None
-        if caches is not None:
-            cache = await asyncio.to_thread(caches.load, needs)
+        cache = await asyncio.to_thread(caches.load, needs) if caches is not None else None
         counter.add(items=len(read.errors), errors=len(read.errors))
         fingerprint = caches.fingerprint if caches else ""
         judge, pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)

@@ -219,12 +219,7 @@ class ShardRunner:
         )
 
     async def _stage(
-        self,
-        shard: Shard,
-        number: int,
-        read: ShardRead,
-        counter: BatchedCounter,
-        needs: ShardNeeds,
+        self, shard: Shard, number: int, read: ShardRead, counter: BatchedCounter, needs: ShardNeeds
     ) -> JudgeStage:
         """The shard's judge stage: a batch round's pass, or the worker's judge online."""
         round_number = self._ctx.batch_round

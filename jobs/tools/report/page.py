@@ -19,7 +19,7 @@ from markupsafe import Markup
 from jobs.core import formatting as fmt
 from jobs.engine import RunSummary, band_range
 from jobs.run.canary import CanaryResult
-from jobs.tools.comparison import Comparison, compare_runs, differences, gate, gate_word
+from jobs.tools.comparison import Comparison, Gate, compare_runs, differences, gate, gate_word
 from jobs.tools.drilldown import item_views
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
@@ -220,9 +220,8 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
     return views
 
 
-def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, Any]]:
+def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
     """Per segment column: each value's shift and gate word, and a chart of the largest drops."""
-    verdict = gate(c, CompareOptions.min_effect, min_segment_size)
     views = []
     for column in c.segment_columns:
         shifts = verdict.segments_by(column)
@@ -334,7 +333,7 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
         "stats": stats,
         "position_charts": _position_compare_charts(c),
         "regressions": c.regressions(REGRESSIONS).to_dicts(),
-        "segments": segment_shifts_view(c, CompareOptions.min_segment_size),
+        "segments": segment_shifts_view(c, verdict),
     }
 
 
