@@ -19,7 +19,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.core.error_rate import measure
 from jobs.core.run_layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.core.run_manifest import ErrorRateRecord, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
@@ -38,6 +37,8 @@ _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 # Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
 # default, 1 MiB, gave up on the verdicts' reasons: +30% on that column).
 _DICTIONARY_BYTES = 8 * 2**20
+# "<file> line at byte 123: " or "<file> row 7: ": the position a row's error message starts with
+_POSITION = r"^.*? (?:line at byte|row) \d+: "
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,26 @@ def publish_run(
         error_rate=errors,
         truncated=truncated or 0,
     )
+
+
+def measure(scores: Path | str, items: int, errors: int, limit: float | None) -> ErrorRateRecord:
+    """The error rate against `run.max_error_rate` of a run whose scores table (local Parquet)
+    is `scores`, and its commonest error (compared without the row position)."""
+    if not errors:
+        return ErrorRateRecord.of(items, errors, limit)
+    top = (
+        pl.scan_parquet(scores)
+        .filter(pl.col("status") == "error")
+        .select(pl.col("error").fill_null("").str.replace(_POSITION, ""))
+        .group_by("error")
+        .len()
+        .sort(["len", "error"], descending=[True, False])
+        .head(1)
+        .collect()
+    )
+    if top.height == 0:
+        return ErrorRateRecord.of(items, errors, limit)
+    return ErrorRateRecord.of(items, errors, limit, str(top["error"][0]), int(top["len"][0]))
 
 
 def _complete(
