@@ -292,16 +292,10 @@ def _agreement_tables(result: Calibration) -> list[str]:
     per_context, per_items = [], []
     for label, found in judged:
         ctx, per_item = found.per_context, found.per_item
-        per_context.append(
-            (
-                label,
-                f"{ctx.contexts:,}",
-                fmt.number(ctx.human_yes_rate, 2),
-                fmt.number(ctx.judge_yes_rate, 2),
-                *(fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa)),
-                f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}",
-            )
-        )
+        rates = (fmt.number(ctx.human_yes_rate, 2), fmt.number(ctx.judge_yes_rate, 2))
+        scores = (fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa))
+        confusion = f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}"
+        per_context.append((label, f"{ctx.contexts:,}", *rates, *scores, confusion))
         figures = (per_item.pearson, per_item.spearman, per_item.mean_judge, per_item.mean_labels)
         per_items.append((label, f"{per_item.items:,}", *(fmt.number(v, 3) for v in figures)))
     contexts = ("contexts", "human yes", "judge yes", "precision", "recall", "F1")
@@ -358,11 +352,8 @@ def _notes(result: Calibration) -> list[str]:
 
 def format_report(result: Calibration) -> str:
     """The calibration as `ctxprec calibrate` prints it: Markdown tables and notes."""
-    lines = _header(result)
-    lines += _agreement_tables(result)
-    lines += _retriever_table(result)
-    lines += _notes(result)
-    return "\n".join(lines)
+    parts = (_header, _agreement_tables, _retriever_table, _notes)
+    return "\n".join(line for part in parts for line in part(result))
 
 
 def run(options: CalibrateOptions, out: TextIO | None = None) -> int:
