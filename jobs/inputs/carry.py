@@ -63,13 +63,8 @@ def infer_json_type(name: str, values: Sequence[Any], where: str) -> pa.DataType
 
 def check_segment_columns(by: Sequence[str], carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `summary.by` column is a carried column of a scalar type."""
-    check_carried(
-        "summary.by",
-        by,
-        carried,
-        lambda found: not pa.types.is_nested(found),
-        "a segment needs a column of single values (text, number, boolean, date)",
-    )
+    need = "a segment needs a column of single values (text, number, boolean, date)"
+    check_carried("summary.by", by, carried, lambda found: not pa.types.is_nested(found), need)
 
 
 def check_carried(

@@ -40,9 +40,7 @@ def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> 
 def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[tuple[int, int]]:
     """Row ranges covering every row once: small row groups packed, large ones split evenly."""
     ranges: list[tuple[int, int]] = []
-    pack_start = 0
-    pack_rows = 0
-    offset = 0
+    pack_start = pack_rows = offset = 0
     for rows in row_group_sizes:
         if rows == 0:
             continue
