@@ -86,10 +86,7 @@ def _labelled_item(
     reference = answer if answer and answer.strip() else None
     chars, count = config.input.max_context_chars, config.input.max_contexts
     item = ScoringItem(
-        input=query,
-        output=reference or "",
-        contexts=tuple(c[:chars] for c in contexts[:count]),
-        expected_output=reference,
+        query, reference or "", tuple(c[:chars] for c in contexts[:count]), reference
     )
     validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")

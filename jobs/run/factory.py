@@ -34,9 +34,7 @@ def build_judge(
     if capabilities_of(judge_config.model).offline:
         return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
-    bound: int | Gate = max_in_flight or single_process_concurrency(config)
-    if gate is not None:
-        bound = gate
+    bound: int | Gate = gate or max_in_flight or single_process_concurrency(config)
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
     spec = JudgeSpec(
         judge_config.model,
@@ -103,18 +101,10 @@ def single_process_concurrency(config: JobConfig) -> int:
 
 def local_limiter(config: JobConfig) -> Limiter | None:
     """The run's rate limit inside this one process (None when no limit is set)."""
-    limits = config.rate_limit
-    if not (limits.requests_per_minute or limits.tokens_per_minute):
-        return None
-    from jobs.engine import LocalLimiter, PacingState
+    from jobs.engine import LocalLimiter, pacing_for
 
-    return LocalLimiter(
-        PacingState(
-            requests_per_minute=limits.requests_per_minute,
-            tokens_per_minute=limits.tokens_per_minute,
-            headroom=limits.headroom,
-        )
-    )
+    pacing = pacing_for(config.rate_limit)
+    return LocalLimiter(pacing) if pacing is not None else None
 
 
 def cache_fingerprint(config: JobConfig) -> str:

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobs.core.config import RateLimitConfig
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import MAX_RETRY_AFTER_S, real_sleep
 
@@ -147,6 +148,13 @@ class PacingState:
                 self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
             ),
         }
+
+
+def pacing_for(limits: RateLimitConfig) -> PacingState | None:
+    """The pace of `rate_limit` (None when no limit is set)."""
+    if not (limits.requests_per_minute or limits.tokens_per_minute):
+        return None
+    return PacingState(limits.requests_per_minute, limits.tokens_per_minute, limits.headroom)
 
 
 class LocalLimiter:
