@@ -78,9 +78,8 @@ def cache_in_front(
     run has one) and the pair keys its verdict rows are written with."""
     if cache is None:
         return own_judge, PairKeys()
-    return CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits), PairKeys(
-        cache, fingerprint
-    )
+    caching = CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits)
+    return caching, PairKeys(cache, fingerprint)
 
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
