@@ -36,13 +36,8 @@ def judge_fingerprint(
 def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
     """The cache key of the pair (item, context at `position`) for the judge `fingerprint`."""
     digest = hashlib.sha256()
-    for part in (
-        fingerprint,
-        item.input,
-        item.output,
-        item.expected_output or "",
-        item.contexts[position],
-    ):
+    parts = (fingerprint, item.input, item.output, item.expected_output or "")
+    for part in (*parts, item.contexts[position]):
         encoded = part.encode("utf-8", "surrogatepass")
         digest.update(len(encoded).to_bytes(8, "little"))
         digest.update(encoded)
