@@ -190,17 +190,13 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
     for column in summary.segment_columns:
         rows = summary.segments_by(column)
         scored = [r for r in rows if r.summary.mean is not None]
-        drawn = sorted(scored, key=lambda r: (r.summary.mean or 0.0, _segment_name(r.value)))
-        drawn = drawn[:MAX_CHART_SEGMENTS]
+        by_mean = sorted(scored, key=lambda r: (r.summary.mean or 0.0, _segment_name(r.value)))
+        drawn = by_mean[:MAX_CHART_SEGMENTS]
         lows = [r.summary for r in drawn]
+        errors = [_error(s.mean_ci_low, s.mean_ci_high) for s in lows]
         svg = _segment_chart(
             [_segment_name(r.value) for r in drawn],
-            Series(
-                "mean score",
-                [s.mean for s in lows],
-                COLOR_RUN,
-                errors=[_error(s.mean_ci_low, s.mean_ci_high) for s in lows],
-            ),
+            Series("mean score", [s.mean for s in lows], COLOR_RUN, errors=errors),
             [s.scored for s in lows],
             title=f"Mean score by {column}, with 95% intervals"
             + (f" (the {len(drawn)} lowest)" if len(drawn) < len(scored) else ""),
@@ -214,9 +210,7 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
                 for s in lows
             ],
         )
-        views.append(
-            {"column": column, "rows": rows, "chart": svg, "undrawn": len(rows) - len(drawn)}
-        )
+        views.append(dict(column=column, rows=rows, chart=svg, undrawn=len(rows) - len(drawn)))
     return views
 
 
@@ -231,14 +225,10 @@ def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
         )[:MAX_CHART_SEGMENTS]
         extent = max([abs(v or 0.0) for s in drawn for v in (s.shift, s.ci_low, s.ci_high)] or [0])
         extent = max(extent * 1.1, 0.01)
+        errors = [_error(s.ci_low, s.ci_high) for s in drawn]
         svg = _segment_chart(
             [_segment_name(s.value) for s in drawn],
-            Series(
-                "mean change",
-                [s.shift for s in drawn],
-                COLOR_DOWN,
-                errors=[_error(s.ci_low, s.ci_high) for s in drawn],
-            ),
+            Series("mean change", [s.shift for s in drawn], COLOR_DOWN, errors=errors),
             [s.paired for s in drawn],
             title=f"Change in mean by {column} (this run − baseline), largest drops first, "
             "with 95% intervals",
@@ -255,9 +245,7 @@ def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
             ],
         )
         rows = [(s, gate_word(s)) for s in shifts]
-        views.append(
-            {"column": column, "rows": rows, "chart": svg, "undrawn": len(shifts) - len(drawn)}
-        )
+        views.append(dict(column=column, rows=rows, chart=svg, undrawn=len(shifts) - len(drawn)))
     return views
 
 
