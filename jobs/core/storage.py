@@ -196,7 +196,6 @@ def filesystem(
     if protocol in _LOCAL_PROTOCOLS:
         local = LocalFileSystem()
         return local, local._strip_protocol(url), "file"
-    assert protocol is not None
     if protocol in _S3_PROTOCOLS:
         opts = s3_options(opts)
     try:
