@@ -10,9 +10,9 @@ from typing import Any, cast
 
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import FlowSnapshot
-from jobs.engine.control.coordinator import coordinator_actor_class
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ProgressLine
+from jobs.engine.control.shard_board import coordinator_actor_class
 from jobs.engine.messages import CoordinatorHandle, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_task
