@@ -60,8 +60,7 @@ def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> I
     meta = parquet.metadata
     sizes = [meta.row_group(n).num_rows for n in range(meta.num_row_groups)]
     starts = [0, *itertools.accumulate(sizes)]
-    overlap = [starts[n] < shard.end and starts[n + 1] > shard.start for n in range(len(sizes))]
-    groups = [n for n, holds_rows in enumerate(overlap) if holds_rows]
+    groups = [n for n in range(len(sizes)) if starts[n] < shard.end and starts[n + 1] > shard.start]
     if not groups:
         return
     row = starts[groups[0]]

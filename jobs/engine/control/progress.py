@@ -90,8 +90,7 @@ class ProgressLine:
             eta = _eta((total - items) / rate if rate > 0 else float("inf"))
             head = f"[{bar}] {items:,}/{total:,} items"
         else:
-            eta = "--:--"
-            head = f"{items:,} items"
+            eta, head = "--:--", f"{items:,} items"
         return (
             f"{head} | shards {self._shards_done}/{len(self._sizes)} | {rate:,.1f} items/s | "
             f"calls {counts.get('calls', 0):,} | 429s {counts.get('rate_limited', 0):,} | "
