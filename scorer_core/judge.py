@@ -270,8 +270,7 @@ class LLMJudge:
         messages, usage, problem = base, Usage(), ""
         for attempt in range(self._retry.max_reasks + 1):
             if attempt:
-                usage = usage + Usage(reasks=1)
-                messages = with_reask(base, problem)
+                usage, messages = usage + Usage(reasks=1), with_reask(base, problem)
             reply, sent = await self.ask(messages, schema_name, schema, verdicts)
             usage = usage + sent
             try:

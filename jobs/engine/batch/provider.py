@@ -40,8 +40,7 @@ class BatchInfo:
     @classmethod
     def of(cls, batch: Any) -> BatchInfo:
         """From litellm's `LiteLLMBatch` (OpenAI's `Batch` shape)."""
-        counts = getattr(batch, "request_counts", None)
-        errors = getattr(batch, "errors", None)
+        counts, errors = getattr(batch, "request_counts", None), getattr(batch, "errors", None)
         problems = [
             f"{getattr(e, 'code', None) or 'error'}: {getattr(e, 'message', '')}"
             + (f" (line {e.line})" if getattr(e, "line", None) else "")
