@@ -101,12 +101,8 @@ def _start_coordinator(
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     governor = RunGovernor.for_limits(plan.config.rate_limit) if governed else None
-    return cast(
-        CoordinatorHandle,
-        coordinator_actor_class()
-        .options(scheduling_strategy=here)
-        .remote(list(todo), governor, plan.looked.owners),
-    )
+    actor = coordinator_actor_class().options(scheduling_strategy=here)
+    return cast(CoordinatorHandle, actor.remote(list(todo), governor, plan.looked.owners))
 
 
 def _watch(

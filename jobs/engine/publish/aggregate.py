@@ -457,13 +457,8 @@ def sampled_estimates(summary: RunSummary, scores: pl.LazyFrame, plan: SamplePla
         return replace(part, mean=mean, mean_ci_low=low, mean_ci_high=high, population=population)
 
     per_column = {column: domains(column) for column in summary.segment_columns}
-    segments = tuple(
-        replace(
-            s,
-            summary=estimated(
-                s.summary, per_column[s.by].get(s.value, {}), plan.segments.get((s.by, s.value))
-            ),
-        )
-        for s in summary.segments
-    )
-    return replace(estimated(summary, whole, plan.items), segments=segments)
+    segments = []
+    for s in summary.segments:
+        domain, population = per_column[s.by].get(s.value, {}), plan.segments.get((s.by, s.value))
+        segments.append(replace(s, summary=estimated(s.summary, domain, population)))
+    return replace(estimated(summary, whole, plan.items), segments=tuple(segments))

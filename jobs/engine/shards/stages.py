@@ -185,17 +185,9 @@ class BatchPassStage:
         # No fresh hits within the shard: which verdicts are fresh depends on the order
         # replies arrive in.
         judged, pairs = cache_in_front(judge, cache, fingerprint, fresh_hits=False)
+        was_frozen = frozen is not None
         return cls(
-            judge,
-            judged,
-            pairs,
-            client,
-            layout,
-            round_number,
-            shard_id,
-            counter,
-            cache,
-            frozen is not None,
+            judge, judged, pairs, client, layout, round_number, shard_id, counter, cache, was_frozen
         )
 
     def item_done(self, result: ScoreResult) -> None:
