@@ -441,12 +441,8 @@ def compare_runs(
         )
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
     verdicts = (run_a.verdicts(), run_b.verdicts())
-    table, positions = pl.collect_all(
-        [
-            comparison_table(run_a.scores(), run_b.scores(), columns, verdicts),
-            position_change(*verdicts),
-        ]
-    )
+    table_plan = comparison_table(run_a.scores(), run_b.scores(), columns, verdicts)
+    table, positions = pl.collect_all([table_plan, position_change(*verdicts)])
     paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
     method = choose_method(table)

@@ -180,20 +180,17 @@ def publish_run(
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as folder:
         tmp = Path(folder)
         scores, verdicts, duplicates = _write_tables(store, location, tables, tmp)
-        summary = dataclasses.replace(
-            aggregate.summarize(
-                pl.scan_parquet(scores),
-                pl.scan_parquet(verdicts),
-                model=model,
-                scale=scale,
-                segment_by=segment_by,
-                verdict_segments=tables.verdict_names,
-                batch_price=batch_price,
-                sample=sample,
-            ),
-            flow=tuple(flow),
-            canary=tuple(canary),
+        summary = aggregate.summarize(
+            pl.scan_parquet(scores),
+            pl.scan_parquet(verdicts),
+            model=model,
+            scale=scale,
+            segment_by=segment_by,
+            verdict_segments=tables.verdict_names,
+            batch_price=batch_price,
+            sample=sample,
         )
+        summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
         errors = measure(scores, summary.items, summary.errors, max_error_rate)
         truncated = pl.scan_parquet(scores).select(pl.col("truncated").sum()).collect().item()
         summary.to_frame().write_parquet(tmp / "summary.parquet", compression="zstd")
