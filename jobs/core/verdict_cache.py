@@ -190,12 +190,8 @@ class CachingJudge:
             left = await self._wait(waiting, verdicts)
             usage = usage + Usage(cache_hits=len(verdicts) - before)
             again = await self._ask(item, left, keys)
-            asked = VerdictBatch(
-                asked.verdicts + again.verdicts,
-                asked.usage + again.usage,
-                again.unscored_reason,
-                asked.prompt or again.prompt,
-            )
+            both = (asked.verdicts + again.verdicts, asked.usage + again.usage)
+            asked = VerdictBatch(*both, again.unscored_reason, asked.prompt or again.prompt)
         if asked.unscored_reason is not None:
             return VerdictBatch((), usage + asked.usage, asked.unscored_reason, asked.prompt)
         merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda v: v.index))

@@ -141,16 +141,13 @@ class BatchRounds:
     def _online_round(self, round_number: int) -> bool:
         """Whether round `round_number` goes online: it was marked so, or the deadline is near
         (then the mark is recorded first, so a resumed driver goes on online)."""
-        if self._layout.online_round(round_number):
+        layout = self._layout
+        if layout.online_round(round_number):
             return True
         if self._deadline is None:
             return False
         # The requests the last round left to ask again: what an online pass would send now.
-        previous = (
-            self._layout.read_json(self._layout.round_file(round_number - 1))
-            if round_number
-            else None
-        )
+        previous = layout.read_json(layout.round_file(round_number - 1)) if round_number else None
         left = sum(RoundState.from_dict(previous).retried().values()) if previous else 0
         until = self._until_online(left)
         if until is None or until > 0:

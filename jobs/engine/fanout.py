@@ -74,10 +74,8 @@ def fan_out(
         task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
         for n in range(min(config.ray.workers, len(todo)))
     }
-    line = ProgressLine(
-        {shard.shard_id: shard.end - shard.start for _, shard in todo},
-        exact=all(shard.kind == "rows" for _, shard in todo),
-    )
+    sizes = {shard.shard_id: shard.end - shard.start for _, shard in todo}
+    line = ProgressLine(sizes, exact=all(shard.kind == "rows" for _, shard in todo))
     try:
         reports = _watch(coordinator, workers, plan.location, heartbeat, line)
     finally:

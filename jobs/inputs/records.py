@@ -57,14 +57,9 @@ class ItemReader:
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
     ) -> Iterator[ItemRecord | RowError]:
         """`shard`'s rows, normalised and validated, in input order."""
+        limits = {"max_context_chars": self.max_context_chars, "max_contexts": self.max_contexts}
         for raw in read_shard(self.spec, shard):
-            item = to_item(
-                self.spec,
-                raw,
-                max_context_chars=self.max_context_chars,
-                max_contexts=self.max_contexts,
-                carried=carried,
-            )
+            item = to_item(self.spec, raw, **limits, carried=carried)
             yield validate_record(encodable_record(item, carried), self.against)
 
 

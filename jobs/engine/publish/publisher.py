@@ -137,11 +137,8 @@ def _write_tables(
             finder.add(keys)
         marks = finder.finish()
         try:
-            shards = zip(
-                _read_staged(store, items_files),
-                _read_staged(store, verdict_files, staged_verdicts),
-                strict=True,
-            )
+            staged = _read_staged(store, verdict_files, staged_verdicts)
+            shards = zip(_read_staged(store, items_files), staged, strict=True)
             for items, judged in shards:
                 if items.is_empty():
                     continue

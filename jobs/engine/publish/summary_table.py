@@ -170,12 +170,8 @@ def _response_format_lines(negotiated: ResponseFormatRecord) -> list[str]:
         reason = textwrap.shorten(
             terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
         )
-        lines += textwrap.wrap(
-            f"{dropped.form} rejected: {reason}",
-            WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        )
+        text = f"{dropped.form} rejected: {reason}"
+        lines += textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="    ")
     return lines
 
 

@@ -170,13 +170,8 @@ class BatchPassStage:
                 layout.online_round(round_number),
             )
         )
-        client = ReplayClient(
-            RequestLines.for_config(config),
-            replies,
-            reask=reask,
-            max_rounds=config.judge.batch.max_rounds,
-            all_online=online,
-        )
+        lines, max_rounds = RequestLines.for_config(config), config.judge.batch.max_rounds
+        client = ReplayClient(lines, replies, reask=reask, max_rounds=max_rounds, all_online=online)
         judge = _batch_judge(client, config, number, read)
         cache = frozen
         if cache is None and caches is not None:

@@ -238,14 +238,10 @@ class ShardRunner:
         """Stage the shard's files (blocking): verdicts, then the items file, whose presence
         marks the shard done for resume."""
         tables = self._tables
-        self._store.write_parquet_atomic(
-            self._staging.verdicts_file(shard.shard_id),
-            pa.Table.from_pylist(rows.verdicts, schema=tables.staged_verdicts.arrow),
-        )
-        self._store.write_parquet_atomic(
-            self._staging.items_file(shard.shard_id),
-            pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow),
-        )
+        verdicts = pa.Table.from_pylist(rows.verdicts, schema=tables.staged_verdicts.arrow)
+        self._store.write_parquet_atomic(self._staging.verdicts_file(shard.shard_id), verdicts)
+        items = pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow)
+        self._store.write_parquet_atomic(self._staging.items_file(shard.shard_id), items)
 
 
 async def _run_lane(
