@@ -166,14 +166,9 @@ class OpenAIHTTPClient:
         response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
+        form = (response_format, schema_name, schema)
         return chat_request_body(
-            self.model,
-            messages,
-            response_format,
-            schema_name,
-            schema,
-            temperature=self._temperature,
-            max_tokens=self._max_tokens,
+            self.model, messages, *form, temperature=self._temperature, max_tokens=self._max_tokens
         )
 
     async def complete(

@@ -119,10 +119,8 @@ def status_lines(store: Store, run_id: str) -> list[str]:
     layout = BatchLayout(store, staging.folder)
     run_info = layout.read_json(layout.run_file)
     if run_info is None:
-        return [
-            f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)",
-            f"  {_lease(store, staging)}",
-        ]
+        online = f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)"
+        return [online, f"  {_lease(store, staging)}"]
     total = len(run_info.get("shards") or [])
     lines = [
         f"run {run_id}: not published; batch mode, judge {run_info.get('model')} "

@@ -163,12 +163,8 @@ def positions_view(run: PublishedRun) -> dict[str, Any]:
         ),
     )
     undrawn = sum(r.judged for r in rates[len(shown) :]) if len(rates) > len(shown) else None
-    return {
-        "chart": svg,
-        "first_rate": f"{shown[0].rate:.0%}" if shown else "–",
-        "drawn": len(shown),
-        "undrawn_judged": undrawn,
-    }
+    first = f"{shown[0].rate:.0%}" if shown else "–"
+    return {"chart": svg, "first_rate": first, "drawn": len(shown), "undrawn_judged": undrawn}
 
 
 def _segment_name(value: str | None) -> str:
@@ -219,10 +215,9 @@ def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
     views = []
     for column in c.segment_columns:
         shifts = verdict.segments_by(column)
-        drawn = sorted(
-            (s for s in shifts if s.shift is not None),
-            key=lambda s: (s.shift or 0.0, _segment_name(s.value)),
-        )[:MAX_CHART_SEGMENTS]
+        changed = [s for s in shifts if s.shift is not None]
+        by_shift = sorted(changed, key=lambda s: (s.shift or 0.0, _segment_name(s.value)))
+        drawn = by_shift[:MAX_CHART_SEGMENTS]
         extent = max([abs(v or 0.0) for s in drawn for v in (s.shift, s.ci_low, s.ci_high)] or [0])
         extent = max(extent * 1.1, 0.01)
         errors = [_error(s.ci_low, s.ci_high) for s in drawn]
