@@ -216,9 +216,8 @@ class OpenAIHTTPClient:
             return FatalJudgeError(f"{detail} (check api_base)")
         if isinstance(exc, aiohttp.ClientConnectorCertificateError):
             return FatalJudgeError(f"{detail} (the server's TLS certificate is not trusted)")
-        if isinstance(
-            exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | ConnectionError
-        ):
+        lost = aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | ConnectionError
+        if isinstance(exc, lost):
             # refused, reset, DNS failure, server closed the connection mid-reply
             return ConnectionFailed(detail)
         return TransportError(detail)
