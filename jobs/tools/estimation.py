@@ -646,6 +646,9 @@ def format_estimate(result: Estimate) -> str:
     """The estimate as `ctxprec estimate` prints it: one row per figure, with its basis."""
     items, output, source = result.items, result.output_tokens, result.input
     truncated = f" ({items.truncated:,} truncated)" if items.truncated else ""
+    allowance = f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason"
+    per_1000 = f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items"
+    chars = f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)"
     rows = [
         ("judge", result.model),
         ("input", f"{source.path}: {source.files} file(s), {source.shards} shard(s)"),
@@ -653,17 +656,9 @@ def format_estimate(result: Estimate) -> str:
         ("context pairs", f"{result.context_pairs:,}"),
         ("judge calls", _calls_text(result.judge_calls)),
         ("prompt tokens", _tokens_text(result.prompt_tokens)),
-        (
-            "output tokens",
-            f"{_after_cache(output.estimate, output.after_cache)} (allowance: "
-            f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason)",
-        ),
+        ("output tokens", f"{_after_cache(output.estimate, output.after_cache)} ({allowance})"),
         ("estimated cost", f"{fmt.cost(result.cost_usd, result.model)} ({result.cost_note})"),
-        (
-            "per item",
-            f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items; "
-            f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)",
-        ),
+        ("per item", f"{per_1000}; {chars}"),
         ("prompt cache", result.prompt_cache),
         ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
         *([("batches", _batch_text(result.batch))] if result.batch else []),

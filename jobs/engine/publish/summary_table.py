@@ -41,6 +41,7 @@ def format_summary_table(
     rule = "-" * WIDTH
     record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
     population = summary.population
+    sampled = population is not None and population != summary.items
     interval = fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-")
     lines = [
         f"Context precision  (scale {summary.scale:g})",
@@ -48,11 +49,7 @@ def format_summary_table(
         *_pairs(
             ("judge model", summary.model),
             ("items", f"{summary.items:,}"),
-            *(
-                [("  of population", f"{population:,}")]
-                if population not in (None, summary.items)
-                else []
-            ),
+            *([("  of population", f"{population:,}")] if sampled else []),
             ("  scored (ok)", f"{summary.scored:,}"),
             ("  unscored", f"{summary.unscored:,}"),
             ("  errors", f"{summary.errors:,}"),
