@@ -136,17 +136,15 @@ class PacingState:
         return self._paused_until
 
     def snapshot(self) -> dict[str, float]:
+        # how far the estimates ran from the provider's counts (used / reserved)
+        ratio = self._tokens_used / self._tokens_reserved if self._tokens_reserved else 1.0
+        rate = self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
         return {
             "granted": self._granted,
             "refusals": self._refusals,
             "factor": self._factor,
-            # how far the estimates ran from the provider's counts (used / reserved)
-            "token_ratio": (
-                self._tokens_used / self._tokens_reserved if self._tokens_reserved else 1.0
-            ),
-            "requests_per_second": (
-                self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
-            ),
+            "token_ratio": ratio,
+            "requests_per_second": rate,
         }
 
 
