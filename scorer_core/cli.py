@@ -130,14 +130,9 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     access = JudgeAccess(args.model, args.api_base, args.transport, args.api_key_env, CLI_OPTIONS)
     access.check()  # as `run` does: before any call, not after the retries
-    options = {
-        "timeout": args.timeout,
-        "transport": args.transport,
-        "response_format": args.response_format,
-        "api_base": args.api_base or None,
-        "max_tokens": args.max_tokens,
-        "api_key": access.api_key(),
-    }
+    names = ("timeout", "transport", "response_format", "max_tokens")
+    options = {name: getattr(args, name) for name in names}
+    options |= {"api_base": args.api_base or None, "api_key": access.api_key()}
     return {name: value for name, value in options.items() if value is not None}
 
 
