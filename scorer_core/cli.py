@@ -146,13 +146,9 @@ def run_score(args: argparse.Namespace) -> int:
             raise InputError(f"{args.item}: cannot read ({exc.strerror})") from None
     else:
         item = read_item(sys.stdin, "stdin")
+    scoring = {name: getattr(args, name) for name in ("scale", "reason", "contexts_per_call")}
     scorer = create_context_precision_scorer(
-        args.model,
-        context=item["context"],
-        scale=args.scale,
-        reason=args.reason,
-        contexts_per_call=args.contexts_per_call,
-        **_judge_options(args),
+        args.model, context=item["context"], **scoring, **_judge_options(args)
     )
     started = time.monotonic()
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
