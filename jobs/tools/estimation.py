@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from pydantic import BaseModel, ConfigDict
-
 from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
-from jobs.core.formatting import Column, table
+from jobs.core.formatting import Column, JsonRecord, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
 from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import Store, filesystem
@@ -74,17 +72,13 @@ _MAX_INVALID_EXAMPLES = 5
 _PROVIDERS = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class InputFacts(_Record):
+class InputFacts(JsonRecord):
     path: str
     files: int
     shards: int
 
 
-class ItemCounts(_Record):
+class ItemCounts(JsonRecord):
     valid: int
     invalid: int
     total: int
@@ -92,7 +86,7 @@ class ItemCounts(_Record):
     invalid_examples: tuple[str, ...]
 
 
-class JudgeCalls(_Record):
+class JudgeCalls(JsonRecord):
     total: int
     verdict_calls: int
     reason_calls: int
@@ -102,7 +96,7 @@ class JudgeCalls(_Record):
     note: str
 
 
-class PromptTokens(_Record):
+class PromptTokens(JsonRecord):
     estimate: int
     after_cache: int  # of the requests the verdict cache does not answer
     method: Literal["exact", "sample extrapolated by characters"]
@@ -115,20 +109,20 @@ class PromptTokens(_Record):
     note: str
 
 
-class OutputTokens(_Record):
+class OutputTokens(JsonRecord):
     estimate: int
     after_cache: int
     per_verdict: int
     per_reason_call: int
 
 
-class BatchWallTime(_Record):
+class BatchWallTime(JsonRecord):
     seconds: None = None
     completion_window: str
     basis: str
 
 
-class Pacing(_Record):
+class Pacing(JsonRecord):
     """The limits as the config holds them, and the tokens and in-flight budget of the run."""
 
     requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
@@ -157,7 +151,7 @@ class PacedWallTime(Pacing):
 WallTime = BatchWallTime | OfflineWallTime | PacedWallTime
 
 
-class BatchPlan(_Record):
+class BatchPlan(JsonRecord):
     mode: Literal["batch"] = "batch"
     batches: int
     requests: int
@@ -169,7 +163,7 @@ class BatchPlan(_Record):
     note: str
 
 
-class CacheShare(_Record):
+class CacheShare(JsonRecord):
     used: bool
     note: str
     cached_pairs: int
@@ -177,7 +171,7 @@ class CacheShare(_Record):
     calls_after_cache: int
 
 
-class Estimate(_Record):
+class Estimate(JsonRecord):
     """What `ctxprec estimate` found; `--json` prints it field for field, in this order."""
 
     model: str
@@ -198,9 +192,6 @@ class Estimate(_Record):
     wall_time: WallTime
     batch: BatchPlan | None
     cache: CacheShare
-
-    def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
 Messages = list[dict[str, str]]
