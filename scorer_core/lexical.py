@@ -286,11 +286,10 @@ class LexicalJudge:
         if not positions:
             return VerdictBatch(verdicts=(), unscored_reason="no positions to judge")
         st = self._stats(item)
+        rule = {"threshold": self.threshold, "relative": self.relative}
         verdicts = []
         for p in positions:
-            relevant = is_relevant(
-                st.scores[p], st.best, threshold=self.threshold, relative=self.relative
-            )
+            relevant = is_relevant(st.scores[p], st.best, **rule)
             verdicts.append(ContextVerdict(p, relevant, self._reason(st, p, relevant)))
         return VerdictBatch(verdicts=tuple(verdicts), usage=Usage())
 

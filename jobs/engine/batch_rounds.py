@@ -216,9 +216,8 @@ class BatchRounds:
         shards = []
         for shard_id in pending:
             index = self._layout.read_index(round_number, shard_id)
-            shards.append(
-                (shard_id, index.column("bytes").to_pylist(), index.column("tokens").to_pylist())
-            )
+            sizes = (index.column("bytes").to_pylist(), index.column("tokens").to_pylist())
+            shards.append((shard_id, *sizes))
         try:
             records = split_batches(
                 round_number,
@@ -321,9 +320,8 @@ class BatchRounds:
         for record in state.batches:
             if record.batch_id is not None:
                 continue
-            enqueued = sum(
-                b.tokens for b in state.batches if b.batch_id is not None and not b.final
-            )
+            running = [b for b in state.batches if b.batch_id is not None and not b.final]
+            enqueued = sum(b.tokens for b in running)
             if limit and enqueued and enqueued + record.tokens > limit:
                 break  # keeps the order: later batches wait too
             started = time.monotonic()
@@ -349,9 +347,8 @@ class BatchRounds:
             info = await self._provider.find(record.file_id)
         if info is None:
             assert record.file_id is not None
-            info = await self._provider.create(
-                record.file_id, {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
-            )
+            metadata = {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
+            info = await self._provider.create(record.file_id, metadata)
             self._created += 1
         record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
         state = state.replace(record)

@@ -102,9 +102,8 @@ def load_labels(
     """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
     result = LabelFile([], 0, 0, [], 0)
     try:
-        handle = fsspec.open(
-            path, "rb", compression="infer", **dict(config.input.storage_options)
-        ).open()
+        options = dict(config.input.storage_options)
+        handle = fsspec.open(path, "rb", compression="infer", **options).open()
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot open labels {path}: {exc}") from None
     with handle:

@@ -67,9 +67,8 @@ class SamplePlan:
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
         """Whether the row `record` is judged (`names`: the run's carried columns, in order)."""
         carried = _carried_dict(record, names)
-        return self.keep(
-            _record_id(record), tuple(stratum_text(carried.get(n)) for n in self.config.by)
-        )
+        stratum = tuple(stratum_text(carried.get(n)) for n in self.config.by)
+        return self.keep(_record_id(record), stratum)
 
     def keep(self, query_id: str, stratum: Stratum) -> bool:
         """Whether the item `query_id` of `stratum` is judged."""

@@ -224,12 +224,10 @@ def calibrate(
     results, judge = asyncio.run(judge_labelled(config, loaded.items))
     other = None
     if not capabilities_of(config.judge.model).offline:
-        flipped = config.judge.model_copy(
-            update={"verdict_reasons": not config.judge.verdict_reasons}
-        )
-        other_results, _ = asyncio.run(
-            judge_labelled(config.model_copy(update={"judge": flipped}), loaded.items)
-        )
+        judging = config.judge
+        flipped = judging.model_copy(update={"verdict_reasons": not judging.verdict_reasons})
+        other_config = config.model_copy(update={"judge": flipped})
+        other_results, _ = asyncio.run(judge_labelled(other_config, loaded.items))
         other = agreement(loaded.items, other_results)
     seconds = time.monotonic() - started
     negotiated = negotiation_summary(judge)  # None for the offline judge

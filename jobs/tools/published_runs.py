@@ -157,9 +157,8 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
     frame = frame.with_columns(pl.col("value").fill_nan(None))
     if "segment_by" not in frame.columns:
         return _summary_from_rows(frame, model)
-    groups = frame.filter(pl.col("segment_by").is_not_null()).group_by(
-        "segment_by", "segment", maintain_order=True
-    )
+    segmented = frame.filter(pl.col("segment_by").is_not_null())
+    groups = segmented.group_by("segment_by", "segment", maintain_order=True)
     segments = tuple(
         Segment(by, value, _summary_from_rows(rows, model)) for (by, value), rows in groups
     )

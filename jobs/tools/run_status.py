@@ -27,9 +27,8 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         location = find_run(store, run_id)
     except RunNotFound:
         return None
-    manifest = read_manifest(store, location) or RunManifest(
-        run_id=run_id, run_date=location.run_date.isoformat()
-    )
+    bare = RunManifest(run_id=run_id, run_date=location.run_date.isoformat())
+    manifest = read_manifest(store, location) or bare
     summary, judge = manifest.summary, manifest.judge
     mode = judge.mode or "online"
     lines = [

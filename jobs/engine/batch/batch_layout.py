@@ -119,9 +119,8 @@ class BatchLayout:
         self, round_number: int, shard_id: str, requests: Sequence[RecordedRequest]
     ) -> None:
         """The lines first, their index last: the index marks the shard's pass as done."""
-        self.store.write_bytes_atomic(
-            self.requests_file(round_number, shard_id), b"".join(r.line for r in requests)
-        )
+        lines = b"".join(r.line for r in requests)
+        self.store.write_bytes_atomic(self.requests_file(round_number, shard_id), lines)
         index = pa.table(
             {
                 "custom_id": [r.custom_id for r in requests],

@@ -132,9 +132,8 @@ class InFlightBudget:
         self._holders[worker] = _Holder(max(0, demand), max(0, in_flight), now)
         for name in [n for n, h in self._holders.items() if now - h.seen > self._stale_after]:
             del self._holders[name]
-        self.max_in_flight = max(
-            self.max_in_flight, sum(h.in_flight for h in self._holders.values())
-        )
+        held = sum(h.in_flight for h in self._holders.values())
+        self.max_in_flight = max(self.max_in_flight, held)
         if self.cold:
             if self._first_holder is None and demand > 0:
                 self._first_holder = worker
