@@ -57,9 +57,8 @@ async def score_item(
     if contexts_per_call < 1:
         raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
     slices = context_slices(len(item.contexts), contexts_per_call)
-    outcomes = await asyncio.gather(
-        *(judge.judge(item, part) for part in slices), return_exceptions=True
-    )
+    asks = (judge.judge(item, part) for part in slices)
+    outcomes = await asyncio.gather(*asks, return_exceptions=True)
     usage = Usage()
     verdicts: list[ContextVerdict] = []
     prompts: list[str] = []

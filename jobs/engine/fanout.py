@@ -53,9 +53,8 @@ def fan_out(
     import ray
 
     config = plan.config
-    governed = not plan.parts.capabilities.offline and (
-        batch_round is None or config.judge.batch.reask == "online"
-    )
+    asks_online = batch_round is None or config.judge.batch.reask == "online"
+    governed = not plan.parts.capabilities.offline and asks_online
     coordinator = _start_coordinator(plan, todo, governed)
     context = ShardContext(
         config=config,

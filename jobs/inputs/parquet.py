@@ -42,9 +42,8 @@ def read_parquet_shard(
             if only is None and not spec.context_extractor:
                 only = [c for _, c in required_columns(spec)]
             names = set(parquet.schema_arrow.names)
-            yield from _rows(
-                parquet, shard, None if only is None else [c for c in only if c in names]
-            )
+            columns = None if only is None else [c for c in only if c in names]
+            yield from _rows(parquet, shard, columns)
         except pa.ArrowInvalid as exc:
             raise InputError(f"reading {where} failed: {exc}") from exc
         except OSError as exc:

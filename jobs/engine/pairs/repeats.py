@@ -102,9 +102,8 @@ class RepeatFinder:
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._keys = Spill(folder / "keys", _partition(0), KEYS)
-        self._marks = Spill(
-            folder / "marks", pl.col("item_seq") // (BLOCK_SHARDS << SEQ_SHIFT), MARKS
-        )
+        block = pl.col("item_seq") // (BLOCK_SHARDS << SEQ_SHIFT)
+        self._marks = Spill(folder / "marks", block, MARKS)
         self.keys = 0
 
     def __enter__(self) -> RepeatFinder:
