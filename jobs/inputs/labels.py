@@ -85,9 +85,8 @@ def _labelled_item(
         raise InputError(f"{name} (the reference answer) must be a string or null")
     reference = answer if answer and answer.strip() else None
     chars, count = config.input.max_context_chars, config.input.max_contexts
-    item = ScoringItem(
-        query, reference or "", tuple(c[:chars] for c in contexts[:count]), reference
-    )
+    kept = tuple(c[:chars] for c in contexts[:count])
+    item = ScoringItem(query, reference or "", kept, reference)
     validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")
     item_id = str(identifier) if identifier is not None else f"line {line}"

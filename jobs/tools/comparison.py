@@ -487,9 +487,8 @@ def adjust(
     min_segment_size: int,
 ) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
     """Holm's adjustment across the run and every segment of `min_segment_size` queries."""
-    gated = [
-        i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
-    ]
+    testable = [s.paired >= min_segment_size and s.p_value is not None for s in segments]
+    gated = [i for i, test in enumerate(testable) if test]
     family = [1.0 if overall.p_value is None else overall.p_value]
     adjusted = holm(family + [float(segments[i].p_value or 0.0) for i in gated])
     out = list(segments)
