@@ -69,10 +69,8 @@ def fan_out(
         batch_round=batch_round,
     )
     task = ray_task(config, run_worker)
-    workers = {
-        task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
-        for n in range(min(config.ray.workers, len(todo)))
-    }
+    names = [f"worker-{n}" for n in range(min(config.ray.workers, len(todo)))]
+    workers = {task.remote(context, name, SHARDS_PER_WORKER): name for name in names}
     sizes = {shard.shard_id: shard.end - shard.start for _, shard in todo}
     line = ProgressLine(sizes, exact=all(shard.kind == "rows" for _, shard in todo))
     try:

@@ -89,10 +89,8 @@ def shard_keys(
             continue
         id_rows.extend(found if ids else ())
         pair_rows.extend((number, key) for key in keys)
-    return ShardKeys(
-        pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row"),
-        pl.DataFrame(pair_rows, schema=KEYS, orient="row"),
-    )
+    ids_frame = pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row")
+    return ShardKeys(ids_frame, pl.DataFrame(pair_rows, schema=KEYS, orient="row"))
 
 
 def _read_items(

@@ -194,11 +194,8 @@ class RunSummary:
         the whole run's rows first (segment_by and segment null), then each segment's."""
         rows: list[tuple[str, str | None, str | None, str, str | None, int | None, float | None]]
         rows = [(self.model, None, None, *row) for row in self.metric_rows()]
-        for segment in self.segments:
-            rows.extend(
-                (self.model, segment.by, segment.value, *row)
-                for row in segment.summary.metric_rows()
-            )
+        for s in self.segments:
+            rows.extend((self.model, s.by, s.value, *row) for row in s.summary.metric_rows())
         return pl.DataFrame(rows, schema=PUBLISHED_SUMMARY.polars, orient="row")
 
 

@@ -263,9 +263,8 @@ async def _run_lane(
                 # the store's own retries are spent: a later attempt may find it back
                 if isinstance(exc, StorageError) and attempt < attempts:
                     continue
-                await board.failed.remote(
-                    worker_id, shard.shard_id, f"shard {shard.shard_id} failed: {one_line(exc)}"
-                )
+                message = f"shard {shard.shard_id} failed: {one_line(exc)}"
+                await board.failed.remote(worker_id, shard.shard_id, message)
                 return
             await board.done.remote(worker_id, report)
             if report.fatal:
