@@ -86,9 +86,7 @@ def check_carried(
 
 def conform(column: CarriedColumn, value: Any) -> Any:
     """`value` as stored in column `column`; `ValueError` saying why when it does not fit."""
-    if value is None:
-        return None
-    return _conformer(column.type)(value)
+    return None if value is None else _conformer(column.type)(value)
 
 
 @functools.cache

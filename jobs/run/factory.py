@@ -108,9 +108,7 @@ def cache_fingerprint(config: JobConfig) -> str:
 
 def cache_url(config: JobConfig) -> tuple[str, str]:
     """(store URL, folder under it) of the verdict cache."""
-    if config.cache.path:
-        return config.cache.path, ""
-    return config.output.path, "_cache"
+    return (config.cache.path, "") if config.cache.path else (config.output.path, "_cache")
 
 
 def cache_spec(config: JobConfig) -> CacheSpec | None:

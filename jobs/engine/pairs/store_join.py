@@ -42,9 +42,7 @@ def join_pack(
         for batch, stored in zip(batches, lookups, strict=True):
             if not stored.is_empty():
                 found.append(batch.join(stored.drop("written_at"), on="pair_key", how="inner"))
-    if not found:
-        return pl.DataFrame(schema=HITS)
-    return pl.concat(found).select(HITS.names())
+    return pl.concat(found).select(HITS.names()) if found else pl.DataFrame(schema=HITS)
 
 
 def store_packs(

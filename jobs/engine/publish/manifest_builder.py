@@ -87,9 +87,7 @@ def judge_record(
 
 def flow_metrics(flow: FlowSnapshot) -> list[tuple[str, float | None]]:
     """The governor's snapshot as the summary's flow metrics (`aggregate.FLOW_METRICS`)."""
-    if flow.is_empty():
-        return []
-    return [(name, getattr(flow, name)) for name in FLOW_METRICS]
+    return [] if flow.is_empty() else [(name, getattr(flow, name)) for name in FLOW_METRICS]
 
 
 def _form(value: object) -> str:

@@ -78,9 +78,7 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
 def error_rate(run: PublishedRun) -> tuple[str, bool] | None:
     """The recorded error rate as `ctxprec status` says it, and whether it failed the run."""
     record = run.manifest.error_rate if run.manifest is not None else None
-    if record is None or not record.errors:
-        return None
-    return record.describe(), record.exceeded
+    return None if record is None or not record.errors else (record.describe(), record.exceeded)
 
 
 def header_cards(s: RunSummary) -> list[Card]:
