@@ -49,6 +49,4 @@ def is_offline(model: str) -> bool:
 def judge_capabilities(judge: Any) -> JudgeCapabilities:
     """`judge.capabilities` (every judge of this library has one), else its model's."""
     own = getattr(judge, "capabilities", None)
-    if isinstance(own, JudgeCapabilities):
-        return own
-    return capabilities_of(str(judge.model))
+    return own if isinstance(own, JudgeCapabilities) else capabilities_of(str(judge.model))

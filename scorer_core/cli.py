@@ -130,15 +130,9 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     access = JudgeAccess(args.model, args.api_base, args.transport, args.api_key_env, CLI_OPTIONS)
     access.check()  # as `run` does: before any call, not after the retries
-    key = access.api_key()
-    options = {
-        "timeout": args.timeout,
-        "transport": args.transport,
-        "response_format": args.response_format,
-        "api_base": args.api_base or None,
-        "max_tokens": args.max_tokens,
-        "api_key": key,
-    }
+    names = ("timeout", "transport", "response_format", "max_tokens")
+    options = {name: getattr(args, name) for name in names}
+    options |= {"api_base": args.api_base or None, "api_key": access.api_key()}
     return {name: value for name, value in options.items() if value is not None}
 
 
@@ -152,13 +146,9 @@ def run_score(args: argparse.Namespace) -> int:
             raise InputError(f"{args.item}: cannot read ({exc.strerror})") from None
     else:
         item = read_item(sys.stdin, "stdin")
+    scoring = {name: getattr(args, name) for name in ("scale", "reason", "contexts_per_call")}
     scorer = create_context_precision_scorer(
-        args.model,
-        context=item["context"],
-        scale=args.scale,
-        reason=args.reason,
-        contexts_per_call=args.contexts_per_call,
-        **_judge_options(args),
+        args.model, context=item["context"], **scoring, **_judge_options(args)
     )
     started = time.monotonic()
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))

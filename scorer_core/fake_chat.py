@@ -68,8 +68,6 @@ class FakeChatClient:
             score = _SCORE.search(messages[-1]["content"])
             text = f"The score is {score.group(1) if score else '0'} because of the verdicts."
             return ChatReply(json.dumps({"reason": text}))
-        verdicts = [
-            {"i": position, "v": "yes" if flag else "no"}
-            for position, flag in zip(asked_contexts(body), reply, strict=True)
-        ]
+        flags = zip(asked_contexts(body), reply, strict=True)
+        verdicts = [{"i": position, "v": "yes" if flag else "no"} for position, flag in flags]
         return ChatReply(json.dumps({"verdicts": verdicts}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -239,11 +240,9 @@ class LLMJudge:
                 if first:
                     self._first_done.set()
                 if sent_at is not None:
-                    self._limiter.completed(
-                        self._clock() - sent_at if reply is not None else None,
-                        charged,
-                        self._counted_tokens(reply) if reply else 0,
-                    )
+                    latency = self._clock() - sent_at if reply is not None else None
+                    used = self._counted_tokens(reply) if reply else 0
+                    self._limiter.completed(latency, charged, used)
 
     def _counted_tokens(self, reply: ChatReply) -> int:
         """The tokens a provider counts against its limit: OpenAI-style limits count a
@@ -270,8 +269,7 @@ class LLMJudge:
         messages, usage, problem = base, Usage(), ""
         for attempt in range(self._retry.max_reasks + 1):
             if attempt:
-                usage = usage + Usage(reasks=1)
-                messages = with_reask(base, problem)
+                usage, messages = usage + Usage(reasks=1), with_reask(base, problem)
             reply, sent = await self.ask(messages, schema_name, schema, verdicts)
             usage = usage + sent
             try:
@@ -284,12 +282,9 @@ class LLMJudge:
         base = verdict_messages(item, positions, self._reasons)
         prompt = base[-1]["content"]
         schema = verdicts_schema(positions, self._reasons)
+        parse = functools.partial(parse_verdicts, positions=positions)
         verdicts, usage, problem = await self._parsed(
-            base,
-            VERDICTS_SCHEMA_NAME,
-            schema,
-            len(positions),
-            lambda text: parse_verdicts(text, positions),
+            base, VERDICTS_SCHEMA_NAME, schema, len(positions), parse
         )
         if verdicts is None:
             attempts = self._retry.max_reasks + 1

@@ -241,8 +241,7 @@ class LexicalJudge:
         bounds = {"max_chars": self.max_chars, "max_tokens": self.max_tokens}
         query_raw = content_words(item.input, **bounds)
         answer_raw = content_words(answer_text, **bounds) if self.answer_weight > 0.0 else []
-        query_seq = [stem(t) for t in query_raw]
-        answer_seq = [stem(t) for t in answer_raw]
+        query_seq, answer_seq = [stem(t) for t in query_raw], [stem(t) for t in answer_raw]
         # The first surface form of each stem, so that reasons quote words, not stems.
         display: dict[str, str] = {}
         for surface, term in zip(answer_raw + query_raw, answer_seq + query_seq, strict=True):
@@ -283,17 +282,14 @@ class LexicalJudge:
             p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n
         ]
         if bad:
-            return VerdictBatch(
-                verdicts=(), unscored_reason=f"positions {bad[:5]} invalid for {n} contexts"
-            )
+            return VerdictBatch((), unscored_reason=f"positions {bad[:5]} invalid for {n} contexts")
         if not positions:
             return VerdictBatch(verdicts=(), unscored_reason="no positions to judge")
         st = self._stats(item)
+        rule = {"threshold": self.threshold, "relative": self.relative}
         verdicts = []
         for p in positions:
-            relevant = is_relevant(
-                st.scores[p], st.best, threshold=self.threshold, relative=self.relative
-            )
+            relevant = is_relevant(st.scores[p], st.best, **rule)
             verdicts.append(ContextVerdict(p, relevant, self._reason(st, p, relevant)))
         return VerdictBatch(verdicts=tuple(verdicts), usage=Usage())
 

@@ -90,9 +90,8 @@ def translate_error(
         return ConnectionFailed(message)
     if isinstance(status, int) and status >= 500:
         return ServerError(message)
-    if isinstance(
-        exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError
-    ) or status in (401, 403, 404):
+    refused = litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError
+    if isinstance(exc, refused) or status in (401, 403, 404):
         return FatalJudgeError(message)
     if isinstance(exc, litellm.BadRequestError) or (
         isinstance(status, int) and 400 <= status < 500

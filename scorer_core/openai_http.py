@@ -166,14 +166,9 @@ class OpenAIHTTPClient:
         response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
+        form = (response_format, schema_name, schema)
         return chat_request_body(
-            self.model,
-            messages,
-            response_format,
-            schema_name,
-            schema,
-            temperature=self._temperature,
-            max_tokens=self._max_tokens,
+            self.model, messages, *form, temperature=self._temperature, max_tokens=self._max_tokens
         )
 
     async def complete(
@@ -221,9 +216,8 @@ class OpenAIHTTPClient:
             return FatalJudgeError(f"{detail} (check api_base)")
         if isinstance(exc, aiohttp.ClientConnectorCertificateError):
             return FatalJudgeError(f"{detail} (the server's TLS certificate is not trusted)")
-        if isinstance(
-            exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | ConnectionError
-        ):
+        lost = aiohttp.ClientConnectionError | aiohttp.ClientPayloadError | ConnectionError
+        if isinstance(exc, lost):
             # refused, reset, DNS failure, server closed the connection mid-reply
             return ConnectionFailed(detail)
         return TransportError(detail)

@@ -105,11 +105,9 @@ def judged_item(item: ScoringItem, against: Against = "all") -> ScoringItem:
         raise InputError(f"judge.against is {against!r} but the item has no {field}")
     if against == "all":
         return item
-    return dataclasses.replace(
-        item,
-        output=item.output if against == "output" else "",
-        expected_output=item.expected_output if against == "reference" else None,
-    )
+    judged_output = item.output if against == "output" else ""
+    judged_reference = item.expected_output if against == "reference" else None
+    return dataclasses.replace(item, output=judged_output, expected_output=judged_reference)
 
 
 def _item_sections(item: ScoringItem) -> list[str]:
@@ -161,10 +159,8 @@ def verdict_messages(
             f"{_against(item)} Give exactly {len(positions)} verdicts, for passages {asked}.",
         ]
     )
-    return [
-        {"role": "system", "content": VERDICT_INSTRUCTIONS[reasons]},
-        {"role": "user", "content": user},
-    ]
+    system = {"role": "system", "content": VERDICT_INSTRUCTIONS[reasons]}
+    return [system, {"role": "user", "content": user}]
 
 
 def with_reask(messages: list[dict[str, str]], problem: str) -> list[dict[str, str]]:

@@ -203,9 +203,7 @@ class ResponseFormatNegotiation:
 def negotiation_summary(judge: object) -> dict[str, Any] | None:
     """`judge.response_format.summary()`; None for a judge that negotiates nothing."""
     negotiation = getattr(judge, "response_format", None)
-    if isinstance(negotiation, ResponseFormatNegotiation):
-        return negotiation.summary()
-    return None
+    return negotiation.summary() if isinstance(negotiation, ResponseFormatNegotiation) else None
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:
@@ -223,6 +221,4 @@ def shared_negotiation(endpoint: str, setting: str = "auto") -> ResponseFormatNe
     `make_judge(..., negotiation=...)` and probe it once."""
     key = (endpoint, check_response_format(setting))
     with _SHARED_LOCK:
-        if key not in _SHARED:
-            _SHARED[key] = ResponseFormatNegotiation(setting, endpoint)
-        return _SHARED[key]
+        return _SHARED.setdefault(key, ResponseFormatNegotiation(setting, endpoint))

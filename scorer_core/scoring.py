@@ -57,9 +57,8 @@ async def score_item(
     if contexts_per_call < 1:
         raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
     slices = context_slices(len(item.contexts), contexts_per_call)
-    outcomes = await asyncio.gather(
-        *(judge.judge(item, part) for part in slices), return_exceptions=True
-    )
+    asks = (judge.judge(item, part) for part in slices)
+    outcomes = await asyncio.gather(*asks, return_exceptions=True)
     usage = Usage()
     verdicts: list[ContextVerdict] = []
     prompts: list[str] = []
@@ -88,17 +87,8 @@ async def score_item(
     text, reason_usage, reason_prompt = await explain_score(
         judge, item, ordered, score, scale=scale, reason=reason
     )
-    return ScoreResult(
-        score,
-        text,
-        ordered,
-        "ok",
-        None,
-        usage + reason_usage,
-        band=score_band(score, scale),
-        analyze_prompts=sent,
-        reason_prompt=reason_prompt,
-    )
+    band, usage = score_band(score, scale), usage + reason_usage
+    return ScoreResult(score, text, ordered, "ok", None, usage, band, sent, reason_prompt)
 
 
 async def explain_score(

@@ -85,22 +85,15 @@ class ScoreResult:
     def to_dict(self) -> dict[str, Any]:
         """The result in the shape of Mastra's scorer result (camelCase keys), plus ours; the
         verdict prompts of several requests are separated by a blank line."""
+        verdicts = [
+            {"context_index": v.index, "verdict": "yes" if v.relevant else "no", "reason": v.reason}
+            for v in sorted(self.verdicts, key=lambda v: v.index)
+        ]
         return {
-            "score": self.score,
-            "reason": self.reason,
-            "band": self.band,
-            "status": self.status,
-            "error": self.error,
-            "analyzeStepResult": {
-                "verdicts": [
-                    {
-                        "context_index": v.index,
-                        "verdict": "yes" if v.relevant else "no",
-                        "reason": v.reason,
-                    }
-                    for v in sorted(self.verdicts, key=lambda v: v.index)
-                ]
+            **{
+                name: getattr(self, name) for name in ("score", "reason", "band", "status", "error")
             },
+            "analyzeStepResult": {"verdicts": verdicts},
             "analyzePrompt": "\n\n".join(self.analyze_prompts) or None,
             "generateReasonPrompt": self.reason_prompt,
             "usage": asdict(self.usage),

@@ -1,13 +1,17 @@
-"""How every command prints numbers, a missing value (`MISSING`) and text tables (`table`),
-so that every tool reads the same and every cell is terminal-safe.
+"""How every command prints numbers, a missing value (`MISSING`), text tables (`table`) and
+its `--json` result (`JsonRecord`), so that every tool reads the same and every cell is
+terminal-safe.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from jobs.core.text_safety import terminal_safe
 from scorer_core.capabilities import is_offline
@@ -135,3 +139,12 @@ def table(
             lines.append(f"{indent}|{'|'.join('-' * (w + 2) for w in widths)}|")
     lines += [line(cells) for cells in body]
     return "\n".join(lines)
+
+
+class JsonRecord(BaseModel):
+    """A command's result as `--json` prints it (`to_json`), field for field, in their order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2)

@@ -128,9 +128,8 @@ class StagingArea:
 
     def staged_shards(self) -> set[str]:
         """The ids of the shards whose results are complete in staging."""
-        return {
-            path.rsplit("/", 1)[-1].removesuffix(".parquet") for path in self.staged_items_files()
-        }
+        files = self.staged_items_files()
+        return {path.rsplit("/", 1)[-1].removesuffix(".parquet") for path in files}
 
     def verdicts_file_of(self, items_file: str) -> str:
         """The verdicts file staged with the items file `items_file`."""

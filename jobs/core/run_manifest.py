@@ -134,7 +134,7 @@ class JudgeRecord(_Record):
 
 class ErrorRateRecord(_Record):
     """`errors` of `items` were errors (`rate`); `limit` is run.max_error_rate (None: not
-    checked), `commonest` the commonest error (`jobs.core.error_rate.measure`)."""
+    checked), `commonest` the commonest error (`jobs.engine.publish.publisher.measure`)."""
 
     items: int
     errors: int

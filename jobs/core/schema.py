@@ -129,9 +129,7 @@ STAGED_ITEMS = Table(
         Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
         Column("source", "string", "the input file"),
         Column(
-            "row",
-            "int64",
-            "row number in a Parquet file; byte offset of the line in a JSONL file",
+            "row", "int64", "row number in a Parquet file; byte offset of the line in a JSONL file"
         ),
         Column(
             "duplicate_of",
@@ -161,9 +159,7 @@ STAGED_VERDICTS = Table(
             "truncation): `left(sha256(text), 32)` in DuckDB",
         ),
         Column(
-            "relevant",
-            "bool",
-            "the judge's verdict; null where none was obtained (item not `ok`)",
+            "relevant", "bool", "the judge's verdict; null where none was obtained (item not `ok`)"
         ),
         Column("judge_reason", "string", "the judge's short reason; null if none was asked"),
         Column("pair_key", "string", "the verdict cache key; empty when the cache is off"),
@@ -177,23 +173,9 @@ STAGED_VERDICTS = Table(
 PUBLISHED_SCORES = STAGED_ITEMS.project(
     "scores",
     (
-        "query_id",
-        "score",
-        "reason",
-        "status",
-        "error",
-        "relevant_count",
-        "context_count",
-        "judge_model",
-        "calls",
-        "prompt_tokens",
-        "completion_tokens",
-        "cache_hits",
-        "cached_prompt_tokens",
-        "cache_creation_tokens",
-        "source",
-        "row",
-        "truncated",
+        *("query_id", "score", "reason", "status", "error", "relevant_count", "context_count"),
+        *("judge_model", "calls", "prompt_tokens", "completion_tokens", "cache_hits"),
+        *("cached_prompt_tokens", "cache_creation_tokens", "source", "row", "truncated"),
         "duplicate_of",
     ),
 )

@@ -57,32 +57,18 @@ _BOTOCORE_SINGLE_ATTEMPT = {"mode": "standard", "total_max_attempts": 1}
 # that botocore, aiohttp and azure need not be importable here.
 _TRANSIENT_CLASS_NAMES = frozenset(
     {
-        "EndpointConnectionError",
-        "ConnectionClosedError",
-        "ConnectTimeoutError",
-        "ReadTimeoutError",
-        "HTTPClientError",
-        "IncompleteRead",
-        "ResponseParserError",
-        "ClientConnectionError",
-        "ClientPayloadError",
-        "ServerDisconnectedError",
-        "ServerTimeoutError",
-        "ServiceRequestError",
-        "ServiceResponseError",
-        "FSTimeoutError",
+        *("EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError"),
+        *("ReadTimeoutError", "HTTPClientError", "IncompleteRead", "ResponseParserError"),
+        *("ClientConnectionError", "ClientPayloadError", "ServerDisconnectedError"),
+        *("ServerTimeoutError", "ServiceRequestError", "ServiceResponseError", "FSTimeoutError"),
     }
 )
 _TRANSIENT_ERRNOS = frozenset(
     {
         errno.EBUSY,  # s3fs: 503 SlowDown / ServiceUnavailable, 409 OperationAborted
         getattr(errno, "EREMOTEIO", errno.EIO),  # s3fs: 500 InternalError
-        errno.EAGAIN,
-        errno.ECONNRESET,
-        errno.ECONNREFUSED,
-        errno.ECONNABORTED,
-        errno.ETIMEDOUT,
-        errno.EPIPE,
+        *(errno.EAGAIN, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED),
+        *(errno.ETIMEDOUT, errno.EPIPE),
     }
 )
 _PERMANENT_OS_ERRORS = (
@@ -95,27 +81,13 @@ _PERMANENT_OS_ERRORS = (
 # Error codes botocore's and s3fs' own retries (off) treat as transient.
 _TRANSIENT_CODES = frozenset(
     {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequests",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "LimitExceededException",
-        "ProvisionedThroughputExceededException",
-        "TransactionInProgressException",
-        "EC2ThrottledException",
-        "ServiceUnavailable",
-        "InternalError",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "PriorRequestNotComplete",
-        "BadDigest",
-        "XAmzContentSHA256Mismatch",
+        *("SlowDown", "Throttling", "ThrottlingException", "ThrottledException"),
+        *("RequestThrottled", "RequestThrottledException", "TooManyRequests"),
+        *("TooManyRequestsException", "RequestLimitExceeded", "BandwidthLimitExceeded"),
+        *("LimitExceededException", "ProvisionedThroughputExceededException"),
+        *("TransactionInProgressException", "EC2ThrottledException", "ServiceUnavailable"),
+        *("InternalError", "RequestTimeout", "RequestTimeoutException"),
+        *("PriorRequestNotComplete", "BadDigest", "XAmzContentSHA256Mismatch"),
     }
 )
 
@@ -224,7 +196,6 @@ def filesystem(
     if protocol in _LOCAL_PROTOCOLS:
         local = LocalFileSystem()
         return local, local._strip_protocol(url), "file"
-    assert protocol is not None
     if protocol in _S3_PROTOCOLS:
         opts = s3_options(opts)
     try:

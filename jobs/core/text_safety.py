@@ -11,11 +11,7 @@ from typing import Any
 
 def encodable(text: str) -> bool:
     """Whether UTF-8 can encode `text` (no lone surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return unencodable(text) is None
 
 
 def escaped(text: str) -> str:

@@ -36,13 +36,8 @@ def judge_fingerprint(
 def pair_key(fingerprint: str, item: ScoringItem, position: int) -> str:
     """The cache key of the pair (item, context at `position`) for the judge `fingerprint`."""
     digest = hashlib.sha256()
-    for part in (
-        fingerprint,
-        item.input,
-        item.output,
-        item.expected_output or "",
-        item.contexts[position],
-    ):
+    parts = (fingerprint, item.input, item.output, item.expected_output or "")
+    for part in (*parts, item.contexts[position]):
         encoded = part.encode("utf-8", "surrogatepass")
         digest.update(len(encoded).to_bytes(8, "little"))
         digest.update(encoded)
@@ -195,12 +190,8 @@ class CachingJudge:
             left = await self._wait(waiting, verdicts)
             usage = usage + Usage(cache_hits=len(verdicts) - before)
             again = await self._ask(item, left, keys)
-            asked = VerdictBatch(
-                asked.verdicts + again.verdicts,
-                asked.usage + again.usage,
-                again.unscored_reason,
-                asked.prompt or again.prompt,
-            )
+            both = (asked.verdicts + again.verdicts, asked.usage + again.usage)
+            asked = VerdictBatch(*both, again.unscored_reason, asked.prompt or again.prompt)
         if asked.unscored_reason is not None:
             return VerdictBatch((), usage + asked.usage, asked.unscored_reason, asked.prompt)
         merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda v: v.index))

@@ -31,13 +31,8 @@ SECONDS_PER_DAY = 86_400
 Clock = Callable[[], float]
 
 
-def partition_of(key: str) -> int:
-    """The store partition of a pair key."""
-    return int(key[:2], 16)
-
-
 def partition_expr() -> pl.Expr:
-    """`partition_of` of the `pair_key` column, as `_partition`."""
+    """The store partition of the `pair_key` column (its first two hex digits), as `_partition`."""
     return pl.col("pair_key").str.slice(0, 2).str.to_integer(base=16).alias("_partition")
 
 
@@ -158,9 +153,7 @@ class VerdictStore:
                 self.store.rm(path)
         return folded
 
-    def compact(
-        self, partition: int, writer: str = "compact", files: Sequence[str] | None = None
-    ) -> tuple[int, int]:
+    def compact(self, partition: int, files: Sequence[str] | None = None) -> tuple[int, int]:
         """Merge a partition's files into one without expired or repeated keys: (kept, dropped)."""
         files = self.partition_files(partition) if files is None else files
         if not files:
@@ -171,7 +164,7 @@ class VerdictStore:
         if len(files) == 1 and kept.height == total:
             return kept.height, 0
         if kept.height:
-            self.write(self.partition_folder(partition), writer, kept)
+            self.write(self.partition_folder(partition), "compact", kept)
         for path in files:
             self.store.rm(path)
         return kept.height, total - kept.height

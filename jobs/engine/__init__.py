@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from jobs.engine.control.budget import budget_settings as budget_settings
     from jobs.engine.control.limiter import LocalLimiter as LocalLimiter
     from jobs.engine.control.limiter import PacingState as PacingState
+    from jobs.engine.control.limiter import pacing_for as pacing_for
     from jobs.engine.driver import RunFailed as RunFailed
     from jobs.engine.driver import RunInterrupted as RunInterrupted
     from jobs.engine.driver import RunOutcome as RunOutcome
@@ -45,7 +46,7 @@ _EXPORTS = {
     "parts": "CanaryJudge Gate JudgeMaker RunParts",
     "batch_rounds": "BatchesStillRunning",
     "control.budget": "BudgetSettings budget_settings",
-    "control.limiter": "LocalLimiter PacingState",
+    "control.limiter": "LocalLimiter PacingState pacing_for",
     "publish.aggregate": "BANDS CANARY_METRICS PositionRate RunSummary Segment band_range "
     "relevance_by_position",
     "batch.batch_layout": "BatchLayout",

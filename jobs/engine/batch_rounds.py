@@ -141,16 +141,13 @@ class BatchRounds:
     def _online_round(self, round_number: int) -> bool:
         """Whether round `round_number` goes online: it was marked so, or the deadline is near
         (then the mark is recorded first, so a resumed driver goes on online)."""
-        if self._layout.online_round(round_number):
+        layout = self._layout
+        if layout.online_round(round_number):
             return True
         if self._deadline is None:
             return False
         # The requests the last round left to ask again: what an online pass would send now.
-        previous = (
-            self._layout.read_json(self._layout.round_file(round_number - 1))
-            if round_number
-            else None
-        )
+        previous = layout.read_json(layout.round_file(round_number - 1)) if round_number else None
         left = sum(RoundState.from_dict(previous).retried().values()) if previous else 0
         until = self._until_online(left)
         if until is None or until > 0:
@@ -219,9 +216,8 @@ class BatchRounds:
         shards = []
         for shard_id in pending:
             index = self._layout.read_index(round_number, shard_id)
-            shards.append(
-                (shard_id, index.column("bytes").to_pylist(), index.column("tokens").to_pylist())
-            )
+            sizes = (index.column("bytes").to_pylist(), index.column("tokens").to_pylist())
+            shards.append((shard_id, *sizes))
         try:
             records = split_batches(
                 round_number,
@@ -292,12 +288,11 @@ class BatchRounds:
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds`, keeping the run's lease alive."""
         started = time.monotonic()
-        left = seconds
-        while left > 0:
-            step = min(left, _HEARTBEAT_EVERY_S)
+        while seconds > 0:
+            step = min(seconds, _HEARTBEAT_EVERY_S)
             await self._sleep(step)
             self._heartbeat()
-            left -= step
+            seconds -= step
         self.timings["waiting"] += time.monotonic() - started
 
     async def _poll(self, state: RoundState) -> RoundState:
@@ -310,15 +305,14 @@ class BatchRounds:
                 return await self._provider.retrieve(record.batch_id)
 
         infos = await asyncio.gather(*(one(r) for r in running))
-        changed = False
+        polled = state
         for record, info in zip(running, infos, strict=True):
             updated = _with_info(record, info)
             if updated != record:
-                changed = True
-                state = state.replace(replace(updated, polled_at=now_iso()))
-        if changed:
-            self._save(state)
-        return state
+                polled = polled.replace(replace(updated, polled_at=now_iso()))
+        if polled is not state:
+            self._save(polled)
+        return polled
 
     async def _submit_ready(self, state: RoundState) -> RoundState:
         """Submit, in order, the batches that fit under the enqueued-token limit."""
@@ -326,9 +320,8 @@ class BatchRounds:
         for record in state.batches:
             if record.batch_id is not None:
                 continue
-            enqueued = sum(
-                b.tokens for b in state.batches if b.batch_id is not None and not b.final
-            )
+            running = [b for b in state.batches if b.batch_id is not None and not b.final]
+            enqueued = sum(b.tokens for b in running)
             if limit and enqueued and enqueued + record.tokens > limit:
                 break  # keeps the order: later batches wait too
             started = time.monotonic()
@@ -354,9 +347,8 @@ class BatchRounds:
             info = await self._provider.find(record.file_id)
         if info is None:
             assert record.file_id is not None
-            info = await self._provider.create(
-                record.file_id, {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
-            )
+            metadata = {"ctxprec_run": run_id[:64], "ctxprec_batch": record.name}
+            info = await self._provider.create(record.file_id, metadata)
             self._created += 1
         record = replace(_with_info(record, info), batch_id=info.id, submitted_at=now_iso())
         state = state.replace(record)

@@ -22,13 +22,7 @@ from dataclasses import dataclass
 
 from jobs.core.config import TRACES, JobConfig
 from jobs.core.pricing import price_basis
-from jobs.core.run_layout import (
-    RunLocation,
-    StagingArea,
-    manifests_glob,
-    published_glob,
-    run_of,
-)
+from jobs.core.run_layout import RunLocation, StagingArea, manifests_glob, published_glob, run_of
 from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, open_store
@@ -204,13 +198,9 @@ def _run(
             traces=plan.traces,
         )
         published = _publish(plan, manifest)
+    seconds = time.monotonic() - started
     return RunOutcome(
-        run_id=location.run_id,
-        run_date=location.run_date,
-        published=published,
-        shards_total=len(plan.shards),
-        shards_skipped=resuming,
-        seconds=time.monotonic() - started,
+        location.run_id, location.run_date, published, len(plan.shards), resuming, seconds
     )
 
 

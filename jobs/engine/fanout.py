@@ -10,9 +10,9 @@ from typing import Any, cast
 
 from jobs.core.run_layout import RunLocation
 from jobs.core.run_manifest import FlowSnapshot
-from jobs.engine.control.coordinator import coordinator_actor_class
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ProgressLine
+from jobs.engine.control.shard_board import coordinator_actor_class
 from jobs.engine.messages import CoordinatorHandle, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_task
@@ -53,9 +53,8 @@ def fan_out(
     import ray
 
     config = plan.config
-    governed = not plan.parts.capabilities.offline and (
-        batch_round is None or config.judge.batch.reask == "online"
-    )
+    asks_online = batch_round is None or config.judge.batch.reask == "online"
+    governed = not plan.parts.capabilities.offline and asks_online
     coordinator = _start_coordinator(plan, todo, governed)
     context = ShardContext(
         config=config,
@@ -70,14 +69,10 @@ def fan_out(
         batch_round=batch_round,
     )
     task = ray_task(config, run_worker)
-    workers = {
-        task.remote(context, f"worker-{n}", SHARDS_PER_WORKER): f"worker-{n}"
-        for n in range(min(config.ray.workers, len(todo)))
-    }
-    line = ProgressLine(
-        {shard.shard_id: shard.end - shard.start for _, shard in todo},
-        exact=all(shard.kind == "rows" for _, shard in todo),
-    )
+    names = [f"worker-{n}" for n in range(min(config.ray.workers, len(todo)))]
+    workers = {task.remote(context, name, SHARDS_PER_WORKER): name for name in names}
+    sizes = {shard.shard_id: shard.end - shard.start for _, shard in todo}
+    line = ProgressLine(sizes, exact=all(shard.kind == "rows" for _, shard in todo))
     try:
         reports = _watch(coordinator, workers, plan.location, heartbeat, line)
     finally:
@@ -101,12 +96,8 @@ def _start_coordinator(
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     governor = RunGovernor.for_limits(plan.config.rate_limit) if governed else None
-    return cast(
-        CoordinatorHandle,
-        coordinator_actor_class()
-        .options(scheduling_strategy=here)
-        .remote(list(todo), governor, plan.looked.owners),
-    )
+    actor = coordinator_actor_class().options(scheduling_strategy=here)
+    return cast(CoordinatorHandle, actor.remote(list(todo), governor, plan.looked.owners))
 
 
 def _watch(

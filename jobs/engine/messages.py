@@ -36,8 +36,8 @@ class Governor(Protocol):
 
 
 class CoordinatorHandle(Governor, Protocol):
-    """The run's coordinator actor (`jobs.engine.control.coordinator`) as workers and the
-    driver call it: the shard board, the governor, the progress counters."""
+    """The run's coordinator actor (`jobs.engine.control.shard_board.RunCoordinator`) as workers
+    and the driver call it: the shard board, the governor, the progress counters."""
 
     rejoin: Remote
     next_shard: Remote

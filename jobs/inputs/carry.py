@@ -63,13 +63,8 @@ def infer_json_type(name: str, values: Sequence[Any], where: str) -> pa.DataType
 
 def check_segment_columns(by: Sequence[str], carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `summary.by` column is a carried column of a scalar type."""
-    check_carried(
-        "summary.by",
-        by,
-        carried,
-        lambda found: not pa.types.is_nested(found),
-        "a segment needs a column of single values (text, number, boolean, date)",
-    )
+    need = "a segment needs a column of single values (text, number, boolean, date)"
+    check_carried("summary.by", by, carried, lambda found: not pa.types.is_nested(found), need)
 
 
 def check_carried(
@@ -91,9 +86,7 @@ def check_carried(
 
 def conform(column: CarriedColumn, value: Any) -> Any:
     """`value` as stored in column `column`; `ValueError` saying why when it does not fit."""
-    if value is None:
-        return None
-    return _conformer(column.type)(value)
+    return None if value is None else _conformer(column.type)(value)
 
 
 @functools.cache

@@ -85,22 +85,13 @@ def _labelled_item(
         raise InputError(f"{name} (the reference answer) must be a string or null")
     reference = answer if answer and answer.strip() else None
     chars, count = config.input.max_context_chars, config.input.max_contexts
-    item = ScoringItem(
-        input=query,
-        output=reference or "",
-        contexts=tuple(c[:chars] for c in contexts[:count]),
-        expected_output=reference,
-    )
+    kept = tuple(c[:chars] for c in contexts[:count])
+    item = ScoringItem(query, reference or "", kept, reference)
     validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")
-    retriever = row.get("retriever")
-    labelled = LabelledItem(
-        item_id=str(identifier) if identifier is not None else f"line {line}",
-        item=item,
-        gold=tuple(gold[:count]),
-        retriever=str(retriever) if retriever is not None else None,
-        rule=rule,
-    )
+    item_id = str(identifier) if identifier is not None else f"line {line}"
+    retriever = None if row.get("retriever") is None else str(row["retriever"])
+    labelled = LabelledItem(item_id, item, tuple(gold[:count]), retriever, rule)
     return labelled, len(contexts) > count or any(len(c) > chars for c in contexts)
 
 
@@ -110,9 +101,8 @@ def load_labels(
     """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
     result = LabelFile([], 0, 0, [], 0)
     try:
-        handle = fsspec.open(
-            path, "rb", compression="infer", **dict(config.input.storage_options)
-        ).open()
+        options = dict(config.input.storage_options)
+        handle = fsspec.open(path, "rb", compression="infer", **options).open()
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot open labels {path}: {exc}") from None
     with handle:

@@ -67,9 +67,8 @@ def list_input_files(spec: InputSpec) -> list[FileInfo]:
                 )
             continue
         fmt, compression = found
-        files.append(
-            FileInfo(full_url(protocol, name), int(info.get("size") or 0), fmt, compression)
-        )
+        size = int(info.get("size") or 0)
+        files.append(FileInfo(full_url(protocol, name), size, fmt, compression))
     if not files:
         raise InputError(
             f"no input files at {spec.path} (looked for .jsonl, .jsonl.gz, .ndjson, .parquet"

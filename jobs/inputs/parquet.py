@@ -42,9 +42,8 @@ def read_parquet_shard(
             if only is None and not spec.context_extractor:
                 only = [c for _, c in required_columns(spec)]
             names = set(parquet.schema_arrow.names)
-            yield from _rows(
-                parquet, shard, None if only is None else [c for c in only if c in names]
-            )
+            columns = None if only is None else [c for c in only if c in names]
+            yield from _rows(parquet, shard, columns)
         except pa.ArrowInvalid as exc:
             raise InputError(f"reading {where} failed: {exc}") from exc
         except OSError as exc:
@@ -60,8 +59,7 @@ def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> I
     meta = parquet.metadata
     sizes = [meta.row_group(n).num_rows for n in range(meta.num_row_groups)]
     starts = [0, *itertools.accumulate(sizes)]
-    overlap = [starts[n] < shard.end and starts[n + 1] > shard.start for n in range(len(sizes))]
-    groups = [n for n, holds_rows in enumerate(overlap) if holds_rows]
+    groups = [n for n in range(len(sizes)) if starts[n] < shard.end and starts[n + 1] > shard.start]
     if not groups:
         return
     row = starts[groups[0]]
@@ -69,8 +67,7 @@ def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> I
         batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
     )
     for batch in batches:
-        low = max(shard.start - row, 0)
-        high = min(shard.end - row, batch.num_rows)
+        low, high = max(shard.start - row, 0), min(shard.end - row, batch.num_rows)
         if high > low:
             for k, record in enumerate(batch.slice(low, high - low).to_pylist()):
                 yield RawRow(shard.path, row + low + k, data=record)

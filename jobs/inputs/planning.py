@@ -40,9 +40,7 @@ def plan_shards(spec: InputSpec, files: Sequence[FileInfo], shard_size: int) -> 
 def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[tuple[int, int]]:
     """Row ranges covering every row once: small row groups packed, large ones split evenly."""
     ranges: list[tuple[int, int]] = []
-    pack_start = 0
-    pack_rows = 0
-    offset = 0
+    pack_start = pack_rows = offset = 0
     for rows in row_group_sizes:
         if rows == 0:
             continue
@@ -77,14 +75,8 @@ def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[i
 
 def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
     digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
-    return Shard(
-        shard_id=f"{index:05d}-{start:012d}-{end:012d}-{digest}",
-        path=info.path,
-        format=info.format,
-        start=start,
-        end=end,
-        compression=info.compression,
-    )
+    shard_id = f"{index:05d}-{start:012d}-{end:012d}-{digest}"
+    return Shard(shard_id, info.path, info.format, start, end, info.compression)
 
 
 def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:

@@ -57,14 +57,9 @@ class ItemReader:
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
     ) -> Iterator[ItemRecord | RowError]:
         """`shard`'s rows, normalised and validated, in input order."""
+        limits = {"max_context_chars": self.max_context_chars, "max_contexts": self.max_contexts}
         for raw in read_shard(self.spec, shard):
-            item = to_item(
-                self.spec,
-                raw,
-                max_context_chars=self.max_context_chars,
-                max_contexts=self.max_contexts,
-                carried=carried,
-            )
+            item = to_item(self.spec, raw, **limits, carried=carried)
             yield validate_record(encodable_record(item, carried), self.against)
 
 
@@ -104,8 +99,7 @@ def to_item(
     """One row checked and normalised, or its `RowError` naming the position and the field."""
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
-    data = raw.data
-    cols = spec.columns
+    data, cols = raw.data, spec.columns
     values, carry_problem = _carried(data, carried)
     query_id: str | None = None
     try:
@@ -209,8 +203,7 @@ def _text(
     data: Mapping[str, Any], name: str, column: str, *, empty: bool = False, integer: bool = False
 ) -> str:
     """The text of field `name`; `empty`: it may be blank; `integer`: an integer is text too."""
-    label = f"{name} (column {column!r})"
-    value = data.get(column)
+    label, value = f"{name} (column {column!r})", data.get(column)
     if value is None:
         raise _Invalid(f"{label} is {'missing' if column not in data else 'null'}")
     if isinstance(value, bool) or not isinstance(value, str | int if integer else str):

@@ -67,9 +67,8 @@ class SamplePlan:
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
         """Whether the row `record` is judged (`names`: the run's carried columns, in order)."""
         carried = _carried_dict(record, names)
-        return self.keep(
-            _record_id(record), tuple(stratum_text(carried.get(n)) for n in self.config.by)
-        )
+        stratum = tuple(stratum_text(carried.get(n)) for n in self.config.by)
+        return self.keep(_record_id(record), stratum)
 
     def keep(self, query_id: str, stratum: Stratum) -> bool:
         """Whether the item `query_id` of `stratum` is judged."""
@@ -82,19 +81,10 @@ class SamplePlan:
 
 def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `sample.by` column is carried with a stratum's type."""
-    check_carried(
-        "sample.by",
-        sample.by,
-        carried,
-        lambda found: (
-            pa.types.is_string(found)
-            or pa.types.is_large_string(found)
-            or pa.types.is_integer(found)
-            or pa.types.is_boolean(found)
-            or pa.types.is_date(found)
-        ),
-        "a stratum needs text, integer, boolean or date values",
-    )
+    kinds = [pa.types.is_string, pa.types.is_large_string, pa.types.is_integer]
+    kinds += [pa.types.is_boolean, pa.types.is_date]
+    need = "a stratum needs text, integer, boolean or date values"
+    check_carried("sample.by", sample.by, carried, lambda t: any(is_(t) for is_ in kinds), need)
 
 
 def _carried_dict(record: ItemRecord | RowError, names: Sequence[str]) -> dict[str, Any]:

@@ -34,40 +34,31 @@ def build_judge(
     if capabilities_of(judge_config.model).offline:
         return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
-    bound: int | Gate = max_in_flight or single_process_concurrency(config)
-    if gate is not None:
-        bound = gate
+    bound: int | Gate = gate or max_in_flight or single_process_concurrency(config)
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
+    # The run's budget bounds requests in flight; the pool must not bound them lower.
+    explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0
+    pool = max(limits.concurrency_ceiling, explicit) if transport == "http" else None
+    as_is = {"temperature", "max_retries", "max_reasks", "response_format", "verdict_reasons"}
     spec = JudgeSpec(
         judge_config.model,
         api_base=judge_config.api_base or None,
         api_key=api_key or judge_config.api_key() or None,
         transport=transport,
         timeout=judge_config.timeout_s,
-        temperature=judge_config.temperature,
         max_tokens=judge_config.max_tokens or None,
         completion_budget=judge_config.max_tokens,
-        max_retries=judge_config.max_retries,
-        max_reasks=judge_config.max_reasks,
-        response_format=judge_config.response_format,
         scale=config.scorer.scale,
-        verdict_reasons=judge_config.verdict_reasons,
-        # The run's budget bounds requests in flight; the pool must not bound them lower.
-        max_connections=max(
-            limits.concurrency_ceiling,
-            limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0,
-        )
-        if transport == "http"
-        else None,
+        max_connections=pool,
+        **judge_config.model_dump(include=as_is),  # the spec's fields of the same names
     )
+    counter = prompt_token_counter(judge_config.model) if limits.tokens_per_minute else None
     return build_core_judge(
         spec,
         limiter=limiter,
         max_in_flight=bound,
         first_alone=gate is None,
-        token_counter=prompt_token_counter(judge_config.model)
-        if limits.tokens_per_minute
-        else None,
+        token_counter=counter,
         # One negotiation per endpoint per process: the shards a Ray worker process runs one
         # after another probe the endpoint once, not once each.
         negotiation=shared_negotiation(judge_endpoint(config), judge_config.response_format),
@@ -103,18 +94,10 @@ def single_process_concurrency(config: JobConfig) -> int:
 
 def local_limiter(config: JobConfig) -> Limiter | None:
     """The run's rate limit inside this one process (None when no limit is set)."""
-    limits = config.rate_limit
-    if not (limits.requests_per_minute or limits.tokens_per_minute):
-        return None
-    from jobs.engine import LocalLimiter, PacingState
+    from jobs.engine import LocalLimiter, pacing_for
 
-    return LocalLimiter(
-        PacingState(
-            requests_per_minute=limits.requests_per_minute,
-            tokens_per_minute=limits.tokens_per_minute,
-            headroom=limits.headroom,
-        )
-    )
+    pacing = pacing_for(config.rate_limit)
+    return LocalLimiter(pacing) if pacing is not None else None
 
 
 def cache_fingerprint(config: JobConfig) -> str:
@@ -125,9 +108,7 @@ def cache_fingerprint(config: JobConfig) -> str:
 
 def cache_url(config: JobConfig) -> tuple[str, str]:
     """(store URL, folder under it) of the verdict cache."""
-    if config.cache.path:
-        return config.cache.path, ""
-    return config.output.path, "_cache"
+    return (config.cache.path, "") if config.cache.path else (config.output.path, "_cache")
 
 
 def cache_spec(config: JobConfig) -> CacheSpec | None:

@@ -9,13 +9,7 @@ from typing import Any
 
 from jobs.core.config import JobConfig, load_config
 from jobs.core.storage import open_store
-from jobs.engine import (
-    BatchesStillRunning,
-    RunInterrupted,
-    RunOutcome,
-    exit_code_of,
-    print_outcome,
-)
+from jobs.engine import BatchesStillRunning, RunInterrupted, RunOutcome, exit_code_of, print_outcome
 from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
 from jobs.run.canary import CanaryCheck

@@ -10,7 +10,6 @@ verdict (`judge.verdict_reasons`), so the cheaper setting's agreement is measure
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import sys
 import textwrap
@@ -19,11 +18,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TextIO
 
-from pydantic import BaseModel, ConfigDict
-
 from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
-from jobs.core.formatting import Column, table
+from jobs.core.formatting import Column, JsonRecord, table
 from jobs.inputs.labels import LabelledItem, load_labels
 from jobs.run.canary import judge_labelled
 from jobs.tools.tool_options import CalibrateOptions
@@ -37,16 +34,12 @@ from scorer_core.types import ScoreResult, Usage, as_verdict_flags
 _MAX_INVALID_EXAMPLES = 5
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RejectedForm(_Record):
+class RejectedForm(JsonRecord):
     form: str
     reason: str
 
 
-class FormNegotiation(_Record):
+class FormNegotiation(JsonRecord):
     """The structured-output form the judge settled on (`ResponseFormatNegotiation.summary`)."""
 
     endpoint: str
@@ -56,7 +49,7 @@ class FormNegotiation(_Record):
     dropped: tuple[RejectedForm, ...]
 
 
-class RowCounts(_Record):
+class RowCounts(JsonRecord):
     """Labelled rows read: invalid ones (the first few quoted), truncated ones, `--limit`."""
 
     read: int
@@ -66,7 +59,7 @@ class RowCounts(_Record):
     limit: int | None
 
 
-class ItemStatuses(_Record):
+class ItemStatuses(JsonRecord):
     """Items judged, by result status; unscored and error items are excluded from metrics."""
 
     judged: int
@@ -76,7 +69,7 @@ class ItemStatuses(_Record):
     excluded: int
 
 
-class ContextAgreement(_Record):
+class ContextAgreement(JsonRecord):
     """The judge's verdicts against the gold labels, context by context."""
 
     contexts: int
@@ -92,7 +85,7 @@ class ContextAgreement(_Record):
     cohen_kappa: float | None
 
 
-class ItemAgreement(_Record):
+class ItemAgreement(JsonRecord):
     """Item scores (context precision) by the judge's verdicts against by the gold labels."""
 
     items: int
@@ -102,14 +95,14 @@ class ItemAgreement(_Record):
     mean_labels: float | None
 
 
-class RetrieverMeans(_Record):
+class RetrieverMeans(JsonRecord):
     retriever: str
     items: int
     mean_judge: float | None
     mean_labels: float | None
 
 
-class JudgeUsage(_Record):
+class JudgeUsage(JsonRecord):
     calls: int
     prompt_tokens: int
     completion_tokens: int
@@ -117,7 +110,7 @@ class JudgeUsage(_Record):
     reasks: int
 
 
-class Agreement(_Record):
+class Agreement(JsonRecord):
     """How well the judge agrees with the labels (`agreement`)."""
 
     items: ItemStatuses
@@ -129,7 +122,7 @@ class Agreement(_Record):
     usage: JudgeUsage
 
 
-class _Judged(_Record):
+class _Judged(JsonRecord):
     labels: str
     model: str
     verdict_reasons: bool
@@ -146,9 +139,6 @@ class Calibration(Agreement, _Judged):
     later base's fields first)."""
 
     seconds: float
-
-    def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -220,11 +210,7 @@ def _retrievers(
 
 
 def calibrate(
-    config: JobConfig,
-    labels: str,
-    *,
-    limit: int | None = None,
-    min_grade: float | None = None,
+    config: JobConfig, labels: str, *, limit: int | None = None, min_grade: float | None = None
 ) -> Calibration:
     """Judge the labelled rows of `labels` with `config`'s judge and measure agreement."""
     if limit is not None and limit < 1:
@@ -238,12 +224,10 @@ def calibrate(
     results, judge = asyncio.run(judge_labelled(config, loaded.items))
     other = None
     if not capabilities_of(config.judge.model).offline:
-        flipped = config.judge.model_copy(
-            update={"verdict_reasons": not config.judge.verdict_reasons}
-        )
-        other_results, _ = asyncio.run(
-            judge_labelled(config.model_copy(update={"judge": flipped}), loaded.items)
-        )
+        judging = config.judge
+        flipped = judging.model_copy(update={"verdict_reasons": not judging.verdict_reasons})
+        other_config = config.model_copy(update={"judge": flipped})
+        other_results, _ = asyncio.run(judge_labelled(other_config, loaded.items))
         other = agreement(loaded.items, other_results)
     seconds = time.monotonic() - started
     negotiated = negotiation_summary(judge)  # None for the offline judge
@@ -296,16 +280,10 @@ def _agreement_tables(result: Calibration) -> list[str]:
     per_context, per_items = [], []
     for label, found in judged:
         ctx, per_item = found.per_context, found.per_item
-        per_context.append(
-            (
-                label,
-                f"{ctx.contexts:,}",
-                fmt.number(ctx.human_yes_rate, 2),
-                fmt.number(ctx.judge_yes_rate, 2),
-                *(fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa)),
-                f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}",
-            )
-        )
+        rates = (fmt.number(ctx.human_yes_rate, 2), fmt.number(ctx.judge_yes_rate, 2))
+        scores = (fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa))
+        confusion = f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}"
+        per_context.append((label, f"{ctx.contexts:,}", *rates, *scores, confusion))
         figures = (per_item.pearson, per_item.spearman, per_item.mean_judge, per_item.mean_labels)
         per_items.append((label, f"{per_item.items:,}", *(fmt.number(v, 3) for v in figures)))
     contexts = ("contexts", "human yes", "judge yes", "precision", "recall", "F1")
@@ -362,11 +340,8 @@ def _notes(result: Calibration) -> list[str]:
 
 def format_report(result: Calibration) -> str:
     """The calibration as `ctxprec calibrate` prints it: Markdown tables and notes."""
-    lines = _header(result)
-    lines += _agreement_tables(result)
-    lines += _retriever_table(result)
-    lines += _notes(result)
-    return "\n".join(lines)
+    parts = (_header, _agreement_tables, _retriever_table, _notes)
+    return "\n".join(line for part in parts for line in part(result))
 
 
 def run(options: CalibrateOptions, out: TextIO | None = None) -> int:

@@ -441,12 +441,8 @@ def compare_runs(
         )
     columns, unsegmented = segment_columns(run_a, run_b, segment_by)
     verdicts = (run_a.verdicts(), run_b.verdicts())
-    table, positions = pl.collect_all(
-        [
-            comparison_table(run_a.scores(), run_b.scores(), columns, verdicts),
-            position_change(*verdicts),
-        ]
-    )
+    table_plan = comparison_table(run_a.scores(), run_b.scores(), columns, verdicts)
+    table, positions = pl.collect_all([table_plan, position_change(*verdicts)])
     paired = table.filter(_both_ok())
     deltas = paired.get_column("delta")
     method = choose_method(table)
@@ -480,14 +476,8 @@ def compare_runs(
 
 def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> SegmentShift:
     significant = p_adjusted < 1.0 - LEVEL
-    drop = shift.diff is not None and shift.diff <= -min_effect + _EPSILON
-    return replace(
-        shift,
-        p_adjusted=p_adjusted,
-        significant=significant,
-        gated=True,
-        failed=significant and drop,
-    )
+    failed = significant and shift.diff is not None and shift.diff <= -min_effect + _EPSILON
+    return replace(shift, p_adjusted=p_adjusted, significant=significant, gated=True, failed=failed)
 
 
 def adjust(
@@ -497,9 +487,8 @@ def adjust(
     min_segment_size: int,
 ) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
     """Holm's adjustment across the run and every segment of `min_segment_size` queries."""
-    gated = [
-        i for i, s in enumerate(segments) if s.paired >= min_segment_size and s.p_value is not None
-    ]
+    testable = [s.paired >= min_segment_size and s.p_value is not None for s in segments]
+    gated = [i for i, test in enumerate(testable) if test]
     family = [1.0 if overall.p_value is None else overall.p_value]
     adjusted = holm(family + [float(segments[i].p_value or 0.0) for i in gated])
     out = list(segments)

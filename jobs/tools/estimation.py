@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from pydantic import BaseModel, ConfigDict
-
 from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
-from jobs.core.formatting import Column, table
+from jobs.core.formatting import Column, JsonRecord, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
 from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import Store, filesystem
@@ -74,17 +72,13 @@ _MAX_INVALID_EXAMPLES = 5
 _PROVIDERS = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class InputFacts(_Record):
+class InputFacts(JsonRecord):
     path: str
     files: int
     shards: int
 
 
-class ItemCounts(_Record):
+class ItemCounts(JsonRecord):
     valid: int
     invalid: int
     total: int
@@ -92,7 +86,7 @@ class ItemCounts(_Record):
     invalid_examples: tuple[str, ...]
 
 
-class JudgeCalls(_Record):
+class JudgeCalls(JsonRecord):
     total: int
     verdict_calls: int
     reason_calls: int
@@ -102,7 +96,7 @@ class JudgeCalls(_Record):
     note: str
 
 
-class PromptTokens(_Record):
+class PromptTokens(JsonRecord):
     estimate: int
     after_cache: int  # of the requests the verdict cache does not answer
     method: Literal["exact", "sample extrapolated by characters"]
@@ -115,20 +109,20 @@ class PromptTokens(_Record):
     note: str
 
 
-class OutputTokens(_Record):
+class OutputTokens(JsonRecord):
     estimate: int
     after_cache: int
     per_verdict: int
     per_reason_call: int
 
 
-class BatchWallTime(_Record):
+class BatchWallTime(JsonRecord):
     seconds: None = None
     completion_window: str
     basis: str
 
 
-class Pacing(_Record):
+class Pacing(JsonRecord):
     """The limits as the config holds them, and the tokens and in-flight budget of the run."""
 
     requests_per_minute: int | float  # the config's default 0 is an int: printed as it is
@@ -157,7 +151,7 @@ class PacedWallTime(Pacing):
 WallTime = BatchWallTime | OfflineWallTime | PacedWallTime
 
 
-class BatchPlan(_Record):
+class BatchPlan(JsonRecord):
     mode: Literal["batch"] = "batch"
     batches: int
     requests: int
@@ -169,7 +163,7 @@ class BatchPlan(_Record):
     note: str
 
 
-class CacheShare(_Record):
+class CacheShare(JsonRecord):
     used: bool
     note: str
     cached_pairs: int
@@ -177,7 +171,7 @@ class CacheShare(_Record):
     calls_after_cache: int
 
 
-class Estimate(_Record):
+class Estimate(JsonRecord):
     """What `ctxprec estimate` found; `--json` prints it field for field, in this order."""
 
     model: str
@@ -198,9 +192,6 @@ class Estimate(_Record):
     wall_time: WallTime
     batch: BatchPlan | None
     cache: CacheShare
-
-    def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2)
 
 
 Messages = list[dict[str, str]]
@@ -412,9 +403,8 @@ def estimate(
 def _output_tokens(config: JobConfig, pairs: int, cached: int, reason_calls: int) -> OutputTokens:
     """The replies' allowance: a verdict per pair (the cache's excepted), each LLM reason."""
     reasons = reason_calls * OUTPUT_TOKENS_PER_REASON
-    per_verdict = OUTPUT_TOKENS_PER_VERDICT
-    if not config.judge.verdict_reasons:
-        per_verdict = REPLY_TOKENS_PER_BARE_VERDICT
+    bare = not config.judge.verdict_reasons
+    per_verdict = REPLY_TOKENS_PER_BARE_VERDICT if bare else OUTPUT_TOKENS_PER_VERDICT
     return OutputTokens(
         estimate=pairs * per_verdict + reasons,
         after_cache=(pairs - cached) * per_verdict + reasons,
@@ -647,6 +637,9 @@ def format_estimate(result: Estimate) -> str:
     """The estimate as `ctxprec estimate` prints it: one row per figure, with its basis."""
     items, output, source = result.items, result.output_tokens, result.input
     truncated = f" ({items.truncated:,} truncated)" if items.truncated else ""
+    allowance = f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason"
+    per_1000 = f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items"
+    chars = f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)"
     rows = [
         ("judge", result.model),
         ("input", f"{source.path}: {source.files} file(s), {source.shards} shard(s)"),
@@ -654,17 +647,9 @@ def format_estimate(result: Estimate) -> str:
         ("context pairs", f"{result.context_pairs:,}"),
         ("judge calls", _calls_text(result.judge_calls)),
         ("prompt tokens", _tokens_text(result.prompt_tokens)),
-        (
-            "output tokens",
-            f"{_after_cache(output.estimate, output.after_cache)} (allowance: "
-            f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason)",
-        ),
+        ("output tokens", f"{_after_cache(output.estimate, output.after_cache)} ({allowance})"),
         ("estimated cost", f"{fmt.cost(result.cost_usd, result.model)} ({result.cost_note})"),
-        (
-            "per item",
-            f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items; "
-            f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)",
-        ),
+        ("per item", f"{per_1000}; {chars}"),
         ("prompt cache", result.prompt_cache),
         ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
         *([("batches", _batch_text(result.batch))] if result.batch else []),

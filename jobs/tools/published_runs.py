@@ -126,28 +126,26 @@ def _available_ids(store: Store) -> str:
     return f"available run ids (latest run date first): {', '.join(ids[:_MAX_LISTED_IDS])}{suffix}"
 
 
-def find_run(store: Store, run_id: str, run_date: dt.date | None = None) -> RunLocation:
+def find_run(store: Store, run_id: str) -> RunLocation:
     """Where run `run_id` is published (its newest date); `RunNotFound` lists the ids there."""
     root = store.url(store.root)
     if not RUN_ID_PATTERN.fullmatch(run_id):
         raise RunNotFound(
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
-    day = run_date.isoformat() if run_date else "*"
-    pattern = store.join(published_glob("scores", run_id, day))
+    pattern = store.join(published_glob("scores", run_id))
     runs = [run for path in store.list(pattern) if (run := run_of(path)) and run.run_id == run_id]
     if not runs:
-        when = f" on {day}" if run_date else ""
         raise RunNotFound(
-            f"run {run_id!r}{when} not found under {root} (no scores/run_date=*/run_id={run_id}/)"
+            f"run {run_id!r} not found under {root} (no scores/run_date=*/run_id={run_id}/)"
             f"; {_available_ids(store)}"
         )
     return RunLocation(run_id=run_id, run_date=max(run.run_date for run in runs))
 
 
-def load_run(store: Store, run_id: str, run_date: dt.date | None = None) -> PublishedRun:
+def load_run(store: Store, run_id: str) -> PublishedRun:
     """Locate run `run_id` in `store` and read its manifest; tables are scanned lazily."""
-    location = find_run(store, run_id, run_date)
+    location = find_run(store, run_id)
     return PublishedRun(store=store, location=location, manifest=read_manifest(store, location))
 
 
@@ -159,9 +157,8 @@ def summary_from_frame(frame: pl.DataFrame) -> RunSummary:
     frame = frame.with_columns(pl.col("value").fill_nan(None))
     if "segment_by" not in frame.columns:
         return _summary_from_rows(frame, model)
-    groups = frame.filter(pl.col("segment_by").is_not_null()).group_by(
-        "segment_by", "segment", maintain_order=True
-    )
+    segmented = frame.filter(pl.col("segment_by").is_not_null())
+    groups = segmented.group_by("segment_by", "segment", maintain_order=True)
     segments = tuple(
         Segment(by, value, _summary_from_rows(rows, model)) for (by, value), rows in groups
     )

@@ -27,9 +27,8 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         location = find_run(store, run_id)
     except RunNotFound:
         return None
-    manifest = read_manifest(store, location) or RunManifest(
-        run_id=run_id, run_date=location.run_date.isoformat()
-    )
+    bare = RunManifest(run_id=run_id, run_date=location.run_date.isoformat())
+    manifest = read_manifest(store, location) or bare
     summary, judge = manifest.summary, manifest.judge
     mode = judge.mode or "online"
     lines = [
@@ -119,10 +118,8 @@ def status_lines(store: Store, run_id: str) -> list[str]:
     layout = BatchLayout(store, staging.folder)
     run_info = layout.read_json(layout.run_file)
     if run_info is None:
-        return [
-            f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)",
-            f"  {_lease(store, staging)}",
-        ]
+        online = f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)"
+        return [online, f"  {_lease(store, staging)}"]
     total = len(run_info.get("shards") or [])
     lines = [
         f"run {run_id}: not published; batch mode, judge {run_info.get('model')} "

@@ -78,9 +78,8 @@ def generate(
         contexts = [(f"{fact} {rng.choice(_FILLER)}", True) for _ in range(rng.choice([1, 1, 2]))]
         for _ in range(rng.randint(2, 7)):
             if rng.random() < 0.5:
-                other_attr, _, other_answers = rng.choice(
-                    [a for a in _KINDS[kind] if a[0] != attribute]
-                )
+                others = [a for a in _KINDS[kind] if a[0] != attribute]
+                other_attr, _, other_answers = rng.choice(others)
                 text = _FACTS[other_attr].format(e=entity, v=rng.choice(other_answers))
             else:
                 text = _FACTS[attribute].format(e=_entity(rng), v=rng.choice(answers))

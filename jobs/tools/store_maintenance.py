@@ -23,10 +23,8 @@ def fingerprints(store: Store, folder: str) -> list[str]:
     root = store.join(folder)
     if not store.exists(root):
         return []
-    entries = store.fs.ls(root, detail=True)
-    return sorted(
-        posixpath.basename(e["name"].rstrip("/")) for e in entries if e["type"] == "directory"
-    )
+    folders = [e["name"] for e in store.fs.ls(root, detail=True) if e["type"] == "directory"]
+    return sorted(posixpath.basename(name.rstrip("/")) for name in folders)
 
 
 def run(options: CacheOptions, out: TextIO | None = None) -> int:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from jobs.engine.control.budget import BudgetSettings
-from jobs.engine.control.coordinator import coordinator_actor_class
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.limiter import PacingState
+from jobs.engine.control.shard_board import coordinator_actor_class
 from tests.fake_judge import FakeJudgeServer, build_verdict_prompt_for_tests
 from tests.support.fakes import FakeClock
 

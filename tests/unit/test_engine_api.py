@@ -12,7 +12,7 @@ from tests.support.paths import REPO
 
 def test_the_coordinator_side_imports_nothing_heavy() -> None:
     code = (
-        "import sys, jobs.engine.messages, jobs.engine.control.coordinator;"
+        "import sys, jobs.engine.messages, jobs.engine.control.shard_board;"
         "import jobs.engine.ray_runtime;"
         "print(sorted(m for m in ('polars', 'pyarrow', 'fsspec', 'ray') if m in sys.modules))"
     )

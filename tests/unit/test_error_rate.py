@@ -1,6 +1,6 @@
 """run.max_error_rate: publishing measures the share of error items and their commonest error;
 `ctxprec run` exits 1 over the limit (the run is published all the same); `ctxprec status`
-and the printed summary say so (jobs.core.error_rate)."""
+and the printed summary say so (jobs.engine.publish.publisher.measure)."""
 
 from __future__ import annotations
 

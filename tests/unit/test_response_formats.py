@@ -1,9 +1,7 @@
 """The job's side of structured-output negotiation: the judge `jobs.run.factory.build_judge` makes
 (one shared negotiation per endpoint, named as its client names it),
-`jobs.engine.publish.response_formats.combine` folding the shards' reports into the run's record,
-and
-that record in the manifest's judge facts
-(`jobs.engine.publish.manifest_builder.judge_record`)."""
+`jobs.engine.publish.manifest_builder.combine` folding the shards' reports into the run's record,
+and that record in the manifest's judge facts (`manifest_builder.judge_record`)."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ import pytest
 from jobs.core.config import parse_config
 from jobs.core.run_manifest import DroppedFormRecord, JudgeRecord, ResponseFormatRecord
 from jobs.engine.messages import JudgeFacts, ShardReport
-from jobs.engine.publish.manifest_builder import judge_record
-from jobs.engine.publish.response_formats import combine
+from jobs.engine.publish.manifest_builder import combine, judge_record
 from jobs.run.factory import build_judge, judge_endpoint
 from scorer_core.errors import ConfigError
 from scorer_core.response_format import negotiation_summary

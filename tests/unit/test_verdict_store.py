@@ -15,13 +15,12 @@ import polars as pl
 import pytest
 
 from jobs.core.storage import Store, open_store
-from jobs.core.verdict_store import (
-    PARTITIONS,
-    SECONDS_PER_DAY,
-    Journal,
-    VerdictStore,
-    partition_of,
-)
+from jobs.core.verdict_store import PARTITIONS, SECONDS_PER_DAY, Journal, VerdictStore
+
+
+def partition_of(key: str) -> int:
+    """The store partition of a pair key: its first two hex digits."""
+    return int(key[:2], 16)
 
 
 def key(n: int) -> str:

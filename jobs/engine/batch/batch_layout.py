@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.core.run_layout import parquet_files
 from jobs.core.schema import BATCH_REPLIES, BATCH_REQUESTS
 from jobs.core.storage import Store
 from jobs.core.verdict_cache import VerdictCache, decode_entries
@@ -52,11 +53,8 @@ class BatchLayout:
     def indexed_shards(self, round_number: int) -> set[str]:
         """The shards whose requests for `round_number` are complete (their index exists)."""
         folder = self.path("requests", _round(round_number))
-        return {
-            path.rsplit("/", 1)[-1].removesuffix(".parquet")
-            for path in self.store.list(folder)
-            if path.endswith(".parquet") and not path.rsplit("/", 1)[-1].startswith(".")
-        }
+        paths = parquet_files(self.store, folder)
+        return {path.rsplit("/", 1)[-1].removesuffix(".parquet") for path in paths}
 
     def rounds_planned(self) -> list[int]:
         """The round numbers that have a round file, in order."""
@@ -87,12 +85,8 @@ class BatchLayout:
     def read_replies(self, shard_id: str) -> dict[str, Reply]:
         """Every reply of the shard so far, by custom_id (the best of several: `_better`)."""
         replies: dict[str, Reply] = {}
-        for path in sorted(self.store.list(self.path("replies", shard_id))):
-            name = path.rsplit("/", 1)[-1]
-            if not name.endswith(".parquet") or name.startswith("."):
-                continue
-            table = _read_parquet(self.store, path)
-            for row in table.to_pylist():
+        for path in parquet_files(self.store, self.path("replies", shard_id)):
+            for row in _read_parquet(self.store, path).to_pylist():
                 reply = Reply(
                     row["text"],
                     row["error"],
@@ -125,9 +119,8 @@ class BatchLayout:
         self, round_number: int, shard_id: str, requests: Sequence[RecordedRequest]
     ) -> None:
         """The lines first, their index last: the index marks the shard's pass as done."""
-        self.store.write_bytes_atomic(
-            self.requests_file(round_number, shard_id), b"".join(r.line for r in requests)
-        )
+        lines = b"".join(r.line for r in requests)
+        self.store.write_bytes_atomic(self.requests_file(round_number, shard_id), lines)
         index = pa.table(
             {
                 "custom_id": [r.custom_id for r in requests],
@@ -139,23 +132,13 @@ class BatchLayout:
         self.store.write_parquet_atomic(self.index_file(round_number, shard_id), index)
 
     def write_replies(self, shard_id: str, name: str, replies: Iterable[tuple[str, Reply]]) -> None:
+        # every column but custom_id is the reply's field of that name
+        names = BATCH_REPLIES.names[1:]
         rows = [
-            BATCH_REPLIES.build_row(
-                custom_id=request_id,
-                text=reply.text,
-                error=reply.error,
-                prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens,
-                retry=reply.retry,
-                cached_prompt_tokens=reply.cached_prompt_tokens,
-                cache_creation_tokens=reply.cache_creation_tokens,
-            )
-            for request_id, reply in replies
+            {"custom_id": key, **{n: getattr(reply, n) for n in names}} for key, reply in replies
         ]
-        self.store.write_parquet_atomic(
-            self.replies_file(shard_id, name),
-            pa.Table.from_pylist(rows, schema=BATCH_REPLIES.arrow),
-        )
+        table = pa.Table.from_pylist(rows, schema=BATCH_REPLIES.arrow)
+        self.store.write_parquet_atomic(self.replies_file(shard_id, name), table)
 
     def write_json(self, path: str, data: dict[str, Any]) -> None:
         self.store.write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())

@@ -40,8 +40,7 @@ class BatchInfo:
     @classmethod
     def of(cls, batch: Any) -> BatchInfo:
         """From litellm's `LiteLLMBatch` (OpenAI's `Batch` shape)."""
-        counts = getattr(batch, "request_counts", None)
-        errors = getattr(batch, "errors", None)
+        counts, errors = getattr(batch, "request_counts", None), getattr(batch, "errors", None)
         problems = [
             f"{getattr(e, 'code', None) or 'error'}: {getattr(e, 'message', '')}"
             + (f" (line {e.line})" if getattr(e, "line", None) else "")
@@ -166,18 +165,16 @@ class LiteLLMBatches:
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         """Ask the provider to cancel a batch (it goes through `cancelling`)."""
-        return await self._batch(
-            "cancel a batch", import_litellm().acancel_batch, batch_id=batch_id
-        )
+        cancel = import_litellm().acancel_batch
+        return await self._batch("cancel a batch", cancel, batch_id=batch_id)
 
     async def find(self, file_id: str) -> BatchInfo | None:
         """The newest batch created from `file_id`, or None (searching the newest batches)."""
         after: dict[str, str] = {}
         seen = 0
+        list_batches = import_litellm().alist_batches
         while seen < _LIST_LIMIT:
-            call = functools.partial(
-                import_litellm().alist_batches, limit=_LIST_PAGE, **after, **self._small
-            )
+            call = functools.partial(list_batches, limit=_LIST_PAGE, **after, **self._small)
             page = await self._call("list batches", call)
             data = list(getattr(page, "data", None) or [])
             for batch in data:

@@ -71,9 +71,8 @@ class RoundState:
 
     def replace(self, record: BatchRecord) -> RoundState:
         """This state with `record` in place of the batch of the same name."""
-        return dataclasses.replace(
-            self, batches=tuple(record if b.name == record.name else b for b in self.batches)
-        )
+        batches = tuple(record if b.name == record.name else b for b in self.batches)
+        return dataclasses.replace(self, batches=batches)
 
     def counts(self) -> dict[str, int]:
         """Requests in the round: total, completed and failed as last polled."""
@@ -170,9 +169,8 @@ class BatchPacker:
         self._end_part()
         if self._count:
             name = f"r{self._round:03d}-b{len(self.batches):04d}"
-            self.batches.append(
-                BatchRecord(name, tuple(self._parts), self._count, self._bytes, self._tokens)
-            )
+            batch = BatchRecord(name, tuple(self._parts), self._count, self._bytes, self._tokens)
+            self.batches.append(batch)
         self._parts = []
         self._count = self._bytes = self._tokens = 0
 

@@ -132,9 +132,8 @@ class InFlightBudget:
         self._holders[worker] = _Holder(max(0, demand), max(0, in_flight), now)
         for name in [n for n, h in self._holders.items() if now - h.seen > self._stale_after]:
             del self._holders[name]
-        self.max_in_flight = max(
-            self.max_in_flight, sum(h.in_flight for h in self._holders.values())
-        )
+        held = sum(h.in_flight for h in self._holders.values())
+        self.max_in_flight = max(self.max_in_flight, held)
         if self.cold:
             if self._first_holder is None and demand > 0:
                 self._first_holder = worker
@@ -153,9 +152,7 @@ class InFlightBudget:
             "budget": self.size(),
             "budget_max": self.max_size,
             "max_in_flight": self.max_in_flight,
-            "latency_p50_s": self.latencies.percentile(0.50),
-            "latency_p90_s": self.latencies.percentile(0.90),
-            "latency_p99_s": self.latencies.percentile(0.99),
+            **{f"latency_p{q}_s": self.latencies.percentile(q / 100) for q in (50, 90, 99)},
             "latency_mean_s": self.latencies.mean(),
             "replies": self.latencies.count,
             "completed": self._completed,
@@ -166,9 +163,7 @@ def budget_settings(limits: RateLimitConfig) -> BudgetSettings:
     """How the run-wide in-flight budget is sized (`rate_limit.max_concurrency` and bounds)."""
     explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else None
     return BudgetSettings(
-        explicit=explicit,
-        floor=limits.concurrency_floor,
-        ceiling=limits.concurrency_ceiling,
+        explicit=explicit, floor=limits.concurrency_floor, ceiling=limits.concurrency_ceiling
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from jobs.core.config import RateLimitConfig
 from jobs.core.run_manifest import FlowSnapshot
 from jobs.engine.control.budget import BudgetSettings, InFlightBudget, budget_settings
-from jobs.engine.control.limiter import PacingState
+from jobs.engine.control.limiter import PacingState, pacing_for
 
 Completion = tuple[float | None, int, int]
 """A finished request as workers report it: (latency in seconds or None when the attempt failed
@@ -38,14 +38,7 @@ class RunGovernor:
     @classmethod
     def for_limits(cls, limits: RateLimitConfig) -> RunGovernor:
         """The governor of `rate_limit`: a pace when a limit is set, and the in-flight budget."""
-        pacing = None
-        if limits.requests_per_minute or limits.tokens_per_minute:
-            pacing = PacingState(
-                requests_per_minute=limits.requests_per_minute,
-                tokens_per_minute=limits.tokens_per_minute,
-                headroom=limits.headroom,
-            )
-        return cls(pacing, budget_settings(limits))
+        return cls(pacing_for(limits), budget_settings(limits))
 
     def reserve(self, estimated_tokens: int) -> tuple[float, int]:
         """(seconds to wait, tokens charged) for one request estimated at `estimated_tokens`."""

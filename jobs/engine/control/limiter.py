@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobs.core.config import RateLimitConfig
 from scorer_core.protocols import Sleeper
 from scorer_core.retry import MAX_RETRY_AFTER_S, real_sleep
 
@@ -135,18 +136,23 @@ class PacingState:
         return self._paused_until
 
     def snapshot(self) -> dict[str, float]:
+        # how far the estimates ran from the provider's counts (used / reserved)
+        ratio = self._tokens_used / self._tokens_reserved if self._tokens_reserved else 1.0
+        rate = self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
         return {
             "granted": self._granted,
             "refusals": self._refusals,
             "factor": self._factor,
-            # how far the estimates ran from the provider's counts (used / reserved)
-            "token_ratio": (
-                self._tokens_used / self._tokens_reserved if self._tokens_reserved else 1.0
-            ),
-            "requests_per_second": (
-                self._rate(self.requests_per_minute) if self.requests_per_minute else 0.0
-            ),
+            "token_ratio": ratio,
+            "requests_per_second": rate,
         }
+
+
+def pacing_for(limits: RateLimitConfig) -> PacingState | None:
+    """The pace of `rate_limit` (None when no limit is set)."""
+    if not (limits.requests_per_minute or limits.tokens_per_minute):
+        return None
+    return PacingState(limits.requests_per_minute, limits.tokens_per_minute, limits.headroom)
 
 
 class LocalLimiter:

@@ -55,11 +55,7 @@ class ProgressLine:
     `exact`, else in bytes (the item total then extrapolated from the shards finished)."""
 
     def __init__(
-        self,
-        sizes: Mapping[str, int],
-        *,
-        exact: bool,
-        clock: Callable[[], float] = time.monotonic,
+        self, sizes: Mapping[str, int], *, exact: bool, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._sizes = dict(sizes)
         self._units_total = sum(self._sizes.values())
@@ -94,8 +90,7 @@ class ProgressLine:
             eta = _eta((total - items) / rate if rate > 0 else float("inf"))
             head = f"[{bar}] {items:,}/{total:,} items"
         else:
-            eta = "--:--"
-            head = f"{items:,} items"
+            eta, head = "--:--", f"{items:,} items"
         return (
             f"{head} | shards {self._shards_done}/{len(self._sizes)} | {rate:,.1f} items/s | "
             f"calls {counts.get('calls', 0):,} | 429s {counts.get('rate_limited', 0):,} | "

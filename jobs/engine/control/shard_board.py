@@ -1,15 +1,18 @@
 """Handing shards to workers: the run's queue, who holds which shard, what came back (reports
 and the progress counters). A restarted worker takes back the shards its dead attempt held; a
 shard awaiting pairs of earlier shards goes out once they are staged (`WAIT` meanwhile); the
-first failure or fatal judge report stops the board. Pure logic, held by the coordinator."""
+first failure or fatal judge report stops the board. The board and the governor make the run's
+one coordinator actor (`coordinator_actor_class`)."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from jobs.core.run_manifest import FlowSnapshot
+from jobs.engine.control.governor import Completion, RunGovernor
 from jobs.engine.control.progress import COUNTERS
 from jobs.engine.messages import Lease, ShardReport
 
@@ -109,3 +112,42 @@ class ShardBoard:
         """Add to the progress counters (`jobs.engine.control.progress.BatchedCounter`)."""
         for key, value in increments.items():
             self.counts[key] = self.counts.get(key, 0) + value
+
+
+class RunCoordinator(ShardBoard):
+    """The actor's body (`coordinator_actor_class`): the board's calls and counters and the
+    governor's; every call is cheap and never blocks. One actor, not three: each is a process
+    Ray starts, seconds on a busy node before the first shard."""
+
+    def __init__(
+        self,
+        leases: list[Lease],
+        governor: RunGovernor | None,
+        owners: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
+        super().__init__(deque(leases), owners or {})
+        self._governor = governor
+
+    def reserve(self, estimated_tokens: int) -> tuple[float, int]:
+        assert self._governor is not None
+        return self._governor.reserve(estimated_tokens)
+
+    def refused(self, retry_after: float | None) -> None:
+        if self._governor is not None:
+            self._governor.refused(retry_after)
+
+    def report(
+        self, worker: str, demand: int, in_flight: int, completions: list[Completion]
+    ) -> int:
+        assert self._governor is not None
+        return self._governor.report(worker, demand, in_flight, completions)
+
+    def flow(self) -> FlowSnapshot | None:
+        return self._governor.snapshot() if self._governor is not None else None
+
+
+def coordinator_actor_class() -> Any:
+    """`RunCoordinator` as a Ray actor class (importing this module does not import Ray)."""
+    import ray
+
+    return ray.remote(num_cpus=0, max_restarts=0)(RunCoordinator)

@@ -75,11 +75,9 @@ class WorkerFlow:
         """Send the news to the governor and apply the allowance it answers."""
         completions, self._completions = self._completions, []
         self._reported_any = self._reported_any or bool(completions)
-        allowance = int(
-            await self._governor.report.remote(
-                self._worker_id, self.demand, self.gate.held, completions
-            )
-        )
+        held = self.gate.held
+        report = self._governor.report.remote(self._worker_id, self.demand, held, completions)
+        allowance = int(await report)
         self.gate.resize(allowance)
         return allowance
 

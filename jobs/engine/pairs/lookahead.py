@@ -89,10 +89,8 @@ def shard_keys(
             continue
         id_rows.extend(found if ids else ())
         pair_rows.extend((number, key) for key in keys)
-    return ShardKeys(
-        pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row"),
-        pl.DataFrame(pair_rows, schema=KEYS, orient="row"),
-    )
+    ids_frame = pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row")
+    return ShardKeys(ids_frame, pl.DataFrame(pair_rows, schema=KEYS, orient="row"))
 
 
 def _read_items(
@@ -183,14 +181,11 @@ class Lookahead:
                 owners[shard_id] = frozenset(owned)
             hits = rows.filter(pl.col("relevant").is_not_null()).unique("pair_key")
             self.with_hits += bool(hits.height)
+            known = hits.select(*_PAIRS[:3], owner=pl.lit(None, pl.String))
+            awaited = kept.select(*_PAIRS[:3], owner=pl.Series(owned, dtype=pl.String))
             files = {
                 "repeats": rows.filter(pl.col("item_seq").is_not_null()).select(_REPEATS),
-                "pairs": pl.concat(
-                    [
-                        hits.select(*_PAIRS[:3], owner=pl.lit(None, pl.String)),
-                        kept.select(*_PAIRS[:3], owner=pl.Series(owned, dtype=pl.String)),
-                    ]
-                ),
+                "pairs": pl.concat([known, awaited]),
             }
             for kind, table in files.items():
                 if table.height:

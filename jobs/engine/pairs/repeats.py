@@ -74,10 +74,8 @@ def mark_rows(items: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
         return items
     seqs = marks["item_seq"]
     firsts = dict(zip(seqs, marks["duplicate_of"], strict=True))
-    messages = {
-        seq: duplicate_error(query_id, first)
-        for seq, query_id, first in marks.select(MARKS.names()).iter_rows()
-    }
+    rows = marks.select(MARKS.names()).iter_rows()
+    messages = {seq: duplicate_error(query_id, first) for seq, query_id, first in rows}
     marked = pl.col("item_seq").is_in(seqs.implode())
     first = pl.col("item_seq").replace_strict(firsts, default=None, return_dtype=pl.String)
     message = pl.col("item_seq").replace_strict(messages, default=None, return_dtype=pl.String)
@@ -102,9 +100,8 @@ class RepeatFinder:
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._keys = Spill(folder / "keys", _partition(0), KEYS)
-        self._marks = Spill(
-            folder / "marks", pl.col("item_seq") // (BLOCK_SHARDS << SEQ_SHIFT), MARKS
-        )
+        block = pl.col("item_seq") // (BLOCK_SHARDS << SEQ_SHIFT)
+        self._marks = Spill(folder / "marks", block, MARKS)
         self.keys = 0
 
     def __enter__(self) -> RepeatFinder:

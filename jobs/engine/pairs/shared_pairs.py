@@ -45,10 +45,8 @@ def awaited_verdicts(store: Store, staging: str, awaits: Mapping[str, Sequence[s
     area = StagingArea(store, staging)
     found: Entries = {}
     for owner, keys in awaits.items():
-        rows = pl.read_parquet(
-            store.read_bytes(area.verdicts_file(owner)),
-            columns=["pair_key", "relevant", "judge_reason"],
-        )
+        data = store.read_bytes(area.verdicts_file(owner))
+        rows = pl.read_parquet(data, columns=["pair_key", "relevant", "judge_reason"])
         wanted = pl.col("pair_key").is_in(pl.Series(keys, dtype=pl.String).implode())
         for key, relevant, reason in rows.filter(wanted & pl.col("relevant").is_not_null()).rows():
             found[key] = (bool(relevant), reason or "")

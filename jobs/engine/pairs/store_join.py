@@ -21,14 +21,7 @@ _JOIN_BATCH = 2_048
 """Keys of a partition a join matches at a time."""
 
 KEYS = pl.Schema({"shard": pl.Int64(), "pair_key": pl.String()})
-HITS = pl.Schema(
-    {
-        "shard": pl.Int64(),
-        "pair_key": pl.String(),
-        "relevant": pl.Boolean(),
-        "judge_reason": pl.String(),
-    }
-)
+HITS = pl.Schema({**KEYS, "relevant": pl.Boolean(), "judge_reason": pl.String()})
 
 
 def join_pack(
@@ -45,14 +38,11 @@ def join_pack(
         batches = [part.slice(at, _JOIN_BATCH) for at in range(0, part.height, _JOIN_BATCH)]
         wanted = (batch["pair_key"].unique() for batch in batches)
         number = int(partition)  # type: ignore[call-overload]
-        for batch, stored in zip(
-            batches, verdicts.lookup_batches(wanted, files[number]), strict=True
-        ):
+        lookups = verdicts.lookup_batches(wanted, files[number])
+        for batch, stored in zip(batches, lookups, strict=True):
             if not stored.is_empty():
                 found.append(batch.join(stored.drop("written_at"), on="pair_key", how="inner"))
-    if not found:
-        return pl.DataFrame(schema=HITS)
-    return pl.concat(found).select(HITS.names())
+    return pl.concat(found).select(HITS.names()) if found else pl.DataFrame(schema=HITS)
 
 
 def store_packs(

@@ -61,9 +61,7 @@ def band_range(name: str) -> str:
 
 def as_lazy(source: TableSource) -> pl.LazyFrame:
     """A LazyFrame over `source`: LazyFrames pass through, Parquet paths and globs are scanned."""
-    if isinstance(source, pl.LazyFrame):
-        return source
-    if isinstance(source, pl.DataFrame):
+    if isinstance(source, pl.LazyFrame | pl.DataFrame):
         return source.lazy()
     if isinstance(source, str | Path):
         return pl.scan_parquet(source)
@@ -80,12 +78,7 @@ class PositionRate:
     rate: float
 
 
-CANARY_METRICS: tuple[str, ...] = (
-    "canary_items",
-    "canary_kappa",
-    "canary_precision",
-    "canary_recall",
-)
+CANARY_METRICS = ("canary_items", "canary_kappa", "canary_precision", "canary_recall")
 """The judge canary's metrics (`jobs.run.canary`): labelled items judged fresh, and Cohen's
 kappa, precision and recall of the judge's verdicts against the labels."""
 
@@ -201,11 +194,8 @@ class RunSummary:
         the whole run's rows first (segment_by and segment null), then each segment's."""
         rows: list[tuple[str, str | None, str | None, str, str | None, int | None, float | None]]
         rows = [(self.model, None, None, *row) for row in self.metric_rows()]
-        for segment in self.segments:
-            rows.extend(
-                (self.model, segment.by, segment.value, *row)
-                for row in segment.summary.metric_rows()
-            )
+        for s in self.segments:
+            rows.extend((self.model, s.by, s.value, *row) for row in s.summary.metric_rows())
         return pl.DataFrame(rows, schema=PUBLISHED_SUMMARY.polars, orient="row")
 
 
@@ -300,9 +290,7 @@ def score_statistics(counts: Sequence[tuple[float, int]]) -> dict[str, float | N
     The mean is exact: the sum of the values as the rationals their doubles are, rounded once
     (a float sum depends on the order and chunks it adds in)."""
     total = sum(count for _, count in counts)
-    mean = None
-    if total:
-        mean = float(sum(Fraction(value) * count for value, count in counts) / total)
+    mean = float(sum(Fraction(value) * count for value, count in counts) / total) if total else None
     interval = t_interval(Moments.from_counts(counts))
     return {
         "mean": mean,
@@ -466,13 +454,8 @@ def sampled_estimates(summary: RunSummary, scores: pl.LazyFrame, plan: SamplePla
         return replace(part, mean=mean, mean_ci_low=low, mean_ci_high=high, population=population)
 
     per_column = {column: domains(column) for column in summary.segment_columns}
-    segments = tuple(
-        replace(
-            s,
-            summary=estimated(
-                s.summary, per_column[s.by].get(s.value, {}), plan.segments.get((s.by, s.value))
-            ),
-        )
-        for s in summary.segments
-    )
-    return replace(estimated(summary, whole, plan.items), segments=segments)
+    segments = []
+    for s in summary.segments:
+        domain, population = per_column[s.by].get(s.value, {}), plan.segments.get((s.by, s.value))
+        segments.append(replace(s, summary=estimated(s.summary, domain, population)))
+    return replace(estimated(summary, whole, plan.items), segments=tuple(segments))

@@ -5,16 +5,22 @@ learns and writes `manifest.json`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
-from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
+from jobs.core.run_manifest import (
+    DroppedFormRecord,
+    FlowSnapshot,
+    JudgeRecord,
+    ResponseFormatRecord,
+    RunManifest,
+)
 from jobs.engine.messages import ShardReport
 from jobs.engine.publish.aggregate import FLOW_METRICS
-from jobs.engine.publish.response_formats import combine as combine_response_formats
 from scorer_core.prompt import PROMPT_VERSION
+from scorer_core.response_format import RESPONSE_FORMATS
 
 
 def run_manifest(
@@ -71,7 +77,7 @@ def judge_record(
     transports = [report.judge.transport for report in reports if report.judge.transport]
     if transports:
         facts["transport"] = transports[-1]
-    negotiated = combine_response_formats(report.judge.response_format for report in reports)
+    negotiated = combine(report.judge.response_format for report in reports)
     if negotiated is not None:
         facts["response_format"] = negotiated.model_dump()
     if batch is not None:
@@ -81,6 +87,43 @@ def judge_record(
 
 def flow_metrics(flow: FlowSnapshot) -> list[tuple[str, float | None]]:
     """The governor's snapshot as the summary's flow metrics (`aggregate.FLOW_METRICS`)."""
-    if flow.is_empty():
-        return []
-    return [(name, getattr(flow, name)) for name in FLOW_METRICS]
+    return [] if flow.is_empty() else [(name, getattr(flow, name)) for name in FLOW_METRICS]
+
+
+def _form(value: object) -> str:
+    """`value` as a form name; ValueError naming it when it is none."""
+    if value in RESPONSE_FORMATS:
+        return str(value)
+    raise ValueError(f"unknown response format {value!r}; expected one of {RESPONSE_FORMATS}")
+
+
+def _strength(form: str) -> int:
+    """0 for the strongest form; unknown forms count as weakest."""
+    return RESPONSE_FORMATS.index(form) if form in RESPONSE_FORMATS else len(RESPONSE_FORMATS)
+
+
+def combine(reports: Iterable[Mapping[str, Any] | None]) -> ResponseFormatRecord | None:
+    """The structured-output form the run's judge settled on, from the shards' negotiation
+    summaries (None entries are shards that negotiated nothing): the weakest form any worker
+    process confirmed, with every form the endpoint rejected and its answer; None when no shard
+    reported one."""
+    summaries = [summary for summary in reports if summary is not None]
+    if not summaries:
+        return None
+    confirmed = [s for s in summaries if s.get("confirmed")]
+    in_use = max((str(s["in_use"]) for s in confirmed or summaries), key=_strength)
+    dropped: dict[str, DroppedFormRecord] = {}
+    for summary in summaries:
+        for entry in summary.get("dropped", ()):
+            form = _form(entry["form"])
+            if form not in dropped:
+                dropped[form] = DroppedFormRecord(form=form, reason=str(entry.get("reason", "")))
+    first = summaries[0]
+    return ResponseFormatRecord(
+        endpoint=str(first.get("endpoint", "")),
+        setting=str(first.get("setting", "")),
+        in_use=in_use,
+        confirmed=any(s["in_use"] == in_use for s in confirmed),
+        dropped=sorted(dropped.values(), key=lambda d: _strength(d.form)),
+        shards=len(summaries),
+    )

@@ -19,7 +19,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.core.error_rate import measure
 from jobs.core.run_layout import SEQ_SHIFT, TABLES, RunLocation, StagingArea
 from jobs.core.run_manifest import ErrorRateRecord, JudgeRecord, RunManifest
 from jobs.core.schema import RunSchema
@@ -38,6 +37,8 @@ _UNIQUE_COLUMNS = frozenset({"query_id", "row"})
 # Other columns are dictionary-encoded while their dictionary stays under this (pyarrow's
 # default, 1 MiB, gave up on the verdicts' reasons: +30% on that column).
 _DICTIONARY_BYTES = 8 * 2**20
+# "<file> line at byte 123: " or "<file> row 7: ": the position a row's error message starts with
+_POSITION = r"^.*? (?:line at byte|row) \d+: "
 
 
 @dataclass(frozen=True)
@@ -136,11 +137,8 @@ def _write_tables(
             finder.add(keys)
         marks = finder.finish()
         try:
-            shards = zip(
-                _read_staged(store, items_files),
-                _read_staged(store, verdict_files, staged_verdicts),
-                strict=True,
-            )
+            staged = _read_staged(store, verdict_files, staged_verdicts)
+            shards = zip(_read_staged(store, items_files), staged, strict=True)
             for items, judged in shards:
                 if items.is_empty():
                     continue
@@ -179,20 +177,17 @@ def publish_run(
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as folder:
         tmp = Path(folder)
         scores, verdicts, duplicates = _write_tables(store, location, tables, tmp)
-        summary = dataclasses.replace(
-            aggregate.summarize(
-                pl.scan_parquet(scores),
-                pl.scan_parquet(verdicts),
-                model=model,
-                scale=scale,
-                segment_by=segment_by,
-                verdict_segments=tables.verdict_names,
-                batch_price=batch_price,
-                sample=sample,
-            ),
-            flow=tuple(flow),
-            canary=tuple(canary),
+        summary = aggregate.summarize(
+            pl.scan_parquet(scores),
+            pl.scan_parquet(verdicts),
+            model=model,
+            scale=scale,
+            segment_by=segment_by,
+            verdict_segments=tables.verdict_names,
+            batch_price=batch_price,
+            sample=sample,
         )
+        summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
         errors = measure(scores, summary.items, summary.errors, max_error_rate)
         truncated = pl.scan_parquet(scores).select(pl.col("truncated").sum()).collect().item()
         summary.to_frame().write_parquet(tmp / "summary.parquet", compression="zstd")
@@ -203,14 +198,28 @@ def publish_run(
     manifest = _complete(store, location, manifest, summary, duplicates, errors, started)
     store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
     store.rm(StagingArea(store, location.staging).path(), recursive=True)
-    return Published(
-        summary=summary,
-        scores_url=store.url(store.join(location.table_file("scores"))),
-        duplicates=duplicates,
-        judge=manifest.judge,
-        error_rate=errors,
-        truncated=truncated or 0,
+    scores_url = store.url(store.join(location.table_file("scores")))
+    return Published(summary, scores_url, duplicates, manifest.judge, errors, truncated or 0)
+
+
+def measure(scores: Path | str, items: int, errors: int, limit: float | None) -> ErrorRateRecord:
+    """The error rate against `run.max_error_rate` of a run whose scores table (local Parquet)
+    is `scores`, and its commonest error (compared without the row position)."""
+    if not errors:
+        return ErrorRateRecord.of(items, errors, limit)
+    top = (
+        pl.scan_parquet(scores)
+        .filter(pl.col("status") == "error")
+        .select(pl.col("error").fill_null("").str.replace(_POSITION, ""))
+        .group_by("error")
+        .len()
+        .sort(["len", "error"], descending=[True, False])
+        .head(1)
+        .collect()
     )
+    if top.height == 0:
+        return ErrorRateRecord.of(items, errors, limit)
+    return ErrorRateRecord.of(items, errors, limit, str(top["error"][0]), int(top["len"][0]))
 
 
 def _complete(

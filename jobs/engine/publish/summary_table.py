@@ -41,25 +41,20 @@ def format_summary_table(
     rule = "-" * WIDTH
     record = judge if isinstance(judge, JudgeRecord) else JudgeRecord.model_validate(judge or {})
     population = summary.population
+    sampled = population is not None and population != summary.items
+    interval = fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-")
     lines = [
         f"Context precision  (scale {summary.scale:g})",
         rule,
         *_pairs(
             ("judge model", summary.model),
             ("items", f"{summary.items:,}"),
-            *(
-                [("  of population", f"{population:,}")]
-                if population not in (None, summary.items)
-                else []
-            ),
+            *([("  of population", f"{population:,}")] if sampled else []),
             ("  scored (ok)", f"{summary.scored:,}"),
             ("  unscored", f"{summary.unscored:,}"),
             ("  errors", f"{summary.errors:,}"),
             ("mean / median", f"{fmt.number(summary.mean)} / {fmt.number(summary.median)}"),
-            (
-                "mean 95% interval",
-                fmt.interval(summary.mean_ci_low, summary.mean_ci_high, missing="-"),
-            ),
+            ("mean 95% interval", interval),
             ("p10 / p90", f"{fmt.number(summary.p10)} / {fmt.number(summary.p90)}"),
         ),
         rule,
@@ -133,10 +128,8 @@ def _canary_pairs(canary: dict[str, float | None]) -> list[tuple[str, str]]:
     """The judge canary's agreement with its labels (`canary:`); nothing without one."""
     if not canary:
         return []
-    items, kappa = (
-        fmt.integer(canary.get("canary_items")),
-        fmt.number(canary.get("canary_kappa"), 3),
-    )
+    items = fmt.integer(canary.get("canary_items"))
+    kappa = fmt.number(canary.get("canary_kappa"), 3)
     precision = fmt.number(canary.get("canary_precision"), 3)
     return [
         ("canary items / kappa", f"{items} / {kappa}"),
@@ -149,13 +142,8 @@ def _judge_lines(flow: dict[str, float | None], judge: JudgeRecord) -> list[str]
     lines: list[str] = []
     if judge.mode == "batch":
         price = "ASSUMED half price" if "ASSUMED" in (judge.price or "") else "batch price"
-        lines += _pairs(
-            (
-                "mode",
-                f"batch: {fmt.integer(judge.batches)} in {fmt.integer(judge.rounds)} round(s)",
-            ),
-            ("priced at", price),
-        )
+        batches = f"batch: {fmt.integer(judge.batches)} in {fmt.integer(judge.rounds)} round(s)"
+        lines += _pairs(("mode", batches), ("priced at", price))
     if judge.transport:
         lines += _pairs(("transport", judge.transport))
     negotiated = judge.response_format
@@ -179,12 +167,8 @@ def _response_format_lines(negotiated: ResponseFormatRecord) -> list[str]:
         reason = textwrap.shorten(
             terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
         )
-        lines += textwrap.wrap(
-            f"{dropped.form} rejected: {reason}",
-            WIDTH,
-            initial_indent="  ",
-            subsequent_indent="    ",
-        )
+        text = f"{dropped.form} rejected: {reason}"
+        lines += textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="    ")
     return lines
 
 

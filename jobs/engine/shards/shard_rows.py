@@ -151,11 +151,7 @@ class PairKeys:
 
 
 def shard_rows(
-    read: ShardRead,
-    results: Sequence[ScoreResult],
-    model: str,
-    tables: RunSchema,
-    pairs: PairKeys,
+    read: ShardRead, results: Sequence[ScoreResult], model: str, tables: RunSchema, pairs: PairKeys
 ) -> ShardRows:
     """The staged rows of a shard: its read errors and its judged items, sorted by item_seq."""
     rows = ShardRows()

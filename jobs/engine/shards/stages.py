@@ -78,9 +78,8 @@ def cache_in_front(
     run has one) and the pair keys its verdict rows are written with."""
     if cache is None:
         return own_judge, PairKeys()
-    return CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits), PairKeys(
-        cache, fingerprint
-    )
+    caching = CachingJudge(own_judge, cache, fingerprint, fresh_hits=fresh_hits)
+    return caching, PairKeys(cache, fingerprint)
 
 
 def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
@@ -114,9 +113,7 @@ class OnlineStage:
         read: ShardRead,
     ) -> OnlineStage:
         """The stage for a shard, its cached verdicts loaded (in a thread: it reads files)."""
-        cache = None
-        if caches is not None:
-            cache = await asyncio.to_thread(caches.load, needs)
+        cache = await asyncio.to_thread(caches.load, needs) if caches is not None else None
         counter.add(items=len(read.errors), errors=len(read.errors))
         fingerprint = caches.fingerprint if caches else ""
         judge, pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
@@ -173,13 +170,8 @@ class BatchPassStage:
                 layout.online_round(round_number),
             )
         )
-        client = ReplayClient(
-            RequestLines.for_config(config),
-            replies,
-            reask=reask,
-            max_rounds=config.judge.batch.max_rounds,
-            all_online=online,
-        )
+        lines, max_rounds = RequestLines.for_config(config), config.judge.batch.max_rounds
+        client = ReplayClient(lines, replies, reask=reask, max_rounds=max_rounds, all_online=online)
         judge = _batch_judge(client, config, number, read)
         cache = frozen
         if cache is None and caches is not None:
@@ -188,17 +180,9 @@ class BatchPassStage:
         # No fresh hits within the shard: which verdicts are fresh depends on the order
         # replies arrive in.
         judged, pairs = cache_in_front(judge, cache, fingerprint, fresh_hits=False)
+        was_frozen = frozen is not None
         return cls(
-            judge,
-            judged,
-            pairs,
-            client,
-            layout,
-            round_number,
-            shard_id,
-            counter,
-            cache,
-            frozen is not None,
+            judge, judged, pairs, client, layout, round_number, shard_id, counter, cache, was_frozen
         )
 
     def item_done(self, result: ScoreResult) -> None:

@@ -72,10 +72,7 @@ async def judge_shard(
 def judge_facts(judge: Judge) -> JudgeFacts:
     """The transport and structured-output negotiation of a worker's own judge (not of the
     CachingJudge around it, which hides the negotiation); empty for the offline judge."""
-    return JudgeFacts(
-        transport=getattr(judge, "transport", None) or None,
-        response_format=negotiation_summary(judge),
-    )
+    return JudgeFacts(getattr(judge, "transport", None) or None, negotiation_summary(judge))
 
 
 class ShardRunner:
@@ -97,11 +94,8 @@ class ShardRunner:
         self._staging = StagingArea(self._store, ctx.staging)
         self._caches: ShardCaches | None = None
         if (spec := ctx.parts.cache) is not None:  # where the shards find verdicts, the journal
-            journal = Journal(
-                spec.verdict_store(self._store),
-                f"{ctx.run_id}.{worker_id}",
-                interval_s=spec.journal_interval_s,
-            )
+            writer, every = f"{ctx.run_id}.{worker_id}", spec.journal_interval_s
+            journal = Journal(spec.verdict_store(self._store), writer, interval_s=every)
             self._caches = ShardCaches(self._store, ctx.staging, spec.fingerprint, journal)
         self._sleep = sleep
         self._judge: Judge | None = None
@@ -139,11 +133,8 @@ class ShardRunner:
             self._judge = judges.build(judges.local_limiter(), self._ctx.api_key, None)
             return self._judge
         limits = self._config.rate_limit
-        self._flow = WorkerFlow(
-            coordinator,
-            self._worker_id,
-            paced=bool(limits.requests_per_minute or limits.tokens_per_minute),
-        )
+        paced = bool(limits.requests_per_minute or limits.tokens_per_minute)
+        self._flow = WorkerFlow(coordinator, self._worker_id, paced=paced)
         self._judge = judges.build(self._flow, self._ctx.api_key, self._flow.gate)
         self._reports = asyncio.get_running_loop().create_task(self._flow.run_reports())
         return self._judge
@@ -219,12 +210,7 @@ class ShardRunner:
         )
 
     async def _stage(
-        self,
-        shard: Shard,
-        number: int,
-        read: ShardRead,
-        counter: BatchedCounter,
-        needs: ShardNeeds,
+        self, shard: Shard, number: int, read: ShardRead, counter: BatchedCounter, needs: ShardNeeds
     ) -> JudgeStage:
         """The shard's judge stage: a batch round's pass, or the worker's judge online."""
         round_number = self._ctx.batch_round
@@ -252,14 +238,10 @@ class ShardRunner:
         """Stage the shard's files (blocking): verdicts, then the items file, whose presence
         marks the shard done for resume."""
         tables = self._tables
-        self._store.write_parquet_atomic(
-            self._staging.verdicts_file(shard.shard_id),
-            pa.Table.from_pylist(rows.verdicts, schema=tables.staged_verdicts.arrow),
-        )
-        self._store.write_parquet_atomic(
-            self._staging.items_file(shard.shard_id),
-            pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow),
-        )
+        verdicts = pa.Table.from_pylist(rows.verdicts, schema=tables.staged_verdicts.arrow)
+        self._store.write_parquet_atomic(self._staging.verdicts_file(shard.shard_id), verdicts)
+        items = pa.Table.from_pylist(rows.items, schema=tables.staged_items.arrow)
+        self._store.write_parquet_atomic(self._staging.items_file(shard.shard_id), items)
 
 
 async def _run_lane(
@@ -281,9 +263,8 @@ async def _run_lane(
                 # the store's own retries are spent: a later attempt may find it back
                 if isinstance(exc, StorageError) and attempt < attempts:
                     continue
-                await board.failed.remote(
-                    worker_id, shard.shard_id, f"shard {shard.shard_id} failed: {one_line(exc)}"
-                )
+                message = f"shard {shard.shard_id} failed: {one_line(exc)}"
+                await board.failed.remote(worker_id, shard.shard_id, message)
                 return
             await board.done.remote(worker_id, report)
             if report.fatal:

@@ -19,7 +19,7 @@ from markupsafe import Markup
 from jobs.core import formatting as fmt
 from jobs.engine import RunSummary, band_range
 from jobs.run.canary import CanaryResult
-from jobs.tools.comparison import Comparison, compare_runs, differences, gate, gate_word
+from jobs.tools.comparison import Comparison, Gate, compare_runs, differences, gate, gate_word
 from jobs.tools.drilldown import item_views
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
@@ -78,9 +78,7 @@ def header_meta(run: PublishedRun) -> list[tuple[str, str]]:
 def error_rate(run: PublishedRun) -> tuple[str, bool] | None:
     """The recorded error rate as `ctxprec status` says it, and whether it failed the run."""
     record = run.manifest.error_rate if run.manifest is not None else None
-    if record is None or not record.errors:
-        return None
-    return record.describe(), record.exceeded
+    return None if record is None or not record.errors else (record.describe(), record.exceeded)
 
 
 def header_cards(s: RunSummary) -> list[Card]:
@@ -163,12 +161,8 @@ def positions_view(run: PublishedRun) -> dict[str, Any]:
         ),
     )
     undrawn = sum(r.judged for r in rates[len(shown) :]) if len(rates) > len(shown) else None
-    return {
-        "chart": svg,
-        "first_rate": f"{shown[0].rate:.0%}" if shown else "–",
-        "drawn": len(shown),
-        "undrawn_judged": undrawn,
-    }
+    first = f"{shown[0].rate:.0%}" if shown else "–"
+    return {"chart": svg, "first_rate": first, "drawn": len(shown), "undrawn_judged": undrawn}
 
 
 def _segment_name(value: str | None) -> str:
@@ -190,17 +184,13 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
     for column in summary.segment_columns:
         rows = summary.segments_by(column)
         scored = [r for r in rows if r.summary.mean is not None]
-        drawn = sorted(scored, key=lambda r: (r.summary.mean or 0.0, _segment_name(r.value)))
-        drawn = drawn[:MAX_CHART_SEGMENTS]
+        by_mean = sorted(scored, key=lambda r: (r.summary.mean or 0.0, _segment_name(r.value)))
+        drawn = by_mean[:MAX_CHART_SEGMENTS]
         lows = [r.summary for r in drawn]
+        errors = [_error(s.mean_ci_low, s.mean_ci_high) for s in lows]
         svg = _segment_chart(
             [_segment_name(r.value) for r in drawn],
-            Series(
-                "mean score",
-                [s.mean for s in lows],
-                COLOR_RUN,
-                errors=[_error(s.mean_ci_low, s.mean_ci_high) for s in lows],
-            ),
+            Series("mean score", [s.mean for s in lows], COLOR_RUN, errors=errors),
             [s.scored for s in lows],
             title=f"Mean score by {column}, with 95% intervals"
             + (f" (the {len(drawn)} lowest)" if len(drawn) < len(scored) else ""),
@@ -214,32 +204,24 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
                 for s in lows
             ],
         )
-        views.append(
-            {"column": column, "rows": rows, "chart": svg, "undrawn": len(rows) - len(drawn)}
-        )
+        views.append(dict(column=column, rows=rows, chart=svg, undrawn=len(rows) - len(drawn)))
     return views
 
 
-def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, Any]]:
+def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
     """Per segment column: each value's shift and gate word, and a chart of the largest drops."""
-    verdict = gate(c, CompareOptions.min_effect, min_segment_size)
     views = []
     for column in c.segment_columns:
         shifts = verdict.segments_by(column)
-        drawn = sorted(
-            (s for s in shifts if s.shift is not None),
-            key=lambda s: (s.shift or 0.0, _segment_name(s.value)),
-        )[:MAX_CHART_SEGMENTS]
+        changed = [s for s in shifts if s.shift is not None]
+        by_shift = sorted(changed, key=lambda s: (s.shift or 0.0, _segment_name(s.value)))
+        drawn = by_shift[:MAX_CHART_SEGMENTS]
         extent = max([abs(v or 0.0) for s in drawn for v in (s.shift, s.ci_low, s.ci_high)] or [0])
         extent = max(extent * 1.1, 0.01)
+        errors = [_error(s.ci_low, s.ci_high) for s in drawn]
         svg = _segment_chart(
             [_segment_name(s.value) for s in drawn],
-            Series(
-                "mean change",
-                [s.shift for s in drawn],
-                COLOR_DOWN,
-                errors=[_error(s.ci_low, s.ci_high) for s in drawn],
-            ),
+            Series("mean change", [s.shift for s in drawn], COLOR_DOWN, errors=errors),
             [s.paired for s in drawn],
             title=f"Change in mean by {column} (this run − baseline), largest drops first, "
             "with 95% intervals",
@@ -256,9 +238,7 @@ def segment_shifts_view(c: Comparison, min_segment_size: int) -> list[dict[str, 
             ],
         )
         rows = [(s, gate_word(s)) for s in shifts]
-        views.append(
-            {"column": column, "rows": rows, "chart": svg, "undrawn": len(shifts) - len(drawn)}
-        )
+        views.append(dict(column=column, rows=rows, chart=svg, undrawn=len(shifts) - len(drawn)))
     return views
 
 
@@ -334,7 +314,7 @@ def baseline_view(c: Comparison) -> dict[str, Any]:
         "stats": stats,
         "position_charts": _position_compare_charts(c),
         "regressions": c.regressions(REGRESSIONS).to_dicts(),
-        "segments": segment_shifts_view(c, CompareOptions.min_segment_size),
+        "segments": segment_shifts_view(c, verdict),
     }
 
 

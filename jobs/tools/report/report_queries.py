@@ -48,10 +48,8 @@ def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
     if rows.is_empty():
         return {"rows": [], "lowest_tied": 0}
     tied = ok.filter(pl.col("score") == rows["score"][0]).select(pl.len()).collect().item()
-    return {
-        "rows": [{**row, "verdicts": row["verdicts"] or []} for row in rows.iter_rows(named=True)],
-        "lowest_tied": tied,
-    }
+    listed = [{**row, "verdicts": row["verdicts"] or []} for row in rows.iter_rows(named=True)]
+    return {"rows": listed, "lowest_tied": tied}
 
 
 def failed_items(run: PublishedRun, n: int = FAILED_ITEMS) -> list[dict[str, Any]]:
