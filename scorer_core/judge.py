@@ -269,7 +269,8 @@ class LLMJudge:
         messages, usage, problem = base, Usage(), ""
         for attempt in range(self._retry.max_reasks + 1):
             if attempt:
-                usage, messages = usage + Usage(reasks=1), with_reask(base, problem)
+                usage = usage + Usage(reasks=1)
+                messages = with_reask(base, problem)
             reply, sent = await self.ask(messages, schema_name, schema, verdicts)
             usage = usage + sent
             try:

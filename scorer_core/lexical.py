@@ -241,7 +241,8 @@ class LexicalJudge:
         bounds = {"max_chars": self.max_chars, "max_tokens": self.max_tokens}
         query_raw = content_words(item.input, **bounds)
         answer_raw = content_words(answer_text, **bounds) if self.answer_weight > 0.0 else []
-        query_seq, answer_seq = [stem(t) for t in query_raw], [stem(t) for t in answer_raw]
+        query_seq = [stem(t) for t in query_raw]
+        answer_seq = [stem(t) for t in answer_raw]
         # The first surface form of each stem, so that reasons quote words, not stems.
         display: dict[str, str] = {}
         for surface, term in zip(answer_raw + query_raw, answer_seq + query_seq, strict=True):

@@ -71,7 +71,8 @@ def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
     if n == 0:
         return None
     observed = (c.tp + c.tn) / n
-    pred_pos, gold_pos = (c.tp + c.fp) / n, (c.tp + c.fn) / n
+    pred_pos = (c.tp + c.fp) / n
+    gold_pos = (c.tp + c.fn) / n
     chance = pred_pos * gold_pos + (1.0 - pred_pos) * (1.0 - gold_pos)
     return None if chance >= 1.0 else _clamp((observed - chance) / (1.0 - chance))
 

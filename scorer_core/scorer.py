@@ -237,7 +237,8 @@ def _model_and_options(
             raise ConfigError(f"unknown key(s) {listed}; use model, options")
         if options is not None and "options" in model:
             raise ConfigError("options given twice (in the argument and as options=)")
-        options, model = model.get("options", options), model.get("model")
+        options = model.get("options", options)
+        model = model.get("model")
     if not isinstance(model, str) or not model:
         raise ConfigError("model is required: 'lexical' or a litellm model string")
     if options is not None and not isinstance(options, Mapping):

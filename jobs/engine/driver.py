@@ -198,9 +198,13 @@ def _run(
             traces=plan.traces,
         )
         published = _publish(plan, manifest)
-    seconds = time.monotonic() - started
     return RunOutcome(
-        location.run_id, location.run_date, published, len(plan.shards), resuming, seconds
+        run_id=location.run_id,
+        run_date=location.run_date,
+        published=published,
+        shards_total=len(plan.shards),
+        shards_skipped=resuming,
+        seconds=time.monotonic() - started,
     )
 
 

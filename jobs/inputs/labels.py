@@ -89,9 +89,14 @@ def _labelled_item(
     item = ScoringItem(query, reference or "", kept, reference)
     validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")
-    item_id = str(identifier) if identifier is not None else f"line {line}"
-    retriever = None if row.get("retriever") is None else str(row["retriever"])
-    labelled = LabelledItem(item_id, item, tuple(gold[:count]), retriever, rule)
+    retriever = row.get("retriever")
+    labelled = LabelledItem(
+        item_id=str(identifier) if identifier is not None else f"line {line}",
+        item=item,
+        gold=tuple(gold[:count]),
+        retriever=str(retriever) if retriever is not None else None,
+        rule=rule,
+    )
     return labelled, len(contexts) > count or any(len(c) > chars for c in contexts)
 
 

@@ -67,7 +67,8 @@ def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> I
         batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
     )
     for batch in batches:
-        low, high = max(shard.start - row, 0), min(shard.end - row, batch.num_rows)
+        low = max(shard.start - row, 0)
+        high = min(shard.end - row, batch.num_rows)
         if high > low:
             for k, record in enumerate(batch.slice(low, high - low).to_pylist()):
                 yield RawRow(shard.path, row + low + k, data=record)

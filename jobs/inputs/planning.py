@@ -75,8 +75,14 @@ def jsonl_byte_ranges(size: int, sample: bytes, shard_size: int) -> list[tuple[i
 
 def _make_shard(index: int, info: FileInfo, start: int, end: int) -> Shard:
     digest = hashlib.sha1(f"{info.path}\0{info.size}".encode()).hexdigest()[:8]
-    shard_id = f"{index:05d}-{start:012d}-{end:012d}-{digest}"
-    return Shard(shard_id, info.path, info.format, start, end, info.compression)
+    return Shard(
+        shard_id=f"{index:05d}-{start:012d}-{end:012d}-{digest}",
+        path=info.path,
+        format=info.format,
+        start=start,
+        end=end,
+        compression=info.compression,
+    )
 
 
 def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:

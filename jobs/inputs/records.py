@@ -99,7 +99,8 @@ def to_item(
     """One row checked and normalised, or its `RowError` naming the position and the field."""
     if raw.error is not None or raw.data is None:
         return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
-    data, cols = raw.data, spec.columns
+    data = raw.data
+    cols = spec.columns
     values, carry_problem = _carried(data, carried)
     query_id: str | None = None
     try:
@@ -203,7 +204,8 @@ def _text(
     data: Mapping[str, Any], name: str, column: str, *, empty: bool = False, integer: bool = False
 ) -> str:
     """The text of field `name`; `empty`: it may be blank; `integer`: an integer is text too."""
-    label, value = f"{name} (column {column!r})", data.get(column)
+    label = f"{name} (column {column!r})"
+    value = data.get(column)
     if value is None:
         raise _Invalid(f"{label} is {'missing' if column not in data else 'null'}")
     if isinstance(value, bool) or not isinstance(value, str | int if integer else str):

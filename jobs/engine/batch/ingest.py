@@ -46,7 +46,8 @@ def _error(value: Any) -> tuple[str | None, str]:
     inner = value.get("error", value) if isinstance(value, Mapping) else value
     if not isinstance(inner, Mapping):
         return None, _excerpt(str(inner))
-    code, message = inner.get("code") or inner.get("type"), str(inner.get("message") or "")
+    code = inner.get("code") or inner.get("type")
+    message = str(inner.get("message") or "")
     text = f"{code}: {message}" if code else message or json.dumps(inner)
     return (str(code) if code else None), _excerpt(text)
 
@@ -58,14 +59,16 @@ def _excerpt(text: str) -> str:
 
 def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:
     """One output or error line as a reply (see the module doc)."""
-    error, response = line.get("error"), line.get("response")
+    error = line.get("error")
+    response = line.get("response")
     if error:
         code, message = _error(error)
         retry = code if code in TRANSIENT_CODES else None
         return Reply(None, f"batch {batch_id}: {message}", retry=retry)
     if not isinstance(response, Mapping):
         return Reply(None, f"batch {batch_id}: a line with neither a response nor an error")
-    status, body = response.get("status_code"), response.get("body")
+    status = response.get("status_code")
+    body = response.get("body")
     if status != 200:
         transient = isinstance(status, int) and (status == 429 or 500 <= status <= 599)
         message = f"batch {batch_id}: HTTP {status}: {_error(body)[1]}"

@@ -40,7 +40,8 @@ class BatchInfo:
     @classmethod
     def of(cls, batch: Any) -> BatchInfo:
         """From litellm's `LiteLLMBatch` (OpenAI's `Batch` shape)."""
-        counts, errors = getattr(batch, "request_counts", None), getattr(batch, "errors", None)
+        counts = getattr(batch, "request_counts", None)
+        errors = getattr(batch, "errors", None)
         problems = [
             f"{getattr(e, 'code', None) or 'error'}: {getattr(e, 'message', '')}"
             + (f" (line {e.line})" if getattr(e, "line", None) else "")

@@ -198,8 +198,14 @@ def publish_run(
     manifest = _complete(store, location, manifest, summary, duplicates, errors, started)
     store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
     store.rm(StagingArea(store, location.staging).path(), recursive=True)
-    scores_url = store.url(store.join(location.table_file("scores")))
-    return Published(summary, scores_url, duplicates, manifest.judge, errors, truncated or 0)
+    return Published(
+        summary=summary,
+        scores_url=store.url(store.join(location.table_file("scores"))),
+        duplicates=duplicates,
+        judge=manifest.judge,
+        error_rate=errors,
+        truncated=truncated or 0,
+    )
 
 
 def measure(scores: Path | str, items: int, errors: int, limit: float | None) -> ErrorRateRecord:

@@ -69,7 +69,8 @@ def nice_ticks(low: float, high: float, count: int = 5, min_step: float = 0.0) -
     if min_step:
         step = math.ceil(step / min_step - 1e-9) * min_step
     start = math.floor(low / step + 1e-9) * step
-    ticks, value = [], start
+    ticks = []
+    value = start
     while value <= high + step * 1e-6:
         ticks.append(round(value, 10) + 0.0)  # + 0.0: no "-0" label
         value += step
