@@ -87,8 +87,15 @@ async def score_item(
     text, reason_usage, reason_prompt = await explain_score(
         judge, item, ordered, score, scale=scale, reason=reason
     )
-    band, usage = score_band(score, scale), usage + reason_usage
-    return ScoreResult(score, text, ordered, "ok", None, usage, band, sent, reason_prompt)
+    return ScoreResult(
+        score,
+        text,
+        ordered,
+        usage=usage + reason_usage,
+        band=score_band(score, scale),
+        analyze_prompts=sent,
+        reason_prompt=reason_prompt,
+    )
 
 
 async def explain_score(

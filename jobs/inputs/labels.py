@@ -86,7 +86,9 @@ def _labelled_item(
     reference = answer if answer and answer.strip() else None
     chars, count = config.input.max_context_chars, config.input.max_contexts
     kept = tuple(c[:chars] for c in contexts[:count])
-    item = ScoringItem(query, reference or "", kept, reference)
+    item = ScoringItem(
+        input=query, output=reference or "", contexts=kept, expected_output=reference
+    )
     validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")
     retriever = row.get("retriever")

@@ -34,7 +34,9 @@ def build_judge(
     if capabilities_of(judge_config.model).offline:
         return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
-    bound: int | Gate = gate or max_in_flight or single_process_concurrency(config)
+    bound: int | Gate = max_in_flight or single_process_concurrency(config)
+    if gate is not None:
+        bound = gate
     transport = resolve_transport(judge_config.transport, judge_config.model, judge_config.api_base)
     # The run's budget bounds requests in flight; the pool must not bound them lower.
     explicit = limits.max_concurrency if isinstance(limits.max_concurrency, int) else 0

@@ -169,7 +169,13 @@ class BatchPacker:
         self._end_part()
         if self._count:
             name = f"r{self._round:03d}-b{len(self.batches):04d}"
-            batch = BatchRecord(name, tuple(self._parts), self._count, self._bytes, self._tokens)
+            batch = BatchRecord(
+                name,
+                tuple(self._parts),
+                requests=self._count,
+                bytes=self._bytes,
+                tokens=self._tokens,
+            )
             self.batches.append(batch)
         self._parts = []
         self._count = self._bytes = self._tokens = 0

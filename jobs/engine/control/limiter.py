@@ -152,7 +152,11 @@ def pacing_for(limits: RateLimitConfig) -> PacingState | None:
     """The pace of `rate_limit` (None when no limit is set)."""
     if not (limits.requests_per_minute or limits.tokens_per_minute):
         return None
-    return PacingState(limits.requests_per_minute, limits.tokens_per_minute, limits.headroom)
+    return PacingState(
+        requests_per_minute=limits.requests_per_minute,
+        tokens_per_minute=limits.tokens_per_minute,
+        headroom=limits.headroom,
+    )
 
 
 class LocalLimiter:
