@@ -55,7 +55,7 @@ def llama() -> Iterator[LlamaServer]:
         yield server
 
 
-def judge_section(server: LlamaServer) -> dict[str, Any]:
+def judge_section(server: LlamaServer, verdict_reasons: bool = True) -> dict[str, Any]:
     return {
         "model": f"openai/{server.alias}",
         "api_base": server.url,
@@ -63,6 +63,7 @@ def judge_section(server: LlamaServer) -> dict[str, Any]:
         "timeout_s": JUDGE_TIMEOUT_S,
         "max_tokens": MAX_TOKENS,
         "max_retries": 1,
+        "verdict_reasons": verdict_reasons,
     }
 
 
@@ -165,7 +166,9 @@ def test_the_job_against_llama_cpp(llama: LlamaServer, tmp_path: Path) -> None:
         {
             "input": {"path": str(source), "columns": {"expected_output": "expected_output"}},
             "output": {"path": str(out)},
-            "judge": judge_section(llama),
+            # verdicts alone: a reply a third as long (`ctxprec score` and calibrate ask for
+            # the reasons too), and the module's longest test takes a third of the time
+            "judge": judge_section(llama, verdict_reasons=False),
             "rate_limit": {"max_concurrency": 1},  # the server answers one request at a time
             "ray": {"shard_size": 10, "workers": 1},
         }

@@ -13,6 +13,7 @@ The acceptance of issue 20, measured here over many seeds:
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
@@ -160,27 +161,36 @@ PATTERN_SCORES = np.array(
 BITS = 1 << np.arange(CONTEXTS)
 
 
-def _scores(
-    queries: Sequence[tuple[str, str, list[bool]]], rng: np.random.Generator
-) -> pl.LazyFrame:
-    truth = np.array([flags for _, _, flags in queries], dtype=bool)
-    judged = truth ^ (rng.random(truth.shape) < FLIP)
-    return pl.LazyFrame(
-        {
-            "query_id": [q for q, _, _ in queries],
-            "score": PATTERN_SCORES[judged @ BITS],
-            "status": ["ok"] * len(queries),
-            "relevant_count": [sum(flags) for _, _, flags in queries],
-            "error": [None] * len(queries),
-            "segment": [s for _, s, _ in queries],
-        },
-        schema_overrides={"error": pl.String},
-    )
+class _Nights:
+    """Simulated runs of a fixed set of queries: the columns no seed changes built once."""
+
+    def __init__(self, queries: Sequence[tuple[str, str, list[bool]]]) -> None:
+        self.truth = np.array([flags for _, _, flags in queries], dtype=bool)
+        self.unscored = pl.DataFrame(
+            {
+                "query_id": [q for q, _, _ in queries],
+                "status": ["ok"] * len(queries),
+                "relevant_count": [sum(flags) for _, _, flags in queries],
+                "error": [None] * len(queries),
+                "segment": [s for _, s, _ in queries],
+            },
+            schema_overrides={"error": pl.String},
+        )
+
+    def scores(self, rng: np.random.Generator) -> pl.LazyFrame:
+        """One night's scores: each verdict flipped by the noisy judge with probability FLIP."""
+        judged = self.truth ^ (rng.random(self.truth.shape) < FLIP)
+        return self.unscored.with_columns(score=PATTERN_SCORES[judged @ BITS]).lazy()
 
 
 def expected_score(flags: Sequence[bool]) -> float:
     """The noisy judge's expected score of `flags`: over every pattern of flips, exactly. The
     true mean of a run is the mean of these (the judge's score is what the tool measures)."""
+    return _expected_score(tuple(flags))
+
+
+@functools.cache
+def _expected_score(flags: tuple[bool, ...]) -> float:
     total = 0.0
     for pattern in itertools.product((False, True), repeat=len(flags)):
         flips = sum(pattern)
@@ -224,12 +234,12 @@ def _gate(a: pl.LazyFrame, b: pl.LazyFrame) -> tuple[compare.Gate, bool]:
 
 
 def test_unchanged_pairs_with_a_noisy_judge_rarely_fail_the_gate() -> None:
-    queries = _queries()
+    nights = _Nights(_queries())
     seeds = 200
     alarms = old_alarms = 0
     for seed in range(seeds):
         rng = np.random.default_rng(1000 + seed)
-        verdict, old = _gate(_scores(queries, rng), _scores(queries, rng))
+        verdict, old = _gate(nights.scores(rng), nights.scores(rng))
         alarms += not verdict.passed
         old_alarms += old
     rate = alarms / seeds
@@ -250,11 +260,12 @@ def test_a_small_drop_in_a_large_segment_is_caught() -> None:
         / 3000
     )
     assert true_drop == pytest.approx(0.015, abs=0.001)
+    before, after = _Nights(queries), _Nights(worse)
     seeds = 200
     caught = old_caught = 0
     for seed in range(seeds):
         rng = np.random.default_rng(5000 + seed)
-        verdict, old = _gate(_scores(queries, rng), _scores(worse, rng))
+        verdict, old = _gate(before.scores(rng), after.scores(rng))
         caught += any(s.value == "seg-3000" for s in verdict.failed_segments)
         old_caught += old
     print(f"1.5-point drop caught: gate {caught / seeds:.1%}, old rule {old_caught / seeds:.1%}")
