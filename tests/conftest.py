@@ -74,7 +74,7 @@ _SLOW_MODULES = {
     "test_bad_input_job": 27,
     "test_runner_survives": 24,
     "test_otlp_job": 21,
-    "test_umask_job": 17,
+    "test_after_a_run": 17,
     "test_significance_job": 17,
 }
 

@@ -13,12 +13,10 @@ process to kill is the one at the other end of a held request's connection.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -56,11 +54,8 @@ from tests.support.job import (
     verdict_requests,
     verdicts_frame,
 )
-from tests.support.paths import REPO
 from tests.support.processes import (
     Outcome,
-    driver_env,
-    held_run_config,
     kill_group_and_ray,
     kill_sender,
     lean_judge,
@@ -175,13 +170,19 @@ def test_temp_files_of_a_writer_killed_mid_write_are_ignored_on_resume(tmp_path:
 
 
 @pytest.mark.usefixtures("ray_local")
-def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
+def test_a_sigkilled_driver_leaves_no_ray_and_its_rerun_judges_only_unfinished_shards(
     tmp_path: Path,
     ray_tmp: str,
     judge_key: str,
     fake_judge: JudgeFactory,
     run_log: pytest.LogCaptureFixture,
 ) -> None:
+    """SIGKILL the driver alone, as an OOM killer does, while the run is held with two shards
+    committed: within seconds no process of the Ray it started is left (workers, raylet, GCS,
+    agents), none goes on staging unseen though the judge then answers every held request
+    (jobs.engine.reaper), and a rerun judges exactly the items of the unfinished shards. The
+    judge answers only once they are gone: a reply in the moment between the kill and the
+    reaper's sweep could be staged by a worker about to die, which is harmless."""
     source, rows, out = sample_job(tmp_path, 32, seed=37)
     run_id = "driver-kill"
     workers = 2
@@ -215,23 +216,30 @@ def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
         f"run.id={run_id}",
     ]
 
-    # First run, in its own process with its own local Ray: SIGKILL the driver's process
-    # group while the run is held with two shards committed.
+    # First run, in its own process with its own local Ray.
     log1 = tmp_path / "run1.log"
     first = start_driver(command, log1, ray_tmp, gate)
     try:
         gate.wait_held(1, timeout_s=150)
         assert first.poll() is None, f"driver ended early:\n{log1.read_text()[-3000:]}"
+        assert ray_processes(ray_tmp), "the driver's Ray is running"
         driver_pid = first.pid
-        os.killpg(first.pid, signal.SIGKILL)
+        os.kill(driver_pid, signal.SIGKILL)
+        first.wait(30)
+        deadline = time.monotonic() + 10
+        while ray_processes(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [(p.pid, p.name()) for p in ray_processes(ray_tmp)]
+        assert left == [], f"processes of the dead driver's Ray still alive: {left}"
+        done = items_done(out, location)
+        gate.release()  # the judge answers: a worker still alive would go on staging
+        time.sleep(2)
+        assert items_done(out, location) == done
     finally:
         kill_group_and_ray(first, ray_tmp)
         gate.release()
-    # (SIGKILL of the driver's group does not reach its Ray workers: Ray starts them in
-    # other process groups. `kill_group_and_ray` finds them by their environment.)
     assert first.returncode == -signal.SIGKILL
     requests_first = verdict_requests(server)
-    done = items_done(out, location)  # final: nothing of run 1 is alive any more
     judged_done = sum(per_shard[s] for s in done)
     assert 2 <= len(done) < len(shards), "the kill must land mid-run"
     # Shards in flight at the kill were judged partly: at most a shard per lane of each worker
@@ -261,67 +269,6 @@ def test_driver_sigkilled_mid_run_then_rerun_judges_only_unfinished_shards(
     data = json.loads((out / location.manifest).read_text())
     assert data["shards_reused"] == len(done)
     assert outcome.shards_skipped == len(done) and outcome.shards_total == len(shards)
-
-
-def test_after_the_driver_is_sigkilled_no_process_of_its_ray_lives_on(
-    tmp_path: Path, ray_tmp: str, fake_judge: JudgeFactory
-) -> None:
-    """SIGKILL the driver alone (not its group): within seconds no process of the Ray it
-    started is left (workers, raylet, GCS, agents), and none is left working unseen: no shard
-    is staged once they are gone, though the judge then answers every held request
-    (jobs.engine.reaper). The judge answers only then: a reply in the moment between the kill
-    and the reaper's sweep could be staged by a worker about to die, which is harmless."""
-    source, _, out = sample_job(tmp_path, 40, seed=41)
-    run_id = "driver-dies"
-    location = RunLocation(run_id, dt.date(2026, 11, 30))
-    gate = HoldRequests(when=lambda arrival: len(items_done(out, location)) >= 1)
-    server = fake_judge(on_request=gate)
-    config_path = held_run_config(tmp_path, source, out, server, id=run_id, date="2026-11-30")
-    command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
-    driver = start_driver(command, tmp_path / "driver.log", ray_tmp, gate)
-    try:
-        gate.wait_held(1, timeout_s=150)
-        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-        assert ray_processes(ray_tmp), "the driver's Ray is running"
-        os.kill(driver.pid, signal.SIGKILL)  # the driver alone, as an OOM killer does
-        driver.wait(30)
-        deadline = time.monotonic() + 10
-        while ray_processes(ray_tmp) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [(p.pid, p.name()) for p in ray_processes(ray_tmp)]
-        assert left == [], f"processes of the dead driver's Ray still alive: {left}"
-        staged_when_gone = items_done(out, location)
-        gate.release()  # the judge answers: a worker still alive would go on staging
-        time.sleep(2)
-        assert items_done(out, location) == staged_when_gone
-    finally:
-        kill_group_and_ray(driver, ray_tmp)
-        gate.release()
-
-
-def test_a_finished_run_stops_its_ray_at_exit_and_leaves_no_process(
-    tmp_path: Path, ray_tmp: str
-) -> None:
-    """The driver stops its own Ray at exit without Ray's waits (issue 30): it exits 0 with no
-    error from its exit handlers, and no process of its Ray outlives it for long."""
-    source, _, out = sample_job(tmp_path, 30, seed=43)
-    config_path = tmp_path / "job.yaml"
-    config_path.write_text(yaml.safe_dump(raw_config(source, out)))
-    command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
-    done = subprocess.run(
-        command, cwd=REPO, env=driver_env(ray_tmp), capture_output=True, text=True, timeout=300
-    )
-    try:
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "Error in atexit" not in done.stderr and "Traceback" not in done.stderr
-        deadline = time.monotonic() + 10  # the reaper's last sweeps run after the driver's end
-        while ray_processes(ray_tmp) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [(p.pid, p.cmdline()[:3]) for p in ray_processes(ray_tmp)]
-        assert left == [], f"processes of the finished driver's Ray still alive: {left}"
-    finally:
-        for other in ray_processes(ray_tmp):
-            other.kill()
 
 
 # -- two drivers at once ----------------------------------------------------------------------

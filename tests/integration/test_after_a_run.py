@@ -1,6 +1,8 @@
-"""Files the team shares get the umask's mode (issue 31, point 7): a whole run with an LLM judge
-(scores, verdicts, summary, manifest, the verdict store) in a driver process of its own, and
-its report page, under umask 027, are all group-readable and nothing more."""
+"""What a finished run leaves on the machine: a whole run with an LLM judge in a driver process of
+its own, then its report page, both under umask 027. Its files (scores, verdicts, summary,
+manifest, the verdict store, the page) are group-readable and nothing more (issue 31, point 7),
+and the driver stopped its own Ray at exit, without Ray's waits and without an error from its
+exit handlers: no process of that Ray outlives it for long (issue 30)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +37,7 @@ def under_umask(mask: str, args: list[str], ray_tmp: str) -> subprocess.Complete
     )
 
 
-def test_a_run_and_its_report_write_files_with_the_umasks_mode(
+def test_a_run_and_its_report_leave_files_of_the_umasks_mode_and_no_process(
     tmp_path: Path, ray_tmp: str, fake_judge: JudgeFactory
 ) -> None:
     source, _, out = sample_job(tmp_path, 30, seed=5)
@@ -46,6 +49,12 @@ def test_a_run_and_its_report_write_files_with_the_umasks_mode(
     try:
         run = under_umask("027", job, ray_tmp)
         assert run.returncode == 0, run.stderr[-3000:]
+        assert "Error in atexit" not in run.stderr and "Traceback" not in run.stderr
+        deadline = time.monotonic() + 10  # the reaper's last sweeps run after the driver's end
+        while ray_processes(ray_tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [(p.pid, p.cmdline()[:3]) for p in ray_processes(ray_tmp)]
+        assert left == [], f"processes of the finished driver's Ray still alive: {left}"
         report = under_umask("027", page, ray_tmp)
         assert report.returncode == 0, report.stderr[-3000:]
     finally:
