@@ -81,6 +81,21 @@ class RayCluster:
         )
 
 
+def _head_logs(cluster: RayCluster, lines: int = 30) -> str:
+    """The last lines of the head's own logs, for a failure's message: once a test ends, its
+    temp dir (and so every log of the cluster) is gone, and a job server that stops answering
+    mid-module says why only there."""
+    logs = cluster.temp_dir / "session_latest" / "logs"
+    files = [cluster.temp_dir / "ray-start.log"]
+    files += [logs / n for n in ("dashboard.log", "dashboard.err", "gcs_server.out", "raylet.out")]
+    parts = []
+    for path in files:
+        with contextlib.suppress(OSError):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {path.name} ---\n" + "\n".join(tail))
+    return "\n".join(["", "the head's logs:", *parts])
+
+
 def _free_ports(count: int) -> list[int]:
     """`count` distinct ports that were free on 127.0.0.1 a moment ago."""
     sockets = []
@@ -314,13 +329,13 @@ def _status(cluster: RayCluster, submission_id: str) -> str:
         timeout=120,
         check=False,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr + _head_logs(cluster)
     return result.stdout.strip().splitlines()[-1]
 
 
 def _logs(cluster: RayCluster, submission_id: str) -> str:
     result = cluster.ray("job", "logs", submission_id, "--address", cluster.address)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr + _head_logs(cluster)
     return result.stdout
 
 
@@ -367,7 +382,7 @@ def test_submitted_job_succeeds_and_publishes_one_row_per_item(ray_cluster: RayC
         ray_cluster, submission_id, source, out, f"run.id={RUN_ID}", env_vars=env_vars
     )
     output = submitted.stdout + submitted.stderr
-    assert submitted.returncode == 0, output
+    assert submitted.returncode == 0, output + _head_logs(ray_cluster)
     assert _status(ray_cluster, submission_id) == "SUCCEEDED"
 
     scores = pl.read_parquet(out / "scores" / "**" / "*.parquet", hive_partitioning=True)
@@ -400,7 +415,7 @@ def test_submitted_job_with_a_mistyped_key_fails_with_the_config_error(
         ray_cluster.work / "out-bad",
         "rate_limit.request_per_minute=100",  # the key is requests_per_minute
     )
-    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr + _head_logs(ray_cluster)
     assert _status(ray_cluster, submission_id) == "FAILED"
     logs = _logs(ray_cluster, submission_id)
     assert "rate_limit.request_per_minute" in logs, logs
@@ -425,4 +440,7 @@ def test_job_server_refuses_a_client_without_the_token(
         check=False,
     )
     assert refused.returncode != 0
-    assert re.search(r"authentication|unauthori[sz]ed|401", refused.stdout + refused.stderr, re.I)
+    said = refused.stdout + refused.stderr
+    assert re.search(r"authentication|unauthori[sz]ed|401", said, re.I), said + _head_logs(
+        ray_cluster
+    )
