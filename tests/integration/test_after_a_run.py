@@ -10,7 +10,6 @@ import shlex
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import yaml
 from tests.support.fakes import JudgeFactory
 from tests.support.job import raw_config, sample_job
 from tests.support.paths import REPO
-from tests.support.processes import driver_env, lean_judge, ray_processes
+from tests.support.processes import driver_env, lean_judge, ray_left_after, ray_processes
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -50,10 +49,7 @@ def test_a_run_and_its_report_leave_files_of_the_umasks_mode_and_no_process(
         run = under_umask("027", job, ray_tmp)
         assert run.returncode == 0, run.stderr[-3000:]
         assert "Error in atexit" not in run.stderr and "Traceback" not in run.stderr
-        deadline = time.monotonic() + 10  # the reaper's last sweeps run after the driver's end
-        while ray_processes(ray_tmp) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [(p.pid, p.cmdline()[:3]) for p in ray_processes(ray_tmp)]
+        left = ray_left_after(ray_tmp)
         assert left == [], f"processes of the finished driver's Ray still alive: {left}"
         report = under_umask("027", page, ray_tmp)
         assert report.returncode == 0, report.stderr[-3000:]

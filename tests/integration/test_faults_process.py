@@ -60,6 +60,7 @@ from tests.support.processes import (
     kill_sender,
     lean_judge,
     process_on_port,
+    ray_left_after,
     ray_processes,
     run_in_thread,
     start_driver,
@@ -226,10 +227,7 @@ def test_a_sigkilled_driver_leaves_no_ray_and_its_rerun_judges_only_unfinished_s
         driver_pid = first.pid
         os.kill(driver_pid, signal.SIGKILL)
         first.wait(30)
-        deadline = time.monotonic() + 10
-        while ray_processes(ray_tmp) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [(p.pid, p.name()) for p in ray_processes(ray_tmp)]
+        left = ray_left_after(ray_tmp)
         assert left == [], f"processes of the dead driver's Ray still alive: {left}"
         done = items_done(out, location)
         gate.release()  # the judge answers: a worker still alive would go on staging

@@ -25,7 +25,12 @@ from jobs.run.job import run_job
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import assert_complete, raw_config, sample_job
-from tests.support.processes import held_run_config, kill_group_and_ray, ray_processes, start_driver
+from tests.support.processes import (
+    held_run_config,
+    kill_group_and_ray,
+    ray_left_after,
+    start_driver,
+)
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -55,10 +60,7 @@ def assert_stopped_cleanly(
         f"stopped: run {run_id} stopped by {signal.Signals(signum).name}; the shards staged so "
         f"far are kept: rerun with --set run.id={run_id} to resume"
     ], text[-3000:]
-    deadline = time.monotonic() + 10  # the reaper sweeps in its own time once the driver ended
-    while ray_processes(ray_tmp) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert ray_processes(ray_tmp) == []
+    assert ray_left_after(ray_tmp) == []
 
 
 @pytest.mark.parametrize(

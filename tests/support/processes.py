@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,19 @@ def kill_group_and_ray(proc: subprocess.Popen[bytes], ray_tmp: str) -> None:
             with contextlib.suppress(psutil.Error):
                 other.kill()
         psutil.wait_procs(leftovers, timeout=10)
+
+
+def ray_left_after(ray_tmp: str, seconds: float = 10) -> list[tuple[int, list[str]]]:
+    """Processes of the driver's Ray (pid, command line) still alive after waiting up to
+    `seconds` for them to go: the reaper sweeps in its own time once the driver has ended."""
+    deadline = time.monotonic() + seconds
+    while ray_processes(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = []
+    for process in ray_processes(ray_tmp):
+        with contextlib.suppress(psutil.Error):
+            left.append((process.pid, process.cmdline()[:3]))
+    return left
 
 
 def ray_processes(ray_tmp: str) -> list[psutil.Process]:
