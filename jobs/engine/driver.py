@@ -30,7 +30,7 @@ from jobs.engine.fanout import RunFailed as RunFailed
 from jobs.engine.fanout import fan_out, raise_if_fatal
 from jobs.engine.guards import check_judge_settings, check_paths_apart
 from jobs.engine.lease import RunLease
-from jobs.engine.messages import ShardReport
+from jobs.engine.messages import Looked, ShardReport
 from jobs.engine.pairs.lookahead import in_driver, look_ahead
 from jobs.engine.parts import RunParts
 from jobs.engine.plan import RunPlan
@@ -173,8 +173,6 @@ def _run(
     plan, timings = _plan(config, parts, location, store)
     done = plan.staging.staged_shards()
     with RunLease(plan.store, plan.staging.lease) as lease:
-        if not store.exists(plan.staging.date_file):
-            store.write_bytes_atomic(plan.staging.date_file, location.run_date.isoformat().encode())
         todo = [(n, s) for n, s in enumerate(plan.shards) if s.shard_id not in done]
         resuming = len(plan.shards) - len(todo)
         logger.info(
@@ -182,7 +180,9 @@ def _run(
             + (f", {resuming} already done (resuming)" if resuming else "")
             + f"; judge {config.judge.model}"
         )
-        plan = _look_ahead(plan, todo, timings)
+        plan = _look_ahead(plan, todo, timings, lease.confirm)
+        if not store.exists(plan.staging.date_file):
+            store.write_bytes_atomic(plan.staging.date_file, location.run_date.isoformat().encode())
         reports, flow, judge = _judge(plan, todo, lease.heartbeat, timings, time_of)
         _check_all_staged(plan, reports)
         manifest = run_manifest(
@@ -274,24 +274,38 @@ def _sample(
     return dataclasses.replace(parts, reader=dataclasses.replace(reader, sample=sample)), sample
 
 
-def _look_ahead(plan: RunPlan, todo: list[tuple[int, Shard]], timings: dict[str, float]) -> RunPlan:
+def _look_ahead(
+    plan: RunPlan,
+    todo: list[tuple[int, Shard]],
+    timings: dict[str, float],
+    confirm_lease: Callable[[], None],
+) -> RunPlan:
     """Start Ray when there is work, and look ahead (`jobs.engine.pairs.lookahead`; a small run's
-    in the driver, while Ray starts) for repeated ids or the verdict cache: the plan with it."""
+    in the driver, while Ray starts) for repeated ids or the verdict cache: the plan with it.
+    The lease is confirmed first, while Ray starts: the look-ahead writes to the staging area."""
     if not todo:
+        confirm_lease()
         return plan
     started = time.monotonic()
     # a batch round's requests are fixed per pass: no shard waits for another's replies
     look = functools.partial(look_ahead, plan, todo, shared=plan.config.judge.mode != "batch")
     wanted = plan.parts.find_duplicates_first or plan.parts.cache is not None
+    early = look if wanted and in_driver(plan, plan.shards) else None
     with ThreadPoolExecutor(1) as pool:
-        early = pool.submit(look) if wanted and in_driver(plan, plan.shards) else None
+        confirmed = pool.submit(_confirm_then, confirm_lease, early)
         start_ray(plan.config)
         ready = time.monotonic()
         timings["ray_start"] += ready - started
+        looked = confirmed.result()
         if wanted:
-            plan = dataclasses.replace(plan, looked=early.result() if early else look())
+            plan = dataclasses.replace(plan, looked=look() if looked is None else looked)
             timings["lookahead"] = time.monotonic() - ready  # what it took beyond Ray's start
     return plan
+
+
+def _confirm_then(confirm: Callable[[], None], look: Callable[[], Looked] | None) -> Looked | None:
+    confirm()
+    return look() if look else None
 
 
 def _judge(

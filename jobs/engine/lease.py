@@ -1,6 +1,7 @@
 """A run lease: one driver at a time per run id. `LEASE.json` in the run's staging area holds
 the driver's token, host, pid and heartbeat; a fresh lease refuses a second driver, a stale
-one (or a dead process's on this host) is taken over. A context manager."""
+one (or a dead process's on this host) is taken over. A context manager; `confirm` before the
+run writes anything else."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ class RunLocked(CtxPrecError):
 # it is taken over, so a retry in the same process need not wait out the TTL.
 _HELD: set[str] = set()
 
+# Two drivers that start in the same instant both write the lease, and the later write wins:
+# this long after its own write a driver reads the lease back, once both writes have landed.
+CONFIRM_AFTER_S = 0.2
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -46,8 +51,10 @@ class RunLease:
     path: str
     ttl_s: float = 60.0
     clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     _last_beat: float = 0.0
+    _written: float = 0.0  # time.monotonic() of acquire's write
 
     def _record(self) -> dict[str, Any]:
         return {
@@ -89,18 +96,24 @@ class RunLease:
         _HELD.add(self.token)
         try:
             self.heartbeat(force=True)
-            # Two drivers starting in the same instant both write; the later write wins and
-            # the earlier driver sees someone else's token here.
-            time.sleep(0.2)
-            current = self._read()
-            if current is not None and current.get("token") != self.token:
-                raise RunLocked(
-                    f"another driver (pid {current.get('pid')} on {current.get('host')}) took "
-                    "this run id at the same moment; use another run.id"
-                )
         except BaseException:
             _HELD.discard(self.token)
             raise
+        self._written = time.monotonic()
+
+    def confirm(self) -> None:
+        """Raise `RunLocked` if another driver took the lease in the same instant as `acquire`;
+        waits out `CONFIRM_AFTER_S` since acquire's write (the driver calls it while Ray starts)."""
+        left = self._written + CONFIRM_AFTER_S - time.monotonic()
+        if left > 0:
+            self.sleep(left)
+        current = self._read()
+        if current is not None and current.get("token") != self.token:
+            _HELD.discard(self.token)
+            raise RunLocked(
+                f"another driver (pid {current.get('pid')} on {current.get('host')}) took "
+                "this run id at the same moment; use another run.id"
+            )
 
     def heartbeat(self, force: bool = False) -> None:
         now = self.clock()

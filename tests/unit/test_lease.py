@@ -17,7 +17,7 @@ import pytest
 from jobs.core.config import JobConfig, parse_config
 from jobs.core.storage import Store, open_store
 from jobs.engine.driver import resolve_location
-from jobs.engine.lease import RunLease, RunLocked
+from jobs.engine.lease import CONFIRM_AFTER_S, RunLease, RunLocked
 from jobs.inputs import list_input_files, plan_shards
 from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job
@@ -42,6 +42,25 @@ def test_released_after_success(store: Store) -> None:
     assert not store.exists(lease.path)
     with lease_at(store):  # another driver takes the run id at once
         pass
+
+
+def test_of_two_drivers_taking_a_run_id_at_once_the_earlier_writer_stops(store: Store) -> None:
+    """Both found no lease and both wrote theirs; the later write won. The earlier driver reads
+    the winner's token back at `confirm`, once both writes have landed, and stops; the winner's
+    lease stays."""
+    waits: list[float] = []
+    earlier = lease_at(store)
+    earlier.sleep = waits.append
+    with pytest.raises(RunLocked, match="at the same moment"), earlier:
+        winner = {"token": "winner", "host": "elsewhere", "pid": 1, "heartbeat": 1e12}
+        store.write_bytes_atomic(earlier.path, json.dumps(winner).encode())
+        earlier.confirm()
+    assert len(waits) == 1 and 0 < waits[0] <= CONFIRM_AFTER_S
+    assert json.loads(store.read_bytes(earlier.path))["token"] == "winner"
+    store.rm(earlier.path)
+    with lease_at(store) as unchallenged:  # a lease nobody else wrote is confirmed
+        unchallenged.confirm()
+    assert not store.exists(unchallenged.path)
 
 
 def test_released_after_an_exception(store: Store) -> None:
