@@ -93,12 +93,8 @@ class RunLease:
                 f"(heartbeat {age:.0f}s ago, lease {self.store.url(self.path)}); wait for it, "
                 f"or use another run.id"
             )
-        _HELD.add(self.token)
-        try:
-            self.heartbeat(force=True)
-        except BaseException:
-            _HELD.discard(self.token)
-            raise
+        self.heartbeat(force=True)
+        _HELD.add(self.token)  # after the write: a thread taking it meanwhile meets `confirm`
         self._written = time.monotonic()
 
     def confirm(self) -> None:
@@ -109,7 +105,6 @@ class RunLease:
             self.sleep(left)
         current = self._read()
         if current is not None and current.get("token") != self.token:
-            _HELD.discard(self.token)
             raise RunLocked(
                 f"another driver (pid {current.get('pid')} on {current.get('host')}) took "
                 "this run id at the same moment; use another run.id"

@@ -96,32 +96,32 @@ def _init_ray(address: str | None) -> None:
         ray.init(address=address, log_to_driver=True, logging_level=_RAY_LOG_LEVEL)
         return
     # Our own local Ray: none of its processes may outlive this driver (jobs.engine.reaper).
-    from jobs.engine.reaper import start_reaper
+    from jobs.engine.reaper import reaped
 
-    start_reaper()
     logging.getLogger(_AUTH_LOGGER).setLevel(logging.ERROR)
-    for attempt in (1, 2):
-        try:
-            ray.init(
-                # "local": a new instance of our own, never a cluster someone left running on
-                # this machine (`ray start` leaves its address where a bare ray.init finds it)
-                address="local",
-                num_cpus=max(2, os.cpu_count() or 2),
-                include_dashboard=False,
-                # no runtime_env: its processes inherit this one's environment, and a runtime_env
-                # (even env_vars alone) costs a run's first tasks seconds of worker start
-                _node_ip_address="127.0.0.1",
-                log_to_driver=True,
-                logging_level=_RAY_LOG_LEVEL,
-            )
-            atexit.register(stop_ray)  # before Ray's own exit handler (last in, first out)
-            return
-        except Exception as exc:
-            # On an overloaded machine a local node can miss Ray's start-up deadline; a second
-            # try usually makes it. Anything else is not ours to retry.
-            if attempt == 2 or "timed out during startup" not in str(exc):
-                raise
-            ray.shutdown()
+    with reaped():
+        for attempt in (1, 2):
+            try:
+                ray.init(
+                    # "local": a new instance of our own, never a cluster someone left running on
+                    # this machine (`ray start` leaves its address where a bare ray.init finds it)
+                    address="local",
+                    num_cpus=max(2, os.cpu_count() or 2),
+                    include_dashboard=False,
+                    # no runtime_env: its processes inherit this environment, and a runtime_env
+                    # (even env_vars alone) costs a run's first tasks seconds of worker start
+                    _node_ip_address="127.0.0.1",
+                    log_to_driver=True,
+                    logging_level=_RAY_LOG_LEVEL,
+                )
+                atexit.register(stop_ray)  # before Ray's own exit handler (last in, first out)
+                return
+            except Exception as exc:
+                # On an overloaded machine a local node can miss Ray's start-up deadline; a second
+                # try usually makes it. Anything else is not ours to retry.
+                if attempt == 2 or "timed out during startup" not in str(exc):
+                    raise
+                ray.shutdown()
 
 
 def stop_ray() -> None:

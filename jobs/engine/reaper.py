@@ -1,7 +1,8 @@
 """No process of a driver's local Ray outlives the driver, however it ends: a watcher process
 in a session of its own holds a pipe only the driver writes to, and when the driver's end
-closes, SIGKILLs every process whose environment carries the driver's token (Linux /proc).
-Run as `python -m jobs.engine.reaper TOKEN`; imports only the standard library."""
+closes, SIGKILLs every process whose environment carries the driver's token (Linux /proc):
+those started inside `reaped()`, Ray's. Run as `python -m jobs.engine.reaper TOKEN`; imports
+only the standard library."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import IO
 
@@ -25,29 +26,33 @@ SWEEP_GAP_S = 0.5
 # reference, which closes it) would tell the watcher the driver has ended.
 _watcher: subprocess.Popen[bytes] | None = None
 _pipe: IO[bytes] | None = None
+_token: str | None = None
 
 
-def start_reaper(environ: MutableMapping[str, str] = os.environ) -> str | None:
-    """Mark this driver's environment and start its watcher (once per process); the token,
-    or None where there is no /proc to find the processes by."""
-    global _watcher, _pipe
-    if _watcher is not None and _watcher.poll() is None:
-        return environ.get(RUN_TOKEN_ENV)
-    if not Path("/proc/self/environ").exists():
-        return None
-    token = f"{os.getpid()}-{uuid.uuid4().hex}"
-    environ[RUN_TOKEN_ENV] = token
-    _watcher = subprocess.Popen(
-        [sys.executable, "-m", "jobs.engine.reaper", token],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={k: v for k, v in environ.items() if k != RUN_TOKEN_ENV},
-        cwd="/",
-    )
-    _pipe = _watcher.stdin
-    return token
+@contextlib.contextmanager
+def reaped(environ: MutableMapping[str, str] = os.environ) -> Iterator[None]:
+    """Processes started inside carry this driver's token (where /proc can find them), so none
+    outlives the driver; those started after (a library user's own) do not. The watcher starts
+    once per process."""
+    global _watcher, _pipe, _token
+    if (_watcher is None or _watcher.poll() is not None) and Path("/proc/self/environ").exists():
+        _token = f"{os.getpid()}-{uuid.uuid4().hex}"
+        _watcher = subprocess.Popen(
+            [sys.executable, "-m", "jobs.engine.reaper", _token],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={k: v for k, v in environ.items() if k != RUN_TOKEN_ENV},
+            cwd="/",
+        )
+        _pipe = _watcher.stdin
+    if _token is not None:
+        environ[RUN_TOKEN_ENV] = _token
+    try:
+        yield
+    finally:
+        environ.pop(RUN_TOKEN_ENV, None)
 
 
 def marked_processes(token: str) -> list[int]:
