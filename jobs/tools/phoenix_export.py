@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -233,12 +232,16 @@ def export(options: ExportOptions, headers: dict[str, str], out: TextIO) -> int:
 
 
 def run(options: ExportOptions, out: TextIO | None = None) -> int:
-    key = os.environ.get("PHOENIX_API_KEY")
-    return export(options, {"Authorization": f"Bearer {key}"} if key else {}, out or sys.stdout)
+    from jobs.core.config import PhoenixAccess  # the one place the key becomes a header
+
+    access = PhoenixAccess.model_construct(
+        endpoint=options.endpoint, project=options.project, api_key_env=options.api_key_env
+    )
+    return export(options, access.http_headers(), out or sys.stdout)
 
 
 _COMMAND = "ctxprec export phoenix {0.run} --output {0.root.output} --endpoint {0.endpoint} "
-_COMMAND += "--project {0.project} --name {0.name}"
+_COMMAND += "--project {0.project} --name {0.name} --api-key-env {0.api_key_env}"
 
 
 def export_after_run(config: JobConfig, outcome: RunOutcome) -> int:
@@ -248,7 +251,7 @@ def export_after_run(config: JobConfig, outcome: RunOutcome) -> int:
         return 0
     root = PublishedRoot(config.output.path, config.output.storage_options)
     options = ExportOptions("phoenix", outcome.run_id, to.endpoint, to.project, root, to.name)
-    options = replace(options, span_id_column=to.span_id_column)
+    options = replace(options, span_id_column=to.span_id_column, api_key_env=to.api_key_env)
     try:
         return export(options, to.http_headers(), sys.stderr)
     except CtxPrecError as exc:

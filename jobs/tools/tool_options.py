@@ -223,4 +223,5 @@ class ExportOptions:
     name: str = option("context_precision_relevance", "the annotations' name (default {default})")
     span_id_column: str = option("query_id", "the span ids' column (default {default})")
     batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
+    api_key_env: str = option("PHOENIX_API_KEY", "NAME of the variable holding the API key")
     as_json: bool = _json("print one JSON object (the counts)")

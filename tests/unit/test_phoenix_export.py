@@ -6,6 +6,7 @@ on 127.0.0.1 that answers what the test tells it to."""
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import socket
 import threading
@@ -23,10 +24,11 @@ from jobs.tools.phoenix_export import (
     SinkFailed,
     deliver,
     export_run,
+    run,
     span_annotation_name,
 )
 from jobs.tools.published_runs import load_run
-from jobs.tools.tool_options import ExportOptions
+from jobs.tools.tool_options import ExportOptions, PublishedRoot
 from scorer_core.errors import ConfigError
 from tests.support.published import Query, publish
 
@@ -152,6 +154,13 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b'{"data": []}')
 
+    def do_GET(self) -> None:  # the project check: it is there
+        self.server.seen.append((self.headers.get("Authorization"), None))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"data": {"name": "p"}}')
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -226,3 +235,23 @@ def test_an_unreachable_endpoint_is_named_once_the_deadline_passes() -> None:
     with pytest.raises(SinkFailed, match=f"Phoenix at http://127.0.0.1:{port} unreachable"):
         sink.check()
     assert waits == []
+
+
+def test_the_command_sends_the_key_of_the_variable_it_names_and_says_it_to_resume(
+    answers: http.server.ThreadingHTTPServer,
+    run_store: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PHOENIX_API_KEY", "not-this-one")
+    monkeypatch.setenv("TEAM_PHOENIX_KEY", "team-key")
+    url = f"http://127.0.0.1:{answers.server_address[1]}"
+    root = PublishedRoot(str(tmp_path / "out"))
+    options = _options(endpoint=url, root=root, api_key_env="TEAM_PHOENIX_KEY")
+    assert run(options, io.StringIO()) == 0
+    assert len(answers.seen) > 2  # type: ignore[attr-defined]
+    assert {key for key, _ in answers.seen} == {"Bearer team-key"}  # type: ignore[attr-defined]
+    answers.statuses[:] = [401] * 50  # type: ignore[attr-defined]
+    printed = io.StringIO()
+    assert run(options, printed) == 1
+    assert "--api-key-env TEAM_PHOENIX_KEY" in printed.getvalue()
