@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from tests.support.job import (
 from tests.support.moto import MotoS3
 from tests.support.node_barrier import BARRIER_ENV, NodeBarrier
 from tests.support.paths import REPO
+from tests.support.processes import process_on_port
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -190,6 +192,19 @@ def test_on_s3_the_run_succeeds_with_shards_on_both_nodes(
     assert dict(zip(scores["query_id"], scores["score"], strict=True)) == lexical_truth(rows)
 
 
+def _wait_for_senders(gate: HoldRequests, count: int, timeout_s: float = 120.0) -> None:
+    """Until the held requests come from `count` processes at least (a worker's share of the
+    run's in-flight budget can take a moment to reach it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = gate.wait_held(1)
+        senders = {process_on_port(arrival.peer[1]).pid for arrival in held if arrival.peer}
+        if len(senders) >= count:
+            return
+        assert time.monotonic() < deadline, f"held requests from {len(senders)} process(es)"
+        time.sleep(0.2)
+
+
 # Last in the module: it loses the module cluster's second node (a cluster of its own would
 # cost a start and a stop of two nodes).
 def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
@@ -239,6 +254,8 @@ def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
     try:
         gate.wait_held(1, timeout_s=300)
         wait_journaled(out, load_config(path), rows, half)
+        # both workers have requests in flight (the head node runs one at most): the loss hits one
+        _wait_for_senders(gate, 2)
         assert harness.stdin is not None and harness.stdout is not None
         harness.stdin.write("LOSE NODE\n")
         harness.stdin.flush()
