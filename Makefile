@@ -65,8 +65,9 @@ score-example: install
 # files that share it; beside them, at idle priority, the unit tests (no Ray) in two workers,
 # which take only the CPU the integration files leave while they wait on servers and
 # subprocesses (niced, they slowed the integration files from 333 s to 418 s in .ci/run; see
-# docs/benchmarks.md). Their report is printed after theirs. Every test runs in a worker process, so a test whose Ray ends its
-# process fails alone and the summary still prints. Both parts run, each with its summary.
+# docs/benchmarks.md). Their report is printed after theirs. Every test runs in a worker
+# process, so a test whose Ray ends its process fails alone and the summary still prints.
+# Both parts run, each with its summary.
 test: install
 	@status=0; $(IDLE) $(BIN)/pytest tests/unit -n 2 > .unit-tests.log 2>&1 & unit=$$!; \
 		$(BIN)/pytest tests/integration -n 2 --dist loadfile --no-loadscope-reorder || status=$$?; \
