@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import yaml
 from jobs.core.config import load_config
 from jobs.core.storage import s3_options
 from jobs.engine.ray_runtime import RAY_ENV
+from tests.fake_judge import Arrival
 from tests.integration.test_verdict_store_job import wait_journaled
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
@@ -192,17 +192,9 @@ def test_on_s3_the_run_succeeds_with_shards_on_both_nodes(
     assert dict(zip(scores["query_id"], scores["score"], strict=True)) == lexical_truth(rows)
 
 
-def _wait_for_senders(gate: HoldRequests, count: int, timeout_s: float = 120.0) -> None:
-    """Until the held requests come from `count` processes at least (a worker's share of the
-    run's in-flight budget can take a moment to reach it)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        held = gate.wait_held(1)
-        senders = {process_on_port(arrival.peer[1]).pid for arrival in held if arrival.peer}
-        if len(senders) >= count:
-            return
-        assert time.monotonic() < deadline, f"held requests from {len(senders)} process(es)"
-        time.sleep(0.2)
+def _senders(held: list[Arrival]) -> set[int]:
+    """The processes (Ray workers) that sent the held requests."""
+    return {process_on_port(arrival.peer[1]).pid for arrival in held if arrival.peer}
 
 
 # Last in the module: it loses the module cluster's second node (a cluster of its own would
@@ -255,7 +247,7 @@ def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
         gate.wait_held(1, timeout_s=300)
         wait_journaled(out, load_config(path), rows, half)
         # both workers have requests in flight (the head node runs one at most): the loss hits one
-        _wait_for_senders(gate, 2)
+        gate.wait_until(lambda held: len(_senders(held)) >= 2, "requests held from 2 workers")
         assert harness.stdin is not None and harness.stdout is not None
         harness.stdin.write("LOSE NODE\n")
         harness.stdin.flush()

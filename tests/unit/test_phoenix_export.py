@@ -149,17 +149,17 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         server = self.server
         server.seen.append((self.headers.get("Authorization"), body))  # type: ignore[attr-defined]
         status = server.statuses.pop(0) if server.statuses else 200  # type: ignore[attr-defined]
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b'{"data": []}')
+        self._answer(status, b'{"data": []}')
 
     def do_GET(self) -> None:  # the project check: it is there
         self.server.seen.append((self.headers.get("Authorization"), None))  # type: ignore[attr-defined]
-        self.send_response(200)
+        self._answer(200, b'{"data": {"name": "p"}}')
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
-        self.wfile.write(b'{"data": {"name": "p"}}')
+        self.wfile.write(body)
 
     def log_message(self, *args: object) -> None:
         pass
