@@ -239,6 +239,7 @@ def assemble_worker(folder: Path, out: Path) -> dict[str, Any]:
     from jobs.core.run_layout import RunLocation
     from jobs.core.storage import open_store
     from jobs.engine.trace_staging import stage_traces
+    from jobs.run.factory import run_parts
 
     config = parse_config(
         {
@@ -252,8 +253,10 @@ def assemble_worker(folder: Path, out: Path) -> dict[str, Any]:
         }
     )
     store = open_store(str(out))
+    location = RunLocation("bench", dt.date.today())
+    parts = run_parts(config, location)
     started = time.monotonic()
-    _, report = stage_traces(config, store, RunLocation("bench", dt.date.today()))
+    report = stage_traces(config, parts, store, location).model_dump()
     seconds = time.monotonic() - started
     return {
         "seconds": seconds,

@@ -460,11 +460,11 @@ def ray_probe() -> dict[str, float]:
     started = time.monotonic()
     import ray
 
-    from jobs.core.config import InputConfig, JobConfig
+    from jobs.core.config import RayConfig
     from jobs.engine.ray_runtime import start_ray
 
     imported = time.monotonic()
-    start_ray(JobConfig(input=InputConfig(path="unused")))
+    start_ray(RayConfig())
     initialised = time.monotonic()
 
     def pid() -> int:

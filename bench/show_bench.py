@@ -36,6 +36,7 @@ from jobs.core.run_manifest import RunManifest
 from jobs.core.schema import PUBLISHED_SCORES, PUBLISHED_VERDICTS
 from jobs.core.storage import open_store
 from jobs.engine.publish import aggregate
+from jobs.engine.publish.aggregate import SummarySpec
 from jobs.engine.publish.publisher import _ParquetFile
 from tests.support.polars_scores import scores_from_verdicts
 
@@ -153,8 +154,7 @@ def _write_tables(
         summary = aggregate.summarize(
             pl.scan_parquet(files["scores"].path),
             pl.scan_parquet(files["verdicts"].path),
-            model="lexical",
-            scale=1.0,
+            SummarySpec(model="lexical", scale=1.0),
         )
         summary_path = Path(tmp) / "summary.parquet"
         summary.to_frame().write_parquet(summary_path)

@@ -186,7 +186,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     # The generator's tasks in workers of their own (another runtime env), left out of the
     # workers measured: what they keep is the bench's, not the job's.
     generate_keys = ray_map(
-        config, in_flight=4, runtime_env={"env_vars": {"STORE_BENCH_ROLE": "keys"}}
+        config.ray, in_flight=4, runtime_env={"env_vars": {"STORE_BENCH_ROLE": "keys"}}
     )
     list(generate_keys(run_keys_task, [(0, 1, store_size)]))  # the workers started first
     peaks = _Peaks()
@@ -202,7 +202,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
     keyed = time.monotonic()
     keys_peak = peaks.stop()
     peaks = _Peaks(exclude=frozenset(generators))
-    look.join_store(verdicts, ray_map(config, in_flight=4))
+    look.join_store(verdicts, ray_map(config.ray, in_flight=4))
     look.share()
     looked = look.stage(store, f"_staging/run_id=bench-{items}")
     seconds = time.monotonic() - keyed
@@ -229,9 +229,10 @@ def key_rate(items: int = 10_000) -> float:
     from bench.job_bench import base_config
     from jobs.core.config import parse_config
     from jobs.core.schema import RunSchema
-    from jobs.engine.pairs.lookahead import shard_keys
+    from jobs.engine.pairs.lookahead import KeyReading, shard_keys
     from jobs.inputs import list_input_files, plan_shards
     from jobs.inputs.records import ItemReader
+    from jobs.inputs.shard_read import RunRows
     from jobs.tools.sample_data import generate as sample_items
     from jobs.tools.sample_data import write_jsonl
 
@@ -242,7 +243,8 @@ def key_rate(items: int = 10_000) -> float:
         reader = ItemReader.for_config(config)
         shards = plan_shards(reader.spec, list_input_files(reader.spec), 2000)
         started = time.monotonic()
-        shard_keys(reader, RunSchema(), list(enumerate(shards)), True, "fp")
+        reading = KeyReading(rows=RunRows(reader=reader, tables=RunSchema()), fingerprint="fp")
+        shard_keys(reading, list(enumerate(shards)), ids=True)
         return items / (time.monotonic() - started)
 
 

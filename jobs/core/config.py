@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.core.config_yaml import load_yaml, plain, resolve_user_text
+from jobs.core.validated import Validated
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError
 from scorer_core.judge_access import JudgeAccess
@@ -42,7 +43,7 @@ def _names_once(value: list[str]) -> list[str]:
     return value
 
 
-class _Strict(BaseModel):
+class _Strict(Validated):
     # no inf or nan: a "number" like .inf would pass every bound and break the pacing maths
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

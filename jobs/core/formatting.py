@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
@@ -103,31 +103,45 @@ class Column:
     grow: bool = True
 
 
+class TableLayout(TypedDict, total=False):
+    """How a text table is laid out: `indent` before each line (default none), `gap` between
+    columns (default two spaces), `markdown` for a Markdown table instead (default false)."""
+
+    indent: str
+    gap: str
+    markdown: bool
+
+
 def table(
     columns: Sequence[Column],
     rows: Iterable[Sequence[object]],
     *,
     title: str | None = None,
-    indent: str = "",
-    gap: str = "  ",
     header: bool = True,
-    markdown: bool = False,
+    **layout: Unpack[TableLayout],
 ) -> str:
-    """`rows` laid out under `columns` (a Markdown table with `markdown`), after `title`."""
+    """`rows` laid out under `columns` as `layout` says, after `title`."""
+    indent = layout.get("indent", "")
+    gap = layout.get("gap", "  ")
+    markdown = layout.get("markdown", False)
 
     def cell(value: object, column: Column) -> str:
         return cut(str(value), column.limit) if column.limit else terminal_safe(value)
 
-    body = [[cell(value, c) for value, c in zip(row, columns, strict=True)] for row in rows]
-    heads = [cell(c.header, c) for c in columns]
+    body = [
+        [cell(value, column) for value, column in zip(row, columns, strict=True)] for row in rows
+    ]
+    heads = [cell(column.header, column) for column in columns]
     shown = [heads, *body] if header else body
     widths = [
-        max([c.width, *(len(cells[i]) for cells in shown)]) if c.grow else c.width
-        for i, c in enumerate(columns)
+        _width(column, [cells[index] for cells in shown]) for index, column in enumerate(columns)
     ]
 
     def line(cells: Sequence[str]) -> str:
-        padded = [f"{text:{c.align}{w}}" for text, c, w in zip(cells, columns, widths, strict=True)]
+        padded = [
+            f"{text:{column.align}{width}}"
+            for text, column, width in zip(cells, columns, widths, strict=True)
+        ]
         if markdown:
             return f"{indent}| {' | '.join(padded)} |"
         return (indent + gap.join(padded)).rstrip()
@@ -136,9 +150,17 @@ def table(
     if header:
         lines.append(line(heads))
         if markdown:
-            lines.append(f"{indent}|{'|'.join('-' * (w + 2) for w in widths)}|")
+            rule = "|".join("-" * (width + 2) for width in widths)
+            lines.append(f"{indent}|{rule}|")
     lines += [line(cells) for cells in body]
     return "\n".join(lines)
+
+
+def _width(column: Column, texts: Sequence[str]) -> int:
+    """A column's width: its own, or (`grow`) at least that of its longest text."""
+    if not column.grow:
+        return column.width
+    return max([column.width, *(len(text) for text in texts)])
 
 
 class JsonRecord(BaseModel):

@@ -91,6 +91,12 @@ class RunLocation:
     def manifest(self) -> str:
         return f"manifests/{self.partition}/manifest.json"
 
+    @property
+    def traces(self) -> str:
+        """Where the run's traces are assembled into items (input.format otlp, phoenix),
+        relative to the output root."""
+        return f"{self.staging}/traces"
+
 
 @dataclass(frozen=True)
 class StagingArea:
@@ -107,7 +113,8 @@ class StagingArea:
         return self.store.join(self.folder, *parts)
 
     @property
-    def lease(self) -> str:
+    def lock_file(self) -> str:
+        """The run's lock (`jobs.engine.run_lock`), under the name it has always had."""
         return self.path("LEASE.json")
 
     @property

@@ -8,9 +8,10 @@ import json
 from textwrap import shorten
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
 from jobs.core.text_safety import terminal_safe
+from jobs.core.validated import Validated
 from scorer_core.errors import CtxPrecError
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 _READING = {"read": "manifest"}  # the validation context of `RunManifest.read`
 
 
-class _Record(BaseModel):
+class _Record(Validated):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     @model_validator(mode="before")
@@ -178,6 +179,79 @@ class ErrorRateRecord(_Record):
         return text
 
 
+class PositionRateRecord(_Record):
+    """How often the judge found the context at one position relevant."""
+
+    position: int
+    judged: int
+    relevant: int
+    rate: float
+
+
+class SegmentRecord(_Record):
+    """The summary of the items whose column `by` holds `value` (as text; None: null)."""
+
+    by: str
+    value: str | None = None
+    summary: SummaryRecord
+
+
+class SummaryRecord(_Record):
+    """The run's summary as the manifest keeps it (`RunSummary.to_record`): score statistics
+    over the "ok" items, counts, bands, relevance by position, cost, flow and canary metrics,
+    and the same per `summary.by` segment. A manifest written before a field existed lacks it."""
+
+    model: str | None = None
+    scale: float | None = None
+    items: int | None = None
+    scored: int | None = None
+    unscored: int | None = None
+    errors: int | None = None
+    mean: float | None = None
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    bands: dict[str, int] = Field(default_factory=dict)  # label -> items, worst band first
+    position_rates: list[PositionRateRecord] = Field(default_factory=list)
+    judge_calls: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cache_hits: int | None = None
+    cost_usd: float | None = None
+    flow: dict[str, float | None] = Field(default_factory=dict)
+    segments: list[SegmentRecord] = Field(default_factory=list)
+    mean_ci_low: float | None = None
+    mean_ci_high: float | None = None
+    population: int | None = None
+    canary: dict[str, float | None] = Field(default_factory=dict)
+    cached_prompt_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+
+
+SegmentRecord.model_rebuild()
+
+
+class TracesRecord(_Record):
+    """What assembling a run's traces into items found (`jobs.inputs.traces.TraceReport`)."""
+
+    files: int = 0
+    spans: int = 0
+    malformed: int = 0
+    malformed_examples: list[str] = Field(default_factory=list)
+    duplicate_spans: int = 0
+    traces: int = 0
+    traces_without_retriever: int = 0
+    retrievals: int = 0
+    retrievals_without_text: int = 0
+    items: int = 0
+    items_without_output: int = 0
+    partitions: int = 0
+    items_path: str = ""
+    carried_types: dict[str, str] = Field(default_factory=dict)
+    seconds: float = 0.0
+    peak_rss_mb: dict[str, float] = Field(default_factory=dict)
+
+
 class RunManifest(_Record):
     """A run's manifest: who made it with what, how it went, and once published what it holds."""
 
@@ -195,10 +269,10 @@ class RunManifest(_Record):
     # shards run on each Ray node, by node id
     nodes: dict[str, int] = Field(default_factory=dict)
     # input.format otlp: what assembling the traces into items found (jobs.inputs.traces)
-    traces: dict[str, Any] | None = None
+    traces: TracesRecord | None = None
     # -- added by publishing
     status: Literal["complete"] | None = None
-    summary: dict[str, Any] = Field(default_factory=dict)  # RunSummary.to_dict()
+    summary: SummaryRecord = Field(default_factory=SummaryRecord)
     duplicates: int = 0
     error_rate: ErrorRateRecord | None = None
     published_at: str | None = None

@@ -10,75 +10,75 @@ import logging
 import os
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from jobs.core.config import JobConfig, deadline_at
+from jobs.core.config import deadline_at
 from jobs.core.formatting import duration
 from jobs.core.run_manifest import JudgeRecord
 from jobs.engine.batch.batch_layout import BatchLayout
 from jobs.engine.batch.ingest import ingest_batch
 from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
-from jobs.engine.batch.requests import batch_provider
 from jobs.engine.batch.state import BatchRecord, RoundState, now_iso, split_batches
-from jobs.engine.fanout import RunFailed, fan_out, raise_if_fatal
-from jobs.engine.messages import ShardReport
+from jobs.engine.clock import RunClock, Timings
+from jobs.engine.failures import BatchesStillRunning, RunFailed, rerun_hint
+from jobs.engine.fanout import fan_out, raise_if_fatal
+from jobs.engine.messages import BatchPass, ShardReport
+from jobs.engine.parts import BatchParts
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import start_ray
 from scorer_core.errors import CtxPrecError
-from scorer_core.protocols import Sleeper
-from scorer_core.retry import real_sleep
+from scorer_core.types import ReasonMode
+
+__all__ = ["BatchRounds", "BatchesStillRunning", "max_rounds"]
 
 logger = logging.getLogger(__name__)
 
 _HEARTBEAT_EVERY_S = 10.0
-"""The lease's heartbeat is refreshed at least this often while the driver waits."""
+"""The run lock's heartbeat is refreshed at least this often while the driver waits."""
 _POLL_CONCURRENCY = 8
 _SHOWN_BATCHES = 6
 """Batches named on the progress line (`ctxprec status` lists them all)."""
 
 
-class BatchesStillRunning(CtxPrecError):
-    """`judge.batch.max_wait_s` passed while batches run; the same run id collects them later."""
-
-
-def max_rounds(config: JobConfig) -> int:
-    """Rounds a run can need: every re-ask of the verdicts, then of an LLM reason, each sent in
-    up to judge.batch.max_rounds rounds, and the deadline's online round."""
-    asks = config.judge.max_reasks + 1
-    return asks * (2 if config.scorer.reason == "llm" else 1) * config.judge.batch.max_rounds + 1
+def max_rounds(batch: BatchParts, reason: ReasonMode) -> int:
+    """Rounds a run can need: every re-ask of the verdicts, then of an LLM reason (`reason`:
+    scorer.reason), each sent in up to judge.batch.max_rounds rounds, and the deadline's online
+    round."""
+    asks = batch.max_reasks + 1
+    kinds = 2 if reason == "llm" else 1
+    return asks * kinds * batch.settings.max_rounds + 1
 
 
 class BatchRounds:
-    """The driver's side of one batch-mode run (see the module doc): `run`, then its `reports`
-    and `timings` (seconds per phase)."""
+    """The driver's side of one batch-mode run (see the module doc): `run`, then its
+    `reports`; the seconds of its phases go to `timings`."""
 
     def __init__(
         self,
         plan: RunPlan,
         *,
         heartbeat: Callable[[], None] = lambda: None,
+        clock: RunClock | None = None,
+        timings: Timings | None = None,
         provider: LiteLLMBatches | None = None,
-        sleep: Sleeper = real_sleep,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        if plan.parts.batch is None:
+            raise ValueError("batch rounds need a run in judge.mode batch")
         self._plan = plan
-        self._config = plan.config
+        self._batch = plan.parts.batch
+        self._settings = plan.parts.batch.settings
         self._heartbeat = heartbeat
-        self._sleep = sleep
-        self._clock = clock
-        self._wall_clock = wall_clock
+        self._clock = clock or RunClock()
+        self.timings = timings or Timings()
         self._deadline: float | None = None  # epoch seconds, set when the run starts
-        self._provider = provider or LiteLLMBatches.for_config(
-            plan.config, plan.config.judge.api_key(), sleep=sleep
-        )
+        self._provider = provider or self._batch.batches.open(self._clock.sleep)
         self._layout = BatchLayout(plan.store, plan.location.staging)
         self.reports: list[ShardReport] = []
-        self.timings: defaultdict[str, float] = defaultdict(float)
         # What this driver sent (a resumed run's earlier drivers sent the rest).
-        self._uploads = self._created = 0
+        self._uploads = 0
+        self._created = 0
 
     def run(self) -> JudgeRecord:
         """Every round until every shard is staged (raises `BatchesStillRunning` when the
@@ -89,17 +89,17 @@ class BatchRounds:
                 layout.run_file,
                 {
                     "run_id": self._plan.location.run_id,
-                    "model": self._config.judge.model,
-                    "provider": batch_provider(self._config),
+                    "model": self._plan.parts.model,
+                    "provider": self._batch.provider,
                     "shards": [shard.shard_id for shard in self._plan.shards],
                     "created_at": now_iso(),
-                    "started_at": self._wall_clock(),
+                    "started_at": self._clock.wall(),
                 },
             )
-        setting = self._config.judge.batch.deadline
+        setting = self._settings.deadline
         if setting is not None:  # from the run's start (its first driver's)
             started = (layout.read_json(layout.run_file) or {}).get("started_at")
-            start = float(started) if isinstance(started, int | float) else self._wall_clock()
+            start = float(started) if isinstance(started, int | float) else self._clock.wall()
             self._deadline = deadline_at(setting, start)
         # One event loop for every round's provider calls: litellm keeps its HTTP client per
         # process, and a client made on one loop and used on the next can hang a call until
@@ -119,7 +119,9 @@ class BatchRounds:
                 pending = self._pass(round_number, online)
                 if not pending:
                     break
-                if online or round_number >= max_rounds(self._config):
+                if online or round_number >= max_rounds(
+                    self._batch, self._plan.parts.scoring.reason
+                ):
                     raise RunFailed(
                         f"{len(pending)} shard(s) still have requests after {round_number} "
                         f"batch round(s) (first: {pending[0]}); this is a bug"
@@ -133,10 +135,10 @@ class BatchRounds:
         requests take online at rate_limit.requests_per_minute; None without a deadline."""
         if self._deadline is None:
             return None
-        per_minute = self._config.rate_limit.requests_per_minute
+        per_minute = self._plan.rate_limit.requests_per_minute
         online_s = unanswered / per_minute * 60.0 if per_minute else 0.0
-        margin = self._config.judge.batch.deadline_margin_s
-        return self._deadline - margin - online_s - self._wall_clock()
+        margin = self._settings.deadline_margin_s
+        return self._deadline - margin - online_s - self._clock.wall()
 
     def _online_round(self, round_number: int) -> bool:
         """Whether round `round_number` goes online: it was marked so, or the deadline is near
@@ -154,7 +156,7 @@ class BatchRounds:
             return False
         logger.info(
             f"batch round {round_number}: judge.batch.deadline "
-            f"({self._config.judge.batch.deadline}, {_iso(self._deadline)}) is near: whatever "
+            f"({self._settings.deadline}, {_iso(self._deadline)}) is near: whatever "
             "is still unanswered is asked online under rate_limit"
         )
         self._save(RoundState(round_number, (), online=True))
@@ -191,28 +193,28 @@ class BatchRounds:
         skip = staged | (set() if online else self._layout.indexed_shards(round_number))
         todo = [(n, s) for n, s in enumerate(self._plan.shards) if s.shard_id not in skip]
         if todo:
+            source = "the cache" if round_number == 0 else "the replies so far"
+            unanswered = "asked online" if online else "recorded"
             logger.info(
-                f"batch round {round_number}: judging {len(todo)} shard(s) from "
-                + ("the cache" if round_number == 0 else "the replies so far")
-                + f"; requests without a reply are {'asked online' if online else 'recorded'}"
+                f"batch round {round_number}: judging {len(todo)} shard(s) from {source}; "
+                f"requests without a reply are {unanswered}"
             )
             before = time.monotonic()
-            start_ray(self._config)
-            self.timings["ray_start"] += time.monotonic() - before
+            start_ray(self._plan.ray)
+            self.timings.add("ray_start", time.monotonic() - before)
             started += time.monotonic() - before
             # Online: the workers' online judge, governed as online re-asks are.
-            plan = (
-                replace(self._plan, config=_reasks_online(self._config)) if online else self._plan
-            )
-            reports, _ = fan_out(plan, todo, heartbeat=self._heartbeat, batch_round=round_number)
+            asks_online = online or self._settings.reask == "online"
+            batch_pass = BatchPass(round=round_number, asks_online=asks_online)
+            reports, _ = fan_out(self._plan, todo, heartbeat=self._heartbeat, batch_pass=batch_pass)
             self.reports.extend(r for r in reports if not r.pending)
             raise_if_fatal(reports)  # only online re-asks can meet a judge that cannot work
-        self.timings["build" if round_number == 0 else "passes"] += time.monotonic() - started
+        self.timings.add("build" if round_number == 0 else "passes", time.monotonic() - started)
         waiting = self._layout.indexed_shards(round_number) - self._plan.staging.staged_shards()
         return [s.shard_id for s in self._plan.shards if s.shard_id in waiting]
 
     def _plan_round(self, round_number: int, pending: list[str]) -> RoundState:
-        limits = self._config.judge.batch
+        limits = self._settings
         shards = []
         for shard_id in pending:
             index = self._layout.read_index(round_number, shard_id)
@@ -253,11 +255,11 @@ class BatchRounds:
             if not record.ingested:
                 state = state.replace(await self._ingest(state.round, record))
                 self._save(state)
-        self.timings["ingest"] += time.monotonic() - started
+        self.timings.add("ingest", time.monotonic() - started)
 
     async def _wait(self, state: RoundState) -> RoundState:
-        settings = self._config.judge.batch
-        started = self._clock()
+        settings = self._settings
+        started = self._clock.monotonic()
         deadline = None if settings.max_wait_s is None else started + settings.max_wait_s
         delay = settings.poll_interval_s
         while True:
@@ -271,29 +273,31 @@ class BatchRounds:
             self._progress(state, started)
             if all(b.final for b in state.batches):
                 return state
-            if deadline is not None and self._clock() >= deadline:
+            if deadline is not None and self._clock.monotonic() >= deadline:
                 running = [b for b in state.batches if not b.final]
+                hint = rerun_hint(self._plan.location.run_id, "collect them and publish")
                 raise BatchesStillRunning(
                     f"{len(running)} batch(es) of round {state.round} still running after "
                     f"judge.batch.max_wait_s ({settings.max_wait_s:g} s); they go on at the "
-                    f"provider: rerun with --set run.id={self._plan.location.run_id} to collect "
-                    "them and publish"
+                    f"provider: {hint}"
                 )
-            pause = delay if deadline is None else max(0.0, min(delay, deadline - self._clock()))
+            pause = delay
+            if deadline is not None:
+                pause = max(0.0, min(delay, deadline - self._clock.monotonic()))
             if until_online is not None:
                 pause = max(0.0, min(pause, until_online))
             await self._pause(pause)
             delay = min(delay * 2, settings.max_poll_interval_s)
 
     async def _pause(self, seconds: float) -> None:
-        """Wait `seconds`, keeping the run's lease alive."""
+        """Wait `seconds`, keeping the run's lock alive."""
         started = time.monotonic()
         while seconds > 0:
             step = min(seconds, _HEARTBEAT_EVERY_S)
-            await self._sleep(step)
+            await self._clock.sleep(step)
             self._heartbeat()
             seconds -= step
-        self.timings["waiting"] += time.monotonic() - started
+        self.timings.add("waiting", time.monotonic() - started)
 
     async def _poll(self, state: RoundState) -> RoundState:
         running = [b for b in state.batches if b.batch_id is not None and not b.final]
@@ -316,7 +320,7 @@ class BatchRounds:
 
     async def _submit_ready(self, state: RoundState) -> RoundState:
         """Submit, in order, the batches that fit under the enqueued-token limit."""
-        limit = self._config.judge.batch.max_enqueued_tokens
+        limit = self._settings.max_enqueued_tokens
         for record in state.batches:
             if record.batch_id is not None:
                 continue
@@ -326,7 +330,7 @@ class BatchRounds:
                 break  # keeps the order: later batches wait too
             started = time.monotonic()
             state = await self._submit(state, record)
-            self.timings["submit"] += time.monotonic() - started
+            self.timings.add("submit", time.monotonic() - started)
         return state
 
     async def _submit(self, state: RoundState, record: BatchRecord) -> RoundState:
@@ -410,7 +414,7 @@ class BatchRounds:
         logger.info(
             f"batch round {state.round}: requests {counts['completed']:,}/{counts['total']:,} "
             f"completed, {counts['failed']:,} failed | {'; '.join(shown)} | "
-            f"{duration(self._clock() - started)} since submitting"
+            f"{duration(self._clock.monotonic() - started)} since submitting"
         )
 
     def facts(self) -> JudgeRecord:
@@ -419,14 +423,14 @@ class BatchRounds:
         batches = [b for state in rounds for b in state.batches]
         return JudgeRecord(
             mode="batch",
-            provider=batch_provider(self._config),
+            provider=self._batch.provider,
             rounds=len(rounds),
             batches=len(batches),
             batch_statuses=dict(Counter(record.status or "not submitted" for record in batches)),
             requests=sum(b.requests for b in batches),
             requests_failed=sum(b.failed for b in batches),
             round_details=[state.summary() for state in rounds],
-            max_rounds=self._config.judge.batch.max_rounds,
+            max_rounds=self._settings.max_rounds,
             deadline_at=None if self._deadline is None else _iso(self._deadline),
             bytes_uploaded=sum(b.bytes for b in batches),
             uploads_by_this_driver=self._uploads,
@@ -443,13 +447,6 @@ def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
 
 def _iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
-
-
-def _reasks_online(config: JobConfig) -> JobConfig:
-    """`config` with judge.batch.reask online: the workers then build their online judge."""
-    judge = config.judge
-    batch = judge.batch.model_copy(update={"reask": "online"})
-    return config.model_copy(update={"judge": judge.model_copy(update={"batch": batch})})
 
 
 def _limit_note(records: list[BatchRecord], max_requests: int, max_bytes: int) -> str:

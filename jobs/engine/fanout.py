@@ -13,21 +13,20 @@ from jobs.core.run_manifest import FlowSnapshot
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.progress import ProgressLine
 from jobs.engine.control.shard_board import coordinator_actor_class
-from jobs.engine.messages import CoordinatorHandle, ShardContext, ShardReport
+from jobs.engine.failures import RunFailed, rerun_hint
+from jobs.engine.messages import BatchPass, CoordinatorHandle, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_task
 from jobs.engine.shards.worker import one_line, run_worker
 from jobs.inputs import Shard
-from scorer_core.errors import CtxPrecError, FatalJudgeError
+from scorer_core.errors import FatalJudgeError
+
+__all__ = ["SHARDS_PER_WORKER", "RunFailed", "fan_out", "raise_if_fatal"]
 
 _DRAW_EVERY_S = 0.5
-"""How often the driver refreshes the progress line and the lease's heartbeat."""
+"""How often the driver refreshes the progress line and the lock's heartbeat."""
 SHARDS_PER_WORKER = 2
 """Shards a worker works on at once (its lanes): the current one and the next, read ahead."""
-
-
-class RunFailed(CtxPrecError):
-    """The run could not finish; staged shards are kept so the same run id resumes."""
 
 
 def raise_if_fatal(reports: Sequence[ShardReport]) -> None:
@@ -42,34 +41,36 @@ def fan_out(
     todo: Sequence[tuple[int, Shard]],
     *,
     heartbeat: Callable[[], None] = lambda: None,
-    batch_round: int | None = None,
+    batch_pass: BatchPass | None = None,
 ) -> tuple[list[ShardReport], FlowSnapshot | None]:
     """Run `todo` ((shard number, shard) pairs) on the workers, with progress: the shards'
     reports and the run's flow. Stops at the first fatal judge error; `RunFailed` names a shard
-    that failed for good. `batch_round`: a batch round's pass (sends nothing unless re-asks go
+    that failed for good. `batch_pass`: a batch round's pass (sends nothing unless it asks
     online)."""
     if not todo:
         return [], None
     import ray
 
-    config = plan.config
-    asks_online = batch_round is None or config.judge.batch.reask == "online"
+    asks_online = batch_pass is None or batch_pass.asks_online
     governed = not plan.parts.capabilities.offline and asks_online
     coordinator = _start_coordinator(plan, todo, governed)
+    limits = plan.rate_limit
     context = ShardContext(
-        config=config,
         parts=plan.parts,
+        output=plan.output,
         staging=plan.location.staging,
         coordinator=coordinator,
         governed=governed,
-        api_key=config.judge.api_key(),
+        paced=bool(limits.requests_per_minute or limits.tokens_per_minute),
+        attempts=plan.ray.max_task_retries + 1,
         tables=plan.tables,
-        looked=plan.looked,
+        needs=plan.needs,
+        sample=plan.sample,
         run_id=plan.location.run_id,
-        batch_round=batch_round,
+        batch_pass=batch_pass,
     )
-    task = ray_task(config, run_worker)
-    names = [f"worker-{n}" for n in range(min(config.ray.workers, len(todo)))]
+    task = ray_task(plan.ray, run_worker)
+    names = [f"worker-{n}" for n in range(min(plan.ray.workers, len(todo)))]
     workers = {task.remote(context, name, SHARDS_PER_WORKER): name for name in names}
     sizes = {shard.shard_id: shard.end - shard.start for _, shard in todo}
     line = ProgressLine(sizes, exact=all(shard.kind == "rows" for _, shard in todo))
@@ -95,9 +96,9 @@ def _start_coordinator(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    governor = RunGovernor.for_limits(plan.config.rate_limit) if governed else None
+    governor = RunGovernor.for_limits(plan.rate_limit) if governed else None
     actor = coordinator_actor_class().options(scheduling_strategy=here)
-    return cast(CoordinatorHandle, actor.remote(list(todo), governor, plan.looked.owners))
+    return cast(CoordinatorHandle, actor.remote(list(todo), governor, plan.needs.owners))
 
 
 def _watch(
@@ -115,15 +116,15 @@ def _watch(
     failure: str | None = None
     while workers:
         ended, _ = ray.wait(list(workers), num_returns=len(workers), timeout=_DRAW_EVERY_S)
-        news = ray.get(coordinator.poll.remote())
-        line.counts = news.counts
-        for report in news.reports:
+        polled = ray.get(coordinator.poll.remote())
+        line.counts = polled.counts
+        for report in polled.reports:
             reports.append(report)
             line.shard_done(report.shard_id, report.items)
         # A failed shard stops the board handing out shards; the shards in progress finish
         # and stay staged for the rerun. A fatal judge error stops everything at once.
-        failure = failure or news.failure
-        if any(report.fatal for report in news.reports):
+        failure = failure or polled.failure
+        if any(report.fatal for report in polled.reports):
             return reports
         for ref in ended:
             worker = workers.pop(ref)
@@ -141,9 +142,7 @@ def _watch(
 
 
 def _failed(message: str, location: RunLocation) -> str:
-    return (
-        f"{message}. Finished shards are kept: rerun with --set run.id={location.run_id} to resume."
-    )
+    return f"{message}. Finished shards are kept: {rerun_hint(location.run_id, 'resume')}."
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
-"""Start-up checks beyond the config's own validation, before Ray starts: the judge (a model
-litellm can route, a batch provider with a batch API), the output or cache not inside the
-input nor the input inside the output (`ConfigError`, exit 2, naming what to change)."""
+"""Start-up checks beyond the config's own validation, before Ray starts: the output or cache
+not inside the input nor the input inside the output (`ConfigError`, exit 2, naming what to
+change). The judge's settings are checked where its parts are built (`jobs.run.factory`)."""
 
 from __future__ import annotations
 
@@ -13,27 +13,10 @@ from fsspec.core import split_protocol
 
 from jobs.core.config import JobConfig
 from jobs.core.storage import has_glob
-from scorer_core.capabilities import is_offline
 from scorer_core.errors import ConfigError
 
 _LOCAL = {None, "file", "local"}
 _ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
-
-
-def check_judge_settings(config: JobConfig) -> None:
-    """`ConfigError` when the judge's model string cannot be routed by litellm (when litellm
-    carries the requests) or judge.mode batch names a provider without a batch API."""
-    judge = config.judge
-    if is_offline(judge.model):
-        return
-    if judge.mode == "batch":
-        # the engine's rule for the provider, imported only for a batch run
-        from jobs.engine.batch.requests import batch_provider
-
-        batch_provider(config)
-    access = judge.access()
-    if not access.routes_by_http():  # an OpenAI-compatible endpoint takes any model name
-        access.provider()
 
 
 def _location(url: str, options: Mapping[str, Any]) -> tuple[str, str, str]:

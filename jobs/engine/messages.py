@@ -12,12 +12,13 @@ from jobs.inputs.spec import Shard
 from scorer_core.types import Usage
 
 if TYPE_CHECKING:
-    from jobs.core.config import JobConfig
+    from jobs.core.config import OutputConfig
     from jobs.core.schema import RunSchema
     from jobs.engine.parts import RunParts
+    from jobs.inputs.sampling import SamplePlan
 
-Lease = tuple[int, Shard]
-"""What a worker gets: (the shard's number in the run, the shard)."""
+Assignment = tuple[int, Shard]
+"""A shard handed to a worker by the run's shard board: (its number in the run, the shard)."""
 
 
 class Remote(Protocol):
@@ -50,9 +51,10 @@ class CoordinatorHandle(Governor, Protocol):
 
 
 @dataclass(frozen=True)
-class Looked:
-    """What the look-ahead staged: the shards with later occurrences of a query id, those with
-    pairs found in the store or awaited, and the owners each awaiting shard waits for."""
+class StagedNeeds:
+    """What the look-ahead staged for the shards' workers: the shards with later occurrences
+    of a query id, those with pairs found in the store or awaited, and the owners each
+    awaiting shard waits for (`jobs.engine.pairs.lookahead.ShardNeeds` is one shard's)."""
 
     with_repeats: frozenset[str] = frozenset()
     with_pairs: frozenset[str] = frozenset()
@@ -68,7 +70,7 @@ class JudgeFacts:
     response_format: Mapping[str, Any] | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShardReport:
     """How one shard went: staged (with its counts), skipped (staged by an earlier attempt),
     stopped by a fatal judge error, or left waiting for a batch round (`pending`)."""
@@ -88,23 +90,37 @@ class ShardReport:
 
 
 @dataclass(frozen=True)
+class BatchPass:
+    """A batch round's pass over the shards (`jobs.engine.batch_rounds`): its round, and
+    whether the requests without a final reply are asked online now (re-asks with
+    judge.batch.reask online, or the round the deadline sent online) instead of recorded."""
+
+    round: int
+    asks_online: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShardContext:
     """What every worker needs besides its shards; small and picklable."""
 
-    config: JobConfig
     # What the run is made of: the input, the judge, the cache (built by jobs.run.factory).
     parts: RunParts
+    output: OutputConfig  # where the run's store is
     staging: str  # the run's staging folder, relative to the output store's root
     # The run's coordinator (its pace and budget unless `governed` is false), or None.
     coordinator: CoordinatorHandle | None = None
     governed: bool = False
-    # The judge's API key as the driver read it (workers may not have the driver's environment).
-    api_key: str | None = field(default=None, repr=False)
+    # Whether rate_limit sets a pace (requests or tokens per minute) the governor keeps.
+    paced: bool = False
+    # Attempts at a shard whose store failed (ray.max_task_retries + 1).
+    attempts: int = 1
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema | None = None
     # What the look-ahead staged for the shards.
-    looked: Looked = field(default_factory=Looked)
+    needs: StagedNeeds = field(default_factory=StagedNeeds)
+    # A sampled run's plan: the rows it judges (jobs.inputs.sampling); None: every row.
+    sample: SamplePlan | None = None
     # The run's id: the workers' journals are named after it (jobs.core.verdict_store.Journal).
     run_id: str = "local"
     # Batch mode: the round whose pass this is (jobs.engine.batch); None for an online run.
-    batch_round: int | None = None
+    batch_pass: BatchPass | None = None

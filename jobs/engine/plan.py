@@ -4,49 +4,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from jobs.core.config import JobConfig
+from jobs.core.config import OutputConfig, RateLimitConfig, RayConfig
 from jobs.core.run_layout import RunLocation, StagingArea
+from jobs.core.run_manifest import TracesRecord
 from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
-from jobs.engine.messages import Looked
+from jobs.engine.messages import StagedNeeds
 from jobs.engine.parts import RunParts
 from jobs.inputs import Shard
-from jobs.inputs.records import ItemReader
 from jobs.inputs.sampling import SamplePlan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """One run: its config and parts, where it goes, its shards and its tables."""
+    """One run: its parts, where it goes, its shards and its tables, and the config sections
+    the fan-out and the batch rounds use (`output`, `ray`, `rate_limit`)."""
 
-    config: JobConfig
     parts: RunParts
     location: RunLocation
     store: Store
+    output: OutputConfig
+    ray: RayConfig
+    rate_limit: RateLimitConfig
     shards: Sequence[Shard]
     # The run's tables with the input columns it carries, their types decided at start-up.
     tables: RunSchema = field(default_factory=RunSchema)
     # What the look-ahead staged for the shards' workers (jobs.engine.pairs.lookahead).
-    looked: Looked = field(default_factory=Looked)
+    needs: StagedNeeds = field(default_factory=StagedNeeds)
     # How many input files the shards come from (for the run's first line).
     files: int = 0
-    # input.format otlp: the config as the user gave it (`config` reads the assembled items)
-    # and the assembly's report, both for the manifest.
-    source: JobConfig | None = None
-    traces: dict[str, Any] | None = None
-    # A sampled run's plan (the reader carries it to the workers) and the judge canary's
-    # metrics (jobs.run.canary), both for the summary.
+    # input.format otlp or phoenix: what assembling the traces into items found (manifest).
+    traces: TracesRecord | None = None
+    # A sampled run's plan (which rows are judged) and the judge canary's metrics
+    # (jobs.run.canary), both for the summary.
     sample: SamplePlan | None = None
     canary: tuple[tuple[str, float | None], ...] = ()
-
-    @property
-    def reader(self) -> ItemReader:
-        """How the run's items are read (traces are assembled into items before planning)."""
-        if self.parts.reader is None:
-            raise RuntimeError("the run's items have no reader: traces not assembled yet")
-        return self.parts.reader
 
     @property
     def staging(self) -> StagingArea:

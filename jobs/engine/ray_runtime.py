@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from jobs.core.config import JobConfig
+    from jobs.core.config import RayConfig
 
 R = TypeVar("R")
 Mapper = Callable[[Callable[..., Any], Iterable[tuple[Any, ...]]], Iterator[Any]]
@@ -47,10 +47,10 @@ def set_env_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
         environ.setdefault(key, value)
 
 
-def cluster_address(config: JobConfig) -> str | None:
+def cluster_address(ray: RayConfig) -> str | None:
     """The address of the cluster the run joins (`ray.address`, else `RAY_ADDRESS`, which a
     Ray Job sets); None: Ray starts locally, on this machine alone."""
-    return config.ray.address or os.environ.get("RAY_ADDRESS") or None
+    return ray.address or os.environ.get("RAY_ADDRESS") or None
 
 
 def alive_nodes() -> int:
@@ -61,9 +61,9 @@ def alive_nodes() -> int:
     return len([node for node in nodes if node.get("Alive")])
 
 
-def start_ray(config: JobConfig) -> None:
+def start_ray(ray_config: RayConfig) -> None:
     """Join the configured cluster (or the one a Ray Job runs in), else start Ray locally."""
-    address = cluster_address(config)
+    address = cluster_address(ray_config)
     if not address:
         set_env_defaults()  # Ray reads these when it is imported
     import ray
@@ -141,26 +141,26 @@ def local_map(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterato
     return (fn(*args) for args in calls)
 
 
-def ray_task(config: JobConfig, fn: Callable[..., Any], **options: Any) -> Any:
+def ray_task(ray_config: RayConfig, fn: Callable[..., Any], **options: Any) -> Any:
     """`fn` as a Ray task: `ray.num_cpus_per_task`, retried `ray.max_task_retries` times, spread
     over the nodes; `options` are more of Ray's. Ray must be up."""
     import ray
 
     return ray.remote(fn).options(
-        num_cpus=config.ray.num_cpus_per_task,
-        max_retries=config.ray.max_task_retries,
+        num_cpus=ray_config.num_cpus_per_task,
+        max_retries=ray_config.max_task_retries,
         scheduling_strategy="SPREAD",
         **options,
     )
 
 
-def ray_map(config: JobConfig, in_flight: int | None = None, **options: Any) -> Mapper:
+def ray_map(ray_config: RayConfig, in_flight: int | None = None, **options: Any) -> Mapper:
     """A `Mapper` running each call as a `ray_task`, at most `in_flight` at once (None: all),
     yielding the results as they finish."""
     import ray
 
     def run(fn: Callable[..., R], calls: Iterable[tuple[Any, ...]]) -> Iterator[R]:
-        task = ray_task(config, fn, **options)
+        task = ray_task(ray_config, fn, **options)
         pending: list[Any] = []
         for args in calls:
             pending.append(task.remote(*args))

@@ -4,10 +4,12 @@ different disk on every node), unless `ray.shared_filesystem: true` says it is a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fsspec.core import split_protocol
 
-from jobs.core.config import JobConfig
-from scorer_core.capabilities import is_offline
+from jobs.core.config import JobConfig, RayConfig
+from jobs.core.verdict_cache import CacheSpec
 from scorer_core.errors import ConfigError
 
 _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
@@ -25,14 +27,21 @@ def is_local(path: str) -> bool:
     return split_protocol(path)[0] in _LOCAL_PROTOCOLS
 
 
-def check_shared_paths(config: JobConfig, nodes: int) -> None:
-    """`ConfigError` when a cluster of `nodes` nodes would see a local path of the run as a
-    different disk on every node (unless `ray.shared_filesystem: true`)."""
-    if nodes <= 1 or config.ray.shared_filesystem:
-        return
+def run_paths(config: JobConfig, cache: CacheSpec | None) -> dict[str, str]:
+    """The paths a run's workers use, by their config key: the input, the output, and the
+    verdict cache's own place when the run uses one (`cache`: the run's, None without)."""
     paths = {"input.path": config.input.path, "output.path": config.output.path}
-    if config.cache.enabled and config.cache.path and not is_offline(config.judge.model):
-        paths["cache.path"] = config.cache.path
+    if cache is not None and cache.url is not None:
+        paths["cache.path"] = cache.url
+    return paths
+
+
+def check_shared_paths(paths: Mapping[str, str], nodes: int, ray: RayConfig) -> None:
+    """`ConfigError` when a cluster of `nodes` nodes would see a local path of `paths` (by
+    config key, `run_paths`) as a different disk on every node (unless
+    `ray.shared_filesystem: true`)."""
+    if nodes <= 1 or ray.shared_filesystem:
+        return
     local = [
         f"{key} {path!r} is a local path, but the Ray cluster this run joined has {nodes} "
         f"nodes: {_ON_EACH_NODE[key]}."

@@ -74,7 +74,8 @@ def parse_line(source: str, offset: int, line: bytes) -> RawRow | None:
         error = "JSON nested too deeply"
     else:
         if isinstance(value, dict):
-            return RawRow(source, offset, data=value, unit="offset")
+            return RawRow(source=source, row=offset, data=value, unit="offset")
         kind = _JSON_KINDS.get(type(value), "null")  # JSON has no other kind
         error = f"a JSON {kind}, expected an object"
-    return RawRow(source, offset, error=f"{source} line at byte {offset}: {error}", unit="offset")
+    message = f"{source} line at byte {offset}: {error}"
+    return RawRow(source=source, row=offset, error=message, unit="offset")

@@ -71,7 +71,7 @@ def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> I
         high = min(shard.end - row, batch.num_rows)
         if high > low:
             for k, record in enumerate(batch.slice(low, high - low).to_pylist()):
-                yield RawRow(shard.path, row + low + k, data=record)
+                yield RawRow(source=shard.path, row=row + low + k, data=record)
         row += batch.num_rows
         if row >= shard.end:
             break

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from jobs.core.config import JobConfig, PhoenixInputConfig
+from jobs.core.config import PhoenixInputConfig
 from jobs.core.storage import Store
 from scorer_core.errors import InputError
 
@@ -59,18 +59,18 @@ _PULLS = {"retriever": {"attribute": f"{_KIND}:RETRIEVER"}, "root": {"parent_id"
 _PULLS["next_llm"] = {"attribute": f"{_KIND}:LLM"}  # what each pull asks Phoenix for
 
 
-def pull_spans(config: JobConfig, store: Store, folder: str) -> JobConfig:
-    """`config` reading the window's spans, pulled a page a file under `folder`/spans (once: a
-    DONE marker there, a resumed run asks Phoenix nothing), as OTLP files."""
-    source, spans, done = config.input.phoenix, f"{folder}/spans", store.join(folder, "DONE.json")
-    assert source is not None
-    update = dict(path=store.url(store.join(spans)), storage_options=config.output.storage_options)
-    config = config.model_copy(update={"input": config.input.model_copy(update=update)})
+def pull_spans(source: PhoenixInputConfig, answers: str, store: Store, folder: str) -> str:
+    """Pull the window's spans of `source`, a page a file under `folder`/spans, as OTLP files
+    (once: a DONE marker there, a resumed run asks Phoenix nothing): the spans' URL, in
+    `store`. `answers`: `input.otlp.output`, whose spans are pulled beside the retrievals."""
+    spans = f"{folder}/spans"
+    done = store.join(folder, "DONE.json")
+    url = store.url(store.join(spans))
     if store.exists(done):
         logger.info(f"phoenix: spans pulled before: {store.read_bytes(done).decode()}")
-        return config
+        return url
     store.rm(store.join(spans), recursive=True)
-    counts = dict.fromkeys([k for k in _PULLS if k in ("retriever", config.input.otlp.output)], 0)
+    counts = dict.fromkeys([kind for kind in _PULLS if kind in ("retriever", answers)], 0)
     project, now = quote(source.project, safe=""), dt.datetime.now(dt.UTC)
     with httpx.Client(base_url=source.endpoint, headers=source.http_headers(), timeout=120) as http:
         _get(http, source, f"/v1/projects/{project}")
@@ -90,7 +90,7 @@ def pull_spans(config: JobConfig, store: Store, folder: str) -> JobConfig:
                 cursor = {"cursor": page["next_cursor"]} if page.get("next_cursor") else None
     store.write_bytes_atomic(done, json.dumps(counts).encode())
     logger.info(f"phoenix: pulled {counts} span(s) from {source.endpoint}")
-    return config
+    return url
 
 
 def _kind(span: dict[str, Any]) -> Any:

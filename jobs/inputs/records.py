@@ -8,9 +8,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS, JobConfig
+from jobs.core.config import DEFAULT_MAX_CONTEXT_CHARS, DEFAULT_MAX_CONTEXTS, TRACES, JobConfig
 from jobs.core.schema import CarriedColumn
 from jobs.core.storage import filesystem
 from jobs.core.text_safety import escaped, unencodable
@@ -25,33 +25,38 @@ from jobs.inputs.spec import (
     Shard,
     input_spec_of,
     load_extractor,
+    trace_items_spec,
 )
 from scorer_core.errors import InputError
 from scorer_core.prompt import Against, judged_item
 from scorer_core.scorer import validate_item
 
-if TYPE_CHECKING:
-    from jobs.inputs.sampling import SamplePlan
-
 
 @dataclass(frozen=True)
 class ItemReader:
-    """How a run reads its items: the input, the per-item limits and a sampled run's plan."""
+    """How a run reads its items: the input, the per-item limits, what items are judged against."""
 
     spec: InputSpec
     max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS
     max_contexts: int = DEFAULT_MAX_CONTEXTS
-    sample: SamplePlan | None = None
     against: Against = "all"  # what the items are judged against (`judge.against`)
 
-    def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
-        """Whether the run judges `record` (`names`: its carried columns, in order)."""
-        return self.sample is None or self.sample.keeps(record, names)
-
     @classmethod
-    def for_config(cls, config: JobConfig) -> ItemReader:
-        limits = (config.input.max_context_chars, config.input.max_contexts)
-        return cls(input_spec_of(config), *limits, against=config.judge.against)
+    def for_config(cls, config: JobConfig, trace_items: str | None = None) -> ItemReader:
+        """How `config`'s items are read. Traces (input.format otlp, phoenix) are read as the
+        items the run assembles from them, at `trace_items` (a URL under the output)."""
+        if config.input.format in TRACES:
+            if trace_items is None:
+                raise ValueError(f"input.format {config.input.format}: where are the items?")
+            spec = trace_items_spec(config, trace_items)
+        else:
+            spec = input_spec_of(config)
+        return cls(
+            spec=spec,
+            max_context_chars=config.input.max_context_chars,
+            max_contexts=config.input.max_contexts,
+            against=config.judge.against,
+        )
 
     def read(
         self, shard: Shard, carried: Sequence[CarriedColumn] = ()
@@ -98,7 +103,9 @@ def to_item(
 ) -> ItemRecord | RowError:
     """One row checked and normalised, or its `RowError` naming the position and the field."""
     if raw.error is not None or raw.data is None:
-        return RowError(raw.source, raw.row, raw.error or f"{raw.where}: no data")
+        return RowError(
+            source=raw.source, row=raw.row, message=raw.error or f"{raw.where}: no data"
+        )
     data = raw.data
     cols = spec.columns
     values, carry_problem = _carried(data, carried)
@@ -113,7 +120,13 @@ def to_item(
         if carry_problem is not None:
             raise _Invalid(carry_problem)
     except _Invalid as exc:
-        return RowError(raw.source, raw.row, f"{raw.where}: {exc}", query_id, values)
+        return RowError(
+            source=raw.source,
+            row=raw.row,
+            message=f"{raw.where}: {exc}",
+            query_id=query_id,
+            carried=values,
+        )
     kept = contexts[:max_contexts]
     truncated = len(contexts) > max_contexts or any(len(c) > max_context_chars for c in kept)
     return ItemRecord(
@@ -135,7 +148,11 @@ def _row_error(record: ItemRecord, problem: str) -> RowError:
     """The error row of `record`, whose `problem` is named after its position."""
     where = record.where or f"{record.source} row {record.row}"
     return RowError(
-        record.source, record.row, f"{where}: {problem}", record.query_id, record.carried
+        source=record.source,
+        row=record.row,
+        message=f"{where}: {problem}",
+        query_id=record.query_id,
+        carried=record.carried,
     )
 
 
@@ -295,4 +312,4 @@ def writable_error(error: RowError) -> RowError:
     message = escaped(error.message)
     if (query_id, carried, message) == (error.query_id, error.carried, error.message):
         return error
-    return RowError(error.source, error.row, message, query_id, carried)
+    return replace(error, message=message, query_id=query_id, carried=carried)

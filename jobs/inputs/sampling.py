@@ -79,6 +79,12 @@ class SamplePlan:
         return threshold is None or u <= threshold
 
 
+def judged(sample: SamplePlan | None, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
+    """Whether a run with `sample` (None: it judges every row) judges the row `record` (`names`:
+    the run's carried columns, in order)."""
+    return sample is None or sample.keeps(record, names)
+
+
 def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn]) -> None:
     """`ConfigError` unless every `sample.by` column is carried with a stratum's type."""
     kinds = [pa.types.is_string, pa.types.is_large_string, pa.types.is_integer]

@@ -10,6 +10,7 @@ from jobs.core.run_layout import item_seq
 from jobs.core.schema import RunSchema, duplicate_error
 from jobs.inputs import ItemRecord, RowError, Shard
 from jobs.inputs.records import ItemReader
+from jobs.inputs.sampling import SamplePlan, judged
 
 
 @dataclass
@@ -24,24 +25,37 @@ class ShardRead:
 def _repeat(record: ItemRecord, first: str) -> RowError:
     """The error row of a repeat of a query id whose first occurrence is at `first`."""
     message = duplicate_error(record.query_id, first)
-    return RowError(record.source, record.row, message, record.query_id, record.carried)
+    return RowError(
+        source=record.source,
+        row=record.row,
+        message=message,
+        query_id=record.query_id,
+        carried=record.carried,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRows:
+    """How a run reads a shard's rows for judging: its reader, its tables (the carried
+    columns), and a sampled run's plan (None: every row is judged)."""
+
+    reader: ItemReader
+    tables: RunSchema
+    sample: SamplePlan | None = None
 
 
 def read_shard_records(
-    reader: ItemReader,
-    shard: Shard,
-    number: int,
-    tables: RunSchema,
-    later: Mapping[int, str] | None = None,
+    rows: RunRows, shard: Shard, number: int, later: Mapping[int, str] | None = None
 ) -> ShardRead:
     """Read and validate a shard's rows; repeats of a query_id become errors, within the shard
     and those in `later` (item_seq -> where the first occurrence is, in another shard)."""
-    read = ShardRead([], [])
+    read = ShardRead(records=[], errors=[])
     first_seen: dict[str, str] = {}  # query_id -> where its first occurrence is
     later = later or {}
-    for index, record in enumerate(reader.read(shard, tables.carried)):
+    tables = rows.tables
+    for index, record in enumerate(rows.reader.read(shard, tables.carried)):
         seq = item_seq(number, index)
-        if not reader.keeps(record, tables.names):
+        if not judged(rows.sample, record, tables.names):
             continue  # a sampled run (jobs.inputs.sampling): not chosen, not judged, not published
         if isinstance(record, RowError):
             read.errors.append((seq, record, None))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 InputFormat = Literal["jsonl", "parquet"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ColumnMap:
     """Which input column holds each field (`input.columns`); None: there is none."""
 
@@ -47,7 +47,7 @@ class InputSpec:
             raise ConfigError("input path is empty")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Shard:
     """A piece of one input file: rows or bytes `[start, end)`, or a whole gzipped JSONL file."""
 
@@ -63,7 +63,7 @@ class Shard:
         return "rows" if self.format == "parquet" else "bytes"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RawRow:
     """One input row as read, before validation: `data` or else `error` is set; `row` is a
     Parquet file's row number (`unit` "row") or a JSONL line's byte offset ("offset")."""
@@ -81,7 +81,7 @@ class RawRow:
         return f"{self.source} {unit} {self.row}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemRecord:
     """A validated item, normalized, with where it came from and its carried values."""
 
@@ -98,10 +98,15 @@ class ItemRecord:
     carried: tuple[Any, ...] = ()
 
     def to_scoring_item(self) -> ScoringItem:
-        return ScoringItem(self.input, self.output, self.contexts, self.expected_output)
+        return ScoringItem(
+            input=self.input,
+            output=self.output,
+            contexts=self.contexts,
+            expected_output=self.expected_output,
+        )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RowError:
     """A row that cannot be scored; `message` names the position and the field."""
 
@@ -165,6 +170,27 @@ def input_spec_of(config: JobConfig) -> InputSpec:
         columns=ColumnMap(**config.input.columns.model_dump()),
         storage_options=config.input.storage_options,
         context_extractor=config.input.context_extractor,
+        carry=tuple(config.input.carry),
+        carry_to_verdicts=tuple(config.input.carry_to_verdicts),
+    )
+
+
+def trace_items_spec(config: JobConfig, url: str) -> InputSpec:
+    """The items assembled from `config`'s traces, at `url` in the output store (their columns:
+    `jobs.inputs.traces.items_schema`)."""
+    answers = None if config.input.otlp.output == "none" else "output"
+    columns = ColumnMap(
+        query_id="query_id",
+        input="input",
+        output=answers,
+        context="context",
+        context_ids="context_ids",
+    )
+    return InputSpec(
+        path=url,
+        format="parquet",
+        columns=columns,
+        storage_options=dict(config.output.storage_options),
         carry=tuple(config.input.carry),
         carry_to_verdicts=tuple(config.input.carry_to_verdicts),
     )

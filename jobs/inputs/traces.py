@@ -116,6 +116,11 @@ _COUNTS = [
 # -- the driver's part ----------------------------------------------------------------------
 
 
+def items_url(store: Store, folder: str) -> str:
+    """The URL of the items assembled under `folder` (a run's `RunLocation.traces`)."""
+    return store.url(store.join(folder, "items"))
+
+
 def trace_files(path: str, storage_options: dict[str, Any]) -> list[FileInfo]:
     """Every OTLP JSON file at `path` whatever its suffix (gzipped when it ends in `.gz`)."""
     try:
@@ -158,7 +163,7 @@ def assemble_traces(
     for part in mapper(assemble_part, [(job, n, report.carried_types) for n in range(job.parts)]):
         report.add(part)
     store.rm(store.join(job.folder, "spans"), recursive=True)
-    report.items_path = store.url(store.join(job.folder, "items"))
+    report.items_path = items_url(store, job.folder)
     report.seconds = round(time.monotonic() - started, 3)
     if report.items == 0:
         raise InputError(

@@ -1,21 +1,35 @@
 """A job config turned into the objects that do the work: input reader, judge, limiter, cache
-location. Workers and tools get them from here only: one config, one judge.
+location, and the judge's settings the engine acts on (`run_parts`). Workers and tools get them
+from here only: one config, one judge; the engine reads no `judge.*` setting itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jobs.core.config import TRACES, JobConfig
 from jobs.core.endpoints import endpoint_identity, judge_endpoint
+from jobs.core.run_layout import RunLocation
+from jobs.core.storage import open_store
 from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
-from jobs.engine import CanaryJudge, Gate, RunParts, budget_settings
+from jobs.engine import (
+    BatchParts,
+    CanaryJudge,
+    Gate,
+    LiteLLMBatches,
+    RequestLines,
+    RunParts,
+    Scoring,
+    batch_provider,
+    budget_settings,
+)
 from jobs.inputs.records import ItemReader
+from jobs.inputs.traces import items_url
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.judge_spec import JudgeSpec
 from scorer_core.judge_spec import build_judge as build_core_judge
-from scorer_core.protocols import Judge, Limiter
+from scorer_core.protocols import Judge, Limiter, Sleeper
 from scorer_core.response_format import shared_negotiation
 from scorer_core.transports import resolve_transport
 
@@ -134,29 +148,90 @@ def capabilities(config: JobConfig) -> JudgeCapabilities:
 
 @dataclass(frozen=True)
 class ConfiguredJudges:
-    """Builds the configured judge in each worker (`jobs.engine.parts.JudgeMaker`)."""
+    """Builds the configured judge in each worker (`jobs.engine.parts.JudgeMaker`), with the
+    API key the driver read from its environment (`api_key`: None, the judge reads its own)."""
 
     config: JobConfig
+    api_key: str | None = field(default=None, repr=False)
 
-    def build(self, limiter: Limiter | None, api_key: str | None, gate: Gate | None) -> Judge:
-        return build_judge(self.config, limiter, api_key, gate=gate)
+    def build(self, limiter: Limiter | None, gate: Gate | None) -> Judge:
+        return build_judge(self.config, limiter, self.api_key, gate=gate)
 
     def local_limiter(self) -> Limiter | None:
         return local_limiter(self.config)
 
 
-def run_parts(config: JobConfig, canary: CanaryJudge | None = None) -> RunParts:
-    """What the engine runs for `config` (input, judge, cache, `canary`), the API key checked."""
+@dataclass(frozen=True)
+class ConfiguredBatches:
+    """Opens the configured provider's Files + Batches API (`jobs.engine.parts.BatchesMaker`),
+    with the API key the driver read from its environment."""
+
+    config: JobConfig
+    api_key: str | None = field(default=None, repr=False)
+
+    def open(self, sleep: Sleeper) -> LiteLLMBatches:
+        return LiteLLMBatches.for_config(self.config, self.api_key, sleep=sleep)
+
+
+def check_judge_settings(config: JobConfig) -> None:
+    """`ConfigError` when the judge's model string cannot be routed by litellm (when litellm
+    carries the requests) or judge.mode batch names a provider without a batch API."""
+    judge = config.judge
+    if capabilities_of(judge.model).offline:
+        return
+    if judge.mode == "batch":
+        batch_provider(config)
+    access = judge.access()
+    if not access.routes_by_http():  # an OpenAI-compatible endpoint takes any model name
+        access.provider()
+
+
+def batch_parts(config: JobConfig) -> BatchParts | None:
+    """Batch mode's parts (None for an online run), the API key read from the environment."""
+    judge = config.judge
+    if judge.mode != "batch":
+        return None
+    return BatchParts(
+        settings=judge.batch,
+        provider=batch_provider(config),
+        lines=RequestLines.for_config(config),
+        max_reasks=judge.max_reasks,
+        verdict_reasons=judge.verdict_reasons,
+        batches=ConfiguredBatches(config, judge.api_key()),
+    )
+
+
+def item_reader(config: JobConfig, location: RunLocation) -> ItemReader:
+    """How `location`'s run reads `config`'s items; traces: the items it assembles from them."""
+    if config.input.format not in TRACES:
+        return ItemReader.for_config(config)
+    store = open_store(config.output.path, config.output.storage_options, create=False)
+    return ItemReader.for_config(config, items_url(store, location.traces))
+
+
+def run_parts(
+    config: JobConfig, location: RunLocation, canary: CanaryJudge | None = None
+) -> RunParts:
+    """What the engine runs for `config`'s run at `location` (input, judge, cache, `canary`),
+    the judge's settings and its API key checked."""
+    check_judge_settings(config)
     config.judge.access().check()
+    judge = config.judge
     duplicates_first = config.input.find_duplicates_first
+    offline = capabilities(config).offline
+    scoring = Scoring(
+        scale=config.scorer.scale,
+        reason=config.scorer.reason,
+        contexts_per_call=judge.contexts_per_call,
+    )
     return RunParts(
-        # traces are assembled into items before they are read (jobs.engine.trace_staging)
-        reader=None if config.input.format in TRACES else ItemReader.for_config(config),
-        judges=ConfiguredJudges(config),
+        reader=item_reader(config, location),
+        judges=ConfiguredJudges(config, judge.api_key()),
+        model=judge.model,
         capabilities=capabilities(config),
+        scoring=scoring,
+        batch=batch_parts(config),
         cache=cache_spec(config),
-        find_duplicates_first=(
-            not capabilities(config).offline if duplicates_first == "auto" else duplicates_first
-        ),
+        find_duplicates_first=not offline if duplicates_first == "auto" else duplicates_first,
         canary=canary,
     )

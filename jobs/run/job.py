@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from jobs.core.config import JobConfig, load_config
 from jobs.core.storage import open_store
-from jobs.engine import BatchesStillRunning, RunInterrupted, RunOutcome, exit_code_of, print_outcome
+from jobs.engine import BatchesStillRunning, RunClock, RunInterrupted, RunOutcome, locate_run
 from jobs.engine import run_job as run_parts_job
 from jobs.run import factory
 from jobs.run.canary import CanaryCheck
+from jobs.run.outcome import exit_code_of, print_outcome
 
 After = Callable[[JobConfig, RunOutcome], int] | None  # run once published: the export
 
 
-def run_job(config: JobConfig, **options: Any) -> RunOutcome:
-    """Run (or resume) `config`'s scoring run end to end."""
+def run_job(config: JobConfig, clock: RunClock | None = None) -> RunOutcome:
+    """Run (or resume) `config`'s scoring run end to end; `clock`: the run's clocks (tests
+    inject them)."""
+    clock = clock or RunClock()
+    location = locate_run(config, clock)
     canary = CanaryCheck(config) if config.canary.labels is not None else None
-    return run_parts_job(config, factory.run_parts(config, canary), **options)
+    parts = factory.run_parts(config, location, canary)
+    return run_parts_job(config, parts, location, clock=clock)
 
 
 def run_command(config_path: str, overrides: Sequence[str] = (), after: After = None) -> int:

@@ -74,7 +74,14 @@ def input_item(run: PublishedRun, source: str, row: int) -> ItemRecord | str:
         reader = replace(reader, spec=replace(reader.spec, path=source, storage_options=kept))
         [info] = list_input_files(reader.spec)
         start, end = (0, info.size) if info.compression else (row, row + 1)
-        shard = Shard("show", info.path, info.format, start, end, info.compression)
+        shard = Shard(
+            shard_id="show",
+            path=info.path,
+            format=info.format,
+            start=start,
+            end=end,
+            compression=info.compression,
+        )
         found = next((r for r in reader.read(shard) if r.row == row), None)
     except (CtxPrecError, OSError, ValueError) as exc:  # ValueError: a glob matched 2 files
         return f"the run's input cannot be read ({exc})"

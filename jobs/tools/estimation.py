@@ -7,14 +7,12 @@ store holds, the first round's batches, and paces the rest as the run would (doc
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import heapq
 import json
 import math
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
@@ -23,12 +21,13 @@ from jobs.core import formatting as fmt
 from jobs.core.config import JobConfig
 from jobs.core.formatting import Column, JsonRecord, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
-from jobs.core.schema import CarriedColumn, RunSchema
+from jobs.core.schema import RunSchema
 from jobs.core.storage import Store, filesystem
 from jobs.core.verdict_cache import pair_key
 from jobs.core.verdict_store import VerdictStore
 from jobs.engine import (
     BatchPacker,
+    KeyReading,
     RequestLines,
     budget_settings,
     custom_id,
@@ -37,7 +36,8 @@ from jobs.engine import (
 )
 from jobs.inputs import RowError, Shard, inspect_input, list_input_files, plan_shards
 from jobs.inputs.records import ItemReader
-from jobs.inputs.sampling import plan_sample
+from jobs.inputs.sampling import judged, plan_sample
+from jobs.inputs.shard_read import RunRows
 from jobs.run import factory
 from jobs.tools.tool_options import EstimateOptions
 from scorer_core.errors import CtxPrecError
@@ -215,7 +215,7 @@ def _chars(messages: Messages) -> int:
 
 
 def _cache_probe(
-    config: JobConfig, reader: ItemReader, carried: Sequence[CarriedColumn], shards: list[Shard]
+    config: JobConfig, rows: RunRows, shards: list[Shard]
 ) -> tuple[str, set[str] | None, str]:
     """(fingerprint, the input's pair keys the verdict store holds or None, where it looked)."""
     if factory.capabilities(config).offline:
@@ -229,9 +229,9 @@ def _cache_probe(
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return spec.fingerprint, None, f"no verdict store yet at {where}"
-    schema = RunSchema(tuple(carried))
+    reading = KeyReading(rows=rows, fingerprint=spec.fingerprint)
     with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
-        found = stored_pair_keys(reader, schema, spec.fingerprint, shards, verdicts, Path(scratch))
+        found = stored_pair_keys(reading, shards, verdicts, Path(scratch))
         known = {key for keys in found for key in keys.to_list()}
     return spec.fingerprint, known, f"the verdict store at {where}"
 
@@ -260,12 +260,13 @@ class _Scan:
     def __init__(
         self,
         config: JobConfig,
-        reader: ItemReader,  # the run's: with a sampled run's plan, only the rows it keeps
-        carried: Sequence[CarriedColumn],
+        rows: RunRows,  # the run's: with a sampled run's plan, only the rows it keeps
         cache: tuple[str, set[str] | None],  # the fingerprint and the stored pair keys
         sample: int,
     ) -> None:
-        self.config, self.reader, self.carried, self.sample = config, reader, carried, sample
+        self.config = config
+        self.rows = rows
+        self.sample = sample
         self.fingerprint, self.known = cache
         self.counts = _Counts()
         # Bottom-k sample by content hash: a max-heap (negated keys) of the `sample` smallest.
@@ -281,10 +282,10 @@ class _Scan:
 
     def shard(self, number: int, shard: Shard) -> None:
         """Count the run's `number`-th shard; in batch mode pack its uncached requests' lines."""
-        names = [column.name for column in self.carried]
+        names = self.rows.tables.names
         line = 0
-        for row, record in enumerate(self.reader.read(shard, self.carried)):
-            if not self.reader.keeps(record, names):
+        for row, record in enumerate(self.rows.reader.read(shard, self.rows.tables.carried)):
+            if not judged(self.rows.sample, record, names):
                 continue
             if isinstance(record, RowError):
                 self.counts.invalid += 1
@@ -421,12 +422,13 @@ def _scan_input(config: JobConfig, sample: int) -> tuple[_Scan, InputFacts, str]
     schema = inspect_input(spec, files)  # checks the columns, as the run does first
     carried = schema.carried if config.sample.enabled else ()
     shards = plan_shards(spec, files, config.ray.shard_size)
+    plan = None
     if config.sample.enabled:  # a sampled run judges only the rows its plan keeps
         read = reader.read
         plan = plan_sample(config.sample, shards, lambda shard: read(shard, carried), carried)
-        reader = dataclasses.replace(reader, sample=plan)
-    fingerprint, known, cache_note = _cache_probe(config, reader, carried, shards)
-    scan = _Scan(config, reader, carried, (fingerprint, known), sample)
+    rows = RunRows(reader=reader, tables=RunSchema(tuple(carried)), sample=plan)
+    fingerprint, known, cache_note = _cache_probe(config, rows, shards)
+    scan = _Scan(config, rows, (fingerprint, known), sample)
     for number, shard in enumerate(shards):
         scan.shard(number, shard)
     scan.packer.close()

@@ -34,10 +34,10 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     lines = [
         f"run {run_id} ({location.run_date}): published {manifest.published_at or ''}, "
         f"{mode} mode, judge {manifest.judge_model or '?'}",
-        f"  items {fmt.integer(summary.get('items'))}: ok {fmt.integer(summary.get('scored'))}, "
-        f"unscored {fmt.integer(summary.get('unscored'))}, errors "
-        f"{fmt.integer(summary.get('errors'))}; mean {fmt.number(summary.get('mean'))}; "
-        f"estimated cost {fmt.cost(summary.get('cost_usd'), manifest.judge_model)}",
+        f"  items {fmt.integer(summary.items)}: ok {fmt.integer(summary.scored)}, "
+        f"unscored {fmt.integer(summary.unscored)}, errors "
+        f"{fmt.integer(summary.errors)}; mean {fmt.number(summary.mean)}; "
+        f"estimated cost {fmt.cost(summary.cost_usd, manifest.judge_model)}",
     ]
     if mode == "batch":
         lines.append(
@@ -54,7 +54,7 @@ def _published(store: Store, run_id: str) -> list[str] | None:
 
 
 def _lease(store: Store, staging: StagingArea) -> str:
-    path = staging.lease
+    path = staging.lock_file
     if not store.exists(path):
         return "no driver holds the run (rerun the same run.id to go on)"
     try:

@@ -27,6 +27,7 @@ from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.core.storage import open_store
 from jobs.engine.batch_rounds import BatchesStillRunning
+from jobs.engine.clock import RunClock
 from jobs.engine.driver import RunOutcome
 from jobs.engine.ray_runtime import RAY_ENV
 from jobs.run.job import run_job
@@ -89,7 +90,7 @@ def batch_config(
 
 
 def run(config: JobConfig) -> RunOutcome:
-    return run_job(config, sleep=RecordingSleep())
+    return run_job(config, clock=RunClock(sleep=RecordingSleep()))
 
 
 def one_row_each(out: Path, rows: list[dict[str, Any]], outcome: RunOutcome) -> pl.DataFrame:

@@ -20,6 +20,7 @@ import pytest
 from jobs.core.config import JobConfig
 from jobs.core.storage import open_store
 from jobs.engine.batch_rounds import BatchesStillRunning
+from jobs.engine.clock import RunClock
 from jobs.engine.driver import RunOutcome
 from jobs.run.job import run_job
 from jobs.tools.run_status import status_lines
@@ -44,7 +45,7 @@ def batch_config(
 
 
 def run(config: JobConfig, **clocks: Any) -> RunOutcome:
-    return run_job(config, sleep=clocks.pop("sleep", RecordingSleep()))
+    return run_job(config, clock=RunClock(sleep=clocks.pop("sleep", RecordingSleep())))
 
 
 def exact(out: Path, rows: list[dict[str, Any]], outcome: RunOutcome) -> pl.DataFrame:
@@ -163,7 +164,7 @@ def test_near_the_deadline_running_batches_are_cancelled_and_the_rest_goes_onlin
         deadline_margin_s=1800,
         max_poll_interval_s=600,
     )
-    outcome = run_job(config, sleep=sleep, wall_clock=wall)
+    outcome = run_job(config, clock=RunClock(sleep=sleep, wall=wall))
     scores = exact(out, rows, outcome)
     assert (scores["status"] == "ok").all()
     # Waited until the deadline's margin (1.5 h after the start), not a second more.
@@ -193,11 +194,11 @@ def test_a_morning_rerun_past_the_deadline_collects_the_batches_and_asks_the_res
     wall = FakeClock(start=1_800_000_000.0)
     evening = batch_config(source, out, server, "retry-6", deadline="8h", max_wait_s=0)
     with pytest.raises(BatchesStillRunning):
-        run_job(evening, sleep=RecordingSleep(), wall_clock=wall)
+        run_job(evening, clock=RunClock(sleep=RecordingSleep(), wall=wall))
     server.batches.finish_all()
     wall.advance(9 * 3600)
     morning = batch_config(source, out, server, "retry-6", deadline="8h")
-    outcome = run_job(morning, sleep=RecordingSleep(), wall_clock=wall)
+    outcome = run_job(morning, clock=RunClock(sleep=RecordingSleep(), wall=wall))
     scores = exact(out, rows, outcome)
     assert (scores["status"] == "ok").all()
     stats = server.batches.stats()

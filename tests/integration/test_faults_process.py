@@ -33,7 +33,7 @@ from jobs.core.run_layout import RunLocation
 from jobs.core.storage import open_store
 from jobs.engine.driver import RunOutcome
 from jobs.engine.fanout import SHARDS_PER_WORKER
-from jobs.engine.lease import RunLocked
+from jobs.engine.run_lock import RunLocked
 from jobs.inputs import Shard, list_input_files, plan_shards
 from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job

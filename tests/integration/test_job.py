@@ -21,10 +21,11 @@ from jobs.context_precision import main
 from jobs.core.config import load_config, parse_config
 from jobs.core.run_layout import RunLocation
 from jobs.core.storage import open_store
-from jobs.engine.driver import RunOutcome, print_outcome
+from jobs.engine.driver import RunOutcome
 from jobs.inputs import list_input_files, plan_shards
 from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job
+from jobs.run.outcome import print_outcome
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError, InputError

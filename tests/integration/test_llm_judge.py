@@ -27,8 +27,8 @@ import pytest
 from jobs import cli
 from jobs.core.config import parse_config
 from jobs.core.run_layout import RunLocation
-from jobs.engine.driver import print_outcome
 from jobs.run.job import run_job
+from jobs.run.outcome import print_outcome
 from jobs.tools.calibration import calibrate
 from tests.fake_judge.llama_server import LlamaServer, unavailable_reason
 from tests.support.paths import REPO

@@ -21,14 +21,15 @@ from jobs.core.config import JobConfig, parse_config
 from jobs.core.run_layout import RunLocation
 from jobs.core.schema import RunSchema, duplicate_error
 from jobs.core.storage import open_store
-from jobs.engine.messages import Looked
+from jobs.engine.messages import StagedNeeds
 from jobs.engine.pairs import lookahead
-from jobs.engine.pairs.lookahead import look_ahead, needs_path, read_needs, shard_keys
+from jobs.engine.pairs.lookahead import KeyReading, look_ahead, needs_path, read_needs, shard_keys
 from jobs.engine.pairs.repeats import KEYS, SEQ_SHIFT
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_map
 from jobs.inputs import list_input_files, plan_shards
 from jobs.inputs.records import ItemReader
+from jobs.inputs.shard_read import RunRows
 from jobs.inputs.spec import input_spec_of
 from jobs.run.factory import run_parts
 from tests.support.job import run_shard, shard_context, shard_files
@@ -112,7 +113,8 @@ def test_ids_read_ahead_are_the_ids_the_workers_stage(tmp_path: Path, fmt: str, 
         run_shard(shard, number, context)
 
     fingerprint = "fp" if read == "items" else None  # whole items: the pairs are keyed too
-    found = shard_keys(ItemReader.for_config(cfg), RunSchema(), numbered, True, fingerprint)
+    rows = RunRows(reader=ItemReader.for_config(cfg), tables=RunSchema())
+    found = shard_keys(KeyReading(rows=rows, fingerprint=fingerprint), numbered, ids=True)
     read_ahead = found.ids
     staged = pl.concat(
         pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1], columns=KEYS.names())
@@ -141,12 +143,12 @@ def test_a_worker_writes_the_later_occurrences_it_is_given_as_duplicates(tmp_pat
         needs_path(store, STAGING, shard.shard_id, "repeats"),
         pa.table({"item_seq": [seq | 1, seq | 4], "duplicate_of": [first, first]}),
     )
-    looked = Looked(with_repeats=frozenset({shard.shard_id}))
-    assert read_needs(store, STAGING, shard.shard_id, looked).later == {
+    staged = StagedNeeds(with_repeats=frozenset({shard.shard_id}))
+    assert read_needs(store, STAGING, shard.shard_id, staged).later == {
         seq | 1: first,
         seq | 4: first,
     }
-    report = run_shard(shard, 2, shard_context(cfg, STAGING, looked=looked))
+    report = run_shard(shard, 2, shard_context(cfg, STAGING, needs=staged))
 
     items = pl.read_parquet(shard_files(store, STAGING, shard.shard_id)[1])
     marked = items.filter(pl.col("duplicate_of").is_not_null())
@@ -162,10 +164,18 @@ def run_plan(cfg: JobConfig) -> RunPlan:
     """The run of `cfg` as the driver plans it, finding repeated ids first."""
     spec = input_spec_of(cfg)
     shards = plan_shards(spec, list_input_files(spec), cfg.ray.shard_size)
-    parts = dataclasses.replace(run_parts(cfg), find_duplicates_first=True)
     location = RunLocation("look", dt.date(2026, 12, 1))
     assert location.staging == STAGING
-    return RunPlan(cfg, parts, location, open_store(cfg.output.path), shards)
+    parts = dataclasses.replace(run_parts(cfg, location), find_duplicates_first=True)
+    return RunPlan(
+        parts=parts,
+        location=location,
+        store=open_store(cfg.output.path),
+        output=cfg.output,
+        ray=cfg.ray,
+        rate_limit=cfg.rate_limit,
+        shards=shards,
+    )
 
 
 @pytest.mark.usefixtures("ray_local")

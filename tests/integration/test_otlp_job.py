@@ -20,6 +20,7 @@ from jobs.core.run_layout import RunLocation
 from jobs.core.storage import open_store, s3_options
 from jobs.engine.driver import resolve_location
 from jobs.engine.trace_staging import stage_traces
+from jobs.run.factory import run_parts
 from jobs.run.job import run_job
 from tests.fake_judge import FakeJudgeServer
 from tests.support.job import llm_judge, manifest, scores_frame, verdicts_frame
@@ -126,12 +127,13 @@ def test_traces_on_s3_and_a_resumed_run_reads_the_assembled_items_again(
         fs.pipe_file(f"{s3_prefix}/traces/{name}", data)
     out = f"{s3_prefix}/out"
     config = _config(f"{s3_prefix}/traces/", out, server, storage_options=moto_s3.storage_options)
-    config = config.model_copy(update={"run": config.run.model_copy(update={"id": "otlp-s3"})})
+    config = config.with_changes(run=config.run.with_changes(id="otlp-s3"))
 
     # a first driver assembled the traces and stopped before judging: the rerun of the same
     # run id reads the assembled items and the report again
     store = open_store(out, moto_s3.storage_options)
-    stage_traces(config, store, resolve_location(config))
+    location = resolve_location(config)
+    stage_traces(config, run_parts(config, location), store, location)
     run_log.clear()
     outcome = run_job(config)
 

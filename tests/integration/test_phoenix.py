@@ -264,7 +264,14 @@ def test_an_absent_phoenix_fails_fast_naming_its_endpoint(
     config = config.model_copy(
         update={"export": ExportConfig(phoenix=PhoenixExportConfig(endpoint=url, project=PROJECT))}
     )
-    lonely = RunOutcome("lonely", RUN_DATE, None, 1, 0, 1.0)  # type: ignore[arg-type]
+    lonely = RunOutcome(
+        run_id="lonely",
+        run_date=RUN_DATE,
+        published=None,  # type: ignore[arg-type]
+        shards_total=1,
+        shards_skipped=0,
+        seconds=1.0,
+    )
     with pytest.raises(
         CtxPrecError,
         match=f"run lonely is published, its export is not .*unreachable.*complete it: "

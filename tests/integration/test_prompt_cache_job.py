@@ -14,6 +14,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from jobs.core.pricing import estimate_cost_usd
+from jobs.engine.clock import RunClock
 from jobs.engine.driver import RunOutcome
 from jobs.run.job import run_job
 from tests.fake_judge import FakeJudgeServer
@@ -73,6 +74,6 @@ def test_batch_result_files_carry_the_cached_tokens(
         prompt_cache="openai", cache_min_tokens=16, batch_plan=BatchPlan(steps_per_retrieve=1)
     )
     judge = llm_judge(server, model=MODEL, mode="batch", batch={"poll_interval_s": 5})
-    outcome = run_job(config_for(source, out, judge=judge), sleep=RecordingSleep())
+    outcome = run_job(config_for(source, out, judge=judge), clock=RunClock(sleep=RecordingSleep()))
     assert server.batches.stats()["uploads"] > 0
     _check_counted_and_priced(out, rows, outcome, server)

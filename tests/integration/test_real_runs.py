@@ -91,7 +91,7 @@ def test_real_job_publishes_what_the_support_module_writes(tmp_path: Path) -> No
         assert real.read(name).schema == written.read(name).schema, name
     assert real.manifest is not None and written.manifest is not None
     assert real.manifest.model_fields_set == written.manifest.model_fields_set
-    assert real.summary.to_dict() == real.manifest.summary
+    assert real.summary.to_record() == real.manifest.summary
 
     code, text = run_compare(output, "base", "cand")
     assert code == 1 and "FAIL: mean fell by" in text

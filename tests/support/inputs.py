@@ -77,7 +77,7 @@ def spec_for(path: Path | str, **kwargs: Any) -> InputSpec:
 
 
 def raw(data: dict[str, Any], row: int = 7) -> RawRow:
-    return RawRow("/data/f.parquet", row, data=data)
+    return RawRow(source="/data/f.parquet", row=row, data=data)
 
 
 def write_extractor_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,7 +212,19 @@ def shard_lines(source: Path, start: int, end: int) -> Iterator[int]:
 def shard_context(config: JobConfig, staging: str, **options: Any) -> ShardContext:
     """The context a worker gets for `config`'s run staged under `staging` (its parts built
     by the factory, as the job builds them); `options` as `ShardContext`'s."""
-    return ShardContext(config=config, parts=run_parts(config), staging=staging, **options)
+    run_id = staging.rsplit("run_id=", 1)[-1]
+    location = RunLocation(run_id=run_id, run_date=dt.date(2026, 1, 1))
+    limits = config.rate_limit
+    defaults: dict[str, Any] = {
+        "paced": bool(limits.requests_per_minute or limits.tokens_per_minute),
+        "attempts": config.ray.max_task_retries + 1,
+    }
+    return ShardContext(
+        parts=run_parts(config, location),
+        output=config.output,
+        staging=staging,
+        **(defaults | options),
+    )
 
 
 def shard_files(store: Store, staging: str, shard_id: str) -> tuple[str, str]:

@@ -47,6 +47,7 @@ from jobs.core.schema import (
 )
 from jobs.core.storage import Store, open_store
 from jobs.engine.publish import aggregate
+from jobs.engine.publish.aggregate import SummarySpec
 from scorer_core.precision import context_precision
 from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.reasons import template_reason
@@ -235,10 +236,9 @@ def publish(
     summary = aggregate.summarize(
         scores,
         verdicts,
-        model=model,
-        scale=scale,
-        segment_by=segment_by,
-        verdict_segments=schema.verdict_names,
+        SummarySpec(
+            model=model, scale=scale, segment_by=segment_by, verdict_segments=schema.verdict_names
+        ),
     )
     # The job's order: verdicts, summary, then scores (whose presence marks a complete run).
     tables = {"verdicts": verdicts, "summary": summary.to_frame(), "scores": scores}

@@ -33,6 +33,7 @@ from jobs.core.schema import PUBLISHED_SCORES, PUBLISHED_SUMMARY, PUBLISHED_VERD
 from jobs.engine.publish.aggregate import (
     BANDS,
     RunSummary,
+    SummarySpec,
     band_range,
     quantiles,
     relevance_by_position,
@@ -469,7 +470,7 @@ def test_mismatches_are_reported(tmp_path: Path) -> None:
 
 def test_summarize_end_to_end(tmp_path: Path) -> None:
     scores, verdicts, _ = worker_fixture(tmp_path)
-    summary = summarize(scores, verdicts, model="lexical", scale=10)
+    summary = summarize(scores, verdicts, SummarySpec(model="lexical", scale=10))
     assert (summary.items, summary.scored, summary.unscored, summary.errors) == (7, 5, 1, 1)
     ok_scores = [8.33, 5.83, 0.0, 1.25, 0.0]
     assert summary.mean == pytest.approx(statistics.fmean(ok_scores))
@@ -493,7 +494,7 @@ def test_band_counts(scale: float) -> None:
     normalized = [0.0, 0.01, 0.2, 0.34, 0.35, 0.5, 0.64, 0.65, 0.84, 0.85, 1.0, 0.0]
     rows = [final_row(round(s * scale, 2), n=n) for n, s in enumerate(normalized)]
     rows.append(final_row(None, "unscored", n=99))
-    summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=scale)
+    summary = summarize(final_frame(rows), no_verdicts(), SummarySpec(model="x", scale=scale))
     assert summary.bands == (
         ("none", 2),
         ("low", 3),
@@ -516,7 +517,7 @@ def test_summary_bands_are_the_librarys_names_and_edges() -> None:
     for scale in (1, 3, 10):
         scores = [round(n / 100 * scale, 2) for n in range(101)]
         rows = [final_row(score, n=n) for n, score in enumerate(scores)]
-        summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=scale)
+        summary = summarize(final_frame(rows), no_verdicts(), SummarySpec(model="x", scale=scale))
         named = Counter(score_band(score, scale) for score in scores)
         assert dict(summary.bands) == {name: named.get(name, 0) for name, _, _ in BANDS}
     assert [band_range(name) for name, _, _ in BANDS] == [
@@ -531,7 +532,7 @@ def test_summary_bands_are_the_librarys_names_and_edges() -> None:
 
 def test_band_counts_with_scale_zero() -> None:
     rows = [final_row(0.0, n=n) for n in range(3)]
-    summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=0)
+    summary = summarize(final_frame(rows), no_verdicts(), SummarySpec(model="x", scale=0))
     assert dict(summary.bands)["none"] == 3
 
 
@@ -539,7 +540,7 @@ def test_percentiles() -> None:
     values = [0.1 * n for n in range(11)]  # 0.0 .. 1.0
     rows = [final_row(round(v, 2), n=n) for n, v in enumerate(values)]
     rows.append(final_row(None, "error", n=50))
-    summary = summarize(final_frame(rows), no_verdicts(), model="x", scale=1)
+    summary = summarize(final_frame(rows), no_verdicts(), SummarySpec(model="x", scale=1))
     assert summary.median == pytest.approx(0.5)
     assert summary.p10 == pytest.approx(0.1)
     assert summary.p90 == pytest.approx(0.9)
@@ -550,7 +551,7 @@ def test_percentiles() -> None:
 def test_summary_of_nothing_scored(tmp_path: Path) -> None:
     rows = [final_row(None, "unscored", n=0), final_row(None, "error", n=1)]
     verdicts = write_verdicts(tmp_path, verdict_rows("q0", [None, None]))
-    summary = summarize(final_frame(rows), verdicts, model="lexical", scale=1)
+    summary = summarize(final_frame(rows), verdicts, SummarySpec(model="lexical", scale=1))
     assert (summary.items, summary.scored, summary.unscored, summary.errors) == (2, 0, 1, 1)
     assert (summary.mean, summary.median, summary.p10, summary.p90) == (None, None, None, None)
     assert all(count == 0 for _, count in summary.bands)
@@ -561,7 +562,7 @@ def test_summary_of_nothing_scored(tmp_path: Path) -> None:
 
 def test_summary_of_empty_run(tmp_path: Path) -> None:
     verdicts = write_verdicts(tmp_path, [])
-    summary = summarize(final_frame([]), verdicts, model="lexical", scale=1)
+    summary = summarize(final_frame([]), verdicts, SummarySpec(model="lexical", scale=1))
     assert (summary.items, summary.scored, summary.judge_calls) == (0, 0, 0)
     assert summary.mean is None
 
@@ -572,7 +573,7 @@ def test_position_rates(tmp_path: Path) -> None:
     rows += verdict_rows("c", [False, None, None])  # nulls are not judged
     rows += [verdict_row("d", 3, True)]
     verdicts = write_verdicts(tmp_path, rows, shards=2)
-    summary = summarize(final_frame([]), verdicts, model="lexical", scale=1)
+    summary = summarize(final_frame([]), verdicts, SummarySpec(model="lexical", scale=1))
     got = [(r.position, r.judged, r.relevant, r.rate) for r in summary.position_rates]
     assert got == [(0, 3, 2, 2 / 3), (1, 2, 1, 0.5), (2, 1, 1, 1.0), (3, 1, 1, 1.0)]
     assert relevance_by_position(verdicts).collect()["position"].to_list() == [0, 1, 2, 3]
@@ -604,17 +605,19 @@ def test_summary_cost_for_a_priced_model() -> None:
     rows = [final_row(1.0, n=0, prompt_tokens=5000, completion_tokens=500)]
     frame = final_frame(rows)
     empty = no_verdicts()
-    priced = summarize(frame, empty, model="openai/gpt-4o-mini", scale=1)
+    priced = summarize(frame, empty, SummarySpec(model="openai/gpt-4o-mini", scale=1))
     assert priced.cost_usd is not None
     assert priced.cost_usd > 0
-    assert summarize(frame, empty, model="lexical", scale=1).cost_usd is None
+    assert summarize(frame, empty, SummarySpec(model="lexical", scale=1)).cost_usd is None
 
 
 def test_a_batch_run_is_priced_at_the_batch_price() -> None:
     frame = final_frame([final_row(1.0, n=0, prompt_tokens=5000, completion_tokens=500)])
     empty = no_verdicts()
-    online = summarize(frame, empty, model="openai/gpt-4o-mini", scale=1)
-    batch = summarize(frame, empty, model="openai/gpt-4o-mini", scale=1, batch_price=True)
+    online = summarize(frame, empty, SummarySpec(model="openai/gpt-4o-mini", scale=1))
+    batch = summarize(
+        frame, empty, SummarySpec(model="openai/gpt-4o-mini", scale=1, batch_price=True)
+    )
     assert online.cost_usd is not None and batch.cost_usd is not None
     assert batch.cost_usd == pytest.approx(5000 * 7.5e-08 + 500 * 3e-07)  # litellm's batch rates
     assert batch.cost_usd == pytest.approx(online.cost_usd / 2)
@@ -645,7 +648,7 @@ def test_summary_table_of_a_batch_run(tmp_path: Path) -> None:
 
 def sample_summary(tmp_path: Path) -> RunSummary:
     scores, verdicts, _ = worker_fixture(tmp_path)
-    return summarize(scores, verdicts, model="lexical", scale=10)
+    return summarize(scores, verdicts, SummarySpec(model="lexical", scale=10))
 
 
 def test_to_dict_is_json_safe(tmp_path: Path) -> None:
@@ -762,7 +765,9 @@ def test_summary_by_segment_and_its_terminal_table() -> None:
     ]
     rows.append({**item_row("bad", status="error"), "retriever": None})
     scores = pl.DataFrame(rows, schema={**PUBLISHED_SCORES.polars, "retriever": pl.String})
-    summary = summarize(scores, no_verdicts(), model="lexical", scale=10, segment_by=["retriever"])
+    summary = summarize(
+        scores, no_verdicts(), SummarySpec(model="lexical", scale=10, segment_by=["retriever"])
+    )
     segments = summary.segments_by("retriever")
     assert [s.value for s in segments] == [*(f"r{n:02d}" for n in range(23)), None]
     direct = {
@@ -822,13 +827,15 @@ def test_mean_is_exact_whatever_the_files_row_groups(
     path = tmp_path_factory.mktemp("scores") / "scores.parquet"
     frame.write_parquet(path, row_group_size=chunk)
     for source in (frame, pl.scan_parquet(path)):
-        assert summarize(source, no_verdicts(), model="x", scale=10).mean == exact
+        assert summarize(source, no_verdicts(), SummarySpec(model="x", scale=10)).mean == exact
 
 
 def test_mean_per_segment_is_exact() -> None:
     scores = [0.1, 0.2, 0.7] * 5  # 0.1 + 0.2 is not 0.3 in floats
     rows = [final_row(score, n=n) for n, score in enumerate(scores)]
     frame = final_frame(rows).with_columns(retriever=pl.lit("bm25"))
-    summary = summarize(frame, no_verdicts(), model="x", scale=1, segment_by=["retriever"])
+    summary = summarize(
+        frame, no_verdicts(), SummarySpec(model="x", scale=1, segment_by=["retriever"])
+    )
     exact = float(sum(Fraction(score) for score in scores) / len(scores))
     assert summary.mean == summary.segments[0].summary.mean == exact

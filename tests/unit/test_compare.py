@@ -89,7 +89,7 @@ def test_load_run_reads_tables_manifest_and_summary(runs: Runs) -> None:
     assert scores.height == ITEMS + 1
     assert run.summary.items == ITEMS + 1
     assert run.summary.errors >= 1
-    assert run.summary.to_dict() == run.manifest.summary
+    assert run.summary.to_record() == run.manifest.summary
     assert run.verdicts().collect().height > ITEMS
 
 

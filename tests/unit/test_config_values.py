@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from jobs import cli
 from jobs.cli.arguments import parse_storage_options
 from jobs.core.config import JobConfig, assign_dotted, load_config, parse_config
-from jobs.engine.guards import check_judge_settings
+from jobs.run.factory import check_judge_settings
 from scorer_core.errors import ConfigError
 
 

@@ -28,10 +28,10 @@ def test_shards_go_out_in_order_and_come_back_as_reports() -> None:
     assert b.next_shard("w1")[1].shard_id == "s0"  # type: ignore[index]
     assert b.next_shard("w2")[1].shard_id == "s1"  # type: ignore[index]
     assert b.held_by("w1") == ["s0"]
-    b.done("w1", ShardReport("s0", items=5))
+    b.done("w1", ShardReport(shard_id="s0", items=5))
     news = b.poll()
     assert [r.shard_id for r in news.reports] == ["s0"]
-    assert news.waiting == 1 and news.leased == 1 and news.failure is None
+    assert news.waiting == 1 and news.assigned == 1 and news.failure is None
     assert b.poll().reports == []  # each report is news once
 
 
@@ -80,7 +80,7 @@ def test_a_failure_or_a_fatal_report_stops_handing_out_shards() -> None:
     assert b.poll().failure == "shard s0 failed: bad file"  # the first one is reported
     fatal = board(5)
     fatal.next_shard("w1")
-    fatal.done("w1", ShardReport("s0", fatal="judge refused the key"))
+    fatal.done("w1", ShardReport(shard_id="s0", fatal="judge refused the key"))
     assert fatal.next_shard("w1") is None
 
 
@@ -91,9 +91,9 @@ def test_a_shard_awaiting_an_owner_goes_out_once_the_owner_is_staged() -> None:
     assert b.next_shard("w2")[1].shard_id == "s1"  # type: ignore[index]
     assert b.next_shard("w2") == WAIT
     assert b.poll().waiting == 1
-    b.done("w2", ShardReport("s1", items=1))
+    b.done("w2", ShardReport(shard_id="s1", items=1))
     assert b.next_shard("w2") == WAIT  # s1 was not its owner
-    b.done("w1", ShardReport("s0", items=1))
+    b.done("w1", ShardReport(shard_id="s0", items=1))
     assert b.next_shard("w2")[1].shard_id == "s2"  # type: ignore[index]
     assert b.next_shard("w2") is None
 
@@ -107,5 +107,5 @@ def test_an_owner_staged_by_an_earlier_attempt_is_not_waited_for() -> None:
 def test_a_batch_pass_left_pending_is_not_staged() -> None:
     b = ShardBoard(deque((n, shard(n)) for n in range(2)), {"s1": frozenset({"s0"})})
     b.next_shard("w1")
-    b.done("w1", ShardReport("s0", pending=3))
+    b.done("w1", ShardReport(shard_id="s0", pending=3))
     assert b.next_shard("w1") == WAIT

@@ -24,7 +24,7 @@ import pytest
 
 from jobs import cli
 from jobs.core.config import load_config
-from jobs.engine.guards import check_judge_settings
+from jobs.run.factory import check_judge_settings
 from scorer_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,11 @@ import pytest
 from jobs.core.config import parse_config
 from jobs.core.run_manifest import ErrorRateRecord
 from jobs.core.storage import open_store
-from jobs.engine.driver import RunOutcome, exit_code_of, print_outcome
-from jobs.engine.publish.publisher import publish_run
+from jobs.engine.driver import RunOutcome
+from jobs.engine.publish.aggregate import SummarySpec
+from jobs.engine.publish.publisher import PublishSpec, publish_run
 from jobs.inputs import RowError
+from jobs.run.outcome import exit_code_of, print_outcome
 from jobs.tools.run_status import status_lines
 from tests.support.job import manifest_of
 from tests.unit.test_publish import LOCATION, SOURCE, Shard, where
@@ -24,15 +26,15 @@ from tests.unit.test_publish import LOCATION, SOURCE, Shard, where
 
 def stage(store_root: Path, connection_errors: int, ok: int) -> None:
     store = open_store(str(store_root))
-    shard = Shard(0, [], [])
+    shard = Shard(number=0, items=[], verdicts=[])
     for n in range(ok):
         shard.judged(f"ok{n}", n * 100, [True, False])
     offset = 10_000
     for n in range(connection_errors):
         offset += 100
         message = f"{where(offset)}: judge request failed: Cannot connect to host 127.0.0.1:9"
-        shard.error(RowError(SOURCE, offset, message, f"e{n}"))
-    shard.error(RowError(SOURCE, 99_999, f"{where(99_999)}: invalid JSON"))
+        shard.error(RowError(source=SOURCE, row=offset, message=message, query_id=f"e{n}"))
+    shard.error(RowError(source=SOURCE, row=99_999, message=f"{where(99_999)}: invalid JSON"))
     shard.write(store)
 
 
@@ -40,12 +42,17 @@ def publish(root: Path, limit: float | None) -> RunOutcome:
     published = publish_run(
         open_store(str(root)),
         LOCATION,
-        model="lexical",
-        scale=1.0,
-        manifest=manifest_of(LOCATION),
-        max_error_rate=limit,
+        manifest_of(LOCATION),
+        PublishSpec(summary=SummarySpec(model="lexical", scale=1.0), max_error_rate=limit),
     )
-    return RunOutcome(LOCATION.run_id, LOCATION.run_date, published, 1, 0, 1.0)
+    return RunOutcome(
+        run_id=LOCATION.run_id,
+        run_date=LOCATION.run_date,
+        published=published,
+        shards_total=1,
+        shards_skipped=0,
+        seconds=1.0,
+    )
 
 
 def test_a_run_over_the_limit_is_published_and_exits_1_naming_the_commonest_error(

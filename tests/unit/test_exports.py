@@ -1,6 +1,6 @@
-"""The lazily imported packages' public names (`scorer_core`, `jobs.inputs`, `jobs.engine`): the
-lazy table and the typed imports list the same names from the same modules, and every one of
-them resolves."""
+"""The lazily imported packages' public names (`scorer_core`, `jobs.inputs`, `jobs.engine`): one
+list per package, its `__init__.pyi` stub, which type checkers read and `lazy_loader` loads
+from; every name it lists resolves to its module's object, and nothing else is public."""
 
 from __future__ import annotations
 
@@ -14,27 +14,34 @@ from tests.support.paths import REPO
 PACKAGES = ["scorer_core", "jobs.inputs", "jobs.engine"]
 
 
-def typed_imports(package: str) -> dict[str, str]:
-    """Name -> module of the imports under `if TYPE_CHECKING:` in the package's __init__.py."""
-    path = REPO.joinpath(*package.split("."), "__init__.py")
-    block = next(node for node in ast.parse(path.read_text()).body if isinstance(node, ast.If))
-    return {
-        alias.asname or alias.name: str(node.module)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
+def stub_imports(package: str) -> dict[str, str]:
+    """Name -> module of the re-exports in the package's `__init__.pyi`."""
+    path = REPO.joinpath(*package.split("."), "__init__.pyi")
+    names = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 1, f"{path}: only `from .module import Name as Name`"
+            for alias in node.names:
+                assert alias.asname == alias.name, f"{path}: {alias.name} is not re-exported"
+                names[alias.name] = f"{package}.{node.module}"
+    return names
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_the_lazy_table_and_the_typed_imports_agree(package: str) -> None:
+def test_the_public_names_are_the_stub_s(package: str) -> None:
     module = importlib.import_module(package)
-    assert typed_imports(package) == module._WHERE
-    assert module.__all__ == sorted(typed_imports(package))
+    assert module.__all__ == sorted(stub_imports(package))
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_public_name_resolves_to_its_module_s_object(package: str) -> None:
     lazy = importlib.import_module(package)
-    for name, module in typed_imports(package).items():
+    for name, module in stub_imports(package).items():
         assert getattr(lazy, name) is getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_an_unknown_name_is_an_attribute_error(package: str) -> None:
+    lazy = importlib.import_module(package)
+    with pytest.raises(AttributeError):
+        lazy.no_such_name  # noqa: B018

@@ -10,9 +10,10 @@ import yaml
 
 from jobs import cli
 from jobs.core.config import JobConfig, parse_config
-from jobs.engine.guards import check_judge_settings, check_paths_apart
+from jobs.engine.guards import check_paths_apart
 from jobs.inputs import list_input_files
 from jobs.inputs.columns import check_every_file
+from jobs.run.factory import check_judge_settings
 from jobs.run.job import run_job
 from scorer_core.errors import ConfigError, InputError
 from tests.support.inputs import item, spec_for, write_jsonl, write_parquet

@@ -117,7 +117,7 @@ def test_to_item_retrieval_only_rows_are_items() -> None:
 
 def test_to_item_derived_query_id() -> None:
     spec = InputSpec("x", columns=ColumnMap(query_id=None))
-    record = to_item(spec, RawRow("s3://b/f.jsonl", 1234, data=item(0), unit="offset"))
+    record = to_item(spec, RawRow(source="s3://b/f.jsonl", row=1234, data=item(0), unit="offset"))
     assert isinstance(record, ItemRecord) and record.query_id == "s3://b/f.jsonl#1234"
 
 
@@ -159,7 +159,7 @@ def test_to_item_errors_name_field_and_row(case: str, change: dict[str, Any], me
 @pytest.mark.parametrize("missing", ["query_id", "input", "output", "context"])
 def test_to_item_missing_key(missing: str) -> None:
     data = {k: v for k, v in item(1).items() if k != missing}
-    result = to_item(InputSpec("x"), RawRow("f.jsonl", 99, data=data, unit="offset"))
+    result = to_item(InputSpec("x"), RawRow(source="f.jsonl", row=99, data=data, unit="offset"))
     assert isinstance(result, RowError)
     assert result.message.startswith("f.jsonl line at byte 99: ")
     assert f"(column '{missing}') is missing" in result.message

@@ -393,19 +393,20 @@ def test_other_commands_than_run_refuse_traces_naming_why() -> None:
 
 
 def test_the_run_reads_the_assembled_items_with_their_columns() -> None:
-    from jobs.engine.trace_staging import items_config
+    from jobs.inputs.records import ItemReader
 
     raw: dict[str, Any] = {
         "input": {"path": "s3://b/traces/", "format": "otlp", "carry": ["service.name"]},
         "output": {"path": "s3://b/out/", "storage_options": {"region": "x"}},
     }
-    report = TraceReport(items_path="s3://b/out/_staging/run_id=r/traces/items")
-    derived = items_config(parse_config(raw), report)
-    assert (derived.input.path, derived.input.format) == (report.items_path, "parquet")
-    assert derived.input.storage_options == {"region": "x"}
-    assert derived.input.carry == ["service.name"]
-    columns = derived.input.columns
+    items = "s3://b/out/_staging/run_id=r/traces/items"
+    spec = ItemReader.for_config(parse_config(raw), items).spec
+    assert (spec.path, spec.format) == (items, "parquet")
+    assert spec.storage_options == {"region": "x"}
+    assert spec.carry == ("service.name",)
+    columns = spec.columns
     assert (columns.query_id, columns.input, columns.output) == ("query_id", "input", "output")
     assert (columns.context, columns.context_ids) == ("context", "context_ids")
+    assert spec.context_extractor is None
     raw["input"]["otlp"] = {"output": "none"}
-    assert items_config(parse_config(raw), report).input.columns.output is None
+    assert ItemReader.for_config(parse_config(raw), items).spec.columns.output is None

@@ -3,6 +3,7 @@ unknown model is named, and each provider asks for its own key variable."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -10,10 +11,13 @@ import pytest
 
 from jobs import cli
 from jobs.core.config import parse_config
+from jobs.core.run_layout import RunLocation
 from jobs.run.factory import run_parts
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core.errors import ConfigError
 from scorer_core.judge_access import JudgeAccess
+
+LOCATION = RunLocation("access", dt.date(2026, 12, 1))
 
 OPENAI_KEY = "sk-openai-test-never-sent-to-anthropic"
 
@@ -68,10 +72,10 @@ def test_run_checks_the_model_before_the_key(keys: pytest.MonkeyPatch) -> None:
     keys.delenv("OPENAI_API_KEY")
     config = parse_config({"input": {"path": "x.jsonl"}, "judge": {"model": "lexicl"}})
     with pytest.raises(ConfigError, match=r"judge\.model: litellm cannot route 'lexicl'"):
-        run_parts(config)
+        run_parts(config, LOCATION)
     anthropic = parse_config({"input": {"path": "x.jsonl"}, "judge": {"model": "anthropic/c"}})
     with pytest.raises(ConfigError, match=r"judge\.api_key_env: environment variable ANTHROPIC"):
-        run_parts(anthropic)
+        run_parts(anthropic, LOCATION)
 
 
 def test_the_key_is_read_from_the_providers_own_variable(keys: pytest.MonkeyPatch) -> None:

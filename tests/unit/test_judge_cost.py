@@ -127,5 +127,5 @@ def test_a_verdict_without_a_reason_has_a_null_reason_row() -> None:
     record = to_item(InputSpec("x"), raw(item(1)))
     assert isinstance(record, ItemRecord)
     result = ScoreResult(1.0, "", (ContextVerdict(0, True), ContextVerdict(1, False, "why")))
-    rows = verdict_rows(record, 0, result, [], set())
+    rows = verdict_rows(record, 0, result)
     assert [row["judge_reason"] for row in rows] == [None, "why"]

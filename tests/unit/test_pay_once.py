@@ -76,13 +76,23 @@ def plan(tmp_path: Path) -> RunPlan:
         for n in range(0, len(lines), 2)
     ]
     shards = [dataclasses.replace(s, shard_id=f"shard-{n}") for n, s in enumerate(shards)]
-    parts = dataclasses.replace(
-        run_parts(config), find_duplicates_first=True, cache=CacheSpec(FINGERPRINT, "_cache")
-    )
     location = RunLocation("pay-once", dt.date(2026, 12, 1))
+    parts = dataclasses.replace(
+        run_parts(config, location),
+        find_duplicates_first=True,
+        cache=CacheSpec(FINGERPRINT, "_cache"),
+    )
     from jobs.core.storage import open_store
 
-    return RunPlan(config, parts, location, open_store(config.output.path), shards)
+    return RunPlan(
+        parts=parts,
+        location=location,
+        store=open_store(config.output.path),
+        output=config.output,
+        ray=config.ray,
+        rate_limit=config.rate_limit,
+        shards=shards,
+    )
 
 
 def store_verdicts(plan: RunPlan, topic: str, relevant: bool = True) -> None:
@@ -112,15 +122,15 @@ def test_one_read_of_each_shard_stages_repeats_stored_and_awaited_pairs(
 ) -> None:
     store_verdicts(plan, "stored")
     todo = list(enumerate(plan.shards))
-    looked = look_ahead(plan, todo, shared=True)
+    staged = look_ahead(plan, todo, shared=True)
 
     assert reads == {shard.shard_id: 1 for shard in plan.shards}
-    assert looked.with_repeats == {"shard-1", "shard-3"}
-    assert looked.with_pairs == {"shard-2"}
-    assert looked.owners == {"shard-2": frozenset({"shard-0"})}
+    assert staged.with_repeats == {"shard-1", "shard-3"}
+    assert staged.with_pairs == {"shard-2"}
+    assert staged.owners == {"shard-2": frozenset({"shard-0"})}
     first = f"{plan.shards[0].path} line at byte 0"
     needs = {
-        s.shard_id: read_needs(plan.store, plan.location.staging, s.shard_id, looked)
+        s.shard_id: read_needs(plan.store, plan.location.staging, s.shard_id, staged)
         for s in plan.shards
     }
     assert needs["shard-1"].later == {item_seq(1, 0): first}
@@ -137,9 +147,9 @@ def test_one_read_of_each_shard_stages_repeats_stored_and_awaited_pairs(
 
 
 def test_batch_mode_awaits_nothing(plan: RunPlan) -> None:
-    looked = look_ahead(plan, list(enumerate(plan.shards)), shared=False)
-    assert looked.owners == {} and looked.with_pairs == frozenset()
-    assert looked.with_repeats == {"shard-1", "shard-3"}
+    staged = look_ahead(plan, list(enumerate(plan.shards)), shared=False)
+    assert staged.owners == {} and staged.with_pairs == frozenset()
+    assert staged.with_repeats == {"shard-1", "shard-3"}
 
 
 def test_a_resumed_run_keeps_its_repeats_and_asks_the_store_again(

@@ -11,11 +11,12 @@ import socket
 import threading
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jobs.core.config import parse_config
-from jobs.core.storage import open_store
+from jobs.core.storage import Store, open_store
 from jobs.inputs.otlp import RETRIEVER, SpanRow, spans_of_line
 from jobs.inputs.phoenix_spans import otlp_json, pull_spans, window
 from scorer_core.errors import ConfigError, InputError
@@ -69,9 +70,14 @@ def test_phoenix_spans_become_otlp_json_the_reader_reads() -> None:
     assert row.start_ns == 1796355910451576832 and row.carried == ('"acme"',)
 
 
-def _config(**phoenix: object) -> object:
+def _config(**phoenix: object) -> Any:
     source = {"endpoint": "http://127.0.0.1:9", "project": "rag"} | phoenix
     return parse_config({"input": {"format": "phoenix", "phoenix": source}})
+
+
+def _pull(config: Any, store: Store, folder: str) -> str:
+    """The spans of `config`'s Phoenix input pulled as the run pulls them: their URL."""
+    return pull_spans(config.input.phoenix, config.input.otlp.output, store, folder)
 
 
 def test_the_window_is_start_end_or_the_last_hours() -> None:
@@ -113,7 +119,7 @@ def test_an_absent_phoenix_fails_naming_it_and_stages_nothing(
     config = _config(endpoint=f"http://127.0.0.1:{port}")
     store = open_store(str(tmp_path), {})
     with pytest.raises(InputError) as raised:
-        pull_spans(config, store, "staging/phoenix")  # type: ignore[arg-type]
+        _pull(config, store, "staging/phoenix")
     message = str(raised.value)
     assert f"Phoenix at http://127.0.0.1:{port} (project 'rag') unreachable" in message
     assert "phx-secret-key" not in message
@@ -157,12 +163,12 @@ def test_spans_are_pulled_page_by_page_once_and_a_resumed_run_asks_nothing(
         url = f"http://127.0.0.1:{server.server_address[1]}"
         config = _config(endpoint=url, start="2026-12-01T00:00:00Z")
         store = open_store(str(tmp_path), {})
-        pulled = pull_spans(config, store, "staging/phoenix")  # type: ignore[arg-type]
+        pulled = _pull(config, store, "staging/phoenix")
     finally:
         server.shutdown()
         server.server_close()
     folder = tmp_path / "staging" / "phoenix" / "spans"
-    assert pulled.input.path == str(folder) and pulled.input.format == "phoenix"
+    assert pulled == str(folder)
     files = sorted(p.name for p in folder.iterdir())
     assert files == [
         "retriever-000000000000.json",
@@ -189,5 +195,5 @@ def test_spans_are_pulled_page_by_page_once_and_a_resumed_run_asks_nothing(
         "root": 1,
     }
     # resumed: the marker is there, nothing is asked (the server is gone)
-    again = pull_spans(config, store, "staging/phoenix")  # type: ignore[arg-type]
-    assert again.input.path == pulled.input.path
+    again = _pull(config, store, "staging/phoenix")
+    assert again == pulled

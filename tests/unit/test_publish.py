@@ -30,7 +30,8 @@ from jobs.core.schema import (
     duplicate_error,
 )
 from jobs.core.storage import Store, open_store
-from jobs.engine.publish.publisher import Published, publish_run
+from jobs.engine.publish.aggregate import SummarySpec
+from jobs.engine.publish.publisher import Published, PublishSpec, publish_run
 from jobs.engine.shards.shard_rows import error_row, item_row, verdict_rows
 from jobs.inputs import ItemRecord, RowError
 from jobs.tools.published_runs import summary_from_frame
@@ -68,13 +69,13 @@ class Shard:
         """An ok item; `score` overrides the worker's score (a buggy worker)."""
         contexts = tuple(f"context {i} of {query_id}" for i in range(len(flags)))
         record = ItemRecord(
-            query_id,
-            "q?",
-            "a.",
-            "a",
-            contexts,
-            SOURCE,
-            offset,
+            query_id=query_id,
+            input="q?",
+            output="a.",
+            expected_output="a",
+            contexts=contexts,
+            source=SOURCE,
+            row=offset,
             where=where(offset),
             carried=carried,
         )
@@ -83,15 +84,24 @@ class Shard:
         result = ScoreResult(worker_score, f"why {query_id}", verdicts, "ok", None, Usage(calls=1))
         seq = self.seq()
         self.items.append(item_row(record, seq, result, "lexical", self.tables))
-        self.verdicts.extend(verdict_rows(record, seq, result, [], set(), self.tables))
+        self.verdicts.extend(verdict_rows(record, seq, result, tables=self.tables))
 
     def unscored(self, query_id: str, offset: int, contexts: int) -> None:
         texts = tuple(f"context {i}" for i in range(contexts))
-        record = ItemRecord(query_id, "q?", "a.", "a", texts, SOURCE, offset, where=where(offset))
+        record = ItemRecord(
+            query_id=query_id,
+            input="q?",
+            output="a.",
+            expected_output="a",
+            contexts=texts,
+            source=SOURCE,
+            row=offset,
+            where=where(offset),
+        )
         result = ScoreResult(None, "", (), "unscored", "judge gave up", Usage(calls=2))
         seq = self.seq()
         self.items.append(item_row(record, seq, result, "lexical"))
-        self.verdicts.extend(verdict_rows(record, seq, result, [], set()))
+        self.verdicts.extend(verdict_rows(record, seq, result))
 
     def error(self, error: RowError, first: str | None = None) -> None:
         self.items.append(error_row(error, self.seq(), "lexical", first, self.tables))
@@ -114,13 +124,16 @@ def where(offset: int) -> str:
 def stage_run(store: Store, *, tampered_score: float | None = None) -> None:
     """Two shards: `a` repeats across them, `b` within shard 0; shard 1's `a` has verdicts of
     its own that must not mix into the first `a`'s score."""
-    first = Shard(0, [], [])
+    first = Shard(number=0, items=[], verdicts=[])
     first.judged("a", 0, [True, False, True, False])
     first.judged("b", 100, [False, True, True], score=tampered_score)
     first.unscored("u", 200, 3)
-    first.error(RowError(SOURCE, 300, f"{where(300)}: invalid JSON"))
-    first.error(RowError(SOURCE, 400, duplicate_error("b", where(100)), "b"), where(100))
-    second = Shard(1, [], [])
+    first.error(RowError(source=SOURCE, row=300, message=f"{where(300)}: invalid JSON"))
+    first.error(
+        RowError(source=SOURCE, row=400, message=duplicate_error("b", where(100)), query_id="b"),
+        where(100),
+    )
+    second = Shard(number=1, items=[], verdicts=[])
     second.judged("a", 500, [True, True, True, True])
     second.judged("c", 600, [False, False, True])
     first.write(store)
@@ -131,9 +144,8 @@ def publish(store: Store) -> Published:
     return publish_run(
         store,
         LOCATION,
-        model="lexical",
-        scale=SCALE,
-        manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
+        RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
+        PublishSpec(summary=SummarySpec(model="lexical", scale=SCALE)),
     )
 
 
@@ -253,13 +265,19 @@ def test_carried_columns_are_published_with_their_types_and_summarised_by(
 ) -> None:
     store = open_store(str(tmp_path))
     day1, day2 = dt.date(2026, 11, 29), dt.date(2026, 11, 30)
-    first = Shard(0, [], [], CARRIED)
+    first = Shard(number=0, items=[], verdicts=[], tables=CARRIED)
     first.judged("a", 0, [True, False, True, False], carried=("bm25", day1))
     first.judged("b", 100, [False, True, True], carried=("dense", day1))
     first.judged("c", 200, [True, True], carried=("bm25", day2))
-    first.error(RowError(SOURCE, 300, "context is null", "d", ("dense", None)))
-    first.error(RowError(SOURCE, 400, f"{where(400)}: invalid JSON"))  # nothing read
-    second = Shard(1, [], [], CARRIED)
+    first.error(
+        RowError(
+            source=SOURCE, row=300, message="context is null", query_id="d", carried=("dense", None)
+        )
+    )
+    first.error(
+        RowError(source=SOURCE, row=400, message=f"{where(400)}: invalid JSON")
+    )  # nothing read
+    second = Shard(number=1, items=[], verdicts=[], tables=CARRIED)
     second.judged("a", 500, [True, True, True, True], carried=("dense", day2))  # a repeat
     second.judged("e", 600, [False, False, True], carried=(None, day2))
     first.write(store)
@@ -267,11 +285,11 @@ def test_carried_columns_are_published_with_their_types_and_summarised_by(
     outcome = publish_run(
         store,
         LOCATION,
-        model="lexical",
-        scale=SCALE,
-        manifest=RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
-        tables=CARRIED,
-        segment_by=["retriever", "day"],
+        RunManifest(run_id=LOCATION.run_id, run_date=LOCATION.run_date.isoformat()),
+        PublishSpec(
+            summary=SummarySpec(model="lexical", scale=SCALE, segment_by=["retriever", "day"]),
+            tables=CARRIED,
+        ),
     )
 
     scores = published(tmp_path, "scores")

@@ -139,13 +139,10 @@ def test_a_record_with_an_unknown_form_is_refused_naming_it() -> None:
 def test_the_manifest_records_the_combined_form_of_every_shard() -> None:
     dropped = (("json_schema", REFUSED),)
     reports = [
-        ShardReport(
-            "a",
-            judge=JudgeFacts("http", report("json_object", dropped=dropped)),
-        ),
+        ShardReport(shard_id="a", judge=JudgeFacts("http", report("json_object", dropped=dropped))),
         # Another worker process whose endpoint took json_schema, reporting last.
-        ShardReport("b", judge=JudgeFacts("http", report("json_schema"))),
-        ShardReport("c", skipped=True),  # staged by an earlier attempt: no judge facts
+        ShardReport(shard_id="b", judge=JudgeFacts("http", report("json_schema"))),
+        ShardReport(shard_id="c", skipped=True),  # staged by an earlier attempt: no judge facts
     ]
     facts = judge_record(reports)
     assert facts.transport == "http" and facts.mode is None
@@ -156,4 +153,4 @@ def test_the_manifest_records_the_combined_form_of_every_shard() -> None:
     assert facts.response_format == combined
     assert (combined.in_use, [d.form for d in combined.dropped]) == ("json_object", ["json_schema"])
     # The offline judge's reports carry no facts: the manifest records none.
-    assert judge_record([ShardReport("a"), ShardReport("b")]) == JudgeRecord()
+    assert judge_record([ShardReport(shard_id="a"), ShardReport(shard_id="b")]) == JudgeRecord()

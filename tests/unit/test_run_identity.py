@@ -15,9 +15,10 @@ import yaml
 
 from jobs import cli
 from jobs.core.config import JobConfig
-from jobs.engine import print_outcome
+from jobs.engine.clock import RunClock
 from jobs.run.job import run_job
-from tests.unit.test_lease import staged_run
+from jobs.run.outcome import print_outcome
+from tests.unit.test_run_lock import staged_run
 
 BEFORE_MIDNIGHT = dt.datetime(2026, 12, 1, 23, 59, 58, tzinfo=dt.UTC).timestamp()
 AFTER_MIDNIGHT = BEFORE_MIDNIGHT + 4
@@ -50,10 +51,10 @@ def test_a_resumed_run_keeps_the_date_it_started_with_across_midnight(tmp_path: 
     good = Path(items_files[1]).read_bytes()
     Path(items_files[1]).write_bytes(b"not parquet")  # the first attempt fails at publishing
     with pytest.raises(Exception):  # noqa: B017 (which error is publish's business)
-        run_job(config, wall_clock=lambda: BEFORE_MIDNIGHT)
+        run_job(config, clock=RunClock(wall=lambda: BEFORE_MIDNIGHT))
     Path(items_files[1]).write_bytes(good)
 
-    outcome = run_job(config, wall_clock=lambda: AFTER_MIDNIGHT)
+    outcome = run_job(config, clock=RunClock(wall=lambda: AFTER_MIDNIGHT))
     assert outcome.run_date == dt.date(2026, 12, 1)
     assert [p.name for p in (tmp_path / "out" / "scores").iterdir()] == ["run_date=2026-12-01"]
 

@@ -140,7 +140,7 @@ def test_summary_docs_name_exactly_the_metrics_and_bands_written() -> None:
         p10=1.0,
         p90=1.0,
         bands=tuple((label, 0) for label, _, _ in BANDS),
-        position_rates=(PositionRate(0, 1, 1, 1.0),),
+        position_rates=(PositionRate(position=0, judged=1, relevant=1, rate=1.0),),
         judge_calls=0,
         prompt_tokens=0,
         completion_tokens=0,

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from jobs.core.config import JobConfig, parse_config
-from jobs.engine.shared_paths import check_shared_paths, is_local
+from jobs.engine.shared_paths import check_shared_paths, is_local, run_paths
+from jobs.run.factory import cache_spec
 from scorer_core.errors import ConfigError
 
 
@@ -17,6 +18,11 @@ def config(**sections: Any) -> JobConfig:
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
     return parse_config(raw)
+
+
+def check(config: JobConfig, nodes: int) -> None:
+    """The check as the driver makes it: the run's paths, its cache's only when it uses one."""
+    check_shared_paths(run_paths(config, cache_spec(config)), nodes, config.ray)
 
 
 @pytest.mark.parametrize(
@@ -35,16 +41,16 @@ def test_is_local(path: str, local: bool) -> None:
 
 
 def test_object_store_paths_pass_on_any_cluster() -> None:
-    check_shared_paths(config(), nodes=8)
+    check(config(), nodes=8)
 
 
 def test_one_node_accepts_local_paths() -> None:
-    check_shared_paths(config(input={"path": "in.jsonl"}, output={"path": "results/"}), nodes=1)
+    check(config(input={"path": "in.jsonl"}, output={"path": "results/"}), nodes=1)
 
 
 def test_local_output_on_two_nodes_names_the_key_why_and_what_to_use() -> None:
     with pytest.raises(ConfigError) as raised:
-        check_shared_paths(config(output={"path": "results/"}), nodes=2)
+        check(config(output={"path": "results/"}), nodes=2)
     assert str(raised.value) == (
         "output.path 'results/' is a local path, but the Ray cluster this run joined has 2 "
         "nodes: workers on other nodes would stage their shards on their own disks, where this "
@@ -57,24 +63,22 @@ def test_local_output_on_two_nodes_names_the_key_why_and_what_to_use() -> None:
 def test_every_local_path_is_named_and_the_cache_only_when_used() -> None:
     llm = {"model": "openai/gpt-4o-mini"}
     with pytest.raises(ConfigError) as raised:
-        check_shared_paths(
-            config(input={"path": "/data/in"}, cache={"path": "/cache"}, judge=llm), nodes=3
-        )
+        check(config(input={"path": "/data/in"}, cache={"path": "/cache"}, judge=llm), nodes=3)
     message = str(raised.value)
     assert "input.path '/data/in' is a local path" in message
     assert "look for the input on their own disks" in message
     assert "cache.path '/cache' is a local path" in message
     assert "output.path" not in message
     # The offline judge never uses the cache; a disabled cache is not used either.
-    check_shared_paths(config(cache={"path": "/cache"}), nodes=3)
-    check_shared_paths(config(cache={"path": "/cache", "enabled": False}, judge=llm), nodes=3)
+    check(config(cache={"path": "/cache"}), nodes=3)
+    check(config(cache={"path": "/cache", "enabled": False}, judge=llm), nodes=3)
 
 
 def test_shared_filesystem_opts_out() -> None:
     shared = config(input={"path": "/nfs/in"}, output={"path": "/nfs/out"})
     with pytest.raises(ConfigError):
-        check_shared_paths(shared, nodes=2)
-    check_shared_paths(
+        check(shared, nodes=2)
+    check(
         config(
             input={"path": "/nfs/in"}, output={"path": "/nfs/out"}, ray={"shared_filesystem": True}
         ),

@@ -44,7 +44,7 @@ from jobs.core.stats import (
     welch_test,
 )
 from jobs.core.storage import open_store
-from jobs.engine.publish.aggregate import sampled_estimates, summarize
+from jobs.engine.publish.aggregate import SummarySpec, sampled_estimates, summarize
 from jobs.inputs.sampling import plan_from_rows, unit_hash
 from jobs.run.canary import CanaryResult, judge_canary
 from jobs.tools import calibration as calibrate
@@ -434,7 +434,9 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
         {"query_id": [], "position": [], "relevant": []},
         schema={"query_id": pl.String, "position": pl.Int32, "relevant": pl.Boolean},
     )
-    summary = summarize(scores, verdicts, model="m", scale=1, segment_by=["stratum"], sample=plan)
+    summary = summarize(
+        scores, verdicts, SummarySpec(model="m", scale=1, segment_by=["stratum"], sample=plan)
+    )
     assert (summary.items, summary.population) == (300, 3000)
     low, high, _ = _stratified(population, sample, np.ones(len(population), dtype=bool))
     assert (summary.mean_ci_low, summary.mean_ci_high) == (pytest.approx(low), pytest.approx(high))
@@ -444,7 +446,7 @@ def test_the_summary_of_a_sampled_run_is_the_stratified_estimate() -> None:
     plain = t_interval(moments_of(a_scores), fpc=1 - 100 / 1800)
     assert plain is not None and by_value["a"].mean_ci_low == pytest.approx(plain.low)
     # the unsampled summary's interval is the plain t interval of the same scores
-    unsampled = summarize(scores, verdicts, model="m", scale=1)
+    unsampled = summarize(scores, verdicts, SummarySpec(model="m", scale=1))
     plain_all = t_interval(moments_of([v for _, _, v in kept]))
     assert plain_all is not None and unsampled.mean_ci_high == pytest.approx(plain_all.high)
     assert sampled_estimates(unsampled, scores.lazy(), plan).population == 3000

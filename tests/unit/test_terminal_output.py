@@ -11,7 +11,7 @@ import polars as pl
 from jobs.core.formatting import Column, table
 from jobs.core.schema import PUBLISHED_SCORES
 from jobs.core.storage import open_store
-from jobs.engine.publish.aggregate import summarize
+from jobs.engine.publish.aggregate import SummarySpec, summarize
 from jobs.engine.publish.summary_table import format_summary_table
 from jobs.tools.comparison import compare_runs, format_regressions
 from jobs.tools.published_runs import load_run
@@ -27,7 +27,7 @@ def test_the_segment_table_shows_control_characters_escaped() -> None:
     ]
     scores = pl.DataFrame(rows, schema={**PUBLISHED_SCORES.polars, "retriever": pl.String})
     summary = summarize(
-        scores, no_verdicts(), model="lex\x1bical", scale=1, segment_by=["retriever"]
+        scores, no_verdicts(), SummarySpec(model="lex\x1bical", scale=1, segment_by=["retriever"])
     )
     text = format_summary_table(summary, "/results/run-1")
     assert "\x1b" not in text and "\r" not in text and "\u202e" not in text and "\x00" not in text

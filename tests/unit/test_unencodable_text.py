@@ -20,7 +20,8 @@ from jobs.core.run_layout import RunLocation
 from jobs.core.schema import CarriedColumn, RunSchema
 from jobs.core.storage import open_store
 from jobs.core.text_safety import encodable, escaped, terminal_safe, unencodable
-from jobs.engine.publish.publisher import publish_run
+from jobs.engine.publish.aggregate import SummarySpec
+from jobs.engine.publish.publisher import PublishSpec, publish_run
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
 from jobs.inputs.records import ItemReader, read_query_ids
 from jobs.inputs.spec import input_spec_of
@@ -165,10 +166,8 @@ def check_shard(config: JobConfig, tmp_path: Path) -> pl.DataFrame:
     published = publish_run(
         store,
         location,
-        model=config.judge.model,
-        scale=1.0,
-        manifest=manifest_of(location),
-        tables=tables,
+        manifest_of(location),
+        PublishSpec(summary=SummarySpec(model=config.judge.model, scale=1.0), tables=tables),
     )
     assert published.summary.errors == len(BAD_ROWS)
     return pl.read_parquet(Path(config.output.path) / location.table_file("scores"))
@@ -245,10 +244,8 @@ def test_arbitrary_unicode_reads_judges_stages_and_publishes(
     publish_run(
         open_store(str(tmp_path / "out")),
         location,
-        model="lexical",
-        scale=1.0,
-        manifest=manifest_of(location),
-        tables=tables,
+        manifest_of(location),
+        PublishSpec(summary=SummarySpec(model="lexical", scale=1.0), tables=tables),
     )
     scores = pl.read_parquet(tmp_path / "out" / location.table_file("scores"))
     assert scores.height == len(rows)

@@ -15,7 +15,7 @@ import pytest
 from jobs.core.config import JobConfig, parse_config
 from jobs.core.schema import STAGED_ITEMS, STAGED_VERDICTS, CarriedColumn, RunSchema, context_hash
 from jobs.core.storage import open_store
-from jobs.engine.shards.shard_rows import error_row, item_row, verdict_rows
+from jobs.engine.shards.shard_rows import ContextKeys, error_row, item_row, verdict_rows
 from jobs.engine.shards.worker import ShardRunner
 from jobs.inputs import ItemRecord, RowError, list_input_files, plan_shards
 from jobs.inputs import validate_record as preprocess
@@ -56,7 +56,9 @@ def record(**overrides: Any) -> ItemRecord:
 def test_preprocess_passes_valid_records_and_row_errors_through() -> None:
     good = record()
     assert preprocess(good) is good
-    error = RowError("/data/in.jsonl", 7, "/data/in.jsonl line at byte 7: invalid JSON")
+    error = RowError(
+        source="/data/in.jsonl", row=7, message="/data/in.jsonl line at byte 7: invalid JSON"
+    )
     assert preprocess(error) is error
 
 
@@ -127,7 +129,9 @@ def test_item_row_has_every_column_of_the_items_schema() -> None:
 def test_verdict_rows_one_per_position_with_keys_and_cache_flags() -> None:
     verdicts = (ContextVerdict(2, True, "r2"), ContextVerdict(0, False, "r0"))
     result = ScoreResult(None, "", verdicts, "ok", None, Usage())
-    rows = verdict_rows(record(), 9, result, ["k0", "k1", "k2"], cached={2})
+    rows = verdict_rows(
+        record(), 9, result, ContextKeys(keys=["k0", "k1", "k2"], cached=frozenset({2}))
+    )
     assert [r["position"] for r in rows] == [0, 1, 2]
     assert all(list(r) == list(STAGED_VERDICTS.names) for r in rows)
     assert [r["relevant"] for r in rows] == [False, None, True]  # position 1 got no verdict
@@ -147,7 +151,7 @@ def test_verdict_rows_carry_context_ids_hashes_and_the_asked_columns() -> None:
     )
     result = ScoreResult(0.5, "", (ContextVerdict(0, True), ContextVerdict(1, False)), "ok")
     carried = record(context_ids=("d0", None, "d2"), carried=("bm25", 7))
-    rows = verdict_rows(carried, 3, result, [], set(), tables)
+    rows = verdict_rows(carried, 3, result, tables=tables)
     assert all(list(r) == list(tables.staged_verdicts.names) for r in rows)
     assert [r["context_id"] for r in rows] == ["d0", None, "d2"]
     assert [r["context_hash"] for r in rows] == [context_hash(c) for c in carried.contexts]
@@ -158,9 +162,11 @@ def test_verdict_rows_carry_context_ids_hashes_and_the_asked_columns() -> None:
     item = item_row(carried, 3, result, "lexical", tables)
     assert list(item) == list(tables.staged_items.names)
     assert (item["retriever"], item["tenant"]) == ("bm25", 7)
-    unread = error_row(RowError("/d/in.jsonl", 9, "invalid JSON"), 4, "lexical", None, tables)
+    unread = error_row(
+        RowError(source="/d/in.jsonl", row=9, message="invalid JSON"), 4, "lexical", None, tables
+    )
     assert (unread["retriever"], unread["tenant"]) == (None, None)
-    plain = verdict_rows(record(), 3, result, [], set())
+    plain = verdict_rows(record(), 3, result)
     assert [r["context_id"] for r in plain] == [None, None, None]
 
 
@@ -168,14 +174,16 @@ def test_verdict_rows_carry_context_ids_hashes_and_the_asked_columns() -> None:
 def test_verdict_rows_of_a_failed_item_are_null_not_guessed(status: str) -> None:
     verdicts = (ContextVerdict(0, True), ContextVerdict(1, True), ContextVerdict(2, False))
     result = ScoreResult(None, "", verdicts, status, "judge failed", Usage())  # type: ignore[arg-type]
-    rows = verdict_rows(record(), 1, result, [], cached=set())
+    rows = verdict_rows(record(), 1, result)
     assert len(rows) == 3
     assert [r["relevant"] for r in rows] == [None, None, None]
     assert [r["pair_key"] for r in rows] == ["", "", ""]
 
 
 def test_error_row_names_the_error_and_falls_back_to_source_and_row_as_id() -> None:
-    anonymous = RowError("/d/in.jsonl", 345, "/d/in.jsonl line at byte 345: invalid JSON")
+    anonymous = RowError(
+        source="/d/in.jsonl", row=345, message="/d/in.jsonl line at byte 345: invalid JSON"
+    )
     row = error_row(anonymous, 17, "lexical")
     assert list(row) == list(STAGED_ITEMS.names)
     assert row["query_id"] == "/d/in.jsonl#345"
@@ -184,10 +192,17 @@ def test_error_row_names_the_error_and_falls_back_to_source_and_row_as_id() -> N
     assert row["score"] is None
     assert (row["source"], row["row"], row["item_seq"]) == ("/d/in.jsonl", 345, 17)
     assert row["context_count"] == row["calls"] == 0
-    named = error_row(RowError("/d/in.jsonl", 9, "bad", query_id="q9"), 18, "lexical")
+    named = error_row(
+        RowError(source="/d/in.jsonl", row=9, message="bad", query_id="q9"), 18, "lexical"
+    )
     assert named["query_id"] == "q9"
     assert row["duplicate_of"] is None and named["duplicate_of"] is None
-    repeat = error_row(RowError("/d/in.jsonl", 9, "dup", "q9"), 19, "lexical", "/d/in.jsonl row 2")
+    repeat = error_row(
+        RowError(source="/d/in.jsonl", row=9, message="dup", query_id="q9"),
+        19,
+        "lexical",
+        "/d/in.jsonl row 2",
+    )
     assert list(repeat) == list(STAGED_ITEMS.names)
     assert repeat["duplicate_of"] == "/d/in.jsonl row 2"
 
@@ -303,13 +318,13 @@ def test_run_shard_writes_one_items_row_per_line_and_the_verdicts(
         assert row["calls"] == 0  # the lexical judge makes no requests
         flags = lexical_flags(
             ItemRecord(
-                data["id"],
-                data["question"],
-                data["answer"],
-                data["ground_truth"],
-                tuple(data["contexts"]),
-                str(source),
-                offsets[n],
+                query_id=data["id"],
+                input=data["question"],
+                output=data["answer"],
+                expected_output=data["ground_truth"],
+                contexts=tuple(data["contexts"]),
+                source=str(source),
+                row=offsets[n],
             ).to_scoring_item()
         )
         assert row["score"] == context_precision(flags)

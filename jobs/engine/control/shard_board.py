@@ -14,37 +14,39 @@ from typing import Any, Literal
 from jobs.core.run_manifest import FlowSnapshot
 from jobs.engine.control.governor import Completion, RunGovernor
 from jobs.engine.control.progress import COUNTERS
-from jobs.engine.messages import Lease, ShardReport
+from jobs.engine.messages import Assignment, ShardReport
 
 WAIT: Literal["wait"] = "wait"
 """`next_shard`'s answer while every shard left awaits an owner not yet staged."""
 
 
-@dataclass(frozen=True)
-class BoardNews:
-    """What the driver learns at each poll (`counts`: the progress counters' totals)."""
+@dataclass(frozen=True, kw_only=True)
+class BoardPoll:
+    """What the driver learns at each poll: the reports since the last one, the first failure,
+    the shards waiting and those assigned, and the progress counters' totals."""
 
     reports: list[ShardReport]
     failure: str | None
     waiting: int
-    leased: int
+    assigned: int
     counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class ShardBoard:
-    """The shards of a run not yet handed out, the leases, and the reports that came back."""
+    """The shards of a run not yet handed out, those assigned to each worker, and the reports
+    that came back."""
 
-    todo: deque[Lease]
+    todo: deque[Assignment]
     # shard id -> the owners it awaits (jobs.engine.pairs.shared_pairs)
     owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    _leases: dict[str, dict[str, Lease]] = field(default_factory=dict)
-    _reserved: dict[str, deque[Lease]] = field(default_factory=dict)
+    _assigned: dict[str, dict[str, Assignment]] = field(default_factory=dict)
+    _reserved: dict[str, deque[Assignment]] = field(default_factory=dict)
     _unfinished: set[str] = field(init=False)
 
     def __post_init__(self) -> None:
         # owners outside the board (staged by an earlier attempt of the run) are finished
-        self._unfinished = {lease[1].shard_id for lease in self.todo}
+        self._unfinished = {shard.shard_id for _, shard in self.todo}
 
     _new_reports: list[ShardReport] = field(default_factory=list)
     failure: str | None = None
@@ -54,36 +56,38 @@ class ShardBoard:
     def rejoin(self, worker: str) -> int:
         """A (re)started worker: the shards its dead attempts held are kept for it, handed
         out to it before any other. Returns how many it has to take back."""
-        held = sorted(self._leases.pop(worker, {}).values(), key=lambda lease: lease[0])
+        held = sorted(self._assigned.pop(worker, {}).values(), key=_run_order)
         reserved = self._reserved.setdefault(worker, deque())
         reserved.extendleft(reversed(held))
         return len(reserved)
 
-    def next_shard(self, worker: str) -> Lease | Literal["wait"] | None:
+    def next_shard(self, worker: str) -> Assignment | Literal["wait"] | None:
         """The next shard for `worker`; `WAIT` when every shard left awaits an owner not yet
         staged; None when there is none (or the run stopped)."""
         if self.stopped:
             return None
         reserved = self._reserved.get(worker)
         if reserved:
-            lease = reserved.popleft()
+            assignment = reserved.popleft()
         elif self.todo:
-            ready = next((n for n, lease in enumerate(self.todo) if self._ready(lease)), None)
+            ready = next((n for n, waiting in enumerate(self.todo) if self._ready(waiting)), None)
             if ready is None:
                 return WAIT
-            lease = self.todo[ready]
+            assignment = self.todo[ready]
             del self.todo[ready]
         else:
             return None
-        self._leases.setdefault(worker, {})[lease[1].shard_id] = lease
-        return lease
+        _, shard = assignment
+        self._assigned.setdefault(worker, {})[shard.shard_id] = assignment
+        return assignment
 
-    def _ready(self, lease: Lease) -> bool:
-        return self._unfinished.isdisjoint(self.owners.get(lease[1].shard_id, ()))
+    def _ready(self, assignment: Assignment) -> bool:
+        _, shard = assignment
+        return self._unfinished.isdisjoint(self.owners.get(shard.shard_id, ()))
 
     def done(self, worker: str, report: ShardReport) -> None:
         """A shard came back (staged, skipped, or stopped by a fatal judge error)."""
-        self._leases.get(worker, {}).pop(report.shard_id, None)
+        self._assigned.get(worker, {}).pop(report.shard_id, None)
         if not report.pending:
             self._unfinished.discard(report.shard_id)
         self._new_reports.append(report)
@@ -92,21 +96,28 @@ class ShardBoard:
 
     def failed(self, worker: str, shard_id: str, message: str) -> None:
         """A shard failed for good: the run stops; the first failure is the one reported."""
-        self._leases.get(worker, {}).pop(shard_id, None)
+        self._assigned.get(worker, {}).pop(shard_id, None)
         self.failure = self.failure or message
         self.stopped = True
 
     def held_by(self, worker: str) -> list[str]:
         """The shards `worker` holds or has to take back, in run order."""
-        held = [*self._leases.get(worker, {}).values(), *self._reserved.get(worker, ())]
-        return [lease[1].shard_id for lease in sorted(held, key=lambda lease: lease[0])]
+        held = [*self._assigned.get(worker, {}).values(), *self._reserved.get(worker, ())]
+        return [shard.shard_id for _, shard in sorted(held, key=_run_order)]
 
-    def poll(self) -> BoardNews:
+    def poll(self) -> BoardPoll:
         """The reports since the last poll, the failure if any, and how much is left."""
-        reports, self._new_reports = self._new_reports, []
-        leased = sum(len(held) for held in self._leases.values())
+        reports = self._new_reports
+        self._new_reports = []
+        assigned = sum(len(held) for held in self._assigned.values())
         waiting = len(self.todo) + sum(len(kept) for kept in self._reserved.values())
-        return BoardNews(reports, self.failure, waiting, leased, dict(self.counts))
+        return BoardPoll(
+            reports=reports,
+            failure=self.failure,
+            waiting=waiting,
+            assigned=assigned,
+            counts=dict(self.counts),
+        )
 
     def add(self, increments: dict[str, int]) -> None:
         """Add to the progress counters (`jobs.engine.control.progress.BatchedCounter`)."""
@@ -121,11 +132,11 @@ class RunCoordinator(ShardBoard):
 
     def __init__(
         self,
-        leases: list[Lease],
+        todo: list[Assignment],
         governor: RunGovernor | None,
         owners: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
-        super().__init__(deque(leases), owners or {})
+        super().__init__(deque(todo), owners or {})
         self._governor = governor
 
     def reserve(self, estimated_tokens: int) -> tuple[float, int]:
@@ -144,6 +155,11 @@ class RunCoordinator(ShardBoard):
 
     def flow(self) -> FlowSnapshot | None:
         return self._governor.snapshot() if self._governor is not None else None
+
+
+def _run_order(assignment: Assignment) -> int:
+    number, _ = assignment
+    return number
 
 
 def coordinator_actor_class() -> Any:

@@ -11,18 +11,17 @@ import logging
 import tempfile
 import time
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from jobs.core.run_layout import item_seq
-from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
 from jobs.core.verdict_cache import Entries, pair_key
 from jobs.core.verdict_store import VerdictStore, partition_expr
-from jobs.engine.messages import Looked
+from jobs.engine.messages import StagedNeeds
 from jobs.engine.pairs import repeats
 from jobs.engine.pairs.shared_pairs import HIT_KEYS, awaited_pairs, worth_waiting
 from jobs.engine.pairs.spill import Spill, shard_blocks
@@ -31,6 +30,8 @@ from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import Mapper, local_map, ray_map
 from jobs.inputs import RowError, Shard
 from jobs.inputs.records import ItemReader, read_query_ids
+from jobs.inputs.sampling import judged
+from jobs.inputs.shard_read import RunRows
 from scorer_core.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -61,50 +62,68 @@ class ShardKeys:
     pairs: pl.DataFrame
 
 
+@dataclass(frozen=True, kw_only=True)
+class KeyReading:
+    """How shards are read for their keys, as their workers read them (`rows`), and the verdict
+    cache's fingerprint their pair keys are made with (None: no pair keys)."""
+
+    rows: RunRows
+    fingerprint: str | None = None
+
+
 def shard_keys(
-    reader: ItemReader,
-    tables: RunSchema,
+    reading: KeyReading,
     numbered: Sequence[tuple[int, Shard]],
     ids: bool = False,
-    fingerprint: str | None = None,
     pairs_of: Collection[int] | None = None,
 ) -> ShardKeys:
     """A Ray task body: the keys of `numbered` ((number, shard) pairs) as their workers will
-    see them: with `ids`, every row's query id and `item_seq`; with a `fingerprint`, the pair
+    see them: with `ids`, every row's query id and `item_seq`; with a fingerprint, the pair
     keys of the items judged in the shards of `pairs_of` (None: all). An unreadable shard gets
     no keys (its own worker fails the run naming the file)."""
     id_rows: list[tuple[str, int, str, int]] = []
     pair_rows: list[tuple[int, str]] = []
     for number, shard in numbered:
         try:
-            if fingerprint is not None and (pairs_of is None or number in pairs_of):
-                found, keys = _read_items(reader, tables, number, shard, fingerprint)
+            if reading.fingerprint is not None and (pairs_of is None or number in pairs_of):
+                found, keys = _read_items(reading, number, shard)
             elif ids:
-                rows = enumerate(read_query_ids(reader.spec, shard))
-                found = [(qid, item_seq(number, i), where, n) for i, (qid, where, n) in rows]
+                found = _read_ids(reading.rows.reader, number, shard)
                 keys = set()
             else:
                 continue
         except InputError:
             continue
-        id_rows.extend(found if ids else ())
+        if ids:
+            id_rows.extend(found)
         pair_rows.extend((number, key) for key in keys)
     ids_frame = pl.DataFrame(id_rows, schema=repeats.KEYS, orient="row")
     return ShardKeys(ids_frame, pl.DataFrame(pair_rows, schema=KEYS, orient="row"))
 
 
+def _read_ids(reader: ItemReader, number: int, shard: Shard) -> list[tuple[str, int, str, int]]:
+    """(query id, item_seq, source, row) of every row of the shard, its query ids alone read."""
+    rows = read_query_ids(reader.spec, shard)
+    return [
+        (query_id, item_seq(number, index), source, row)
+        for index, (query_id, source, row) in enumerate(rows)
+    ]
+
+
 def _read_items(
-    reader: ItemReader, tables: RunSchema, number: int, shard: Shard, fingerprint: str
+    reading: KeyReading, number: int, shard: Shard
 ) -> tuple[list[tuple[str, int, str, int]], set[str]]:
     """Every row's id, and the pair keys of the rows `read_shard_records` hands the judge."""
     ids: list[tuple[str, int, str, int]] = []
     keys: set[str] = set()
     first_seen: set[str] = set()
-    for index, record in enumerate(reader.read(shard, tables.carried)):
+    rows = reading.rows
+    fingerprint = reading.fingerprint or ""
+    for index, record in enumerate(rows.reader.read(shard, rows.tables.carried)):
         where = f"{record.source}#{record.row}"  # the id of a row without one (its error row)
         query_id = where if record.query_id is None else record.query_id
         ids.append((query_id, item_seq(number, index), record.source, record.row))
-        if isinstance(record, RowError) or not reader.keeps(record, tables.names):
+        if isinstance(record, RowError) or not judged(rows.sample, record, rows.tables.names):
             continue
         if query_id in first_seen:
             continue
@@ -168,7 +187,7 @@ class Lookahead:
                 self.pairs[number] += count
             self.needs.add(_needs(awaited_pairs(run_keys, known)))
 
-    def stage(self, store: Store, staging: str) -> Looked:
+    def stage(self, store: Store, staging: str) -> StagedNeeds:
         """Write each shard's needs (`needs_path`): what was staged, and the owners awaited."""
         staged: dict[str, set[str]] = {"repeats": set(), "pairs": set()}
         owners: dict[str, frozenset[str]] = {}
@@ -192,25 +211,31 @@ class Lookahead:
                     path = needs_path(store, staging, shard_id, kind)
                     store.write_parquet_atomic(path, table.to_arrow())
                     staged[kind].add(shard_id)
-        return Looked(frozenset(staged["repeats"]), frozenset(staged["pairs"]), owners)
+        return StagedNeeds(
+            with_repeats=frozenset(staged["repeats"]),
+            with_pairs=frozenset(staged["pairs"]),
+            owners=owners,
+        )
 
-    def report(self, looked: Looked, seconds: float, ids: bool, store: bool) -> None:
+    def report(self, staged: StagedNeeds, seconds: float, ids: bool, store: bool) -> None:
         """The look-ahead's lines in the run's log."""
         if ids:
             assert self.finder is not None
             logger.info(
                 f"duplicates across shards: {self.later} later occurrence(s) of a query_id in "
-                f"{len(looked.with_repeats)} shard(s) will not be judged ({self.finder.keys:,} "
+                f"{len(staged.with_repeats)} shard(s) will not be judged ({self.finder.keys:,} "
                 f"ids read in {seconds:.1f}s)"
             )
         if store:
-            awaiting = len(looked.owners)
-            logger.info(
+            line = (
                 f"verdict store: {self.hits:,} of {self.keys.rows:,} pair(s) already judged, "
                 f"found for {self.with_hits} shard(s) ({self.folded:,} journaled verdict(s) "
                 f"folded in; {seconds:.1f}s)"
-                + (f"; {awaiting} shard(s) await pairs an earlier shard judges" if awaiting else "")
             )
+            awaiting = len(staged.owners)
+            if awaiting:
+                line += f"; {awaiting} shard(s) await pairs an earlier shard judges"
+            logger.info(line)
 
 
 _REPEATS = ("item_seq", "duplicate_of")
@@ -237,13 +262,13 @@ class ShardNeeds:
     awaits: dict[str, list[str]] = field(default_factory=dict)
 
 
-def read_needs(store: Store, staging: str, shard_id: str, looked: Looked) -> ShardNeeds:
+def read_needs(store: Store, staging: str, shard_id: str, staged: StagedNeeds) -> ShardNeeds:
     """A shard's staged needs (blocking)."""
     needs = ShardNeeds()
-    if shard_id in looked.with_repeats:
+    if shard_id in staged.with_repeats:
         rows = pl.read_parquet(store.read_bytes(needs_path(store, staging, shard_id, "repeats")))
         needs.later.update(rows.select(_REPEATS).iter_rows())
-    if shard_id in looked.with_pairs:
+    if shard_id in staged.with_pairs:
         rows = pl.read_parquet(store.read_bytes(needs_path(store, staging, shard_id, "pairs")))
         for key, relevant, reason, owner in rows.select(_PAIRS).iter_rows():
             if owner is None:
@@ -253,25 +278,29 @@ def read_needs(store: Store, staging: str, shard_id: str, looked: Looked) -> Sha
     return needs
 
 
-def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -> Looked:
+def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -> StagedNeeds:
     """Stage what each shard of `todo` ((number, shard) pairs) needs (`ShardNeeds`; the pairs
     it awaits only when `shared`). Ray must be running unless the run is small."""
-    store, staging, parts = plan.store, plan.location.staging, plan.parts
+    store = plan.store
+    staging = plan.location.staging
+    parts = plan.parts
     done = _read_done(store, staging) if parts.find_duplicates_first else None
     ids = parts.find_duplicates_first and done is None
     if parts.cache is None and not ids:
-        return Looked(with_repeats=done or frozenset())
+        return StagedNeeds(with_repeats=done or frozenset())
     started = time.monotonic()
     numbered = list(enumerate(plan.shards)) if ids else list(todo)
     # calls in the driver for a small run (no round of Ray tasks to wait for), else Ray tasks,
     # twice as many in flight as the run has workers (the keys waiting stay small)
     mapper: Mapper = local_map
     if not in_driver(plan, [shard for _, shard in numbered]):
-        mapper = ray_map(plan.config, in_flight=2 * plan.config.ray.workers)
+        mapper = ray_map(plan.ray, in_flight=2 * plan.ray.workers)
+    rows = RunRows(reader=parts.reader, tables=plan.tables, sample=plan.sample)
     fingerprint = parts.cache.fingerprint if parts.cache is not None else None
+    reading = KeyReading(rows=rows, fingerprint=fingerprint)
     todo_numbers = frozenset(number for number, _ in todo)
     calls = (
-        (plan.reader, plan.tables, numbered[at : at + TASK_SHARDS], ids, fingerprint, todo_numbers)
+        (reading, numbered[at : at + TASK_SHARDS], ids, todo_numbers)
         for at in range(0, len(numbered), TASK_SHARDS)
     )
     with tempfile.TemporaryDirectory(prefix="ctxprec-lookahead-") as tmp:
@@ -284,14 +313,14 @@ def look_ahead(plan: RunPlan, todo: Sequence[tuple[int, Shard]], shared: bool) -
             look.join_store(parts.cache.verdict_store(store), mapper)
             if shared:
                 look.share()
-        looked = look.stage(store, staging)
-    look.report(looked, time.monotonic() - started, ids, parts.cache is not None)
+        staged = look.stage(store, staging)
+    look.report(staged, time.monotonic() - started, ids, parts.cache is not None)
     if ids:
-        record = {"shards": sorted(looked.with_repeats), "later_occurrences": look.later}
+        record = {"shards": sorted(staged.with_repeats), "later_occurrences": look.later}
         store.write_bytes_atomic(_done_path(store, staging), json.dumps(record).encode())
     elif done:
-        looked = Looked(done, looked.with_pairs, looked.owners)
-    return looked
+        staged = replace(staged, with_repeats=done)
+    return staged
 
 
 def _read_done(store: Store, staging: str) -> frozenset[str] | None:
@@ -304,25 +333,20 @@ def _read_done(store: Store, staging: str) -> frozenset[str] | None:
 
 def in_driver(plan: RunPlan, shards: Sequence[Shard]) -> bool:
     """Whether `shards` are looked at in the driver (no Ray needed): a small run."""
-    size = plan.config.ray.shard_size
+    size = plan.ray.shard_size
     items = sum(s.end - s.start if s.kind == "rows" else size for s in shards)
-    return len(shards) < plan.config.ray.workers or items <= LOCAL_ITEMS
+    return len(shards) < plan.ray.workers or items <= LOCAL_ITEMS
 
 
 def stored_pair_keys(
-    reader: ItemReader,
-    tables: RunSchema,
-    fingerprint: str,
-    shards: Sequence[Shard],
-    verdicts: VerdictStore,
-    scratch: Path,
+    reading: KeyReading, shards: Sequence[Shard], verdicts: VerdictStore, scratch: Path
 ) -> Iterator[pl.Series]:
     """The pair keys of `shards` the store holds (its journal included), a partition at a
-    time, in this process and without writing to the store (`ctxprec estimate`). `scratch`:
-    a local folder for the spilled keys."""
+    time, in this process and without writing to the store (`ctxprec estimate`). `reading`
+    has the fingerprint; `scratch`: a local folder for the spilled keys."""
     keys = Spill(scratch / "keys", partition_expr(), KEYS)
     for number, shard in enumerate(shards):
-        keys.add(shard_keys(reader, tables, [(number, shard)], fingerprint=fingerprint).pairs)
+        keys.add(shard_keys(reading, [(number, shard)]).pairs)
     # the journal is small (each run folds it first): read once, whole
     journal = verdicts.newest([verdicts.read_file(p) for p in verdicts.journal_files()])
     for partition in keys.close():

@@ -19,6 +19,7 @@ import polars as pl
 
 from jobs.core.formatting import optional_float
 from jobs.core.pricing import estimate_cost_usd
+from jobs.core.run_manifest import SummaryRecord
 from jobs.core.schema import PUBLISHED_SUMMARY
 from jobs.core.stats import Moments, StratumCell, moments_by, stratified_interval, t_interval
 from jobs.inputs.sampling import SamplePlan, Stratum, stratum_text
@@ -68,7 +69,7 @@ def as_lazy(source: TableSource) -> pl.LazyFrame:
     return pl.scan_parquet([str(path) for path in source])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PositionRate:
     """How often the judge found the context at one position relevant."""
 
@@ -103,7 +104,7 @@ _METRICS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunSummary:
     """Everything the run reports about itself.  Score statistics cover status "ok" items.
 
@@ -165,6 +166,10 @@ class RunSummary:
             for segment in self.segments
         ]
         return out
+
+    def to_record(self) -> SummaryRecord:
+        """The summary as the run's manifest keeps it."""
+        return SummaryRecord.model_validate(self.to_dict())
 
     def segments_by(self, by: str) -> tuple[Segment, ...]:
         """The segments of column `by`, in the summary's order."""
@@ -322,69 +327,70 @@ def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
 
 
 def _summary_of(
-    stats: dict[str, Any],
-    positions: Sequence[tuple[int, int, int]],
-    *,
-    model: str,
-    scale: float,
-    batch_price: bool,
+    stats: dict[str, Any], positions: Sequence[tuple[int, int, int]], spec: SummarySpec
 ) -> RunSummary:
     """A RunSummary from a row of `_stats` and `score_statistics` and its (position, judged,
-    relevant) rows; the cost at the model's batch price when `batch_price`."""
+    relevant) rows; the cost at the model's batch price when `spec.batch_price`."""
     values: dict[str, Any] = {name: int(stats[name] or 0) for name in _COUNTS}
     values.update({name: optional_float(stats[name]) for name in _STATISTICS})
+    rates = [
+        PositionRate(position=position, judged=judged, relevant=relevant, rate=relevant / judged)
+        for position, judged, relevant in positions
+    ]
     return RunSummary(
-        model=model,
-        scale=scale,
+        model=spec.model,
+        scale=spec.scale,
         **values,
         population=values["items"],
         bands=tuple((label, int(stats[f"band:{label}"] or 0)) for label, _, _ in BANDS),
-        position_rates=tuple(PositionRate(p, j, r, r / j) for p, j, r in positions),
+        position_rates=tuple(rates),
         cost_usd=estimate_cost_usd(
-            model,
+            spec.model,
             values["prompt_tokens"],
             values["completion_tokens"],
-            batch=batch_price,
+            batch=spec.batch_price,
             cached=(values["cached_prompt_tokens"], values["cache_creation_tokens"]),
         ),
     )
 
 
-def summarize(
-    scores: pl.DataFrame | pl.LazyFrame,
-    verdicts: TableSource,
-    *,
-    model: str,
-    scale: float,
-    segment_by: Sequence[str] = (),
-    verdict_segments: Collection[str] = (),
-    batch_price: bool = False,
-    sample: SamplePlan | None = None,
-) -> RunSummary:
-    """The run summary from the published scores and verdicts tables (`jobs.core.schema`).
+@dataclass(frozen=True, kw_only=True)
+class SummarySpec:
+    """What a run's summary is computed with.
 
-    Args:
-        scores, verdicts: the published tables.
-        model, scale: the judge model (for the cost) and the scorer's scale (for the bands).
-        segment_by: columns of `scores` to summarise by as well (`RunSummary.segments`, in this
-            order, each column's values sorted as text, null last); those also in
-            `verdict_segments` are columns of `verdicts` too and get their relevance by position.
-        batch_price: the cost at the model's batch price (judge.mode batch).
-        sample: a sampled run's plan: the means and intervals are then the stratified
-            estimator's (`sampled_estimates`), and `population` the plan's counts.
+    `model`, `scale`: the judge model (for the cost) and the scorer's scale (for the bands).
+    `segment_by`: columns of the scores to summarise by as well (`RunSummary.segments`, in this
+    order, each column's values sorted as text, null last); those also in `verdict_segments`
+    are columns of the verdicts too and get their relevance by position. `batch_price`: the
+    cost at the model's batch price (judge.mode batch). `sample`: a sampled run's plan: the
+    means and intervals are then the stratified estimator's (`sampled_estimates`), and
+    `population` the plan's counts.
     """
-    scores, verdicts = as_lazy(scores), as_lazy(verdicts)
-    common = {"model": model, "scale": scale, "batch_price": batch_price}
-    ((_, whole),) = _summaries(scores, verdicts, None, True, **common)
-    segments = tuple(
-        Segment(column, value, summary)
-        for column in segment_by
-        for value, summary in _summaries(
-            scores, verdicts, column, column in verdict_segments, **common
-        )
-    )
-    summary = replace(whole, segments=segments)
-    return summary if sample is None else sampled_estimates(summary, scores, sample)
+
+    model: str
+    scale: float
+    segment_by: Sequence[str] = ()
+    verdict_segments: Collection[str] = ()
+    batch_price: bool = False
+    sample: SamplePlan | None = None
+
+
+def summarize(
+    scores: pl.DataFrame | pl.LazyFrame, verdicts: TableSource, spec: SummarySpec
+) -> RunSummary:
+    """The run summary from the published scores and verdicts tables (`jobs.core.schema`)."""
+    scores = as_lazy(scores)
+    verdicts = as_lazy(verdicts)
+    ((_, whole),) = _summaries(scores, verdicts, None, True, spec)
+    segments: list[Segment] = []
+    for column in spec.segment_by:
+        with_positions = column in spec.verdict_segments
+        for value, summary in _summaries(scores, verdicts, column, with_positions, spec):
+            segments.append(Segment(by=column, value=value, summary=summary))
+    summary = replace(whole, segments=tuple(segments))
+    if spec.sample is None:
+        return summary
+    return sampled_estimates(summary, scores, spec.sample)
 
 
 def _summaries(
@@ -392,18 +398,18 @@ def _summaries(
     verdicts: pl.LazyFrame,
     column: str | None,
     with_positions: bool,
-    **common: Any,
+    spec: SummarySpec,
 ) -> list[tuple[str | None, RunSummary]]:
     """(value, its summary) per segment of `column` (None: the whole run, one summary)."""
     # One plan at a time: collected together, their buffers add up (+50 MiB at 1M items).
-    stats = _stats(scores, column, common["scale"]).collect()
+    stats = _stats(scores, column, spec.scale).collect()
     counts = _by_segment(_score_counts(scores, column).collect())
     positions = _by_segment(_positions(verdicts, column).collect()) if with_positions else {}
     out = []
     for row in stats.iter_rows(named=True):
         value = row["segment"]
         row.update(score_statistics(counts.get(value, [])))
-        out.append((value, _summary_of(row, positions.get(value, []), **common)))
+        out.append((value, _summary_of(row, positions.get(value, []), spec)))
     return out
 
 

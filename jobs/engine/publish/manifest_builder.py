@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.core.config import JobConfig
@@ -16,6 +17,7 @@ from jobs.core.run_manifest import (
     JudgeRecord,
     ResponseFormatRecord,
     RunManifest,
+    TracesRecord,
 )
 from jobs.engine.messages import ShardReport
 from jobs.engine.publish.aggregate import FLOW_METRICS
@@ -23,40 +25,45 @@ from scorer_core.prompt import PROMPT_VERSION
 from scorer_core.response_format import RESPONSE_FORMATS
 
 
-def run_manifest(
-    config: JobConfig,
-    location: RunLocation,
-    *,
-    shards: int,
-    shards_reused: int,
-    seconds: float,
-    timings: dict[str, float],
-    flow: FlowSnapshot | None = None,
-    judge: JudgeRecord | None = None,
-    nodes: Mapping[str, int] | None = None,
-    traces: Mapping[str, Any] | None = None,
-) -> RunManifest:
-    """The run's identity, judge, prompt version, config (secrets redacted) and timings.
+@dataclass(frozen=True, kw_only=True)
+class ManifestFacts:
+    """How the run went, as its driver knows it before publishing: its shards (and those an
+    earlier attempt staged), its seconds so far and per phase, what its governor settled on
+    (`flow`), what its judge settled on (`judge_record`), how many shards ran on each Ray node
+    (`shards_by_node`), and the traces' assembly."""
 
-    `timings` are seconds per phase; `seconds` the whole run so far; `flow` what the run's
-    governor settled on; `judge` what its judge settled on (`judge_record`); `nodes` how many
-    shards ran on each Ray node (`shards_by_node`); `traces` the traces' assembly report.
-    """
-    return RunManifest(
+    shards: int
+    shards_reused: int
+    seconds: float
+    timings: Mapping[str, float] = field(default_factory=dict)
+    flow: FlowSnapshot | None = None
+    judge: JudgeRecord | None = None
+    nodes: Mapping[str, int] = field(default_factory=dict)
+    traces: TracesRecord | None = None
+
+
+def run_manifest(
+    config: JobConfig, judge_model: str, location: RunLocation, facts: ManifestFacts
+) -> RunManifest:
+    """The run's identity, judge, prompt version, config (secrets redacted) and `facts`."""
+    manifest = RunManifest(
         run_id=location.run_id,
         run_date=location.run_date.isoformat(),
-        judge_model=config.judge.model,
+        judge_model=judge_model,
         prompt_version=PROMPT_VERSION,
         config=config.redacted(),
-        shards=shards,
-        seconds=round(seconds, 3),
-        timings_s={phase: round(value, 3) for phase, value in timings.items()},
-        shards_reused=shards_reused,
-        flow=FlowSnapshot.model_validate(flow.model_dump() if flow is not None else {}),
-        judge=judge or JudgeRecord(),
-        nodes=dict(nodes or {}),
-        **({"traces": dict(traces)} if traces is not None else {}),
+        shards=facts.shards,
+        seconds=round(facts.seconds, 3),
+        timings_s=dict(facts.timings),
+        shards_reused=facts.shards_reused,
+        # every field of a governor's snapshot recorded, null ones too
+        flow=FlowSnapshot.model_validate(facts.flow.model_dump() if facts.flow else {}),
+        judge=facts.judge or JudgeRecord(),
+        nodes=dict(facts.nodes),
     )
+    if facts.traces is None:
+        return manifest
+    return manifest.with_changes(traces=facts.traces)
 
 
 def shards_by_node(reports: Sequence[ShardReport]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -25,7 +25,6 @@ from jobs.core.schema import RunSchema
 from jobs.core.storage import Store
 from jobs.engine.pairs.repeats import KEYS, RepeatFinder, mark_rows
 from jobs.engine.publish import aggregate
-from jobs.inputs.sampling import SamplePlan
 
 _READ_AHEAD = 8  # staged shard files read ahead
 # A published table's row groups: about this many bytes (in memory), at most this many rows.
@@ -41,7 +40,7 @@ _DICTIONARY_BYTES = 8 * 2**20
 _POSITION = r"^.*? (?:line at byte|row) \d+: "
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Published:
     """What a published run reports back to the driver."""
 
@@ -112,7 +111,9 @@ class _ParquetFile:
             group = pa.concat_tables(self._buffer)
             self._writer.write_table(group, row_group_size=group.num_rows)
             self.rows += group.num_rows
-        self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
+        self._buffer = []
+        self._buffered_rows = 0
+        self._buffered_bytes = 0
 
     def close(self) -> None:
         self._flush()
@@ -155,57 +156,51 @@ def _write_tables(
     return scores.path, verdicts.path, duplicates
 
 
+@dataclass(frozen=True, kw_only=True)
+class PublishSpec:
+    """What publishing a run needs besides its staged shards: how its summary is computed (its
+    relevance by position per segment where the verdicts carry the column), its tables with the
+    carried columns, the flow and canary metrics the summary adds, and run.max_error_rate (None:
+    not checked)."""
+
+    summary: aggregate.SummarySpec
+    tables: RunSchema = field(default_factory=RunSchema)
+    flow: Sequence[tuple[str, float | None]] = ()
+    canary: Sequence[tuple[str, float | None]] = ()
+    max_error_rate: float | None = None
+
+
 def publish_run(
-    store: Store,
-    location: RunLocation,
-    *,
-    model: str,
-    scale: float,
-    manifest: RunManifest,
-    flow: Sequence[tuple[str, float | None]] = (),
-    tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
-    segment_by: Sequence[str] = (),
-    batch_price: bool = False,
-    sample: SamplePlan | None = None,
-    canary: Sequence[tuple[str, float | None]] = (),
-    max_error_rate: float | None = None,
+    store: Store, location: RunLocation, manifest: RunManifest, spec: PublishSpec
 ) -> Published:
-    """Publish the run's tables and manifest from its staged shards. `tables`: with the carried
-    columns; `segment_by`: summary.by; `batch_price`: judge.mode batch; `sample`: a sampled
-    run's plan; `canary`: its metrics; `max_error_rate`: run.max_error_rate."""
+    """Publish the run's tables and manifest from its staged shards."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ctxprec-publish-") as folder:
         tmp = Path(folder)
-        scores, verdicts, duplicates = _write_tables(store, location, tables, tmp)
+        scores, verdicts, duplicates = _write_tables(store, location, spec.tables, tmp)
+        summary_spec = replace(spec.summary, verdict_segments=spec.tables.verdict_names)
         summary = aggregate.summarize(
-            pl.scan_parquet(scores),
-            pl.scan_parquet(verdicts),
-            model=model,
-            scale=scale,
-            segment_by=segment_by,
-            verdict_segments=tables.verdict_names,
-            batch_price=batch_price,
-            sample=sample,
+            pl.scan_parquet(scores), pl.scan_parquet(verdicts), summary_spec
         )
-        summary = dataclasses.replace(summary, flow=tuple(flow), canary=tuple(canary))
-        errors = measure(scores, summary.items, summary.errors, max_error_rate)
+        summary = dataclasses.replace(summary, flow=tuple(spec.flow), canary=tuple(spec.canary))
+        errors = measure(scores, summary.items, summary.errors, spec.max_error_rate)
         truncated = pl.scan_parquet(scores).select(pl.col("truncated").sum()).collect().item()
         summary.to_frame().write_parquet(tmp / "summary.parquet", compression="zstd")
         # scores last: a reader of scores/ sees a whole run or none of it
         for table in ("verdicts", "summary", "scores"):
             local = str(tmp / f"{table}.parquet")
             store.upload_file_atomic(local, store.join(location.table_file(table)))
-    manifest = _complete(store, location, manifest, summary, duplicates, errors, started)
-    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
-    store.rm(StagingArea(store, location.staging).path(), recursive=True)
-    return Published(
+    published = Published(
         summary=summary,
         scores_url=store.url(store.join(location.table_file("scores"))),
         duplicates=duplicates,
-        judge=manifest.judge,
         error_rate=errors,
         truncated=truncated or 0,
     )
+    manifest = _complete(store, location, manifest, published, started)
+    store.write_bytes_atomic(store.join(location.manifest), manifest.to_json())
+    store.rm(StagingArea(store, location.staging).path(), recursive=True)
+    return dataclasses.replace(published, judge=manifest.judge)
 
 
 def measure(scores: Path | str, items: int, errors: int, limit: float | None) -> ErrorRateRecord:
@@ -229,24 +224,17 @@ def measure(scores: Path | str, items: int, errors: int, limit: float | None) ->
 
 
 def _complete(
-    store: Store,
-    location: RunLocation,
-    manifest: RunManifest,
-    summary: aggregate.RunSummary,
-    duplicates: int,
-    errors: ErrorRateRecord,
-    started: float,
+    store: Store, location: RunLocation, manifest: RunManifest, published: Published, started: float
 ) -> RunManifest:
     """The driver's manifest with what publishing learnt."""
     timings = {**manifest.timings_s, "publish": round(time.monotonic() - started, 3)}
-    return manifest.model_copy(
-        update={
-            "timings_s": timings,
-            "status": "complete",
-            "summary": summary.to_dict(),
-            "duplicates": duplicates,
-            "error_rate": errors,
-            "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "tables": {t: store.url(store.join(location.table_file(t))) for t in TABLES},
-        }
+    tables = {table: store.url(store.join(location.table_file(table))) for table in TABLES}
+    return manifest.with_changes(
+        timings_s=timings,
+        status="complete",
+        summary=published.summary.to_record(),
+        duplicates=published.duplicates,
+        error_rate=published.error_rate,
+        published_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        tables=tables,
     )

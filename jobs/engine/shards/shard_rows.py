@@ -86,15 +86,24 @@ def item_row(
     return _with_carried(row, tables.names, record.carried)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ContextKeys:
+    """An item's pair keys, one per context (none without a cache), and the positions whose
+    verdict the cache knew before judging."""
+
+    keys: Sequence[str] = ()
+    cached: frozenset[int] = frozenset()
+
+
 def verdict_rows(
     record: ItemRecord,
     seq: int,
     result: ScoreResult,
-    keys: Sequence[str],
-    cached: set[int],
+    context_keys: ContextKeys = ContextKeys(),
     tables: RunSchema = RunSchema(),  # noqa: B008 - frozen, shared safely
 ) -> list[dict[str, Any]]:
     """One row per context position; `relevant` is null where no verdict was obtained."""
+    keys = context_keys.keys
     by_index = {v.index: v for v in result.verdicts}
     usable = result.status == "ok"
     ids = record.context_ids
@@ -115,7 +124,7 @@ def verdict_rows(
             relevant=verdict.relevant if (verdict and usable) else None,
             judge_reason=verdict.reason or None if verdict else None,  # null: none was asked
             pair_key=keys[position] if keys else "",
-            cached=position in cached,
+            cached=position in context_keys.cached,
         )
         rows.append(_with_carried(row, names, values))
     return rows
@@ -145,9 +154,12 @@ class PairKeys:
         item = record.to_scoring_item()
         return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
 
-    def cached(self, keys: Sequence[str]) -> set[int]:
+    def of(self, record: ItemRecord) -> ContextKeys:
+        """`record`'s pair keys, and which the cache knew before judging."""
+        keys = self.keys(record)
         known = self.cache.known if self.cache is not None else {}
-        return {position for position, key in enumerate(keys) if key in known}
+        cached = frozenset(position for position, key in enumerate(keys) if key in known)
+        return ContextKeys(keys=keys, cached=cached)
 
 
 def shard_rows(
@@ -155,11 +167,13 @@ def shard_rows(
 ) -> ShardRows:
     """The staged rows of a shard: its read errors and its judged items, sorted by item_seq."""
     rows = ShardRows()
-    rows.items = [error_row(e, seq, model, first, tables) for seq, e, first in read.errors]
+    rows.items = [
+        error_row(error, seq, model, duplicate_of=first, tables=tables)
+        for seq, error, first in read.errors
+    ]
     for (seq, record), result in zip(read.records, results, strict=True):
         rows.items.append(item_row(record, seq, result, model, tables))
-        keys = pairs.keys(record)
-        rows.verdicts.extend(verdict_rows(record, seq, result, keys, pairs.cached(keys), tables))
+        rows.verdicts.extend(verdict_rows(record, seq, result, pairs.of(record), tables))
         rows.usage = rows.usage + result.usage
         rows.statuses[result.status] = rows.statuses.get(result.status, 0) + 1
     if read.errors:

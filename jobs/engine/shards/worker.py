@@ -1,4 +1,4 @@
-"""What a worker does with a shard: read -> judge stage -> rows -> commit (verdicts, then the
+"""What a worker does with a shard: read -> judging -> rows -> commit (verdicts, then the
 items file, the shard's commit marker). A `ShardRunner` lives as long as its worker (one long
 Ray task): the judge is built once and a few lanes run shards on one event loop."""
 
@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pyarrow as pa
 
-from jobs.core.config import JobConfig
 from jobs.core.run_layout import StagingArea
 from jobs.core.schema import RunSchema
 from jobs.core.storage import open_store
@@ -24,10 +23,17 @@ from jobs.engine.control.shard_board import WAIT
 from jobs.engine.control.worker_flow import WorkerFlow
 from jobs.engine.messages import CoordinatorHandle, JudgeFacts, ShardContext, ShardReport
 from jobs.engine.pairs.lookahead import ShardNeeds, read_needs
+from jobs.engine.parts import Scoring
+from jobs.engine.shards.judging import (
+    BatchPassJudging,
+    BatchShard,
+    OnlineJudging,
+    ShardCaches,
+    ShardJudging,
+)
 from jobs.engine.shards.shard_rows import ShardRows, shard_rows
-from jobs.engine.shards.stages import BatchPassStage, JudgeStage, OnlineStage, ShardCaches
 from jobs.inputs import ItemRecord, Shard
-from jobs.inputs.shard_read import ShardRead, read_shard_records
+from jobs.inputs.shard_read import RunRows, ShardRead, read_shard_records
 from scorer_core.errors import FatalJudgeError, StorageError
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
@@ -44,7 +50,7 @@ _WAIT_S = 0.2
 async def judge_shard(
     judge: Judge,
     records: Sequence[ItemRecord],
-    config: JobConfig,
+    scoring: Scoring,
     on_done: Callable[[ScoreResult], None],
 ) -> list[ScoreResult]:
     """Score every record concurrently (the judge's gate bounds the requests in flight); a
@@ -54,9 +60,9 @@ async def judge_shard(
         result = await score_item(
             judge,
             record.to_scoring_item(),
-            scale=config.scorer.scale,
-            reason=config.scorer.reason,
-            contexts_per_call=config.judge.contexts_per_call,
+            scale=scoring.scale,
+            reason=scoring.reason,
+            contexts_per_call=scoring.contexts_per_call,
         )
         on_done(result)
         return result
@@ -86,22 +92,34 @@ class ShardRunner:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._ctx = ctx
-        self._config = ctx.config
         self._tables = ctx.tables or RunSchema()
+        self._rows = RunRows(reader=ctx.parts.reader, tables=self._tables, sample=ctx.sample)
         self._worker_id = worker_id
         self._node = node
-        self._store = open_store(self._config.output.path, self._config.output.storage_options)
+        self._store = open_store(ctx.output.path, ctx.output.storage_options)
         self._staging = StagingArea(self._store, ctx.staging)
-        self._caches: ShardCaches | None = None
-        if (spec := ctx.parts.cache) is not None:  # where the shards find verdicts, the journal
-            writer, every = f"{ctx.run_id}.{worker_id}", spec.journal_interval_s
-            journal = Journal(spec.verdict_store(self._store), writer, interval_s=every)
-            self._caches = ShardCaches(self._store, ctx.staging, spec.fingerprint, journal)
+        self._caches = self._open_caches()
         self._sleep = sleep
         self._judge: Judge | None = None
         self._flow: WorkerFlow | None = None
         self._reports: asyncio.Task[None] | None = None
         self._flushes: asyncio.Task[None] | None = None
+
+    def _open_caches(self) -> ShardCaches | None:
+        """Where the shards find verdicts, and the worker's journal; None without a cache."""
+        spec = self._ctx.parts.cache
+        if spec is None:
+            return None
+        writer = f"{self._ctx.run_id}.{self._worker_id}"
+        journal = Journal(
+            spec.verdict_store(self._store), writer, interval_s=spec.journal_interval_s
+        )
+        return ShardCaches(
+            store=self._store,
+            staging=self._ctx.staging,
+            fingerprint=spec.fingerprint,
+            journal=journal,
+        )
 
     async def take_over(self) -> int:
         """A retried worker: remember what its dead attempt journaled (the verdicts of the
@@ -130,19 +148,18 @@ class ShardRunner:
         judges = self._ctx.parts.judges
         coordinator = self._ctx.coordinator
         if not self._ctx.governed or coordinator is None:
-            self._judge = judges.build(judges.local_limiter(), self._ctx.api_key, None)
+            self._judge = judges.build(judges.local_limiter(), None)
             return self._judge
-        limits = self._config.rate_limit
-        paced = bool(limits.requests_per_minute or limits.tokens_per_minute)
-        self._flow = WorkerFlow(coordinator, self._worker_id, paced=paced)
-        self._judge = judges.build(self._flow, self._ctx.api_key, self._flow.gate)
+        self._flow = WorkerFlow(coordinator, self._worker_id, paced=self._ctx.paced)
+        self._judge = judges.build(self._flow, self._flow.gate)
         self._reports = asyncio.get_running_loop().create_task(self._flow.run_reports())
         return self._judge
 
     def _online_reask(self) -> OnlineAsk | None:
-        """Batch mode with judge.batch.reask online: how a re-ask goes out (the worker's
-        online judge, paced by the run's governor); None when re-asks go in batches."""
-        if self._config.judge.batch.reask != "online":
+        """A batch pass that asks online: how a re-ask goes out (the worker's online judge,
+        paced by the run's governor); None when re-asks go in batches."""
+        batch_pass = self._ctx.batch_pass
+        if batch_pass is None or not batch_pass.asks_online:
             return None
         online = self._own_judge()
         assert isinstance(online, LLMJudge)
@@ -162,7 +179,7 @@ class ShardRunner:
     async def run_shard(self, shard: Shard, number: int) -> ShardReport:
         """Judge one shard and stage its files. `number` is the shard's place in the run."""
         started = time.monotonic()
-        report = ShardReport(shard.shard_id, node=self._node)
+        report = ShardReport(shard_id=shard.shard_id, node=self._node)
         items_file = self._staging.items_file(shard.shard_id)
         if await asyncio.to_thread(self._store.exists, items_file):
             report.skipped = True
@@ -171,67 +188,67 @@ class ShardRunner:
             loop = asyncio.get_running_loop()
             self._flushes = loop.create_task(self._flush_loop(self._caches.journal))
         needs = ShardNeeds()
-        if shard.shard_id in self._ctx.looked.with_repeats | self._ctx.looked.with_pairs:
+        staged = self._ctx.needs
+        if shard.shard_id in staged.with_repeats | staged.with_pairs:
             needs = await asyncio.to_thread(
-                read_needs, self._store, self._ctx.staging, shard.shard_id, self._ctx.looked
+                read_needs, self._store, self._ctx.staging, shard.shard_id, staged
             )
-        read = await self._read(shard, number, needs.later)
+        read = await asyncio.to_thread(read_shard_records, self._rows, shard, number, needs.later)
         coordinator = self._ctx.coordinator
         counter = BatchedCounter(coordinator.add.remote if coordinator else lambda counts: None)
-        stage = await self._stage(shard, number, read, counter, needs)
+        judging = await self._judging(shard, number, read, counter, needs)
+        scoring = self._ctx.parts.scoring
         try:
             records = [record for _, record in read.records]
-            results = await judge_shard(stage.judge, records, self._config, stage.item_done)
+            results = await judge_shard(judging.judge, records, scoring, judging.item_done)
         except FatalJudgeError as exc:
             counter.drain()
             report.fatal = str(exc)
-            report.judge = judge_facts(stage.own_judge)
+            report.judge = judge_facts(judging.own_judge)
             return report
-        report.judge = judge_facts(stage.own_judge)
-        report.pending = await stage.finish(read, results)
+        report.judge = judge_facts(judging.own_judge)
+        report.pending = await judging.finish(read, results)
         if not report.pending:
-            rows = shard_rows(read, results, stage.own_judge.model, self._tables, stage.pairs)
-            entries = stage.cache_entries(read)  # batch mode's, not journaled as they came
+            model = judging.own_judge.model
+            rows = shard_rows(read, results, model, self._tables, judging.pairs)
+            entries = judging.cache_entries(read)  # batch mode's, not journaled as they came
             if entries and self._caches is not None:
                 for key, (relevant, reason) in entries.items():
                     self._caches.journal.add(key, relevant, reason)
             await asyncio.to_thread(self._commit, shard, rows)
-            report.items, report.usage, report.statuses = len(rows.items), rows.usage, rows.statuses
+            report.items = len(rows.items)
+            report.usage = rows.usage
+            report.statuses = rows.statuses
         report.seconds = time.monotonic() - started
         return report
 
-    async def _read(self, shard: Shard, number: int, later: dict[int, str]) -> ShardRead:
-        """The shard's rows, with the later occurrences the look-ahead found set aside."""
-        reader = self._ctx.parts.reader
-        if reader is None:  # the driver assembles traces into items before any shard runs
-            raise RuntimeError(f"shard {shard.shard_id}: the run's items have no reader")
-        return await asyncio.to_thread(
-            read_shard_records, reader, shard, number, self._tables, later
-        )
-
-    async def _stage(
+    async def _judging(
         self, shard: Shard, number: int, read: ShardRead, counter: BatchedCounter, needs: ShardNeeds
-    ) -> JudgeStage:
-        """The shard's judge stage: a batch round's pass, or the worker's judge online."""
-        round_number = self._ctx.batch_round
-        if round_number is None:
-            stage: JudgeStage = await OnlineStage.open(
+    ) -> ShardJudging:
+        """How the shard is judged: a batch round's pass, or the worker's judge online."""
+        batch_pass = self._ctx.batch_pass
+        batch = self._ctx.parts.batch
+        if batch_pass is None or batch is None:
+            judging: ShardJudging = await OnlineJudging.open(
                 self._own_judge(), counter, self._caches, needs, read
             )
             if self._flow is not None:
                 self._flow.wake()
-            return stage
-        return await BatchPassStage.open(
-            BatchLayout(self._store, self._ctx.staging),
-            round_number,
-            self._config,
+            return judging
+        return await BatchPassJudging.open(
+            BatchShard(
+                layout=BatchLayout(self._store, self._ctx.staging),
+                round=batch_pass.round,
+                batch=batch,
+                scale=self._ctx.parts.scoring.scale,
+                shard_id=shard.shard_id,
+                number=number,
+                read=read,
+            ),
             self._online_reask(),
             counter,
             self._caches,
             needs,
-            shard.shard_id,
-            number,
-            read,
         )
 
     def _commit(self, shard: Shard, rows: ShardRows) -> None:
@@ -249,13 +266,13 @@ async def _run_lane(
 ) -> None:
     """Take the next shard from the board and run it, until the board has none left."""
     while True:
-        lease = await board.next_shard.remote(worker_id)
-        if lease is None:
+        assignment = await board.next_shard.remote(worker_id)
+        if assignment is None:
             return
-        if lease == WAIT:  # every shard left awaits pairs a shard in progress judges first
+        if assignment == WAIT:  # every shard left awaits pairs a shard in progress judges first
             await asyncio.sleep(_WAIT_S)
             continue
-        number, shard = lease
+        number, shard = assignment
         for attempt in range(1, attempts + 1):
             try:
                 report = await runner.run_shard(shard, number)
@@ -277,7 +294,7 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
     runner = ShardRunner(ctx, worker_id, node)
     board = ctx.coordinator
     assert board is not None, "a worker runs with the run's coordinator"
-    attempts = ctx.config.ray.max_task_retries + 1
+    attempts = ctx.attempts
     held = await board.rejoin.remote(worker_id)
     if held:
         taken = await runner.take_over()  # this attempt takes back the shards of a dead one

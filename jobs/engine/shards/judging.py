@@ -1,5 +1,5 @@
-"""A shard's judge stage, online or one pass of a batch round: the judge its items are scored
-with (the verdict cache in front), how its progress counts, and whether the shard can be
+"""How a shard is judged, online or in one pass of a batch round: the judge its items are
+scored with (the verdict cache in front), how its progress counts, and whether the shard can be
 committed after judging or waits for a batch round."""
 
 from __future__ import annotations
@@ -9,24 +9,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobs.core.config import JobConfig
 from jobs.core.run_layout import index_in_shard
 from jobs.core.storage import Store
 from jobs.core.verdict_cache import CachingJudge, Entries, InFlight, VerdictCache, write_entries
 from jobs.core.verdict_store import Journal
 from jobs.engine.batch.batch_judge import BatchJudge, OnlineAsk, ReplayClient
 from jobs.engine.batch.batch_layout import BatchLayout
-from jobs.engine.batch.requests import RequestLines, item_key
+from jobs.engine.batch.requests import item_key
 from jobs.engine.control.progress import USAGE_COUNTERS, BatchedCounter
 from jobs.engine.pairs.lookahead import ShardNeeds
 from jobs.engine.pairs.shared_pairs import awaited_verdicts
+from jobs.engine.parts import BatchParts
 from jobs.engine.shards.shard_rows import PairKeys
 from jobs.inputs.shard_read import ShardRead
 from scorer_core.protocols import Judge
 from scorer_core.types import ScoreResult
 
 
-class JudgeStage(Protocol):
+class ShardJudging(Protocol):
     """What a shard is judged with, and what is done once it is judged."""
 
     # The judge the items are scored with (the verdict cache in front of the worker's judge).
@@ -48,7 +48,7 @@ class JudgeStage(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardCaches:
     """Where a worker's shards find their verdicts: what the look-ahead staged for each, the
     worker's journal (every fresh verdict goes to it, and its recent verdicts answer the
@@ -93,8 +93,8 @@ def count_item(counter: BatchedCounter, result: ScoreResult) -> None:
     )
 
 
-@dataclass
-class OnlineStage:
+@dataclass(kw_only=True)
+class OnlineJudging:
     """The worker's judge, asked now, with the verdict cache in front: the shard's verdicts
     found in the store, and the worker's journal, which gets every fresh verdict."""
 
@@ -111,13 +111,13 @@ class OnlineStage:
         caches: ShardCaches | None,
         needs: ShardNeeds,
         read: ShardRead,
-    ) -> OnlineStage:
-        """The stage for a shard, its cached verdicts loaded (in a thread: it reads files)."""
+    ) -> OnlineJudging:
+        """The judging of a shard, its cached verdicts loaded (in a thread: it reads files)."""
         cache = await asyncio.to_thread(caches.load, needs) if caches is not None else None
         counter.add(items=len(read.errors), errors=len(read.errors))
         fingerprint = caches.fingerprint if caches else ""
         judge, pairs = cache_in_front(own_judge, cache, fingerprint, fresh_hits=True)
-        return cls(own_judge, judge, pairs, counter)
+        return cls(own_judge=own_judge, judge=judge, pairs=pairs, _counter=counter)
 
     def item_done(self, result: ScoreResult) -> None:
         count_item(self._counter, result)
@@ -130,8 +130,22 @@ class OnlineStage:
         return None  # every fresh verdict went to the journal as it arrived
 
 
-@dataclass
-class BatchPassStage:
+@dataclass(frozen=True, kw_only=True)
+class BatchShard:
+    """A shard in a batch round's pass: where the round's files are, the round, batch mode's
+    parts, the scorer's scale, and the shard's id, number in the run and rows."""
+
+    layout: BatchLayout
+    round: int
+    batch: BatchParts
+    scale: float
+    shard_id: str
+    number: int
+    read: ShardRead
+
+
+@dataclass(kw_only=True)
+class BatchPassJudging:
     """One pass of a batch round over a shard: answers from the batch replies ingested so far
     and records the requests still unanswered for the next round. A shard's requests must be
     the same in every pass, so its first pass freezes the cache view it used."""
@@ -140,9 +154,7 @@ class BatchPassStage:
     judge: Judge
     pairs: PairKeys
     _client: ReplayClient
-    _layout: BatchLayout
-    _round: int
-    _shard_id: str
+    _shard: BatchShard
     _counter: BatchedCounter
     _cache: VerdictCache | None
     _frozen: bool
@@ -150,29 +162,27 @@ class BatchPassStage:
     @classmethod
     async def open(
         cls,
-        layout: BatchLayout,
-        round_number: int,
-        config: JobConfig,
+        shard: BatchShard,
         reask: OnlineAsk | None,
         counter: BatchedCounter,
         caches: ShardCaches | None,
         needs: ShardNeeds,
-        shard_id: str,
-        number: int,
-        read: ShardRead,
-    ) -> BatchPassStage:
-        """The pass's stage for shard `number`: its replies so far and the cache view its first
-        pass froze (else found in the store); `reask` sends re-asks online."""
-        replies, frozen, online = await asyncio.to_thread(
-            lambda: (
-                layout.read_replies(shard_id),
-                layout.read_frozen_cache(shard_id),
-                layout.online_round(round_number),
-            )
+    ) -> BatchPassJudging:
+        """The pass's judging of `shard`: its replies so far and the cache view its first pass
+        froze (else found in the store); `reask` sends re-asks online."""
+        layout = shard.layout
+        replies = await asyncio.to_thread(layout.read_replies, shard.shard_id)
+        frozen = await asyncio.to_thread(layout.read_frozen_cache, shard.shard_id)
+        online = await asyncio.to_thread(layout.online_round, shard.round)
+        batch = shard.batch
+        client = ReplayClient(
+            batch.lines,
+            replies,
+            reask=reask,
+            max_rounds=batch.settings.max_rounds,
+            all_online=online,
         )
-        lines, max_rounds = RequestLines.for_config(config), config.judge.batch.max_rounds
-        client = ReplayClient(lines, replies, reask=reask, max_rounds=max_rounds, all_online=online)
-        judge = _batch_judge(client, config, number, read)
+        judge = _batch_judge(client, shard)
         cache = frozen
         if cache is None and caches is not None:
             cache = caches.load(needs, journaled=False)
@@ -180,9 +190,15 @@ class BatchPassStage:
         # No fresh hits within the shard: which verdicts are fresh depends on the order
         # replies arrive in.
         judged, pairs = cache_in_front(judge, cache, fingerprint, fresh_hits=False)
-        was_frozen = frozen is not None
         return cls(
-            judge, judged, pairs, client, layout, round_number, shard_id, counter, cache, was_frozen
+            own_judge=judge,
+            judge=judged,
+            pairs=pairs,
+            _client=client,
+            _shard=shard,
+            _counter=counter,
+            _cache=cache,
+            _frozen=frozen is not None,
         )
 
     def item_done(self, result: ScoreResult) -> None:
@@ -205,38 +221,44 @@ class BatchPassStage:
         """Keep what the next pass needs (blocking); the request index, written last, marks
         the shard's pass as done."""
         client = self._client
+        layout = self._shard.layout
+        shard_id = self._shard.shard_id
         if self._cache is not None and not self._frozen:
-            known = self._cache.known
-            used = {
-                key: known[key]
-                for _, record in read.records
-                for key in self.pairs.keys(record)
-                if key in known
-            }
-            write_entries(self._layout.store, self._layout.frozen_cache(self._shard_id), used)
+            write_entries(layout.store, layout.frozen_cache(shard_id), self._used(read))
         if client.online_replies:
-            name = f"online-{self._round:03d}"
-            self._layout.write_replies(self._shard_id, name, sorted(client.online_replies.items()))
+            name = f"online-{self._shard.round:03d}"
+            layout.write_replies(shard_id, name, sorted(client.online_replies.items()))
         # Identical items recorded the same request once per item: one line each is enough.
         unique = list({r.custom_id: r for r in client.recorded}.values())
-        self._layout.write_requests(self._round, self._shard_id, unique)
+        layout.write_requests(self._shard.round, shard_id, unique)
+
+    def _used(self, read: ShardRead) -> Entries:
+        """The cached verdicts the shard's items used: the view its later passes see."""
+        assert self._cache is not None
+        known = self._cache.known
+        used: Entries = {}
+        for _, record in read.records:
+            for key in self.pairs.keys(record):
+                if key in known:
+                    used[key] = known[key]
+        return used
 
     def cache_entries(self, read: ShardRead) -> Entries | None:
         """What the batches answered for this shard (journaled when it is committed)."""
         return dict(self._cache.fresh) if self._cache is not None else None
 
 
-def _batch_judge(client: ReplayClient, config: JobConfig, number: int, read: ShardRead) -> Judge:
-    """The batch judge of shard `number`. Items with the same content share their requests
-    (and replies): the last key wins, the same in every pass."""
+def _batch_judge(client: ReplayClient, shard: BatchShard) -> Judge:
+    """The batch judge of `shard`. Items with the same content share their requests (and
+    replies): the last key wins, the same in every pass."""
     keys = {
-        record.to_scoring_item(): item_key(number, index_in_shard(seq))
-        for seq, record in read.records
+        record.to_scoring_item(): item_key(shard.number, index_in_shard(seq))
+        for seq, record in shard.read.records
     }
     return BatchJudge(
         client,
         keys,
-        max_reasks=config.judge.max_reasks,
-        scale=config.scorer.scale,
-        verdict_reasons=config.judge.verdict_reasons,
+        max_reasks=shard.batch.max_reasks,
+        scale=shard.scale,
+        verdict_reasons=shard.batch.verdict_reasons,
     )

@@ -1,8 +1,8 @@
-"""The run lease (`with RunLease(...)`) is given back on every way out of a run, without Ray.
+"""The run lock (`with RunLock(...)`) is given back on every way out of a run, without Ray.
 
-The lease-level tests use a real local store; the driver-level ones run `run_job` on a run whose
+The lock-level tests use a real local store; the driver-level ones run `run_job` on a run whose
 shards are all staged already (judged in this process with `run_shard`), so the driver goes
-straight from the lease to publishing and never starts Ray.
+straight from the lock to publishing and never starts Ray.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from jobs.core.config import JobConfig, parse_config
 from jobs.core.storage import Store, open_store
 from jobs.engine.driver import resolve_location
-from jobs.engine.lease import CONFIRM_AFTER_S, RunLease, RunLocked
+from jobs.engine.run_lock import CONFIRM_AFTER_S, RunLock, RunLocked
 from jobs.inputs import list_input_files, plan_shards
 from jobs.inputs.spec import input_spec_of
 from jobs.run.job import run_job
@@ -26,8 +26,8 @@ from scorer_core.errors import FatalJudgeError, StorageError
 from tests.support.job import run_shard, shard_context, shard_files
 
 
-def lease_at(store: Store, run_id: str = "r1") -> RunLease:
-    return RunLease(store, store.join(f"_staging/run_id={run_id}", "LEASE.json"))
+def lock_at(store: Store, run_id: str = "r1") -> RunLock:
+    return RunLock(store, store.join(f"_staging/run_id={run_id}", "LEASE.json"))
 
 
 @pytest.fixture
@@ -36,20 +36,20 @@ def store(tmp_path: Path) -> Store:
 
 
 def test_released_after_success(store: Store) -> None:
-    with lease_at(store) as lease:
-        held = json.loads(store.read_bytes(lease.path))
-        assert held["token"] == lease.token
-    assert not store.exists(lease.path)
-    with lease_at(store):  # another driver takes the run id at once
+    with lock_at(store) as lock:
+        held = json.loads(store.read_bytes(lock.path))
+        assert held["token"] == lock.token
+    assert not store.exists(lock.path)
+    with lock_at(store):  # another driver takes the run id at once
         pass
 
 
 def test_of_two_drivers_taking_a_run_id_at_once_the_earlier_writer_stops(store: Store) -> None:
-    """Both found no lease and both wrote theirs; the later write won. The earlier driver reads
+    """Both found no lock and both wrote theirs; the later write won. The earlier driver reads
     the winner's token back at `confirm`, once both writes have landed, and stops; the winner's
-    lease stays."""
+    lock stays."""
     waits: list[float] = []
-    earlier = lease_at(store)
+    earlier = lock_at(store)
     earlier.sleep = waits.append
     with pytest.raises(RunLocked, match="at the same moment"), earlier:
         winner = {"token": "winner", "host": "elsewhere", "pid": 1, "heartbeat": 1e12}
@@ -58,29 +58,29 @@ def test_of_two_drivers_taking_a_run_id_at_once_the_earlier_writer_stops(store: 
     assert len(waits) == 1 and 0 < waits[0] <= CONFIRM_AFTER_S
     assert json.loads(store.read_bytes(earlier.path))["token"] == "winner"
     store.rm(earlier.path)
-    with lease_at(store) as unchallenged:  # a lease nobody else wrote is confirmed
+    with lock_at(store) as unchallenged:  # a lock nobody else wrote is confirmed
         unchallenged.confirm()
     assert not store.exists(unchallenged.path)
 
 
 def test_released_after_an_exception(store: Store) -> None:
-    with pytest.raises(ValueError, match="boom"), lease_at(store) as lease:
+    with pytest.raises(ValueError, match="boom"), lock_at(store) as lock:
         raise ValueError("boom")
-    assert not store.exists(lease.path)
+    assert not store.exists(lock.path)
 
 
 def test_released_after_a_fatal_judge_error(store: Store) -> None:
-    with pytest.raises(FatalJudgeError), lease_at(store) as lease:
+    with pytest.raises(FatalJudgeError), lock_at(store) as lock:
         raise FatalJudgeError("the judge cannot work, run stopped: 401")
-    assert not store.exists(lease.path)
+    assert not store.exists(lock.path)
 
 
 def test_a_held_run_id_is_refused_and_stays_with_its_holder(store: Store) -> None:
-    with lease_at(store) as first:
-        with pytest.raises(RunLocked, match="this run id is being run by pid"), lease_at(store):
+    with lock_at(store) as first:
+        with pytest.raises(RunLocked, match="this run id is being run by pid"), lock_at(store):
             pass
         assert json.loads(store.read_bytes(first.path))["token"] == first.token
-        with lease_at(store, "r2"):  # another run id is free
+        with lock_at(store, "r2"):  # another run id is free
             pass
     assert not store.exists(first.path)
 
@@ -95,12 +95,12 @@ class DeletesFail(Store):
 
 def test_a_failing_release_does_not_hide_the_runs_own_error(store: Store) -> None:
     broken = DeletesFail(fs=store.fs, root=store.root, protocol=store.protocol)
-    with pytest.raises(FatalJudgeError), lease_at(broken) as lease:
+    with pytest.raises(FatalJudgeError), lock_at(broken) as lock:
         raise FatalJudgeError("the judge cannot work")
-    assert store.exists(lease.path)  # left behind...
-    with lease_at(store) as rerun:  # ...and taken over at once by a rerun in this process
+    assert store.exists(lock.path)  # left behind...
+    with lock_at(store) as rerun:  # ...and taken over at once by a rerun in this process
         assert json.loads(store.read_bytes(rerun.path))["token"] == rerun.token
-    with pytest.raises(StorageError, match="the store is down"), lease_at(broken):
+    with pytest.raises(StorageError, match="the store is down"), lock_at(broken):
         pass  # with no error of the run's own, a failing release is reported
 
 
@@ -135,24 +135,24 @@ def staged_run(tmp_path: Path, **inputs: Any) -> tuple[JobConfig, Store, list[st
     return config, store, items_files
 
 
-def test_the_driver_gives_the_lease_back_after_publishing(tmp_path: Path) -> None:
+def test_the_driver_gives_the_lock_back_after_publishing(tmp_path: Path) -> None:
     config, store, _ = staged_run(tmp_path)
     outcome = run_job(config)
     assert (outcome.shards_total, outcome.shards_skipped) == (3, 3)
     assert outcome.published.summary.items == 30
     location = resolve_location(config)
     assert store.list(store.join(location.staging)) == []
-    with lease_at(store, "staged"):
+    with lock_at(store, "staged"):
         pass
 
 
-def test_the_driver_gives_the_lease_back_when_publishing_fails(tmp_path: Path) -> None:
+def test_the_driver_gives_the_lock_back_when_publishing_fails(tmp_path: Path) -> None:
     config, store, items_files = staged_run(tmp_path)
     Path(items_files[1]).write_bytes(b"not parquet")
-    # Which error a corrupt staged file raises is publish's business; here only the lease is.
+    # Which error a corrupt staged file raises is publish's business; here only the lock is.
     with pytest.raises(Exception) as failed:
         run_job(config)
     assert not isinstance(failed.value, RunLocked)
-    lease = lease_at(store, "staged")
-    assert not store.exists(lease.path)
+    lock = lock_at(store, "staged")
+    assert not store.exists(lock.path)
     assert all(store.exists(path) for path in items_files)  # staged shards are kept

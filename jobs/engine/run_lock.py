@@ -1,7 +1,7 @@
-"""A run lease: one driver at a time per run id. `LEASE.json` in the run's staging area holds
-the driver's token, host, pid and heartbeat; a fresh lease refuses a second driver, a stale
-one (or a dead process's on this host) is taken over. A context manager; `confirm` before the
-run writes anything else."""
+"""A run's lock: one driver at a time per run id. The lock file in the run's staging area
+(`LEASE.json`, its name since the first version) holds the driver's token, host, pid and
+heartbeat; a fresh lock refuses a second driver, a stale one (or a dead process's on this host)
+is taken over. A context manager; `confirm` before the run writes anything else."""
 
 from __future__ import annotations
 
@@ -17,21 +17,19 @@ from types import TracebackType
 from typing import Any, Self
 
 from jobs.core.storage import Store
-from scorer_core.errors import CtxPrecError, StorageError
+from jobs.engine.failures import RunLocked
+from scorer_core.errors import StorageError
 
+__all__ = ["CONFIRM_AFTER_S", "RunLock", "RunLocked"]
 
-class RunLocked(CtxPrecError):
-    """Another driver is running this run id right now."""
-
-
-# Tokens of the leases this process holds right now. A lease naming this process with a token
+# Tokens of the locks this process holds right now. A lock naming this process with a token
 # not in here was left by an earlier attempt in this process that has ended but could not
-# remove it (say the store was down when the failed run released it): like a dead pid's lease,
+# remove it (say the store was down when the failed run released it): like a dead pid's lock,
 # it is taken over, so a retry in the same process need not wait out the TTL.
 _HELD: set[str] = set()
 
-# Two drivers that start in the same instant both write the lease, and the later write wins:
-# this long after its own write a driver reads the lease back, once both writes have landed.
+# Two drivers that start in the same instant both write the lock, and the later write wins:
+# this long after its own write a driver reads the lock back, once both writes have landed.
 CONFIRM_AFTER_S = 0.2
 
 
@@ -46,7 +44,10 @@ def _pid_alive(pid: int) -> bool:
 
 
 @dataclass
-class RunLease:
+class RunLock:
+    """The lock of the run whose lock file is `path`; `ttl_s`: a heartbeat older than this is
+    stale."""
+
     store: Store
     path: str
     ttl_s: float = 60.0
@@ -84,13 +85,13 @@ class RunLease:
         return same_host and not _pid_alive(pid)
 
     def acquire(self) -> None:
-        """Take the lease or raise `RunLocked` naming the driver that holds it."""
+        """Take the lock or raise `RunLocked` naming the driver that holds it."""
         holder = self._read()
         if holder and holder.get("token") != self.token and not self._holder_is_gone(holder):
             age = self.clock() - float(holder.get("heartbeat", 0))
             raise RunLocked(
                 f"this run id is being run by pid {holder.get('pid')} on {holder.get('host')} "
-                f"(heartbeat {age:.0f}s ago, lease {self.store.url(self.path)}); wait for it, "
+                f"(heartbeat {age:.0f}s ago, lock file {self.store.url(self.path)}); wait for it, "
                 f"or use another run.id"
             )
         self.heartbeat(force=True)
@@ -98,7 +99,7 @@ class RunLease:
         self._written = time.monotonic()
 
     def confirm(self) -> None:
-        """Raise `RunLocked` if another driver took the lease in the same instant as `acquire`;
+        """Raise `RunLocked` if another driver took the lock in the same instant as `acquire`;
         waits out `CONFIRM_AFTER_S` since acquire's write (the driver calls it while Ray starts)."""
         left = self._written + CONFIRM_AFTER_S - time.monotonic()
         if left > 0:
@@ -117,7 +118,7 @@ class RunLease:
             self._last_beat = now
 
     def release(self) -> None:
-        """Remove the lease if it is still ours (publishing removes it with the staging area)."""
+        """Remove the lock file if still ours (publishing removes it with the staging area)."""
         _HELD.discard(self.token)
         current = self._read()
         if current is not None and current.get("token") == self.token:
@@ -136,8 +137,8 @@ class RunLease:
         if exc is None:
             self.release()
             return
-        # The run's own error is the one to report, not a store too broken to delete the lease.
-        # The lease left behind is no longer in _HELD, so a rerun takes it over (in this
+        # The run's own error is the one to report, not a store too broken to delete the lock.
+        # The lock left behind is no longer in _HELD, so a rerun takes it over (in this
         # process at once, elsewhere once its heartbeat is older than the TTL).
         with contextlib.suppress(StorageError):
             self.release()

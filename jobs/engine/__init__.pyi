@@ -1,0 +1,41 @@
+"""The package's public names, for type checkers and for `lazy_loader.attach_stub` (the
+__init__ module imports each from its module on first use): the one list of them."""
+
+from .batch.batch_layout import BatchLayout as BatchLayout
+from .batch.provider import LiteLLMBatches as LiteLLMBatches
+from .batch.requests import RequestLines as RequestLines
+from .batch.requests import batch_provider as batch_provider
+from .batch.requests import custom_id as custom_id
+from .batch.requests import item_key as item_key
+from .batch.state import BatchPacker as BatchPacker
+from .batch.state import RoundState as RoundState
+from .clock import RunClock as RunClock
+from .control.budget import BudgetSettings as BudgetSettings
+from .control.budget import budget_settings as budget_settings
+from .control.limiter import LocalLimiter as LocalLimiter
+from .control.limiter import PacingState as PacingState
+from .control.limiter import pacing_for as pacing_for
+from .driver import RunOutcome as RunOutcome
+from .driver import locate_run as locate_run
+from .driver import run_job as run_job
+from .failures import BatchesStillRunning as BatchesStillRunning
+from .failures import RunFailed as RunFailed
+from .failures import RunInterrupted as RunInterrupted
+from .failures import RunLocked as RunLocked
+from .pairs.lookahead import KeyReading as KeyReading
+from .pairs.lookahead import stored_pair_keys as stored_pair_keys
+from .parts import BatchParts as BatchParts
+from .parts import CanaryJudge as CanaryJudge
+from .parts import Gate as Gate
+from .parts import JudgeMaker as JudgeMaker
+from .parts import RunParts as RunParts
+from .parts import Scoring as Scoring
+from .publish.aggregate import BANDS as BANDS
+from .publish.aggregate import CANARY_METRICS as CANARY_METRICS
+from .publish.aggregate import PositionRate as PositionRate
+from .publish.aggregate import RunSummary as RunSummary
+from .publish.aggregate import Segment as Segment
+from .publish.aggregate import SummarySpec as SummarySpec
+from .publish.aggregate import band_range as band_range
+from .publish.aggregate import relevance_by_position as relevance_by_position
+from .publish.summary_table import format_summary_table as format_summary_table
