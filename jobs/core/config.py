@@ -90,37 +90,108 @@ class OtlpConfig(_Strict):
     )
 
 
-_PX = "docs/traces.md#phoenix-in-and-out: {endpoint, project, api_key_env, headers, "
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_name(value: str | None) -> str | None:
+    """`value` when it is the name of an environment variable (ValueError saying so if not)."""
+    if value is not None and not _ENV_NAME.fullmatch(value):
+        raise ValueError(
+            "must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key "
+            "itself"
+        )
+    return value
 
 
 class PhoenixAccess(_Strict):
     """A Phoenix server and project; its API key is read from the environment when needed."""
 
-    endpoint: str = Field(pattern=r"^https?://[^/?#]+", description="e.g. http://127.0.0.1:6006")
-    project: str = Field(description="The Phoenix project holding the spans.")
-    api_key_env: str = Field("PHOENIX_API_KEY", pattern=r"^[A-Za-z_]\w*$")  # a bearer token
-    headers: dict[str, str] = Field({}, description="Extra HTTP headers (never recorded).")
+    endpoint: str = Field(
+        description="Phoenix's URL (http:// or https://), e.g. http://127.0.0.1:6006. Required."
+    )
+    project: str = Field(
+        description="The Phoenix project holding the spans (its name, as Phoenix shows it). "
+        "Required."
+    )
+    api_key_env: str = Field(
+        "PHOENIX_API_KEY",
+        description="NAME of the environment variable holding Phoenix's API key (sent as a "
+        "bearer token), never the key itself; when the variable is unset, no key is sent.",
+    )
+    headers: dict[str, str] = Field(
+        {},
+        description="Extra HTTP headers sent with every request to Phoenix (in the run's "
+        "manifest their values are redacted).",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:6006, "
+                f"got {value!r}"
+            )
+        return value
+
+    _api_key_env_is_a_name = field_validator("api_key_env")(_env_name)
 
     def http_headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env)
         return self.headers | ({"Authorization": f"Bearer {key}"} if key else {})
 
 
-class PhoenixInputConfig(PhoenixAccess):  # the spans started in [start, end) or the last hours
-    start: dt.datetime | None = Field(None, description="ISO 8601; null: from the first span.")
-    end: dt.datetime | None = Field(None, description="ISO 8601; null: now.")
-    last_hours: float | None = Field(None, gt=0, description="Or: the hours up to now.")
+class PhoenixInputConfig(PhoenixAccess):
+    """Which spans input.format phoenix pulls: those started in [start, end), or in the last
+    last_hours hours (docs/traces.md#phoenix-in-and-out)."""
+
+    start: dt.datetime | None = Field(
+        None, description="ISO 8601, inclusive; null: from the first span."
+    )
+    end: dt.datetime | None = Field(
+        None,
+        description="ISO 8601, exclusive (spans started before it); null: up to now. With "
+        "start, not with last_hours.",
+    )
+    last_hours: float | None = Field(
+        None,
+        gt=0,
+        description="Instead of start and end (not with them): the spans started in the last "
+        "this many hours, up to now (for nightly runs).",
+    )
 
 
-class PhoenixExportConfig(PhoenixAccess):  # `ctxprec export phoenix` once the run is published
-    name: str = Field("context_precision_relevance", description="The annotations' name.")
-    span_id_column: str = Field("query_id", description="The column holding the span id.")
+class PhoenixExportConfig(PhoenixAccess):
+    """What `ctxprec export phoenix` sends once the run is published
+    (docs/traces.md#phoenix-in-and-out)."""
+
+    name: str = Field(
+        "context_precision_relevance",
+        description="The document annotations' name (one per verdict); the span annotations' "
+        "(one per score) is it without _relevance, else it with _precision added (the default "
+        "gives context_precision).",
+    )
+    span_id_column: str = Field(
+        "query_id",
+        description="The column of the scores and verdicts tables holding the span id: "
+        "query_id for runs read from traces (input.format otlp or phoenix); for other inputs "
+        "a column carried into both tables (input.carry and input.carry_to_verdicts).",
+    )
 
 
 class ExportConfig(_Strict):
-    """Where the verdicts go once published."""
+    """Where the verdicts and scores go once the run is published; a failed export keeps the
+    run published (exit 1, docs/exit-codes.md)."""
 
-    phoenix: PhoenixExportConfig | None = Field(None, description=_PX + "name, span_id_column}")
+    phoenix: PhoenixExportConfig | None = Field(
+        None,
+        description="null: no export. Once the run is published, its verdicts (document "
+        "annotations) and scores (span annotations) are sent to this Phoenix, as ctxprec "
+        "export phoenix sends them (the keys below). A failed export leaves the run published "
+        "and exits 1 naming the command that completes it (docs/commands.md, "
+        "docs/traces.md#phoenix-in-and-out).",
+    )
 
 
 class InputConfig(_Strict):
@@ -129,7 +200,8 @@ class InputConfig(_Strict):
     path: str = Field(
         "",
         description="A file, a folder (every file under it) or a glob; a local path or an "
-        "s3://, gs:// or az:// URL. Required but with format phoenix.",
+        "s3://, gs:// or az:// URL. Required, except with input.format phoenix (the spans then "
+        "come from input.phoenix).",
     )
     format: Literal["jsonl", "parquet", "otlp", "phoenix"] | None = Field(
         None,
@@ -177,7 +249,12 @@ class InputConfig(_Strict):
     otlp: OtlpConfig = Field(
         OtlpConfig(), description="How traces become items (input.format otlp, phoenix)."
     )
-    phoenix: PhoenixInputConfig | None = Field(None, description=_PX + "start, end, last_hours}")
+    phoenix: PhoenixInputConfig | None = Field(
+        None,
+        description="With input.format phoenix (and only then): the Phoenix server and project "
+        "to pull spans from, and their time window, start and end or last_hours (the keys "
+        "below; docs/traces.md#phoenix-in-and-out).",
+    )
     find_duplicates_first: bool | Literal["auto"] = Field(
         "auto",
         description="true: before judging, read every shard's query ids once to find the "
@@ -203,12 +280,19 @@ class InputConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> InputConfig:
         # Traces are assembled into items whose columns are ours (jobs.inputs.traces).
-        if (self.format == "phoenix") != (self.phoenix is not None):
-            raise ValueError("format phoenix and the phoenix settings go together")
+        if self.format == "phoenix" and self.phoenix is None:
+            raise ValueError(
+                "format phoenix needs input.phoenix (endpoint, project and the window: start "
+                "and end, or last_hours)"
+            )
+        if self.phoenix is not None and self.format != "phoenix":
+            raise ValueError("input.phoenix needs format: phoenix")
         if self.phoenix and self.phoenix.last_hours and (self.phoenix.start or self.phoenix.end):
             raise ValueError("phoenix: give last_hours or start/end, not both")
         if not self.path and self.format != "phoenix":
-            raise ValueError("path: required (a file, a folder or a glob)")
+            raise ValueError(
+                "path: required (a file, a folder or a glob), unless format is phoenix"
+            )
         if self.format in TRACES:
             own = sorted({"columns", "context_extractor"} & self.model_fields_set)
             if own:
@@ -437,15 +521,7 @@ class JudgeConfig(_Strict):
                 )
         return value
 
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name_not_key(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-            raise ValueError(
-                "must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
-                "never the key itself"
-            )
-        return value
+    _env_name_not_key = field_validator("api_key_env")(_env_name)
 
     def access(self) -> JudgeAccess:
         """The judge's model, endpoint and key variable, for the start-up check and its key."""
@@ -502,8 +578,8 @@ class SummaryConfig(_Strict):
 
 
 class SampleConfig(_Strict):
-    """Judge a stratified random sample of the items instead of all of them (jobs.inputs.sampling);
-    off unless `fraction` or `per_segment` is set."""
+    """Judge a stratified random sample of the items instead of all of them (when a sample is
+    enough: docs/is-the-drop-real.md); off unless `fraction` or `per_segment` is set."""
 
     fraction: float | None = Field(
         None,
@@ -548,10 +624,12 @@ class CanaryConfig(_Strict):
 
     labels: str | None = Field(
         None,
-        description="null: no canary. Labelled JSONL in the format `ctxprec calibrate` reads "
-        "(docs/commands.md); a local path or any fsspec URL "
-        "(input.storage_options apply). Judged by the run's judge in every run, never from the "
-        "verdict cache.",
+        description="null: no canary. Labelled JSONL in the format ctxprec calibrate reads: per "
+        "row the query, its contexts in retrieved order (under input.columns' names, else query "
+        "/ contexts), optionally the reference answer, and relevance (one label per context), "
+        "optionally relevance_binary (docs/commands.md#what-ctxprec-calibrate-reads-and-reports)"
+        "; a local path or any fsspec URL (input.storage_options apply). Judged by the run's "
+        "judge in every run, never from the verdict cache.",
     )
 
 

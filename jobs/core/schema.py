@@ -125,8 +125,18 @@ STAGED_ITEMS = Table(
         Column("rate_limited", "int64", "requests refused with HTTP 429"),
         Column("reasks", "int64", "replies re-asked because they were unusable"),
         Column("cache_hits", "int64", "verdicts answered by the verdict cache"),
-        Column("cached_prompt_tokens", "int64", "prompt tokens read from the provider's cache"),
-        Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
+        Column(
+            "cached_prompt_tokens",
+            "int64",
+            "of prompt_tokens, those the provider read from its prompt cache (billed at its "
+            "cache rate)",
+        ),
+        Column(
+            "cache_creation_tokens",
+            "int64",
+            "of prompt_tokens, those written to the provider's prompt cache (Anthropic "
+            "reports them)",
+        ),
         Column("source", "string", "the input file"),
         Column(
             "row", "int64", "row number in a Parquet file; byte offset of the line in a JSONL file"
@@ -161,7 +171,12 @@ STAGED_VERDICTS = Table(
         Column(
             "relevant", "bool", "the judge's verdict; null where none was obtained (item not `ok`)"
         ),
-        Column("judge_reason", "string", "the judge's short reason; null if none was asked"),
+        Column(
+            "judge_reason",
+            "string",
+            "the judge's one-line reason for the verdict; null when judge.verdict_reasons is "
+            "false or no verdict was obtained",
+        ),
         Column("pair_key", "string", "the verdict cache key; empty when the cache is off"),
         Column("cached", "bool", "the verdict came from the cache"),
     ),
@@ -272,8 +287,18 @@ BATCH_REPLIES = Table(
         Column("prompt_tokens", "int64", "prompt tokens the provider reported"),
         Column("completion_tokens", "int64", "completion tokens the provider reported"),
         Column("retry", "string", "why an error is transient (asked again); null: final"),
-        Column("cached_prompt_tokens", "int64", "prompt tokens read from the provider's cache"),
-        Column("cache_creation_tokens", "int64", "prompt tokens written to the provider's cache"),
+        Column(
+            "cached_prompt_tokens",
+            "int64",
+            "of prompt_tokens, those the provider read from its prompt cache (billed at its "
+            "cache rate)",
+        ),
+        Column(
+            "cache_creation_tokens",
+            "int64",
+            "of prompt_tokens, those written to the provider's prompt cache (Anthropic "
+            "reports them)",
+        ),
     ),
 )
 """One row per answered (or failed) request of a shard: a batch's output and error lines,

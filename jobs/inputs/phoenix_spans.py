@@ -50,9 +50,24 @@ def _get(client: httpx.Client, source: PhoenixInputConfig, path: str, **query: A
         answer = client.get(path, params=query)
     except httpx.TransportError as exc:
         raise InputError(f"{where} unreachable: {exc}") from None
-    if answer.status_code != 200:  # 404: no such project; 401, 403: the key (api_key_env)
-        raise InputError(f"{where} answered {answer.status_code} to {path}: {answer.text[:200]}")
+    if answer.status_code != 200:
+        hint = _hint(answer.status_code, path)
+        raise InputError(
+            f"{where} answered {answer.status_code} to {path}: {answer.text[:200]}{hint}"
+        )
     return answer.json()
+
+
+def _hint(status: int, path: str) -> str:
+    """What a refusal most likely means, said after Phoenix's own answer."""
+    if status in (401, 403):
+        return (
+            "; check the API key: the variable input.phoenix.api_key_env names (default "
+            "PHOENIX_API_KEY) must hold a key this Phoenix accepts"
+        )
+    if status == 404 and "/spans" not in path:  # the project itself was not found
+        return "; no such project (input.phoenix.project)"
+    return ""
 
 
 _PULLS = {"retriever": {"attribute": f"{_KIND}:RETRIEVER"}, "root": {"parent_id": "null"}}

@@ -31,6 +31,14 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _optional_submodel(annotation: Any) -> type[BaseModel] | None:
+    """The section of an optional one (`X | None`, null by default: input.phoenix)."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(annotation):
+        return _submodel(args[0])
+    return None
+
+
 def _choices(annotation: Any) -> list[str]:
     """The allowed values of a Literal (possibly inside `X | None`)."""
     if typing.get_origin(annotation) is typing.Literal:
@@ -65,12 +73,17 @@ def _description(field: FieldInfo) -> str:
 
 
 def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str, str]]:
+    """Every key of `model`: a section's keys in its place, an optional section's row (null
+    when it is not set) followed by its keys."""
     for name, field in model.model_fields.items():
         nested = _submodel(field.annotation)
         if nested is not None:
             yield from _rows(nested, f"{prefix}{name}.")
-        else:
-            yield f"{prefix}{name}", _default(field), _description(field)
+            continue
+        yield f"{prefix}{name}", _default(field), _description(field)
+        optional = _optional_submodel(field.annotation)
+        if optional is not None:
+            yield from _rows(optional, f"{prefix}{name}.")
 
 
 def render() -> str:

@@ -96,12 +96,17 @@ def test_the_window_is_start_end_or_the_last_hours() -> None:
 
 
 def test_the_config_needs_format_and_settings_together_and_hides_headers() -> None:
-    with pytest.raises(ConfigError, match="format phoenix and the phoenix settings go together"):
+    with pytest.raises(ConfigError, match=r"format phoenix needs input\.phoenix \(endpoint"):
         parse_config({"input": {"format": "phoenix"}})
+    settings = {"endpoint": "http://127.0.0.1:9", "project": "rag"}
+    with pytest.raises(ConfigError, match=r"input\.phoenix needs format: phoenix"):
+        parse_config({"input": {"path": "x.jsonl", "phoenix": settings}})
     with pytest.raises(ConfigError, match="phoenix: give last_hours or start/end, not both"):
         _config(last_hours=24, start="2026-12-01T00:00:00Z")
-    with pytest.raises(ConfigError, match=r"input\.phoenix\.endpoint"):
+    with pytest.raises(ConfigError, match=r"input\.phoenix\.endpoint: .*http:// or https:// URL"):
         _config(endpoint="phoenix:6006")
+    with pytest.raises(ConfigError, match=r"input\.phoenix\.api_key_env: .*NAME of an environment"):
+        _config(api_key_env="sk-not-a-name")
     with pytest.raises(ConfigError, match=r"input: Value error, path: required"):
         parse_config({"input": {"format": "jsonl"}})
     config = _config(headers={"X-Token": "s3cret"})
