@@ -225,8 +225,8 @@ def calibrate(
     other = None
     if not capabilities_of(config.judge.model).offline:
         judging = config.judge
-        flipped = judging.model_copy(update={"verdict_reasons": not judging.verdict_reasons})
-        other_config = config.model_copy(update={"judge": flipped})
+        flipped = judging.with_changes(verdict_reasons=not judging.verdict_reasons)
+        other_config = config.with_changes(judge=flipped)
         other_results, _ = asyncio.run(judge_labelled(other_config, loaded.items))
         other = agreement(loaded.items, other_results)
     seconds = time.monotonic() - started

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from jobs.core.run_manifest import FlowSnapshot, JudgeRecord, RunManifest
+from jobs.core.run_manifest import (
+    FlowSnapshot,
+    JudgeRecord,
+    RunManifest,
+    SummaryRecord,
+    TracesRecord,
+)
+from tests.support.paths import REPO
 
 # A manifest as the version before the typed model wrote it (issue 11's batch run), with a
 # flow snapshot from before `budget_max` existed and a key this version no longer knows.
@@ -81,3 +89,34 @@ def test_written_and_read_back_unchanged_keeping_only_what_the_run_recorded() ->
     again = RunManifest.read(manifest.to_json())
     assert again == manifest
     assert again.flow.in_flight_budget == 16.0
+
+
+# Manifests written by version 0.2.0 (main before issue 42, when `summary` and `traces` were
+# plain dicts): an online run with the verdict store and a batch-mode run, as published.
+WRITTEN_BY_0_2_0 = sorted((REPO / "tests" / "support" / "manifests").glob("*-0.2.0.json"))
+
+
+@pytest.mark.parametrize("path", WRITTEN_BY_0_2_0, ids=lambda path: path.stem)
+def test_a_manifest_of_the_version_before_typed_summaries_reads_and_writes_back_the_same(
+    path: Path,
+) -> None:
+    raw = path.read_bytes()
+    manifest = RunManifest.read(raw)
+    assert isinstance(manifest.summary, SummaryRecord)
+    assert manifest.summary.items == 2000
+    assert manifest.summary.bands and manifest.summary.position_rates
+    assert manifest.to_json() == raw  # nothing lost, nothing added
+
+
+def test_the_summary_and_traces_sections_are_typed_and_refuse_a_mistyped_key() -> None:
+    traces = {"files": 2, "spans": 40, "items": 10, "items_path": "s3://b/out/items"}
+    segment = {"by": "retriever", "value": "bm25", "summary": {"items": 4, "mean": 0.25}}
+    manifest = RunManifest.read(
+        OLD_MANIFEST | {"summary": {"items": 10, "segments": [segment]}, "traces": traces}
+    )
+    assert manifest.traces is not None and manifest.traces.spans == 40
+    assert manifest.summary.segments[0].summary.mean == 0.25
+    with pytest.raises(ValidationError, match="itmes"):
+        SummaryRecord.model_validate({"itmes": 10})
+    with pytest.raises(ValidationError, match="spnas"):
+        TracesRecord.model_validate({"spnas": 40})
