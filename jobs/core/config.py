@@ -525,7 +525,12 @@ class JudgeConfig(_Strict):
 
     def access(self) -> JudgeAccess:
         """The judge's model, endpoint and key variable, for the start-up check and its key."""
-        return JudgeAccess(self.model, self.api_base, self.transport, self.api_key_env)
+        return JudgeAccess(
+            model=self.model,
+            api_base=self.api_base,
+            transport=self.transport,
+            key_env=self.api_key_env,
+        )
 
     def api_key(self) -> str | None:
         """The key from the environment, read at the moment it is needed, never stored."""
@@ -748,12 +753,13 @@ _SECRET_KEY = re.compile(r"(secret|token|password|key|credential|sas|sig)", re.I
 
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
-            k: ("***" if _SECRET_KEY.search(str(k)) and not isinstance(v, dict) else _redact(v))
-            for k, v in value.items()
-        }
+        redacted: dict[str, Any] = {}
+        for key, item in value.items():
+            secret = _SECRET_KEY.search(str(key)) and not isinstance(item, dict)
+            redacted[key] = "***" if secret else _redact(item)
+        return redacted
     if isinstance(value, list):
-        return [_redact(v) for v in value]
+        return [_redact(item) for item in value]
     return value
 
 
@@ -789,9 +795,10 @@ def parse_config(raw: Any, source: str = "config") -> JobConfig:
         lines = [f"{source}: invalid configuration"]
         for error in exc.errors():
             where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-            unknown = error["type"] == "extra_forbidden"
-            problem = "unknown key (check the spelling; see docs/configuration.md)"
-            lines.append(f"  {where}: {problem if unknown else error['msg']}")
+            problem = error["msg"]
+            if error["type"] == "extra_forbidden":
+                problem = "unknown key (check the spelling; see docs/configuration.md)"
+            lines.append(f"  {where}: {problem}")
         raise ConfigError("\n".join(lines)) from None
 
 

@@ -75,9 +75,9 @@ def plain(value: Any) -> Any:
     if isinstance(value, UserScalar):
         return value.value
     if isinstance(value, dict):
-        return {plain(k): plain(v) for k, v in value.items()}
+        return {plain(key): plain(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [plain(item) for item in value]
     return value
 
 
@@ -99,18 +99,22 @@ def _resolve(value: Any, annotation: Any) -> Any:
         return resolve_user_text(value, submodel)
     if isinstance(value, UserScalar):
         # text where every alternative is text or a date
-        takes_text = all(a in (str, dt.date) for a in _alternatives(annotation))
+        takes_text = all(alternative in (str, dt.date) for alternative in _alternatives(annotation))
         return value.text if takes_text else value.value
     if isinstance(value, list) and typing.get_origin(annotation) is list:
         (element,) = typing.get_args(annotation) or (Any,)
-        return [_resolve(v, element) for v in value]
+        return [_resolve(item, element) for item in value]
     return plain(value)
 
 
 def _alternatives(annotation: Any) -> list[Any]:
     """The types of a field (None aside)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return [a for a in typing.get_args(annotation) if a is not type(None)]
+        return [
+            alternative
+            for alternative in typing.get_args(annotation)
+            if alternative is not type(None)
+        ]
     return [annotation]
 
 

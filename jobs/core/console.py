@@ -82,7 +82,7 @@ def configure_logging(level: str | int | None = None, stream: IO[str] | None = N
     if isinstance(chosen, str):
         chosen = chosen.upper()
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, ConsoleHandler)]:
+    for handler in [handler for handler in root.handlers if isinstance(handler, ConsoleHandler)]:
         root.removeHandler(handler)
     root.addHandler(ConsoleHandler(stream))
     root.setLevel(logging.WARNING)

@@ -48,7 +48,7 @@ def _rates(model: str, suffix: str = "") -> tuple[float, ...] | None:
     "_batches": in batch mode); a cache rate the map does not have is the input rate."""
     info = _model_info(model) or {}
     found = [info.get(f"{name}{suffix}") for name in _RATES]
-    rates = [float(r) if isinstance(r, int | float) else None for r in found]
+    rates = [float(rate) if isinstance(rate, int | float) else None for rate in found]
     if rates[0] is None or rates[1] is None:
         return None
     return tuple(rates[0] if rate is None else rate for rate in rates)

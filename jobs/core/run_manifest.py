@@ -88,7 +88,8 @@ class ResponseFormatRecord(_Record):
         if not self.dropped:
             return form
         rejected = "; ".join(
-            f"{d.form} rejected: {_cut(d.reason, max_reason_chars)}" for d in self.dropped
+            f"{dropped.form} rejected: {_cut(dropped.reason, max_reason_chars)}"
+            for dropped in self.dropped
         )
         return f"{form} ({rejected})"
 
@@ -170,7 +171,8 @@ class ErrorRateRecord(_Record):
         rate = self.errors / self.items if self.items else 0.0
         text = f"{self.errors:,} of {self.items:,} items are errors ({rate:.1%})"
         if self.limit is not None:
-            text += f", {'over' if self.exceeded else 'within'} run.max_error_rate {self.limit:g}"
+            against = "over" if self.exceeded else "within"
+            text += f", {against} run.max_error_rate {self.limit:g}"
         if self.commonest:
             text += (
                 f"; commonest error ({self.commonest_items:,} items): "

@@ -45,7 +45,7 @@ class Table:
         names = tuple(column.name for column in self.columns)
         if len(set(names)) != len(names):
             raise ValueError(f"table {self.name}: a column name appears twice in {names}")
-        arrow = pa.schema([(c.name, c.arrow) for c in self.columns])
+        arrow = pa.schema([(column.name, column.arrow) for column in self.columns])
         # A frozen dataclass sets its derived fields through object.__setattr__.
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "_by_name", {column.name: column for column in self.columns})
@@ -61,7 +61,7 @@ class Table:
 
     def project(self, name: str, names: Sequence[str]) -> Table:
         """A table `name` made of some of these columns, in the order of `names`."""
-        return Table(name, tuple(self.column(n) for n in names))
+        return Table(name, tuple(self.column(name) for name in names))
 
     def with_extra(self, extra: Iterable[Column]) -> Table:
         """This table with `extra` columns after its own (ValueError when a name clashes)."""
@@ -353,24 +353,28 @@ class RunSchema:
     @property
     def names(self) -> tuple[str, ...]:
         """The carried columns' names, in the order their values travel (`ItemRecord.carried`)."""
-        return tuple(c.name for c in self.carried)
+        return tuple(carried.name for carried in self.carried)
 
     @property
     def verdict_names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.carried if c.into_verdicts)
+        return tuple(carried.name for carried in self.carried if carried.into_verdicts)
 
     @cached_property
     def staged_items(self) -> Table:
-        return STAGED_ITEMS.with_extra(c.column for c in self.carried)
+        return STAGED_ITEMS.with_extra(carried.column for carried in self.carried)
 
     @cached_property
     def staged_verdicts(self) -> Table:
-        return STAGED_VERDICTS.with_extra(c.column for c in self.carried if c.into_verdicts)
+        return STAGED_VERDICTS.with_extra(
+            carried.column for carried in self.carried if carried.into_verdicts
+        )
 
     @cached_property
     def scores(self) -> Table:
-        return PUBLISHED_SCORES.with_extra(c.column for c in self.carried)
+        return PUBLISHED_SCORES.with_extra(carried.column for carried in self.carried)
 
     @cached_property
     def verdicts(self) -> Table:
-        return PUBLISHED_VERDICTS.with_extra(c.column for c in self.carried if c.into_verdicts)
+        return PUBLISHED_VERDICTS.with_extra(
+            carried.column for carried in self.carried if carried.into_verdicts
+        )

@@ -26,7 +26,10 @@ class Moments:
     @classmethod
     def from_counts(cls, counts: Iterable[tuple[float, int]]) -> Moments:
         """From (value, how many times) pairs (the summary's score counts)."""
-        return sum((cls(c, v * c, v * v * c) for v, c in counts), start=cls())
+        return sum(
+            (cls(times, value * times, value * value * times) for value, times in counts),
+            start=cls(),
+        )
 
     def __add__(self, other: Moments) -> Moments:
         return Moments(self.n + other.n, self.total + other.total, self.total_sq + other.total_sq)
@@ -79,7 +82,7 @@ class Interval:
         return cls(estimate, estimate - half, estimate + half, se, df)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TestResult:
     """A difference (B - A) with its 95% interval and two-sided p-value."""
 
@@ -140,33 +143,40 @@ def stratified_interval(cells: Sequence[StratumCell]) -> Interval | None:
     with a single sampled item (and more in the population) cannot estimate its spread and
     counts as 0; a census stratum adds none. Degrees of freedom: sampled items minus strata.
     None without 2 items."""
-    used = [c for c in cells if c.sampled > 0 and c.domain.n > 0]
-    n_domain = sum(c.domain.n for c in used)
+    used = [cell for cell in cells if cell.sampled > 0 and cell.domain.n > 0]
+    n_domain = sum(cell.domain.n for cell in used)
     if n_domain < 2:
         return None
-    size = sum(c.population / c.sampled * c.domain.n for c in used)
-    mean = sum(c.population / c.sampled * c.domain.total for c in used) / size
+    size = sum(cell.population / cell.sampled * cell.domain.n for cell in used)
+    mean = sum(cell.population / cell.sampled * cell.domain.total for cell in used) / size
     variance = 0.0
     for cell in used:
         if cell.sampled < 2 or cell.sampled >= cell.population:
             continue
-        d = cell.domain
-        sum_z = d.total - mean * d.n
-        sum_z2 = d.total_sq - 2 * mean * d.total + mean * mean * d.n
+        domain = cell.domain
+        sum_z = domain.total - mean * domain.n
+        sum_z2 = domain.total_sq - 2 * mean * domain.total + mean * mean * domain.n
         s2 = max(0.0, (sum_z2 - sum_z * sum_z / cell.sampled) / (cell.sampled - 1))
         fpc = 1.0 - cell.sampled / cell.population
         variance += cell.population**2 * fpc * s2 / cell.sampled
-    df = float(max(1, sum(c.sampled for c in used) - len(used)))
+    df = float(max(1, sum(cell.sampled for cell in used) - len(used)))
     return Interval.around(mean, math.sqrt(variance) / size, df)
 
 
 def _test(method: str, n: int, diff: float, se: float, df: float) -> TestResult:
     if se <= 0.0:
         # No spread: an exact difference. Zero is no change at all; anything else is certain.
-        p = 1.0 if diff == 0 else 0.0
-        return TestResult(method, n, diff, diff, diff, p)
+        exact = 1.0 if diff == 0 else 0.0
+        return TestResult(method=method, n=n, diff=diff, low=diff, high=diff, p_value=exact)
     half = _critical(df) * se
-    return TestResult(method, n, diff, diff - half, diff + half, t_sf2(diff / se, df))
+    return TestResult(
+        method=method,
+        n=n,
+        diff=diff,
+        low=diff - half,
+        high=diff + half,
+        p_value=t_sf2(diff / se, df),
+    )
 
 
 def paired_test(differences: Moments) -> TestResult | None:
@@ -190,12 +200,12 @@ def welch_test(a: Moments, b: Moments) -> TestResult | None:
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the given order."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [0.0] * m
+    tests = len(p_values)
+    order = sorted(range(tests), key=lambda index: p_values[index])
+    adjusted = [0.0] * tests
     running = 0.0
     for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        running = max(running, min(1.0, (tests - rank) * p_values[index]))
         adjusted[index] = running
     return adjusted
 
@@ -208,10 +218,10 @@ def items_for_half_width(sd: float, half_width: float, population: int | None = 
         raise ValueError(f"the half-width must be > 0, got {half_width}")
     if sd <= 0:
         return min(2, population) if population is not None else 2
-    n = (1.96 * sd / half_width) ** 2
-    for _ in range(20):  # t's quantile depends on n itself: a few fixed-point steps
-        n = (_critical(max(1.0, n - 1)) * sd / half_width) ** 2
+    items = (1.96 * sd / half_width) ** 2
+    for _ in range(20):  # t's quantile depends on the items themselves: fixed-point steps
+        items = (_critical(max(1.0, items - 1)) * sd / half_width) ** 2
     if population is not None:
-        n = n / (1 + n / population)
-        return max(2, min(population, math.ceil(n)))
-    return max(2, math.ceil(n))
+        items = items / (1 + items / population)
+        return max(2, min(population, math.ceil(items)))
+    return max(2, math.ceil(items))

@@ -242,7 +242,7 @@ class Store:
 
     def join(self, *parts: str) -> str:
         """The filesystem path of `parts` under the root."""
-        return posixpath.join(self.root, *(p.strip("/") for p in parts if p))
+        return posixpath.join(self.root, *(part.strip("/") for part in parts if part))
 
     def url(self, path: str) -> str:
         """Full URL of `path` for messages (s3://bucket/key; absolute path when local)."""
@@ -307,14 +307,14 @@ class Store:
             if has_glob(base):
                 self.fs.invalidate_cache(re.split(r"[*?\[]", base, maxsplit=1)[0])
                 found = self.fs.glob(base, detail=True)
-                names = [n for n, info in found.items() if info.get("type") != "directory"]
+                names = [name for name, info in found.items() if info.get("type") != "directory"]
             else:
                 self.fs.invalidate_cache(base)
                 if self.fs.isdir(base):
                     names = builtins.list(self.fs.find(base))
                 else:
                     names = [base] if self.fs.exists(base) else []
-            return sorted(str(n) for n in names)
+            return sorted(str(name) for name in names)
 
         return self._call("list", prefix_or_glob, ask)
 

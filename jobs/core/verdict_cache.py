@@ -168,7 +168,7 @@ class CachingJudge:
         return self._inner.model
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        keys = {p: pair_key(self._fingerprint, item, p) for p in positions}
+        keys = {position: pair_key(self._fingerprint, item, position) for position in positions}
         verdicts: list[ContextVerdict] = []
         misses: list[int] = []
         for position in positions:
@@ -183,18 +183,27 @@ class CachingJudge:
         waiting = self._asked_already(misses, keys)
         # This item's own misses are asked about first; then it takes the replies other items
         # are getting, and asks about the pairs those brought no verdict for.
-        own = [p for p in misses if p not in waiting]
+        own = [position for position in misses if position not in waiting]
         asked = await self._ask(item, own, keys)
         if waiting and asked.unscored_reason is None:
             before = len(verdicts)
             left = await self._wait(waiting, verdicts)
             usage = usage + Usage(cache_hits=len(verdicts) - before)
             again = await self._ask(item, left, keys)
-            both = (asked.verdicts + again.verdicts, asked.usage + again.usage)
-            asked = VerdictBatch(*both, again.unscored_reason, asked.prompt or again.prompt)
+            asked = VerdictBatch(
+                verdicts=asked.verdicts + again.verdicts,
+                usage=asked.usage + again.usage,
+                unscored_reason=again.unscored_reason,
+                prompt=asked.prompt or again.prompt,
+            )
         if asked.unscored_reason is not None:
-            return VerdictBatch((), usage + asked.usage, asked.unscored_reason, asked.prompt)
-        merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda v: v.index))
+            return VerdictBatch(
+                verdicts=(),
+                usage=usage + asked.usage,
+                unscored_reason=asked.unscored_reason,
+                prompt=asked.prompt,
+            )
+        merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda verdict: verdict.index))
         return VerdictBatch(merged, usage + asked.usage, prompt=asked.prompt)
 
     def _asked_already(
@@ -203,15 +212,15 @@ class CachingJudge:
         """The missed positions whose pair another item of this worker is asking about."""
         if self._in_flight is None:
             return {}
-        futures = {p: self._in_flight.waiting_for(keys[p]) for p in misses}
-        return {p: future for p, future in futures.items() if future is not None}
+        futures = {position: self._in_flight.waiting_for(keys[position]) for position in misses}
+        return {position: future for position, future in futures.items() if future is not None}
 
     async def _wait(
         self, waiting: dict[int, asyncio.Future[Verdict | None]], verdicts: list[ContextVerdict]
     ) -> list[int]:
         """Add the verdicts other items are getting to `verdicts`; the positions left to ask."""
         # shielded: this item being cancelled must not cancel the other item's reply
-        answers = await asyncio.gather(*(asyncio.shield(f) for f in waiting.values()))
+        answers = await asyncio.gather(*(asyncio.shield(future) for future in waiting.values()))
         unanswered = []
         for position, answer in zip(waiting, answers, strict=True):
             if answer is None:
@@ -226,7 +235,7 @@ class CachingJudge:
         """Ask the inner judge about `positions`, then tell whoever waits what came back."""
         if not positions:
             return VerdictBatch(())
-        asked = [keys[p] for p in positions]
+        asked = [keys[position] for position in positions]
         if self._in_flight is not None:
             self._in_flight.ask(asked)
         answered: dict[str, Verdict] = {}

@@ -71,7 +71,7 @@ class VerdictStore:
     def journal_files(self, prefix: str = "") -> list[str]:
         """Journal files, those of writers whose name starts with `prefix` when given."""
         files = parquet_files(self.store, self.journal_folder)
-        return [p for p in files if p.rsplit("/", 1)[-1].startswith(prefix)]
+        return [path for path in files if path.rsplit("/", 1)[-1].startswith(prefix)]
 
     def write(self, folder: str, writer: str, frame: pl.DataFrame) -> str:
         """Write `frame` (`VERDICT_STORE` columns) as a new file in `folder`, atomically."""
@@ -172,7 +172,10 @@ class VerdictStore:
     def compact_all(self) -> tuple[int, int]:
         """Fold the journal, then compact every partition: (rows kept, rows dropped)."""
         self.fold_journal()
-        counts = [self.compact(p, files=f) for p, f in sorted(self.files_by_partition().items())]
+        counts = [
+            self.compact(partition, files=files)
+            for partition, files in sorted(self.files_by_partition().items())
+        ]
         return sum(kept for kept, _ in counts), sum(dropped for _, dropped in counts)
 
 

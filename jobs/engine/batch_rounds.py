@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import logging
 import os
 import tempfile
@@ -191,7 +192,11 @@ class BatchRounds:
         # An online pass also takes the shards that recorded this round's requests before the
         # deadline neared (a driver stopped between the pass and the plan): nothing waits.
         skip = staged | (set() if online else self._layout.indexed_shards(round_number))
-        todo = [(n, s) for n, s in enumerate(self._plan.shards) if s.shard_id not in skip]
+        todo = [
+            (number, shard)
+            for number, shard in enumerate(self._plan.shards)
+            if shard.shard_id not in skip
+        ]
         if todo:
             source = "the cache" if round_number == 0 else "the replies so far"
             unanswered = "asked online" if online else "recorded"
@@ -207,11 +212,11 @@ class BatchRounds:
             asks_online = online or self._settings.reask == "online"
             batch_pass = BatchPass(round=round_number, asks_online=asks_online)
             reports, _ = fan_out(self._plan, todo, heartbeat=self._heartbeat, batch_pass=batch_pass)
-            self.reports.extend(r for r in reports if not r.pending)
+            self.reports.extend(report for report in reports if not report.pending)
             raise_if_fatal(reports)  # only online re-asks can meet a judge that cannot work
         self.timings.add("build" if round_number == 0 else "passes", time.monotonic() - started)
         waiting = self._layout.indexed_shards(round_number) - self._plan.staging.staged_shards()
-        return [s.shard_id for s in self._plan.shards if s.shard_id in waiting]
+        return [shard.shard_id for shard in self._plan.shards if shard.shard_id in waiting]
 
     def _plan_round(self, round_number: int, pending: list[str]) -> RoundState:
         limits = self._settings
@@ -231,7 +236,7 @@ class BatchRounds:
         except ValueError as exc:
             raise RunFailed(str(exc)) from None
         state = RoundState(round_number, tuple(records))
-        requests = sum(r.requests for r in records)
+        requests = sum(record.requests for record in records)
         why = _limit_note(records, limits.max_requests_per_batch, limits.max_bytes_per_batch)
         logger.info(
             f"batch round {round_number}: {requests:,} request(s) from {len(pending)} shard(s) "
@@ -266,15 +271,15 @@ class BatchRounds:
             state = await self._poll(state)
             counts = state.counts()
             until_online = self._until_online(counts["total"] - counts["completed"])
-            unfinished = not all(b.final for b in state.batches)
+            unfinished = not all(batch.final for batch in state.batches)
             if until_online is not None and until_online <= 0 and unfinished:
                 return await self._stop_at_deadline(state)
             state = await self._submit_ready(state)
             self._progress(state, started)
-            if all(b.final for b in state.batches):
+            if all(batch.final for batch in state.batches):
                 return state
             if deadline is not None and self._clock.monotonic() >= deadline:
-                running = [b for b in state.batches if not b.final]
+                running = [batch for batch in state.batches if not batch.final]
                 hint = rerun_hint(self._plan.location.run_id, "collect them and publish")
                 raise BatchesStillRunning(
                     f"{len(running)} batch(es) of round {state.round} still running after "
@@ -300,7 +305,9 @@ class BatchRounds:
         self.timings.add("waiting", time.monotonic() - started)
 
     async def _poll(self, state: RoundState) -> RoundState:
-        running = [b for b in state.batches if b.batch_id is not None and not b.final]
+        running = [
+            batch for batch in state.batches if batch.batch_id is not None and not batch.final
+        ]
         gate = asyncio.Semaphore(_POLL_CONCURRENCY)
 
         async def one(record: BatchRecord) -> BatchInfo:
@@ -308,7 +315,7 @@ class BatchRounds:
             async with gate:
                 return await self._provider.retrieve(record.batch_id)
 
-        infos = await asyncio.gather(*(one(r) for r in running))
+        infos = await asyncio.gather(*(one(record) for record in running))
         polled = state
         for record, info in zip(running, infos, strict=True):
             updated = _with_info(record, info)
@@ -324,8 +331,10 @@ class BatchRounds:
         for record in state.batches:
             if record.batch_id is not None:
                 continue
-            running = [b for b in state.batches if b.batch_id is not None and not b.final]
-            enqueued = sum(b.tokens for b in running)
+            running = [
+                batch for batch in state.batches if batch.batch_id is not None and not batch.final
+            ]
+            enqueued = sum(batch.tokens for batch in running)
             if limit and enqueued and enqueued + record.tokens > limit:
                 break  # keeps the order: later batches wait too
             started = time.monotonic()
@@ -379,7 +388,9 @@ class BatchRounds:
         for shard_id, start, end in record.parts:
             index = self._layout.read_index(round_number, shard_id)
             parts.append((shard_id, index.column("custom_id").to_pylist()[start:end]))
-        sent = [request_id for _, ids in parts for request_id in ids]
+        sent: list[str] = []
+        for _, ids in parts:
+            sent.extend(ids)
         ingested = await asyncio.to_thread(ingest_batch, record, files, sent)
         del files
         for shard_id, ids in parts:
@@ -403,11 +414,7 @@ class BatchRounds:
     def _progress(self, state: RoundState, started: float) -> None:
         """One line per poll: the round's requests completed and failed, then each batch's."""
         counts = state.counts()
-        shown = [
-            f"{b.name} {b.status or 'not submitted'} {b.completed:,}/{b.requests:,}"
-            + (f" ({b.failed:,} failed)" if b.failed else "")
-            for b in state.batches[:_SHOWN_BATCHES]
-        ]
+        shown = [_batch_progress(batch) for batch in state.batches[:_SHOWN_BATCHES]]
         hidden = len(state.batches) - len(shown)
         if hidden > 0:
             shown.append(f"{hidden} more")
@@ -419,20 +426,20 @@ class BatchRounds:
 
     def facts(self) -> JudgeRecord:
         """The run's batches over every round (from staging: a resumed run counts them all)."""
-        rounds = [self._load_round(n) for n in self._layout.rounds_planned()]
-        batches = [b for state in rounds for b in state.batches]
+        rounds = [self._load_round(number) for number in self._layout.rounds_planned()]
+        batches = list(itertools.chain.from_iterable(state.batches for state in rounds))
         return JudgeRecord(
             mode="batch",
             provider=self._batch.provider,
             rounds=len(rounds),
             batches=len(batches),
             batch_statuses=dict(Counter(record.status or "not submitted" for record in batches)),
-            requests=sum(b.requests for b in batches),
-            requests_failed=sum(b.failed for b in batches),
+            requests=sum(batch.requests for batch in batches),
+            requests_failed=sum(batch.failed for batch in batches),
             round_details=[state.summary() for state in rounds],
             max_rounds=self._settings.max_rounds,
             deadline_at=None if self._deadline is None else _iso(self._deadline),
-            bytes_uploaded=sum(b.bytes for b in batches),
+            bytes_uploaded=sum(batch.bytes for batch in batches),
             uploads_by_this_driver=self._uploads,
             batches_created_by_this_driver=self._created,
         )
@@ -443,6 +450,15 @@ _INFO_FIELDS = ("status", "completed", "failed", "output_file_id", "error_file_i
 
 def _with_info(record: BatchRecord, info: BatchInfo) -> BatchRecord:
     return replace(record, **{name: getattr(info, name) for name in _INFO_FIELDS})
+
+
+def _batch_progress(batch: BatchRecord) -> str:
+    """One batch on the progress line: its name, status, requests completed and failed."""
+    status = batch.status or "not submitted"
+    line = f"{batch.name} {status} {batch.completed:,}/{batch.requests:,}"
+    if batch.failed:
+        line += f" ({batch.failed:,} failed)"
+    return line
 
 
 def _iso(epoch: float) -> str:

@@ -162,7 +162,11 @@ def _run(
     plan = _plan(config, parts, location, store, timings)
     done = plan.staging.staged_shards()
     with RunLock(plan.store, plan.staging.lock_file) as lock:
-        todo = [(n, s) for n, s in enumerate(plan.shards) if s.shard_id not in done]
+        todo = [
+            (number, shard)
+            for number, shard in enumerate(plan.shards)
+            if shard.shard_id not in done
+        ]
         resuming = len(plan.shards) - len(todo)
         logger.info(_first_line(plan, resuming))
         plan = _look_ahead(plan, todo, timings, lock.confirm)

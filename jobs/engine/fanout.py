@@ -31,7 +31,7 @@ SHARDS_PER_WORKER = 2
 
 def raise_if_fatal(reports: Sequence[ShardReport]) -> None:
     """`FatalJudgeError` naming the first fatal judge error among `reports`, if any."""
-    fatal = next((r.fatal for r in reports if r.fatal), None)
+    fatal = next((report.fatal for report in reports if report.fatal), None)
     if fatal:
         raise FatalJudgeError(f"the judge cannot work, run stopped: {fatal}")
 
@@ -70,7 +70,7 @@ def fan_out(
         batch_pass=batch_pass,
     )
     task = ray_task(plan.ray, run_worker)
-    names = [f"worker-{n}" for n in range(min(plan.ray.workers, len(todo)))]
+    names = [f"worker-{number}" for number in range(min(plan.ray.workers, len(todo)))]
     workers = {task.remote(context, name, SHARDS_PER_WORKER): name for name in names}
     sizes = {shard.shard_id: shard.end - shard.start for _, shard in todo}
     line = ProgressLine(sizes, exact=all(shard.kind == "rows" for _, shard in todo))

@@ -65,7 +65,9 @@ def check_paths_apart(config: JobConfig) -> None:
             continue
         below = _within(path, root_in)
         if below is not None and not (
-            is_folder and below != "." and any(p.startswith(("_", ".")) for p in below.split("/"))
+            is_folder
+            and below != "."
+            and any(part.startswith(("_", ".")) for part in below.split("/"))
         ):
             hint = (
                 ", or under a folder of the input whose name starts with '_' (a folder listing "

@@ -43,7 +43,7 @@ def reaped(environ: MutableMapping[str, str] = os.environ) -> Iterator[None]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env={k: v for k, v in environ.items() if k != RUN_TOKEN_ENV},
+            env={name: value for name, value in environ.items() if name != RUN_TOKEN_ENV},
             cwd="/",
         )
         _pipe = _watcher.stdin

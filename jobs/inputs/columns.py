@@ -43,7 +43,7 @@ def inspect_input(spec: InputSpec, files: Sequence[FileInfo]) -> InputSchema:
     the file when a column is missing or the context column is not a list."""
     if spec.context_extractor:
         load_extractor(spec.context_extractor)
-    candidates = [f for f in files if f.size > 0] or list(files)
+    candidates = [file for file in files if file.size > 0] or list(files)
     if not candidates:
         raise InputError(f"no input files at {spec.path}")
     available, context_type, types = file_columns(spec, candidates[0], spec.carry)
@@ -60,7 +60,11 @@ def file_columns(
         available, values = retry_call(
             lambda: _sample_jsonl(fs, fs_path, info, carry), what="read", url=info.path
         )
-        types = {n: infer_json_type(n, values[n], info.path) for n in carry if n in available}
+        types = {
+            name: infer_json_type(name, values[name], info.path)
+            for name in carry
+            if name in available
+        }
         return available, None, types
 
     def read_schema() -> pa.Schema:
@@ -70,7 +74,11 @@ def file_columns(
     schema = retry_call(read_schema, what="read", url=info.path)
     context = spec.columns.context
     has_context = not spec.context_extractor and context in schema.names
-    types = {n: decide_type(n, schema.field(n).type, info.path) for n in carry if n in schema.names}
+    types = {
+        name: decide_type(name, schema.field(name).type, info.path)
+        for name in carry
+        if name in schema.names
+    }
     return tuple(schema.names), schema.field(context).type if has_context else None, types
 
 

@@ -31,8 +31,11 @@ class LabelledItem:
     rule: str  # how `gold` was derived
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LabelFile:
+    """A labels file as read: its usable items, the rows read, the invalid ones (counted, the
+    first quoted), and the items whose contexts the job's limits cut."""
+
     items: list[LabelledItem]
     rows_read: int
     invalid: int
@@ -43,7 +46,8 @@ class LabelFile:
 def _labels(row: dict[str, Any], key: str, count: int, what: str) -> list[float]:
     values = row.get(key)
     if not isinstance(values, list) or not all(
-        isinstance(v, int | float) and not (isinstance(v, float) and math.isnan(v)) for v in values
+        isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+        for value in values
     ):
         raise InputError(f"{key} must be a list of {what}, one per context")
     if len(values) != count:
@@ -54,10 +58,14 @@ def _labels(row: dict[str, Any], key: str, count: int, what: str) -> list[float]
 def _gold(row: dict[str, Any], count: int, min_grade: float | None) -> tuple[list[bool], str]:
     relevance = _labels(row, "relevance", count, "numbers")
     if min_grade is not None:
-        return [v >= min_grade for v in relevance], f"relevance >= {min_grade:g} (--min-grade)"
+        return [
+            value >= min_grade for value in relevance
+        ], f"relevance >= {min_grade:g} (--min-grade)"
     if row.get("relevance_binary") is not None:
-        return [bool(v) for v in _labels(row, "relevance_binary", count, "0/1")], "relevance_binary"
-    return [v > 0 for v in relevance], "relevance > 0"
+        return [
+            bool(value) for value in _labels(row, "relevance_binary", count, "0/1")
+        ], "relevance_binary"
+    return [value > 0 for value in relevance], "relevance > 0"
 
 
 def _field(row: dict[str, Any], *names: str | None) -> tuple[str, Any]:
@@ -77,7 +85,11 @@ def _labelled_item(
     if not isinstance(query, str) or not query.strip():
         raise InputError(f"{name} (the query) must be a non-empty string")
     name, contexts = _field(row, columns.context, "contexts")
-    if not (isinstance(contexts, list) and contexts and all(isinstance(c, str) for c in contexts)):
+    if not (
+        isinstance(contexts, list)
+        and contexts
+        and all(isinstance(context, str) for context in contexts)
+    ):
         raise InputError(f"{name} (the contexts) must be a non-empty list of strings")
     gold, rule = _gold(row, len(contexts), min_grade)
     name, answer = _field(row, columns.expected_output, "expected_answer")
@@ -85,11 +97,12 @@ def _labelled_item(
         raise InputError(f"{name} (the reference answer) must be a string or null")
     reference = answer if answer and answer.strip() else None
     chars, count = config.input.max_context_chars, config.input.max_contexts
-    kept = tuple(c[:chars] for c in contexts[:count])
+    kept = tuple(context[:chars] for context in contexts[:count])
     item = ScoringItem(
         input=query, output=reference or "", contexts=kept, expected_output=reference
     )
-    validate_item(item := judged_item(item, config.judge.against))  # as the job judges it
+    item = judged_item(item, config.judge.against)
+    validate_item(item)  # as the job judges it
     _, identifier = _field(row, "row_id", columns.query_id, "query_id")
     retriever = row.get("retriever")
     labelled = LabelledItem(
@@ -99,14 +112,14 @@ def _labelled_item(
         retriever=str(retriever) if retriever is not None else None,
         rule=rule,
     )
-    return labelled, len(contexts) > count or any(len(c) > chars for c in contexts)
+    return labelled, len(contexts) > count or any(len(context) > chars for context in contexts)
 
 
 def load_labels(
     path: str, config: JobConfig, *, min_grade: float | None = None, limit: int | None = None
 ) -> LabelFile:
     """Read labelled rows in file order, at most `limit` valid ones; bad rows are counted."""
-    result = LabelFile([], 0, 0, [], 0)
+    result = LabelFile(items=[], rows_read=0, invalid=0, invalid_examples=[], truncated=0)
     try:
         options = dict(config.input.storage_options)
         handle = fsspec.open(path, "rb", compression="infer", **options).open()

@@ -19,7 +19,7 @@ from jobs.inputs.spec import InputFormat, InputSpec
 from scorer_core.errors import CtxPrecError, InputError, StorageError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FileInfo:
     """One input file: its URL (absolute path when local), size in bytes, format."""
 
@@ -68,12 +68,13 @@ def list_input_files(spec: InputSpec) -> list[FileInfo]:
             continue
         fmt, compression = found
         size = int(info.get("size") or 0)
-        files.append(FileInfo(full_url(protocol, name), size, fmt, compression))
+        url = full_url(protocol, name)
+        files.append(FileInfo(path=url, size=size, format=fmt, compression=compression))
     if not files:
-        raise InputError(
-            f"no input files at {spec.path} (looked for .jsonl, .jsonl.gz, .ndjson, .parquet"
-            f"{'' if spec.format is None else f' or any {spec.format} file'})"
-        )
+        looked = ".jsonl, .jsonl.gz, .ndjson, .parquet"
+        if spec.format is not None:
+            looked += f" or any {spec.format} file"
+        raise InputError(f"no input files at {spec.path} (looked for {looked})")
     return files
 
 

@@ -217,8 +217,10 @@ def _role(attributes: Mapping[str, Any]) -> str:
 
 def _id(value: Any, size: int, field: str) -> str:
     """A trace (16 bytes) or span (8 bytes) id as lowercase hex; base64 is accepted too."""
+    if value is None:
+        raise _Bad(f"{field} is missing")
     if not isinstance(value, str) or not value:
-        raise _Bad(f"{field} is {'missing' if value is None else 'not a string'}")
+        raise _Bad(f"{field} is not a string")
     if len(value) == 2 * size:
         try:
             if int(value, 16):
@@ -320,9 +322,9 @@ def _document_objects(
     for document in documents:
         if not isinstance(document, dict):
             raise _Bad("a retrieved document is not an object")
-        content = next((document[k] for k in content_keys if k in document), None)
+        content = next((document[key] for key in content_keys if key in document), None)
         contents.append(content if isinstance(content, str) else None)
-        ids.append(_as_id(next((document[k] for k in id_keys if k in document), None)))
+        ids.append(_as_id(next((document[key] for key in id_keys if key in document), None)))
     return contents, ids
 
 

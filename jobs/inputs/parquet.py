@@ -40,9 +40,9 @@ def read_parquet_shard(
         try:
             parquet = parquet_file(handle, shard.path)
             if only is None and not spec.context_extractor:
-                only = [c for _, c in required_columns(spec)]
+                only = [column for _, column in required_columns(spec)]
             names = set(parquet.schema_arrow.names)
-            columns = None if only is None else [c for c in only if c in names]
+            columns = None if only is None else [column for column in only if column in names]
             yield from _rows(parquet, shard, columns)
         except pa.ArrowInvalid as exc:
             raise InputError(f"reading {where} failed: {exc}") from exc
@@ -57,9 +57,13 @@ def read_parquet_shard(
 def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> Iterator[RawRow]:
     """The rows of the shard's range, decoding only the row groups it overlaps."""
     meta = parquet.metadata
-    sizes = [meta.row_group(n).num_rows for n in range(meta.num_row_groups)]
+    sizes = [meta.row_group(group).num_rows for group in range(meta.num_row_groups)]
     starts = [0, *itertools.accumulate(sizes)]
-    groups = [n for n in range(len(sizes)) if starts[n] < shard.end and starts[n + 1] > shard.start]
+    groups = [
+        group
+        for group in range(len(sizes))
+        if starts[group] < shard.end and starts[group + 1] > shard.start
+    ]
     if not groups:
         return
     row = starts[groups[0]]
@@ -70,8 +74,8 @@ def _rows(parquet: pq.ParquetFile, shard: Shard, columns: list[str] | None) -> I
         low = max(shard.start - row, 0)
         high = min(shard.end - row, batch.num_rows)
         if high > low:
-            for k, record in enumerate(batch.slice(low, high - low).to_pylist()):
-                yield RawRow(source=shard.path, row=row + low + k, data=record)
+            for offset, record in enumerate(batch.slice(low, high - low).to_pylist()):
+                yield RawRow(source=shard.path, row=row + low + offset, data=record)
         row += batch.num_rows
         if row >= shard.end:
             break

@@ -29,7 +29,10 @@ def otlp_json(value: Any) -> Any:
         return [otlp_json(item) for item in value]
     if not isinstance(value, dict):
         return value
-    camel = {re.sub(r"_([a-z])", lambda m: m[1].upper(), k): v for k, v in value.items()}
+    camel = {
+        re.sub(r"_([a-z])", lambda match: match[1].upper(), key): item
+        for key, item in value.items()
+    }
     return {key: otlp_json(item) for key, item in camel.items() if item is not None}
 
 
@@ -41,7 +44,7 @@ def window(source: PhoenixInputConfig, now: dt.datetime, margin: float = 0) -> d
         start, end = now - dt.timedelta(hours=source.last_hours), now
     wide = dt.timedelta(hours=margin)
     bounds = (("start_time", start and start - wide), ("end_time", end and end + wide))
-    return {k: v.isoformat() for k, v in bounds if v}
+    return {key: moment.isoformat() for key, moment in bounds if moment}
 
 
 def _get(client: httpx.Client, source: PhoenixInputConfig, path: str, **query: Any) -> Any:
@@ -97,7 +100,9 @@ def pull_spans(source: PhoenixInputConfig, answers: str, store: Store, folder: s
                 span_window = window(source, now, 0 if kind == "retriever" else ANSWER_MARGIN_H)
                 query = _PULLS[kind] | span_window | {"limit": PAGE} | cursor
                 page = _get(http, source, f"/v1/projects/{project}/spans/otlpv1", **query)
-                found = [s for s in page["data"] if kind != "root" or _kind(s) != "RETRIEVER"]
+                found = [
+                    span for span in page["data"] if kind != "root" or _kind(span) != "RETRIEVER"
+                ]
                 export = {"resourceSpans": [{"scopeSpans": [{"spans": otlp_json(found)}]}]}
                 name = store.join(spans, f"{kind}-{counts[kind]:012d}.json")
                 store.write_bytes_atomic(name, json.dumps(export).encode())
@@ -109,5 +114,9 @@ def pull_spans(source: PhoenixInputConfig, answers: str, store: Store, folder: s
 
 
 def _kind(span: dict[str, Any]) -> Any:
-    found = [a.get("value") or {} for a in span.get("attributes") or [] if a.get("key") == _KIND]
+    found = [
+        attribute.get("value") or {}
+        for attribute in span.get("attributes") or []
+        if attribute.get("key") == _KIND
+    ]
     return found[0].get("string_value") if found else None

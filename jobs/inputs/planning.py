@@ -48,7 +48,7 @@ def parquet_row_ranges(row_group_sizes: Sequence[int], shard_size: int) -> list[
             if pack_rows:
                 ranges.append((pack_start, pack_start + pack_rows))
             pieces = math.ceil(rows / shard_size)
-            bounds = [offset + (rows * k) // pieces for k in range(pieces + 1)]
+            bounds = [offset + (rows * piece) // pieces for piece in range(pieces + 1)]
             ranges.extend(itertools.pairwise(bounds))
             offset += rows
             pack_start, pack_rows = offset, 0
@@ -91,7 +91,7 @@ def _row_group_sizes(spec: InputSpec, info: FileInfo) -> list[int]:
     def read() -> list[int]:
         with open_input(fs, fs_path) as handle:
             meta = parquet_file(handle, info.path).metadata
-        return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        return [meta.row_group(group).num_rows for group in range(meta.num_row_groups)]
 
     return retry_call(read, what="read Parquet footer of", url=info.path)
 

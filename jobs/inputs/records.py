@@ -128,13 +128,15 @@ def to_item(
             carried=values,
         )
     kept = contexts[:max_contexts]
-    truncated = len(contexts) > max_contexts or any(len(c) > max_context_chars for c in kept)
+    truncated = len(contexts) > max_contexts or any(
+        len(context) > max_context_chars for context in kept
+    )
     return ItemRecord(
         query_id=query_id,
         input=text_input,
         output=output,
         expected_output=reference,
-        contexts=tuple(c[:max_context_chars] for c in kept),
+        contexts=tuple(context[:max_context_chars] for context in kept),
         source=raw.source,
         row=raw.row,
         truncated=truncated,
@@ -223,8 +225,10 @@ def _text(
     """The text of field `name`; `empty`: it may be blank; `integer`: an integer is text too."""
     label = f"{name} (column {column!r})"
     value = data.get(column)
+    if column not in data:
+        raise _Invalid(f"{label} is missing")
     if value is None:
-        raise _Invalid(f"{label} is {'missing' if column not in data else 'null'}")
+        raise _Invalid(f"{label} is null")
     if isinstance(value, bool) or not isinstance(value, str | int if integer else str):
         expected = "a string or an integer" if integer else "a string"
         raise _Invalid(f"{label} is a {type(value).__name__}, expected {expected}")
@@ -287,7 +291,9 @@ def encodable_record(
     """`record` when everything in it encodes, else its `RowError` naming the field."""
     if isinstance(record, RowError):
         return writable_error(record)
-    names = [column.name for column in carried] or [f"#{n}" for n in range(len(record.carried))]
+    names = [column.name for column in carried] or [
+        f"#{number}" for number in range(len(record.carried))
+    ]
     fields: list[tuple[str, Any]] = [
         ("query_id", record.query_id),
         ("input", record.input),
@@ -295,7 +301,10 @@ def encodable_record(
         ("expected_output", record.expected_output),
         ("context", list(record.contexts)),
         ("context_ids", list(record.context_ids or ())),
-        *((f"{name} (carried column)", v) for name, v in zip(names, record.carried, strict=False)),
+        *(
+            (f"{name} (carried column)", value)
+            for name, value in zip(names, record.carried, strict=False)
+        ),
     ]
     for name, value in fields:
         found = unencodable(value) if value is not None else None
@@ -308,7 +317,7 @@ def encodable_record(
 def writable_error(error: RowError) -> RowError:
     """`error` with its query_id and message escaped and unwritable carried values null."""
     query_id = escaped(error.query_id) if error.query_id is not None else None
-    carried = tuple(None if unencodable(v) else v for v in error.carried)
+    carried = tuple(None if unencodable(value) else value for value in error.carried)
     message = escaped(error.message)
     if (query_id, carried, message) == (error.query_id, error.carried, error.message):
         return error

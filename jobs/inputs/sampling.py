@@ -39,7 +39,7 @@ def stratum_text(value: Any) -> str | None:
     return str(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplePlan:
     """Which items a sampled run judges, and each stratum's population."""
 
@@ -67,16 +67,16 @@ class SamplePlan:
     def keeps(self, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
         """Whether the row `record` is judged (`names`: the run's carried columns, in order)."""
         carried = _carried_dict(record, names)
-        stratum = tuple(stratum_text(carried.get(n)) for n in self.config.by)
+        stratum = tuple(stratum_text(carried.get(name)) for name in self.config.by)
         return self.keep(_record_id(record), stratum)
 
     def keep(self, query_id: str, stratum: Stratum) -> bool:
         """Whether the item `query_id` of `stratum` is judged."""
-        u = unit_hash(self.config.seed, query_id)
+        draw = unit_hash(self.config.seed, query_id)
         if self.config.fraction is not None:
-            return u < self.config.fraction
+            return draw < self.config.fraction
         threshold = self.thresholds.get(stratum)
-        return threshold is None or u <= threshold
+        return threshold is None or draw <= threshold
 
 
 def judged(sample: SamplePlan | None, record: ItemRecord | RowError, names: Sequence[str]) -> bool:
@@ -90,7 +90,9 @@ def check_strata_columns(sample: SampleConfig, carried: Sequence[CarriedColumn])
     kinds = [pa.types.is_string, pa.types.is_large_string, pa.types.is_integer]
     kinds += [pa.types.is_boolean, pa.types.is_date]
     need = "a stratum needs text, integer, boolean or date values"
-    check_carried("sample.by", sample.by, carried, lambda t: any(is_(t) for is_ in kinds), need)
+    check_carried(
+        "sample.by", sample.by, carried, lambda kind: any(test(kind) for test in kinds), need
+    )
 
 
 def _carried_dict(record: ItemRecord | RowError, names: Sequence[str]) -> dict[str, Any]:
@@ -115,17 +117,19 @@ def plan_from_rows(
             segments[key] = segments.get(key, 0) + 1
         if sample.per_segment is not None:
             heap = smallest.setdefault(stratum, [])
-            u = unit_hash(sample.seed, query_id)
+            draw = unit_hash(sample.seed, query_id)
             if len(heap) < sample.per_segment:
-                heapq.heappush(heap, -u)
-            elif u < -heap[0]:
-                heapq.heapreplace(heap, -u)
+                heapq.heappush(heap, -draw)
+            elif draw < -heap[0]:
+                heapq.heapreplace(heap, -draw)
     thresholds = {
         stratum: -heap[0]
         for stratum, heap in smallest.items()
         if population[stratum] > len(heap)  # a smaller stratum is judged whole
     }
-    return SamplePlan(sample, population, thresholds, segments)
+    return SamplePlan(
+        config=sample, population=population, thresholds=thresholds, segments=segments
+    )
 
 
 def plan_sample(

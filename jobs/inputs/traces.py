@@ -109,7 +109,9 @@ class TraceReport:
 
 # What the tasks count, each its own share (`partitions` is the driver's).
 _COUNTS = [
-    f.name for f in dataclasses.fields(TraceReport) if f.type == "int" and f.name != "partitions"
+    field.name
+    for field in dataclasses.fields(TraceReport)
+    if field.type == "int" and field.name != "partitions"
 ]
 
 
@@ -135,7 +137,7 @@ def trace_files(path: str, storage_options: dict[str, Any]) -> list[FileInfo]:
 
 def partitions_for(files: Sequence[FileInfo]) -> int:
     """Partitions of about `PART_BYTES` of (uncompressed, estimated) input each."""
-    return max(1, min(MAX_PARTS, math.ceil(sum(_estimated(f) for f in files) / PART_BYTES)))
+    return max(1, min(MAX_PARTS, math.ceil(sum(_estimated(file) for file in files) / PART_BYTES)))
 
 
 def assemble_traces(
@@ -149,7 +151,9 @@ def assemble_traces(
     report = TraceReport(partitions=job.parts)
     kinds: dict[str, set[str]] = {name: set() for name in _attributes(job.carry)}
     groups = list(_task_groups(files))
-    for staged, found in mapper(stage_spans, [(job, n, group) for n, group in enumerate(groups)]):
+    for staged, found in mapper(
+        stage_spans, [(job, number, group) for number, group in enumerate(groups)]
+    ):
         report.add(staged)
         for name, values in found.items():
             kinds[name].update(values)
@@ -160,7 +164,9 @@ def assemble_traces(
             f"resources) in {report.spans:,} span(s); check input.carry (docs/traces.md)"
         )
     report.carried_types = {name: carried_type(found) for name, found in kinds.items()}
-    for part in mapper(assemble_part, [(job, n, report.carried_types) for n in range(job.parts)]):
+    for part in mapper(
+        assemble_part, [(job, number, report.carried_types) for number in range(job.parts)]
+    ):
         report.add(part)
     store.rm(store.join(job.folder, "spans"), recursive=True)
     report.items_path = items_url(store, job.folder)
@@ -230,7 +236,7 @@ def _span_schema(carried: int) -> pa.Schema:
             ("document_ids", pa.list_(pa.string())),
             ("source", pa.string()),
             ("line", pa.int64()),
-            *((f"carry_{n}", pa.string()) for n in range(carried)),
+            *((f"carry_{number}", pa.string()) for number in range(carried)),
         ]
     )
 
@@ -267,8 +273,10 @@ class _PartWriters:
 
     def _table(self, rows: list[SpanRow]) -> pa.Table:
         columns = {name: [getattr(row, name) for row in rows] for name in _SPAN_FIELDS}
-        for n in range(self.carried):
-            columns[f"carry_{n}"] = [row.carried[n] if row.carried else None for row in rows]
+        for number in range(self.carried):
+            columns[f"carry_{number}"] = [
+                row.carried[number] if row.carried else None for row in rows
+            ]
         return pa.table(columns, schema=self.schema)
 
     def close(self) -> dict[int, Path]:
@@ -317,7 +325,7 @@ def _json_kind(text: str) -> str:
         return "bool"
     if first in "[{":
         return "json"
-    return "float" if any(c in text for c in ".eEN") else "int"
+    return "float" if any(char in text for char in ".eEN") else "int"
 
 
 # -- step 2: a partition's spans to items ----------------------------------------------------
@@ -355,7 +363,7 @@ def assemble_part(job: TraceJob, part: int, types: dict[str, str]) -> TraceRepor
 
 def _with_output(items: pl.DataFrame, spans: pl.DataFrame, output_from: OutputFrom) -> pl.DataFrame:
     """The retrievals with `output` and the root span's carried values (`root_carry_N`)."""
-    carry = [c for c in spans.columns if c.startswith("carry_")]
+    carry = [column for column in spans.columns if column.startswith("carry_")]
     roots = (
         spans.filter(pl.col("parent_id").is_null())
         .sort("start_ns")
@@ -363,7 +371,7 @@ def _with_output(items: pl.DataFrame, spans: pl.DataFrame, output_from: OutputFr
         .select(
             "trace_id",
             pl.col("output").alias("root_output"),
-            *(pl.col(c).alias(f"root_{c}") for c in carry),
+            *(pl.col(column).alias(f"root_{column}") for column in carry),
         )
     )
     items = items.drop("output").join(roots, on="trace_id", how="left")
@@ -420,8 +428,8 @@ def _items_table(items: pl.DataFrame, attributes: Sequence[str], types: dict[str
         start_time=pl.col("start_ns") // 1000,
         otlp_source=pl.format("{} line {}", "source", "line"),
     ).to_dict(as_series=False)
-    for n, name in enumerate(attributes):
-        texts = items.select(pl.coalesce(f"carry_{n}", f"root_carry_{n}")).to_series()
+    for number, name in enumerate(attributes):
+        texts = items.select(pl.coalesce(f"carry_{number}", f"root_carry_{number}")).to_series()
         columns[name] = [_carried_value(text, types.get(name, "string")) for text in texts]
     return pa.table(columns, schema=items_schema(attributes, types))
 

@@ -25,7 +25,7 @@ CanaryMetrics = tuple[tuple[str, float | None], ...]
 _MEASURES = ("items", "kappa", "precision", "recall")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CanaryResult:
     """The canary's agreement with its labels, as `ctxprec calibrate` reports it."""
 
@@ -45,8 +45,12 @@ class CanaryResult:
         values = dict(metrics)
         if not values:
             return None
-        items, kappa, precision, recall = (values.get(f"canary_{name}") for name in _MEASURES)
-        return cls(items, kappa, precision, recall)
+        return cls(
+            items=values.get("canary_items"),
+            kappa=values.get("canary_kappa"),
+            precision=values.get("canary_precision"),
+            recall=values.get("canary_recall"),
+        )
 
     def describe(self) -> str:
         kappa = "-" if self.kappa is None else f"{self.kappa:.3f}"
@@ -69,7 +73,7 @@ async def judge_labelled(
                 judge, labelled.item, scale=1, reason="none", contexts_per_call=per_call
             )
 
-    results = await asyncio.gather(*(one(i) for i in items))
+    results = await asyncio.gather(*(one(labelled) for labelled in items))
     return list(results), judge
 
 
@@ -88,7 +92,11 @@ def agreement(
         gold.extend(labelled.gold)
     prf = precision_recall_f1(pred, gold)
     return CanaryResult(
-        float(scored), cohen_kappa(pred, gold), prf.precision, prf.recall, skipped_rows
+        items=float(scored),
+        kappa=cohen_kappa(pred, gold),
+        precision=prf.precision,
+        recall=prf.recall,
+        skipped_rows=skipped_rows,
     )
 
 

@@ -66,7 +66,7 @@ def test_jsonl_byte_sharding_reads_every_line_once(tmp_path: Path, seed: int) ->
     content, rows = random_jsonl(path, rng, rng.randrange(1, 120))
     spec = spec_for(path)
     files = list_input_files(spec)
-    assert files == [FileInfo(str(path), len(content), "jsonl", None)]
+    assert files == [FileInfo(path=str(path), size=len(content), format="jsonl")]
     for shard_size in (1, 2, 3, 7, 16, 50, 10_000):
         shards = plan_shards(spec, files, shard_size)
         assert all(s.kind == "bytes" for s in shards)

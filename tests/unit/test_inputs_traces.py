@@ -339,9 +339,12 @@ def test_partitions_grow_with_the_input() -> None:
     from jobs.inputs.listing import FileInfo
     from jobs.inputs.traces import GZIP_RATIO, PART_BYTES
 
-    assert partitions_for([FileInfo("a", 10, "jsonl")]) == 1
-    assert partitions_for([FileInfo("a", 10 * PART_BYTES, "jsonl")]) == 10
-    assert partitions_for([FileInfo("a", PART_BYTES, "jsonl", "gzip")]) == GZIP_RATIO
+    assert partitions_for([FileInfo(path="a", size=10, format="jsonl")]) == 1
+    assert partitions_for([FileInfo(path="a", size=10 * PART_BYTES, format="jsonl")]) == 10
+    assert (
+        partitions_for([FileInfo(path="a", size=PART_BYTES, format="jsonl", compression="gzip")])
+        == GZIP_RATIO
+    )
 
 
 # -- config ----------------------------------------------------------------------------------

@@ -30,12 +30,12 @@ class LatencyWindow:
         self._samples.append(max(0.0, seconds))
         self.count += 1
 
-    def percentile(self, q: float) -> float | None:
-        """Nearest-rank percentile of the window (q in [0, 1]); None when empty."""
+    def percentile(self, share: float) -> float | None:
+        """Nearest-rank percentile of the window (`share` in [0, 1]); None when empty."""
         if not self._samples:
             return None
         ordered = sorted(self._samples)
-        rank = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+        rank = min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))
         return ordered[rank]
 
     def mean(self) -> float | None:
@@ -129,17 +129,24 @@ class InFlightBudget:
         the next report), else a max-min fair share. While the run's first request is out,
         nobody else gets one."""
         now = self._clock()
-        self._holders[worker] = _Holder(max(0, demand), max(0, in_flight), now)
-        for name in [n for n, h in self._holders.items() if now - h.seen > self._stale_after]:
+        self._holders[worker] = _Holder(
+            demand=max(0, demand), in_flight=max(0, in_flight), seen=now
+        )
+        stale = [
+            name for name, holder in self._holders.items() if now - holder.seen > self._stale_after
+        ]
+        for name in stale:
             del self._holders[name]
-        held = sum(h.in_flight for h in self._holders.values())
+        held = sum(holder.in_flight for holder in self._holders.values())
         self.max_in_flight = max(self.max_in_flight, held)
         if self.cold:
             if self._first_holder is None and demand > 0:
                 self._first_holder = worker
             return 1 if worker == self._first_holder else 0
         budget = self.size()
-        active = {n: h.demand for n, h in self._holders.items() if h.demand > 0}
+        active = {
+            name: holder.demand for name, holder in self._holders.items() if holder.demand > 0
+        }
         if worker not in active:
             return 0
         total = sum(active.values())
@@ -152,7 +159,10 @@ class InFlightBudget:
             "budget": self.size(),
             "budget_max": self.max_size,
             "max_in_flight": self.max_in_flight,
-            **{f"latency_p{q}_s": self.latencies.percentile(q / 100) for q in (50, 90, 99)},
+            **{
+                f"latency_p{percent}_s": self.latencies.percentile(percent / 100)
+                for percent in (50, 90, 99)
+            },
             "latency_mean_s": self.latencies.mean(),
             "replies": self.latencies.count,
             "completed": self._completed,
@@ -201,7 +211,7 @@ class AdjustableGate:
 
     @property
     def waiting(self) -> int:
-        return sum(1 for w in self._waiters if not w.done())
+        return sum(1 for waiter in self._waiters if not waiter.done())
 
     def resize(self, capacity: int) -> None:
         self._capacity = max(0, capacity)

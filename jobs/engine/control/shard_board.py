@@ -70,7 +70,9 @@ class ShardBoard:
         if reserved:
             assignment = reserved.popleft()
         elif self.todo:
-            ready = next((n for n, waiting in enumerate(self.todo) if self._ready(waiting)), None)
+            ready = next(
+                (place for place, waiting in enumerate(self.todo) if self._ready(waiting)), None
+            )
             if ready is None:
                 return WAIT
             assignment = self.todo[ready]

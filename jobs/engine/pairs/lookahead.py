@@ -129,14 +129,16 @@ def _read_items(
             continue
         first_seen.add(query_id)
         item = record.to_scoring_item()
-        keys.update(pair_key(fingerprint, item, p) for p in range(len(item.contexts)))
+        keys.update(pair_key(fingerprint, item, position) for position in range(len(item.contexts)))
     return ids, keys
 
 
 def _needs(frame: pl.DataFrame, **values: Any) -> pl.DataFrame:
     """`frame` with `values` and nulls in the `NEEDS` columns it lacks."""
     frame = frame.with_columns(**{name: pl.lit(value) for name, value in values.items()})
-    missing = [pl.lit(None, kind).alias(n) for n, kind in NEEDS.items() if n not in frame.columns]
+    missing = [
+        pl.lit(None, kind).alias(name) for name, kind in NEEDS.items() if name not in frame.columns
+    ]
     return frame.with_columns(missing)
 
 
@@ -195,7 +197,7 @@ class Lookahead:
             shard_id = self.shard_ids[number]
             awaits = rows.filter(pl.col("owner").is_not_null())
             kept = worth_waiting(awaits, self.pairs[number]) if awaits.height else awaits
-            owned = [self.shard_ids[n] for n in kept["owner"]]
+            owned = [self.shard_ids[owner] for owner in kept["owner"]]
             if owned:
                 owners[shard_id] = frozenset(owned)
             hits = rows.filter(pl.col("relevant").is_not_null()).unique("pair_key")
@@ -334,7 +336,7 @@ def _read_done(store: Store, staging: str) -> frozenset[str] | None:
 def in_driver(plan: RunPlan, shards: Sequence[Shard]) -> bool:
     """Whether `shards` are looked at in the driver (no Ray needed): a small run."""
     size = plan.ray.shard_size
-    items = sum(s.end - s.start if s.kind == "rows" else size for s in shards)
+    items = sum(shard.end - shard.start if shard.kind == "rows" else size for shard in shards)
     return len(shards) < plan.ray.workers or items <= LOCAL_ITEMS
 
 
@@ -348,7 +350,7 @@ def stored_pair_keys(
     for number, shard in enumerate(shards):
         keys.add(shard_keys(reading, [(number, shard)]).pairs)
     # the journal is small (each run folds it first): read once, whole
-    journal = verdicts.newest([verdicts.read_file(p) for p in verdicts.journal_files()])
+    journal = verdicts.newest([verdicts.read_file(path) for path in verdicts.journal_files()])
     for partition in keys.close():
         for chunk in keys.chunks(partition, PACK_KEYS):
             wanted = chunk["pair_key"].unique()

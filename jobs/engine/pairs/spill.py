@@ -94,7 +94,9 @@ class Spill:
             start, stop = batches[bucket]
             with pa.memory_map(str(path)) as source:
                 reader = pa.ipc.open_file(source)
-                table = pa.Table.from_batches([reader.get_batch(i) for i in range(start, stop)])
+                table = pa.Table.from_batches(
+                    [reader.get_batch(number) for number in range(start, stop)]
+                )
                 frame = pl.from_arrow(table)
             assert isinstance(frame, pl.DataFrame)
             yield frame.cast(self.schema)

@@ -64,7 +64,12 @@ def store_packs(
                 count += taken.height
                 partitions.add(partition)
                 if count == size:
-                    yield {p: stored[p] for p in partitions}, pl.concat(held)
-                    held, count, partitions = [], 0, set()
+                    yield (
+                        {partition: stored[partition] for partition in partitions},
+                        pl.concat(held),
+                    )
+                    held = []
+                    count = 0
+                    partitions = set()
     if held:
-        yield {p: stored[p] for p in partitions}, pl.concat(held)
+        yield {partition: stored[partition] for partition in partitions}, pl.concat(held)

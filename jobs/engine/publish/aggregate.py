@@ -199,8 +199,9 @@ class RunSummary:
         the whole run's rows first (segment_by and segment null), then each segment's."""
         rows: list[tuple[str, str | None, str | None, str, str | None, int | None, float | None]]
         rows = [(self.model, None, None, *row) for row in self.metric_rows()]
-        for s in self.segments:
-            rows.extend((self.model, s.by, s.value, *row) for row in s.summary.metric_rows())
+        for segment in self.segments:
+            for row in segment.summary.metric_rows():
+                rows.append((self.model, segment.by, segment.value, *row))
         return pl.DataFrame(rows, schema=PUBLISHED_SUMMARY.polars, orient="row")
 
 
@@ -318,8 +319,8 @@ def quantiles(counts: Sequence[tuple[float, int]]) -> dict[str, float | None]:
         return float(ordered[bisect.bisect_right(ends, rank)][0])
 
     out: dict[str, float | None] = {}
-    for name, q in QUANTILES:
-        position = q * (total - 1)
+    for name, share in QUANTILES:
+        position = share * (total - 1)
         low = math.floor(position)
         low_value, high_value = at(low), at(math.ceil(position))
         out[name] = low_value + (position - low) * (high_value - low_value)
@@ -438,7 +439,9 @@ def _stratified(
 def sampled_estimates(summary: RunSummary, scores: pl.LazyFrame, plan: SamplePlan) -> RunSummary:
     """`summary` of a sampled run with the stratified estimator's mean and 95% interval (the
     whole run's and each segment's, `jobs.core.stats.stratified_interval`) and the population."""
-    strata = [pl.col(name).alias(f"_stratum_{i}") for i, name in enumerate(plan.config.by)]
+    strata = [
+        pl.col(name).alias(f"_stratum_{number}") for number, name in enumerate(plan.config.by)
+    ]
     ok = scores.filter(pl.col("status") == "ok")
 
     def domains(column: str | None) -> dict[str | None, dict[Stratum, Moments]]:
@@ -461,7 +464,9 @@ def sampled_estimates(summary: RunSummary, scores: pl.LazyFrame, plan: SamplePla
 
     per_column = {column: domains(column) for column in summary.segment_columns}
     segments = []
-    for s in summary.segments:
-        domain, population = per_column[s.by].get(s.value, {}), plan.segments.get((s.by, s.value))
-        segments.append(replace(s, summary=estimated(s.summary, domain, population)))
+    for segment in summary.segments:
+        domain = per_column[segment.by].get(segment.value, {})
+        population = plan.segments.get((segment.by, segment.value))
+        estimate = estimated(segment.summary, domain, population)
+        segments.append(replace(segment, summary=estimate))
     return replace(estimated(summary, whole, plan.items), segments=tuple(segments))

@@ -117,8 +117,8 @@ def combine(reports: Iterable[Mapping[str, Any] | None]) -> ResponseFormatRecord
     summaries = [summary for summary in reports if summary is not None]
     if not summaries:
         return None
-    confirmed = [s for s in summaries if s.get("confirmed")]
-    in_use = max((str(s["in_use"]) for s in confirmed or summaries), key=_strength)
+    confirmed = [summary for summary in summaries if summary.get("confirmed")]
+    in_use = max((str(summary["in_use"]) for summary in confirmed or summaries), key=_strength)
     dropped: dict[str, DroppedFormRecord] = {}
     for summary in summaries:
         for entry in summary.get("dropped", ()):
@@ -130,7 +130,7 @@ def combine(reports: Iterable[Mapping[str, Any] | None]) -> ResponseFormatRecord
         endpoint=str(first.get("endpoint", "")),
         setting=str(first.get("setting", "")),
         in_use=in_use,
-        confirmed=any(s["in_use"] == in_use for s in confirmed),
-        dropped=sorted(dropped.values(), key=lambda d: _strength(d.form)),
+        confirmed=any(summary["in_use"] == in_use for summary in confirmed),
+        dropped=sorted(dropped.values(), key=lambda record: _strength(record.form)),
         shards=len(summaries),
     )

@@ -91,7 +91,10 @@ def _pairs(*pairs: tuple[str, str]) -> list[str]:
 def _position_lines(summary: RunSummary, rule: str) -> list[str]:
     """Relevance by position, the first `_MAX_POSITION_ROWS` positions."""
     shown = summary.position_rates[:_MAX_POSITION_ROWS]
-    rows = [(r.position, f"{r.judged:,}", f"{r.relevant:,}", f"{r.rate:.3f}") for r in shown]
+    rows = [
+        (rate.position, f"{rate.judged:,}", f"{rate.relevant:,}", f"{rate.rate:.3f}")
+        for rate in shown
+    ]
     hidden = len(summary.position_rates) - len(shown)
     return [rule, table(_POSITIONS, rows, gap=""), *_more(hidden, "positions")]
 
@@ -108,7 +111,7 @@ def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
         columns = [Column(f"by {column}", "<", 18, limit=18, grow=False), *_SEGMENT_FIGURES]
         rows = [
             (
-                f"  {'(null)' if segment.value is None else segment.value}",
+                "  " + ("(null)" if segment.value is None else segment.value),
                 f"{segment.summary.items:,}",
                 f"{segment.summary.scored:,}",
                 fmt.number(segment.summary.mean),
@@ -150,8 +153,12 @@ def _judge_lines(flow: dict[str, float | None], judge: JudgeRecord) -> list[str]
     if negotiated is not None and negotiated.in_use:
         lines += _response_format_lines(negotiated)
     if flow:
-        budget = " / ".join(fmt.integer(flow.get(n)) for n in ("in_flight_budget", "max_in_flight"))
-        latency = " / ".join(fmt.number(flow.get(f"latency_{p}_s")) for p in ("p50", "p90", "p99"))
+        budget = " / ".join(
+            fmt.integer(flow.get(name)) for name in ("in_flight_budget", "max_in_flight")
+        )
+        latency = " / ".join(
+            fmt.number(flow.get(f"latency_{quantile}_s")) for quantile in ("p50", "p90", "p99")
+        )
         lines += _pairs(("in flight: budget/max", budget), ("latency p50/p90/p99 s", latency))
     return lines
 

@@ -229,7 +229,7 @@ class BatchPassJudging:
             name = f"online-{self._shard.round:03d}"
             layout.write_replies(shard_id, name, sorted(client.online_replies.items()))
         # Identical items recorded the same request once per item: one line each is enough.
-        unique = list({r.custom_id: r for r in client.recorded}.values())
+        unique = list({request.custom_id: request for request in client.recorded}.values())
         layout.write_requests(self._shard.round, shard_id, unique)
 
     def _used(self, read: ShardRead) -> Entries:

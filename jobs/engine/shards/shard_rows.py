@@ -29,7 +29,7 @@ def _with_carried(
 
 def _usage_columns(usage: Usage) -> dict[str, int]:
     """The items table's judging-cost columns, named after `Usage`'s fields, in their order."""
-    return {f.name: getattr(usage, f.name) for f in fields(usage)}
+    return {column.name: getattr(usage, column.name) for column in fields(usage)}
 
 
 def error_row(
@@ -104,7 +104,7 @@ def verdict_rows(
 ) -> list[dict[str, Any]]:
     """One row per context position; `relevant` is null where no verdict was obtained."""
     keys = context_keys.keys
-    by_index = {v.index: v for v in result.verdicts}
+    by_index = {verdict.index: verdict for verdict in result.verdicts}
     usable = result.status == "ok"
     ids = record.context_ids
     names = tables.verdict_names
@@ -152,7 +152,9 @@ class PairKeys:
         if self.cache is None:
             return []
         item = record.to_scoring_item()
-        return [pair_key(self.fingerprint, item, p) for p in range(len(record.contexts))]
+        return [
+            pair_key(self.fingerprint, item, position) for position in range(len(record.contexts))
+        ]
 
     def of(self, record: ItemRecord) -> ContextKeys:
         """`record`'s pair keys, and which the cache knew before judging."""

@@ -69,7 +69,7 @@ async def judge_shard(
 
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(r)) for r in records]
+            tasks = [group.create_task(one(record)) for record in records]
     except* FatalJudgeError as failures:
         raise failures.exceptions[0] from None
     return [task.result() for task in tasks]
