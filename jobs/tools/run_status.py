@@ -1,7 +1,7 @@
 """`ctxprec status RUN`: where a run stands, from what it recorded, asking nothing of the judge.
 
 A published run: when, its counts, mean and cost. A run in progress or stopped: its shards
-staged, in batch mode each round's batches as last polled, and who holds the run's lease.
+staged, in batch mode each round's batches as last polled, and who holds the run's lock.
 """
 
 from __future__ import annotations
@@ -53,18 +53,18 @@ def _published(store: Store, run_id: str) -> list[str] | None:
     return lines
 
 
-def _lease(store: Store, staging: StagingArea) -> str:
+def _lock(store: Store, staging: StagingArea) -> str:
     path = staging.lock_file
     if not store.exists(path):
         return "no driver holds the run (rerun the same run.id to go on)"
     try:
         holder: dict[str, Any] = json.loads(store.read_bytes(path))
     except ValueError:
-        return "the run's lease file is unreadable"
+        return "the run's lock file is unreadable"
     age = time.time() - float(holder.get("heartbeat", 0))
     return (
-        f"lease: pid {holder.get('pid')} on {holder.get('host')}, heartbeat "
-        f"{fmt.duration(age)} ago (a lease without a heartbeat for 60 s is taken over)"
+        f"lock: pid {holder.get('pid')} on {holder.get('host')}, heartbeat "
+        f"{fmt.duration(age)} ago (a lock without a heartbeat for 60 s is taken over)"
     )
 
 
@@ -119,7 +119,7 @@ def status_lines(store: Store, run_id: str) -> list[str]:
     run_info = layout.read_json(layout.run_file)
     if run_info is None:
         online = f"run {run_id}: not published; {len(staged)} shard(s) staged (an online run)"
-        return [online, f"  {_lease(store, staging)}"]
+        return [online, f"  {_lock(store, staging)}"]
     total = len(run_info.get("shards") or [])
     lines = [
         f"run {run_id}: not published; batch mode, judge {run_info.get('model')} "
@@ -136,7 +136,7 @@ def status_lines(store: Store, run_id: str) -> list[str]:
         lines.append(
             f"  round {number}: requests being built ({built} shard(s) done), not submitted"
         )
-    lines.append(f"  {_lease(store, staging)}")
+    lines.append(f"  {_lock(store, staging)}")
     return lines
 
 

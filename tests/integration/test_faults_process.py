@@ -246,14 +246,14 @@ def test_a_sigkilled_driver_leaves_no_ray_and_its_rerun_judges_only_unfinished_s
     in_flight = workers * SHARDS_PER_WORKER * max(per_shard.values())
     assert 0 <= requests_first - judged_done <= in_flight
 
-    # The dead driver's lease is still there, naming it.
-    lease = json.loads((out / location.staging / "LEASE.json").read_text())
-    assert lease["pid"] == driver_pid and lease["host"] == socket.gethostname()
+    # The dead driver's lock file is still there, naming it.
+    lock = json.loads((out / location.staging / "LEASE.json").read_text())
+    assert lock["pid"] == driver_pid and lock["host"] == socket.gethostname()
     assert not psutil.pid_exists(driver_pid)
     assert not (out / "scores").exists()
 
     # Second run: the same config file and --set, as `main` reads them (in this process,
-    # on the session's Ray, to spare a second Ray start). It takes the lease over (same
+    # on the session's Ray, to spare a second Ray start). It takes the lock over (same
     # host, dead pid) and judges exactly the items of the shards without an items file.
     outcome = run_job(load_config(config_path, [f"run.id={run_id}"]))
     text = run_log.text
@@ -297,13 +297,13 @@ def test_two_run_ids_at_once_into_one_output_both_publish_complete_partitions(
         run_id: _two_driver_config(source, out, server, run_id, workers=1)
         for run_id in ("twin-a", "twin-b")
     }
-    leases = [out / f"_staging/run_id={run_id}/LEASE.json" for run_id in configs]
+    locks = [out / f"_staging/run_id={run_id}/LEASE.json" for run_id in configs]
     runs = [run_in_thread(partial(run_job, config)) for config in configs.values()]
     try:
         # Each run judges in one Ray task at a time (one worker): requests held from two
-        # processes are both runs' at once, both holding their leases.
+        # processes are both runs' at once, both holding their locks.
         gate.wait_until(lambda held: len(client_processes(held)) == 2, "both runs judging")
-        assert all(lease.exists() for lease in leases)
+        assert all(lock.exists() for lock in locks)
     finally:
         gate.release()
     outcomes = [run.result() for run in runs]
@@ -330,7 +330,7 @@ def test_same_run_id_started_twice_at_once_exactly_one_runs(
     tmp_path: Path, judge_key: str, fake_judge: JudgeFactory
 ) -> None:
     source, rows, out = sample_job(tmp_path, 12, seed=47)
-    gate = HoldRequests()  # the run that gets the lease cannot finish before the other ends
+    gate = HoldRequests()  # the run that gets the lock cannot finish before the other ends
     server = fake_judge(on_request=gate)
     config = _two_driver_config(source, out, server, "same-twice", workers=2)
     barrier = threading.Barrier(2)
