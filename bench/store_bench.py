@@ -65,7 +65,7 @@ def _keys(partition: int, count: int, seed: int) -> pl.Series:
 def generate(folder: Path, verdicts: int) -> float:
     """Write a store of `verdicts` verdicts under `folder` (store root); seconds taken."""
     started = time.monotonic()
-    store = VerdictStore(open_store(str(folder)), "_cache/bench")
+    store = VerdictStore(store=open_store(str(folder)), folder="_cache/bench")
     per = verdicts // PARTITIONS
     written_at = int(time.time())
     for partition in range(PARTITIONS):
@@ -176,7 +176,7 @@ def lookup(folder: Path, items: int, store_size: int) -> dict[str, Any]:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     store = open_store(str(folder))
-    verdicts = VerdictStore(store, "_cache/bench")
+    verdicts = VerdictStore(store=store, folder="_cache/bench")
     shards = -(-items // ITEMS_PER_SHARD)
     shard_ids = [f"{n:06d}" for n in range(shards)]
     scratch = Path(tempfile.mkdtemp(prefix="store-bench-"))

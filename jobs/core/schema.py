@@ -30,7 +30,7 @@ class Column:
         return self.type if isinstance(self.type, pa.DataType) else pa.type_for_alias(self.type)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Table:
     """A table's columns in order, with its Arrow and Polars schemas derived from them."""
 
@@ -61,12 +61,12 @@ class Table:
 
     def project(self, name: str, names: Sequence[str]) -> Table:
         """A table `name` made of some of these columns, in the order of `names`."""
-        return Table(name, tuple(self.column(name) for name in names))
+        return Table(name=name, columns=tuple(self.column(name) for name in names))
 
     def with_extra(self, extra: Iterable[Column]) -> Table:
         """This table with `extra` columns after its own (ValueError when a name clashes)."""
         extra = tuple(extra)
-        return Table(self.name, self.columns + extra) if extra else self
+        return Table(name=self.name, columns=self.columns + extra) if extra else self
 
     def build_row(self, **values: Any) -> dict[str, Any]:
         """A row as a dict in column order; a missing or unknown column raises ValueError."""
@@ -92,8 +92,8 @@ def context_hash(text: str) -> str:
 # -- staged, one file per shard -------------------------------------------------------------
 
 STAGED_ITEMS = Table(
-    "items",
-    (
+    name="items",
+    columns=(
         Column("query_id", "string", "the item's id (`source#row` when the row had none)"),
         Column(
             "item_seq",
@@ -152,8 +152,8 @@ STAGED_ITEMS = Table(
 """One row per input row of a shard; the file is the shard's commit marker."""
 
 STAGED_VERDICTS = Table(
-    "verdicts",
-    (
+    name="verdicts",
+    columns=(
         Column("query_id", "string", "the item's id"),
         Column("item_seq", "int64", "the item's `item_seq` (tells duplicates apart)"),
         Column("position", "int32", "0-based rank of the context as retrieved"),
@@ -203,8 +203,8 @@ PUBLISHED_VERDICTS = STAGED_VERDICTS.project(
 """One row per context of a judged item (later duplicates' verdicts are dropped)."""
 
 PUBLISHED_SUMMARY = Table(
-    "summary",
-    (
+    name="summary",
+    columns=(
         Column("model", "string", "the judge model"),
         Column(
             "segment_by",
@@ -264,8 +264,8 @@ VERDICT_STORE = VERDICT_CACHE.with_extra(
 # -- batch mode's staging (jobs.engine.batch) -----------------------------------------------
 
 BATCH_REQUESTS = Table(
-    "batch_requests",
-    (
+    name="batch_requests",
+    columns=(
         Column(
             "custom_id",
             "string",
@@ -279,8 +279,8 @@ BATCH_REQUESTS = Table(
 """One row per request line of a shard's requests file for one round, in the same order."""
 
 BATCH_REPLIES = Table(
-    "batch_replies",
-    (
+    name="batch_replies",
+    columns=(
         Column("custom_id", "string", "the request the reply answers"),
         Column("text", "string", "the reply's message content; null when there is none"),
         Column("error", "string", "why there is no reply (error file, expiry, missing line)"),

@@ -61,7 +61,7 @@ def moments_by(
     }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Interval:
     """An estimate with its 95% interval, standard error and degrees of freedom."""
 
@@ -79,7 +79,7 @@ class Interval:
     def around(cls, estimate: float, se: float, df: float) -> Interval:
         """The 95% t interval of `estimate` with standard error `se`."""
         half = _critical(df) * se
-        return cls(estimate, estimate - half, estimate + half, se, df)
+        return cls(estimate=estimate, low=estimate - half, high=estimate + half, se=se, df=df)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -226,7 +226,7 @@ def full_url(protocol: str, path: str) -> str:
     return path if protocol == "file" else f"{protocol}://{path}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Store:
     """A filesystem and a root folder in it; methods take filesystem paths (`join`, `list`)."""
 

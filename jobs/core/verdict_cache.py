@@ -78,7 +78,7 @@ class InFlight:
             future.set_result(verdict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VerdictCache:
     """A shard's verdicts: found in the store, judged by this shard, in the worker's journal."""
 
@@ -127,7 +127,7 @@ def write_entries(store: Store, path: str, entries: Entries) -> None:
     store.write_parquet_atomic(path, encode_entries(entries))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CacheSpec:
     """Where a run's verdict store is (`url` None: in the output store), and its fingerprint."""
 
@@ -141,7 +141,7 @@ class CacheSpec:
     def verdict_store(self, output_store: Store) -> VerdictStore:
         """The store's files, opened next to `output_store` when the cache lives there."""
         store = output_store if self.url is None else open_store(self.url, self.storage_options)
-        return VerdictStore(store, self.store_folder, self.max_age_days)
+        return VerdictStore(store=store, folder=self.store_folder, max_age_days=self.max_age_days)
 
     @property
     def store_folder(self) -> str:

@@ -40,7 +40,7 @@ def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema=VERDICT_STORE.polars)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VerdictStore:
     """The store's files for one judge fingerprint: `folder` is relative to `store`'s root."""
 

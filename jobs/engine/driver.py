@@ -161,7 +161,7 @@ def _run(
     timings = Timings()
     plan = _plan(config, parts, location, store, timings)
     done = plan.staging.staged_shards()
-    with RunLock(plan.store, plan.staging.lock_file) as lock:
+    with RunLock(store=plan.store, path=plan.staging.lock_file) as lock:
         todo = [
             (number, shard)
             for number, shard in enumerate(plan.shards)

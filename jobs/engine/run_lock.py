@@ -43,7 +43,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunLock:
     """The lock of the run whose lock file is `path`; `ttl_s`: a heartbeat older than this is
     stale."""

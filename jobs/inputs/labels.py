@@ -20,7 +20,7 @@ from scorer_core.types import ScoringItem
 _MAX_INVALID_EXAMPLES = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabelledItem:
     """One labelled row, ready for the judge."""
 

@@ -40,7 +40,7 @@ _SCALARS: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SpanRow:
     """One span as assembly needs it; `line`: its 1-based line in `source`."""
 

@@ -32,7 +32,7 @@ from scorer_core.prompt import Against, judged_item
 from scorer_core.scorer import validate_item
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ItemReader:
     """How a run reads its items: the input, the per-item limits, what items are judged against."""
 

@@ -30,7 +30,7 @@ class ColumnMap:
     context_ids: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputSpec:
     """Where the items are and how to read them (the `input` section)."""
 

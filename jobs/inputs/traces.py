@@ -45,7 +45,7 @@ Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], Iterator[Any]
 """Runs `fn(*args)` for each args tuple, anywhere, and yields the results in any order."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TraceJob:
     """What every task needs (pickled): the staging folder and the input."""
 
@@ -62,7 +62,7 @@ class TraceJob:
         return open_store(self.output_url, self.output_options)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TraceReport:
     """What the assembly found, for the run's output and manifest; each task adds its share."""
 

@@ -224,8 +224,9 @@ def _cache_probe(
     if spec is None:
         return "", None, "not used: cache.enabled is false"
     # Not `open_store`: estimating must not create the output folder.
-    store = Store(*filesystem(spec.url or config.output.path, spec.storage_options))
-    verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
+    fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
+    store = Store(fs=fs, root=root, protocol=protocol)
+    verdicts = VerdictStore(store=store, folder=spec.store_folder, max_age_days=spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return spec.fingerprint, None, f"no verdict store yet at {where}"

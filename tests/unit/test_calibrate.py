@@ -363,7 +363,13 @@ def test_make_runs_sample_calibrates_as_is_through_the_configs_columns(
 def test_unscored_and_error_items_are_excluded() -> None:
     def labelled(name: str, gold: list[int]) -> LabelledItem:
         item = ScoringItem(name, name, tuple("abcd"), None)
-        return LabelledItem(name, item, tuple(bool(g) for g in gold), None, "relevance > 0")
+        return LabelledItem(
+            item_id=name,
+            item=item,
+            gold=tuple(bool(g) for g in gold),
+            retriever=None,
+            rule="relevance > 0",
+        )
 
     def ok(flags: list[int]) -> ScoreResult:
         verdicts = tuple(ContextVerdict(p, bool(v)) for p, v in enumerate(flags))

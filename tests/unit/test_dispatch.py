@@ -20,7 +20,7 @@ def shard(n: int) -> Shard:
 
 
 def board(count: int) -> ShardBoard:
-    return ShardBoard(deque((n, shard(n)) for n in range(count)))
+    return ShardBoard(todo=deque((n, shard(n)) for n in range(count)))
 
 
 def test_shards_go_out_in_order_and_come_back_as_reports() -> None:
@@ -86,7 +86,7 @@ def test_a_failure_or_a_fatal_report_stops_handing_out_shards() -> None:
 
 def test_a_shard_awaiting_an_owner_goes_out_once_the_owner_is_staged() -> None:
     """s2 awaits pairs s0 judges first: while s0 runs, lanes get s1, then WAIT."""
-    b = ShardBoard(deque((n, shard(n)) for n in range(3)), {"s2": frozenset({"s0"})})
+    b = ShardBoard(todo=deque((n, shard(n)) for n in range(3)), owners={"s2": frozenset({"s0"})})
     assert b.next_shard("w1")[1].shard_id == "s0"  # type: ignore[index]
     assert b.next_shard("w2")[1].shard_id == "s1"  # type: ignore[index]
     assert b.next_shard("w2") == WAIT
@@ -100,12 +100,12 @@ def test_a_shard_awaiting_an_owner_goes_out_once_the_owner_is_staged() -> None:
 
 def test_an_owner_staged_by_an_earlier_attempt_is_not_waited_for() -> None:
     """A rerun's board holds only the shards left: an owner outside it is staged already."""
-    b = ShardBoard(deque([(2, shard(2))]), {"s2": frozenset({"s0"})})
+    b = ShardBoard(todo=deque([(2, shard(2))]), owners={"s2": frozenset({"s0"})})
     assert b.next_shard("w1")[1].shard_id == "s2"  # type: ignore[index]
 
 
 def test_a_batch_pass_left_pending_is_not_staged() -> None:
-    b = ShardBoard(deque((n, shard(n)) for n in range(2)), {"s1": frozenset({"s0"})})
+    b = ShardBoard(todo=deque((n, shard(n)) for n in range(2)), owners={"s1": frozenset({"s0"})})
     b.next_shard("w1")
     b.done("w1", ShardReport(shard_id="s0", pending=3))
     assert b.next_shard("w1") == WAIT

@@ -217,7 +217,7 @@ def write_cache(config_path: Path, only_first_shard: bool = False) -> None:
     shards = plan_shards(spec, list_input_files(spec), config.ray.shard_size)
     store = open_store(config.output.path)
     fingerprint = cache_fingerprint(config)
-    verdicts = VerdictStore(store, f"_cache/{fingerprint}")
+    verdicts = VerdictStore(store=store, folder=f"_cache/{fingerprint}")
     for shard in shards[:1] if only_first_shard else shards:
         keys: list[str] = []
         for raw in read_shard(spec, shard):

@@ -41,7 +41,7 @@ def test_every_file_the_store_and_the_report_write_has_the_umasks_mode(
     local.write_bytes(b"PAR1")
     local.chmod(0o600)  # a private source: the copy gets the umask's mode, not the source's
     store.upload_file_atomic(str(local), store.join("summary", "part-0.parquet"))
-    verdicts = VerdictStore(store, "_cache/fp")
+    verdicts = VerdictStore(store=store, folder="_cache/fp")
     journal = Journal(verdicts, "run1.worker-0", interval_s=2.0)
     journal.add("0" * 32, True, "a reason")
     journal.flush()

@@ -238,7 +238,7 @@ def test_read_items_carries_parquet_values_as_read(tmp_path: Path) -> None:
     spec = carried_spec(path, "retriever", "day", context_ids="ids")
     files = list_input_files(spec)
     carried = inspect_input(spec, files).carried
-    reader = ItemReader(spec)
+    reader = ItemReader(spec=spec)
     records = [r for shard in plan_shards(spec, files, 2) for r in reader.read(shard, carried)]
     assert all(isinstance(r, ItemRecord) for r in records)
     assert [r.carried for r in records] == [  # type: ignore[union-attr]

@@ -54,6 +54,6 @@ def test_list_errors_name_the_path(tmp_path: Path) -> None:
 
 
 def test_unreadable_store_is_storage_error() -> None:
-    spec = InputSpec("s3://bucket/x.jsonl", storage_options={"key": "a", "username": "b"})
+    spec = InputSpec(path="s3://bucket/x.jsonl", storage_options={"key": "a", "username": "b"})
     with pytest.raises(StorageError, match=r"s3://bucket/x.jsonl"):
         list_input_files(spec)

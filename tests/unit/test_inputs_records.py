@@ -50,7 +50,7 @@ def test_extractor_loaded_once_and_errors_named(
 def test_to_item_with_extractor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     extractor_module = write_extractor_module(tmp_path, monkeypatch)
     base = {"query_id": "a", "input": "q", "output": "o", "docs": "x|y|z"}
-    spec = InputSpec("x", context_extractor=f"{extractor_module}:split_docs")
+    spec = InputSpec(path="x", context_extractor=f"{extractor_module}:split_docs")
     record = to_item(spec, raw(base))
     assert isinstance(record, ItemRecord) and record.contexts == ("x", "y", "z")
     for func, pattern in [
@@ -58,7 +58,7 @@ def test_to_item_with_extractor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         ("not_a_list", "is a string, expected a list of strings"),
         ("with_number", "element 1 is a int, expected a string"),
     ]:
-        spec = InputSpec("x", context_extractor=f"{extractor_module}:{func}")
+        spec = InputSpec(path="x", context_extractor=f"{extractor_module}:{func}")
         error = to_item(spec, raw(base))
         assert isinstance(error, RowError), func
         assert f"context (from context_extractor '{extractor_module}:{func}')" in error.message
@@ -67,7 +67,7 @@ def test_to_item_with_extractor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_to_item_ok() -> None:
-    spec = InputSpec("x", columns=ColumnMap(query_id="id", input="q", output="a", context="c"))
+    spec = InputSpec(path="x", columns=ColumnMap(query_id="id", input="q", output="a", context="c"))
     data = {"id": 12, "q": "why?", "a": "because", "c": ["one", "", "three"]}
     record = to_item(spec, raw(data))
     assert record == ItemRecord(
@@ -87,7 +87,7 @@ def test_to_item_ok() -> None:
 
 
 def test_to_item_reference_and_empty_output() -> None:
-    spec = InputSpec("x", columns=ColumnMap(expected_output="ref"))
+    spec = InputSpec(path="x", columns=ColumnMap(expected_output="ref"))
     record = to_item(spec, raw(item(1, output="", ref="the reference")))
     assert isinstance(record, ItemRecord)
     assert record.output == "" and record.expected_output == "the reference"
@@ -100,15 +100,16 @@ def test_to_item_reference_and_empty_output() -> None:
 def test_to_item_retrieval_only_rows_are_items() -> None:
     # No answer and no reference (issue 10): judged against the query, not rejected; the
     # scoring item is the library's retrieval-only item.
-    empty = to_item(InputSpec("x"), raw(item(1, output="")))
+    empty = to_item(InputSpec(path="x"), raw(item(1, output="")))
     assert isinstance(empty, ItemRecord) and (empty.output, empty.expected_output) == ("", None)
     no_reference = to_item(
-        InputSpec("x", columns=ColumnMap(expected_output="ref")), raw(item(1, output="", ref=None))
+        InputSpec(path="x", columns=ColumnMap(expected_output="ref")),
+        raw(item(1, output="", ref=None)),
     )
     assert isinstance(no_reference, ItemRecord) and no_reference.expected_output is None
     # No answer column at all (TREC-style data: queries and passages only).
     data = {k: v for k, v in item(2).items() if k != "output"}
-    spec = InputSpec("x", columns=ColumnMap(output=None))
+    spec = InputSpec(path="x", columns=ColumnMap(output=None))
     record = to_item(spec, raw(data))
     assert isinstance(record, ItemRecord) and record.output == ""
     assert is_retrieval_only(record.to_scoring_item())
@@ -116,7 +117,7 @@ def test_to_item_retrieval_only_rows_are_items() -> None:
 
 
 def test_to_item_derived_query_id() -> None:
-    spec = InputSpec("x", columns=ColumnMap(query_id=None))
+    spec = InputSpec(path="x", columns=ColumnMap(query_id=None))
     record = to_item(spec, RawRow(source="s3://b/f.jsonl", row=1234, data=item(0), unit="offset"))
     assert isinstance(record, ItemRecord) and record.query_id == "s3://b/f.jsonl#1234"
 
@@ -147,7 +148,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("case", "change", "message"), CASES, ids=[c[0] for c in CASES])
 def test_to_item_errors_name_field_and_row(case: str, change: dict[str, Any], message: str) -> None:
-    result = to_item(InputSpec("x"), raw(item(3, **change)))
+    result = to_item(InputSpec(path="x"), raw(item(3, **change)))
     assert isinstance(result, RowError), case
     assert result.message.startswith("/data/f.parquet row 7: ")
     assert message in result.message
@@ -159,14 +160,16 @@ def test_to_item_errors_name_field_and_row(case: str, change: dict[str, Any], me
 @pytest.mark.parametrize("missing", ["query_id", "input", "output", "context"])
 def test_to_item_missing_key(missing: str) -> None:
     data = {k: v for k, v in item(1).items() if k != missing}
-    result = to_item(InputSpec("x"), RawRow(source="f.jsonl", row=99, data=data, unit="offset"))
+    result = to_item(
+        InputSpec(path="x"), RawRow(source="f.jsonl", row=99, data=data, unit="offset")
+    )
     assert isinstance(result, RowError)
     assert result.message.startswith("f.jsonl line at byte 99: ")
     assert f"(column '{missing}') is missing" in result.message
 
 
 def test_to_item_reference_wrong_type() -> None:
-    spec = InputSpec("x", columns=ColumnMap(expected_output="ref"))
+    spec = InputSpec(path="x", columns=ColumnMap(expected_output="ref"))
     result = to_item(spec, raw(item(1, ref=3)))
     assert (
         isinstance(result, RowError) and "expected_output (column 'ref') is a int" in result.message
@@ -174,7 +177,7 @@ def test_to_item_reference_wrong_type() -> None:
 
 
 def test_truncation_flags() -> None:
-    spec = InputSpec("x")
+    spec = InputSpec(path="x")
     long = to_item(spec, raw(item(1, context=["a" * 50, "b" * 10, "c" * 51])), max_context_chars=50)
     assert isinstance(long, ItemRecord)
     assert long.contexts == ("a" * 50, "b" * 10, "c" * 50)

@@ -50,7 +50,7 @@ def test_s3_jsonl_and_parquet_end_to_end(moto_s3: MotoS3, s3_prefix: str, tmp_pa
     )
     fs.pipe_file(f"{key}/in/_SUCCESS", b"")
 
-    spec = InputSpec(f"{s3_prefix}/in/", storage_options=moto_s3.storage_options)
+    spec = InputSpec(path=f"{s3_prefix}/in/", storage_options=moto_s3.storage_options)
     files = list_input_files(spec)
     assert [f.path for f in files] == [
         f"{s3_prefix}/in/{n}" for n in ("a.jsonl", "b.parquet", "c.jsonl.gz")
@@ -73,8 +73,8 @@ def test_s3_jsonl_and_parquet_end_to_end(moto_s3: MotoS3, s3_prefix: str, tmp_pa
             *(r["query_id"] for r in parquet_rows),
             *(r["query_id"] for r in parquet_rows[:5]),
         ]
-    glob = InputSpec(f"{s3_prefix}/in/*.parquet", storage_options=moto_s3.storage_options)
+    glob = InputSpec(path=f"{s3_prefix}/in/*.parquet", storage_options=moto_s3.storage_options)
     assert [f.path for f in list_input_files(glob)] == [f"{s3_prefix}/in/b.parquet"]
-    missing = InputSpec(f"{s3_prefix}/nothing/", storage_options=moto_s3.storage_options)
+    missing = InputSpec(path=f"{s3_prefix}/nothing/", storage_options=moto_s3.storage_options)
     with pytest.raises(InputError, match=rf"no input files at {s3_prefix}/nothing/"):
         list_input_files(missing)

@@ -66,7 +66,7 @@ def test_the_key_changes_with_what_the_prompt_holds_and_nothing_else() -> None:
 
 
 def test_a_read_item_keeps_only_what_it_is_judged_against() -> None:
-    spec = InputSpec("x", columns=ColumnMap(expected_output="ref"))
+    spec = InputSpec(path="x", columns=ColumnMap(expected_output="ref"))
     record = to_item(spec, raw(item(1, ref="the reference")))
     assert isinstance(record, ItemRecord)
     kept = validate_record(record, "auto")
@@ -124,7 +124,7 @@ def test_the_fake_judge_answers_as_a_model_would_under_each_schema(
 
 
 def test_a_verdict_without_a_reason_has_a_null_reason_row() -> None:
-    record = to_item(InputSpec("x"), raw(item(1)))
+    record = to_item(InputSpec(path="x"), raw(item(1)))
     assert isinstance(record, ItemRecord)
     result = ScoreResult(1.0, "", (ContextVerdict(0, True), ContextVerdict(1, False, "why")))
     rows = verdict_rows(record, 0, result)

@@ -80,7 +80,7 @@ def plan(tmp_path: Path) -> RunPlan:
     parts = dataclasses.replace(
         run_parts(config, location),
         find_duplicates_first=True,
-        cache=CacheSpec(FINGERPRINT, "_cache"),
+        cache=CacheSpec(fingerprint=FINGERPRINT, folder="_cache"),
     )
     from jobs.core.storage import open_store
 

@@ -27,7 +27,7 @@ from tests.support.job import run_shard, shard_context, shard_files
 
 
 def lock_at(store: Store, run_id: str = "r1") -> RunLock:
-    return RunLock(store, store.join(f"_staging/run_id={run_id}", "LEASE.json"))
+    return RunLock(store=store, path=store.join(f"_staging/run_id={run_id}", "LEASE.json"))
 
 
 @pytest.fixture

@@ -116,7 +116,7 @@ def test_build_row_orders_by_the_schema_and_rejects_missing_or_unknown_columns()
 
 def test_a_table_cannot_name_a_column_twice() -> None:
     with pytest.raises(ValueError, match="appears twice"):
-        Table("t", (Column("a", "string", ""), Column("a", "int64", "")))
+        Table(name="t", columns=(Column("a", "string", ""), Column("a", "int64", "")))
     with pytest.raises(KeyError, match="table scores has no column 'nope'"):
         PUBLISHED_SCORES.column("nope")
 

@@ -62,7 +62,7 @@ def test_a_task_finds_exactly_the_stored_verdicts_of_its_keys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_join, "_JOIN_BATCH", 5)  # a partition's keys over several batches
-    verdicts = VerdictStore(open_store(str(tmp_path / "out")), "_cache/fp")
+    verdicts = VerdictStore(store=open_store(str(tmp_path / "out")), folder="_cache/fp")
     stored = [key(n) for n in range(0, 600, 3)]
     older = pl.DataFrame(
         {

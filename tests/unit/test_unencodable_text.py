@@ -76,7 +76,7 @@ def config_for(source: Path, out: Path, **judge: Any) -> JobConfig:
 def read_all(config: JobConfig) -> list[ItemRecord | RowError]:
     spec = input_spec_of(config)
     (shard,) = plan_shards(spec, list_input_files(spec), 1000)
-    return list(ItemReader(spec).read(shard, CARRIED))
+    return list(ItemReader(spec=spec).read(shard, CARRIED))
 
 
 # -- the helpers -------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_a_flushed_verdict_is_found_by_its_key_after_the_journal_is_folded(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
+    verdicts = VerdictStore(store=store_at(tmp_path), folder="_cache/fp", clock=clock)
     journal = Journal(verdicts, "run1.worker-0", interval_s=2.0)
     for n in range(300):
         journal.add(key(n), n % 3 == 0, f"reason {n}")
@@ -78,7 +78,7 @@ def test_a_flushed_verdict_is_found_by_its_key_after_the_journal_is_folded(
 
 def test_two_writers_at_once_in_the_same_millisecond_lose_nothing(tmp_path: Path) -> None:
     clock = Clock()  # frozen: both writers name their files at the same millisecond
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
+    verdicts = VerdictStore(store=store_at(tmp_path), folder="_cache/fp", clock=clock)
     first = Journal(verdicts, "run-a.worker-0")
     second = Journal(verdicts, "run-a.worker-0")  # even the same writer name
     for n in range(100):
@@ -88,7 +88,7 @@ def test_two_writers_at_once_in_the_same_millisecond_lose_nothing(tmp_path: Path
     second.flush()
     assert len(verdicts.journal_files()) == 2
     # two runs fold at once: both read the same journal files and write partition files
-    other = VerdictStore(verdicts.store, "_cache/fp", clock=clock)
+    other = VerdictStore(store=verdicts.store, folder="_cache/fp", clock=clock)
     listed = verdicts.journal_files()
     verdicts.fold_journal("run-a.fold")
     assert other.journal_files() == []
@@ -118,7 +118,7 @@ class WritesDuringCompaction(Store):
 def test_a_verdict_written_while_a_partition_is_compacted_is_kept(tmp_path: Path) -> None:
     clock = Clock()
     base = store_at(tmp_path)
-    writer = VerdictStore(base, "_cache/fp", clock=clock)
+    writer = VerdictStore(store=base, folder="_cache/fp", clock=clock)
     keys = [k for k in (key(n) for n in range(5000)) if partition_of(k) == 7][:6]
     for k in keys[:4]:
         writer.write(writer.partition_folder(7), "old", writer.rows([(k, True, "old")]))
@@ -127,7 +127,7 @@ def test_a_verdict_written_while_a_partition_is_compacted_is_kept(tmp_path: Path
         base,
         lambda: writer.write(writer.partition_folder(7), "late", writer.rows([(late, False, "x")])),
     )
-    compacting = VerdictStore(store, "_cache/fp", clock=clock)
+    compacting = VerdictStore(store=store, folder="_cache/fp", clock=clock)
     assert compacting.compact(7) == (4, 0)
     assert store.done
     assert len(writer.partition_files(7)) == 2  # the merged file and the late one
@@ -139,7 +139,9 @@ def test_a_verdict_written_while_a_partition_is_compacted_is_kept(tmp_path: Path
 
 def test_retention_hides_old_verdicts_and_compaction_deletes_them(tmp_path: Path) -> None:
     clock = Clock()
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", max_age_days=30, clock=clock)
+    verdicts = VerdictStore(
+        store=store_at(tmp_path), folder="_cache/fp", max_age_days=30, clock=clock
+    )
     old = [key(n) for n in range(40)]
     new = [key(n) for n in range(40, 80)]
     journal = Journal(verdicts, "w")
@@ -152,7 +154,7 @@ def test_retention_hides_old_verdicts_and_compaction_deletes_them(tmp_path: Path
     journal.flush()
     verdicts.fold_journal()
     assert set(lookup_all(verdicts, old + new)) == set(new)  # the old ones are expired
-    forever = VerdictStore(verdicts.store, "_cache/fp", clock=clock)
+    forever = VerdictStore(store=verdicts.store, folder="_cache/fp", clock=clock)
     assert set(lookup_all(forever, old + new)) == set(old + new)  # no retention: all found
     kept, dropped = verdicts.compact_all()
     assert (kept, dropped) == (40, 40)
@@ -162,7 +164,7 @@ def test_retention_hides_old_verdicts_and_compaction_deletes_them(tmp_path: Path
 
 def test_compaction_merges_a_partitions_files_keeping_each_keys_newest(tmp_path: Path) -> None:
     clock = Clock()
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
+    verdicts = VerdictStore(store=store_at(tmp_path), folder="_cache/fp", clock=clock)
     keys = [k for k in (key(n) for n in range(5000)) if partition_of(k) == 3][:5]
     for round_number in range(4):  # four nights judged the same pairs
         clock.now += 60
@@ -179,7 +181,7 @@ def test_compaction_merges_a_partitions_files_keeping_each_keys_newest(tmp_path:
 
 def test_unreadable_or_vanished_files_cost_hits_never_a_run(tmp_path: Path) -> None:
     clock = Clock()
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
+    verdicts = VerdictStore(store=store_at(tmp_path), folder="_cache/fp", clock=clock)
     k = key(1)
     path = verdicts.write(
         verdicts.partition_folder(partition_of(k)), "w", verdicts.rows([(k, True, "r")])
@@ -191,7 +193,7 @@ def test_unreadable_or_vanished_files_cost_hits_never_a_run(tmp_path: Path) -> N
 
 def test_a_retried_worker_takes_over_what_its_dead_attempt_journaled(tmp_path: Path) -> None:
     clock = Clock()
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp", clock=clock)
+    verdicts = VerdictStore(store=store_at(tmp_path), folder="_cache/fp", clock=clock)
     dead = Journal(verdicts, "run1.worker-1")
     neighbour = Journal(verdicts, "run1.worker-10")
     for n in range(10):
@@ -207,7 +209,7 @@ def test_a_retried_worker_takes_over_what_its_dead_attempt_journaled(tmp_path: P
 
 
 def test_the_journals_memory_is_bounded() -> None:
-    journal = Journal(VerdictStore(None, "x"), "w", memory=100)  # type: ignore[arg-type]
+    journal = Journal(VerdictStore(store=None, folder="x"), "w", memory=100)  # type: ignore[arg-type]
     for n in range(1000):
         journal.add(key(n), True, "")
     assert len(journal.recent) == 100 and journal.get(key(999)) is not None
@@ -272,19 +274,21 @@ def test_a_crash_at_every_step_loses_nothing_that_was_flushed(tmp_path: Path) ->
     base = store_at(tmp_path / "whole")
     counting = CrashingStore(fs=base.fs, root=base.root, protocol=base.protocol)
     whole: dict[str, tuple[bool, str]] = {}
-    _night(VerdictStore(counting, "_cache/fp", clock=clock), clock, whole)
+    _night(VerdictStore(store=counting, folder="_cache/fp", clock=clock), clock, whole)
     steps = counting.changes
     assert steps > 10
     wanted = FEW
-    assert lookup_all(VerdictStore(base, "_cache/fp"), wanted) == whole
+    assert lookup_all(VerdictStore(store=base, folder="_cache/fp"), wanted) == whole
     for crash_at in range(1, steps + 1):
         root = store_at(tmp_path / f"crash{crash_at}")
         store = CrashingStore(fs=root.fs, root=root.root, protocol=root.protocol, crash_at=crash_at)
         clock = Clock()
         durable: dict[str, tuple[bool, str]] = {}
         with pytest.raises(Crash):
-            _night(VerdictStore(store, "_cache/fp", clock=clock), clock, durable)
-        rerun = VerdictStore(root, "_cache/fp", clock=clock)  # the rerun: same files, no crash
+            _night(VerdictStore(store=store, folder="_cache/fp", clock=clock), clock, durable)
+        rerun = VerdictStore(
+            store=root, folder="_cache/fp", clock=clock
+        )  # the rerun: same files, no crash
         rerun.fold_journal("rerun.fold")
         found = lookup_all(rerun, wanted)
         assert {k: found.get(k) for k in durable} == durable, f"crash at change {crash_at}"
@@ -303,7 +307,7 @@ def test_ctxprec_cache_compact_folds_merges_expires_and_removes_old_region_folde
         "cache: {max_age_days: 30}\n"
     )
     clock = Clock(now=time.time())
-    verdicts = VerdictStore(store_at(tmp_path), "_cache/fp1", clock=clock)
+    verdicts = VerdictStore(store=store_at(tmp_path), folder="_cache/fp1", clock=clock)
     expired = [key(n) for n in range(10)]
     fresh = [key(n) for n in range(10, 30)]
     old = Journal(verdicts, "night1.worker-0")
@@ -327,7 +331,7 @@ def test_ctxprec_cache_compact_folds_merges_expires_and_removes_old_region_folde
     assert "20 verdict(s) kept, 30 dropped (expired or duplicate)" in printed
     assert "1 old per-region folder(s) deleted" in printed
     assert verdicts.journal_files() == [] and not legacy.exists()
-    forever = VerdictStore(verdicts.store, "_cache/fp1")
+    forever = VerdictStore(store=verdicts.store, folder="_cache/fp1")
     assert lookup_all(forever, expired + fresh) == {k: (False, "new") for k in fresh}
     files = [verdicts.partition_files(p) for p in range(PARTITIONS)]
     assert all(len(f) <= 1 for f in files)

@@ -42,7 +42,7 @@ class LatencyWindow:
         return sum(self._samples) / len(self._samples) if self._samples else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BudgetSettings:
     """How the budget is sized. `explicit` (a configured number) overrides everything else."""
 

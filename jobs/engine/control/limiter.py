@@ -14,7 +14,7 @@ from scorer_core.protocols import Sleeper
 from scorer_core.retry import MAX_RETRY_AFTER_S, real_sleep
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PacingState:
     """Reservations against requests-per-minute and tokens-per-minute budgets (0 = no limit)."""
 

@@ -17,7 +17,7 @@ USAGE_COUNTERS = ("calls", "rate_limited", "retries", "cache_hits")  # `Usage` f
 COUNTERS = ("items", "ok", "unscored", "errors", *USAGE_COUNTERS)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BatchedCounter:
     """Worker-side accumulator that flushes to the progress actor at most every `every_s`."""
 

@@ -32,7 +32,7 @@ class BoardPoll:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShardBoard:
     """The shards of a run not yet handed out, those assigned to each worker, and the reports
     that came back."""
@@ -138,7 +138,7 @@ class RunCoordinator(ShardBoard):
         governor: RunGovernor | None,
         owners: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
-        super().__init__(deque(todo), owners or {})
+        super().__init__(todo=deque(todo), owners=owners or {})
         self._governor = governor
 
     def reserve(self, estimated_tokens: int) -> tuple[float, int]:

@@ -130,7 +130,7 @@ def verdict_rows(
     return rows
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShardRows:
     """A shard's staged rows, in input order, and what they count."""
 

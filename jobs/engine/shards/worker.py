@@ -195,7 +195,9 @@ class ShardRunner:
             )
         read = await asyncio.to_thread(read_shard_records, self._rows, shard, number, needs.later)
         coordinator = self._ctx.coordinator
-        counter = BatchedCounter(coordinator.add.remote if coordinator else lambda counts: None)
+        counter = BatchedCounter(
+            flush=coordinator.add.remote if coordinator else lambda counts: None
+        )
         judging = await self._judging(shard, number, read, counter, needs)
         scoring = self._ctx.parts.scoring
         try:
