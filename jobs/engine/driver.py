@@ -198,10 +198,10 @@ def _run(
 
 def _first_line(plan: RunPlan, resuming: int) -> str:
     """The run's first line in the log: its shards, those a resumed run has done, its judge."""
-    shards = f"run {plan.location.run_id}: {plan.files} file(s), {len(plan.shards)} shard(s)"
+    line = f"run {plan.location.run_id}: {plan.files} file(s), {len(plan.shards)} shard(s)"
     if resuming:
-        shards += f", {resuming} already done (resuming)"
-    return f"{shards}; judge {plan.parts.model}"
+        line += f", {resuming} already done (resuming)"
+    return f"{line}; judge {plan.parts.model}"
 
 
 def _plan(
