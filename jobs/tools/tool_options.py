@@ -63,7 +63,7 @@ class ConfigSource:
         return load_config(self.path, list(self.overrides))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompareOptions:
     summary: ClassVar[str] = (
         "compare two published runs; exit 1 on a significant drop or a changed judge"
@@ -120,7 +120,7 @@ class CompareOptions:
             check_minimum(flag_of(f.name, f.metadata), getattr(self, f.name), minimum)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportOptions:
     summary: ClassVar[str] = "write a self-contained HTML report of a published run"
     run: str = option(help="run id to report on", positional=True, metavar="RUN")
@@ -131,7 +131,7 @@ class ReportOptions:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShowOptions:
     summary: ClassVar[str] = "one query as the judge saw it: passages, verdicts, reasons"
     run: str = option(help="run id", positional=True, metavar="RUN")
@@ -150,7 +150,7 @@ class StatusOptions:
     root: PublishedRoot = field(default_factory=PublishedRoot)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EstimateOptions:
     summary: ClassVar[str] = (
         "count items, judge calls, tokens, cost and time of a run, without running it"
@@ -182,7 +182,7 @@ class EstimateOptions:
     as_json: bool = _json()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrateOptions:
     summary: ClassVar[str] = "measure the configured judge against human relevance labels"
     config: ConfigSource
@@ -212,16 +212,37 @@ class CacheOptions:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportOptions:
-    summary: ClassVar[str] = "send a run's verdicts and scores to Phoenix, on the spans"
-    target: Literal["phoenix"] = option(help="phoenix", positional=True, choices=["phoenix"])
+    summary: ClassVar[str] = (
+        "send a published run's verdicts and scores to Phoenix as annotations on their spans"
+    )
+    target: Literal["phoenix"] = option(
+        help="where to send them: phoenix", positional=True, choices=["phoenix"]
+    )
     run: str = option(help="run id", positional=True, metavar="RUN")
     endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
     project: str = option(help="the Phoenix project holding the spans", required=True)
     root: PublishedRoot = field(default_factory=PublishedRoot)
-    name: str = option("context_precision_relevance", "the annotations' name (default {default})")
-    span_id_column: str = option("query_id", "the span ids' column (default {default})")
-    batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
-    api_key_env: str = option("PHOENIX_API_KEY", "NAME of the variable holding the API key")
+    name: str = option(
+        "context_precision_relevance",
+        "the document annotations' name (one per verdict); the span annotations' name (one per "
+        "score) is derived from it: without _relevance, else with _precision added "
+        "(default {default})",
+    )
+    span_id_column: str = option(
+        "query_id",
+        "the column of the scores and verdicts holding each item's span id (default "
+        "{default}: the span id when the run read OTLP files or Phoenix)",
+        metavar="COLUMN",
+    )
+    batch_size: int = option(
+        500, "annotations per request (default {default})", type=int, metavar="N", minimum=1
+    )
+    api_key_env: str = option(
+        "PHOENIX_API_KEY",
+        "the environment variable holding Phoenix's API key, sent as a bearer token "
+        "(default {default})",
+        metavar="NAME",
+    )
     as_json: bool = _json("print one JSON object (the counts)")

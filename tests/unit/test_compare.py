@@ -269,7 +269,7 @@ def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
     def parsed(*argv: str) -> CompareOptions:
         return options_of(CompareOptions, build_parser().parse_args(["compare", "a", "b", *argv]))
 
-    assert parsed("--top", "3") == CompareOptions("a", "b", top=3)
+    assert parsed("--top", "3") == CompareOptions(run_a="a", run_b="b", top=3)
     defaults = parsed()
     assert (defaults.min_effect, defaults.max_canary_drop) == (0.01, 0.1)
     assert (defaults.min_segment_size, defaults.top, defaults.by) == (30, 10, None)

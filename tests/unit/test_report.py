@@ -205,7 +205,7 @@ def test_html_path_and_unknown_baseline(
 
 def test_ctxprec_report_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["report", "r1", "--baseline", "r0"])
-    assert options_of(ReportOptions, args) == ReportOptions("r1", "r0")
+    assert options_of(ReportOptions, args) == ReportOptions(run="r1", baseline="r0")
 
 
 def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
