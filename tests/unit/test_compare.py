@@ -194,7 +194,7 @@ def test_a_drop_within_the_noise_of_58_queries_passes(runs: Runs) -> None:
     code, text = _compare(runs, runs.base, runs.cand, "--max-mean-drop", "0.02")
     assert code == 0
     assert "OK: mean shift -0.0593" in text and "paired over 58 queries): not significant" in text
-    overall = compare.gate(comparison, 0.02).overall
+    overall = compare.gate(comparison, compare.Thresholds(min_effect=0.02)).overall
     assert overall is not None and overall.ci_low is not None and overall.ci_high is not None
     assert overall.ci_low < overall.diff < 0 < overall.ci_high  # the interval holds 0
 
