@@ -22,7 +22,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from jobs.core.console import progress_extra
 from jobs.tools.published_runs import PublishedRun, load_run, write_file
-from jobs.tools.tool_options import ExportOptions, PublishedRoot, check_minimum
+from jobs.tools.tool_options import EXPORT_IN_FLIGHT, ExportOptions, PublishedRoot, check_minimum
 from scorer_core.errors import ConfigError, CtxPrecError
 from scorer_core.retry import RetryPolicy, parse_retry_after
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from jobs.engine import RunOutcome
 
 logger = logging.getLogger(__name__)
-IN_FLIGHT = 4  # batches sent at a time
+IN_FLIGHT = EXPORT_IN_FLIGHT  # batches sent at a time (a request each)
 RETRY_SECONDS = 120.0  # how long a request is asked again after a 429, a 5xx or no answer
 
 
@@ -170,7 +170,7 @@ class PhoenixSink:
     def _refused(self, asked: str, status: int) -> str:
         """Why Phoenix refused us (401, 403), and what to check: the key and where it is read."""
         refused = f"Phoenix at {self.endpoint} refused {asked} (HTTP {status})"
-        where = "api_key_env in the config, --api-key-env on the command line"
+        where = "export.phoenix.api_key_env in the config, --api-key-env on the command line"
         sent = any(name.lower() == "authorization" for name in self.headers)
         if not sent:
             return (
@@ -378,7 +378,7 @@ def export(
     else:
         print(report.summary(), file=out)
     if report.left:
-        print(f"to send the rest, run again: {_command(options)}", file=out)
+        print(f"to send the rest, run again: {_command(options, headers)}", file=out)
         return 1
     return 0
 
@@ -395,13 +395,28 @@ def run(
     return export(options, access.http_headers(), out or sys.stdout, transport)
 
 
-def _command(options: ExportOptions) -> str:
-    """The `ctxprec export phoenix` command that sends what `options` sent (again)."""
-    return (
+def _command(options: ExportOptions, headers: dict[str, str]) -> str:
+    """The `ctxprec export phoenix` command that sends again what `options` send, and what it
+    cannot carry: the storage options (they may hold secrets) and extra `headers`."""
+    command = (
         f"ctxprec export phoenix {options.run} --output {options.root.output} "
         f"--endpoint {options.endpoint} --project {options.project} --name {options.name} "
         f"--span-id-column {options.span_id_column} --api-key-env {options.api_key_env}"
     )
+    if options.batch_size != ExportOptions.batch_size:
+        command += f" --batch-size {options.batch_size}"
+    if options.root.storage_options:
+        command += (
+            " (add a --storage-option for each storage option of the output: not repeated "
+            "here, as they may hold secrets)"
+        )
+    extra = sorted(name for name in headers if name.lower() != "authorization")
+    if extra:
+        command += (
+            f" (the headers {', '.join(extra)} of export.phoenix.headers have no command-line "
+            "option: it sends without them)"
+        )
+    return command
 
 
 def export_after_run(config: JobConfig, outcome: RunOutcome) -> int:
@@ -420,10 +435,11 @@ def export_after_run(config: JobConfig, outcome: RunOutcome) -> int:
         span_id_column=phoenix.span_id_column,
         api_key_env=phoenix.api_key_env,
     )
+    headers = phoenix.http_headers()
     try:
-        return export(options, phoenix.http_headers(), sys.stderr)
+        return export(options, headers, sys.stderr)
     except CtxPrecError as exc:
         raise CtxPrecError(
-            f"run {outcome.run_id} is published, its export is not ({exc}); complete it: "
-            + _command(options)
+            f"run {outcome.run_id} is published, but its export to Phoenix failed: {exc}; the "
+            f"run stays published; complete the export with: {_command(options, headers)}"
         ) from None

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from jobs.core.storage import Store
 
 
+EXPORT_IN_FLIGHT = 4  # the Phoenix export's requests at a time
+
+
 def option(default: Any = MISSING, help: str = "", **argument: Any) -> Any:
     """A field with its argument: `help` ("{default}" is the default), `add_argument`'s keywords,
     and ours: `flag`, `positional`, `older` (an older flag) with `older_help`, `minimum`."""
@@ -133,10 +136,18 @@ class ReportOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class ShowOptions:
-    summary: ClassVar[str] = "one query as the judge saw it: passages, verdicts, reasons"
+    summary: ClassVar[str] = (
+        "one query as the judge saw it: passages, verdicts, reasons; with --baseline beside "
+        "another run's, changes marked"
+    )
     run: str = option(help="run id", positional=True, metavar="RUN")
     query_id: str = option(help="the query's query_id", positional=True, metavar="QUERY_ID")
-    baseline: str | None = option(None, "beside this run's verdicts, changes marked", metavar="RUN")
+    baseline: str | None = option(
+        None,
+        "the baseline run: show its position and verdict beside each passage, and mark the "
+        "passages moved, flipped, added or removed since it",
+        metavar="RUN",
+    )
     root: PublishedRoot = field(default_factory=PublishedRoot)
     as_json: bool = _json("print one JSON object (texts whole)")
 
@@ -218,7 +229,7 @@ class ExportOptions:
         "send a published run's verdicts and scores to Phoenix as annotations on their spans"
     )
     target: Literal["phoenix"] = option(
-        help="where to send them: phoenix", positional=True, choices=["phoenix"]
+        help="where to send them: phoenix (the only target)", positional=True, choices=["phoenix"]
     )
     run: str = option(help="run id", positional=True, metavar="RUN")
     endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
@@ -226,23 +237,29 @@ class ExportOptions:
     root: PublishedRoot = field(default_factory=PublishedRoot)
     name: str = option(
         "context_precision_relevance",
-        "the document annotations' name (one per verdict); the span annotations' name (one per "
-        "score) is derived from it: without _relevance, else with _precision added "
-        "(default {default})",
+        "the document annotations' name (one per verdict); the span annotations' (one per "
+        "score) is it without _relevance, else it with _precision added (default {default}, "
+        "so context_precision)",
     )
     span_id_column: str = option(
         "query_id",
-        "the column of the scores and verdicts holding each item's span id (default "
-        "{default}: the span id when the run read OTLP files or Phoenix)",
+        "the column holding the span id, in the scores and verdicts (default {default}: the "
+        "span id for OTLP and Phoenix inputs; for other inputs a column carried into both "
+        "tables, input.carry and input.carry_to_verdicts)",
         metavar="COLUMN",
     )
     batch_size: int = option(
-        500, "annotations per request (default {default})", type=int, metavar="N", minimum=1
+        500,
+        f"annotations per request to Phoenix (default {{default}}; {EXPORT_IN_FLIGHT} requests "
+        "at a time)",
+        type=int,
+        metavar="N",
+        minimum=1,
     )
     api_key_env: str = option(
         "PHOENIX_API_KEY",
-        "the environment variable holding Phoenix's API key, sent as a bearer token "
-        "(default {default})",
+        "NAME of the environment variable holding Phoenix's API key, sent as a bearer token, "
+        "never the key itself (default {default})",
         metavar="NAME",
     )
     as_json: bool = _json("print one JSON object (the counts)")

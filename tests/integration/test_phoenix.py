@@ -267,8 +267,9 @@ def test_an_absent_phoenix_fails_fast_naming_its_endpoint(
     lonely = RunOutcome("lonely", RUN_DATE, None, 1, 0, 1.0)  # type: ignore[arg-type]
     with pytest.raises(
         CtxPrecError,
-        match=f"run lonely is published, its export is not .*unreachable.*complete it: "
-        f"ctxprec export phoenix lonely --output {out} --endpoint {url}",
+        match=f"run lonely is published, but its export to Phoenix failed: .*unreachable.*the "
+        f"run stays published; complete the export with: ctxprec export phoenix lonely --output "
+        f"{out} --endpoint {url}",
     ):
         export_after_run(config, lonely)
 

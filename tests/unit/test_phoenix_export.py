@@ -22,6 +22,7 @@ from jobs.tools.phoenix_export import (
     ExportReport,
     PhoenixSink,
     SinkFailed,
+    _command,
     deliver,
     export_run,
     run,
@@ -304,3 +305,15 @@ def test_the_command_sends_the_key_of_the_variable_it_names_and_says_it_to_resum
     said = printed.getvalue()
     assert "environment variable TEAM_PHOENIX_KEY" in said
     assert "--span-id-column query_id --api-key-env TEAM_PHOENIX_KEY" in said
+
+
+def test_the_command_to_send_the_rest_says_what_it_cannot_carry() -> None:
+    root = PublishedRoot("s3://bucket/out", {"key": "secret-key"})
+    options = _options(root=root, span_id_column="span_id")
+    command = _command(options, {"Authorization": "Bearer k", "X-Team": "rag"})
+    assert command.startswith("ctxprec export phoenix r1 --output s3://bucket/out --endpoint ")
+    assert "--span-id-column span_id" in command and "--batch-size 7" in command
+    assert "secret-key" not in command and "add a --storage-option for each" in command
+    assert "the headers X-Team of export.phoenix.headers" in command and "Bearer" not in command
+    plain = _command(_options(batch_size=500), {"Authorization": "Bearer k"})
+    assert "(" not in plain and "--batch-size" not in plain
