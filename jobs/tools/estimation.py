@@ -378,23 +378,9 @@ def estimate(
     return Estimate(
         model=config.judge.model,
         input=facts,
-        items=ItemCounts(
-            valid=counts.valid,
-            invalid=counts.invalid,
-            total=counts.valid + counts.invalid,
-            truncated=counts.truncated,
-            invalid_examples=tuple(counts.invalid_examples),
-        ),
+        items=_item_counts(counts),
         context_pairs=counts.pairs,
-        judge_calls=JudgeCalls(
-            total=calls,
-            verdict_calls=counts.verdict_calls,
-            reason_calls=counts.reason_calls,
-            contexts_per_call=config.judge.contexts_per_call,
-            reason=config.scorer.reason,
-            sends_requests=not factory.capabilities(config).offline,
-            note="retries and re-asks not included",
-        ),
+        judge_calls=_judge_calls(config, counts),
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         cost_usd=cost,
@@ -412,6 +398,28 @@ def estimate(
             share=counts.cached_pairs / counts.pairs if counts.pairs and used else 0.0,
             calls_after_cache=counts.calls_after_cache if used else calls,
         ),
+    )
+
+
+def _item_counts(counts: _Counts) -> ItemCounts:
+    return ItemCounts(
+        valid=counts.valid,
+        invalid=counts.invalid,
+        total=counts.valid + counts.invalid,
+        truncated=counts.truncated,
+        invalid_examples=tuple(counts.invalid_examples),
+    )
+
+
+def _judge_calls(config: JobConfig, counts: _Counts) -> JudgeCalls:
+    return JudgeCalls(
+        total=counts.verdict_calls + counts.reason_calls,
+        verdict_calls=counts.verdict_calls,
+        reason_calls=counts.reason_calls,
+        contexts_per_call=config.judge.contexts_per_call,
+        reason=config.scorer.reason,
+        sends_requests=not factory.capabilities(config).offline,
+        note="retries and re-asks not included",
     )
 
 

@@ -48,7 +48,8 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         lines += [_round_line(r) for r in judge.round_details]
     errors = manifest.error_rate
     if errors is not None and errors.errors:
-        lines.append(f"  {'FAILED: ' if errors.exceeded else ''}{errors.describe()}")
+        failed = "FAILED: " if errors.exceeded else ""
+        lines.append(f"  {failed}{errors.describe()}")
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines
 
@@ -72,15 +73,19 @@ def _round_line(record: BatchRoundRecord) -> str:
     """A round's counts, and why lines were asked again."""
     if record.online:
         return f"  round {record.round}: online (judge.batch.deadline neared)"
-    retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
-    stopped = record.stopped_at_deadline
-    return (
+    line = (
         f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
         f"{record.completed:,} completed, {record.failed:,} failed"
-        + (f", {stopped} cancelled at the deadline" if stopped else "")
-        + ("; asked again: " + ", ".join(f"{k} {v:,}" for k, v in retried) if retried else "")
-        + (f"; {record.final_errors:,} failed for good" if record.final_errors else "")
     )
+    if record.stopped_at_deadline:
+        line += f", {record.stopped_at_deadline} cancelled at the deadline"
+    # the reasons lines were asked again, the commonest first
+    retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
+    if retried:
+        line += "; asked again: " + ", ".join(f"{why} {count:,}" for why, count in retried)
+    if record.final_errors:
+        line += f"; {record.final_errors:,} failed for good"
+    return line
 
 
 def _batch_lines(round_state: RoundState) -> list[str]:

@@ -23,7 +23,8 @@ def fingerprints(store: Store, folder: str) -> list[str]:
     root = store.join(folder)
     if not store.exists(root):
         return []
-    folders = [e["name"] for e in store.fs.ls(root, detail=True) if e["type"] == "directory"]
+    listed = store.fs.ls(root, detail=True)
+    folders = [entry["name"] for entry in listed if entry["type"] == "directory"]
     return sorted(posixpath.basename(name.rstrip("/")) for name in folders)
 
 

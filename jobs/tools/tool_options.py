@@ -118,9 +118,9 @@ class CompareOptions:
     )
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            minimum = f.metadata.get("minimum")
-            check_minimum(flag_of(f.name, f.metadata), getattr(self, f.name), minimum)
+        for declared in fields(self):
+            flag = flag_of(declared.name, declared.metadata)
+            check_minimum(flag, getattr(self, declared.name), declared.metadata.get("minimum"))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -362,10 +362,9 @@ def _fell(shift: SegmentShift) -> str:
     return f"{what} fell: {shift.moves()}."
 
 
-def baseline_view(comparison: Comparison) -> dict[str, Any]:
-    """The comparison with the baseline run: cards, statistics, charts, segments, regressions."""
+def _baseline_cards(comparison: Comparison, verdict: Gate) -> list[Card]:
+    """The baseline section's cards: both means, the shift, the gate, the canary, the counts."""
     shift = comparison.mean_shift
-    verdict = gate(comparison, Thresholds())
     overall = verdict.overall
     cards = [
         Card(
@@ -415,6 +414,14 @@ def baseline_view(comparison: Comparison) -> dict[str, Any]:
         ),
         Card(label="unchanged", value=fmt.integer(comparison.unchanged)),
     ]
+    return cards
+
+
+def baseline_view(comparison: Comparison) -> dict[str, Any]:
+    """The comparison with the baseline run: cards, statistics, charts, segments, regressions."""
+    verdict = gate(comparison, Thresholds())
+    overall = verdict.overall
+    cards = _baseline_cards(comparison, verdict)
     keys = ("name", "baseline", "this_run", "change", "digits")
     stats = [dict(zip(keys, row, strict=True)) for row in comparison.stat_rows()]
     failed = [
