@@ -215,8 +215,9 @@ def _retrievers(
     )
     if len(means) < 2:
         return means, None
-    ranked_by_judge = [m.mean_judge or 0.0 for m in means]
-    return means, metrics.kendall_tau_b(ranked_by_judge, [m.mean_labels or 0.0 for m in means])
+    by_judge = [retriever.mean_judge or 0.0 for retriever in means]
+    by_labels = [retriever.mean_labels or 0.0 for retriever in means]
+    return means, metrics.kendall_tau_b(by_judge, by_labels)
 
 
 def calibrate(
@@ -242,13 +243,13 @@ def calibrate(
     seconds = time.monotonic() - started
     negotiated = negotiation_summary(judge)  # None for the offline judge
     report = agreement(loaded.items, results)
-    with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
+    with_reference = sum(1 for row in loaded.items if row.item.expected_output is not None)
     return Calibration(
         labels=labels,
         model=judge.model,
         verdict_reasons=config.judge.verdict_reasons,
         other_reasons=other,
-        gold_rule=tuple(sorted({i.rule for i in loaded.items})),
+        gold_rule=tuple(sorted({row.rule for row in loaded.items})),
         judge_output=(
             f"the reference answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "

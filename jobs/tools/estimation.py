@@ -205,13 +205,16 @@ def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[Messages, 
     ]
     if config.scorer.reason == "llm":
         placeholder = _PLACEHOLDER_VERDICT_REASON
-        verdicts = [ContextVerdict(p, False, placeholder) for p in range(len(item.contexts))]
+        verdicts = [
+            ContextVerdict(index=position, relevant=False, reason=placeholder)
+            for position in range(len(item.contexts))
+        ]
         prompts.append((reason_messages(item, verdicts, 0.0, config.scorer.scale), []))
     return prompts
 
 
 def _chars(messages: Messages) -> int:
-    return sum(len(m["content"]) for m in messages)
+    return sum(len(message["content"]) for message in messages)
 
 
 def _cache_probe(
@@ -318,9 +321,12 @@ class _Scan:
         counts.verdict_calls += len(prompts) - reasons
         hits: set[int] = set()
         if self.known:
-            hits = {p for p in range(contexts) if pair_key(self.fingerprint, item, p) in self.known}
+            for position in range(contexts):
+                if pair_key(self.fingerprint, item, position) in self.known:
+                    hits.add(position)
             counts.cached_pairs += len(hits)
-        sent, verdict_reasons = [], self.config.judge.verdict_reasons
+        sent = []
+        verdict_reasons = self.config.judge.verdict_reasons
         for messages, part in prompts:
             chars = _chars(messages)
             tokens = estimate_tokens(messages, len(part) or 1, reasons=verdict_reasons)
@@ -339,7 +345,9 @@ class _Scan:
             encoded = part.encode("utf-8", "surrogatepass")
             digest.update(len(encoded).to_bytes(8, "little"))
             digest.update(encoded)
-        entry = (bytes(255 - b for b in digest.digest()), self.counts.valid, item)
+        # negated, so that the max-heap keeps the `sample` smallest digests
+        negated = bytes(255 - byte for byte in digest.digest())
+        entry = (negated, self.counts.valid, item)
         if len(self.heap) < self.sample:
             heapq.heappush(self.heap, entry)
         elif entry[0] > self.heap[0][0]:

@@ -42,7 +42,7 @@ LEGACY_BAND_LABELS: dict[str, str] = {
 # that may be null, the counts; every other scalar metric row is a flow metric (`flow`).
 _VALUES = ("mean", "median", "p10", "p90", "mean_ci_low", "mean_ci_high", "cost_usd")
 _NOT_COUNTS = {"model", "scale", "bands", "position_rates", "flow", "segments", "canary", *_VALUES}
-_COUNTS = tuple(f.name for f in fields(RunSummary) if f.name not in _NOT_COUNTS)
+_COUNTS = tuple(field.name for field in fields(RunSummary) if field.name not in _NOT_COUNTS)
 _OWN_SCALARS = frozenset({"scale", *_COUNTS, *_VALUES, *CANARY_METRICS})
 
 

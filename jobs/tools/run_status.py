@@ -40,12 +40,14 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         f"estimated cost {fmt.cost(summary.get('cost_usd'), manifest.judge_model)}",
     ]
     if mode == "batch":
-        lines.append(
+        batches = (
             f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
             f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
-            + (f"; deadline {judge.deadline_at}" if judge.deadline_at else "")
         )
-        lines += [_round_line(r) for r in judge.round_details]
+        if judge.deadline_at:
+            batches += f"; deadline {judge.deadline_at}"
+        lines.append(batches)
+        lines += [_round_line(record) for record in judge.round_details]
     errors = manifest.error_rate
     if errors is not None and errors.errors:
         failed = "FAILED: " if errors.exceeded else ""
@@ -136,7 +138,9 @@ def status_lines(store: Store, run_id: str) -> list[str]:
         data = layout.read_json(layout.round_file(number))
         if data is not None:
             lines += _batch_lines(RoundState.from_dict(data))
-    for number in (n for n in layout.rounds_built() if n not in planned):
+    for number in layout.rounds_built():
+        if number in planned:
+            continue
         built = len(layout.indexed_shards(number))
         lines.append(
             f"  round {number}: requests being built ({built} shard(s) done), not submitted"

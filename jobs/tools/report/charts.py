@@ -69,7 +69,9 @@ def nice_ticks(low: float, high: float, count: int = 5, min_step: float = 0.0) -
         high = low + 1.0
     raw = (high - low) / max(1, count)
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = next(
+        multiple * magnitude for multiple in (1, 2, 2.5, 5, 10) if multiple * magnitude >= raw
+    )
     if min_step:
         step = math.ceil(step / min_step - 1e-9) * min_step
     start = math.floor(low / step + 1e-9) * step

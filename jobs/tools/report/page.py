@@ -164,7 +164,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
 def _rate_spec(top: float, **spec: Any) -> ChartSpec:
     """A line chart of relevance rates (as percentages), its axis up to a little above `top`."""
     y_max = min(1.0, max(0.05, top * 1.15))
-    return ChartSpec(kind="line", y_max=y_max, value_format=lambda v: f"{v:.0%}", **spec)
+    return ChartSpec(kind="line", y_max=y_max, value_format=lambda rate: f"{rate:.0%}", **spec)
 
 
 def positions_view(run: PublishedRun) -> dict[str, Any]:
