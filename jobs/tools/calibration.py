@@ -342,7 +342,10 @@ def _agreement_tables(result: Calibration) -> list[str]:
 
 
 def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    columns = [Column(headers[0], "<"), *(Column(header) for header in headers[1:])]
+    columns = [
+        Column(header=headers[0], align="<"),
+        *(Column(header=header) for header in headers[1:]),
+    ]
     return table(columns, rows, markdown=True)
 
 

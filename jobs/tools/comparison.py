@@ -753,7 +753,12 @@ def _diff(value_a: float | None, value_b: float | None) -> float | None:
 
 
 def _change_columns(first: Column) -> tuple[Column, ...]:
-    return (first, Column("A", width=12), Column("B", width=12), Column("B-A", width=12))
+    return (
+        first,
+        Column(header="A", width=12),
+        Column(header="B", width=12),
+        Column(header="B-A", width=12),
+    )
 
 
 def _counts(label: str, count_a: int, count_b: int) -> tuple[str, str, str, str]:
@@ -809,7 +814,13 @@ def format_bands(comparison: Comparison) -> str:
         label = f"{name} ({scores})" if scores else name
         rows.append(_counts(label, bands_a.get(name, 0), bands_b.get(name, 0)))
     title = "score bands (score / scale; all items scored ok in each run):"
-    return table(_change_columns(Column("band", "<", 22)), rows, title=title, indent="  ", gap="")
+    return table(
+        _change_columns(Column(header="band", align="<", width=22)),
+        rows,
+        title=title,
+        indent="  ",
+        gap="",
+    )
 
 
 def _count_cell(count: int | None) -> str:
@@ -836,14 +847,14 @@ def _change_rows(
 
 
 _REGRESSIONS = (
-    Column("query_id", "<", 8, limit=40),
-    *(Column(name, width=9) for name in ("score A", "score B", "delta")),
-    *(Column(name, width=7) for name in ("rel A", "rel B")),
+    Column(header="query_id", align="<", width=8, limit=40),
+    *(Column(header=name, width=9) for name in ("score A", "score B", "delta")),
+    *(Column(header=name, width=7) for name in ("rel A", "rel B")),
 )
 _POSITIONS = (
-    Column("position", "<", 10),
-    *(Column(name, width=9) for name in ("rate A", "rate B", "delta")),
-    *(Column(name, width=10) for name in ("judged A", "judged B")),
+    Column(header="position", align="<", width=10),
+    *(Column(header=name, width=9) for name in ("rate A", "rate B", "delta")),
+    *(Column(header=name, width=10) for name in ("judged A", "judged B")),
 )
 
 
@@ -867,12 +878,12 @@ def format_positions(comparison: Comparison, limit: int = 20) -> str:
 
 _MAX_SEGMENT_LINES = 40
 _SEGMENT_FIGURES = (
-    Column("queries", width=9),
-    *(Column(name, width=7) for name in ("mean A", "mean B", "change")),
-    Column("95% CI", width=18),
-    Column("p adj", width=6),
-    Column("regressed", width=9),
-    Column("gate", width=5),
+    Column(header="queries", width=9),
+    *(Column(header=name, width=7) for name in ("mean A", "mean B", "change")),
+    Column(header="95% CI", width=18),
+    Column(header="p adj", width=6),
+    Column(header="regressed", width=9),
+    Column(header="gate", width=5),
 )
 
 
@@ -891,7 +902,7 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
     blocks = []
     for column in comparison.segment_columns:
         segments = verdict.segments_by(column)
-        name = Column("value", "<", max(10, min(len(column) + 1, 30)), limit=30)
+        name = Column(header="value", align="<", width=max(10, min(len(column) + 1, 30)), limit=30)
         rows = [
             (
                 _name(segment.value),

@@ -286,10 +286,21 @@ def format_view(view: ItemView, chars: int = TERMINAL_CHARS) -> str:
     lines += [f"{name}: {fmt.cut(text, chars)}" for name, text in fields if text is not None]
     if view.texts:
         lines.append(f"texts unavailable: {view.texts}")
-    columns = [Column("pos"), Column("context_id", "<", limit=24), Column("verdict", "<")]
+    columns = [
+        Column(header="pos"),
+        Column(header="context_id", align="<", limit=24),
+        Column(header="verdict", align="<"),
+    ]
     if compared:
-        columns += [Column("base pos"), Column("base", "<"), Column("change", "<")]
-    columns += [Column("text", "<", limit=chars), Column("reason", "<", limit=chars)]
+        columns += [
+            Column(header="base pos"),
+            Column(header="base", align="<"),
+            Column(header="change", align="<"),
+        ]
+    columns += [
+        Column(header="text", align="<", limit=chars),
+        Column(header="reason", align="<", limit=chars),
+    ]
     rows = []
     for passage in view.contexts:
         cells: list[Any] = [passage.position, passage.context_id, passage.verdict]

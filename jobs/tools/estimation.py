@@ -228,7 +228,7 @@ def _cache_probe(
         return "", None, "not used: cache.enabled is false"
     # estimating must not create the output folder
     store = open_store(spec.url or config.output.path, spec.storage_options, create=False)
-    verdicts = VerdictStore(store, spec.store_folder, spec.max_age_days)
+    verdicts = VerdictStore(store=store, folder=spec.store_folder, max_age_days=spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
         return spec.fingerprint, None, f"no verdict store yet at {where}"

@@ -88,8 +88,8 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
 
 _WIDTHS = {"population": 12, "judged": 7, "sd": 6, "± now": 6, "needed": 7}
 _TARGETS = (
-    Column("segment", "<", 26, limit=27),
-    *(Column(header, width=width) for header, width in _WIDTHS.items()),
+    Column(header="segment", align="<", width=26, limit=27),
+    *(Column(header=header, width=width) for header, width in _WIDTHS.items()),
 )
 
 
