@@ -89,6 +89,7 @@ class PhoenixSink:
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
+        self.endpoint = self.endpoint.rstrip("/")  # as messages name it: URL + path
         self.client = httpx.Client(
             base_url=self.endpoint, headers=self.headers, timeout=30.0, transport=self.transport
         )
