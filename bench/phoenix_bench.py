@@ -61,8 +61,10 @@ class NullSink:
 out = sys.argv[1]
 started = time.monotonic()
 run = load_run(open_store(out, {{}}), "bench")
-report = ExportReport("null sink")
-options = ExportOptions("phoenix", "bench", "http://unused", "p", PublishedRoot(out))
+report = ExportReport(target="null sink")
+options = ExportOptions(
+    target="phoenix", run="bench", endpoint="http://unused", project="p", root=PublishedRoot(out)
+)
 export_run(run, NullSink(), report, options)
 peak = {_PEAK} / 1024
 print(json.dumps({{"sent": report.documents_sent + report.spans_sent,

@@ -19,7 +19,7 @@ Options = TypeVar("Options")
 _OURS = ("help", "flag", "positional", "older", "older_help", "minimum")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Command:
     """A `ctxprec` command: its name, help, arguments, and what runs it (args in, exit code out)."""
 
@@ -35,7 +35,9 @@ def tool_command(name: str, options: Any, tool: str) -> Command:
     def run(args: argparse.Namespace) -> int:
         return int(importlib.import_module(tool).run(options_of(options, args)))
 
-    return Command(name, options.summary, partial(add_options, options), run)
+    return Command(
+        name=name, summary=options.summary, add_arguments=partial(add_options, options), run=run
+    )
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,35 +83,47 @@ def parse_storage_options(assignments: Sequence[str]) -> dict[str, Any]:
 
 def add_options(options: type, parser: argparse.ArgumentParser) -> None:
     """The arguments the fields of the record `options` declare, in their order."""
-    for f in fields(options):
-        if f.name in ("config", "root"):
-            (add_config_arguments if f.name == "config" else add_output_arguments)(parser)
+    for option in fields(options):
+        if option.name == "config":
+            add_config_arguments(parser)
             continue
-        declared = f.metadata
+        if option.name == "root":
+            add_output_arguments(parser)
+            continue
+        declared = option.metadata
         argument = {key: value for key, value in declared.items() if key not in _OURS}
-        text = declared["help"].format(default=f.default)
+        text = declared["help"].format(default=option.default)
         if declared.get("positional"):
-            parser.add_argument(f.name, help=text, **argument)
+            parser.add_argument(option.name, help=text, **argument)
             continue
         # None when not given: the record's default then applies
-        parser.add_argument(
-            flag_of(f.name, declared), dest=f.name, default=None, help=text, **argument
-        )
+        flag = flag_of(option.name, declared)
+        parser.add_argument(flag, dest=option.name, default=None, help=text, **argument)
         if "older" in declared:
-            older = {"dest": f"older_{f.name}", "default": None, "help": declared["older_help"]}
+            older = {
+                "dest": f"older_{option.name}",
+                "default": None,
+                "help": declared["older_help"],
+            }
             parser.add_argument(declared["older"], **older, **argument)
 
 
 def options_of(options: type[Options], args: argparse.Namespace) -> Options:
     """The record `options` from the parsed arguments."""
     values: dict[str, Any] = {}
-    for f in fields(options):  # type: ignore[arg-type]
-        if f.name == "config":
-            values["config"] = ConfigSource(args.config, tuple(args.set))
-        elif f.name == "root":
-            values["root"] = PublishedRoot(args.output, parse_storage_options(args.storage_option))
-        elif (value := _given(f.name, f.metadata, args)) is not None:
-            values[f.name] = tuple(value) if isinstance(value, list) else value
+    for option in fields(options):  # type: ignore[arg-type]
+        if option.name == "config":
+            values["config"] = ConfigSource(path=args.config, overrides=tuple(args.set))
+            continue
+        if option.name == "root":
+            storage_options = parse_storage_options(args.storage_option)
+            values["root"] = PublishedRoot(output=args.output, storage_options=storage_options)
+            continue
+        value = _given(option.name, option.metadata, args)
+        if isinstance(value, list):  # a repeatable option's values
+            value = tuple(value)
+        if value is not None:  # else the record's default
+            values[option.name] = value
     return options(**values)
 
 

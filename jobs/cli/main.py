@@ -35,13 +35,17 @@ def _run_job(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[Command, ...] = (
     Command(
-        "score", "score one item given as JSON (a file, or stdin)", add_score_arguments, run_score
+        name="score",
+        summary="score one item given as JSON (a file, or stdin)",
+        add_arguments=add_score_arguments,
+        run=run_score,
     ),
     Command(
-        "run",
-        "run the scoring job on a dataset (Ray); the same as python -m jobs.context_precision",
-        add_config_arguments,
-        _run_job,
+        name="run",
+        summary="run the scoring job on a dataset (Ray); the same as python -m "
+        "jobs.context_precision",
+        add_arguments=add_config_arguments,
+        run=_run_job,
     ),
     tool_command("estimate", EstimateOptions, "jobs.tools.estimation"),
     tool_command("calibrate", CalibrateOptions, "jobs.tools.calibration"),

@@ -147,22 +147,32 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def agreement(items: Sequence[LabelledItem], results: Sequence[ScoreResult]) -> Agreement:
     """Metrics over the items the judge scored (`status == "ok"`); the rest are counted."""
-    pairs = list(zip(items, results, strict=True))
     statuses = Counter(result.status for result in results)
     usage = sum((result.usage for result in results), Usage())
-    problems = [f"{i.item_id}: {r.status}: {r.error}" for i, r in pairs if r.status != "ok"]
-    scored = [(i, as_verdict_flags(r.verdicts)) for i, r in pairs if r.status == "ok"]
-    pred = [flag for _, flags in scored for flag in flags]
-    gold = [flag for labelled, _ in scored for flag in labelled.gold]
-    # each scored item's score by the judge's verdicts and by the labels, and its retriever
-    scores = [(context_precision(f), context_precision(i.gold), i.retriever) for i, f in scored]
-    judge, labels = [s[0] for s in scores], [s[1] for s in scores]
+    problems = []  # each item left out, with why
+    pred: list[bool] = []  # the judge's verdict per context of the scored items
+    gold: list[bool] = []  # the label per context of the same items
+    judge: list[float] = []  # each scored item's score by the judge's verdicts
+    labels: list[float] = []  # and by its labels
+    scores = []  # (by the judge, by the labels, the item's retriever)
+    for labelled, result in zip(items, results, strict=True):
+        if result.status != "ok":
+            problems.append(f"{labelled.item_id}: {result.status}: {result.error}")
+            continue
+        flags = as_verdict_flags(result.verdicts)
+        pred += flags
+        gold += labelled.gold
+        judge.append(context_precision(flags))
+        labels.append(context_precision(labelled.gold))
+        scores.append((judge[-1], labels[-1], labelled.retriever))
     retrievers, tau = _retrievers(scores)
     return Agreement(
         items=ItemStatuses(
             judged=len(results),
             excluded=len(results) - statuses["ok"],
-            **{status: statuses[status] for status in ("ok", "unscored", "error")},
+            ok=statuses["ok"],
+            unscored=statuses["unscored"],
+            error=statuses["error"],
         ),
         excluded_examples=tuple(problems[:_MAX_INVALID_EXAMPLES]),
         per_context=ContextAgreement(
@@ -205,8 +215,9 @@ def _retrievers(
     )
     if len(means) < 2:
         return means, None
-    ranked_by_judge = [m.mean_judge or 0.0 for m in means]
-    return means, metrics.kendall_tau_b(ranked_by_judge, [m.mean_labels or 0.0 for m in means])
+    by_judge = [retriever.mean_judge or 0.0 for retriever in means]
+    by_labels = [retriever.mean_labels or 0.0 for retriever in means]
+    return means, metrics.kendall_tau_b(by_judge, by_labels)
 
 
 def calibrate(
@@ -232,13 +243,13 @@ def calibrate(
     seconds = time.monotonic() - started
     negotiated = negotiation_summary(judge)  # None for the offline judge
     report = agreement(loaded.items, results)
-    with_reference = sum(1 for i in loaded.items if i.item.expected_output is not None)
+    with_reference = sum(1 for row in loaded.items if row.item.expected_output is not None)
     return Calibration(
         labels=labels,
         model=judge.model,
         verdict_reasons=config.judge.verdict_reasons,
         other_reasons=other,
-        gold_rule=tuple(sorted({i.rule for i in loaded.items})),
+        gold_rule=tuple(sorted({row.rule for row in loaded.items})),
         judge_output=(
             f"the reference answer for {with_reference} item(s); none for "
             f"{len(loaded.items) - with_reference} item(s) without one (retrieval-only: "
@@ -248,9 +259,9 @@ def calibrate(
         rows=RowCounts(
             read=loaded.rows_read,
             limit=limit,
-            **{
-                name: getattr(loaded, name) for name in ("invalid", "truncated", "invalid_examples")
-            },
+            invalid=loaded.invalid,
+            truncated=loaded.truncated,
+            invalid_examples=loaded.invalid_examples,
         ),
         **dict(report),  # the `Agreement` fields, in their order
         seconds=round(seconds, 3),
@@ -258,16 +269,19 @@ def calibrate(
 
 
 def _header(result: Calibration) -> list[str]:
-    rows, items = result.rows, result.items
+    rows = result.rows
+    items = result.items
+    read = f"invalid {rows.invalid:,}"
+    if rows.truncated:
+        read += f", truncated {rows.truncated:,}"
+    if rows.limit:
+        read += f", --limit {rows.limit}"
     return [
         f"ctxprec calibrate: judge {result.model} vs human labels in {result.labels}",
         f"  gold label: {', '.join(result.gold_rule)}; output given to the judge: "
         f"{result.judge_output}",
-        f"  rows read {rows.read:,} (invalid {rows.invalid:,}"
-        + (f", truncated {rows.truncated:,}" if rows.truncated else "")
-        + (f", --limit {rows.limit}" if rows.limit else "")
-        + f"); items judged {items.judged:,}: ok {items.ok:,}, unscored "
-        f"{items.unscored:,}, error {items.error:,} (unscored and error excluded)",
+        f"  rows read {rows.read:,} ({read}); items judged {items.judged:,}: ok {items.ok:,}, "
+        f"unscored {items.unscored:,}, error {items.error:,} (unscored and error excluded)",
     ]
 
 
@@ -277,36 +291,76 @@ def _agreement_tables(result: Calibration) -> list[str]:
     if result.other_reasons is not None:
         other = f"verdict_reasons: {str(not result.verdict_reasons).lower()}"
         judged.append((other, result.other_reasons))
-    per_context, per_items = [], []
+    per_context = []
+    per_items = []
     for label, found in judged:
-        ctx, per_item = found.per_context, found.per_item
-        rates = (fmt.number(ctx.human_yes_rate, 2), fmt.number(ctx.judge_yes_rate, 2))
-        scores = (fmt.number(v, 3) for v in (ctx.precision, ctx.recall, ctx.f1, ctx.cohen_kappa))
-        confusion = f"{ctx.tp} / {ctx.fp} / {ctx.fn} / {ctx.tn}"
-        per_context.append((label, f"{ctx.contexts:,}", *rates, *scores, confusion))
-        figures = (per_item.pearson, per_item.spearman, per_item.mean_judge, per_item.mean_labels)
-        per_items.append((label, f"{per_item.items:,}", *(fmt.number(v, 3) for v in figures)))
-    contexts = ("contexts", "human yes", "judge yes", "precision", "recall", "F1")
-    items = ("items", "Pearson", "Spearman", "mean judge", "mean labels")
-    return [
-        "",
-        _markdown(["per context", *contexts, "Cohen's kappa", "tp / fp / fn / tn"], per_context),
-        "",
-        _markdown(["per item (context precision)", *items], per_items),
+        figures = found.per_context
+        per_context.append(
+            (
+                label,
+                f"{figures.contexts:,}",
+                fmt.number(figures.human_yes_rate, 2),
+                fmt.number(figures.judge_yes_rate, 2),
+                fmt.number(figures.precision, 3),
+                fmt.number(figures.recall, 3),
+                fmt.number(figures.f1, 3),
+                fmt.number(figures.cohen_kappa, 3),
+                f"{figures.tp} / {figures.fp} / {figures.fn} / {figures.tn}",
+            )
+        )
+        per_item = found.per_item
+        per_items.append(
+            (
+                label,
+                f"{per_item.items:,}",
+                fmt.number(per_item.pearson, 3),
+                fmt.number(per_item.spearman, 3),
+                fmt.number(per_item.mean_judge, 3),
+                fmt.number(per_item.mean_labels, 3),
+            )
+        )
+    context_headers = [
+        "per context",
+        "contexts",
+        "human yes",
+        "judge yes",
+        "precision",
+        "recall",
+        "F1",
+        "Cohen's kappa",
+        "tp / fp / fn / tn",
     ]
+    item_headers = [
+        "per item (context precision)",
+        "items",
+        "Pearson",
+        "Spearman",
+        "mean judge",
+        "mean labels",
+    ]
+    return ["", _markdown(context_headers, per_context), "", _markdown(item_headers, per_items)]
 
 
 def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    columns = [Column(headers[0], "<"), *(Column(h) for h in headers[1:])]
+    columns = [
+        Column(header=headers[0], align="<"),
+        *(Column(header=header) for header in headers[1:]),
+    ]
     return table(columns, rows, markdown=True)
 
 
 def _retriever_table(result: Calibration) -> list[str]:
     if not result.retrievers:
         return []
+    by_labels = sorted(result.retrievers, key=lambda means: -(means.mean_labels or 0.0))
     rows = [
-        (e.retriever, f"{e.items:,}", fmt.number(e.mean_judge, 3), fmt.number(e.mean_labels, 3))
-        for e in sorted(result.retrievers, key=lambda e: -(e.mean_labels or 0.0))
+        (
+            means.retriever,
+            f"{means.items:,}",
+            fmt.number(means.mean_judge, 3),
+            fmt.number(means.mean_labels, 3),
+        )
+        for means in by_labels
     ]
     return [
         "",
@@ -319,29 +373,36 @@ def _retriever_table(result: Calibration) -> list[str]:
 def _notes(result: Calibration) -> list[str]:
     """The structured-output form, the rows and items left out, and the judge's usage."""
     lines = []
-    if negotiated := result.response_format:
-        dropped = "".join(
-            f"; {d.form} rejected: {textwrap.shorten(d.reason, 200, placeholder='...')}"
-            for d in negotiated.dropped
-        )
-        lines.append(f"\nstructured output: {negotiated.in_use}{dropped}")
+    negotiated = result.response_format
+    if negotiated:
+        said = negotiated.in_use
+        for rejected in negotiated.dropped:
+            reason = textwrap.shorten(rejected.reason, 200, placeholder="...")
+            said += f"; {rejected.form} rejected: {reason}"
+        lines.append(f"\nstructured output: {said}")
     lines += [f"  invalid row: {example}" for example in result.rows.invalid_examples]
     lines += [f"  excluded item: {example}" for example in result.excluded_examples]
-    for label, found in (("", result), (" (other setting)", result.other_reasons)):
-        if (usage := found.usage if found else None) is not None:
-            lines.append(
-                f"\njudge usage{label}: {usage.calls:,} calls, {usage.prompt_tokens:,} prompt / "
-                f"{usage.completion_tokens:,} completion tokens, {usage.retries} retries, "
-                f"{usage.reasks} re-asks"
-            )
+    judged: list[tuple[str, Agreement]] = [("", result)]
+    if result.other_reasons is not None:
+        judged.append((" (other setting)", result.other_reasons))
+    for label, found in judged:
+        usage = found.usage
+        lines.append(
+            f"\njudge usage{label}: {usage.calls:,} calls, {usage.prompt_tokens:,} prompt / "
+            f"{usage.completion_tokens:,} completion tokens, {usage.retries} retries, "
+            f"{usage.reasks} re-asks"
+        )
     lines.append(f"judged in {result.seconds:.1f} s")
     return lines
 
 
 def format_report(result: Calibration) -> str:
     """The calibration as `ctxprec calibrate` prints it: Markdown tables and notes."""
-    parts = (_header, _agreement_tables, _retriever_table, _notes)
-    return "\n".join(line for part in parts for line in part(result))
+    lines = _header(result)
+    lines += _agreement_tables(result)
+    lines += _retriever_table(result)
+    lines += _notes(result)
+    return "\n".join(lines)
 
 
 def run(options: CalibrateOptions, out: TextIO | None = None) -> int:

@@ -31,14 +31,24 @@ _STATUSES = ("ok", "unscored", "error")
 _KEYS = ("score", "status", "relevant_count")
 
 # The per-query table's columns, then one per segment column.
-_PER_RUN = tuple(f"{key}_{x}" for key in ("status", "relevant_count") for x in "ab")
-TABLE_COLUMNS = ("query_id", "presence", "score_a", "score_b", "delta", *_PER_RUN, "moved")
+TABLE_COLUMNS = (
+    "query_id",
+    "presence",
+    "score_a",
+    "score_b",
+    "delta",
+    "status_a",
+    "status_b",
+    "relevant_count_a",
+    "relevant_count_b",
+    "moved",
+)
 # Paired by query when the queries ok in both runs are at least 2 and at least this share of
 # the queries ok in the run with fewer; else unpaired.
 PAIRED_SHARE = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScoreStats:
     """count, mean, median, p10 and p90 of a score column (None when there is nothing)."""
 
@@ -49,7 +59,7 @@ class ScoreStats:
     p90: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SegmentShift:
     """How one segment's scores moved (the whole run's: `by` ""), with its test."""
 
@@ -90,11 +100,11 @@ class SegmentShift:
     def to_json(self) -> dict[str, Any]:
         head = {"by": self.by or None, "segment": self.value, "queries": self.paired}
         internal = {"by", "value", "paired", "regressed", "changed", "method", "failed"}
-        fields = [f.name for f in dataclasses.fields(self) if f.name not in internal]
-        return head | {name: getattr(self, name) for name in fields}
+        names = [field.name for field in dataclasses.fields(self) if field.name not in internal]
+        return head | {name: getattr(self, name) for name in names}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """What a comparison names of each run: its date, judge and prompt version."""
 
@@ -106,8 +116,12 @@ class RunFacts:
     @classmethod
     def of(cls, run: PublishedRun) -> RunFacts:
         endpoint = f" at {run.judge_endpoint}" if run.judge_endpoint else ""
-        date = run.run_date.isoformat()
-        return cls(run.run_id, date, run.judge_model + endpoint, run.prompt_version)
+        return cls(
+            run_id=run.run_id,
+            run_date=run.run_date.isoformat(),
+            judge=run.judge_model + endpoint,
+            prompt_version=run.prompt_version,
+        )
 
     def describe(self) -> str:
         prompt = self.prompt_version or "not recorded"
@@ -115,19 +129,23 @@ class RunFacts:
         return terminal_safe(f"{self.run_id} ({facts})")
 
 
-def differences(a: RunFacts, b: RunFacts, names: tuple[str, str] = ("A", "B")) -> list[str]:
+def differences(
+    facts_a: RunFacts, facts_b: RunFacts, names: tuple[str, str] = ("A", "B")
+) -> list[str]:
     """A warning per difference of judge or prompt version between the runs (called `names`)."""
+    name_a, name_b = names
     found = []
-    if a.judge != b.judge:
-        found.append(f"the judges differ ({names[0]} {a.judge}, {names[1]} {b.judge})")
-    if a.prompt_version and b.prompt_version and a.prompt_version != b.prompt_version:
-        versions = f"{names[0]} {a.prompt_version}, {names[1]} {b.prompt_version}"
-        found.append(f"the prompt versions differ ({versions})")
+    if facts_a.judge != facts_b.judge:
+        judges = f"{name_a} {facts_a.judge}, {name_b} {facts_b.judge}"
+        found.append(f"the judges differ ({judges})")
+    version_a, version_b = facts_a.prompt_version, facts_b.prompt_version
+    if version_a and version_b and version_a != version_b:
+        found.append(f"the prompt versions differ ({name_a} {version_a}, {name_b} {version_b})")
     why = "score shifts between these runs may be the judge's, not retrieval's"
     return [terminal_safe(f"WARNING: {difference}: {why}") for difference in found]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """Everything `ctxprec compare` (and the report's baseline section) shows."""
 
@@ -177,31 +195,62 @@ class Comparison:
 
     def stat_rows(self) -> list[tuple[str, float | None, float | None, float | None, int]]:
         """(statistic, A's, B's, B - A, digits) per `ScoreStats` figure."""
-        a, b = dataclasses.asdict(self.stats_a), dataclasses.asdict(self.stats_b)
-        return [(n, a[n], b[n], _diff(a[n], b[n]), 0 if n == "count" else 3) for n in a]
+        figures_a = dataclasses.asdict(self.stats_a)
+        figures_b = dataclasses.asdict(self.stats_b)
+        rows = []
+        for name, value_a in figures_a.items():
+            value_b = figures_b[name]
+            digits = 0 if name == "count" else 3
+            rows.append((name, value_a, value_b, _diff(value_a, value_b), digits))
+        return rows
 
     def regressions(self, top: int) -> pl.DataFrame:
         """The `top` queries whose score fell the most (most negative delta first)."""
         return self.table.filter(pl.col("delta") < -_EPSILON).sort(["delta", "query_id"]).head(top)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CanaryChange:
     """Both runs' canary and kappa's change; `failed` when it fell more than `max_drop`."""
 
-    a: CanaryResult
-    b: CanaryResult
+    canary_a: CanaryResult
+    canary_b: CanaryResult
     kappa_change: float | None
     max_drop: float
     failed: bool
 
     def to_json(self) -> dict[str, Any]:
-        names, runs = ("items", "kappa", "precision", "recall"), {"a": self.a, "b": self.b}
-        sides = {f"{n}_{x}": getattr(r, n) for n in names for x, r in runs.items()}
-        return sides | {n: getattr(self, n) for n in ("kappa_change", "max_drop", "failed")}
+        """Each canary figure of run A, then of run B, and the change."""
+        figures: dict[str, Any] = {}
+        for name in ("items", "kappa", "precision", "recall"):
+            figures[f"{name}_a"] = getattr(self.canary_a, name)
+            figures[f"{name}_b"] = getattr(self.canary_b, name)
+        figures["kappa_change"] = self.kappa_change
+        figures["max_drop"] = self.max_drop
+        figures["failed"] = self.failed
+        return figures
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    """What fails the gate: a significant drop of at least `min_effect`, overall or in a
+    segment of at least `min_segment_size` queries, or a canary kappa fallen by more than
+    `max_canary_drop` (the `ctxprec compare` options of the same names)."""
+
+    min_effect: float = CompareOptions.min_effect
+    min_segment_size: int = CompareOptions.min_segment_size
+    max_canary_drop: float = CompareOptions.max_canary_drop
+
+    @classmethod
+    def of(cls, options: CompareOptions) -> Thresholds:
+        return cls(
+            min_effect=options.min_effect,
+            min_segment_size=options.min_segment_size,
+            max_canary_drop=options.max_canary_drop,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Gate:
     """The gate's verdict, with the Holm-adjusted tests it made."""
 
@@ -236,9 +285,14 @@ def comparison_table(
     """Per query_id: both runs' scores, statuses, relevant counts, delta, presence, `moved`
     (null without both runs' `verdicts`) and segment values (B's, else A's); a later duplicate
     query_id is dropped so rows cannot multiply."""
-    schema_a, schema_b = scores_a.collect_schema(), scores_b.collect_schema()
-    same = {c: schema_a.get(c) == schema_b.get(c) for c in segment_by}
-    segments = [pl.col(c) if same[c] else pl.col(c).cast(pl.String) for c in segment_by]
+    schema_a = scores_a.collect_schema()
+    schema_b = scores_b.collect_schema()
+    segments = []  # as they are where both runs' types agree, else as text
+    for column in segment_by:
+        if schema_a.get(column) == schema_b.get(column):
+            segments.append(pl.col(column))
+        else:
+            segments.append(pl.col(column).cast(pl.String))
     is_duplicate = pl.col("error").fill_null("").str.starts_with("duplicate query_id")
 
     def side(scores: pl.LazyFrame, suffix: str) -> pl.LazyFrame:
@@ -253,15 +307,22 @@ def comparison_table(
             )
         )
 
-    in_a, in_b = pl.col("_in_a").fill_null(False), pl.col("_in_b").fill_null(False)
-    presence = pl.when(in_a & in_b).then(pl.lit("both")).when(in_a).then(pl.lit("only_a"))
+    in_a = pl.col("_in_a").fill_null(False)
+    in_b = pl.col("_in_b").fill_null(False)
+    presence = (
+        pl.when(in_a & in_b)
+        .then(pl.lit("both"))
+        .when(in_a)
+        .then(pl.lit("only_a"))
+        .otherwise(pl.lit("only_b"))
+    )
     scored = (
         side(scores_a, "a")
         .join(side(scores_b, "b"), on="query_id", how="full", coalesce=True)
         .with_columns(
-            presence.otherwise(pl.lit("only_b")).alias("presence"),
+            presence.alias("presence"),
             (pl.col("score_b") - pl.col("score_a")).round(6).alias("delta"),
-            *(pl.coalesce(f"{c}_b", f"{c}_a").alias(c) for c in segment_by),
+            *(pl.coalesce(f"{column}_b", f"{column}_a").alias(column) for column in segment_by),
         )
     )
     if verdicts is None:
@@ -292,8 +353,10 @@ def moved_queries(
     def same(column: str) -> pl.Expr:
         return pl.col(f"{column}_a") == pl.col(f"{column}_b")
 
-    ids = [pl.col(f"context_id_{x}") for x in "ab"]
-    every_id = pl.all_horizontal(c.list.drop_nulls().list.len() == c.list.len() for c in ids)
+    ids = [pl.col("context_id_a"), pl.col("context_id_b")]
+    every_id = pl.all_horizontal(
+        listed.list.drop_nulls().list.len() == listed.list.len() for listed in ids
+    )
     same_passages = pl.when(every_id).then(same("context_id")).otherwise(same("context_hash"))
     moved = pl.when(~same_passages).then(pl.lit("retrieval"))
     return (
@@ -307,10 +370,14 @@ def score_stats(scores: pl.Series) -> ScoreStats:
     """Statistics of the non-null values of `scores` (percentiles interpolate linearly)."""
     values = scores.drop_nulls().cast(pl.Float64)
     if values.is_empty():
-        return ScoreStats(0, None, None, None, None)
-    quantile = [values.quantile(q, interpolation="linear") for q in (0.1, 0.9)]
-    figures = [values.mean(), values.median(), *quantile]
-    return ScoreStats(values.len(), *(fmt.optional_float(v) for v in figures))
+        return ScoreStats(count=0, mean=None, median=None, p10=None, p90=None)
+    return ScoreStats(
+        count=values.len(),
+        mean=fmt.optional_float(values.mean()),
+        median=fmt.optional_float(values.median()),
+        p10=fmt.optional_float(values.quantile(0.1, interpolation="linear")),
+        p90=fmt.optional_float(values.quantile(0.9, interpolation="linear")),
+    )
 
 
 def position_change(verdicts_a: pl.LazyFrame, verdicts_b: pl.LazyFrame) -> pl.LazyFrame:
@@ -350,8 +417,11 @@ def segment_columns(
     if asked:
         return tuple(dict.fromkeys(asked)), ()
     default = run_b.summary.segment_columns
-    usable = tuple(c for c in default if c in names[0] & names[1] and c not in TABLE_COLUMNS)
-    return usable, tuple(c for c in default if c not in usable)
+    in_both = names[0] & names[1]
+    usable = tuple(
+        column for column in default if column in in_both and column not in TABLE_COLUMNS
+    )
+    return usable, tuple(column for column in default if column not in usable)
 
 
 def _both_ok() -> pl.Expr:
@@ -361,64 +431,90 @@ def _both_ok() -> pl.Expr:
 
 def choose_method(table: pl.DataFrame) -> str:
     """Paired when the runs share enough queries ok in both (`PAIRED_SHARE`), else unpaired."""
-    ok_a, ok_b = (table.filter(pl.col(f"status_{x}") == "ok").height for x in "ab")
+    ok_a = table.filter(pl.col("status_a") == "ok").height
+    ok_b = table.filter(pl.col("status_b") == "ok").height
     both = table.filter(_both_ok()).height
     return "paired" if both >= 2 and both >= PAIRED_SHARE * min(ok_a, ok_b) else "unpaired"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SegmentMoments:
+    """What a segment's shift and test are computed from: the Moments of run A's scores, of
+    run B's and of the paired deltas, and its queries counted by how they moved."""
+
+    scores_a: Moments
+    scores_b: Moments
+    deltas: Moments
+    counts: dict[str, int]  # "regressed", "changed", "moved_retrieval", "moved_judge"
+
+
+def _null_last(key: tuple[Any, ...]) -> list[tuple[bool, Any]]:
+    """A segment's sort key: its values in order, a null after every other value."""
+    return [(value is None, value or "") for value in key]
 
 
 def shifts(table: pl.DataFrame, method: str, column: str | None = None) -> list[SegmentShift]:
     """The shift and test of the whole run, or of each value of `column` (sorted, null last)."""
     keys = [pl.col(column).cast(pl.String)] if column else []
     paired = table.filter(_both_ok())
-    if method == "paired":
-        sides = {"a": (paired, "score_a"), "b": (paired, "score_b")}
-    else:
-        sides = {x: (table.filter(pl.col(f"status_{x}") == "ok"), f"score_{x}") for x in "ab"}
-    sides["d"] = (paired, "delta")
-    moments: dict[tuple[Any, ...], dict[str, Moments]] = {}
-    for name, (frame, score) in sides.items():
-        for key, found in moments_by(frame, score, keys).items():
-            moments.setdefault(key, {})[name] = found
-    delta, moved = pl.col("delta"), pl.col("moved")
+    if method == "paired":  # the queries ok in both runs, on both sides
+        scored_a = paired
+        scored_b = paired
+    else:  # each run's queries ok there
+        scored_a = table.filter(pl.col("status_a") == "ok")
+        scored_b = table.filter(pl.col("status_b") == "ok")
+    scores_a = moments_by(scored_a, "score_a", keys)
+    scores_b = moments_by(scored_b, "score_b", keys)
+    deltas = moments_by(paired, "delta", keys)
+    delta = pl.col("delta")
+    moved = pl.col("moved")
     subsets = {
         "regressed": delta < -_EPSILON,
         "changed": delta.abs() > _EPSILON,
         "moved_retrieval": moved == "retrieval",
         "moved_judge": moved == "judge",
     }
-    counted = {name: moments_by(paired.filter(c), "delta", keys) for name, c in subsets.items()}
-    shown = [key for key, m in moments.items() if "d" in m or method != "paired"]
-    return [
-        _shift(
-            column or "",
-            key,
-            method,
-            moments[key],
-            {name: found.get(key, Moments()).n for name, found in counted.items()},
+    counted = {
+        name: moments_by(paired.filter(subset), "delta", keys) for name, subset in subsets.items()
+    }
+    segments = set(deltas)  # paired: a segment without a pair has nothing to test
+    if method != "paired":
+        segments |= set(scores_a) | set(scores_b)
+    found = []
+    for key in sorted(segments, key=_null_last):
+        moments = _SegmentMoments(
+            scores_a=scores_a.get(key, Moments()),
+            scores_b=scores_b.get(key, Moments()),
+            deltas=deltas.get(key, Moments()),
+            counts={name: queries.get(key, Moments()).n for name, queries in counted.items()},
         )
-        for key in sorted(shown, key=lambda key: [(v is None, v or "") for v in key])
-    ]
+        found.append(_shift(column or "", key, method, moments))
+    return found
 
 
-def _shift(
-    by: str, key: tuple[Any, ...], method: str, moments: dict[str, Moments], counts: dict[str, int]
-) -> SegmentShift:
-    """Segment `key`'s shift and test from the Moments of its scores "a", "b" and deltas "d"."""
-    a, b, d = (moments.get(x, Moments()) for x in "abd")
-    test = paired_test(d) if method == "paired" else welch_test(a, b)
-    diff = test.diff if test else (d.mean if method == "paired" else _diff(a.mean, b.mean))
+def _shift(by: str, key: tuple[Any, ...], method: str, moments: _SegmentMoments) -> SegmentShift:
+    """Segment `key`'s shift and test, by `method`, from its `moments`."""
+    if method == "paired":
+        test = paired_test(moments.deltas)
+        queries = moments.deltas.n
+        untested_diff = moments.deltas.mean
+    else:
+        test = welch_test(moments.scores_a, moments.scores_b)
+        queries = min(moments.scores_a.n, moments.scores_b.n)
+        untested_diff = _diff(moments.scores_a.mean, moments.scores_b.mean)
+    counts = moments.counts
     return SegmentShift(
         by=by,
         value=key[0] if key else None,
-        paired=d.n if method == "paired" else min(a.n, b.n),
-        mean_a=a.mean,
-        mean_b=b.mean,
+        paired=queries,
+        mean_a=moments.scores_a.mean,
+        mean_b=moments.scores_b.mean,
         regressed=counts["regressed"],
         changed=counts["changed"],
         moved_retrieval=counts["moved_retrieval"],
         moved_judge=counts["moved_judge"],
         method=method,
-        diff=diff,
+        diff=test.diff if test else untested_diff,
         ci_low=test.low if test else None,
         ci_high=test.high if test else None,
         p_value=test.p_value if test else None,
@@ -447,6 +543,9 @@ def compare_runs(
     deltas = paired.get_column("delta")
     method = choose_method(table)
     ok_a_only = (pl.col("status_a") == "ok") & (pl.col("status_b") != "ok")
+    segments: list[SegmentShift] = []
+    for column in columns:
+        segments.extend(shifts(table, method, column))
     return Comparison(
         facts_a=RunFacts.of(run_a),
         facts_b=RunFacts.of(run_b),
@@ -464,7 +563,7 @@ def compare_runs(
         lost=table.filter(ok_a_only, pl.col("presence") == "both").height,
         bands_a=run_a.summary.bands,
         bands_b=run_b.summary.bands,
-        segments=tuple(shift for column in columns for shift in shifts(table, method, column)),
+        segments=tuple(segments),
         segment_columns=columns,
         unsegmented=unsegmented,
         overall=shifts(table, method)[0],
@@ -481,39 +580,54 @@ def _tested(shift: SegmentShift, p_adjusted: float, min_effect: float) -> Segmen
 
 
 def adjust(
-    overall: SegmentShift,
-    segments: Sequence[SegmentShift],
-    min_effect: float,
-    min_segment_size: int,
+    overall: SegmentShift, segments: Sequence[SegmentShift], thresholds: Thresholds
 ) -> tuple[SegmentShift, tuple[SegmentShift, ...]]:
     """Holm's adjustment across the run and every segment of `min_segment_size` queries."""
-    testable = [s.paired >= min_segment_size and s.p_value is not None for s in segments]
-    gated = [i for i, test in enumerate(testable) if test]
-    family = [1.0 if overall.p_value is None else overall.p_value]
-    adjusted = holm(family + [float(segments[i].p_value or 0.0) for i in gated])
-    out = list(segments)
+    gated = [
+        index
+        for index, segment in enumerate(segments)
+        if segment.paired >= thresholds.min_segment_size and segment.p_value is not None
+    ]
+    # the run's p-value first, then each gated segment's
+    p_values = [1.0 if overall.p_value is None else overall.p_value]
+    p_values += [float(segments[index].p_value or 0.0) for index in gated]
+    adjusted = holm(p_values)
+    tested = list(segments)
     for rank, index in enumerate(gated, start=1):
-        out[index] = _tested(segments[index], adjusted[rank], min_effect)
-    return _tested(overall, adjusted[0], min_effect), tuple(out)
+        tested[index] = _tested(segments[index], adjusted[rank], thresholds.min_effect)
+    return _tested(overall, adjusted[0], thresholds.min_effect), tuple(tested)
 
 
 def canary_change(
-    a: CanaryResult | None, b: CanaryResult | None, max_drop: float
+    canary_a: CanaryResult | None, canary_b: CanaryResult | None, max_drop: float
 ) -> CanaryChange | None:
     """The `CanaryChange` (None when neither run judged a canary)."""
-    if a is None and b is None:
+    if canary_a is None and canary_b is None:
         return None
-    a, b = a or CanaryResult(), b or CanaryResult()
-    change = None if a.kappa is None or b.kappa is None else b.kappa - a.kappa
-    failed = change is not None and change < -max_drop - _EPSILON
-    return CanaryChange(a, b, change, max_drop, failed)
+    canary_a = canary_a or CanaryResult()
+    canary_b = canary_b or CanaryResult()
+    change = None
+    if canary_a.kappa is not None and canary_b.kappa is not None:
+        change = canary_b.kappa - canary_a.kappa
+    return CanaryChange(
+        canary_a=canary_a,
+        canary_b=canary_b,
+        kappa_change=change,
+        max_drop=max_drop,
+        failed=change is not None and change < -max_drop - _EPSILON,
+    )
 
 
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2g}" if value >= 1e-4 else "<1e-4"
+def _p_value(value: float | None) -> str:
+    """A p-value as the tables print it: two digits, "<1e-4" below that, "-" for none."""
+    if value is None:
+        return "-"
+    if value >= 1e-4:
+        return f"{value:.2g}"
+    return "<1e-4"
 
 
-def _ci(shift: SegmentShift) -> str:
+def _interval(shift: SegmentShift) -> str:
     return fmt.interval(shift.ci_low, shift.ci_high, 4, signed=True, missing="-")
 
 
@@ -529,164 +643,218 @@ def _why(shift: SegmentShift, min_effect: float) -> str:
     return "significant rise" if shift.diff else "no change"
 
 
-def _overall_line(o: SegmentShift, failed: bool, min_effect: float) -> str:
+def _overall_line(overall: SegmentShift, failed: bool, min_effect: float) -> str:
     stats = (
-        f"(from {o.mean_a:.4f} to {o.mean_b:.4f}; 95% CI {_ci(o)}, p {_p(o.p_adjusted)} after "
-        f"Holm, {o.method} over {o.paired:,} queries)"
+        f"(from {overall.mean_a:.4f} to {overall.mean_b:.4f}; 95% CI {_interval(overall)}, "
+        f"p {_p_value(overall.p_adjusted)} after Holm, {overall.method} over "
+        f"{overall.paired:,} queries)"
     )
-    if o.failed:
-        return f"FAIL: mean fell by {-(o.diff or 0.0):.4f} {stats}: {_why(o, min_effect)}"
+    why = _why(overall, min_effect)
+    diff = overall.diff or 0.0
+    if overall.failed:
+        return f"FAIL: mean fell by {-diff:.4f} {stats}: {why}"
     verdict = "FAIL" if failed else "OK"
-    return f"{verdict}: mean shift {(o.diff or 0.0):+.4f} {stats}: {_why(o, min_effect)}"
+    return f"{verdict}: mean shift {diff:+.4f} {stats}: {why}"
+
+
+def _segment_line(segment: SegmentShift, min_effect: float) -> str:
+    """The line of a segment that failed the gate."""
+    name = terminal_safe(f"{segment.by}={_name(segment.value)}")
+    fell = -(segment.diff or 0.0)
+    return (
+        f"FAIL: segment {name}: mean fell by {fell:.4f} (from {segment.mean_a:.4f} to "
+        f"{segment.mean_b:.4f}) over {segment.paired:,} queries; 95% CI {_interval(segment)}, "
+        f"p {_p_value(segment.p_adjusted)} after Holm: {_why(segment, min_effect)}"
+    )
 
 
 def _canary_line(canary: CanaryChange) -> str:
-    a, b = canary.a.kappa, canary.b.kappa
-    if a is None or b is None:
-        which = "neither" if a is None and b is None else "run A" if b is None else "run B"
+    kappa_a = canary.canary_a.kappa
+    kappa_b = canary.canary_b.kappa
+    if kappa_a is None and kappa_b is None:
+        return "canary: neither run has a canary kappa; the judge is not compared"
+    if kappa_a is None or kappa_b is None:
+        which = "run A" if kappa_b is None else "run B"
         return f"canary: kappa only in {which}; the judge is not compared"
-    items = int(canary.b.items or 0)
+    items = int(canary.canary_b.items or 0)
     if canary.failed:
         return (
-            f"FAIL: the judge changed: canary kappa fell by {a - b:.3f} (from {a:.3f} to "
-            f"{b:.3f}, {items:,} labelled items), more than --max-canary-drop "
-            f"{canary.max_drop:.3f}; score shifts between these runs may be the judge's, "
-            "not retrieval's"
+            f"FAIL: the judge changed: canary kappa fell by {kappa_a - kappa_b:.3f} (from "
+            f"{kappa_a:.3f} to {kappa_b:.3f}, {items:,} labelled items), more than "
+            f"--max-canary-drop {canary.max_drop:.3f}; score shifts between these runs may be "
+            "the judge's, not retrieval's"
         )
     return (
-        f"canary: kappa {a:.3f} -> {b:.3f} ({b - a:+.3f}, {items:,} labelled items): judge steady"
+        f"canary: kappa {kappa_a:.3f} -> {kappa_b:.3f} ({kappa_b - kappa_a:+.3f}, {items:,} "
+        "labelled items): judge steady"
     )
 
 
-def gate(
-    comparison: Comparison,
-    min_effect: float,
-    min_segment_size: int = CompareOptions.min_segment_size,
-    max_canary_drop: float = CompareOptions.max_canary_drop,
-) -> Gate:
+def gate(comparison: Comparison, thresholds: Thresholds) -> Gate:
     """Fail on a significant drop (Holm) of at least `min_effect`, overall or in a segment of
     `min_segment_size` queries, or when the canary's kappa fell more than `max_canary_drop`."""
-    c = comparison
-    canary = canary_change(c.canary_a, c.canary_b, max_canary_drop)
-    return decide(c.overall, c.segments, c.method, min_effect, min_segment_size, canary)
+    canary = canary_change(comparison.canary_a, comparison.canary_b, thresholds.max_canary_drop)
+    return decide(comparison.overall, comparison.segments, comparison.method, thresholds, canary)
 
 
 def decide(
     overall: SegmentShift | None,
     segments: Sequence[SegmentShift],
     method: str,
-    min_effect: float,
-    min_segment_size: int = CompareOptions.min_segment_size,
+    thresholds: Thresholds,
     canary: CanaryChange | None = None,
 ) -> Gate:
     """`gate` on the tests themselves (`shifts`, `canary_change`)."""
     if overall is None or overall.diff is None or overall.mean_a is None or overall.mean_b is None:
         message = "FAIL: no query is scored ok in both runs; nothing to compare"
-        return Gate(False, message, segments=tuple(segments), canary=canary)
-    overall, tested = adjust(overall, segments, min_effect, min_segment_size)
-    failed = tuple(s for s in tested if s.failed)
+        return Gate(passed=False, message=message, segments=tuple(segments), canary=canary)
+    overall, tested = adjust(overall, segments, thresholds)
+    failed = tuple(segment for segment in tested if segment.failed)
     passed = not overall.failed and not failed and not (canary and canary.failed)
+    min_effect = thresholds.min_effect
     lines = [_overall_line(overall, not passed, min_effect)]
-    lines += [f"  {overall.moves()}"] if overall.failed else []
+    if overall.failed:
+        lines.append(f"  {overall.moves()}")
     if method == "unpaired":
         lines.append(
             f"compared UNPAIRED (Welch): the runs share too few queries scored ok in both "
             f"(fewer than {PAIRED_SHARE:.0%} of the smaller run's)"
         )
-    for s in failed:
-        lines += [
-            f"FAIL: segment {terminal_safe(f'{s.by}={_name(s.value)}')}: mean fell by "
-            f"{-(s.diff or 0.0):.4f} (from {s.mean_a:.4f} to {s.mean_b:.4f}) over {s.paired:,} "
-            f"queries; 95% CI {_ci(s)}, p {_p(s.p_adjusted)} after Holm: {_why(s, min_effect)}",
-            f"  {s.moves()}",
-        ]
-    if small := sum(1 for s in tested if not s.gated):
+    for segment in failed:
+        lines.append(_segment_line(segment, min_effect))
+        lines.append(f"  {segment.moves()}")
+    small = sum(1 for segment in tested if not segment.gated)
+    if small:
         lines.append(
-            f"{small} segment(s) with fewer than {min_segment_size} queries ok in both runs "
-            "not gated (--min-segment-size)"
+            f"{small} segment(s) with fewer than {thresholds.min_segment_size} queries ok in "
+            "both runs not gated (--min-segment-size)"
         )
     if canary is not None:
         lines.append(_canary_line(canary))
-    return Gate(passed, "\n".join(lines), failed, overall, tested, canary)
+    return Gate(
+        passed=passed,
+        message="\n".join(lines),
+        failed_segments=failed,
+        overall=overall,
+        segments=tested,
+        canary=canary,
+    )
 
 
 def _name(value: str | None) -> str:
     return "(null)" if value is None else value
 
 
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else b - a
+def _diff(value_a: float | None, value_b: float | None) -> float | None:
+    """B - A, or None when either is missing."""
+    if value_a is None or value_b is None:
+        return None
+    return value_b - value_a
 
 
 def _change_columns(first: Column) -> tuple[Column, ...]:
-    return (first, *(Column(name, width=12) for name in ("A", "B", "B-A")))
+    return (
+        first,
+        Column(header="A", width=12),
+        Column(header="B", width=12),
+        Column(header="B-A", width=12),
+    )
 
 
-def _counts(label: str, a: int, b: int) -> tuple[str, str, str, str]:
-    return label, f"{a:,}", f"{b:,}", f"{b - a:+,}"
+def _counts(label: str, count_a: int, count_b: int) -> tuple[str, str, str, str]:
+    return label, f"{count_a:,}", f"{count_b:,}", f"{count_b - count_a:+,}"
 
 
 def format_shift(comparison: Comparison) -> str:
     """Status counts and score statistics of A and B, with B - A."""
-    c = comparison
     columns = _change_columns(Column(align="<", width=24))
     labels = {"ok": "scored (ok)", "unscored": "unscored", "error": "errors"}
-    counts = [_counts("items", sum(c.status_a.values()), sum(c.status_b.values()))]
-    counts += [_counts(labels[s], c.status_a.get(s, 0), c.status_b.get(s, 0)) for s in _STATUSES]
-    stats = [
-        (f"  {name}", *(fmt.number(v, digits) for v in (a, b)), fmt.number(d, digits, signed=True))
-        for name, a, b, d, digits in c.stat_rows()
-    ]
-    d = c.stats_delta
-    over = f"scores over the {c.paired:,} queries scored ok in both runs:"
+    status_a = comparison.status_a
+    status_b = comparison.status_b
+    counts = [_counts("items", sum(status_a.values()), sum(status_b.values()))]
+    for status in _STATUSES:
+        counts.append(_counts(labels[status], status_a.get(status, 0), status_b.get(status, 0)))
+    stats = []
+    for name, value_a, value_b, change, digits in comparison.stat_rows():
+        stats.append(
+            (
+                f"  {name}",
+                fmt.number(value_a, digits),
+                fmt.number(value_b, digits),
+                fmt.number(change, digits, signed=True),
+            )
+        )
+    deltas = comparison.stats_delta
+    presence = comparison.presence
+    over = f"scores over the {comparison.paired:,} queries scored ok in both runs:"
     return "\n".join(
         [
-            f"A = {c.facts_a.describe()}",
-            f"B = {c.facts_b.describe()}",
+            f"A = {comparison.facts_a.describe()}",
+            f"B = {comparison.facts_b.describe()}",
             table(columns, counts, gap=""),
             table(columns, stats, title=over, header=False, gap=""),
-            f"per-query delta: median {fmt.number(d.median, 3, signed=True)}, "
-            f"p10 {fmt.number(d.p10, 3, signed=True)}, p90 {fmt.number(d.p90, 3, signed=True)}; "
-            f"improved {c.improved:,}, unchanged {c.unchanged:,}, regressed {c.regressed:,}",
-            f"queries: in both {c.presence['both']:,}, only in A {c.presence['only_a']:,}, "
-            f"only in B {c.presence['only_b']:,}; ok in A but not in B {c.lost:,}",
+            f"per-query delta: median {fmt.number(deltas.median, 3, signed=True)}, "
+            f"p10 {fmt.number(deltas.p10, 3, signed=True)}, "
+            f"p90 {fmt.number(deltas.p90, 3, signed=True)}; "
+            f"improved {comparison.improved:,}, unchanged {comparison.unchanged:,}, "
+            f"regressed {comparison.regressed:,}",
+            f"queries: in both {presence['both']:,}, only in A {presence['only_a']:,}, "
+            f"only in B {presence['only_b']:,}; ok in A but not in B {comparison.lost:,}",
         ]
     )
 
 
 def format_bands(comparison: Comparison) -> str:
     """Items per score band in A and B (each run's summary), with B - A."""
-    a, b = dict(comparison.bands_a), dict(comparison.bands_b)
-    labels = {name: f"{name} ({band_range(name)})" if band_range(name) else name for name in a | b}
-    rows = [_counts(label, a.get(name, 0), b.get(name, 0)) for name, label in labels.items()]
+    bands_a = dict(comparison.bands_a)
+    bands_b = dict(comparison.bands_b)
+    rows = []
+    for name in bands_a | bands_b:
+        scores = band_range(name)  # the band's range of score / scale ("" for an unknown one)
+        label = f"{name} ({scores})" if scores else name
+        rows.append(_counts(label, bands_a.get(name, 0), bands_b.get(name, 0)))
     title = "score bands (score / scale; all items scored ok in each run):"
-    return table(_change_columns(Column("band", "<", 22)), rows, title=title, indent="  ", gap="")
+    return table(
+        _change_columns(Column(header="band", align="<", width=22)),
+        rows,
+        title=title,
+        indent="  ",
+        gap="",
+    )
+
+
+def _count_cell(count: int | None) -> str:
+    return "-" if count is None else str(count)
 
 
 def _change_rows(
     rows: pl.DataFrame, key: str, value: str, count: str, digits: int
 ) -> list[tuple[object, ...]]:
     """Per row: its `key`, both runs' `value`, the delta, both runs' `count` ("-" for null)."""
-    return [
-        (
-            row[key],
-            *(fmt.number(row[f"{value}_{x}"], digits) for x in "ab"),
-            fmt.number(row["delta"], digits, signed=True),
-            *("-" if row[f"{count}_{x}"] is None else str(row[f"{count}_{x}"]) for x in "ab"),
+    cells: list[tuple[object, ...]] = []
+    for row in rows.iter_rows(named=True):
+        cells.append(
+            (
+                row[key],
+                fmt.number(row[f"{value}_a"], digits),
+                fmt.number(row[f"{value}_b"], digits),
+                fmt.number(row["delta"], digits, signed=True),
+                _count_cell(row[f"{count}_a"]),
+                _count_cell(row[f"{count}_b"]),
+            )
         )
-        for row in rows.iter_rows(named=True)
-    ]
+    return cells
 
 
 _REGRESSIONS = (
-    Column("query_id", "<", 8, limit=40),
-    *(Column(name, width=9) for name in ("score A", "score B", "delta")),
-    *(Column(name, width=7) for name in ("rel A", "rel B")),
+    Column(header="query_id", align="<", width=8, limit=40),
+    *(Column(header=name, width=9) for name in ("score A", "score B", "delta")),
+    *(Column(header=name, width=7) for name in ("rel A", "rel B")),
 )
 _POSITIONS = (
-    Column("position", "<", 10),
-    *(Column(name, width=9) for name in ("rate A", "rate B", "delta")),
-    *(Column(name, width=10) for name in ("judged A", "judged B")),
+    Column(header="position", align="<", width=10),
+    *(Column(header=name, width=9) for name in ("rate A", "rate B", "delta")),
+    *(Column(header=name, width=10) for name in ("judged A", "judged B")),
 )
 
 
@@ -710,18 +878,22 @@ def format_positions(comparison: Comparison, limit: int = 20) -> str:
 
 _MAX_SEGMENT_LINES = 40
 _SEGMENT_FIGURES = (
-    Column("queries", width=9),
-    *(Column(name, width=7) for name in ("mean A", "mean B", "change")),
-    Column("95% CI", width=18),
-    Column("p adj", width=6),
-    Column("regressed", width=9),
-    Column("gate", width=5),
+    Column(header="queries", width=9),
+    *(Column(header=name, width=7) for name in ("mean A", "mean B", "change")),
+    Column(header="95% CI", width=18),
+    Column(header="p adj", width=6),
+    Column(header="regressed", width=9),
+    Column(header="gate", width=5),
 )
 
 
 def gate_word(shift: SegmentShift) -> str:
     """What the gate did with a segment: failed it, checked it ("ok"), or left it out ("small")."""
-    return "FAIL" if shift.failed else "ok" if shift.gated else "small"
+    if shift.failed:
+        return "FAIL"
+    if shift.gated:
+        return "ok"
+    return "small"
 
 
 def format_segments(comparison: Comparison, verdict: Gate) -> str:
@@ -730,20 +902,20 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
     blocks = []
     for column in comparison.segment_columns:
         segments = verdict.segments_by(column)
-        name = Column("value", "<", max(10, min(len(column) + 1, 30)), limit=30)
+        name = Column(header="value", align="<", width=max(10, min(len(column) + 1, 30)), limit=30)
         rows = [
             (
-                _name(s.value),
-                f"{s.paired:,}",
-                fmt.number(s.mean_a, 3),
-                fmt.number(s.mean_b, 3),
-                fmt.number(s.shift, 3, signed=True),
-                _ci(s),
-                _p(s.p_adjusted),
-                f"{s.regressed:,}",
-                gate_word(s),
+                _name(segment.value),
+                f"{segment.paired:,}",
+                fmt.number(segment.mean_a, 3),
+                fmt.number(segment.mean_b, 3),
+                fmt.number(segment.shift, 3, signed=True),
+                _interval(segment),
+                _p_value(segment.p_adjusted),
+                f"{segment.regressed:,}",
+                gate_word(segment),
             )
-            for s in segments[:_MAX_SEGMENT_LINES]
+            for segment in segments[:_MAX_SEGMENT_LINES]
         ]
         title = f"by {column} (a query's value in B; over the queries {over}):"
         blocks.append(table((name, *_SEGMENT_FIGURES), rows, title=title, indent="  "))
@@ -760,9 +932,15 @@ def format_segments(comparison: Comparison, verdict: Gate) -> str:
 
 def format_comparison(comparison: Comparison, *, top: int, verdict: Gate) -> str:
     """What `ctxprec compare` prints, the gate's verdict last."""
-    c = comparison
-    parts = [format_shift(c), format_bands(c), format_segments(c, verdict)]
-    parts += [format_regressions(c, top), format_positions(c), *c.warnings, verdict.message]
+    parts = [
+        format_shift(comparison),
+        format_bands(comparison),
+        format_segments(comparison, verdict),
+        format_regressions(comparison, top),
+        format_positions(comparison),
+        *comparison.warnings,
+        verdict.message,
+    ]
     return "\n\n".join(part for part in parts if part)
 
 
@@ -770,13 +948,13 @@ def run(options: CompareOptions, out: TextIO | None = None) -> int:
     """`ctxprec compare`: compare, write the table, print; returns 1 when the gate fails."""
     out = out or sys.stdout
     store = options.root.store()
-    run_a, run_b = load_run(store, options.run_a), load_run(store, options.run_b)
+    run_a = load_run(store, options.run_a)
+    run_b = load_run(store, options.run_b)
     comparison = compare_runs(run_a, run_b, options.by)
     default = f"comparisons/{run_a.run_id}__vs__{run_b.run_id}.parquet"
     storage_options = options.root.storage_options
     written = write_file(store, options.out_table, default, comparison.table, storage_options)
-    thresholds = (options.min_effect, options.min_segment_size, options.max_canary_drop)
-    verdict = gate(comparison, *thresholds)
+    verdict = gate(comparison, Thresholds.of(options))
     if options.as_json:
         facts = {"a": comparison.facts_a, "b": comparison.facts_b}
         runs = {side: dataclasses.asdict(run) for side, run in facts.items()}

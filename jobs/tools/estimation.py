@@ -22,7 +22,7 @@ from jobs.core.config import JobConfig
 from jobs.core.formatting import Column, JsonRecord, table
 from jobs.core.pricing import estimate_cost_usd, price_basis
 from jobs.core.schema import RunSchema
-from jobs.core.storage import Store, filesystem
+from jobs.core.storage import open_store
 from jobs.core.verdict_cache import pair_key
 from jobs.core.verdict_store import VerdictStore
 from jobs.engine import (
@@ -205,13 +205,16 @@ def _item_prompts(item: ScoringItem, config: JobConfig) -> list[tuple[Messages, 
     ]
     if config.scorer.reason == "llm":
         placeholder = _PLACEHOLDER_VERDICT_REASON
-        verdicts = [ContextVerdict(p, False, placeholder) for p in range(len(item.contexts))]
+        verdicts = [
+            ContextVerdict(index=position, relevant=False, reason=placeholder)
+            for position in range(len(item.contexts))
+        ]
         prompts.append((reason_messages(item, verdicts, 0.0, config.scorer.scale), []))
     return prompts
 
 
 def _chars(messages: Messages) -> int:
-    return sum(len(m["content"]) for m in messages)
+    return sum(len(message["content"]) for message in messages)
 
 
 def _cache_probe(
@@ -223,9 +226,8 @@ def _cache_probe(
     spec = factory.cache_spec(config)
     if spec is None:
         return "", None, "not used: cache.enabled is false"
-    # Not `open_store`: estimating must not create the output folder.
-    fs, root, protocol = filesystem(spec.url or config.output.path, spec.storage_options)
-    store = Store(fs=fs, root=root, protocol=protocol)
+    # estimating must not create the output folder
+    store = open_store(spec.url or config.output.path, spec.storage_options, create=False)
     verdicts = VerdictStore(store=store, folder=spec.store_folder, max_age_days=spec.max_age_days)
     where = store.url(store.join(verdicts.folder))
     if not store.exists(store.join(verdicts.folder)):
@@ -233,11 +235,13 @@ def _cache_probe(
     reading = KeyReading(rows=rows, fingerprint=spec.fingerprint)
     with tempfile.TemporaryDirectory(prefix="ctxprec-estimate-") as scratch:
         found = stored_pair_keys(reading, shards, verdicts, Path(scratch))
-        known = {key for keys in found for key in keys.to_list()}
+        known: set[str] = set()
+        for keys in found:  # a series of pair keys per shard
+            known.update(keys.to_list())
     return spec.fingerprint, known, f"the verdict store at {where}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Counts:
     valid: int = 0
     invalid: int = 0
@@ -315,9 +319,12 @@ class _Scan:
         counts.verdict_calls += len(prompts) - reasons
         hits: set[int] = set()
         if self.known:
-            hits = {p for p in range(contexts) if pair_key(self.fingerprint, item, p) in self.known}
+            for position in range(contexts):
+                if pair_key(self.fingerprint, item, position) in self.known:
+                    hits.add(position)
             counts.cached_pairs += len(hits)
-        sent, verdict_reasons = [], self.config.judge.verdict_reasons
+        sent = []
+        verdict_reasons = self.config.judge.verdict_reasons
         for messages, part in prompts:
             chars = _chars(messages)
             tokens = estimate_tokens(messages, len(part) or 1, reasons=verdict_reasons)
@@ -336,7 +343,9 @@ class _Scan:
             encoded = part.encode("utf-8", "surrogatepass")
             digest.update(len(encoded).to_bytes(8, "little"))
             digest.update(encoded)
-        entry = (bytes(255 - b for b in digest.digest()), self.counts.valid, item)
+        # negated, so that the max-heap keeps the `sample` smallest digests
+        negated = bytes(255 - byte for byte in digest.digest())
+        entry = (negated, self.counts.valid, item)
         if len(self.heap) < self.sample:
             heapq.heappush(self.heap, entry)
         elif entry[0] > self.heap[0][0]:
@@ -353,52 +362,70 @@ def estimate(
     if sample < 1:
         raise CtxPrecError(f"--sample must be at least 1, not {sample}")
     scan, facts, cache_note = _scan_input(config, sample)
-    c, used = scan.counts, scan.known is not None
-    calls = c.verdict_calls + c.reason_calls
+    counts = scan.counts
+    used = scan.known is not None  # the verdict store was looked at
+    calls = counts.verdict_calls + counts.reason_calls
     prompt_tokens = _prompt_tokens(config, scan)
-    output_tokens = _output_tokens(config, c.pairs, c.cached_pairs, c.reason_calls)
-    instructions, cached, caching = _prompt_cache(config, c.calls_after_cache)
+    output_tokens = _output_tokens(config, counts.pairs, counts.cached_pairs, counts.reason_calls)
+    instructions, cached, caching = _prompt_cache(config, counts.calls_after_cache)
     cost, cost_note = _cost(config, prompt_tokens.after_cache, output_tokens.after_cache, cached)
     reply_chars = output_tokens.after_cache * CHARS_PER_TOKEN
-    if c.cached_pairs:
+    if counts.cached_pairs:
         cost_note += "; only the requests the verdict cache does not answer"
+    per_1000 = None
+    if cost is not None and counts.valid:
+        per_1000 = cost / counts.valid * 1000
+    judge_chars = 0.0
+    if counts.valid:
+        judge_chars = (counts.prompt_chars_sent + reply_chars) / counts.valid
+    wall_time = _wall_time(
+        config, counts.calls_after_cache, counts.limiter_tokens_sent, assumed_latency_s
+    )
     return Estimate(
         model=config.judge.model,
         input=facts,
-        items=ItemCounts(
-            valid=c.valid,
-            invalid=c.invalid,
-            total=c.valid + c.invalid,
-            truncated=c.truncated,
-            invalid_examples=tuple(c.invalid_examples),
-        ),
-        context_pairs=c.pairs,
-        judge_calls=JudgeCalls(
-            total=calls,
-            verdict_calls=c.verdict_calls,
-            reason_calls=c.reason_calls,
-            contexts_per_call=config.judge.contexts_per_call,
-            reason=config.scorer.reason,
-            sends_requests=not factory.capabilities(config).offline,
-            note="retries and re-asks not included",
-        ),
+        items=_item_counts(counts),
+        context_pairs=counts.pairs,
+        judge_calls=_judge_calls(config, counts),
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         cost_usd=cost,
         cost_note=cost_note,
-        cost_per_1000_items_usd=None if cost is None or not c.valid else cost / c.valid * 1000,
-        judge_chars_per_item=(c.prompt_chars_sent + reply_chars) / c.valid if c.valid else 0.0,
+        cost_per_1000_items_usd=per_1000,
+        judge_chars_per_item=judge_chars,
         instruction_tokens=instructions,
         prompt_cache=caching,
-        wall_time=_wall_time(config, c.calls_after_cache, c.limiter_tokens_sent, assumed_latency_s),
+        wall_time=wall_time,
         batch=_batches(config, scan.packer) if config.judge.mode == "batch" else None,
         cache=CacheShare(
             used=used,
             note=cache_note,
-            cached_pairs=c.cached_pairs,
-            share=c.cached_pairs / c.pairs if c.pairs and used else 0.0,
-            calls_after_cache=c.calls_after_cache if used else calls,
+            cached_pairs=counts.cached_pairs,
+            share=counts.cached_pairs / counts.pairs if counts.pairs and used else 0.0,
+            calls_after_cache=counts.calls_after_cache if used else calls,
         ),
+    )
+
+
+def _item_counts(counts: _Counts) -> ItemCounts:
+    return ItemCounts(
+        valid=counts.valid,
+        invalid=counts.invalid,
+        total=counts.valid + counts.invalid,
+        truncated=counts.truncated,
+        invalid_examples=tuple(counts.invalid_examples),
+    )
+
+
+def _judge_calls(config: JobConfig, counts: _Counts) -> JudgeCalls:
+    return JudgeCalls(
+        total=counts.verdict_calls + counts.reason_calls,
+        verdict_calls=counts.verdict_calls,
+        reason_calls=counts.reason_calls,
+        contexts_per_call=config.judge.contexts_per_call,
+        reason=config.scorer.reason,
+        sends_requests=not factory.capabilities(config).offline,
+        note="retries and re-asks not included",
     )
 
 
@@ -442,17 +469,23 @@ def _prompt_tokens(config: JobConfig, scan: _Scan) -> PromptTokens:
     offline = factory.capabilities(config).offline
     tokenizer_model = "" if offline else config.judge.model
     sampled = [item for _, _, item in scan.heap]
-    prompts = [messages for item in sampled for messages, _ in _item_prompts(item, config)]
-    sample_chars = sum(_chars(m) for m in prompts)
+    prompts: list[Messages] = []
+    for item in sampled:
+        prompts += [messages for messages, _ in _item_prompts(item, config)]
+    sample_chars = sum(_chars(messages) for messages in prompts)
     sample_tokens = 0
     if prompts:
         count = import_litellm().token_counter
-        sample_tokens = sum(int(count(model=tokenizer_model, messages=m)) for m in prompts)
+        for messages in prompts:
+            sample_tokens += int(count(model=tokenizer_model, messages=messages))
     total_chars = scan.counts.prompt_chars
     exact = len(sampled) == scan.counts.valid
-    note = "verdict prompts" + (" and LLM-reason prompts" if config.scorer.reason == "llm" else "")
     if offline:
         note = "the lexical judge sends no prompts: tokens are what an LLM judge would be sent"
+    elif config.scorer.reason == "llm":
+        note = "verdict prompts and LLM-reason prompts"
+    else:
+        note = "verdict prompts"
     tokens = sample_tokens if exact else round(total_chars * sample_tokens / max(sample_chars, 1))
     sent = scan.counts.prompt_chars_sent
     return PromptTokens(
@@ -476,19 +509,21 @@ def _prompt_cache(config: JobConfig, calls: int) -> tuple[int, int, str]:
         return 0, 0, "none: the offline judge sends no prompts"
     from litellm.utils import get_llm_provider, get_prompt_cache_min_tokens
 
-    model, litellm = config.judge.model, import_litellm()
+    model = config.judge.model
     text = VERDICT_INSTRUCTIONS[config.judge.verdict_reasons]
-    tokens = int(litellm.token_counter(model=model, text=text))
+    tokens = int(import_litellm().token_counter(model=model, text=text))
     minimum = int(get_prompt_cache_min_tokens(model))  # litellm's default for others
     try:
         provider = get_llm_provider(model)[1]
     except Exception:  # litellm does not know the model's provider
         provider = "the provider"
     name = _PROVIDERS.get(provider, provider)
-    said = f"instructions: {tokens:,} tokens, {{}} {name}'s {minimum:,}-token cache minimum"
+    instructions = f"instructions: {tokens:,} tokens"
+    cache_minimum = f"{name}'s {minimum:,}-token cache minimum"
     if tokens < minimum:
-        return tokens, 0, said.format("below") + ": no prompt caching"
-    return tokens, tokens * max(calls - 1, 0), said.format("above") + ": cached after one call"
+        return tokens, 0, f"{instructions}, below {cache_minimum}: no prompt caching"
+    cached = tokens * max(calls - 1, 0)
+    return tokens, cached, f"{instructions}, above {cache_minimum}: cached after one call"
 
 
 def _cost(
@@ -500,28 +535,31 @@ def _cost(
         return 0.0, "no API cost"
     if not prompt_tokens and not output_tokens:
         return 0.0, "nothing to ask: the verdict cache answers every request"
-    model, batch = config.judge.model, config.judge.mode == "batch"
+    model = config.judge.model
+    batch = config.judge.mode == "batch"
     cost = estimate_cost_usd(model, prompt_tokens, output_tokens, batch=batch, cached=(cached, 0))
     return cost, price_basis(model, batch=batch)
 
 
 def _batches(config: JobConfig, packer: BatchPacker) -> BatchPlan:
     """The first round's batches as the run would cut them."""
-    limits = ("max_requests_per_batch", "max_bytes_per_batch", "max_enqueued_tokens")
+    limits = config.judge.batch
     return BatchPlan(
         batches=len(packer.batches),
-        **{
-            name: sum(getattr(r, name) for r in packer.batches)
-            for name in ("requests", "bytes", "tokens")
-        },
-        **config.judge.batch.model_dump(include=set(limits)),
+        requests=sum(batch.requests for batch in packer.batches),
+        bytes=sum(batch.bytes for batch in packer.batches),
+        tokens=sum(batch.tokens for batch in packer.batches),
+        max_requests_per_batch=limits.max_requests_per_batch,
+        max_bytes_per_batch=limits.max_bytes_per_batch,
+        max_enqueued_tokens=limits.max_enqueued_tokens,
         note="round 0 only: re-asks and LLM reasons go in later rounds",
     )
 
 
 def _concurrency(config: JobConfig, calls: int, limiter_tokens: int, latency_s: float) -> int:
     """The in-flight budget: as set, or as the governor sizes it (Little's law)."""
-    settings, limits = budget_settings(config.rate_limit), config.rate_limit
+    limits = config.rate_limit
+    settings = budget_settings(limits)
     if settings.explicit is not None:
         return settings.explicit
     rates = []
@@ -546,11 +584,15 @@ def _wall_time(config: JobConfig, calls: int, limiter_tokens: int, latency_s: fl
         )
         return BatchWallTime(completion_window=window, basis=basis)
     limits = config.rate_limit
-    rpm, tpm, headroom = limits.requests_per_minute, limits.tokens_per_minute, limits.headroom
+    rpm = limits.requests_per_minute
+    tpm = limits.tokens_per_minute
+    headroom = limits.headroom
     concurrency = _concurrency(config, calls, limiter_tokens, latency_s)
     explicit = budget_settings(config.rate_limit).explicit is not None
     pacing = Pacing(
-        **limits.model_dump(include={"requests_per_minute", "tokens_per_minute", "headroom"}),
+        requests_per_minute=rpm,
+        tokens_per_minute=tpm,
+        headroom=headroom,
         limiter_tokens=limiter_tokens,
         concurrency=concurrency,
         concurrency_mode="explicit" if explicit else "auto",
@@ -564,7 +606,8 @@ def _wall_time(config: JobConfig, calls: int, limiter_tokens: int, latency_s: fl
     by_concurrency = calls / concurrency * latency_s if calls else 0.0
     litellm_s = LITELLM_IMPORT_S if factory.workers_import_litellm(config) else 0.0
     edges = WORKER_START_S + litellm_s + (1 + TAIL_LATENCIES) * latency_s if calls else 0.0
-    bound = max((v for v in (by_requests, by_tokens) if v is not None), default=None)
+    bound = max((by for by in (by_requests, by_tokens) if by is not None), default=None)
+    assumed = f"{concurrency} in flight at an ASSUMED {latency_s:g} s per request"
     if bound is None:
         basis = (
             f"unbounded by rate limit; ASSUMING {latency_s:g} s per request with "
@@ -572,12 +615,10 @@ def _wall_time(config: JobConfig, calls: int, limiter_tokens: int, latency_s: fl
         )
     else:
         which = "requests_per_minute" if bound == by_requests else "tokens_per_minute"
-        assumed = f"{concurrency} in flight at an ASSUMED {latency_s:g} s per request"
-        basis = (
-            f"concurrency-bound: {assumed} is slower than the rate limit ({which})"
-            if by_concurrency > bound
-            else f"rate limit: {which} at headroom {headroom:g}, {assumed}"
-        )
+        if by_concurrency > bound:
+            basis = f"concurrency-bound: {assumed} is slower than the rate limit ({which})"
+        else:
+            basis = f"rate limit: {which} at headroom {headroom:g}, {assumed}"
     return PacedWallTime(
         **pacing,
         by_requests_s=by_requests,
@@ -617,13 +658,15 @@ def _tokens_text(tokens: PromptTokens) -> str:
 
 
 def _batch_text(batch: BatchPlan) -> str:
-    tokens = batch.max_enqueued_tokens
+    limits = (
+        f"at most {batch.max_requests_per_batch:,} requests and "
+        f"{batch.max_bytes_per_batch / 1e6:,.0f} MB per batch"
+    )
+    if batch.max_enqueued_tokens:
+        limits += f", {batch.max_enqueued_tokens:,} tokens enqueued"
     return (
         f"{batch.batches:,} ({batch.requests:,} requests, {batch.bytes / 1e6:,.1f} MB, "
-        f"~{batch.tokens:,} prompt tokens; at most {batch.max_requests_per_batch:,} requests "
-        f"and {batch.max_bytes_per_batch / 1e6:,.0f} MB per batch"
-        + (f", {tokens:,} tokens enqueued" if tokens else "")
-        + f"; {batch.note})"
+        f"~{batch.tokens:,} prompt tokens; {limits}; {batch.note})"
     )
 
 
@@ -638,11 +681,17 @@ def _cache_text(cache: CacheShare) -> str:
 
 def format_estimate(result: Estimate) -> str:
     """The estimate as `ctxprec estimate` prints it: one row per figure, with its basis."""
-    items, output, source = result.items, result.output_tokens, result.input
+    items = result.items
+    output = result.output_tokens
+    source = result.input
     truncated = f" ({items.truncated:,} truncated)" if items.truncated else ""
-    allowance = f"{output.per_verdict} per verdict, {output.per_reason_call} per LLM reason"
+    allowance = (
+        f"{output.per_verdict} reply tokens allowed per verdict, {output.per_reason_call} per "
+        "LLM reason"
+    )
     per_1000 = f"{fmt.cost(result.cost_per_1000_items_usd, result.model)} per 1,000 items"
     chars = f"{result.judge_chars_per_item:,.0f} judge characters (prompt and expected reply)"
+    batches = [("batches", _batch_text(result.batch))] if result.batch else []
     rows = [
         ("judge", result.model),
         ("input", f"{source.path}: {source.files} file(s), {source.shards} shard(s)"),
@@ -655,7 +704,7 @@ def format_estimate(result: Estimate) -> str:
         ("per item", f"{per_1000}; {chars}"),
         ("prompt cache", result.prompt_cache),
         ("wall time", f"{fmt.duration(result.wall_time.seconds)} ({result.wall_time.basis})"),
-        *([("batches", _batch_text(result.batch))] if result.batch else []),
+        *batches,
         ("verdict cache", _cache_text(result.cache)),
     ]
     title = "ctxprec estimate (no judge calls made)"

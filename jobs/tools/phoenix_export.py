@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
@@ -22,21 +22,24 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from jobs.core.console import progress_extra
 from jobs.tools.published_runs import PublishedRun, load_run, write_file
-from jobs.tools.tool_options import ExportOptions, PublishedRoot, check_minimum
+from jobs.tools.tool_options import EXPORT_IN_FLIGHT, ExportOptions, PublishedRoot, check_minimum
 from scorer_core.errors import ConfigError, CtxPrecError
+from scorer_core.retry import RetryPolicy, parse_retry_after
 
 if TYPE_CHECKING:
     from jobs.core.config import JobConfig
     from jobs.engine import RunOutcome
 
 logger = logging.getLogger(__name__)
-IN_FLIGHT = 4  # batches sent at a time
+IN_FLIGHT = EXPORT_IN_FLIGHT  # batches sent at a time (a request each)
+RETRY_SECONDS = 120.0  # how long a request is asked again after a 429, a 5xx or no answer
 
 
-class SinkFailed(CtxPrecError): ...  # refused (the key, the project) or not answering: stop
+class SinkFailed(CtxPrecError):
+    """The sink refused us (the key, the project) or did not answer: nothing more is sent."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Annotation:
     """A result on a span; with a `position`: on that retrieved document of the span."""
 
@@ -47,87 +50,164 @@ class Annotation:
     position: int | None = None
 
     @property
-    def label(self) -> str | None:  # as Phoenix's own relevance evals write it
-        return None if self.position is None else ("relevant" if self.score else "unrelated")
+    def label(self) -> str | None:
+        """A document's label as Phoenix's own relevance evals write it; a span's has none."""
+        if self.position is None:
+            return None
+        if self.score:
+            return "relevant"
+        return "unrelated"
 
 
-class AnnotationSink(Protocol):  # `send` raises LookupError for a batch naming an unknown span
+class AnnotationSink(Protocol):
+    """Where annotations go: `check` before the first batch, then `send` each batch (of one
+    kind); `send` raises LookupError for a batch naming a span the sink does not hold."""
+
     def check(self) -> None: ...
     def send(self, annotations: Sequence[Annotation]) -> None: ...
 
 
-@dataclass
+def _backoff() -> RetryPolicy:
+    return RetryPolicy(base_delay_s=0.25, max_delay_s=5.0)
+
+
+@dataclass(kw_only=True)
 class PhoenixSink:
-    """Phoenix's `POST /v1/document_annotations` and `/v1/span_annotations` (sync)."""
+    """Phoenix's `POST /v1/document_annotations` and `/v1/span_annotations` (sync), over
+    `transport` (None: the network; tests pass an `httpx.MockTransport`)."""
 
     endpoint: str
     project: str
     headers: dict[str, str]
     metadata: dict[str, str]
-    retry_seconds: float = 120.0
+    api_key_env: str = "PHOENIX_API_KEY"  # where the key in `headers` came from, for messages
+    retry_seconds: float = RETRY_SECONDS
+    retry: RetryPolicy = field(default_factory=_backoff)
     sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    transport: httpx.BaseTransport | None = None
+    client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(base_url=self.endpoint, headers=self.headers, timeout=30.0)
+        self.endpoint = self.endpoint.rstrip("/")  # as messages name it: URL + path
+        self.client = httpx.Client(
+            base_url=self.endpoint, headers=self.headers, timeout=30.0, transport=self.transport
+        )
 
-    def check(self) -> None:  # the project is there; asked once: an absent Phoenix fails at once
-        sink = replace(self, retry_seconds=0.0)
-        if sink._request("GET", f"/v1/projects/{quote(self.project, safe='')}").status_code == 404:
+    def check(self) -> None:
+        """The project is there. Asked once, not again: an absent Phoenix fails at once."""
+        path = f"/v1/projects/{quote(self.project, safe='')}"
+        answer = self._request("GET", path, patience_s=0.0)
+        if answer.status_code == 404:
             raise SinkFailed(f"Phoenix at {self.endpoint} has no project {self.project!r}")
 
     def send(self, annotations: Sequence[Annotation]) -> None:
-        path = f"/v1/{'span' if annotations[0].position is None else 'document'}_annotations"
-        meta = self.metadata
-        data = [
-            {"span_id": a.span_id, "name": a.name, "annotator_kind": "LLM", "metadata": meta}
-            | {"result": {"label": a.label, "score": a.score, "explanation": a.explanation}}
-            | ({} if a.position is None else {"document_position": a.position})
-            for a in annotations
-        ]
-        answer = self._request("POST", path, params={"sync": "true"}, json={"data": data})
+        if annotations[0].position is None:
+            path = "/v1/span_annotations"
+        else:
+            path = "/v1/document_annotations"
+        data = [self._record(annotation) for annotation in annotations]
+        answer = self._request(
+            "POST",
+            path,
+            patience_s=self.retry_seconds,
+            params={"sync": "true"},
+            json={"data": data},
+        )
         if answer.status_code == 404:
             raise LookupError(answer.text[:200])
         if answer.status_code >= 400:
             raise SinkFailed(f"{self.endpoint}{path}: HTTP {answer.status_code}: {answer.text}")
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        deadline, wait_s, at = time.monotonic() + self.retry_seconds, 0.25, f"{method} {path}"
+    def close(self) -> None:
+        self.client.close()
+
+    def _record(self, annotation: Annotation) -> dict[str, Any]:
+        """One annotation as Phoenix's API takes it."""
+        result = {
+            "label": annotation.label,
+            "score": annotation.score,
+            "explanation": annotation.explanation,
+        }
+        record: dict[str, Any] = {
+            "span_id": annotation.span_id,
+            "name": annotation.name,
+            "annotator_kind": "LLM",
+            "metadata": self.metadata,
+            "result": result,
+        }
+        if annotation.position is not None:
+            record["document_position"] = annotation.position
+        return record
+
+    def _request(
+        self, method: str, path: str, *, patience_s: float, **request: Any
+    ) -> httpx.Response:
+        """The answer to `method path`. A 429, a 5xx or no answer is asked again after the
+        wait `retry` gives (a 429's Retry-After obeyed) until `patience_s` have passed; a
+        refused key stops at once."""
+        asked = f"{method} {path}"
+        deadline = self.clock() + patience_s
+        attempt = 0
         while True:
+            retry_after = None
             try:
-                answer = self.client.request(method, path, **kwargs)
-                why = f"HTTP {answer.status_code}"
-                if answer.status_code in (401, 403):  # the key: PHOENIX_API_KEY or api_key_env
-                    raise SinkFailed(
-                        f"Phoenix at {self.endpoint} refused {at} ({why}): check the key"
-                    )
-                if answer.status_code != 429 and answer.status_code < 500:
-                    return answer  # else worth asking again, as when there is no answer
+                answer = self.client.request(method, path, **request)
             except httpx.TransportError as exc:
                 why = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() + wait_s > deadline:
-                limit = f"{self.retry_seconds:g}s"
-                raise SinkFailed(
-                    f"Phoenix at {self.endpoint} unreachable for {limit} ({at}: {why})"
-                )
+            else:
+                if answer.status_code in (401, 403):
+                    raise SinkFailed(self._refused(asked, answer.status_code))
+                if answer.status_code != 429 and answer.status_code < 500:
+                    return answer
+                why = f"HTTP {answer.status_code}"
+                retry_after = parse_retry_after(answer.headers.get("retry-after"))
+            wait_s = self.retry.delay_for(attempt, retry_after)
+            if self.clock() + wait_s >= deadline:
+                raise SinkFailed(self._unreachable(asked, why, patience_s))
             self.sleep(wait_s)
-            wait_s = min(wait_s * 2, 5.0)
+            attempt += 1
+
+    def _refused(self, asked: str, status: int) -> str:
+        """Why Phoenix refused us (401, 403), and what to check: the key and where it is read."""
+        refused = f"Phoenix at {self.endpoint} refused {asked} (HTTP {status})"
+        where = "export.phoenix.api_key_env in the config, --api-key-env on the command line"
+        sent = any(name.lower() == "authorization" for name in self.headers)
+        if not sent:
+            return (
+                f"{refused}: no API key was sent, as the environment variable "
+                f"{self.api_key_env} is not set; set it to the key, or name the variable "
+                f"that holds it ({where})"
+            )
+        return (
+            f"{refused}: check the API key in the environment variable {self.api_key_env} "
+            f"({where}) and any headers set in the config"
+        )
+
+    def _unreachable(self, asked: str, why: str, patience_s: float) -> str:
+        if patience_s:
+            return f"Phoenix at {self.endpoint} unreachable for {patience_s:g}s ({asked}: {why})"
+        return f"Phoenix at {self.endpoint} unreachable ({asked}: {why})"
 
 
 def deliver(sink: AnnotationSink, batch: Sequence[Annotation]) -> tuple[int, list[str]]:
-    """(sent, spans the sink lacks): a refused batch halved between spans, the rest sent."""
+    """(annotations sent, spans the sink does not hold): a refused batch is halved between
+    spans until the unknown spans are alone; the rest is sent."""
     try:
         sink.send(batch)
         return len(batch), []
     except LookupError:  # the batch names a span the sink lacks: all of it was refused
-        spans = list(dict.fromkeys(a.span_id for a in batch))
+        spans = list(dict.fromkeys(annotation.span_id for annotation in batch))
         if len(spans) == 1:
             return 0, spans
-    cut = next(i for i, a in enumerate(batch) if a.span_id == spans[len(spans) // 2])
-    left, right = deliver(sink, batch[:cut]), deliver(sink, batch[cut:])
-    return left[0] + right[0], left[1] + right[1]
+    middle = spans[len(spans) // 2]
+    cut = next(index for index, annotation in enumerate(batch) if annotation.span_id == middle)
+    sent_before, unknown_before = deliver(sink, batch[:cut])
+    sent_after, unknown_after = deliver(sink, batch[cut:])
+    return sent_before + sent_after, unknown_before + unknown_after
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExportReport:
     """What an export did; `left`: sendable annotations not sent (0: all sent)."""
 
@@ -143,51 +223,91 @@ class ExportReport:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        listed = f" (listed in {self.unknown_spans_file})" if self.unknown_spans_file else ""
-        text = f"{self.target}: {self.documents_sent:,} document and {self.spans_sent:,} span "
-        text += f"annotation(s) sent; skipped {self.skipped_verdicts:,} verdict(s) not obtained, "
-        text += f"{self.skipped_scores:,} item(s) not scored; {self.unknown_spans:,} span(s) not "
-        text += f"found{listed}" + (
-            f"; NOT SENT: {self.left:,} ({self.error})" if self.left else ""
-        )
-        return text + f"; {self.seconds:.1f}s"
+        listed = ""
+        if self.unknown_spans_file:
+            listed = f" (listed in {self.unknown_spans_file})"
+        parts = [
+            f"{self.target}: {self.documents_sent:,} document and {self.spans_sent:,} span "
+            "annotation(s) sent",
+            f"skipped {self.skipped_verdicts:,} verdict(s) not obtained, "
+            f"{self.skipped_scores:,} item(s) not scored",
+            f"{self.unknown_spans:,} span(s) not found{listed}",
+        ]
+        if self.left:
+            parts.append(f"NOT SENT: {self.left:,} annotation(s) ({self.error})")
+        parts.append(f"{self.seconds:.1f}s")
+        return "; ".join(parts)
 
 
-_TABLES = (("verdicts", "relevant", "judge_reason"), ("scores", "score", "reason"))
+@dataclass(frozen=True)
+class _Source:
+    """A published table sent as annotations: its columns of the score and the explanation."""
+
+    table: str
+    score: str
+    explanation: str
+
+
+_SOURCES = (_Source("verdicts", "relevant", "judge_reason"), _Source("scores", "score", "reason"))
 
 
 def annotation_batches(
     run: PublishedRun, names: tuple[str, str], options: ExportOptions, report: ExportReport
 ) -> Iterator[list[Annotation]]:
-    """Verdicts then scores as annotations, by record batches (flat memory); nulls skipped."""
-    fs = None if run.store.is_local else PyFileSystem(FSSpecHandler(run.store.fs))
-    for (table, value, reason), name in zip(_TABLES, names, strict=True):
-        path, span = run.store.join(run.location.table_file(table)), options.span_id_column
-        data = ds.dataset(path, format="parquet", filesystem=fs)
+    """Verdicts (as `names[0]`) then scores (as `names[1]`) as annotations, by record batches
+    (flat memory); rows without a verdict or score are skipped and counted in `report`."""
+    filesystem = None if run.store.is_local else PyFileSystem(FSSpecHandler(run.store.fs))
+    span = options.span_id_column
+    for source, name in zip(_SOURCES, names, strict=True):
+        path = run.store.join(run.location.table_file(source.table))
+        data = ds.dataset(path, format="parquet", filesystem=filesystem)
         if span not in data.schema.names:
             raise ConfigError(
-                f"--span-id-column {span}: run {run.run_id}'s {table} table has no such column "
-                "(carry it: input.carry and input.carry_to_verdicts)"
+                f"--span-id-column {span}: run {run.run_id}'s {source.table} table has no such "
+                "column (carry it: input.carry and input.carry_to_verdicts)"
             )
-        setattr(report, f"skipped_{table}", data.count_rows(filter=pc.field(value).is_null()))
-        columns = [span, value, reason, *(["position"] if table == "verdicts" else [])]
-        keep = pc.field(value).is_valid()
-        for batch in data.to_batches(columns=columns, filter=keep, batch_size=options.batch_size):
-            rows = batch.to_pydict()
-            at = rows.get("position", [None] * batch.num_rows)
-            yield [
-                Annotation(str(s), name, float(v), why, p)
-                for s, v, why, p in zip(rows[span], rows[value], rows[reason], at, strict=True)
-            ]
+        skipped = data.count_rows(filter=pc.field(source.score).is_null())
+        if source.table == "verdicts":
+            report.skipped_verdicts = skipped
+        else:
+            report.skipped_scores = skipped
+        columns = [span, source.score, source.explanation]
+        if source.table == "verdicts":
+            columns.append("position")
+        batches = data.to_batches(
+            columns=columns, filter=pc.field(source.score).is_valid(), batch_size=options.batch_size
+        )
+        for batch in batches:
+            yield _annotations(batch.to_pydict(), name, span, source)
+
+
+def _annotations(
+    rows: dict[str, list[Any]], name: str, span: str, source: _Source
+) -> list[Annotation]:
+    """A record batch's rows (columns of Python values) as annotations named `name`."""
+    positions = rows.get("position", [None] * len(rows[span]))
+    columns = (rows[span], rows[source.score], rows[source.explanation], positions)
+    return [
+        Annotation(
+            span_id=str(span_id),
+            name=name,
+            score=float(score),
+            explanation=explanation,
+            position=position,
+        )
+        for span_id, score, explanation, position in zip(*columns, strict=True)
+    ]
 
 
 def export_run(
     run: PublishedRun, sink: AnnotationSink, report: ExportReport, options: ExportOptions
 ) -> list[str]:
-    """Send to `sink`, `IN_FLIGHT` batches at a time, until done or it fails; unknown spans."""
+    """Send to `sink`, `IN_FLIGHT` batches at a time, until done or it fails; returns the
+    spans the sink does not hold."""
     sink.check()
     names = (options.name, span_annotation_name(options.name))
-    batches, unknown = annotation_batches(run, names, options, report), dict[str, None]()
+    batches = annotation_batches(run, names, options, report)
+    unknown: dict[str, None] = {}  # the spans in the order found, each once
     with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="export") as pool:
         try:
             while group := list(islice(batches, IN_FLIGHT)):
@@ -196,8 +316,10 @@ def export_run(
                 for batch, (sent, spans) in zip(group, results, strict=True):
                     report.left -= len(batch)  # sent, or on spans the sink lacks
                     unknown.update(dict.fromkeys(spans))
-                    kind = "spans_sent" if batch[0].position is None else "documents_sent"
-                    setattr(report, kind, getattr(report, kind) + sent)
+                    if batch[0].position is None:
+                        report.spans_sent += sent
+                    else:
+                        report.documents_sent += sent
                 done = report.documents_sent + report.spans_sent
                 logger.info(f"export: {done:,} annotation(s) sent", extra=progress_extra())
         except SinkFailed as exc:
@@ -208,54 +330,117 @@ def export_run(
 
 
 def span_annotation_name(name: str) -> str:
-    """The documents' name without `_relevance` (the default's), else with `_precision`."""
+    """The span annotations' name: the documents' without `_relevance` (the default's), else
+    the documents' with `_precision` added."""
     stem = name.removesuffix("_relevance")
-    return stem if stem and stem != name else f"{name}_precision"
+    if stem and stem != name:
+        return stem
+    return f"{name}_precision"
 
 
-def export(options: ExportOptions, headers: dict[str, str], out: TextIO) -> int:
-    """Send the run's annotations as `options` say: 0 when all were, else 1 naming the rest."""
+def export(
+    options: ExportOptions,
+    headers: dict[str, str],
+    out: TextIO,
+    transport: httpx.BaseTransport | None = None,
+) -> int:
+    """Send the run's annotations as `options` say (over `transport`; None: the network):
+    0 when all were sent, else 1, printing the command that sends the rest."""
     check_minimum("--batch-size", options.batch_size, 1)
-    started, published = time.monotonic(), load_run(options.root.store(), options.run)
-    report = ExportReport(f"run {options.run} to Phoenix at {options.endpoint} ({options.project})")
-    metadata = {"run_id": options.run, "judge_model": published.judge_model}
-    metadata["prompt_version"] = published.prompt_version
-    sink = PhoenixSink(options.endpoint, options.project, headers, metadata)
-    if unknown := export_run(published, sink, report, options):
-        name, data = f"exports/{options.run}-phoenix-unknown-spans.txt", "\n".join(unknown)
-        report.unknown_spans_file = write_file(published.store, None, name, data.encode(), {})
+    started = time.monotonic()
+    published = load_run(options.root.store(), options.run)
+    report = ExportReport(
+        target=f"run {options.run} to Phoenix at {options.endpoint} ({options.project})"
+    )
+    metadata = {
+        "run_id": options.run,
+        "judge_model": published.judge_model,
+        "prompt_version": published.prompt_version,
+    }
+    sink = PhoenixSink(
+        endpoint=options.endpoint,
+        project=options.project,
+        headers=headers,
+        metadata=metadata,
+        api_key_env=options.api_key_env,
+        transport=transport,
+    )
+    try:
+        unknown = export_run(published, sink, report, options)
+    finally:
+        sink.close()
+    if unknown:
+        listing = f"exports/{options.run}-phoenix-unknown-spans.txt"
+        spans = "\n".join(unknown).encode()
+        report.unknown_spans_file = write_file(published.store, None, listing, spans, {})
     report.seconds = round(time.monotonic() - started, 3)
-    print(json.dumps(asdict(report)) if options.as_json else report.summary(), file=out)
+    if options.as_json:
+        print(json.dumps(asdict(report)), file=out)
+    else:
+        print(report.summary(), file=out)
     if report.left:
-        print(f"to send the rest, run again: {_COMMAND.format(options)}", file=out)
-    return 1 if report.left else 0
+        print(f"to send the rest, run again: {_command(options, headers)}", file=out)
+        return 1
+    return 0
 
 
-def run(options: ExportOptions, out: TextIO | None = None) -> int:
+def run(
+    options: ExportOptions, out: TextIO | None = None, transport: httpx.BaseTransport | None = None
+) -> int:
+    """`ctxprec export phoenix`: the key read from the variable `options.api_key_env` names."""
     from jobs.core.config import PhoenixAccess  # the one place the key becomes a header
 
     access = PhoenixAccess.model_construct(
         endpoint=options.endpoint, project=options.project, api_key_env=options.api_key_env
     )
-    return export(options, access.http_headers(), out or sys.stdout)
+    return export(options, access.http_headers(), out or sys.stdout, transport)
 
 
-_COMMAND = "ctxprec export phoenix {0.run} --output {0.root.output} --endpoint {0.endpoint} "
-_COMMAND += "--project {0.project} --name {0.name} --api-key-env {0.api_key_env}"
+def _command(options: ExportOptions, headers: dict[str, str]) -> str:
+    """The `ctxprec export phoenix` command that sends again what `options` send, and what it
+    cannot carry: the storage options (they may hold secrets) and extra `headers`."""
+    command = (
+        f"ctxprec export phoenix {options.run} --output {options.root.output} "
+        f"--endpoint {options.endpoint} --project {options.project} --name {options.name} "
+        f"--span-id-column {options.span_id_column} --api-key-env {options.api_key_env}"
+    )
+    if options.batch_size != ExportOptions.batch_size:
+        command += f" --batch-size {options.batch_size}"
+    if options.root.storage_options:
+        command += (
+            " (add a --storage-option for each storage option of the output: not repeated "
+            "here, as they may hold secrets)"
+        )
+    extra = sorted(name for name in headers if name.lower() != "authorization")
+    if extra:
+        command += (
+            f" (the headers {', '.join(extra)} of export.phoenix.headers have no command-line "
+            "option: it sends without them)"
+        )
+    return command
 
 
 def export_after_run(config: JobConfig, outcome: RunOutcome) -> int:
     """`export.phoenix` once the run is published (it stays so): 1, or an error naming the
     command that completes it, on a failure."""
-    if (to := config.export.phoenix) is None:
+    phoenix = config.export.phoenix
+    if phoenix is None:
         return 0
-    root = PublishedRoot(config.output.path, config.output.storage_options)
-    options = ExportOptions("phoenix", outcome.run_id, to.endpoint, to.project, root, to.name)
-    options = replace(options, span_id_column=to.span_id_column, api_key_env=to.api_key_env)
+    options = ExportOptions(
+        target="phoenix",
+        run=outcome.run_id,
+        endpoint=phoenix.endpoint,
+        project=phoenix.project,
+        root=PublishedRoot(config.output.path, config.output.storage_options),
+        name=phoenix.name,
+        span_id_column=phoenix.span_id_column,
+        api_key_env=phoenix.api_key_env,
+    )
+    headers = phoenix.http_headers()
     try:
-        return export(options, to.http_headers(), sys.stderr)
+        return export(options, headers, sys.stderr)
     except CtxPrecError as exc:
         raise CtxPrecError(
-            f"run {outcome.run_id} is published, its export is not ({exc}); complete it: "
-            + _COMMAND.format(options)
+            f"run {outcome.run_id} is published, but its export to Phoenix failed: {exc}; the "
+            f"run stays published; complete the export with: {_command(options, headers)}"
         ) from None

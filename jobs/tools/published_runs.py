@@ -42,7 +42,7 @@ LEGACY_BAND_LABELS: dict[str, str] = {
 # that may be null, the counts; every other scalar metric row is a flow metric (`flow`).
 _VALUES = ("mean", "median", "p10", "p90", "mean_ci_low", "mean_ci_high", "cost_usd")
 _NOT_COUNTS = {"model", "scale", "bands", "position_rates", "flow", "segments", "canary", *_VALUES}
-_COUNTS = tuple(f.name for f in fields(RunSummary) if f.name not in _NOT_COUNTS)
+_COUNTS = tuple(field.name for field in fields(RunSummary) if field.name not in _NOT_COUNTS)
 _OWN_SCALARS = frozenset({"scale", *_COUNTS, *_VALUES, *CANARY_METRICS})
 
 
@@ -113,8 +113,9 @@ class PublishedRun:
 
 def list_runs(store: Store) -> list[RunLocation]:
     """Every published run under the store's root (one with a scores file), latest date first."""
-    found = {run for path in store.list(store.join("scores")) if (run := run_of(path))}
-    return sorted(found, key=lambda run: (run.run_date, run.run_id), reverse=True)
+    found = {run_of(path) for path in store.list(store.join("scores"))}
+    runs = [run for run in found if run is not None]  # paths of a run's scores file
+    return sorted(runs, key=lambda run: (run.run_date, run.run_id), reverse=True)
 
 
 def _available_ids(store: Store) -> str:
@@ -134,7 +135,8 @@ def find_run(store: Store, run_id: str) -> RunLocation:
             f"run {run_id!r} not found under {root}: not a valid run id; {_available_ids(store)}"
         )
     pattern = store.join(published_glob("scores", run_id))
-    runs = [run for path in store.list(pattern) if (run := run_of(path)) and run.run_id == run_id]
+    located = [run_of(path) for path in store.list(pattern)]
+    runs = [run for run in located if run is not None and run.run_id == run_id]
     if not runs:
         raise RunNotFound(
             f"run {run_id!r} not found under {root} (no scores/run_date=*/run_id={run_id}/)"
@@ -207,7 +209,8 @@ def _bands(frame: pl.DataFrame) -> tuple[tuple[str, int], ...]:
     for band, value in rows:
         counts[LEGACY_BAND_LABELS.get(str(band), str(band))] += int(value or 0)
     known = [label for label, _, _ in BANDS if label in counts]
-    return tuple((b, counts[b]) for b in [*known, *(b for b in counts if b not in known)])
+    others = [band for band in counts if band not in known]
+    return tuple((band, counts[band]) for band in [*known, *others])
 
 
 def write_file(
@@ -222,7 +225,8 @@ def write_file(
         parent, name = posixpath.split(path)
         if not name:
             raise ConfigError(f"{path}: expected a file path, not a folder")
-        store, default = open_store(parent or ".", dict(storage_options)), name
+        store = open_store(parent or ".", dict(storage_options))
+        default = name
     if isinstance(data, pl.DataFrame):
         sink = io.BytesIO()
         data.write_parquet(sink, compression="zstd")

@@ -40,15 +40,18 @@ def _published(store: Store, run_id: str) -> list[str] | None:
         f"estimated cost {fmt.cost(summary.cost_usd, manifest.judge_model)}",
     ]
     if mode == "batch":
-        lines.append(
+        batches = (
             f"  {judge.batches or 0} batch(es) in {judge.rounds or 0} round(s), "
             f"{fmt.integer(judge.requests)} requests; price {judge.price or '?'}"
-            + (f"; deadline {judge.deadline_at}" if judge.deadline_at else "")
         )
-        lines += [_round_line(r) for r in judge.round_details]
+        if judge.deadline_at:
+            batches += f"; deadline {judge.deadline_at}"
+        lines.append(batches)
+        lines += [_round_line(record) for record in judge.round_details]
     errors = manifest.error_rate
     if errors is not None and errors.errors:
-        lines.append(f"  {'FAILED: ' if errors.exceeded else ''}{errors.describe()}")
+        failed = "FAILED: " if errors.exceeded else ""
+        lines.append(f"  {failed}{errors.describe()}")
     lines.append(f"  scores: {store.url(store.join(location.table_file('scores')))}")
     return lines
 
@@ -72,15 +75,19 @@ def _round_line(record: BatchRoundRecord) -> str:
     """A round's counts, and why lines were asked again."""
     if record.online:
         return f"  round {record.round}: online (judge.batch.deadline neared)"
-    retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
-    stopped = record.stopped_at_deadline
-    return (
+    line = (
         f"  round {record.round}: {record.batches} batch(es), {record.requests:,} requests: "
         f"{record.completed:,} completed, {record.failed:,} failed"
-        + (f", {stopped} cancelled at the deadline" if stopped else "")
-        + ("; asked again: " + ", ".join(f"{k} {v:,}" for k, v in retried) if retried else "")
-        + (f"; {record.final_errors:,} failed for good" if record.final_errors else "")
     )
+    if record.stopped_at_deadline:
+        line += f", {record.stopped_at_deadline} cancelled at the deadline"
+    # the reasons lines were asked again, the commonest first
+    retried = sorted(record.retried.items(), key=lambda item: (-item[1], item[0]))
+    if retried:
+        line += "; asked again: " + ", ".join(f"{why} {count:,}" for why, count in retried)
+    if record.final_errors:
+        line += f"; {record.final_errors:,} failed for good"
+    return line
 
 
 def _batch_lines(round_state: RoundState) -> list[str]:
@@ -131,7 +138,9 @@ def status_lines(store: Store, run_id: str) -> list[str]:
         data = layout.read_json(layout.round_file(number))
         if data is not None:
             lines += _batch_lines(RoundState.from_dict(data))
-    for number in (n for n in layout.rounds_built() if n not in planned):
+    for number in layout.rounds_built():
+        if number in planned:
+            continue
         built = len(layout.indexed_shards(number))
         lines.append(
             f"  round {number}: requests being built ({built} shard(s) done), not submitted"

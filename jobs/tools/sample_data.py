@@ -1,9 +1,11 @@
 """Writes a synthetic, labelled sample dataset, so the job runs offline on a fresh machine.
 
-Every item asks about one attribute of an invented place, person or product; its contexts mix
-passages that answer it with others, shuffled; `relevance` is the ground truth per context.
-`--markers` adds RELEVANT / IRRELEVANT to each passage (what the tests' fake judge keys on).
-Streaming and seeded: same seed, same bytes.
+Every item asks about one attribute of an invented place, person or product; its retrieved
+contexts mix passages that answer it with passages about other attributes or other entities,
+in a seeded random order. `relevance` holds the generator's own ground truth per context.
+`--markers` adds the words RELEVANT / IRRELEVANT to each passage, which is what the fake judge
+server used by the tests keys on. Streaming and seeded: 1M items take seconds, same seed same
+bytes.
 
     python -m jobs.tools.sample_data --out data/sample.jsonl --items 500
 """
@@ -62,6 +64,13 @@ def _entity(rng: random.Random) -> str:
     return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
 
 
+def _marked(text: str, relevant: bool) -> str:
+    """The passage with the word the tests' fake judge keys on."""
+    if relevant:
+        return f"{text} RELEVANT"
+    return f"{text} IRRELEVANT"
+
+
 def generate(
     items: int, seed: int = 7, markers: bool = False, segments: int = 0
 ) -> Iterator[dict[str, Any]]:
@@ -78,7 +87,7 @@ def generate(
         contexts = [(f"{fact} {rng.choice(_FILLER)}", True) for _ in range(rng.choice([1, 1, 2]))]
         for _ in range(rng.randint(2, 7)):
             if rng.random() < 0.5:
-                others = [a for a in _KINDS[kind] if a[0] != attribute]
+                others = [other for other in _KINDS[kind] if other[0] != attribute]
                 other_attr, _, other_answers = rng.choice(others)
                 text = _FACTS[other_attr].format(e=entity, v=rng.choice(other_answers))
             else:
@@ -86,14 +95,14 @@ def generate(
             contexts.append((f"{text} {rng.choice(_FILLER)}", False))
         rng.shuffle(contexts)
         if markers:
-            contexts = [(f"{t} {'RELEVANT' if r else 'IRRELEVANT'}", r) for t, r in contexts]
+            contexts = [(_marked(text, relevant), relevant) for text, relevant in contexts]
         row = {
             "id": f"q{number:07d}",
             "question": question,
             "answer": f"{answer}." if rng.random() < 0.5 else f"It is {answer}.",
             "ground_truth": answer,
-            "contexts": [t for t, _ in contexts],
-            "relevance": [int(r) for _, r in contexts],
+            "contexts": [text for text, _ in contexts],
+            "relevance": [int(relevant) for _, relevant in contexts],
         }
         if segments:
             row["retriever"] = f"retriever-{number % segments:03d}"

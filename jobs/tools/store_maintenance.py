@@ -23,7 +23,8 @@ def fingerprints(store: Store, folder: str) -> list[str]:
     root = store.join(folder)
     if not store.exists(root):
         return []
-    folders = [e["name"] for e in store.fs.ls(root, detail=True) if e["type"] == "directory"]
+    listed = store.fs.ls(root, detail=True)
+    folders = [entry["name"] for entry in listed if entry["type"] == "directory"]
     return sorted(posixpath.basename(name.rstrip("/")) for name in folders)
 
 
@@ -38,9 +39,8 @@ def run(options: CacheOptions, out: TextIO | None = None) -> int:
         out.write(f"no verdict store at {store.url(store.join(folder))}\n")
     for fingerprint in found:
         sub = posixpath.join(folder, fingerprint)
-        kept, dropped = VerdictStore(
-            store=store, folder=sub, max_age_days=config.cache.max_age_days
-        ).compact_all()
+        verdicts = VerdictStore(store=store, folder=sub, max_age_days=config.cache.max_age_days)
+        kept, dropped = verdicts.compact_all()
         legacy = [name for name in fingerprints(store, sub) if _LEGACY_REGION.fullmatch(name)]
         for name in legacy:
             store.rm(store.join(sub, name), recursive=True)

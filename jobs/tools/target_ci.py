@@ -63,16 +63,18 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
     """The items a half-width of `half_width` needs, overall and per segment of `by`."""
     if not 0 < half_width < 1:
         raise ConfigError(f"--target-ci must be between 0 and 1 (a half-width), got {half_width}")
-    summary, scores = run.summary, run.scores()
-    columns = [c for c in by if c in scores.collect_schema().names()]
+    summary = run.summary
+    scores = run.scores()
+    columns = [column for column in by if column in scores.collect_schema().names()]
     overall = _row(None, None, _moments(scores, None)[None], summary.population, half_width)
     segments = []
     for column in columns:
-        populations = {s.value: s.summary.population for s in summary.segments_by(column)}
+        segmented = summary.segments_by(column)
+        populations = {segment.value: segment.summary.population for segment in segmented}
         found = _moments(scores, column)
         for value in sorted(found, key=lambda value: (value is None, value or "")):
             segments.append(_row(column, value, found[value], populations.get(value), half_width))
-    needed = [s["needed"] for s in segments if s["needed"] is not None]
+    needed = [segment["needed"] for segment in segments if segment["needed"] is not None]
     return {
         "run": run.run_id,
         "target_half_width": half_width,
@@ -85,7 +87,10 @@ def target_ci(run: PublishedRun, half_width: float, by: Sequence[str]) -> dict[s
 
 
 _WIDTHS = {"population": 12, "judged": 7, "sd": 6, "± now": 6, "needed": 7}
-_TARGETS = (Column("segment", "<", 26, limit=27), *(Column(h, width=w) for h, w in _WIDTHS.items()))
+_TARGETS = (
+    Column(header="segment", align="<", width=26, limit=27),
+    *(Column(header=header, width=width) for header, width in _WIDTHS.items()),
+)
 
 
 def format_target(result: dict[str, Any]) -> str:

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from jobs.core.storage import Store
 
 
+EXPORT_IN_FLIGHT = 4  # the Phoenix export's requests at a time
+
+
 def option(default: Any = MISSING, help: str = "", **argument: Any) -> Any:
     """A field with its argument: `help` ("{default}" is the default), `add_argument`'s keywords,
     and ours: `flag`, `positional`, `older` (an older flag) with `older_help`, `minimum`."""
@@ -63,7 +66,7 @@ class ConfigSource:
         return load_config(self.path, list(self.overrides))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompareOptions:
     summary: ClassVar[str] = (
         "compare two published runs; exit 1 on a significant drop or a changed judge"
@@ -115,12 +118,12 @@ class CompareOptions:
     )
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            minimum = f.metadata.get("minimum")
-            check_minimum(flag_of(f.name, f.metadata), getattr(self, f.name), minimum)
+        for declared in fields(self):
+            flag = flag_of(declared.name, declared.metadata)
+            check_minimum(flag, getattr(self, declared.name), declared.metadata.get("minimum"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportOptions:
     summary: ClassVar[str] = "write a self-contained HTML report of a published run"
     run: str = option(help="run id to report on", positional=True, metavar="RUN")
@@ -131,12 +134,20 @@ class ReportOptions:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShowOptions:
-    summary: ClassVar[str] = "one query as the judge saw it: passages, verdicts, reasons"
+    summary: ClassVar[str] = (
+        "one query as the judge saw it: passages, verdicts, reasons; with --baseline beside "
+        "another run's, changes marked"
+    )
     run: str = option(help="run id", positional=True, metavar="RUN")
     query_id: str = option(help="the query's query_id", positional=True, metavar="QUERY_ID")
-    baseline: str | None = option(None, "beside this run's verdicts, changes marked", metavar="RUN")
+    baseline: str | None = option(
+        None,
+        "the baseline run: show its position and verdict beside each passage, and mark the "
+        "passages moved, flipped, added or removed since it",
+        metavar="RUN",
+    )
     root: PublishedRoot = field(default_factory=PublishedRoot)
     as_json: bool = _json("print one JSON object (texts whole)")
 
@@ -150,7 +161,7 @@ class StatusOptions:
     root: PublishedRoot = field(default_factory=PublishedRoot)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EstimateOptions:
     summary: ClassVar[str] = (
         "count items, judge calls, tokens, cost and time of a run, without running it"
@@ -182,7 +193,7 @@ class EstimateOptions:
     as_json: bool = _json()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CalibrateOptions:
     summary: ClassVar[str] = "measure the configured judge against human relevance labels"
     config: ConfigSource
@@ -212,16 +223,43 @@ class CacheOptions:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportOptions:
-    summary: ClassVar[str] = "send a run's verdicts and scores to Phoenix, on the spans"
-    target: Literal["phoenix"] = option(help="phoenix", positional=True, choices=["phoenix"])
+    summary: ClassVar[str] = (
+        "send a published run's verdicts and scores to Phoenix as annotations on their spans"
+    )
+    target: Literal["phoenix"] = option(
+        help="where to send them: phoenix (the only target)", positional=True, choices=["phoenix"]
+    )
     run: str = option(help="run id", positional=True, metavar="RUN")
     endpoint: str = option(help="Phoenix's URL, e.g. http://127.0.0.1:6006", required=True)
     project: str = option(help="the Phoenix project holding the spans", required=True)
     root: PublishedRoot = field(default_factory=PublishedRoot)
-    name: str = option("context_precision_relevance", "the annotations' name (default {default})")
-    span_id_column: str = option("query_id", "the span ids' column (default {default})")
-    batch_size: int = option(500, "per request (default {default})", type=int, minimum=1)
-    api_key_env: str = option("PHOENIX_API_KEY", "NAME of the variable holding the API key")
+    name: str = option(
+        "context_precision_relevance",
+        "the document annotations' name (one per verdict); the span annotations' (one per "
+        "score) is it without _relevance, else it with _precision added (default {default}, "
+        "so context_precision)",
+    )
+    span_id_column: str = option(
+        "query_id",
+        "the column holding the span id, in the scores and verdicts (default {default}: the "
+        "span id for OTLP and Phoenix inputs; for other inputs a column carried into both "
+        "tables, input.carry and input.carry_to_verdicts)",
+        metavar="COLUMN",
+    )
+    batch_size: int = option(
+        500,
+        f"annotations per request to Phoenix (default {{default}}; {EXPORT_IN_FLIGHT} requests "
+        "at a time)",
+        type=int,
+        metavar="N",
+        minimum=1,
+    )
+    api_key_env: str = option(
+        "PHOENIX_API_KEY",
+        "NAME of the environment variable holding Phoenix's API key, sent as a bearer token, "
+        "never the key itself (default {default})",
+        metavar="NAME",
+    )
     as_json: bool = _json("print one JSON object (the counts)")

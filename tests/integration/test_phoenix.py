@@ -274,8 +274,9 @@ def test_an_absent_phoenix_fails_fast_naming_its_endpoint(
     )
     with pytest.raises(
         CtxPrecError,
-        match=f"run lonely is published, its export is not .*unreachable.*complete it: "
-        f"ctxprec export phoenix lonely --output {out} --endpoint {url}",
+        match=f"run lonely is published, but its export to Phoenix failed: .*unreachable.*the "
+        f"run stays published; complete the export with: ctxprec export phoenix lonely --output "
+        f"{out} --endpoint {url}",
     ):
         export_after_run(config, lonely)
 
@@ -284,7 +285,10 @@ class _Restarting:
     """Phoenix's sink that stops Phoenix at its 4th batch and starts it again meanwhile."""
 
     def __init__(self, sink: PhoenixSink, phoenix: ph.PhoenixServer) -> None:
-        self.sink, self.phoenix, self.calls, self.lock = sink, phoenix, 0, threading.Lock()
+        self.sink = sink
+        self.phoenix = phoenix
+        self.calls = 0
+        self.lock = threading.Lock()
         self.restart: threading.Thread | None = None
 
     def check(self) -> None:
@@ -311,13 +315,23 @@ def test_an_export_across_a_phoenix_restart_ends_with_everything_sent(
         [Query(i.query_id, verdicts=i.relevance) for i in items],
     )
     run = load_run(open_store(str(out), {}), "restart")
-    options = ExportOptions("phoenix", "restart", phoenix.url, PROJECT, PublishedRoot(str(out)))
-    options = ExportOptions(**{**options.__dict__, "name": "restart_relevance", "batch_size": 20})
-    sink = _Restarting(PhoenixSink(phoenix.url, PROJECT, {}, {"run_id": "restart"}, 120.0), phoenix)
-    report = ExportReport("phoenix")
-    export_run(run, sink, report, options)
-    assert sink.restart is not None
-    sink.restart.join()
+    options = ExportOptions(
+        target="phoenix",
+        run="restart",
+        endpoint=phoenix.url,
+        project=PROJECT,
+        root=PublishedRoot(str(out)),
+        name="restart_relevance",
+        batch_size=20,
+    )
+    sink = PhoenixSink(
+        endpoint=phoenix.url, project=PROJECT, headers={}, metadata={"run_id": "restart"}
+    )
+    restarting = _Restarting(sink, phoenix)
+    report = ExportReport(target="phoenix")
+    export_run(run, restarting, report, options)
+    assert restarting.restart is not None
+    restarting.restart.join()
     assert report.left == 0 and report.error is None
     assert report.documents_sent == sum(len(i.relevance) for i in items)
     _check_documents(ph.document_annotations(phoenix.url, PROJECT), "restart_relevance", items)

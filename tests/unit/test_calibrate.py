@@ -405,7 +405,7 @@ def test_ctxprec_calibrate_parses_the_options_as_the_tool_reads_them() -> None:
         ]
     )
     assert options_of(CalibrateOptions, args) == CalibrateOptions(
-        ConfigSource("c.yaml"), "l.jsonl", limit=5, min_grade=2.0
+        config=ConfigSource("c.yaml"), labels="l.jsonl", limit=5, min_grade=2.0
     )
 
 

@@ -194,7 +194,7 @@ def test_a_drop_within_the_noise_of_58_queries_passes(runs: Runs) -> None:
     code, text = _compare(runs, runs.base, runs.cand, "--max-mean-drop", "0.02")
     assert code == 0
     assert "OK: mean shift -0.0593" in text and "paired over 58 queries): not significant" in text
-    overall = compare.gate(comparison, 0.02).overall
+    overall = compare.gate(comparison, compare.Thresholds(min_effect=0.02)).overall
     assert overall is not None and overall.ci_low is not None and overall.ci_high is not None
     assert overall.ci_low < overall.diff < 0 < overall.ci_high  # the interval holds 0
 
@@ -269,7 +269,7 @@ def test_ctxprec_compare_parses_the_options_as_the_tool_reads_them() -> None:
     def parsed(*argv: str) -> CompareOptions:
         return options_of(CompareOptions, build_parser().parse_args(["compare", "a", "b", *argv]))
 
-    assert parsed("--top", "3") == CompareOptions("a", "b", top=3)
+    assert parsed("--top", "3") == CompareOptions(run_a="a", run_b="b", top=3)
     defaults = parsed()
     assert (defaults.min_effect, defaults.max_canary_drop) == (0.01, 0.1)
     assert (defaults.min_segment_size, defaults.top, defaults.by) == (30, 10, None)

@@ -314,13 +314,13 @@ def test_cli_table_json_and_no_secret(
 def test_ctxprec_estimate_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["estimate", "--config", "c.yaml", "--sample", "5", "--json"])
     assert options_of(EstimateOptions, args) == EstimateOptions(
-        ConfigSource("c.yaml"), sample=5, as_json=True
+        config=ConfigSource("c.yaml"), sample=5, as_json=True
     )
     args = build_parser().parse_args(
         ["estimate", "--config", "c.yaml", "--set", "a.b=1", "--target-ci", "0.02", "--run", "r"]
     )
     assert options_of(EstimateOptions, args) == EstimateOptions(
-        ConfigSource("c.yaml", ("a.b=1",)), target_ci=0.02, run="r"
+        config=ConfigSource("c.yaml", ("a.b=1",)), target_ci=0.02, run="r"
     )
 
 

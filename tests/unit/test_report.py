@@ -205,7 +205,7 @@ def test_html_path_and_unknown_baseline(
 
 def test_ctxprec_report_parses_the_options_as_the_tool_reads_them() -> None:
     args = build_parser().parse_args(["report", "r1", "--baseline", "r0"])
-    assert options_of(ReportOptions, args) == ReportOptions("r1", "r0")
+    assert options_of(ReportOptions, args) == ReportOptions(run="r1", baseline="r0")
 
 
 def test_long_lists_are_cut_and_ties_are_told(tmp_path: Path) -> None:
@@ -349,7 +349,7 @@ def test_the_baseline_section_names_both_runs_and_warns_of_another_judge(tmp_pat
 def test_chart_escapes_labels_and_handles_empty_and_negative() -> None:
     svg = charts.chart(
         ["<a>", "b"],
-        [charts.Series("s&t", [-0.5, 0.25], "#000")],
+        [charts.Series(name="s&t", values=[-0.5, 0.25], color="#000")],
         charts.ChartSpec(title="t<", x_label="x", y_label="y", y_min=-1, y_max=1, diverging=True),
     )
     assert "&lt;a&gt;" in svg and "<a>" not in svg and "s&amp;t" in svg

@@ -9,6 +9,7 @@ real job published is tests/integration/test_real_runs.py's.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ import pytest
 
 from jobs.cli import main as ctxprec
 from jobs.core.storage import open_store
-from jobs.tools.drilldown import ItemView, Passage, format_view, item_views, passages
+from jobs.tools.drilldown import (
+    ItemView,
+    Passage,
+    _readable,
+    format_view,
+    item_views,
+    passages,
+)
 from jobs.tools.published_runs import load_run
 from tests.support.moto import MotoS3
 from tests.support.published import FLIPPED, REORDERED, Runs, run_compare, two_causes
@@ -94,14 +102,26 @@ def test_the_terminal_view_lists_each_passage_with_both_verdicts(
     code, out, _ = _show(causes.output, capsys, causes.cand, f"c{n:03d}", "--baseline", causes.base)
     lines = out.splitlines()
     assert code == 0 and lines[0].startswith(f"query c{n:03d} in run {causes.cand} (ok, score")
-    assert "moved (judge): it got other verdicts on the same passages" in lines[1]
+    assert "moved (judge): the judge gave another verdict on the same passages" in lines[1]
     flipped = [line for line in lines if "flipped" in line]
     assert len(flipped) == 1 and f"doc-{n}-1 of c{n:03d}" in flipped[0]
 
 
 def test_long_texts_are_cut_in_the_terminal_and_whole_in_the_json() -> None:
-    passage = Passage(0, "p", "word " * 200, "yes", "because " * 50)
-    view = ItemView("q", "r", "ok", 1.0, "why " * 100, "", None, (passage,), "")
+    passage = Passage(
+        position=0, context_id="p", text="word " * 200, verdict="yes", reason="because " * 50
+    )
+    view = ItemView(
+        query_id="q",
+        run_id="r",
+        status="ok",
+        score=1.0,
+        query="why " * 100,
+        answer="",
+        reference=None,
+        contexts=(passage,),
+        texts="",
+    )
     printed = format_view(view, chars=60)
     assert max(len(line) for line in printed.splitlines()) < 200 and "…" in printed
     assert asdict(view)["contexts"][0]["text"] == "word " * 200
@@ -135,7 +155,7 @@ def test_an_unknown_query_id_names_it_and_the_run_and_exits_2(
     causes: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = _show(causes.output, capsys, causes.cand, "c999")
-    assert code == 2 and "'c999' not found in run causes-b" in err
+    assert code == 2 and "'c999' not found in run causes-b (its scores table has no such" in err
     code, _, err = _show(causes.output, capsys, "nope", "c001")
     assert code == 2 and "'nope' not found" in err and "available run ids" in err
 
@@ -171,22 +191,45 @@ def test_show_says_why_each_query_moved_as_compare_does(causes: Runs) -> None:
     assert {v.query_id: v.moved for v in views} == dict(table.select("query_id", "moved").rows())
 
 
+@pytest.mark.parametrize("traces", ["otlp", "phoenix"])
 def test_a_run_of_traces_shows_its_verdicts_and_says_its_texts_are_gone(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], traces: str
 ) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     _, b = two_causes(open_store(str(tmp_path)), inputs=inputs)
     manifest = next(tmp_path.glob(f"manifests/*/run_id={b}/manifest.json"))
     recorded = json.loads(manifest.read_text())
-    recorded["config"]["input"] |= {"format": "otlp", "otlp": {"output": "root"}}
+    recorded["config"]["input"] |= {"format": traces, "otlp": {"output": "root"}}
     manifest.write_text(json.dumps(recorded))
     shown = json.loads(_show(tmp_path, capsys, b, "c001", "--json")[1])
     assert {c["text"] for c in shown["contexts"]} == {None} and shown["query"] is None
-    assert shown["texts"] == f"run {b}: the run read traces (input.format otlp), whose " + (
-        "items publishing removed"
+    assert shown["texts"] == (
+        f"run {b}: the run read traces (input.format {traces}), whose items publishing removed: "
+        "only the verdicts, reasons and the passages' hashes are kept"
     )
     assert [c["verdict"] for c in shown["contexts"]] != [None] * 5
+
+
+def test_an_input_row_gone_or_unreadable_is_told_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    _, b = two_causes(open_store(str(tmp_path)), inputs=inputs)
+    source = inputs / f"{b}.jsonl"
+    lines = source.read_text().splitlines(keepends=True)
+    number = next(n for n, line in enumerate(lines) if '"c001"' in line)
+    edited = [*lines[:number], "{not json" + " " * (len(lines[number]) - 10) + "\n"]
+    source.write_text("".join([*edited, *lines[number + 1 :]]))  # the same row, unreadable
+    shown = json.loads(_show(tmp_path, capsys, b, "c001", "--json")[1])
+    assert shown["texts"].startswith(f"run {b}: the row is no longer a valid item: {source}")
+    assert "invalid JSON" in shown["texts"]
+    source.write_text("".join(lines[:number]))  # the file ends before the row
+    shown = json.loads(_show(tmp_path, capsys, b, "c001", "--json")[1])
+    assert re.fullmatch(
+        rf"run {b}: {re.escape(str(source))} has no row \d+ any more", shown["texts"]
+    )
 
 
 def test_show_reads_a_run_published_on_an_object_store(
@@ -202,3 +245,9 @@ def test_show_reads_a_run_published_on_an_object_store(
     assert code == 0, err
     shown = json.loads(out)
     assert [c["text"] for c in shown["contexts"]] == [f"doc-1-{p} of c001" for p in range(5)]
+
+
+def test_a_scores_row_naming_no_input_says_so(causes: Runs) -> None:
+    run = load_run(open_store(str(causes.output)), causes.cand)
+    row = {"source": None, "row": None, "query_id": "c001"}
+    assert _readable(run, row, []) == "the scores row names no input file (source is null)"

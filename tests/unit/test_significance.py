@@ -52,7 +52,7 @@ from jobs.tools import comparison as compare
 from jobs.tools import estimation as estimate
 from jobs.tools.published_runs import load_run
 from jobs.tools.sample_data import generate, write_jsonl
-from jobs.tools.tool_options import CompareOptions, EstimateOptions
+from jobs.tools.tool_options import EstimateOptions
 from scorer_core.errors import InputError
 from scorer_core.precision import context_precision
 from tests.support.published import (
@@ -226,7 +226,7 @@ def _gate(a: pl.LazyFrame, b: pl.LazyFrame) -> tuple[compare.Gate, bool]:
     method = compare.choose_method(table)
     overall = compare.shifts(table, method)[0]
     segments = compare.shifts(table, method, "segment")
-    verdict = compare.decide(overall, segments, method, CompareOptions.min_effect, 30)
+    verdict = compare.decide(overall, segments, method, compare.Thresholds(min_segment_size=30))
     old_fails = any(
         s.shift is not None and s.shift < -0.02 for s in (overall, *segments) if s.paired >= 30
     )
@@ -628,12 +628,12 @@ def test_canary_change_fails_on_a_kappa_drop_beyond_the_allowed() -> None:
     assert steady is not None and not steady.failed
     assert steady.kappa_change == pytest.approx(-0.05)
     changed = compare.canary_change(a, replace(a, kappa=0.6), 0.1)
-    assert changed is not None and changed.failed and changed.b.items == 80.0
+    assert changed is not None and changed.failed and changed.canary_b.items == 80.0
     assert compare.canary_change(None, None, 0.1) is None
     one_sided = compare.canary_change(None, a, 0.1)
     assert one_sided is not None and not one_sided.failed and one_sided.kappa_change is None
     # --json prints it field for field, in this order
-    assert list(compare.Gate(True, "", canary=changed).to_json()["canary"]) == [
+    assert list(compare.Gate(passed=True, message="", canary=changed).to_json()["canary"]) == [
         "items_a",
         "items_b",
         "kappa_a",

@@ -24,7 +24,8 @@ def run(options: ReportOptions, out: TextIO | None = None) -> int:
     baseline = load_run(store, options.baseline) if options.baseline else None
     if baseline is not None and baseline.location == published.location:
         raise ConfigError(f"--baseline {options.baseline} is the run itself")
-    page, default = render_report(published, baseline), f"reports/{published.run_id}.html"
+    page = render_report(published, baseline)
+    default = f"reports/{published.run_id}.html"
     written = write_file(store, options.html, default, page.encode(), options.root.storage_options)
     out.write(f"report: {written}\n")
     return 0

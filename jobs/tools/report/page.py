@@ -17,9 +17,18 @@ import jinja2
 from markupsafe import Markup
 
 from jobs.core import formatting as fmt
-from jobs.engine import RunSummary, band_range
+from jobs.engine import RunSummary, Segment, band_range
 from jobs.run.canary import CanaryResult
-from jobs.tools.comparison import Comparison, Gate, compare_runs, differences, gate, gate_word
+from jobs.tools.comparison import (
+    Comparison,
+    Gate,
+    SegmentShift,
+    Thresholds,
+    compare_runs,
+    differences,
+    gate,
+    gate_word,
+)
 from jobs.tools.drilldown import item_views
 from jobs.tools.published_runs import PublishedRun
 from jobs.tools.report import report_queries as queries
@@ -47,7 +56,7 @@ STYLESHEET = "report.css"
 _REASON_CHARS = 120  # a rejected form's server answer in the header (the manifest has it whole)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Card:
     """One figure in a row of cards: a label, the value, an optional note under it."""
 
@@ -81,51 +90,67 @@ def error_rate(run: PublishedRun) -> tuple[str, bool] | None:
     return None if record is None or not record.errors else (record.describe(), record.exceeded)
 
 
-def header_cards(s: RunSummary) -> list[Card]:
-    sampled = s.population is not None and s.population != s.items
-    sample = f"judged of {fmt.integer(s.population)} (a sample)" if sampled else ""
+def header_cards(summary: RunSummary) -> list[Card]:
+    sampled = summary.population is not None and summary.population != summary.items
+    sample = f"judged of {fmt.integer(summary.population)} (a sample)" if sampled else ""
+    scored_share = fmt.percent(summary.scored / summary.items) if summary.items else ""
+    interval = fmt.interval(summary.mean_ci_low, summary.mean_ci_high)
+    spread = f"p10 {fmt.number(summary.p10)} · p90 {fmt.number(summary.p90)}"
     cards = [
-        Card("items", fmt.integer(s.items), sample),
-        Card("scored", fmt.integer(s.scored), fmt.percent(s.scored / s.items) if s.items else ""),
-        Card("unscored", fmt.integer(s.unscored), tone="warn" if s.unscored else ""),
-        Card("errors", fmt.integer(s.errors), tone="bad" if s.errors else ""),
-        Card("mean", fmt.number(s.mean), f"95% CI {fmt.interval(s.mean_ci_low, s.mean_ci_high)}"),
-        Card("median", fmt.number(s.median), f"p10 {fmt.number(s.p10)} · p90 {fmt.number(s.p90)}"),
+        Card(label="items", value=fmt.integer(summary.items), note=sample),
+        Card(label="scored", value=fmt.integer(summary.scored), note=scored_share),
+        Card(
+            label="unscored",
+            value=fmt.integer(summary.unscored),
+            tone="warn" if summary.unscored else "",
+        ),
+        Card(
+            label="errors", value=fmt.integer(summary.errors), tone="bad" if summary.errors else ""
+        ),
+        Card(label="mean", value=fmt.number(summary.mean), note=f"95% CI {interval}"),
+        Card(label="median", value=fmt.number(summary.median), note=spread),
     ]
-    if canary := CanaryResult.of_metrics(s.canary):
+    canary = CanaryResult.of_metrics(summary.canary)
+    if canary:
         judged = f"judge vs labels on {fmt.integer(canary.items)} items"
-        cards.append(Card("canary kappa", fmt.number(canary.kappa, 3), judged))
+        cards.append(Card(label="canary kappa", value=fmt.number(canary.kappa, 3), note=judged))
     return cards
 
 
 def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
     """The score histogram (10 bins over score / scale) and the summary's score bands."""
-    s = run.summary
-    empty = "" if s.scored else "no item scored ok"
-    counts = queries.histogram(run.scores(), s.scale)
+    summary = run.summary
+    empty = "" if summary.scored else "no item scored ok"
+    counts = queries.histogram(run.scores(), summary.scale)
     bins = len(counts)
-    x_label = "score" if s.scale == 1 else "score / scale"
+    x_label = "score" if summary.scale == 1 else "score / scale"
     hist = chart(
-        [f"{i / bins:.1f}–{(i + 1) / bins:.1f}" for i in range(bins)],
-        [Series("queries", [float(c) for c in counts], COLOR_RUN)],
+        [f"{index / bins:.1f}–{(index + 1) / bins:.1f}" for index in range(bins)],
+        [Series(name="queries", values=[float(count) for count in counts], color=COLOR_RUN)],
         ChartSpec(
             title="Score distribution (10 bins)",
             x_label=f"{x_label} (bins of 0.1; the last includes 1.0)",
             y_label="queries",
             width=620,
-            edge_labels=[f"{i / bins:g}" for i in range(bins + 1)],
+            edge_labels=[f"{index / bins:g}" for index in range(bins + 1)],
             value_format=fmt.integer,
             whole=True,
             note=empty,
         ),
     )
     bands = chart(
-        [label for label, _ in s.bands],
-        [Series("queries", [float(c) for _, c in s.bands], COLOR_BAND)],
+        [label for label, _ in summary.bands],
+        [
+            Series(
+                name="queries",
+                values=[float(count) for _, count in summary.bands],
+                color=COLOR_BAND,
+            )
+        ],
         ChartSpec(
             title="Score bands",
             x_label=f"band of {x_label}",
-            sublabels=[band_range(label) for label, _ in s.bands],
+            sublabels=[band_range(label) for label, _ in summary.bands],
             y_label="queries",
             width=440,
             value_format=fmt.integer,
@@ -139,7 +164,7 @@ def distribution_charts(run: PublishedRun) -> tuple[Markup, Markup]:
 def _rate_spec(top: float, **spec: Any) -> ChartSpec:
     """A line chart of relevance rates (as percentages), its axis up to a little above `top`."""
     y_max = min(1.0, max(0.05, top * 1.15))
-    return ChartSpec(kind="line", y_max=y_max, value_format=lambda v: f"{v:.0%}", **spec)
+    return ChartSpec(kind="line", y_max=y_max, value_format=lambda rate: f"{rate:.0%}", **spec)
 
 
 def positions_view(run: PublishedRun) -> dict[str, Any]:
@@ -147,20 +172,22 @@ def positions_view(run: PublishedRun) -> dict[str, Any]:
     rates = run.summary.position_rates
     shown = rates[:MAX_CHART_POSITIONS]
     svg = chart(
-        [str(r.position) for r in shown],
-        [Series("relevance rate", [r.rate for r in shown], COLOR_RUN)],
+        [str(rate.position) for rate in shown],
+        [Series(name="relevance rate", values=[rate.rate for rate in shown], color=COLOR_RUN)],
         _rate_spec(
-            max((r.rate for r in shown), default=0.0),
+            max((rate.rate for rate in shown), default=0.0),
             title="Relevance rate by position",
             x_label="position in the retrieved order (0 = first); n = contexts judged there",
             y_label="share judged relevant",
             width=1090,
             height=310,
-            tooltips=[f"{r.relevant:,} of {r.judged:,} judged relevant" for r in shown],
-            sublabels=[f"n={r.judged:,}" for r in shown],
+            tooltips=[f"{rate.relevant:,} of {rate.judged:,} judged relevant" for rate in shown],
+            sublabels=[f"n={rate.judged:,}" for rate in shown],
         ),
     )
-    undrawn = sum(r.judged for r in rates[len(shown) :]) if len(rates) > len(shown) else None
+    undrawn = None  # the contexts judged at the positions past the chart's last
+    if len(rates) > len(shown):
+        undrawn = sum(rate.judged for rate in rates[len(shown) :])
     first = f"{shown[0].rate:.0%}" if shown else "–"
     return {"chart": svg, "first_rate": first, "drawn": len(shown), "undrawn_judged": undrawn}
 
@@ -174,8 +201,21 @@ def _error(low: float | None, high: float | None) -> tuple[float, float] | None:
 
 
 def _segment_chart(names: list[str], series: Series, counts: list[int], **spec: Any) -> Markup:
-    sublabels = [f"n={n:,}" for n in counts]
+    sublabels = [f"n={count:,}" for count in counts]
     return chart(names, [series], ChartSpec(width=1090, height=310, sublabels=sublabels, **spec))
+
+
+def _by_mean(segment: Segment) -> tuple[float, str]:
+    """A segment's place in the chart of the lowest means: by mean, then by name."""
+    return (segment.summary.mean or 0.0, _segment_name(segment.value))
+
+
+def _segment_tooltip(summary: RunSummary) -> str:
+    interval = fmt.interval(summary.mean_ci_low, summary.mean_ci_high)
+    return (
+        f"{summary.scored:,} scored of {summary.items:,} items; 95% CI {interval}; "
+        f"median {fmt.number(summary.median)}"
+    )
 
 
 def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
@@ -183,46 +223,63 @@ def segments_view(summary: RunSummary) -> list[dict[str, Any]]:
     views = []
     for column in summary.segment_columns:
         rows = summary.segments_by(column)
-        scored = [r for r in rows if r.summary.mean is not None]
-        by_mean = sorted(scored, key=lambda r: (r.summary.mean or 0.0, _segment_name(r.value)))
+        scored = [row for row in rows if row.summary.mean is not None]
+        by_mean = sorted(scored, key=_by_mean)
         drawn = by_mean[:MAX_CHART_SEGMENTS]
-        lows = [r.summary for r in drawn]
-        errors = [_error(s.mean_ci_low, s.mean_ci_high) for s in lows]
+        lows = [row.summary for row in drawn]
+        errors = [_error(low.mean_ci_low, low.mean_ci_high) for low in lows]
+        means = [low.mean for low in lows]
+        title = f"Mean score by {column}, with 95% intervals"
+        if len(drawn) < len(scored):
+            title += f" (the {len(drawn)} lowest)"
         svg = _segment_chart(
-            [_segment_name(r.value) for r in drawn],
-            Series("mean score", [s.mean for s in lows], COLOR_RUN, errors=errors),
-            [s.scored for s in lows],
-            title=f"Mean score by {column}, with 95% intervals"
-            + (f" (the {len(drawn)} lowest)" if len(drawn) < len(scored) else ""),
+            [_segment_name(row.value) for row in drawn],
+            Series(name="mean score", values=means, color=COLOR_RUN, errors=errors),
+            [low.scored for low in lows],
+            title=title,
             x_label=f"{column} (n = items scored ok)",
             y_label="mean score",
             y_max=summary.scale or 1.0,
-            value_format=lambda v: f"{v:.2f}",
-            tooltips=[
-                f"{s.scored:,} scored of {s.items:,} items; 95% CI "
-                f"{fmt.interval(s.mean_ci_low, s.mean_ci_high)}; median {fmt.number(s.median)}"
-                for s in lows
-            ],
+            value_format=lambda value: f"{value:.2f}",
+            tooltips=[_segment_tooltip(low) for low in lows],
         )
         views.append(dict(column=column, rows=rows, chart=svg, undrawn=len(rows) - len(drawn)))
     return views
 
 
-def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
+def _by_shift(shift: SegmentShift) -> tuple[float, str]:
+    """A segment's place in the chart of the largest drops: by its change, then by name."""
+    return (shift.shift or 0.0, _segment_name(shift.value))
+
+
+def _extent(shifts: list[SegmentShift]) -> float:
+    """How far the changes and their intervals reach from 0 (the axis a little beyond)."""
+    reach = 0.0
+    for shift in shifts:
+        for bound in (shift.shift, shift.ci_low, shift.ci_high):
+            reach = max(reach, abs(bound or 0.0))
+    return max(reach * 1.1, 0.01)
+
+
+def _shift_tooltip(shift: SegmentShift) -> str:
+    interval = fmt.interval(shift.ci_low, shift.ci_high, 4)
+    return f"95% CI {interval}, p {fmt.number(shift.p_adjusted, 4)} after Holm"
+
+
+def segment_shifts_view(comparison: Comparison, verdict: Gate) -> list[dict[str, Any]]:
     """Per segment column: each value's shift and gate word, and a chart of the largest drops."""
     views = []
-    for column in c.segment_columns:
+    for column in comparison.segment_columns:
         shifts = verdict.segments_by(column)
-        changed = [s for s in shifts if s.shift is not None]
-        by_shift = sorted(changed, key=lambda s: (s.shift or 0.0, _segment_name(s.value)))
-        drawn = by_shift[:MAX_CHART_SEGMENTS]
-        extent = max([abs(v or 0.0) for s in drawn for v in (s.shift, s.ci_low, s.ci_high)] or [0])
-        extent = max(extent * 1.1, 0.01)
-        errors = [_error(s.ci_low, s.ci_high) for s in drawn]
+        changed = [shift for shift in shifts if shift.shift is not None]
+        drawn = sorted(changed, key=_by_shift)[:MAX_CHART_SEGMENTS]
+        extent = _extent(drawn)
+        errors = [_error(shift.ci_low, shift.ci_high) for shift in drawn]
+        changes = [shift.shift for shift in drawn]
         svg = _segment_chart(
-            [_segment_name(s.value) for s in drawn],
-            Series("mean change", [s.shift for s in drawn], COLOR_DOWN, errors=errors),
-            [s.paired for s in drawn],
+            [_segment_name(shift.value) for shift in drawn],
+            Series(name="mean change", values=changes, color=COLOR_DOWN, errors=errors),
+            [shift.paired for shift in drawn],
             title=f"Change in mean by {column} (this run − baseline), largest drops first, "
             "with 95% intervals",
             x_label=f"{column} (n = queries compared)",
@@ -230,116 +287,192 @@ def segment_shifts_view(c: Comparison, verdict: Gate) -> list[dict[str, Any]]:
             y_min=-extent,
             y_max=extent,
             diverging=True,
-            value_format=lambda v: f"{v:+.3f}",
-            tooltips=[
-                f"95% CI {fmt.interval(s.ci_low, s.ci_high, 4)}, "
-                f"p {fmt.number(s.p_adjusted, 4)} after Holm"
-                for s in drawn
-            ],
+            value_format=lambda value: f"{value:+.3f}",
+            tooltips=[_shift_tooltip(shift) for shift in drawn],
         )
-        rows = [(s, gate_word(s)) for s in shifts]
+        rows = [(shift, gate_word(shift)) for shift in shifts]
         views.append(dict(column=column, rows=rows, chart=svg, undrawn=len(shifts) - len(drawn)))
     return views
 
 
 def cost_view(run: PublishedRun) -> dict[str, Any]:
     """Cards of the calls, tokens, cost and time; the manifest's stage timings; its shards."""
-    s, seconds = run.summary, run.seconds
-    rate = s.items / seconds if seconds else None
-    cost = fmt.cost(s.cost_usd, run.judge_model)  # the offline judge's reads as everywhere
+    summary = run.summary
+    seconds = run.seconds
+    cost = fmt.cost(summary.cost_usd, run.judge_model)  # the offline judge's reads as everywhere
     if is_offline(run.judge_model):
         note = "no API cost"
-    elif s.cost_usd is not None:
+    elif summary.cost_usd is not None:
         note = "from litellm's price map"
     else:
         note = "model not in litellm's price map"
-    if s.cost_usd and s.items:
-        note = f"${s.cost_per_1000_items:,.4f} per 1,000 items"
-    hit_rate = fmt.percent(s.cache_hits / s.judge_calls) if s.judge_calls else ""
-    timings = run.manifest.timings_s if run.manifest is not None else {}
+    if summary.cost_usd and summary.items:
+        note = f"${summary.cost_per_1000_items:,.4f} per 1,000 items"
+    hits = ""
+    if summary.judge_calls:
+        hits = f"{fmt.percent(summary.cache_hits / summary.judge_calls)} of calls"
+    took = "–" if seconds is None else f"{seconds:,.1f}"
+    rate = "–" if not seconds else f"{summary.items / seconds:,.1f}"
     cards = [
-        Card("judge calls", fmt.integer(s.judge_calls)),
-        Card("cache hits", fmt.integer(s.cache_hits), f"{hit_rate} of calls" if hit_rate else ""),
-        Card("prompt tokens", fmt.integer(s.prompt_tokens), f"{s.cached_prompt_tokens:,} cached"),
-        Card("completion tokens", fmt.integer(s.completion_tokens)),
-        Card("judge tokens per item", fmt.integer(s.tokens_per_item), "prompt and completion"),
-        Card("estimated cost", cost, note),
-        Card("seconds", "–" if seconds is None else f"{seconds:,.1f}", "wall clock"),
-        Card("items / s", "–" if rate is None else f"{rate:,.1f}"),
+        Card(label="judge calls", value=fmt.integer(summary.judge_calls)),
+        Card(label="cache hits", value=fmt.integer(summary.cache_hits), note=hits),
+        Card(
+            label="prompt tokens",
+            value=fmt.integer(summary.prompt_tokens),
+            note=f"{summary.cached_prompt_tokens:,} cached",
+        ),
+        Card(label="completion tokens", value=fmt.integer(summary.completion_tokens)),
+        Card(
+            label="judge tokens per item",
+            value=fmt.integer(summary.tokens_per_item),
+            note="prompt and completion",
+        ),
+        Card(label="estimated cost", value=cost, note=note),
+        Card(label="seconds", value=took, note="wall clock"),
+        Card(label="items / s", value=rate),
     ]
-    stages = [(name, "" if took is None else str(took)) for name, took in timings.items()]
+    timings = run.manifest.timings_s if run.manifest is not None else {}
+    stages = [(name, "" if spent is None else str(spent)) for name, spent in timings.items()]
     return {"cards": cards, "stages": stages, "shards": _recorded(run, "shards")}
 
 
-def baseline_view(c: Comparison) -> dict[str, Any]:
-    """The comparison with the baseline run: cards, statistics, charts, segments, regressions."""
-    shift = c.mean_shift
-    verdict = gate(c, CompareOptions.min_effect, CompareOptions.min_segment_size)
-    o = verdict.overall
-    tone = "" if shift is None or o is None or not o.significant else "good" if shift > 0 else "bad"
-    test = (
-        f"95% CI {fmt.interval(o.ci_low, o.ci_high, 4)}, p {fmt.number(o.p_adjusted, 4)}; "
-        f"{o.method} over {o.paired:,} queries"
-        if o is not None
-        else f"over {c.paired:,} queries ok in both"
+def _shift_tone(shift: float | None, overall: SegmentShift | None) -> str:
+    """The mean shift card's colour: good or bad when the shift is significant, else none."""
+    if shift is None or overall is None or not overall.significant:
+        return ""
+    if shift > 0:
+        return "good"
+    return "bad"
+
+
+def _test_note(comparison: Comparison, overall: SegmentShift | None) -> str:
+    """What the mean shift card says of its test."""
+    if overall is None:
+        return f"over {comparison.paired:,} queries ok in both"
+    interval = fmt.interval(overall.ci_low, overall.ci_high, 4)
+    return (
+        f"95% CI {interval}, p {fmt.number(overall.p_adjusted, 4)}; "
+        f"{overall.method} over {overall.paired:,} queries"
     )
+
+
+def _fell(shift: SegmentShift) -> str:
+    """The sentence under a failed line: what fell and why its queries moved."""
+    what = f"Segment {shift.by}={_segment_name(shift.value)}" if shift.by else "The mean"
+    return f"{what} fell: {shift.moves()}."
+
+
+def _baseline_cards(comparison: Comparison, verdict: Gate) -> list[Card]:
+    """The baseline section's cards: both means, the shift, the gate, the canary, the counts."""
+    shift = comparison.mean_shift
+    overall = verdict.overall
     cards = [
-        Card("baseline mean", fmt.number(c.stats_a.mean, 3), f"run {c.run_a}"),
-        Card("this run mean", fmt.number(c.stats_b.mean, 3), f"run {c.run_b}"),
-        Card("mean shift", fmt.number(shift, 3, signed=True), test, tone),
-        Card("gate", "pass" if verdict.passed else "FAIL", tone="" if verdict.passed else "bad"),
+        Card(
+            label="baseline mean",
+            value=fmt.number(comparison.stats_a.mean, 3),
+            note=f"run {comparison.run_a}",
+        ),
+        Card(
+            label="this run mean",
+            value=fmt.number(comparison.stats_b.mean, 3),
+            note=f"run {comparison.run_b}",
+        ),
+        Card(
+            label="mean shift",
+            value=fmt.number(shift, 3, signed=True),
+            note=_test_note(comparison, overall),
+            tone=_shift_tone(shift, overall),
+        ),
+        Card(
+            label="gate",
+            value="pass" if verdict.passed else "FAIL",
+            tone="" if verdict.passed else "bad",
+        ),
     ]
-    if canary := verdict.canary:
-        kappas = f"{fmt.number(canary.a.kappa, 3)} → {fmt.number(canary.b.kappa, 3)}"
-        judge = "the judge changed" if canary.failed else "judge steady"
-        cards.append(Card("canary kappa", kappas, judge, "bad" if canary.failed else ""))
+    canary = verdict.canary
+    if canary is not None:
+        kappa_a = fmt.number(canary.canary_a.kappa, 3)
+        kappa_b = fmt.number(canary.canary_b.kappa, 3)
+        cards.append(
+            Card(
+                label="canary kappa",
+                value=f"{kappa_a} → {kappa_b}",
+                note="the judge changed" if canary.failed else "judge steady",
+                tone="bad" if canary.failed else "",
+            )
+        )
     cards += [
-        Card("improved", fmt.integer(c.improved), tone="good" if c.improved else ""),
-        Card("regressed", fmt.integer(c.regressed), tone="bad" if c.regressed else ""),
-        Card("unchanged", fmt.integer(c.unchanged)),
+        Card(
+            label="improved",
+            value=fmt.integer(comparison.improved),
+            tone="good" if comparison.improved else "",
+        ),
+        Card(
+            label="regressed",
+            value=fmt.integer(comparison.regressed),
+            tone="bad" if comparison.regressed else "",
+        ),
+        Card(label="unchanged", value=fmt.integer(comparison.unchanged)),
     ]
+    return cards
+
+
+def baseline_view(comparison: Comparison) -> dict[str, Any]:
+    """The comparison with the baseline run: cards, statistics, charts, segments, regressions."""
+    verdict = gate(comparison, Thresholds())
+    overall = verdict.overall
+    cards = _baseline_cards(comparison, verdict)
     keys = ("name", "baseline", "this_run", "change", "digits")
-    stats = [dict(zip(keys, row, strict=True)) for row in c.stat_rows()]
-    failed = [s for s in (o, *verdict.failed_segments) if s is not None and s.failed]
+    stats = [dict(zip(keys, row, strict=True)) for row in comparison.stat_rows()]
+    failed = [
+        segment
+        for segment in (overall, *verdict.failed_segments)
+        if segment is not None and segment.failed
+    ]
+    runs = {"baseline": comparison.facts_a.describe(), "this run": comparison.facts_b.describe()}
     return {
-        "comparison": c,
-        "runs": {"baseline": c.facts_a.describe(), "this run": c.facts_b.describe()},
-        "warnings": differences(c.facts_a, c.facts_b, ("baseline", "this run")),
-        "moved": [
-            f"{f'Segment {s.by}={_segment_name(s.value)}' if s.by else 'The mean'} fell: "
-            f"{s.moves()}."
-            for s in failed
-        ],
+        "comparison": comparison,
+        "runs": runs,
+        "warnings": differences(comparison.facts_a, comparison.facts_b, ("baseline", "this run")),
+        "moved": [_fell(segment) for segment in failed],
         "cards": cards,
         "stats": stats,
-        "position_charts": _position_compare_charts(c),
-        "regressions": c.regressions(REGRESSIONS).to_dicts(),
-        "segments": segment_shifts_view(c, verdict),
+        "position_charts": _position_compare_charts(comparison),
+        "regressions": comparison.regressions(REGRESSIONS).to_dicts(),
+        "segments": segment_shifts_view(comparison, verdict),
     }
 
 
-def _position_compare_charts(c: Comparison) -> tuple[Markup, Markup]:
-    change = c.positions.head(MAX_CHART_POSITIONS)
-    categories = [str(p) for p in change["position"]]
-    rate_a, rate_b, delta = (change[name].to_list() for name in ("rate_a", "rate_b", "delta"))
+def _position_compare_charts(comparison: Comparison) -> tuple[Markup, Markup]:
+    positions = comparison.positions.head(MAX_CHART_POSITIONS)
+    categories = [str(position) for position in positions["position"]]
+    rate_a = positions["rate_a"].to_list()
+    rate_b = positions["rate_b"].to_list()
+    delta = positions["delta"].to_list()
     both = chart(
         categories,
         [
-            Series(f"baseline {c.run_a}", rate_a, COLOR_BASELINE, dashed=True),
-            Series(f"this run {c.run_b}", rate_b, COLOR_RUN),
+            Series(
+                name=f"baseline {comparison.run_a}",
+                values=rate_a,
+                color=COLOR_BASELINE,
+                dashed=True,
+            ),
+            Series(name=f"this run {comparison.run_b}", values=rate_b, color=COLOR_RUN),
         ],
         _rate_spec(
-            max([v for v in rate_a + rate_b if v is not None], default=0.0),
+            max([rate for rate in rate_a + rate_b if rate is not None], default=0.0),
             title="Relevance rate by position, baseline and this run",
             x_label="position (0 = first)",
             y_label="share judged relevant",
             width=620,
         ),
     )
-    extent = max(max([abs(v) for v in delta if v is not None], default=0.0) * 1.25, 0.01)
+    reach = max([abs(value) for value in delta if value is not None], default=0.0)
+    extent = max(reach * 1.25, 0.01)
     change_chart = chart(
         categories,
-        [Series("change", delta, COLOR_RUN)],
+        [Series(name="change", values=delta, color=COLOR_RUN)],
         ChartSpec(
             title="Change in relevance rate by position (this run − baseline)",
             x_label="position (0 = first)",
@@ -348,7 +481,7 @@ def _position_compare_charts(c: Comparison) -> tuple[Markup, Markup]:
             y_min=-extent,
             y_max=extent,
             diverging=True,
-            value_format=lambda v: f"{v * 100:+.1f}",
+            value_format=lambda value: f"{value * 100:+.1f}",
         ),
     )
     return both, change_chart

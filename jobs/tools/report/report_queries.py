@@ -25,17 +25,17 @@ def histogram(scores: pl.LazyFrame, scale: float, bins: int = HISTOGRAM_BINS) ->
         .collect()
     )
     found = dict(counts.iter_rows())
-    return [int(found.get(i, 0)) for i in range(bins)]
+    return [int(found.get(index, 0)) for index in range(bins)]
 
 
-def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
-    """`rows`: the `n` lowest-scored ok queries (ties: most contexts first, then query_id) with
+def worst_queries(run: PublishedRun, limit: int = WORST_QUERIES) -> dict[str, Any]:
+    """`rows`: the `limit` lowest-scored ok queries (ties: most contexts first, then query_id) with
     their `verdicts` by position; `lowest_tied`: how many ok queries share the lowest score."""
     ok = run.scores().filter(pl.col("status") == "ok")
     worst = (
         ok.select("query_id", "score", "relevant_count", "context_count", "reason")
         .sort(["score", "context_count", "query_id"], descending=[False, True, False])
-        .head(n)
+        .head(limit)
     )
     verdicts = (
         run.verdicts()
@@ -52,14 +52,14 @@ def worst_queries(run: PublishedRun, n: int = WORST_QUERIES) -> dict[str, Any]:
     return {"rows": listed, "lowest_tied": tied}
 
 
-def failed_items(run: PublishedRun, n: int = FAILED_ITEMS) -> list[dict[str, Any]]:
-    """The first `n` items not scored ok, by status then query_id, with the error or reason."""
+def failed_items(run: PublishedRun, limit: int = FAILED_ITEMS) -> list[dict[str, Any]]:
+    """The first `limit` items not scored ok, by status then query_id, with the error or reason."""
     return (
         run.scores()
         .filter(pl.col("status") != "ok")
         .select("query_id", "status", pl.coalesce("error", "reason").alias("why"))
         .sort(["status", "query_id"])
-        .head(n)
+        .head(limit)
         .collect()
         .to_dicts()
     )
