@@ -193,10 +193,10 @@ def plain_client_rate(url: str, seconds: float = 10.0, concurrency: int = 64) ->
     from scorer_core.types import ScoringItem
 
     item = ScoringItem(
-        "Which river flows through Kalo?",
-        "The Amber.",
-        tuple(f"passage {i} RELEVANT" if i % 3 == 0 else f"passage {i}" for i in range(6)),
-        "Amber",
+        input="Which river flows through Kalo?",
+        output="The Amber.",
+        contexts=tuple(f"passage {i} RELEVANT" if i % 3 == 0 else f"passage {i}" for i in range(6)),
+        expected_output="Amber",
     )
     body = {
         "model": "fake-judge",

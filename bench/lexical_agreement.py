@@ -88,7 +88,12 @@ def load_rows(data_dir: Path = DATA_DIR) -> list[Row]:
                 Row(
                     dataset="HotpotQA",
                     row_id=r["query_id"],
-                    item=ScoringItem(r["query"], answer, tuple(r["contexts"]), answer),
+                    item=ScoringItem(
+                        input=r["query"],
+                        output=answer,
+                        contexts=tuple(r["contexts"]),
+                        expected_output=answer,
+                    ),
                     gold=tuple(bool(x) for x in r["relevance"]),
                     ref_ap=float(r["ref_context_precision"]),
                     split="tune" if i < half else "held-out",
@@ -108,7 +113,9 @@ def load_rows(data_dir: Path = DATA_DIR) -> list[Row]:
                     dataset="TREC DL",
                     row_id=r["row_id"],
                     # No reference answer: the query stands in for the output as well.
-                    item=ScoringItem(r["query"], r["query"], tuple(r["contexts"]), None),
+                    item=ScoringItem(
+                        input=r["query"], output=r["query"], contexts=tuple(r["contexts"])
+                    ),
                     gold=tuple(bool(x) for x in r["relevance_binary"]),
                     ref_ap=float(r["ref_context_precision"]),
                     split="tune" if tune else "held-out",

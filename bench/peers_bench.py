@@ -323,7 +323,10 @@ def run_bare(
     for line in items_path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         item = ScoringItem(
-            row["input"], row["output"], tuple(row["context"]), row["expected_output"]
+            input=row["input"],
+            output=row["output"],
+            contexts=tuple(row["context"]),
+            expected_output=row["expected_output"],
         )
         positions = list(range(len(item.contexts)))
         for start in range(0, len(positions), 16):  # contexts_per_call's default

@@ -200,10 +200,8 @@ class LLMJudge:
                 self.response_format.released(form, probe)
                 raise
             self.response_format.accepted(form, probe)
-            used = (reply.prompt_tokens, reply.completion_tokens)
-            cache = (reply.cached_prompt_tokens, reply.cache_creation_tokens)
-            # no re-asks and no verdict-cache hits at this level: 0, 0
-            return reply, Usage(calls, *used, retries, rate_limited, 0, 0, *cache)
+            sent = Usage(calls=calls, retries=retries, rate_limited=rate_limited)
+            return reply, reply.usage + sent
 
     async def _wait_for_first(self) -> bool:
         """Whether this attempt is the judge's first; any other waits until it is over."""
@@ -247,7 +245,8 @@ class LLMJudge:
     def _counted_tokens(self, reply: ChatReply) -> int:
         """The tokens a provider counts against its limit: OpenAI-style limits count a
         request's max_tokens when it sets one, whatever the reply used."""
-        return reply.prompt_tokens + max(reply.completion_tokens, self._completion_budget or 0)
+        tokens = reply.usage
+        return tokens.prompt_tokens + max(tokens.completion_tokens, self._completion_budget or 0)
 
     def _fatal_rejection(self, exc: RequestRejected, form: ResponseFormat) -> FatalJudgeError:
         return FatalJudgeError(
@@ -290,8 +289,8 @@ class LLMJudge:
         if verdicts is None:
             attempts = self._retry.max_reasks + 1
             reason = f"judge reply unusable after {attempts} attempt(s): {problem}"
-            return VerdictBatch((), usage, unscored_reason=reason, prompt=prompt)
-        return VerdictBatch(verdicts, usage, prompt=prompt)
+            return VerdictBatch(verdicts=(), usage=usage, unscored_reason=reason, prompt=prompt)
+        return VerdictBatch(verdicts=verdicts, usage=usage, prompt=prompt)
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float

@@ -283,7 +283,9 @@ class LexicalJudge:
             p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n
         ]
         if bad:
-            return VerdictBatch((), unscored_reason=f"positions {bad[:5]} invalid for {n} contexts")
+            return VerdictBatch(
+                verdicts=(), unscored_reason=f"positions {bad[:5]} invalid for {n} contexts"
+            )
         if not positions:
             return VerdictBatch(verdicts=(), unscored_reason="no positions to judge")
         st = self._stats(item)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from scorer_core.response_format import ResponseFormat
@@ -33,26 +33,30 @@ class Judge(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ChatReply:
-    """The text of a model's reply with the token counts the provider reported."""
+    """The text of a model's reply, and its `usage`: the token counts the provider reported
+    (nothing else: the judge that sent the request counts the calls)."""
 
     text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_prompt_tokens: int = 0  # of prompt_tokens: read from the provider's prompt cache
-    cache_creation_tokens: int = 0  # of prompt_tokens: written to it (Anthropic)
+    usage: Usage = field(default_factory=Usage)
 
     @classmethod
     def from_usage(cls, text: str, usage: object) -> ChatReply:
         """`text` with the counts of an OpenAI-style `usage` (JSON, or litellm's dumped): cache
         reads from `prompt_tokens_details.cached_tokens` or Anthropic's
         `cache_read_input_tokens`, writes from `cache_creation_input_tokens`."""
-        usage = usage if isinstance(usage, Mapping) else {}
-        details = usage.get("prompt_tokens_details")
-        details = details if isinstance(details, Mapping) else {}
-        read = details.get("cached_tokens") or usage.get("cache_read_input_tokens")
-        written = usage.get("cache_creation_input_tokens") or details.get("cache_write_tokens")
-        counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"), read, written)
-        return cls(text, *map(_token_count, counts))
+        reported = usage if isinstance(usage, Mapping) else {}
+        details = reported.get("prompt_tokens_details")
+        if not isinstance(details, Mapping):
+            details = {}
+        read = details.get("cached_tokens") or reported.get("cache_read_input_tokens")
+        written = reported.get("cache_creation_input_tokens") or details.get("cache_write_tokens")
+        counts = Usage(
+            prompt_tokens=_token_count(reported.get("prompt_tokens")),
+            completion_tokens=_token_count(reported.get("completion_tokens")),
+            cached_prompt_tokens=_token_count(read),
+            cache_creation_tokens=_token_count(written),
+        )
+        return cls(text, counts)
 
 
 def _token_count(value: object) -> int:

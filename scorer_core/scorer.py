@@ -189,7 +189,8 @@ class ContextPrecisionScorer:
         query, answer, reference = texts_of(input, output, expected_output)
         # The extractor sees what the caller passed, as in Mastra: strings stay strings,
         # message lists and run shapes stay as they were.
-        item = ScoringItem(query, answer, self._contexts_for(input, output), reference)
+        contexts = self._contexts_for(input, output)
+        item = ScoringItem(input=query, output=answer, contexts=contexts, expected_output=reference)
         validate_item(item)
         return await self.score_item(item)
 

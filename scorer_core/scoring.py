@@ -81,16 +81,24 @@ async def score_item(
     if failure is not None or problems:
         status: Status = "unscored" if failure is None else "error"
         error = "; ".join(problems) if failure is None else str(failure)
-        return ScoreResult(None, "", tuple(verdicts), status, error, usage, analyze_prompts=sent)
+        return ScoreResult(
+            score=None,
+            reason="",
+            verdicts=tuple(verdicts),
+            status=status,
+            error=error,
+            usage=usage,
+            analyze_prompts=sent,
+        )
     ordered = tuple(sorted(verdicts, key=lambda v: v.index))
     score = context_precision(as_verdict_flags(ordered), scale)
     text, reason_usage, reason_prompt = await explain_score(
         judge, item, ordered, score, scale=scale, reason=reason
     )
     return ScoreResult(
-        score,
-        text,
-        ordered,
+        score=score,
+        reason=text,
+        verdicts=ordered,
         usage=usage + reason_usage,
         band=score_band(score, scale),
         analyze_prompts=sent,

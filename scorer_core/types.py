@@ -12,7 +12,7 @@ Band = Literal["none", "low", "moderate", "good", "excellent"]
 ReasonMode = Literal["llm", "template", "none"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScoringItem:
     """One thing to score: a query, the system's output, an optional reference, the contexts."""
 
@@ -31,9 +31,21 @@ class ContextVerdict:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
-    """What judging cost: requests actually sent, tokens reported by the provider, re-asks."""
+    """What judging cost, summed with `+`. The token counts are the provider's, as a reply
+    reports them (`ChatReply.usage` holds those alone); the rest is counted by the judge that
+    sends the requests.
+
+    calls: requests sent, retries included.
+    prompt_tokens, completion_tokens: as the provider reported them.
+    retries: requests sent again after a transport failure.
+    rate_limited: answers that were a rate-limit refusal (HTTP 429).
+    reasks: requests asked again because the reply was unusable.
+    cache_hits: verdicts the verdict cache gave, for which nothing was sent.
+    cached_prompt_tokens: of prompt_tokens, read from the provider's prompt cache.
+    cache_creation_tokens: of prompt_tokens, written to it (Anthropic).
+    """
 
     calls: int = 0
     prompt_tokens: int = 0
@@ -42,17 +54,18 @@ class Usage:
     rate_limited: int = 0
     reasks: int = 0
     cache_hits: int = 0
-    cached_prompt_tokens: int = 0  # of prompt_tokens: read from the provider's prompt cache
-    cache_creation_tokens: int = 0  # of prompt_tokens: written to it (Anthropic)
+    cached_prompt_tokens: int = 0
+    cache_creation_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(*[getattr(self, name) + getattr(other, name) for name in _USAGE_FIELDS])
+        sums = {name: getattr(self, name) + getattr(other, name) for name in _USAGE_FIELDS}
+        return Usage(**sums)
 
 
 _USAGE_FIELDS = tuple(f.name for f in fields(Usage))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VerdictBatch:
     """Verdicts for a subset of an item's contexts, or (`unscored_reason`) why there are none."""
 
@@ -62,7 +75,7 @@ class VerdictBatch:
     prompt: str = ""  # the user message of the first request sent ("" when none was)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScoreResult:
     """The outcome for one item: status "ok" (`score` is the context precision `verdicts`
     imply), "unscored" (the judge never gave a usable answer) or "error" (the item is unusable

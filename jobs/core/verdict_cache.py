@@ -179,7 +179,7 @@ class CachingJudge:
                 verdicts.append(ContextVerdict(position, cached[0], cached[1]))
         usage = Usage(cache_hits=len(verdicts))
         if not misses:
-            return VerdictBatch(tuple(verdicts), usage)
+            return VerdictBatch(verdicts=tuple(verdicts), usage=usage)
         waiting = self._asked_already(misses, keys)
         # This item's own misses are asked about first; then it takes the replies other items
         # are getting, and asks about the pairs those brought no verdict for.
@@ -204,7 +204,7 @@ class CachingJudge:
                 prompt=asked.prompt,
             )
         merged = tuple(sorted((*verdicts, *asked.verdicts), key=lambda verdict: verdict.index))
-        return VerdictBatch(merged, usage + asked.usage, prompt=asked.prompt)
+        return VerdictBatch(verdicts=merged, usage=usage + asked.usage, prompt=asked.prompt)
 
     def _asked_already(
         self, misses: Sequence[int], keys: dict[int, str]
@@ -234,7 +234,7 @@ class CachingJudge:
     ) -> VerdictBatch:
         """Ask the inner judge about `positions`, then tell whoever waits what came back."""
         if not positions:
-            return VerdictBatch(())
+            return VerdictBatch(verdicts=())
         asked = [keys[position] for position in positions]
         if self._in_flight is not None:
             self._in_flight.ask(asked)

@@ -19,6 +19,7 @@ from scorer_core.errors import JudgeTimeout
 from scorer_core.openai_http import chat_request_body, status_error
 from scorer_core.protocols import ChatReply
 from scorer_core.response_format import ResponseFormat
+from scorer_core.types import Usage
 from tests.fake_judge.chat import ChatJudge
 from tests.fake_judge.faults import FaultPlan
 from tests.fake_judge.wire import RESPONSE_FORM_NAMES, VerdictFn, WireError
@@ -150,7 +151,10 @@ class FaultyChatClient:
             self.judge.abandon("abandoned")
             raise
         self.judge.finish(200, "ok")
-        return ChatReply(prepared.content, prepared.prompt_tokens, prepared.completion_tokens)
+        usage = Usage(
+            prompt_tokens=prepared.prompt_tokens, completion_tokens=prepared.completion_tokens
+        )
+        return ChatReply(prepared.content, usage)
 
     async def _wait(self, delay: float) -> None:
         """The reply's latency; past `timeout`, the client gives up as a real one does."""

@@ -71,7 +71,12 @@ def truth(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def sample_item(row: dict[str, Any]) -> ScoringItem:
     """A sample row as the item the job scores (judged against its reference: `auto`)."""
-    item = ScoringItem(row["question"], row["answer"], tuple(row["contexts"]), row["ground_truth"])
+    item = ScoringItem(
+        input=row["question"],
+        output=row["answer"],
+        contexts=tuple(row["contexts"]),
+        expected_output=row["ground_truth"],
+    )
     return judged_item(item, "auto")
 
 

@@ -33,19 +33,21 @@ from scorer_core.errors import ConfigError
 from scorer_core.openai_http import OpenAIHTTPClient
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
 from scorer_core.scorer import ContextPrecisionScorer
-from scorer_core.types import ScoreResult, ScoringItem
+from scorer_core.types import ScoreResult, ScoringItem, Usage
 from tests.fake_judge import FakeJudgeServer, FaultPlan
 
 ITEMS = [
     ScoringItem(
-        "Which river flows through Kalo?",
-        "The Amber river.",
-        ("The Amber flows through Kalo. RELEVANT", "Kalo has mild springs. IRRELEVANT"),
+        input="Which river flows through Kalo?",
+        output="The Amber river.",
+        contexts=("The Amber flows through Kalo. RELEVANT", "Kalo has mild springs. IRRELEVANT"),
     ),
     ScoringItem(
-        "Who founded Venmar?",
-        "Merchants.",
-        tuple(f"passage {n} {'RELEVANT' if n % 3 == 0 else 'IRRELEVANT'}" for n in range(7)),
+        input="Who founded Venmar?",
+        output="Merchants.",
+        contexts=tuple(
+            f"passage {n} {'RELEVANT' if n % 3 == 0 else 'IRRELEVANT'}" for n in range(7)
+        ),
         expected_output="Merchants from the coast.",
     ),
 ]
@@ -98,10 +100,10 @@ def answer(
         assert status == 200, body
         usage = body["usage"]
         replies[request.custom_id] = Reply(
-            body["choices"][0]["message"]["content"],
-            None,
-            usage["prompt_tokens"],
-            usage["completion_tokens"],
+            text=body["choices"][0]["message"]["content"],
+            usage=Usage(
+                prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"]
+            ),
         )
 
 
@@ -245,7 +247,7 @@ def test_an_error_reply_makes_the_item_an_error_saying_why() -> None:
     _, client = judge_pass({})
     replies: dict[str, Reply] = {}
     answer(fake, client.recorded, replies)
-    replies[rid("3-1-v3-0")] = Reply(None, "batch batch_1: HTTP 500: server_error: boom")
+    replies[rid("3-1-v3-0")] = Reply.failed("batch batch_1: HTTP 500: server_error: boom")
     results, client = judge_pass(replies)
     assert client.recorded == []
     assert results[0].status == "ok"
@@ -274,8 +276,8 @@ def test_a_failed_reason_request_falls_back_to_the_template() -> None:
     replies: dict[str, Reply] = {}
     _, client = judge_pass(replies, reason="llm")
     answer(fake, client.recorded, replies)
-    replies[rid("3-0-r-0")] = Reply(None, "batch b: expired before this request was answered")
-    replies[rid("3-1-r-0")] = Reply(None, "batch b: expired before this request was answered")
+    replies[rid("3-0-r-0")] = Reply.failed("batch b: expired before this request was answered")
+    replies[rid("3-1-r-0")] = Reply.failed("batch b: expired before this request was answered")
     results, client = judge_pass(replies, reason="llm")
     assert client.recorded == []
     assert [r.status for r in results] == ["ok", "ok"]
@@ -294,7 +296,6 @@ def test_online_reasks_go_out_at_once_and_are_kept() -> None:
         messages: Sequence[dict[str, str]], name: str, schema: dict[str, Any], verdicts: int
     ) -> Any:
         from scorer_core.protocols import ChatReply
-        from scorer_core.types import Usage
 
         sent.append(messages[1]["content"])
         status, body = fake.answer_body(
@@ -307,7 +308,8 @@ def test_online_reasks_go_out_at_once_and_are_kept() -> None:
             }
         )
         assert status == 200
-        reply = ChatReply(body["choices"][0]["message"]["content"], 10, 5)
+        tokens = Usage(prompt_tokens=10, completion_tokens=5)
+        reply = ChatReply(body["choices"][0]["message"]["content"], tokens)
         return reply, Usage(calls=2, prompt_tokens=10, completion_tokens=5, retries=1)
 
     client = ReplayClient(RequestLines.for_config(config()), replies, reask=online)
@@ -377,7 +379,8 @@ def test_every_request_sent_gets_exactly_one_reply_whatever_came_back() -> None:
     ingested = ingest_batch(record, [output, errors], ["a", "b", "c", "d", "e", "f"])
     replies = ingested.replies
     assert set(replies) == {"a", "b", "c", "d", "e", "f"}
-    assert replies["a"] == Reply('{"verdicts": []}', None, 11, 3)
+    tokens = Usage(prompt_tokens=11, completion_tokens=3)
+    assert replies["a"] == Reply(text='{"verdicts": []}', usage=tokens)
     assert replies["b"].text is None and "HTTP 500: server_error: boom" in str(replies["b"].error)
     assert replies["c"].error == "batch batch_9: batch_expired: too late"
     assert "not a chat completion" in str(replies["d"].error)
@@ -452,8 +455,12 @@ def test_a_pair_repeated_in_a_shard_asks_the_same_requests_in_every_pass() -> No
     """Online, a verdict judged moments before answers a repeat of its pair; in batch mode
     that would make a shard's requests depend on the order replies arrive in."""
     shared = "The Amber flows through Kalo. RELEVANT"
-    first = ScoringItem("Which river?", "Amber.", (shared, "Mild springs. IRRELEVANT"))
-    second = ScoringItem("Which river?", "Amber.", ("Old town. IRRELEVANT", shared))
+    first = ScoringItem(
+        input="Which river?", output="Amber.", contexts=(shared, "Mild springs. IRRELEVANT")
+    )
+    second = ScoringItem(
+        input="Which river?", output="Amber.", contexts=("Old town. IRRELEVANT", shared)
+    )
     keys = {first: item_key(0, 0), second: item_key(0, 1)}
     fake = FakeJudgeServer()
 

@@ -38,14 +38,16 @@ from tests.fake_judge import FakeJudgeServer
 
 ITEMS = [
     ScoringItem(
-        "Which river flows through Kalo?",
-        "The Amber river.",
-        ("The Amber flows through Kalo. RELEVANT", "Kalo has mild springs. IRRELEVANT"),
+        input="Which river flows through Kalo?",
+        output="The Amber river.",
+        contexts=("The Amber flows through Kalo. RELEVANT", "Kalo has mild springs. IRRELEVANT"),
     ),
     ScoringItem(
-        "Who founded Venmar?",
-        "Merchants.",
-        tuple(f"passage {n} {'RELEVANT' if n % 3 == 0 else 'IRRELEVANT'}" for n in range(5)),
+        input="Who founded Venmar?",
+        output="Merchants.",
+        contexts=tuple(
+            f"passage {n} {'RELEVANT' if n % 3 == 0 else 'IRRELEVANT'}" for n in range(5)
+        ),
     ),
 ]
 TRUTH = [context_precision(["RELEVANT" in c.split() for c in item.contexts]) for item in ITEMS]
@@ -91,10 +93,10 @@ def good(fake: FakeJudgeServer, request: RecordedRequest) -> Reply:
     assert status == 200
     usage = body["usage"]
     return Reply(
-        body["choices"][0]["message"]["content"],
-        None,
-        usage["prompt_tokens"],
-        usage["completion_tokens"],
+        text=body["choices"][0]["message"]["content"],
+        usage=Usage(
+            prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"]
+        ),
     )
 
 
@@ -161,17 +163,16 @@ def test_a_batch_stopped_at_the_deadline_sends_every_request_online() -> None:
 
 def test_replies_of_several_rounds_add_up(tmp_path: Path) -> None:
     layout = BatchLayout(open_store(str(tmp_path)), "staging")
-    failed = Reply(None, "batch b0: HTTP 500: boom", retry="HTTP 500")
+    failed = Reply.failed("batch b0: HTTP 500: boom", retry="HTTP 500")
+    answer = Reply(text="ok", usage=Usage(prompt_tokens=5, completion_tokens=2))
     layout.write_replies("s", "r000-b0000", [("a", failed), ("b", failed), ("c", failed)])
     layout.write_replies(
-        "s",
-        "r001-b0000",
-        [("a", Reply("ok", None, 5, 2)), ("b", failed), ("c", Reply(None, "HTTP 400: no"))],
+        "s", "r001-b0000", [("a", answer), ("b", failed), ("c", Reply.failed("HTTP 400: no"))]
     )
     replies = layout.read_replies("s")
-    assert replies["a"] == Reply("ok", None, 5, 2)  # the answer of the second round
+    assert replies["a"] == answer  # the answer of the second round
     assert replies["b"].transient and replies["b"].tries == 2  # failed in two rounds
-    assert replies["c"] == Reply(None, "HTTP 400: no")  # a final error wins over a transient
+    assert replies["c"] == Reply.failed("HTTP 400: no")  # a final error wins over a transient
 
 
 # -- the batch judge --------------------------------------------------------------------------
@@ -183,12 +184,12 @@ def test_a_transient_failure_is_asked_again_until_max_rounds_then_says_so() -> N
     _, client = judge_pass(replies)
     first, second = client.recorded
     replies[first.custom_id] = good(fake, first)
-    replies[second.custom_id] = Reply(None, "batch b0: HTTP 503: busy", retry="HTTP 503", tries=1)
+    replies[second.custom_id] = Reply.failed("batch b0: HTTP 503: busy", retry="HTTP 503", tries=1)
     results, client = judge_pass(replies)
     # The failed request is recorded again, with the same custom_id, for the next round.
     assert [r.custom_id for r in client.recorded] == [second.custom_id]
     assert results[0].status == "ok"
-    replies[second.custom_id] = Reply(None, "batch b1: HTTP 503: busy", retry="HTTP 503", tries=3)
+    replies[second.custom_id] = Reply.failed("batch b1: HTTP 503: busy", retry="HTTP 503", tries=3)
     results, client = judge_pass(replies)
     assert client.recorded == []
     assert [r.status for r in results] == ["ok", "error"]
@@ -211,13 +212,13 @@ def test_the_deadline_round_asks_every_unanswered_request_online() -> None:
         )
         reply = good(fake, request)
         assert reply.text is not None
-        chat = ChatReply(reply.text, reply.prompt_tokens, reply.completion_tokens)
-        return chat, Usage(calls=1, prompt_tokens=reply.prompt_tokens)
+        chat = ChatReply(reply.text, reply.usage)
+        return chat, Usage(calls=1, prompt_tokens=reply.usage.prompt_tokens)
 
     replies: dict[str, Reply] = {}
     _, client = judge_pass(replies)
     first, second = client.recorded
-    replies[first.custom_id] = Reply(None, "stopped", retry="deadline", tries=1)  # any tries
+    replies[first.custom_id] = Reply.failed("stopped", retry="deadline", tries=1)  # any tries
     results, client = judge_pass(replies, max_rounds=1, online=online, all_online=True)
     assert client.recorded == [] and len(asked) == 2  # nothing waits for a batch
     assert [r.status for r in results] == ["ok", "ok"]
@@ -361,5 +362,5 @@ def test_reply_files_of_an_older_version_without_the_retry_column_still_read(
     )
     store.write_parquet_atomic(layout.replies_file("s", "r000-b0000"), old)
     replies = layout.read_replies("s")
-    assert replies["a"] == Reply("ok", None, 3, 1)
-    assert replies["b"] == Reply(None, "batch b0: HTTP 500: boom")  # final, as it was then
+    assert replies["a"] == Reply(text="ok", usage=Usage(prompt_tokens=3, completion_tokens=1))
+    assert replies["b"] == Reply.failed("batch b0: HTTP 500: boom")  # final, as it was then

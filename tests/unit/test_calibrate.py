@@ -144,7 +144,9 @@ def test_lexical_judge_metrics_are_exact(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name, (query, answer, contexts) in LEXICAL_ITEMS.items():
-        item = ScoringItem(query, answer or "", tuple(contexts), answer)
+        item = ScoringItem(
+            input=query, output=answer or "", contexts=tuple(contexts), expected_output=answer
+        )
         assert lexical_flags(item) == [bool(v) for v in JUDGE[name]], name
     labels = write_labels(tmp_path / "labels.jsonl", LEXICAL_ITEMS)
     config = write_config(tmp_path, "{model: lexical}")
@@ -362,7 +364,7 @@ def test_make_runs_sample_calibrates_as_is_through_the_configs_columns(
 
 def test_unscored_and_error_items_are_excluded() -> None:
     def labelled(name: str, gold: list[int]) -> LabelledItem:
-        item = ScoringItem(name, name, tuple("abcd"), None)
+        item = ScoringItem(input=name, output=name, contexts=tuple("abcd"), expected_output=None)
         return LabelledItem(
             item_id=name,
             item=item,
@@ -373,12 +375,12 @@ def test_unscored_and_error_items_are_excluded() -> None:
 
     def ok(flags: list[int]) -> ScoreResult:
         verdicts = tuple(ContextVerdict(p, bool(v)) for p, v in enumerate(flags))
-        return ScoreResult(0.0, "", verdicts)
+        return ScoreResult(score=0.0, reason="", verdicts=verdicts)
 
     items = [labelled(n, GOLD[n]) for n in "ABC"] + [labelled("D", [1, 1, 1, 1])] * 2
     results = [ok(JUDGE[n]) for n in "ABC"] + [
-        ScoreResult(None, "", (), "unscored", "bad reply"),
-        ScoreResult(None, "", (), "error", "timeout"),
+        ScoreResult(score=None, reason="", verdicts=(), status="unscored", error="bad reply"),
+        ScoreResult(score=None, reason="", verdicts=(), status="error", error="timeout"),
     ]
     report = agreement(items, results)
     assert report.items == ItemStatuses(judged=5, ok=3, unscored=1, error=1, excluded=2)

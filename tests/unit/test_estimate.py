@@ -384,7 +384,10 @@ judge:
     assert (result.items.valid, result.items.invalid) == (7, 0)
     assert result.judge_calls.total == 14
     prompts = [
-        verdict_messages(ScoringItem(row["question"], "", tuple(row["contexts"])), [position])
+        verdict_messages(
+            ScoringItem(input=row["question"], output="", contexts=tuple(row["contexts"])),
+            [position],
+        )
         for row in rows
         for position in range(2)
     ]

@@ -48,7 +48,7 @@ def test_a_text_reply_is_sent_back_as_is_and_an_unusable_one_is_reasked() -> Non
 
 
 def test_it_sends_the_body_the_http_client_would_and_reads_the_asked_contexts() -> None:
-    item = ScoringItem("q", "a", ("zero", "one", "two RELEVANT"))
+    item = ScoringItem(input="q", output="a", contexts=("zero", "one", "two RELEVANT"))
     client = FakeChatClient(model="openai/judge")
     judge = LLMJudge(client)
     batch = asyncio.run(judge.judge(item, [1, 2]))

@@ -27,7 +27,11 @@ from tests.support.fakes import FakeClock, NoJitter, RecordingSleep
 MODEL = "openai/fake-judge"
 CONTEXTS = ["alpha RELEVANT", "beta", "gamma RELEVANT", "delta"]
 ITEMS = [
-    ScoringItem(f"query {n}?", "an answer", tuple(CONTEXTS[n % 4 :] + CONTEXTS[: n % 4]))
+    ScoringItem(
+        input=f"query {n}?",
+        output="an answer",
+        contexts=tuple(CONTEXTS[n % 4 :] + CONTEXTS[: n % 4]),
+    )
     for n in range(12)
 ]
 

@@ -18,7 +18,7 @@ from jobs.engine.control.limiter import PacingState
 from jobs.engine.control.worker_flow import WorkerFlow
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import ChatReply
-from scorer_core.types import ScoringItem
+from scorer_core.types import ScoringItem, Usage
 from tests.support.fakes import FakeClock, RecordingSleep
 
 
@@ -131,7 +131,8 @@ class FakeClient:
         verdicts = [{"i": p, "v": "yes", "reason": "r"} for p in positions]
         import json
 
-        return ChatReply(json.dumps({"verdicts": verdicts}), 10, 5)
+        tokens = Usage(prompt_tokens=10, completion_tokens=5)
+        return ChatReply(json.dumps({"verdicts": verdicts}), tokens)
 
 
 def test_the_judge_holds_its_gate_reports_latency_and_counts_tokens_its_way() -> None:
@@ -153,7 +154,7 @@ def test_the_judge_holds_its_gate_reports_latency_and_counts_tokens_its_way() ->
         token_counter=counter,
         clock=clock,
     )
-    item = ScoringItem("q", "a", ("c0", "c1"))
+    item = ScoringItem(input="q", output="a", contexts=("c0", "c1"))
 
     async def scenario() -> None:
         calls = asyncio.gather(*(judge.judge(item, [0, 1]) for _ in range(6)))
@@ -190,7 +191,12 @@ def test_a_requests_max_tokens_counts_whole_against_the_limit() -> None:
     )
 
     async def scenario() -> None:
-        calls = asyncio.gather(*(judge.judge(ScoringItem("q", "a", ("c",)), [0]) for _ in range(3)))
+        calls = asyncio.gather(
+            *(
+                judge.judge(ScoringItem(input="q", output="a", contexts=("c",)), [0])
+                for _ in range(3)
+            )
+        )
         await asyncio.sleep(0)  # the first request reaches the gate: the report sees demand
         await flow.report_once()
         await calls

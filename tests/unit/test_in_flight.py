@@ -39,12 +39,12 @@ class HeldJudge:
             raise RuntimeError("the provider went away")
         usage = Usage(calls=1)
         if first and self.unscored:
-            return VerdictBatch((), usage, "the reply was not JSON")
+            return VerdictBatch(verdicts=(), usage=usage, unscored_reason="the reply was not JSON")
         verdicts = tuple(
             ContextVerdict(p, "Herbert" in item.contexts[p], f"about {item.contexts[p]}")
             for p in positions
         )
-        return VerdictBatch(verdicts, usage, prompt=f"prompt {len(self.calls)}")
+        return VerdictBatch(verdicts=verdicts, usage=usage, prompt=f"prompt {len(self.calls)}")
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
@@ -53,7 +53,7 @@ class HeldJudge:
 
 
 def item(*contexts: str) -> ScoringItem:
-    return ScoringItem(QUERY, OUTPUT, contexts)
+    return ScoringItem(input=QUERY, output=OUTPUT, contexts=contexts)
 
 
 async def judge_both(

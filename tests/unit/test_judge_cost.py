@@ -19,7 +19,12 @@ from scorer_core.types import ContextVerdict, ScoreResult, ScoringItem
 from tests.fake_judge import FakeJudgeServer
 from tests.support.inputs import item, raw
 
-BOTH = ScoringItem("who?", "It is Ada, I think.", ("Ada wrote it.", "Bob read it."), "Ada")
+BOTH = ScoringItem(
+    input="who?",
+    output="It is Ada, I think.",
+    contexts=("Ada wrote it.", "Bob read it."),
+    expected_output="Ada",
+)
 
 
 @pytest.mark.parametrize(
@@ -44,10 +49,12 @@ def test_the_prompt_carries_only_what_the_verdict_is_judged_against(
 
 
 def test_auto_falls_back_to_the_output_then_the_query() -> None:
-    no_reference = ScoringItem("who?", "Ada", ("Ada wrote it.",))
+    no_reference = ScoringItem(input="who?", output="Ada", contexts=("Ada wrote it.",))
     assert judged_item(no_reference, "auto") == no_reference
-    bare = ScoringItem("who?", "  ", ("Ada wrote it.",))
-    assert judged_item(bare, "auto") == ScoringItem("who?", "", ("Ada wrote it.",))
+    bare = ScoringItem(input="who?", output="  ", contexts=("Ada wrote it.",))
+    assert judged_item(bare, "auto") == ScoringItem(
+        input="who?", output="", contexts=("Ada wrote it.",)
+    )
     with pytest.raises(InputError, match="against is 'reference' but the item has no expected"):
         judged_item(no_reference, "reference")
     with pytest.raises(InputError, match="against is 'output' but the item has no output"):
@@ -55,13 +62,20 @@ def test_auto_falls_back_to_the_output_then_the_query() -> None:
 
 
 def test_the_key_changes_with_what_the_prompt_holds_and_nothing_else() -> None:
-    reworded = ScoringItem(BOTH.input, "Ada, surely.", BOTH.contexts, BOTH.expected_output)
+    reworded = ScoringItem(
+        input=BOTH.input,
+        output="Ada, surely.",
+        contexts=BOTH.contexts,
+        expected_output=BOTH.expected_output,
+    )
     for against, same in [("auto", True), ("reference", True), ("output", False), ("all", False)]:
         keys = [pair_key("fp", judged_item(i, against), 0) for i in (BOTH, reworded)]  # type: ignore[arg-type]
         assert (keys[0] == keys[1]) is same, against
     # the same text judged as the output or as the reference is two different prompts
-    as_output = judged_item(ScoringItem("who?", "Ada", BOTH.contexts), "auto")
-    as_reference = judged_item(ScoringItem("who?", "", BOTH.contexts, "Ada"), "auto")
+    as_output = judged_item(ScoringItem(input="who?", output="Ada", contexts=BOTH.contexts), "auto")
+    as_reference = judged_item(
+        ScoringItem(input="who?", output="", contexts=BOTH.contexts, expected_output="Ada"), "auto"
+    )
     assert pair_key("fp", as_output, 0) != pair_key("fp", as_reference, 0)
 
 
@@ -126,6 +140,8 @@ def test_the_fake_judge_answers_as_a_model_would_under_each_schema(
 def test_a_verdict_without_a_reason_has_a_null_reason_row() -> None:
     record = to_item(InputSpec(path="x"), raw(item(1)))
     assert isinstance(record, ItemRecord)
-    result = ScoreResult(1.0, "", (ContextVerdict(0, True), ContextVerdict(1, False, "why")))
+    result = ScoreResult(
+        score=1.0, reason="", verdicts=(ContextVerdict(0, True), ContextVerdict(1, False, "why"))
+    )
     rows = verdict_rows(record, 0, result)
     assert [row["judge_reason"] for row in rows] == [None, "why"]

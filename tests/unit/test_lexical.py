@@ -38,7 +38,12 @@ def judge_sync(
 
 
 def kansas_item(*contexts: str, reference: str | None = ANSWER) -> ScoringItem:
-    return ScoringItem(QUESTION, "some generated answer", tuple(contexts), reference)
+    return ScoringItem(
+        input=QUESTION,
+        output="some generated answer",
+        contexts=tuple(contexts),
+        expected_output=reference,
+    )
 
 
 # -- protocol and basic verdicts ---------------------------------------------------------------
@@ -66,9 +71,9 @@ def test_restating_context_is_relevant_unrelated_is_not() -> None:
 
 def test_without_reference_the_output_is_the_answer() -> None:
     item = ScoringItem(
-        "Which river runs through Vienna?",
-        "The Danube runs through Vienna.",
-        (
+        input="Which river runs through Vienna?",
+        output="The Danube runs through Vienna.",
+        contexts=(
             "Vienna lies on the Danube, which runs through the city.",
             "Paris lies on the Seine.",
         ),
@@ -80,14 +85,14 @@ def test_without_reference_the_output_is_the_answer() -> None:
 
 def test_yes_no_reference_leaves_the_query_to_decide() -> None:
     item = ScoringItem(
-        "Are Elko Regional Airport and Gerald R. Ford International Airport in Michigan?",
-        "no",
-        (
+        input="Are Elko Regional Airport and Gerald R. Ford International Airport in Michigan?",
+        output="no",
+        contexts=(
             "Elko Regional Airport is a public airport in Elko, Nevada.",
             "Gerald R. Ford International Airport is an airport near Grand Rapids, Michigan.",
             "Bananas are rich in potassium.",
         ),
-        "no",
+        expected_output="no",
     )
     batch = judge_sync(LexicalJudge(), item, [0, 1, 2])
     assert all("reference answer" not in v.reason for v in batch.verdicts)
@@ -166,7 +171,9 @@ def test_positions_keep_global_indices_and_batching_does_not_change_verdicts() -
 
 
 def test_unhashable_item_is_judged_without_the_cache() -> None:
-    item = ScoringItem(QUESTION, "", [RESTATES, UNRELATED], ANSWER)  # type: ignore[arg-type]
+    item = ScoringItem(
+        input=QUESTION, output="", contexts=[RESTATES, UNRELATED], expected_output=ANSWER
+    )  # type: ignore[arg-type]
     batch = judge_sync(LexicalJudge(), item, [0, 1])
     assert [v.relevant for v in batch.verdicts] == [True, False]
 
@@ -206,9 +213,10 @@ def test_deterministic_across_processes_with_different_hash_seeds() -> None:
     code = (
         "from scorer_core.lexical import LexicalJudge\n"
         "from scorer_core.types import ScoringItem\n"
-        f"item = ScoringItem({QUESTION!r}, 'x', ({RESTATES!r}, {UNRELATED!r}, "
-        "'Kansas Song: the fight song of the Kansas Jayhawks, Lawrence campus.',"
-        "'The main campus of Kansas State is in Manhattan, Kansas.'), 'Kansas Song')\n"
+        f"item = ScoringItem(input={QUESTION!r}, output='x', contexts=({RESTATES!r}, "
+        f"{UNRELATED!r}, 'Kansas Song: the fight song of the Kansas Jayhawks, Lawrence campus.',"
+        "'The main campus of Kansas State is in Manhattan, Kansas.'), "
+        "expected_output='Kansas Song')\n"
         "print(repr(LexicalJudge().scores(item)))\n"
     )
     outputs = set()
@@ -280,13 +288,20 @@ def test_unicode_quotes_braces_and_empty_texts_are_safe() -> None:
         "\x00\x01 control characters \ufeff BOM",
         "Kansas Song {answer} \"Kansas\" 'Song'",
     ]
-    item = ScoringItem('Fight song of "Kansas" {university}?', "", tuple(weird), ANSWER)
+    item = ScoringItem(
+        input='Fight song of "Kansas" {university}?',
+        output="",
+        contexts=tuple(weird),
+        expected_output=ANSWER,
+    )
     batch = judge_sync(LexicalJudge(), item, range(len(weird)))
     assert len(batch.verdicts) == len(weird)
     assert all(v.reason for v in batch.verdicts)
     assert batch.verdicts[-1].relevant
     # A query and answer without any content word: every context is "no", with a reason.
-    empty = ScoringItem("?!", "", ("anything at all", ""), "the")
+    empty = ScoringItem(
+        input="?!", output="", contexts=("anything at all", ""), expected_output="the"
+    )
     verdicts = judge_sync(LexicalJudge(), empty, [0, 1]).verdicts
     assert [v.relevant for v in verdicts] == [False, False]
     assert all("no content words" in v.reason for v in verdicts)
@@ -308,7 +323,9 @@ def test_unicode_quotes_braces_and_empty_texts_are_safe() -> None:
 def test_never_raises_and_returns_one_verdict_per_position(
     query: str, reference: str | None, contexts: list[str]
 ) -> None:
-    item = ScoringItem(query, "an answer", tuple(contexts), reference)
+    item = ScoringItem(
+        input=query, output="an answer", contexts=tuple(contexts), expected_output=reference
+    )
     judge = LexicalJudge()
     positions = list(range(len(contexts)))[::-1]
     batch = judge_sync(judge, item, positions)

@@ -39,7 +39,7 @@ from scorer_core.prompt import (
 from scorer_core.protocols import ChatClient
 from scorer_core.retry import parse_retry_after
 from scorer_core.scorer import make_judge
-from scorer_core.types import ScoringItem
+from scorer_core.types import ScoringItem, Usage
 from tests.fake_judge import FakeJudgeServer, FaultPlan
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import MeetAt
@@ -95,7 +95,7 @@ def assert_no_secret(exc: BaseException) -> None:
 def test_request_body_has_the_wire_shape(server: FakeJudgeServer) -> None:
     reply = complete(client(server.url + "/", max_tokens=321))  # trailing slash tolerated
     assert json.loads(reply.text)["verdicts"][0]["v"] == "yes"
-    assert reply.prompt_tokens > 0 and reply.completion_tokens > 0
+    assert reply.usage.prompt_tokens > 0 and reply.usage.completion_tokens > 0
     (body,) = server.requests()
     assert body["model"] == "fake-judge"  # litellm's provider prefix is not sent
     assert body["messages"] == MESSAGES
@@ -369,7 +369,7 @@ def test_missing_usage_and_null_content() -> None:
             )
 
     reply = asyncio.run(go())
-    assert (reply.text, reply.prompt_tokens, reply.completion_tokens) == ("", 0, 0)
+    assert (reply.text, reply.usage) == ("", Usage())
 
 
 def test_dropped_connection_is_a_connection_failure() -> None:

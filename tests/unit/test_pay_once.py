@@ -34,7 +34,7 @@ def row(query_id: str, topic: str) -> dict[str, Any]:
 
 
 def keys_of(topic: str) -> list[str]:
-    item = ScoringItem(f"about {topic}?", topic, (f"{topic} 1", f"{topic} 2"))
+    item = ScoringItem(input=f"about {topic}?", output=topic, contexts=(f"{topic} 1", f"{topic} 2"))
     return [pair_key(FINGERPRINT, item, p) for p in range(2)]
 
 

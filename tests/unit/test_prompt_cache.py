@@ -30,14 +30,24 @@ from scorer_core.prompt import (
     verdicts_schema,
 )
 from scorer_core.protocols import ChatReply
-from scorer_core.types import ScoringItem
+from scorer_core.types import ScoringItem, Usage
 from tests.fake_judge import FakeJudgeServer
 
 pytestmark = pytest.mark.timeout(120)
 
 ITEMS = (
-    ScoringItem("Alpha?", "An answer.", ("A RELEVANT passage.", "Another one."), "Alpha is A."),
-    ScoringItem("Beta?", "Other.", ("Nothing here.", "B is RELEVANT."), "Beta is B."),
+    ScoringItem(
+        input="Alpha?",
+        output="An answer.",
+        contexts=("A RELEVANT passage.", "Another one."),
+        expected_output="Alpha is A.",
+    ),
+    ScoringItem(
+        input="Beta?",
+        output="Other.",
+        contexts=("Nothing here.", "B is RELEVANT."),
+        expected_output="Beta is B.",
+    ),
 )
 
 
@@ -56,7 +66,7 @@ def test_cached_tokens_come_from_the_reply_in_both_transports(transport: Any, st
     instructions = len(VERDICT_INSTRUCTIONS[True]) // 4  # the fake's tokens: 4 characters each
     with FakeJudgeServer(prompt_cache=style, cache_min_tokens=16) as server:
         client = transport("openai/judge", api_base=server.url)
-        first, second = (_ask(client, item) for item in ITEMS)
+        first, second = (_ask(client, item).usage for item in ITEMS)
         stats = server.stats()
     # The instructions are read from the cache once seen; Anthropic's usage also says the
     # first request wrote them.
@@ -72,7 +82,7 @@ def test_below_the_minimum_nothing_is_cached() -> None:
     with FakeJudgeServer(prompt_cache="openai") as server:  # 1,024 tokens, as OpenAI's
         client = OpenAIHTTPClient("openai/judge", api_base=server.url)
         replies = [_ask(client, item) for item in ITEMS * 2]
-    assert {reply.cached_prompt_tokens for reply in replies} == {0}
+    assert {reply.usage.cached_prompt_tokens for reply in replies} == {0}
 
 
 @pytest.mark.parametrize(
@@ -90,8 +100,13 @@ def test_below_the_minimum_nothing_is_cached() -> None:
 )
 def test_usage_shapes(usage: Any, expected: tuple[int, ...]) -> None:
     reply = ChatReply.from_usage("{}", usage)
-    counts = (reply.prompt_tokens, reply.completion_tokens)
-    assert (*counts, reply.cached_prompt_tokens, reply.cache_creation_tokens) == expected
+    prompt, completion, cached, created = expected
+    assert reply.usage == Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_prompt_tokens=cached,
+        cache_creation_tokens=created,
+    )
 
 
 def test_a_batch_result_line_carries_its_cache_tokens_through_the_staged_replies(
@@ -101,10 +116,11 @@ def test_a_batch_result_line_carries_its_cache_tokens_through_the_staged_replies
     body = {"choices": [{"message": {"content": "{}"}}], "usage": usage}
     line = {"custom_id": "a", "response": {"status_code": 200, "body": body}}
     reply = reply_of_line(line, "batch_1")
-    assert (reply.prompt_tokens, reply.cached_prompt_tokens) == (200, 128)
+    assert (reply.usage.prompt_tokens, reply.usage.cached_prompt_tokens) == (200, 128)
     layout = BatchLayout(open_store(str(tmp_path)), "staging")
     layout.write_replies("s", "r000-b0000", [("a", reply)])
-    assert layout.read_replies("s")["a"].chat() == ChatReply("{}", 200, 9, 128, 0)
+    tokens = Usage(prompt_tokens=200, completion_tokens=9, cached_prompt_tokens=128)
+    assert layout.read_replies("s")["a"].chat() == ChatReply("{}", tokens)
 
 
 @pytest.mark.parametrize("model", ["gpt-5-mini", "claude-haiku-4-5"])
@@ -202,4 +218,7 @@ def test_litellms_usage_of_an_anthropic_reply_reads_both_cache_counts() -> None:
         cache_creation_input_tokens=50,
     )
     reply = ChatReply.from_usage("{}", usage.model_dump())
-    assert reply == ChatReply("{}", 170, 12, 100, 50)
+    tokens = Usage(
+        prompt_tokens=170, completion_tokens=12, cached_prompt_tokens=100, cache_creation_tokens=50
+    )
+    assert reply == ChatReply("{}", tokens)

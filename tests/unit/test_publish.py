@@ -81,7 +81,14 @@ class Shard:
         )
         verdicts = tuple(ContextVerdict(i, flag, f"r{i}") for i, flag in enumerate(flags))
         worker_score = context_precision(flags, SCALE) if score is None else score
-        result = ScoreResult(worker_score, f"why {query_id}", verdicts, "ok", None, Usage(calls=1))
+        result = ScoreResult(
+            score=worker_score,
+            reason=f"why {query_id}",
+            verdicts=verdicts,
+            status="ok",
+            error=None,
+            usage=Usage(calls=1),
+        )
         seq = self.seq()
         self.items.append(item_row(record, seq, result, "lexical", self.tables))
         self.verdicts.extend(verdict_rows(record, seq, result, tables=self.tables))
@@ -98,7 +105,14 @@ class Shard:
             row=offset,
             where=where(offset),
         )
-        result = ScoreResult(None, "", (), "unscored", "judge gave up", Usage(calls=2))
+        result = ScoreResult(
+            score=None,
+            reason="",
+            verdicts=(),
+            status="unscored",
+            error="judge gave up",
+            usage=Usage(calls=2),
+        )
         seq = self.seq()
         self.items.append(item_row(record, seq, result, "lexical"))
         self.verdicts.extend(verdict_rows(record, seq, result))

@@ -97,7 +97,9 @@ def test_item_row_has_every_column_of_the_items_schema() -> None:
     verdicts = (ContextVerdict(0, True, "yes"), ContextVerdict(1, False), ContextVerdict(2, True))
     usage = Usage(calls=2, prompt_tokens=100, completion_tokens=20, retries=1, rate_limited=1)
     usage = usage + Usage(cached_prompt_tokens=64, cache_creation_tokens=8)
-    result = ScoreResult(0.83, "why", verdicts, "ok", None, usage)
+    result = ScoreResult(
+        score=0.83, reason="why", verdicts=verdicts, status="ok", error=None, usage=usage
+    )
     row = item_row(record(truncated=True), 5 << 32 | 3, result, "openai/x")
     assert list(row) == list(STAGED_ITEMS.names)
     assert row == {
@@ -128,7 +130,9 @@ def test_item_row_has_every_column_of_the_items_schema() -> None:
 
 def test_verdict_rows_one_per_position_with_keys_and_cache_flags() -> None:
     verdicts = (ContextVerdict(2, True, "r2"), ContextVerdict(0, False, "r0"))
-    result = ScoreResult(None, "", verdicts, "ok", None, Usage())
+    result = ScoreResult(
+        score=None, reason="", verdicts=verdicts, status="ok", error=None, usage=Usage()
+    )
     rows = verdict_rows(
         record(), 9, result, ContextKeys(keys=["k0", "k1", "k2"], cached=frozenset({2}))
     )
@@ -149,7 +153,12 @@ def test_verdict_rows_carry_context_ids_hashes_and_the_asked_columns() -> None:
             CarriedColumn("tenant", pa.int64()),
         ]
     )
-    result = ScoreResult(0.5, "", (ContextVerdict(0, True), ContextVerdict(1, False)), "ok")
+    result = ScoreResult(
+        score=0.5,
+        reason="",
+        verdicts=(ContextVerdict(0, True), ContextVerdict(1, False)),
+        status="ok",
+    )
     carried = record(context_ids=("d0", None, "d2"), carried=("bm25", 7))
     rows = verdict_rows(carried, 3, result, tables=tables)
     assert all(list(r) == list(tables.staged_verdicts.names) for r in rows)
@@ -173,7 +182,14 @@ def test_verdict_rows_carry_context_ids_hashes_and_the_asked_columns() -> None:
 @pytest.mark.parametrize("status", ["unscored", "error"])
 def test_verdict_rows_of_a_failed_item_are_null_not_guessed(status: str) -> None:
     verdicts = (ContextVerdict(0, True), ContextVerdict(1, True), ContextVerdict(2, False))
-    result = ScoreResult(None, "", verdicts, status, "judge failed", Usage())  # type: ignore[arg-type]
+    result = ScoreResult(
+        score=None,
+        reason="",
+        verdicts=verdicts,
+        status=status,  # type: ignore[arg-type]
+        error="judge failed",
+        usage=Usage(),
+    )
     rows = verdict_rows(record(), 1, result)
     assert len(rows) == 3
     assert [r["relevant"] for r in rows] == [None, None, None]

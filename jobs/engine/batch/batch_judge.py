@@ -37,30 +37,30 @@ class BatchRequestFailed(JudgeError):
     """The batch answered the request with an error, or not at all; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
-    """What came back for one request: its text, or (text None) the error saying why not.
-    `retry`: why an error is transient ("HTTP 500", "batch_expired"; asked again next round);
-    `tries`: the rounds in which it failed transiently so far."""
+    """What came back for one request: its text and the token counts the provider reported
+    (`usage`), or (text None) the error saying why not. `retry`: why an error is transient
+    ("HTTP 500", "batch_expired"; asked again next round); `tries`: the rounds in which it
+    failed transiently so far."""
 
     text: str | None
     error: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    usage: Usage = field(default_factory=Usage)
     retry: str | None = None
     tries: int = 0
-    cached_prompt_tokens: int = 0
-    cache_creation_tokens: int = 0
 
     @classmethod
     def answered(cls, chat: ChatReply) -> Reply:
-        counts = (chat.prompt_tokens, chat.completion_tokens)
-        cache = (chat.cached_prompt_tokens, chat.cache_creation_tokens)
-        return cls(chat.text, None, *counts, None, 0, *cache)
+        return cls(text=chat.text, usage=chat.usage)
+
+    @classmethod
+    def failed(cls, error: str, *, retry: str | None = None, tries: int = 0) -> Reply:
+        """No reply: `error` says why, `retry` (when set) why it is transient."""
+        return cls(text=None, error=error, retry=retry, tries=tries)
 
     def chat(self) -> ChatReply:
-        cache = (self.cached_prompt_tokens, self.cache_creation_tokens)
-        return ChatReply(self.text or "", self.prompt_tokens, self.completion_tokens, *cache)
+        return ChatReply(self.text or "", self.usage)
 
     @property
     def transient(self) -> bool:
@@ -76,7 +76,7 @@ class RecordedRequest:
     tokens: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Asking:
     """The judge call a request belongs to: the item and slice, the attempts so far."""
 
@@ -178,14 +178,15 @@ class ReplayClient:
         try:
             chat, usage = await self._reask(messages, schema_name, schema, _verdicts_asked(schema))
         except TransportError as exc:  # retried online and still failing: the item's error
-            reply = Reply(None, f"online re-ask failed: {exc}")
+            reply = Reply.failed(f"online re-ask failed: {exc}")
         else:
             reply = Reply.answered(chat)
-            # The replay counts one call with these tokens; the online judge's retries are extra.
-            tokens = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
-            asking.extra = asking.extra + dataclasses.replace(
-                usage, calls=usage.calls - 1, cache_creation_tokens=0, **dict.fromkeys(tokens, 0)
+            # The replay counts one call and the reply's tokens; the online judge's further
+            # calls (its retries) and its rate-limited answers are extra.
+            beyond_replay = Usage(
+                calls=usage.calls - 1, retries=usage.retries, rate_limited=usage.rate_limited
             )
+            asking.extra = asking.extra + beyond_replay
         self.online_replies[request_id] = reply
         return reply
 
@@ -242,7 +243,7 @@ class BatchJudge:
         return self._online.reason_prompt(item, verdicts, score)
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
-        asking = _Asking(self._keys[item], f"v{positions[0]}")
+        asking = _Asking(item=self._keys[item], part=f"v{positions[0]}")
         token = _ASKING.set(asking)
         try:
             batch = await self._online.judge(item, positions)
@@ -253,7 +254,7 @@ class BatchJudge:
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
-        asking = _Asking(self._keys[item], "r")
+        asking = _Asking(item=self._keys[item], part="r")
         token = _ASKING.set(asking)
         try:
             text, usage = await self._online.explain(item, verdicts, score)

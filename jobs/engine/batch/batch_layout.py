@@ -19,6 +19,7 @@ from jobs.core.schema import BATCH_REPLIES, BATCH_REQUESTS
 from jobs.core.storage import Store
 from jobs.core.verdict_cache import VerdictCache, decode_entries
 from jobs.engine.batch.batch_judge import RecordedRequest, Reply
+from scorer_core.types import Usage
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,7 @@ class BatchLayout:
         replies: dict[str, Reply] = {}
         for path in parquet_files(self.store, self.path("replies", shard_id)):
             for row in _read_parquet(self.store, path).to_pylist():
-                reply = Reply(
-                    row["text"],
-                    row["error"],
-                    int(row["prompt_tokens"] or 0),
-                    int(row["completion_tokens"] or 0),
-                    row.get("retry"),  # reply files of older versions have no retry column
-                    1 if row.get("retry") and row["text"] is None else 0,
-                    int(row.get("cached_prompt_tokens") or 0),
-                    int(row.get("cache_creation_tokens") or 0),
-                )
+                reply = _reply_of_row(row)
                 replies[row["custom_id"]] = _better(replies.get(row["custom_id"]), reply)
         return replies
 
@@ -132,16 +124,41 @@ class BatchLayout:
         self.store.write_parquet_atomic(self.index_file(round_number, shard_id), index)
 
     def write_replies(self, shard_id: str, name: str, replies: Iterable[tuple[str, Reply]]) -> None:
-        # every column but custom_id is the reply's field of that name
-        names = BATCH_REPLIES.names[1:]
-        rows = [
-            {"custom_id": key, **{n: getattr(reply, n) for n in names}} for key, reply in replies
-        ]
+        rows = [_row_of_reply(request_id, reply) for request_id, reply in replies]
         table = pa.Table.from_pylist(rows, schema=BATCH_REPLIES.arrow)
         self.store.write_parquet_atomic(self.replies_file(shard_id, name), table)
 
     def write_json(self, path: str, data: dict[str, Any]) -> None:
         self.store.write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
+
+
+def _row_of_reply(request_id: str, reply: Reply) -> dict[str, Any]:
+    """A row of the replies table (`jobs.core.schema.BATCH_REPLIES`) for one reply."""
+    usage = reply.usage
+    return {
+        "custom_id": request_id,
+        "text": reply.text,
+        "error": reply.error,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "retry": reply.retry,
+        "cached_prompt_tokens": usage.cached_prompt_tokens,
+        "cache_creation_tokens": usage.cache_creation_tokens,
+    }
+
+
+def _reply_of_row(row: dict[str, Any]) -> Reply:
+    """The reply a row of the replies table holds (files of older versions lack the retry and
+    cache columns); a transient failure read back counts one try."""
+    usage = Usage(
+        prompt_tokens=int(row["prompt_tokens"] or 0),
+        completion_tokens=int(row["completion_tokens"] or 0),
+        cached_prompt_tokens=int(row.get("cached_prompt_tokens") or 0),
+        cache_creation_tokens=int(row.get("cache_creation_tokens") or 0),
+    )
+    retry = row.get("retry")
+    tries = 1 if retry and row["text"] is None else 0
+    return Reply(text=row["text"], error=row["error"], usage=usage, retry=retry, tries=tries)
 
 
 def _better(kept: Reply | None, new: Reply) -> Reply:

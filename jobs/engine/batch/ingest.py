@@ -64,21 +64,21 @@ def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:
     if error:
         code, message = _error(error)
         retry = code if code in TRANSIENT_CODES else None
-        return Reply(None, f"batch {batch_id}: {message}", retry=retry)
+        return Reply.failed(f"batch {batch_id}: {message}", retry=retry)
     if not isinstance(response, Mapping):
-        return Reply(None, f"batch {batch_id}: a line with neither a response nor an error")
+        return Reply.failed(f"batch {batch_id}: a line with neither a response nor an error")
     status = response.get("status_code")
     body = response.get("body")
     if status != 200:
         transient = isinstance(status, int) and (status == 429 or 500 <= status <= 599)
         message = f"batch {batch_id}: HTTP {status}: {_error(body)[1]}"
-        return Reply(None, message, retry=f"HTTP {status}" if transient else None)
+        return Reply.failed(message, retry=f"HTTP {status}" if transient else None)
     try:
         content = body["choices"][0]["message"].get("content")  # type: ignore[index]
         if content is not None and not isinstance(content, str):
             raise TypeError("message.content is not a string")
     except (LookupError, TypeError, AttributeError) as exc:
-        return Reply(None, f"batch {batch_id}: HTTP 200 but not a chat completion ({exc!r})")
+        return Reply.failed(f"batch {batch_id}: HTTP 200 but not a chat completion ({exc!r})")
     usage = body.get("usage") if isinstance(body, Mapping) else None
     return Reply.answered(ChatReply.from_usage(content or "", usage))
 
@@ -117,5 +117,5 @@ def ingest_batch(record: BatchRecord, files: Iterable[bytes], sent: Sequence[str
     reason = missing_reason(record)
     why = "deadline" if record.stopped else f"missing (batch {record.status})"
     for request_id in sent:
-        result.replies.setdefault(request_id, Reply(None, reason, retry=why))
+        result.replies.setdefault(request_id, Reply.failed(reason, retry=why))
     return result
