@@ -67,6 +67,13 @@ class FatalJudgeError(JudgeError): ...
 class StorageError(CtxPrecError): ...
 
 
-def shorten(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, "..." marking a cut."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def one_line(message: str | BaseException, limit: int | None = None) -> str:
+    """`message` as one line of a message: every run of whitespace (line breaks too) one
+    space, cut to at most `limit` characters with "..." marking the cut. An exception without
+    a message is named by its type. The project's one helper for this."""
+    line = " ".join(str(message).split())
+    if not line and isinstance(message, BaseException):
+        line = type(message).__name__
+    if limit is None or len(line) <= limit:
+        return line
+    return line[: limit - 3] + "..."

@@ -20,6 +20,7 @@ from scorer_core.errors import (
     ResponseFormatRejected,
     ServerError,
     TransportError,
+    one_line,
 )
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
@@ -65,7 +66,7 @@ def translate_error(
     """Map a litellm/OpenAI/httpx exception to the project's error tree, minus any secret."""
     litellm = import_litellm()
     full = redact(f"{type(exc).__name__}: {exc}", api_key)  # in any case and common encodings
-    message = f"judge {model}: {full[:500]}"
+    message = f"judge {model}: {one_line(full, 500)}"
     status = getattr(exc, "status_code", None)
     lowered = str(exc).lower()
     if isinstance(exc, litellm.RateLimitError) or status == 429:

@@ -30,7 +30,7 @@ from scorer_core.errors import (
     ResponseFormatRejected,
     ServerError,
     TransportError,
-    shorten,
+    one_line,
 )
 from scorer_core.protocols import ChatReply
 from scorer_core.redaction import redact
@@ -68,7 +68,7 @@ def _error_excerpt(body: bytes) -> str:
                 error = error.get("message", error)
             if error is not None:
                 text = error if isinstance(error, str) else json.dumps(error)
-    return shorten(" ".join(text.split()), _EXCERPT_CHARS)
+    return one_line(text, _EXCERPT_CHARS)
 
 
 def chat_request_body(
@@ -204,8 +204,9 @@ class OpenAIHTTPClient:
         raise status_error(response.status, raw, response.headers, response_format, self._message)
 
     def _message(self, text: str) -> str:
-        """`text` as an error message: the key redacted (before cutting, never after), short."""
-        return f"judge {self.model}: {shorten(redact(text, self._api_key), 500)}"
+        """`text` as an error message: the key redacted (before cutting, never after), on one
+        short line."""
+        return f"judge {self.model}: {one_line(redact(text, self._api_key), 500)}"
 
     def _translate_exception(self, exc: BaseException) -> JudgeError:
         """The one place that knows aiohttp's exceptions."""
@@ -229,7 +230,7 @@ class OpenAIHTTPClient:
             if content is not None and not isinstance(content, str):
                 raise TypeError("message.content is not a string")
         except (ValueError, LookupError, TypeError, AttributeError) as exc:
-            excerpt = " ".join(raw[:200].decode("utf-8", errors="replace").split())
+            excerpt = one_line(raw[:200].decode("utf-8", errors="replace"))
             raise MalformedReply(
                 self._message(f"HTTP 200 but not a chat completion ({exc!r}): {excerpt}")
             ) from None

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from scorer_core.errors import InputError, shorten
+from scorer_core.errors import InputError
 from scorer_core.precision import format_score
 from scorer_core.types import ContextVerdict, ScoringItem
 
@@ -179,13 +179,21 @@ def reason_start(score: float) -> str:
     return f"The score is {format_score(score)} because"
 
 
+def _shown_context(text: str) -> str:
+    """A context as the reason prompt shows it: at most `REASON_CONTEXT_CHARS` characters,
+    "..." marking a cut (its line breaks kept: `encode_data` escapes them)."""
+    if len(text) <= REASON_CONTEXT_CHARS:
+        return text
+    return text[: REASON_CONTEXT_CHARS - 3] + "..."
+
+
 def reason_messages(
     item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float, scale: float
 ) -> list[dict[str, str]]:
     """Chat messages asking the model to explain an already computed score."""
     shown = item.contexts[:REASON_MAX_CONTEXTS]
     context_lines = [
-        f"[{i}] {encode_data(shorten(text, REASON_CONTEXT_CHARS))}" for i, text in enumerate(shown)
+        f"[{index}] {encode_data(_shown_context(text))}" for index, text in enumerate(shown)
     ]
     if len(item.contexts) > len(shown):
         context_lines.append(f"({len(item.contexts) - len(shown)} more contexts not shown)")

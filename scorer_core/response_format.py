@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from scorer_core.errors import ConfigError, FatalJudgeError, shorten
+from scorer_core.errors import ConfigError, FatalJudgeError, one_line
 
 ResponseFormat = Literal["json_schema", "json_object", "prompt"]
 ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "prompt"]
@@ -168,7 +168,7 @@ class ResponseFormatNegotiation:
         """The endpoint refused `form`: the next request goes with a weaker one, or, when there
         is none (an explicit setting, or "prompt" refused), FatalJudgeError."""
         # Server tracebacks span lines; summaries do not.
-        reason = shorten(" ".join(reason.split()), _REASON_CHARS)
+        reason = one_line(reason, _REASON_CHARS)
         with self._lock:
             if probe:
                 self._probing = False

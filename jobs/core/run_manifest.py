@@ -5,14 +5,13 @@ engine that writes it and the tools that read it; `RunManifest.read` reads older
 from __future__ import annotations
 
 import json
-from textwrap import shorten
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, model_validator
 
 from jobs.core.text_safety import terminal_safe
 from jobs.core.validated import Validated
-from scorer_core.errors import CtxPrecError
+from scorer_core.errors import CtxPrecError, one_line
 
 if TYPE_CHECKING:
     from jobs.core.run_layout import RunLocation
@@ -88,14 +87,10 @@ class ResponseFormatRecord(_Record):
         if not self.dropped:
             return form
         rejected = "; ".join(
-            f"{dropped.form} rejected: {_cut(dropped.reason, max_reason_chars)}"
+            f"{dropped.form} rejected: {one_line(dropped.reason, max_reason_chars)}"
             for dropped in self.dropped
         )
         return f"{form} ({rejected})"
-
-
-def _cut(text: str, limit: int | None) -> str:
-    return text if limit is None else shorten(text, limit, placeholder="...")
 
 
 class BatchRoundRecord(_Record):

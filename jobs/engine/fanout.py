@@ -17,9 +17,9 @@ from jobs.engine.failures import RunFailed, rerun_hint
 from jobs.engine.messages import BatchPass, CoordinatorHandle, ShardContext, ShardReport
 from jobs.engine.plan import RunPlan
 from jobs.engine.ray_runtime import ray_task
-from jobs.engine.shards.worker import one_line, run_worker
+from jobs.engine.shards.worker import run_worker
 from jobs.inputs import Shard
-from scorer_core.errors import FatalJudgeError
+from scorer_core.errors import FatalJudgeError, one_line
 
 __all__ = ["SHARDS_PER_WORKER", "RunFailed", "fan_out", "raise_if_fatal"]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from jobs.run.canary import judge_labelled
 from jobs.tools.tool_options import CalibrateOptions
 from scorer_core import metrics
 from scorer_core.capabilities import capabilities_of
-from scorer_core.errors import InputError
+from scorer_core.errors import InputError, one_line
 from scorer_core.precision import context_precision
 from scorer_core.response_format import negotiation_summary
 from scorer_core.types import ScoreResult, Usage, as_verdict_flags
@@ -377,7 +376,7 @@ def _notes(result: Calibration) -> list[str]:
     if negotiated:
         said = negotiated.in_use
         for rejected in negotiated.dropped:
-            reason = textwrap.shorten(rejected.reason, 200, placeholder="...")
+            reason = one_line(rejected.reason, 200)
             said += f"; {rejected.form} rejected: {reason}"
         lines.append(f"\nstructured output: {said}")
     lines += [f"  invalid row: {example}" for example in result.rows.invalid_examples]

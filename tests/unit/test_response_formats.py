@@ -102,7 +102,7 @@ def test_shards_that_agree_give_their_form_and_each_rejection_once() -> None:
     assert combined.describe() == f"json_object (json_schema rejected: {REFUSED})"
     assert (
         combined.describe(max_reason_chars=20)
-        == "json_object (json_schema rejected: HTTP 500: 1...)"
+        == "json_object (json_schema rejected: HTTP 500: 1 valid...)"
     )
     assert ResponseFormatRecord.model_validate(combined.model_dump()) == combined
 

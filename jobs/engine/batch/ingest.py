@@ -13,6 +13,7 @@ from typing import Any
 
 from jobs.engine.batch.batch_judge import Reply
 from jobs.engine.batch.state import BatchRecord
+from scorer_core.errors import one_line
 from scorer_core.protocols import ChatReply
 
 _EXCERPT = 300
@@ -45,16 +46,11 @@ def _error(value: Any) -> tuple[str | None, str]:
     """(code or type, message) of an error line's error or an error response's body."""
     inner = value.get("error", value) if isinstance(value, Mapping) else value
     if not isinstance(inner, Mapping):
-        return None, _excerpt(str(inner))
+        return None, one_line(str(inner), _EXCERPT)
     code = inner.get("code") or inner.get("type")
     message = str(inner.get("message") or "")
     text = f"{code}: {message}" if code else message or json.dumps(inner)
-    return (str(code) if code else None), _excerpt(text)
-
-
-def _excerpt(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
+    return (str(code) if code else None), one_line(text, _EXCERPT)
 
 
 def reply_of_line(line: Mapping[str, Any], batch_id: str) -> Reply:

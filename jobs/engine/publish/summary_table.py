@@ -11,6 +11,7 @@ from jobs.core.formatting import Column, table
 from jobs.core.run_manifest import JudgeRecord, ResponseFormatRecord
 from jobs.core.text_safety import terminal_safe
 from jobs.engine.publish.aggregate import RunSummary, band_range
+from scorer_core.errors import one_line
 
 WIDTH = 46
 """Characters per line, the last line (where the results are) aside."""
@@ -171,9 +172,7 @@ def _response_format_lines(negotiated: ResponseFormatRecord) -> list[str]:
     if negotiated.setting != "auto":
         lines += _pairs(("  setting", negotiated.setting))
     for dropped in negotiated.dropped:
-        reason = textwrap.shorten(
-            terminal_safe(dropped.reason), _MAX_REASON_CHARS, placeholder="..."
-        )
+        reason = one_line(terminal_safe(dropped.reason), _MAX_REASON_CHARS)
         text = f"{dropped.form} rejected: {reason}"
         lines += textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="    ")
     return lines

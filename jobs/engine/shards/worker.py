@@ -34,7 +34,7 @@ from jobs.engine.shards.judging import (
 from jobs.engine.shards.shard_rows import ShardRows, shard_rows
 from jobs.inputs import ItemRecord, Shard
 from jobs.inputs.shard_read import RunRows, ShardRead, read_shard_records
-from scorer_core.errors import FatalJudgeError, StorageError
+from scorer_core.errors import FatalJudgeError, StorageError, one_line
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import Judge
 from scorer_core.response_format import negotiation_summary
@@ -308,13 +308,6 @@ async def _run_lanes(ctx: ShardContext, worker_id: str, lanes: int, node: str = 
         await asyncio.gather(*(_run_lane(runner, board, worker_id, attempts) for _ in range(lanes)))
     finally:
         await runner.close()
-
-
-def one_line(exc: BaseException) -> str:
-    """The exception's whole message on one line (pyarrow's run over several; the first often
-    names the file)."""
-    text = " ".join(part.strip() for part in str(exc).strip().splitlines())
-    return text or type(exc).__name__
 
 
 def run_worker(ctx: ShardContext, worker_id: str, lanes: int) -> None:
