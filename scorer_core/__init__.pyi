@@ -3,7 +3,6 @@ __init__ module imports each from its module on first use): the one list of them
 
 from .capabilities import JudgeCapabilities as JudgeCapabilities
 from .capabilities import capabilities_of as capabilities_of
-from .capabilities import judge_capabilities as judge_capabilities
 from .errors import ConfigError as ConfigError
 from .errors import ConnectionFailed as ConnectionFailed
 from .errors import CtxPrecError as CtxPrecError

@@ -1,16 +1,16 @@
-"""What a judge can do (needs a key? worth caching? batchable? priced?), asked of its model
-string once here, so the rest of the code asks `capabilities_of(model).offline` rather than
-`model == "lexical"`."""
+"""What a judge can do (needs a key? worth caching? batchable? priced?). A judge says it itself
+(`Judge.capabilities`); code that has only a config's model string asks `capabilities_of(model)`,
+so nothing else compares a model string with "lexical"."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 OFFLINE_JUDGE = "lexical"  # the offline judge's model string, spelled only here
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JudgeCapabilities:
     """What a judge is and can do.
 
@@ -35,18 +35,17 @@ LLM_CAPABILITIES = JudgeCapabilities(
     offline=False, needs_api_key=True, supports_batch=True, negotiates_format=True, priced=True
 )
 
+#: The judges named by a model string of their own, with what each can do; every other model
+#: string names an LLM judge. Another kind of judge (an embedded relevance model) is a row here.
+NAMED_JUDGES: Mapping[str, JudgeCapabilities] = {OFFLINE_JUDGE: OFFLINE_CAPABILITIES}
+
 
 def capabilities_of(model: str) -> JudgeCapabilities:
-    """What the judge `model` names can do: the offline lexical judge, or an LLM judge."""
-    return OFFLINE_CAPABILITIES if model == OFFLINE_JUDGE else LLM_CAPABILITIES
+    """What the judge `model` names can do: a named judge's (the lexical judge), else an LLM
+    judge's."""
+    return NAMED_JUDGES.get(model, LLM_CAPABILITIES)
 
 
 def is_offline(model: str) -> bool:
-    """Whether `model` names the offline judge (no network, no cost, nothing to cache)."""
+    """Whether `model` names an offline judge (no network, no cost, nothing to cache)."""
     return capabilities_of(model).offline
-
-
-def judge_capabilities(judge: Any) -> JudgeCapabilities:
-    """`judge.capabilities` (every judge of this library has one), else its model's."""
-    own = getattr(judge, "capabilities", None)
-    return own if isinstance(own, JudgeCapabilities) else capabilities_of(str(judge.model))

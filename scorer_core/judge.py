@@ -115,8 +115,8 @@ class LLMJudge:
         self._reasons = verdict_reasons
         self.model = client.model
         self.endpoint = client.endpoint
-        #: Which client carries the requests ("http", "litellm", or the client's own name).
-        self.transport = str(getattr(client, "transport", type(client).__name__))
+        #: Which client carries the requests ("http", "litellm", "batch", ...).
+        self.transport = client.transport
         #: The structured-output negotiation with this judge's endpoint.
         self.response_format = negotiation or ResponseFormatNegotiation(
             response_format, client.endpoint
@@ -144,6 +144,11 @@ class LLMJudge:
     @property
     def response_format_in_use(self) -> ResponseFormat:
         return self.response_format.current
+
+    @property
+    def asker(self) -> LLMJudge:
+        """The judge itself: it asks its chat model (`scorer_core.protocols.ChatAsker`)."""
+        return self
 
     def reason_prompt(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float

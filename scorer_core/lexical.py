@@ -159,6 +159,8 @@ class LexicalJudge:
 
     capabilities: ClassVar[JudgeCapabilities] = OFFLINE_CAPABILITIES
     model: ClassVar[str] = OFFLINE_JUDGE
+    #: It asks no chat model.
+    asker: ClassVar[None] = None
 
     threshold: float = DEFAULT_THRESHOLD
     relative: float = DEFAULT_RELATIVE
@@ -295,6 +297,12 @@ class LexicalJudge:
             relevant = is_relevant(st.scores[p], st.best, **rule)
             verdicts.append(ContextVerdict(p, relevant, self._reason(st, p, relevant)))
         return VerdictBatch(verdicts=tuple(verdicts), usage=Usage())
+
+    def reason_prompt(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> None:
+        """None: `explain` asks no model."""
+        return None
 
     async def explain(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float

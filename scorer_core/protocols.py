@@ -1,5 +1,6 @@
-"""The pluggable parts of the scorer, one `Protocol` each: `Judge`, `ChatClient`, `Limiter` and
-`Sleeper` (injected wherever the code waits)."""
+"""The pluggable parts of the scorer, one `Protocol` each: `Judge` (and `ChatAsker`, the part of
+a judge that asks a chat model), `ChatClient`, `Limiter` and `Sleeper` (injected wherever the
+code waits)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from scorer_core.response_format import ResponseFormat
+from scorer_core.capabilities import JudgeCapabilities
+from scorer_core.response_format import ResponseFormat, ResponseFormatNegotiation
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 
 @runtime_checkable
 class Judge(Protocol):
-    """Decides which contexts of an item are relevant."""
+    """Decides which contexts of an item are relevant, and says what it is and can do."""
 
     @property
     def model(self) -> str:
         """The model name recorded next to every score."""
+
+    @property
+    def capabilities(self) -> JudgeCapabilities:
+        """What this judge is and can do: offline, needs a key, batchable, priced
+        (`scorer_core.capabilities`)."""
+
+    @property
+    def asker(self) -> ChatAsker | None:
+        """How this judge asks a chat model; None for a judge that asks none (the lexical
+        judge). A judge built around another (a cache, a first pass) gives the inner one's."""
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         """Verdicts for `item.contexts[p]` for every p in `positions` (one judge request); a
@@ -29,6 +41,35 @@ class Judge(Protocol):
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
     ) -> tuple[str, Usage]:
         """A reason for the decided `score`, begun "The score is <score> because"."""
+
+    def reason_prompt(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> str | None:
+        """The user message `explain` sends first for these arguments; None when `explain`
+        asks no model."""
+
+
+class ChatAsker(Protocol):
+    """The part of a judge that asks a chat model (`Judge.asker`): what the job records about
+    it and how batch mode sends a request online."""
+
+    @property
+    def transport(self) -> str:
+        """Which client carries the requests (`ChatClient.transport`)."""
+
+    @property
+    def response_format(self) -> ResponseFormatNegotiation:
+        """The structured-output negotiation with the endpoint."""
+
+    async def ask(
+        self,
+        messages: Sequence[dict[str, str]],
+        schema_name: str,
+        schema: dict[str, object],
+        verdicts: int,
+    ) -> tuple[ChatReply, Usage]:
+        """One logical request for `verdicts` verdicts (1 for a reason), retried and paced as
+        the judge's own: the reply, and what it cost (calls and retries included)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +119,11 @@ class ChatClient(Protocol):
     @property
     def endpoint(self) -> str:
         """Where requests go (the API base URL, or the provider's name), for messages."""
+
+    @property
+    def transport(self) -> str:
+        """What carries the requests, as the run's manifest names it: "http", "litellm",
+        "batch", "fake"."""
 
     async def complete(
         self,

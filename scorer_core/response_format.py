@@ -14,9 +14,12 @@ import contextlib
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from scorer_core.errors import ConfigError, FatalJudgeError, one_line
+
+if TYPE_CHECKING:
+    from scorer_core.protocols import Judge
 
 ResponseFormat = Literal["json_schema", "json_object", "prompt"]
 ResponseFormatSetting = Literal["auto", "json_schema", "json_object", "prompt"]
@@ -200,10 +203,11 @@ class ResponseFormatNegotiation:
                 loop.call_soon_threadsafe(_settle, waiter)
 
 
-def negotiation_summary(judge: object) -> dict[str, Any] | None:
-    """`judge.response_format.summary()`; None for a judge that negotiates nothing."""
-    negotiation = getattr(judge, "response_format", None)
-    return negotiation.summary() if isinstance(negotiation, ResponseFormatNegotiation) else None
+def negotiation_summary(judge: Judge) -> dict[str, Any] | None:
+    """The summary of the structured-output negotiation of `judge`'s asker; None for a judge
+    that asks no chat model."""
+    asker = judge.asker
+    return None if asker is None else asker.response_format.summary()
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:

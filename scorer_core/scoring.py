@@ -7,8 +7,6 @@ and tools call it directly with the judge and settings of their config.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 from scorer_core.errors import (
     ConfigError,
@@ -29,15 +27,6 @@ from scorer_core.types import (
     Usage,
     as_verdict_flags,
 )
-
-
-@runtime_checkable
-class ShowsReasonPrompt(Protocol):
-    """A judge that sends a prompt for the reason and can say what it is."""
-
-    def reason_prompt(
-        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
-    ) -> str: ...
 
 
 def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
@@ -121,9 +110,7 @@ async def explain_score(
         return "", Usage(), None
     if reason == "template":
         return template_reason(verdicts, score, scale), Usage(), None
-    prompt = (
-        judge.reason_prompt(item, verdicts, score) if isinstance(judge, ShowsReasonPrompt) else None
-    )
+    prompt = judge.reason_prompt(item, verdicts, score)
     try:
         text, usage = await judge.explain(item, verdicts, score)
     except (TransportError, MalformedReply) as exc:

@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 from jobs.core.schema import VERDICT_CACHE
 from jobs.core.storage import Store, open_store
 from jobs.core.verdict_store import Journal, VerdictStore
+from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.prompt import PROMPT_VERSION
-from scorer_core.protocols import Judge
+from scorer_core.protocols import ChatAsker, Judge
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 
@@ -166,6 +167,19 @@ class CachingJudge:
     @property
     def model(self) -> str:
         return self._inner.model
+
+    @property
+    def capabilities(self) -> JudgeCapabilities:
+        return self._inner.capabilities
+
+    @property
+    def asker(self) -> ChatAsker | None:
+        return self._inner.asker
+
+    def reason_prompt(
+        self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float
+    ) -> str | None:
+        return self._inner.reason_prompt(item, verdicts, score)
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         keys = {position: pair_key(self._fingerprint, item, position) for position in positions}

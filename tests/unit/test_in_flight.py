@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from jobs.core.verdict_cache import CachingJudge, InFlight, VerdictCache
+from scorer_core.capabilities import LLM_CAPABILITIES
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
 
 QUERY, OUTPUT = "Who wrote Dune?", "Frank Herbert wrote Dune."
@@ -30,6 +31,12 @@ class HeldJudge:
     @property
     def model(self) -> str:
         return "held"
+
+    capabilities = LLM_CAPABILITIES
+    asker = None
+
+    def reason_prompt(self, *_: object) -> None:
+        return None
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         self.calls.append(tuple(item.contexts[p] for p in positions))

@@ -14,9 +14,9 @@ from scorer_core import (
     JudgeSpec,
     ScoringItem,
     build_judge,
+    capabilities_of,
     context_precision,
     create_context_precision_scorer,
-    judge_capabilities,
     make_judge,
     score_item,
 )
@@ -76,15 +76,15 @@ def test_the_offline_spec_builds_the_lexical_judge_with_its_options() -> None:
 def test_judges_say_what_they_can_do() -> None:
     offline = make_judge("lexical")
     online = make_judge(MODEL)
-    assert offline.capabilities is OFFLINE_CAPABILITIES  # type: ignore[attr-defined]
-    assert online.capabilities is LLM_CAPABILITIES  # type: ignore[attr-defined]
-    assert judge_capabilities(offline).offline and not judge_capabilities(online).offline
+    assert offline.capabilities is OFFLINE_CAPABILITIES and offline.asker is None
+    assert online.capabilities is LLM_CAPABILITIES
+    asker = online.asker
+    assert asker is not None and asker.transport == "http"
+    assert asker.response_format.setting == "auto"
+    # What has only a model string asks capabilities_of; a spec asks it for its model.
+    assert capabilities_of("lexical") is OFFLINE_CAPABILITIES
+    assert capabilities_of(MODEL) is LLM_CAPABILITIES
     assert JudgeSpec("lexical").capabilities.offline
-
-    class OwnJudge:  # a user's judge without the attribute: asked by its model string
-        model = "lexical"
-
-    assert judge_capabilities(OwnJudge()) is OFFLINE_CAPABILITIES
 
 
 def test_spec_and_make_judge_send_the_same_requests() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.engine.batch.requests import RequestLines, custom_id
+from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.errors import JudgeError, TransportError
 from scorer_core.judge import LLMJudge
 from scorer_core.protocols import ChatReply
@@ -230,12 +231,13 @@ class BatchJudge:
         return self._online.model
 
     @property
-    def transport(self) -> str:
-        return TRANSPORT
+    def capabilities(self) -> JudgeCapabilities:
+        return self._online.capabilities
 
     @property
-    def response_format(self) -> ResponseFormatNegotiation:
-        return self._online.response_format
+    def asker(self) -> LLMJudge:
+        """The online judge's code over the replay: transport "batch", the batch's fixed form."""
+        return self._online
 
     def reason_prompt(
         self, item: ScoringItem, verdicts: Sequence[ContextVerdict], score: float

@@ -34,10 +34,8 @@ from jobs.engine.shards.judging import (
 from jobs.engine.shards.shard_rows import ShardRows, shard_rows
 from jobs.inputs import ItemRecord, Shard
 from jobs.inputs.shard_read import RunRows, ShardRead, read_shard_records
-from scorer_core.errors import FatalJudgeError, StorageError, one_line
-from scorer_core.judge import LLMJudge
+from scorer_core.errors import ConfigError, FatalJudgeError, StorageError, one_line
 from scorer_core.protocols import Judge
-from scorer_core.response_format import negotiation_summary
 from scorer_core.scoring import score_item
 from scorer_core.types import ScoreResult
 
@@ -76,9 +74,12 @@ async def judge_shard(
 
 
 def judge_facts(judge: Judge) -> JudgeFacts:
-    """The transport and structured-output negotiation of a worker's own judge (not of the
-    CachingJudge around it, which hides the negotiation); empty for the offline judge."""
-    return JudgeFacts(getattr(judge, "transport", None) or None, negotiation_summary(judge))
+    """The transport and structured-output negotiation of a worker's own judge; empty for the
+    offline judge."""
+    asker = judge.asker
+    if asker is None:
+        return JudgeFacts()
+    return JudgeFacts(asker.transport, asker.response_format.summary())
 
 
 class ShardRunner:
@@ -161,9 +162,10 @@ class ShardRunner:
         batch_pass = self._ctx.batch_pass
         if batch_pass is None or not batch_pass.asks_online:
             return None
-        online = self._own_judge()
-        assert isinstance(online, LLMJudge)
-        return online.ask
+        asker = self._own_judge().asker
+        if asker is None:  # the config forbids batch mode for a judge that asks no chat model
+            raise ConfigError("judge.batch.reask online needs an LLM judge")
+        return asker.ask
 
     async def close(self) -> None:
         """Stop reporting to the governor and flush the journal (the worker is done)."""
