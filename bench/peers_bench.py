@@ -316,9 +316,10 @@ def run_bare(
 
     from scorer_core.openai_http import OpenAIHTTPClient
     from scorer_core.prompt import VERDICTS_SCHEMA, VERDICTS_SCHEMA_NAME, verdict_messages
+    from scorer_core.protocols import RequestSettings
     from scorer_core.types import ScoringItem
 
-    reference = OpenAIHTTPClient(f"openai/{MODEL}", api_base=url)
+    reference = OpenAIHTTPClient(f"openai/{MODEL}", RequestSettings(api_base=url))
     bodies: list[tuple[str, bytes]] = []
     for line in items_path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)

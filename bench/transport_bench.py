@@ -180,12 +180,14 @@ def modes(url: str) -> dict[str, tuple[str, Callable[[], Any]]]:
     from scorer_core.judge import LLMJudge
     from scorer_core.openai_http import OpenAIHTTPClient
     from scorer_core.prompt import VERDICTS_SCHEMA, VERDICTS_SCHEMA_NAME, verdict_messages
+    from scorer_core.protocols import RequestSettings
     from scorer_core.types import ScoringItem
 
     item = ScoringItem(input="which letters?", output="alpha and gamma", contexts=CONTEXTS)
     positions = list(range(len(CONTEXTS)))
     messages = verdict_messages(item, positions)
-    reference = OpenAIHTTPClient(MODEL, api_base=url)
+    reference = OpenAIHTTPClient(MODEL, RequestSettings(api_base=url))
+    settings = RequestSettings(api_base=url, timeout=60)
     body = json.dumps(
         reference.request_body(messages, schema_name=VERDICTS_SCHEMA_NAME, schema=VERDICTS_SCHEMA),
         ensure_ascii=False,
@@ -207,7 +209,7 @@ def modes(url: str) -> dict[str, tuple[str, Callable[[], Any]]]:
         return call, session.close
 
     def http_client() -> Any:
-        client = OpenAIHTTPClient(MODEL, api_base=url, timeout=60)
+        client = OpenAIHTTPClient(MODEL, settings)
 
         async def call() -> object:
             return await client.complete(
@@ -220,7 +222,7 @@ def modes(url: str) -> dict[str, tuple[str, Callable[[], Any]]]:
         from scorer_core.litellm_client import LiteLLMClient, import_litellm
 
         import_litellm()  # the import (seconds) is not part of the measured time
-        client = LiteLLMClient(MODEL, api_base=url, timeout=60)
+        client = LiteLLMClient(MODEL, settings)
 
         async def call() -> object:
             return await client.complete(
@@ -233,7 +235,7 @@ def modes(url: str) -> dict[str, tuple[str, Callable[[], Any]]]:
         return call, close
 
     def judge_over_http() -> Any:
-        client = OpenAIHTTPClient(MODEL, api_base=url, timeout=60)
+        client = OpenAIHTTPClient(MODEL, settings)
         judge = LLMJudge(client)
 
         async def call() -> object:

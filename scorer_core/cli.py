@@ -18,7 +18,8 @@ from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
 from scorer_core.judge_access import JudgeAccess
 from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS, negotiation_summary
-from scorer_core.scorer import REASON_MODES, create_context_precision_scorer
+from scorer_core.scorer import create_context_precision_scorer
+from scorer_core.scoring import REASON_MODES
 from scorer_core.transports import TRANSPORTS
 from scorer_core.types import ScoreResult
 

@@ -11,7 +11,7 @@ from typing import Any
 from scorer_core.openai_http import chat_request_body
 from scorer_core.prompt import REASON_SCHEMA_NAME
 from scorer_core.protocols import ChatReply
-from scorer_core.response_format import ResponseFormat
+from scorer_core.response_format import ResponseFormat, response_format_field
 
 Handler = Callable[[dict[str, Any]], str | Sequence[bool]]
 """A request body (as it would go over HTTP) -> the reply's text, or one relevance flag per
@@ -59,7 +59,8 @@ class FakeChatClient:
         schema: dict[str, Any],
         response_format: ResponseFormat = "json_schema",
     ) -> ChatReply:
-        body = chat_request_body(self.model, messages, response_format, schema_name, schema)
+        form = response_format_field(response_format, schema_name, schema)
+        body = chat_request_body(self.model, messages, form)
         self.requests.append(body)
         reply = self._handler(body)
         if isinstance(reply, str):

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from scorer_core.capabilities import LLM_CAPABILITIES
@@ -72,23 +73,71 @@ def estimate_tokens(
     return counter(messages) + reply
 
 
+Gate = contextlib.AbstractAsyncContextManager[None]
+"""Bounds requests in flight when shared by several judges (a worker's share of a budget)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMJudgeSettings:
+    """What an LLM judge takes from its config (`JudgeSpec.llm_settings`).
+
+    retry: transport retries and re-asks of unusable replies.
+    scale: the score scale, for the reason prompt.
+    response_format: "auto" or one structured-output form, for a judge given no negotiation.
+    completion_budget: the reply tokens a tokens-per-minute limiter reserves per request
+        (None: a verdict with a short reason each, or without).
+    verdict_reasons: False asks for verdicts alone, without a reason each.
+    """
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    scale: float = 1.0
+    response_format: str = "auto"
+    completion_budget: int | None = None
+    verdict_reasons: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeRuntime:
+    """What an LLM judge shares at run time with the other judges of its process or run, and
+    how it waits: nothing a config can hold.
+
+    limiter: paces requests against a provider's limit.
+    max_in_flight: bounds the requests in flight: a number, or a `Gate` shared with other
+        judges, such as a worker's share of a run-wide budget.
+    first_alone: False leaves the cold start to whoever owns the `max_in_flight` gate.
+    negotiation: the endpoint's shared structured-output state (`shared_negotiation`); its
+        setting wins over the judge's `response_format`.
+    token_counter: counts a request's prompt tokens for a tokens-per-minute `limiter`.
+    sleep, clock: how the judge waits and times a reply (tests inject them).
+    """
+
+    limiter: Limiter | None = None
+    max_in_flight: int | Gate | None = None
+    first_alone: bool = True
+    negotiation: ResponseFormatNegotiation | None = None
+    token_counter: TokenCounter = count_prompt_tokens
+    sleep: Sleeper = real_sleep
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Request:
+    """One logical request: its messages, the schema its reply must follow, and the tokens
+    the rate limiter is asked for."""
+
+    messages: Sequence[dict[str, str]]
+    schema_name: str
+    schema: dict[str, object]
+    tokens: int
+
+
 class LLMJudge:
     """A `Judge` backed by any chat model reachable through a `ChatClient`.
 
     Args:
         client: carries each request (`OpenAIHTTPClient`, `LiteLLMClient`, `FakeChatClient`).
-        retry: transport retries and re-asks of unusable replies.
-        limiter: paces requests against a provider's limit (shared by many judges).
-        sleep: how the judge waits (tests inject one).
-        scale: the score scale, for the reason prompt.
-        max_in_flight: bounds the requests in flight: a number, or a gate (an async context
-            manager) shared with other judges, such as a worker's share of a run-wide budget.
-        negotiation: the endpoint's shared structured-output state (`shared_negotiation`);
-            its setting wins over `response_format` ("auto" or one form).
-        first_alone: False leaves the cold start to whoever owns the `max_in_flight` gate.
-        token_counter, completion_budget, clock: size each request for a tokens-per-minute
-            `limiter` and time its reply.
-        verdict_reasons: False asks for verdicts alone, without a reason each.
+        settings: what the judge asks for and how often it asks again (from its config).
+        runtime: the limiter, in-flight bound and negotiation it shares with other judges.
     """
 
     #: Reached over the network, paced, priced, cacheable (`scorer_core.capabilities`).
@@ -98,47 +147,40 @@ class LLMJudge:
         self,
         client: ChatClient,
         *,
-        retry: RetryPolicy | None = None,
-        limiter: Limiter | None = None,
-        sleep: Sleeper = real_sleep,
-        scale: float = 1.0,
-        max_in_flight: int | contextlib.AbstractAsyncContextManager[None] | None = None,
-        response_format: str = "auto",
-        negotiation: ResponseFormatNegotiation | None = None,
-        first_alone: bool = True,
-        token_counter: TokenCounter = count_prompt_tokens,
-        completion_budget: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        verdict_reasons: bool = True,
+        settings: LLMJudgeSettings | None = None,
+        runtime: JudgeRuntime | None = None,
     ) -> None:
+        settings = settings or LLMJudgeSettings()
+        runtime = runtime or JudgeRuntime()
         self._client = client
-        self._reasons = verdict_reasons
+        self._reasons = settings.verdict_reasons
         self.model = client.model
         self.endpoint = client.endpoint
         #: Which client carries the requests ("http", "litellm", "batch", ...).
         self.transport = client.transport
         #: The structured-output negotiation with this judge's endpoint.
-        self.response_format = negotiation or ResponseFormatNegotiation(
-            response_format, client.endpoint
+        self.response_format = runtime.negotiation or ResponseFormatNegotiation(
+            settings.response_format, client.endpoint
         )
         # Bounds requests in flight (not items), so an item with thousands of contexts cannot
         # open thousands of connections at once.
-        if isinstance(max_in_flight, int):
-            max_in_flight = asyncio.Semaphore(max_in_flight)  # type: ignore[assignment]
-        self._in_flight = max_in_flight or contextlib.nullcontext()
-        self._retry = retry or RetryPolicy()
-        self._limiter = limiter or NoLimit()
-        self._sleep = sleep
-        self._scale = scale
-        self._count_tokens = token_counter
-        self._completion_budget = completion_budget
-        self._clock = clock
+        in_flight = runtime.max_in_flight
+        if isinstance(in_flight, int):
+            in_flight = asyncio.Semaphore(in_flight)
+        self._in_flight: Gate = in_flight or contextlib.nullcontext()
+        self._retry = settings.retry
+        self._limiter = runtime.limiter or NoLimit()
+        self._sleep = runtime.sleep
+        self._scale = settings.scale
+        self._count_tokens = runtime.token_counter
+        self._completion_budget = settings.completion_budget
+        self._clock = runtime.clock
         # The first request goes alone: a client's first call can take a second or more (lazy
         # imports, connection set-up) while the calls behind it wait inside the client, so rate
         # slots taken meanwhile would all be spent at the same instant when it returns.
-        self._first_taken = not first_alone
+        self._first_taken = not runtime.first_alone
         self._first_done = asyncio.Event()
-        if not first_alone:
+        if not runtime.first_alone:
             self._first_done.set()
 
     @property
@@ -172,13 +214,14 @@ class LLMJudge:
             completion_budget=self._completion_budget,
             reasons=self._reasons,
         )
+        request = _Request(messages=messages, schema_name=schema_name, schema=schema, tokens=tokens)
         calls = retries = rate_limited = form_rejections = 0
         while True:
             calls += 1
             first = await self._wait_for_first()
             form, probe = await self.response_format.acquire()
             try:
-                reply = await self._attempt(messages, schema_name, schema, form, tokens, first)
+                reply = await self._attempt(request, form, first)
             except ResponseFormatRejected as exc:
                 form_rejections += 1
                 if form_rejections > len(RESPONSE_FORMATS):
@@ -216,15 +259,7 @@ class LLMJudge:
             await self._first_done.wait()
         return first
 
-    async def _attempt(
-        self,
-        messages: Sequence[dict[str, str]],
-        schema_name: str,
-        schema: dict[str, object],
-        form: ResponseFormat,
-        tokens: int,
-        first: bool,
-    ) -> ChatReply:
+    async def _attempt(self, request: _Request, form: ResponseFormat, first: bool) -> ChatReply:
         """One call to the client in `form`, holding an in-flight slot and a rate slot."""
         async with self._in_flight:
             # Rate slot taken only once a connection slot is ours, so slots are not hoarded by
@@ -233,10 +268,13 @@ class LLMJudge:
             sent_at: float | None = None
             reply: ChatReply | None = None
             try:
-                charged = await self._limiter.acquire(tokens)
+                charged = await self._limiter.acquire(request.tokens)
                 sent_at = self._clock()
                 reply = await self._client.complete(
-                    messages, schema_name=schema_name, schema=schema, response_format=form
+                    request.messages,
+                    schema_name=request.schema_name,
+                    schema=request.schema,
+                    response_format=form,
                 )
                 return reply
             finally:
@@ -270,7 +308,9 @@ class LLMJudge:
     ) -> tuple[T | None, Usage, str]:
         """`parse` of the reply to `base`, re-asked while unusable: (parsed or None, usage, the
         last problem)."""
-        messages, usage, problem = base, Usage(), ""
+        messages = base
+        usage = Usage()
+        problem = ""
         for attempt in range(self._retry.max_reasks + 1):
             if attempt:
                 usage = usage + Usage(reasks=1)

@@ -1,13 +1,13 @@
 """A judge described by typed data (`JudgeSpec`) and built from it (`build_judge`).
 
 A spec is everything about a judge that can be written down (a job derives it from its config);
-what exists only at run time (a shared limiter, an in-flight gate, a ready client) goes to
-`build_judge` beside it. `scorer_core.scorer.make_judge` is the keyword front door to both.
+what exists only at run time (a shared limiter, an in-flight gate: `JudgeRuntime`; a ready
+client) goes to `build_judge` beside it. `scorer_core.scorer.make_judge` is the keyword front
+door to both.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
@@ -15,10 +15,10 @@ from typing import Any
 
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.errors import ConfigError
-from scorer_core.judge import LLMJudge, TokenCounter, count_prompt_tokens
-from scorer_core.protocols import ChatClient, Judge, Limiter, Sleeper
-from scorer_core.response_format import ResponseFormatNegotiation, check_response_format
-from scorer_core.retry import RetryPolicy, real_sleep
+from scorer_core.judge import JudgeRuntime, LLMJudge, LLMJudgeSettings
+from scorer_core.protocols import ChatClient, Judge, RequestSettings
+from scorer_core.response_format import check_response_format
+from scorer_core.retry import RetryPolicy
 from scorer_core.transports import Transport, resolve_transport
 
 #: Options only one transport's client takes: given under transport "auto", they choose it.
@@ -29,7 +29,7 @@ TRANSPORT_ONLY_OPTIONS: Mapping[Transport, frozenset[str]] = {
 ANY_TRANSPORT_ONLY = frozenset[str]().union(*TRANSPORT_ONLY_OPTIONS.values())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JudgeSpec:
     """A judge as data. `model` is "lexical" (the offline judge, configured by `lexical`) or a
     litellm model string; every other field applies to an LLM judge only.
@@ -72,6 +72,27 @@ class JudgeSpec:
         """The transport-only options this spec sets (not left to the client's default)."""
         return {name for name in ANY_TRANSPORT_ONLY if getattr(self, name) is not None}
 
+    def llm_settings(self, retry: RetryPolicy | None = None) -> LLMJudgeSettings:
+        """What the LLM judge takes from this spec; `retry` in place of its `max_retries` and
+        `max_reasks`."""
+        return LLMJudgeSettings(
+            retry=retry or RetryPolicy(max_retries=self.max_retries, max_reasks=self.max_reasks),
+            scale=self.scale,
+            response_format=check_response_format(self.response_format),
+            completion_budget=self.completion_budget,
+            verdict_reasons=self.verdict_reasons,
+        )
+
+    def request_settings(self) -> RequestSettings:
+        """How the judge's client sends each request."""
+        return RequestSettings(
+            api_base=self.api_base,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+
     def resolved_transport(self) -> Transport:
         """`resolve_transport`, but under "auto" an option only one client takes chooses it."""
         setting = self.transport
@@ -84,49 +105,42 @@ class JudgeSpec:
 
 def build_judge(
     spec: JudgeSpec,
+    runtime: JudgeRuntime | None = None,
     *,
-    limiter: Limiter | None = None,
-    max_in_flight: int | contextlib.AbstractAsyncContextManager[None] | None = None,
-    first_alone: bool = True,
-    token_counter: TokenCounter | None = None,
-    negotiation: ResponseFormatNegotiation | None = None,
-    retry: RetryPolicy | None = None,
-    sleep: Sleeper = real_sleep,
     client: ChatClient | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Judge:
-    """The `LLMJudge` (or, for model "lexical", the `LexicalJudge`) `spec` describes, wired
-    to the run-time objects `LLMJudge` documents; `retry` replaces the spec's `max_retries` and
-    `max_reasks`, a ready `client` its endpoint and request settings.
+    """The `LLMJudge` (or, for model "lexical", the `LexicalJudge`) `spec` describes, sharing
+    `runtime`'s limiter, in-flight bound and negotiation; `retry` replaces the spec's
+    `max_retries` and `max_reasks`, a ready `client` its endpoint and request settings.
 
     Raises:
         ConfigError: an option the judge or its transport does not take.
     """
     if spec.capabilities.offline:
-        from scorer_core.lexical import LexicalJudge
-
-        allowed = frozenset(inspect.signature(LexicalJudge).parameters)
-        if unknown := set(spec.lexical) - allowed:
-            raise unknown_options(unknown, allowed, "the lexical judge")
-        return LexicalJudge(**spec.lexical)
+        return _lexical_judge(spec)
     if spec.lexical:
         raise ConfigError(f"lexical options apply to the lexical judge only, not {spec.model}")
     transport = spec.resolved_transport()
-    if misplaced := spec.given_transport_options() - TRANSPORT_ONLY_OPTIONS[transport]:
+    misplaced = spec.given_transport_options() - TRANSPORT_ONLY_OPTIONS[transport]
+    if misplaced:
         raise not_for_transport(misplaced, transport)
     return LLMJudge(
         client or _chat_client(spec, transport),
-        retry=retry or RetryPolicy(max_retries=spec.max_retries, max_reasks=spec.max_reasks),
-        limiter=limiter,
-        sleep=sleep,
-        scale=spec.scale,
-        max_in_flight=max_in_flight,
-        response_format=check_response_format(spec.response_format),
-        negotiation=negotiation,
-        first_alone=first_alone,
-        token_counter=token_counter or count_prompt_tokens,
-        completion_budget=spec.completion_budget,
-        verdict_reasons=spec.verdict_reasons,
+        settings=spec.llm_settings(retry),
+        runtime=runtime,
     )
+
+
+def _lexical_judge(spec: JudgeSpec) -> Judge:
+    """The lexical judge with the spec's `lexical` options, each checked by name."""
+    from scorer_core.lexical import LexicalJudge
+
+    allowed = frozenset(inspect.signature(LexicalJudge).parameters)
+    unknown = set(spec.lexical) - allowed
+    if unknown:
+        raise unknown_options(unknown, allowed, "the lexical judge")
+    return LexicalJudge(**spec.lexical)
 
 
 def unknown_options(names: set[str], allowed: Set[str], what: str) -> ConfigError:
@@ -147,13 +161,13 @@ def not_for_transport(names: set[str], transport: str) -> ConfigError:
 
 
 def _chat_client(spec: JudgeSpec, transport: Transport) -> ChatClient:
-    """The client of `transport` for the spec's endpoint and request settings."""
-    names = {"api_base", "api_key", "timeout", "temperature", "max_tokens"}
-    options = {name: getattr(spec, name) for name in names | spec.given_transport_options()}
+    """The client of `transport` for the spec's endpoint and request settings, with the
+    transport-only options the spec sets (the client's defaults for the others)."""
+    own_options = {name: getattr(spec, name) for name in spec.given_transport_options()}
     if transport == "http":  # lean aiohttp client, OpenAI-compatible servers
         from scorer_core.openai_http import OpenAIHTTPClient
 
-        return OpenAIHTTPClient(spec.model, **options)
+        return OpenAIHTTPClient(spec.model, spec.request_settings(), **own_options)
     from scorer_core.litellm_client import LiteLLMClient
 
-    return LiteLLMClient(spec.model, **options)
+    return LiteLLMClient(spec.model, spec.request_settings(), **own_options)

@@ -22,7 +22,7 @@ from scorer_core.errors import (
     TransportError,
     one_line,
 )
-from scorer_core.protocols import ChatReply
+from scorer_core.protocols import ChatReply, RequestSettings
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 from scorer_core.retry import parse_retry_after
@@ -104,8 +104,10 @@ def translate_error(
 class LiteLLMClient:
     """One chat completion per call through `litellm.acompletion`, retries left to the caller.
 
-    `request_options` are extra `litellm.acompletion` arguments (e.g. {"top_p": 0.9}), sent as
-    given: the only way to pass one, so a mistyped option is never forwarded.
+    `settings` are each request's endpoint, key, timeout and sampling (None: litellm's default
+    endpoint for the model). `request_options` are extra `litellm.acompletion` arguments (e.g.
+    {"top_p": 0.9}), sent as given: the only way to pass one, so a mistyped option is never
+    forwarded.
     """
 
     transport = "litellm"
@@ -113,33 +115,31 @@ class LiteLLMClient:
     def __init__(
         self,
         model: str,
+        settings: RequestSettings | None = None,
         *,
-        api_base: str | None = None,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        temperature: float | None = 0.0,
-        max_tokens: int | None = None,
         request_options: Mapping[str, Any] | None = None,
     ) -> None:
+        settings = settings or RequestSettings()
+        api_base = settings.api_base or None
         self.model = model
         self.endpoint = api_base.rstrip("/") if api_base else litellm_endpoint(model)
-        self._api_base = api_base or None
-        self._api_key = api_key or (_PLACEHOLDER_KEY if api_base else None)
-        settings: dict[str, Any] = {
+        self._api_base = api_base
+        self._api_key = settings.api_key or (_PLACEHOLDER_KEY if api_base else None)
+        given: dict[str, Any] = {
             "api_base": self._api_base,
             "api_key": self._api_key,
-            "temperature": temperature,
-            "max_tokens": max_tokens,
+            "temperature": settings.temperature,
+            "max_tokens": settings.max_tokens,
         }
         # `acompletion`'s arguments but the model, the messages and the form; a setting given
         # here wins over the same name in `request_options`.
         self._arguments: dict[str, Any] = {
-            "timeout": timeout,
+            "timeout": settings.timeout,
             "num_retries": 0,
             "max_retries": 0,
             "drop_params": True,
             **(request_options or {}),
-            **{name: value for name, value in settings.items() if value is not None},
+            **{name: value for name, value in given.items() if value is not None},
         }
 
     def __repr__(self) -> str:  # never show the key
@@ -155,8 +155,9 @@ class LiteLLMClient:
     ) -> ChatReply:
         litellm = import_litellm()
         kwargs = {"model": self.model, "messages": list(messages), **self._arguments}
-        if field := response_format_field(response_format, schema_name, schema):
-            kwargs["response_format"] = field
+        form = response_format_field(response_format, schema_name, schema)
+        if form is not None:
+            kwargs["response_format"] = form
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:

@@ -32,7 +32,7 @@ from scorer_core.errors import (
     TransportError,
     one_line,
 )
-from scorer_core.protocols import ChatReply
+from scorer_core.protocols import ChatReply, RequestSettings
 from scorer_core.redaction import redact
 from scorer_core.response_format import ResponseFormat, classify_rejection, response_format_field
 from scorer_core.retry import parse_retry_after
@@ -74,20 +74,19 @@ def _error_excerpt(body: bytes) -> str:
 def chat_request_body(
     model: str,
     messages: Sequence[dict[str, str]],
-    response_format: ResponseFormat,
-    schema_name: str,
-    schema: dict[str, Any],
+    response_format: dict[str, Any] | None,
     *,
     temperature: float | None = None,
     max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of an OpenAI chat completion asking for a reply in `response_format`."""
+    """The JSON body of an OpenAI chat completion; `response_format` is the request's field of
+    that name (`response_format_field`), None for none."""
     body = {
         "model": wire_model_name(model),
         "messages": list(messages),
         "temperature": temperature,
         "max_tokens": max_tokens,
-        "response_format": response_format_field(response_format, schema_name, schema),
+        "response_format": response_format,
     }
     return {key: value for key, value in body.items() if value is not None}
 
@@ -105,13 +104,11 @@ class OpenAIHTTPClient:
 
     Args:
         model: a litellm model string; its provider prefix is not sent.
-        api_base: the server (default OpenAI's).
-        api_key: sent as `Authorization: Bearer <key>` when given (local servers need none);
-            never in an error message or repr.
-        timeout: seconds for each request as a whole (connect, send, wait, read).
-        temperature, max_tokens: each request's (None: the server's default).
+        settings: the server (`api_base`, default OpenAI's), the key (sent as `Authorization:
+            Bearer <key>` when given; local servers need none), each request's timeout as a
+            whole (connect, send, wait, read), temperature and max_tokens.
         max_connections: pooled connections per event loop, a ceiling (callers bound their own
-            concurrency, e.g. `LLMJudge(max_in_flight=...)`).
+            concurrency, e.g. `JudgeRuntime(max_in_flight=...)`).
         proxy_from_env: send through the HTTP(S)_PROXY the environment gives for `api_base`
             (honouring NO_PROXY), looked up once, as httpx does.
     """
@@ -121,30 +118,27 @@ class OpenAIHTTPClient:
     def __init__(
         self,
         model: str,
+        settings: RequestSettings | None = None,
         *,
-        api_base: str | None = None,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        temperature: float | None = 0.0,
-        max_tokens: int | None = None,
         max_connections: int = 512,
         proxy_from_env: bool = True,
     ) -> None:
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be > 0, got {timeout}")
+        settings = settings or RequestSettings()
+        if settings.timeout <= 0:
+            raise ConfigError(f"timeout must be > 0, got {settings.timeout}")
         if max_connections < 1:
             raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
-        api_key = (api_key or "").strip() or None  # a key file's trailing newline
-        if api_key and not all(" " < ch < "\x7f" for ch in api_key):
+        api_key = (settings.api_key or "").strip() or None  # a key file's trailing newline
+        if api_key and not all(" " < char < "\x7f" for char in api_key):
             # aiohttp would reject the header with the key in its message; say so without it.
             raise ConfigError("api_key contains whitespace, control or non-ASCII characters")
         self.model = model
-        self.endpoint = (api_base or OPENAI_API_BASE).rstrip("/")
+        self.endpoint = (settings.api_base or OPENAI_API_BASE).rstrip("/")
         self.url = f"{self.endpoint}/chat/completions"
         self._api_key = api_key
-        self._timeout = timeout
-        self._temperature = temperature
-        self._max_tokens = max_tokens
+        self._timeout = settings.timeout
+        self._temperature = settings.temperature
+        self._max_tokens = settings.max_tokens
         self._max_connections = max_connections
         # Looked up once: aiohttp's trust_env would do it (and read ~/.netrc) in a thread per
         # request, which halves the request rate.
@@ -166,9 +160,9 @@ class OpenAIHTTPClient:
         response_format: ResponseFormat = "json_schema",
     ) -> dict[str, Any]:
         """The JSON body of one request (the same fields litellm sends to such a server)."""
-        form = (response_format, schema_name, schema)
+        form = response_format_field(response_format, schema_name, schema)
         return chat_request_body(
-            self.model, messages, *form, temperature=self._temperature, max_tokens=self._max_tokens
+            self.model, messages, form, temperature=self._temperature, max_tokens=self._max_tokens
         )
 
     async def complete(

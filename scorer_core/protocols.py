@@ -100,6 +100,19 @@ class ChatReply:
         return cls(text, counts)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RequestSettings:
+    """How a `ChatClient` sends each request: to `api_base` (None: the provider's default),
+    with `api_key` (sent, never shown: not in a repr or a message), waiting `timeout` seconds
+    at most, with `temperature` and `max_tokens` (None leaves either to the server)."""
+
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 60.0
+    temperature: float | None = 0.0
+    max_tokens: int | None = None
+
+
 def _token_count(value: object) -> int:
     """A token count as the provider reported it; 0 when absent or not a number."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

@@ -16,22 +16,27 @@ from typing import Any
 
 from scorer_core.capabilities import capabilities_of
 from scorer_core.errors import ConfigError, InputError
+from scorer_core.judge import JudgeRuntime
 from scorer_core.judge_spec import JudgeSpec, build_judge, unknown_options
 from scorer_core.precision import check_scale
 from scorer_core.protocols import Judge
 from scorer_core.run_shapes import texts_of, unpack_run_object
-from scorer_core.scoring import score_item
-from scorer_core.types import ReasonMode, ScoreResult, ScoringItem
+from scorer_core.scoring import ScoringSettings, score_item
+from scorer_core.types import ScoreResult, ScoringItem
 
 ContextExtractor = Callable[[Any, Any], Sequence[str]]
-REASON_MODES: tuple[ReasonMode, ...] = ("llm", "template", "none")
 
-SCORER_OPTIONS = frozenset({"context", "context_extractor", "scale", "reason", "contexts_per_call"})
-# make_judge's options that are run-time objects, passed to `build_judge` beside the spec.
-RUNTIME_JUDGE_OPTIONS = frozenset(inspect.signature(build_judge).parameters) - {"spec"}
+SCORING_OPTIONS = frozenset(f.name for f in dataclasses.fields(ScoringSettings))
+SCORER_OPTIONS = SCORING_OPTIONS | {"context", "context_extractor"}
+# make_judge's options that are run-time objects: `JudgeRuntime`'s, and `build_judge`'s ready
+# client and retry policy.
+RUNTIME_JUDGE_OPTIONS = frozenset(f.name for f in dataclasses.fields(JudgeRuntime))
+BUILD_OPTIONS = frozenset(inspect.signature(build_judge).parameters) - {"spec", "runtime"}
 # An LLM judge's options: the spec's fields and the run-time objects.
-LLM_JUDGE_OPTIONS = RUNTIME_JUDGE_OPTIONS | (
-    {f.name for f in dataclasses.fields(JudgeSpec)} - {"model", "scale", "lexical"}
+LLM_JUDGE_OPTIONS = (
+    RUNTIME_JUDGE_OPTIONS
+    | BUILD_OPTIONS
+    | ({f.name for f in dataclasses.fields(JudgeSpec)} - {"model", "scale", "lexical"})
 )
 # Mastra's camelCase spelling of every option (contextExtractor) -> ours; both are accepted.
 CAMEL_CASE = {
@@ -80,9 +85,8 @@ class ContextPrecisionScorer:
         judge: gives the verdicts (`make_judge`).
         context: the contexts of every item, or
         context_extractor: `(input, output) -> contexts`, called per item (wins over context).
-        scale: scores run from 0 to this (None means 1).
-        reason: "llm" (one more judge call), "template" or "none".
-        contexts_per_call: contexts judged per request, the requests sent concurrently.
+        settings: the scale, the reason and the contexts judged per request
+            (`ScoringSettings`; its defaults when None).
     """
 
     id = "context-precision-scorer"
@@ -98,9 +102,7 @@ class ContextPrecisionScorer:
         *,
         context: Sequence[str] | None = None,
         context_extractor: ContextExtractor | None = None,
-        scale: float | None = 1,
-        reason: ReasonMode = "llm",
-        contexts_per_call: int = 16,
+        settings: ScoringSettings | None = None,
     ) -> None:
         if context is None and context_extractor is None:
             raise ConfigError(
@@ -114,16 +116,8 @@ class ContextPrecisionScorer:
                 raise ConfigError("context is an empty list: it cannot be empty if provided")
         if context_extractor is not None and not callable(context_extractor):
             raise ConfigError("context_extractor must be callable(input, output) -> list[str]")
-        if reason not in REASON_MODES:
-            raise ConfigError(f"reason must be one of {', '.join(REASON_MODES)}, got {reason!r}")
-        if isinstance(contexts_per_call, bool) or not isinstance(contexts_per_call, int):
-            raise ConfigError(f"contexts_per_call must be an integer, got {contexts_per_call!r}")
-        if contexts_per_call < 1:
-            raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
         self.judge = judge
-        self.scale = check_scale(scale)
-        self.reason_mode: ReasonMode = reason
-        self.contexts_per_call = contexts_per_call
+        self.settings = settings or ScoringSettings()
         self._context = tuple(context) if context is not None else ()
         self._extractor = context_extractor
 
@@ -136,7 +130,8 @@ class ContextPrecisionScorer:
             raise InputError(f"context_extractor failed: {type(exc).__name__}: {exc}") from exc
         if extracted is None or isinstance(extracted, str):
             raise InputError("context_extractor must return a list of strings")
-        if not (contexts := tuple(extracted)):
+        contexts = tuple(extracted)
+        if not contexts:
             raise InputError("context_extractor returned no contexts")
         return contexts
 
@@ -196,13 +191,7 @@ class ContextPrecisionScorer:
 
     async def score_item(self, item: ScoringItem) -> ScoreResult:
         """Score a validated item (`scorer_core.scoring.score_item`)."""
-        return await score_item(
-            self.judge,
-            item,
-            scale=self.scale,
-            reason=self.reason_mode,
-            contexts_per_call=self.contexts_per_call,
-        )
+        return await score_item(self.judge, item, self.settings)
 
 
 def make_judge(model: str, **options: Any) -> Judge:
@@ -211,8 +200,9 @@ def make_judge(model: str, **options: Any) -> Judge:
     Args:
         model: "lexical" (offline) or any litellm model string.
         **options: an LLM judge's are `JudgeSpec`'s fields (`transport` only those of the
-            transport chosen) and `build_judge`'s run-time objects; the lexical judge's are
-            `LexicalJudge`'s. `scale` for the reason prompt.
+            transport chosen), `JudgeRuntime`'s run-time objects and `build_judge`'s `client`
+            and `retry`; the lexical judge's are `LexicalJudge`'s. `scale` for the reason
+            prompt.
 
     Raises:
         ConfigError: an unknown option, or one the judge or transport does not take.
@@ -220,12 +210,15 @@ def make_judge(model: str, **options: Any) -> Judge:
     options = _snake_case(options, "make_judge")
     scale = check_scale(options.pop("scale", 1.0))
     if capabilities_of(model).offline:  # build_judge checks the lexical judge's options
-        return build_judge(JudgeSpec(model, scale=scale, lexical=options))
-    if unknown := set(options) - LLM_JUDGE_OPTIONS:
+        return build_judge(JudgeSpec(model=model, scale=scale, lexical=options))
+    unknown = set(options) - LLM_JUDGE_OPTIONS
+    if unknown:
         raise unknown_options(unknown, LLM_JUDGE_OPTIONS, "an LLM judge")
     runtime = {name: options.pop(name) for name in RUNTIME_JUDGE_OPTIONS & set(options)}
+    build = {name: options.pop(name) for name in BUILD_OPTIONS & set(options)}
+    spec = JudgeSpec(model=model, scale=scale, **options)
     # build_judge checks that the transport chosen takes its transport-only options.
-    return build_judge(JudgeSpec(model, scale=scale, **options), **runtime)
+    return build_judge(spec, JudgeRuntime(**runtime), **build)
 
 
 def _model_and_options(
@@ -233,7 +226,8 @@ def _model_and_options(
 ) -> tuple[str, Mapping[str, Any]]:
     """The model string and the options mapping, from Mastra's single argument or as given."""
     if isinstance(model, Mapping):
-        if unknown := set(model) - {"model", "options"}:
+        unknown = set(model) - {"model", "options"}
+        if unknown:
             listed = ", ".join(sorted(map(str, unknown)))
             raise ConfigError(f"unknown key(s) {listed}; use model, options")
         if options is not None and "options" in model:
@@ -250,42 +244,36 @@ def _model_and_options(
 def create_context_precision_scorer(
     model: str | Mapping[str, Any] | None = None,
     *,
-    context: Sequence[str] | None = None,
-    context_extractor: ContextExtractor | None = None,
-    scale: float | None = None,
-    reason: ReasonMode | None = None,
-    contexts_per_call: int | None = None,
     options: Mapping[str, Any] | None = None,
-    **judge_options: Any,
+    **keywords: Any,
 ) -> ContextPrecisionScorer:
     """Mastra's `createContextPrecisionScorer`. Every name may be Mastra's camelCase.
 
     Args:
         model: "lexical" (offline) or any litellm model string; or Mastra's single argument
             `{"model": ..., "options": {...}}`.
-        context, context_extractor, scale, reason, contexts_per_call: as
-            `ContextPrecisionScorer` takes them.
-        options: the same scorer options and judge options (see `make_judge`) as a mapping.
-        **judge_options: judge options as keywords.
+        options: the scorer's options and the judge's (see `make_judge`) as a mapping.
+        **keywords: the same, as keywords. The scorer's are `context` or `context_extractor`
+            (as `ContextPrecisionScorer` takes them), `scale`, `reason` and
+            `contexts_per_call` (`ScoringSettings`; None or absent: the default).
 
     Raises:
         ConfigError: an unknown name, or one given twice.
     """
     model, options = _model_and_options(model, options)
-    scorer_keywords = {
-        "context": context,
-        "context_extractor": context_extractor,
-        "scale": scale,
-        "reason": reason,
-        "contexts_per_call": contexts_per_call,
-    }
-    given = {name: value for name, value in scorer_keywords.items() if value is not None}
     merged = _snake_case(options, "options")
-    for name, value in {**given, **_snake_case(judge_options, "keywords")}.items():
+    for name, value in _snake_case(keywords, "keywords").items():
         if name in merged:
             raise ConfigError(f"option {name!r} is given twice (as a keyword and in options)")
         merged[name] = value
     scorer_options = {name: merged.pop(name) for name in SCORER_OPTIONS & set(merged)}
-    # The scale is checked by make_judge first, then by the scorer.
-    judge = make_judge(model, scale=scorer_options.get("scale"), **merged)
-    return ContextPrecisionScorer(judge, **scorer_options)
+    scoring = {name: scorer_options.get(name) for name in SCORING_OPTIONS}
+    given = {name: value for name, value in scoring.items() if value is not None}
+    # The scale is checked by make_judge first, then by the scorer's settings.
+    judge = make_judge(model, scale=given.get("scale"), **merged)
+    return ContextPrecisionScorer(
+        judge,
+        context=scorer_options.get("context"),
+        context_extractor=scorer_options.get("context_extractor"),
+        settings=ScoringSettings(**given),
+    )

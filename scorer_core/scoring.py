@@ -7,6 +7,7 @@ and tools call it directly with the judge and settings of their config.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from scorer_core.errors import (
     ConfigError,
@@ -15,7 +16,7 @@ from scorer_core.errors import (
     MalformedReply,
     TransportError,
 )
-from scorer_core.precision import context_precision, score_band
+from scorer_core.precision import check_scale, context_precision, score_band
 from scorer_core.protocols import Judge
 from scorer_core.reasons import template_reason
 from scorer_core.types import (
@@ -28,6 +29,31 @@ from scorer_core.types import (
     as_verdict_flags,
 )
 
+REASON_MODES: tuple[ReasonMode, ...] = ("llm", "template", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoringSettings:
+    """How an item is scored: from 0 to `scale` (None means 1), with a `reason` ("llm": one
+    more judge call, "template" or "none"), its contexts judged `contexts_per_call` per request
+    (the requests sent concurrently). A value out of range is a `ConfigError` naming it."""
+
+    scale: float = 1.0
+    reason: ReasonMode = "llm"
+    contexts_per_call: int = 16
+
+    def __post_init__(self) -> None:
+        # The scale as a float (None, an int: 1.0, 10.0), as every score is computed with it.
+        object.__setattr__(self, "scale", check_scale(self.scale))
+        if self.reason not in REASON_MODES:
+            modes = ", ".join(REASON_MODES)
+            raise ConfigError(f"reason must be one of {modes}, got {self.reason!r}")
+        per_call = self.contexts_per_call
+        if isinstance(per_call, bool) or not isinstance(per_call, int):
+            raise ConfigError(f"contexts_per_call must be an integer, got {per_call!r}")
+        if per_call < 1:
+            raise ConfigError(f"contexts_per_call must be >= 1, got {per_call}")
+
 
 def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
     """Context positions 0..count-1 in slices of at most `contexts_per_call`, in order."""
@@ -35,17 +61,11 @@ def context_slices(count: int, contexts_per_call: int) -> list[list[int]]:
     return [list(range(start, min(start + contexts_per_call, count))) for start in starts]
 
 
-async def score_item(
-    judge: Judge, item: ScoringItem, *, scale: float, reason: ReasonMode, contexts_per_call: int
-) -> ScoreResult:
-    """Score an item (checked by `validate_item`) with `judge`: its contexts judged
-    `contexts_per_call` per request, the requests sent concurrently, a score from 0 to `scale`
-    and a `reason` ("llm", "template" or "none"). The result's status is "ok", "unscored" (a
-    reply the judge could not use) or "error" (a transport or judge failure); a
-    `FatalJudgeError` (no request can succeed) is raised."""
-    if contexts_per_call < 1:
-        raise ConfigError(f"contexts_per_call must be >= 1, got {contexts_per_call}")
-    slices = context_slices(len(item.contexts), contexts_per_call)
+async def score_item(judge: Judge, item: ScoringItem, settings: ScoringSettings) -> ScoreResult:
+    """Score an item (checked by `validate_item`) with `judge`, as `settings` say. The
+    result's status is "ok", "unscored" (a reply the judge could not use) or "error" (a
+    transport or judge failure); a `FatalJudgeError` (no request can succeed) is raised."""
+    slices = context_slices(len(item.contexts), settings.contexts_per_call)
     asks = (judge.judge(item, part) for part in slices)
     outcomes = await asyncio.gather(*asks, return_exceptions=True)
     usage = Usage()
@@ -80,16 +100,14 @@ async def score_item(
             analyze_prompts=sent,
         )
     ordered = tuple(sorted(verdicts, key=lambda v: v.index))
-    score = context_precision(as_verdict_flags(ordered), scale)
-    text, reason_usage, reason_prompt = await explain_score(
-        judge, item, ordered, score, scale=scale, reason=reason
-    )
+    score = context_precision(as_verdict_flags(ordered), settings.scale)
+    text, reason_usage, reason_prompt = await explain_score(judge, item, ordered, score, settings)
     return ScoreResult(
         score=score,
         reason=text,
         verdicts=ordered,
         usage=usage + reason_usage,
-        band=score_band(score, scale),
+        band=score_band(score, settings.scale),
         analyze_prompts=sent,
         reason_prompt=reason_prompt,
     )
@@ -100,21 +118,19 @@ async def explain_score(
     item: ScoringItem,
     verdicts: tuple[ContextVerdict, ...],
     score: float,
-    *,
-    scale: float,
-    reason: ReasonMode,
+    settings: ScoringSettings,
 ) -> tuple[str, Usage, str | None]:
-    """(reason, usage, the prompt sent for it or None); an LLM reason that cannot be had falls
-    back to the template, marked as such."""
-    if reason == "none":
+    """(reason, usage, the prompt sent for it or None) of the reason `settings` ask for; an LLM
+    reason that cannot be had falls back to the template, marked as such."""
+    if settings.reason == "none":
         return "", Usage(), None
-    if reason == "template":
-        return template_reason(verdicts, score, scale), Usage(), None
+    if settings.reason == "template":
+        return template_reason(verdicts, score, settings.scale), Usage(), None
     prompt = judge.reason_prompt(item, verdicts, score)
     try:
         text, usage = await judge.explain(item, verdicts, score)
     except (TransportError, MalformedReply) as exc:
         # The score stands on the verdicts alone; only the prose is missing.
-        fallback = template_reason(verdicts, score, scale)
+        fallback = template_reason(verdicts, score, settings.scale)
         return f"{fallback} (LLM reason unavailable: {exc})", Usage(), prompt
     return text, usage, prompt

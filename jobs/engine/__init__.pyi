@@ -29,7 +29,6 @@ from .parts import CanaryJudge as CanaryJudge
 from .parts import Gate as Gate
 from .parts import JudgeMaker as JudgeMaker
 from .parts import RunParts as RunParts
-from .parts import Scoring as Scoring
 from .publish.aggregate import BANDS as BANDS
 from .publish.aggregate import CANARY_METRICS as CANARY_METRICS
 from .publish.aggregate import PositionRate as PositionRate

@@ -15,7 +15,7 @@ from jobs.core.verdict_cache import CacheSpec
 from jobs.inputs.records import ItemReader
 from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.protocols import Judge, Limiter, Sleeper
-from scorer_core.types import ReasonMode
+from scorer_core.scoring import ScoringSettings
 
 if TYPE_CHECKING:
     from jobs.engine.batch.provider import LiteLLMBatches
@@ -54,16 +54,6 @@ class BatchesMaker(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scoring:
-    """How each item is scored: `scorer.scale`, `scorer.reason` and `judge.contexts_per_call`
-    (the contexts one judge call holds at most)."""
-
-    scale: float
-    reason: ReasonMode
-    contexts_per_call: int
-
-
-@dataclass(frozen=True, kw_only=True)
 class BatchParts:
     """Batch mode's parts (`judge.mode: batch`): the `judge.batch` section the rounds follow,
     the provider and how its request lines are written, the re-asks a reply may need and
@@ -88,7 +78,7 @@ class RunParts:
     # The judge model, as the logs, the summary (its cost) and the manifest name it.
     model: str
     capabilities: JudgeCapabilities
-    scoring: Scoring
+    scoring: ScoringSettings  # scorer.scale, scorer.reason and judge.contexts_per_call
     # Batch mode's parts; None for an online run.
     batch: BatchParts | None = None
     # The verdict cache, or None when the run does not use one.

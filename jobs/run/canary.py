@@ -15,7 +15,7 @@ from jobs.run import factory
 from scorer_core.errors import InputError
 from scorer_core.metrics import cohen_kappa, precision_recall_f1
 from scorer_core.protocols import Judge
-from scorer_core.scoring import score_item
+from scorer_core.scoring import ScoringSettings, score_item
 from scorer_core.types import ScoreResult, as_verdict_flags
 
 logger = logging.getLogger(__name__)
@@ -64,14 +64,12 @@ async def judge_labelled(
     """Judge every labelled item with `config`'s judge in this process, concurrently, no cache."""
     in_flight = factory.single_process_concurrency(config)
     judge = factory.build_judge(config, factory.local_limiter(config), max_in_flight=in_flight)
-    per_call = config.judge.contexts_per_call
+    settings = ScoringSettings(reason="none", contexts_per_call=config.judge.contexts_per_call)
     gate = asyncio.Semaphore(in_flight)
 
     async def one(labelled: LabelledItem) -> ScoreResult:
         async with gate:
-            return await score_item(
-                judge, labelled.item, scale=1, reason="none", contexts_per_call=per_call
-            )
+            return await score_item(judge, labelled.item, settings)
 
     results = await asyncio.gather(*(one(labelled) for labelled in items))
     return list(results), judge

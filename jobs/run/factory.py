@@ -20,17 +20,18 @@ from jobs.engine import (
     LiteLLMBatches,
     RequestLines,
     RunParts,
-    Scoring,
     batch_provider,
     budget_settings,
 )
 from jobs.inputs.records import ItemReader
 from jobs.inputs.traces import items_url
 from scorer_core.capabilities import JudgeCapabilities, capabilities_of
+from scorer_core.judge import JudgeRuntime, TokenCounter, count_prompt_tokens
 from scorer_core.judge_spec import JudgeSpec
 from scorer_core.judge_spec import build_judge as build_core_judge
 from scorer_core.protocols import Judge, Limiter, Sleeper
 from scorer_core.response_format import shared_negotiation
+from scorer_core.scoring import ScoringSettings
 from scorer_core.transports import resolve_transport
 
 
@@ -46,7 +47,7 @@ def build_judge(
     run's budget), else `max_in_flight`, else `rate_limit.max_concurrency` in this process."""
     judge_config = config.judge
     if capabilities_of(judge_config.model).offline:
-        return build_core_judge(JudgeSpec(judge_config.model, lexical=judge_config.lexical))
+        return build_core_judge(JudgeSpec(model=judge_config.model, lexical=judge_config.lexical))
     limits = config.rate_limit
     bound: int | Gate = max_in_flight or single_process_concurrency(config)
     if gate is not None:
@@ -57,7 +58,7 @@ def build_judge(
     pool = max(limits.concurrency_ceiling, explicit) if transport == "http" else None
     as_is = {"temperature", "max_retries", "max_reasks", "response_format", "verdict_reasons"}
     spec = JudgeSpec(
-        judge_config.model,
+        model=judge_config.model,
         api_base=judge_config.api_base or None,
         api_key=api_key or judge_config.api_key() or None,
         transport=transport,
@@ -68,9 +69,10 @@ def build_judge(
         max_connections=pool,
         **judge_config.model_dump(include=as_is),  # the spec's fields of the same names
     )
-    counter = prompt_token_counter(judge_config.model) if limits.tokens_per_minute else None
-    return build_core_judge(
-        spec,
+    counter: TokenCounter = count_prompt_tokens
+    if limits.tokens_per_minute:
+        counter = prompt_token_counter(judge_config.model)
+    runtime = JudgeRuntime(
         limiter=limiter,
         max_in_flight=bound,
         first_alone=gate is None,
@@ -79,6 +81,7 @@ def build_judge(
         # after another probe the endpoint once, not once each.
         negotiation=shared_negotiation(judge_endpoint(config), judge_config.response_format),
     )
+    return build_core_judge(spec, runtime)
 
 
 def workers_import_litellm(config: JobConfig) -> bool:
@@ -219,7 +222,7 @@ def run_parts(
     judge = config.judge
     duplicates_first = config.input.find_duplicates_first
     offline = capabilities(config).offline
-    scoring = Scoring(
+    scoring = ScoringSettings(
         scale=config.scorer.scale,
         reason=config.scorer.reason,
         contexts_per_call=judge.contexts_per_call,

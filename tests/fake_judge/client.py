@@ -18,7 +18,7 @@ from typing import Any
 from scorer_core.errors import JudgeTimeout
 from scorer_core.openai_http import chat_request_body, status_error
 from scorer_core.protocols import ChatReply
-from scorer_core.response_format import ResponseFormat
+from scorer_core.response_format import ResponseFormat, response_format_field
 from scorer_core.types import Usage
 from tests.fake_judge.chat import ChatJudge
 from tests.fake_judge.faults import FaultPlan
@@ -113,9 +113,7 @@ class FaultyChatClient:
         return chat_request_body(
             self._model,
             messages,
-            response_format,
-            schema_name,
-            schema,
+            response_format_field(response_format, schema_name, schema),
             temperature=self._temperature,
             max_tokens=self._max_tokens,
         )

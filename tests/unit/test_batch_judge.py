@@ -32,7 +32,8 @@ from scorer_core import context_precision
 from scorer_core.errors import ConfigError
 from scorer_core.openai_http import OpenAIHTTPClient
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
-from scorer_core.scorer import ContextPrecisionScorer
+from scorer_core.protocols import RequestSettings
+from scorer_core.scoring import ScoringSettings, score_item
 from scorer_core.types import ScoreResult, ScoringItem, Usage
 from tests.fake_judge import FakeJudgeServer, FaultPlan
 
@@ -77,15 +78,11 @@ def judge_pass(
 ) -> tuple[list[ScoreResult], ReplayClient]:
     """One pass over ITEMS (contexts_per_call 3): results and what the client recorded."""
     client = ReplayClient(RequestLines.for_config(config(**judge)), replies)
-    scorer = ContextPrecisionScorer(
-        BatchJudge(client, KEYS, max_reasks=max_reasks, scale=1.0),
-        context=["unused"],
-        reason=reason,  # type: ignore[arg-type]
-        contexts_per_call=3,
-    )
+    judge = BatchJudge(client, KEYS, max_reasks=max_reasks, scale=1.0)
+    settings = ScoringSettings(reason=reason, contexts_per_call=3)  # type: ignore[arg-type]
 
     async def run() -> list[ScoreResult]:
-        return list(await asyncio.gather(*(scorer.score_item(item) for item in ITEMS)))
+        return list(await asyncio.gather(*(score_item(judge, item, settings) for item in ITEMS)))
 
     return asyncio.run(run()), client
 
@@ -120,7 +117,7 @@ def test_a_line_is_the_online_request_in_openai_batch_format() -> None:
     line = json.loads(data)
     assert line["custom_id"] == "7-2-v3-0"
     assert line["method"] == "POST" and line["url"] == ENDPOINT == "/v1/chat/completions"
-    online = OpenAIHTTPClient("openai/fake-judge", temperature=0.3, max_tokens=200)
+    online = OpenAIHTTPClient("openai/fake-judge", RequestSettings(temperature=0.3, max_tokens=200))
     assert line["body"] == online.request_body(
         messages, schema_name=VERDICTS_SCHEMA_NAME, schema=schema, response_format="json_schema"
     )
@@ -313,15 +310,11 @@ def test_online_reasks_go_out_at_once_and_are_kept() -> None:
         return reply, Usage(calls=2, prompt_tokens=10, completion_tokens=5, retries=1)
 
     client = ReplayClient(RequestLines.for_config(config()), replies, reask=online)
-    scorer = ContextPrecisionScorer(
-        BatchJudge(client, KEYS, max_reasks=2, scale=1.0),
-        context=["unused"],
-        reason="template",
-        contexts_per_call=3,
-    )
+    judge = BatchJudge(client, KEYS, max_reasks=2, scale=1.0)
+    settings = ScoringSettings(reason="template", contexts_per_call=3)
 
     async def run() -> list[ScoreResult]:
-        return list(await asyncio.gather(*(scorer.score_item(item) for item in ITEMS)))
+        return list(await asyncio.gather(*(score_item(judge, item, settings) for item in ITEMS)))
 
     results = asyncio.run(run())
     assert client.recorded == []
@@ -472,11 +465,14 @@ def test_a_pair_repeated_in_a_shard_asks_the_same_requests_in_every_pass() -> No
             "fingerprint",
             fresh_hits=False,
         )
-        scorer = ContextPrecisionScorer(judge, context=["unused"], reason="template")
+        settings = ScoringSettings(reason="template")
 
         async def run() -> list[ScoreResult]:
             # The first item's verdicts are in the cache before the second is judged.
-            return [await scorer.score_item(first), await scorer.score_item(second)]
+            return [
+                await score_item(judge, first, settings),
+                await score_item(judge, second, settings),
+            ]
 
         return asyncio.run(run()), client
 

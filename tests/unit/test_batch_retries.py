@@ -32,7 +32,7 @@ from jobs.tools.run_status import status_lines
 from scorer_core import context_precision
 from scorer_core.errors import ConfigError
 from scorer_core.protocols import ChatReply
-from scorer_core.scorer import ContextPrecisionScorer
+from scorer_core.scoring import ScoringSettings, score_item
 from scorer_core.types import ScoreResult, ScoringItem, Usage
 from tests.fake_judge import FakeJudgeServer
 
@@ -75,15 +75,11 @@ def judge_pass(
         max_rounds=max_rounds,
         all_online=all_online,
     )
-    scorer = ContextPrecisionScorer(
-        BatchJudge(client, KEYS, max_reasks=1, scale=1.0),
-        context=["unused"],
-        reason="template",
-        contexts_per_call=8,
-    )
+    judge = BatchJudge(client, KEYS, max_reasks=1, scale=1.0)
+    settings = ScoringSettings(reason="template", contexts_per_call=8)
 
     async def run() -> list[ScoreResult]:
-        return list(await asyncio.gather(*(scorer.score_item(item) for item in ITEMS)))
+        return list(await asyncio.gather(*(score_item(judge, item, settings) for item in ITEMS)))
 
     return asyncio.run(run()), client
 

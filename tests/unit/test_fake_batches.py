@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from jobs.engine.batch import provider as provider_module
-from jobs.engine.batch.provider import BatchInfo, LiteLLMBatches
+from jobs.engine.batch.provider import BatchAccount, BatchInfo, LiteLLMBatches
 from scorer_core.errors import FatalJudgeError
 from tests.fake_judge import BatchPlan, FakeJudgeServer, build_verdict_prompt_for_tests
 from tests.support.fakes import RecordingSleep
@@ -30,15 +30,15 @@ KEY = "sk-fake-batch-key"
 @pytest.fixture
 def api(server: FakeJudgeServer) -> LiteLLMBatches:
     """The job's client of the Batches API, pointed at this test's fake judge."""
-    return LiteLLMBatches(
+    account = BatchAccount(
         provider="openai",
         model="openai/fake-judge",
         api_base=server.url,
         api_key=KEY,
         timeout_s=30,
         max_retries=2,
-        sleep=RecordingSleep(),
     )
+    return LiteLLMBatches(account, sleep=RecordingSleep())
 
 
 def request_line(request_id: str, contexts: list[str], **extra: Any) -> dict[str, Any]:

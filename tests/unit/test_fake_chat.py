@@ -15,6 +15,7 @@ from scorer_core.fake_chat import asked_contexts
 from scorer_core.judge import LLMJudge
 from scorer_core.openai_http import OpenAIHTTPClient
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
+from scorer_core.protocols import RequestSettings
 from tests.support.paths import REPO
 
 
@@ -55,7 +56,7 @@ def test_it_sends_the_body_the_http_client_would_and_reads_the_asked_contexts() 
     assert [(v.index, v.relevant) for v in batch.verdicts] == [(1, False), (2, True)]
     (body,) = client.requests
     assert asked_contexts(body) == {1: "one", 2: "two RELEVANT"}
-    http = OpenAIHTTPClient("judge", temperature=None)
+    http = OpenAIHTTPClient("judge", RequestSettings(temperature=None))
     expected = http.request_body(
         verdict_messages(item, [1, 2]),
         schema_name=VERDICTS_SCHEMA_NAME,

@@ -17,10 +17,11 @@ from scorer_core import (
     ServerError,
     create_context_precision_scorer,
 )
-from scorer_core.judge import LLMJudge
+from scorer_core.judge import JudgeRuntime, LLMJudge
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdict_messages, verdicts_schema
 from scorer_core.retry import RetryPolicy
 from scorer_core.scorer import ContextPrecisionScorer
+from scorer_core.scoring import ScoringSettings, score_item
 from tests.fake_judge import FAULT_KINDS, FakeJudgeServer, FaultPlan, FaultyChatClient
 from tests.support.fakes import FakeClock, NoJitter, RecordingSleep
 
@@ -83,10 +84,8 @@ def test_seeded_faults_meet_the_same_requests_as_over_http(fake_judge: Any) -> N
 
 def test_a_refused_form_makes_the_judge_step_down() -> None:
     client = FaultyChatClient(MODEL, accepted_response_formats={"text"})
-    judge = LLMJudge(client, sleep=RecordingSleep())
-    result = asyncio.run(
-        ContextPrecisionScorer(judge, context=["unused"], reason="template").score_item(ITEMS[0])
-    )
+    judge = LLMJudge(client, runtime=JudgeRuntime(sleep=RecordingSleep()))
+    result = asyncio.run(score_item(judge, ITEMS[0], ScoringSettings(reason="template")))
     assert result.status == "ok" and result.score == 0.83
     assert judge.response_format_in_use == "prompt"
     assert client.stats()["response_format_rejections"] == {"json_schema": 1, "json_object": 1}

@@ -16,7 +16,7 @@ from jobs.engine.control.budget import BudgetSettings
 from jobs.engine.control.governor import RunGovernor
 from jobs.engine.control.limiter import PacingState
 from jobs.engine.control.worker_flow import WorkerFlow
-from scorer_core.judge import LLMJudge
+from scorer_core.judge import JudgeRuntime, LLMJudge, LLMJudgeSettings
 from scorer_core.protocols import ChatReply
 from scorer_core.types import ScoringItem, Usage
 from tests.support.fakes import FakeClock, RecordingSleep
@@ -146,14 +146,10 @@ def test_the_judge_holds_its_gate_reports_latency_and_counts_tokens_its_way() ->
         counted.append(len(messages))
         return 7
 
-    judge = LLMJudge(
-        client,
-        limiter=flow,
-        max_in_flight=flow.gate,
-        first_alone=False,
-        token_counter=counter,
-        clock=clock,
+    runtime = JudgeRuntime(
+        limiter=flow, max_in_flight=flow.gate, first_alone=False, token_counter=counter, clock=clock
     )
+    judge = LLMJudge(client, runtime=runtime)
     item = ScoringItem(input="q", output="a", contexts=("c0", "c1"))
 
     async def scenario() -> None:
@@ -183,11 +179,8 @@ def test_a_requests_max_tokens_counts_whole_against_the_limit() -> None:
     flow = WorkerFlow(AsActor(governor), "w", paced=False)
     judge = LLMJudge(
         FakeClient(clock, latency=0.25),
-        limiter=flow,
-        max_in_flight=flow.gate,
-        first_alone=False,
-        completion_budget=40,
-        clock=clock,
+        settings=LLMJudgeSettings(completion_budget=40),
+        runtime=JudgeRuntime(limiter=flow, max_in_flight=flow.gate, first_alone=False, clock=clock),
     )
 
     async def scenario() -> None:

@@ -312,7 +312,7 @@ def test_options_dict_and_camel_case_are_honoured(mastra: FakeJudgeServer) -> No
         reason="none",
     )
     result = created.run("q", "o")
-    assert result.score == 10.0 and created.scale == 10
+    assert result.score == 10.0 and created.settings.scale == 10
     assert mastra.stats()["total_requests"] == 2  # one context per call
 
 
@@ -347,7 +347,7 @@ def test_lexical_judge_options_are_checked_too() -> None:
 
 
 def test_scale_none_means_1() -> None:
-    assert create_context_precision_scorer("lexical", context=["a"], scale=None).scale == 1
+    assert create_context_precision_scorer("lexical", context=["a"], scale=None).settings.scale == 1
     assert context_precision([True, False, True], None) == context_precision([True, False, True])
 
 

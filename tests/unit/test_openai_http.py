@@ -36,7 +36,7 @@ from scorer_core.prompt import (
     VERDICTS_SCHEMA_NAME,
     verdict_messages,
 )
-from scorer_core.protocols import ChatClient
+from scorer_core.protocols import ChatClient, RequestSettings
 from scorer_core.retry import parse_retry_after
 from scorer_core.scorer import make_judge
 from scorer_core.types import ScoringItem, Usage
@@ -60,7 +60,7 @@ STRICT_SCHEMA = json.loads(json.dumps(VERDICTS_SCHEMA).replace(', "maxLength": 6
 def client(api_base: str, **options: Any) -> OpenAIHTTPClient:
     options.setdefault("api_key", SENTINEL)
     options.setdefault("timeout", 10.0)
-    return OpenAIHTTPClient(MODEL, api_base=api_base, **options)
+    return OpenAIHTTPClient(MODEL, RequestSettings(api_base=api_base, **options))
 
 
 def complete(c: OpenAIHTTPClient, schema_name: str = VERDICTS_SCHEMA_NAME) -> Any:
@@ -113,16 +113,16 @@ def test_request_body_has_the_wire_shape(server: FakeJudgeServer) -> None:
 def test_body_matches_what_litellm_sends(server: FakeJudgeServer) -> None:
     from scorer_core.litellm_client import LiteLLMClient
 
-    options = {"api_base": server.url, "api_key": "k", "temperature": 0.0, "max_tokens": 50}
-    for c in (LiteLLMClient(MODEL, **options), OpenAIHTTPClient(MODEL, **options)):  # type: ignore[arg-type]
-        complete(c)  # type: ignore[arg-type]
+    settings = RequestSettings(api_base=server.url, api_key="k", temperature=0.0, max_tokens=50)
+    for chat_client in (LiteLLMClient(MODEL, settings), OpenAIHTTPClient(MODEL, settings)):
+        complete(chat_client)  # type: ignore[arg-type]
     via_litellm, via_http = server.requests()
     assert via_http == via_litellm
 
 
 def test_other_model_names_and_no_temperature(server: FakeJudgeServer) -> None:
     complete(client(server.url, temperature=None))
-    complete(OpenAIHTTPClient("meta-llama/Llama-3.1-8B", api_base=server.url))
+    complete(OpenAIHTTPClient("meta-llama/Llama-3.1-8B", RequestSettings(api_base=server.url)))
     first, second = server.requests()
     assert "temperature" not in first and "max_tokens" not in first
     assert second["model"] == "meta-llama/Llama-3.1-8B"

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from scorer_core import (
     ConfigError,
-    ContextPrecisionScorer,
     average_precision,
     context_precision,
     create_context_precision_scorer,
@@ -18,6 +17,7 @@ from scorer_core import (
     round_half_up,
 )
 from scorer_core.precision import format_score, round_score
+from scorer_core.scoring import ScoringSettings
 from tests.support.exact import exact_average_precision
 
 YES, NO = True, False
@@ -68,7 +68,7 @@ def test_bad_scale_is_a_config_error_where_the_library_takes_options(scale: obje
     for make in (
         lambda: create_context_precision_scorer("lexical", context=["a"], scale=scale),
         lambda: make_judge("openai/x", scale=scale),
-        lambda: ContextPrecisionScorer(make_judge("lexical"), context=["a"], scale=scale),
+        lambda: ScoringSettings(scale=scale),
     ):
         with pytest.raises(ConfigError, match="scale must be a"):
             make()

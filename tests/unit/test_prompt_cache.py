@@ -29,7 +29,7 @@ from scorer_core.prompt import (
     verdict_messages,
     verdicts_schema,
 )
-from scorer_core.protocols import ChatReply
+from scorer_core.protocols import ChatReply, RequestSettings
 from scorer_core.types import ScoringItem, Usage
 from tests.fake_judge import FakeJudgeServer
 
@@ -65,7 +65,7 @@ def _ask(client: Any, item: ScoringItem) -> ChatReply:
 def test_cached_tokens_come_from_the_reply_in_both_transports(transport: Any, style: Any) -> None:
     instructions = len(VERDICT_INSTRUCTIONS[True]) // 4  # the fake's tokens: 4 characters each
     with FakeJudgeServer(prompt_cache=style, cache_min_tokens=16) as server:
-        client = transport("openai/judge", api_base=server.url)
+        client = transport("openai/judge", RequestSettings(api_base=server.url))
         first, second = (_ask(client, item).usage for item in ITEMS)
         stats = server.stats()
     # The instructions are read from the cache once seen; Anthropic's usage also says the
@@ -80,7 +80,7 @@ def test_cached_tokens_come_from_the_reply_in_both_transports(transport: Any, st
 
 def test_below_the_minimum_nothing_is_cached() -> None:
     with FakeJudgeServer(prompt_cache="openai") as server:  # 1,024 tokens, as OpenAI's
-        client = OpenAIHTTPClient("openai/judge", api_base=server.url)
+        client = OpenAIHTTPClient("openai/judge", RequestSettings(api_base=server.url))
         replies = [_ask(client, item) for item in ITEMS * 2]
     assert {reply.usage.cached_prompt_tokens for reply in replies} == {0}
 
@@ -159,7 +159,9 @@ async def _recorded_bodies(items: tuple[ScoringItem, ...]) -> list[bytes]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = OpenAIHTTPClient("openai/judge", api_base=f"http://127.0.0.1:{port}/v1")
+    client = OpenAIHTTPClient(
+        "openai/judge", RequestSettings(api_base=f"http://127.0.0.1:{port}/v1")
+    )
     try:
         for item in items:
             messages = verdict_messages(item, [0, 1])

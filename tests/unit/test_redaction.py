@@ -15,6 +15,7 @@ from scorer_core.errors import JudgeError
 from scorer_core.litellm_client import translate_error
 from scorer_core.openai_http import OpenAIHTTPClient
 from scorer_core.prompt import VERDICTS_SCHEMA_NAME, verdicts_schema
+from scorer_core.protocols import RequestSettings
 from scorer_core.redaction import redact
 from tests.support.http import serving
 
@@ -67,7 +68,9 @@ def test_the_http_client_redacts_an_upper_cased_echo() -> None:
 
     async def go() -> Any:
         async with serving(handler) as url:
-            client = OpenAIHTTPClient("openai/j", api_base=url, api_key=KEY, timeout=5)
+            client = OpenAIHTTPClient(
+                "openai/j", RequestSettings(api_base=url, api_key=KEY, timeout=5)
+            )
             return await client.complete(
                 [{"role": "user", "content": "x"}],
                 schema_name=VERDICTS_SCHEMA_NAME,

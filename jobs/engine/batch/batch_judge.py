@@ -15,7 +15,7 @@ from typing import Any
 from jobs.engine.batch.requests import RequestLines, custom_id
 from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.errors import JudgeError, TransportError
-from scorer_core.judge import LLMJudge
+from scorer_core.judge import JudgeRuntime, LLMJudge, LLMJudgeSettings
 from scorer_core.protocols import ChatReply
 from scorer_core.response_format import ResponseFormat, ResponseFormatNegotiation
 from scorer_core.retry import RetryPolicy
@@ -217,14 +217,14 @@ class BatchJudge:
         negotiation.accepted(form, probe=False)
         self.client = client
         self._keys = keys
-        self._online = LLMJudge(
-            client,
+        # Nothing to retry: a transport failure of the batch comes back in a later round.
+        settings = LLMJudgeSettings(
             retry=RetryPolicy(max_retries=0, max_reasks=max_reasks),
             scale=scale,
-            negotiation=negotiation,
-            first_alone=False,
             verdict_reasons=verdict_reasons,
         )
+        runtime = JudgeRuntime(negotiation=negotiation, first_alone=False)
+        self._online = LLMJudge(client, settings=settings, runtime=runtime)
 
     @property
     def model(self) -> str:

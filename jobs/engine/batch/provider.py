@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from jobs.core.config import JobConfig
@@ -23,7 +23,7 @@ _LIST_PAGE = 100
 _LIST_LIMIT = 2000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchInfo:
     """What the provider says about a batch."""
 
@@ -60,47 +60,31 @@ class BatchInfo:
         )
 
 
-class LiteLLMBatches:
-    """One provider account's files and batches (see the module doc)."""
+@dataclass(frozen=True, kw_only=True)
+class BatchAccount:
+    """The provider account batch mode uses, and how long and how often it asks.
 
-    def __init__(
-        self,
-        *,
-        provider: str,
-        model: str,
-        api_base: str | None,
-        api_key: str | None,
-        timeout_s: float,
-        max_retries: int,
-        call_timeout_s: float | None = None,
-        completion_window: str = "24h",
-        sleep: Sleeper = real_sleep,
-        rng: Callable[[], float] = random.random,
-    ) -> None:
-        self.provider = provider
-        self._model = model
-        self._completion_window = completion_window
-        self._max_retries = max_retries
-        self._sleep = sleep
-        self._rng = rng
-        self._api_key = api_key
-        self._common: dict[str, Any] = {
-            "custom_llm_provider": provider,
-            "timeout": timeout_s,
-            "max_retries": 0,
-        }
-        if api_base:
-            self._common["api_base"] = api_base
-        if api_key:
-            self._common["api_key"] = api_key
-        # Calls that move no file (create, retrieve, cancel, list) answer like a chat request:
-        # a reply that does not come in that time is asked again, not waited on for minutes.
-        self._small = {**self._common, "timeout": call_timeout_s or timeout_s}
+    provider: litellm's custom_llm_provider for files and batches.
+    model: the judge's model, as messages name it.
+    api_base, api_key: the endpoint (None: the provider's) and the key (never in a message).
+    timeout_s: seconds an upload or a download may take.
+    call_timeout_s: seconds a call that moves no file (create, retrieve, cancel, list) may
+        take before it is asked again (None: timeout_s).
+    max_retries: transport retries of each call, with full-jitter backoff.
+    completion_window: the window the provider has to answer a batch.
+    """
+
+    provider: str
+    model: str
+    api_base: str | None
+    api_key: str | None = field(repr=False)
+    timeout_s: float
+    max_retries: int
+    call_timeout_s: float | None = None
+    completion_window: str = "24h"
 
     @classmethod
-    def for_config(
-        cls, config: JobConfig, api_key: str | None, sleep: Sleeper = real_sleep
-    ) -> LiteLLMBatches:
+    def for_config(cls, config: JobConfig, api_key: str | None) -> BatchAccount:
         judge = config.judge
         return cls(
             provider=batch_provider(config),
@@ -112,8 +96,45 @@ class LiteLLMBatches:
             call_timeout_s=judge.timeout_s,
             max_retries=judge.max_retries,
             completion_window=judge.batch.completion_window,
-            sleep=sleep,
         )
+
+
+class LiteLLMBatches:
+    """One provider account's files and batches (see the module doc); `sleep` and `rng` are
+    the retries' (tests inject them)."""
+
+    def __init__(
+        self,
+        account: BatchAccount,
+        *,
+        sleep: Sleeper = real_sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.provider = account.provider
+        self._model = account.model
+        self._completion_window = account.completion_window
+        self._max_retries = account.max_retries
+        self._sleep = sleep
+        self._rng = rng
+        self._api_key = account.api_key
+        self._common: dict[str, Any] = {
+            "custom_llm_provider": account.provider,
+            "timeout": account.timeout_s,
+            "max_retries": 0,
+        }
+        if account.api_base:
+            self._common["api_base"] = account.api_base
+        if account.api_key:
+            self._common["api_key"] = account.api_key
+        # Calls that move no file (create, retrieve, cancel, list) answer like a chat request:
+        # a reply that does not come in that time is asked again, not waited on for minutes.
+        self._small = {**self._common, "timeout": account.call_timeout_s or account.timeout_s}
+
+    @classmethod
+    def for_config(
+        cls, config: JobConfig, api_key: str | None, sleep: Sleeper = real_sleep
+    ) -> LiteLLMBatches:
+        return cls(BatchAccount.for_config(config, api_key), sleep=sleep)
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         attempt = 0

@@ -15,6 +15,7 @@ from jobs.core.endpoints import endpoint_identity
 from scorer_core.errors import ConfigError
 from scorer_core.judge import count_prompt_tokens
 from scorer_core.openai_http import OpenAIHTTPClient
+from scorer_core.protocols import RequestSettings
 from scorer_core.response_format import ResponseFormat
 
 ENDPOINT = "/v1/chat/completions"
@@ -74,7 +75,8 @@ class RequestLines:
         form: ResponseFormat = "json_schema" if setting == "auto" else setting
         # the body names the model as the provider does
         model = judge.model.removeprefix(f"{batch_provider(config)}/")
-        client = OpenAIHTTPClient(model, temperature=judge.temperature, max_tokens=judge.max_tokens)
+        settings = RequestSettings(temperature=judge.temperature, max_tokens=judge.max_tokens)
+        client = OpenAIHTTPClient(model, settings)
         return cls(form, client, judge_tag(config))
 
     @property

@@ -23,7 +23,6 @@ from jobs.engine.control.shard_board import WAIT
 from jobs.engine.control.worker_flow import WorkerFlow
 from jobs.engine.messages import CoordinatorHandle, JudgeFacts, ShardContext, ShardReport
 from jobs.engine.pairs.lookahead import ShardNeeds, read_needs
-from jobs.engine.parts import Scoring
 from jobs.engine.shards.judging import (
     BatchPassJudging,
     BatchShard,
@@ -36,7 +35,7 @@ from jobs.inputs import ItemRecord, Shard
 from jobs.inputs.shard_read import RunRows, ShardRead, read_shard_records
 from scorer_core.errors import ConfigError, FatalJudgeError, StorageError, one_line
 from scorer_core.protocols import Judge
-from scorer_core.scoring import score_item
+from scorer_core.scoring import ScoringSettings, score_item
 from scorer_core.types import ScoreResult
 
 logger = logging.getLogger(__name__)
@@ -48,20 +47,14 @@ _WAIT_S = 0.2
 async def judge_shard(
     judge: Judge,
     records: Sequence[ItemRecord],
-    scoring: Scoring,
+    scoring: ScoringSettings,
     on_done: Callable[[ScoreResult], None],
 ) -> list[ScoreResult]:
     """Score every record concurrently (the judge's gate bounds the requests in flight); a
     `FatalJudgeError` cancels the shard's other items at once, so nothing more is paid for."""
 
     async def one(record: ItemRecord) -> ScoreResult:
-        result = await score_item(
-            judge,
-            record.to_scoring_item(),
-            scale=scoring.scale,
-            reason=scoring.reason,
-            contexts_per_call=scoring.contexts_per_call,
-        )
+        result = await score_item(judge, record.to_scoring_item(), scoring)
         on_done(result)
         return result
 
