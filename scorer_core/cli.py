@@ -129,7 +129,13 @@ def _judge_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    access = JudgeAccess(args.model, args.api_base, args.transport, args.api_key_env, CLI_OPTIONS)
+    access = JudgeAccess(
+        model=args.model,
+        api_base=args.api_base,
+        transport=args.transport,
+        key_env=args.api_key_env,
+        options=CLI_OPTIONS,
+    )
     access.check()  # as `run` does: before any call, not after the retries
     names = ("timeout", "transport", "response_format", "max_tokens")
     options = {name: getattr(args, name) for name in names}

@@ -17,7 +17,7 @@ OPENAI_KEY_ENV = "OPENAI_API_KEY"  # what OpenAI-compatible endpoints are sent b
 CONFIG_OPTIONS = ("judge.model", "judge.api_base", "judge.api_key_env")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JudgeAccess:
     """How a judge is reached. `key_env` None: the provider's own variable, needed only
     without an `api_base`; `options` name the model, api_base and key settings in errors."""

@@ -124,7 +124,7 @@ def _context_hits(
     return hit_sets, pair_hits
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _ItemStats:
     """Everything the verdicts on one item need, computed once for all of its contexts."""
 

@@ -48,7 +48,10 @@ def confusion(pred: Sequence[bool], gold: Sequence[bool]) -> Confusion:
     _check_lengths(pred, gold)
     counts = Counter((bool(p), bool(g)) for p, g in zip(pred, gold, strict=True))
     return Confusion(
-        counts[True, True], counts[True, False], counts[False, True], counts[False, False]
+        tp=counts[True, True],
+        fp=counts[True, False],
+        fn=counts[False, True],
+        tn=counts[False, False],
     )
 
 

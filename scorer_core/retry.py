@@ -53,7 +53,7 @@ def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> floa
     return max(0.0, (when - (now or dt.datetime.now(dt.UTC))).total_seconds())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """The judge's retry budget: `max_retries` transport retries with full-jitter backoff from
     `base_delay_s` up to `max_delay_s` (a 429's `Retry-After` instead, capped at

@@ -160,7 +160,7 @@ class BatchRounds:
             f"({self._settings.deadline}, {_iso(self._deadline)}) is near: whatever "
             "is still unanswered is asked online under rate_limit"
         )
-        self._save(RoundState(round_number, (), online=True))
+        self._save(RoundState(round=round_number, batches=(), online=True))
         return True
 
     async def _stop_at_deadline(self, state: RoundState) -> RoundState:
@@ -235,7 +235,7 @@ class BatchRounds:
             )
         except ValueError as exc:
             raise RunFailed(str(exc)) from None
-        state = RoundState(round_number, tuple(records))
+        state = RoundState(round=round_number, batches=tuple(records))
         requests = sum(record.requests for record in records)
         why = _limit_note(records, limits.max_requests_per_batch, limits.max_bytes_per_batch)
         logger.info(

@@ -352,7 +352,9 @@ def _completion(text: str) -> dict[str, Any]:
 
 
 def test_every_request_sent_gets_exactly_one_reply_whatever_came_back() -> None:
-    record = BatchRecord("r000-b0000", (("s", 0, 6),), 6, 0, 0, batch_id="batch_9")
+    record = BatchRecord(
+        name="r000-b0000", parts=(("s", 0, 6),), requests=6, bytes=0, tokens=0, batch_id="batch_9"
+    )
     record = BatchRecord(**{**record.__dict__, "status": "expired"})
     output = b"\n".join(
         [
@@ -396,7 +398,16 @@ def test_every_request_sent_gets_exactly_one_reply_whatever_came_back() -> None:
 def test_missing_lines_say_what_happened_to_their_batch(
     status: str, errors: str | None, words: str
 ) -> None:
-    record = BatchRecord("n", (), 1, 0, 0, batch_id="batch_x", status=status, errors=errors)
+    record = BatchRecord(
+        name="n",
+        parts=(),
+        requests=1,
+        bytes=0,
+        tokens=0,
+        batch_id="batch_x",
+        status=status,
+        errors=errors,
+    )
     assert words in missing_reason(record)
 
 
@@ -429,10 +440,23 @@ def test_requests_are_cut_by_count_bytes_and_tokens_keeping_shard_order() -> Non
 
 def test_round_state_round_trips_through_json() -> None:
     state = RoundState(
-        1,
-        (
-            BatchRecord("r001-b0000", (("s0", 0, 3),), 3, 300, 30, file_id="file-1"),
-            BatchRecord("r001-b0001", (("s0", 3, 4), ("s1", 0, 2)), 3, 200, 20),
+        round=1,
+        batches=(
+            BatchRecord(
+                name="r001-b0000",
+                parts=(("s0", 0, 3),),
+                requests=3,
+                bytes=300,
+                tokens=30,
+                file_id="file-1",
+            ),
+            BatchRecord(
+                name="r001-b0001",
+                parts=(("s0", 3, 4), ("s1", 0, 2)),
+                requests=3,
+                bytes=200,
+                tokens=20,
+            ),
         ),
     )
     back = RoundState.from_dict(json.loads(json.dumps(state.to_dict())))

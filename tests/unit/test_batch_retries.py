@@ -105,7 +105,9 @@ def line(request_id: str, status: int | None, body: Any = None, error: Any = Non
 
 
 def test_transient_failures_are_asked_again_and_a_400_is_final_with_its_reason() -> None:
-    record = BatchRecord("r000-b0000", (("s", 0, 7),), 7, 0, 0, batch_id="batch_7")
+    record = BatchRecord(
+        name="r000-b0000", parts=(("s", 0, 7),), requests=7, bytes=0, tokens=0, batch_id="batch_7"
+    )
     record = BatchRecord(**{**record.__dict__, "status": "expired"})
     refused = {"error": {"code": "content_policy_violation", "message": "refused"}}
     errors = b"\n".join(
@@ -142,13 +144,24 @@ def test_transient_failures_are_asked_again_and_a_400_is_final_with_its_reason()
 
 @pytest.mark.parametrize("status", ["cancelled", "failed", "completed"])
 def test_every_line_missing_from_a_batch_is_asked_again(status: str) -> None:
-    record = BatchRecord("n", (), 2, 0, 0, batch_id="batch_x", status=status)
+    record = BatchRecord(
+        name="n", parts=(), requests=2, bytes=0, tokens=0, batch_id="batch_x", status=status
+    )
     ingested = ingest_batch(record, [], ["a", "b"])
     assert ingested.retried == {f"missing (batch {status})": 2}
 
 
 def test_a_batch_stopped_at_the_deadline_sends_every_request_online() -> None:
-    record = BatchRecord("n", (), 2, 0, 0, batch_id="batch_x", status="cancelling", stopped=True)
+    record = BatchRecord(
+        name="n",
+        parts=(),
+        requests=2,
+        bytes=0,
+        tokens=0,
+        batch_id="batch_x",
+        status="cancelling",
+        stopped=True,
+    )
     ingested = ingest_batch(record, [], ["a", "b"])
     assert record.final and ingested.retried == {"deadline": 2}
     assert "stopped at judge.batch.deadline" in str(ingested.replies["a"].error)
@@ -248,25 +261,25 @@ def test_a_bad_deadline_is_a_config_error_naming_the_key(value: str) -> None:
 
 def test_rounds_and_their_reasons_reach_the_manifest_and_old_manifests_still_read() -> None:
     state = RoundState(
-        0,
-        (
+        round=0,
+        batches=(
             BatchRecord(
-                "b0",
-                (),
-                10,
-                0,
-                0,
+                name="b0",
+                parts=(),
+                requests=10,
+                bytes=0,
+                tokens=0,
                 status="expired",
                 completed=5,
                 failed=5,
                 retried={"batch_expired": 5},
             ),
             BatchRecord(
-                "b1",
-                (),
-                10,
-                0,
-                0,
+                name="b1",
+                parts=(),
+                requests=10,
+                bytes=0,
+                tokens=0,
                 status="completed",
                 completed=9,
                 failed=1,
@@ -303,11 +316,11 @@ def test_status_of_a_run_in_progress_shows_each_round_and_why_lines_were_asked_a
     layout = BatchLayout(store, staging.folder)
     layout.write_json(layout.run_file, {"shards": ["s0"], "model": "m", "provider": "openai"})
     expired = BatchRecord(
-        "r000-b0000",
-        (("s0", 0, 30),),
-        30,
-        0,
-        0,
+        name="r000-b0000",
+        parts=(("s0", 0, 30),),
+        requests=30,
+        bytes=0,
+        tokens=0,
         batch_id="batch_a",
         status="expired",
         completed=15,
@@ -317,18 +330,18 @@ def test_status_of_a_run_in_progress_shows_each_round_and_why_lines_were_asked_a
         final_errors=1,
     )
     stopped = BatchRecord(
-        "r001-b0000",
-        (("s0", 0, 17),),
-        17,
-        0,
-        0,
+        name="r001-b0000",
+        parts=(("s0", 0, 17),),
+        requests=17,
+        bytes=0,
+        tokens=0,
         batch_id="batch_b",
         status="cancelling",
         stopped=True,
     )
-    layout.write_json(layout.round_file(0), RoundState(0, (expired,)).to_dict())
-    layout.write_json(layout.round_file(1), RoundState(1, (stopped,)).to_dict())
-    layout.write_json(layout.round_file(2), RoundState(2, (), online=True).to_dict())
+    layout.write_json(layout.round_file(0), RoundState(round=0, batches=(expired,)).to_dict())
+    layout.write_json(layout.round_file(1), RoundState(round=1, batches=(stopped,)).to_dict())
+    layout.write_json(layout.round_file(2), RoundState(round=2, batches=(), online=True).to_dict())
     status = "\n".join(status_lines(store, "night-1"))
     assert (
         "round 0: 1 batch(es), 30 requests: 15 completed, 15 failed; asked again: "

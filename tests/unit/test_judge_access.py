@@ -79,21 +79,23 @@ def test_run_checks_the_model_before_the_key(keys: pytest.MonkeyPatch) -> None:
 
 
 def test_the_key_is_read_from_the_providers_own_variable(keys: pytest.MonkeyPatch) -> None:
-    assert JudgeAccess("openai/gpt-4o-mini").api_key() == OPENAI_KEY
-    assert JudgeAccess("gpt-4o-mini").api_key() == OPENAI_KEY  # litellm's openai provider
+    assert JudgeAccess(model="openai/gpt-4o-mini").api_key() == OPENAI_KEY
+    assert JudgeAccess(model="gpt-4o-mini").api_key() == OPENAI_KEY  # litellm's openai provider
     # never the OpenAI key to another provider: litellm reads ANTHROPIC_API_KEY itself
-    assert JudgeAccess("anthropic/claude-x").api_key() is None
+    assert JudgeAccess(model="anthropic/claude-x").api_key() is None
     keys.setenv("MY_GATEWAY_KEY", "gw")
-    named = JudgeAccess("anthropic/claude-x", key_env="MY_GATEWAY_KEY")
+    named = JudgeAccess(model="anthropic/claude-x", key_env="MY_GATEWAY_KEY")
     named.check()
     assert named.api_key() == "gw"
-    assert JudgeAccess("lexical").api_key() is None
+    assert JudgeAccess(model="lexical").api_key() is None
 
 
 def test_a_local_server_needs_no_key_unless_one_is_named(keys: pytest.MonkeyPatch) -> None:
     keys.delenv("OPENAI_API_KEY")
-    JudgeAccess("openai/m", api_base="http://127.0.0.1:9/v1").check()
-    JudgeAccess("hosted_vllm/m", api_base="http://127.0.0.1:9/v1").check()
-    named = JudgeAccess("openai/m", api_base="http://127.0.0.1:9/v1", key_env="CTXPREC_NO_KEY")
+    JudgeAccess(model="openai/m", api_base="http://127.0.0.1:9/v1").check()
+    JudgeAccess(model="hosted_vllm/m", api_base="http://127.0.0.1:9/v1").check()
+    named = JudgeAccess(
+        model="openai/m", api_base="http://127.0.0.1:9/v1", key_env="CTXPREC_NO_KEY"
+    )
     with pytest.raises(ConfigError, match="CTXPREC_NO_KEY is not set"):
         named.check()

@@ -18,7 +18,7 @@ Part = tuple[str, int, int]
 """Lines [start, end) of one shard's requests file for the round."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchRecord:
     """One batch of a round."""
 
@@ -59,7 +59,7 @@ class BatchRecord:
         return cls(**values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundState:
     """The batches of one round, in submission order."""
 
@@ -170,8 +170,8 @@ class BatchPacker:
         if self._count:
             name = f"r{self._round:03d}-b{len(self.batches):04d}"
             batch = BatchRecord(
-                name,
-                tuple(self._parts),
+                name=name,
+                parts=tuple(self._parts),
                 requests=self._count,
                 bytes=self._bytes,
                 tokens=self._tokens,
