@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from scorer_core.capabilities import OFFLINE_JUDGE, capabilities_of
 from scorer_core.errors import ConfigError, CtxPrecError, InputError
 from scorer_core.judge_access import JudgeAccess
+from scorer_core.protocols import Judge
 from scorer_core.response_format import RESPONSE_FORMAT_SETTINGS, negotiation_summary
 from scorer_core.scorer import create_context_precision_scorer
 from scorer_core.scoring import REASON_MODES
@@ -45,7 +46,11 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
         "default: the provider's own, e.g. OPENAI_API_KEY, ANTHROPIC_API_KEY)",
     )
     add("--timeout", type=float, default=60.0, help="seconds per judge request")
-    add("--max-tokens", type=int, help="completion token cap per request (default: the server's)")
+    add(
+        "--max-tokens",
+        type=int,
+        help="completion token cap per judge request (default: the server's)",
+    )
     add(
         "--transport",
         choices=TRANSPORTS,
@@ -58,9 +63,20 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="structured-output form; 'auto' steps down to what the server takes",
     )
-    add("--scale", type=float, default=1.0)
-    add("--reason", choices=REASON_MODES, default="template")
-    add("--contexts-per-call", type=int, default=16)
+    add("--scale", type=float, default=1.0, help="scores run from 0 to this (default: 1)")
+    add(
+        "--reason",
+        choices=REASON_MODES,
+        default="template",
+        help="how the score is explained: llm (one more judge request), template (from the "
+        "verdicts, no request) or none (default: template)",
+    )
+    add(
+        "--contexts-per-call",
+        type=int,
+        default=16,
+        help="contexts judged per request, the requests sent at once (default: 16)",
+    )
     add("--json", action="store_true", help="print the result as JSON")
 
 
@@ -72,14 +88,15 @@ def read_item(source: TextIO, name: str) -> dict[str, Any]:
         raise InputError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{name}: expected a JSON object, got {type(raw).__name__}")
-    item: dict[str, Any] = {_ALIASES.get(str(k), str(k)): v for k, v in raw.items()}
-    if unknown := sorted(set(item) - set(_FIELDS)):
+    item: dict[str, Any] = {_ALIASES.get(str(key), str(key)): value for key, value in raw.items()}
+    unknown = sorted(set(item) - set(_FIELDS))
+    if unknown:
         raise InputError(f"{name}: unknown field(s) {', '.join(unknown)}; use {', '.join(_FIELDS)}")
     for required in ("input", "output", "context"):
         if required not in item:
             raise InputError(f"{name}: missing field {required!r}")
     context = item["context"]
-    if not isinstance(context, list) or not all(isinstance(c, str) for c in context):
+    if not isinstance(context, list) or not all(isinstance(text, str) for text in context):
         raise InputError(f"{name}: field 'context' must be a list of strings")
     if not context:
         raise InputError(f"{name}: field 'context' is empty")
@@ -92,7 +109,7 @@ def result_to_dict(
     """The `--json` output: the result, what the judge spent on it and how long it took."""
     return {
         **{name: getattr(result, name) for name in ("score", "band", "status", "error", "reason")},
-        "verdicts": [dataclasses.asdict(v) for v in result.verdicts],
+        "verdicts": [dataclasses.asdict(verdict) for verdict in result.verdicts],
         "judge_calls": result.usage.calls,
         "usage": {name: getattr(result.usage, name) for name in _USAGE_FIELDS},
         "seconds": round(seconds, 3),
@@ -118,8 +135,9 @@ def render(result: ScoreResult, response_format: str | None, seconds: float) -> 
         )
     if result.verdicts:
         lines.append("verdicts:")
-        for v in result.verdicts:
-            lines.append(f"  [{v.index}] {'yes' if v.relevant else 'no ':3}  {v.reason}")
+        for verdict in result.verdicts:
+            word = "yes" if verdict.relevant else "no"
+            lines.append(f"  [{verdict.index}] {word:3}  {verdict.reason}")
     return "\n".join(lines)
 
 
@@ -160,16 +178,25 @@ def run_score(args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = scorer.run(item["input"], item["output"], item.get("expected_output"))
     seconds = time.monotonic() - started
-    form = None
-    if summary := negotiation_summary(scorer.judge):
-        # "json_object (json_schema rejected: ...)": the form used and what was given up.
-        dropped = "; ".join(f"{d['form']} rejected: {d['reason']}" for d in summary["dropped"])
-        form = f"{summary['in_use']} ({dropped})" if dropped else str(summary["in_use"])
+    form = _negotiated_form(scorer.judge)
     if args.json:
         print(json.dumps(result_to_dict(result, form, seconds), ensure_ascii=False))
     else:
         print(render(result, form, seconds))
     return EXIT_OK if result.status == "ok" else EXIT_NO_SCORE
+
+
+def _negotiated_form(judge: Judge) -> str | None:
+    """The structured-output form the judge's requests used, with the forms the endpoint
+    refused and its answer ("json_object (json_schema rejected: ...)"); None for a judge that
+    asks no chat model."""
+    summary = negotiation_summary(judge)
+    if summary is None:
+        return None
+    refusals = [f"{entry['form']} rejected: {entry['reason']}" for entry in summary["dropped"]]
+    if not refusals:
+        return str(summary["in_use"])
+    return f"{summary['in_use']} ({'; '.join(refusals)})"
 
 
 def call_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

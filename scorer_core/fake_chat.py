@@ -66,8 +66,9 @@ class FakeChatClient:
         if isinstance(reply, str):
             return ChatReply(reply)
         if schema_name == REASON_SCHEMA_NAME:
-            score = _SCORE.search(messages[-1]["content"])
-            text = f"The score is {score.group(1) if score else '0'} because of the verdicts."
+            found = _SCORE.search(messages[-1]["content"])
+            score = found.group(1) if found else "0"
+            text = f"The score is {score} because of the verdicts."
             return ChatReply(json.dumps({"reason": text}))
         flags = zip(asked_contexts(body), reply, strict=True)
         verdicts = [{"i": position, "v": "yes" if flag else "no"} for position, flag in flags]

@@ -55,7 +55,7 @@ TokenCounter = Callable[[Sequence[dict[str, str]]], int]
 
 def count_prompt_tokens(messages: Sequence[dict[str, str]]) -> int:
     """A rough prompt token count from characters, when no tokenizer is at hand."""
-    return sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN + 1
+    return sum(len(message["content"]) for message in messages) // CHARS_PER_TOKEN + 1
 
 
 def estimate_tokens(

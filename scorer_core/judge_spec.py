@@ -145,19 +145,18 @@ def _lexical_judge(spec: JudgeSpec) -> Judge:
 
 def unknown_options(names: set[str], allowed: Set[str], what: str) -> ConfigError:
     """The error for option `names` that `what` does not take, listing those it does."""
+    noun = "options" if len(names) > 1 else "option"
     listed = ", ".join(sorted(names))
-    return ConfigError(
-        f"unknown option{'s' if len(names) > 1 else ''} {listed} for {what}; known: "
-        f"{', '.join(sorted(allowed))}"
-    )
+    known = ", ".join(sorted(allowed))
+    return ConfigError(f"unknown {noun} {listed} for {what}; known: {known}")
 
 
 def not_for_transport(names: set[str], transport: str) -> ConfigError:
     """The error for transport-only options given for the other transport."""
-    return ConfigError(
-        f"option{'s' if len(names) > 1 else ''} {', '.join(sorted(names))} "
-        f"do{'' if len(names) > 1 else 'es'} not apply to transport {transport!r}"
-    )
+    listed = ", ".join(sorted(names))
+    if len(names) > 1:
+        return ConfigError(f"options {listed} do not apply to transport {transport!r}")
+    return ConfigError(f"option {listed} does not apply to transport {transport!r}")
 
 
 def _chat_client(spec: JudgeSpec, transport: Transport) -> ChatClient:

@@ -61,18 +61,18 @@ _DROPPED: frozenset[str] = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz")
 def stem(word: str) -> str:
     """A crude stem of a lower-case word: plural s/es/ies, -ing and -ed stripped, numbers and
     short words unchanged (both sides of a comparison are stemmed alike: no dictionary)."""
-    n = len(word)
-    if n <= 3 or word.isdigit():
+    length = len(word)
+    if length <= 3 or word.isdigit():
         return word
-    if word.endswith("ies") and n > 4:
+    if word.endswith("ies") and length > 4:
         return word[:-3] + "y"
     if word.endswith(("sses", "shes", "ches", "xes", "zes")):
         return word[:-2]
     if word.endswith("s") and not word.endswith(("ss", "us", "is")):
         return word[:-1]
-    if word.endswith("ing") and n > 5:
+    if word.endswith("ing") and length > 5:
         return word[:-3]
-    if word.endswith("ed") and n > 4:
+    if word.endswith("ed") and length > 4:
         return word[:-2]
     return word
 
@@ -93,11 +93,18 @@ def content_words(
     text: str, *, max_chars: int = DEFAULT_MAX_CHARS, max_tokens: int = DEFAULT_MAX_TOKENS
 ) -> list[str]:
     """The content words of `text` (lower-cased, not stemmed), in order, with repeats."""
-    return [t for t in _tokens(text, max_chars, max_tokens) if t not in _DROPPED]
+    return [token for token in _tokens(text, max_chars, max_tokens) if token not in _DROPPED]
+
+
+def _is_position(position: object, count: int) -> bool:
+    """Whether `position` is a context's index among `count` (an int, not a bool)."""
+    if isinstance(position, bool) or not isinstance(position, int):
+        return False
+    return 0 <= position < count
 
 
 def _pairs(terms: Sequence[str]) -> set[tuple[str, str]]:
-    return {(a, b) for a, b in itertools.pairwise(terms) if a != b}
+    return {(first, second) for first, second in itertools.pairwise(terms) if first != second}
 
 
 def _context_hits(
@@ -113,11 +120,11 @@ def _context_hits(
     for context in contexts:
         tokens = _tokens(context, max_chars, max_tokens)
         # Stem each distinct surface form once; the sequence is only needed for pairs.
-        stems = {t: stem(t) for t in set(tokens).difference(_DROPPED)}
+        stems = {token: stem(token) for token in set(tokens).difference(_DROPPED)}
         hit = frozenset(stems.values()) & target_set
         hit_sets.append(hit)
         n_pair_hits = 0
-        if len(hit) >= 2 and any(a in hit and b in hit for a, b in target_pairs):
+        if len(hit) >= 2 and any(first in hit and second in hit for first, second in target_pairs):
             seq: list[str] = list(filter(None, map(stems.get, tokens)))
             n_pair_hits = len(_pairs(seq) & target_pairs)
         pair_hits.append(n_pair_hits)
@@ -204,23 +211,25 @@ class LexicalJudge:
             item.contexts, frozenset(target), target_pairs, self.max_chars, self.max_tokens
         )
         # Each target term's IDF over the item's contexts, times its role's weight.
-        n = len(item.contexts)
-        df = Counter(itertools.chain(*hit_sets))
+        contexts = len(item.contexts)
+        contexts_with = Counter(itertools.chain(*hit_sets))  # document frequency
         query_set = set(query_seq)
         weights = {
-            t: math.log1p((n - df[t] + 0.5) / (df[t] + 0.5))
-            * (1.0 if t in query_set else self.answer_weight)
-            for t in target
+            term: math.log1p((contexts - contexts_with[term] + 0.5) / (contexts_with[term] + 0.5))
+            * (1.0 if term in query_set else self.answer_weight)
+            for term in target
         }
-        hits = tuple(tuple(t for t in target if t in hit) for hit in hit_sets)
+        hits = tuple(tuple(term for term in target if term in hit) for hit in hit_sets)
         # math.fsum is exact: scores do not depend on set order (string hashes are salted).
         total = math.fsum(weights.values())
-        pw = self.phrase_weight if target_pairs else 0.0
+        phrase_weight = self.phrase_weight if target_pairs else 0.0
         scores: list[float] = []
         for hit_terms, n_pair_hits in zip(hits, pair_hits, strict=True):
-            coverage = math.fsum(weights[t] for t in hit_terms) / total if total > 0.0 else 0.0
+            covered = math.fsum(weights[term] for term in hit_terms)
+            coverage = covered / total if total > 0.0 else 0.0
             phrase = n_pair_hits / len(target_pairs) if target_pairs else 0.0
-            scores.append(min(1.0, max(0.0, (1.0 - pw) * coverage + pw * phrase)))
+            score = (1.0 - phrase_weight) * coverage + phrase_weight * phrase
+            scores.append(min(1.0, max(0.0, score)))
         return _ItemStats(
             target=target,
             answer_terms=frozenset(answer_seq),
@@ -243,59 +252,63 @@ class LexicalJudge:
         bounds = {"max_chars": self.max_chars, "max_tokens": self.max_tokens}
         query_raw = content_words(item.input, **bounds)
         answer_raw = content_words(answer_text, **bounds) if self.answer_weight > 0.0 else []
-        query_seq = [stem(t) for t in query_raw]
-        answer_seq = [stem(t) for t in answer_raw]
+        query_seq = [stem(word) for word in query_raw]
+        answer_seq = [stem(word) for word in answer_raw]
         # The first surface form of each stem, so that reasons quote words, not stems.
         display: dict[str, str] = {}
         for surface, term in zip(answer_raw + query_raw, answer_seq + query_seq, strict=True):
             display.setdefault(term, surface)
         return query_seq, answer_seq, display, answer_source if answer_seq else ""
 
-    def _reason(self, st: _ItemStats, p: int, relevant: bool) -> str:
-        if not st.target:
+    def _reason(self, stats: _ItemStats, position: int, relevant: bool) -> str:
+        if not stats.target:
             return "the query and answer have no content words to match; score 0.00"
-        score, hit = st.scores[p], st.hits[p]
+        score = stats.scores[position]
+        hit = stats.hits[position]
         if not hit:
-            what = f"query or the {st.answer_source}" if st.answer_source else "query"
+            what = f"query or the {stats.answer_source}" if stats.answer_source else "query"
             return f"shares no content words with the {what}; score 0.00"
-        ans = [t for t in hit if t in st.answer_terms]
-        qry = [t for t in hit if t not in st.answer_terms]
+        answer_hits = [term for term in hit if term in stats.answer_terms]
+        query_hits = [term for term in hit if term not in stats.answer_terms]
         parts = []
-        if ans:
-            parts.append(f"{len(ans)} of {len(st.answer_terms)} words of the {st.answer_source}")
-        if qry:
-            other = " other" if st.answer_terms else ""
-            n_query = len(st.target) - len(st.answer_terms)
-            parts.append(f"{len(qry)} of {n_query}{other} query words")
-        shown = ", ".join(st.display.get(t, t) for t in (ans + qry)[:5])
+        if answer_hits:
+            answer_words = f"words of the {stats.answer_source}"
+            parts.append(f"{len(answer_hits)} of {len(stats.answer_terms)} {answer_words}")
+        if query_hits:
+            other = " other" if stats.answer_terms else ""
+            n_query = len(stats.target) - len(stats.answer_terms)
+            parts.append(f"{len(query_hits)} of {n_query}{other} query words")
+        first_hits = (answer_hits + query_hits)[:5]
+        shown = ", ".join(stats.display.get(term, term) for term in first_hits)
         shown += ", ..." if len(hit) > 5 else ""
-        text = f"shares {' and '.join(parts)} ({shown})"
-        if st.n_pairs and self.phrase_weight > 0.0:
-            text += f", {st.pair_hits[p]} of {st.n_pairs} word pairs"
+        shared = " and ".join(parts)
+        text = f"shares {shared} ({shown})"
+        if stats.n_pairs and self.phrase_weight > 0.0:
+            text += f", {stats.pair_hits[position]} of {stats.n_pairs} word pairs"
         if relevant:
             return f"{text}; score {score:.2f} >= threshold {self.threshold:.2f}"
         if score < self.threshold:
             return f"{text}; score {score:.2f} < threshold {self.threshold:.2f}"
-        return f"{text}; score {score:.2f} < {self.relative:.2f} x best context's {st.best:.2f}"
+        best = f"best context's {stats.best:.2f}"
+        return f"{text}; score {score:.2f} < {self.relative:.2f} x {best}"
 
     async def judge(self, item: ScoringItem, positions: Sequence[int]) -> VerdictBatch:
         """One verdict per position, in the order given; bad or no positions: unscored."""
-        n = len(item.contexts)
-        bad = [
-            p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n
-        ]
+        count = len(item.contexts)
+        bad = [position for position in positions if not _is_position(position, count)]
         if bad:
             return VerdictBatch(
-                verdicts=(), unscored_reason=f"positions {bad[:5]} invalid for {n} contexts"
+                verdicts=(), unscored_reason=f"positions {bad[:5]} invalid for {count} contexts"
             )
         if not positions:
             return VerdictBatch(verdicts=(), unscored_reason="no positions to judge")
-        st = self._stats(item)
+        stats = self._stats(item)
         rule = {"threshold": self.threshold, "relative": self.relative}
         verdicts = []
-        for p in positions:
-            relevant = is_relevant(st.scores[p], st.best, **rule)
-            verdicts.append(ContextVerdict(p, relevant, self._reason(st, p, relevant)))
+        for position in positions:
+            relevant = is_relevant(stats.scores[position], stats.best, **rule)
+            reason = self._reason(stats, position, relevant)
+            verdicts.append(ContextVerdict(position, relevant, reason))
         return VerdictBatch(verdicts=tuple(verdicts), usage=Usage())
 
     def reason_prompt(
@@ -311,7 +324,7 @@ class LexicalJudge:
         if not verdicts:
             return "", Usage()
         start = reason_start(score)
-        ranks = sorted(v.index + 1 for v in verdicts if v.relevant)
+        ranks = sorted(verdict.index + 1 for verdict in verdicts if verdict.relevant)
         if not ranks:
             text = (
                 f"{start} by word overlap none of the {len(verdicts)} judged contexts matches "

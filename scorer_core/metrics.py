@@ -33,20 +33,21 @@ class PRF(NamedTuple):
     f1: float | None
 
 
-def _check_lengths(a: Sequence[object], b: Sequence[object]) -> None:
-    if len(a) != len(b):
-        raise ValueError(f"the two sequences differ in length: {len(a)} != {len(b)}")
+def _check_lengths(first: Sequence[object], second: Sequence[object]) -> None:
+    if len(first) != len(second):
+        raise ValueError(f"the two sequences differ in length: {len(first)} != {len(second)}")
 
 
 def _check_numbers(values: Sequence[float], name: str) -> None:
-    if any(math.isnan(v) for v in values):
+    if any(math.isnan(value) for value in values):
         raise ValueError(f"{name} contains NaN")
 
 
 def confusion(pred: Sequence[bool], gold: Sequence[bool]) -> Confusion:
     """The confusion counts of `pred` against `gold` (truthy = positive)."""
     _check_lengths(pred, gold)
-    counts = Counter((bool(p), bool(g)) for p, g in zip(pred, gold, strict=True))
+    pairs = zip(pred, gold, strict=True)
+    counts = Counter((bool(predicted), bool(label)) for predicted, label in pairs)
     return Confusion(
         tp=counts[True, True],
         fp=counts[True, False],
@@ -59,23 +60,25 @@ def precision_recall_f1(pred: Sequence[bool], gold: Sequence[bool]) -> PRF:
     """Precision, recall and F1 of the positive class. F1 (2tp / (2tp + fp + fn)) is None only
     when precision and recall both are: a judge that says "no" to everything while positives
     exist gets 0.0."""
-    c = confusion(pred, gold)
-    precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
-    recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
-    denominator = 2 * c.tp + c.fp + c.fn
-    f1 = 2 * c.tp / denominator if denominator else None
+    counts = confusion(pred, gold)
+    predicted = counts.tp + counts.fp
+    actual = counts.tp + counts.fn
+    precision = counts.tp / predicted if predicted else None
+    recall = counts.tp / actual if actual else None
+    denominator = 2 * counts.tp + counts.fp + counts.fn
+    f1 = 2 * counts.tp / denominator if denominator else None
     return PRF(precision, recall, f1)
 
 
 def cohen_kappa(pred: Sequence[bool], gold: Sequence[bool]) -> float | None:
     """Cohen's kappa of two binary raters: (observed - chance agreement) / (1 - chance)."""
-    c = confusion(pred, gold)
-    n = sum(c)
-    if n == 0:
+    counts = confusion(pred, gold)
+    total = sum(counts)
+    if total == 0:
         return None
-    observed = (c.tp + c.tn) / n
-    pred_pos = (c.tp + c.fp) / n
-    gold_pos = (c.tp + c.fn) / n
+    observed = (counts.tp + counts.tn) / total
+    pred_pos = (counts.tp + counts.fp) / total
+    gold_pos = (counts.tp + counts.fn) / total
     chance = pred_pos * gold_pos + (1.0 - pred_pos) * (1.0 - gold_pos)
     return None if chance >= 1.0 else _clamp((observed - chance) / (1.0 - chance))
 
@@ -88,8 +91,8 @@ def _correlatable(x: Sequence[float], y: Sequence[float]) -> bool:
     return len(x) >= 2 and min(x) != max(x) and min(y) != max(y)
 
 
-def _clamp(r: float) -> float:
-    return max(-1.0, min(1.0, r))
+def _clamp(value: float) -> float:
+    return max(-1.0, min(1.0, value))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:

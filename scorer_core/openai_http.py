@@ -45,7 +45,7 @@ _CLASSIFY_CHARS = 8192  # of an error body, searched for what kind of rejection 
 
 def wire_model_name(model: str) -> str:
     """`model` without litellm's provider prefix ("openai/", "hosted_vllm/", "lm_studio/")."""
-    prefix = next((p for p in OPENAI_STYLE_PREFIXES if model.startswith(p)), "")
+    prefix = next((known for known in OPENAI_STYLE_PREFIXES if model.startswith(known)), "")
     return model[len(prefix) :]
 
 

@@ -35,15 +35,18 @@ def writable(text: str) -> str:
 
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in `text`: bare, fenced, or surrounded by prose."""
-    for candidate in [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]:
+    fenced = [match.group(1).strip() for match in _FENCE.finditer(text)]
+    for candidate in [text.strip(), *fenced]:
         with contextlib.suppress(json.JSONDecodeError):
-            if isinstance(value := json.loads(candidate), dict):
+            value = json.loads(candidate)
+            if isinstance(value, dict):
                 return value
     # Prose around the JSON: try decoding from each opening brace.
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         with contextlib.suppress(json.JSONDecodeError):
-            if isinstance(value := decoder.raw_decode(text, match.start())[0], dict):
+            value, _ = decoder.raw_decode(text, match.start())
+            if isinstance(value, dict):
                 return value
     if not text.strip():
         raise MalformedReply("the reply was empty")
@@ -94,7 +97,7 @@ def parse_verdicts(text: str, positions: Sequence[int]) -> tuple[ContextVerdict,
         reason = entry.get("reason", "")
         reason = writable(reason) if isinstance(reason, str) else ""
         by_index[index] = ContextVerdict(index, _VERDICT_WORDS[word.strip().lower()], reason)
-    return tuple(by_index[p] for p in sorted(expected))
+    return tuple(by_index[position] for position in sorted(expected))
 
 
 _REASON_START = re.compile(r"^\s*The score is\s+(-?[0-9]+(?:\.[0-9]+)?)\s+because\b", re.IGNORECASE)

@@ -97,12 +97,19 @@ Against = Literal["all", "auto", "reference", "output", "query"]
 def judged_item(item: ScoringItem, against: Against = "all") -> ScoringItem:
     """`item` holding only what its prompt carries under `against`: built from it, the prompt
     and the verdict store's key hold the same texts. InputError when the item lacks it."""
-    reference, output = item.expected_output or "", item.output.strip()
-    if against == "auto":
-        against = "reference" if reference else "output" if output else "query"
-    if against in ("reference", "output") and not (reference if against == "reference" else output):
-        field = "expected_output" if against == "reference" else "output"
-        raise InputError(f"judge.against is {against!r} but the item has no {field}")
+    reference = item.expected_output or ""
+    output = item.output.strip()
+    if against == "auto":  # the reference when there is one, else the output, else the query
+        if reference:
+            against = "reference"
+        elif output:
+            against = "output"
+        else:
+            against = "query"
+    if against == "reference" and not reference:
+        raise InputError("judge.against is 'reference' but the item has no expected_output")
+    if against == "output" and not output:
+        raise InputError("judge.against is 'output' but the item has no output")
     if against == "all":
         return item
     judged_output = item.output if against == "output" else ""
@@ -149,12 +156,12 @@ def verdict_messages(
     if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)):
         asked = f"[{ordered[0]}] to [{ordered[-1]}]"
     else:
-        asked = ", ".join(f"[{p}]" for p in ordered)
+        asked = ", ".join(f"[{position}]" for position in ordered)
     user = "\n".join(
         [
             *_item_sections(item),
             "<contexts>",
-            *(f"[{p}] {encode_data(item.contexts[p])}" for p in positions),
+            *(f"[{position}] {encode_data(item.contexts[position])}" for position in positions),
             "</contexts>",
             f"{_against(item)} Give exactly {len(positions)} verdicts, for passages {asked}.",
         ]
@@ -197,10 +204,10 @@ def reason_messages(
     ]
     if len(item.contexts) > len(shown):
         context_lines.append(f"({len(item.contexts) - len(shown)} more contexts not shown)")
-    verdict_lines = [
-        f"[{v.index}] {'yes' if v.relevant else 'no'}: {encode_data(v.reason)}"
-        for v in sorted(verdicts, key=lambda v: v.index)
-    ]
+    verdict_lines = []
+    for verdict in sorted(verdicts, key=lambda verdict: verdict.index):
+        word = "yes" if verdict.relevant else "no"
+        verdict_lines.append(f"[{verdict.index}] {word}: {encode_data(verdict.reason)}")
     start = reason_start(score)
     user = "\n".join(
         [

@@ -10,7 +10,7 @@ from scorer_core.types import ContextVerdict
 
 
 def _positions(indices: Sequence[int]) -> str:
-    labels = [f"[{i}]" for i in indices]
+    labels = [f"[{index}]" for index in indices]
     if len(labels) <= 1:
         return "".join(labels)
     if len(labels) > 12:
@@ -22,9 +22,9 @@ def template_reason(verdicts: Sequence[ContextVerdict], score: float, scale: flo
     """A reason for the `score` the `verdicts` gave (on `scale`), without a judge call: which
     contexts were relevant, where they sat and how that moved the score, begun "The score is
     <score> because" as an LLM-written reason is."""
-    ordered = sorted(verdicts, key=lambda v: v.index)
+    ordered = sorted(verdicts, key=lambda verdict: verdict.index)
     total = len(ordered)
-    relevant = [v.index for v in ordered if v.relevant]
+    relevant = [verdict.index for verdict in ordered if verdict.relevant]
     start = reason_start(score)
     scale_note = "" if scale == 1 else f" (on a 0-{format_score(scale)} scale)"
     if total == 0:
@@ -35,9 +35,11 @@ def template_reason(verdicts: Sequence[ContextVerdict], score: float, scale: flo
         return f"{start} none of the {total} contexts was judged relevant{scale_note}."
     if len(relevant) == total:
         return f"{start} all {total} contexts were judged relevant{scale_note}."
+    several = len(relevant) > 1
+    at_positions = "at positions" if several else "at position"
     where = (
-        f"{len(relevant)} of {total} contexts were judged relevant, at position"
-        f"{'s' if len(relevant) > 1 else ''} {_positions(relevant)} (0-based)"
+        f"{len(relevant)} of {total} contexts were judged relevant, {at_positions} "
+        f"{_positions(relevant)} (0-based)"
     )
     if relevant == list(range(len(relevant))):
         return (
@@ -46,12 +48,13 @@ def template_reason(verdicts: Sequence[ContextVerdict], score: float, scale: flo
         )
     terms = [f"{rank}/{index + 1} at [{index}]" for rank, index in enumerate(relevant, 1)]
     shown = "; ".join(terms[:6]) + ("; ..." if len(terms) > 6 else "")
-    first_irrelevant = next(v.index for v in ordered if not v.relevant)
-    pushed = [i for i in relevant if i > first_irrelevant]
+    first_irrelevant = next(verdict.index for verdict in ordered if not verdict.relevant)
+    pushed = [index for index in relevant if index > first_irrelevant]
+    pushed_ones = "ones" if len(pushed) > 1 else "one"
+    relevant_contexts = "relevant contexts" if several else "relevant context"
     return (
-        f"{start} {where}, and irrelevant context is ranked above the relevant "
-        f"{'ones' if len(pushed) > 1 else 'one'} at {_positions(pushed)}. The precision at "
-        f"each relevant position ({shown}) averages to the score{scale_note}; putting the "
-        f"{len(relevant)} relevant context{'s' if len(relevant) > 1 else ''} first would score "
-        f"{format_score(scale)}."
+        f"{start} {where}, and irrelevant context is ranked above the relevant {pushed_ones} "
+        f"at {_positions(pushed)}. The precision at each relevant position ({shown}) averages "
+        f"to the score{scale_note}; putting the {len(relevant)} {relevant_contexts} first "
+        f"would score {format_score(scale)}."
     )

@@ -126,7 +126,9 @@ class ResponseFormatNegotiation:
                 "setting": self.setting,
                 "in_use": self._remaining[0],
                 "confirmed": self._confirmed,
-                "dropped": [{"form": d.form, "reason": d.reason} for d in self._dropped],
+                "dropped": [
+                    {"form": dropped.form, "reason": dropped.reason} for dropped in self._dropped
+                ],
             }
 
     def __repr__(self) -> str:
@@ -186,9 +188,10 @@ class ResponseFormatNegotiation:
             if self.setting == "auto":
                 advice = "even a request without response_format was refused"
             else:
+                others = ", ".join(other for other in RESPONSE_FORMATS if other != form)
                 advice = (
-                    f'set response_format to "auto" to let the judge find a form this endpoint '
-                    f"takes, or to one of {', '.join(f for f in RESPONSE_FORMATS if f != form)}"
+                    'set response_format to "auto" to let the judge find a form this endpoint '
+                    f"takes, or to one of {others}"
                 )
             raise FatalJudgeError(
                 f"judge endpoint {self.endpoint or '(default)'} rejects response_format "

@@ -26,9 +26,11 @@ def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
 
 def _last_text_part(parts: Sequence[Any]) -> str | None:
     texts = [
-        p["text"]
-        for p in parts
-        if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        part["text"]
+        for part in parts
+        if isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
     ]
     return texts[-1] if texts else None
 
@@ -44,7 +46,8 @@ def content_text(value: Any) -> str | None:
     content = value.get("content")
     if isinstance(content, str) or _is_list(content):
         return content_text(content)
-    if isinstance(content, Mapping) and (inner := content_text(content)) is not None:
+    inner = content_text(content) if isinstance(content, Mapping) else None
+    if inner is not None:
         return inner
     if isinstance(value.get("text"), str):
         return str(value["text"])
@@ -76,7 +79,8 @@ def user_text(run_input: Any) -> str | None:
     """The query from a run's input: a string, messages, or an agent/workflow input object."""
     if isinstance(run_input, Mapping):
         for key in ("inputMessages", "messages"):
-            if (found := _first_with_role(run_input.get(key), "user")) is not None:
+            found = _first_with_role(run_input.get(key), "user")
+            if found is not None:
                 return found
         for key in ("prompt", "text"):
             if isinstance(run_input.get(key), str):
@@ -93,8 +97,10 @@ def unpack_run_object(run: Any, expected_output: Any) -> tuple[Any, Any, Any]:
             "run() got one argument: pass (input, output), or a run object "
             '{"input": ..., "output": ..., "groundTruth": ...}'
         )
-    if unknown := set(run) - {"input", "output", *GROUND_TRUTH_KEYS, *RUN_OBJECT_EXTRA_KEYS}:
-        raise InputError(f"run object has unknown key(s): {', '.join(sorted(map(str, unknown)))}")
+    unknown = set(run) - {"input", "output", *GROUND_TRUTH_KEYS, *RUN_OBJECT_EXTRA_KEYS}
+    if unknown:
+        listed = ", ".join(sorted(map(str, unknown)))
+        raise InputError(f"run object has unknown key(s): {listed}")
     given = [key for key in GROUND_TRUTH_KEYS if run.get(key) is not None]
     if len(given) > 1:
         raise InputError(f"run object gives the reference twice: {', '.join(given)}")

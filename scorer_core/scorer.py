@@ -26,21 +26,21 @@ from scorer_core.types import ScoreResult, ScoringItem
 
 ContextExtractor = Callable[[Any, Any], Sequence[str]]
 
-SCORING_OPTIONS = frozenset(f.name for f in dataclasses.fields(ScoringSettings))
+SCORING_OPTIONS = frozenset(field.name for field in dataclasses.fields(ScoringSettings))
 SCORER_OPTIONS = SCORING_OPTIONS | {"context", "context_extractor"}
 # make_judge's options that are run-time objects: `JudgeRuntime`'s, and `build_judge`'s ready
 # client and retry policy.
-RUNTIME_JUDGE_OPTIONS = frozenset(f.name for f in dataclasses.fields(JudgeRuntime))
+RUNTIME_JUDGE_OPTIONS = frozenset(field.name for field in dataclasses.fields(JudgeRuntime))
 BUILD_OPTIONS = frozenset(inspect.signature(build_judge).parameters) - {"spec", "runtime"}
 # An LLM judge's options: the spec's fields and the run-time objects.
 LLM_JUDGE_OPTIONS = (
     RUNTIME_JUDGE_OPTIONS
     | BUILD_OPTIONS
-    | ({f.name for f in dataclasses.fields(JudgeSpec)} - {"model", "scale", "lexical"})
+    | ({field.name for field in dataclasses.fields(JudgeSpec)} - {"model", "scale", "lexical"})
 )
 # Mastra's camelCase spelling of every option (contextExtractor) -> ours; both are accepted.
 CAMEL_CASE = {
-    re.sub(r"_([a-z])", lambda m: m[1].upper(), name): name
+    re.sub(r"_([a-z])", lambda match: match[1].upper(), name): name
     for name in SCORER_OPTIONS | LLM_JUDGE_OPTIONS
     if "_" in name
 }

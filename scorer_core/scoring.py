@@ -99,7 +99,7 @@ async def score_item(judge: Judge, item: ScoringItem, settings: ScoringSettings)
             usage=usage,
             analyze_prompts=sent,
         )
-    ordered = tuple(sorted(verdicts, key=lambda v: v.index))
+    ordered = tuple(sorted(verdicts, key=lambda verdict: verdict.index))
     score = context_precision(as_verdict_flags(ordered), settings.scale)
     text, reason_usage, reason_prompt = await explain_score(judge, item, ordered, score, settings)
     return ScoreResult(

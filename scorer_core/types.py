@@ -62,7 +62,7 @@ class Usage:
         return Usage(**sums)
 
 
-_USAGE_FIELDS = tuple(f.name for f in fields(Usage))
+_USAGE_FIELDS = tuple(usage_field.name for usage_field in fields(Usage))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,15 +93,13 @@ class ScoreResult:
 
     @property
     def relevant_count(self) -> int:
-        return sum(1 for v in self.verdicts if v.relevant)
+        return sum(1 for verdict in self.verdicts if verdict.relevant)
 
     def to_dict(self) -> dict[str, Any]:
         """The result in the shape of Mastra's scorer result (camelCase keys), plus ours; the
         verdict prompts of several requests are separated by a blank line."""
-        verdicts = [
-            {"context_index": v.index, "verdict": "yes" if v.relevant else "no", "reason": v.reason}
-            for v in sorted(self.verdicts, key=lambda v: v.index)
-        ]
+        ordered = sorted(self.verdicts, key=lambda verdict: verdict.index)
+        verdicts = [_mastra_verdict(verdict) for verdict in ordered]
         return {
             **{
                 name: getattr(self, name) for name in ("score", "reason", "band", "status", "error")
@@ -113,6 +111,12 @@ class ScoreResult:
         }
 
 
+def _mastra_verdict(verdict: ContextVerdict) -> dict[str, Any]:
+    """A verdict as Mastra's analyze step writes it."""
+    word = "yes" if verdict.relevant else "no"
+    return {"context_index": verdict.index, "verdict": word, "reason": verdict.reason}
+
+
 def as_verdict_flags(verdicts: Sequence[ContextVerdict]) -> list[bool]:
     """Relevance flags in position order, for `context_precision`."""
-    return [v.relevant for v in sorted(verdicts, key=lambda v: v.index)]
+    return [verdict.relevant for verdict in sorted(verdicts, key=lambda verdict: verdict.index)]

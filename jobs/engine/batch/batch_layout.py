@@ -111,13 +111,13 @@ class BatchLayout:
         self, round_number: int, shard_id: str, requests: Sequence[RecordedRequest]
     ) -> None:
         """The lines first, their index last: the index marks the shard's pass as done."""
-        lines = b"".join(r.line for r in requests)
+        lines = b"".join(request.line for request in requests)
         self.store.write_bytes_atomic(self.requests_file(round_number, shard_id), lines)
         index = pa.table(
             {
-                "custom_id": [r.custom_id for r in requests],
-                "bytes": [len(r.line) for r in requests],
-                "tokens": [r.tokens for r in requests],
+                "custom_id": [request.custom_id for request in requests],
+                "bytes": [len(request.line) for request in requests],
+                "tokens": [request.tokens for request in requests],
             },
             schema=BATCH_REQUESTS.arrow,
         )

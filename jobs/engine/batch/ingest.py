@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +34,15 @@ class Ingested:
     @property
     def retried(self) -> dict[str, int]:
         """The transient failures by reason: the requests the next round asks again."""
-        return dict(Counter(str(r.retry) for r in self.replies.values() if r.transient))
+        transient = (reply for reply in self.replies.values() if reply.transient)
+        return dict(Counter(str(reply.retry) for reply in transient))
 
     @property
     def final_errors(self) -> int:
         """Requests that failed for good (a deterministic failure, e.g. HTTP 400)."""
-        return sum(1 for r in self.replies.values() if r.text is None and r.retry is None)
+        return sum(
+            1 for reply in self.replies.values() if reply.text is None and reply.retry is None
+        )
 
 
 def _error(value: Any) -> tuple[str | None, str]:
@@ -99,7 +102,7 @@ def ingest_batch(record: BatchRecord, files: Iterable[bytes], sent: Sequence[str
     wanted = set(sent)
     result = Ingested()
     batch_id = record.batch_id or record.name
-    for raw in (raw for data in files for raw in data.splitlines() if raw.strip()):
+    for raw in _nonblank_lines(files):
         try:
             line = json.loads(raw)
         except ValueError:
@@ -115,3 +118,11 @@ def ingest_batch(record: BatchRecord, files: Iterable[bytes], sent: Sequence[str
     for request_id in sent:
         result.replies.setdefault(request_id, Reply.failed(reason, retry=why))
     return result
+
+
+def _nonblank_lines(files: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of every file in turn, blank ones left out."""
+    for data in files:
+        for line in data.splitlines():
+            if line.strip():
+                yield line

@@ -42,11 +42,7 @@ class BatchInfo:
         """From litellm's `LiteLLMBatch` (OpenAI's `Batch` shape)."""
         counts = getattr(batch, "request_counts", None)
         errors = getattr(batch, "errors", None)
-        problems = [
-            f"{getattr(e, 'code', None) or 'error'}: {getattr(e, 'message', '')}"
-            + (f" (line {e.line})" if getattr(e, "line", None) else "")
-            for e in (getattr(errors, "data", None) or [])
-        ]
+        problems = [_problem(error) for error in (getattr(errors, "data", None) or [])]
         return cls(
             id=str(batch.id),
             status=str(batch.status),
@@ -97,6 +93,13 @@ class BatchAccount:
             max_retries=judge.max_retries,
             completion_window=judge.batch.completion_window,
         )
+
+
+def _problem(error: Any) -> str:
+    """One of a batch's validation errors: "code: message (line N)"."""
+    text = f"{getattr(error, 'code', None) or 'error'}: {getattr(error, 'message', '')}"
+    line = getattr(error, "line", None)
+    return f"{text} (line {line})" if line else text
 
 
 class LiteLLMBatches:

@@ -54,8 +54,11 @@ class BatchRecord:
     def from_dict(cls, data: dict[str, Any]) -> BatchRecord:
         """From `RoundState.to_dict` (a round file of an older version lacks later fields)."""
         values = dict(data)
-        values["parts"] = tuple((str(s), int(a), int(b)) for s, a, b in values["parts"])
-        values["retried"] = {str(k): int(v) for k, v in (values.get("retried") or {}).items()}
+        values["parts"] = tuple(
+            (str(shard_id), int(start), int(end)) for shard_id, start, end in values["parts"]
+        )
+        retried = values.get("retried") or {}
+        values["retried"] = {str(reason): int(count) for reason, count in retried.items()}
         return cls(**values)
 
 
@@ -71,20 +74,23 @@ class RoundState:
 
     def replace(self, record: BatchRecord) -> RoundState:
         """This state with `record` in place of the batch of the same name."""
-        batches = tuple(record if b.name == record.name else b for b in self.batches)
+        batches = tuple(record if batch.name == record.name else batch for batch in self.batches)
         return dataclasses.replace(self, batches=batches)
 
     def counts(self) -> dict[str, int]:
         """Requests in the round: total, completed and failed as last polled."""
         return {
-            "total": sum(b.requests for b in self.batches),
-            "completed": sum(b.completed for b in self.batches),
-            "failed": sum(b.failed for b in self.batches),
+            "total": sum(batch.requests for batch in self.batches),
+            "completed": sum(batch.completed for batch in self.batches),
+            "failed": sum(batch.failed for batch in self.batches),
         }
 
     def retried(self) -> dict[str, int]:
         """The round's transient failures by reason (asked again after it), as ingested."""
-        return dict(sorted(sum((Counter(b.retried) for b in self.batches), Counter()).items()))
+        total: Counter[str] = Counter()
+        for batch in self.batches:
+            total += Counter(batch.retried)
+        return dict(sorted(total.items()))
 
     def summary(self) -> dict[str, Any]:
         """The round for the manifest (`jobs.core.run_manifest.BatchRoundRecord`)."""
@@ -96,8 +102,8 @@ class RoundState:
             "completed": counts["completed"],
             "failed": counts["failed"],
             "retried": self.retried(),
-            "final_errors": sum(b.final_errors for b in self.batches),
-            "stopped_at_deadline": sum(1 for b in self.batches if b.stopped),
+            "final_errors": sum(batch.final_errors for batch in self.batches),
+            "stopped_at_deadline": sum(1 for batch in self.batches if batch.stopped),
             "online": self.online,
         }
 
@@ -108,7 +114,7 @@ class RoundState:
     def from_dict(cls, data: dict[str, Any]) -> RoundState:
         return cls(
             round=int(data["round"]),
-            batches=tuple(BatchRecord.from_dict(b) for b in data["batches"]),
+            batches=tuple(BatchRecord.from_dict(batch) for batch in data["batches"]),
             planned_at=str(data.get("planned_at", "")),
             online=bool(data.get("online", False)),
         )
