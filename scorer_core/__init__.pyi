@@ -17,6 +17,7 @@ from .errors import ResponseFormatRejected as ResponseFormatRejected
 from .errors import ServerError as ServerError
 from .errors import TransportError as TransportError
 from .fake_chat import FakeChatClient as FakeChatClient
+from .judge import JudgeRuntime as JudgeRuntime
 from .judge_spec import JudgeSpec as JudgeSpec
 from .judge_spec import build_judge as build_judge
 from .parsing import parse_reason as parse_reason
@@ -30,6 +31,7 @@ from .precision import score_band as score_band
 from .prompt import PROMPT_VERSION as PROMPT_VERSION
 from .prompt import REASON_SCHEMA_NAME as REASON_SCHEMA_NAME
 from .prompt import VERDICTS_SCHEMA_NAME as VERDICTS_SCHEMA_NAME
+from .protocols import ChatAsker as ChatAsker
 from .protocols import ChatClient as ChatClient
 from .protocols import ChatReply as ChatReply
 from .protocols import Judge as Judge
@@ -44,6 +46,7 @@ from .scorer import ContextPrecisionScorer as ContextPrecisionScorer
 from .scorer import create_context_precision_scorer as create_context_precision_scorer
 from .scorer import make_judge as make_judge
 from .scorer import validate_item as validate_item
+from .scoring import ScoringSettings as ScoringSettings
 from .scoring import score_item as score_item
 from .types import Band as Band
 from .types import ContextVerdict as ContextVerdict
