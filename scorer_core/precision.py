@@ -24,8 +24,15 @@ BANDS: tuple[tuple[Band, float], ...] = (
     ("low", 0.0),
 )
 """Score bands over score / scale, best first: (name, lower bound). A band holds the values at
-or above its bound and below the next band's; "low" excludes 0 itself, which is "none"."""
-BAND_EPSILON = 1e-9  # the slack of band edges (here and in the job's summary)
+or above its bound and below the next band's; "low" excludes 0 itself, which is "none".
+
+The names and ranges are the seed's (0.9-1.0 excellent, 0.7-0.8 good, 0.4-0.6 moderate, 0.1-0.3
+low, 0 none). Its ranges leave gaps between 2-decimal scores (0.85, 0.62, ...); the bounds
+here close them at the midpoints, the same edges as the job's summary table."""
+
+BAND_EPSILON = 1e-9
+"""A score / scale that should sit exactly on a band edge may come out 1 ulp below it: band
+edges are compared with this slack (here and in the job's Polars summary)."""
 
 
 def round_score(value: float) -> float:
@@ -83,7 +90,10 @@ def score_band(score: float, scale: float | None = 1) -> Band:
     normalized = score / factor if factor > 0 else 0.0
     if normalized <= 0:
         return "none"
-    return next((name for name, lower in BANDS if normalized >= lower - BAND_EPSILON), "low")
+    for name, lower in BANDS:
+        if normalized >= lower - BAND_EPSILON:
+            return name
+    return "low"
 
 
 def format_score(score: float) -> str:
