@@ -1,56 +1,78 @@
-"""The one exception tree of the project. Lower-level errors (litellm, HTTP, JSON) are
-translated into it once, where they happen, so callers only catch `CtxPrecError`s.
-
-    CtxPrecError
-    ├── ConfigError, InputError, StorageError     the message names the key, field, row or path
-    └── JudgeError           the judge could not produce verdicts
-        ├── TransportError   retryable: no usable HTTP answer
-        │   └── RateLimited (429, Retry-After), ServerError (5xx), JudgeTimeout, ConnectionFailed
-        ├── MalformedReply   an answer that cannot be used; the judge re-asks
-        ├── RequestRejected  a deterministic refusal, never retried (the judge makes it fatal)
-        │   └── ResponseFormatRejected  the structured-output form refused; "auto" steps down
-        └── FatalJudgeError  no request can succeed (authentication, unknown model): the run stops
+"""The one exception tree of the project (drawn in `CtxPrecError`'s docstring). Lower-level
+errors (litellm, HTTP, JSON) are translated into it once, at the boundary where they happen, so
+callers only ever catch `CtxPrecError` subclasses. Also `one_line`, for messages.
 """
 
 from __future__ import annotations
 
 
 class CtxPrecError(Exception):
-    """Base class of every error this project raises on purpose."""
+    """Base class of every error this project raises on purpose.
+
+    CtxPrecError
+    ├── ConfigError          bad arguments or configuration; raised before any judge call
+    ├── InputError           one item (or one file) cannot be scored as given
+    ├── StorageError         reading or writing the store failed
+    └── JudgeError           the judge could not produce verdicts
+        ├── TransportError   retryable: the request did not get a usable HTTP answer
+        │   ├── RateLimited      HTTP 429; carries the server's Retry-After when it sent one
+        │   ├── ServerError      HTTP 5xx
+        │   ├── JudgeTimeout     no answer within the timeout
+        │   └── ConnectionFailed the server could not be reached
+        ├── MalformedReply   an answer came but cannot be used; the judge re-asks
+        ├── RequestRejected  a deterministic refusal: a 4xx (not 408/409/429) or a
+        │   │                validation error; never retried, the judge turns it into a
+        │   │                FatalJudgeError
+        │   └── ResponseFormatRejected  the endpoint does not support the structured-output
+        │                    form sent; under response_format "auto" the judge steps down
+        └── FatalJudgeError  no request can succeed: authentication, unknown model, a
+                             deterministic rejection; the run stops
+    """
 
 
-class ConfigError(CtxPrecError, ValueError): ...
+class ConfigError(CtxPrecError, ValueError):
+    """A configuration value or argument is wrong. The message names the key."""
 
 
-class InputError(CtxPrecError, ValueError): ...
+class InputError(CtxPrecError, ValueError):
+    """An item or input file cannot be scored as given. The message names the field or row."""
 
 
-class JudgeError(CtxPrecError): ...
+class JudgeError(CtxPrecError):
+    """The judge could not produce verdicts."""
 
 
-class TransportError(JudgeError): ...
+class TransportError(JudgeError):
+    """A request got no usable HTTP answer; retrying may help."""
 
 
 class RateLimited(TransportError):
+    """The provider answered 429; `retry_after` is its Retry-After in seconds, if it sent one."""
+
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
 
-class ServerError(TransportError): ...
+class ServerError(TransportError):
+    """The provider answered with a 5xx status."""
 
 
-class JudgeTimeout(TransportError): ...
+class JudgeTimeout(TransportError):
+    """The provider did not answer within the timeout."""
 
 
-class ConnectionFailed(TransportError): ...
+class ConnectionFailed(TransportError):
+    """The provider could not be reached."""
 
 
-class MalformedReply(JudgeError): ...
+class MalformedReply(JudgeError):
+    """The provider answered, but the reply does not follow the wire contract."""
 
 
 class RequestRejected(JudgeError):
-    """A 4xx other than 408/409/429, or a validation error whatever the status."""
+    """The provider refused the request deterministically (a 4xx other than 408/409/429, or a
+    validation error whatever the status): sending it again gets the same answer."""
 
 
 class ResponseFormatRejected(RequestRejected):
@@ -61,10 +83,12 @@ class ResponseFormatRejected(RequestRejected):
         self.form = form
 
 
-class FatalJudgeError(JudgeError): ...
+class FatalJudgeError(JudgeError):
+    """No request can succeed (bad credentials, unknown model): the whole run should stop."""
 
 
-class StorageError(CtxPrecError): ...
+class StorageError(CtxPrecError):
+    """Reading or writing the store failed. The message names the path."""
 
 
 def one_line(message: str | BaseException, limit: int | None = None) -> str:
