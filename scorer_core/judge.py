@@ -35,7 +35,7 @@ from scorer_core.prompt import (
     verdicts_schema,
     with_reask,
 )
-from scorer_core.protocols import ChatClient, ChatReply, Limiter, NoLimit, Sleeper
+from scorer_core.protocols import ChatClient, ChatReply, Gate, Limiter, NoLimit, Sleeper
 from scorer_core.response_format import RESPONSE_FORMATS, ResponseFormat, ResponseFormatNegotiation
 from scorer_core.retry import RetryPolicy, real_sleep
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
@@ -71,10 +71,6 @@ def estimate_tokens(
     per_verdict = REPLY_TOKENS_PER_VERDICT if reasons else REPLY_TOKENS_PER_BARE_VERDICT
     reply = completion_budget or per_verdict * max(1, verdicts)
     return counter(messages) + reply
-
-
-Gate = contextlib.AbstractAsyncContextManager[None]
-"""Bounds requests in flight when shared by several judges (a worker's share of a budget)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@ code waits)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 from scorer_core.capabilities import JudgeCapabilities
 from scorer_core.response_format import ResponseFormat, ResponseFormatNegotiation
 from scorer_core.types import ContextVerdict, ScoringItem, Usage, VerdictBatch
+
+Gate = contextlib.AbstractAsyncContextManager[None]
+"""Bounds requests in flight when shared by several judges (a worker's share of a budget)."""
 
 
 @runtime_checkable

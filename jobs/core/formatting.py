@@ -92,7 +92,7 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Column:
     """A text table's column: at least `width` wide (exactly, unless `grow`), cut at `limit`."""
 

@@ -26,7 +26,6 @@ from .pairs.lookahead import KeyReading as KeyReading
 from .pairs.lookahead import stored_pair_keys as stored_pair_keys
 from .parts import BatchParts as BatchParts
 from .parts import CanaryJudge as CanaryJudge
-from .parts import Gate as Gate
 from .parts import JudgeMaker as JudgeMaker
 from .parts import RunParts as RunParts
 from .publish.aggregate import BANDS as BANDS

@@ -6,7 +6,6 @@ judge and never reads `judge.*` itself; the parts are picklable (they travel in 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -14,14 +13,12 @@ from jobs.core.config import BatchConfig
 from jobs.core.verdict_cache import CacheSpec
 from jobs.inputs.records import ItemReader
 from scorer_core.capabilities import JudgeCapabilities
-from scorer_core.protocols import Judge, Limiter, Sleeper
+from scorer_core.protocols import Gate, Judge, Limiter, Sleeper
 from scorer_core.scoring import ScoringSettings
 
 if TYPE_CHECKING:
     from jobs.engine.batch.provider import LiteLLMBatches
     from jobs.engine.batch.requests import RequestLines
-
-Gate = contextlib.AbstractAsyncContextManager[None]
 
 
 class CanaryJudge(Protocol):

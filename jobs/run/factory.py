@@ -16,7 +16,6 @@ from jobs.core.verdict_cache import CacheSpec, judge_fingerprint
 from jobs.engine import (
     BatchParts,
     CanaryJudge,
-    Gate,
     LiteLLMBatches,
     RequestLines,
     RunParts,
@@ -29,7 +28,7 @@ from scorer_core.capabilities import JudgeCapabilities, capabilities_of
 from scorer_core.judge import JudgeRuntime, TokenCounter, count_prompt_tokens
 from scorer_core.judge_spec import JudgeSpec
 from scorer_core.judge_spec import build_judge as build_core_judge
-from scorer_core.protocols import Judge, Limiter, Sleeper
+from scorer_core.protocols import Gate, Judge, Limiter, Sleeper
 from scorer_core.response_format import shared_negotiation
 from scorer_core.scoring import ScoringSettings
 from scorer_core.transports import resolve_transport

@@ -88,13 +88,6 @@ def test_no_path_of_a_build_machine_in_code_or_docs() -> None:
 # own methods; a call through any other name (a variable holding the class) is not seen.
 MAX_POSITIONAL_FIELDS = 3
 CALLERS = ("jobs", "scorer_core", "tests", "bench")
-# Records their owners have not made kw_only yet, each built with positional arguments
-# somewhere: the rest of issue 42's point 2 (jobs/core, jobs/inputs, jobs/run and the engine
-# outside batch/). A record missing from this list fails the test; one that no longer offends
-# fails it too, until it is taken off the list.
-NOT_YET_BY_KEYWORD = {
-    "jobs.core.formatting.Column",
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,8 +363,7 @@ def _offence(call: ast.Call, record: Record, how: str) -> str:
 
 def test_records_of_more_than_three_fields_are_built_by_keyword() -> None:
     offending = positional_builds()
-    new = {name: sites for name, sites in offending.items() if name not in NOT_YET_BY_KEYWORD}
-    listed = [f"{name}, at\n    " + "\n    ".join(sites) for name, sites in sorted(new.items())]
+    listed = [
+        f"{name}, at\n    " + "\n    ".join(sites) for name, sites in sorted(offending.items())
+    ]
     assert listed == [], "records built with positional arguments:\n  " + "\n  ".join(listed)
-    fixed = sorted(NOT_YET_BY_KEYWORD - set(offending))
-    assert fixed == [], f"built by keyword now: take them off NOT_YET_BY_KEYWORD: {fixed}"

@@ -53,7 +53,7 @@ def test_compare_prints_query_ids_escaped(tmp_path: Path) -> None:
 
 
 def test_the_table_renderer_aligns_cuts_and_escapes_every_cell() -> None:
-    columns = (Column("name", "<", limit=8), Column("n", width=3))
+    columns = (Column(header="name", align="<", limit=8), Column(header="n", width=3))
     text = table(columns, [("a\x1b[2Jb", 5), ("a-very-long-name", 12345)], title="t:", indent="  ")
     assert text.splitlines() == [
         "t:",
@@ -70,7 +70,11 @@ def test_a_fixed_column_keeps_its_width_and_a_long_cell_overflows_its_own_line_o
 
 
 def test_a_markdown_table_is_padded_into_columns() -> None:
-    text = table((Column("k", "<"), Column("value")), [("a", 1), ("bb", 22)], markdown=True)
+    text = table(
+        (Column(header="k", align="<"), Column(header="value")),
+        [("a", 1), ("bb", 22)],
+        markdown=True,
+    )
     assert text.splitlines() == [
         "| k  | value |",
         "|----|-------|",

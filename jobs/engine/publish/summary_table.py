@@ -24,11 +24,11 @@ _MAX_REASON_CHARS = 160
 # A label and its value, and the columns of the positions' and segments' tables: fixed widths.
 _LINE = (Column(align="<", width=22, grow=False), Column(width=WIDTH - 22, grow=False))
 _POSITIONS = (
-    Column("position", "<", 10, grow=False),
-    *(Column(name, width=12, grow=False) for name in ("judged", "relevant", "rate")),
+    Column(header="position", align="<", width=10, grow=False),
+    *(Column(header=name, width=12, grow=False) for name in ("judged", "relevant", "rate")),
 )
 _SEGMENT_FIGURES = tuple(
-    Column(name, width=7, grow=False) for name in ("items", "scored", "mean", "± 95%")
+    Column(header=name, width=7, grow=False) for name in ("items", "scored", "mean", "± 95%")
 )
 
 
@@ -109,7 +109,8 @@ def _segment_lines(summary: RunSummary, rule: str) -> list[str]:
     lines: list[str] = []
     for column in summary.segment_columns:
         segments = summary.segments_by(column)
-        columns = [Column(f"by {column}", "<", 18, limit=18, grow=False), *_SEGMENT_FIGURES]
+        segment_column = Column(header=f"by {column}", align="<", width=18, limit=18, grow=False)
+        columns = [segment_column, *_SEGMENT_FIGURES]
         rows = [
             (
                 "  " + ("(null)" if segment.value is None else segment.value),
