@@ -10,6 +10,9 @@
     moto_s3       the session's moto S3 server, with bucket MOTO_BUCKET; s3_prefix: a fresh
                   prefix in it
     faulty_s3     an S3 endpoint of the test's own that it may break (tests.support.s3_faults)
+    s3_store, gcs_store, azure_store
+                  a bucket on moto's S3, on the GCS emulator, on Azurite, as one ObjectStore
+                  (tests.support.stores); the emulators start once per module that asks
     ray_local     a local Ray (2 CPUs, loopback) shared by consecutive modules that ask for
                   it, stopped before a module that does not (idle, it costs 7% of a core);
                   only tests under tests/integration may ask, and a unit test that starts
@@ -44,6 +47,7 @@ from tests.support.moto import (
     start_moto_server,
 )
 from tests.support.s3_faults import FaultyS3
+from tests.support.stores import ObjectStore, start_azurite, start_gcs
 
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
 # test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
@@ -205,6 +209,34 @@ def faulty_s3() -> Iterator[FaultyS3]:
         yield endpoint
     finally:
         endpoint.stop()
+
+
+# -- the stores behind one interface: S3, Google Cloud Storage, Azure Blob ----------------------
+
+
+@pytest.fixture(scope="module")
+def s3_store(moto_s3: MotoS3) -> ObjectStore:
+    return ObjectStore("s3", moto_s3.bucket, moto_s3.storage_options)
+
+
+@pytest.fixture(scope="module")
+def gcs_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """gcp-storage-emulator on a free loopback port for this module, bucket ctxprec-test."""
+    emulator, store = start_gcs(tmp_path_factory.mktemp("gcs"))
+    try:
+        yield store
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def azure_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """Azurite's Blob service on a free loopback port for this module, container ctxprec-test."""
+    emulator, store = start_azurite(tmp_path_factory.mktemp("azurite"))
+    try:
+        yield store
+    finally:
+        emulator.stop()
 
 
 # -- Ray ---------------------------------------------------------------------------------------
