@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from tests.support.moto import (
     start_moto_server,
 )
 from tests.support.s3_faults import FaultyS3
-from tests.support.stores import ObjectStore, start_azurite, start_gcs
+from tests.support.stores import Emulator, ObjectStore, start_azurite, start_gcs
 
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
 # test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
@@ -221,24 +221,27 @@ def s3_store(moto_s3: MotoS3) -> ObjectStore:
     return ObjectStore("s3", moto_s3.bucket, moto_s3.storage_options)
 
 
-@pytest.fixture(scope="module")
-def gcs_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
-    """gcp-storage-emulator on a free loopback port for this module, bucket ctxprec-test."""
-    emulator, store = start_gcs(tmp_path_factory.mktemp("gcs"))
+def _emulated(
+    start: Callable[[Path], tuple[Emulator, ObjectStore]], folder: Path
+) -> Iterator[ObjectStore]:
+    """The store `start` opens with its data in `folder`; its emulator stopped after."""
+    emulator, store = start(folder)
     try:
         yield store
     finally:
         emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """gcp-storage-emulator on a free loopback port for this module, bucket ctxprec-test."""
+    yield from _emulated(start_gcs, tmp_path_factory.mktemp("gcs"))
 
 
 @pytest.fixture(scope="module")
 def azure_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
     """Azurite's Blob service on a free loopback port for this module, container ctxprec-test."""
-    emulator, store = start_azurite(tmp_path_factory.mktemp("azurite"))
-    try:
-        yield store
-    finally:
-        emulator.stop()
+    yield from _emulated(start_azurite, tmp_path_factory.mktemp("azurite"))
 
 
 # -- Ray ---------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import datetime as dt
 import logging
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,13 @@ from tests.fake_judge import FakeJudgeServer
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import truth, verdict_requests, wait_journaled
-from tests.support.processes import kill_group_and_ray, lean_judge, run_in_thread, start_driver
+from tests.support.processes import (
+    driver_command,
+    kill_group_and_ray,
+    lean_judge,
+    run_in_thread,
+    start_driver,
+)
 from tests.support.store_runs import (
     files_under,
     read_manifest,
@@ -113,8 +118,7 @@ def test_a_driver_killed_half_way_resumes_from_the_store_paying_nothing_twice(
     config_path = tmp_path / "job.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     config = load_config(config_path, [f"run.id={run_id}"])
-    command = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
-    command += ["--set", f"run.id={run_id}"]
+    command = driver_command(config_path, run_id)
     output = open_store(out, store.storage_options)
     first = start_driver(command, tmp_path / "run1.log", ray_tmp, gate)
     try:

@@ -13,7 +13,6 @@ import os
 import random
 import re
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from tests.support.job import (
     wait_journaled,
 )
 from tests.support.processes import (
+    driver_command,
     kill_group_and_ray,
     kill_sender,
     lean_judge,
@@ -243,15 +243,7 @@ def test_a_driver_killed_half_way_is_resumed_per_item(
     config_path = tmp_path / "job.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     config = load_config(config_path, [f"run.id={run_id}"])
-    command = [
-        sys.executable,
-        "-m",
-        "jobs.context_precision",
-        "--config",
-        str(config_path),
-        "--set",
-        f"run.id={run_id}",
-    ]
+    command = driver_command(config_path, run_id)
     first = start_driver(command, tmp_path / "run1.log", ray_tmp, gate)
     try:
         gate.wait_held(1, timeout_s=150)

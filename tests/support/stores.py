@@ -221,13 +221,3 @@ def start_azurite(folder: Path) -> tuple[Emulator, ObjectStore]:
     )
     store.fs().mkdir(store.bucket)
     return emulator, store
-
-
-@contextlib.contextmanager
-def stopped(emulator: Emulator) -> Any:
-    """`emulator` stopped inside the block, started again (same port, same data) after it."""
-    emulator.stop()
-    try:
-        yield
-    finally:
-        emulator.start()
