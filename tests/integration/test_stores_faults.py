@@ -99,7 +99,7 @@ def test_a_driver_killed_half_way_resumes_from_the_store_paying_nothing_twice(
 ) -> None:
     """The driver (its own process and Ray) is SIGKILLed once `half` items are answered and
     journaled to the verdict store on the store; the rest are held unanswered. The rerun (the
-    same config, in this process) takes over the dead driver's lease and asks the judge for
+    same config, in this process) takes over the dead driver's run lock and asks the judge for
     exactly the items not journaled."""
     items, half = 80, 40
     source, out, rows = upload(store, items, 61, tmp_path)

@@ -7,8 +7,8 @@ module, the same scenarios on each (tests.support.stores):
   manifest or its log;
 - the same items moved (shuffled into two new files): found in the store's verdict store, the
   judge asked nothing;
-- a second driver on the same run id while the first runs: refused, naming the lease on the
-  store;
+- a second driver on the same run id while the first runs: refused, naming the run's lock file
+  on the store;
 - `ctxprec show` and `ctxprec report` reading the run from the store.
 
 The run each store publishes first (`night_one`) is shared by the tests that read it. The fake
@@ -34,7 +34,7 @@ from jobs.cli import main as ctxprec
 from jobs.core.config import JobConfig
 from jobs.core.run_layout import RunLocation
 from jobs.engine.driver import RunOutcome
-from jobs.engine.lease import RunLocked
+from jobs.engine.run_lock import RunLocked
 from jobs.run.job import run_job
 from jobs.tools.sample_data import generate
 from tests.fake_judge import FakeJudgeServer
@@ -248,7 +248,7 @@ def test_moved_items_are_found_in_the_verdict_store_on_the_store(
     assert both.rows() == [("night-one", ITEMS), ("night-two", ITEMS)]
 
 
-def test_a_second_driver_on_the_run_id_is_refused_naming_the_lease_on_the_store(
+def test_a_second_driver_on_the_run_id_is_refused_naming_its_lock_on_the_store(
     store: ObjectStore, judge_key: str, fake_judge: Any, tmp_path: Path
 ) -> None:
     prefix = store.fresh_prefix()
@@ -268,7 +268,7 @@ def test_a_second_driver_on_the_run_id_is_refused_naming_the_lease_on_the_store(
     )
     first = run_in_thread(lambda: run_job(config))
     try:
-        gate.wait_held(1)  # the first run holds the lease and is judging
+        gate.wait_held(1)  # the first run holds the run's lock and is judging
         with pytest.raises(RunLocked) as caught:
             run_job(config)
     finally:
@@ -278,7 +278,7 @@ def test_a_second_driver_on_the_run_id_is_refused_naming_the_lease_on_the_store(
     message = str(caught.value)
     assert f"pid {os.getpid()} on {socket.gethostname()}" in message
     location = RunLocation("busy", outcome.run_date)
-    assert f"lease {out}/{location.staging}/LEASE.json" in message
+    assert f"lock file {out}/{location.staging}/LEASE.json" in message
     assert verdict_requests(server) == len(rows)  # the refused driver judged nothing
     scores = read_table(store, out, outcome, "scores")
     assert {r["query_id"]: r["score"] for r in scores.iter_rows(named=True)} == truth(rows)
