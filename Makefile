@@ -20,7 +20,7 @@ export UV_COMPILE_BYTECODE ?= 1
 # Idle priority (Linux's SCHED_IDLE: the CPU no other process wants), else the lowest nice.
 IDLE := $(shell command -v chrt >/dev/null 2>&1 && echo "chrt --idle 0" || echo "nice -n 19")
 
-.PHONY: install install-llm hooks run score-example test test-unit coverage test-llm check format bench bench-llm soak clean
+.PHONY: install install-llm emulators hooks run score-example test test-unit coverage test-llm check format bench bench-llm soak clean
 
 # The extras `make install` installs; `llm` (a real llama.cpp judge) is built by install-llm.
 EXTRAS := --extra dev --extra gcs --extra azure
@@ -48,6 +48,20 @@ $(VENV)/.installed-llm: $(VENV)/.installed
 		$(UV) sync --locked $(EXTRAS) --extra llm --python $(PYTHON)
 	touch $@
 
+# Azurite (Azure Blob Storage's emulator, for the az:// tests) from tests/emulators' lock file.
+# Without npm it says so and installs nothing: the az:// tests then skip, except where
+# CTXPREC_REQUIRE_EMULATORS is set (.ci/run sets it), where they fail.
+EMULATORS := tests/emulators/node_modules/.installed
+
+emulators: $(EMULATORS)
+
+$(EMULATORS): tests/emulators/package.json tests/emulators/package-lock.json
+	@if command -v npm > /dev/null 2>&1; then \
+		npm ci --prefix tests/emulators --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+		echo "make emulators: npm not found, Azurite not installed (the az:// tests will skip)"; \
+	fi
+
 SAMPLE := data/sample.jsonl
 
 $(SAMPLE): $(VENV)/.installed jobs/tools/sample_data.py
@@ -68,7 +82,7 @@ score-example: install
 # docs/benchmarks.md). Their report is printed after theirs. Every test runs in a worker
 # process, so a test whose Ray ends its process fails alone and the summary still prints.
 # Both parts run, each with its summary.
-test: install
+test: install emulators
 	@status=0; $(IDLE) $(BIN)/pytest tests/unit -n 2 > .unit-tests.log 2>&1 & unit=$$!; \
 		$(BIN)/pytest tests/integration -n 2 --dist loadfile --no-loadscope-reorder || status=$$?; \
 		wait $$unit || status=1; cat .unit-tests.log; exit $$status
@@ -129,4 +143,4 @@ soak: install
 	$(BIN)/python -m bench.soak --items 20000 --workers 4 --rpm 6000 --fault-rate 0.2
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .import_linter_cache htmlcov .coverage
+	rm -rf $(VENV) .tools tests/emulators/node_modules .mypy_cache .ruff_cache .pytest_cache .import_linter_cache htmlcov .coverage

@@ -10,6 +10,9 @@
     moto_s3       the session's moto S3 server, with bucket MOTO_BUCKET; s3_prefix: a fresh
                   prefix in it
     faulty_s3     an S3 endpoint of the test's own that it may break (tests.support.s3_faults)
+    s3_store, gcs_store, azure_store
+                  a bucket on moto's S3, on the GCS emulator, on Azurite, as one ObjectStore
+                  (tests.support.stores); the emulators start once per module that asks
     ray_local     a local Ray (2 CPUs, loopback) shared by consecutive modules that ask for
                   it, stopped before a module that does not (idle, it costs 7% of a core);
                   only tests under tests/integration may ask, and a unit test that starts
@@ -25,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from tests.support.moto import (
     start_moto_server,
 )
 from tests.support.s3_faults import FaultyS3
+from tests.support.stores import Emulator, ObjectStore, start_azurite, start_gcs
 
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it is imported, so it must be set before any
 # test module imports ray: keep every Ray in the tests on 127.0.0.1, and litellm offline.
@@ -58,6 +62,7 @@ _RAY_ENVIRONMENT = pytest.MonkeyPatch()
 # Seconds a module took in a `make test` run (the slowest; the rest take under 15 s each).
 _SLOW_MODULES = {
     "test_llm_judge": 90,
+    "test_stores_faults": 106,
     "test_phoenix": 80,
     "test_job": 100,
     "test_cluster_submit": 70,
@@ -67,6 +72,7 @@ _SLOW_MODULES = {
     "test_multinode": 57,
     "test_signals_process": 52,
     "test_provider_faults": 39,
+    "test_stores_job": 47,
     "test_verdict_store_job": 35,
     "test_recipes": 32,
     "test_batch_retries": 29,
@@ -205,6 +211,37 @@ def faulty_s3() -> Iterator[FaultyS3]:
         yield endpoint
     finally:
         endpoint.stop()
+
+
+# -- the stores behind one interface: S3, Google Cloud Storage, Azure Blob ----------------------
+
+
+@pytest.fixture(scope="module")
+def s3_store(moto_s3: MotoS3) -> ObjectStore:
+    return ObjectStore("s3", moto_s3.bucket, moto_s3.storage_options)
+
+
+def _emulated(
+    start: Callable[[Path], tuple[Emulator, ObjectStore]], folder: Path
+) -> Iterator[ObjectStore]:
+    """The store `start` opens with its data in `folder`; its emulator stopped after."""
+    emulator, store = start(folder)
+    try:
+        yield store
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """gcp-storage-emulator on a free loopback port for this module, bucket ctxprec-test."""
+    yield from _emulated(start_gcs, tmp_path_factory.mktemp("gcs"))
+
+
+@pytest.fixture(scope="module")
+def azure_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """Azurite's Blob service on a free loopback port for this module, container ctxprec-test."""
+    yield from _emulated(start_azurite, tmp_path_factory.mktemp("azurite"))
 
 
 # -- Ray ---------------------------------------------------------------------------------------

@@ -748,7 +748,12 @@ class JobConfig(_Strict):
         return data
 
 
-_SECRET_KEY = re.compile(r"(secret|token|password|key|credential|sas|sig)", re.IGNORECASE)
+# Keys of storage_options whose values are secrets: s3fs' key/secret/token, adlfs' account_key,
+# sas_token, client_secret, credential and connection_string (which holds the account key),
+# gcsfs' token (a path or the credentials themselves).
+_SECRET_KEY = re.compile(
+    r"(secret|token|password|key|credential|sas|sig|connection_string)", re.IGNORECASE
+)
 
 
 def _redact(value: Any) -> Any:

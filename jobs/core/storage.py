@@ -43,6 +43,11 @@ _OPTIONAL_PROTOCOLS: dict[str, tuple[str, str]] = {
 }
 _LOCAL_PROTOCOLS = frozenset({None, "file", "local"})
 _S3_PROTOCOLS = frozenset({"s3", "s3a"})
+_GCS_PROTOCOLS = frozenset({"gs", "gcs"})
+# gcsfs (2026.10+) reads this at import; unset, it asks every bucket's type over gRPC before each
+# call, and an endpoint without that service (an emulator, a proxy, a private endpoint) answers
+# nothing: each store call waited about 60 s before gcsfs fell back (docs/output.md).
+_GCSFS_ZONAL_PROBE = "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"
 
 #: Tries per store call (the first one included), and the backoff between them in seconds.
 DEFAULT_ATTEMPTS = 5
@@ -200,6 +205,10 @@ def filesystem(
         opts = s3_options(opts)
     try:
         cls = fsspec.get_filesystem_class(protocol)
+        if protocol in _GCS_PROTOCOLS and _plain_gcsfs(opts):
+            from gcsfs.core import GCSFileSystem
+
+            cls = GCSFileSystem
     except ImportError as exc:
         package, extra = _OPTIONAL_PROTOCOLS.get(protocol, (protocol, protocol))
         raise StorageError(
@@ -219,6 +228,17 @@ def filesystem(
         # s3fs' own retry loop runs `retries` times: a class attribute, so set here.
         fs.retries = 1
     return fs, cls._strip_protocol(url).rstrip("/"), protocol
+
+
+def _plain_gcsfs(storage_options: Mapping[str, Any]) -> bool:
+    """Whether gs:// gets gcsfs' plain filesystem, without the zonal/HNS bucket probe: the
+    endpoint is not Google's (`endpoint_url`, or `STORAGE_EMULATOR_HOST`) and the user has not
+    set `GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT` (their choice wins). Chosen here, in every process
+    that opens the store, so Ray's workers need no variable of their own."""
+    if _GCSFS_ZONAL_PROBE in os.environ:
+        return False
+    endpoint = storage_options.get("endpoint_url") or os.environ.get("STORAGE_EMULATOR_HOST")
+    return bool(endpoint) and "googleapis.com" not in str(endpoint)
 
 
 def full_url(protocol: str, path: str) -> str:

@@ -1,5 +1,7 @@
 """The job with its input and its output on S3 (moto's real HTTP endpoint on 127.0.0.1), read
-back through s3fs, including a publish that fails half way and the rerun that completes it."""
+back through s3fs: a publish that fails half way and the rerun that completes it, and a missing
+bucket. (A whole run read back from S3, as from the other stores, is
+tests/integration/test_stores_job.py's.)"""
 
 from __future__ import annotations
 
@@ -64,37 +66,6 @@ def read_scores(moto: MotoS3, out: str) -> tuple[int, int, list[str]]:
     ).fetchone()
     assert row is not None
     return row[0], row[1], row[2]
-
-
-def test_lexical_run_with_input_and_output_on_s3(
-    moto_s3: MotoS3, s3_prefix: str, tmp_path: Path
-) -> None:
-    source = f"{s3_prefix}/in/items.jsonl"
-    out = f"{s3_prefix}/out"
-    rows = upload_items(moto_s3, tmp_path, source, 150)
-    outcome = run_job(s3_config(moto_s3, source, out))
-
-    assert outcome.shards_total >= 3
-    assert outcome.published.scores_url.startswith(f"{out}/scores/run_date=")
-    assert read_scores(moto_s3, out) == (150, 150, [outcome.run_id])
-
-    fs = s3(moto_s3)
-    location = RunLocation(outcome.run_id, outcome.run_date)
-    with fs.open(f"{out}/{location.table_file('scores')}", "rb") as handle:
-        scores = pl.read_parquet(handle)
-    expected = lexical_truth(rows)
-    assert scores.height == 150
-    assert scores["status"].to_list() == ["ok"] * 150
-    assert {r["query_id"]: r["score"] for r in scores.iter_rows(named=True)} == expected
-    assert scores["source"].unique().to_list() == [source]
-    manifest = json.loads(fs.cat_file(f"{out}/{location.manifest}"))
-    assert manifest["status"] == "complete"
-    assert manifest["summary"]["items"] == 150
-    # The manifest keeps the config without the credentials.
-    assert manifest["config"]["output"]["storage_options"]["secret"] == "***"
-    assert manifest["config"]["input"]["storage_options"]["key"] == "***"
-    assert not fs.exists(f"{out}/{location.staging}")
-    assert fs.find(f"{out}/_staging") == []
 
 
 def test_failed_publish_leaves_no_scores_and_a_rerun_completes_it(

@@ -29,10 +29,9 @@ import s3fs
 import yaml
 
 from jobs.core.config import load_config
-from jobs.core.storage import s3_options
+from jobs.core.storage import open_store, s3_options
 from jobs.engine.ray_runtime import RAY_ENV
 from tests.fake_judge import Arrival
-from tests.integration.test_verdict_store_job import wait_journaled
 from tests.support.fakes import JudgeFactory
 from tests.support.hooks import HoldRequests
 from tests.support.job import (
@@ -42,6 +41,7 @@ from tests.support.job import (
     sample_job,
     truth,
     verdict_requests,
+    wait_journaled,
     write_items,
 )
 from tests.support.moto import MotoS3
@@ -245,7 +245,7 @@ def test_a_node_lost_half_way_costs_only_its_last_seconds_of_replies(
         )
     try:
         gate.wait_held(1, timeout_s=300)
-        wait_journaled(out, load_config(path), rows, half)
+        wait_journaled(open_store(str(out)), load_config(path), rows, half)
         # both workers have requests in flight (the head node runs one at most): the loss hits one
         gate.wait_until(lambda held: len(_senders(held)) >= 2, "requests held from 2 workers")
         assert harness.stdin is not None and harness.stdout is not None

@@ -13,8 +13,6 @@ import os
 import random
 import re
 import signal
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,8 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from jobs.core.config import JobConfig, load_config, parse_config
-from jobs.core.verdict_cache import pair_key
-from jobs.run.factory import cache_fingerprint
+from jobs.core.config import load_config, parse_config
+from jobs.core.storage import open_store
 from jobs.run.job import run_job
 from jobs.tools.estimation import estimate
 from jobs.tools.sample_data import write_jsonl
@@ -37,11 +34,12 @@ from tests.support.job import (
     config_for,
     llm_judge,
     raw_config,
-    sample_item,
     sample_job,
     verdict_requests,
+    wait_journaled,
 )
 from tests.support.processes import (
+    driver_command,
     kill_group_and_ray,
     kill_sender,
     lean_judge,
@@ -50,33 +48,6 @@ from tests.support.processes import (
 )
 
 pytestmark = [pytest.mark.timeout(300)]
-
-
-def journaled_items(out: Path, config: JobConfig, rows: list[dict[str, Any]]) -> int:
-    """How many of `rows` have every verdict in the store (journal or partitions) on disk."""
-    folder = out / "_cache" / cache_fingerprint(config)
-    files = [p for p in folder.rglob("*.parquet") if not p.name.startswith(".")]
-    stored: set[str] = set()
-    for path in files:
-        try:
-            stored.update(pl.read_parquet(path, columns=["pair_key"])["pair_key"].to_list())
-        except (OSError, pl.exceptions.ComputeError):
-            continue  # deleted by a fold meanwhile
-    fingerprint = cache_fingerprint(config)
-    count = 0
-    for row in rows:
-        item = sample_item(row)
-        if all(pair_key(fingerprint, item, p) in stored for p in range(len(item.contexts))):
-            count += 1
-    return count
-
-
-def wait_journaled(out: Path, config: JobConfig, rows: list[dict[str, Any]], count: int) -> None:
-    """Wait until `count` items are journaled: within a flush interval of their replies."""
-    deadline = time.monotonic() + 60
-    while journaled_items(out, config, rows) < count:
-        assert time.monotonic() < deadline, f"{count} items never journaled"
-        time.sleep(0.2)
 
 
 # -- items that move -------------------------------------------------------------------------
@@ -234,7 +205,8 @@ def test_a_worker_killed_half_way_costs_only_its_last_seconds(
     run = run_in_thread(lambda: run_job(config))
     try:
         held = gate.wait_held(1)
-        wait_journaled(out, config, rows, half)  # every reply so far is in the journal
+        # every reply so far is in the journal
+        wait_journaled(open_store(str(out)), config, rows, half)
         worker = kill_sender(held[0])  # the shards it held are not staged: Ray retries it
     finally:
         gate.release()
@@ -271,20 +243,12 @@ def test_a_driver_killed_half_way_is_resumed_per_item(
     config_path = tmp_path / "job.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     config = load_config(config_path, [f"run.id={run_id}"])
-    command = [
-        sys.executable,
-        "-m",
-        "jobs.context_precision",
-        "--config",
-        str(config_path),
-        "--set",
-        f"run.id={run_id}",
-    ]
+    command = driver_command(config_path, run_id)
     first = start_driver(command, tmp_path / "run1.log", ray_tmp, gate)
     try:
         gate.wait_held(1, timeout_s=150)
         assert first.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
-        wait_journaled(out, config, rows, half)
+        wait_journaled(open_store(str(out)), config, rows, half)
         os.killpg(first.pid, signal.SIGKILL)
     finally:
         kill_group_and_ray(first, ray_tmp)

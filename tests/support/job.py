@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import io
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,15 @@ from jobs.core.config import JobConfig, parse_config
 from jobs.core.run_layout import RunLocation, StagingArea
 from jobs.core.run_manifest import RunManifest
 from jobs.core.storage import Store
+from jobs.core.verdict_cache import pair_key
 from jobs.engine.driver import RunOutcome
 from jobs.engine.messages import ShardContext, ShardReport
 from jobs.engine.shards.worker import ShardRunner
 from jobs.inputs import Shard
-from jobs.run.factory import run_parts
+from jobs.run.factory import cache_fingerprint, run_parts
 from jobs.tools.sample_data import generate, write_jsonl
 from scorer_core import context_precision
+from scorer_core.errors import StorageError
 from scorer_core.lexical import LexicalJudge
 from scorer_core.prompt import judged_item
 from scorer_core.types import ScoringItem, as_verdict_flags
@@ -149,6 +153,38 @@ def llm_judge(server: FakeJudgeServer, **options: Any) -> dict[str, Any]:
 def verdict_requests(server: FakeJudgeServer) -> int:
     """The verdict requests the server has seen (reason requests not counted)."""
     return int(server.stats()["by_schema"].get(VERDICTS_SCHEMA_NAME, 0))
+
+
+def journaled_items(output: Store, config: JobConfig, rows: list[dict[str, Any]]) -> int:
+    """How many of `rows` have every verdict in the run's verdict store (its journal or its
+    partitions) under the output `output`, local or on an object store."""
+    fingerprint = cache_fingerprint(config)
+    names = output.list(output.join("_cache", fingerprint))
+    stored: set[str] = set()
+    for path in names:
+        if not path.endswith(".parquet") or path.rsplit("/", 1)[-1].startswith("."):
+            continue
+        try:
+            frame = pl.read_parquet(io.BytesIO(output.read_bytes(path)), columns=["pair_key"])
+        except (StorageError, pl.exceptions.ComputeError):
+            continue  # deleted by a fold meanwhile
+        stored.update(frame["pair_key"].to_list())
+    count = 0
+    for row in rows:
+        item = sample_item(row)
+        if all(pair_key(fingerprint, item, p) in stored for p in range(len(item.contexts))):
+            count += 1
+    return count
+
+
+def wait_journaled(
+    output: Store, config: JobConfig, rows: list[dict[str, Any]], count: int
+) -> None:
+    """Wait until `count` items are journaled: within a flush interval of their replies."""
+    deadline = time.monotonic() + 60
+    while journaled_items(output, config, rows) < count:
+        assert time.monotonic() < deadline, f"{count} items never journaled"
+        time.sleep(0.2)
 
 
 def line_offsets(source: Path) -> list[int]:

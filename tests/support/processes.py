@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,13 @@ def held_run_config(
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def driver_command(config_path: Path, run_id: str) -> list[str]:
+    """The job's entrypoint on the YAML config at `config_path`, its run id set as a user
+    sets it (`--set run.id=...`)."""
+    entrypoint = [sys.executable, "-m", "jobs.context_precision", "--config", str(config_path)]
+    return [*entrypoint, "--set", f"run.id={run_id}"]
 
 
 def process_on_port(port: int) -> psutil.Process:

@@ -156,3 +156,34 @@ def parse_config_with(raw: dict[str, object], assignment: str) -> JobConfig:
 def test_infinite_or_nan_numbers_are_config_errors(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match=r"rate_limit\.requests_per_minute"):
         load_config(write(tmp_path, ""), [f"rate_limit.requests_per_minute={value}"])
+
+
+def test_every_store_credential_is_redacted_from_the_published_config() -> None:
+    """What the manifest keeps of storage_options: no secret of s3fs, adlfs or gcsfs (an Azure
+    connection string holds the account key), the rest as given."""
+    azure = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0;"
+    secrets = {
+        "connection_string": azure,
+        "account_key": "c2VjcmV0",
+        "sas_token": "sv=2026&sig=abc",
+        "client_secret": "s3cr3t",
+        "credential": "s3cr3t",
+        "token": "/home/me/service-account.json",
+        "key": "AKIA-not-real",
+        "secret": "s3cr3t",
+    }
+    options = {**secrets, "account_name": "acct", "project": "p", "client_kwargs": {"a": 1}}
+    config = parse_config(
+        {
+            "input": {"path": "az://c/in.jsonl", "storage_options": options},
+            "output": {"path": "gs://b/out", "storage_options": options},
+        }
+    )
+    for section in ("input", "output"):
+        kept = config.redacted()[section]["storage_options"]
+        assert kept == {
+            **dict.fromkeys(secrets, "***"),
+            "account_name": "acct",
+            "project": "p",
+            "client_kwargs": {"a": 1},
+        }

@@ -148,6 +148,46 @@ def test_open_gs_without_network() -> None:
 
 
 @pytest.mark.parametrize(
+    ("options", "environment", "plain"),
+    [
+        ({"endpoint_url": "http://127.0.0.1:4443"}, {}, True),
+        ({}, {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"}, True),
+        ({"endpoint_url": "https://storage.googleapis.com"}, {}, False),
+        ({}, {}, False),
+        (
+            {"endpoint_url": "http://127.0.0.1:4443"},
+            {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "1"},
+            False,
+        ),
+    ],
+    ids=["endpoint-url", "emulator-host", "google-endpoint", "google", "user-kept-the-probe"],
+)
+def test_gs_on_an_endpoint_not_googles_skips_the_zonal_bucket_probe(
+    monkeypatch: pytest.MonkeyPatch,
+    options: dict[str, str],
+    environment: dict[str, str],
+    plain: bool,
+) -> None:
+    """gcsfs' default filesystem asks each bucket's type over gRPC before every call, which an
+    emulator or a private endpoint never answers (60 s per call); on such an endpoint the store
+    gets gcsfs' plain filesystem, unless the user set GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT."""
+    import fsspec
+    import gcsfs.core
+
+    for name in ("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    registered = fsspec.get_filesystem_class("gs")  # what gcsfs chose when it was imported
+    if registered is gcsfs.core.GCSFileSystem:
+        pytest.skip("gcsfs was imported with its zonal bucket probe off: nothing to choose")
+    given = {"token": "anon", "skip_instance_cache": True, **options}
+    fs, root, protocol = filesystem("gs://bucket/prefix", given)
+    assert (root, protocol) == ("bucket/prefix", "gs")
+    assert type(fs) is (gcsfs.core.GCSFileSystem if plain else registered)
+
+
+@pytest.mark.parametrize(
     ("url", "module", "protocol", "extra"),
     [("gs://b/p", "gcsfs", "gs", "gcs"), ("az://c/p", "adlfs", "az", "azure")],
 )
